@@ -1,0 +1,821 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * Dense (ring) and dilated attention over the ranks of a job, forward and
+ * backward, on the CPU kernels. One mechanism serves all cases: a branch
+ * (w, r) cuts the sequence into segments; for each segment this rank holds
+ * tokens of, the ranks holding that segment form a group; each member packs
+ * its dilated K/V (per head chunk: the rows at that chunk's offset, the kv
+ * heads that chunk reads) and the packs travel around the group's ring
+ * while every member accumulates its queries against the pack it holds.
+ * Dense attention is the branch (T, 1): one segment, every rank, the whole
+ * K/V. A group of one is local computation with no communication.
+ *
+ * The ring is double-buffered: the next pack is in flight (MPI_Isend/Irecv,
+ * progressed between kernel tiles) while the current one computes. In the
+ * backward, dK/dV of a pack travel one step behind it, each member adding
+ * its contribution, and arrive home after the last step.
+ *
+ * Segments are processed in ascending order on every rank, so a rank that
+ * belongs to several groups (zigzag) never waits on a peer that is waiting
+ * on it.
+ */
+#include "config.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/mem.h"
+#include "engine/attn.h"
+#include "kernels/cpu/attn_cpu.h"
+
+#define TAG_KV 101
+#define TAG_GRAD 102
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- spec ------------------------------------------------------------ */
+
+static int parse_list(const char *s, int64_t *out, int max, const char *what, dt_emsg_t *em)
+{
+    int n = 0;
+    const char *p = s;
+
+    if (*p == '\0')
+        return dt_emsg_set(em, DT_EINVAL, "%s: empty list", what);
+    while (*p) {
+        char *end;
+        if (n == max)
+            return dt_emsg_set(em, DT_EINVAL, "%s: more than %d values", what, max);
+        long long v = strtoll(p, &end, 10);
+        if (end == p || (*end != ',' && *end != '\0') || v <= 0)
+            return dt_emsg_set(em, DT_EINVAL, "%s: '%s' is not a list of positive integers",
+                               what, s);
+        out[n++] = v;
+        p = *end == ',' ? end + 1 : end;
+        if (*end == ',' && *p == '\0')
+            return dt_emsg_set(em, DT_EINVAL, "%s: trailing comma in '%s'", what, s);
+    }
+    return n;
+}
+
+int dt_attn_parse_branches(dt_attn_spec_t *s, const char *segs, const char *dils, dt_emsg_t *em)
+{
+    int64_t w[DT_ATTN_MAXBRANCH], r[DT_ATTN_MAXBRANCH];
+    int nw, nr;
+
+    if ((segs == NULL) != (dils == NULL))
+        return dt_emsg_set(em, DT_EINVAL, "--segments and --dilations must be given together");
+    if (segs == NULL) {
+        s->nbranch = 0;
+        return 0;
+    }
+    if ((nw = parse_list(segs, w, DT_ATTN_MAXBRANCH, "--segments", em)) < 0)
+        return nw;
+    if ((nr = parse_list(dils, r, DT_ATTN_MAXBRANCH, "--dilations", em)) < 0)
+        return nr;
+    if (nw != nr)
+        return dt_emsg_set(em, DT_EINVAL,
+                           "--segments has %d values but --dilations has %d: one dilation per "
+                           "segment",
+                           nw, nr);
+    s->nbranch = nw;
+    memcpy(s->seg, w, sizeof(w[0]) * (size_t)nw);
+    memcpy(s->dil, r, sizeof(r[0]) * (size_t)nw);
+    return 0;
+}
+
+int dt_attn_check(const dt_attn_spec_t *s, int R, dt_emsg_t *em)
+{
+    int rc;
+
+    if (s->T <= 0 || s->H <= 0 || s->Hkv <= 0 || s->D <= 0)
+        return dt_emsg_set(em, DT_ESHAPE, "T=%lld H=%d Hkv=%d D=%d: every size must be positive",
+                           (long long)s->T, s->H, s->Hkv, s->D);
+    if (s->H % s->Hkv != 0)
+        return dt_emsg_set(em, DT_ESHAPE,
+                           "kv heads Hkv=%d must divide query heads H=%d (grouped-query attention)",
+                           s->Hkv, s->H);
+    if ((rc = dt_layout_check(s->layout, s->T, R, em)) < 0)
+        return rc;
+    if (s->nbranch < 0 || s->nbranch > DT_ATTN_MAXBRANCH)
+        return dt_emsg_set(em, DT_EINVAL, "%d dilated branches: at most %d", s->nbranch,
+                           DT_ATTN_MAXBRANCH);
+    for (int b = 0; b < s->nbranch; b++) {
+        if (s->seg[b] <= 0 || s->dil[b] <= 0)
+            return dt_emsg_set(em, DT_EINVAL, "branch %d: segment %lld and dilation %lld must be "
+                               "positive", b + 1, (long long)s->seg[b], (long long)s->dil[b]);
+        if (s->seg[b] % s->dil[b] != 0)
+            return dt_emsg_set(em, DT_EINVAL,
+                               "branch %d: segment length w=%lld is not a multiple of its "
+                               "dilation r=%lld",
+                               b + 1, (long long)s->seg[b], (long long)s->dil[b]);
+    }
+    return 0;
+}
+
+/* ---- branches, chunks and groups ------------------------------------- */
+
+typedef struct branch {
+    int64_t w, r;
+    int hc;     /* query heads per chunk, ceil(H / r) */
+    int nchunk; /* chunks that have heads: min(r, ceil(H / hc)) */
+} branch_t;
+
+static branch_t branch_of(const dt_attn_spec_t *s, int b)
+{
+    branch_t br;
+    br.w = b < 0 ? s->T : s->seg[b];
+    br.r = b < 0 ? 1 : s->dil[b];
+    br.hc = (int)((s->H + br.r - 1) / br.r);
+    int64_t n = (s->H + br.hc - 1) / br.hc;
+    br.nchunk = (int)(n < br.r ? n : br.r);
+    return br;
+}
+
+typedef struct chunk {
+    int hlo, nh;   /* query heads [hlo, hlo + nh) */
+    int kvlo, nkv; /* kv heads they read */
+} chunk_t;
+
+static chunk_t chunk_of(const dt_attn_spec_t *s, const branch_t *br, int k)
+{
+    int g = s->H / s->Hkv;
+    chunk_t c;
+    c.hlo = k * br->hc;
+    int hhi = c.hlo + br->hc < s->H ? c.hlo + br->hc : s->H;
+    c.nh = hhi - c.hlo;
+    c.kvlo = c.hlo / g;
+    c.nkv = (hhi - 1) / g - c.kvlo + 1;
+    return c;
+}
+
+/* A member's rows of one segment: per chunk, how many positions sit at that
+ * chunk's offset and where its K and V sit in the member's pack. Positions
+ * are kept only for this rank (pos) and made on demand for the member whose
+ * pack is being computed, so memory does not grow with the rank count. */
+typedef struct member {
+    int rank;
+    int64_t *n;     /* [nchunk] rows per chunk */
+    int64_t **pos;  /* [nchunk] positions; only for my own member */
+    size_t *off;    /* [nchunk] float offset of K_k; V_k follows */
+    size_t floats;  /* pack size */
+} member_t;
+
+typedef struct group {
+    int g, me;      /* members, my index */
+    member_t *m;    /* [g] */
+    int64_t a, e;   /* the segment [a, e) */
+    int64_t *kpos;  /* scratch: positions of the pack being computed */
+} group_t;
+
+static int64_t seg_positions(const dt_attn_spec_t *s, int R, int rank, int64_t a, int64_t b,
+                             int64_t r, int64_t k, int64_t *out)
+{
+    dt_run_t runs[DT_LAYOUT_MAXRUNS];
+    int nr = dt_layout_runs(s->layout, s->T, R, rank, runs);
+    int64_t n = 0;
+
+    for (int i = 0; i < nr; i++) {
+        int64_t lo = runs[i].start > a ? runs[i].start : a;
+        int64_t hi = runs[i].start + runs[i].len < b ? runs[i].start + runs[i].len : b;
+        if (lo >= hi)
+            continue;
+        int64_t first = lo + ((k - (lo - a) % r) % r + r) % r;
+        for (int64_t p = first; p < hi; p += r) {
+            if (out)
+                out[n] = p;
+            n++;
+        }
+    }
+    return n;
+}
+
+static int rank_in_segment(const dt_attn_spec_t *s, int R, int rank, int64_t a, int64_t b)
+{
+    dt_run_t runs[DT_LAYOUT_MAXRUNS];
+    int nr = dt_layout_runs(s->layout, s->T, R, rank, runs);
+    for (int i = 0; i < nr; i++)
+        if (runs[i].start < b && runs[i].start + runs[i].len > a)
+            return 1;
+    return 0;
+}
+
+static void member_init(member_t *m, const dt_attn_spec_t *s, const branch_t *br, int R, int rank,
+                        int64_t a, int64_t b, int with_pos)
+{
+    m->rank = rank;
+    m->n = dt_xcalloc((size_t)br->nchunk, sizeof(*m->n));
+    m->pos = dt_xcalloc((size_t)br->nchunk, sizeof(*m->pos));
+    m->off = dt_xcalloc((size_t)br->nchunk, sizeof(*m->off));
+    m->floats = 0;
+    for (int k = 0; k < br->nchunk; k++) {
+        chunk_t ck = chunk_of(s, br, k);
+        int64_t n = seg_positions(s, R, rank, a, b, br->r, k, NULL);
+        m->n[k] = n;
+        if (with_pos) {
+            m->pos[k] = dt_xmallocarray((size_t)(n ? n : 1), sizeof(int64_t));
+            seg_positions(s, R, rank, a, b, br->r, k, m->pos[k]);
+        }
+        m->off[k] = m->floats;
+        m->floats += 2 * (size_t)n * (size_t)ck.nkv * (size_t)s->D;
+    }
+}
+
+static void group_init(group_t *gr, const dt_attn_spec_t *s, const branch_t *br, int R, int me,
+                       int64_t a, int64_t b)
+{
+    int64_t maxn = 1;
+
+    gr->g = 0;
+    gr->me = -1;
+    gr->a = a;
+    gr->e = b;
+    gr->m = dt_xcalloc((size_t)R, sizeof(*gr->m));
+    for (int q = 0; q < R; q++) {
+        if (!rank_in_segment(s, R, q, a, b))
+            continue;
+        if (q == me)
+            gr->me = gr->g;
+        member_init(&gr->m[gr->g], s, br, R, q, a, b, q == me);
+        for (int k = 0; k < br->nchunk; k++)
+            maxn = gr->m[gr->g].n[k] > maxn ? gr->m[gr->g].n[k] : maxn;
+        gr->g++;
+    }
+    gr->kpos = dt_xmallocarray((size_t)maxn, sizeof(int64_t));
+}
+
+static void group_close(group_t *gr, int nchunk)
+{
+    for (int i = 0; i < gr->g; i++) {
+        for (int k = 0; k < nchunk; k++)
+            free(gr->m[i].pos[k]);
+        free(gr->m[i].pos);
+        free(gr->m[i].n);
+        free(gr->m[i].off);
+    }
+    free(gr->m);
+    free(gr->kpos);
+}
+
+/* Local row index of each position of mine (positions ascend along rows). */
+static int64_t local_row(const dt_attn_spec_t *s, int R, int rank, int64_t p)
+{
+    dt_run_t runs[DT_LAYOUT_MAXRUNS];
+    int nr = dt_layout_runs(s->layout, s->T, R, rank, runs);
+    int64_t off = 0;
+    for (int i = 0; i < nr; i++) {
+        if (p >= runs[i].start && p < runs[i].start + runs[i].len)
+            return off + (p - runs[i].start);
+        off += runs[i].len;
+    }
+    abort(); /* not reached: positions come from this rank's runs */
+}
+
+/* ---- packing ---------------------------------------------------------- */
+
+/* rows[k][i]: local row of my i-th position in chunk k. */
+typedef struct mine {
+    int64_t **rows;
+} mine_t;
+
+static void mine_init(mine_t *mi, const dt_attn_spec_t *s, const branch_t *br, int R, int rank,
+                      const member_t *m)
+{
+    mi->rows = dt_xcalloc((size_t)br->nchunk, sizeof(*mi->rows));
+    for (int k = 0; k < br->nchunk; k++) {
+        mi->rows[k] = dt_xmallocarray((size_t)(m->n[k] ? m->n[k] : 1), sizeof(int64_t));
+        for (int64_t i = 0; i < m->n[k]; i++)
+            mi->rows[k][i] = local_row(s, R, rank, m->pos[k][i]);
+    }
+}
+
+static void mine_close(mine_t *mi, int nchunk)
+{
+    for (int k = 0; k < nchunk; k++)
+        free(mi->rows[k]);
+    free(mi->rows);
+}
+
+/* Pack K and V rows of my chunk positions into buf (member layout). */
+static void pack_kv(const dt_attn_spec_t *s, const branch_t *br, const member_t *m,
+                    const mine_t *mi, const float *k, const float *v, float *buf)
+{
+    const int D = s->D;
+    for (int c = 0; c < br->nchunk; c++) {
+        chunk_t ck = chunk_of(s, br, c);
+        size_t rowf = (size_t)ck.nkv * D;
+        float *kb = buf + m->off[c], *vb = kb + (size_t)m->n[c] * rowf;
+        for (int64_t i = 0; i < m->n[c]; i++) {
+            int64_t row = mi->rows[c][i];
+            memcpy(kb + i * rowf, k + (row * s->Hkv + ck.kvlo) * D, rowf * sizeof(float));
+            memcpy(vb + i * rowf, v + (row * s->Hkv + ck.kvlo) * D, rowf * sizeof(float));
+        }
+    }
+}
+
+/* Add a pack's gradient rows back into dk, dv. */
+static void unpack_add_kv(const dt_attn_spec_t *s, const branch_t *br, const member_t *m,
+                          const mine_t *mi, const float *buf, float *dk, float *dv)
+{
+    const int D = s->D;
+    for (int c = 0; c < br->nchunk; c++) {
+        chunk_t ck = chunk_of(s, br, c);
+        size_t rowf = (size_t)ck.nkv * D;
+        const float *kb = buf + m->off[c], *vb = kb + (size_t)m->n[c] * rowf;
+        for (int64_t i = 0; i < m->n[c]; i++) {
+            int64_t row = mi->rows[c][i];
+            float *dkr = dk + (row * s->Hkv + ck.kvlo) * D, *dvr = dv + (row * s->Hkv + ck.kvlo) * D;
+            for (size_t e = 0; e < rowf; e++) {
+                dkr[e] += kb[i * rowf + e];
+                dvr[e] += vb[i * rowf + e];
+            }
+        }
+    }
+}
+
+/* Gather rows of a (c, H, D) tensor for chunk heads into (n, nh, D). */
+static void gather_q(const float *x, const dt_attn_spec_t *s, const chunk_t *ck,
+                     const int64_t *rows, int64_t n, float *out)
+{
+    size_t rowf = (size_t)ck->nh * s->D;
+    for (int64_t i = 0; i < n; i++)
+        memcpy(out + i * rowf, x + (rows[i] * s->H + ck->hlo) * s->D, rowf * sizeof(float));
+}
+
+static void scatter_q(float *x, const dt_attn_spec_t *s, const chunk_t *ck, const int64_t *rows,
+                      int64_t n, const float *in, int add)
+{
+    size_t rowf = (size_t)ck->nh * s->D;
+    for (int64_t i = 0; i < n; i++) {
+        float *dst = x + (rows[i] * s->H + ck->hlo) * s->D;
+        if (add)
+            for (size_t e = 0; e < rowf; e++)
+                dst[e] += in[i * rowf + e];
+        else
+            memcpy(dst, in + i * rowf, rowf * sizeof(float));
+    }
+}
+
+/* (H, c) per-head vectors <-> (nh, n) */
+static void gather_h(const float *x, int64_t c, const chunk_t *ck, const int64_t *rows, int64_t n,
+                     float *out)
+{
+    for (int h = 0; h < ck->nh; h++)
+        for (int64_t i = 0; i < n; i++)
+            out[h * n + i] = x[(ck->hlo + h) * c + rows[i]];
+}
+
+static void scatter_h(float *x, int64_t c, const chunk_t *ck, const int64_t *rows, int64_t n,
+                      const float *in)
+{
+    for (int h = 0; h < ck->nh; h++)
+        for (int64_t i = 0; i < n; i++)
+            x[(ck->hlo + h) * c + rows[i]] = in[h * n + i];
+}
+
+/* ---- the per-segment ring -------------------------------------------- */
+
+/* My queries of one segment, per chunk, packed (or aliased when the pack
+ * would be the identity: dense attention over all my rows). */
+typedef struct qside {
+    int alias;
+    float **q, **o, **lse;          /* forward */
+    float **dout, **delta, **dq;    /* backward */
+} qside_t;
+
+typedef struct ctx {
+    dt_comm_t *comm;
+    const dt_attn_spec_t *s;
+    branch_t br; /* the branch being run */
+    float scale;
+    int causal;
+    int R;     /* ranks */
+    int64_t c; /* local rows */
+    dt_attn_stats_t *st;
+    dt_comm_op_t *inflight[2]; /* polled between tiles */
+} ctx_t;
+
+static void poll_ops(void *arg)
+{
+    ctx_t *x = arg;
+    for (int i = 0; i < 2; i++)
+        if (x->inflight[i])
+            dt_comm_test(x->inflight[i]);
+}
+
+/* Compute my queries (mine: member me) against pack buf of member src. */
+static void compute_fwd(ctx_t *x, const group_t *gr, const qside_t *qs, const member_t *src,
+                        const float *buf)
+{
+    const dt_attn_spec_t *s = x->s;
+    const int g = s->H / s->Hkv;
+    const member_t *me = &gr->m[gr->me];
+    double t0 = now();
+
+    for (int c = 0; c < x->br.nchunk; c++) {
+        chunk_t ck = chunk_of(s, &x->br, c);
+        int64_t nq = me->n[c], nk = src->n[c];
+        if (nq == 0 || nk == 0)
+            continue;
+        int64_t *kpos = gr->kpos;
+        seg_positions(x->s, x->R, src->rank, gr->a, gr->e, x->br.r, c, kpos);
+        if (x->causal && kpos[0] > me->pos[c][nq - 1])
+            continue; /* the whole block is in the future */
+        size_t krow = (size_t)ck.nkv * s->D;
+        const float *kb = buf + src->off[c], *vb = kb + (size_t)nk * krow;
+        int64_t ldq = qs->alias ? (int64_t)s->H * s->D : (int64_t)ck.nh * s->D;
+        for (int h = 0; h < ck.nh; h++) {
+            int kvh = (ck.hlo + h) / g - ck.kvlo;
+            dt_attn_head_t a = {
+                .tq = nq, .tk = nk, .d = s->D,
+                .q = qs->q[c] + (size_t)h * s->D, .ldq = ldq,
+                .k = kb + (size_t)kvh * s->D, .ldk = (int64_t)krow,
+                .v = vb + (size_t)kvh * s->D, .ldv = (int64_t)krow,
+                .qpos = x->causal ? me->pos[c] : NULL,
+                .kpos = x->causal ? kpos : NULL,
+                .scale = x->scale, .progress = poll_ops, .progress_arg = x,
+            };
+            dt_attn_head_fwd_cpu(&a, qs->o[c] + (size_t)h * s->D, ldq, qs->lse[c] + h * nq);
+        }
+    }
+    x->st->compute_s += now() - t0;
+    x->st->steps++;
+}
+
+static void compute_bwd(ctx_t *x, const group_t *gr, const qside_t *qs, const member_t *src,
+                        const float *buf, float *gbuf)
+{
+    const dt_attn_spec_t *s = x->s;
+    const int g = s->H / s->Hkv;
+    const member_t *me = &gr->m[gr->me];
+    double t0 = now();
+
+    for (int c = 0; c < x->br.nchunk; c++) {
+        chunk_t ck = chunk_of(s, &x->br, c);
+        int64_t nq = me->n[c], nk = src->n[c];
+        if (nq == 0 || nk == 0)
+            continue;
+        int64_t *kpos = gr->kpos;
+        seg_positions(x->s, x->R, src->rank, gr->a, gr->e, x->br.r, c, kpos);
+        if (x->causal && kpos[0] > me->pos[c][nq - 1])
+            continue;
+        size_t krow = (size_t)ck.nkv * s->D;
+        const float *kb = buf + src->off[c], *vb = kb + (size_t)nk * krow;
+        float *dkb = gbuf + src->off[c], *dvb = dkb + (size_t)nk * krow;
+        int64_t ldq = qs->alias ? (int64_t)s->H * s->D : (int64_t)ck.nh * s->D;
+        for (int h = 0; h < ck.nh; h++) {
+            int kvh = (ck.hlo + h) / g - ck.kvlo;
+            dt_attn_head_t a = {
+                .tq = nq, .tk = nk, .d = s->D,
+                .q = qs->q[c] + (size_t)h * s->D, .ldq = ldq,
+                .k = kb + (size_t)kvh * s->D, .ldk = (int64_t)krow,
+                .v = vb + (size_t)kvh * s->D, .ldv = (int64_t)krow,
+                .qpos = x->causal ? me->pos[c] : NULL,
+                .kpos = x->causal ? kpos : NULL,
+                .scale = x->scale, .progress = poll_ops, .progress_arg = x,
+            };
+            dt_attn_head_grad_t gd = {
+                .dout = qs->dout[c] + (size_t)h * s->D, .lddo = ldq,
+                .lse = qs->lse[c] + h * nq, .delta = qs->delta[c] + h * nq,
+                .dq = qs->dq[c] + (size_t)h * s->D,
+                .dk = dkb + (size_t)kvh * s->D, .dv = dvb + (size_t)kvh * s->D,
+            };
+            dt_attn_head_bwd_cpu(&a, &gd);
+        }
+    }
+    x->st->compute_s += now() - t0;
+    x->st->steps++;
+}
+
+static int waitop(ctx_t *x, dt_comm_op_t **op)
+{
+    double t0 = now();
+    int rc = dt_comm_wait(*op);
+    *op = NULL;
+    x->st->wait_s += now() - t0;
+    return rc;
+}
+
+/* Forward ring over one group. */
+static int ring_fwd(ctx_t *x, const group_t *gr, const qside_t *qs, float *bufs[2])
+{
+    int next = gr->m[(gr->me + 1) % gr->g].rank, prev = gr->m[(gr->me + gr->g - 1) % gr->g].rank;
+    int cur = 0, rc = 0;
+
+    for (int t = 0; t < gr->g; t++) {
+        const member_t *src = &gr->m[(gr->me - t + gr->g) % gr->g];
+        if (t < gr->g - 1) {
+            const member_t *nsrc = &gr->m[(gr->me - t - 1 + gr->g) % gr->g];
+            rc = dt_comm_start(x->comm, bufs[cur], src->floats * sizeof(float), next,
+                               bufs[1 - cur], nsrc->floats * sizeof(float), prev, TAG_KV,
+                               &x->inflight[0]);
+            if (rc < 0)
+                return rc;
+            x->st->bytes_sent += (double)src->floats * sizeof(float);
+        }
+        compute_fwd(x, gr, qs, src, bufs[cur]);
+        if (x->inflight[0] && (rc = waitop(x, &x->inflight[0])) < 0)
+            return rc;
+        cur = 1 - cur;
+    }
+    return 0;
+}
+
+/* Backward ring over one group: K/V packs rotate as in the forward; the
+ * gradient pack of each block follows one step behind and comes home. */
+static int ring_bwd(ctx_t *x, const group_t *gr, const qside_t *qs, float *bufs[2],
+                    float *gb[3], size_t gmax, float *gfinal)
+{
+    const member_t *me = &gr->m[gr->me];
+    int next = gr->m[(gr->me + 1) % gr->g].rank, prev = gr->m[(gr->me + gr->g - 1) % gr->g].rank;
+    int cur = 0, rc = 0;
+    float *gin = gb[0], *gcur = gb[1], *gout = gb[2];
+    dt_comm_op_t *grecv = NULL;
+
+    for (int t = 0; t < gr->g; t++) {
+        const member_t *src = &gr->m[(gr->me - t + gr->g) % gr->g];
+        if (t < gr->g - 1) {
+            const member_t *nsrc = &gr->m[(gr->me - t - 1 + gr->g) % gr->g];
+            rc = dt_comm_start(x->comm, bufs[cur], src->floats * sizeof(float), next,
+                               bufs[1 - cur], nsrc->floats * sizeof(float), prev, TAG_KV,
+                               &x->inflight[0]);
+            if (rc < 0)
+                goto out;
+            x->st->bytes_sent += (double)src->floats * sizeof(float);
+        }
+        if (t > 0 && (rc = dt_comm_start(x->comm, NULL, 0, next, gin,
+                                         src->floats * sizeof(float), prev, TAG_GRAD,
+                                         &grecv)) < 0)
+            goto out;
+        memset(gcur, 0, gmax * sizeof(float));
+        compute_bwd(x, gr, qs, src, bufs[cur], gcur);
+        if (t > 0) {
+            if ((rc = waitop(x, &grecv)) < 0)
+                goto out;
+            for (size_t e = 0; e < src->floats; e++)
+                gcur[e] += gin[e];
+        }
+        if (gr->g > 1) {
+            if (x->inflight[1] && (rc = waitop(x, &x->inflight[1])) < 0)
+                goto out;
+            float *tmp = gout;
+            gout = gcur;
+            gcur = tmp;
+            rc = dt_comm_start(x->comm, gout, src->floats * sizeof(float), next, NULL, 0, prev,
+                               TAG_GRAD, &x->inflight[1]);
+            if (rc < 0)
+                goto out;
+            x->st->bytes_sent += (double)src->floats * sizeof(float);
+        } else {
+            memcpy(gfinal, gcur, src->floats * sizeof(float));
+        }
+        if (x->inflight[0] && (rc = waitop(x, &x->inflight[0])) < 0)
+            goto out;
+        cur = 1 - cur;
+    }
+    if (gr->g > 1) {
+        /* my own block's gradient, home after a full turn */
+        if ((rc = dt_comm_start(x->comm, NULL, 0, next, gfinal, me->floats * sizeof(float), prev,
+                                TAG_GRAD, &grecv)) < 0)
+            goto out;
+        if ((rc = waitop(x, &grecv)) < 0)
+            goto out;
+        if (x->inflight[1] && (rc = waitop(x, &x->inflight[1])) < 0)
+            goto out;
+    }
+out:
+    if (grecv)
+        dt_comm_wait(grecv);
+    for (int i = 0; i < 2; i++)
+        if (x->inflight[i]) {
+            dt_comm_wait(x->inflight[i]);
+            x->inflight[i] = NULL;
+        }
+    return rc;
+}
+
+/* ---- driver ------------------------------------------------------------ */
+
+typedef struct tensors {
+    const float *q, *k, *v;
+    float *o, *lse;                 /* forward: accumulators; backward: inputs */
+    const float *dout;
+    float *delta;                   /* (H, c) */
+    float *dq, *dk, *dv;
+} tensors_t;
+
+static int run_branch(ctx_t *x, int b, const tensors_t *tn, int bwd)
+{
+    const dt_attn_spec_t *s = x->s;
+    int R = dt_comm_size(x->comm), me = dt_comm_rank(x->comm);
+    x->br = branch_of(s, b);
+    const branch_t br = x->br;
+    dt_run_t runs[DT_LAYOUT_MAXRUNS];
+    int nr = dt_layout_runs(s->layout, s->T, R, me, runs);
+    int64_t segs[2 * DT_LAYOUT_MAXRUNS];
+    int nseg = 0, rc = 0;
+
+    /* the segments my runs touch, ascending (runs ascend too) */
+    for (int i = 0; i < nr; i++) {
+        int64_t s0 = runs[i].start / br.w, s1 = (runs[i].start + runs[i].len - 1) / br.w;
+        segs[nseg++] = s0;
+        segs[nseg++] = s1;
+    }
+    for (int i = 0; i < nseg; i += 2) {
+        for (int64_t sg = segs[i]; sg <= segs[i + 1]; sg++) {
+            if (i > 0 && sg <= segs[i - 1])
+                continue; /* already done with the previous run */
+            int64_t a = sg * br.w, e = a + br.w < s->T ? a + br.w : s->T;
+            group_t gr;
+            mine_t mi;
+            qside_t qs = { 0 };
+            group_init(&gr, s, &br, R, me, a, e);
+            const member_t *mm = &gr.m[gr.me];
+            mine_init(&mi, s, &br, R, me, mm);
+            size_t maxf = 0;
+            for (int j = 0; j < gr.g; j++)
+                maxf = gr.m[j].floats > maxf ? gr.m[j].floats : maxf;
+            float *bufs[2] = { dt_xaligned(maxf ? maxf : 1, sizeof(float)),
+                               dt_xaligned(maxf ? maxf : 1, sizeof(float)) };
+            pack_kv(s, &br, mm, &mi, tn->k, tn->v, bufs[0]);
+
+            qs.alias = br.r == 1 && br.nchunk == 1 && mm->n[0] == x->c;
+            int nc = br.nchunk;
+            qs.q = dt_xcalloc((size_t)nc, sizeof(float *));
+            qs.o = dt_xcalloc((size_t)nc, sizeof(float *));
+            qs.lse = dt_xcalloc((size_t)nc, sizeof(float *));
+            qs.dout = dt_xcalloc((size_t)nc, sizeof(float *));
+            qs.delta = dt_xcalloc((size_t)nc, sizeof(float *));
+            qs.dq = dt_xcalloc((size_t)nc, sizeof(float *));
+            for (int c = 0; c < nc; c++) {
+                chunk_t ck = chunk_of(s, &br, c);
+                int64_t n = mm->n[c];
+                if (qs.alias) {
+                    qs.q[c] = (float *)tn->q;
+                    qs.o[c] = tn->o;
+                    qs.lse[c] = tn->lse;
+                    qs.dout[c] = (float *)tn->dout;
+                    qs.delta[c] = tn->delta;
+                    qs.dq[c] = tn->dq;
+                    continue;
+                }
+                size_t qf = (size_t)(n ? n : 1) * ck.nh * s->D, hf = (size_t)(n ? n : 1) * ck.nh;
+                qs.q[c] = dt_xaligned(qf, sizeof(float));
+                qs.o[c] = dt_xaligned(qf, sizeof(float));
+                qs.lse[c] = dt_xaligned(hf, sizeof(float));
+                gather_q(tn->q, s, &ck, mi.rows[c], n, qs.q[c]);
+                gather_q(tn->o, s, &ck, mi.rows[c], n, qs.o[c]);
+                gather_h(tn->lse, x->c, &ck, mi.rows[c], n, qs.lse[c]);
+                if (bwd) {
+                    qs.dout[c] = dt_xaligned(qf, sizeof(float));
+                    qs.dq[c] = dt_xcalloc(qf, sizeof(float));
+                    qs.delta[c] = dt_xaligned(hf, sizeof(float));
+                    gather_q(tn->dout, s, &ck, mi.rows[c], n, qs.dout[c]);
+                    gather_h(tn->delta, x->c, &ck, mi.rows[c], n, qs.delta[c]);
+                }
+            }
+
+            if (!bwd) {
+                rc = ring_fwd(x, &gr, &qs, bufs);
+            } else {
+                float *gb[3], *gfinal = dt_xaligned(maxf ? maxf : 1, sizeof(float));
+                for (int j = 0; j < 3; j++)
+                    gb[j] = dt_xaligned(maxf ? maxf : 1, sizeof(float));
+                rc = ring_bwd(x, &gr, &qs, bufs, gb, maxf, gfinal);
+                if (rc == 0)
+                    unpack_add_kv(s, &br, mm, &mi, gfinal, tn->dk, tn->dv);
+                for (int j = 0; j < 3; j++)
+                    free(gb[j]);
+                free(gfinal);
+            }
+
+            for (int c = 0; c < nc; c++) {
+                if (qs.alias)
+                    continue;
+                chunk_t ck = chunk_of(s, &br, c);
+                if (rc == 0 && !bwd) {
+                    scatter_q(tn->o, s, &ck, mi.rows[c], mm->n[c], qs.o[c], 0);
+                    scatter_h(tn->lse, x->c, &ck, mi.rows[c], mm->n[c], qs.lse[c]);
+                }
+                if (rc == 0 && bwd)
+                    scatter_q(tn->dq, s, &ck, mi.rows[c], mm->n[c], qs.dq[c], 1);
+                free(qs.q[c]);
+                free(qs.o[c]);
+                free(qs.lse[c]);
+                free(qs.dout[c]);
+                free(qs.delta[c]);
+                free(qs.dq[c]);
+            }
+            free(qs.q);
+            free(qs.o);
+            free(qs.lse);
+            free(qs.dout);
+            free(qs.delta);
+            free(qs.dq);
+            free(bufs[0]);
+            free(bufs[1]);
+            mine_close(&mi, br.nchunk);
+            group_close(&gr, br.nchunk);
+            if (rc < 0)
+                return rc;
+        }
+    }
+    return 0;
+}
+
+static int run(dt_comm_t *comm, const dt_attn_spec_t *s, const tensors_t *tn, int bwd,
+               dt_attn_stats_t *st, dt_emsg_t *em)
+{
+    int R = dt_comm_size(comm), rc = 0;
+    dt_attn_stats_t local = { 0 };
+    ctx_t x = { .comm = comm, .s = s, .causal = s->causal, .st = st ? st : &local };
+    double t0 = now();
+
+    memset(x.st, 0, sizeof(*x.st));
+    x.c = dt_layout_local(s->T, R);
+    x.R = R;
+    x.scale = s->scale != 0.0f ? s->scale : 1.0f / sqrtf((float)s->D);
+    if (s->nbranch == 0)
+        rc = run_branch(&x, -1, tn, bwd);
+    for (int b = 0; b < s->nbranch && rc == 0; b++)
+        rc = run_branch(&x, b, tn, bwd);
+    x.st->total_s = now() - t0;
+    if (rc < 0)
+        return dt_emsg_set(em, rc, "ring transfer failed: %s", dt_strerror(rc));
+    return 0;
+}
+
+int dt_attn_fwd(dt_comm_t *comm, const dt_attn_spec_t *s, const float *q, const float *k,
+                const float *v, float *o, float *lse, dt_attn_stats_t *st, dt_emsg_t *em)
+{
+    int R = dt_comm_size(comm), rc;
+    tensors_t tn = { .q = q, .k = k, .v = v, .o = o, .lse = lse };
+
+    if ((rc = dt_attn_check(s, R, em)) < 0)
+        return rc;
+    int64_t c = dt_layout_local(s->T, R);
+    memset(o, 0, (size_t)c * s->H * s->D * sizeof(float));
+    for (int64_t i = 0; i < c * s->H; i++)
+        lse[i] = -INFINITY;
+    return run(comm, s, &tn, 0, st, em);
+}
+
+int dt_attn_bwd(dt_comm_t *comm, const dt_attn_spec_t *s, const float *q, const float *k,
+                const float *v, const float *o, const float *lse, const float *dout, float *dq,
+                float *dk, float *dv, dt_attn_stats_t *st, dt_emsg_t *em)
+{
+    int R = dt_comm_size(comm), rc;
+
+    if ((rc = dt_attn_check(s, R, em)) < 0)
+        return rc;
+    int64_t c = dt_layout_local(s->T, R);
+    float *delta = dt_xaligned((size_t)c * s->H, sizeof(float));
+    tensors_t tn = { .q = q, .k = k, .v = v, .o = (float *)o, .lse = (float *)lse, .dout = dout,
+                     .delta = delta, .dq = dq, .dk = dk, .dv = dv };
+
+    for (int h = 0; h < s->H; h++)
+        dt_attn_delta_cpu(c, s->D, dout + (size_t)h * s->D, (int64_t)s->H * s->D,
+                          o + (size_t)h * s->D, (int64_t)s->H * s->D, delta + h * c);
+    memset(dq, 0, (size_t)c * s->H * s->D * sizeof(float));
+    memset(dk, 0, (size_t)c * s->Hkv * s->D * sizeof(float));
+    memset(dv, 0, (size_t)c * s->Hkv * s->D * sizeof(float));
+    rc = run(comm, s, &tn, 1, st, em);
+    free(delta);
+    return rc;
+}
+
+/* ---- flops --------------------------------------------------------------- */
+
+/* visible (query, key) pairs among n sparsified positions */
+static double pairs(int64_t n, int causal)
+{
+    double m = (double)n;
+    return causal ? m * (m + 1) / 2 : m * m;
+}
+
+double dt_attn_flops(const dt_attn_spec_t *s)
+{
+    double total = 0;
+    int nb = s->nbranch == 0 ? 1 : s->nbranch;
+
+    for (int b = 0; b < nb; b++) {
+        branch_t br = branch_of(s, s->nbranch == 0 ? -1 : b);
+        int64_t full = s->T / br.w, rest = s->T % br.w;
+        for (int k = 0; k < br.nchunk; k++) {
+            chunk_t ck = chunk_of(s, &br, k);
+            int64_t nfull = br.w / br.r; /* w is a multiple of r */
+            int64_t nrest = rest > k ? (rest - k + br.r - 1) / br.r : 0;
+            double p = (double)full * pairs(nfull, s->causal) + pairs(nrest, s->causal);
+            total += p * 4.0 * s->D * ck.nh;
+        }
+    }
+    return total;
+}

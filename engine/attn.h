@@ -1,0 +1,94 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * Exact attention over a sequence split across the ranks of a job: dense
+ * (ring) and dilated (LongNet), causal or not, GQA, both layouts, forward
+ * and backward. Single rank is the R = 1 case of the same code.
+ *
+ * Tensors (local rows of this rank, in layout order, see layout.h):
+ *   q (c, H, D), k and v (c, Hkv, D), o (c, H, D) fp32, lse (H, c) fp32,
+ *   c = T / R. Query head h reads kv head h / (H / Hkv).
+ *
+ * Dense attention is one branch with segment T and dilation 1: K/V of Hkv
+ * heads travel around the ring of all R ranks (double-buffered; the next
+ * block moves while the current one computes), Q stays; causal blocks that
+ * lie wholly in the future are skipped.
+ *
+ * Dilated attention (LongNet / torchscale semantics). For each branch
+ * (w, r): the sequence is cut into segments of w positions; the H heads are
+ * padded to a multiple of r and cut into r contiguous chunks of
+ * ceil(H / r) heads; head chunk k uses, inside each segment starting at s,
+ * the positions p with (p - s) mod r == k; those sparsified positions attend
+ * densely to each other (causally by position when causal). Branches merge
+ * by their LSE, which equals softmax attention over the multiset union of
+ * the branches' keys. A (position, head) that no branch covers has o = 0
+ * and lse = -inf. When T is not a multiple of w the last segment is shorter
+ * (T mod w positions) and is sparsified the same way.
+ *
+ * Distributed dilated: a segment whose tokens all lie on one rank is
+ * computed there with no communication. A segment that spans ranks forms a
+ * sub-ring of exactly the ranks holding its tokens, and only their dilated
+ * K/V travel (per head chunk: the rows at that chunk's offset, of the kv
+ * heads the chunk reads; about c / r rows per rank per chunk). Segments need
+ * not align with rank boundaries; any w, r with r dividing w works with both
+ * layouts. A rank whose tokens touch several segments (zigzag) takes part
+ * in each sub-ring in ascending segment order.
+ */
+#ifndef DT_ATTN_H
+#define DT_ATTN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/err.h"
+#include "engine/comm.h"
+#include "engine/layout.h"
+
+#define DT_ATTN_MAXBRANCH 16
+
+typedef struct dt_attn_spec {
+    int64_t T;  /* sequence length */
+    int H;      /* query heads */
+    int Hkv;    /* key/value heads, divides H */
+    int D;      /* head dimension */
+    bool causal;
+    int nbranch;                        /* 0: dense attention */
+    int64_t seg[DT_ATTN_MAXBRANCH];     /* segment lengths w_i */
+    int64_t dil[DT_ATTN_MAXBRANCH];     /* dilation rates r_i, r_i divides w_i */
+    enum dt_layout layout;
+    float scale; /* 0: 1 / sqrt(D) */
+} dt_attn_spec_t;
+
+/* Validate a spec for R ranks: positive sizes, Hkv divides H, layout
+ * divisibility, branch lists, w a multiple of r, distributed support.
+ * DT_EINVAL / DT_ESHAPE / DT_ELAYOUT with a message naming the problem. */
+int dt_attn_check(const dt_attn_spec_t *s, int R, dt_emsg_t *em);
+
+/* Parse "w1,w2,..." and "r1,r2,..." into the spec's branch lists. */
+int dt_attn_parse_branches(dt_attn_spec_t *s, const char *segs, const char *dils,
+                           dt_emsg_t *em);
+
+/* Floating-point operations of the forward (multiply-adds count 2) over all
+ * ranks, counting only visible (query, key) pairs. Backward costs 2.5x. */
+double dt_attn_flops(const dt_attn_spec_t *s);
+
+/* Timing of the last call on this rank, for benchmarks and the summary. */
+typedef struct dt_attn_stats {
+    double compute_s;  /* inside the kernels */
+    double wait_s;     /* blocked waiting for a ring transfer to finish */
+    double total_s;    /* the whole call */
+    double bytes_sent; /* ring traffic sent by this rank */
+    int steps;         /* ring steps (blocks computed) */
+} dt_attn_stats_t;
+
+/* Forward over this rank's rows. Every rank of comm must call it with the
+ * same spec. o and lse are overwritten. */
+int dt_attn_fwd(dt_comm_t *comm, const dt_attn_spec_t *s, const float *q, const float *k,
+                const float *v, float *o, float *lse, dt_attn_stats_t *st, dt_emsg_t *em);
+
+/* Backward: given the forward's o and lse and dout (c, H, D), write dq
+ * (c, H, D), dk and dv (c, Hkv, D). dK/dV travel with K/V and come home. */
+int dt_attn_bwd(dt_comm_t *comm, const dt_attn_spec_t *s, const float *q, const float *k,
+                const float *v, const float *o, const float *lse, const float *dout,
+                float *dq, float *dk, float *dv, dt_attn_stats_t *st, dt_emsg_t *em);
+
+#endif /* DT_ATTN_H */

@@ -1,0 +1,23 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * dtengine subcommands. Each takes the job's communicator and its own argv
+ * (argv[0] is the subcommand name) and returns a process exit code.
+ */
+#ifndef DT_ENGINE_CMD_H
+#define DT_ENGINE_CMD_H
+
+#include "engine/comm.h"
+
+/* Exit codes of dtengine (documented in dtengine(1)). */
+enum {
+    DT_EXIT_OK = 0,
+    DT_EXIT_FAILURE = 1, /* a failure while running: I/O, transport; may be retried */
+    DT_EXIT_INPUT = 2,   /* bad options or input: retrying cannot help */
+};
+
+/* The exit code for a dt error code. */
+int dt_exit_code(int rc);
+
+int dt_cmd_attn(dt_comm_t *comm, int argc, char **argv);
+
+#endif /* DT_ENGINE_CMD_H */

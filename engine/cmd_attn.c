@@ -1,0 +1,583 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * `dtengine attn`: exact attention over the job's ranks, reading Q, K, V
+ * from .npy files (or generating them in place) and writing O, LSE and,
+ * with --dout, the gradients. Every rank reads only its own rows; rank 0
+ * writes whole outputs (other ranks send it their rows), or with --out-dir
+ * every rank writes its own shard. Outputs are written atomically: on any
+ * error no output file is left behind.
+ *
+ * Not here: the attention itself (engine/attn.c).
+ */
+#include "config.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+
+#include "common/mem.h"
+#include "engine/attn.h"
+#include "engine/cmd.h"
+#include "engine/gen.h"
+#include "engine/npy.h"
+
+enum { TAG_OUT = 201 };
+
+/* generated tensors: the stream number of each */
+enum { STREAM_Q = 1, STREAM_K = 2, STREAM_V = 3, STREAM_DOUT = 4 };
+
+typedef struct opts {
+    const char *q, *k, *v, *out, *lse, *out_dir;
+    const char *dout, *dq, *dk, *dv;
+    const char *segments, *dilations, *layout, *generate;
+    unsigned long long seed;
+    int causal, stats, threads;
+    float scale;
+} opts_t;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: dtengine attn --q Q.npy --k K.npy --v V.npy --out O.npy [--lse LSE.npy]\n"
+            "                     [--causal] [--segments w1,w2,... --dilations r1,r2,...]\n"
+            "                     [--layout contiguous|zigzag] [--scale S]\n"
+            "                     [--dout dO.npy --dq dQ.npy --dk dK.npy --dv dV.npy]\n"
+            "                     [--out-dir DIR] [--threads N] [--stats]\n"
+            "       dtengine attn --generate T,H,Hkv,D --seed S [...]\n"
+            "Q is (T, H, D), K and V (T, Hkv, D), float32 or float16; O is written\n"
+            "(T, H, D) float32 and LSE (H, T) float32. See dtengine(1).\n");
+}
+
+static int parse_opts(int argc, char **argv, opts_t *o, dt_emsg_t *em)
+{
+    enum { O_Q = 256, O_K, O_V, O_OUT, O_LSE, O_OUTDIR, O_DOUT, O_DQ, O_DK, O_DV, O_SEG, O_DIL,
+           O_LAYOUT, O_GEN, O_SEED, O_CAUSAL, O_STATS, O_THREADS, O_SCALE, O_HELP };
+    static const struct option lo[] = {
+        { "q", required_argument, NULL, O_Q },
+        { "k", required_argument, NULL, O_K },
+        { "v", required_argument, NULL, O_V },
+        { "out", required_argument, NULL, O_OUT },
+        { "lse", required_argument, NULL, O_LSE },
+        { "out-dir", required_argument, NULL, O_OUTDIR },
+        { "dout", required_argument, NULL, O_DOUT },
+        { "dq", required_argument, NULL, O_DQ },
+        { "dk", required_argument, NULL, O_DK },
+        { "dv", required_argument, NULL, O_DV },
+        { "segments", required_argument, NULL, O_SEG },
+        { "dilations", required_argument, NULL, O_DIL },
+        { "layout", required_argument, NULL, O_LAYOUT },
+        { "generate", required_argument, NULL, O_GEN },
+        { "seed", required_argument, NULL, O_SEED },
+        { "causal", no_argument, NULL, O_CAUSAL },
+        { "stats", no_argument, NULL, O_STATS },
+        { "threads", required_argument, NULL, O_THREADS },
+        { "scale", required_argument, NULL, O_SCALE },
+        { "help", no_argument, NULL, O_HELP },
+        { NULL, 0, NULL, 0 },
+    };
+    int c;
+    char *end;
+
+    memset(o, 0, sizeof(*o));
+    o->layout = "contiguous";
+    o->threads = 1;
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+        switch (c) {
+        case O_Q: o->q = optarg; break;
+        case O_K: o->k = optarg; break;
+        case O_V: o->v = optarg; break;
+        case O_OUT: o->out = optarg; break;
+        case O_LSE: o->lse = optarg; break;
+        case O_OUTDIR: o->out_dir = optarg; break;
+        case O_DOUT: o->dout = optarg; break;
+        case O_DQ: o->dq = optarg; break;
+        case O_DK: o->dk = optarg; break;
+        case O_DV: o->dv = optarg; break;
+        case O_SEG: o->segments = optarg; break;
+        case O_DIL: o->dilations = optarg; break;
+        case O_LAYOUT: o->layout = optarg; break;
+        case O_GEN: o->generate = optarg; break;
+        case O_CAUSAL: o->causal = 1; break;
+        case O_STATS: o->stats = 1; break;
+        case O_SEED:
+            o->seed = strtoull(optarg, &end, 10);
+            if (*optarg == '\0' || *end != '\0' || *optarg == '-')
+                return dt_emsg_set(em, DT_EUSAGE, "--seed '%s' is not a non-negative integer",
+                                   optarg);
+            break;
+        case O_THREADS:
+            o->threads = (int)strtol(optarg, &end, 10);
+            if (*optarg == '\0' || *end != '\0' || o->threads < 1 || o->threads > 1024)
+                return dt_emsg_set(em, DT_EUSAGE, "--threads '%s' must be 1 to 1024", optarg);
+            break;
+        case O_SCALE:
+            o->scale = strtof(optarg, &end);
+            if (*optarg == '\0' || *end != '\0' || !(o->scale > 0.0f) || isinf(o->scale))
+                return dt_emsg_set(em, DT_EUSAGE, "--scale '%s' must be a positive number",
+                                   optarg);
+            break;
+        case O_HELP:
+            return 1;
+        case '?':
+        default:
+            if (optopt)
+                return dt_emsg_set(em, DT_EUSAGE, "option '--%s' needs a value",
+                                   lo[optopt - O_Q].name);
+            return dt_emsg_set(em, DT_EUSAGE, "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        return dt_emsg_set(em, DT_EUSAGE, "unexpected argument '%s'", argv[optind]);
+    if (o->generate == NULL && (o->q == NULL || o->k == NULL || o->v == NULL))
+        return dt_emsg_set(em, DT_EUSAGE, "give --q, --k and --v, or --generate T,H,Hkv,D");
+    if (o->generate != NULL && (o->q || o->k || o->v))
+        return dt_emsg_set(em, DT_EUSAGE, "--generate makes Q, K and V: do not also give "
+                           "--q, --k or --v");
+    int ngrad = (o->dq != NULL) + (o->dk != NULL) + (o->dv != NULL);
+    if (o->dout && o->generate == NULL && ngrad == 0 && o->out_dir == NULL)
+        return dt_emsg_set(em, DT_EUSAGE, "--dout needs --dq, --dk and --dv (or --out-dir)");
+    if (ngrad > 0 && ngrad < 3)
+        return dt_emsg_set(em, DT_EUSAGE, "--dq, --dk and --dv go together");
+    if (ngrad > 0 && o->dout == NULL && o->generate == NULL)
+        return dt_emsg_set(em, DT_EUSAGE, "--dq, --dk and --dv need --dout");
+    if (o->out_dir && (o->out || o->lse || ngrad))
+        return dt_emsg_set(em, DT_EUSAGE, "--out-dir writes every output: do not also give "
+                           "--out, --lse, --dq, --dk or --dv");
+    if (o->lse && !o->out)
+        return dt_emsg_set(em, DT_EUSAGE, "--lse needs --out");
+    return 0;
+}
+
+/* ---- inputs ------------------------------------------------------------ */
+
+typedef struct input {
+    dt_attn_spec_t spec;
+    dt_npy_info_t qi, ki, vi, di;
+    int bwd;
+} input_t;
+
+static int check_3d(const char *path, const dt_npy_info_t *i, dt_emsg_t *em)
+{
+    if (i->dtype != DT_DTYPE_F32 && i->dtype != DT_DTYPE_F16)
+        return dt_emsg_set(em, DT_EDTYPE, "%s: dtype %s; float32 or float16 expected", path,
+                           dt_dtype_name(i->dtype));
+    if (i->ndim != 3)
+        return dt_emsg_set(em, DT_ESHAPE, "%s: %d dimensions; 3 expected (T, heads, D)", path,
+                           i->ndim);
+    return 0;
+}
+
+static int parse_generate(const char *s, dt_attn_spec_t *sp, dt_emsg_t *em)
+{
+    long long v[4];
+    int n = 0;
+    const char *p = s;
+    char *end;
+
+    while (n < 4) {
+        v[n] = strtoll(p, &end, 10);
+        if (end == p || v[n] <= 0)
+            break;
+        n++;
+        if (*end != ',')
+            break;
+        p = end + 1;
+    }
+    if (n != 4 || *end != '\0' || v[1] > 1 << 16 || v[2] > 1 << 16 || v[3] > 1 << 16)
+        return dt_emsg_set(em, DT_EUSAGE, "--generate '%s': expected T,H,Hkv,D positive "
+                           "integers", s);
+    sp->T = v[0];
+    sp->H = (int)v[1];
+    sp->Hkv = (int)v[2];
+    sp->D = (int)v[3];
+    return 0;
+}
+
+static int prepare(const opts_t *o, int R, input_t *in, dt_emsg_t *em)
+{
+    dt_attn_spec_t *s = &in->spec;
+    int rc;
+
+    memset(in, 0, sizeof(*in));
+    s->causal = o->causal;
+    s->scale = o->scale;
+    if (dt_layout_parse(o->layout, &s->layout) < 0)
+        return dt_emsg_set(em, DT_EUSAGE, "--layout '%s': contiguous or zigzag", o->layout);
+    if ((rc = dt_attn_parse_branches(s, o->segments, o->dilations, em)) < 0)
+        return rc;
+    in->bwd = o->dout != NULL || o->dq != NULL;
+    if (o->generate) {
+        if ((rc = parse_generate(o->generate, s, em)) < 0)
+            return rc;
+    } else {
+        if ((rc = dt_npy_read_header(o->q, &in->qi, em)) < 0 ||
+            (rc = dt_npy_read_header(o->k, &in->ki, em)) < 0 ||
+            (rc = dt_npy_read_header(o->v, &in->vi, em)) < 0)
+            return rc;
+        if ((rc = check_3d(o->q, &in->qi, em)) < 0 || (rc = check_3d(o->k, &in->ki, em)) < 0 ||
+            (rc = check_3d(o->v, &in->vi, em)) < 0)
+            return rc;
+        const int64_t *qs = in->qi.shape, *ks = in->ki.shape, *vs = in->vi.shape;
+        if (ks[0] != vs[0] || ks[1] != vs[1] || ks[2] != vs[2])
+            return dt_emsg_set(em, DT_ESHAPE, "%s is (%lld, %lld, %lld) but %s is (%lld, %lld, "
+                               "%lld): K and V must have the same shape",
+                               o->k, (long long)ks[0], (long long)ks[1], (long long)ks[2], o->v,
+                               (long long)vs[0], (long long)vs[1], (long long)vs[2]);
+        if (qs[0] != ks[0])
+            return dt_emsg_set(em, DT_ESHAPE, "%s has T=%lld tokens but %s has %lld", o->q,
+                               (long long)qs[0], o->k, (long long)ks[0]);
+        if (qs[2] != ks[2])
+            return dt_emsg_set(em, DT_ESHAPE, "%s has head dim D=%lld but %s has %lld", o->q,
+                               (long long)qs[2], o->k, (long long)ks[2]);
+        if (qs[1] > 1 << 16 || qs[2] > 1 << 16)
+            return dt_emsg_set(em, DT_ESHAPE, "%s: %lld heads of dim %lld is beyond the limit "
+                               "of 65536", o->q, (long long)qs[1], (long long)qs[2]);
+        s->T = qs[0];
+        s->H = (int)qs[1];
+        s->Hkv = (int)ks[1];
+        s->D = (int)qs[2];
+        if (o->dout) {
+            if ((rc = dt_npy_read_header(o->dout, &in->di, em)) < 0 ||
+                (rc = check_3d(o->dout, &in->di, em)) < 0)
+                return rc;
+            if (memcmp(in->di.shape, qs, 3 * sizeof(int64_t)) != 0)
+                return dt_emsg_set(em, DT_ESHAPE, "%s is (%lld, %lld, %lld); it must have Q's "
+                                   "shape (%lld, %lld, %lld)",
+                                   o->dout, (long long)in->di.shape[0],
+                                   (long long)in->di.shape[1], (long long)in->di.shape[2],
+                                   (long long)qs[0], (long long)qs[1], (long long)qs[2]);
+        }
+    }
+    if (s->H % s->Hkv != 0)
+        return dt_emsg_set(em, DT_ESHAPE, "Q has H=%d heads and K/V Hkv=%d: Hkv must divide H",
+                           s->H, s->Hkv);
+    return dt_attn_check(s, R, em);
+}
+
+/* Load (or generate) this rank's rows of a (T, heads, D) tensor. */
+static int load_rows(const char *path, const dt_npy_info_t *info, uint64_t seed, int stream,
+                     const dt_attn_spec_t *s, int R, int rank, int heads, float *dst,
+                     dt_emsg_t *em)
+{
+    dt_run_t runs[DT_LAYOUT_MAXRUNS];
+    int nr = dt_layout_runs(s->layout, s->T, R, rank, runs), rc;
+    int64_t row = (int64_t)heads * s->D;
+
+    for (int i = 0; i < nr; i++) {
+        if (path == NULL)
+            dt_gen_normal(seed, (uint64_t)stream, runs[i].start * row, runs[i].len * row, dst);
+        else if ((rc = dt_npy_read_f32(path, info, runs[i].start * row, runs[i].len * row, dst,
+                                       em)) < 0)
+            return rc;
+        dst += runs[i].len * row;
+    }
+    return 0;
+}
+
+/* ---- outputs ------------------------------------------------------------- */
+
+typedef struct outbuf {
+    const char *path;
+    const float *data; /* local rows */
+    int heads;         /* (T, heads, D) rows, or 0 for the (H, T) lse */
+} outbuf_t;
+
+/* Rank 0: write rows [runs] of rank q (data has c rows) into w. */
+static int place(dt_npy_writer_t *w, const dt_attn_spec_t *s, int R, int q, const outbuf_t *ob,
+                 const float *data, dt_emsg_t *em)
+{
+    dt_run_t runs[DT_LAYOUT_MAXRUNS];
+    int nr = dt_layout_runs(s->layout, s->T, R, q, runs), rc;
+    int64_t c = dt_layout_local(s->T, R), off = 0;
+
+    for (int i = 0; i < nr; i++) {
+        if (ob->heads > 0) {
+            int64_t row = (int64_t)ob->heads * s->D;
+            if ((rc = dt_npy_writer_pwrite(w, runs[i].start * row, runs[i].len * row,
+                                           data + off * row, em)) < 0)
+                return rc;
+        } else {
+            for (int h = 0; h < s->H; h++)
+                if ((rc = dt_npy_writer_pwrite(w, h * s->T + runs[i].start, runs[i].len,
+                                               data + h * c + off, em)) < 0)
+                    return rc;
+        }
+        off += runs[i].len;
+    }
+    return 0;
+}
+
+static size_t local_floats(const dt_attn_spec_t *s, int R, const outbuf_t *ob)
+{
+    int64_t c = dt_layout_local(s->T, R);
+    return (size_t)c * (size_t)(ob->heads > 0 ? ob->heads * s->D : s->H);
+}
+
+/* Gather every output to rank 0 and write it there; rank 0 keeps receiving
+ * after a failed write so no rank blocks. All ranks call this and then
+ * agree on the outcome. */
+static int write_gathered(dt_comm_t *comm, const dt_attn_spec_t *s, const outbuf_t *obs, int nob,
+                          dt_emsg_t *em)
+{
+    int R = dt_comm_size(comm), me = dt_comm_rank(comm), rc = 0, crc;
+    dt_npy_writer_t *w[8] = { NULL };
+    float *tmp = NULL;
+
+    for (int i = 0; i < nob; i++) {
+        size_t n = local_floats(s, R, &obs[i]);
+        if (me != 0) {
+            if ((crc = dt_comm_send(comm, obs[i].data, n * sizeof(float), 0, TAG_OUT)) < 0)
+                return dt_emsg_set(em, crc, "sending results to rank 0 failed");
+            continue;
+        }
+        if (rc == 0) {
+            int64_t shape[3] = { s->T, obs[i].heads, s->D };
+            if (obs[i].heads > 0)
+                rc = dt_npy_writer_open(obs[i].path, DT_DTYPE_F32, 3, shape, &w[i], em);
+            else
+                rc = dt_npy_writer_open(obs[i].path, DT_DTYPE_F32, 2,
+                                        (int64_t[]){ s->H, s->T }, &w[i], em);
+        }
+        if (rc == 0)
+            rc = place(w[i], s, R, 0, &obs[i], obs[i].data, em);
+        tmp = dt_xrealloc(tmp, n * sizeof(float));
+        for (int q = 1; q < R; q++) {
+            if ((crc = dt_comm_recv(comm, tmp, n * sizeof(float), q, TAG_OUT)) < 0) {
+                rc = dt_emsg_set(em, crc, "receiving results from rank %d failed", q);
+                goto out;
+            }
+            if (rc == 0)
+                rc = place(w[i], s, R, q, &obs[i], tmp, em);
+        }
+    }
+    for (int i = 0; i < nob && rc == 0 && me == 0; i++) {
+        rc = dt_npy_writer_commit(w[i], em);
+        w[i] = NULL;
+    }
+out:
+    for (int i = 0; i < nob; i++)
+        if (w[i])
+            dt_npy_writer_abort(w[i]);
+    free(tmp);
+    return rc;
+}
+
+/* --out-dir: every rank writes its own rows, plus their positions. */
+static int write_shards(dt_comm_t *comm, const dt_attn_spec_t *s, const char *dir,
+                        const outbuf_t *obs, int nob, const int64_t *pos, dt_emsg_t *em)
+{
+    int R = dt_comm_size(comm), me = dt_comm_rank(comm), rc = 0, who;
+    int64_t c = dt_layout_local(s->T, R);
+    dt_npy_writer_t *w[9] = { NULL };
+
+    if (me == 0 && mkdir(dir, 0777) < 0 && errno != EEXIST)
+        rc = dt_emsg_set(em, dt_err_errno(errno), "%s: cannot create directory: %s", dir,
+                         strerror(errno));
+    if ((rc = dt_comm_agree(comm, rc, &who)) < 0)
+        return me == who ? rc : dt_emsg_set(em, rc, "rank %d could not create %s", who, dir);
+    for (int i = 0; i <= nob && rc == 0; i++) {
+        char *path;
+        if (i == nob) {
+            path = dt_xasprintf("%s/pos.%d.npy", dir, me);
+            rc = dt_npy_writer_open(path, DT_DTYPE_I64, 1, &c, &w[i], em);
+            if (rc == 0)
+                rc = dt_npy_writer_pwrite(w[i], 0, c, pos, em);
+        } else {
+            path = dt_xasprintf("%s/%s.%d.npy", dir, obs[i].path, me);
+            int64_t shape[3] = { c, obs[i].heads, s->D };
+            if (obs[i].heads > 0)
+                rc = dt_npy_writer_open(path, DT_DTYPE_F32, 3, shape, &w[i], em);
+            else
+                rc = dt_npy_writer_open(path, DT_DTYPE_F32, 2, (int64_t[]){ s->H, c }, &w[i],
+                                        em);
+            if (rc == 0)
+                rc = dt_npy_writer_pwrite(w[i], 0, (int64_t)local_floats(s, R, &obs[i]),
+                                          obs[i].data, em);
+        }
+        free(path);
+    }
+    /* commit only when every rank could write every shard */
+    int agreed = dt_comm_agree(comm, rc, &who);
+    for (int i = 0; i <= nob; i++) {
+        if (w[i] == NULL)
+            continue;
+        if (agreed == 0 && rc == 0)
+            rc = dt_npy_writer_commit(w[i], em);
+        else
+            dt_npy_writer_abort(w[i]);
+    }
+    if (agreed < 0 && rc == 0)
+        rc = dt_emsg_set(em, agreed, "rank %d failed to write its shard", who);
+    return rc;
+}
+
+/* ---- the command ----------------------------------------------------------- */
+
+static double maxrss_mib(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss / 1024.0;
+}
+
+/* One line per rank on rank 0: timing split and memory, for benchmarks. */
+static void print_stats(dt_comm_t *comm, const char *what, const dt_attn_stats_t *st)
+{
+    int R = dt_comm_size(comm), me = dt_comm_rank(comm);
+    double *all = dt_xcalloc((size_t)R * 6, sizeof(double));
+    double *mine = all + (size_t)me * 6;
+
+    mine[0] = st->total_s;
+    mine[1] = st->compute_s;
+    mine[2] = st->wait_s;
+    mine[3] = st->bytes_sent;
+    mine[4] = st->steps;
+    mine[5] = maxrss_mib();
+    dt_comm_allreduce_sum_f64(comm, all, (size_t)R * 6);
+    if (me == 0)
+        for (int q = 0; q < R; q++) {
+            double *x = all + (size_t)q * 6;
+            printf("stats: %s rank=%d total_s=%.6f compute_s=%.6f wait_s=%.6f bytes_sent=%.0f "
+                   "steps=%.0f maxrss_mib=%.1f\n",
+                   what, q, x[0], x[1], x[2], x[3], x[4], x[5]);
+        }
+    free(all);
+}
+
+static int report(dt_comm_t *comm, int rc, const dt_emsg_t *em)
+{
+    int who, agreed = dt_comm_agree(comm, rc, &who);
+
+    if (agreed < 0 && who == dt_comm_rank(comm))
+        fprintf(stderr, "dtengine attn: error: %s\n", em->s[0] ? em->s : dt_strerror(rc));
+    return agreed;
+}
+
+int dt_cmd_attn(dt_comm_t *comm, int argc, char **argv)
+{
+    int R = dt_comm_size(comm), me = dt_comm_rank(comm), rc;
+    opts_t o;
+    input_t in;
+    dt_emsg_t em = { "" };
+    float *q = NULL, *k = NULL, *v = NULL, *out = NULL, *lse = NULL;
+    float *dout = NULL, *dq = NULL, *dk = NULL, *dv = NULL;
+    int64_t *pos = NULL;
+    dt_attn_stats_t fst = { 0 }, bst = { 0 };
+
+    rc = parse_opts(argc, argv, &o, &em);
+    if (rc == 1) {
+        if (me == 0)
+            usage(stdout);
+        return DT_EXIT_OK;
+    }
+    if (rc < 0) {
+        if (me == 0) {
+            fprintf(stderr, "dtengine attn: %s\n", em.s);
+            usage(stderr);
+        }
+        return DT_EXIT_INPUT;
+    }
+    openblas_set_num_threads(o.threads);
+    rc = prepare(&o, R, &in, &em);
+    if ((rc = report(comm, rc, &em)) < 0)
+        return dt_exit_code(rc);
+
+    const dt_attn_spec_t *s = &in.spec;
+    int64_t c = dt_layout_local(s->T, R);
+    size_t nq = (size_t)c * s->H * s->D, nkv = (size_t)c * s->Hkv * s->D;
+    q = dt_xaligned(nq, sizeof(float));
+    k = dt_xaligned(nkv, sizeof(float));
+    v = dt_xaligned(nkv, sizeof(float));
+    out = dt_xaligned(nq, sizeof(float));
+    lse = dt_xaligned((size_t)c * s->H, sizeof(float));
+    rc = load_rows(o.q, &in.qi, o.seed, STREAM_Q, s, R, me, s->H, q, &em);
+    if (rc == 0)
+        rc = load_rows(o.k, &in.ki, o.seed, STREAM_K, s, R, me, s->Hkv, k, &em);
+    if (rc == 0)
+        rc = load_rows(o.v, &in.vi, o.seed, STREAM_V, s, R, me, s->Hkv, v, &em);
+    if (rc == 0 && in.bwd) {
+        dout = dt_xaligned(nq, sizeof(float));
+        rc = load_rows(o.dout, &in.di, o.seed, STREAM_DOUT, s, R, me, s->H, dout, &em);
+    }
+    if ((rc = report(comm, rc, &em)) < 0)
+        goto out;
+
+    dt_comm_barrier(comm);
+    rc = dt_attn_fwd(comm, s, q, k, v, out, lse, &fst, &em);
+    if (rc == 0 && in.bwd) {
+        dq = dt_xaligned(nq, sizeof(float));
+        dk = dt_xaligned(nkv, sizeof(float));
+        dv = dt_xaligned(nkv, sizeof(float));
+        dt_comm_barrier(comm);
+        rc = dt_attn_bwd(comm, s, q, k, v, out, lse, dout, dq, dk, dv, &bst, &em);
+    }
+    if ((rc = report(comm, rc, &em)) < 0)
+        goto out;
+
+    outbuf_t obs[5];
+    int nob = 0;
+    if (o.out_dir) {
+        obs[nob++] = (outbuf_t){ "o", out, s->H };
+        obs[nob++] = (outbuf_t){ "lse", lse, 0 };
+        if (in.bwd) {
+            obs[nob++] = (outbuf_t){ "dq", dq, s->H };
+            obs[nob++] = (outbuf_t){ "dk", dk, s->Hkv };
+            obs[nob++] = (outbuf_t){ "dv", dv, s->Hkv };
+        }
+        pos = dt_xmallocarray((size_t)c, sizeof(*pos));
+        dt_layout_positions(s->layout, s->T, R, me, pos);
+        rc = write_shards(comm, s, o.out_dir, obs, nob, pos, &em);
+    } else if (o.out) {
+        obs[nob++] = (outbuf_t){ o.out, out, s->H };
+        if (o.lse)
+            obs[nob++] = (outbuf_t){ o.lse, lse, 0 };
+        if (in.bwd && o.dq) {
+            obs[nob++] = (outbuf_t){ o.dq, dq, s->H };
+            obs[nob++] = (outbuf_t){ o.dk, dk, s->Hkv };
+            obs[nob++] = (outbuf_t){ o.dv, dv, s->Hkv };
+        }
+        rc = write_gathered(comm, s, obs, nob, &em);
+    }
+    if ((rc = report(comm, rc, &em)) < 0)
+        goto out;
+
+    double t[3] = { fst.total_s, bst.total_s, maxrss_mib() };
+    dt_comm_allreduce_max_f64(comm, t, 3);
+    if (o.stats) {
+        print_stats(comm, "fwd", &fst);
+        if (in.bwd)
+            print_stats(comm, "bwd", &bst);
+    }
+    if (me == 0) {
+        double fl = dt_attn_flops(s);
+        printf("dtengine attn: tokens=%lld ranks=%d layout=%s causal=%d heads=%d/%d dim=%d "
+               "branches=%d seconds=%.4f gflops=%.2f",
+               (long long)s->T, R, dt_layout_name(s->layout), s->causal, s->H, s->Hkv, s->D,
+               s->nbranch, t[0], t[0] > 0 ? fl / t[0] * 1e-9 : 0.0);
+        if (in.bwd)
+            printf(" bwd_seconds=%.4f bwd_gflops=%.2f", t[1],
+                   t[1] > 0 ? 2.5 * fl / t[1] * 1e-9 : 0.0);
+        printf(" maxrss_mib=%.1f\n", t[2]);
+        fflush(stdout);
+    }
+out:
+    free(pos);
+    free(q);
+    free(k);
+    free(v);
+    free(out);
+    free(lse);
+    free(dout);
+    free(dq);
+    free(dk);
+    free(dv);
+    return dt_exit_code(rc);
+}

@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * The engine's CPU transport: the ranks of one job and point-to-point and
+ * collective operations between them, over Open MPI. Ranks are PMIx clients:
+ * under mpirun, `srun --mpi=pmix` or dtagentd, MPI_Init gets identity and
+ * wire-up from that PMIx server. Started plainly (no PMIx server in the
+ * environment), the process is a single rank and MPI is never initialised.
+ *
+ * Large buffers are split into pieces MPI's int counts can hold. Errors from
+ * MPI come back as DT_ECOMM (MPI's error handler is set to return).
+ * Thread: call from one thread only.
+ */
+#ifndef DT_COMM_H
+#define DT_COMM_H
+
+#include <stddef.h>
+
+#include "common/err.h"
+
+typedef struct dt_comm dt_comm_t;
+typedef struct dt_comm_op dt_comm_op_t;
+
+/* Join the job. Returns 0 and a new communicator, or DT_ECOMM. */
+int dt_comm_new(int *argc, char ***argv, dt_comm_t **out, dt_emsg_t *em);
+/* Leave the job (MPI_Finalize when it was initialised). NULL is a no-op. */
+void dt_comm_free(dt_comm_t *c);
+/* Abort every rank of the job with this exit code (does not return). */
+void dt_comm_abort(dt_comm_t *c, int code) __attribute__((noreturn));
+
+int dt_comm_rank(const dt_comm_t *c);
+int dt_comm_size(const dt_comm_t *c);
+/* "mpi" when MPI was initialised, "solo" for a single plain process. */
+const char *dt_comm_kind(const dt_comm_t *c);
+
+/* Start sending sbytes from sbuf to rank dst and receiving rbytes into rbuf
+ * from rank src with this tag (either side may have 0 bytes and is then
+ * skipped). Buffers must stay untouched until the op completes. */
+int dt_comm_start(dt_comm_t *c, const void *sbuf, size_t sbytes, int dst, void *rbuf,
+                  size_t rbytes, int src, int tag, dt_comm_op_t **out);
+/* Let MPI move data of an op in flight (call between compute tiles). NULL
+ * is a no-op. Returns 1 when the op is complete, 0 when not. */
+int dt_comm_test(dt_comm_op_t *op);
+/* Wait for the op and free it. NULL is a no-op returning 0. */
+int dt_comm_wait(dt_comm_op_t *op);
+
+/* Blocking send and receive (rank 0 collecting results). */
+int dt_comm_send(dt_comm_t *c, const void *buf, size_t bytes, int dst, int tag);
+int dt_comm_recv(dt_comm_t *c, void *buf, size_t bytes, int src, int tag);
+
+/* Collectives. */
+int dt_comm_barrier(dt_comm_t *c);
+/* In-place sum of n floats over all ranks. */
+int dt_comm_allreduce_sum_f32(dt_comm_t *c, float *buf, size_t n);
+/* In-place max/sum of n doubles over all ranks. */
+int dt_comm_allreduce_max_f64(dt_comm_t *c, double *buf, size_t n);
+int dt_comm_allreduce_sum_f64(dt_comm_t *c, double *buf, size_t n);
+/* Every rank gets rank 0's value of *code. */
+int dt_comm_bcast_int(dt_comm_t *c, int *code);
+/* Agree on an outcome: returns the smallest rc over all ranks (0 when every
+ * rank succeeded) and sets *who to a rank that holds it, so exactly one rank
+ * reports an error every rank shares. A transport failure returns DT_ECOMM. */
+int dt_comm_agree(dt_comm_t *c, int rc, int *who);
+
+#endif /* DT_COMM_H */

@@ -1,0 +1,73 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * Token layouts over the ranks of a ring: which positions each rank holds.
+ */
+#include "config.h"
+
+#include <string.h>
+
+#include "engine/layout.h"
+
+const char *dt_layout_name(enum dt_layout l)
+{
+    return l == DT_LAYOUT_ZIGZAG ? "zigzag" : "contiguous";
+}
+
+int dt_layout_parse(const char *s, enum dt_layout *out)
+{
+    if (strcmp(s, "contiguous") == 0)
+        *out = DT_LAYOUT_CONTIGUOUS;
+    else if (strcmp(s, "zigzag") == 0)
+        *out = DT_LAYOUT_ZIGZAG;
+    else
+        return DT_EINVAL;
+    return 0;
+}
+
+int dt_layout_check(enum dt_layout l, int64_t T, int R, dt_emsg_t *em)
+{
+    if (R < 1)
+        return dt_emsg_set(em, DT_ELAYOUT, "rank count %d must be at least 1", R);
+    if (T < R)
+        return dt_emsg_set(em, DT_ELAYOUT,
+                           "sequence length T=%lld is smaller than the rank count R=%d",
+                           (long long)T, R);
+    if (l == DT_LAYOUT_ZIGZAG && R > 1 && T % (2 * (int64_t)R) != 0)
+        return dt_emsg_set(em, DT_ELAYOUT,
+                           "zigzag layout needs T divisible by 2R: T=%lld, 2R=%d",
+                           (long long)T, 2 * R);
+    if (T % R != 0)
+        return dt_emsg_set(em, DT_ELAYOUT,
+                           "contiguous layout needs T divisible by R: T=%lld, R=%d",
+                           (long long)T, R);
+    return 0;
+}
+
+int64_t dt_layout_local(int64_t T, int R)
+{
+    return T / R;
+}
+
+int dt_layout_runs(enum dt_layout l, int64_t T, int R, int r, dt_run_t runs[DT_LAYOUT_MAXRUNS])
+{
+    int64_t c = T / R;
+
+    if (l == DT_LAYOUT_ZIGZAG && R > 1) {
+        int64_t h = c / 2;
+        runs[0] = (dt_run_t){ (int64_t)r * h, h };
+        runs[1] = (dt_run_t){ (int64_t)(2 * R - 1 - r) * h, h };
+        return 2;
+    }
+    runs[0] = (dt_run_t){ (int64_t)r * c, c };
+    return 1;
+}
+
+void dt_layout_positions(enum dt_layout l, int64_t T, int R, int r, int64_t *pos)
+{
+    dt_run_t runs[DT_LAYOUT_MAXRUNS];
+    int n = dt_layout_runs(l, T, R, r, runs);
+
+    for (int i = 0; i < n; i++)
+        for (int64_t j = 0; j < runs[i].len; j++)
+            *pos++ = runs[i].start + j;
+}

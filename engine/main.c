@@ -1,0 +1,95 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * dtengine: the compute worker of dt. A plain PMIx application: under
+ * mpirun, `srun --mpi=pmix` or dtagentd it is one rank of a job; started
+ * alone it is a job of one rank. main() joins the job, dispatches to the
+ * subcommand table, and leaves the job.
+ */
+#include "config.h"
+
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "engine/cmd.h"
+#include "engine/comm.h"
+
+static const struct command {
+    const char *name;
+    int (*fn)(dt_comm_t *comm, int argc, char **argv);
+    const char *summary;
+} commands[] = {
+    { "attn", dt_cmd_attn, "exact attention (dense ring or dilated) over the job's ranks" },
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: dtengine COMMAND [OPTIONS]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\n'dtengine COMMAND --help' for a command's options; see dtengine(1).\n");
+}
+
+int dt_exit_code(int rc)
+{
+    switch (rc) {
+    case DT_OK:
+        return DT_EXIT_OK;
+    case DT_EINVAL:
+    case DT_EUSAGE:
+    case DT_ENOENT:
+    case DT_EACCES:
+    case DT_EFORMAT:
+    case DT_ESHAPE:
+    case DT_EDTYPE:
+    case DT_ELAYOUT:
+    case DT_ERANGE:
+    case DT_ENOTSUP:
+        return DT_EXIT_INPUT;
+    default:
+        return DT_EXIT_FAILURE;
+    }
+}
+
+int main(int argc, char **argv)
+{
+    dt_comm_t *comm = NULL;
+    dt_emsg_t em = { "" };
+    int code;
+
+    dt_log_init("dtengine", DT_LOG_INFO);
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? DT_EXIT_INPUT : DT_EXIT_OK;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("dtengine %s\n", PACKAGE_VERSION);
+        return DT_EXIT_OK;
+    }
+    const struct command *cmd = NULL;
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        if (strcmp(argv[1], commands[i].name) == 0)
+            cmd = &commands[i];
+    if (cmd == NULL) {
+        fprintf(stderr, "dtengine: unknown command '%s'\n", argv[1]);
+        usage(stderr);
+        return DT_EXIT_INPUT;
+    }
+
+    /* one BLAS thread per rank unless a command says otherwise */
+    openblas_set_num_threads(1);
+    if (dt_comm_new(&argc, &argv, &comm, &em) < 0) {
+        fprintf(stderr, "dtengine: %s\n", em.s);
+        return DT_EXIT_FAILURE;
+    }
+    if (dt_comm_size(comm) > 1) {
+        char tag[32];
+        snprintf(tag, sizeof(tag), "rank=%d", dt_comm_rank(comm));
+        dt_log_set_tag(tag);
+    }
+    code = cmd->fn(comm, argc - 1, argv + 1);
+    dt_comm_free(comm);
+    return code;
+}

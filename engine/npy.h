@@ -1,0 +1,84 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * NumPy .npy files (format versions 1.0, 2.0 and 3.0), the tensor exchange
+ * format of dtengine. Reading accepts little-endian float32 ('<f4') and
+ * float16 ('<f2') in C order and converts to float32; int64 ('<i8') is read
+ * for position arrays. Anything else (other dtypes, big-endian, Fortran
+ * order, a header that does not parse, a file shorter than its header says)
+ * is refused with a message naming the file and the problem.
+ *
+ * Writing is atomic: data goes to a temporary file beside the target, which
+ * is fsynced and renamed over the target only on commit; an aborted or failed
+ * write leaves no file behind and does not touch an existing target.
+ *
+ * Not here: memory-mapping, object arrays, structured dtypes.
+ */
+#ifndef DT_NPY_H
+#define DT_NPY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+
+#define DT_NPY_MAXDIM 8
+
+enum dt_dtype {
+    DT_DTYPE_F32 = 0, /* '<f4' */
+    DT_DTYPE_F16,     /* '<f2', IEEE binary16 */
+    DT_DTYPE_I64,     /* '<i8' */
+};
+
+/* "float32", "float16", "int64". */
+const char *dt_dtype_name(enum dt_dtype t);
+size_t dt_dtype_size(enum dt_dtype t);
+
+typedef struct dt_npy_info {
+    enum dt_dtype dtype;
+    int ndim;
+    int64_t shape[DT_NPY_MAXDIM];
+    int64_t count;      /* product of shape */
+    size_t data_offset; /* bytes from the start of the file */
+} dt_npy_info_t;
+
+/* Parse the header of PATH. Returns 0, DT_ENOENT/DT_EACCES/DT_EIO when the
+ * file cannot be read, DT_EFORMAT for a malformed header or a file shorter
+ * than the header promises, DT_EDTYPE for an unsupported dtype or Fortran
+ * order. */
+int dt_npy_read_header(const char *path, dt_npy_info_t *info, dt_emsg_t *em);
+
+/* Read elements [first, first + count) (flat C-order index) of a float32 or
+ * float16 file into dst as float32. dst holds count floats. */
+int dt_npy_read_f32(const char *path, const dt_npy_info_t *info, int64_t first,
+                    int64_t count, float *dst, dt_emsg_t *em);
+
+/* Read all elements of an int64 file into dst (info->count values). */
+int dt_npy_read_i64(const char *path, const dt_npy_info_t *info, int64_t *dst,
+                    dt_emsg_t *em);
+
+/* Atomic writer. open creates "<dir>/.<name>.tmp.<pid>" and writes the
+ * header; pwrite places `count` elements (given in the writer's dtype; for
+ * DT_DTYPE_F16 pass float32 values, they are rounded to nearest even) at flat
+ * element offset `first`, in any order; commit fsyncs, renames over PATH and
+ * fsyncs the directory, then frees the writer; abort unlinks the temporary
+ * file and frees the writer. Exactly one of commit or abort must be called;
+ * after a failed commit the writer is already aborted and freed. */
+typedef struct dt_npy_writer dt_npy_writer_t;
+
+int dt_npy_writer_open(const char *path, enum dt_dtype dtype, int ndim,
+                       const int64_t *shape, dt_npy_writer_t **out, dt_emsg_t *em);
+int dt_npy_writer_pwrite(dt_npy_writer_t *w, int64_t first, int64_t count,
+                         const void *data, dt_emsg_t *em);
+int dt_npy_writer_commit(dt_npy_writer_t *w, dt_emsg_t *em);
+void dt_npy_writer_abort(dt_npy_writer_t *w);
+
+/* Whole-array convenience: open, one pwrite of info count elements, commit. */
+int dt_npy_save(const char *path, enum dt_dtype dtype, int ndim, const int64_t *shape,
+                const void *data, dt_emsg_t *em);
+
+/* IEEE binary16 <-> binary32. f32 -> f16 rounds to nearest even, overflows to
+ * infinity and keeps NaN a NaN. */
+float dt_f16_to_f32(uint16_t h);
+uint16_t dt_f32_to_f16(float f);
+
+#endif /* DT_NPY_H */

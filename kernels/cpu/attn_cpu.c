@@ -1,0 +1,391 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * One-head attention on the CPU: the tiled fast path (flash-style online
+ * softmax, both matrix products per tile through cblas_sgemm) and the plain
+ * reference it is tested against. The element-wise softmax loops are built
+ * twice (baseline and AVX2+FMA) and picked at load time, because OpenBLAS
+ * already dispatches on the CPU and the exponentials would otherwise be the
+ * bottleneck on a generic x86-64 build.
+ *
+ * Not here: multi-head layout, rings or dilation (engine/attn.c).
+ */
+#include "config.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/mem.h"
+#include "kernels/cpu/attn_cpu.h"
+
+/* Tile sizes: BQ query rows by BK keys. The score tile (BQ x BK floats,
+ * 128 KiB) stays in L2 between the two products. */
+#define BQ 128
+#define BK 256
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define DT_MULTIVERSION __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define DT_MULTIVERSION
+#endif
+
+/* exp(x) for x <= 0 (callers pass score - running max), 0 below -87.
+ * Range reduction to 2^n * 2^f, f in [-0.5, 0.5], then a degree-7 Taylor
+ * polynomial for 2^f: relative error below 1e-7, and written without
+ * branches or calls so it vectorises. */
+static inline float exp_neg(float x)
+{
+    const float log2e = 1.44269504088896341f;
+    const float round_magic = 12582912.0f; /* 1.5 * 2^23 */
+    float t = x * log2e;
+    t = t < -126.0f ? -126.0f : t;
+    float fi = (t + round_magic) - round_magic; /* round to nearest */
+    float f = (t - fi) * 0.693147180559945309f; /* in [-0.35, 0.35] */
+    float p = 1.0f / 5040.0f;
+    p = p * f + 1.0f / 720.0f;
+    p = p * f + 1.0f / 120.0f;
+    p = p * f + 1.0f / 24.0f;
+    p = p * f + 1.0f / 6.0f;
+    p = p * f + 0.5f;
+    p = p * f + 1.0f;
+    p = p * f + 1.0f;
+    union {
+        float f;
+        int32_t i;
+    } u = { .f = p };
+    u.i += (int32_t)fi * (1 << 23); /* scale by 2^fi through the exponent */
+    return x < -87.0f ? 0.0f : u.f;
+}
+
+/* Row maximum of s[0..n). -inf when every entry is -inf. Eight running
+ * lanes, so the loop vectorises without reassociation flags. */
+DT_MULTIVERSION
+static float row_max(const float *s, int n)
+{
+    float lane[8] = { -INFINITY, -INFINITY, -INFINITY, -INFINITY,
+                      -INFINITY, -INFINITY, -INFINITY, -INFINITY };
+    int j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int u = 0; u < 8; u++)
+            lane[u] = s[j + u] > lane[u] ? s[j + u] : lane[u];
+    float m = -INFINITY;
+    for (; j < n; j++)
+        m = s[j] > m ? s[j] : m;
+    for (int u = 0; u < 8; u++)
+        m = lane[u] > m ? lane[u] : m;
+    return m;
+}
+
+/* s[j] = exp(s[j] - m), returning the sum. m is finite. */
+DT_MULTIVERSION
+static float row_exp_sum(float *s, int n, float m)
+{
+    float lane[8] = { 0 };
+    int j = 0;
+    for (int i = 0; i < n; i++)
+        s[i] = exp_neg(s[i] - m);
+    for (; j + 8 <= n; j += 8)
+        for (int u = 0; u < 8; u++)
+            lane[u] += s[j + u];
+    float sum = 0.0f;
+    for (; j < n; j++)
+        sum += s[j];
+    for (int u = 0; u < 8; u++)
+        sum += lane[u];
+    return sum;
+}
+
+/* Backward element-wise step for one row: p = exp(s - lse) (masked entries
+ * are -inf and give 0), then ds = p * (dp - delta) into dp. */
+DT_MULTIVERSION
+static void row_bwd(float *s, float *dp, int n, float lse, float delta)
+{
+    for (int j = 0; j < n; j++) {
+        float p = exp_neg(s[j] - lse);
+        s[j] = p;
+        dp[j] = p * (dp[j] - delta);
+    }
+}
+
+/* Mask the score tile: entries whose key lies in the future of the query
+ * become -inf. */
+static void mask_tile(float *s, int ld, int bq, int bk, const int64_t *qpos, const int64_t *kpos)
+{
+    for (int r = 0; r < bq; r++) {
+        int64_t qp = qpos[r];
+        float *row = s + (int64_t)r * ld;
+        for (int j = 0; j < bk; j++)
+            if (kpos[j] > qp)
+                row[j] = -INFINITY;
+    }
+}
+
+static void minmax(const int64_t *p, int64_t n, int64_t *lo, int64_t *hi)
+{
+    int64_t a = p[0], b = p[0];
+    for (int64_t i = 1; i < n; i++) {
+        a = p[i] < a ? p[i] : a;
+        b = p[i] > b ? p[i] : b;
+    }
+    *lo = a;
+    *hi = b;
+}
+
+/* Per-key-tile position bounds, so whole tiles can be skipped or left
+ * unmasked. kb has 2 * ceil(tk / BK) entries. */
+static int64_t *key_tile_bounds(const dt_attn_head_t *a)
+{
+    int64_t nt = (a->tk + BK - 1) / BK;
+    int64_t *kb = dt_xmallocarray((size_t)(2 * nt), sizeof(*kb));
+    for (int64_t t = 0; t < nt; t++) {
+        int64_t j0 = t * BK, n = a->tk - j0 < BK ? a->tk - j0 : BK;
+        minmax(a->kpos + j0, n, &kb[2 * t], &kb[2 * t + 1]);
+    }
+    return kb;
+}
+
+void dt_attn_head_fwd_cpu(const dt_attn_head_t *a, float *o, int64_t ldo, float *lse)
+{
+    const int d = a->d;
+    const int causal = a->qpos != NULL && a->kpos != NULL;
+    float *s = dt_xaligned(BQ * BK, sizeof(float));
+    int64_t *kb = causal && a->tk > 0 ? key_tile_bounds(a) : NULL;
+    float m[BQ], l[BQ];
+
+    for (int64_t i0 = 0; i0 < a->tq; i0 += BQ) {
+        int bq = (int)(a->tq - i0 < BQ ? a->tq - i0 : BQ);
+        int64_t qlo = 0, qhi = 0;
+        int any = 0;
+        if (causal)
+            minmax(a->qpos + i0, bq, &qlo, &qhi);
+
+        for (int r = 0; r < bq; r++) {
+            m[r] = lse[i0 + r];
+            l[r] = isinf(m[r]) && m[r] < 0 ? 0.0f : 1.0f;
+        }
+        for (int64_t j0 = 0; j0 < a->tk; j0 += BK) {
+            int bk = (int)(a->tk - j0 < BK ? a->tk - j0 : BK);
+            int full = 1;
+            if (causal) {
+                int64_t t = j0 / BK;
+                if (kb[2 * t] > qhi)
+                    continue; /* every key after every query */
+                full = kb[2 * t + 1] <= qlo;
+            }
+            any = 1;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bq, bk, d, a->scale,
+                        a->q + i0 * a->ldq, (int)a->ldq, a->k + j0 * a->ldk, (int)a->ldk, 0.0f,
+                        s, BK);
+            if (!full)
+                mask_tile(s, BK, bq, bk, a->qpos + i0, a->kpos + j0);
+            for (int r = 0; r < bq; r++) {
+                float *row = s + (int64_t)r * BK;
+                float mx = row_max(row, bk);
+                float mn = mx > m[r] ? mx : m[r];
+                float *orow = o + (i0 + r) * ldo;
+                if (isinf(mn) && mn < 0) {
+                    memset(row, 0, (size_t)bk * sizeof(float));
+                    continue;
+                }
+                float alpha = l[r] > 0.0f ? expf(m[r] - mn) : 0.0f;
+                float sum = row_exp_sum(row, bk, mn);
+                if (alpha == 0.0f)
+                    memset(orow, 0, (size_t)d * sizeof(float));
+                else if (alpha != 1.0f)
+                    for (int c = 0; c < d; c++)
+                        orow[c] *= alpha;
+                l[r] = l[r] * alpha + sum;
+                m[r] = mn;
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bq, d, bk, 1.0f, s, BK,
+                        a->v + j0 * a->ldv, (int)a->ldv, 1.0f, o + i0 * ldo, (int)ldo);
+            if (a->progress)
+                a->progress(a->progress_arg);
+        }
+        if (!any)
+            continue;
+        for (int r = 0; r < bq; r++) {
+            float *orow = o + (i0 + r) * ldo;
+            if (l[r] > 0.0f) {
+                float inv = 1.0f / l[r];
+                for (int c = 0; c < d; c++)
+                    orow[c] *= inv;
+                lse[i0 + r] = m[r] + logf(l[r]);
+            }
+        }
+    }
+    free(kb);
+    free(s);
+}
+
+void dt_attn_head_bwd_cpu(const dt_attn_head_t *a, const dt_attn_head_grad_t *g)
+{
+    const int d = a->d;
+    const int causal = a->qpos != NULL && a->kpos != NULL;
+    float *s = dt_xaligned(BQ * BK, sizeof(float));
+    float *dp = dt_xaligned(BQ * BK, sizeof(float));
+    int64_t *kb = causal && a->tk > 0 ? key_tile_bounds(a) : NULL;
+
+    for (int64_t i0 = 0; i0 < a->tq; i0 += BQ) {
+        int bq = (int)(a->tq - i0 < BQ ? a->tq - i0 : BQ);
+        int64_t qlo = 0, qhi = 0;
+        if (causal)
+            minmax(a->qpos + i0, bq, &qlo, &qhi);
+        for (int64_t j0 = 0; j0 < a->tk; j0 += BK) {
+            int bk = (int)(a->tk - j0 < BK ? a->tk - j0 : BK);
+            int full = 1;
+            if (causal) {
+                int64_t t = j0 / BK;
+                if (kb[2 * t] > qhi)
+                    continue;
+                full = kb[2 * t + 1] <= qlo;
+            }
+            /* s = scale q k^T, masked */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bq, bk, d, a->scale,
+                        a->q + i0 * a->ldq, (int)a->ldq, a->k + j0 * a->ldk, (int)a->ldk, 0.0f,
+                        s, BK);
+            if (!full)
+                mask_tile(s, BK, bq, bk, a->qpos + i0, a->kpos + j0);
+            /* dp = dout v^T */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bq, bk, d, 1.0f,
+                        g->dout + i0 * g->lddo, (int)g->lddo, a->v + j0 * a->ldv, (int)a->ldv,
+                        0.0f, dp, BK);
+            for (int r = 0; r < bq; r++) {
+                float l = g->lse[i0 + r];
+                float *srow = s + (int64_t)r * BK, *dprow = dp + (int64_t)r * BK;
+                if (isinf(l) && l < 0) {
+                    memset(srow, 0, (size_t)bk * sizeof(float));
+                    memset(dprow, 0, (size_t)bk * sizeof(float));
+                    continue;
+                }
+                row_bwd(srow, dprow, bk, l, g->delta[i0 + r]);
+            }
+            /* dv += p^T dout; dq += scale ds k; dk += scale ds^T q */
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bk, d, bq, 1.0f, s, BK,
+                        g->dout + i0 * g->lddo, (int)g->lddo, 1.0f, g->dv + j0 * a->ldv,
+                        (int)a->ldv);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bq, d, bk, a->scale, dp, BK,
+                        a->k + j0 * a->ldk, (int)a->ldk, 1.0f, g->dq + i0 * a->ldq, (int)a->ldq);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bk, d, bq, a->scale, dp, BK,
+                        a->q + i0 * a->ldq, (int)a->ldq, 1.0f, g->dk + j0 * a->ldk, (int)a->ldk);
+            if (a->progress)
+                a->progress(a->progress_arg);
+        }
+    }
+    free(kb);
+    free(dp);
+    free(s);
+}
+
+void dt_attn_merge_cpu(int64_t n, int d, float *o1, int64_t ld1, float *lse1, const float *o2,
+                       int64_t ld2, const float *lse2)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float a = lse1[i], b = lse2[i];
+        if (isinf(b) && b < 0)
+            continue; /* nothing to add */
+        float *x = o1 + i * ld1;
+        const float *y = o2 + i * ld2;
+        if (isinf(a) && a < 0) {
+            memcpy(x, y, (size_t)d * sizeof(float));
+            lse1[i] = b;
+            continue;
+        }
+        /* weights relative to the larger lse: one is 1, the other <= 1 */
+        float mx = a > b ? a : b;
+        float wa = expf(a - mx), wb = expf(b - mx);
+        float sum = wa + wb;
+        wa /= sum;
+        wb /= sum;
+        for (int c = 0; c < d; c++)
+            x[c] = wa * x[c] + wb * y[c];
+        lse1[i] = mx + logf(sum);
+    }
+}
+
+void dt_attn_delta_cpu(int64_t n, int d, const float *dout, int64_t lddo, const float *o,
+                       int64_t ldo, float *delta)
+{
+    for (int64_t i = 0; i < n; i++) {
+        double acc = 0.0;
+        for (int c = 0; c < d; c++)
+            acc += (double)dout[i * lddo + c] * o[i * ldo + c];
+        delta[i] = (float)acc;
+    }
+}
+
+/* ---- reference: the same contracts, plain loops in double ---------------- */
+
+static int visible(const dt_attn_head_t *a, int64_t i, int64_t j)
+{
+    return a->qpos == NULL || a->kpos == NULL || a->kpos[j] <= a->qpos[i];
+}
+
+static double dot(const float *x, const float *y, int d)
+{
+    double acc = 0.0;
+    for (int c = 0; c < d; c++)
+        acc += (double)x[c] * y[c];
+    return acc;
+}
+
+void dt_attn_head_fwd_ref(const dt_attn_head_t *a, float *o, int64_t ldo, float *lse)
+{
+    const int d = a->d;
+    double *acc = dt_xcalloc((size_t)d, sizeof(double));
+
+    for (int64_t i = 0; i < a->tq; i++) {
+        const float *qi = a->q + i * a->ldq;
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < a->tk; j++)
+            if (visible(a, i, j)) {
+                double sc = a->scale * dot(qi, a->k + j * a->ldk, d);
+                mx = sc > mx ? sc : mx;
+            }
+        if (isinf(mx))
+            continue; /* no visible key: the state is unchanged */
+        double prev = lse[i];
+        double m = prev > mx ? prev : mx;
+        double sum = isinf(prev) ? 0.0 : exp(prev - m);
+        for (int c = 0; c < d; c++)
+            acc[c] = sum * o[i * ldo + c];
+        for (int64_t j = 0; j < a->tk; j++) {
+            if (!visible(a, i, j))
+                continue;
+            double p = exp(a->scale * dot(qi, a->k + j * a->ldk, d) - m);
+            sum += p;
+            for (int c = 0; c < d; c++)
+                acc[c] += p * a->v[j * a->ldv + c];
+        }
+        for (int c = 0; c < d; c++)
+            o[i * ldo + c] = (float)(acc[c] / sum);
+        lse[i] = (float)(m + log(sum));
+    }
+    free(acc);
+}
+
+void dt_attn_head_bwd_ref(const dt_attn_head_t *a, const dt_attn_head_grad_t *g)
+{
+    const int d = a->d;
+
+    for (int64_t i = 0; i < a->tq; i++) {
+        const float *qi = a->q + i * a->ldq;
+        const float *doi = g->dout + i * g->lddo;
+        if (isinf(g->lse[i]))
+            continue;
+        for (int64_t j = 0; j < a->tk; j++) {
+            if (!visible(a, i, j))
+                continue;
+            const float *kj = a->k + j * a->ldk, *vj = a->v + j * a->ldv;
+            double p = exp(a->scale * dot(qi, kj, d) - g->lse[i]);
+            double dpv = dot(doi, vj, d);
+            double ds = p * (dpv - g->delta[i]);
+            for (int c = 0; c < d; c++) {
+                g->dv[j * a->ldv + c] += (float)(p * doi[c]);
+                g->dq[i * a->ldq + c] += (float)(a->scale * ds * kj[c]);
+                g->dk[j * a->ldk + c] += (float)(a->scale * ds * qi[c]);
+            }
+        }
+    }
+}

@@ -1,0 +1,84 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * CPU attention kernels for one head: the building block of dense, ring and
+ * dilated attention. Each op has a fast path (tiled, matrix products through
+ * cblas_sgemm, memory O(tile) not O(Tq*Tk)) and a plain-C reference with the
+ * same signature; tests compare the two.
+ *
+ * Shapes (one head): q (Tq, D) with row stride ldq, k and v (Tk, D) with row
+ * strides ldk and ldv, o (Tq, D) with row stride ldo, lse (Tq). Strides let
+ * a caller pass one head of a (T, H, D) tensor without copying (ld = H * D).
+ *
+ * Masking: when qpos and kpos are both non-NULL the attention is causal by
+ * position: key j is visible to query i iff kpos[j] <= qpos[i]. Positions
+ * are int64 and need not be contiguous or sorted (tiles whose keys all lie
+ * in the future of all their queries are skipped, so sorted runs are fast).
+ *
+ * Forward accumulates: (o, lse) on entry is a running softmax state (o
+ * normalised, lse the natural log of the sum of exp(score) so far, -inf for
+ * "no keys yet", in which case o must be 0) and on return includes the keys
+ * of this call. Accumulating over blocks of keys in any order gives softmax
+ * attention over the union of those keys; this is the LSE merge done inside
+ * the kernel, overflow-safe because every exponent is taken relative to the
+ * running maximum. A query that sees no key keeps o = 0, lse = -inf.
+ *
+ * Backward adds into dq, dk, dv the gradients of this key block, given the
+ * final lse of the forward and delta[i] = sum_d dout[i,d] * o[i,d] (o the
+ * final output). Summing over the blocks gives the full gradient.
+ *
+ * Thread: none of these touch global state; one call uses one BLAS thread
+ * per the caller's BLAS setting.
+ */
+#ifndef DT_KERNELS_CPU_ATTN_H
+#define DT_KERNELS_CPU_ATTN_H
+
+#include <stdint.h>
+
+typedef struct dt_attn_head {
+    int64_t tq, tk;
+    int d;
+    const float *q; /* (tq, d) at stride ldq */
+    int64_t ldq;
+    const float *k; /* (tk, d) at stride ldk */
+    int64_t ldk;
+    const float *v; /* (tk, d) at stride ldv */
+    int64_t ldv;
+    const int64_t *qpos; /* (tq) or NULL */
+    const int64_t *kpos; /* (tk) or NULL */
+    float scale;         /* scores are scale * q.k */
+    /* called between tiles (e.g. to progress communication); may be NULL */
+    void (*progress)(void *arg);
+    void *progress_arg;
+} dt_attn_head_t;
+
+/* Forward: accumulate into o (tq, d) at stride ldo and lse (tq). */
+void dt_attn_head_fwd_cpu(const dt_attn_head_t *a, float *o, int64_t ldo, float *lse);
+void dt_attn_head_fwd_ref(const dt_attn_head_t *a, float *o, int64_t ldo, float *lse);
+
+/* Backward: dout (tq, d) at stride lddo, lse and delta (tq) of the final
+ * forward; adds into dq (tq, d) at ldq of a, dk (tk, d) at ldk, dv (tk, d) at
+ * ldv (the same strides as q, k, v). */
+typedef struct dt_attn_head_grad {
+    const float *dout;
+    int64_t lddo;
+    const float *lse;
+    const float *delta;
+    float *dq;
+    float *dk;
+    float *dv;
+} dt_attn_head_grad_t;
+
+void dt_attn_head_bwd_cpu(const dt_attn_head_t *a, const dt_attn_head_grad_t *g);
+void dt_attn_head_bwd_ref(const dt_attn_head_t *a, const dt_attn_head_grad_t *g);
+
+/* Merge a partial result (o2, lse2) into (o1, lse1), rows of d at strides
+ * ld1 and ld2, n rows: the result is attention over the union of both key
+ * sets. Overflow-safe for any finite lse; -inf marks an empty partial. */
+void dt_attn_merge_cpu(int64_t n, int d, float *o1, int64_t ld1, float *lse1,
+                       const float *o2, int64_t ld2, const float *lse2);
+
+/* delta[i] = sum_d dout[i, d] * o[i, d] for n rows (strides lddo, ldo). */
+void dt_attn_delta_cpu(int64_t n, int d, const float *dout, int64_t lddo,
+                       const float *o, int64_t ldo, float *delta);
+
+#endif /* DT_KERNELS_CPU_ATTN_H */

@@ -1,0 +1,607 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * npytool: the test suite's helper for .npy files. It makes generated
+ * inputs (the same values as dtengine --generate), computes reference
+ * attention outputs and gradients with tests/ref.c, and compares arrays
+ * with |a - b| <= atol + rtol * |b|, so the integration scripts need no
+ * Python.
+ *
+ * Not installed and not a user tool: no streaming (whole arrays are held in
+ * memory, and `ref` is O(T^2)), float32 output only (float16 for `gen`).
+ *
+ * Exit status: 0 success, 1 a comparison failed (values out of tolerance,
+ * or shapes that differ), 2 a usage error or a file that cannot be read or
+ * written.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "common/mem.h"
+#include "engine/npy.h"
+#include "tests/ref.h"
+
+#define EXIT_DIFF 1
+#define EXIT_USAGE 2
+
+#define MAXBRANCH 64
+
+/* An array loaded as float32, whatever its file dtype. */
+struct arr {
+    const char *path;
+    dt_npy_info_t info;
+    float *data; /* (info.count), dt_xaligned */
+};
+
+static const char *cmdname = "npytool";
+
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static int usage_error(const char *fmt, ...)
+{
+    va_list ap;
+
+    fprintf(stderr, "%s: ", cmdname);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, " (try 'npytool help')\n");
+    return EXIT_USAGE;
+}
+
+static int file_error(int rc, const dt_emsg_t *em)
+{
+    fprintf(stderr, "%s: %s\n", cmdname, em->s[0] != '\0' ? em->s : dt_strerror(rc));
+    return EXIT_USAGE;
+}
+
+/* ---- parsing ---------------------------------------------------------- */
+
+static bool parse_i64(const char *s, int64_t *out)
+{
+    char *end;
+    long long x;
+
+    errno = 0;
+    x = strtoll(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0')
+        return false;
+    *out = x;
+    return true;
+}
+
+static bool parse_u64(const char *s, uint64_t *out)
+{
+    char *end;
+    unsigned long long x;
+
+    /* strtoull would quietly wrap "-1" */
+    if (*s == '-' || *s == '+')
+        return false;
+    errno = 0;
+    x = strtoull(s, &end, 0);
+    if (errno != 0 || end == s || *end != '\0')
+        return false;
+    *out = x;
+    return true;
+}
+
+static bool parse_float(const char *s, float *out)
+{
+    char *end;
+    float x;
+
+    errno = 0;
+    x = strtof(s, &end);
+    if (errno != 0 || end == s || *end != '\0' || !isfinite(x))
+        return false;
+    *out = x;
+    return true;
+}
+
+/* "a,b,c" of positive integers, at most max of them. */
+static bool parse_list(const char *s, int64_t *out, int max, int *n)
+{
+    char *copy = dt_xstrdup(s), *save = NULL, *tok;
+    bool ok = true;
+
+    *n = 0;
+    /* strtok_r would skip empty items; refuse them instead */
+    if (*s == '\0' || *s == ',' || s[strlen(s) - 1] == ',' || strstr(s, ",,") != NULL)
+        ok = false;
+    for (tok = strtok_r(copy, ",", &save); ok && tok != NULL; tok = strtok_r(NULL, ",", &save)) {
+        if (*n == max || !parse_i64(tok, &out[*n]) || out[*n] <= 0)
+            ok = false;
+        else
+            (*n)++;
+    }
+    free(copy);
+    return ok;
+}
+
+static void shape_str(const dt_npy_info_t *info, char *buf, size_t len)
+{
+    size_t used = 0;
+
+    used += (size_t)snprintf(buf + used, len - used, "(");
+    for (int d = 0; d < info->ndim && used < len; d++)
+        used +=
+            (size_t)snprintf(buf + used, len - used, "%s%" PRId64, d ? ", " : "", info->shape[d]);
+    if (used < len)
+        snprintf(buf + used, len - used, info->ndim == 1 ? ",)" : ")");
+}
+
+static bool same_shape(const dt_npy_info_t *a, const dt_npy_info_t *b)
+{
+    if (a->ndim != b->ndim)
+        return false;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d])
+            return false;
+    return true;
+}
+
+/* getopt_long over argv of one subcommand (argv[0] is its name), printing
+ * our own messages. Returns the option, -1 at the end, or '?' after an
+ * error has been printed. */
+static int next_opt(int argc, char **argv, const struct option *opts)
+{
+    int c;
+
+    opterr = 0;
+    c = getopt_long(argc, argv, ":", opts, NULL);
+    if (c == ':') {
+        usage_error("option '%s' needs a value", argv[optind - 1]);
+        return '?';
+    }
+    if (c == '?') {
+        usage_error("unknown option '%s'", argv[optind - 1]);
+        return '?';
+    }
+    return c;
+}
+
+/* ---- arrays ----------------------------------------------------------- */
+
+static int arr_load(struct arr *a, const char *path)
+{
+    dt_emsg_t em = { "" };
+    int rc;
+
+    a->path = path;
+    a->data = NULL;
+    rc = dt_npy_read_header(path, &a->info, &em);
+    if (rc != 0)
+        return file_error(rc, &em);
+    if (a->info.dtype != DT_DTYPE_F32 && a->info.dtype != DT_DTYPE_F16) {
+        fprintf(stderr, "%s: %s: dtype %s, want float32 or float16\n", cmdname, path,
+                dt_dtype_name(a->info.dtype));
+        return EXIT_USAGE;
+    }
+    a->data = dt_xaligned((size_t)a->info.count, sizeof(float));
+    rc = dt_npy_read_f32(path, &a->info, 0, a->info.count, a->data, &em);
+    if (rc != 0) {
+        free(a->data);
+        a->data = NULL;
+        return file_error(rc, &em);
+    }
+    return 0;
+}
+
+static void arr_free(struct arr *a)
+{
+    free(a->data);
+    a->data = NULL;
+}
+
+static int save_f32(const char *path, int ndim, const int64_t *shape, const float *data)
+{
+    dt_emsg_t em = { "" };
+    int rc = dt_npy_save(path, DT_DTYPE_F32, ndim, shape, data, &em);
+
+    return rc != 0 ? file_error(rc, &em) : 0;
+}
+
+/* Load A and B for a comparison: 0, EXIT_USAGE, or EXIT_DIFF for shapes
+ * that differ (nothing is left loaded unless 0). */
+static int load_pair(const char *pa, const char *pb, struct arr *a, struct arr *b)
+{
+    char sa[256], sb[256];
+    int rc;
+
+    if ((rc = arr_load(a, pa)) != 0)
+        return rc;
+    if ((rc = arr_load(b, pb)) != 0) {
+        arr_free(a);
+        return rc;
+    }
+    if (!same_shape(&a->info, &b->info)) {
+        shape_str(&a->info, sa, sizeof(sa));
+        shape_str(&b->info, sb, sizeof(sb));
+        fprintf(stderr, "%s: %s has shape %s but %s has shape %s\n", cmdname, pa, sa, pb, sb);
+        arr_free(b);
+        arr_free(a);
+        return EXIT_DIFF;
+    }
+    return 0;
+}
+
+/* ---- gen -------------------------------------------------------------- */
+
+static int cmd_gen(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        { "shape", required_argument, NULL, 'S' },
+        { "seed", required_argument, NULL, 's' },
+        { "stream", required_argument, NULL, 'n' },
+        { "f16", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    int64_t shape[DT_NPY_MAXDIM], count = 1;
+    int ndim = 0, c, rc;
+    uint64_t seed = 0, stream = 0;
+    bool have_shape = false, have_seed = false, have_stream = false, f16 = false;
+    const char *out;
+    float *data;
+    dt_emsg_t em = { "" };
+
+    while ((c = next_opt(argc, argv, opts)) != -1) {
+        switch (c) {
+        case 'S':
+            if (!parse_list(optarg, shape, DT_NPY_MAXDIM, &ndim))
+                return usage_error("--shape '%s': want 1 to %d positive sizes like 4,8,64", optarg,
+                                   DT_NPY_MAXDIM);
+            have_shape = true;
+            break;
+        case 's':
+            if (!parse_u64(optarg, &seed))
+                return usage_error("--seed '%s' is not an unsigned 64-bit integer", optarg);
+            have_seed = true;
+            break;
+        case 'n':
+            if (!parse_u64(optarg, &stream))
+                return usage_error("--stream '%s' is not an unsigned 64-bit integer", optarg);
+            have_stream = true;
+            break;
+        case 'h':
+            f16 = true;
+            break;
+        default:
+            return EXIT_USAGE;
+        }
+    }
+    if (!have_shape || !have_seed || !have_stream)
+        return usage_error("needs --shape, --seed and --stream");
+    if (optind != argc - 1)
+        return usage_error("needs exactly one output file");
+    out = argv[optind];
+    for (int d = 0; d < ndim; d++)
+        if (__builtin_mul_overflow(count, shape[d], &count) || count > INT64_MAX / 8)
+            return usage_error("--shape: too many elements");
+
+    data = dt_xaligned((size_t)count, sizeof(float));
+    ref_fill(seed, stream, count, data);
+    rc = dt_npy_save(out, f16 ? DT_DTYPE_F16 : DT_DTYPE_F32, ndim, shape, data, &em);
+    free(data);
+    return rc != 0 ? file_error(rc, &em) : 0;
+}
+
+/* ---- ref -------------------------------------------------------------- */
+
+enum ref_file { RQ, RK, RV, RDOUT, NIN };
+
+static const char *const ref_role[NIN] = { "--q", "--k", "--v", "--dout" };
+
+/* "<role> <path>: shape (..), <why>", for a refused input; EXIT_USAGE. */
+static int shape_refused(const struct arr *a, int f, const char *why)
+{
+    char s[256];
+
+    shape_str(&a[f].info, s, sizeof(s));
+    fprintf(stderr, "%s: %s %s: shape %s, %s\n", cmdname, ref_role[f], a[f].path, s, why);
+    return EXIT_USAGE;
+}
+
+/* q (T, H, D), k and v (T, Hkv, D) with Hkv dividing H, dout like q. The
+ * loaded entries of a are those with a non-NULL data. */
+static int check_ref_shapes(const struct arr *a)
+{
+    const int64_t *qs = a[RQ].info.shape, *ks = a[RK].info.shape;
+    char want[512], sq[256], sk[256];
+
+    for (int f = 0; f < NIN; f++) {
+        if (a[f].data == NULL)
+            continue;
+        if (a[f].info.ndim != 3)
+            return shape_refused(a, f, "want 3 dimensions (T, heads, D)");
+        if (a[f].info.count == 0)
+            return shape_refused(a, f, "which is empty");
+    }
+    if (qs[1] > INT32_MAX || qs[2] > INT32_MAX)
+        return shape_refused(a, RQ, "too many heads or too large a head dimension");
+    shape_str(&a[RQ].info, sq, sizeof(sq));
+    shape_str(&a[RK].info, sk, sizeof(sk));
+    if (ks[0] != qs[0] || ks[2] != qs[2]) {
+        snprintf(want, sizeof(want), "want (%" PRId64 ", Hkv, %" PRId64 ") to match --q %s %s",
+                 qs[0], qs[2], a[RQ].path, sq);
+        return shape_refused(a, RK, want);
+    }
+    if (qs[1] % ks[1] != 0) {
+        snprintf(want, sizeof(want),
+                 "its %" PRId64 " heads do not divide the %" PRId64 " heads of --q %s", ks[1],
+                 qs[1], a[RQ].path);
+        return shape_refused(a, RK, want);
+    }
+    if (!same_shape(&a[RV].info, &a[RK].info)) {
+        snprintf(want, sizeof(want), "want %s like --k %s", sk, a[RK].path);
+        return shape_refused(a, RV, want);
+    }
+    if (a[RDOUT].data != NULL && !same_shape(&a[RDOUT].info, &a[RQ].info)) {
+        snprintf(want, sizeof(want), "want %s like --q %s", sq, a[RQ].path);
+        return shape_refused(a, RDOUT, want);
+    }
+    return 0;
+}
+
+static int cmd_ref(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        { "q", required_argument, NULL, 'q' },         { "k", required_argument, NULL, 'k' },
+        { "v", required_argument, NULL, 'v' },         { "out", required_argument, NULL, 'o' },
+        { "lse", required_argument, NULL, 'l' },       { "causal", no_argument, NULL, 'c' },
+        { "scale", required_argument, NULL, 'x' },     { "segments", required_argument, NULL, 'w' },
+        { "dilations", required_argument, NULL, 'r' }, { "dout", required_argument, NULL, 'D' },
+        { "dq", required_argument, NULL, 'Q' },        { "dk", required_argument, NULL, 'K' },
+        { "dv", required_argument, NULL, 'V' },        { NULL, 0, NULL, 0 },
+    };
+    const char *in[NIN] = { NULL }, *out = NULL, *lse_path = NULL;
+    const char *dq_path = NULL, *dk_path = NULL, *dv_path = NULL;
+    const char *segs = NULL, *dils = NULL;
+    int64_t seg[MAXBRANCH], dil[MAXBRANCH];
+    int nseg = 0, ndil = 0, causal = 0, c, rc = 0, ngrad;
+    float scale = 0.0f;
+    struct arr a[NIN] = { { 0 } };
+    float *o = NULL, *lse = NULL, *dq = NULL, *dk = NULL, *dv = NULL;
+    int64_t T, Hl, Hkvl, D;
+
+    while ((c = next_opt(argc, argv, opts)) != -1) {
+        switch (c) {
+        case 'q':
+            in[RQ] = optarg;
+            break;
+        case 'k':
+            in[RK] = optarg;
+            break;
+        case 'v':
+            in[RV] = optarg;
+            break;
+        case 'D':
+            in[RDOUT] = optarg;
+            break;
+        case 'o':
+            out = optarg;
+            break;
+        case 'l':
+            lse_path = optarg;
+            break;
+        case 'Q':
+            dq_path = optarg;
+            break;
+        case 'K':
+            dk_path = optarg;
+            break;
+        case 'V':
+            dv_path = optarg;
+            break;
+        case 'c':
+            causal = 1;
+            break;
+        case 'w':
+            segs = optarg;
+            break;
+        case 'r':
+            dils = optarg;
+            break;
+        case 'x':
+            if (!parse_float(optarg, &scale) || !(scale > 0.0f))
+                return usage_error("--scale '%s' is not a positive number", optarg);
+            break;
+        default:
+            return EXIT_USAGE;
+        }
+    }
+    if (optind != argc)
+        return usage_error("takes no positional argument ('%s')", argv[optind]);
+    if (in[RQ] == NULL || in[RK] == NULL || in[RV] == NULL || out == NULL)
+        return usage_error("needs --q, --k, --v and --out");
+    ngrad = (in[RDOUT] != NULL) + (dq_path != NULL) + (dk_path != NULL) + (dv_path != NULL);
+    if (ngrad != 0 && ngrad != 4)
+        return usage_error("the backward needs all of --dout, --dq, --dk and --dv");
+    if ((segs == NULL) != (dils == NULL))
+        return usage_error("--segments and --dilations go together");
+    if (segs != NULL) {
+        if (!parse_list(segs, seg, MAXBRANCH, &nseg))
+            return usage_error("--segments '%s': want up to %d positive lengths like 2048,4096",
+                               segs, MAXBRANCH);
+        if (!parse_list(dils, dil, MAXBRANCH, &ndil))
+            return usage_error("--dilations '%s': want up to %d positive rates like 1,2", dils,
+                               MAXBRANCH);
+        if (nseg != ndil)
+            return usage_error("%d segment lengths but %d dilation rates", nseg, ndil);
+    }
+
+    for (int f = 0; f < NIN; f++)
+        if (in[f] != NULL && (rc = arr_load(&a[f], in[f])) != 0)
+            goto out;
+
+    if ((rc = check_ref_shapes(a)) != 0)
+        goto out;
+    rc = EXIT_USAGE;
+    T = a[RQ].info.shape[0];
+    Hl = a[RQ].info.shape[1];
+    D = a[RQ].info.shape[2];
+    Hkvl = a[RK].info.shape[1];
+
+    o = dt_xaligned((size_t)a[RQ].info.count, sizeof(float));
+    lse = dt_xaligned((size_t)(T * Hl), sizeof(float));
+    ref_attn_fwd(T, (int)Hl, (int)Hkvl, (int)D, a[RQ].data, a[RK].data, a[RV].data, causal, scale,
+                 nseg, seg, dil, o, lse);
+    if ((rc = save_f32(out, 3, a[RQ].info.shape, o)) != 0)
+        goto out;
+    if (lse_path != NULL) {
+        int64_t lshape[2] = { Hl, T };
+        if ((rc = save_f32(lse_path, 2, lshape, lse)) != 0)
+            goto out;
+    }
+    if (ngrad == 4) {
+        dq = dt_xaligned((size_t)a[RQ].info.count, sizeof(float));
+        dk = dt_xaligned((size_t)a[RK].info.count, sizeof(float));
+        dv = dt_xaligned((size_t)a[RV].info.count, sizeof(float));
+        ref_attn_bwd(T, (int)Hl, (int)Hkvl, (int)D, a[RQ].data, a[RK].data, a[RV].data, causal,
+                     scale, nseg, seg, dil, a[RDOUT].data, dq, dk, dv);
+        if ((rc = save_f32(dq_path, 3, a[RQ].info.shape, dq)) != 0 ||
+            (rc = save_f32(dk_path, 3, a[RK].info.shape, dk)) != 0 ||
+            (rc = save_f32(dv_path, 3, a[RV].info.shape, dv)) != 0)
+            goto out;
+    }
+    rc = 0;
+out:
+    free(dv);
+    free(dk);
+    free(dq);
+    free(lse);
+    free(o);
+    for (int f = NIN - 1; f >= 0; f--)
+        arr_free(&a[f]);
+    return rc;
+}
+
+/* ---- cmp and maxerr --------------------------------------------------- */
+
+static int cmd_cmp(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        { "atol", required_argument, NULL, 'a' },
+        { "rtol", required_argument, NULL, 'r' },
+        { NULL, 0, NULL, 0 },
+    };
+    float atol = 1e-5f, rtol = 0.0f;
+    struct arr a, b;
+    int64_t nbad = 0, n;
+    double abs_err, rel_err;
+    int c, rc;
+
+    while ((c = next_opt(argc, argv, opts)) != -1) {
+        switch (c) {
+        case 'a':
+            if (!parse_float(optarg, &atol) || atol < 0.0f)
+                return usage_error("--atol '%s' is not a number >= 0", optarg);
+            break;
+        case 'r':
+            if (!parse_float(optarg, &rtol) || rtol < 0.0f)
+                return usage_error("--rtol '%s' is not a number >= 0", optarg);
+            break;
+        default:
+            return EXIT_USAGE;
+        }
+    }
+    if (optind != argc - 2)
+        return usage_error("needs two files, A.npy B.npy");
+    if ((rc = load_pair(argv[optind], argv[optind + 1], &a, &b)) != 0)
+        return rc;
+    n = a.info.count;
+    abs_err = ref_max_abs_err(a.data, b.data, n, atol, rtol, &nbad, NULL);
+    rel_err = ref_max_rel_err(a.data, b.data, n);
+    printf("max_abs_err=%.3e max_rel_err=%.3e bad=%" PRId64 " of %" PRId64 "\n", abs_err, rel_err,
+           nbad, n);
+    fflush(stdout);
+    if (nbad > 0)
+        ref_print_mismatches(a.path, a.data, b.data, n, atol, rtol);
+    arr_free(&b);
+    arr_free(&a);
+    return nbad > 0 ? EXIT_DIFF : 0;
+}
+
+static int cmd_maxerr(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        { NULL, 0, NULL, 0 },
+    };
+    struct arr a, b;
+    int rc;
+
+    if (next_opt(argc, argv, opts) != -1)
+        return EXIT_USAGE;
+    if (optind != argc - 2)
+        return usage_error("needs two files, A.npy B.npy");
+    if ((rc = load_pair(argv[optind], argv[optind + 1], &a, &b)) != 0)
+        return rc;
+    printf("%.3e\n", ref_max_abs_err(a.data, b.data, a.info.count, 0.0f, 0.0f, NULL, NULL));
+    arr_free(&b);
+    arr_free(&a);
+    return 0;
+}
+
+/* ---- main ------------------------------------------------------------- */
+
+static const struct cmd {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *args;
+    const char *help;
+} cmds[] = {
+    { "gen", cmd_gen, "--shape A,B,.. --seed S --stream N [--f16] OUT.npy",
+      "write dt_gen_normal values (flat index from 0) as float32, or float16" },
+    { "ref", cmd_ref,
+      "--q Q.npy --k K.npy --v V.npy --out O.npy [--lse L.npy] [--causal]\n"
+      "        [--scale X] [--segments w1,.. --dilations r1,..]\n"
+      "        [--dout dO.npy --dq dQ.npy --dk dK.npy --dv dV.npy]",
+      "reference attention: o (T, H, D), lse (H, T) and gradients, float32;\n"
+      "        q (T, H, D), k and v (T, Hkv, D); scale defaults to 1/sqrt(D)" },
+    { "cmp", cmd_cmp, "A.npy B.npy [--atol X] [--rtol Y]",
+      "check |A - B| <= atol + rtol |B| (defaults 1e-5, 0); exit 1 if not" },
+    { "maxerr", cmd_maxerr, "A.npy B.npy", "print max |A - B| as %.3e" },
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage:\n");
+    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
+        fprintf(f, "  npytool %s %s\n        %s\n", cmds[i].name, cmds[i].args, cmds[i].help);
+    fprintf(f, "exit: 0 ok, 1 comparison failed (values or shapes differ), 2 usage or file "
+               "error\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    if (strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 ||
+        strcmp(argv[1], "-h") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+        if (strcmp(argv[1], cmds[i].name) == 0) {
+            static char name[32];
+            snprintf(name, sizeof(name), "npytool %s", cmds[i].name);
+            cmdname = name;
+            optind = 1;
+            return cmds[i].fn(argc - 1, argv + 1);
+        }
+    }
+    fprintf(stderr, "npytool: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return EXIT_USAGE;
+}
