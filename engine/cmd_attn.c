@@ -37,7 +37,7 @@ typedef struct opts {
     const char *dout, *dq, *dk, *dv;
     const char *segments, *dilations, *layout, *generate;
     unsigned long long seed;
-    int causal, stats, threads;
+    int causal, stats, threads, backward;
     float scale;
 } opts_t;
 
@@ -48,7 +48,7 @@ static void usage(FILE *f)
             "                     [--causal] [--segments w1,w2,... --dilations r1,r2,...]\n"
             "                     [--layout contiguous|zigzag] [--scale S]\n"
             "                     [--dout dO.npy --dq dQ.npy --dk dK.npy --dv dV.npy]\n"
-            "                     [--out-dir DIR] [--threads N] [--stats]\n"
+            "                     [--backward] [--out-dir DIR] [--threads N] [--stats]\n"
             "       dtengine attn --generate T,H,Hkv,D --seed S [...]\n"
             "Q is (T, H, D), K and V (T, Hkv, D), float32 or float16; O is written\n"
             "(T, H, D) float32 and LSE (H, T) float32. See dtengine(1).\n");
@@ -57,7 +57,7 @@ static void usage(FILE *f)
 static int parse_opts(int argc, char **argv, opts_t *o, dt_emsg_t *em)
 {
     enum { O_Q = 256, O_K, O_V, O_OUT, O_LSE, O_OUTDIR, O_DOUT, O_DQ, O_DK, O_DV, O_SEG, O_DIL,
-           O_LAYOUT, O_GEN, O_SEED, O_CAUSAL, O_STATS, O_THREADS, O_SCALE, O_HELP };
+           O_LAYOUT, O_GEN, O_SEED, O_CAUSAL, O_STATS, O_THREADS, O_SCALE, O_BACKWARD, O_HELP };
     static const struct option lo[] = {
         { "q", required_argument, NULL, O_Q },
         { "k", required_argument, NULL, O_K },
@@ -78,6 +78,7 @@ static int parse_opts(int argc, char **argv, opts_t *o, dt_emsg_t *em)
         { "stats", no_argument, NULL, O_STATS },
         { "threads", required_argument, NULL, O_THREADS },
         { "scale", required_argument, NULL, O_SCALE },
+        { "backward", no_argument, NULL, O_BACKWARD },
         { "help", no_argument, NULL, O_HELP },
         { NULL, 0, NULL, 0 },
     };
@@ -107,6 +108,7 @@ static int parse_opts(int argc, char **argv, opts_t *o, dt_emsg_t *em)
         case O_GEN: o->generate = optarg; break;
         case O_CAUSAL: o->causal = 1; break;
         case O_STATS: o->stats = 1; break;
+        case O_BACKWARD: o->backward = 1; break;
         case O_SEED:
             o->seed = strtoull(optarg, &end, 10);
             if (*optarg == '\0' || *end != '\0' || *optarg == '-')
@@ -142,17 +144,18 @@ static int parse_opts(int argc, char **argv, opts_t *o, dt_emsg_t *em)
         return dt_emsg_set(em, DT_EUSAGE, "--generate makes Q, K and V: do not also give "
                            "--q, --k or --v");
     int ngrad = (o->dq != NULL) + (o->dk != NULL) + (o->dv != NULL);
-    if (o->dout && o->generate == NULL && ngrad == 0 && o->out_dir == NULL)
-        return dt_emsg_set(em, DT_EUSAGE, "--dout needs --dq, --dk and --dv (or --out-dir)");
+    if (o->generate != NULL && o->dout != NULL)
+        return dt_emsg_set(em, DT_EUSAGE, "--generate makes dO too (stream 4): do not also give "
+                           "--dout; use --backward");
     if (ngrad > 0 && ngrad < 3)
         return dt_emsg_set(em, DT_EUSAGE, "--dq, --dk and --dv go together");
-    if (ngrad > 0 && o->dout == NULL && o->generate == NULL)
-        return dt_emsg_set(em, DT_EUSAGE, "--dq, --dk and --dv need --dout");
+    if (o->dout && ngrad == 0 && o->out_dir == NULL)
+        return dt_emsg_set(em, DT_EUSAGE, "--dout needs --dq, --dk and --dv (or --out-dir)");
+    if (o->generate == NULL && o->dout == NULL && (ngrad > 0 || o->backward))
+        return dt_emsg_set(em, DT_EUSAGE, "the backward pass needs --dout (or --generate)");
     if (o->out_dir && (o->out || o->lse || ngrad))
         return dt_emsg_set(em, DT_EUSAGE, "--out-dir writes every output: do not also give "
                            "--out, --lse, --dq, --dk or --dv");
-    if (o->lse && !o->out)
-        return dt_emsg_set(em, DT_EUSAGE, "--lse needs --out");
     return 0;
 }
 
@@ -213,7 +216,7 @@ static int prepare(const opts_t *o, int R, input_t *in, dt_emsg_t *em)
         return dt_emsg_set(em, DT_EUSAGE, "--layout '%s': contiguous or zigzag", o->layout);
     if ((rc = dt_attn_parse_branches(s, o->segments, o->dilations, em)) < 0)
         return rc;
-    in->bwd = o->dout != NULL || o->dq != NULL;
+    in->bwd = o->dout != NULL || o->dq != NULL || o->backward;
     if (o->generate) {
         if ((rc = parse_generate(o->generate, s, em)) < 0)
             return rc;
@@ -535,8 +538,9 @@ int dt_cmd_attn(dt_comm_t *comm, int argc, char **argv)
         pos = dt_xmallocarray((size_t)c, sizeof(*pos));
         dt_layout_positions(s->layout, s->T, R, me, pos);
         rc = write_shards(comm, s, o.out_dir, obs, nob, pos, &em);
-    } else if (o.out) {
-        obs[nob++] = (outbuf_t){ o.out, out, s->H };
+    } else if (o.out || o.lse || o.dq) {
+        if (o.out)
+            obs[nob++] = (outbuf_t){ o.out, out, s->H };
         if (o.lse)
             obs[nob++] = (outbuf_t){ o.lse, lse, 0 };
         if (in.bwd && o.dq) {
