@@ -19,7 +19,8 @@
 #include "err.h"
 
 enum dt_conf_type {
-    DT_CONF_STRING,   /* char * (heap, replaced; caller frees with dt_conf_free) */
+    DT_CONF_STRING,   /* char *: NULL or heap memory on entry (a new value frees the
+                       * old one); the caller frees with dt_conf_free */
     DT_CONF_INT,      /* int64_t within [min, max] */
     DT_CONF_BOOL,     /* int: yes/no, true/false, on/off, 1/0 */
     DT_CONF_DURATION, /* int64_t milliseconds: "250ms", "10s", "5m", "1h", bare = seconds */
@@ -30,7 +31,8 @@ typedef struct dt_conf_key {
     const char *name;
     enum dt_conf_type type;
     size_t offset;    /* offsetof(the caller's struct, field) */
-    int64_t min, max; /* INT, DURATION, SIZE: inclusive bounds (both 0 = unbounded) */
+    int64_t min, max; /* INT, DURATION, SIZE: inclusive bounds; both 0 = unbounded,
+                       * a lower bound alone takes max = INT64_MAX */
     int required;
     int reloadable;   /* may change on SIGHUP (informational, for the daemons) */
     const char *help; /* one line, for error messages and docs */
