@@ -1,0 +1,905 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * NumPy .npy reading and atomic writing (see npy.h for the contract). The
+ * header is an untrusted Python dict literal: it is parsed by a small strict
+ * parser that accepts exactly the three keys NumPy writes, with a length cap
+ * checked before anything is allocated, and the file size is checked against
+ * the shape before any data is read. Data moves with pread/pwrite at element
+ * offsets in bounded chunks; float16 converts on the fly. This file assumes a
+ * little-endian host (every target of dt is one).
+ *
+ * Not here: memory-mapping, other dtypes, byte swapping.
+ */
+#include "config.h"
+
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/mem.h"
+#include "npy.h"
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+               "npy.c stores float32 and int64 as they lie in memory");
+
+#define MAGIC "\x93NUMPY"
+#define MAGIC_LEN 6
+#define HEADER_MAX (1 << 20) /* refuse larger headers before allocating */
+#define ALIGN 64             /* data starts at a multiple of this */
+#define CHUNK_BYTES (256 * 1024)
+
+/*-- dtypes ---------------------------------------------------------------*/
+
+const char *dt_dtype_name(enum dt_dtype t)
+{
+    switch (t) {
+    case DT_DTYPE_F32:
+        return "float32";
+    case DT_DTYPE_F16:
+        return "float16";
+    case DT_DTYPE_I64:
+        return "int64";
+    }
+    return "unknown";
+}
+
+size_t dt_dtype_size(enum dt_dtype t)
+{
+    switch (t) {
+    case DT_DTYPE_F32:
+        return 4;
+    case DT_DTYPE_F16:
+        return 2;
+    case DT_DTYPE_I64:
+        return 8;
+    }
+    return 0;
+}
+
+static const char *dtype_descr(enum dt_dtype t)
+{
+    switch (t) {
+    case DT_DTYPE_F32:
+        return "<f4";
+    case DT_DTYPE_F16:
+        return "<f2";
+    case DT_DTYPE_I64:
+        return "<i8";
+    }
+    return NULL;
+}
+
+/*-- float16 --------------------------------------------------------------*/
+
+float dt_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f;
+    uint32_t man = h & 0x3ff;
+    uint32_t bits;
+    float f;
+
+    if (exp == 0x1f) {
+        /* inf or NaN; the payload moves up intact so NaN stays NaN. */
+        bits = sign | 0x7f800000 | (man << 13);
+    } else if (exp != 0) {
+        bits = sign | ((exp + 112) << 23) | (man << 13);
+    } else if (man == 0) {
+        bits = sign;
+    } else {
+        /* Subnormal: man * 2^-24. Normalise so the leading 1 is bit 10. */
+        int e = 113;
+        while (!(man & 0x400)) {
+            man <<= 1;
+            e--;
+        }
+        bits = sign | ((uint32_t)e << 23) | ((man & 0x3ff) << 13);
+    }
+    memcpy(&f, &bits, sizeof(f));
+    return f;
+}
+
+/* m >> shift, rounded to nearest, ties to even (1 <= shift <= 31). */
+static uint32_t shift_rne(uint32_t m, unsigned shift)
+{
+    uint32_t q = m >> shift;
+    uint32_t rem = m & ((1u << shift) - 1);
+    uint32_t half = 1u << (shift - 1);
+
+    if (rem > half || (rem == half && (q & 1)))
+        q++;
+    return q;
+}
+
+uint16_t dt_f32_to_f16(float f)
+{
+    uint32_t x;
+    uint16_t sign;
+    uint32_t man, exp;
+
+    memcpy(&x, &f, sizeof(x));
+    sign = (uint16_t)((x >> 16) & 0x8000);
+    x &= 0x7fffffff;
+    man = x & 0x7fffff;
+    exp = x >> 23;
+
+    if (exp == 0xff) {
+        if (man == 0)
+            return sign | 0x7c00;
+        /* Keep the top payload bits; a payload only in the low 13 bits
+         * would become infinity, so set the quiet bit instead. */
+        man >>= 13;
+        return sign | 0x7c00 | (uint16_t)(man ? man : 0x200);
+    }
+    if (x >= 0x477ff000) /* 65520 and up round to infinity */
+        return sign | 0x7c00;
+    /* Normal in binary16 (2^-14 and up). A carry out of the rounded
+     * mantissa bumps the exponent, as it should. */
+    if (exp >= 113)
+        return sign | (uint16_t)(((exp - 112) << 10) + shift_rne(man, 13));
+    if (x <= 0x33000000) /* 2^-25 and below: zero (2^-25 ties to even 0) */
+        return sign;
+    /* Subnormal in binary16: (1.man) * 2^(exp-150) in units of 2^-24. A
+     * result of 0x400 is the smallest normal, encoded correctly as is. */
+    return sign | (uint16_t)shift_rne(man | 0x800000, 126 - exp);
+}
+
+/*-- file helpers ---------------------------------------------------------*/
+
+/* Read n bytes at off; returns the bytes read (short only at end of file) or
+ * a negative DT code. */
+static int64_t pread_full(int fd, void *buf, size_t n, int64_t off)
+{
+    size_t done = 0;
+
+    while (done < n) {
+        ssize_t r = pread(fd, (char *)buf + done, n - done, (off_t)(off + (int64_t)done));
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return dt_err_errno(errno);
+        }
+        if (r == 0)
+            break;
+        done += (size_t)r;
+    }
+    return (int64_t)done;
+}
+
+static int pwrite_full(int fd, const void *buf, size_t n, int64_t off)
+{
+    size_t done = 0;
+
+    while (done < n) {
+        ssize_t r = pwrite(fd, (const char *)buf + done, n - done,
+                           (off_t)(off + (int64_t)done));
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return dt_err_errno(errno);
+        }
+        done += (size_t)r;
+    }
+    return 0;
+}
+
+static uint32_t le16(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8;
+}
+
+static uint32_t le32(const unsigned char *p)
+{
+    return le16(p) | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* Open PATH for reading with a message on failure. */
+static int open_read(const char *path, int *fd, dt_emsg_t *em)
+{
+    /* O_NONBLOCK: a FIFO must not hang the open; it is refused by fstat. */
+    *fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (*fd < 0) {
+        int e = errno;
+        return dt_emsg_set(em, dt_err_errno(e), "%s: cannot open: %s", path, strerror(e));
+    }
+    return 0;
+}
+
+/*-- header parsing -------------------------------------------------------*/
+
+/* A cursor over the header text. Errors name the byte offset inside the
+ * header dict so a broken file can be inspected with a hex dump. */
+typedef struct {
+    const char *s, *p, *e;
+    const char *path;
+    dt_emsg_t *em;
+} cursor_t;
+
+static void skip_ws(cursor_t *c)
+{
+    while (c->p < c->e && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r'))
+        c->p++;
+}
+
+/* Describe the character at the cursor for an error message. */
+static const char *near(const cursor_t *c, char buf[16])
+{
+    unsigned char ch;
+
+    if (c->p >= c->e)
+        return "end of header";
+    ch = (unsigned char)*c->p;
+    if (ch >= 0x20 && ch < 0x7f)
+        snprintf(buf, 16, "'%c'", ch);
+    else
+        snprintf(buf, 16, "byte 0x%02x", ch);
+    return buf;
+}
+
+static int expected(cursor_t *c, const char *what)
+{
+    char buf[16];
+
+    return dt_emsg_set(c->em, DT_EFORMAT,
+                       "%s: malformed header: expected %s at offset %td, found %s", c->path,
+                       what, c->p - c->s, near(c, buf));
+}
+
+/* A quoted string without escapes, copied into out (NUL-terminated). */
+static int parse_str(cursor_t *c, char *out, size_t outsz, const char *what)
+{
+    char q;
+    size_t n = 0;
+
+    if (c->p >= c->e || (*c->p != '\'' && *c->p != '"'))
+        return expected(c, what);
+    q = *c->p++;
+    while (c->p < c->e && *c->p != q) {
+        unsigned char ch = (unsigned char)*c->p;
+        if (ch == '\\' || ch < 0x20 || ch >= 0x7f)
+            return expected(c, "a plain string character");
+        if (n + 1 >= outsz)
+            return dt_emsg_set(c->em, DT_EFORMAT,
+                               "%s: malformed header: string at offset %td is too long",
+                               c->path, c->p - c->s);
+        out[n++] = *c->p++;
+    }
+    if (c->p >= c->e)
+        return expected(c, "a closing quote");
+    c->p++;
+    out[n] = '\0';
+    return 0;
+}
+
+static int parse_bool(cursor_t *c, bool *out)
+{
+    size_t left = (size_t)(c->e - c->p);
+
+    if (left >= 4 && memcmp(c->p, "True", 4) == 0) {
+        *out = true;
+        c->p += 4;
+    } else if (left >= 5 && memcmp(c->p, "False", 5) == 0) {
+        *out = false;
+        c->p += 5;
+    } else {
+        return expected(c, "True or False for 'fortran_order'");
+    }
+    return 0;
+}
+
+/* A Python tuple of non-negative ints: "()", "(3,)", "(2, 3)", "(2, 3,)".
+ * "(3)" is an int in Python, not a tuple, and is refused. */
+static int parse_shape(cursor_t *c, dt_npy_info_t *info)
+{
+    bool comma = false;
+
+    if (c->p >= c->e || *c->p != '(') {
+        char buf[16];
+        return dt_emsg_set(c->em, DT_EFORMAT,
+                           "%s: malformed header: 'shape' is not a tuple (found %s at offset %td)",
+                           c->path, near(c, buf), c->p - c->s);
+    }
+    c->p++;
+    info->ndim = 0;
+    for (;;) {
+        int64_t v = 0;
+
+        skip_ws(c);
+        if (c->p < c->e && *c->p == ')')
+            break;
+        if (info->ndim > 0 && !comma)
+            return expected(c, "',' or ')' in 'shape'");
+        if (c->p < c->e && *c->p == '-')
+            return dt_emsg_set(c->em, DT_EFORMAT,
+                               "%s: malformed header: negative dimension in 'shape' at offset %td",
+                               c->path, c->p - c->s);
+        if (c->p >= c->e || *c->p < '0' || *c->p > '9')
+            return expected(c, "a dimension in 'shape'");
+        while (c->p < c->e && *c->p >= '0' && *c->p <= '9') {
+            int d = *c->p - '0';
+            if (v > (INT64_MAX - d) / 10)
+                return dt_emsg_set(c->em, DT_EFORMAT,
+                                   "%s: malformed header: dimension at offset %td is too large",
+                                   c->path, c->p - c->s);
+            v = v * 10 + d;
+            c->p++;
+        }
+        if (c->p < c->e && *c->p == 'L') /* Python 2 long, written by old NumPy */
+            c->p++;
+        if (info->ndim == DT_NPY_MAXDIM)
+            return dt_emsg_set(c->em, DT_EFORMAT,
+                               "%s: 'shape' has more than %d dimensions", c->path,
+                               DT_NPY_MAXDIM);
+        info->shape[info->ndim++] = v;
+        skip_ws(c);
+        comma = c->p < c->e && *c->p == ',';
+        if (comma)
+            c->p++;
+    }
+    if (info->ndim == 1 && !comma)
+        return dt_emsg_set(c->em, DT_EFORMAT,
+                           "%s: malformed header: 'shape' (%" PRId64
+                           ") is not a tuple (a 1-D shape is written (%" PRId64 ",))",
+                           c->path, info->shape[0], info->shape[0]);
+    c->p++;
+    return 0;
+}
+
+/* Parse the dict text of a header into info (dtype, ndim, shape, count). */
+static int parse_dict(const char *path, const char *text, size_t len, dt_npy_info_t *info,
+                      dt_emsg_t *em)
+{
+    cursor_t c = { text, text, text + len, path, em };
+    char descr[32] = "", key[32];
+    bool fortran = false, have_descr = false, have_fortran = false, have_shape = false;
+    int rc;
+
+    skip_ws(&c);
+    if (c.p >= c.e || *c.p != '{')
+        return expected(&c, "'{'");
+    c.p++;
+    for (;;) {
+        const char *kp;
+
+        skip_ws(&c);
+        if (c.p < c.e && *c.p == '}')
+            break;
+        kp = c.p;
+        if ((rc = parse_str(&c, key, sizeof(key), "a quoted key or '}'")) < 0)
+            return rc;
+        skip_ws(&c);
+        if (c.p >= c.e || *c.p != ':')
+            return expected(&c, "':'");
+        c.p++;
+        skip_ws(&c);
+        if (strcmp(key, "descr") == 0 && !have_descr) {
+            if (c.p < c.e && *c.p == '[')
+                return dt_emsg_set(em, DT_EDTYPE,
+                                   "%s: structured dtypes are not supported "
+                                   "(float32, float16 or int64)",
+                                   path);
+            if ((rc = parse_str(&c, descr, sizeof(descr), "a dtype string for 'descr'")) < 0)
+                return rc;
+            have_descr = true;
+        } else if (strcmp(key, "fortran_order") == 0 && !have_fortran) {
+            if ((rc = parse_bool(&c, &fortran)) < 0)
+                return rc;
+            have_fortran = true;
+        } else if (strcmp(key, "shape") == 0 && !have_shape) {
+            if ((rc = parse_shape(&c, info)) < 0)
+                return rc;
+            have_shape = true;
+        } else if (strcmp(key, "descr") == 0 || strcmp(key, "fortran_order") == 0 ||
+                   strcmp(key, "shape") == 0) {
+            return dt_emsg_set(em, DT_EFORMAT,
+                               "%s: malformed header: duplicate key '%s' at offset %td", path,
+                               key, kp - c.s);
+        } else {
+            return dt_emsg_set(em, DT_EFORMAT,
+                               "%s: malformed header: unexpected key '%s' at offset %td", path,
+                               key, kp - c.s);
+        }
+        skip_ws(&c);
+        if (c.p < c.e && *c.p == ',') {
+            c.p++;
+            continue;
+        }
+        if (c.p < c.e && *c.p == '}')
+            break;
+        return expected(&c, "',' or '}'");
+    }
+    c.p++;
+    skip_ws(&c);
+    if (c.p != c.e)
+        return expected(&c, "only padding after the dict");
+    if (!have_descr || !have_fortran || !have_shape)
+        return dt_emsg_set(em, DT_EFORMAT, "%s: malformed header: no '%s' key", path,
+                           !have_descr ? "descr" : !have_fortran ? "fortran_order" : "shape");
+
+    /* The header is well formed; now what it describes must be supported. */
+    if (strcmp(descr, "<f4") == 0)
+        info->dtype = DT_DTYPE_F32;
+    else if (strcmp(descr, "<f2") == 0)
+        info->dtype = DT_DTYPE_F16;
+    else if (strcmp(descr, "<i8") == 0)
+        info->dtype = DT_DTYPE_I64;
+    else if (descr[0] == '>')
+        return dt_emsg_set(em, DT_EDTYPE,
+                           "%s: dtype '%s' is big-endian, only little-endian is supported",
+                           path, descr);
+    else
+        return dt_emsg_set(em, DT_EDTYPE,
+                           "%s: dtype '%s' is not supported (float32, float16 or int64)", path,
+                           descr);
+    if (fortran)
+        return dt_emsg_set(em, DT_EDTYPE,
+                           "%s: Fortran order is not supported (C order only)", path);
+    return 0;
+}
+
+/* "(2, 3)" into buf, for messages and for the header we write. */
+static void shape_str(int ndim, const int64_t *shape, char *buf, size_t sz)
+{
+    size_t n = 0;
+
+    n += (size_t)snprintf(buf + n, sz - n, "(");
+    for (int i = 0; i < ndim && n < sz; i++)
+        n += (size_t)snprintf(buf + n, sz - n, "%s%" PRId64, i ? ", " : "", shape[i]);
+    if (n < sz)
+        snprintf(buf + n, sz - n, ndim == 1 ? ",)" : ")");
+}
+
+/* count = product of shape, checked so that count * itemsize bytes after
+ * data_offset fit in an off_t; err is the code for a shape too large. */
+static int shape_count(const char *path, int ndim, const int64_t *shape, size_t itemsize,
+                       int64_t data_offset, int err, int64_t *count, dt_emsg_t *em)
+{
+    int64_t n = 1, limit = (INT64_MAX - data_offset) / (int64_t)itemsize;
+    bool zero = false;
+
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0)
+            return dt_emsg_set(em, DT_EINVAL, "%s: negative dimension %" PRId64, path,
+                               shape[i]);
+        if (shape[i] == 0)
+            zero = true;
+        else if (n > limit / shape[i])
+            return dt_emsg_set(em, err, "%s: shape is too large for a file", path);
+        else
+            n *= shape[i];
+    }
+    *count = zero ? 0 : n;
+    return 0;
+}
+
+int dt_npy_read_header(const char *path, dt_npy_info_t *info, dt_emsg_t *em)
+{
+    unsigned char pre[12];
+    struct stat st;
+    char *text = NULL;
+    int64_t got, need, hlen;
+    size_t prelen;
+    int fd, rc;
+
+    memset(info, 0, sizeof(*info));
+    if ((rc = open_read(path, &fd, em)) < 0)
+        return rc;
+    if (fstat(fd, &st) < 0) {
+        int e = errno;
+        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot stat: %s", path, strerror(e));
+        goto out;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        rc = dt_emsg_set(em, DT_EIO, "%s: %s", path,
+                         S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file");
+        goto out;
+    }
+    if ((got = pread_full(fd, pre, sizeof(pre), 0)) < 0) {
+        rc = dt_emsg_set(em, (int)got, "%s: cannot read: %s", path, dt_strerror((int)got));
+        goto out;
+    }
+    if (got == 0) {
+        rc = dt_emsg_set(em, DT_EFORMAT, "%s: not a .npy file (it is empty)", path);
+        goto out;
+    }
+    if (memcmp(pre, MAGIC, got < MAGIC_LEN ? (size_t)got : MAGIC_LEN) != 0) {
+        rc = dt_emsg_set(em, DT_EFORMAT, "%s: not a .npy file (bad magic)", path);
+        goto out;
+    }
+    if (got < 8) {
+        rc = dt_emsg_set(em, DT_EFORMAT, "%s: header is truncated (file has %" PRId64 " bytes)",
+                         path, got);
+        goto out;
+    }
+    if (pre[7] != 0 || pre[6] < 1 || pre[6] > 3) {
+        rc = dt_emsg_set(em, DT_EFORMAT,
+                         "%s: .npy format version %u.%u is not supported (1.0, 2.0 or 3.0)",
+                         path, pre[6], pre[7]);
+        goto out;
+    }
+    prelen = pre[6] == 1 ? 10 : 12;
+    if (got < (int64_t)prelen) {
+        rc = dt_emsg_set(em, DT_EFORMAT, "%s: header is truncated (file has %" PRId64 " bytes)",
+                         path, got);
+        goto out;
+    }
+    hlen = pre[6] == 1 ? (int64_t)le16(pre + 8) : (int64_t)le32(pre + 8);
+    if (hlen > HEADER_MAX) {
+        rc = dt_emsg_set(em, DT_EFORMAT,
+                         "%s: header length %" PRId64 " exceeds the limit of %d bytes", path,
+                         hlen, HEADER_MAX);
+        goto out;
+    }
+    if ((int64_t)st.st_size < (int64_t)prelen + hlen) {
+        rc = dt_emsg_set(em, DT_EFORMAT,
+                         "%s: header is truncated (header needs %" PRId64
+                         " bytes, file has %" PRId64 ")",
+                         path, (int64_t)prelen + hlen, (int64_t)st.st_size);
+        goto out;
+    }
+
+    text = dt_xmalloc((size_t)hlen + 1);
+    if ((got = pread_full(fd, text, (size_t)hlen, (int64_t)prelen)) < 0) {
+        rc = dt_emsg_set(em, (int)got, "%s: cannot read: %s", path, dt_strerror((int)got));
+        goto out;
+    }
+    if (got < hlen) {
+        rc = dt_emsg_set(em, DT_EFORMAT, "%s: header is truncated", path);
+        goto out;
+    }
+    text[hlen] = '\0';
+    if ((rc = parse_dict(path, text, (size_t)hlen, info, em)) < 0)
+        goto out;
+
+    info->data_offset = prelen + (size_t)hlen;
+    if ((rc = shape_count(path, info->ndim, info->shape, dt_dtype_size(info->dtype),
+                          (int64_t)info->data_offset, DT_EFORMAT, &info->count, em)) < 0)
+        goto out;
+    need = (int64_t)info->data_offset + info->count * (int64_t)dt_dtype_size(info->dtype);
+    if ((int64_t)st.st_size < need) {
+        char shp[256];
+        shape_str(info->ndim, info->shape, shp, sizeof(shp));
+        rc = dt_emsg_set(em, DT_EFORMAT,
+                         "%s: data is truncated: shape %s %s needs %" PRId64
+                         " bytes from offset %zu, the file has %" PRId64,
+                         path, shp, dt_dtype_name(info->dtype),
+                         info->count * (int64_t)dt_dtype_size(info->dtype), info->data_offset,
+                         (int64_t)st.st_size - (int64_t)info->data_offset);
+        goto out;
+    }
+    rc = 0;
+out:
+    if (rc < 0)
+        memset(info, 0, sizeof(*info));
+    free(text);
+    close(fd);
+    return rc;
+}
+
+/*-- reading data ---------------------------------------------------------*/
+
+/* Read n bytes at off into buf; a short read means the file shrank. */
+static int read_data(const char *path, int fd, void *buf, size_t n, int64_t off, dt_emsg_t *em)
+{
+    int64_t got = pread_full(fd, buf, n, off);
+
+    if (got < 0)
+        return dt_emsg_set(em, (int)got, "%s: cannot read: %s", path, dt_strerror((int)got));
+    if ((size_t)got < n)
+        return dt_emsg_set(em, DT_EFORMAT,
+                           "%s: data is truncated: %zu bytes at offset %" PRId64
+                           " but the file ends before them",
+                           path, n, off);
+    return 0;
+}
+
+int dt_npy_read_f32(const char *path, const dt_npy_info_t *info, int64_t first, int64_t count,
+                    float *dst, dt_emsg_t *em)
+{
+    int64_t off;
+    int fd, rc;
+
+    if (info->dtype != DT_DTYPE_F32 && info->dtype != DT_DTYPE_F16)
+        return dt_emsg_set(em, DT_EDTYPE, "%s: dtype is %s, expected float32 or float16", path,
+                           dt_dtype_name(info->dtype));
+    if (first < 0 || count < 0 || first > info->count || count > info->count - first)
+        return dt_emsg_set(em, DT_EINVAL,
+                           "%s: elements [%" PRId64 ", %" PRId64 ") are outside [0, %" PRId64
+                           ")",
+                           path, first, first + count, info->count);
+    if (count == 0)
+        return 0;
+    if ((rc = open_read(path, &fd, em)) < 0)
+        return rc;
+    off = (int64_t)info->data_offset + first * (int64_t)dt_dtype_size(info->dtype);
+    if (info->dtype == DT_DTYPE_F32) {
+        rc = read_data(path, fd, dst, (size_t)count * sizeof(float), off, em);
+    } else {
+        size_t per = CHUNK_BYTES / 2;
+        unsigned char *buf = dt_xmalloc(CHUNK_BYTES);
+
+        for (int64_t i = 0; i < count && rc == 0; i += (int64_t)per) {
+            size_t n = (size_t)(count - i) < per ? (size_t)(count - i) : per;
+            rc = read_data(path, fd, buf, n * 2, off + i * 2, em);
+            for (size_t j = 0; j < n && rc == 0; j++)
+                dst[i + (int64_t)j] = dt_f16_to_f32((uint16_t)le16(buf + 2 * j));
+        }
+        free(buf);
+    }
+    close(fd);
+    return rc;
+}
+
+int dt_npy_read_i64(const char *path, const dt_npy_info_t *info, int64_t *dst, dt_emsg_t *em)
+{
+    int fd, rc;
+
+    if (info->dtype != DT_DTYPE_I64)
+        return dt_emsg_set(em, DT_EDTYPE, "%s: dtype is %s, expected int64", path,
+                           dt_dtype_name(info->dtype));
+    if (info->count == 0)
+        return 0;
+    if ((rc = open_read(path, &fd, em)) < 0)
+        return rc;
+    rc = read_data(path, fd, dst, (size_t)info->count * sizeof(int64_t),
+                   (int64_t)info->data_offset, em);
+    close(fd);
+    return rc;
+}
+
+/*-- atomic writer --------------------------------------------------------*/
+
+struct dt_npy_writer {
+    int fd;
+    enum dt_dtype dtype;
+    int64_t count;
+    int64_t data_offset;
+    int failed;   /* first pwrite error: commit refuses to publish the file */
+    bool created; /* tmp is ours to unlink */
+    char *path;
+    char *tmp;
+    char *dir;
+};
+
+static void writer_free(dt_npy_writer_t *w)
+{
+    free(w->dir);
+    free(w->tmp);
+    free(w->path);
+    free(w);
+}
+
+/* Build the header: magic, version, length, dict, spaces, '\n', so that the
+ * data starts at a multiple of ALIGN. Returns its length (<= sz). */
+static size_t build_header(enum dt_dtype dtype, int ndim, const int64_t *shape, char *out,
+                           size_t sz)
+{
+    char shp[256], dict[384];
+    size_t dlen, prelen, total, hlen;
+    int major;
+
+    shape_str(ndim, shape, shp, sizeof(shp));
+    dlen = (size_t)snprintf(dict, sizeof(dict),
+                            "{'descr': '%s', 'fortran_order': False, 'shape': %s, }",
+                            dtype_descr(dtype), shp);
+    /* Version 2.0 only when the header does not fit a 16-bit length. */
+    major = dlen + 1 + 10 + ALIGN > 65535 ? 2 : 1;
+    prelen = major == 1 ? 10 : 12;
+    total = (prelen + dlen + 1 + ALIGN - 1) / ALIGN * ALIGN;
+    hlen = total - prelen;
+    if (total > sz)
+        return 0;
+    memcpy(out, MAGIC, MAGIC_LEN);
+    out[6] = (char)major;
+    out[7] = 0;
+    for (size_t i = 0; i < prelen - 8; i++)
+        out[8 + i] = (char)((hlen >> (8 * i)) & 0xff);
+    memcpy(out + prelen, dict, dlen);
+    memset(out + prelen + dlen, ' ', hlen - dlen - 1);
+    out[total - 1] = '\n';
+    return total;
+}
+
+int dt_npy_writer_open(const char *path, enum dt_dtype dtype, int ndim, const int64_t *shape,
+                       dt_npy_writer_t **out, dt_emsg_t *em)
+{
+    dt_npy_writer_t *w;
+    char hdr[1024];
+    const char *slash, *base;
+    size_t hlen;
+    int64_t size;
+    int rc;
+
+    *out = NULL;
+    if (dtype_descr(dtype) == NULL)
+        return dt_emsg_set(em, DT_EDTYPE, "%s: cannot write dtype %d", path, (int)dtype);
+    if (ndim < 0 || ndim > DT_NPY_MAXDIM)
+        return dt_emsg_set(em, DT_EINVAL, "%s: %d dimensions (0 to %d are supported)", path,
+                           ndim, DT_NPY_MAXDIM);
+    slash = strrchr(path, '/');
+    base = slash ? slash + 1 : path;
+    if (*base == '\0')
+        return dt_emsg_set(em, DT_EINVAL, "%s: not a file name", path);
+    hlen = build_header(dtype, ndim, shape, hdr, sizeof(hdr));
+    if (hlen == 0)
+        return dt_emsg_set(em, DT_EINVAL, "%s: header does not fit", path);
+
+    w = dt_xcalloc(1, sizeof(*w));
+    w->fd = -1;
+    w->dtype = dtype;
+    w->data_offset = (int64_t)hlen;
+    w->path = dt_xstrdup(path);
+    if (slash == path)
+        w->dir = dt_xstrdup("/");
+    else if (slash)
+        w->dir = dt_xasprintf("%.*s", (int)(slash - path), path);
+    else
+        w->dir = dt_xstrdup(".");
+    w->tmp = dt_xasprintf("%s/.%s.tmp.%ld", slash == path ? "" : w->dir, base,
+                          (long)getpid());
+    if ((rc = shape_count(path, ndim, shape, dt_dtype_size(dtype), w->data_offset, DT_EINVAL,
+                          &w->count, em)) < 0)
+        goto fail;
+
+    /* A temp file with our pid was left by a crashed process that had the
+     * same pid (containers reuse pids): garbage, replaced. (Two writers of
+     * one target at once in one process would collide here: a caller bug.) */
+    w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (w->fd < 0 && errno == EEXIST && unlink(w->tmp) == 0)
+        w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (w->fd < 0) {
+        int e = errno;
+        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot create %s: %s", path, w->tmp,
+                         strerror(e));
+        goto fail;
+    }
+    w->created = true;
+    /* Size the file now: elements never written read as zero, and a shape
+     * the file system cannot hold fails here rather than halfway. */
+    size = w->data_offset + w->count * (int64_t)dt_dtype_size(dtype);
+    if (ftruncate(w->fd, (off_t)size) < 0) {
+        int e = errno;
+        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot size %s: %s", path, w->tmp,
+                         strerror(e));
+        goto fail;
+    }
+    if ((rc = pwrite_full(w->fd, hdr, hlen, 0)) < 0) {
+        rc = dt_emsg_set(em, rc, "%s: cannot write %s: %s", path, w->tmp, dt_strerror(rc));
+        goto fail;
+    }
+    *out = w;
+    return 0;
+fail:
+    dt_npy_writer_abort(w);
+    return rc;
+}
+
+int dt_npy_writer_pwrite(dt_npy_writer_t *w, int64_t first, int64_t count, const void *data,
+                         dt_emsg_t *em)
+{
+    size_t isz = dt_dtype_size(w->dtype);
+    int64_t off;
+    int rc;
+
+    if (first < 0 || count < 0 || first > w->count || count > w->count - first) {
+        rc = dt_emsg_set(em, DT_EINVAL,
+                         "%s: elements [%" PRId64 ", %" PRId64 ") are outside [0, %" PRId64 ")",
+                         w->path, first, first + count, w->count);
+        goto out;
+    }
+    off = w->data_offset + first * (int64_t)isz;
+    if (w->dtype != DT_DTYPE_F16) {
+        rc = pwrite_full(w->fd, data, (size_t)count * isz, off);
+    } else {
+        /* float32 in, binary16 out, through a bounded buffer. */
+        const float *src = data;
+        size_t per = CHUNK_BYTES / 2;
+        unsigned char *buf = dt_xmalloc(CHUNK_BYTES);
+
+        rc = 0;
+        for (int64_t i = 0; i < count && rc == 0; i += (int64_t)per) {
+            size_t n = (size_t)(count - i) < per ? (size_t)(count - i) : per;
+            for (size_t j = 0; j < n; j++) {
+                uint16_t h = dt_f32_to_f16(src[i + (int64_t)j]);
+                buf[2 * j] = (unsigned char)(h & 0xff);
+                buf[2 * j + 1] = (unsigned char)(h >> 8);
+            }
+            rc = pwrite_full(w->fd, buf, n * 2, off + i * 2);
+        }
+        free(buf);
+    }
+    if (rc < 0)
+        rc = dt_emsg_set(em, rc, "%s: cannot write %s: %s", w->path, w->tmp, dt_strerror(rc));
+out:
+    if (rc < 0 && w->failed == 0)
+        w->failed = rc;
+    return rc;
+}
+
+int dt_npy_writer_commit(dt_npy_writer_t *w, dt_emsg_t *em)
+{
+    int rc, dfd, e;
+
+    if (w->failed < 0) {
+        rc = dt_emsg_set(em, w->failed, "%s: not written: an earlier write failed (%s)",
+                         w->path, dt_strerror(w->failed));
+        goto fail;
+    }
+    if (fsync(w->fd) < 0) {
+        e = errno;
+        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot fsync %s: %s", w->path, w->tmp,
+                         strerror(e));
+        goto fail;
+    }
+    /* close can report a deferred write error (NFS): it counts. */
+    rc = close(w->fd);
+    w->fd = -1;
+    if (rc < 0) {
+        e = errno;
+        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot close %s: %s", w->path, w->tmp,
+                         strerror(e));
+        goto fail;
+    }
+    if (rename(w->tmp, w->path) < 0) {
+        e = errno;
+        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot rename %s over it: %s", w->path,
+                         w->tmp, strerror(e));
+        goto fail;
+    }
+
+    /* The rename is done and the temp file is gone; what is left makes the
+     * rename itself durable. */
+    rc = 0;
+    dfd = open(w->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) {
+        e = errno;
+        rc = dt_emsg_set(em, dt_err_errno(e), "%s: written, but cannot open %s to fsync it: %s",
+                         w->path, w->dir, strerror(e));
+    } else {
+        /* Some file systems cannot fsync a directory (EINVAL): nothing to do. */
+        if (fsync(dfd) < 0 && errno != EINVAL && errno != ENOTSUP) {
+            e = errno;
+            rc = dt_emsg_set(em, dt_err_errno(e), "%s: written, but fsync of %s failed: %s",
+                             w->path, w->dir, strerror(e));
+        }
+        close(dfd);
+    }
+    writer_free(w);
+    return rc;
+fail:
+    dt_npy_writer_abort(w);
+    return rc;
+}
+
+void dt_npy_writer_abort(dt_npy_writer_t *w)
+{
+    if (w == NULL)
+        return;
+    if (w->fd >= 0)
+        close(w->fd);
+    if (w->created) /* also after a failed commit, which closed the fd */
+        unlink(w->tmp);
+    writer_free(w);
+}
+
+int dt_npy_save(const char *path, enum dt_dtype dtype, int ndim, const int64_t *shape,
+                const void *data, dt_emsg_t *em)
+{
+    dt_npy_writer_t *w;
+    int rc;
+
+    if ((rc = dt_npy_writer_open(path, dtype, ndim, shape, &w, em)) < 0)
+        return rc;
+    if ((rc = dt_npy_writer_pwrite(w, 0, w->count, data, em)) < 0) {
+        dt_npy_writer_abort(w);
+        return rc;
+    }
+    return dt_npy_writer_commit(w, em);
+}
