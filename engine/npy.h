@@ -59,10 +59,13 @@ int dt_npy_read_i64(const char *path, const dt_npy_info_t *info, int64_t *dst,
 /* Atomic writer. open creates "<dir>/.<name>.tmp.<pid>" and writes the
  * header; pwrite places `count` elements (given in the writer's dtype; for
  * DT_DTYPE_F16 pass float32 values, they are rounded to nearest even) at flat
- * element offset `first`, in any order; commit fsyncs, renames over PATH and
- * fsyncs the directory, then frees the writer; abort unlinks the temporary
- * file and frees the writer. Exactly one of commit or abort must be called;
- * after a failed commit the writer is already aborted and freed. */
+ * element offset `first`, in any order (elements never written read as 0);
+ * commit fsyncs, renames over PATH and fsyncs the directory, then frees the
+ * writer; abort unlinks the temporary file and frees the writer. Exactly one
+ * of commit or abort must be called. A commit after any failed pwrite
+ * refuses and aborts. After a failed commit the writer is freed; the target
+ * is untouched unless only the final directory fsync failed, in which case
+ * the new file is in place and the message says so. */
 typedef struct dt_npy_writer dt_npy_writer_t;
 
 int dt_npy_writer_open(const char *path, enum dt_dtype dtype, int ndim,
