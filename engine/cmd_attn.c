@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/mem.h"
 #include "engine/attn.h"
@@ -324,6 +325,30 @@ static size_t local_floats(const dt_attn_spec_t *s, int R, const outbuf_t *ob)
     return (size_t)c * (size_t)(ob->heads > 0 ? ob->heads * s->D : s->H);
 }
 
+/* Commit every writer, in order. If one fails, abort the rest and remove
+ * the files already committed, so a failed run leaves none of its outputs.
+ * w[i] may be NULL (skipped); every writer is consumed. */
+static int commit_all(dt_npy_writer_t **w, char *const *paths, int n, dt_emsg_t *em)
+{
+    int rc = 0, done = 0;
+
+    for (int i = 0; i < n; i++) {
+        if (w[i] == NULL)
+            continue;
+        if (rc == 0) {
+            rc = dt_npy_writer_commit(w[i], em);
+            done = rc == 0 ? i + 1 : done;
+        } else {
+            dt_npy_writer_abort(w[i]);
+        }
+        w[i] = NULL;
+    }
+    if (rc < 0)
+        for (int i = 0; i < done; i++)
+            unlink(paths[i]);
+    return rc;
+}
+
 /* Gather every output to rank 0 and write it there; rank 0 keeps receiving
  * after a failed write so no rank blocks. All ranks call this and then
  * agree on the outcome. */
@@ -361,9 +386,11 @@ static int write_gathered(dt_comm_t *comm, const dt_attn_spec_t *s, const outbuf
                 rc = place(w[i], s, R, q, &obs[i], tmp, em);
         }
     }
-    for (int i = 0; i < nob && rc == 0 && me == 0; i++) {
-        rc = dt_npy_writer_commit(w[i], em);
-        w[i] = NULL;
+    if (me == 0 && rc == 0) {
+        char *paths[8];
+        for (int i = 0; i < nob; i++)
+            paths[i] = (char *)obs[i].path;
+        rc = commit_all(w, paths, nob, em);
     }
 out:
     for (int i = 0; i < nob; i++)
@@ -384,38 +411,42 @@ static int write_shards(dt_comm_t *comm, const dt_attn_spec_t *s, const char *di
     if (me == 0 && mkdir(dir, 0777) < 0 && errno != EEXIST)
         rc = dt_emsg_set(em, dt_err_errno(errno), "%s: cannot create directory: %s", dir,
                          strerror(errno));
-    if ((rc = dt_comm_agree(comm, rc, &who)) < 0)
+    if ((rc = dt_comm_agree(comm, rc, 0, &who)) < 0)
         return me == who ? rc : dt_emsg_set(em, rc, "rank %d could not create %s", who, dir);
+    char *paths[9] = { NULL };
     for (int i = 0; i <= nob && rc == 0; i++) {
-        char *path;
         if (i == nob) {
-            path = dt_xasprintf("%s/pos.%d.npy", dir, me);
-            rc = dt_npy_writer_open(path, DT_DTYPE_I64, 1, &c, &w[i], em);
+            paths[i] = dt_xasprintf("%s/pos.%d.npy", dir, me);
+            rc = dt_npy_writer_open(paths[i], DT_DTYPE_I64, 1, &c, &w[i], em);
             if (rc == 0)
                 rc = dt_npy_writer_pwrite(w[i], 0, c, pos, em);
         } else {
-            path = dt_xasprintf("%s/%s.%d.npy", dir, obs[i].path, me);
+            paths[i] = dt_xasprintf("%s/%s.%d.npy", dir, obs[i].path, me);
             int64_t shape[3] = { c, obs[i].heads, s->D };
             if (obs[i].heads > 0)
-                rc = dt_npy_writer_open(path, DT_DTYPE_F32, 3, shape, &w[i], em);
+                rc = dt_npy_writer_open(paths[i], DT_DTYPE_F32, 3, shape, &w[i], em);
             else
-                rc = dt_npy_writer_open(path, DT_DTYPE_F32, 2, (int64_t[]){ s->H, c }, &w[i],
-                                        em);
+                rc = dt_npy_writer_open(paths[i], DT_DTYPE_F32, 2, (int64_t[]){ s->H, c },
+                                        &w[i], em);
             if (rc == 0)
                 rc = dt_npy_writer_pwrite(w[i], 0, (int64_t)local_floats(s, R, &obs[i]),
                                           obs[i].data, em);
         }
-        free(path);
     }
-    /* commit only when every rank could write every shard */
-    int agreed = dt_comm_agree(comm, rc, &who);
+    /* commit only when every rank could write every shard, and keep the
+     * shards only when every rank could commit them */
+    int agreed = dt_comm_agree(comm, rc, 0, &who);
+    if (agreed == 0) {
+        rc = commit_all(w, paths, nob + 1, em);
+        agreed = dt_comm_agree(comm, rc, 0, &who);
+        if (agreed < 0 && rc == 0)
+            for (int i = 0; i <= nob; i++)
+                unlink(paths[i]);
+    }
     for (int i = 0; i <= nob; i++) {
-        if (w[i] == NULL)
-            continue;
-        if (agreed == 0 && rc == 0)
-            rc = dt_npy_writer_commit(w[i], em);
-        else
+        if (w[i] != NULL)
             dt_npy_writer_abort(w[i]);
+        free(paths[i]);
     }
     if (agreed < 0 && rc == 0)
         rc = dt_emsg_set(em, agreed, "rank %d failed to write its shard", who);
@@ -455,9 +486,12 @@ static void print_stats(dt_comm_t *comm, const char *what, const dt_attn_stats_t
     free(all);
 }
 
+/* Agree on rc; the rank holding the original failure prints it. A message
+ * that starts with "rank " repeats another rank's failure. */
 static int report(dt_comm_t *comm, int rc, const dt_emsg_t *em)
 {
-    int who, agreed = dt_comm_agree(comm, rc, &who);
+    int relayed = strncmp(em->s, "rank ", 5) == 0;
+    int who, agreed = dt_comm_agree(comm, rc, relayed, &who);
 
     if (agreed < 0 && who == dt_comm_rank(comm))
         fprintf(stderr, "dtengine attn: error: %s\n", em->s[0] ? em->s : dt_strerror(rc));

@@ -57,8 +57,11 @@ int dt_comm_allreduce_sum_f64(dt_comm_t *c, double *buf, size_t n);
 /* Every rank gets rank 0's value of *code. */
 int dt_comm_bcast_int(dt_comm_t *c, int *code);
 /* Agree on an outcome: returns the smallest rc over all ranks (0 when every
- * rank succeeded) and sets *who to a rank that holds it, so exactly one rank
- * reports an error every rank shares. A transport failure returns DT_ECOMM. */
-int dt_comm_agree(dt_comm_t *c, int rc, int *who);
+ * rank succeeded) and sets *who to the rank that should report it, so
+ * exactly one rank prints an error every rank shares. A rank passes
+ * relayed = 1 when its rc only repeats another rank's failure; among equal
+ * codes a rank with the original failure is chosen. A transport failure
+ * returns DT_ECOMM. */
+int dt_comm_agree(dt_comm_t *c, int rc, int relayed, int *who);
 
 #endif /* DT_COMM_H */

@@ -224,11 +224,12 @@ int dt_comm_bcast_int(dt_comm_t *c, int *code)
     return MPI_Bcast(code, 1, MPI_INT, 0, MPI_COMM_WORLD) == MPI_SUCCESS ? 0 : DT_ECOMM;
 }
 
-int dt_comm_agree(dt_comm_t *c, int rc, int *who)
+int dt_comm_agree(dt_comm_t *c, int rc, int relayed, int *who)
 {
+    /* key orders by rc, then originals before relays: 2 rc + relayed */
     struct {
-        int rc, rank;
-    } in = { rc, c->rank }, out;
+        int key, rank;
+    } in = { 2 * rc + (rc < 0 && relayed ? 1 : 0), c->rank }, out;
 
     *who = c->rank;
     if (!c->mpi)
@@ -236,5 +237,5 @@ int dt_comm_agree(dt_comm_t *c, int rc, int *who)
     if (MPI_Allreduce(&in, &out, 1, MPI_2INT, MPI_MINLOC, MPI_COMM_WORLD) != MPI_SUCCESS)
         return DT_ECOMM;
     *who = out.rank;
-    return out.rc;
+    return (out.key - (out.key & 1)) / 2;
 }

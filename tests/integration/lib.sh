@@ -1,0 +1,142 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+#
+# Shared setup for the integration scripts; sourced, never run. It finds the
+# built binaries (DT_BUILDDIR, set by `make check`, or the tree this script
+# sits in), makes one private temporary directory ($TMPD) that is removed on
+# exit, runs ranks under mpirun (`mpirun_np R CMD...`) and counts checks
+# (`check NAME CMD...`, then `finish`). Exit codes follow the automake test
+# driver: 0 pass, 1 a check failed, 77 skip (with the reason), 99 hard error
+# (the test itself could not run). It is not a test framework: no fixtures,
+# no parallelism, POSIX sh only.
+
+set -u
+
+DT_TESTDIR=$(cd "$(dirname "$0")" && pwd) || exit 99
+DT_TESTNAME=$(basename "$0" .sh)
+: "${DT_SRCDIR:=$(cd "$DT_TESTDIR/../.." && pwd)}"
+: "${DT_BUILDDIR:=$(cd "$DT_TESTDIR/../.." && pwd)}"
+: "${MPIRUN:=mpirun}"
+DTENGINE=$DT_BUILDDIR/engine/dtengine
+NPYTOOL=$DT_BUILDDIR/tests/npytool
+
+# die MSG: the test could not run (missing binary, cannot make inputs)
+die() {
+    echo "ERROR: $DT_TESTNAME: $*"
+    echo "ERROR: $DT_TESTNAME: $*" >&2
+    exit 99
+}
+
+# skip MSG: something the test needs is missing here; say what
+skip() {
+    echo "SKIP: $DT_TESTNAME: $*"
+    echo "SKIP: $DT_TESTNAME: $*" >&2
+    exit 77
+}
+
+for _lib_bin in "$DTENGINE" "$NPYTOOL"; do
+    [ -x "$_lib_bin" ] ||
+        die "$_lib_bin is not built (make engine/dtengine tests/npytool; DT_BUILDDIR=$DT_BUILDDIR)"
+done
+
+TMPD=$(mktemp -d "${TMPDIR:-/tmp}/dt-$DT_TESTNAME.XXXXXX") || die "mktemp -d failed"
+trap 'rm -rf "$TMPD"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
+
+# ---- mpirun -----------------------------------------------------------------
+
+# Open MPI refuses root without these; containers and CI often run as root.
+if [ "$(id -u)" = 0 ]; then
+    OMPI_ALLOW_RUN_AS_ROOT=1
+    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    export OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM
+fi
+# More ranks than cores is the point of these tests. Single-copy (CMA)
+# transfers fail in containers without ptrace rights; copy through shared
+# memory instead, which is all a test needs.
+OMPI_MCA_rmaps_base_oversubscribe=1
+OMPI_MCA_btl_vader_single_copy_mechanism=none
+export OMPI_MCA_rmaps_base_oversubscribe OMPI_MCA_btl_vader_single_copy_mechanism
+
+DT_TIMEOUT=
+if command -v timeout >/dev/null 2>&1; then
+    DT_TIMEOUT=timeout
+fi
+
+# mpirun_np R CMD...: CMD as R ranks on this host, killed after 300 s
+mpirun_np() {
+    _mp_np=$1
+    shift
+    if [ -n "$DT_TIMEOUT" ]; then
+        "$DT_TIMEOUT" 300 "$MPIRUN" --oversubscribe --mca pml ob1 --mca btl self,vader \
+            -np "$_mp_np" "$@"
+    else
+        "$MPIRUN" --oversubscribe --mca pml ob1 --mca btl self,vader -np "$_mp_np" "$@"
+    fi
+}
+
+# need_mpirun: skip unless mpirun exists and can start two ranks here
+need_mpirun() {
+    command -v "$MPIRUN" >/dev/null 2>&1 || skip "mpirun not found (MPIRUN=$MPIRUN)"
+    if ! mpirun_np 2 true >"$TMPD/mpirun-probe.out" 2>&1; then
+        sed 's/^/    /' "$TMPD/mpirun-probe.out" | head -20
+        skip "$MPIRUN cannot start 2 processes on this host (output above)"
+    fi
+}
+
+# ---- checks -------------------------------------------------------------------
+
+DT_PASSED=0
+DT_FAILED=0
+
+# check NAME CMD...: run CMD; print `ok NAME` (with CMD's output when it is
+# one line), or `FAIL NAME` with the exit status and CMD's output indented.
+check() {
+    _ck_name=$1
+    shift
+    "$@" >"$TMPD/check.out" 2>&1
+    _ck_rc=$?
+    if [ "$_ck_rc" -eq 0 ]; then
+        DT_PASSED=$((DT_PASSED + 1))
+        if [ "$(wc -l <"$TMPD/check.out")" -eq 1 ]; then
+            echo "ok $_ck_name # $(cat "$TMPD/check.out")"
+        else
+            echo "ok $_ck_name"
+        fi
+    else
+        DT_FAILED=$((DT_FAILED + 1))
+        echo "FAIL $_ck_name (exit $_ck_rc)"
+        head -n 40 "$TMPD/check.out" | sed 's/^/    /'
+    fi
+    return 0
+}
+
+# finish: the summary line; exit 1 if any check failed
+finish() {
+    echo "$DT_PASSED passed, $DT_FAILED failed"
+    [ "$DT_FAILED" -eq 0 ] || exit 1
+    [ "$DT_PASSED" -gt 0 ] || die "no check ran"
+    exit 0
+}
+
+# ---- helpers ----------------------------------------------------------------
+
+# gen_qkv DIR T H Hkv D SEED [--f16]: q.npy k.npy v.npy dout.npy in DIR, the
+# same values as `dtengine attn --generate T,H,Hkv,D --seed SEED`
+gen_qkv() {
+    _gq_dir=$1 _gq_q=$2,$3,$5 _gq_kv=$2,$4,$5 _gq_seed=$6
+    shift 6
+    mkdir -p "$_gq_dir" || die "cannot create $_gq_dir"
+    "$NPYTOOL" gen --shape "$_gq_q" --seed "$_gq_seed" --stream 1 "$@" "$_gq_dir/q.npy" &&
+        "$NPYTOOL" gen --shape "$_gq_kv" --seed "$_gq_seed" --stream 2 "$@" "$_gq_dir/k.npy" &&
+        "$NPYTOOL" gen --shape "$_gq_kv" --seed "$_gq_seed" --stream 3 "$@" "$_gq_dir/v.npy" &&
+        "$NPYTOOL" gen --shape "$_gq_q" --seed "$_gq_seed" --stream 4 "$@" "$_gq_dir/dout.npy" ||
+        die "npytool gen failed for $_gq_dir"
+}
+
+# maxerr A B: max |A - B|, or "nan" when it cannot be computed
+maxerr() {
+    "$NPYTOOL" maxerr "$1" "$2" 2>/dev/null || echo nan
+}
