@@ -21,6 +21,7 @@
  */
 #include "config.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,10 +55,13 @@ static int parse_list(const char *s, int64_t *out, int max, const char *what, dt
         char *end;
         if (n == max)
             return dt_emsg_set(em, DT_EINVAL, "%s: more than %d values", what, max);
-        long long v = strtoll(p, &end, 10);
+        errno = 0;
+        long long v = *p >= '0' && *p <= '9' ? strtoll(p, &end, 10) : (end = (char *)p, 0);
         if (end == p || (*end != ',' && *end != '\0') || v <= 0)
             return dt_emsg_set(em, DT_EINVAL, "%s: '%s' is not a list of positive integers",
                                what, s);
+        if (errno == ERANGE || v > ((int64_t)1 << 50))
+            return dt_emsg_set(em, DT_ERANGE, "%s: value in '%s' is larger than 2^50", what, s);
         out[n++] = v;
         p = *end == ',' ? end + 1 : end;
         if (*end == ',' && *p == '\0')

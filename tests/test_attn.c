@@ -1,0 +1,649 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * Tests of engine/attn.h on one rank (a 'solo' communicator, no MPI):
+ * dense and dilated attention, forward and backward, causal or not, GQA,
+ * against the double-precision definition in tests/ref.h (the multiset
+ * union of the branches' keys); the refusals of dt_attn_check and
+ * dt_attn_parse_branches with the message the user would see; and
+ * dt_attn_flops against closed forms, hand counts and a brute-force count
+ * of visible (query, key) pairs.
+ *
+ * Shapes: q (T, H, D), k/v (T, Hkv, D), o (T, H, D), lse (H, T); on one
+ * rank c = T. Not here: several ranks and the ring (tests/integration),
+ * the one-head kernels (test_kernel.c).
+ */
+#include "config.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "common/mem.h"
+#include "engine/attn.h"
+#include "engine/comm.h"
+#include "tests/ref.h"
+
+/* Element good iff |x - ref| <= ATOL + RTOL * |ref|: fp32 kernels against
+ * a double reference. The forward's largest measured error is below 1e-6.
+ * The backward gets three times that tolerance (BATOL, BRTOL): dk and dv
+ * sum over the queries of a whole head group and every branch, and its
+ * largest measured error is 2.7e-6 (dq, T=77, D=128, two branches). */
+#define ATOL 1e-5f
+#define RTOL 1e-4f
+#define BATOL 3e-5f
+#define BRTOL 3e-4f
+
+#define SEED 7031u
+
+#define NELEM(a) (sizeof(a) / sizeof((a)[0]))
+
+/*-- helpers ----------------------------------------------------------------*/
+
+static dt_comm_t *solo(void)
+{
+    dt_comm_t *c = NULL;
+    dt_emsg_t em = { "" };
+    int rc = dt_comm_new(NULL, NULL, &c, &em);
+
+    cr_assert_eq(rc, 0, "dt_comm_new: %s (%s)", dt_err_name(rc), em.s);
+    cr_assert_eq(dt_comm_size(c), 1, "one process must be one rank, got %d", dt_comm_size(c));
+    cr_assert_eq(dt_comm_rank(c), 0);
+    cr_assert_str_eq(dt_comm_kind(c), "solo", "launched plainly, the comm must be solo");
+    return c;
+}
+
+static dt_attn_spec_t spec(int64_t T, int H, int Hkv, int D, bool causal)
+{
+    dt_attn_spec_t s;
+    memset(&s, 0, sizeof(s));
+    s.T = T;
+    s.H = H;
+    s.Hkv = Hkv;
+    s.D = D;
+    s.causal = causal;
+    s.layout = DT_LAYOUT_CONTIGUOUS;
+    return s;
+}
+
+static void set_branches(dt_attn_spec_t *s, int n, const int64_t (*br)[2])
+{
+    s->nbranch = n;
+    for (int b = 0; b < n; b++) {
+        s->seg[b] = br[b][0];
+        s->dil[b] = br[b][1];
+    }
+}
+
+static float *randn(uint64_t stream, int64_t n)
+{
+    float *x = dt_xaligned((size_t)n, sizeof(float));
+    ref_fill(SEED, stream, n, x);
+    return x;
+}
+
+/* n floats of NaN: outputs must be overwritten, not accumulated into. */
+static float *nans(int64_t n)
+{
+    float *x = dt_xaligned((size_t)n, sizeof(float));
+    for (int64_t i = 0; i < n; i++)
+        x[i] = NAN;
+    return x;
+}
+
+/* "T=.. H=.. Hkv=.. D=.. causal=.. branches=(w,r)(w,r)" */
+static void describe(const dt_attn_spec_t *s, char *buf, size_t n)
+{
+    int k = snprintf(buf, n, "T=%lld H=%d Hkv=%d D=%d causal=%d%s", (long long)s->T, s->H, s->Hkv,
+                     s->D, (int)s->causal, s->nbranch ? " branches=" : " dense");
+    for (int b = 0; b < s->nbranch && k > 0 && (size_t)k < n; b++)
+        k += snprintf(buf + k, n - (size_t)k, "(%lld,%lld)", (long long)s->seg[b],
+                      (long long)s->dil[b]);
+}
+
+/* Whether some branch covers (i, h), by the rule of engine/attn.h. */
+static bool covered(const dt_attn_spec_t *s, int64_t i, int h)
+{
+    if (s->nbranch == 0)
+        return true;
+    for (int b = 0; b < s->nbranch; b++) {
+        int64_t w = s->seg[b], r = s->dil[b], hc = (s->H + r - 1) / r;
+        if ((i - (i / w) * w) % r == h / hc)
+            return true;
+    }
+    return false;
+}
+
+/* Forward of spec on one rank vs ref_attn_fwd; returns how many (i, h) no
+ * branch covers, after checking those are exactly o = 0, lse = -inf. */
+static int64_t check_fwd(dt_comm_t *comm, const dt_attn_spec_t *s)
+{
+    const int64_t T = s->T, nq = T * s->H * s->D, nkv = T * s->Hkv * s->D, nl = T * s->H;
+    float *q = randn(1, nq), *k = randn(2, nkv), *v = randn(3, nkv);
+    float *o = nans(nq), *lse = nans(nl), *oref = nans(nq), *lref = nans(nl);
+    dt_attn_stats_t st;
+    dt_emsg_t em = { "" };
+    char what[256], label[300];
+    int64_t uncovered = 0;
+
+    describe(s, what, sizeof(what));
+    int rc = dt_attn_fwd(comm, s, q, k, v, o, lse, &st, &em);
+    cr_assert_eq(rc, 0, "%s: dt_attn_fwd: %s (%s)", what, dt_err_name(rc), em.s);
+    cr_assert_eq(st.bytes_sent, 0.0, "%s: one rank sent %g bytes", what, st.bytes_sent);
+    ref_attn_fwd(T, s->H, s->Hkv, s->D, q, k, v, s->causal, s->scale, s->nbranch, s->seg, s->dil,
+                 oref, lref);
+    snprintf(label, sizeof(label), "%s o", what);
+    cr_assert(ref_allclose(label, o, oref, nq, ATOL, RTOL), "%s: o differs from ref_attn_fwd",
+              what);
+    snprintf(label, sizeof(label), "%s lse", what);
+    cr_assert(ref_allclose(label, lse, lref, nl, ATOL, RTOL), "%s: lse differs from ref_attn_fwd",
+              what);
+    for (int64_t i = 0; i < T; i++) {
+        for (int h = 0; h < s->H; h++) {
+            if (covered(s, i, h))
+                continue;
+            uncovered++;
+            float l = lse[(int64_t)h * T + i];
+            cr_assert(isinf(l) && l < 0, "%s: uncovered (%lld, %d) has lse %g, want -inf", what,
+                      (long long)i, h, (double)l);
+            for (int d = 0; d < s->D; d++)
+                cr_assert_eq(o[(i * s->H + h) * s->D + d], 0.0f,
+                             "%s: uncovered (%lld, %d) has o[%d] = %g, want 0", what, (long long)i,
+                             h, d, (double)o[(i * s->H + h) * s->D + d]);
+        }
+    }
+    free(lref);
+    free(oref);
+    free(lse);
+    free(o);
+    free(v);
+    free(k);
+    free(q);
+    return uncovered;
+}
+
+/* Backward of spec on one rank (from the engine's own forward) vs
+ * ref_attn_bwd; dq, dk, dv start as NaN, so they must be overwritten. */
+static void check_bwd(dt_comm_t *comm, const dt_attn_spec_t *s)
+{
+    const int64_t T = s->T, nq = T * s->H * s->D, nkv = T * s->Hkv * s->D, nl = T * s->H;
+    float *q = randn(1, nq), *k = randn(2, nkv), *v = randn(3, nkv), *dout = randn(4, nq);
+    float *o = nans(nq), *lse = nans(nl);
+    float *g[3] = { nans(nq), nans(nkv), nans(nkv) }, *gr[3] = { nans(nq), nans(nkv), nans(nkv) };
+    const int64_t n[3] = { nq, nkv, nkv };
+    static const char *nm[3] = { "dq", "dk", "dv" };
+    dt_attn_stats_t st;
+    dt_emsg_t em = { "" };
+    char what[256], label[300];
+
+    describe(s, what, sizeof(what));
+    int rc = dt_attn_fwd(comm, s, q, k, v, o, lse, NULL, &em);
+    cr_assert_eq(rc, 0, "%s: dt_attn_fwd: %s (%s)", what, dt_err_name(rc), em.s);
+    rc = dt_attn_bwd(comm, s, q, k, v, o, lse, dout, g[0], g[1], g[2], &st, &em);
+    cr_assert_eq(rc, 0, "%s: dt_attn_bwd: %s (%s)", what, dt_err_name(rc), em.s);
+    ref_attn_bwd(T, s->H, s->Hkv, s->D, q, k, v, s->causal, s->scale, s->nbranch, s->seg, s->dil,
+                 dout, gr[0], gr[1], gr[2]);
+    for (int x = 0; x < 3; x++) {
+        snprintf(label, sizeof(label), "%s %s", what, nm[x]);
+        cr_assert(ref_allclose(label, g[x], gr[x], n[x], BATOL, BRTOL),
+                  "%s: %s differs from ref_attn_bwd", what, nm[x]);
+    }
+    for (int x = 0; x < 3; x++) {
+        free(gr[x]);
+        free(g[x]);
+    }
+    free(lse);
+    free(o);
+    free(dout);
+    free(v);
+    free(k);
+    free(q);
+}
+
+/* The message in em contains every needle (NULL-terminated list). */
+static void assert_msg(const dt_emsg_t *em, const char *ctx, const char *const *needles)
+{
+    for (int i = 0; needles[i] != NULL; i++)
+        cr_assert_not_null(strstr(em->s, needles[i]), "%s: message \"%s\" lacks \"%s\"", ctx, em->s,
+                           needles[i]);
+}
+
+/*-- dense ------------------------------------------------------------------*/
+
+struct shape {
+    int64_t T;
+    int H, Hkv, D;
+};
+
+/* Every D in {16, 64, 128} and T in {1, 77, 600}, GQA (H = 8, Hkv = 2) and
+ * plain multi-head, causal and not. */
+static const struct shape dense_shapes[] = {
+    { 1, 8, 2, 16 },  { 1, 8, 2, 128 },  { 77, 8, 2, 16 },  { 77, 8, 2, 64 },  { 77, 8, 2, 128 },
+    { 77, 4, 4, 64 }, { 77, 4, 1, 128 }, { 600, 8, 2, 16 }, { 600, 4, 2, 64 },
+};
+
+Test(attn, dense_fwd_matches_ref)
+{
+    dt_comm_t *comm = solo();
+
+    for (size_t i = 0; i < NELEM(dense_shapes); i++) {
+        for (int causal = 0; causal < 2; causal++) {
+            const struct shape *x = &dense_shapes[i];
+            dt_attn_spec_t s = spec(x->T, x->H, x->Hkv, x->D, causal);
+            check_fwd(comm, &s);
+        }
+    }
+    dt_comm_free(comm);
+}
+
+/* An explicit scale, and zigzag (which on one rank is contiguous). */
+Test(attn, dense_fwd_scale_and_zigzag)
+{
+    dt_comm_t *comm = solo();
+
+    for (int causal = 0; causal < 2; causal++) {
+        dt_attn_spec_t s = spec(77, 8, 2, 64, causal);
+        s.scale = 0.3f;
+        check_fwd(comm, &s);
+        s.scale = 0.0f;
+        s.layout = DT_LAYOUT_ZIGZAG;
+        check_fwd(comm, &s);
+    }
+    dt_comm_free(comm);
+}
+
+Test(attn, dense_bwd_matches_ref)
+{
+    static const struct shape shapes[] = {
+        { 1, 8, 2, 16 },
+        { 77, 8, 2, 64 },
+        { 77, 4, 1, 128 },
+        { 300, 8, 2, 16 },
+    };
+    dt_comm_t *comm = solo();
+
+    for (size_t i = 0; i < NELEM(shapes); i++) {
+        for (int causal = 0; causal < 2; causal++) {
+            dt_attn_spec_t s = spec(shapes[i].T, shapes[i].H, shapes[i].Hkv, shapes[i].D, causal);
+            check_bwd(comm, &s);
+        }
+    }
+    dt_comm_free(comm);
+}
+
+/*-- dilated ----------------------------------------------------------------*/
+
+struct dilated_case {
+    struct shape sh;
+    int n;
+    int64_t br[6][2]; /* (w, r) */
+};
+
+/* Branch sets: T not a multiple of w; w wider than T, equal to T; r = 1
+ * with w >= T (the dense path inside a dilated spec); H not a multiple of r
+ * (H = 6, r = 4: chunks of 2 heads, offset 3 has no heads; H = 3, r = 2;
+ * H = 3, r = 8: more chunks than heads; H = 8 with r = 3 and r = 5, whose
+ * last chunk is short or missing); GQA where a chunk spans kv heads; the
+ * same branch twice (its keys count twice); T = 1. */
+static const struct dilated_case dilated_cases[] = {
+    { { 300, 6, 2, 16 }, 1, { { 128, 4 } } },
+    { { 300, 6, 2, 16 }, 4, { { 128, 4 }, { 512, 2 }, { 64, 1 }, { 300, 3 } } },
+    { { 300, 3, 1, 16 }, 1, { { 128, 2 } } },
+    { { 300, 3, 3, 16 }, 2, { { 128, 2 }, { 1024, 1 } } },
+    { { 77, 8, 2, 64 }, 4, { { 16, 1 }, { 32, 2 }, { 64, 4 }, { 1024, 8 } } },
+    { { 77, 3, 3, 16 }, 1, { { 16, 8 } } },
+    { { 77, 4, 4, 128 }, 2, { { 16, 2 }, { 77, 1 } } },
+    { { 77, 4, 2, 16 }, 2, { { 32, 2 }, { 32, 2 } } },
+    { { 600, 8, 2, 16 }, 3, { { 128, 2 }, { 256, 4 }, { 512, 8 } } },
+    { { 1, 8, 2, 16 }, 2, { { 4, 2 }, { 1, 1 } } },
+    { { 300, 8, 2, 16 }, 2, { { 96, 3 }, { 40, 5 } } },
+};
+
+Test(attn, dilated_fwd_matches_ref)
+{
+    dt_comm_t *comm = solo();
+
+    for (size_t i = 0; i < NELEM(dilated_cases); i++) {
+        for (int causal = 0; causal < 2; causal++) {
+            const struct dilated_case *x = &dilated_cases[i];
+            dt_attn_spec_t s = spec(x->sh.T, x->sh.H, x->sh.Hkv, x->sh.D, causal);
+            set_branches(&s, x->n, x->br);
+            check_fwd(comm, &s);
+        }
+    }
+    dt_comm_free(comm);
+}
+
+/* H = 3, r = 2 leaves (position, head) pairs no branch covers: positions
+ * at segment offset 1 for heads 0, 1 and offset 0 for head 2. They get
+ * o = 0, lse = -inf (checked inside check_fwd); here, that there are as
+ * many as the rule says, and that adding a branch (w, 1) covers them all. */
+Test(attn, dilated_uncovered_pairs)
+{
+    dt_comm_t *comm = solo();
+
+    for (int causal = 0; causal < 2; causal++) {
+        dt_attn_spec_t s = spec(300, 3, 1, 16, causal);
+        const int64_t one[1][2] = { { 128, 2 } }, two[2][2] = { { 128, 2 }, { 32, 1 } };
+        set_branches(&s, 1, one);
+        /* offsets alternate 0, 1 in each segment (128, 128, 44: all even) */
+        int64_t want = 150 * 2 + 150 * 1;
+        int64_t got = check_fwd(comm, &s);
+        cr_assert_eq(got, want, "causal=%d: %lld uncovered (position, head) pairs, want %lld",
+                     causal, (long long)got, (long long)want);
+        set_branches(&s, 2, two);
+        got = check_fwd(comm, &s);
+        cr_assert_eq(got, 0, "causal=%d: with a (32, 1) branch %lld pairs uncovered", causal,
+                     (long long)got);
+    }
+    dt_comm_free(comm);
+}
+
+/* The same branch twice: every key counts twice, so o is that of the single
+ * branch and lse is larger by log 2. */
+Test(attn, dilated_repeated_branch_counts_twice)
+{
+    dt_comm_t *comm = solo();
+    const int64_t T = 77, nq = T * 4 * 16, nkv = T * 2 * 16, nl = T * 4;
+    float *q = randn(1, nq), *k = randn(2, nkv), *v = randn(3, nkv);
+    float *o1 = nans(nq), *l1 = nans(nl), *o2 = nans(nq), *l2 = nans(nl);
+    const int64_t once[1][2] = { { 32, 2 } }, twice[2][2] = { { 32, 2 }, { 32, 2 } };
+    dt_emsg_t em = { "" };
+
+    for (int causal = 0; causal < 2; causal++) {
+        dt_attn_spec_t s = spec(T, 4, 2, 16, causal);
+        set_branches(&s, 1, once);
+        cr_assert_eq(dt_attn_fwd(comm, &s, q, k, v, o1, l1, NULL, &em), 0, "%s", em.s);
+        set_branches(&s, 2, twice);
+        cr_assert_eq(dt_attn_fwd(comm, &s, q, k, v, o2, l2, NULL, &em), 0, "%s", em.s);
+        cr_assert(ref_allclose("twice o vs once", o2, o1, nq, ATOL, RTOL), "causal=%d", causal);
+        for (int64_t e = 0; e < nl; e++)
+            if (!isinf(l1[e]))
+                l1[e] += logf(2.0f);
+        cr_assert(ref_allclose("twice lse vs once + log 2", l2, l1, nl, ATOL, RTOL), "causal=%d",
+                  causal);
+    }
+    free(l2);
+    free(o2);
+    free(l1);
+    free(o1);
+    free(v);
+    free(k);
+    free(q);
+    dt_comm_free(comm);
+}
+
+Test(attn, dilated_bwd_matches_ref)
+{
+    static const size_t pick[] = { 0, 1, 2, 3, 4, 6, 7, 9, 10 };
+    dt_comm_t *comm = solo();
+
+    for (size_t p = 0; p < NELEM(pick); p++) {
+        for (int causal = 0; causal < 2; causal++) {
+            const struct dilated_case *x = &dilated_cases[pick[p]];
+            dt_attn_spec_t s = spec(x->sh.T, x->sh.H, x->sh.Hkv, x->sh.D, causal);
+            set_branches(&s, x->n, x->br);
+            check_bwd(comm, &s);
+        }
+    }
+    dt_comm_free(comm);
+}
+
+/*-- dt_attn_check ----------------------------------------------------------*/
+
+/* dt_attn_check(s, R) fails with code and a message holding the needles;
+ * dt_attn_fwd on one rank refuses the same way when R is 1. */
+static void refused(const dt_attn_spec_t *s, int R, int code, const char *ctx,
+                    const char *const *needles)
+{
+    dt_emsg_t em = { "" };
+    int rc = dt_attn_check(s, R, &em);
+
+    cr_assert_eq(rc, code, "%s: got %s (%s), want %s", ctx, dt_err_name(rc), em.s,
+                 dt_err_name(code));
+    assert_msg(&em, ctx, needles);
+    cr_assert_eq(dt_attn_check(s, R, NULL), code, "%s: NULL em changes the code", ctx);
+}
+
+Test(attn, check_accepts_good_specs)
+{
+    dt_emsg_t em = { "" };
+    dt_attn_spec_t s = spec(600, 8, 2, 64, true);
+    const int64_t br[3][2] = { { 128, 2 }, { 256, 4 }, { 1024, 8 } };
+
+    cr_assert_eq(dt_attn_check(&s, 1, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_attn_check(&s, 4, &em), 0, "R=4: %s", em.s);
+    set_branches(&s, 3, br);
+    cr_assert_eq(dt_attn_check(&s, 1, &em), 0, "%s", em.s);
+    s.layout = DT_LAYOUT_ZIGZAG;
+    cr_assert_eq(dt_attn_check(&s, 3, &em), 0, "zigzag T=600 R=3: %s", em.s);
+}
+
+Test(attn, check_refuses_bad_specs)
+{
+    dt_attn_spec_t s;
+
+    s = spec(600, 8, 3, 64, false);
+    refused(&s, 1, DT_ESHAPE, "Hkv=3 H=8",
+            (const char *const[]){ "Hkv=3", "H=8", "must divide", NULL });
+
+    const int64_t bad_r[2][2] = { { 128, 2 }, { 100, 3 } };
+    s = spec(600, 8, 2, 64, false);
+    set_branches(&s, 2, bad_r);
+    refused(&s, 1, DT_EINVAL, "w=100 r=3",
+            (const char *const[]){ "branch 2", "w=100", "r=3", "not a multiple", NULL });
+
+    const int64_t zero_w[1][2] = { { 0, 1 } }, neg_r[1][2] = { { 64, -2 } };
+    s = spec(600, 8, 2, 64, false);
+    set_branches(&s, 1, zero_w);
+    refused(&s, 1, DT_EINVAL, "w=0", (const char *const[]){ "branch 1", "positive", NULL });
+    set_branches(&s, 1, neg_r);
+    refused(&s, 1, DT_EINVAL, "r=-2", (const char *const[]){ "branch 1", "positive", NULL });
+
+    s = spec(600, 8, 2, 64, false);
+    s.nbranch = DT_ATTN_MAXBRANCH + 1;
+    refused(&s, 1, DT_EINVAL, "17 branches", (const char *const[]){ "17", "at most 16", NULL });
+
+    /* zero (and negative) sizes, each in turn */
+    s = spec(0, 8, 2, 64, false);
+    refused(&s, 1, DT_ESHAPE, "T=0",
+            (const char *const[]){ "T=0", "every size must be positive", NULL });
+    s = spec(600, 0, 2, 64, false);
+    refused(&s, 1, DT_ESHAPE, "H=0", (const char *const[]){ "H=0", "positive", NULL });
+    s = spec(600, 8, 0, 64, false);
+    refused(&s, 1, DT_ESHAPE, "Hkv=0", (const char *const[]){ "Hkv=0", "positive", NULL });
+    s = spec(600, 8, 2, 0, false);
+    refused(&s, 1, DT_ESHAPE, "D=0", (const char *const[]){ "D=0", "positive", NULL });
+    s = spec(600, 8, 2, -64, false);
+    refused(&s, 1, DT_ESHAPE, "D=-64", (const char *const[]){ "D=-64", "positive", NULL });
+
+    /* layouts that do not split T over R */
+    s = spec(601, 8, 2, 64, false);
+    refused(&s, 4, DT_ELAYOUT, "T=601 R=4 contiguous",
+            (const char *const[]){ "T=601", "R=4", "divisible", NULL });
+    s = spec(600, 8, 2, 64, false);
+    s.layout = DT_LAYOUT_ZIGZAG;
+    refused(&s, 7, DT_ELAYOUT, "T=600 R=7 zigzag",
+            (const char *const[]){ "zigzag", "T=600", "2R=14", NULL });
+    s = spec(2, 8, 2, 64, false);
+    refused(&s, 4, DT_ELAYOUT, "T=2 R=4", (const char *const[]){ "T=2", "R=4", NULL });
+}
+
+/* dt_attn_fwd and dt_attn_bwd refuse a bad spec with the check's code and
+ * message, before touching anything. */
+Test(attn, fwd_bwd_refuse_bad_spec)
+{
+    dt_comm_t *comm = solo();
+    dt_attn_spec_t s = spec(8, 8, 3, 16, false);
+    float buf[8 * 8 * 16] = { 0 }, lse[64] = { 0 };
+    dt_emsg_t em = { "" };
+
+    int rc = dt_attn_fwd(comm, &s, buf, buf, buf, buf, lse, NULL, &em);
+    cr_assert_eq(rc, DT_ESHAPE, "fwd: got %s (%s)", dt_err_name(rc), em.s);
+    assert_msg(&em, "fwd", (const char *const[]){ "Hkv=3", "H=8", NULL });
+    em.s[0] = '\0';
+    rc = dt_attn_bwd(comm, &s, buf, buf, buf, buf, lse, buf, buf, buf, buf, NULL, &em);
+    cr_assert_eq(rc, DT_ESHAPE, "bwd: got %s (%s)", dt_err_name(rc), em.s);
+    assert_msg(&em, "bwd", (const char *const[]){ "Hkv=3", "H=8", NULL });
+    dt_comm_free(comm);
+}
+
+/*-- dt_attn_parse_branches -------------------------------------------------*/
+
+/* Parsing fails with DT_EINVAL and the needles, and leaves the spec's
+ * branches as they were. */
+static void parse_refused(const char *segs, const char *dils, const char *const *needles)
+{
+    dt_attn_spec_t s = spec(600, 8, 2, 64, false);
+    const int64_t keep[1][2] = { { 96, 3 } };
+    dt_emsg_t em = { "" };
+    char ctx[128];
+
+    set_branches(&s, 1, keep);
+    snprintf(ctx, sizeof(ctx), "segments \"%s\" dilations \"%s\"", segs ? segs : "(null)",
+             dils ? dils : "(null)");
+    int rc = dt_attn_parse_branches(&s, segs, dils, &em);
+    cr_assert_eq(rc, DT_EINVAL, "%s: got %s (%s)", ctx, dt_err_name(rc), em.s);
+    assert_msg(&em, ctx, needles);
+    cr_assert(s.nbranch == 1 && s.seg[0] == 96 && s.dil[0] == 3,
+              "%s: a refused parse changed the spec (nbranch %d)", ctx, s.nbranch);
+}
+
+Test(attn, parse_branches_accepts)
+{
+    dt_attn_spec_t s = spec(600, 8, 2, 64, false);
+    dt_emsg_t em = { "" };
+
+    cr_assert_eq(dt_attn_parse_branches(&s, "2048,4096,8192", "1,2,4", &em), 0, "%s", em.s);
+    cr_assert_eq(s.nbranch, 3);
+    cr_assert(s.seg[0] == 2048 && s.seg[1] == 4096 && s.seg[2] == 8192, "segments %lld %lld %lld",
+              (long long)s.seg[0], (long long)s.seg[1], (long long)s.seg[2]);
+    cr_assert(s.dil[0] == 1 && s.dil[1] == 2 && s.dil[2] == 4, "dilations %lld %lld %lld",
+              (long long)s.dil[0], (long long)s.dil[1], (long long)s.dil[2]);
+    cr_assert_eq(dt_attn_parse_branches(&s, "64", "8", &em), 0, "%s", em.s);
+    cr_assert(s.nbranch == 1 && s.seg[0] == 64 && s.dil[0] == 8);
+    /* neither given: dense */
+    cr_assert_eq(dt_attn_parse_branches(&s, NULL, NULL, &em), 0, "%s", em.s);
+    cr_assert_eq(s.nbranch, 0);
+    /* sixteen is the most */
+    cr_assert_eq(dt_attn_parse_branches(&s, "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16",
+                                        "1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1", &em),
+                 0, "%s", em.s);
+    cr_assert_eq(s.nbranch, 16);
+    cr_assert_eq(s.seg[15], 16);
+}
+
+Test(attn, parse_branches_refuses)
+{
+    parse_refused("128,256", "1,2,4",
+                  (const char *const[]){ "--segments has 2 values", "--dilations has 3", NULL });
+    parse_refused("128,256,512", "1", (const char *const[]){ "3 values", "has 1", NULL });
+    parse_refused("", "1", (const char *const[]){ "--segments", "empty", NULL });
+    parse_refused("128", "", (const char *const[]){ "--dilations", "empty", NULL });
+    parse_refused("128", NULL, (const char *const[]){ "together", NULL });
+    parse_refused(NULL, "1", (const char *const[]){ "together", NULL });
+    parse_refused("12x", "1",
+                  (const char *const[]){ "--segments", "'12x'", "positive integers", NULL });
+    parse_refused("abc", "1", (const char *const[]){ "'abc'", NULL });
+    parse_refused("128", "1;2", (const char *const[]){ "--dilations", "'1;2'", NULL });
+    parse_refused("128,,256", "1,2", (const char *const[]){ "'128,,256'", NULL });
+    parse_refused(",128", "1", (const char *const[]){ "',128'", NULL });
+    parse_refused("128,", "1", (const char *const[]){ "--segments", "trailing comma", NULL });
+    parse_refused("128", "2,", (const char *const[]){ "--dilations", "trailing comma", NULL });
+    parse_refused("0", "1", (const char *const[]){ "--segments", "'0'", "positive", NULL });
+    parse_refused("128", "-2", (const char *const[]){ "--dilations", "'-2'", "positive", NULL });
+    parse_refused("128,-256", "1,2", (const char *const[]){ "'128,-256'", NULL });
+    parse_refused("1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17", "1",
+                  (const char *const[]){ "--segments", "more than 16", NULL });
+}
+
+/*-- dt_attn_flops ----------------------------------------------------------*/
+
+/* Visible (query, key) pairs summed over heads, counted one by one from the
+ * rule of engine/attn.h (as tests/ref.c lists keys), times 4 D. */
+static double brute_flops(const dt_attn_spec_t *s)
+{
+    double pairs = 0.0;
+
+    for (int64_t i = 0; i < s->T; i++) {
+        for (int h = 0; h < s->H; h++) {
+            if (s->nbranch == 0) {
+                pairs += (double)(s->causal ? i + 1 : s->T);
+                continue;
+            }
+            for (int b = 0; b < s->nbranch; b++) {
+                int64_t w = s->seg[b], r = s->dil[b], hc = (s->H + r - 1) / r;
+                int64_t a = (i / w) * w, e = a + w < s->T ? a + w : s->T;
+                if ((i - a) % r != h / hc)
+                    continue;
+                for (int64_t j = a + h / hc; j < e; j += r)
+                    pairs += !s->causal || j <= i;
+            }
+        }
+    }
+    return pairs * 4.0 * s->D;
+}
+
+Test(attn, flops_dense_closed_form)
+{
+    static const struct shape shapes[] = {
+        { 1, 1, 1, 1 },
+        { 77, 8, 2, 16 },
+        { 600, 8, 2, 64 },
+        { 131072, 32, 8, 128 },
+    };
+    for (size_t i = 0; i < NELEM(shapes); i++) {
+        const struct shape *x = &shapes[i];
+        double T = (double)x->T, H = x->H, D = x->D;
+        dt_attn_spec_t s = spec(x->T, x->H, x->Hkv, x->D, false);
+        double got = dt_attn_flops(&s), want = 4.0 * T * T * H * D;
+        cr_assert_eq(got, want, "T=%lld H=%d D=%d non-causal: %.17g, want 4 T^2 H D = %.17g",
+                     (long long)x->T, x->H, x->D, got, want);
+        s.causal = true;
+        got = dt_attn_flops(&s);
+        want = 4.0 * (T * (T + 1) / 2) * H * D;
+        cr_assert_eq(got, want, "T=%lld H=%d D=%d causal: %.17g, want 4 T(T+1)/2 H D = %.17g",
+                     (long long)x->T, x->H, x->D, got, want);
+    }
+}
+
+/* T = 300, H = 6, D = 16, one branch (128, 4): heads in chunks of 2 ({0,1},
+ * {2,3}, {4,5}; offset 3 has none). Two full segments give each head 32
+ * positions; the last segment of 44 gives each chunk 11. Per head:
+ * non-causal 2 * 32^2 + 11^2 = 2169 pairs, causal 2 * 528 + 66 = 1122. */
+Test(attn, flops_dilated_by_hand)
+{
+    dt_attn_spec_t s = spec(300, 6, 2, 16, false);
+    const int64_t br[1][2] = { { 128, 4 } };
+
+    set_branches(&s, 1, br);
+    cr_assert_eq(dt_attn_flops(&s), 4.0 * 16 * 6 * 2169, "non-causal: %.17g", dt_attn_flops(&s));
+    s.causal = true;
+    cr_assert_eq(dt_attn_flops(&s), 4.0 * 16 * 6 * 1122, "causal: %.17g", dt_attn_flops(&s));
+
+    /* H = 3, r = 2: chunks {0, 1} and {2}; 64 positions per full segment,
+     * 22 in the last: per head 2 * 64^2 + 22^2 = 8676 */
+    dt_attn_spec_t s3 = spec(300, 3, 1, 16, false);
+    const int64_t br3[1][2] = { { 128, 2 } };
+    set_branches(&s3, 1, br3);
+    cr_assert_eq(dt_attn_flops(&s3), 4.0 * 16 * 3 * 8676, "H=3 r=2: %.17g", dt_attn_flops(&s3));
+}
+
+Test(attn, flops_match_brute_force)
+{
+    for (size_t i = 0; i < NELEM(dilated_cases); i++) {
+        for (int causal = 0; causal < 2; causal++) {
+            const struct dilated_case *x = &dilated_cases[i];
+            dt_attn_spec_t s = spec(x->sh.T, x->sh.H, x->sh.Hkv, x->sh.D, causal);
+            char what[256];
+            set_branches(&s, x->n, x->br);
+            describe(&s, what, sizeof(what));
+            double got = dt_attn_flops(&s), want = brute_flops(&s);
+            cr_assert_eq(got, want, "%s: flops %.17g, counted %.17g", what, got, want);
+        }
+    }
+}
