@@ -21,8 +21,12 @@
 
 /* Tile sizes: BQ query rows by BK keys. The score tile (BQ x BK floats,
  * 128 KiB) stays in L2 between the two products. */
+#ifndef BQ
 #define BQ 128
+#endif
+#ifndef BK
 #define BK 256
+#endif
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define DT_MULTIVERSION __attribute__((target_clones("arch=x86-64-v3", "default")))
