@@ -16,18 +16,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "common/clock.h"
 #include "common/mem.h"
 #include "engine/attn.h"
 #include "engine/gen.h"
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* GFLOP/s of C(m,n) = A(m,k) B(k,n)^T, repeated for at least min_s. */
 static double sgemm_gflops(int m, int n, int k, double min_s)
@@ -39,12 +32,12 @@ static double sgemm_gflops(int m, int n, int k, double min_s)
     dt_gen_normal(1, 2, 0, (int64_t)n * k, b);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, a, k, b, k, 0.0f, c, n);
     int it = 0;
-    double t0 = now(), t;
+    double t0 = dt_clock_now(), t;
     do {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, a, k, b, k, 0.0f, c,
                     n);
         it++;
-    } while ((t = now() - t0) < min_s);
+    } while ((t = dt_clock_now() - t0) < min_s);
     free(a);
     free(b);
     free(c);

@@ -17,18 +17,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "common/clock.h"
 #include "common/mem.h"
 #include "engine/attn.h"
 #include "engine/gen.h"
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* seconds per ring step moving `bytes` to rank+1 while receiving from rank-1 */
 static double comm_alone(dt_comm_t *comm, size_t bytes, int reps)
@@ -40,14 +33,14 @@ static double comm_alone(dt_comm_t *comm, size_t bytes, int reps)
     double best = 1e30;
     for (int rep = 0; rep < reps; rep++) {
         dt_comm_barrier(comm);
-        double t0 = now();
+        double t0 = dt_clock_now();
         for (int s = 0; s < R - 1; s++) {
             dt_comm_op_t *op;
             dt_comm_start(comm, s % 2 ? b : a, bytes, (me + 1) % R, s % 2 ? a : b, bytes,
                           (me + R - 1) % R, 7, &op);
             dt_comm_wait(op);
         }
-        double t[1] = { (now() - t0) / (R - 1) };
+        double t[1] = { (dt_clock_now() - t0) / (R - 1) };
         dt_comm_allreduce_max_f64(comm, t, 1);
         best = t[0] < best ? t[0] : best;
     }

@@ -26,21 +26,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "common/clock.h"
 #include "common/mem.h"
 #include "engine/attn.h"
 #include "kernels/cpu/attn_cpu.h"
 
 #define TAG_KV 101
 #define TAG_GRAD 102
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* ---- spec ------------------------------------------------------------ */
 
@@ -422,7 +415,7 @@ static void compute_fwd(ctx_t *x, const group_t *gr, const qside_t *qs, const me
     const dt_attn_spec_t *s = x->s;
     const int g = s->H / s->Hkv;
     const member_t *me = &gr->m[gr->me];
-    double t0 = now();
+    double t0 = dt_clock_now();
 
     for (int c = 0; c < x->br.nchunk; c++) {
         chunk_t ck = chunk_of(s, &x->br, c);
@@ -450,7 +443,7 @@ static void compute_fwd(ctx_t *x, const group_t *gr, const qside_t *qs, const me
             dt_attn_head_fwd_cpu(&a, qs->o[c] + (size_t)h * s->D, ldq, qs->lse[c] + h * nq);
         }
     }
-    x->st->compute_s += now() - t0;
+    x->st->compute_s += dt_clock_now() - t0;
     x->st->steps++;
 }
 
@@ -460,7 +453,7 @@ static void compute_bwd(ctx_t *x, const group_t *gr, const qside_t *qs, const me
     const dt_attn_spec_t *s = x->s;
     const int g = s->H / s->Hkv;
     const member_t *me = &gr->m[gr->me];
-    double t0 = now();
+    double t0 = dt_clock_now();
 
     for (int c = 0; c < x->br.nchunk; c++) {
         chunk_t ck = chunk_of(s, &x->br, c);
@@ -495,16 +488,16 @@ static void compute_bwd(ctx_t *x, const group_t *gr, const qside_t *qs, const me
             dt_attn_head_bwd_cpu(&a, &gd);
         }
     }
-    x->st->compute_s += now() - t0;
+    x->st->compute_s += dt_clock_now() - t0;
     x->st->steps++;
 }
 
 static int waitop(ctx_t *x, dt_comm_op_t **op)
 {
-    double t0 = now();
+    double t0 = dt_clock_now();
     int rc = dt_comm_wait(*op);
     *op = NULL;
-    x->st->wait_s += now() - t0;
+    x->st->wait_s += dt_clock_now() - t0;
     return rc;
 }
 
@@ -741,7 +734,7 @@ static int run(dt_comm_t *comm, const dt_attn_spec_t *s, const tensors_t *tn, in
     int R = dt_comm_size(comm), rc = 0;
     dt_attn_stats_t local = { 0 };
     ctx_t x = { .comm = comm, .s = s, .causal = s->causal, .st = st ? st : &local };
-    double t0 = now();
+    double t0 = dt_clock_now();
 
     memset(x.st, 0, sizeof(*x.st));
     x.c = dt_layout_local(s->T, R);
@@ -751,7 +744,7 @@ static int run(dt_comm_t *comm, const dt_attn_spec_t *s, const tensors_t *tn, in
         rc = run_branch(&x, -1, tn, bwd);
     for (int b = 0; b < s->nbranch && rc == 0; b++)
         rc = run_branch(&x, b, tn, bwd);
-    x.st->total_s = now() - t0;
+    x.st->total_s = dt_clock_now() - t0;
     if (rc < 0)
         return dt_emsg_set(em, rc, "ring transfer failed: %s", dt_strerror(rc));
     return 0;
