@@ -13,8 +13,10 @@ AC_DEFUN([DT_WITH_SLURM], [
   AS_IF([test "x$with_slurm" != xno], [
     dt_save_CPPFLAGS="$CPPFLAGS"; dt_save_LIBS="$LIBS"; dt_save_LDFLAGS="$LDFLAGS"
     AS_IF([test "x$with_slurm" != xyes && test "x$with_slurm" != xcheck], [
+      AS_IF([test -f "$with_slurm/include/slurm/slurm.h"], [],
+        [AC_MSG_ERROR([--with-slurm=$with_slurm: no include/slurm/slurm.h under that prefix])])
       SLURM_CFLAGS="-I$with_slurm/include"
-      SLURM_LDFLAGS="-L$with_slurm/lib"
+      SLURM_LDFLAGS="-L$with_slurm/lib -Wl,-rpath,$with_slurm/lib"
     ])
     CPPFLAGS="$CPPFLAGS $SLURM_CFLAGS"; LDFLAGS="$LDFLAGS $SLURM_LDFLAGS"
     AC_CHECK_HEADER([slurm/slurm.h],
