@@ -33,7 +33,8 @@
     X(ECOMM, -4101, "communication failed")                                 \
     X(EPROTO, -4102, "protocol error")                                      \
     X(ELAYOUT, -4103, "unsupported layout for this job")                    \
-    X(EUSAGE, -4104, "usage error")
+    X(EUSAGE, -4104, "usage error")                                         \
+    X(ESTATE, -4105, "not allowed in the job's current state")
 
 enum dt_err {
     DT_OK = 0,

@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "err.h"
@@ -18,7 +19,8 @@ static struct {
     char tag[64];
     enum dt_log_level level;
     int fd;
-} logger = { "dt", "", DT_LOG_INFO, 2 };
+    int stamps;
+} logger = { "dt", "", DT_LOG_INFO, 2, 0 };
 
 static const char *level_names[] = { "error", "warn", "info", "debug" };
 
@@ -48,6 +50,11 @@ void dt_log_set_fd(int fd)
     logger.fd = fd;
 }
 
+void dt_log_set_timestamps(int on)
+{
+    logger.stamps = on;
+}
+
 int dt_log_parse_level(const char *s, enum dt_log_level *out)
 {
     for (int i = 0; i <= DT_LOG_DEBUG; i++) {
@@ -67,7 +74,16 @@ void dt_log(enum dt_log_level level, const char *fmt, ...)
 
     if (level > logger.level)
         return;
-    n = snprintf(line, sizeof(line), "%s: %s%s%s: ", logger.prog, logger.tag,
+    char stamp[40] = "";
+    if (logger.stamps) {
+        struct timespec ts;
+        struct tm tm;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        localtime_r(&ts.tv_sec, &tm);
+        size_t k = strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &tm);
+        snprintf(stamp + k, sizeof(stamp) - k, ".%03ld ", ts.tv_nsec / 1000000);
+    }
+    n = snprintf(line, sizeof(line), "%s%s: %s%s%s: ", stamp, logger.prog, logger.tag,
                  logger.tag[0] ? " " : "", level_names[level]);
     if (n < 0 || (size_t)n >= sizeof(line))
         return;

@@ -26,6 +26,9 @@ enum dt_log_level dt_log_get_level(void);
 int dt_log_parse_level(const char *s, enum dt_log_level *out);
 /* Send lines to this file descriptor instead of stderr (not closed by log). */
 void dt_log_set_fd(int fd);
+/* Prefix lines with the local time, ISO 8601 with milliseconds (for log
+ * files; a terminal or journald adds its own). */
+void dt_log_set_timestamps(int on);
 
 void dt_log(enum dt_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

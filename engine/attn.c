@@ -35,124 +35,7 @@
 #define TAG_KV 101
 #define TAG_GRAD 102
 
-/* ---- spec ------------------------------------------------------------ */
-
-static int parse_list(const char *s, int64_t *out, int max, const char *what, dt_emsg_t *em)
-{
-    int n = 0;
-    const char *p = s;
-
-    if (*p == '\0')
-        return dt_emsg_set(em, DT_EINVAL, "%s: empty list", what);
-    while (*p) {
-        char *end;
-        if (n == max)
-            return dt_emsg_set(em, DT_EINVAL, "%s: more than %d values", what, max);
-        errno = 0;
-        long long v = *p >= '0' && *p <= '9' ? strtoll(p, &end, 10) : (end = (char *)p, 0);
-        if (end == p || (*end != ',' && *end != '\0') || v <= 0)
-            return dt_emsg_set(em, DT_EINVAL, "%s: '%s' is not a list of positive integers",
-                               what, s);
-        if (errno == ERANGE || v > ((int64_t)1 << 50))
-            return dt_emsg_set(em, DT_ERANGE, "%s: value in '%s' is larger than 2^50", what, s);
-        out[n++] = v;
-        p = *end == ',' ? end + 1 : end;
-        if (*end == ',' && *p == '\0')
-            return dt_emsg_set(em, DT_EINVAL, "%s: trailing comma in '%s'", what, s);
-    }
-    return n;
-}
-
-int dt_attn_parse_branches(dt_attn_spec_t *s, const char *segs, const char *dils, dt_emsg_t *em)
-{
-    int64_t w[DT_ATTN_MAXBRANCH], r[DT_ATTN_MAXBRANCH];
-    int nw, nr;
-
-    if ((segs == NULL) != (dils == NULL))
-        return dt_emsg_set(em, DT_EINVAL, "--segments and --dilations must be given together");
-    if (segs == NULL) {
-        s->nbranch = 0;
-        return 0;
-    }
-    if ((nw = parse_list(segs, w, DT_ATTN_MAXBRANCH, "--segments", em)) < 0)
-        return nw;
-    if ((nr = parse_list(dils, r, DT_ATTN_MAXBRANCH, "--dilations", em)) < 0)
-        return nr;
-    if (nw != nr)
-        return dt_emsg_set(em, DT_EINVAL,
-                           "--segments has %d values but --dilations has %d: one dilation per "
-                           "segment",
-                           nw, nr);
-    s->nbranch = nw;
-    memcpy(s->seg, w, sizeof(w[0]) * (size_t)nw);
-    memcpy(s->dil, r, sizeof(r[0]) * (size_t)nw);
-    return 0;
-}
-
-int dt_attn_check(const dt_attn_spec_t *s, int R, dt_emsg_t *em)
-{
-    int rc;
-
-    if (s->T <= 0 || s->H <= 0 || s->Hkv <= 0 || s->D <= 0)
-        return dt_emsg_set(em, DT_ESHAPE, "T=%lld H=%d Hkv=%d D=%d: every size must be positive",
-                           (long long)s->T, s->H, s->Hkv, s->D);
-    if (s->H % s->Hkv != 0)
-        return dt_emsg_set(em, DT_ESHAPE,
-                           "kv heads Hkv=%d must divide query heads H=%d (grouped-query attention)",
-                           s->Hkv, s->H);
-    if ((rc = dt_layout_check(s->layout, s->T, R, em)) < 0)
-        return rc;
-    if (s->nbranch < 0 || s->nbranch > DT_ATTN_MAXBRANCH)
-        return dt_emsg_set(em, DT_EINVAL, "%d dilated branches: at most %d", s->nbranch,
-                           DT_ATTN_MAXBRANCH);
-    for (int b = 0; b < s->nbranch; b++) {
-        if (s->seg[b] <= 0 || s->dil[b] <= 0)
-            return dt_emsg_set(em, DT_EINVAL, "branch %d: segment %lld and dilation %lld must be "
-                               "positive", b + 1, (long long)s->seg[b], (long long)s->dil[b]);
-        if (s->seg[b] % s->dil[b] != 0)
-            return dt_emsg_set(em, DT_EINVAL,
-                               "branch %d: segment length w=%lld is not a multiple of its "
-                               "dilation r=%lld",
-                               b + 1, (long long)s->seg[b], (long long)s->dil[b]);
-    }
-    return 0;
-}
-
-/* ---- branches, chunks and groups ------------------------------------- */
-
-typedef struct branch {
-    int64_t w, r;
-    int hc;     /* query heads per chunk, ceil(H / r) */
-    int nchunk; /* chunks that have heads: min(r, ceil(H / hc)) */
-} branch_t;
-
-static branch_t branch_of(const dt_attn_spec_t *s, int b)
-{
-    branch_t br;
-    br.w = b < 0 ? s->T : s->seg[b];
-    br.r = b < 0 ? 1 : s->dil[b];
-    br.hc = (int)((s->H + br.r - 1) / br.r);
-    int64_t n = (s->H + br.hc - 1) / br.hc;
-    br.nchunk = (int)(n < br.r ? n : br.r);
-    return br;
-}
-
-typedef struct chunk {
-    int hlo, nh;   /* query heads [hlo, hlo + nh) */
-    int kvlo, nkv; /* kv heads they read */
-} chunk_t;
-
-static chunk_t chunk_of(const dt_attn_spec_t *s, const branch_t *br, int k)
-{
-    int g = s->H / s->Hkv;
-    chunk_t c;
-    c.hlo = k * br->hc;
-    int hhi = c.hlo + br->hc < s->H ? c.hlo + br->hc : s->H;
-    c.nh = hhi - c.hlo;
-    c.kvlo = c.hlo / g;
-    c.nkv = (hhi - 1) / g - c.kvlo + 1;
-    return c;
-}
+/* ---- groups ------------------------------------------------------------ */
 
 /* A member's rows of one segment: per chunk, how many positions sit at that
  * chunk's offset and where its K and V sit in the member's pack. Positions
@@ -205,7 +88,7 @@ static int rank_in_segment(const dt_attn_spec_t *s, int R, int rank, int64_t a, 
     return 0;
 }
 
-static void member_init(member_t *m, const dt_attn_spec_t *s, const branch_t *br, int R, int rank,
+static void member_init(member_t *m, const dt_attn_spec_t *s, const dt_attn_branch_t *br, int R, int rank,
                         int64_t a, int64_t b, int with_pos)
 {
     m->rank = rank;
@@ -214,7 +97,7 @@ static void member_init(member_t *m, const dt_attn_spec_t *s, const branch_t *br
     m->off = dt_xcalloc((size_t)br->nchunk, sizeof(*m->off));
     m->floats = 0;
     for (int k = 0; k < br->nchunk; k++) {
-        chunk_t ck = chunk_of(s, br, k);
+        dt_attn_chunk_t ck = dt_attn_chunk(s, br, k);
         int64_t n = seg_positions(s, R, rank, a, b, br->r, k, NULL);
         m->n[k] = n;
         if (with_pos) {
@@ -226,7 +109,7 @@ static void member_init(member_t *m, const dt_attn_spec_t *s, const branch_t *br
     }
 }
 
-static void group_init(group_t *gr, const dt_attn_spec_t *s, const branch_t *br, int R, int me,
+static void group_init(group_t *gr, const dt_attn_spec_t *s, const dt_attn_branch_t *br, int R, int me,
                        int64_t a, int64_t b)
 {
     int64_t maxn = 1;
@@ -283,7 +166,7 @@ typedef struct mine {
     int64_t **rows;
 } mine_t;
 
-static void mine_init(mine_t *mi, const dt_attn_spec_t *s, const branch_t *br, int R, int rank,
+static void mine_init(mine_t *mi, const dt_attn_spec_t *s, const dt_attn_branch_t *br, int R, int rank,
                       const member_t *m)
 {
     mi->rows = dt_xcalloc((size_t)br->nchunk, sizeof(*mi->rows));
@@ -302,12 +185,12 @@ static void mine_close(mine_t *mi, int nchunk)
 }
 
 /* Pack K and V rows of my chunk positions into buf (member layout). */
-static void pack_kv(const dt_attn_spec_t *s, const branch_t *br, const member_t *m,
+static void pack_kv(const dt_attn_spec_t *s, const dt_attn_branch_t *br, const member_t *m,
                     const mine_t *mi, const float *k, const float *v, float *buf)
 {
     const int D = s->D;
     for (int c = 0; c < br->nchunk; c++) {
-        chunk_t ck = chunk_of(s, br, c);
+        dt_attn_chunk_t ck = dt_attn_chunk(s, br, c);
         size_t rowf = (size_t)ck.nkv * D;
         float *kb = buf + m->off[c], *vb = kb + (size_t)m->n[c] * rowf;
         for (int64_t i = 0; i < m->n[c]; i++) {
@@ -319,12 +202,12 @@ static void pack_kv(const dt_attn_spec_t *s, const branch_t *br, const member_t 
 }
 
 /* Add a pack's gradient rows back into dk, dv. */
-static void unpack_add_kv(const dt_attn_spec_t *s, const branch_t *br, const member_t *m,
+static void unpack_add_kv(const dt_attn_spec_t *s, const dt_attn_branch_t *br, const member_t *m,
                           const mine_t *mi, const float *buf, float *dk, float *dv)
 {
     const int D = s->D;
     for (int c = 0; c < br->nchunk; c++) {
-        chunk_t ck = chunk_of(s, br, c);
+        dt_attn_chunk_t ck = dt_attn_chunk(s, br, c);
         size_t rowf = (size_t)ck.nkv * D;
         const float *kb = buf + m->off[c], *vb = kb + (size_t)m->n[c] * rowf;
         for (int64_t i = 0; i < m->n[c]; i++) {
@@ -339,7 +222,7 @@ static void unpack_add_kv(const dt_attn_spec_t *s, const branch_t *br, const mem
 }
 
 /* Gather rows of a (c, H, D) tensor for chunk heads into (n, nh, D). */
-static void gather_q(const float *x, const dt_attn_spec_t *s, const chunk_t *ck,
+static void gather_q(const float *x, const dt_attn_spec_t *s, const dt_attn_chunk_t *ck,
                      const int64_t *rows, int64_t n, float *out)
 {
     size_t rowf = (size_t)ck->nh * s->D;
@@ -347,7 +230,7 @@ static void gather_q(const float *x, const dt_attn_spec_t *s, const chunk_t *ck,
         memcpy(out + i * rowf, x + (rows[i] * s->H + ck->hlo) * s->D, rowf * sizeof(float));
 }
 
-static void scatter_q(float *x, const dt_attn_spec_t *s, const chunk_t *ck, const int64_t *rows,
+static void scatter_q(float *x, const dt_attn_spec_t *s, const dt_attn_chunk_t *ck, const int64_t *rows,
                       int64_t n, const float *in, int add)
 {
     size_t rowf = (size_t)ck->nh * s->D;
@@ -362,7 +245,7 @@ static void scatter_q(float *x, const dt_attn_spec_t *s, const chunk_t *ck, cons
 }
 
 /* (H, c) per-head vectors <-> (nh, n) */
-static void gather_h(const float *x, int64_t c, const chunk_t *ck, const int64_t *rows, int64_t n,
+static void gather_h(const float *x, int64_t c, const dt_attn_chunk_t *ck, const int64_t *rows, int64_t n,
                      float *out)
 {
     for (int h = 0; h < ck->nh; h++)
@@ -370,7 +253,7 @@ static void gather_h(const float *x, int64_t c, const chunk_t *ck, const int64_t
             out[h * n + i] = x[(ck->hlo + h) * c + rows[i]];
 }
 
-static void scatter_h(float *x, int64_t c, const chunk_t *ck, const int64_t *rows, int64_t n,
+static void scatter_h(float *x, int64_t c, const dt_attn_chunk_t *ck, const int64_t *rows, int64_t n,
                       const float *in)
 {
     for (int h = 0; h < ck->nh; h++)
@@ -391,7 +274,7 @@ typedef struct qside {
 typedef struct ctx {
     dt_comm_t *comm;
     const dt_attn_spec_t *s;
-    branch_t br; /* the branch being run */
+    dt_attn_branch_t br; /* the branch being run */
     float scale;
     int causal;
     int R;     /* ranks */
@@ -418,7 +301,7 @@ static void compute_fwd(ctx_t *x, const group_t *gr, const qside_t *qs, const me
     double t0 = dt_clock_now();
 
     for (int c = 0; c < x->br.nchunk; c++) {
-        chunk_t ck = chunk_of(s, &x->br, c);
+        dt_attn_chunk_t ck = dt_attn_chunk(s, &x->br, c);
         int64_t nq = me->n[c], nk = src->n[c];
         if (nq == 0 || nk == 0)
             continue;
@@ -456,7 +339,7 @@ static void compute_bwd(ctx_t *x, const group_t *gr, const qside_t *qs, const me
     double t0 = dt_clock_now();
 
     for (int c = 0; c < x->br.nchunk; c++) {
-        chunk_t ck = chunk_of(s, &x->br, c);
+        dt_attn_chunk_t ck = dt_attn_chunk(s, &x->br, c);
         int64_t nq = me->n[c], nk = src->n[c];
         if (nq == 0 || nk == 0)
             continue;
@@ -613,8 +496,8 @@ static int run_branch(ctx_t *x, int b, const tensors_t *tn, int bwd)
 {
     const dt_attn_spec_t *s = x->s;
     int R = dt_comm_size(x->comm), me = dt_comm_rank(x->comm);
-    x->br = branch_of(s, b);
-    const branch_t br = x->br;
+    x->br = dt_attn_branch(s, b);
+    const dt_attn_branch_t br = x->br;
     dt_run_t runs[DT_LAYOUT_MAXRUNS];
     int nr = dt_layout_runs(s->layout, s->T, R, me, runs);
     int64_t segs[2 * DT_LAYOUT_MAXRUNS];
@@ -653,7 +536,7 @@ static int run_branch(ctx_t *x, int b, const tensors_t *tn, int bwd)
             qs.delta = dt_xcalloc((size_t)nc, sizeof(float *));
             qs.dq = dt_xcalloc((size_t)nc, sizeof(float *));
             for (int c = 0; c < nc; c++) {
-                chunk_t ck = chunk_of(s, &br, c);
+                dt_attn_chunk_t ck = dt_attn_chunk(s, &br, c);
                 int64_t n = mm->n[c];
                 if (qs.alias) {
                     qs.q[c] = (float *)tn->q;
@@ -697,7 +580,7 @@ static int run_branch(ctx_t *x, int b, const tensors_t *tn, int bwd)
             for (int c = 0; c < nc; c++) {
                 if (qs.alias)
                     continue;
-                chunk_t ck = chunk_of(s, &br, c);
+                dt_attn_chunk_t ck = dt_attn_chunk(s, &br, c);
                 if (rc == 0 && !bwd) {
                     scatter_q(tn->o, s, &ck, mi.rows[c], mm->n[c], qs.o[c], 0);
                     scatter_h(tn->lse, x->c, &ck, mi.rows[c], mm->n[c], qs.lse[c]);
@@ -787,32 +670,4 @@ int dt_attn_bwd(dt_comm_t *comm, const dt_attn_spec_t *s, const float *q, const 
     rc = run(comm, s, &tn, 1, st, em);
     free(delta);
     return rc;
-}
-
-/* ---- flops --------------------------------------------------------------- */
-
-/* visible (query, key) pairs among n sparsified positions */
-static double pairs(int64_t n, int causal)
-{
-    double m = (double)n;
-    return causal ? m * (m + 1) / 2 : m * m;
-}
-
-double dt_attn_flops(const dt_attn_spec_t *s)
-{
-    double total = 0;
-    int nb = s->nbranch == 0 ? 1 : s->nbranch;
-
-    for (int b = 0; b < nb; b++) {
-        branch_t br = branch_of(s, s->nbranch == 0 ? -1 : b);
-        int64_t full = s->T / br.w, rest = s->T % br.w;
-        for (int k = 0; k < br.nchunk; k++) {
-            chunk_t ck = chunk_of(s, &br, k);
-            int64_t nfull = br.w / br.r; /* w is a multiple of r */
-            int64_t nrest = rest > k ? (rest - k + br.r - 1) / br.r : 0;
-            double p = (double)full * pairs(nfull, s->causal) + pairs(nrest, s->causal);
-            total += p * 4.0 * s->D * ck.nh;
-        }
-    }
-    return total;
 }

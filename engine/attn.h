@@ -67,6 +67,24 @@ int dt_attn_check(const dt_attn_spec_t *s, int R, dt_emsg_t *em);
 int dt_attn_parse_branches(dt_attn_spec_t *s, const char *segs, const char *dils,
                            dt_emsg_t *em);
 
+/* A branch: segment w, dilation r (dense is branch -1: w = T, r = 1), hc
+ * query heads per chunk (ceil(H / r)), nchunk chunks that have heads. */
+typedef struct dt_attn_branch {
+    int64_t w, r;
+    int hc;
+    int nchunk;
+} dt_attn_branch_t;
+
+/* Head chunk k of a branch: query heads [hlo, hlo + nh), reading kv heads
+ * [kvlo, kvlo + nkv). */
+typedef struct dt_attn_chunk {
+    int hlo, nh;
+    int kvlo, nkv;
+} dt_attn_chunk_t;
+
+dt_attn_branch_t dt_attn_branch(const dt_attn_spec_t *s, int b);
+dt_attn_chunk_t dt_attn_chunk(const dt_attn_spec_t *s, const dt_attn_branch_t *br, int k);
+
 /* Floating-point operations of the forward (multiply-adds count 2) over all
  * ranks, counting only visible (query, key) pairs. Backward costs 2.5x. */
 double dt_attn_flops(const dt_attn_spec_t *s);

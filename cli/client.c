@@ -1,0 +1,228 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * dtctl's side of the protocol: connect (Unix socket, or TCP with a munge
+ * credential as the first frame), send one request, read its reply. Plain
+ * blocking sockets with a receive timeout: dtctl does one thing at a time.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <munge.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "cli/dtctl.h"
+#include "common/mem.h"
+#include "common/msg.h"
+
+#define REPLY_TIMEOUT_S 60
+
+static const char *socket_path(const dtctl_t *ctl)
+{
+    const char *env = getenv("DT_SOCKET");
+    if (ctl->socket)
+        return ctl->socket;
+    if (env && *env)
+        return env;
+    return DT_LOCALSTATEDIR "/lib/dt/dtcoordd.sock";
+}
+
+static int connect_unix(const char *path, dt_emsg_t *em)
+{
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    int fd;
+
+    if (strlen(path) >= sizeof(sa.sun_path))
+        return dt_emsg_set(em, DT_EINVAL, "socket path %s is too long", path);
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+    if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
+        return dt_emsg_set(em, DT_ECOMM, "socket: %s", strerror(errno));
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+        int e = errno;
+        close(fd);
+        return dt_emsg_set(em, DT_ECOMM, "cannot reach the coordinator at %s: %s%s", path,
+                           strerror(e),
+                           e == ENOENT || e == ECONNREFUSED ? " (is dtcoordd running? "
+                                                              "set DT_SOCKET or --socket)"
+                                                            : "");
+    }
+    return fd;
+}
+
+static int connect_tcp(const char *hostport, dt_emsg_t *em)
+{
+    char host[256];
+    const char *colon = strrchr(hostport, ':');
+    struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *res, *ai;
+    int fd = -1, rc;
+
+    if (colon == NULL || colon == hostport || colon - hostport >= (long)sizeof(host))
+        return dt_emsg_set(em, DT_EINVAL, "--coord %s: expected host:port", hostport);
+    memcpy(host, hostport, (size_t)(colon - hostport));
+    host[colon - hostport] = '\0';
+    if ((rc = getaddrinfo(host, colon + 1, &hints, &res)) != 0)
+        return dt_emsg_set(em, DT_ECOMM, "--coord %s: %s", hostport, gai_strerror(rc));
+    for (ai = res; ai; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+        if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
+            break;
+        if (fd >= 0)
+            close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    if (fd < 0)
+        return dt_emsg_set(em, DT_ECOMM, "cannot reach the coordinator at %s: %s", hostport,
+                           strerror(errno));
+    return fd;
+}
+
+static int send_all(int fd, const uint8_t *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return DT_ECOMM;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* One round trip on an open connection. */
+static int round_trip(int fd, uint16_t type, uint32_t id, json_t *body, json_t **result,
+                      dt_emsg_t *em)
+{
+    uint8_t *frame, *buf = NULL;
+    size_t len, have = 0, cap = 0;
+    int rc;
+
+    if ((rc = dt_msg_encode(type, id, body, &frame, &len)) < 0)
+        return dt_emsg_set(em, rc, "request too large");
+    rc = send_all(fd, frame, len);
+    free(frame);
+    if (rc < 0)
+        return dt_emsg_set(em, DT_ECOMM, "sending to the coordinator failed: %s", strerror(errno));
+    for (;;) {
+        dt_msg_t m;
+        int used = dt_msg_decode(buf, have, &m, em);
+        if (used < 0) {
+            free(buf);
+            return used;
+        }
+        if (used > 0) {
+            free(buf);
+            if (m.type == DT_MSG_OK) {
+                *result = m.body;
+                m.body = NULL;
+                return 0;
+            }
+            json_t *code = json_object_get(m.body, "code"), *msg = json_object_get(m.body, "error");
+            rc = json_is_integer(code) ? (int)json_integer_value(code) : DT_EPROTO;
+            if (rc >= 0)
+                rc = DT_EPROTO;
+            dt_emsg_set(em, rc, "%s", json_is_string(msg) ? json_string_value(msg) : "error");
+            /* a refusal by the planner is its own outcome */
+            if (json_is_true(json_object_get(m.body, "refused")))
+                rc = DT_ENOSPC == rc || rc == DT_ELAYOUT || rc == DT_ERANGE ? rc : DT_ENOSPC;
+            dt_msg_clear(&m);
+            return rc;
+        }
+        if (cap - have < 65536) {
+            cap = have + 65536;
+            buf = dt_xrealloc(buf, cap);
+        }
+        ssize_t r = recv(fd, buf + have, cap - have, 0);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            free(buf);
+            return dt_emsg_set(em, DT_ECOMM, "the coordinator closed the connection%s%s",
+                               r < 0 ? ": " : "", r < 0 ? strerror(errno) : "");
+        }
+        have += (size_t)r;
+    }
+}
+
+int dtctl_request(dtctl_t *ctl, uint16_t type, json_t *body, json_t **result, dt_emsg_t *em)
+{
+    struct timeval tv = { REPLY_TIMEOUT_S, 0 };
+    int fd, rc;
+
+    *result = NULL;
+    fd = ctl->coord ? connect_tcp(ctl->coord, em) : connect_unix(socket_path(ctl), em);
+    if (fd < 0) {
+        json_decref(body);
+        return fd;
+    }
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    if (ctl->coord) {
+        char *cred = NULL;
+        munge_ctx_t mctx = munge_ctx_create();
+        munge_err_t e = EMUNGE_NO_MEMORY;
+        json_t *ok = NULL;
+        if (mctx && (ctl->munge_socket == NULL ||
+                     munge_ctx_set(mctx, MUNGE_OPT_SOCKET, ctl->munge_socket) == EMUNGE_SUCCESS))
+            e = munge_encode(&cred, mctx, NULL, 0);
+        if (mctx)
+            munge_ctx_destroy(mctx);
+        if (e != EMUNGE_SUCCESS) {
+            rc = dt_emsg_set(em, DT_ECOMM, "munge: %s (is munged running?)", munge_strerror(e));
+            json_decref(body);
+            close(fd);
+            return rc;
+        }
+        rc = round_trip(fd, DT_MSG_AUTH, 1, json_pack("{s:s}", "cred", cred), &ok, em);
+        free(cred);
+        json_decref(ok);
+        if (rc < 0) {
+            json_decref(body);
+            close(fd);
+            return rc;
+        }
+    }
+    rc = round_trip(fd, type, 2, body ? body : json_object(), result, em);
+    close(fd);
+    return rc;
+}
+
+int dtctl_fail(dtctl_t *ctl, const char *cmd, int rc, const dt_emsg_t *em)
+{
+    fprintf(stderr, "%s %s: %s\n", ctl->prog, cmd, em->s[0] ? em->s : dt_strerror(rc));
+    switch (rc) {
+    case DT_ECOMM:
+        return DTCTL_NOCOORD;
+    case DT_ENOENT:
+        return DTCTL_NOTFOUND;
+    case DT_EPERM:
+    case DT_EACCES:
+        return DTCTL_DENIED;
+    case DT_ENOSPC:
+    case DT_ELAYOUT:
+    case DT_ERANGE:
+        return DTCTL_REFUSED;
+    case DT_ECONF:
+    case DT_EINVAL:
+    case DT_EUSAGE:
+        return DTCTL_USAGE;
+    default:
+        return DTCTL_ERROR;
+    }
+}
+
+void dtctl_print_json(const json_t *v)
+{
+    char *s = json_dumps(v, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    if (s) {
+        puts(s);
+        free(s);
+    }
+}

@@ -1,0 +1,321 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * `dtctl plan`: plan a job without submitting it. The flags are spec keys
+ * (dt-spec(5)); an optional spec file is read first and the flags override
+ * it. The plan is the coordinator's own planner run in this process: no
+ * coordinator is needed. Prints a report for people, or with --json the
+ * plan as one JSON object. A job that cannot be planned exits 6
+ * (DTCTL_REFUSED) with the reason on stderr (and fits:false in the JSON).
+ *
+ * Not here: the model behind the numbers (coordinator/planner.c).
+ */
+#include "config.h"
+
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/dtctl.h"
+#include "cli/table.h"
+#include "common/mem.h"
+#include "common/spec.h"
+#include "coordinator/planner.h"
+
+#define GiB (1024.0 * 1024.0 * 1024.0)
+
+static void usage(FILE *f)
+{
+    fprintf(
+        f,
+        "usage: dtctl plan [SPECFILE] --tokens N [--kind attn|prefill|train]\n"
+        "                  [--model tiny|llama3-8b|llama3-70b|custom] [--gpu h100-sxm|h200|cpu]\n"
+        "                  [--ranks R] [--nodes N] [--gpus-per-node G] [--spares S]\n"
+        "                  [--causal|--no-causal] [--segments w1,.. --dilations r1,..]\n"
+        "                  [--layout contiguous|zigzag] [--precision fp32|bf16|fp16]\n"
+        "                  [--dim N --layers N --heads N --kv-heads N --ffn N --vocab N\n"
+        "                   --rope-theta N --tied yes|no] [--steps N] [--json]\n"
+        "N accepts K, M, G suffixes (powers of 1024). The kind defaults to attn (one\n"
+        "attention call, as dtengine attn runs it). See dtctl(1) and dt-spec(5).\n");
+}
+
+/* --flag -> spec key; has_arg 0 flags carry their value here. */
+static const struct flag {
+    const char *name, *key, *value;
+} flags[] = {
+    { "tokens", "tokens", NULL },
+    { "kind", "kind", NULL },
+    { "model", "model", NULL },
+    { "gpu", "gpu", NULL },
+    { "ranks", "ranks", NULL },
+    { "nodes", "nodes", NULL },
+    { "gpus-per-node", "gpus_per_node", NULL },
+    { "spares", "spares", NULL },
+    { "causal", "causal", "yes" },
+    { "no-causal", "causal", "no" },
+    { "segments", "segments", NULL },
+    { "dilations", "dilations", NULL },
+    { "layout", "layout", NULL },
+    { "precision", "precision", NULL },
+    { "dim", "dim", NULL },
+    { "layers", "layers", NULL },
+    { "heads", "heads", NULL },
+    { "kv-heads", "kv_heads", NULL },
+    { "ffn", "ffn", NULL },
+    { "vocab", "vocab", NULL },
+    { "rope-theta", "rope_theta", NULL },
+    { "tied", "tied", NULL },
+    { "steps", "steps", NULL },
+};
+
+#define NFLAG ((int)(sizeof(flags) / sizeof(flags[0])))
+enum { O_JSON = 1000, O_HELP };
+
+/*-- human units ---------------------------------------------------------------*/
+
+static void human_time(char *buf, size_t n, double s)
+{
+    if (s < 120)
+        snprintf(buf, n, "%.3g s", s);
+    else if (s < 2 * 3600)
+        snprintf(buf, n, "%.1f min", s / 60);
+    else if (s < 2 * 86400)
+        snprintf(buf, n, "%.1f h", s / 3600);
+    else
+        snprintf(buf, n, "%.1f days", s / 86400);
+}
+
+static void human_bytes(char *buf, size_t n, double b)
+{
+    static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+    int u = 0;
+
+    while (b >= 1024 && u < 4) {
+        b /= 1024;
+        u++;
+    }
+    snprintf(buf, n, u == 0 ? "%.0f %s" : "%.1f %s", b, unit[u]);
+}
+
+/*-- the report ------------------------------------------------------------------*/
+
+static const char *where(const dt_plan_branch_t *b, int R)
+{
+    if (b->group <= 1)
+        return "local";
+    return b->group == R ? "ring of all ranks" : "sub-ring";
+}
+
+static void report(const dtctl_t *ctl, const dt_spec_t *s, const dt_plan_req_t *q,
+                   const dt_plan_t *p)
+{
+    static const char *const bh[] = { "segment", "dilation",   "group",
+                                      "-where",  "bytes/step", "FLOPs" };
+    static const char *const mh[] = { "-memory per rank", "GiB" };
+    char t1[64], t2[64], t3[64];
+    dt_table_t *t;
+    int gpn = q->cluster.gpus_per_node;
+
+    (void)ctl;
+    printf("plan: %s of %s over %lld tokens on %s (%s, %s, %s layout, %s)\n", s->kind,
+           q->model.name, (long long)q->tokens, q->cluster.name,
+           s->precision                   ? s->precision
+           : q->precision == DT_PREC_FP32 ? "fp32"
+                                          : "bf16",
+           q->causal ? "causal" : "non-causal", dt_layout_name(q->layout),
+           q->nbranch ? "dilated" : "dense attention");
+    printf("%-16s %d on %d node%s (%d per node%s%s)\n", "ranks", p->ranks, p->nodes,
+           p->nodes == 1 ? "" : "s", gpn, q->spares ? ", spares included" : "",
+           q->cluster.nodes ? "" : "; nodes not limited");
+    printf("%-16s %lld\n", "tokens per rank", (long long)p->tokens_per_rank);
+    human_time(t1, sizeof(t1), p->seconds);
+    if (q->kind == DT_KIND_TRAIN) {
+        int64_t steps = s->steps > 0 ? s->steps : 1;
+        human_time(t2, sizeof(t2), p->seconds * (double)steps);
+        printf("%-16s %s per step; %lld step%s: %s\n", "time", t1, (long long)steps,
+               steps == 1 ? "" : "s", t2);
+    } else if (p->seconds >= 120) {
+        printf("%-16s %s (%.4g s), one forward\n", "time", t1, p->seconds);
+    } else {
+        printf("%-16s %s, one forward\n", "time", t1);
+    }
+    printf("%-16s %.3g (%.3g per token)\n", "FLOPs", p->flops, p->flops_per_token);
+    if (p->bytes_per_step > 0) {
+        human_bytes(t1, sizeof(t1), p->bytes_per_step);
+        human_time(t2, sizeof(t2), p->step_compute_s);
+        human_time(t3, sizeof(t3), p->step_comm_s);
+        printf("%-16s %s per step; compute %s, transfer %s per step: %s\n", "ring", t1, t2, t3,
+               p->comm_hidden ? "hidden" : "NOT hidden");
+        if (p->nbranch > 1)
+            printf("%-16s (the step of the branch whose transfer hides least)\n", "");
+        if (p->min_c_hidden > 0)
+            printf("%-16s from c = %lld tokens per rank (now %lld)\n", "comm hides",
+                   (long long)p->min_c_hidden, (long long)p->tokens_per_rank);
+        else
+            printf("%-16s at no c up to 2^50 tokens\n", "comm hides");
+    } else {
+        printf("%-16s none (every branch is local to a rank)\n", "ring");
+    }
+    printf("%-16s %d node%s x %d ranks, contiguous; %.1f%% of ring hops inside a node\n",
+           "placement", (p->ranks + gpn - 1) / gpn, (p->ranks + gpn - 1) / gpn == 1 ? "" : "s",
+           p->ranks < gpn ? p->ranks : gpn, 100.0 * p->intra_node_frac);
+
+    putchar('\n');
+    t = dt_table_new(6, bh);
+    for (int b = 0; b < p->nbranch; b++) {
+        const dt_plan_branch_t *x = &p->branch[b];
+        dt_table_cell(t, "%lld", (long long)x->w);
+        dt_table_cell(t, "%lld", (long long)x->r);
+        dt_table_cell(t, "%d", x->group);
+        dt_table_cell(t, "%s", where(x, p->ranks));
+        human_bytes(t1, sizeof(t1), x->bytes_per_step);
+        dt_table_cell(t, "%s", x->bytes_per_step > 0 ? t1 : "-");
+        dt_table_cell(t, "%.3g", x->flops);
+    }
+    dt_table_print(t, stdout);
+    dt_table_free(t);
+
+    putchar('\n');
+    t = dt_table_new(2, mh);
+    const struct {
+        const char *name;
+        double v;
+    } parts[] = {
+        { "weights", p->mem.weights },       { "grads", p->mem.grads },
+        { "optimizer", p->mem.optimizer },   { "activations", p->mem.activations },
+        { "kv_buffers", p->mem.kv_buffers }, { "workspace", p->mem.workspace },
+        { "fixed", p->mem.fixed },
+    };
+    for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
+        dt_table_cell(t, "%s", parts[i].name);
+        dt_table_cell(t, "%.3f", parts[i].v / GiB);
+    }
+    dt_table_cell(t, "total");
+    dt_table_cell(t, "%.3f", p->mem.total / GiB);
+    dt_table_cell(t, "available");
+    dt_table_cell(t, "%.3f", q->cluster.mem_bytes / GiB);
+    dt_table_print(t, stdout);
+    dt_table_free(t);
+}
+
+/*-- the command -------------------------------------------------------------------*/
+
+/* A spec file that may leave kind and tokens to the flags: the spec's key
+ * table with nothing required; dt_spec_check runs once the flags are in. */
+static int load_file(const char *path, dt_spec_t *s, dt_emsg_t *em)
+{
+    const dt_conf_key_t *keys = dt_spec_keys();
+    dt_conf_key_t *opt;
+    size_t n = 0;
+    int rc;
+
+    while (keys[n].name != NULL)
+        n++;
+    opt = dt_xcalloc(n + 1, sizeof(*opt));
+    memcpy(opt, keys, (n + 1) * sizeof(*opt));
+    for (size_t i = 0; i < n; i++)
+        opt[i].required = 0;
+    s->causal = -1; /* untouched unless the file sets it */
+    rc = dt_conf_load(path, opt, s, em);
+    s->causal_set = s->causal != -1;
+    if (s->causal == -1)
+        s->causal = 1;
+    free(opt);
+    return rc;
+}
+
+int dtctl_plan(dtctl_t *ctl, int argc, char **argv)
+{
+    struct option lo[NFLAG + 3];
+    const char **keys = dt_xcalloc((size_t)argc + 1, sizeof(*keys));
+    const char **vals = dt_xcalloc((size_t)argc + 1, sizeof(*vals));
+    const char *file = NULL;
+    dt_spec_t spec = { 0 };
+    dt_plan_req_t req;
+    dt_plan_t plan = { 0 };
+    dt_emsg_t em = { "" };
+    int nset = 0, c, rc, ret = DTCTL_USAGE;
+
+    for (int i = 0; i < NFLAG; i++)
+        lo[i] = (struct option){ flags[i].name, flags[i].value ? no_argument : required_argument,
+                                 NULL, i + 1 }; /* 0 is getopt's optopt for unknown */
+    lo[NFLAG] = (struct option){ "json", no_argument, NULL, O_JSON };
+    lo[NFLAG + 1] = (struct option){ "help", no_argument, NULL, O_HELP };
+    lo[NFLAG + 2] = (struct option){ NULL, 0, NULL, 0 };
+
+    opterr = 0;
+    optind = 0;
+    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+        if (c >= 1 && c <= NFLAG) {
+            keys[nset] = flags[c - 1].key;
+            vals[nset++] = flags[c - 1].value ? flags[c - 1].value : optarg;
+        } else if (c == O_JSON) {
+            ctl->json = 1;
+        } else if (c == O_HELP) {
+            usage(stdout);
+            ret = DTCTL_OK;
+            goto out;
+        } else {
+            if (optopt >= 1 && optopt <= NFLAG)
+                fprintf(stderr, "%s plan: option '--%s' needs a value\n", ctl->prog,
+                        flags[optopt - 1].name);
+            else
+                fprintf(stderr, "%s plan: unknown option '%s'\n", ctl->prog, argv[optind - 1]);
+            usage(stderr);
+            goto out;
+        }
+    }
+    if (optind < argc)
+        file = argv[optind++];
+    if (optind < argc) {
+        fprintf(stderr, "%s plan: unexpected argument '%s' (one spec file at most)\n", ctl->prog,
+                argv[optind]);
+        goto out;
+    }
+
+    /* the file first, then the flags over it */
+    if (file != NULL && (rc = load_file(file, &spec, &em)) < 0) {
+        fprintf(stderr, "%s plan: %s\n", ctl->prog, em.s);
+        goto out;
+    }
+    for (int i = 0; i < nset; i++) {
+        if ((rc = dt_spec_set(&spec, keys[i], vals[i], &em)) < 0) {
+            fprintf(stderr, "%s plan: %s\n", ctl->prog, em.s);
+            goto out;
+        }
+    }
+    if (spec.kind == NULL && (rc = dt_spec_set(&spec, "kind", "attn", &em)) < 0)
+        goto out;
+    if ((rc = dt_spec_check(&spec, &em)) < 0 ||
+        (rc = dt_plan_req_from_spec(&spec, &req, &em)) < 0) {
+        fprintf(stderr, "%s plan: %s\n", ctl->prog, em.s);
+        goto out;
+    }
+
+    rc = dt_plan_make(&req, &plan, &em);
+    if (ctl->json) {
+        json_t *j = dt_plan_to_json(&req, &plan);
+        if (req.kind == DT_KIND_TRAIN) {
+            int64_t steps = spec.steps > 0 ? spec.steps : 1;
+            json_object_set_new(j, "steps", json_integer(steps));
+            json_object_set_new(j, "total_seconds", json_real(plan.seconds * (double)steps));
+        }
+        dtctl_print_json(j);
+        json_decref(j);
+    } else if (plan.ranks > 0) {
+        report(ctl, &spec, &req, &plan);
+    }
+    if (rc < 0) {
+        fprintf(stderr, "%s plan: refused: %s\n", ctl->prog, em.s[0] ? em.s : dt_strerror(rc));
+        ret = DTCTL_REFUSED;
+        goto out;
+    }
+    ret = DTCTL_OK;
+out:
+    dt_plan_clear(&plan);
+    dt_spec_free(&spec);
+    free(keys);
+    free(vals);
+    return ret;
+}

@@ -1,0 +1,140 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * dtctl submit: a job from a spec file (dt-spec(5)), from flags, or a file
+ * with flags overriding it. Every spec key is also a flag: `--kv-heads 8`
+ * sets kv_heads. The spec is checked here first, so a typo never reaches
+ * the coordinator; the coordinator plans it and refuses what cannot run.
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/dtctl.h"
+#include "common/mem.h"
+#include "common/proto.h"
+#include "common/spec.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: dtctl submit [SPECFILE] [--KEY VALUE ...] [--json]\n"
+               "  every key of dt-spec(5) is a flag, '-' for '_': --kind train --model tiny\n"
+               "  --tokens 64K --ranks 4 --segments 2048,8192 --dilations 1,4 --name demo\n"
+               "  --key=value works too; boolean keys take --causal / --no-causal\n");
+}
+
+/* The spec key a flag names ("--kv-heads" -> "kv_heads"), its value, and
+ * how many arguments it used. Accepts --key VALUE, --key=VALUE, and for
+ * boolean keys a bare --key (yes) or --no-key (no). */
+static int flag(int argc, char **argv, int i, char **key, const char **value, dt_emsg_t *em)
+{
+    const char *arg = argv[i] + 2, *eq = strchr(arg, '=');
+    int neg = strncmp(arg, "no-", 3) == 0 && eq == NULL;
+
+    *key = dt_xstrdup(neg ? arg + 3 : arg);
+    if (eq)
+        (*key)[eq - arg] = '\0';
+    for (char *p = *key; *p; p++)
+        if (*p == '-')
+            *p = '_';
+    int boolean = 0;
+    for (const dt_conf_key_t *k = dt_spec_keys(); k->name; k++)
+        if (strcmp(k->name, *key) == 0)
+            boolean = k->type == DT_CONF_BOOL;
+    if (eq) {
+        *value = eq + 1;
+        return 1;
+    }
+    if (boolean && (neg || i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0)) {
+        *value = neg ? "no" : "yes";
+        return 1;
+    }
+    if (neg) { /* --no-x for a key that is not boolean: let the spec say so */
+        free(*key);
+        *key = dt_xstrdup(arg);
+        for (char *p = *key; *p; p++)
+            if (*p == '-')
+                *p = '_';
+    }
+    if (i + 1 >= argc)
+        return dt_emsg_set(em, DT_EUSAGE, "%s needs a value", argv[i]);
+    *value = argv[i + 1];
+    return 2;
+}
+
+int dtctl_submit(dtctl_t *ctl, int argc, char **argv)
+{
+    dt_spec_t spec = { 0 };
+    dt_emsg_t em = { "" };
+    const char *file = NULL;
+    json_t *res = NULL;
+    int rc, i;
+
+    /* a spec file first (if any), then flags on top */
+    for (i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            usage(stdout);
+            return DTCTL_OK;
+        }
+        if (strncmp(argv[i], "--", 2) == 0) {
+            char *key;
+            const char *val;
+            int used = strcmp(argv[i], "--json") == 0 ? 1 : flag(argc, argv, i, &key, &val, &em);
+            if (used > 0 && strcmp(argv[i], "--json") != 0)
+                free(key);
+            i += used > 1 ? used - 1 : 0;
+            continue;
+        }
+        if (file) {
+            fprintf(stderr, "dtctl submit: more than one spec file ('%s', '%s')\n", file, argv[i]);
+            return DTCTL_USAGE;
+        }
+        file = argv[i];
+    }
+    if (file && (rc = dt_spec_load(file, &spec, &em)) < 0) {
+        fprintf(stderr, "dtctl submit: %s\n", em.s);
+        return DTCTL_USAGE;
+    }
+    for (i = 1; i < argc; i++) {
+        if (strncmp(argv[i], "--", 2) != 0)
+            continue;
+        if (strcmp(argv[i], "--json") == 0) {
+            ctl->json = 1;
+            continue;
+        }
+        char *key = NULL;
+        const char *val;
+        int used = flag(argc, argv, i, &key, &val, &em);
+        if (used < 0 || (rc = dt_spec_set(&spec, key, val, &em)) < 0) {
+            fprintf(stderr, "dtctl submit: %s\n", em.s);
+            usage(stderr);
+            free(key);
+            dt_spec_free(&spec);
+            return DTCTL_USAGE;
+        }
+        free(key);
+        i += used - 1;
+    }
+    if ((rc = dt_spec_check(&spec, &em)) < 0) {
+        fprintf(stderr, "dtctl submit: %s\n", em.s);
+        dt_spec_free(&spec);
+        return DTCTL_USAGE;
+    }
+    char *text = dt_spec_format(&spec);
+    dt_spec_free(&spec);
+    rc = dtctl_request(ctl, DT_MSG_SUBMIT, json_pack("{s:s}", "spec", text), &res, &em);
+    free(text);
+    if (rc < 0)
+        return dtctl_fail(ctl, "submit", rc, &em);
+    if (ctl->json) {
+        json_t *out = json_pack("{s:O, s:O}", "id", json_object_get(res, "id"), "state",
+                                json_object_get(res, "state"));
+        dtctl_print_json(out);
+        json_decref(out);
+    } else {
+        printf("%lld\n", (long long)json_integer_value(json_object_get(res, "id")));
+    }
+    json_decref(res);
+    return DTCTL_OK;
+}

@@ -1,0 +1,507 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * Job specifications: the key table over dt_spec_t, parsing (through conf.c,
+ * so a spec file reads and fails exactly as dt.conf does), setting one key
+ * as a command-line flag would, the checks every spec passes (values in
+ * their sets, the keys that go together), and the canonical text that reads
+ * back to an equal spec. The table is the documentation's source: dt-spec(5)
+ * lists the same keys with the same help lines.
+ *
+ * Not here: what the values mean for a plan (presets, defaults that depend
+ * on the cluster, divisibility): that is coordinator/planner.c. The branch
+ * lists are parsed with engine/attn_spec.c's parser, so a list the engine
+ * would refuse is refused here too; that makes this file need
+ * engine/libdtlayout at link time.
+ */
+#include "config.h"
+
+#include <inttypes.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/mem.h"
+#include "common/spec.h"
+#include "engine/attn.h"
+
+#define KEY(n, t, f, lo, hi, req, h)                                                          \
+    {                                                                                         \
+        .name = (n), .type = (t), .offset = offsetof(dt_spec_t, f), .min = (lo), .max = (hi), \
+        .required = (req), .help = (h)                                                        \
+    }
+#define STR(n, f, req, h) KEY(n, DT_CONF_STRING, f, 0, 0, req, h)
+
+#define TOKENS_MAX (INT64_C(1) << 50) /* dt_attn_parse_branches' limit for lengths */
+#define DAY_MS (INT64_C(24) * 3600 * 1000)
+
+/* Order is the canonical order of dt_spec_format and of dt-spec(5). */
+static const dt_conf_key_t keys[] = {
+    STR("name", name, 0, "free text naming the job (default job)"),
+    STR("kind", kind, 1, "attn, prefill or train"),
+    STR("model", model, 0, "tiny, llama3-8b, llama3-70b or custom (default tiny)"),
+    KEY("dim", DT_CONF_INT, dim, 1, 1 << 20, 0, "model width (overrides the preset)"),
+    KEY("layers", DT_CONF_INT, layers, 1, 100000, 0, "transformer layers"),
+    KEY("heads", DT_CONF_INT, heads, 1, 65536, 0, "query heads H"),
+    KEY("kv_heads", DT_CONF_INT, kv_heads, 1, 65536, 0, "key/value heads Hkv, divides heads"),
+    KEY("ffn", DT_CONF_INT, ffn, 1, 1 << 22, 0, "SwiGLU hidden width"),
+    KEY("vocab", DT_CONF_INT, vocab, 1, 1 << 24, 0, "vocabulary size"),
+    KEY("rope_theta", DT_CONF_INT, rope_theta, 1, INT64_MAX, 0, "RoPE base"),
+    STR("tied", tied, 0, "yes or no: the LM head shares the embedding"),
+    KEY("tokens", DT_CONF_SIZE, tokens, 1, TOKENS_MAX, 1,
+        "sequence length T; K, M, G, T suffixes are powers of 1024"),
+    KEY("causal", DT_CONF_BOOL, causal, 0, 0, 0, "causal attention (default yes)"),
+    STR("segments", segments, 0, "dilated segment lengths w1,w2,... (with dilations)"),
+    STR("dilations", dilations, 0, "dilation rates r1,r2,... (with segments)"),
+    STR("layout", layout, 0, "contiguous or zigzag (default zigzag when causal)"),
+    STR("precision", precision, 0, "fp32, bf16 or fp16 (default bf16 on GPUs, fp32 on cpu)"),
+    STR("gpu", gpu, 0, "cluster preset: h100-sxm, h200 or cpu (default cpu)"),
+    KEY("ranks", DT_CONF_INT, ranks, 1, 1000000, 0, "ranks R (default: the fewest that fit)"),
+    KEY("nodes", DT_CONF_INT, nodes, 1, 1000000, 0, "nodes available (default: as many as needed)"),
+    KEY("gpus_per_node", DT_CONF_INT, gpus_per_node, 1, 1024, 0,
+        "GPUs (or CPU ranks) per node (overrides the preset)"),
+    KEY("spares", DT_CONF_INT, spares, 0, 1000000, 0, "hot spare ranks held back"),
+    KEY("time_limit", DT_CONF_DURATION, time_limit_ms, 1000, 366 * DAY_MS, 0,
+        "wall-clock limit such as 90m or 2h"),
+    STR("partition", partition, 0, "Slurm partition"),
+    STR("account", account, 0, "Slurm account"),
+    STR("qos", qos, 0, "Slurm quality of service"),
+    STR("constraint", constraint, 0, "Slurm node features"),
+    STR("exclude", exclude, 0, "Slurm nodes not to use"),
+    KEY("steps", DT_CONF_INT, steps, 1, INT64_C(1) << 40, 0, "training steps (default 1)"),
+    KEY("seed", DT_CONF_INT, seed, 0, INT64_MAX, 0, "random seed (default 0)"),
+    STR("data", data, 0, "recall (generated task) or a token shard path"),
+    KEY("ckpt_every", DT_CONF_INT, ckpt_every, 1, INT64_C(1) << 40, 0, "steps between checkpoints"),
+    KEY("ckpt_keep", DT_CONF_INT, ckpt_keep, 1, 1000000, 0, "checkpoints kept"),
+    STR("ckpt_dir", ckpt_dir, 0, "checkpoint directory"),
+    { .name = NULL },
+};
+
+const dt_conf_key_t *dt_spec_keys(void)
+{
+    return keys;
+}
+
+/*-- value sets ----------------------------------------------------------------*/
+
+static const char *const kinds[] = { "attn", "prefill", "train", NULL };
+static const char *const models[] = { "tiny", "llama3-8b", "llama3-70b", "custom", NULL };
+static const char *const yesno[] = { "yes", "no", NULL };
+static const char *const layouts[] = { "contiguous", "zigzag", NULL };
+static const char *const precisions[] = { "fp32", "bf16", "fp16", NULL };
+static const char *const gpus[] = { "h100-sxm", "h200", "cpu", NULL };
+
+static const struct {
+    const char *key;
+    const char *const *set;
+} sets[] = {
+    { "kind", kinds },     { "model", models },         { "tied", yesno },
+    { "layout", layouts }, { "precision", precisions }, { "gpu", gpus },
+};
+
+static void *field(const dt_spec_t *s, const dt_conf_key_t *k)
+{
+    return (char *)s + k->offset;
+}
+
+static const dt_conf_key_t *find_key(const char *name)
+{
+    for (const dt_conf_key_t *k = keys; k->name != NULL; k++)
+        if (strcmp(k->name, name) == 0)
+            return k;
+    return NULL;
+}
+
+static int in_set(const char *v, const char *const *set)
+{
+    for (; *set != NULL; set++)
+        if (strcmp(v, *set) == 0)
+            return 1;
+    return 0;
+}
+
+/* "a, b or c" */
+static void set_list(char *buf, size_t n, const char *const *set)
+{
+    size_t len = 0;
+
+    buf[0] = '\0';
+    for (int i = 0; set[i] != NULL && len < n; i++) {
+        const char *sep = i == 0 ? "" : set[i + 1] == NULL ? " or " : ", ";
+        len += (size_t)snprintf(buf + len, n - len, "%s%s", sep, set[i]);
+    }
+}
+
+/* A value as it may appear in a message: short, no control characters. */
+static const char *shown(char buf[64], const char *v)
+{
+    size_t i;
+
+    for (i = 0; v[i] != '\0' && i < 48; i++)
+        buf[i] = (unsigned char)v[i] < 0x20 || v[i] == 0x7f ? '?' : v[i];
+    if (v[i] != '\0') {
+        memcpy(buf + i, "...", 3);
+        i += 3;
+    }
+    buf[i] = '\0';
+    return buf;
+}
+
+/*-- checks --------------------------------------------------------------------*/
+
+/* dt_attn_parse_branches names the flags ("--segments: empty list"); a spec
+ * names its keys ("key 'segments': empty list"). */
+static int branch_error(int rc, const dt_emsg_t *sub, dt_emsg_t *em)
+{
+    static const char *const flags[] = { "segments", "dilations" };
+    char msg[sizeof(sub->s)];
+    size_t n = 0;
+
+    for (int i = 0; i < 2; i++) {
+        size_t len = strlen(flags[i]);
+        if (strncmp(sub->s, "--", 2) == 0 && strncmp(sub->s + 2, flags[i], len) == 0 &&
+            sub->s[2 + len] == ':')
+            return dt_emsg_set(em, rc, "key '%s':%s", flags[i], sub->s + 3 + len);
+    }
+    for (const char *p = sub->s; *p != '\0' && n < sizeof(msg) - 1; p++) {
+        if (p[0] == '-' && p[1] == '-') {
+            p++;
+            continue;
+        }
+        msg[n++] = *p;
+    }
+    msg[n] = '\0';
+    return dt_emsg_set(em, rc, "keys 'segments' and 'dilations': %s", msg);
+}
+
+/* The checks of one key on its own: sets, bounds, text. */
+static int check_key(const dt_spec_t *s, const dt_conf_key_t *k, dt_emsg_t *em)
+{
+    char list[128], sh[64];
+
+    if (k->type == DT_CONF_STRING) {
+        const char *v = *(char **)field(s, k);
+
+        if (v == NULL)
+            return 0;
+        for (const char *p = v; *p != '\0'; p++)
+            if ((unsigned char)*p < 0x20 || *p == 0x7f)
+                return dt_emsg_set(em, DT_EINVAL, "key '%s': control character in '%s'", k->name,
+                                   shown(sh, v));
+        for (size_t i = 0; i < sizeof(sets) / sizeof(sets[0]); i++) {
+            if (strcmp(sets[i].key, k->name) != 0 || in_set(v, sets[i].set))
+                continue;
+            set_list(list, sizeof(list), sets[i].set);
+            return dt_emsg_set(em, DT_EINVAL, "key '%s': unknown value '%s' (expected %s)", k->name,
+                               shown(sh, v), list);
+        }
+        if (v[0] == '\0')
+            return dt_emsg_set(em, DT_EINVAL, "key '%s': empty value (%s)", k->name, k->help);
+        return 0;
+    }
+    if (k->type == DT_CONF_BOOL)
+        return 0;
+    int64_t x = *(int64_t *)field(s, k);
+    /* 0 is "not given" for every integer key but seed and spares, whose
+     * bounds include it. */
+    if (x != 0 && (x < k->min || x > k->max))
+        return dt_emsg_set(em, DT_ERANGE,
+                           "key '%s': value %" PRId64 " out of range (%" PRId64 "..%" PRId64 ")",
+                           k->name, x, k->min, k->max);
+    if (x < 0)
+        return dt_emsg_set(em, DT_ERANGE, "key '%s': negative value %" PRId64, k->name, x);
+    return 0;
+}
+
+int dt_spec_check(const dt_spec_t *s, dt_emsg_t *em)
+{
+    static const char *const shape[] = { "dim", "layers", "heads", "kv_heads", "ffn", "vocab" };
+    int rc;
+
+    if (s->kind == NULL)
+        return dt_emsg_set(em, DT_EINVAL, "key 'kind' is required (attn, prefill or train)");
+    if (s->tokens <= 0)
+        return dt_emsg_set(em, DT_EINVAL,
+                           "key 'tokens' is required (the sequence length T; "
+                           "K, M, G, T suffixes are powers of 1024: 1M = 1048576)");
+    for (const dt_conf_key_t *k = keys; k->name != NULL; k++)
+        if ((rc = check_key(s, k, em)) < 0)
+            return rc;
+    if (s->model != NULL && strcmp(s->model, "custom") == 0) {
+        for (size_t i = 0; i < sizeof(shape) / sizeof(shape[0]); i++)
+            if (*(int64_t *)field(s, find_key(shape[i])) == 0)
+                return dt_emsg_set(em, DT_EINVAL,
+                                   "model = custom needs key '%s' (custom "
+                                   "needs dim, layers, heads, kv_heads, ffn and vocab)",
+                                   shape[i]);
+    }
+    if (s->segments != NULL || s->dilations != NULL) {
+        dt_attn_spec_t a = { 0 };
+        dt_emsg_t sub = { "" };
+
+        if (s->segments == NULL || s->dilations == NULL)
+            return dt_emsg_set(em, DT_EINVAL,
+                               "key '%s' needs key '%s': segments and dilations "
+                               "go together, one dilation per segment",
+                               s->segments ? "segments" : "dilations",
+                               s->segments ? "dilations" : "segments");
+        if ((rc = dt_attn_parse_branches(&a, s->segments, s->dilations, &sub)) < 0)
+            return branch_error(rc, &sub, em);
+    }
+    return 0;
+}
+
+/*-- parse, load, set ------------------------------------------------------------*/
+
+/* Parse into a fresh spec; causal = -1 marks "key not given". */
+static int finish(dt_spec_t *tmp, dt_spec_t *out, dt_emsg_t *em)
+{
+    int rc;
+
+    tmp->causal_set = tmp->causal != -1;
+    if (tmp->causal == -1)
+        tmp->causal = 1;
+    if ((rc = dt_spec_check(tmp, em)) < 0) {
+        dt_spec_free(tmp);
+        return rc;
+    }
+    *out = *tmp;
+    return 0;
+}
+
+int dt_spec_parse(const char *name, const char *text, dt_spec_t *out, dt_emsg_t *em)
+{
+    dt_spec_t tmp = { .causal = -1 };
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    if ((rc = dt_conf_parse(name, text, keys, &tmp, em)) < 0) {
+        dt_spec_free(&tmp);
+        return rc;
+    }
+    return finish(&tmp, out, em);
+}
+
+int dt_spec_load(const char *path, dt_spec_t *out, dt_emsg_t *em)
+{
+    dt_spec_t tmp = { .causal = -1 };
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    if ((rc = dt_conf_load(path, keys, &tmp, em)) < 0) {
+        dt_spec_free(&tmp);
+        return rc;
+    }
+    return finish(&tmp, out, em);
+}
+
+static const char *expected(enum dt_conf_type t)
+{
+    switch (t) {
+    case DT_CONF_STRING:
+        return "a string";
+    case DT_CONF_INT:
+        return "an integer";
+    case DT_CONF_BOOL:
+        return "yes or no";
+    case DT_CONF_DURATION:
+        return "a duration such as 90s, 30m or 2h";
+    case DT_CONF_SIZE:
+        return "a count such as 4096, 64K or 1M (powers of 1024)";
+    }
+    return "?";
+}
+
+int dt_spec_set(dt_spec_t *s, const char *key, const char *value, dt_emsg_t *em)
+{
+    char name[32], sh[64];
+    const dt_conf_key_t *k;
+    int64_t num = 0;
+    int b = 0, rc = 0;
+    size_t i;
+
+    /* flags spell keys with '-' (--kv-heads) */
+    for (i = 0; key[i] != '\0' && i < sizeof(name) - 1; i++)
+        name[i] = key[i] == '-' ? '_' : key[i];
+    name[i] = '\0';
+    if (key[i] != '\0' || (k = find_key(name)) == NULL)
+        return dt_emsg_set(em, DT_EINVAL, "unknown spec key '%s'", shown(sh, key));
+    if (value == NULL)
+        return dt_emsg_set(em, DT_EINVAL, "key '%s': no value", k->name);
+
+    switch (k->type) {
+    case DT_CONF_STRING: {
+        dt_spec_t probe = { 0 };
+        char **f = field(s, k);
+
+        *(char **)field(&probe, k) = (char *)value;
+        if ((rc = check_key(&probe, k, em)) < 0)
+            return rc;
+        if (strcmp(k->name, "segments") == 0 || strcmp(k->name, "dilations") == 0) {
+            /* the list on its own; that they pair up is dt_spec_check's */
+            dt_attn_spec_t a = { 0 };
+            dt_emsg_t sub = { "" };
+
+            if ((rc = dt_attn_parse_branches(&a, value, value, &sub)) < 0) {
+                dt_emsg_t named = sub;
+
+                if (strncmp(sub.s, "--segments", 10) == 0 && k->name[0] == 'd')
+                    dt_emsg_set(&named, rc, "--dilations%s", sub.s + 10);
+                return branch_error(rc, &named, em);
+            }
+        }
+        free(*f);
+        *f = dt_xstrdup(value);
+        return 0;
+    }
+    case DT_CONF_BOOL:
+        rc = dt_conf_parse_bool(value, &b);
+        num = b;
+        break;
+    case DT_CONF_INT:
+        rc = dt_conf_parse_int(value, k->min, k->max, &num);
+        break;
+    case DT_CONF_DURATION:
+        rc = dt_conf_parse_duration(value, &num);
+        break;
+    case DT_CONF_SIZE:
+        rc = dt_conf_parse_size(value, &num);
+        break;
+    }
+    if (rc == 0 && k->type != DT_CONF_BOOL && (num < k->min || num > k->max))
+        rc = DT_ERANGE;
+    if (rc == DT_ERANGE)
+        return dt_emsg_set(em, rc, "key '%s': value '%s' out of range (%" PRId64 "..%" PRId64 ")",
+                           k->name, shown(sh, value), k->min, k->max);
+    if (rc < 0)
+        return dt_emsg_set(em, DT_EINVAL, "key '%s': bad value '%s' (expected %s)", k->name,
+                           shown(sh, value), expected(k->type));
+    if (k->type == DT_CONF_BOOL) {
+        *(int *)field(s, k) = b;
+        if (strcmp(k->name, "causal") == 0)
+            s->causal_set = 1;
+    } else {
+        *(int64_t *)field(s, k) = num;
+    }
+    return 0;
+}
+
+void dt_spec_free(dt_spec_t *s)
+{
+    if (s == NULL)
+        return;
+    dt_conf_free(keys, s);
+    memset(s, 0, sizeof(*s));
+}
+
+/*-- format --------------------------------------------------------------------*/
+
+typedef struct sbuf {
+    char *p;
+    size_t len, cap;
+} sbuf_t;
+
+static void put(sbuf_t *b, const char *s, size_t n)
+{
+    if (b->len + n + 1 > b->cap) {
+        b->cap = (b->len + n + 1) * 2;
+        b->p = dt_xrealloc(b->p, b->cap);
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+static void puts_(sbuf_t *b, const char *s)
+{
+    put(b, s, strlen(s));
+}
+
+/* Bare when conf.c reads it back unchanged; quoted otherwise. */
+static void put_string(sbuf_t *b, const char *v)
+{
+    size_t n = strlen(v);
+    int quote = n == 0 || strpbrk(v, "#\"") != NULL || strchr(" \t\v\f\r", v[0]) != NULL ||
+                strchr(" \t\v\f\r", v[n - 1]) != NULL;
+
+    if (!quote) {
+        put(b, v, n);
+        return;
+    }
+    put(b, "\"", 1);
+    for (; *v != '\0'; v++) {
+        if (*v == '"' || *v == '\\')
+            put(b, "\\", 1);
+        put(b, v, 1);
+    }
+    put(b, "\"", 1);
+}
+
+/* Exact multiples of 1024^k keep their suffix: "1M" for 1048576. */
+static void fmt_size(char *buf, size_t n, int64_t v)
+{
+    static const char suffix[] = "TGMK";
+
+    for (int i = 0; i < 4; i++) {
+        int64_t unit = INT64_C(1) << (40 - 10 * i);
+        if (v % unit == 0) {
+            snprintf(buf, n, "%" PRId64 "%c", v / unit, suffix[i]);
+            return;
+        }
+    }
+    snprintf(buf, n, "%" PRId64, v);
+}
+
+static void fmt_duration(char *buf, size_t n, int64_t ms)
+{
+    if (ms % (3600 * 1000) == 0)
+        snprintf(buf, n, "%" PRId64 "h", ms / (3600 * 1000));
+    else if (ms % (60 * 1000) == 0)
+        snprintf(buf, n, "%" PRId64 "m", ms / (60 * 1000));
+    else if (ms % 1000 == 0)
+        snprintf(buf, n, "%" PRId64 "s", ms / 1000);
+    else
+        snprintf(buf, n, "%" PRId64 "ms", ms);
+}
+
+char *dt_spec_format(const dt_spec_t *s)
+{
+    sbuf_t b = { NULL, 0, 0 };
+    char num[32];
+
+    puts_(&b, "");
+    for (const dt_conf_key_t *k = keys; k->name != NULL; k++) {
+        const void *f = field(s, k);
+
+        if (k->type == DT_CONF_STRING && *(char *const *)f == NULL)
+            continue;
+        if (k->type == DT_CONF_BOOL && !s->causal_set)
+            continue;
+        if (k->type != DT_CONF_STRING && k->type != DT_CONF_BOOL && *(const int64_t *)f == 0)
+            continue;
+        puts_(&b, k->name);
+        puts_(&b, " = ");
+        switch (k->type) {
+        case DT_CONF_STRING:
+            put_string(&b, *(char *const *)f);
+            break;
+        case DT_CONF_BOOL:
+            puts_(&b, *(const int *)f ? "yes" : "no");
+            break;
+        case DT_CONF_INT:
+            snprintf(num, sizeof(num), "%" PRId64, *(const int64_t *)f);
+            puts_(&b, num);
+            break;
+        case DT_CONF_SIZE:
+            fmt_size(num, sizeof(num), *(const int64_t *)f);
+            puts_(&b, num);
+            break;
+        case DT_CONF_DURATION:
+            fmt_duration(num, sizeof(num), *(const int64_t *)f);
+            puts_(&b, num);
+            break;
+        }
+        puts_(&b, "\n");
+    }
+    return b.p;
+}

@@ -1,0 +1,69 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * Job specifications: what a user submits (dtctl submit SPECFILE, or the
+ * same keys as flags), what the coordinator stores and plans, what the
+ * engine runs. The format is dt.conf's `key = value` (conf.h): unknown or
+ * duplicate keys are errors naming the line. The keys are documented in
+ * dt-spec(5); dt_spec_keys() is the table.
+ *
+ * Integer fields use 0 for "not given" (then a default or the planner
+ * decides); strings use NULL.
+ */
+#ifndef DT_SPEC_H
+#define DT_SPEC_H
+
+#include <stdint.h>
+
+#include "common/conf.h"
+#include "common/err.h"
+
+typedef struct dt_spec {
+    char *name;      /* free text, default "job" */
+    char *kind;      /* attn | prefill | train (required) */
+    /* model: a preset, with any explicit field overriding it */
+    char *model;     /* tiny | llama3-8b | llama3-70b | custom (default tiny) */
+    int64_t dim, layers, heads, kv_heads, ffn, vocab, rope_theta;
+    char *tied;      /* yes | no: tie the LM head to the embedding */
+    /* sequence and attention */
+    int64_t tokens;  /* sequence length T (required) */
+    int causal;      /* default yes (1); 0 only when set to no: see causal_set */
+    int causal_set;
+    char *segments;  /* "w1,w2,..." */
+    char *dilations; /* "r1,r2,..." */
+    char *layout;    /* contiguous | zigzag (default zigzag when causal) */
+    char *precision; /* fp32 | bf16 | fp16 (default bf16 on GPUs, fp32 on cpu) */
+    /* resources */
+    char *gpu;       /* cluster preset: h100-sxm | h200 | cpu (default cpu) */
+    int64_t ranks;   /* 0: the planner chooses */
+    int64_t nodes, gpus_per_node, spares;
+    int64_t time_limit_ms;
+    char *partition, *account, *qos, *constraint, *exclude;
+    /* training and data */
+    int64_t steps, seed;
+    char *data;      /* "recall" or a token shard path */
+    int64_t ckpt_every, ckpt_keep;
+    char *ckpt_dir;
+} dt_spec_t;
+
+/* The key table (NULL-name-terminated) over dt_spec_t. */
+const dt_conf_key_t *dt_spec_keys(void);
+
+/* Parse spec text (`name` is used in messages, e.g. the file name) and
+ * check it: kind and tokens given, values in their sets, segments and
+ * dilations together. Returns 0, or DT_ECONF / DT_EINVAL with a message
+ * naming the key. On error *out is left zeroed. */
+int dt_spec_parse(const char *name, const char *text, dt_spec_t *out, dt_emsg_t *em);
+/* Read and parse a spec file. */
+int dt_spec_load(const char *path, dt_spec_t *out, dt_emsg_t *em);
+/* Set one key from a string, as a flag would (`--tokens 1M` style values are
+ * the file's: sizes accept K/M/G). Checks as dt_spec_parse does for that
+ * key. */
+int dt_spec_set(dt_spec_t *s, const char *key, const char *value, dt_emsg_t *em);
+/* Check a spec built with dt_spec_set (the same checks as parse). */
+int dt_spec_check(const dt_spec_t *s, dt_emsg_t *em);
+/* Canonical text: one `key = value` line per set key, in table order,
+ * quoted where needed; parses back to an equal spec. The caller frees it. */
+char *dt_spec_format(const dt_spec_t *s);
+void dt_spec_free(dt_spec_t *s);
+
+#endif /* DT_SPEC_H */

@@ -1,0 +1,76 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * dtcoordd's one context: configuration, the database, listeners, peers and
+ * the in-memory view of live agents. Reached through loop->data; owned and
+ * touched by the loop thread only.
+ */
+#ifndef DT_COORD_H
+#define DT_COORD_H
+
+#include <stdint.h>
+#include <sys/types.h>
+#include <uv.h>
+
+#include "common/conf.h"
+#include "db/db.h"
+
+typedef struct dt_coord_conf {
+    char *state_dir;         /* required */
+    char *socket;            /* Unix socket for dtctl; default STATE_DIR/dtcoordd.sock */
+    char *listen;            /* host:port for agents and remote dtctl; none if unset */
+    char *admin_group;       /* members may see and change every job */
+    int64_t heartbeat_ms;    /* agents' heartbeat interval (reloadable) */
+    int64_t agent_timeout_ms; /* an agent silent this long is lost (reloadable) */
+    char *log_level;         /* error | warn | info | debug (reloadable) */
+    char *log_file;          /* default: stderr with -D, STATE_DIR/dtcoordd.log daemonised */
+    char *pidfile;           /* default STATE_DIR/dtcoordd.pid */
+    char *munge_socket;      /* munged's socket; default libmunge's */
+} dt_coord_conf_t;
+
+const dt_conf_key_t *dt_coord_conf_keys(void);
+
+struct dt_conn;
+
+/* A live agent: the database has the durable record, this the heartbeat. */
+typedef struct dt_live_agent {
+    int64_t id, job;
+    int64_t last_seen_ms; /* monotonic */
+    struct dt_conn *conn; /* NULL while disconnected */
+    int64_t step, tokens; /* last progress */
+    double loss;
+    struct dt_live_agent *next;
+} dt_live_agent_t;
+
+typedef struct dt_coord {
+    uv_loop_t *loop;
+    const char *conf_path;
+    dt_coord_conf_t conf;
+    dt_db_t *db;
+    uv_pipe_t unix_srv;
+    uv_tcp_t tcp_srv;
+    int have_unix, have_tcp;
+    uv_signal_t sig_term, sig_int, sig_hup;
+    uv_timer_t sweep;
+    struct dt_conn *conns;   /* every open connection */
+    dt_live_agent_t *agents; /* live agents (list; hashed by id below) */
+    dt_live_agent_t **agent_tab;
+    size_t agent_cap, nagents;
+    int64_t started_ms;
+    int stopping;
+    int lock_fd; /* pidfile, flock'ed while running */
+} dt_coord_t;
+
+/* Monotonic and wall-clock milliseconds. */
+int64_t dt_coord_mono_ms(void);
+int64_t dt_coord_wall_ms(void);
+
+/* Live agents. */
+dt_live_agent_t *dt_coord_agent_find(dt_coord_t *c, int64_t id);
+dt_live_agent_t *dt_coord_agent_add(dt_coord_t *c, int64_t id, int64_t job);
+void dt_coord_agent_remove(dt_coord_t *c, int64_t id);
+
+/* Begin an orderly stop: close listeners and connections, then the loop
+ * ends. */
+void dt_coord_stop(dt_coord_t *c);
+
+#endif /* DT_COORD_H */

@@ -1,0 +1,486 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * Request handlers for jobs (dtctl) and agents (dtagentd). A submitted spec
+ * is parsed and planned before anything is stored: a job that cannot be
+ * planned is refused with the planner's reason and leaves no row. A planned
+ * job waits in `queued` until agents (or, later, Slurm) start it.
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/mem.h"
+#include "common/spec.h"
+#include "coordinator/auth.h"
+#include "coordinator/job.h"
+#include "coordinator/planner.h"
+
+static int is_admin(const dt_conn_t *k)
+{
+    return dt_auth_is_admin(k->uid, k->gid, k->coord->conf.admin_group);
+}
+
+static json_t *job_json(const dt_job_t *j)
+{
+    json_t *o = json_pack("{s:I, s:s, s:i, s:s, s:I, s:i, s:I, s:I}", "id", (json_int_t)j->id,
+                          "name", j->name ? j->name : "", "owner", (int)j->owner, "state",
+                          dt_job_state_name(j->state), "slurm_id", (json_int_t)j->slurm_id,
+                          "restarts", j->restarts, "created_ms", (json_int_t)j->created_ms,
+                          "updated_ms", (json_int_t)j->updated_ms);
+    json_object_set_new(o, "reason", j->reason ? json_string(j->reason) : json_null());
+    return o;
+}
+
+/* Load a job the peer may see; on failure reply and return < 0. */
+static int load_visible(dt_conn_t *k, const dt_msg_t *m, dt_job_t *j)
+{
+    dt_emsg_t em = { "" };
+    int64_t id;
+    int rc;
+
+    if ((rc = dt_msg_get_int(m, "id", &id, &em)) < 0) {
+        dt_conn_error(k, m->id, rc, "%s", em.s);
+        return rc;
+    }
+    if ((rc = dt_db_job_get(k->coord->db, id, j, &em)) < 0) {
+        if (rc == DT_ENOENT)
+            dt_conn_error(k, m->id, rc, "job %lld not found", (long long)id);
+        else
+            dt_conn_error(k, m->id, rc, "%s", em.s);
+        return rc;
+    }
+    if (j->owner != k->uid && !is_admin(k)) {
+        dt_conn_error(k, m->id, DT_EPERM, "job %lld belongs to another user: permission denied",
+                      (long long)id);
+        dt_job_clear(j);
+        return DT_EPERM;
+    }
+    return 0;
+}
+
+void dt_job_submit(dt_conn_t *k, const dt_msg_t *m)
+{
+    dt_coord_t *c = k->coord;
+    dt_emsg_t em = { "" };
+    const char *text, *name = NULL;
+    dt_spec_t spec;
+    dt_plan_req_t req;
+    dt_plan_t plan = { 0 };
+    char *canon = NULL, *plan_text = NULL;
+    int64_t id = 0;
+    int rc;
+
+    if ((rc = dt_msg_get_str(m, "spec", &text, &em)) < 0 ||
+        (rc = dt_msg_opt_str(m, "name", &name, &em)) < 0) {
+        dt_conn_error(k, m->id, rc, "%s", em.s);
+        return;
+    }
+    if ((rc = dt_spec_parse("spec", text, &spec, &em)) < 0) {
+        dt_conn_error(k, m->id, rc, "%s", em.s);
+        return;
+    }
+    if (name && *name) {
+        free(spec.name);
+        spec.name = dt_xstrdup(name);
+    }
+    if ((rc = dt_plan_req_from_spec(&spec, &req, &em)) < 0 ||
+        (rc = dt_plan_make(&req, &plan, &em)) < 0) {
+        json_t *e = json_pack("{s:i, s:s, s:b}", "code", rc, "error", em.s, "refused", 1);
+        dt_log_info("uid=%u submit refused: %s", (unsigned)k->uid, em.s);
+        dt_conn_reply(k, DT_MSG_ERROR, m->id, e);
+        goto out;
+    }
+    json_t *pj = dt_plan_to_json(&req, &plan);
+    plan_text = json_dumps(pj, JSON_COMPACT);
+    canon = dt_spec_format(&spec);
+    /* submitted, planned, queued: three events, one transaction */
+    if ((rc = dt_db_begin(c->db, &em)) < 0)
+        goto fail;
+    if ((rc = dt_db_job_create(c->db, spec.name ? spec.name : "job", k->uid, canon, &id, &em)) < 0 ||
+        (rc = dt_db_job_plan(c->db, id, plan_text, &em)) < 0 ||
+        (rc = dt_db_job_transition(c->db, id, DT_JOB_QUEUED, NULL,
+                                   "waiting for agents to register", &em)) < 0) {
+        dt_db_rollback(c->db);
+        goto fail;
+    }
+    if ((rc = dt_db_commit(c->db, &em)) < 0) {
+    fail:
+        json_decref(pj);
+        dt_log_error("job=%lld submit failed: %s", (long long)id, em.s);
+        dt_conn_error(k, m->id, rc, "%s", em.s);
+        goto out;
+    }
+    dt_log_info("job=%lld uid=%u ranks=%d tokens=%lld submitted and queued", (long long)id,
+                (unsigned)k->uid, plan.ranks, (long long)req.tokens);
+    dt_conn_reply(k, DT_MSG_OK, m->id,
+                  json_pack("{s:I, s:s, s:o}", "id", (json_int_t)id, "state", "queued", "plan",
+                            pj));
+out:
+    free(canon);
+    free(plan_text);
+    dt_plan_clear(&plan);
+    dt_spec_free(&spec);
+}
+
+static int list_cb(const dt_job_t *j, void *arg)
+{
+    json_array_append_new(arg, job_json(j));
+    return 0;
+}
+
+void dt_job_list(dt_conn_t *k, const dt_msg_t *m)
+{
+    dt_emsg_t em = { "" };
+    json_t *jobs = json_array();
+    int rc = dt_db_job_list(k->coord->db, is_admin(k) ? -1 : (int64_t)k->uid, list_cb, jobs, &em);
+
+    if (rc < 0) {
+        json_decref(jobs);
+        dt_conn_error(k, m->id, rc, "%s", em.s);
+        return;
+    }
+    dt_conn_reply(k, DT_MSG_OK, m->id, json_pack("{s:o}", "jobs", jobs));
+}
+
+static int agent_cb(const dt_agent_t *a, void *arg)
+{
+    json_array_append_new(arg, json_pack("{s:I, s:s, s:i, s:s, s:I, s:I}", "id",
+                                         (json_int_t)a->id, "node", a->node, "slots", a->slots,
+                                         "state", a->state, "registered_ms",
+                                         (json_int_t)a->registered_ms, "last_seen_ms",
+                                         (json_int_t)a->last_seen_ms));
+    return 0;
+}
+
+void dt_job_show(dt_conn_t *k, const dt_msg_t *m)
+{
+    dt_emsg_t em = { "" };
+    dt_job_t j;
+    json_t *agents = json_array();
+
+    if (load_visible(k, m, &j) < 0) {
+        json_decref(agents);
+        return;
+    }
+    dt_db_agents(k->coord->db, j.id, agent_cb, agents, &em);
+    /* live progress from the agents of this job */
+    json_t *prog = json_array();
+    for (dt_live_agent_t *a = k->coord->agents; a; a = a->next)
+        if (a->job == j.id && a->step > 0)
+            json_array_append_new(prog, json_pack("{s:I, s:I, s:I, s:f}", "agent",
+                                                  (json_int_t)a->id, "step", (json_int_t)a->step,
+                                                  "tokens", (json_int_t)a->tokens, "loss",
+                                                  a->loss));
+    json_t *plan = j.plan ? json_loads(j.plan, 0, NULL) : NULL;
+    dt_conn_reply(k, DT_MSG_OK, m->id,
+                  json_pack("{s:o, s:s, s:o, s:o, s:o}", "job", job_json(&j), "spec",
+                            j.spec ? j.spec : "", "plan", plan ? plan : json_null(), "agents",
+                            agents, "progress", prog));
+    dt_job_clear(&j);
+}
+
+void dt_job_cancel(dt_conn_t *k, const dt_msg_t *m)
+{
+    dt_emsg_t em = { "" };
+    const char *why = NULL;
+    dt_job_t j;
+    char detail[512];
+    int rc;
+
+    if (load_visible(k, m, &j) < 0)
+        return;
+    if ((rc = dt_msg_opt_str(m, "reason", &why, &em)) < 0) {
+        dt_conn_error(k, m->id, rc, "%s", em.s);
+        goto out;
+    }
+    if (dt_job_state_terminal(j.state)) {
+        dt_conn_error(k, m->id, DT_ESTATE, "job %lld is already %s", (long long)j.id,
+                      dt_job_state_name(j.state));
+        goto out;
+    }
+    snprintf(detail, sizeof(detail), "cancelled by uid %u%s%s", (unsigned)k->uid,
+             why ? ": " : "", why ? why : "");
+    if ((rc = dt_db_job_transition(k->coord->db, j.id, DT_JOB_CANCELLED, NULL, detail, &em)) < 0) {
+        dt_conn_error(k, m->id, rc, "%s", em.s);
+        goto out;
+    }
+    dt_log_info("job=%lld uid=%u cancelled", (long long)j.id, (unsigned)k->uid);
+    dt_conn_reply(k, DT_MSG_OK, m->id,
+                  json_pack("{s:I, s:s}", "id", (json_int_t)j.id, "state", "cancelled"));
+out:
+    dt_job_clear(&j);
+}
+
+static int event_cb(const dt_event_t *e, void *arg)
+{
+    json_t *o = json_pack("{s:I, s:I, s:s, s:s}", "id", (json_int_t)e->id, "at_ms",
+                          (json_int_t)e->at_ms, "kind", e->kind, "state", e->state);
+    json_object_set_new(o, "detail", e->detail ? json_string(e->detail) : json_null());
+    json_array_append_new(arg, o);
+    return 0;
+}
+
+void dt_job_events(dt_conn_t *k, const dt_msg_t *m)
+{
+    dt_emsg_t em = { "" };
+    int64_t since = 0;
+    dt_job_t j;
+    int rc;
+
+    if (load_visible(k, m, &j) < 0)
+        return;
+    json_t *evs = json_array();
+    if ((rc = dt_msg_opt_int(m, "since", &since, &em)) < 0 ||
+        (rc = dt_db_events(k->coord->db, j.id, since, event_cb, evs, &em)) < 0) {
+        json_decref(evs);
+        dt_conn_error(k, m->id, rc, "%s", em.s);
+    } else {
+        dt_conn_reply(k, DT_MSG_OK, m->id, json_pack("{s:o}", "events", evs));
+    }
+    dt_job_clear(&j);
+}
+
+static int ckpt_cb(const dt_checkpoint_t *ck, void *arg)
+{
+    json_array_append_new(arg, json_pack("{s:I, s:s, s:i, s:I, s:I, s:I}", "step",
+                                         (json_int_t)ck->step, "state", ck->state, "shards",
+                                         ck->shards, "bytes", (json_int_t)ck->bytes,
+                                         "created_ms", (json_int_t)ck->created_ms,
+                                         "committed_ms", (json_int_t)ck->committed_ms));
+    return 0;
+}
+
+void dt_job_checkpoints(dt_conn_t *k, const dt_msg_t *m)
+{
+    dt_emsg_t em = { "" };
+    dt_job_t j;
+    int rc;
+
+    if (load_visible(k, m, &j) < 0)
+        return;
+    json_t *cks = json_array();
+    if ((rc = dt_db_checkpoints(k->coord->db, j.id, ckpt_cb, cks, &em)) < 0) {
+        json_decref(cks);
+        dt_conn_error(k, m->id, rc, "%s", em.s);
+    } else {
+        dt_conn_reply(k, DT_MSG_OK, m->id, json_pack("{s:o}", "checkpoints", cks));
+    }
+    dt_job_clear(&j);
+}
+
+/* ---- agents ---------------------------------------------------------------- */
+
+void dt_agent_register(dt_conn_t *k, const dt_msg_t *m)
+{
+    dt_coord_t *c = k->coord;
+    dt_emsg_t em = { "" };
+    int64_t jid, slots, aid;
+    const char *node;
+    dt_job_t j;
+    int rc;
+
+    if ((rc = dt_msg_get_int(m, "job", &jid, &em)) < 0 ||
+        (rc = dt_msg_get_str(m, "node", &node, &em)) < 0 ||
+        (rc = dt_msg_get_int(m, "slots", &slots, &em)) < 0) {
+        dt_conn_error(k, m->id, rc, "%s", em.s);
+        return;
+    }
+    if (slots < 1 || slots > 1 << 20 || *node == '\0' || strlen(node) > 255) {
+        dt_conn_error(k, m->id, DT_EINVAL, "register: bad node '%.64s' or slots %lld", node,
+                      (long long)slots);
+        return;
+    }
+    if ((rc = dt_db_job_get(c->db, jid, &j, &em)) < 0) {
+        dt_conn_error(k, m->id, rc, "job %lld: %s", (long long)jid,
+                      rc == DT_ENOENT ? "not found" : em.s);
+        return;
+    }
+    if (j.owner != k->uid && !is_admin(k)) {
+        dt_conn_error(k, m->id, DT_EPERM, "job %lld belongs to another user: permission denied",
+                      (long long)jid);
+        goto out;
+    }
+    if (dt_job_state_terminal(j.state)) {
+        dt_conn_error(k, m->id, DT_ESTATE, "job %lld is %s", (long long)jid,
+                      dt_job_state_name(j.state));
+        goto out;
+    }
+    if ((rc = dt_db_agent_register(c->db, jid, node, (int)slots, &aid, &em)) < 0) {
+        dt_conn_error(k, m->id, rc, "%s", em.s);
+        goto out;
+    }
+    dt_live_agent_t *a = dt_coord_agent_find(c, aid);
+    if (a == NULL)
+        a = dt_coord_agent_add(c, aid, jid);
+    a->conn = k;
+    a->last_seen_ms = dt_coord_mono_ms();
+    k->agent = aid;
+    dt_log_info("job=%lld agent=%lld node=%s slots=%lld registered", (long long)jid,
+                (long long)aid, node, (long long)slots);
+    dt_conn_reply(k, DT_MSG_OK, m->id,
+                  json_pack("{s:I, s:I}", "agent", (json_int_t)aid, "heartbeat_ms",
+                            (json_int_t)c->conf.heartbeat_ms));
+out:
+    dt_job_clear(&j);
+}
+
+/* The live agent a message is about, which must be the one this connection
+ * registered; on failure reply and return NULL. */
+static dt_live_agent_t *own_agent(dt_conn_t *k, const dt_msg_t *m)
+{
+    dt_emsg_t em = { "" };
+    int64_t aid;
+    int rc;
+
+    if ((rc = dt_msg_get_int(m, "agent", &aid, &em)) < 0) {
+        dt_conn_error(k, m->id, rc, "%s", em.s);
+        return NULL;
+    }
+    dt_live_agent_t *a = dt_coord_agent_find(k->coord, aid);
+    if (a == NULL || k->agent != aid) {
+        dt_conn_error(k, m->id, DT_ENOENT, "agent %lld is not registered on this connection: "
+                      "register again", (long long)aid);
+        return NULL;
+    }
+    a->last_seen_ms = dt_coord_mono_ms();
+    a->conn = k;
+    return a;
+}
+
+void dt_agent_heartbeat(dt_conn_t *k, const dt_msg_t *m)
+{
+    if (own_agent(k, m))
+        dt_conn_reply(k, DT_MSG_OK, m->id, NULL);
+}
+
+void dt_agent_progress(dt_conn_t *k, const dt_msg_t *m)
+{
+    dt_emsg_t em = { "" };
+    dt_live_agent_t *a = own_agent(k, m);
+    int64_t step = 0, tokens = 0;
+    json_t *loss;
+    int rc;
+
+    if (a == NULL)
+        return;
+    if ((rc = dt_msg_get_int(m, "step", &step, &em)) < 0 ||
+        (rc = dt_msg_opt_int(m, "tokens", &tokens, &em)) < 0) {
+        dt_conn_error(k, m->id, rc, "%s", em.s);
+        return;
+    }
+    a->step = step;
+    a->tokens = tokens;
+    if ((loss = json_object_get(m->body, "loss")) && json_is_number(loss))
+        a->loss = json_number_value(loss);
+    dt_conn_reply(k, DT_MSG_OK, m->id, NULL);
+}
+
+void dt_agent_worker_exit(dt_conn_t *k, const dt_msg_t *m)
+{
+    dt_emsg_t em = { "" };
+    dt_live_agent_t *a = own_agent(k, m);
+    int64_t gen = 0, rank = 0, status = 0, sig = 0;
+    char detail[160];
+    int rc;
+
+    if (a == NULL)
+        return;
+    if ((rc = dt_msg_get_int(m, "rank", &rank, &em)) < 0 ||
+        (rc = dt_msg_opt_int(m, "gen", &gen, &em)) < 0 ||
+        (rc = dt_msg_opt_int(m, "status", &status, &em)) < 0 ||
+        (rc = dt_msg_opt_int(m, "signal", &sig, &em)) < 0) {
+        dt_conn_error(k, m->id, rc, "%s", em.s);
+        return;
+    }
+    snprintf(detail, sizeof(detail), "agent=%lld gen=%lld rank=%lld status=%lld signal=%lld",
+             (long long)a->id, (long long)gen, (long long)rank, (long long)status,
+             (long long)sig);
+    if ((rc = dt_db_event_add(k->coord->db, a->job, "worker_exit", detail, &em)) < 0) {
+        dt_conn_error(k, m->id, rc, "%s", em.s);
+        return;
+    }
+    dt_log_info("job=%lld %s", (long long)a->job, detail);
+    dt_conn_reply(k, DT_MSG_OK, m->id, NULL);
+}
+
+void dt_agent_shard_written(dt_conn_t *k, const dt_msg_t *m)
+{
+    dt_emsg_t em = { "" };
+    dt_live_agent_t *a = own_agent(k, m);
+    int64_t step, rank, bytes;
+    const char *path, *sha;
+    int rc;
+
+    if (a == NULL)
+        return;
+    if ((rc = dt_msg_get_int(m, "step", &step, &em)) < 0 ||
+        (rc = dt_msg_get_int(m, "rank", &rank, &em)) < 0 ||
+        (rc = dt_msg_get_int(m, "bytes", &bytes, &em)) < 0 ||
+        (rc = dt_msg_get_str(m, "path", &path, &em)) < 0 ||
+        (rc = dt_msg_get_str(m, "sha256", &sha, &em)) < 0) {
+        dt_conn_error(k, m->id, rc, "%s", em.s);
+        return;
+    }
+    if (step < 0 || rank < 0 || rank > 1 << 24 || bytes < 0 || strlen(sha) != 64 ||
+        strspn(sha, "0123456789abcdef") != 64) {
+        dt_conn_error(k, m->id, DT_EINVAL, "shard: bad step, rank, bytes or sha256");
+        return;
+    }
+    if ((rc = dt_db_shard_add(k->coord->db, a->job, step, (int)rank, path, bytes, sha, &em)) < 0) {
+        dt_conn_error(k, m->id, rc, "%s", em.s);
+        return;
+    }
+    dt_conn_reply(k, DT_MSG_OK, m->id, NULL);
+}
+
+void dt_agent_sweep(dt_coord_t *c)
+{
+    int64_t now = dt_coord_mono_ms();
+    dt_live_agent_t *a = c->agents, *next;
+
+    for (; a; a = next) {
+        next = a->next;
+        if (now - a->last_seen_ms <= c->conf.agent_timeout_ms)
+            continue;
+        dt_emsg_t em = { "" };
+        dt_log_warn("job=%lld agent=%lld lost: silent for %lld ms", (long long)a->job,
+                    (long long)a->id, (long long)(now - a->last_seen_ms));
+        if (dt_db_agent_set_state(c->db, a->id, "lost", dt_coord_wall_ms(), &em) < 0)
+            dt_log_error("agent=%lld: %s", (long long)a->id, em.s);
+        if (a->conn)
+            a->conn->agent = 0;
+        dt_coord_agent_remove(c, a->id);
+    }
+}
+
+/* After a restart: every agent the database still calls registered gets a
+ * live entry as if just heard from, so it is marked lost unless it
+ * re-registers within agent_timeout. */
+static int reload_agent_cb(const dt_agent_t *a, void *arg)
+{
+    dt_coord_t *c = arg;
+    if (strcmp(a->state, "registered") == 0 && dt_coord_agent_find(c, a->id) == NULL)
+        dt_coord_agent_add(c, a->id, a->job)->last_seen_ms = dt_coord_mono_ms();
+    return 0;
+}
+
+static int reload_job_cb(const dt_job_t *j, void *arg)
+{
+    dt_coord_t *c = arg;
+    dt_emsg_t em = { "" };
+    if (!dt_job_state_terminal(j->state))
+        dt_db_agents(c->db, j->id, reload_agent_cb, c, &em);
+    return 0;
+}
+
+int dt_agent_reload(dt_coord_t *c, dt_emsg_t *em)
+{
+    int rc = dt_db_job_list(c->db, -1, reload_job_cb, c, em);
+    if (rc == 0 && c->nagents > 0)
+        dt_log_info("agents=%zu from before the restart: waiting for them to re-register",
+                    c->nagents);
+    return rc;
+}

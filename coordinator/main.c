@@ -1,0 +1,439 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * dtcoordd: the dt coordinator. Owns the SQLite database of every job,
+ * plans and queues jobs, answers dtctl, tracks agents. Stateless beyond
+ * that database: killed at any moment and restarted, it reloads everything
+ * and agents re-register.
+ *
+ * main() reads top to bottom: arguments, configuration, logging,
+ * daemonising (the parent waits on a status pipe), pidfile, database,
+ * listeners, signals, the loop, and teardown in reverse.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/mem.h"
+#include "coordinator/conn.h"
+#include "coordinator/coord.h"
+#include "coordinator/daemon.h"
+#include "coordinator/job.h"
+#include "coordinator/listen.h"
+#include <sys/socket.h>
+
+/* ---- configuration --------------------------------------------------------- */
+
+static const dt_conf_key_t conf_keys[] = {
+    { "state_dir", DT_CONF_STRING, offsetof(dt_coord_conf_t, state_dir), 0, 0, 1, 0,
+      "directory of the database, socket and pidfile" },
+    { "socket", DT_CONF_STRING, offsetof(dt_coord_conf_t, socket), 0, 0, 0, 0,
+      "Unix socket for dtctl (default STATE_DIR/dtcoordd.sock)" },
+    { "listen", DT_CONF_STRING, offsetof(dt_coord_conf_t, listen), 0, 0, 0, 0,
+      "host:port for agents and remote dtctl (munge); unset: no TCP" },
+    { "admin_group", DT_CONF_STRING, offsetof(dt_coord_conf_t, admin_group), 0, 0, 0, 1,
+      "group whose members may see and change every job" },
+    { "heartbeat", DT_CONF_DURATION, offsetof(dt_coord_conf_t, heartbeat_ms), 10, 3600000, 0,
+      1, "agents' heartbeat interval (default 1s)" },
+    { "agent_timeout", DT_CONF_DURATION, offsetof(dt_coord_conf_t, agent_timeout_ms), 100,
+      86400000, 0, 1, "an agent silent this long is lost (default 10s)" },
+    { "log_level", DT_CONF_STRING, offsetof(dt_coord_conf_t, log_level), 0, 0, 0, 1,
+      "error, warn, info or debug (default info)" },
+    { "log_file", DT_CONF_STRING, offsetof(dt_coord_conf_t, log_file), 0, 0, 0, 0,
+      "log file (default stderr with -D, STATE_DIR/dtcoordd.log otherwise)" },
+    { "pidfile", DT_CONF_STRING, offsetof(dt_coord_conf_t, pidfile), 0, 0, 0, 0,
+      "pidfile (default STATE_DIR/dtcoordd.pid)" },
+    { "munge_socket", DT_CONF_STRING, offsetof(dt_coord_conf_t, munge_socket), 0, 0, 0, 0,
+      "munged's socket (default: libmunge's)" },
+    { NULL, 0, 0, 0, 0, 0, 0, NULL },
+};
+
+const dt_conf_key_t *dt_coord_conf_keys(void)
+{
+    return conf_keys;
+}
+
+static char *in_state(const dt_coord_conf_t *cf, const char *name)
+{
+    return dt_xasprintf("%s/%s", cf->state_dir, name);
+}
+
+/* Load and complete the configuration; defaults for what is unset. */
+static int load_conf(const char *path, dt_coord_conf_t *cf, dt_emsg_t *em)
+{
+    dt_coord_conf_t n = { 0 };
+    enum dt_log_level lvl;
+    int rc;
+
+    if ((rc = dt_conf_load(path, conf_keys, &n, em)) < 0)
+        return rc;
+    if (n.log_level && dt_log_parse_level(n.log_level, &lvl) < 0) {
+        rc = dt_emsg_set(em, DT_ECONF, "%s: log_level '%s': error, warn, info or debug", path,
+                         n.log_level);
+        dt_conf_free(conf_keys, &n);
+        return rc;
+    }
+    if (n.heartbeat_ms == 0)
+        n.heartbeat_ms = 1000;
+    if (n.agent_timeout_ms == 0)
+        n.agent_timeout_ms = 10000;
+    if (n.agent_timeout_ms <= n.heartbeat_ms) {
+        rc = dt_emsg_set(em, DT_ECONF, "%s: agent_timeout (%lld ms) must exceed heartbeat "
+                         "(%lld ms)", path, (long long)n.agent_timeout_ms,
+                         (long long)n.heartbeat_ms);
+        dt_conf_free(conf_keys, &n);
+        return rc;
+    }
+    struct sockaddr_storage ss;
+    if (n.listen && *n.listen && (rc = dt_listen_parse(n.listen, &ss, em)) < 0) {
+        char msg[sizeof(em->s)];
+        snprintf(msg, sizeof(msg), "%s", em->s);
+        dt_emsg_set(em, DT_ECONF, "%s: %s", path, msg);
+        dt_conf_free(conf_keys, &n);
+        return DT_ECONF;
+    }
+    if (n.state_dir[0] != '/') {
+        /* the daemon runs from /: make the state directory absolute */
+        char cwd[4096];
+        if (getcwd(cwd, sizeof(cwd)) != NULL) {
+            char *abs = dt_xasprintf("%s/%s", cwd, n.state_dir);
+            free(n.state_dir);
+            n.state_dir = abs;
+        }
+    }
+    if (n.socket == NULL)
+        n.socket = in_state(&n, "dtcoordd.sock");
+    if (n.pidfile == NULL)
+        n.pidfile = in_state(&n, "dtcoordd.pid");
+    *cf = n;
+    return 0;
+}
+
+static void apply_log_level(const dt_coord_conf_t *cf)
+{
+    enum dt_log_level lvl = DT_LOG_INFO;
+    if (cf->log_level)
+        dt_log_parse_level(cf->log_level, &lvl);
+    dt_log_set_level(lvl);
+}
+
+/* SIGHUP: re-read the file; apply what may change while running. */
+static void reload(dt_coord_t *c)
+{
+    dt_coord_conf_t n;
+    dt_emsg_t em = { "" };
+
+    if (load_conf(c->conf_path, &n, &em) < 0) {
+        dt_log_error("reload refused, keeping the running configuration: %s", em.s);
+        return;
+    }
+    const char *fixed[][3] = {
+        { "state_dir", c->conf.state_dir, n.state_dir },
+        { "socket", c->conf.socket, n.socket },
+        { "listen", c->conf.listen, n.listen },
+        { "log_file", c->conf.log_file, n.log_file },
+        { "pidfile", c->conf.pidfile, n.pidfile },
+        { "munge_socket", c->conf.munge_socket, n.munge_socket },
+    };
+    for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++) {
+        const char *a = fixed[i][1] ? fixed[i][1] : "", *b = fixed[i][2] ? fixed[i][2] : "";
+        if (strcmp(a, b) != 0)
+            dt_log_warn("reload: %s changed: restart dtcoordd to apply it", fixed[i][0]);
+    }
+    c->conf.heartbeat_ms = n.heartbeat_ms;
+    c->conf.agent_timeout_ms = n.agent_timeout_ms;
+    free(c->conf.admin_group);
+    c->conf.admin_group = n.admin_group ? dt_xstrdup(n.admin_group) : NULL;
+    free(c->conf.log_level);
+    c->conf.log_level = n.log_level ? dt_xstrdup(n.log_level) : NULL;
+    apply_log_level(&c->conf);
+    dt_conf_free(conf_keys, &n);
+    dt_log_info("configuration reloaded from %s", c->conf_path);
+}
+
+/* ---- time and live agents ------------------------------------------------------- */
+
+int64_t dt_coord_mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t dt_coord_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Open addressing on the agent id; the list keeps iteration simple. */
+static size_t slot_of(const dt_coord_t *c, int64_t id)
+{
+    return (size_t)((uint64_t)id * 0x9e3779b97f4a7c15ULL >> 20) & (c->agent_cap - 1);
+}
+
+dt_live_agent_t *dt_coord_agent_find(dt_coord_t *c, int64_t id)
+{
+    if (c->agent_cap == 0)
+        return NULL;
+    for (size_t i = slot_of(c, id);; i = (i + 1) & (c->agent_cap - 1)) {
+        dt_live_agent_t *a = c->agent_tab[i];
+        if (a == NULL)
+            return NULL;
+        if (a->id == id)
+            return a;
+    }
+}
+
+static void rehash(dt_coord_t *c, size_t cap)
+{
+    free(c->agent_tab);
+    c->agent_cap = cap;
+    c->agent_tab = dt_xcalloc(cap, sizeof(*c->agent_tab));
+    for (dt_live_agent_t *a = c->agents; a; a = a->next) {
+        size_t i = slot_of(c, a->id);
+        while (c->agent_tab[i])
+            i = (i + 1) & (cap - 1);
+        c->agent_tab[i] = a;
+    }
+}
+
+dt_live_agent_t *dt_coord_agent_add(dt_coord_t *c, int64_t id, int64_t job)
+{
+    dt_live_agent_t *a = dt_xcalloc(1, sizeof(*a));
+    a->id = id;
+    a->job = job;
+    a->next = c->agents;
+    c->agents = a;
+    c->nagents++;
+    if (c->nagents * 2 > c->agent_cap)
+        rehash(c, c->agent_cap ? c->agent_cap * 2 : 64);
+    else {
+        size_t i = slot_of(c, id);
+        while (c->agent_tab[i])
+            i = (i + 1) & (c->agent_cap - 1);
+        c->agent_tab[i] = a;
+    }
+    return a;
+}
+
+void dt_coord_agent_remove(dt_coord_t *c, int64_t id)
+{
+    for (dt_live_agent_t **p = &c->agents; *p; p = &(*p)->next)
+        if ((*p)->id == id) {
+            dt_live_agent_t *a = *p;
+            *p = a->next;
+            free(a);
+            c->nagents--;
+            rehash(c, c->agent_cap); /* rare: agents are lost, not churned */
+            return;
+        }
+}
+
+/* ---- loop ----------------------------------------------------------------------- */
+
+static void on_signal(uv_signal_t *s, int signum)
+{
+    dt_coord_t *c = s->data;
+
+    if (signum == SIGHUP) {
+        reload(c);
+        return;
+    }
+    dt_log_info("signal %d: stopping", signum);
+    dt_coord_stop(c);
+}
+
+static void on_sweep(uv_timer_t *t)
+{
+    dt_agent_sweep(t->data);
+}
+
+void dt_coord_stop(dt_coord_t *c)
+{
+    if (c->stopping)
+        return;
+    c->stopping = 1;
+    if (c->have_unix)
+        uv_close((uv_handle_t *)&c->unix_srv, NULL);
+    if (c->have_tcp)
+        uv_close((uv_handle_t *)&c->tcp_srv, NULL);
+    for (dt_conn_t *k = c->conns; k; k = k->next)
+        dt_conn_close(k);
+    uv_close((uv_handle_t *)&c->sweep, NULL);
+    uv_close((uv_handle_t *)&c->sig_term, NULL);
+    uv_close((uv_handle_t *)&c->sig_int, NULL);
+    uv_close((uv_handle_t *)&c->sig_hup, NULL);
+}
+
+/* mkdir -p, mode 0755 */
+static int mkdir_p(const char *path)
+{
+    char *p = dt_xstrdup(path);
+    int rc = 0;
+
+    for (char *s = p + 1; *s && rc == 0; s++)
+        if (*s == '/') {
+            *s = '\0';
+            if (mkdir(p, 0755) < 0 && errno != EEXIST)
+                rc = -1;
+            *s = '/';
+        }
+    if (rc == 0 && mkdir(p, 0755) < 0 && errno != EEXIST)
+        rc = -1;
+    free(p);
+    return rc;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: dtcoordd [-D] [-f CONFIG] [-v] [-h]\n"
+               "  -D         stay in the foreground, log to stderr\n"
+               "  -f CONFIG  configuration file (default %s)\n"
+               "  -v         print the version\n"
+               "  -h         this help\n"
+               "See dtcoordd(8) and dt.conf(5).\n",
+            DT_SYSCONFDIR "/dt.conf");
+}
+
+int main(int argc, char **argv)
+{
+    dt_coord_t c = { .lock_fd = -1 };
+    dt_emsg_t em = { "" };
+    int foreground = 0, status_fd = -1, opt, rc, code = 1, logfd = -1;
+    const char *conf_path = DT_SYSCONFDIR "/dt.conf";
+    char *dbpath = NULL;
+    uv_loop_t loop;
+
+    /* arguments */
+    while ((opt = getopt(argc, argv, "Df:vh")) != -1) {
+        switch (opt) {
+        case 'D': foreground = 1; break;
+        case 'f': conf_path = optarg; break;
+        case 'v': printf("dtcoordd %s\n", PACKAGE_VERSION); return 0;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind < argc) {
+        usage(stderr);
+        return 2;
+    }
+
+    /* configuration and logging */
+    dt_log_init("dtcoordd", DT_LOG_INFO);
+    c.conf_path = conf_path;
+    if (load_conf(conf_path, &c.conf, &em) < 0) {
+        fprintf(stderr, "dtcoordd: %s\n", em.s);
+        return 2;
+    }
+    apply_log_level(&c.conf);
+    if (mkdir_p(c.conf.state_dir) < 0) {
+        fprintf(stderr, "dtcoordd: state_dir %s: %s\n", c.conf.state_dir, strerror(errno));
+        goto out_conf;
+    }
+    if (!foreground || c.conf.log_file) {
+        char *lf = c.conf.log_file ? dt_xstrdup(c.conf.log_file) : in_state(&c.conf, "dtcoordd.log");
+        logfd = open(lf, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+        if (logfd < 0) {
+            fprintf(stderr, "dtcoordd: log_file %s: %s\n", lf, strerror(errno));
+            free(lf);
+            goto out_conf;
+        }
+        free(lf);
+        dt_log_set_fd(logfd);
+        dt_log_set_timestamps(1);
+    }
+
+    /* daemonise: the parent waits for our word */
+    if (!foreground && dt_daemon_start(&status_fd, &em) < 0) {
+        fprintf(stderr, "dtcoordd: %s\n", em.s);
+        goto out_conf;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    if (!foreground && chdir("/") < 0) {
+        dt_emsg_set(&em, DT_EIO, "chdir /: %s", strerror(errno));
+        goto fail;
+    }
+
+    /* pidfile, database, listeners */
+    if ((rc = dt_pidfile_lock(c.conf.pidfile, &em)) < 0)
+        goto fail;
+    c.lock_fd = rc;
+    dbpath = in_state(&c.conf, "dt.db");
+    if (dt_db_open(dbpath, &c.db, &em) < 0)
+        goto fail;
+    uv_loop_init(&loop);
+    loop.data = &c;
+    c.loop = &loop;
+    c.started_ms = dt_coord_mono_ms();
+    uv_signal_init(&loop, &c.sig_term);
+    uv_signal_init(&loop, &c.sig_int);
+    uv_signal_init(&loop, &c.sig_hup);
+    uv_timer_init(&loop, &c.sweep);
+    c.sig_term.data = c.sig_int.data = c.sig_hup.data = c.sweep.data = &c;
+    if (dt_agent_reload(&c, &em) < 0)
+        goto fail_loop;
+    if (dt_listen_unix(&c, c.conf.socket, &em) < 0)
+        goto fail_loop;
+    if (c.conf.listen && *c.conf.listen && dt_listen_tcp(&c, c.conf.listen, &em) < 0)
+        goto fail_loop;
+
+    /* signals and the agent sweep */
+    uv_signal_start(&c.sig_term, on_signal, SIGTERM);
+    uv_signal_start(&c.sig_int, on_signal, SIGINT);
+    uv_signal_start(&c.sig_hup, on_signal, SIGHUP);
+    uv_timer_start(&c.sweep, on_sweep, 250, 250);
+
+    dt_log_info("started pid=%ld db=%s socket=%s listen=%s schema=%d", (long)getpid(), dbpath,
+                c.conf.socket, c.conf.listen ? c.conf.listen : "-", dt_db_version(c.db));
+    dt_daemon_ready(status_fd, NULL);
+    status_fd = -1;
+
+    uv_run(&loop, UV_RUN_DEFAULT);
+
+    /* teardown, in reverse */
+    dt_log_info("stopped");
+    code = 0;
+    unlink(c.conf.socket);
+    goto out_loop;
+
+fail_loop:
+    dt_coord_stop(&c);
+    uv_run(&loop, UV_RUN_DEFAULT);
+fail:
+    dt_log_error("%s", em.s);
+    if (foreground && logfd >= 0) /* the log went to a file: say it here too */
+        fprintf(stderr, "dtcoordd: %s\n", em.s);
+    dt_daemon_ready(status_fd, em.s);
+    if (c.loop == NULL)
+        goto out_db;
+out_loop:
+    while (c.agents)
+        dt_coord_agent_remove(&c, c.agents->id);
+    free(c.agent_tab);
+    uv_loop_close(&loop);
+out_db:
+    dt_db_close(c.db);
+    if (c.lock_fd >= 0) {
+        unlink(c.conf.pidfile);
+        close(c.lock_fd);
+    }
+    free(dbpath);
+out_conf:
+    dt_conf_free(conf_keys, &c.conf);
+    if (logfd >= 0)
+        close(logfd);
+    return code;
+}

@@ -1,0 +1,939 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * The ring-layout planner (planner.h): presets, a first-principles model of
+ * one job on R ranks (memory per rank, FLOPs, bytes per ring step, time),
+ * the choice of R, and the refusals. Pure computation, no I/O.
+ *
+ * Glossary: T tokens, R ranks, c = T / R tokens per rank, H query heads,
+ * Hkv key/value heads, D = dim / H head dimension, P parameters, elem the
+ * bytes of one value at the job's precision (4 fp32, 2 bf16/fp16).
+ *
+ * What each number means, and where it comes from:
+ *
+ * Memory per rank. The engine replicates the weights on every rank (the
+ * gradient all-reduce runs over the ring group; nothing is sharded), so they
+ * do not shrink with R; everything else is per token and does.
+ *  - attn: exactly what `dtengine attn` allocates (engine/attn.c,
+ *    engine/cmd_attn.c): q (c, H, D) and k, v (c, Hkv, D) at elem; o
+ *    (c, H, D) and lse (H, c) in fp32; per branch the ring buffers of packed
+ *    K/V (two when the branch's group has more than one rank; a ring of one
+ *    never receives, and the engine never touches its second buffer, so it
+ *    is never resident); the index arrays of the group being run (three
+ *    int64 per row of the segment, a 48-byte member record per rank), and
+ *    for dilated branches the gathered q, o, lse of each head chunk.
+ *    Branches run one after another, so the largest branch counts, not
+ *    their sum. On the cpu preset (fp32) this is tested against the
+ *    engine's max RSS (tests/integration/plan_memory.sh).
+ *  - prefill: weights P elem; for c tokens the residual stream (dim elem)
+ *    plus one layer's working set, the larger of its attention half
+ *    (normed x, q at elem, k and v at elem, o and lse in fp32) and its FFN
+ *    half (normed x, gate, up and their product at elem); the ring buffers
+ *    and workspace as for attn. No KV cache is kept: the output is the last
+ *    hidden states.
+ *  - train: weights P elem, grads P elem, AdamW's two moments in fp32 (8 P)
+ *    plus an fp32 master copy when elem < 4 (4 P): 16 bytes per parameter
+ *    either way. Activations kept for the backward, per token per layer:
+ *        elem (6 dim + 2 Hkv D + 4 ffn) + 4 H bytes,
+ *    after Korthikanti et al., "Reducing Activation Recomputation in Large
+ *    Transformer Models" (2022), sec. 4.1, whose 34 h bytes per token per
+ *    layer (GPT, 16-bit) we redo for LLaMA: the attention half keeps its
+ *    input x, the normed x, q and the attention output (4 dim), k and v
+ *    (2 Hkv D) and the fp32 LSE (4 H); the FFN half keeps its input, the
+ *    normed x (2 dim), gate, up, silu(gate) and the product (4 ffn). There
+ *    is no dropout in LLaMA, and with flash attention no (T x T) score
+ *    matrix is stored, so the 5 a s / h term of the paper is gone. Plus the
+ *    final hidden state (dim elem). Workspace: fp32 logits for c tokens
+ *    (c vocab 4; their gradient overwrites them), one layer's activation
+ *    gradients (the per-layer size above), the fp32 gradient of the
+ *    residual stream (c dim 4), the attention workspace; ring
+ *    buffers: the forward's plus four fp32 gradient packs (dK/dV travel one
+ *    step behind K/V and come home; two when the ring is one rank).
+ *
+ * FLOPs. Attention from dt_attn_flops (visible (query, key) pairs only;
+ * 4 D per pair per head); the backward costs 2.5 times the forward
+ * (attn.h: flash attention recomputes the scores), so training counts 3.5x.
+ * Matrix products: 2 flops per parameter per token that multiplies (every
+ * layer's Wq, Wk, Wv, Wo, W1, W2, W3 and the LM head; not the embedding
+ * lookup), 6 for training. Prefill and train run every layer; attn is one
+ * attention call.
+ *
+ * Ring steps. For each branch (w, r) (dense: (T, 1)) the ranks holding one
+ * segment form a group: the most blocks one segment touches (a block is
+ * the c tokens of a rank, c / 2 for zigzag, whose ranks hold two chunks),
+ * at most R; 1 when segments sit inside blocks. A member's pack holds, per
+ * head chunk k, the K and V rows at offset k (about L / r of its L tokens in
+ * the segment) of the kv heads that chunk reads. Every step moves one pack
+ * to the next member while one block computes; a step's transfer hides when
+ * pack / bandwidth <= the step's compute (the rank's branch FLOPs over its
+ * steps, at peak times efficiency; causal contiguous layouts make the last
+ * rank do 2 - 1/g times the average). The bandwidth is the node's link when
+ * the group fits in a node and tiles it, else the network. Compute per step
+ * grows as c^2 and the transfer as c, so there is a smallest c that hides:
+ * min_c_hidden, found by bisection over c with R fixed.
+ *
+ * Time: per rank, compute + exposed communication, summed over layers and
+ * branches, plus the matrix products, plus for training the gradient
+ * all-reduce (ring: 2 (R - 1) / R P elem bytes at the slowest link, not
+ * overlapped). attn and prefill: one forward; train: one step.
+ *
+ * Placement: ranks in contiguous blocks of gpus_per_node, so consecutive
+ * ring hops stay inside a node.
+ */
+#include "config.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/mem.h"
+#include "coordinator/planner.h"
+
+#define GiB (1024.0 * 1024.0 * 1024.0)
+#define MiB (1024.0 * 1024.0)
+#define MAX_RANKS 1000000
+#define PLACEMENT_LIST_MAX 4096
+#define TOKENS_MAX ((int64_t)1 << 50)
+
+/*-- presets -------------------------------------------------------------------*/
+
+/* tiny: a LLaMA-shaped model small enough to train on a few CPU cores in a
+ * demo (3.1 M parameters): D = 32, GQA 4:1, tied head. The LLaMA 3
+ * shapes are Meta's published configurations. */
+static const dt_model_t models[] = {
+    { "tiny", 256, 4, 8, 2, 768, 512, 10000, true },
+    { "llama3-8b", 4096, 32, 32, 8, 14336, 128256, 500000, false },
+    { "llama3-70b", 8192, 80, 64, 8, 28672, 128256, 500000, false },
+};
+
+/* peak_fp32: the same machine at fp32 (GPUs without TF32: the non-tensor
+ * FP32 peak), used when a job asks for fp32. */
+static const struct cluster_preset {
+    dt_cluster_t c;
+    double peak_fp32;
+} clusters[] = {
+    /* H100 SXM: 80 GiB HBM3 (76 usable after the CUDA context, allocator
+     * slack and fragmentation), 989 TFLOP/s dense bf16, NVLink 4 at 900 GB/s
+     * both directions together, one 400 Gb/s NDR InfiniBand port per GPU.
+     * Fixed: CUDA context, cuBLAS workspace and NCCL buffers, ~1 GiB. */
+    { { "h100-sxm", 8, 0, 76.0 * GiB, 989e12, 0.5, 450e9, 50e9, 1.0 * GiB }, 67e12 },
+    /* H200: the same compute and links, 141 GB HBM3e (about 140 GiB; 133
+     * usable). */
+    { { "h200", 8, 0, 133.0 * GiB, 989e12, 0.5, 450e9, 50e9, 1.0 * GiB }, 67e12 },
+    /* cpu: one dtengine rank per core, a "node" being one machine of two
+     * ranks, 4 GiB per rank. Peak 100 GFLOP/s fp32 per core (AVX2: two FMA
+     * units x 8 lanes x 2 flops at ~3 GHz); dtengine attn reaches 48-61
+     * GFLOP/s per rank here (AMD EPYC, T = 8192 and 16384), so efficiency
+     * 0.5. Links: shared-memory copies between ranks of one machine (5 GB/s),
+     * 1 GB/s between machines. Fixed: dtengine's max RSS with 16 tokens per
+     * rank under mpirun (bench/memory.sh): 13.2 MiB at R = 1, 13.5 at 2,
+     * 16.5 at 4; 15 MiB. bf16 runs no faster on the CPU kernels. */
+    { { "cpu", 2, 0, 4.0 * GiB, 100e9, 0.5, 5e9, 1e9, 15.0 * MiB }, 100e9 },
+};
+
+#define NELEM(a) (sizeof(a) / sizeof((a)[0]))
+
+int dt_model_preset(const char *name, dt_model_t *out, dt_emsg_t *em)
+{
+    for (size_t i = 0; i < NELEM(models); i++) {
+        if (name != NULL && strcmp(name, models[i].name) == 0) {
+            *out = models[i];
+            return 0;
+        }
+    }
+    return dt_emsg_set(em, DT_EINVAL,
+                       "unknown model '%s' (known: tiny, llama3-8b, llama3-70b; "
+                       "or custom with every shape key)",
+                       name ? name : "(null)");
+}
+
+static const struct cluster_preset *find_cluster(const char *name)
+{
+    for (size_t i = 0; i < NELEM(clusters); i++)
+        if (name != NULL && strcmp(name, clusters[i].c.name) == 0)
+            return &clusters[i];
+    return NULL;
+}
+
+int dt_cluster_preset(const char *name, dt_cluster_t *out, dt_emsg_t *em)
+{
+    const struct cluster_preset *p = find_cluster(name);
+
+    if (p == NULL)
+        return dt_emsg_set(em, DT_EINVAL, "unknown gpu '%s' (known: h100-sxm, h200, cpu)",
+                           name ? name : "(null)");
+    *out = p->c;
+    return 0;
+}
+
+/*-- from a spec -----------------------------------------------------------------*/
+
+static const char *kind_name(enum dt_job_kind k)
+{
+    return k == DT_KIND_TRAIN ? "train" : k == DT_KIND_PREFILL ? "prefill" : "attn";
+}
+
+static const char *prec_name(enum dt_precision p)
+{
+    return p == DT_PREC_FP32 ? "fp32" : p == DT_PREC_FP16 ? "fp16" : "bf16";
+}
+
+int dt_plan_req_from_spec(const dt_spec_t *s, dt_plan_req_t *out, dt_emsg_t *em)
+{
+    const char *model = s->model ? s->model : "tiny", *gpu = s->gpu ? s->gpu : "cpu";
+    const struct cluster_preset *cp;
+    dt_attn_spec_t a = { 0 };
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    if ((rc = dt_spec_check(s, em)) < 0)
+        return rc;
+    out->tokens = s->tokens;
+
+    if (strcmp(model, "custom") == 0) {
+        snprintf(out->model.name, sizeof(out->model.name), "custom");
+        out->model.rope_theta = 500000;
+    } else if ((rc = dt_model_preset(model, &out->model, em)) < 0) {
+        return rc;
+    }
+    if (s->dim)
+        out->model.dim = s->dim;
+    if (s->layers)
+        out->model.layers = s->layers;
+    if (s->heads)
+        out->model.heads = s->heads;
+    if (s->kv_heads)
+        out->model.kv_heads = s->kv_heads;
+    if (s->ffn)
+        out->model.ffn = s->ffn;
+    if (s->vocab)
+        out->model.vocab = s->vocab;
+    if (s->rope_theta)
+        out->model.rope_theta = s->rope_theta;
+    if (s->tied)
+        out->model.tied = strcmp(s->tied, "yes") == 0;
+
+    if ((cp = find_cluster(gpu)) == NULL)
+        return dt_cluster_preset(gpu, &out->cluster, em);
+    out->cluster = cp->c;
+    if (s->nodes)
+        out->cluster.nodes = (int)s->nodes;
+    if (s->gpus_per_node)
+        out->cluster.gpus_per_node = (int)s->gpus_per_node;
+
+    out->kind = strcmp(s->kind, "train") == 0     ? DT_KIND_TRAIN
+                : strcmp(s->kind, "prefill") == 0 ? DT_KIND_PREFILL
+                                                  : DT_KIND_ATTN;
+    if (s->precision == NULL)
+        out->precision = strcmp(gpu, "cpu") == 0 ? DT_PREC_FP32 : DT_PREC_BF16;
+    else
+        out->precision = strcmp(s->precision, "fp32") == 0   ? DT_PREC_FP32
+                         : strcmp(s->precision, "fp16") == 0 ? DT_PREC_FP16
+                                                             : DT_PREC_BF16;
+    if (out->precision == DT_PREC_FP32)
+        out->cluster.peak_flops = cp->peak_fp32;
+
+    out->causal = s->causal_set ? s->causal != 0 : true;
+    if (s->layout != NULL)
+        dt_layout_parse(s->layout, &out->layout);
+    else
+        out->layout = out->causal ? DT_LAYOUT_ZIGZAG : DT_LAYOUT_CONTIGUOUS;
+    if ((rc = dt_attn_parse_branches(&a, s->segments, s->dilations, em)) < 0)
+        return rc;
+    out->nbranch = a.nbranch;
+    memcpy(out->seg, a.seg, sizeof(out->seg));
+    memcpy(out->dil, a.dil, sizeof(out->dil));
+    out->ranks = (int)s->ranks;
+    out->spares = (int)s->spares;
+    return 0;
+}
+
+/*-- the model of one job on R ranks ---------------------------------------------*/
+
+typedef struct bev {
+    int64_t w, r;
+    int group;                          /* ranks of its sub-ring */
+    int segs;                           /* segments a rank's rows touch (sub-rings it runs) */
+    double L;                           /* a member's tokens in one segment */
+    double pack;                        /* one member's K/V pack, bytes */
+    double flops;                       /* one attention forward, whole job */
+    double compute_s;                   /* per rank, one attention forward */
+    double step_compute_s, step_comm_s; /* forward, per ring step */
+    double exposed_s;                   /* per rank, one attention forward (train: fwd + bwd) */
+    bool hidden;
+    double buffers, work; /* bytes */
+} bev_t;
+
+typedef struct ev {
+    int64_t T, c;
+    int R;
+    int nb;
+    bev_t b[DT_ATTN_MAXBRANCH];
+    dt_plan_mem_t mem;
+    double attn_flops, flops, seconds, bytes_per_step;
+    double step_compute_s, step_comm_s;
+    bool hidden;
+} ev_t;
+
+static double elem_of(enum dt_precision p)
+{
+    return p == DT_PREC_FP32 ? 4.0 : 2.0;
+}
+
+static int64_t imin(int64_t a, int64_t b)
+{
+    return a < b ? a : b;
+}
+
+static int64_t imax2(int64_t a, int64_t b)
+{
+    return a > b ? a : b;
+}
+
+static double dmax(double a, double b)
+{
+    return a > b ? a : b;
+}
+
+static int64_t gcd(int64_t a, int64_t b)
+{
+    while (b != 0) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+static int64_t ceil_div(int64_t a, int64_t b)
+{
+    return (a + b - 1) / b;
+}
+
+static bool zig(const dt_plan_req_t *q, int R)
+{
+    return q->layout == DT_LAYOUT_ZIGZAG && R > 1;
+}
+
+/* The attention spec of the request over T tokens. */
+static dt_attn_spec_t attn_spec(const dt_plan_req_t *q, int64_t T)
+{
+    dt_attn_spec_t a = { 0 };
+
+    a.T = T;
+    a.H = (int)q->model.heads;
+    a.Hkv = (int)q->model.kv_heads;
+    a.D = (int)(q->model.dim / q->model.heads);
+    a.causal = q->causal;
+    a.nbranch = q->nbranch;
+    memcpy(a.seg, q->seg, sizeof(a.seg));
+    memcpy(a.dil, q->dil, sizeof(a.dil));
+    a.layout = q->layout;
+    return a;
+}
+
+/* Parameters, and those that multiply every token (matrix products). */
+static void params(const dt_model_t *m, double *P, double *Pmm)
+{
+    double dim = (double)m->dim, kvdim = (double)(m->dim / m->heads * m->kv_heads);
+    double attn = 2 * dim * dim + 2 * dim * kvdim, ffn = 3 * dim * (double)m->ffn;
+    double vd = (double)m->vocab * dim;
+
+    *P = (double)m->layers * (attn + ffn + 2 * dim) + vd + dim + (m->tied ? 0 : vd);
+    *Pmm = (double)m->layers * (attn + ffn) + vd;
+}
+
+/* Activations kept for the backward, per token per layer (see the top). */
+static double train_act_per_token_layer(const dt_model_t *m, double elem)
+{
+    double dim = (double)m->dim, kvdim = (double)(m->dim / m->heads * m->kv_heads);
+    return elem * (6 * dim + 2 * kvdim + 4 * (double)m->ffn) + 4 * (double)m->heads;
+}
+
+/* Bytes per token that grow with c for sure (a lower bound of the per-token
+ * memory, for where to start looking for R). */
+static double act_per_token(const dt_plan_req_t *q)
+{
+    const dt_model_t *m = &q->model;
+    double e = elem_of(q->precision), dim = (double)m->dim, H = (double)m->heads;
+    double kvdim = (double)(m->dim / m->heads * m->kv_heads);
+
+    switch (q->kind) {
+    case DT_KIND_ATTN:
+        return dim * e + 2 * kvdim * e + dim * 4 + H * 4;
+    case DT_KIND_PREFILL: {
+        double attn = e * (2 * dim + 2 * kvdim) + 4 * dim + 4 * H;
+        double ffn = e * (dim + 3 * (double)m->ffn);
+        return dim * e + dmax(attn, ffn);
+    }
+    case DT_KIND_TRAIN:
+        return (double)m->layers * train_act_per_token_layer(m, e) + dim * e;
+    }
+    return 0;
+}
+
+/* One branch on R ranks of c tokens: group, pack, memory. */
+static void branch_shape(const dt_plan_req_t *q, const dt_attn_spec_t *a, int b, int R, int64_t c,
+                         bev_t *o)
+{
+    dt_attn_branch_t br = dt_attn_branch(a, b);
+    double e = elem_of(q->precision);
+    bool zz = zig(q, R) && br.w < a->T;
+    int64_t block = zz ? c / 2 : c, chunks;
+
+    o->w = br.w;
+    o->r = br.r;
+    if (br.w >= a->T) {
+        o->group = R;
+    } else {
+        /* segments start at multiples of w, blocks at multiples of block:
+         * a segment starts at an offset into a block that is a multiple of
+         * gcd(w, block), at worst block - gcd, and touches the blocks up to
+         * that offset + w */
+        int64_t g = gcd(br.w, block);
+        chunks = ceil_div(block - g + br.w, block);
+        o->group = (int)imin(chunks, R);
+    }
+    o->segs = zz ? 2 : 1;
+    o->L = (double)imin(br.w, block);
+
+    /* pack: per head chunk, K and V rows at its offset, of the kv heads it reads */
+    int64_t nrow = ceil_div((int64_t)o->L, br.r);
+    double kvrows = 0;
+    for (int k = 0; k < br.nchunk; k++)
+        kvrows += dt_attn_chunk(a, &br, k).nkv;
+    o->pack = 2.0 * (double)nrow * kvrows * a->D * e;
+
+    /* ring buffers: a ring of one never receives */
+    o->buffers = (o->group > 1 ? 2 : 1) * o->pack;
+    if (q->kind == DT_KIND_TRAIN)
+        o->buffers += (o->group > 1 ? 4 : 2) * o->pack * 4.0 / e;
+    /* index arrays: my positions and local rows (L each), the peer's
+     * positions (L / r), a member record per rank */
+    o->work = 8.0 * (2 * o->L + (double)nrow) + 48.0 * R;
+    /* gathered q (elem), o and lse (fp32) per head chunk, unless the branch
+     * covers all my rows undilated (the engine then works in place) */
+    if (!(br.r == 1 && (int64_t)o->L == c)) {
+        double per = (double)nrow * a->H * (a->D * (e + 4) + 4);
+        o->work += q->kind == DT_KIND_TRAIN ? 2 * per : per; /* + dout, dq, delta */
+    }
+}
+
+/* Per-rank compute and communication of one branch (one attention
+ * forward, or forward + backward for train). */
+static void branch_time(const dt_plan_req_t *q, const dt_attn_spec_t *a, int R, bev_t *o)
+{
+    const dt_cluster_t *cl = &q->cluster;
+    double pe = cl->peak_flops * cl->efficiency, e = elem_of(q->precision);
+    double imb = q->causal && q->layout == DT_LAYOUT_CONTIGUOUS ? 2.0 - 1.0 / o->group : 1.0;
+    dt_attn_spec_t one = *a;
+
+    if (q->nbranch > 0) {
+        one.nbranch = 1;
+        one.seg[0] = o->w;
+        one.dil[0] = o->r;
+    }
+    o->flops = dt_attn_flops(&one);
+    o->compute_s = o->flops / R / pe * imb;
+    o->step_compute_s = o->compute_s / (o->segs * o->group);
+    o->step_comm_s = 0;
+    o->exposed_s = 0;
+    o->hidden = true;
+    if (o->group > 1) {
+        int gpn = cl->gpus_per_node;
+        double bw = o->group <= gpn && gpn % o->group == 0 ? cl->nvlink_bps : cl->net_bps;
+        double transfers = (double)o->segs * (o->group - 1);
+
+        o->step_comm_s = o->pack / bw;
+        o->exposed_s = transfers * dmax(0, o->step_comm_s - o->step_compute_s);
+        o->hidden = o->step_comm_s <= o->step_compute_s;
+        if (q->kind == DT_KIND_TRAIN) {
+            /* backward: 2.5x the compute; K/V again plus their fp32 gradients */
+            double cb = 2.5 * o->step_compute_s, mb = o->pack * (1 + 4.0 / e) / bw;
+            o->exposed_s += transfers * dmax(0, mb - cb);
+            o->hidden = o->hidden && mb <= cb;
+        }
+    }
+}
+
+/* Everything but the placement, for R ranks (T % R checked by the caller). */
+static void evaluate(const dt_plan_req_t *q, int64_t T, int R, ev_t *v)
+{
+    const dt_model_t *m = &q->model;
+    const dt_cluster_t *cl = &q->cluster;
+    dt_attn_spec_t a = attn_spec(q, T);
+    double e = elem_of(q->precision), P = 0, Pmm = 0, pe = cl->peak_flops * cl->efficiency;
+    double layers = q->kind == DT_KIND_ATTN ? 1 : (double)m->layers;
+    double attn_s = 0, worst = -1;
+
+    memset(v, 0, sizeof(*v));
+    v->T = T;
+    v->R = R;
+    v->c = T / R;
+    v->nb = q->nbranch > 0 ? q->nbranch : 1;
+    v->hidden = true;
+    double buffers = 0, work = 0;
+    for (int b = 0; b < v->nb; b++) {
+        bev_t *o = &v->b[b];
+        branch_shape(q, &a, q->nbranch > 0 ? b : -1, R, v->c, o);
+        branch_time(q, &a, R, o);
+        buffers = dmax(buffers, o->buffers);
+        work = dmax(work, o->work);
+        v->attn_flops += o->flops;
+        attn_s += (q->kind == DT_KIND_TRAIN ? 3.5 : 1.0) * o->compute_s + o->exposed_s;
+        v->hidden = v->hidden && o->hidden;
+        /* the plan's ring step is its least hidden branch's */
+        if (o->group > 1 && o->step_comm_s / o->step_compute_s > worst) {
+            worst = o->step_comm_s / o->step_compute_s;
+            v->bytes_per_step = o->pack;
+            v->step_compute_s = o->step_compute_s;
+            v->step_comm_s = o->step_comm_s;
+        }
+    }
+    if (worst < 0)
+        v->step_compute_s = v->b[0].step_compute_s;
+
+    /* memory */
+    double c = (double)v->c, dim = (double)m->dim;
+    dt_plan_mem_t *mm = &v->mem;
+    if (q->kind != DT_KIND_ATTN)
+        params(m, &P, &Pmm);
+    mm->weights = P * e;
+    mm->activations = c * act_per_token(q);
+    mm->kv_buffers = buffers;
+    mm->workspace = work;
+    if (q->kind == DT_KIND_TRAIN) {
+        mm->grads = P * e;
+        mm->optimizer = 8 * P + (e < 4 ? 4 * P : 0);
+        mm->workspace +=
+            c * (double)m->vocab * 4 + c * train_act_per_token_layer(m, e) + c * dim * 4;
+    }
+    mm->fixed = cl->fixed_bytes;
+    mm->total = mm->weights + mm->grads + mm->optimizer + mm->activations + mm->kv_buffers +
+                mm->workspace + mm->fixed;
+
+    /* flops and time */
+    double Tt = (double)T;
+    switch (q->kind) {
+    case DT_KIND_ATTN:
+        v->flops = v->attn_flops;
+        v->seconds = attn_s;
+        break;
+    case DT_KIND_PREFILL:
+        v->flops = layers * v->attn_flops + 2 * Pmm * Tt;
+        v->seconds = layers * attn_s + 2 * Pmm * c / pe;
+        break;
+    case DT_KIND_TRAIN: {
+        int gpn = cl->gpus_per_node;
+        double bw = R <= gpn ? cl->nvlink_bps : cl->net_bps;
+        v->flops = layers * 3.5 * v->attn_flops + 6 * Pmm * Tt;
+        v->seconds = layers * attn_s + 6 * Pmm * c / pe + 2.0 * (R - 1) / R * P * e / bw;
+        break;
+    }
+    }
+}
+
+/*-- checks -------------------------------------------------------------------------*/
+
+static int fail(dt_plan_t *p, dt_emsg_t *em, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* The reason in both places; p->fits false. */
+static int fail(dt_plan_t *p, dt_emsg_t *em, int rc, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(p->reason, sizeof(p->reason), fmt, ap);
+    va_end(ap);
+    p->fits = false;
+    return dt_emsg_set(em, rc, "%s", p->reason);
+}
+
+static int check_req(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
+{
+    const dt_model_t *m = &q->model;
+    const dt_cluster_t *cl = &q->cluster;
+
+    if (q->tokens <= 0 || q->tokens > TOKENS_MAX)
+        return fail(p, em, DT_EINVAL, "tokens=%lld: the sequence length must be 1 to 2^50",
+                    (long long)q->tokens);
+    if (m->heads <= 0 || m->heads > 65536 || m->kv_heads <= 0 || m->dim <= 0)
+        return fail(p, em, DT_EINVAL,
+                    "model %s: dim=%lld heads=%lld kv_heads=%lld must be "
+                    "positive (heads at most 65536)",
+                    m->name, (long long)m->dim, (long long)m->heads, (long long)m->kv_heads);
+    if (m->heads % m->kv_heads != 0)
+        return fail(p, em, DT_EINVAL,
+                    "model %s: kv_heads=%lld must divide heads=%lld "
+                    "(grouped-query attention)",
+                    m->name, (long long)m->kv_heads, (long long)m->heads);
+    if (m->dim % m->heads != 0 || m->dim / m->heads > 65536)
+        return fail(p, em, DT_EINVAL,
+                    "model %s: dim=%lld must be a multiple of heads=%lld "
+                    "(head dimension D = dim / heads)",
+                    m->name, (long long)m->dim, (long long)m->heads);
+    if (q->kind != DT_KIND_ATTN && (m->layers <= 0 || m->ffn <= 0 || m->vocab <= 0))
+        return fail(p, em, DT_EINVAL,
+                    "model %s: layers=%lld ffn=%lld vocab=%lld must be "
+                    "positive for kind %s",
+                    m->name, (long long)m->layers, (long long)m->ffn, (long long)m->vocab,
+                    kind_name(q->kind));
+    if (q->nbranch < 0 || q->nbranch > DT_ATTN_MAXBRANCH)
+        return fail(p, em, DT_EINVAL, "%d dilated branches: at most %d", q->nbranch,
+                    DT_ATTN_MAXBRANCH);
+    for (int b = 0; b < q->nbranch; b++) {
+        if (q->seg[b] <= 0 || q->dil[b] <= 0)
+            return fail(p, em, DT_EINVAL,
+                        "branch %d: segment %lld and dilation %lld must be "
+                        "positive",
+                        b + 1, (long long)q->seg[b], (long long)q->dil[b]);
+        if (q->seg[b] % q->dil[b] != 0)
+            return fail(p, em, DT_EINVAL,
+                        "branch %d: segment length w=%lld is not a multiple "
+                        "of its dilation r=%lld",
+                        b + 1, (long long)q->seg[b], (long long)q->dil[b]);
+    }
+    if (cl->gpus_per_node <= 0 || cl->nodes < 0 || !(cl->mem_bytes > 0) || !(cl->peak_flops > 0) ||
+        !(cl->efficiency > 0 && cl->efficiency <= 1) || !(cl->nvlink_bps > 0) ||
+        !(cl->net_bps > 0) || cl->fixed_bytes < 0)
+        return fail(p, em, DT_EINVAL,
+                    "cluster %s: gpus_per_node, memory, peak FLOP/s and "
+                    "bandwidths must be positive and efficiency in (0, 1]",
+                    cl->name);
+    if (q->ranks < 0 || q->spares < 0)
+        return fail(p, em, DT_EINVAL, "ranks=%d spares=%d must not be negative", q->ranks,
+                    q->spares);
+    return 0;
+}
+
+/* 0 when T tokens split over R ranks in the layout, else why not. */
+static int divides(const dt_plan_req_t *q, int64_t T, int R, char *why, size_t n)
+{
+    if (R > T) {
+        snprintf(why, n,
+                 "tokens T=%lld cannot be split over R=%d ranks (fewer tokens than "
+                 "ranks)",
+                 (long long)T, R);
+        return DT_ELAYOUT;
+    }
+    if (zig(q, R) && T % (2 * (int64_t)R) != 0) {
+        snprintf(why, n,
+                 "tokens T=%lld is not divisible by 2R=%lld (zigzag: each of the %d "
+                 "ranks holds two chunks of c/2 tokens)",
+                 (long long)T, 2 * (long long)R, R);
+        return DT_ELAYOUT;
+    }
+    if (T % R != 0) {
+        snprintf(why, n, "tokens T=%lld is not divisible by R=%d ranks", (long long)T, R);
+        return DT_ELAYOUT;
+    }
+    return 0;
+}
+
+static int capacity(const dt_plan_req_t *q)
+{
+    const dt_cluster_t *cl = &q->cluster;
+    int64_t cap = cl->nodes > 0 ? (int64_t)cl->nodes * cl->gpus_per_node - q->spares : MAX_RANKS;
+    return (int)(cap < 0 ? 0 : imin(cap, MAX_RANKS));
+}
+
+/* "optimizer 64.0 GiB" for the largest component. */
+static void largest(const dt_plan_mem_t *m, char *buf, size_t n)
+{
+    const struct {
+        const char *name;
+        double v;
+    } parts[] = {
+        { "weights", m->weights },       { "grads", m->grads },
+        { "optimizer", m->optimizer },   { "activations", m->activations },
+        { "kv_buffers", m->kv_buffers }, { "workspace", m->workspace },
+        { "fixed", m->fixed },
+    };
+    size_t best = 0;
+
+    for (size_t i = 1; i < NELEM(parts); i++)
+        if (parts[i].v > parts[best].v)
+            best = i;
+    snprintf(buf, n, "%s %.2f GiB", parts[best].name, parts[best].v / GiB);
+}
+
+static int fail_memory(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
+{
+    char big[64];
+
+    largest(&p->mem, big, sizeof(big));
+    return fail(p, em, DT_ENOSPC,
+                "memory: %.2f GiB per rank at R=%d (c=%lld), %.2f GiB "
+                "available per %s rank; largest: %s (weights %.2f, grads %.2f, optimizer %.2f, "
+                "activations %.2f, kv_buffers %.2f, workspace %.2f, fixed %.2f GiB)",
+                p->mem.total / GiB, p->ranks, (long long)p->tokens_per_rank,
+                q->cluster.mem_bytes / GiB, q->cluster.name, big, p->mem.weights / GiB,
+                p->mem.grads / GiB, p->mem.optimizer / GiB, p->mem.activations / GiB,
+                p->mem.kv_buffers / GiB, p->mem.workspace / GiB, p->mem.fixed / GiB);
+}
+
+/*-- the plan -------------------------------------------------------------------------*/
+
+/* Smallest c (R fixed) at which every branch's transfers hide; 0 if none
+ * up to 2^50 tokens. */
+static int64_t min_c_hidden(const dt_plan_req_t *q, int R)
+{
+    int64_t gran = zig(q, R) ? 2 : 1, lo, hi;
+    ev_t v;
+
+    evaluate(q, gran * R, R, &v);
+    if (v.hidden)
+        return gran;
+    for (hi = 2 * gran;; hi *= 2) {
+        if (hi * R > TOKENS_MAX)
+            return 0;
+        evaluate(q, hi * R, R, &v);
+        if (v.hidden)
+            break;
+    }
+    lo = hi / 2; /* not hidden at lo, hidden at hi; both multiples of gran */
+    while (hi - lo > gran) {
+        int64_t mid = lo + (hi - lo) / 2 / gran * gran;
+        evaluate(q, mid * R, R, &v);
+        if (v.hidden)
+            hi = mid;
+        else
+            lo = mid;
+    }
+    return hi;
+}
+
+/* Fill p from the evaluation at v->R, with the placement. */
+static void fill(const dt_plan_req_t *q, const ev_t *v, dt_plan_t *p)
+{
+    int gpn = q->cluster.gpus_per_node, inside = 0;
+    double layers = q->kind == DT_KIND_ATTN ? 1 : (double)q->model.layers;
+
+    p->ranks = v->R;
+    p->nodes = (int)ceil_div((int64_t)v->R + q->spares, gpn);
+    p->tokens_per_rank = v->c;
+    p->nbranch = v->nb;
+    for (int b = 0; b < v->nb; b++) {
+        p->branch[b].w = v->b[b].w;
+        p->branch[b].r = v->b[b].r;
+        p->branch[b].group = v->b[b].group;
+        p->branch[b].bytes_per_step = v->b[b].group > 1 ? v->b[b].pack : 0;
+        p->branch[b].flops = layers * v->b[b].flops;
+    }
+    p->mem = v->mem;
+    p->flops = v->flops;
+    p->flops_per_token = v->flops / (double)v->T;
+    p->bytes_per_step = v->bytes_per_step;
+    p->step_compute_s = v->step_compute_s;
+    p->step_comm_s = v->step_comm_s;
+    p->comm_hidden = v->hidden;
+    p->seconds = v->seconds;
+    free(p->placement);
+    p->placement = dt_xmallocarray((size_t)v->R, sizeof(int));
+    for (int i = 0; i < v->R; i++)
+        p->placement[i] = i / gpn;
+    for (int i = 0; i < v->R; i++)
+        inside += p->placement[i] == p->placement[(i + 1) % v->R];
+    p->intra_node_frac = (double)inside / v->R;
+    p->min_c_hidden = min_c_hidden(q, v->R);
+}
+
+int dt_plan_make(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
+{
+    int64_t T = q->tokens;
+    int cap, R, rc;
+    char why[256];
+    ev_t v;
+
+    memset(p, 0, sizeof(*p));
+    if ((rc = check_req(q, p, em)) < 0)
+        return rc;
+    cap = capacity(q);
+
+    if (q->ranks > 0) {
+        R = q->ranks;
+        if (R > MAX_RANKS)
+            return fail(p, em, DT_ERANGE, "ranks=%d: the planner stops at %d ranks", R, MAX_RANKS);
+        if ((rc = divides(q, T, R, why, sizeof(why))) < 0)
+            return fail(p, em, rc, "%s", why);
+        evaluate(q, T, R, &v);
+        fill(q, &v, p);
+    } else {
+        /* the fewest ranks that fit: start where the per-token part alone
+         * would fill the memory left after the constant part */
+        int64_t limit = imin(MAX_RANKS, q->layout == DT_LAYOUT_ZIGZAG ? imax2(T / 2, 1) : T);
+        int64_t start = 1, last = 0;
+
+        evaluate(q, T, 1, &v);
+        double constant = v.mem.weights + v.mem.grads + v.mem.optimizer + v.mem.fixed;
+        if (constant >= q->cluster.mem_bytes) {
+            /* no R helps: report the parts that do not shrink */
+            char big[64];
+            p->mem.weights = v.mem.weights;
+            p->mem.grads = v.mem.grads;
+            p->mem.optimizer = v.mem.optimizer;
+            p->mem.fixed = v.mem.fixed;
+            p->mem.total = constant;
+            largest(&p->mem, big, sizeof(big));
+            return fail(p, em, DT_ENOSPC,
+                        "memory: weights, grads, optimizer and fixed alone "
+                        "need %.2f GiB per rank, more than the %.2f GiB of a %s rank (largest: "
+                        "%s; every rank holds the whole model)",
+                        constant / GiB, q->cluster.mem_bytes / GiB, q->cluster.name, big);
+        }
+        double need = (double)T * act_per_token(q) / (q->cluster.mem_bytes - constant);
+        if (need > 1)
+            start = need >= (double)MAX_RANKS + 1 ? MAX_RANKS + 1 : (int64_t)ceil(need);
+        R = 0;
+        for (int64_t r = start; r <= limit; r++) {
+            if (divides(q, T, (int)r, why, sizeof(why)) < 0)
+                continue;
+            last = r;
+            evaluate(q, T, (int)r, &v);
+            if (v.mem.total <= q->cluster.mem_bytes) {
+                R = (int)r;
+                break;
+            }
+        }
+        if (R == 0 && last == 0) {
+            if (start > limit && limit < MAX_RANKS)
+                return fail(p, em, DT_ENOSPC,
+                            "memory: %lld tokens need at least %.0f ranks of "
+                            "%.2f GiB, but split over at most %lld",
+                            (long long)T, ceil(need), q->cluster.mem_bytes / GiB, (long long)limit);
+            if (start > limit)
+                return fail(p, em, DT_ERANGE,
+                            "needs at least %.0f ranks to hold %lld tokens "
+                            "in %.2f GiB per rank; the planner stops at %d",
+                            ceil(need), (long long)T, q->cluster.mem_bytes / GiB, MAX_RANKS);
+            return fail(p, em, DT_ELAYOUT,
+                        "tokens T=%lld: no rank count from %lld (the fewest "
+                        "whose memory could fit) to %lld divides it%s",
+                        (long long)T, (long long)start, (long long)limit,
+                        q->layout == DT_LAYOUT_ZIGZAG ? " as zigzag needs (2R | T)" : "");
+        }
+        if (R == 0) {
+            evaluate(q, T, (int)last, &v);
+            fill(q, &v, p);
+            return fail_memory(q, p, em);
+        }
+        fill(q, &v, p);
+    }
+
+    if (p->ranks > cap) {
+        if (q->cluster.nodes > 0)
+            return fail(p, em, DT_ERANGE,
+                        "needs %d ranks (%lld tokens each) but %s has %d "
+                        "nodes x %d = %d ranks%s",
+                        p->ranks, (long long)p->tokens_per_rank, q->cluster.name, q->cluster.nodes,
+                        q->cluster.gpus_per_node, q->cluster.nodes * q->cluster.gpus_per_node,
+                        q->spares ? " before spares" : "");
+        return fail(p, em, DT_ERANGE, "needs %d ranks; the planner stops at %d", p->ranks,
+                    MAX_RANKS);
+    }
+    if (p->mem.total > q->cluster.mem_bytes)
+        return fail_memory(q, p, em);
+    p->fits = true;
+    return 0;
+}
+
+void dt_plan_clear(dt_plan_t *p)
+{
+    if (p == NULL)
+        return;
+    free(p->placement);
+    memset(p, 0, sizeof(*p));
+}
+
+/*-- JSON -------------------------------------------------------------------------------*/
+
+static json_t *bytes(double v)
+{
+    return json_integer((json_int_t)llround(v));
+}
+
+json_t *dt_plan_to_json(const dt_plan_req_t *q, const dt_plan_t *p)
+{
+    json_t *o = json_object(), *mem = json_object(), *br = json_array(), *model, *cl;
+
+    json_object_set_new(o, "fits", json_boolean(p->fits));
+    if (!p->fits)
+        json_object_set_new(o, "reason", json_string(p->reason));
+    json_object_set_new(o, "ranks", json_integer(p->ranks));
+    json_object_set_new(o, "nodes", json_integer(p->nodes));
+    json_object_set_new(o, "spares", json_integer(q->spares));
+    json_object_set_new(o, "tokens_per_rank", json_integer(p->tokens_per_rank));
+    json_object_set_new(o, "memory_per_rank_bytes", bytes(p->mem.total));
+    json_object_set_new(o, "memory_available_bytes", bytes(q->cluster.mem_bytes));
+    json_object_set_new(mem, "weights", bytes(p->mem.weights));
+    json_object_set_new(mem, "grads", bytes(p->mem.grads));
+    json_object_set_new(mem, "optimizer", bytes(p->mem.optimizer));
+    json_object_set_new(mem, "activations", bytes(p->mem.activations));
+    json_object_set_new(mem, "kv_buffers", bytes(p->mem.kv_buffers));
+    json_object_set_new(mem, "workspace", bytes(p->mem.workspace));
+    json_object_set_new(mem, "fixed", bytes(p->mem.fixed));
+    json_object_set_new(o, "memory_breakdown", mem);
+    json_object_set_new(o, "flops", json_real(p->flops));
+    json_object_set_new(o, "flops_per_token", json_real(p->flops_per_token));
+    json_object_set_new(o, "bytes_per_step", bytes(p->bytes_per_step));
+    json_object_set_new(o, "step_compute_s", json_real(p->step_compute_s));
+    json_object_set_new(o, "step_comm_s", json_real(p->step_comm_s));
+    json_object_set_new(o, "seconds", json_real(p->seconds));
+    json_object_set_new(o, "comm_hidden", json_boolean(p->comm_hidden));
+    json_object_set_new(o, "min_c_hidden", json_integer(p->min_c_hidden));
+    for (int b = 0; b < p->nbranch; b++) {
+        json_t *x = json_object();
+        json_object_set_new(x, "segment", json_integer(p->branch[b].w));
+        json_object_set_new(x, "dilation", json_integer(p->branch[b].r));
+        json_object_set_new(x, "group", json_integer(p->branch[b].group));
+        json_object_set_new(x, "bytes_per_step", bytes(p->branch[b].bytes_per_step));
+        json_object_set_new(x, "flops", json_real(p->branch[b].flops));
+        json_array_append_new(br, x);
+    }
+    json_object_set_new(o, "branches", br);
+    if (p->placement == NULL || p->ranks <= PLACEMENT_LIST_MAX) {
+        json_t *pl = json_array(); /* empty when no plan was made */
+        for (int i = 0; p->placement != NULL && i < p->ranks; i++)
+            json_array_append_new(pl, json_integer(p->placement[i]));
+        json_object_set_new(o, "placement", pl);
+    } else {
+        json_t *pl = json_object();
+        int gpn = q->cluster.gpus_per_node;
+        json_object_set_new(pl, "ranks_per_node", json_integer(gpn));
+        json_object_set_new(pl, "nodes", json_integer(ceil_div(p->ranks, gpn)));
+        json_object_set_new(o, "placement", pl);
+    }
+    json_object_set_new(o, "intra_node_frac", json_real(p->intra_node_frac));
+
+    /* the request */
+    json_object_set_new(o, "tokens", json_integer(q->tokens));
+    json_object_set_new(o, "kind", json_string(kind_name(q->kind)));
+    json_object_set_new(o, "precision", json_string(prec_name(q->precision)));
+    json_object_set_new(o, "causal", json_boolean(q->causal));
+    json_object_set_new(o, "layout", json_string(dt_layout_name(q->layout)));
+    model = json_object();
+    json_object_set_new(model, "name", json_string(q->model.name));
+    json_object_set_new(model, "dim", json_integer(q->model.dim));
+    json_object_set_new(model, "layers", json_integer(q->model.layers));
+    json_object_set_new(model, "heads", json_integer(q->model.heads));
+    json_object_set_new(model, "kv_heads", json_integer(q->model.kv_heads));
+    json_object_set_new(model, "ffn", json_integer(q->model.ffn));
+    json_object_set_new(model, "vocab", json_integer(q->model.vocab));
+    json_object_set_new(model, "rope_theta", json_integer(q->model.rope_theta));
+    json_object_set_new(model, "tied", json_boolean(q->model.tied));
+    json_object_set_new(o, "model", model);
+    cl = json_object();
+    json_object_set_new(cl, "name", json_string(q->cluster.name));
+    json_object_set_new(cl, "gpus_per_node", json_integer(q->cluster.gpus_per_node));
+    json_object_set_new(cl, "nodes", json_integer(q->cluster.nodes));
+    json_object_set_new(cl, "mem_bytes", bytes(q->cluster.mem_bytes));
+    json_object_set_new(cl, "peak_flops", json_real(q->cluster.peak_flops));
+    json_object_set_new(cl, "efficiency", json_real(q->cluster.efficiency));
+    json_object_set_new(cl, "nvlink_bps", json_real(q->cluster.nvlink_bps));
+    json_object_set_new(cl, "net_bps", json_real(q->cluster.net_bps));
+    json_object_set_new(cl, "fixed_bytes", bytes(q->cluster.fixed_bytes));
+    json_object_set_new(o, "cluster", cl);
+    return o;
+}

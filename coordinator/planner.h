@@ -1,0 +1,116 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * The ring-layout planner: from a job (tokens, model, attention, kind,
+ * precision) and a cluster (GPUs per node, memory, peak FLOP/s, NVLink and
+ * network bandwidth), the ranks, tokens per rank, per-branch layout, memory
+ * per rank broken down, FLOPs, bytes per ring step, whether communication
+ * hides behind compute (and the smallest c for which it would), estimated
+ * time, and a rank -> node placement. It refuses what cannot work, with the
+ * reason. Pure computation: no I/O, no coordinator state; `dtctl plan` uses
+ * it without a running coordinator.
+ *
+ * The model is first principles: FLOPs from the visible (query, key) pairs
+ * of each branch and the model's matrix products, bytes from the K/V packs
+ * that travel, times from peak FLOP/s times an efficiency and the link
+ * bandwidths. The `cpu` preset describes one dtengine rank per core with
+ * its measured fixed memory; its memory prediction for kind attn is tested
+ * against dtengine attn's max RSS.
+ */
+#ifndef DT_PLANNER_H
+#define DT_PLANNER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "common/err.h"
+#include "common/spec.h"
+#include "engine/attn.h"
+
+typedef struct dt_model {
+    char name[32];
+    int64_t dim, layers, heads, kv_heads, ffn, vocab, rope_theta;
+    bool tied;
+} dt_model_t;
+
+typedef struct dt_cluster {
+    char name[32];
+    int gpus_per_node;
+    int nodes;           /* available nodes; 0 = as many as needed */
+    double mem_bytes;    /* usable memory per GPU (or per CPU rank) */
+    double peak_flops;   /* per GPU, at the job's precision */
+    double efficiency;   /* fraction of peak the kernels reach */
+    double nvlink_bps;   /* bytes/s between GPUs of one node, per direction */
+    double net_bps;      /* bytes/s between nodes, per GPU, per direction */
+    double fixed_bytes;  /* per-process memory before any tensor */
+} dt_cluster_t;
+
+enum dt_job_kind { DT_KIND_ATTN = 0, DT_KIND_PREFILL, DT_KIND_TRAIN };
+enum dt_precision { DT_PREC_FP32 = 0, DT_PREC_BF16, DT_PREC_FP16 };
+
+/* Presets: tiny, llama3-8b, llama3-70b; h100-sxm, h200, cpu. DT_EINVAL with
+ * the list of known names otherwise. */
+int dt_model_preset(const char *name, dt_model_t *out, dt_emsg_t *em);
+int dt_cluster_preset(const char *name, dt_cluster_t *out, dt_emsg_t *em);
+
+typedef struct dt_plan_req {
+    int64_t tokens;
+    dt_model_t model;
+    dt_cluster_t cluster;
+    enum dt_job_kind kind;
+    enum dt_precision precision;
+    bool causal;
+    int nbranch; /* 0: dense */
+    int64_t seg[DT_ATTN_MAXBRANCH], dil[DT_ATTN_MAXBRANCH];
+    enum dt_layout layout;
+    int ranks;   /* 0: the planner chooses the fewest that fit */
+    int spares;
+} dt_plan_req_t;
+
+/* Build a request from a spec (presets, overrides, defaults). */
+int dt_plan_req_from_spec(const dt_spec_t *s, dt_plan_req_t *out, dt_emsg_t *em);
+
+typedef struct dt_plan_branch {
+    int64_t w, r;
+    int group;           /* ranks in its sub-ring; 1 = local */
+    double bytes_per_step;
+    double flops;        /* over the job, one forward */
+} dt_plan_branch_t;
+
+typedef struct dt_plan_mem {
+    double weights, grads, optimizer, activations, kv_buffers, workspace, fixed, total;
+} dt_plan_mem_t;
+
+typedef struct dt_plan {
+    bool fits;
+    char reason[256];    /* why not, when !fits */
+    int ranks, nodes;
+    int64_t tokens_per_rank;
+    int nbranch;
+    dt_plan_branch_t branch[DT_ATTN_MAXBRANCH + 1]; /* dense: one (T, 1) */
+    dt_plan_mem_t mem;   /* per rank, bytes */
+    double flops_per_token, flops;
+    double bytes_per_step;
+    double step_compute_s, step_comm_s;
+    bool comm_hidden;
+    int64_t min_c_hidden; /* smallest c for which comm hides; 0 if never */
+    double seconds;
+    int *placement;      /* [ranks] node of each rank; owned */
+    double intra_node_frac; /* ring hops inside a node */
+} dt_plan_t;
+
+/* Plan. Returns 0 when the job fits; DT_ENOSPC (does not fit in memory),
+ * DT_ELAYOUT (indivisible lengths), DT_EINVAL (w not a multiple of r, bad
+ * shape), DT_ERANGE (needs more GPUs than the cluster has), each with the
+ * reason in em and in out->reason; out is filled as far as it could be
+ * computed in every case. */
+int dt_plan_make(const dt_plan_req_t *req, dt_plan_t *out, dt_emsg_t *em);
+void dt_plan_clear(dt_plan_t *p);
+
+/* The plan as JSON: at least ranks, tokens_per_rank, memory_per_rank_bytes,
+ * memory_breakdown, flops, seconds, comm_hidden, fits, branches, placement,
+ * plus the request's echo. New reference. */
+json_t *dt_plan_to_json(const dt_plan_req_t *req, const dt_plan_t *p);
+
+#endif /* DT_PLANNER_H */

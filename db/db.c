@@ -1,0 +1,1307 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * db.h over SQLite: opening (refusals, WAL, migrations), the statements
+ * prepared once at open, and one function per state change, each a single
+ * transaction that also appends its event. With the migrations in
+ * db/migrate/ this is all the SQL of dt, and the only place SQLite result
+ * codes are seen: they become DT_* codes here, once, with sqlite3_errmsg in
+ * the message. Not here: what the states mean to the coordinator
+ * (coordinator/job.c), who may see a job, or the files a checkpoint names.
+ *
+ * Contract details beyond db.h:
+ * - List functions (jobs, events, agents, checkpoints) read all their rows
+ *   first, then call the callback on each: a failure is reported before
+ *   any callback runs, the callback may itself use the database, and the
+ *   walk is one consistent snapshot. A row's strings are freed right after
+ *   its callback returns; a callback copies what it keeps. The lists of a
+ *   job that does not exist fail with DT_ENOENT.
+ * - restarts counts the generations aborted: it goes up by one on
+ *   starting -> recovering, running -> recovering and running -> queued.
+ * - Shards: the first shard of a step creates its checkpoint, partial, with
+ *   one event "checkpoint_partial" ("step=N"); further shards add no event.
+ *   A shard for a committed checkpoint is refused (DT_EINVAL); one for a
+ *   corrupt or deleted checkpoint starts that step over as a new partial
+ *   checkpoint (its old shards are dropped), since a job that resumed from
+ *   an older checkpoint writes the same step again.
+ * - Checkpoint states move partial -> committed | corrupt | deleted,
+ *   committed -> corrupt | deleted, corrupt -> deleted; anything else is
+ *   DT_EINVAL and changes nothing.
+ * - Agent states are "registered", "lost" and "gone"; others are DT_EINVAL.
+ * - A database opened at schema version 1 (dt_db_open_at) has no agents or
+ *   checkpoints: those functions return DT_ENOTSUP.
+ */
+#include "config.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <sqlite3.h>
+
+#include "common/err.h"
+#include "common/mem.h"
+#include "db/db.h"
+
+/* dt_migrations[v - 1] takes a database from version v - 1 to v. */
+#include "db/migrations.inc"
+
+#define NELEM(a) (sizeof(a) / sizeof((a)[0]))
+
+_Static_assert(NELEM(dt_migrations) == DT_DB_VERSION,
+               "one db/migrate/*.sql file per schema version");
+
+/* PRAGMA takes no bound parameters, so each version's statement is a
+ * constant: no SQL is ever formatted. */
+static const char *const set_version[] = {
+    NULL,
+    "PRAGMA user_version = 1",
+    "PRAGMA user_version = 2",
+};
+_Static_assert(NELEM(set_version) == DT_DB_VERSION + 1, "one set_version per schema version");
+
+#define BUSY_TIMEOUT_MS 5000
+
+/*-- statements ---------------------------------------------------------------*/
+
+/* X(name, schema version it needs, SQL). Prepared once at open when the
+ * database is at that version or newer. Parameters are always bound. */
+#define JOB_COLS                                                                       \
+    "id, name, owner_uid, state, spec, plan, reason, slurm_id, restarts, created_ms, " \
+    "updated_ms"
+#define EVENT_COLS "id, job_id, at_ms, kind, state, detail"
+#define AGENT_COLS "id, job_id, node, slots, state, registered_ms, last_seen_ms"
+
+#define STATEMENTS(X)                                                                              \
+    X(BEGIN, 0, "BEGIN IMMEDIATE")                                                                 \
+    X(COMMIT, 0, "COMMIT")                                                                         \
+    X(ROLLBACK, 0, "ROLLBACK")                                                                     \
+    X(JOB_INSERT, 1,                                                                               \
+      "INSERT INTO jobs (name, owner_uid, state, spec, created_ms, updated_ms) "                   \
+      "VALUES (?1, ?2, 'submitted', ?3, ?4, ?4)")                                                  \
+    X(JOB_GET, 1, "SELECT " JOB_COLS " FROM jobs WHERE id = ?1")                                   \
+    X(JOB_LIST, 1, "SELECT " JOB_COLS " FROM jobs WHERE ?1 IS NULL OR owner_uid = ?1 ORDER BY id") \
+    X(JOB_STATE, 1, "SELECT state FROM jobs WHERE id = ?1")                                        \
+    X(JOB_SET_STATE, 1,                                                                            \
+      "UPDATE jobs SET state = ?2, reason = ?3, updated_ms = ?4, restarts = restarts + ?5 "        \
+      "WHERE id = ?1")                                                                             \
+    X(JOB_SET_PLAN, 1, "UPDATE jobs SET plan = ?2 WHERE id = ?1")                                  \
+    X(EVENT_INSERT, 1,                                                                             \
+      "INSERT INTO events (job_id, at_ms, kind, state, detail) VALUES (?1, ?2, ?3, ?4, ?5)")       \
+    X(EVENT_LIST, 1,                                                                               \
+      "SELECT " EVENT_COLS " FROM events WHERE job_id = ?1 AND id > ?2 ORDER BY id")               \
+    X(AGENT_UPSERT, 2,                                                                             \
+      "INSERT INTO agents (job_id, node, slots, state, registered_ms, last_seen_ms) "              \
+      "VALUES (?1, ?2, ?3, 'registered', ?4, ?4) "                                                 \
+      "ON CONFLICT (job_id, node) DO UPDATE SET slots = excluded.slots, "                          \
+      "state = 'registered', registered_ms = excluded.registered_ms, "                             \
+      "last_seen_ms = excluded.last_seen_ms RETURNING id")                                         \
+    X(AGENT_GET, 2, "SELECT " AGENT_COLS " FROM agents WHERE id = ?1")                             \
+    X(AGENT_LIST, 2, "SELECT " AGENT_COLS " FROM agents WHERE job_id = ?1 ORDER BY id")            \
+    X(AGENT_SET_STATE, 2, "UPDATE agents SET state = ?2, last_seen_ms = ?3 WHERE id = ?1")         \
+    X(CKPT_FIND, 2, "SELECT id, state FROM checkpoints WHERE job_id = ?1 AND step = ?2")           \
+    X(CKPT_INSERT, 2,                                                                              \
+      "INSERT INTO checkpoints (job_id, step, state, created_ms) "                                 \
+      "VALUES (?1, ?2, 'partial', ?3)")                                                            \
+    X(CKPT_RESTART, 2,                                                                             \
+      "UPDATE checkpoints SET state = 'partial', created_ms = ?2, committed_ms = NULL "            \
+      "WHERE id = ?1")                                                                             \
+    X(CKPT_SET_STATE, 2,                                                                           \
+      "UPDATE checkpoints SET state = ?2, "                                                        \
+      "committed_ms = CASE WHEN ?2 = 'committed' THEN ?3 ELSE committed_ms END "                   \
+      "WHERE id = ?1")                                                                             \
+    X(CKPT_LIST, 2,                                                                                \
+      "SELECT c.id, c.job_id, c.step, c.state, count(s.rank), coalesce(sum(s.bytes), 0), "         \
+      "c.created_ms, c.committed_ms FROM checkpoints c "                                           \
+      "LEFT JOIN shards s ON s.checkpoint_id = c.id "                                              \
+      "WHERE c.job_id = ?1 GROUP BY c.id ORDER BY c.step")                                         \
+    X(SHARD_UPSERT, 2,                                                                             \
+      "INSERT INTO shards (checkpoint_id, rank, path, bytes, sha256) "                             \
+      "VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (checkpoint_id, rank) DO UPDATE SET "               \
+      "path = excluded.path, bytes = excluded.bytes, sha256 = excluded.sha256")                    \
+    X(SHARD_DROP, 2, "DELETE FROM shards WHERE checkpoint_id = ?1")
+
+enum stmt {
+#define STMT_ENUM(name, ver, sql) S_##name,
+    STATEMENTS(STMT_ENUM)
+#undef STMT_ENUM
+        S_COUNT
+};
+
+static const struct {
+    int version;
+    const char *sql;
+} stmt_def[S_COUNT] = {
+#define STMT_DEF(name, ver, sql) [S_##name] = { (ver), sql },
+    STATEMENTS(STMT_DEF)
+#undef STMT_DEF
+};
+
+struct dt_db {
+    sqlite3 *h;
+    int outer;        /* inside dt_db_begin: calls join that transaction */
+    int outer_failed; /* a call inside it failed: commit must roll back */
+    char *path;  /* for messages */
+    int version; /* user_version after migration */
+    sqlite3_stmt *st[S_COUNT];
+};
+
+/*-- job states and the transition table --------------------------------------*/
+
+static const char *const state_names[DT_JOB_NSTATES] = {
+#define STATE_NAME(name, str) [DT_JOB_##name] = str,
+    DT_JOB_STATES(STATE_NAME)
+#undef STATE_NAME
+};
+
+/* The legal transitions (also in dtctl(1)). A state never moves to itself.
+ *
+ *   from         to
+ *   submitted    planned, failed, cancelled
+ *   planned      queued, failed, cancelled
+ *   queued       starting, failed, cancelled
+ *   starting     running, recovering, failed, cancelled
+ *   running      recovering, completed, failed, cancelled,
+ *                queued (the Slurm job was requeued or preempted)
+ *   recovering   running (same workers resumed), starting (a new
+ *                generation), queued (requeue without the bad node),
+ *                failed, cancelled
+ *   failed       queued (resume)
+ *   cancelled    queued (resume)
+ *   completed    nothing: terminal
+ */
+#define TO(s) (1u << DT_JOB_##s)
+static const unsigned legal_next[DT_JOB_NSTATES] = {
+    [DT_JOB_SUBMITTED] = TO(PLANNED) | TO(FAILED) | TO(CANCELLED),
+    [DT_JOB_PLANNED] = TO(QUEUED) | TO(FAILED) | TO(CANCELLED),
+    [DT_JOB_QUEUED] = TO(STARTING) | TO(FAILED) | TO(CANCELLED),
+    [DT_JOB_STARTING] = TO(RUNNING) | TO(RECOVERING) | TO(FAILED) | TO(CANCELLED),
+    [DT_JOB_RUNNING] = TO(RECOVERING) | TO(COMPLETED) | TO(FAILED) | TO(CANCELLED) | TO(QUEUED),
+    [DT_JOB_RECOVERING] = TO(RUNNING) | TO(STARTING) | TO(QUEUED) | TO(FAILED) | TO(CANCELLED),
+    [DT_JOB_COMPLETED] = 0,
+    [DT_JOB_FAILED] = TO(QUEUED),
+    [DT_JOB_CANCELLED] = TO(QUEUED),
+};
+#undef TO
+
+static bool state_valid(enum dt_job_state s)
+{
+    return (unsigned)s < DT_JOB_NSTATES;
+}
+
+const char *dt_job_state_name(enum dt_job_state s)
+{
+    return state_valid(s) ? state_names[s] : "unknown";
+}
+
+int dt_job_state_parse(const char *s, enum dt_job_state *out)
+{
+    for (int i = 0; i < DT_JOB_NSTATES; i++)
+        if (s != NULL && strcmp(s, state_names[i]) == 0) {
+            *out = (enum dt_job_state)i;
+            return 0;
+        }
+    return DT_EINVAL;
+}
+
+bool dt_job_transition_ok(enum dt_job_state from, enum dt_job_state to)
+{
+    return state_valid(from) && state_valid(to) && (legal_next[from] & (1u << to)) != 0;
+}
+
+bool dt_job_state_terminal(enum dt_job_state s)
+{
+    return s == DT_JOB_COMPLETED || s == DT_JOB_FAILED || s == DT_JOB_CANCELLED;
+}
+
+/* A transition that ends a generation of workers early. */
+static bool aborts_generation(enum dt_job_state from, enum dt_job_state to)
+{
+    return (from == DT_JOB_STARTING || from == DT_JOB_RUNNING) &&
+           (to == DT_JOB_RECOVERING || to == DT_JOB_QUEUED);
+}
+
+/*-- helpers: time, errors, binding -------------------------------------------*/
+
+/* Wall-clock time, unix epoch milliseconds (stored times are shown to users
+ * and outlive the process, so not the monotonic clock). */
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The one translation of SQLite result codes into dt's. */
+static int sq_code(sqlite3 *h, int rc)
+{
+    int e;
+
+    switch (rc & 0xff) {
+    case SQLITE_OK:
+    case SQLITE_ROW:
+    case SQLITE_DONE:
+        return DT_OK;
+    case SQLITE_NOTADB:
+    case SQLITE_CORRUPT:
+        return DT_EFORMAT;
+    case SQLITE_PERM:
+    case SQLITE_AUTH:
+    case SQLITE_READONLY:
+        return DT_EACCES;
+    case SQLITE_FULL:
+        return DT_ENOSPC;
+    case SQLITE_NOMEM:
+        return DT_ENOMEM;
+    case SQLITE_BUSY: /* still locked after the busy timeout */
+    case SQLITE_LOCKED:
+        return DT_ETIMEDOUT;
+    case SQLITE_CONSTRAINT:
+    case SQLITE_TOOBIG:
+    case SQLITE_MISMATCH:
+    case SQLITE_RANGE:
+        return DT_EINVAL;
+    case SQLITE_CANTOPEN:
+    case SQLITE_IOERR:
+        e = h ? sqlite3_system_errno(h) : 0;
+        if (e == EACCES || e == EPERM || e == EROFS)
+            return DT_EACCES;
+        if (e == ENOSPC || e == EDQUOT)
+            return DT_ENOSPC;
+        return DT_EIO;
+    default:
+        return DT_EIO;
+    }
+}
+
+/* Fill em with "PATH: CTX: <sqlite's message>" and return the dt code. Read
+ * sqlite3_errmsg before anything else touches the connection. */
+static int sq_fail(dt_db_t *db, dt_emsg_t *em, int rc, const char *ctx)
+{
+    int e = db->h ? sqlite3_system_errno(db->h) : 0;
+
+    if ((rc & 0xff) == SQLITE_CANTOPEN && e != 0)
+        return dt_emsg_set(em, sq_code(db->h, rc), "%s: %s: %s (%s)", db->path, ctx,
+                           sqlite3_errmsg(db->h), strerror(e));
+    return dt_emsg_set(em, sq_code(db->h, rc), "%s: %s: %s", db->path, ctx, sqlite3_errmsg(db->h));
+}
+
+/* Binders carry the first failure in *rc, so a sequence of binds is checked
+ * once, by step(). Strings are bound SQLITE_STATIC: every statement is
+ * reset (bindings cleared) before the function that bound it returns. */
+static void bind_i64(sqlite3_stmt *st, int i, int64_t v, int *rc)
+{
+    if (*rc == SQLITE_OK)
+        *rc = sqlite3_bind_int64(st, i, v);
+}
+
+static void bind_str(sqlite3_stmt *st, int i, const char *s, int *rc)
+{
+    if (*rc == SQLITE_OK)
+        *rc = s ? sqlite3_bind_text(st, i, s, -1, SQLITE_STATIC) : sqlite3_bind_null(st, i);
+}
+
+static int step(sqlite3_stmt *st, int rc)
+{
+    return rc == SQLITE_OK ? sqlite3_step(st) : rc;
+}
+
+static void reset(sqlite3_stmt *st)
+{
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+}
+
+/* Run a statement that returns no rows; on failure fill em. Resets it. */
+static int run(dt_db_t *db, sqlite3_stmt *st, int rc, dt_emsg_t *em, const char *ctx)
+{
+    int err = 0;
+
+    rc = step(st, rc);
+    if (rc != SQLITE_DONE)
+        err = sq_fail(db, em, rc, ctx);
+    reset(st);
+    return err;
+}
+
+static char *col_str(sqlite3_stmt *st, int i)
+{
+    const unsigned char *s = sqlite3_column_text(st, i);
+
+    return s ? dt_xstrdup((const char *)s) : NULL;
+}
+
+/* Grow a row array by one; returns the (possibly moved) array. */
+static void *grow(void *rows, size_t n, size_t *cap, size_t size)
+{
+    if (n < *cap)
+        return rows;
+    *cap = *cap ? 2 * *cap : 16;
+    return dt_xrealloc(rows, *cap * size);
+}
+
+/*-- transactions -------------------------------------------------------------*/
+
+/* BEGIN IMMEDIATE takes the write lock up front, so a transaction that
+ * reads then writes never fails half way with SQLITE_BUSY. */
+static int tx_begin(dt_db_t *db, dt_emsg_t *em, const char *ctx)
+{
+    if (db->outer)
+        return 0;
+    return run(db, db->st[S_BEGIN], SQLITE_OK, em, ctx);
+}
+
+static void tx_rollback(dt_db_t *db)
+{
+    if (db->outer) {
+        db->outer_failed = 1; /* dt_db_commit rolls the whole thing back */
+        return;
+    }
+    /* SQLite may already have rolled back (SQLITE_FULL, SQLITE_IOERR). */
+    if (!sqlite3_get_autocommit(db->h))
+        run(db, db->st[S_ROLLBACK], SQLITE_OK, NULL, "rollback");
+}
+
+static int tx_commit(dt_db_t *db, dt_emsg_t *em, const char *ctx)
+{
+    if (db->outer)
+        return 0;
+    int err = run(db, db->st[S_COMMIT], SQLITE_OK, em, ctx);
+
+    if (err)
+        tx_rollback(db);
+    return err;
+}
+
+int dt_db_begin(dt_db_t *db, dt_emsg_t *em)
+{
+    int err;
+
+    assert(!db->outer);
+    if ((err = tx_begin(db, em, "begin")) != 0)
+        return err;
+    db->outer = 1;
+    db->outer_failed = 0;
+    return 0;
+}
+
+int dt_db_commit(dt_db_t *db, dt_emsg_t *em)
+{
+    int failed = db->outer_failed;
+
+    assert(db->outer);
+    db->outer = 0;
+    db->outer_failed = 0;
+    if (failed) {
+        tx_rollback(db);
+        return dt_emsg_set(em, DT_EIO, "transaction rolled back: a step inside it failed");
+    }
+    return tx_commit(db, em, "commit");
+}
+
+void dt_db_rollback(dt_db_t *db)
+{
+    assert(db->outer);
+    db->outer = 0;
+    db->outer_failed = 0;
+    tx_rollback(db);
+}
+
+/*-- open, migrate, close -----------------------------------------------------*/
+
+/* Run one query at open and read the first column of its first row, as an
+ * integer and/or as text. Returns SQLite's code: SQLITE_ROW, SQLITE_DONE
+ * (no row) or the error. These few open-time queries are constant SQL,
+ * prepared and finalised here rather than kept. */
+static int open_query(dt_db_t *db, const char *sql, int64_t *ival, char *sval, size_t ssize)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(db->h, sql, -1, &st, NULL);
+
+    if (rc == SQLITE_OK)
+        rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        if (ival)
+            *ival = sqlite3_column_int64(st, 0);
+        if (sval) {
+            const unsigned char *s = sqlite3_column_text(st, 0);
+            snprintf(sval, ssize, "%s", s ? (const char *)s : "");
+        }
+    }
+    sqlite3_finalize(st); /* leaves a failure's message on the connection */
+    return rc;
+}
+
+static int is_format_error(int rc)
+{
+    return (rc & 0xff) == SQLITE_NOTADB || (rc & 0xff) == SQLITE_CORRUPT;
+}
+
+static int not_ours(dt_db_t *db, dt_emsg_t *em, const char *why)
+{
+    return dt_emsg_set(em, DT_EFORMAT, "%s: not a dt database or corrupt (%s)", db->path, why);
+}
+
+/* Everything that must be refused is found here, by reading only: the
+ * journal mode is not set yet (setting WAL writes the header). */
+static int check_file(dt_db_t *db, int64_t *version, dt_emsg_t *em)
+{
+    char text[256];
+    int64_t n = 0;
+    int rc;
+
+    rc = open_query(db, "PRAGMA quick_check(1)", NULL, text, sizeof(text));
+    if (is_format_error(rc))
+        return not_ours(db, em, sqlite3_errmsg(db->h));
+    if (rc != SQLITE_ROW)
+        return sq_fail(db, em, rc, "quick_check");
+    if (strcmp(text, "ok") != 0) {
+        /* "*** in database main ***\nPage 12: ..." on one line */
+        static const char banner[] = "*** in database main ***\n";
+        const char *first = text;
+        char why[300];
+        if (strncmp(first, banner, sizeof(banner) - 1) == 0)
+            first += sizeof(banner) - 1;
+        snprintf(why, sizeof(why), "quick_check: %s", first);
+        for (char *c = why; *c; c++)
+            if (*c == '\n')
+                *c = ' ';
+        return not_ours(db, em, why);
+    }
+    rc = open_query(db, "PRAGMA user_version", version, NULL, 0);
+    if (rc != SQLITE_ROW)
+        return is_format_error(rc) ? not_ours(db, em, sqlite3_errmsg(db->h))
+                                   : sq_fail(db, em, rc, "read schema version");
+    if (*version > DT_DB_VERSION)
+        return dt_emsg_set(em, DT_ENOTSUP,
+                           "%s: schema version %" PRId64
+                           " is newer than this dtcoordd (%d): upgrade dt",
+                           db->path, *version, DT_DB_VERSION);
+    if (*version < 0) {
+        char why[64];
+        snprintf(why, sizeof(why), "schema version %" PRId64, *version);
+        return not_ours(db, em, why);
+    }
+    if (*version == 0) {
+        /* Version 0 is a new, empty file; one with tables in it belongs to
+         * something else and must not be migrated into. */
+        rc = open_query(db, "SELECT count(*) FROM sqlite_master", &n, NULL, 0);
+        if (rc != SQLITE_ROW)
+            return sq_fail(db, em, rc, "read schema");
+        if (n > 0)
+            return not_ours(db, em, "it has tables but no dt schema version");
+    }
+    return 0;
+}
+
+/* WAL: readers never block the writer, and a commit is one append to the
+ * -wal file. synchronous=NORMAL in WAL mode syncs at checkpoints, not at
+ * every commit: a committed transaction survives the process crashing or
+ * being killed (SIGKILL), since it is in the OS's file cache; only a power
+ * loss or kernel crash can roll back the last commits, and never corrupts
+ * the file. */
+static int set_pragmas(dt_db_t *db, dt_emsg_t *em)
+{
+    char mode[32];
+    int64_t fk = 0;
+    int rc;
+
+    rc = open_query(db, "PRAGMA journal_mode = WAL", NULL, mode, sizeof(mode));
+    if (rc != SQLITE_ROW)
+        return sq_fail(db, em, rc, "set WAL journal mode");
+    if (strcmp(mode, "wal") != 0)
+        return dt_emsg_set(em, DT_EIO,
+                           "%s: cannot use a WAL journal here (journal mode is %s): "
+                           "put the database on a local filesystem",
+                           db->path, mode);
+    rc = sqlite3_exec(db->h, "PRAGMA synchronous = NORMAL", NULL, NULL, NULL);
+    if (rc != SQLITE_OK)
+        return sq_fail(db, em, rc, "set synchronous");
+    rc = sqlite3_exec(db->h, "PRAGMA foreign_keys = ON", NULL, NULL, NULL);
+    if (rc != SQLITE_OK)
+        return sq_fail(db, em, rc, "enable foreign keys");
+    rc = open_query(db, "PRAGMA foreign_keys", &fk, NULL, 0);
+    if (rc != SQLITE_ROW || fk != 1)
+        return dt_emsg_set(em, DT_ENOTSUP, "%s: this SQLite does not enforce foreign keys",
+                           db->path);
+    return 0;
+}
+
+/* Each missing version in its own transaction, so a failure leaves the
+ * database at the last version that completed. The version is read again
+ * under the write lock: another process may have migrated meanwhile. */
+static int migrate(dt_db_t *db, int64_t from, int to, dt_emsg_t *em)
+{
+    char ctx[64];
+    int64_t now;
+    int rc, err;
+
+    db->version = (int)from;
+    for (int v = (int)from + 1; v <= to; v++) {
+        snprintf(ctx, sizeof(ctx), "migration to schema version %d", v);
+        rc = sqlite3_exec(db->h, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+        if (rc != SQLITE_OK)
+            return sq_fail(db, em, rc, ctx);
+        rc = open_query(db, "PRAGMA user_version", &now, NULL, 0);
+        if (rc == SQLITE_ROW && now >= v) {
+            rc = sqlite3_exec(db->h, "COMMIT", NULL, NULL, NULL);
+            if (rc != SQLITE_OK)
+                goto fail;
+            db->version = (int)now;
+            continue;
+        }
+        if (rc == SQLITE_ROW)
+            rc = sqlite3_exec(db->h, dt_migrations[v - 1], NULL, NULL, NULL);
+        if (rc == SQLITE_OK)
+            rc = sqlite3_exec(db->h, set_version[v], NULL, NULL, NULL);
+        if (rc == SQLITE_OK)
+            rc = sqlite3_exec(db->h, "COMMIT", NULL, NULL, NULL);
+        if (rc != SQLITE_OK)
+            goto fail;
+        db->version = v;
+    }
+    return 0;
+fail:
+    err = sq_fail(db, em, rc, ctx);
+    if (!sqlite3_get_autocommit(db->h))
+        sqlite3_exec(db->h, "ROLLBACK", NULL, NULL, NULL);
+    return err;
+}
+
+static int prepare_all(dt_db_t *db, dt_emsg_t *em)
+{
+    char ctx[64];
+
+    for (int i = 0; i < S_COUNT; i++) {
+        if (stmt_def[i].version > db->version)
+            continue;
+        int rc = sqlite3_prepare_v3(db->h, stmt_def[i].sql, -1, SQLITE_PREPARE_PERSISTENT,
+                                    &db->st[i], NULL);
+        if (rc != SQLITE_OK) {
+            snprintf(ctx, sizeof(ctx), "prepare statement %d", i);
+            return sq_fail(db, em, rc, ctx);
+        }
+    }
+    return 0;
+}
+
+int dt_db_open_at(const char *path, int version, dt_db_t **out, dt_emsg_t *em)
+{
+    dt_db_t *db;
+    int64_t cur = 0;
+    int rc, err;
+
+    *out = NULL;
+    if (version < 0 || version > DT_DB_VERSION)
+        return dt_emsg_set(em, DT_EINVAL, "%s: no schema version %d (this dtcoordd knows 0 to %d)",
+                           path, version, DT_DB_VERSION);
+    db = dt_xcalloc(1, sizeof(*db));
+    db->path = dt_xstrdup(path);
+    rc = sqlite3_open_v2(path, &db->h,
+                         SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+    if (rc != SQLITE_OK) {
+        err = sq_fail(db, em, rc, "cannot open");
+        goto fail;
+    }
+    sqlite3_extended_result_codes(db->h, 1);
+    sqlite3_busy_timeout(db->h, BUSY_TIMEOUT_MS);
+    if ((err = check_file(db, &cur, em)) != 0 || (err = set_pragmas(db, em)) != 0 ||
+        (err = migrate(db, cur, version, em)) != 0 || (err = prepare_all(db, em)) != 0)
+        goto fail;
+    *out = db;
+    return 0;
+fail:
+    dt_db_close(db);
+    return err;
+}
+
+int dt_db_open(const char *path, dt_db_t **out, dt_emsg_t *em)
+{
+    return dt_db_open_at(path, DT_DB_VERSION, out, em);
+}
+
+void dt_db_close(dt_db_t *db)
+{
+    if (db == NULL)
+        return;
+    for (int i = 0; i < S_COUNT; i++)
+        sqlite3_finalize(db->st[i]);
+    /* every statement is finalised, so this closes (and, as the last
+     * connection, checkpoints the WAL into the main file) */
+    sqlite3_close(db->h);
+    free(db->path);
+    free(db);
+}
+
+int dt_db_version(dt_db_t *db)
+{
+    return db->version;
+}
+
+/* Agents and checkpoints arrived in version 2. */
+static int need_v2(dt_db_t *db, dt_emsg_t *em)
+{
+    if (db->version >= 2)
+        return 0;
+    return dt_emsg_set(em, DT_ENOTSUP,
+                       "%s: schema version %d has no agents or checkpoints (open it with "
+                       "dt_db_open to migrate)",
+                       db->path, db->version);
+}
+
+/*-- shared steps of the state changes ----------------------------------------*/
+
+static int no_job(dt_emsg_t *em, int64_t id)
+{
+    return dt_emsg_set(em, DT_ENOENT, "job %" PRId64 ": no such job", id);
+}
+
+/* The job's current state; DT_ENOENT when there is no such job. */
+static int job_state(dt_db_t *db, int64_t id, enum dt_job_state *out, dt_emsg_t *em,
+                     const char *ctx)
+{
+    sqlite3_stmt *st = db->st[S_JOB_STATE];
+    int rc = SQLITE_OK, err = 0;
+
+    bind_i64(st, 1, id, &rc);
+    rc = step(st, rc);
+    if (rc == SQLITE_DONE)
+        err = no_job(em, id);
+    else if (rc != SQLITE_ROW)
+        err = sq_fail(db, em, rc, ctx);
+    else if (dt_job_state_parse((const char *)sqlite3_column_text(st, 0), out) != 0)
+        err = dt_emsg_set(em, DT_EFORMAT, "%s: job %" PRId64 ": unknown state '%s'", db->path, id,
+                          (const char *)sqlite3_column_text(st, 0));
+    reset(st);
+    return err;
+}
+
+static int event_insert(dt_db_t *db, int64_t job, int64_t at, const char *kind,
+                        enum dt_job_state state, const char *detail, dt_emsg_t *em, const char *ctx)
+{
+    sqlite3_stmt *st = db->st[S_EVENT_INSERT];
+    int rc = SQLITE_OK;
+
+    bind_i64(st, 1, job, &rc);
+    bind_i64(st, 2, at, &rc);
+    bind_str(st, 3, kind, &rc);
+    bind_str(st, 4, state_names[state], &rc);
+    bind_str(st, 5, detail, &rc);
+    return run(db, st, rc, em, ctx);
+}
+
+/*-- jobs ---------------------------------------------------------------------*/
+
+void dt_job_clear(dt_job_t *j)
+{
+    free(j->name);
+    free(j->spec);
+    free(j->plan);
+    free(j->reason);
+    memset(j, 0, sizeof(*j));
+}
+
+static void job_read(sqlite3_stmt *st, dt_job_t *j)
+{
+    memset(j, 0, sizeof(*j));
+    j->id = sqlite3_column_int64(st, 0);
+    j->name = col_str(st, 1);
+    j->owner = (uint32_t)sqlite3_column_int64(st, 2);
+    /* the CHECK constraint holds state to the known names */
+    if (dt_job_state_parse((const char *)sqlite3_column_text(st, 3), &j->state) != 0)
+        j->state = DT_JOB_FAILED;
+    j->spec = col_str(st, 4);
+    j->plan = col_str(st, 5);
+    j->reason = col_str(st, 6);
+    j->slurm_id = sqlite3_column_int64(st, 7);
+    j->restarts = sqlite3_column_int(st, 8);
+    j->created_ms = sqlite3_column_int64(st, 9);
+    j->updated_ms = sqlite3_column_int64(st, 10);
+}
+
+int dt_db_job_create(dt_db_t *db, const char *name, uint32_t owner, const char *spec, int64_t *id,
+                     dt_emsg_t *em)
+{
+    sqlite3_stmt *st = db->st[S_JOB_INSERT];
+    const char *ctx = "create job";
+    int64_t t = now_ms(), jid;
+    int rc = SQLITE_OK, err;
+
+    assert(name != NULL && spec != NULL);
+    if ((err = tx_begin(db, em, ctx)) != 0)
+        return err;
+    bind_str(st, 1, name, &rc);
+    bind_i64(st, 2, owner, &rc);
+    bind_str(st, 3, spec, &rc);
+    bind_i64(st, 4, t, &rc);
+    if ((err = run(db, st, rc, em, ctx)) != 0)
+        goto fail;
+    jid = sqlite3_last_insert_rowid(db->h);
+    if ((err = event_insert(db, jid, t, "submitted", DT_JOB_SUBMITTED, NULL, em, ctx)) != 0)
+        goto fail;
+    if ((err = tx_commit(db, em, ctx)) != 0)
+        return err;
+    if (id)
+        *id = jid;
+    return 0;
+fail:
+    tx_rollback(db);
+    return err;
+}
+
+int dt_db_job_get(dt_db_t *db, int64_t id, dt_job_t *out, dt_emsg_t *em)
+{
+    sqlite3_stmt *st = db->st[S_JOB_GET];
+    int rc = SQLITE_OK, err = 0;
+
+    bind_i64(st, 1, id, &rc);
+    rc = step(st, rc);
+    if (rc == SQLITE_ROW)
+        job_read(st, out);
+    else if (rc == SQLITE_DONE)
+        err = no_job(em, id);
+    else
+        err = sq_fail(db, em, rc, "read job");
+    reset(st);
+    return err;
+}
+
+int dt_db_job_list(dt_db_t *db, int64_t owner, int (*cb)(const dt_job_t *j, void *arg), void *arg,
+                   dt_emsg_t *em)
+{
+    sqlite3_stmt *st = db->st[S_JOB_LIST];
+    dt_job_t *rows = NULL;
+    size_t n = 0, cap = 0;
+    int rc = SQLITE_OK, ret = 0;
+
+    if (owner >= 0)
+        bind_i64(st, 1, owner, &rc); /* NULL (all owners) otherwise */
+    for (rc = step(st, rc); rc == SQLITE_ROW; rc = sqlite3_step(st)) {
+        rows = grow(rows, n, &cap, sizeof(*rows));
+        job_read(st, &rows[n++]);
+    }
+    if (rc != SQLITE_DONE)
+        ret = sq_fail(db, em, rc, "list jobs");
+    reset(st);
+    for (size_t i = 0; i < n; i++) {
+        if (ret == 0)
+            ret = cb(&rows[i], arg);
+        dt_job_clear(&rows[i]);
+    }
+    free(rows);
+    return ret;
+}
+
+/* The one path of every job state change: read the state, refuse an illegal
+ * move (with a committed "refused" event and nothing else), or move it with
+ * its event; plan_json, when not NULL, is stored in the same transaction. */
+static int transition(dt_db_t *db, int64_t id, enum dt_job_state to, const char *kind,
+                      const char *detail, const char *plan_json, dt_emsg_t *em)
+{
+    sqlite3_stmt *st = db->st[S_JOB_SET_STATE];
+    enum dt_job_state from;
+    int64_t t = now_ms();
+    char ctx[96], msg[128];
+    int rc = SQLITE_OK, err;
+
+    if (!state_valid(to))
+        return dt_emsg_set(em, DT_EINVAL, "job %" PRId64 ": no job state %d", id, (int)to);
+    snprintf(ctx, sizeof(ctx), "job %" PRId64 ": %s", id, state_names[to]);
+    if ((err = tx_begin(db, em, ctx)) != 0)
+        return err;
+    if ((err = job_state(db, id, &from, em, ctx)) != 0)
+        goto fail;
+    if (!dt_job_transition_ok(from, to)) {
+        snprintf(msg, sizeof(msg), "job %" PRId64 ": illegal transition %s -> %s", id,
+                 state_names[from], state_names[to]);
+        if ((err = event_insert(db, id, t, "refused", from, msg, em, ctx)) != 0)
+            goto fail;
+        if ((err = tx_commit(db, em, ctx)) != 0)
+            return err;
+        return dt_emsg_set(em, DT_EINVAL, "%s", msg);
+    }
+    bind_i64(st, 1, id, &rc);
+    bind_str(st, 2, state_names[to], &rc);
+    bind_str(st, 3, detail, &rc);
+    bind_i64(st, 4, t, &rc);
+    bind_i64(st, 5, aborts_generation(from, to) ? 1 : 0, &rc);
+    if ((err = run(db, st, rc, em, ctx)) != 0)
+        goto fail;
+    if (plan_json) {
+        st = db->st[S_JOB_SET_PLAN];
+        rc = SQLITE_OK;
+        bind_i64(st, 1, id, &rc);
+        bind_str(st, 2, plan_json, &rc);
+        if ((err = run(db, st, rc, em, ctx)) != 0)
+            goto fail;
+    }
+    if ((err = event_insert(db, id, t, kind ? kind : state_names[to], to, detail, em, ctx)) != 0)
+        goto fail;
+    return tx_commit(db, em, ctx);
+fail:
+    tx_rollback(db);
+    return err;
+}
+
+int dt_db_job_transition(dt_db_t *db, int64_t id, enum dt_job_state to, const char *kind,
+                         const char *detail, dt_emsg_t *em)
+{
+    return transition(db, id, to, kind, detail, NULL, em);
+}
+
+int dt_db_job_plan(dt_db_t *db, int64_t id, const char *plan_json, dt_emsg_t *em)
+{
+    assert(plan_json != NULL);
+    return transition(db, id, DT_JOB_PLANNED, NULL, NULL, plan_json, em);
+}
+
+/*-- events -------------------------------------------------------------------*/
+
+void dt_event_clear(dt_event_t *e)
+{
+    free(e->kind);
+    free(e->state);
+    free(e->detail);
+    memset(e, 0, sizeof(*e));
+}
+
+int dt_db_event_add(dt_db_t *db, int64_t job, const char *kind, const char *detail, dt_emsg_t *em)
+{
+    enum dt_job_state s;
+    char ctx[96];
+    int err;
+
+    assert(kind != NULL);
+    snprintf(ctx, sizeof(ctx), "job %" PRId64 ": add event", job);
+    if ((err = tx_begin(db, em, ctx)) != 0)
+        return err;
+    if ((err = job_state(db, job, &s, em, ctx)) != 0 ||
+        (err = event_insert(db, job, now_ms(), kind, s, detail, em, ctx)) != 0) {
+        tx_rollback(db);
+        return err;
+    }
+    return tx_commit(db, em, ctx);
+}
+
+int dt_db_events(dt_db_t *db, int64_t job, int64_t since, int (*cb)(const dt_event_t *e, void *arg),
+                 void *arg, dt_emsg_t *em)
+{
+    sqlite3_stmt *st = db->st[S_EVENT_LIST];
+    enum dt_job_state s;
+    dt_event_t *rows = NULL;
+    size_t n = 0, cap = 0;
+    int rc = SQLITE_OK, ret;
+
+    if ((ret = job_state(db, job, &s, em, "list events")) != 0)
+        return ret;
+    bind_i64(st, 1, job, &rc);
+    bind_i64(st, 2, since, &rc);
+    for (rc = step(st, rc); rc == SQLITE_ROW; rc = sqlite3_step(st)) {
+        rows = grow(rows, n, &cap, sizeof(*rows));
+        rows[n++] = (dt_event_t){
+            .id = sqlite3_column_int64(st, 0),
+            .job = sqlite3_column_int64(st, 1),
+            .at_ms = sqlite3_column_int64(st, 2),
+            .kind = col_str(st, 3),
+            .state = col_str(st, 4),
+            .detail = col_str(st, 5),
+        };
+    }
+    if (rc != SQLITE_DONE)
+        ret = sq_fail(db, em, rc, "list events");
+    reset(st);
+    for (size_t i = 0; i < n; i++) {
+        if (ret == 0)
+            ret = cb(&rows[i], arg);
+        dt_event_clear(&rows[i]);
+    }
+    free(rows);
+    return ret;
+}
+
+/*-- agents -------------------------------------------------------------------*/
+
+void dt_agent_clear(dt_agent_t *a)
+{
+    free(a->node);
+    free(a->state);
+    memset(a, 0, sizeof(*a));
+}
+
+static void agent_read(sqlite3_stmt *st, dt_agent_t *a)
+{
+    *a = (dt_agent_t){
+        .id = sqlite3_column_int64(st, 0),
+        .job = sqlite3_column_int64(st, 1),
+        .node = col_str(st, 2),
+        .slots = sqlite3_column_int(st, 3),
+        .state = col_str(st, 4),
+        .registered_ms = sqlite3_column_int64(st, 5),
+        .last_seen_ms = sqlite3_column_int64(st, 6),
+    };
+}
+
+static int agent_load(dt_db_t *db, int64_t agent, dt_agent_t *out, dt_emsg_t *em)
+{
+    sqlite3_stmt *st = db->st[S_AGENT_GET];
+    int rc = SQLITE_OK, err = 0;
+
+    bind_i64(st, 1, agent, &rc);
+    rc = step(st, rc);
+    if (rc == SQLITE_ROW)
+        agent_read(st, out);
+    else if (rc == SQLITE_DONE)
+        err = dt_emsg_set(em, DT_ENOENT, "agent %" PRId64 ": no such agent", agent);
+    else
+        err = sq_fail(db, em, rc, "read agent");
+    reset(st);
+    return err;
+}
+
+int dt_db_agent_register(dt_db_t *db, int64_t job, const char *node, int slots, int64_t *agent,
+                         dt_emsg_t *em)
+{
+    sqlite3_stmt *st = db->st[S_AGENT_UPSERT];
+    enum dt_job_state s;
+    int64_t t = now_ms(), aid = 0;
+    char ctx[96], *detail = NULL;
+    int rc = SQLITE_OK, err;
+
+    assert(node != NULL);
+    if ((err = need_v2(db, em)) != 0)
+        return err;
+    if (*node == '\0' || slots < 0)
+        return dt_emsg_set(em, DT_EINVAL, "job %" PRId64 ": agent with node '%s' and %d slots", job,
+                           node, slots);
+    snprintf(ctx, sizeof(ctx), "job %" PRId64 ": register agent", job);
+    if ((err = tx_begin(db, em, ctx)) != 0)
+        return err;
+    if ((err = job_state(db, job, &s, em, ctx)) != 0)
+        goto fail;
+    bind_i64(st, 1, job, &rc);
+    bind_str(st, 2, node, &rc);
+    bind_i64(st, 3, slots, &rc);
+    bind_i64(st, 4, t, &rc);
+    rc = step(st, rc);
+    if (rc == SQLITE_ROW) {
+        aid = sqlite3_column_int64(st, 0);
+        rc = sqlite3_step(st);
+    }
+    if (rc != SQLITE_DONE) {
+        err = sq_fail(db, em, rc, ctx);
+        reset(st);
+        goto fail;
+    }
+    reset(st);
+    detail = dt_xasprintf("node=%s slots=%d", node, slots);
+    if ((err = event_insert(db, job, t, "agent_registered", s, detail, em, ctx)) != 0)
+        goto fail;
+    free(detail);
+    if ((err = tx_commit(db, em, ctx)) != 0)
+        return err;
+    if (agent)
+        *agent = aid;
+    return 0;
+fail:
+    free(detail);
+    tx_rollback(db);
+    return err;
+}
+
+static bool agent_state_known(const char *s)
+{
+    return strcmp(s, "registered") == 0 || strcmp(s, "lost") == 0 || strcmp(s, "gone") == 0;
+}
+
+int dt_db_agent_set_state(dt_db_t *db, int64_t agent, const char *state, int64_t seen_ms,
+                          dt_emsg_t *em)
+{
+    sqlite3_stmt *st = db->st[S_AGENT_SET_STATE];
+    dt_agent_t a = { 0 };
+    enum dt_job_state s;
+    char ctx[96], kind[64], *detail = NULL;
+    int rc = SQLITE_OK, err;
+
+    assert(state != NULL);
+    if ((err = need_v2(db, em)) != 0)
+        return err;
+    if (!agent_state_known(state))
+        return dt_emsg_set(em, DT_EINVAL,
+                           "agent %" PRId64 ": unknown state '%s' (registered, lost or gone)",
+                           agent, state);
+    snprintf(ctx, sizeof(ctx), "agent %" PRId64 ": %s", agent, state);
+    snprintf(kind, sizeof(kind), "agent_%s", state);
+    if ((err = tx_begin(db, em, ctx)) != 0)
+        return err;
+    if ((err = agent_load(db, agent, &a, em)) != 0 ||
+        (err = job_state(db, a.job, &s, em, ctx)) != 0)
+        goto fail;
+    bind_i64(st, 1, agent, &rc);
+    bind_str(st, 2, state, &rc);
+    bind_i64(st, 3, seen_ms, &rc);
+    if ((err = run(db, st, rc, em, ctx)) != 0)
+        goto fail;
+    detail = dt_xasprintf("node=%s", a.node);
+    if ((err = event_insert(db, a.job, now_ms(), kind, s, detail, em, ctx)) != 0)
+        goto fail;
+    free(detail);
+    dt_agent_clear(&a);
+    return tx_commit(db, em, ctx);
+fail:
+    free(detail);
+    dt_agent_clear(&a);
+    tx_rollback(db);
+    return err;
+}
+
+int dt_db_agent_get(dt_db_t *db, int64_t agent, dt_agent_t *out, dt_emsg_t *em)
+{
+    int err = need_v2(db, em);
+
+    return err ? err : agent_load(db, agent, out, em);
+}
+
+int dt_db_agents(dt_db_t *db, int64_t job, int (*cb)(const dt_agent_t *a, void *arg), void *arg,
+                 dt_emsg_t *em)
+{
+    sqlite3_stmt *st;
+    enum dt_job_state s;
+    dt_agent_t *rows = NULL;
+    size_t n = 0, cap = 0;
+    int rc = SQLITE_OK, ret;
+
+    if ((ret = need_v2(db, em)) != 0 || (ret = job_state(db, job, &s, em, "list agents")) != 0)
+        return ret;
+    st = db->st[S_AGENT_LIST];
+    bind_i64(st, 1, job, &rc);
+    for (rc = step(st, rc); rc == SQLITE_ROW; rc = sqlite3_step(st)) {
+        rows = grow(rows, n, &cap, sizeof(*rows));
+        agent_read(st, &rows[n++]);
+    }
+    if (rc != SQLITE_DONE)
+        ret = sq_fail(db, em, rc, "list agents");
+    reset(st);
+    for (size_t i = 0; i < n; i++) {
+        if (ret == 0)
+            ret = cb(&rows[i], arg);
+        dt_agent_clear(&rows[i]);
+    }
+    free(rows);
+    return ret;
+}
+
+/*-- checkpoints --------------------------------------------------------------*/
+
+void dt_checkpoint_clear(dt_checkpoint_t *c)
+{
+    free(c->state);
+    memset(c, 0, sizeof(*c));
+}
+
+/* The checkpoint of (job, step): its id and state, or *id = 0 for none. */
+static int ckpt_find(dt_db_t *db, int64_t job, int64_t stepno, int64_t *id, char *state,
+                     size_t ssize, dt_emsg_t *em, const char *ctx)
+{
+    sqlite3_stmt *st = db->st[S_CKPT_FIND];
+    int rc = SQLITE_OK, err = 0;
+
+    *id = 0;
+    bind_i64(st, 1, job, &rc);
+    bind_i64(st, 2, stepno, &rc);
+    rc = step(st, rc);
+    if (rc == SQLITE_ROW) {
+        *id = sqlite3_column_int64(st, 0);
+        snprintf(state, ssize, "%s", (const char *)sqlite3_column_text(st, 1));
+    } else if (rc != SQLITE_DONE) {
+        err = sq_fail(db, em, rc, ctx);
+    }
+    reset(st);
+    return err;
+}
+
+/* Begin the checkpoint of `step` over: a new row, or a corrupt or deleted
+ * one made partial again without its old shards. With its event. */
+static int ckpt_start(dt_db_t *db, int64_t job, enum dt_job_state s, int64_t stepno, int64_t *id,
+                      dt_emsg_t *em, const char *ctx)
+{
+    sqlite3_stmt *st;
+    int64_t t = now_ms();
+    char detail[48];
+    int rc = SQLITE_OK, err;
+
+    if (*id == 0) {
+        st = db->st[S_CKPT_INSERT];
+        bind_i64(st, 1, job, &rc);
+        bind_i64(st, 2, stepno, &rc);
+        bind_i64(st, 3, t, &rc);
+        if ((err = run(db, st, rc, em, ctx)) != 0)
+            return err;
+        *id = sqlite3_last_insert_rowid(db->h);
+    } else {
+        st = db->st[S_SHARD_DROP];
+        bind_i64(st, 1, *id, &rc);
+        if ((err = run(db, st, rc, em, ctx)) != 0)
+            return err;
+        st = db->st[S_CKPT_RESTART];
+        rc = SQLITE_OK;
+        bind_i64(st, 1, *id, &rc);
+        bind_i64(st, 2, t, &rc);
+        if ((err = run(db, st, rc, em, ctx)) != 0)
+            return err;
+    }
+    snprintf(detail, sizeof(detail), "step=%" PRId64, stepno);
+    return event_insert(db, job, t, "checkpoint_partial", s, detail, em, ctx);
+}
+
+int dt_db_shard_add(dt_db_t *db, int64_t job, int64_t stepno, int rank, const char *path,
+                    int64_t bytes, const char *sha256, dt_emsg_t *em)
+{
+    sqlite3_stmt *st = db->st[S_SHARD_UPSERT];
+    enum dt_job_state s;
+    int64_t cid;
+    char ctx[96], state[16];
+    int rc = SQLITE_OK, err;
+
+    assert(path != NULL && sha256 != NULL);
+    if ((err = need_v2(db, em)) != 0)
+        return err;
+    if (stepno < 0 || rank < 0 || bytes < 0 || *path == '\0' || strlen(sha256) != 64 ||
+        strspn(sha256, "0123456789abcdef") != 64)
+        return dt_emsg_set(em, DT_EINVAL,
+                           "job %" PRId64 ": bad shard (step %" PRId64 ", rank %d, %" PRId64
+                           " bytes, path '%s', sha256 '%.70s')",
+                           job, stepno, rank, bytes, path, sha256);
+    snprintf(ctx, sizeof(ctx), "job %" PRId64 ": shard of rank %d at step %" PRId64, job, rank,
+             stepno);
+    if ((err = tx_begin(db, em, ctx)) != 0)
+        return err;
+    if ((err = job_state(db, job, &s, em, ctx)) != 0 ||
+        (err = ckpt_find(db, job, stepno, &cid, state, sizeof(state), em, ctx)) != 0)
+        goto fail;
+    if (cid != 0 && strcmp(state, "committed") == 0) {
+        err = dt_emsg_set(em, DT_EINVAL,
+                          "job %" PRId64 ": checkpoint at step %" PRId64
+                          " is already committed; shard of rank %d refused",
+                          job, stepno, rank);
+        goto fail;
+    }
+    if ((cid == 0 || strcmp(state, "partial") != 0) &&
+        (err = ckpt_start(db, job, s, stepno, &cid, em, ctx)) != 0)
+        goto fail;
+    bind_i64(st, 1, cid, &rc);
+    bind_i64(st, 2, rank, &rc);
+    bind_str(st, 3, path, &rc);
+    bind_i64(st, 4, bytes, &rc);
+    bind_str(st, 5, sha256, &rc);
+    if ((err = run(db, st, rc, em, ctx)) != 0)
+        goto fail;
+    return tx_commit(db, em, ctx);
+fail:
+    tx_rollback(db);
+    return err;
+}
+
+/* Checkpoint states a checkpoint may move to from `from`. */
+static bool ckpt_move_ok(const char *from, const char *to)
+{
+    if (strcmp(to, "committed") == 0)
+        return strcmp(from, "partial") == 0;
+    if (strcmp(to, "corrupt") == 0)
+        return strcmp(from, "partial") == 0 || strcmp(from, "committed") == 0;
+    if (strcmp(to, "deleted") == 0)
+        return strcmp(from, "deleted") != 0;
+    return false; /* partial comes only from dt_db_shard_add */
+}
+
+int dt_db_checkpoint_set_state(dt_db_t *db, int64_t job, int64_t stepno, const char *state,
+                               dt_emsg_t *em)
+{
+    sqlite3_stmt *st = db->st[S_CKPT_SET_STATE];
+    enum dt_job_state s;
+    int64_t cid, t = now_ms();
+    char ctx[96], from[16], kind[64], detail[48];
+    int rc = SQLITE_OK, err;
+
+    assert(state != NULL);
+    if ((err = need_v2(db, em)) != 0)
+        return err;
+    if (strcmp(state, "committed") != 0 && strcmp(state, "corrupt") != 0 &&
+        strcmp(state, "deleted") != 0)
+        return dt_emsg_set(em, DT_EINVAL,
+                           "job %" PRId64 ": checkpoint state '%s' is not committed, corrupt "
+                           "or deleted",
+                           job, state);
+    snprintf(ctx, sizeof(ctx), "job %" PRId64 ": checkpoint at step %" PRId64, job, stepno);
+    if ((err = tx_begin(db, em, ctx)) != 0)
+        return err;
+    if ((err = job_state(db, job, &s, em, ctx)) != 0 ||
+        (err = ckpt_find(db, job, stepno, &cid, from, sizeof(from), em, ctx)) != 0)
+        goto fail;
+    if (cid == 0) {
+        err = dt_emsg_set(em, DT_ENOENT, "job %" PRId64 ": no checkpoint at step %" PRId64, job,
+                          stepno);
+        goto fail;
+    }
+    if (!ckpt_move_ok(from, state)) {
+        err = dt_emsg_set(em, DT_EINVAL,
+                          "job %" PRId64 ": checkpoint at step %" PRId64
+                          " is %s and cannot become %s",
+                          job, stepno, from, state);
+        goto fail;
+    }
+    bind_i64(st, 1, cid, &rc);
+    bind_str(st, 2, state, &rc);
+    bind_i64(st, 3, t, &rc);
+    if ((err = run(db, st, rc, em, ctx)) != 0)
+        goto fail;
+    snprintf(kind, sizeof(kind), "checkpoint_%s", state);
+    snprintf(detail, sizeof(detail), "step=%" PRId64, stepno);
+    if ((err = event_insert(db, job, t, kind, s, detail, em, ctx)) != 0)
+        goto fail;
+    return tx_commit(db, em, ctx);
+fail:
+    tx_rollback(db);
+    return err;
+}
+
+int dt_db_checkpoints(dt_db_t *db, int64_t job, int (*cb)(const dt_checkpoint_t *c, void *arg),
+                      void *arg, dt_emsg_t *em)
+{
+    sqlite3_stmt *st;
+    enum dt_job_state s;
+    dt_checkpoint_t *rows = NULL;
+    size_t n = 0, cap = 0;
+    int rc = SQLITE_OK, ret;
+
+    if ((ret = need_v2(db, em)) != 0 || (ret = job_state(db, job, &s, em, "list checkpoints")) != 0)
+        return ret;
+    st = db->st[S_CKPT_LIST];
+    bind_i64(st, 1, job, &rc);
+    for (rc = step(st, rc); rc == SQLITE_ROW; rc = sqlite3_step(st)) {
+        rows = grow(rows, n, &cap, sizeof(*rows));
+        rows[n++] = (dt_checkpoint_t){
+            .id = sqlite3_column_int64(st, 0),
+            .job = sqlite3_column_int64(st, 1),
+            .step = sqlite3_column_int64(st, 2),
+            .state = col_str(st, 3),
+            .shards = sqlite3_column_int(st, 4),
+            .bytes = sqlite3_column_int64(st, 5),
+            .created_ms = sqlite3_column_int64(st, 6),
+            .committed_ms = sqlite3_column_int64(st, 7), /* NULL reads as 0 */
+        };
+    }
+    if (rc != SQLITE_DONE)
+        ret = sq_fail(db, em, rc, "list checkpoints");
+    reset(st);
+    for (size_t i = 0; i < n; i++) {
+        if (ret == 0)
+            ret = cb(&rows[i], arg);
+        dt_checkpoint_clear(&rows[i]);
+    }
+    free(rows);
+    return ret;
+}

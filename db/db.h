@@ -1,0 +1,169 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * The coordinator's durable state: one SQLite file (WAL, foreign keys, busy
+ * timeout), schema version in PRAGMA user_version, migrations forward only.
+ * All SQL of the project lives in db/. Every state change is one
+ * transaction that also appends a row to the events table. Statements are
+ * prepared once at open.
+ *
+ * Opening refuses, without writing anything: a file that is not an SQLite
+ * database or fails PRAGMA quick_check (corrupt), and a database whose
+ * user_version is newer than this build knows.
+ *
+ * Thread: a dt_db_t is used by one thread (the coordinator's loop).
+ * Strings in returned rows are owned by the row; release with the matching
+ * _clear function.
+ */
+#ifndef DT_DB_H
+#define DT_DB_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/err.h"
+
+#define DT_DB_VERSION 2 /* the schema version this build writes */
+
+typedef struct dt_db dt_db_t;
+
+/* Open or create PATH and migrate it to DT_DB_VERSION (each migration in
+ * its own transaction). DT_EFORMAT for corrupt or not-a-database,
+ * DT_ENOTSUP for a newer schema, DT_EIO / DT_EACCES for file errors. */
+int dt_db_open(const char *path, dt_db_t **out, dt_emsg_t *em);
+/* Open and migrate only up to `version` (tests build old schemas). */
+int dt_db_open_at(const char *path, int version, dt_db_t **out, dt_emsg_t *em);
+void dt_db_close(dt_db_t *db);
+int dt_db_version(dt_db_t *db);
+
+/* Group several state changes into one transaction: between begin and
+ * commit every call below joins it instead of committing on its own (a
+ * refused transition's "refused" event is then rolled back with the rest).
+ * commit returns an error and rolls back if any call inside failed. */
+int dt_db_begin(dt_db_t *db, dt_emsg_t *em);
+int dt_db_commit(dt_db_t *db, dt_emsg_t *em);
+void dt_db_rollback(dt_db_t *db);
+
+/* ---- jobs ---------------------------------------------------------------- */
+
+/* X(name, string) in lifecycle order. */
+#define DT_JOB_STATES(X)         \
+    X(SUBMITTED, "submitted")    \
+    X(PLANNED, "planned")        \
+    X(QUEUED, "queued")          \
+    X(STARTING, "starting")      \
+    X(RUNNING, "running")        \
+    X(RECOVERING, "recovering")  \
+    X(COMPLETED, "completed")    \
+    X(FAILED, "failed")          \
+    X(CANCELLED, "cancelled")
+
+enum dt_job_state {
+#define DT_JOB_STATE_ENUM(name, str) DT_JOB_##name,
+    DT_JOB_STATES(DT_JOB_STATE_ENUM)
+#undef DT_JOB_STATE_ENUM
+    DT_JOB_NSTATES
+};
+
+const char *dt_job_state_name(enum dt_job_state s);
+int dt_job_state_parse(const char *s, enum dt_job_state *out);
+/* The transition table (documented in dtctl(1)): is from -> to legal? */
+bool dt_job_transition_ok(enum dt_job_state from, enum dt_job_state to);
+/* completed, failed, cancelled */
+bool dt_job_state_terminal(enum dt_job_state s);
+
+typedef struct dt_job {
+    int64_t id;
+    char *name;
+    uint32_t owner;   /* uid */
+    enum dt_job_state state;
+    char *spec;       /* the spec text as submitted (canonical form) */
+    char *plan;       /* JSON, or NULL before planning */
+    char *reason;     /* why the last transition happened, or NULL */
+    int64_t slurm_id; /* 0 when none */
+    int restarts;
+    int64_t created_ms, updated_ms; /* unix epoch milliseconds */
+} dt_job_t;
+
+void dt_job_clear(dt_job_t *j);
+
+/* A new job in state submitted, with its "submitted" event. */
+int dt_db_job_create(dt_db_t *db, const char *name, uint32_t owner, const char *spec,
+                     int64_t *id, dt_emsg_t *em);
+/* DT_ENOENT when there is no such job. */
+int dt_db_job_get(dt_db_t *db, int64_t id, dt_job_t *out, dt_emsg_t *em);
+/* Jobs in id order; all jobs when owner is -1. The callback returns 0 to
+ * go on, anything else stops the walk and is returned. */
+int dt_db_job_list(dt_db_t *db, int64_t owner, int (*cb)(const dt_job_t *j, void *arg),
+                   void *arg, dt_emsg_t *em);
+/* Move a job to `to` in one transaction with an event (kind defaults to the
+ * new state's name when NULL; detail becomes the job's reason). An illegal
+ * transition is refused with DT_EINVAL ("job 3: illegal transition running
+ * -> submitted"), logged as an event of kind "refused", and changes nothing
+ * else. DT_ENOENT for no such job. */
+int dt_db_job_transition(dt_db_t *db, int64_t id, enum dt_job_state to, const char *kind,
+                         const char *detail, dt_emsg_t *em);
+/* Store the plan and move submitted -> planned in one transaction. */
+int dt_db_job_plan(dt_db_t *db, int64_t id, const char *plan_json, dt_emsg_t *em);
+
+/* ---- events ------------------------------------------------------------- */
+
+typedef struct dt_event {
+    int64_t id, job, at_ms;
+    char *kind;   /* "submitted", "planned", "agent_registered", ... */
+    char *state;  /* the job's state after the event */
+    char *detail; /* free text or JSON, may be NULL */
+} dt_event_t;
+
+void dt_event_clear(dt_event_t *e);
+/* Append an event that changes no state. */
+int dt_db_event_add(dt_db_t *db, int64_t job, const char *kind, const char *detail,
+                    dt_emsg_t *em);
+/* Events of a job with id > since, in order. */
+int dt_db_events(dt_db_t *db, int64_t job, int64_t since,
+                 int (*cb)(const dt_event_t *e, void *arg), void *arg, dt_emsg_t *em);
+
+/* ---- agents ------------------------------------------------------------- */
+
+typedef struct dt_agent {
+    int64_t id, job;
+    char *node;
+    int slots;
+    char *state; /* "registered", "lost", "gone" */
+    int64_t registered_ms, last_seen_ms;
+} dt_agent_t;
+
+void dt_agent_clear(dt_agent_t *a);
+/* Register (or re-register: same job and node keeps its id) an agent, with
+ * an "agent_registered" event. */
+int dt_db_agent_register(dt_db_t *db, int64_t job, const char *node, int slots,
+                         int64_t *agent, dt_emsg_t *em);
+/* Set an agent's state and last-seen time, with an event "agent_<state>". */
+int dt_db_agent_set_state(dt_db_t *db, int64_t agent, const char *state, int64_t seen_ms,
+                          dt_emsg_t *em);
+int dt_db_agent_get(dt_db_t *db, int64_t agent, dt_agent_t *out, dt_emsg_t *em);
+int dt_db_agents(dt_db_t *db, int64_t job, int (*cb)(const dt_agent_t *a, void *arg),
+                 void *arg, dt_emsg_t *em);
+
+/* ---- checkpoints -------------------------------------------------------- */
+
+typedef struct dt_checkpoint {
+    int64_t id, job, step;
+    char *state; /* "partial", "committed", "corrupt", "deleted" */
+    int shards;  /* shards recorded */
+    int64_t bytes;
+    int64_t created_ms, committed_ms;
+} dt_checkpoint_t;
+
+void dt_checkpoint_clear(dt_checkpoint_t *c);
+/* Record one rank's shard of the checkpoint at `step` (created partial on
+ * the first shard). A second report of the same rank replaces the first. */
+int dt_db_shard_add(dt_db_t *db, int64_t job, int64_t step, int rank, const char *path,
+                    int64_t bytes, const char *sha256, dt_emsg_t *em);
+/* Mark a checkpoint committed (or corrupt, deleted), with an event. */
+int dt_db_checkpoint_set_state(dt_db_t *db, int64_t job, int64_t step, const char *state,
+                               dt_emsg_t *em);
+int dt_db_checkpoints(dt_db_t *db, int64_t job,
+                      int (*cb)(const dt_checkpoint_t *c, void *arg), void *arg,
+                      dt_emsg_t *em);
+
+#endif /* DT_DB_H */

@@ -1,0 +1,335 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+#
+# Helpers for the coordinator's integration scripts; sourced after lib.sh,
+# never run. They start a private munged (its own key, socket and files
+# under $TMPD) and a private dtcoordd (its own dt.conf, state directory,
+# Unix socket and a free TCP port on 127.0.0.1), in the foreground (-D, a
+# child of the test) or daemonised, and stop them again. Every process
+# started here is remembered; the exit trap stops what is still running
+# (TERM, then KILL after 5 s) before lib.sh's $TMPD is removed, and
+# `none_left` checks that nothing is. Waits poll with a bound; nothing
+# sleeps longer than needed. Not here: the checks themselves.
+
+DTCOORDD=$DT_BUILDDIR/coordinator/dtcoordd
+DTCTL=$DT_BUILDDIR/cli/dtctl
+: "${DTPROBE:=$DT_BUILDDIR/tests/dtprobe}"
+for _cl_bin in "$DTCOORDD" "$DTCTL" "$DTPROBE"; do
+    [ -x "$_cl_bin" ] ||
+        die "$_cl_bin is not built (make coordinator/dtcoordd cli/dtctl tests/dtprobe;" \
+            "DT_BUILDDIR=$DT_BUILDDIR)"
+done
+
+DT_PIDS=          # every process started here (munged, coordinators)
+DT_EXIT_HOOK=     # a command the script wants run at exit (before the stop)
+trap 'dt_exit_cleanup; rm -rf "$TMPD"' EXIT
+
+# ---- processes --------------------------------------------------------------
+
+# alive PID: PID exists and is not a zombie (a killed child of this shell
+# stays a zombie until waited for, and kill -0 still succeeds on it)
+alive() {
+    kill -0 "$1" 2>/dev/null || return 1
+    _al_st=$(sed 's/.*) \(.\).*/\1/' "/proc/$1/stat" 2>/dev/null) || return 1
+    [ "$_al_st" != Z ]
+}
+
+# wait_for SECONDS CMD...: poll CMD every 50 ms until it succeeds; 1 on timeout
+wait_for() {
+    _wf_n=$(($1 * 20))
+    shift
+    while [ "$_wf_n" -gt 0 ]; do
+        "$@" >/dev/null 2>&1 && return 0
+        sleep 0.05
+        _wf_n=$((_wf_n - 1))
+    done
+    return 1
+}
+
+dead() {
+    ! alive "$1"
+}
+
+# track PID / untrack PID: remember (forget) a process this test started
+track() {
+    DT_PIDS="$DT_PIDS $1"
+}
+untrack() {
+    _ut_new=
+    for _ut_p in $DT_PIDS; do
+        [ "$_ut_p" = "$1" ] || _ut_new="$_ut_new $_ut_p"
+    done
+    DT_PIDS=$_ut_new
+}
+
+# stop_pid PID [SIGNAL]: signal (default TERM), wait up to 10 s, then KILL;
+# reap it when it is our child. Returns its exit status when it is a child
+# (128+n for a signal), else 0 once it is gone.
+stop_pid() {
+    _sp_sig=${2:-TERM}
+    kill -s "$_sp_sig" "$1" 2>/dev/null
+    if ! wait_for 10 dead "$1"; then
+        echo "pid $1 ignored SIG$_sp_sig for 10 s: killing it"
+        kill -s KILL "$1" 2>/dev/null
+        wait_for 5 dead "$1"
+    fi
+    untrack "$1"
+    wait "$1" 2>/dev/null
+}
+
+dt_exit_cleanup() {
+    [ -n "$DT_EXIT_HOOK" ] && eval "$DT_EXIT_HOOK"
+    _ec_live=
+    for _ec_p in $DT_PIDS; do
+        if alive "$_ec_p"; then
+            kill -s TERM "$_ec_p" 2>/dev/null
+            _ec_live="$_ec_live $_ec_p"
+        fi
+    done
+    for _ec_p in $_ec_live; do
+        wait_for 5 dead "$_ec_p" || kill -s KILL "$_ec_p" 2>/dev/null
+    done
+}
+
+# none_left: every process this test started has ended (a check)
+none_left() {
+    _nl_rc=0
+    for _nl_p in $DT_PIDS; do
+        if alive "$_nl_p"; then
+            echo "pid $_nl_p still running: $(tr '\0' ' ' <"/proc/$_nl_p/cmdline")"
+            _nl_rc=1
+        fi
+    done
+    return $_nl_rc
+}
+
+# ---- munged -----------------------------------------------------------------
+
+# munge_start [DIR]: a private munged with its own key under DIR (default
+# $TMPD/munge); sets MUNGE_DIR, MUNGE_SOCKET and MUNGED_PID. Skips the test
+# when munge is not installed.
+munge_start() {
+    MUNGED=
+    for _ms_c in munged /usr/sbin/munged /sbin/munged; do
+        if command -v "$_ms_c" >/dev/null 2>&1; then
+            MUNGED=$(command -v "$_ms_c")
+            break
+        fi
+    done
+    [ -n "$MUNGED" ] || skip "munged is not installed (apt-get install munge)"
+    command -v munge >/dev/null 2>&1 && command -v unmunge >/dev/null 2>&1 ||
+        skip "munge/unmunge are not installed (apt-get install munge)"
+    MUNGE_DIR=${1:-$TMPD/munge}
+    # the default name, so that the directory can stand in for /run/munge
+    MUNGE_SOCKET=$MUNGE_DIR/munge.socket.2
+    # munged wants every directory above its socket searchable by all, and
+    # refuses key, socket and log directories that others may write to
+    chmod 0755 "$TMPD" || die "cannot chmod $TMPD"
+    mkdir -m 0755 "$MUNGE_DIR" || die "cannot create $MUNGE_DIR"
+    dd if=/dev/urandom of="$MUNGE_DIR/munge.key" bs=1024 count=1 2>/dev/null ||
+        die "cannot make a munge key"
+    chmod 0600 "$MUNGE_DIR/munge.key"
+    # munged forks and its parent returns once the socket is bound
+    "$MUNGED" --key-file="$MUNGE_DIR/munge.key" --socket="$MUNGE_SOCKET" \
+        --pid-file="$MUNGE_DIR/munged.pid" --seed-file="$MUNGE_DIR/munged.seed" \
+        --log-file="$MUNGE_DIR/munged.log" >"$MUNGE_DIR/start.out" 2>&1 || {
+        cat "$MUNGE_DIR/start.out" "$MUNGE_DIR/munged.log" 2>/dev/null | sed 's/^/    /'
+        die "munged did not start (output above)"
+    }
+    wait_for 10 test -s "$MUNGE_DIR/munged.pid" || die "munged wrote no pid file"
+    MUNGED_PID=$(cat "$MUNGE_DIR/munged.pid")
+    track "$MUNGED_PID"
+    wait_for 10 munge_works || die "munged at $MUNGE_SOCKET does not answer"
+}
+
+munge_works() {
+    munge -n -S "$MUNGE_SOCKET" | unmunge -S "$MUNGE_SOCKET" >/dev/null
+}
+
+munge_stop() {
+    stop_pid "$MUNGED_PID"
+}
+
+# ---- dtcoordd ---------------------------------------------------------------
+
+# port_free PORT: nothing on this host is bound to TCP PORT
+port_free() {
+    _pf_hex=$(printf '%04X' "$1")
+    ! cat /proc/net/tcp /proc/net/tcp6 2>/dev/null |
+        awk '{ print $2 }' | grep -q ":$_pf_hex\$"
+}
+
+# pick_port [FROM]: COORD_PORT = the first free port from FROM (default a
+# per-process start in 20000..39999)
+pick_port() {
+    COORD_PORT=${1:-$((20000 + $$ % 20000))}
+    while ! port_free "$COORD_PORT"; do
+        COORD_PORT=$((COORD_PORT + 1))
+        [ "$COORD_PORT" -lt 65000 ] || COORD_PORT=20000
+    done
+}
+
+# coord_setup [DIR]: paths of a coordinator under DIR (default $TMPD/coord)
+# and its dt.conf; COORD_CONF_EXTRA (lines) is appended to the file.
+coord_setup() {
+    COORD_DIR=${1:-$TMPD/coord}
+    COORD_STATE=$COORD_DIR/state
+    COORD_SOCK=$COORD_STATE/dtcoordd.sock
+    COORD_CONF=$COORD_DIR/dt.conf
+    COORD_PID=
+    : "${COORD_CONF_EXTRA:=}"
+    mkdir -p "$COORD_DIR" || die "cannot create $COORD_DIR"
+    chmod 0755 "$COORD_DIR"
+    pick_port
+    coord_write_conf
+}
+
+coord_write_conf() {
+    {
+        echo "# written by $DT_TESTNAME"
+        echo "state_dir = $COORD_STATE"
+        echo "socket = $COORD_SOCK"
+        echo "listen = 127.0.0.1:$COORD_PORT"
+        echo "munge_socket = $MUNGE_SOCKET"
+        echo "heartbeat = 200ms"
+        echo "agent_timeout = 1s"
+        [ -n "$COORD_CONF_EXTRA" ] && printf '%s\n' "$COORD_CONF_EXTRA"
+    } >"$COORD_CONF"
+}
+
+# coord_ping: the coordinator answers PING on its Unix socket
+coord_ping() {
+    "$DTPROBE" --socket "$COORD_SOCK" --timeout 2 PING >/dev/null 2>&1
+}
+
+# coord_start [-d]: start dtcoordd on $COORD_CONF, in the foreground (a
+# child; log in $COORD_DIR/fg.log) or with -d daemonised (the parent
+# returns when the daemon is ready; log in STATE/dtcoordd.log). Sets
+# COORD_PID and COORD_LOG; waits until it answers PING. Another port is
+# tried when the one chosen was taken meanwhile. Returns 1 with the reason
+# printed when it does not start.
+coord_start() {
+    _cs_tries=0
+    while :; do
+        if [ "${1:-}" = -d ]; then
+            COORD_LOG=$COORD_STATE/dtcoordd.log
+            (coord_limits && exec "$DTCOORDD" -f "$COORD_CONF") >"$COORD_DIR/start.out" 2>&1
+            _cs_rc=$?
+            if [ "$_cs_rc" -eq 0 ]; then
+                COORD_PID=$(cat "$COORD_STATE/dtcoordd.pid" 2>/dev/null)
+                [ -n "$COORD_PID" ] || { echo "dtcoordd wrote no pidfile"; return 1; }
+                track "$COORD_PID"
+                break
+            fi
+        else
+            COORD_LOG=$COORD_DIR/fg.log
+            (coord_limits && exec "$DTCOORDD" -D -f "$COORD_CONF") >>"$COORD_LOG" 2>&1 &
+            COORD_PID=$!
+            track "$COORD_PID"
+            if wait_for 10 coord_up_or_dead; then
+                alive "$COORD_PID" && break
+                wait "$COORD_PID"
+                _cs_rc=$?
+                untrack "$COORD_PID"
+                tail -n 5 "$COORD_LOG" >"$COORD_DIR/start.out"
+            else
+                echo "dtcoordd (pid $COORD_PID) did not answer within 10 s"
+                return 1
+            fi
+        fi
+        _cs_tries=$((_cs_tries + 1))
+        if grep -q 'address already in use' "$COORD_DIR/start.out" && [ "$_cs_tries" -lt 10 ]; then
+            pick_port $((COORD_PORT + 1))
+            coord_write_conf
+            continue
+        fi
+        echo "dtcoordd did not start (exit $_cs_rc):"
+        sed 's/^/    /' "$COORD_DIR/start.out"
+        return 1
+    done
+    wait_for 10 coord_ping || {
+        echo "dtcoordd (pid $COORD_PID) does not answer PING at $COORD_SOCK"
+        return 1
+    }
+}
+
+# A coordinator that runs away must fail on its own, not take the machine
+# (and CI) with it: 1 GiB of address space is far more than it needs.
+# (ulimit -v is not POSIX, but dash, bash and busybox sh have it.)
+coord_limits() {
+    # shellcheck disable=SC3045
+    ulimit -v 1048576 2>/dev/null || :
+}
+
+coord_up_or_dead() {
+    coord_ping || ! alive "$COORD_PID"
+}
+
+# coord_stop [SIGNAL]: stop the running coordinator (default TERM) and
+# wait until it is gone; returns its exit status when it was a child
+coord_stop() {
+    stop_pid "$COORD_PID" "${1:-TERM}"
+}
+
+# ctl ARGS...: dtctl on this coordinator's Unix socket
+ctl() {
+    "$DTCTL" --socket "$COORD_SOCK" "$@"
+}
+
+# probe ARGS...: dtprobe over TCP to this coordinator
+probe_tcp() {
+    "$DTPROBE" --tcp "127.0.0.1:$COORD_PORT" --munge-socket "$MUNGE_SOCKET" "$@"
+}
+
+# ---- assertions for check() -------------------------------------------------
+
+# run_rc WANT CMD...: CMD must exit WANT; its output (both streams) is kept
+# in $TMPD/out for out_has
+run_rc() {
+    _rr_want=$1
+    shift
+    "$@" >"$TMPD/out" 2>&1
+    _rr_rc=$?
+    if [ "$_rr_rc" -ne "$_rr_want" ]; then
+        echo "expected exit $_rr_want, got $_rr_rc: $*"
+        sed 's/^/  | /' "$TMPD/out" | head -n 30
+        return 1
+    fi
+    return 0
+}
+
+# out_has ERE / out_lacks ERE: the last run_rc output matches (does not)
+out_has() {
+    grep -q -E -e "$1" "$TMPD/out" && return 0
+    echo "output lacks /$1/:"
+    sed 's/^/  | /' "$TMPD/out" | head -n 30
+    return 1
+}
+out_lacks() {
+    grep -q -E -e "$1" "$TMPD/out" || return 0
+    echo "output has /$1/:"
+    sed 's/^/  | /' "$TMPD/out" | head -n 30
+    return 1
+}
+
+# out_ids: the job or event ids in the last run_rc's --json output, on one
+# line; ids_are "1 2": they are exactly these
+out_ids() {
+    json_num id <"$TMPD/out" | tr '\n' ' ' | sed 's/ $//'
+}
+ids_are() {
+    [ "$(out_ids)" = "$1" ] && return 0
+    echo "ids '$(out_ids)', expected '$1':"
+    sed 's/^/  | /' "$TMPD/out" | head -n 30
+    return 1
+}
+
+# json_str FIELD < JSON: the values of "FIELD": "..." in dtctl's indented
+# --json output, one per line (no jq here: sed)
+json_str() {
+    sed -n "s/^ *\"$1\": \"\\([^\"]*\\)\",\\{0,1\\}\$/\\1/p"
+}
+# json_num FIELD < JSON: the values of "FIELD": N
+json_num() {
+    sed -n "s/^ *\"$1\": \\(-\\{0,1\\}[0-9][0-9.]*\\),\\{0,1\\}\$/\\1/p"
+}

@@ -1,0 +1,593 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * Unit tests for coordinator/planner: presets; hand-computed plans (memory
+ * to the byte against the formulas of planner.c, FLOPs against 4 T^2 H D,
+ * bytes per ring step, sub-ring sizes); every refusal with its code and
+ * reason; the headline numbers (dense causal attention over 2^30 tokens of
+ * llama3-8b takes days on H100s, the dilated configuration does not);
+ * min_c_hidden agreeing with the plan at that c; placement; the JSON; and
+ * requests built from specs. Pure computation: nothing to start.
+ */
+#include "config.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+
+#include "common/spec.h"
+#include "coordinator/planner.h"
+
+#define MiB (1024.0 * 1024.0)
+#define GiB (1024.0 * MiB)
+
+/* A kind-attn request on the cpu preset: H, Hkv, D from a custom model. */
+static dt_plan_req_t attn_req(int64_t T, int R, int H, int Hkv, int D, bool causal,
+                              enum dt_layout layout)
+{
+    dt_plan_req_t q = { 0 };
+
+    cr_assert_eq(dt_cluster_preset("cpu", &q.cluster, NULL), 0);
+    strcpy(q.model.name, "custom");
+    q.model.dim = (int64_t)H * D;
+    q.model.heads = H;
+    q.model.kv_heads = Hkv;
+    q.model.layers = 1;
+    q.model.ffn = 1;
+    q.model.vocab = 1;
+    q.tokens = T;
+    q.ranks = R;
+    q.kind = DT_KIND_ATTN;
+    q.precision = DT_PREC_FP32;
+    q.causal = causal;
+    q.layout = layout;
+    return q;
+}
+
+static dt_plan_req_t llama_req(const char *gpu, enum dt_job_kind kind, int64_t T)
+{
+    dt_plan_req_t q = { 0 };
+
+    cr_assert_eq(dt_model_preset("llama3-8b", &q.model, NULL), 0);
+    cr_assert_eq(dt_cluster_preset(gpu, &q.cluster, NULL), 0);
+    q.tokens = T;
+    q.kind = kind;
+    q.precision = DT_PREC_BF16;
+    q.causal = true;
+    q.layout = DT_LAYOUT_ZIGZAG;
+    return q;
+}
+
+static void set_branches(dt_plan_req_t *q, int n, const int64_t *w, const int64_t *r)
+{
+    q->nbranch = n;
+    for (int i = 0; i < n; i++) {
+        q->seg[i] = w[i];
+        q->dil[i] = r[i];
+    }
+}
+
+Test(planner, presets)
+{
+    dt_model_t m;
+    dt_cluster_t c;
+    dt_emsg_t em = { "" };
+
+    cr_assert_eq(dt_model_preset("llama3-8b", &m, &em), 0);
+    cr_assert_eq(m.dim, 4096);
+    cr_assert_eq(m.layers, 32);
+    cr_assert_eq(m.heads, 32);
+    cr_assert_eq(m.kv_heads, 8);
+    cr_assert_eq(m.ffn, 14336);
+    cr_assert_eq(m.vocab, 128256);
+    cr_assert_eq(m.rope_theta, 500000);
+    cr_assert_eq(dt_model_preset("llama3-70b", &m, &em), 0);
+    cr_assert_eq(m.dim, 8192);
+    cr_assert_eq(m.layers, 80);
+    cr_assert_eq(m.heads, 64);
+    cr_assert_eq(m.ffn, 28672);
+    cr_assert_eq(dt_model_preset("tiny", &m, &em), 0);
+    cr_assert_eq(m.dim % m.heads, 0);
+    cr_assert_eq(dt_model_preset("gpt2", &m, &em), DT_EINVAL);
+    cr_assert_not_null(strstr(em.s, "llama3-70b"), "%s", em.s);
+
+    cr_assert_eq(dt_cluster_preset("h100-sxm", &c, &em), 0);
+    cr_assert_eq(c.gpus_per_node, 8);
+    cr_assert_eq(c.mem_bytes, 76 * GiB);
+    cr_assert_eq(c.peak_flops, 989e12);
+    cr_assert_eq(dt_cluster_preset("h200", &c, &em), 0);
+    cr_assert(c.mem_bytes > 128 * GiB);
+    cr_assert_eq(dt_cluster_preset("cpu", &c, &em), 0);
+    cr_assert_eq(c.gpus_per_node, 2);
+    cr_assert_eq(c.mem_bytes, 4 * GiB);
+    cr_assert_eq(c.fixed_bytes, 15 * MiB);
+    cr_assert_eq(dt_cluster_preset("tpu", &c, &em), DT_EINVAL);
+    cr_assert_not_null(strstr(em.s, "h100-sxm"), "%s", em.s);
+}
+
+/* Dense attention on the cpu preset (fp32), R fixed: the engine's tensors.
+ *   activations: q, o (c H D) + k, v (c Hkv D) + lse (H c), 4 bytes each
+ *   kv_buffers:  two packs of K and V, 2 c Hkv D floats each (one when R = 1)
+ *   workspace:   24 c bytes of index arrays + a 48-byte record per rank
+ *   flops:       4 T^2 H D (non-causal), 4 H D T (T + 1) / 2 (causal)
+ *   bytes/step:  2 c Hkv D 4 when R > 1 */
+Test(planner, dense_attention_by_hand)
+{
+    static const struct {
+        int64_t T;
+        int R, H, Hkv, D;
+        bool causal;
+        enum dt_layout layout;
+    } cases[] = {
+        { 4096, 1, 8, 2, 64, false, DT_LAYOUT_CONTIGUOUS },
+        { 16384, 2, 8, 2, 64, false, DT_LAYOUT_CONTIGUOUS },
+        { 16384, 4, 8, 2, 64, true, DT_LAYOUT_ZIGZAG },
+        { 32768, 8, 16, 4, 32, false, DT_LAYOUT_CONTIGUOUS },
+        { 6000, 3, 4, 4, 16, true, DT_LAYOUT_CONTIGUOUS },
+    };
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        dt_plan_req_t q = attn_req(cases[i].T, cases[i].R, cases[i].H, cases[i].Hkv, cases[i].D,
+                                   cases[i].causal, cases[i].layout);
+        dt_plan_t p;
+        dt_emsg_t em = { "" };
+        double T = (double)cases[i].T, H = cases[i].H, Hkv = cases[i].Hkv, D = cases[i].D;
+        int R = cases[i].R;
+        double c = T / R;
+
+        cr_assert_eq(dt_plan_make(&q, &p, &em), 0, "case %zu: %s", i, em.s);
+        cr_assert(p.fits);
+        cr_assert_eq(p.ranks, R);
+        cr_assert_eq(p.tokens_per_rank, (int64_t)c);
+        double act = (2 * c * H * D + 2 * c * Hkv * D + H * c) * 4;
+        double kv = (R > 1 ? 2 : 1) * 2 * c * Hkv * D * 4;
+        double ws = 24 * c + 48.0 * R;
+        cr_assert_eq(p.mem.activations, act, "case %zu", i);
+        cr_assert_eq(p.mem.kv_buffers, kv, "case %zu", i);
+        cr_assert_eq(p.mem.workspace, ws, "case %zu: %.0f vs %.0f", i, p.mem.workspace, ws);
+        cr_assert_eq(p.mem.weights + p.mem.grads + p.mem.optimizer, 0);
+        cr_assert_eq(p.mem.fixed, 15 * MiB);
+        cr_assert_eq(p.mem.total, act + kv + ws + 15 * MiB, "case %zu", i);
+        double fl = cases[i].causal ? 4 * H * D * T * (T + 1) / 2 : 4 * T * T * H * D;
+        cr_assert_eq(p.flops, fl, "case %zu: %g vs %g", i, p.flops, fl);
+        cr_assert_eq(p.flops_per_token, fl / T);
+        cr_assert_eq(p.bytes_per_step, R > 1 ? 2 * c * Hkv * D * 4 : 0, "case %zu", i);
+        cr_assert_eq(p.nbranch, 1);
+        cr_assert_eq(p.branch[0].w, cases[i].T);
+        cr_assert_eq(p.branch[0].r, 1);
+        cr_assert_eq(p.branch[0].group, R);
+        /* time: every rank does 1/R of the work at peak x efficiency;
+         * causal contiguous makes the last rank do 2 - 1/R times that */
+        double imb =
+            cases[i].causal && cases[i].layout == DT_LAYOUT_CONTIGUOUS ? 2.0 - 1.0 / R : 1.0;
+        double compute = fl / R / (q.cluster.peak_flops * q.cluster.efficiency) * imb;
+        if (p.comm_hidden)
+            cr_assert_float_eq(p.seconds, compute, 1e-9 * compute, "case %zu", i);
+        else
+            cr_assert(p.seconds > compute);
+        dt_plan_clear(&p);
+    }
+}
+
+/* A dilated branch (w, r) over T: T / w segments, r head chunks of H / r
+ * heads, w / r positions each: T / w * r * (w / r)^2 * 4 D (H / r) flops
+ * (non-causal). */
+Test(planner, dilated_branch_flops_and_groups)
+{
+    dt_plan_req_t q = attn_req(98304, 12, 8, 2, 64, false, DT_LAYOUT_CONTIGUOUS);
+    static const int64_t w[] = { 2048, 8192, 12288, 24576, 98304 };
+    static const int64_t r[] = { 2, 1, 4, 8, 16 };
+    /* c = 8192: 12288 straddles two ranks, 24576 spans three, the whole
+     * sequence all twelve */
+    static const int group[] = { 1, 1, 2, 3, 12 };
+    dt_plan_t p;
+    dt_emsg_t em = { "" };
+
+    set_branches(&q, 5, w, r);
+    cr_assert_eq(dt_plan_make(&q, &p, &em), 0, "%s", em.s);
+    cr_assert_eq(p.nbranch, 5);
+    double total = 0;
+    for (int b = 0; b < 5; b++) {
+        double T = 98304, W = (double)w[b], Rr = (double)r[b], H = 8, D = 64;
+        double hc = ceil(H / Rr), nchunk = ceil(H / hc);
+        double fl = T / W * nchunk * (W / Rr) * (W / Rr) * 4 * D * hc;
+        cr_assert_eq(p.branch[b].w, w[b]);
+        cr_assert_eq(p.branch[b].r, r[b]);
+        cr_assert_eq(p.branch[b].group, group[b], "branch %d: group %d", b, p.branch[b].group);
+        cr_assert_eq(p.branch[b].flops, fl, "branch %d: %g vs %g", b, p.branch[b].flops, fl);
+        cr_assert_eq(p.branch[b].bytes_per_step > 0, group[b] > 1, "branch %d", b);
+        total += fl;
+    }
+    cr_assert_eq(p.flops, total);
+    /* branch (98304, 16): 8 heads in 8 chunks of one head; each chunk reads
+     * one kv head and c / r = 512 rows: K and V of 8 x 512 x 64 floats */
+    cr_assert_eq(p.branch[4].bytes_per_step, 2.0 * 8 * 512 * 64 * 4);
+    dt_plan_clear(&p);
+}
+
+static int make(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
+{
+    memset(em, 0, sizeof(*em));
+    return dt_plan_make(q, p, em);
+}
+
+Test(planner, refusals)
+{
+    dt_plan_t p;
+    dt_emsg_t em;
+    dt_plan_req_t q;
+
+    /* T not divisible by R */
+    q = attn_req(1000, 3, 8, 2, 64, false, DT_LAYOUT_CONTIGUOUS);
+    cr_assert_eq(make(&q, &p, &em), DT_ELAYOUT);
+    cr_assert_not_null(strstr(em.s, "not divisible by R=3"), "%s", em.s);
+    cr_assert_str_eq(p.reason, em.s);
+    cr_assert(!p.fits);
+    dt_plan_clear(&p);
+
+    /* zigzag: T not divisible by 2R */
+    q = attn_req(1005, 3, 8, 2, 64, true, DT_LAYOUT_ZIGZAG);
+    cr_assert_eq(make(&q, &p, &em), DT_ELAYOUT);
+    cr_assert_not_null(strstr(em.s, "2R=6"), "%s", em.s);
+    dt_plan_clear(&p);
+
+    /* w not a multiple of r */
+    q = attn_req(4096, 2, 8, 2, 64, false, DT_LAYOUT_CONTIGUOUS);
+    set_branches(&q, 2, (const int64_t[]){ 512, 1000 }, (const int64_t[]){ 1, 3 });
+    cr_assert_eq(make(&q, &p, &em), DT_EINVAL);
+    cr_assert_not_null(strstr(em.s, "branch 2"), "%s", em.s);
+    cr_assert_not_null(strstr(em.s, "w=1000 is not a multiple of its dilation r=3"), "%s", em.s);
+    dt_plan_clear(&p);
+
+    /* bad shape */
+    q = attn_req(4096, 2, 8, 3, 64, false, DT_LAYOUT_CONTIGUOUS);
+    cr_assert_eq(make(&q, &p, &em), DT_EINVAL);
+    cr_assert_not_null(strstr(em.s, "kv_heads=3 must divide heads=8"), "%s", em.s);
+    dt_plan_clear(&p);
+
+    /* more ranks than the cluster has */
+    q = llama_req("h100-sxm", DT_KIND_PREFILL, INT64_C(1) << 30);
+    q.cluster.nodes = 16;
+    cr_assert_eq(make(&q, &p, &em), DT_ERANGE);
+    cr_assert_not_null(strstr(em.s, "needs 2048 ranks"), "%s", em.s);
+    cr_assert_not_null(strstr(em.s, "16 nodes x 8 = 128 ranks"), "%s", em.s);
+    cr_assert_eq(p.ranks, 2048, "the plan is filled for the ranks it would need");
+    cr_assert(!p.fits);
+    dt_plan_clear(&p);
+
+    /* fixed R beyond the planner's limit */
+    q = attn_req(INT64_C(1) << 30, 2000000, 8, 2, 64, false, DT_LAYOUT_CONTIGUOUS);
+    cr_assert_eq(make(&q, &p, &em), DT_ERANGE);
+    cr_assert_not_null(strstr(em.s, "1000000"), "%s", em.s);
+    dt_plan_clear(&p);
+
+    /* memory at a fixed R: the numbers and the largest component */
+    q = llama_req("h100-sxm", DT_KIND_PREFILL, INT64_C(1) << 20);
+    q.ranks = 1;
+    cr_assert_eq(make(&q, &p, &em), DT_ENOSPC);
+    cr_assert_not_null(strstr(em.s, "largest: activations 100.00 GiB"), "%s", em.s);
+    cr_assert_not_null(strstr(em.s, "76.00 GiB available"), "%s", em.s);
+    cr_assert_eq(p.mem.activations, 100 * GiB, "1M tokens x 100 KiB of one layer's working set");
+    cr_assert(p.mem.total > q.cluster.mem_bytes);
+    dt_plan_clear(&p);
+
+    /* memory at any R: the replicated model does not fit */
+    q = llama_req("h100-sxm", DT_KIND_TRAIN, INT64_C(1) << 20);
+    cr_assert_eq(make(&q, &p, &em), DT_ENOSPC);
+    cr_assert_not_null(strstr(em.s, "largest: optimizer"), "%s", em.s);
+    cr_assert_not_null(strstr(em.s, "every rank holds the whole model"), "%s", em.s);
+    dt_plan_clear(&p);
+
+    /* no rank count divides a prime T */
+    q = llama_req("h100-sxm", DT_KIND_ATTN, 1000000007);
+    cr_assert_eq(make(&q, &p, &em), DT_ELAYOUT);
+    cr_assert_not_null(strstr(em.s, "1000000007"), "%s", em.s);
+    dt_plan_clear(&p);
+}
+
+/* The headline: dense causal attention over 2^30 tokens of llama3-8b on
+ * H100s takes days as a prefill (every layer), and hours even as a single
+ * attention call; LongNet's dilated branches make it seconds to minutes. */
+Test(planner, one_billion_tokens_dense_takes_days_dilated_does_not)
+{
+    static const int64_t w[] = { 2048, 16384, 131072, 1048576 };
+    static const int64_t r[] = { 1, 4, 32, 256 };
+    int64_t T = INT64_C(1) << 30;
+    dt_plan_t p;
+    dt_emsg_t em;
+    dt_plan_req_t q;
+
+    q = llama_req("h100-sxm", DT_KIND_PREFILL, T);
+    cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
+    cr_assert(p.seconds > 86400, "dense prefill: %g s", p.seconds);
+    cr_assert(p.comm_hidden);
+    double dense = p.seconds;
+    dt_plan_clear(&p);
+
+    q = llama_req("h100-sxm", DT_KIND_ATTN, T);
+    cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
+    cr_assert(p.seconds > 3 * 3600, "one dense attention call: %g s", p.seconds);
+    dt_plan_clear(&p);
+
+    q = llama_req("h100-sxm", DT_KIND_PREFILL, T);
+    set_branches(&q, 4, w, r);
+    cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
+    cr_assert(p.seconds < 86400, "dilated prefill: %g s", p.seconds);
+    cr_assert(p.seconds < dense / 1000, "dilated %g s vs dense %g s", p.seconds, dense);
+    cr_assert_eq(p.nbranch, 4);
+    cr_assert_eq(p.branch[0].group, 1, "w = 2048 is local");
+    dt_plan_clear(&p);
+
+    /* the same on a 1000-node cluster given all its GPUs: still days */
+    q = llama_req("h100-sxm", DT_KIND_PREFILL, T);
+    q.cluster.nodes = 1024;
+    q.ranks = 8192;
+    cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
+    cr_assert(p.seconds > 0.5 * 86400, "dense prefill on 8192 GPUs: %g s", p.seconds);
+    dt_plan_clear(&p);
+}
+
+Test(planner, fewest_ranks_that_fit)
+{
+    dt_plan_req_t q = llama_req("h100-sxm", DT_KIND_PREFILL, INT64_C(1) << 30);
+    dt_plan_t p, smaller;
+    dt_emsg_t em;
+
+    cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
+    cr_assert(p.mem.total <= q.cluster.mem_bytes);
+    q.ranks = p.ranks / 2; /* the next valid R below: powers of two divide 2^30 */
+    cr_assert_eq(make(&q, &smaller, &em), DT_ENOSPC, "%s", em.s);
+    dt_plan_clear(&smaller);
+    dt_plan_clear(&p);
+
+    /* T = 10^9: zigzag needs 2R | T, so R is a divisor of 5 x 10^8 */
+    q = llama_req("h100-sxm", DT_KIND_ATTN, 1000000000);
+    cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
+    cr_assert_eq(1000000000 % (2 * (int64_t)p.ranks), 0, "R=%d", p.ranks);
+    dt_plan_clear(&p);
+}
+
+/* Compute per step grows as c^2, the transfer as c: at c = min_c_hidden the
+ * plan hides its communication, just below it does not. */
+Test(planner, min_c_hidden_agrees_with_the_plan)
+{
+    static const struct {
+        const char *gpu;
+        bool causal;
+        enum dt_layout layout;
+        int R;
+    } cases[] = {
+        { "h100-sxm", false, DT_LAYOUT_CONTIGUOUS, 16 },
+        { "h100-sxm", true, DT_LAYOUT_ZIGZAG, 16 },
+        { "cpu", true, DT_LAYOUT_ZIGZAG, 4 },
+        { "h200", true, DT_LAYOUT_CONTIGUOUS, 64 },
+    };
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        dt_plan_req_t q = llama_req(cases[i].gpu, DT_KIND_ATTN, 0);
+        int64_t gran = cases[i].layout == DT_LAYOUT_ZIGZAG ? 2 : 1, m;
+        dt_plan_t p;
+        dt_emsg_t em;
+
+        q.causal = cases[i].causal;
+        q.layout = cases[i].layout;
+        q.ranks = cases[i].R;
+        q.tokens = (int64_t)cases[i].R * 65536;
+        cr_assert_eq(make(&q, &p, &em), 0, "case %zu: %s", i, em.s);
+        m = p.min_c_hidden;
+        dt_plan_clear(&p);
+        cr_assert(m > gran, "case %zu: min_c_hidden %lld", i, (long long)m);
+
+        q.tokens = m * cases[i].R;
+        cr_assert_eq(make(&q, &p, &em), 0, "case %zu: %s", i, em.s);
+        cr_assert(p.comm_hidden, "case %zu: not hidden at c = %lld", i, (long long)m);
+        cr_assert(p.step_comm_s <= p.step_compute_s);
+        cr_assert_eq(p.min_c_hidden, m);
+        dt_plan_clear(&p);
+
+        int64_t half = m / 2 / gran * gran;
+        q.tokens = half * cases[i].R;
+        cr_assert_eq(make(&q, &p, &em), 0, "case %zu: %s", i, em.s);
+        cr_assert(!p.comm_hidden, "case %zu: hidden at c/2 = %lld", i, (long long)half);
+        dt_plan_clear(&p);
+
+        q.tokens = (m - gran) * cases[i].R;
+        cr_assert_eq(make(&q, &p, &em), 0, "case %zu: %s", i, em.s);
+        cr_assert(!p.comm_hidden, "case %zu: hidden at c = %lld", i, (long long)(m - gran));
+        dt_plan_clear(&p);
+    }
+}
+
+Test(planner, placement_keeps_ring_hops_in_a_node)
+{
+    static const struct {
+        int R, gpn;
+        double frac;
+        int nodes;
+    } cases[] = {
+        { 16, 8, 14.0 / 16, 2 }, { 4, 8, 1.0, 1 },     { 1, 8, 1.0, 1 },
+        { 24, 8, 21.0 / 24, 3 }, { 6, 4, 4.0 / 6, 2 },
+    };
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        dt_plan_req_t q = llama_req("h100-sxm", DT_KIND_ATTN, 49152);
+        dt_plan_t p;
+        dt_emsg_t em;
+
+        q.ranks = cases[i].R;
+        q.cluster.gpus_per_node = cases[i].gpn;
+        cr_assert_eq(make(&q, &p, &em), 0, "case %zu: %s", i, em.s);
+        cr_assert_eq(p.nodes, cases[i].nodes, "case %zu", i);
+        cr_assert_float_eq(p.intra_node_frac, cases[i].frac, 1e-12, "case %zu: %g", i,
+                           p.intra_node_frac);
+        for (int r = 0; r < cases[i].R; r++)
+            cr_assert_eq(p.placement[r], r / cases[i].gpn);
+        dt_plan_clear(&p);
+    }
+}
+
+static json_t *get(json_t *o, const char *key)
+{
+    json_t *v = json_object_get(o, key);
+    cr_assert_not_null(v, "JSON has no '%s'", key);
+    return v;
+}
+
+Test(planner, json)
+{
+    static const char *const keys[] = {
+        "ranks",
+        "tokens_per_rank",
+        "memory_per_rank_bytes",
+        "memory_breakdown",
+        "flops",
+        "flops_per_token",
+        "bytes_per_step",
+        "seconds",
+        "comm_hidden",
+        "min_c_hidden",
+        "fits",
+        "branches",
+        "placement",
+        "intra_node_frac",
+        "tokens",
+        "model",
+        "cluster",
+        "kind",
+        "precision",
+        "causal",
+        "layout",
+    };
+    static const char *const parts[] = { "weights",    "grads",     "optimizer", "activations",
+                                         "kv_buffers", "workspace", "fixed" };
+    dt_plan_req_t q = attn_req(16384, 4, 8, 2, 64, true, DT_LAYOUT_ZIGZAG);
+    dt_plan_t p;
+    dt_emsg_t em;
+    json_t *j, *mem;
+
+    cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
+    j = dt_plan_to_json(&q, &p);
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+        get(j, keys[i]);
+    cr_assert_null(json_object_get(j, "reason"));
+    cr_assert_eq(json_integer_value(get(j, "ranks")), 4);
+    cr_assert_eq(json_integer_value(get(j, "memory_per_rank_bytes")), (json_int_t)p.mem.total);
+    mem = get(j, "memory_breakdown");
+    json_int_t sum = 0;
+    for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++)
+        sum += json_integer_value(get(mem, parts[i]));
+    cr_assert_eq(sum, (json_int_t)p.mem.total);
+    cr_assert_str_eq(json_string_value(get(j, "layout")), "zigzag");
+    cr_assert_str_eq(json_string_value(get(j, "kind")), "attn");
+    cr_assert_eq(json_integer_value(get(get(j, "model"), "heads")), 8);
+    cr_assert_str_eq(json_string_value(get(get(j, "cluster"), "name")), "cpu");
+    cr_assert_eq(json_array_size(get(j, "placement")), 4);
+    json_t *b0 = json_array_get(get(j, "branches"), 0);
+    cr_assert_eq(json_integer_value(get(b0, "segment")), 16384);
+    cr_assert_eq(json_integer_value(get(b0, "group")), 4);
+    json_decref(j);
+    dt_plan_clear(&p);
+
+    /* beyond 4096 ranks the placement is a summary */
+    q = llama_req("h100-sxm", DT_KIND_ATTN, INT64_C(1) << 30);
+    q.ranks = 8192;
+    cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
+    j = dt_plan_to_json(&q, &p);
+    cr_assert_eq(json_integer_value(get(get(j, "placement"), "ranks_per_node")), 8);
+    cr_assert_eq(json_integer_value(get(get(j, "placement"), "nodes")), 1024);
+    json_decref(j);
+    dt_plan_clear(&p);
+
+    /* a refusal carries fits:false and the reason */
+    q = attn_req(1000, 3, 8, 2, 64, false, DT_LAYOUT_CONTIGUOUS);
+    cr_assert_eq(make(&q, &p, &em), DT_ELAYOUT);
+    j = dt_plan_to_json(&q, &p);
+    cr_assert(json_is_false(get(j, "fits")));
+    cr_assert_str_eq(json_string_value(get(j, "reason")), em.s);
+    json_decref(j);
+    dt_plan_clear(&p);
+}
+
+Test(planner, request_from_spec)
+{
+    dt_spec_t s;
+    dt_plan_req_t q;
+    dt_emsg_t em = { "" };
+
+    cr_assert_eq(dt_spec_parse("s", "kind = attn\ntokens = 64K\n", &s, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_plan_req_from_spec(&s, &q, &em), 0, "%s", em.s);
+    cr_assert_str_eq(q.model.name, "tiny");
+    cr_assert_str_eq(q.cluster.name, "cpu");
+    cr_assert_eq(q.precision, DT_PREC_FP32, "fp32 on the cpu");
+    cr_assert(q.causal);
+    cr_assert_eq(q.layout, DT_LAYOUT_ZIGZAG, "zigzag when causal");
+    cr_assert_eq(q.tokens, 65536);
+    cr_assert_eq(q.nbranch, 0);
+    dt_spec_free(&s);
+
+    cr_assert_eq(dt_spec_parse("s",
+                               "kind = train\ntokens = 1M\nmodel = llama3-8b\nlayers = 2\n"
+                               "gpu = h100-sxm\nprecision = fp32\ncausal = no\nnodes = 4\n"
+                               "segments = 2048,8192\ndilations = 1,4\nranks = 16\nspares = 1\n",
+                               &s, &em),
+                 0, "%s", em.s);
+    cr_assert_eq(dt_plan_req_from_spec(&s, &q, &em), 0, "%s", em.s);
+    cr_assert_eq(q.kind, DT_KIND_TRAIN);
+    cr_assert_eq(q.model.layers, 2, "explicit keys override the preset");
+    cr_assert_eq(q.model.dim, 4096);
+    cr_assert_eq(q.precision, DT_PREC_FP32);
+    cr_assert_eq(q.cluster.peak_flops, 67e12, "fp32 on an H100 runs at the FP32 peak");
+    cr_assert_eq(q.cluster.nodes, 4);
+    cr_assert(!q.causal);
+    cr_assert_eq(q.layout, DT_LAYOUT_CONTIGUOUS, "contiguous when not causal");
+    cr_assert_eq(q.nbranch, 2);
+    cr_assert_eq(q.seg[1], 8192);
+    cr_assert_eq(q.dil[1], 4);
+    cr_assert_eq(q.ranks, 16);
+    cr_assert_eq(q.spares, 1);
+    dt_spec_free(&s);
+
+    cr_assert_eq(dt_spec_parse("s",
+                               "kind = prefill\ntokens = 4096\nmodel = custom\ndim = 512\n"
+                               "layers = 2\nheads = 8\nkv_heads = 2\nffn = 1024\nvocab = 1000\n"
+                               "gpu = h200\ntied = yes\n",
+                               &s, &em),
+                 0, "%s", em.s);
+    cr_assert_eq(dt_plan_req_from_spec(&s, &q, &em), 0, "%s", em.s);
+    cr_assert_str_eq(q.model.name, "custom");
+    cr_assert(q.model.tied);
+    cr_assert_eq(q.precision, DT_PREC_BF16, "bf16 on GPUs");
+    cr_assert_eq(q.cluster.peak_flops, 989e12);
+    dt_spec_free(&s);
+}
+
+/* Training memory by hand for the tiny model on one cpu rank (fp32):
+ * P = 4 (2 d^2 + 2 d kv + 3 d f + 2 d) + v d + d (tied), 16 bytes each;
+ * activations c (L (4 (6 d + 2 kv + 4 f) + 4 H) + 4 d). */
+Test(planner, training_memory_by_hand)
+{
+    dt_plan_req_t q = { 0 };
+    dt_plan_t p;
+    dt_emsg_t em;
+
+    cr_assert_eq(dt_model_preset("tiny", &q.model, NULL), 0);
+    cr_assert_eq(dt_cluster_preset("cpu", &q.cluster, NULL), 0);
+    q.kind = DT_KIND_TRAIN;
+    q.precision = DT_PREC_FP32;
+    q.tokens = 4096;
+    q.ranks = 1;
+    q.causal = true;
+    q.layout = DT_LAYOUT_ZIGZAG;
+    cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
+    double d = 256, L = 4, H = 8, kv = 64, f = 768, v = 512, c = 4096;
+    double P = L * (2 * d * d + 2 * d * kv + 3 * d * f + 2 * d) + v * d + d;
+    cr_assert_eq(p.mem.weights, 4 * P);
+    cr_assert_eq(p.mem.grads, 4 * P);
+    cr_assert_eq(p.mem.optimizer, 8 * P, "fp32: no master copy");
+    cr_assert_eq(p.mem.activations, c * (L * (4 * (6 * d + 2 * kv + 4 * f) + 4 * H) + 4 * d));
+    /* flops: 6 per matmul parameter per token (LM head included, embedding
+     * lookup not) + 3.5 x the causal attention of every layer */
+    double Pmm = L * (2 * d * d + 2 * d * kv + 3 * d * f) + v * d;
+    double attn = 4 * H * 32 * c * (c + 1) / 2;
+    cr_assert_float_eq(p.flops, 6 * Pmm * c + L * 3.5 * attn, 1e-6 * p.flops);
+    dt_plan_clear(&p);
+}

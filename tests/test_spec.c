@@ -1,0 +1,377 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * Unit tests for common/spec: parsing spec text and files, the defaults a
+ * spec carries (causal unless said otherwise), sizes with suffixes, setting
+ * keys as flags do, the canonical text reading back to an equal spec, and
+ * every refusal with the message a user would read (it names the key).
+ * Nothing here needs a service.
+ */
+#include "config.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/mem.h"
+#include "common/spec.h"
+
+/* Every field equal (strings by value). */
+static void assert_spec_eq(const dt_spec_t *a, const dt_spec_t *b)
+{
+    const dt_conf_key_t *k;
+
+    for (k = dt_spec_keys(); k->name != NULL; k++) {
+        const char *fa = (const char *)a + k->offset, *fb = (const char *)b + k->offset;
+
+        switch (k->type) {
+        case DT_CONF_STRING: {
+            const char *sa = *(char *const *)fa, *sb = *(char *const *)fb;
+            cr_assert((sa == NULL) == (sb == NULL), "key %s: set in one spec only", k->name);
+            if (sa != NULL)
+                cr_assert_str_eq(sa, sb, "key %s", k->name);
+            break;
+        }
+        case DT_CONF_BOOL:
+            cr_assert_eq(*(const int *)fa, *(const int *)fb, "key %s", k->name);
+            break;
+        default:
+            cr_assert_eq(*(const int64_t *)fa, *(const int64_t *)fb, "key %s", k->name);
+        }
+    }
+    cr_assert_eq(a->causal_set, b->causal_set);
+}
+
+static int is_zero(const dt_spec_t *s)
+{
+    static const dt_spec_t zero;
+    return memcmp(s, &zero, sizeof(zero)) == 0;
+}
+
+Test(spec, minimal_spec_and_defaults)
+{
+    dt_spec_t s;
+    dt_emsg_t em = { "" };
+
+    cr_assert_eq(dt_spec_parse("job.spec", "kind = attn\ntokens = 4096\n", &s, &em), 0, "%s", em.s);
+    cr_assert_str_eq(s.kind, "attn");
+    cr_assert_eq(s.tokens, 4096);
+    cr_assert_eq(s.causal, 1, "causal is the default");
+    cr_assert_eq(s.causal_set, 0);
+    cr_assert_null(s.model);
+    cr_assert_eq(s.ranks, 0);
+    dt_spec_free(&s);
+    cr_assert(is_zero(&s), "free leaves a zeroed spec");
+}
+
+Test(spec, causal_no_is_remembered)
+{
+    dt_spec_t s;
+    dt_emsg_t em = { "" };
+
+    cr_assert_eq(dt_spec_parse(NULL, "kind = attn\ntokens = 64\ncausal = no\n", &s, &em), 0);
+    cr_assert_eq(s.causal, 0);
+    cr_assert_eq(s.causal_set, 1);
+    dt_spec_free(&s);
+    cr_assert_eq(dt_spec_parse(NULL, "kind = attn\ntokens = 64\ncausal = yes\n", &s, &em), 0);
+    cr_assert_eq(s.causal, 1);
+    cr_assert_eq(s.causal_set, 1);
+    dt_spec_free(&s);
+}
+
+Test(spec, token_sizes_are_powers_of_1024)
+{
+    static const struct {
+        const char *text;
+        int64_t tokens;
+    } cases[] = {
+        { "4096", 4096 },     { "64K", 65536 },      { "1M", 1048576 },
+        { "1G", 1073741824 }, { "3M", 3 * 1048576 },
+    };
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char *text = dt_xasprintf("kind = prefill\ntokens = %s\n", cases[i].text);
+        dt_spec_t s;
+        dt_emsg_t em = { "" };
+
+        cr_assert_eq(dt_spec_parse("t", text, &s, &em), 0, "%s: %s", cases[i].text, em.s);
+        cr_assert_eq(s.tokens, cases[i].tokens, "%s", cases[i].text);
+        dt_spec_free(&s);
+        free(text);
+    }
+}
+
+static const char full_text[] = "name = \"long # context\"\n"
+                                "kind = train\n"
+                                "model = custom\n"
+                                "dim = 2048\n"
+                                "layers = 16\n"
+                                "heads = 32\n"
+                                "kv_heads = 8\n"
+                                "ffn = 8192\n"
+                                "vocab = 128256\n"
+                                "rope_theta = 500000\n"
+                                "tied = yes\n"
+                                "tokens = 1M\n"
+                                "causal = no\n"
+                                "segments = 2048,8192,32768\n"
+                                "dilations = 1,2,8\n"
+                                "layout = contiguous\n"
+                                "precision = bf16\n"
+                                "gpu = h100-sxm\n"
+                                "ranks = 64\n"
+                                "nodes = 8\n"
+                                "gpus_per_node = 8\n"
+                                "spares = 2\n"
+                                "time_limit = 90m\n"
+                                "partition = gpu\n"
+                                "account = \"  lab \\\"x\\\" \"\n"
+                                "qos = high\n"
+                                "constraint = h100\n"
+                                "exclude = node[1-3]\n"
+                                "steps = 1000\n"
+                                "seed = 7\n"
+                                "data = recall\n"
+                                "ckpt_every = 100\n"
+                                "ckpt_keep = 3\n"
+                                "ckpt_dir = /scratch/ckpt\n";
+
+Test(spec, format_parses_back_to_an_equal_spec)
+{
+    dt_spec_t a, b, c;
+    dt_emsg_t em = { "" };
+    char *t1, *t2;
+
+    cr_assert_eq(dt_spec_parse("full", full_text, &a, &em), 0, "%s", em.s);
+    cr_assert_str_eq(a.name, "long # context");
+    cr_assert_str_eq(a.account, "  lab \"x\" ");
+    cr_assert_eq(a.time_limit_ms, 90 * 60 * 1000);
+    t1 = dt_spec_format(&a);
+    cr_assert_eq(dt_spec_parse("formatted", t1, &b, &em), 0, "%s\n%s", em.s, t1);
+    assert_spec_eq(&a, &b);
+    t2 = dt_spec_format(&b);
+    cr_assert_str_eq(t1, t2, "the canonical text is a fixed point");
+    /* every key of the full spec is in the text, in table order */
+    const char *at = t1;
+    for (const dt_conf_key_t *k = dt_spec_keys(); k->name != NULL; k++) {
+        char *line = dt_xasprintf("%s = ", k->name);
+        const char *hit = strstr(at, line);
+        cr_assert_not_null(hit, "key %s missing or out of order in:\n%s", k->name, t1);
+        at = hit;
+        free(line);
+    }
+    /* and the canonical sizes keep their suffix */
+    cr_assert_not_null(strstr(t1, "tokens = 1M\n"), "%s", t1);
+    cr_assert_not_null(strstr(t1, "time_limit = 90m\n"), "%s", t1);
+    cr_assert_not_null(strstr(t1, "name = \"long # context\"\n"), "%s", t1);
+
+    /* a minimal spec formats to its two keys */
+    cr_assert_eq(dt_spec_parse("min", "tokens = 1000\nkind = attn\n", &c, &em), 0);
+    free(t2);
+    t2 = dt_spec_format(&c);
+    cr_assert_str_eq(t2, "kind = attn\ntokens = 1000\n");
+    free(t1);
+    free(t2);
+    dt_spec_free(&a);
+    dt_spec_free(&b);
+    dt_spec_free(&c);
+}
+
+Test(spec, set_builds_what_parse_reads)
+{
+    static const char *const kv[][2] = {
+        { "kind", "train" },
+        { "tokens", "1M" },
+        { "model", "custom" },
+        { "dim", "2048" },
+        { "layers", "16" },
+        { "heads", "32" },
+        { "kv-heads", "8" },
+        { "ffn", "8192" },
+        { "vocab", "128256" },
+        { "rope_theta", "500000" },
+        { "tied", "yes" },
+        { "causal", "no" },
+        { "segments", "2048,8192,32768" },
+        { "dilations", "1,2,8" },
+        { "layout", "contiguous" },
+        { "precision", "bf16" },
+        { "gpu", "h100-sxm" },
+        { "ranks", "64" },
+        { "nodes", "8" },
+        { "gpus_per_node", "8" },
+        { "spares", "2" },
+        { "time_limit", "90m" },
+        { "partition", "gpu" },
+        { "account", "  lab \"x\" " },
+        { "qos", "high" },
+        { "constraint", "h100" },
+        { "exclude", "node[1-3]" },
+        { "steps", "1000" },
+        { "seed", "7" },
+        { "data", "recall" },
+        { "ckpt_every", "100" },
+        { "ckpt_keep", "3" },
+        { "ckpt_dir", "/scratch/ckpt" },
+        { "name", "long # context" },
+    };
+    dt_spec_t a = { 0 }, b;
+    dt_emsg_t em = { "" };
+
+    for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++)
+        cr_assert_eq(dt_spec_set(&a, kv[i][0], kv[i][1], &em), 0, "%s: %s", kv[i][0], em.s);
+    cr_assert_eq(dt_spec_check(&a, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_spec_parse("full", full_text, &b, &em), 0, "%s", em.s);
+    assert_spec_eq(&a, &b);
+    /* a later value replaces the earlier one */
+    cr_assert_eq(dt_spec_set(&a, "model", "tiny", &em), 0);
+    cr_assert_str_eq(a.model, "tiny");
+    dt_spec_free(&a);
+    dt_spec_free(&b);
+}
+
+Test(spec, load_reads_a_file)
+{
+    char path[] = "/tmp/dt-spec-XXXXXX";
+    int fd = mkstemp(path);
+    dt_spec_t s;
+    dt_emsg_t em = { "" };
+
+    cr_assert(fd >= 0);
+    cr_assert_eq(write(fd, full_text, strlen(full_text)), (ssize_t)strlen(full_text));
+    close(fd);
+    cr_assert_eq(dt_spec_load(path, &s, &em), 0, "%s", em.s);
+    cr_assert_str_eq(s.kind, "train");
+    cr_assert_eq(s.ckpt_keep, 3);
+    dt_spec_free(&s);
+    unlink(path);
+    cr_assert_eq(dt_spec_load(path, &s, &em), DT_ENOENT);
+    cr_assert_not_null(strstr(em.s, path), "%s", em.s);
+    cr_assert(is_zero(&s));
+}
+
+/* Each refusal: the text, the code, words the message must contain. */
+static const struct refusal {
+    const char *text;
+    int rc;
+    const char *words[2];
+} refusals[] = {
+    { "tokens = 64\n", DT_ECONF, { "missing required key 'kind'", NULL } },
+    { "kind = attn\n", DT_ECONF, { "missing required key 'tokens'", NULL } },
+    { "kind = decode\ntokens = 64\n", DT_EINVAL, { "key 'kind'", "attn, prefill or train" } },
+    { "kind = attn\ntokens = 0\n", DT_ECONF, { "key 'tokens'", "out of range" } },
+    { "kind = attn\ntokens = many\n", DT_ECONF, { "key 'tokens'", "bad value" } },
+    { "kind = attn\ntokens = 2048T\n", DT_ECONF, { "key 'tokens'", "out of range" } },
+    { "kind = attn\ntokens = 64\nmodel = gpt2\n", DT_EINVAL, { "key 'model'", "llama3-8b" } },
+    { "kind = attn\ntokens = 64\nmodel = custom\n", DT_EINVAL, { "key 'dim'", "custom" } },
+    { "kind = attn\ntokens = 64\nmodel = custom\ndim = 64\nlayers = 1\nheads = 4\nkv_heads = 2\n"
+      "ffn = 128\n",
+      DT_EINVAL,
+      { "key 'vocab'", "custom" } },
+    { "kind = attn\ntokens = 64\ntied = maybe\n", DT_EINVAL, { "key 'tied'", "yes or no" } },
+    { "kind = attn\ntokens = 64\nlayout = spiral\n", DT_EINVAL, { "key 'layout'", "zigzag" } },
+    { "kind = attn\ntokens = 64\nprecision = fp8\n", DT_EINVAL, { "key 'precision'", "bf16" } },
+    { "kind = attn\ntokens = 64\ngpu = a100\n", DT_EINVAL, { "key 'gpu'", "h100-sxm" } },
+    { "kind = attn\ntokens = 64\nsegments = 16\n",
+      DT_EINVAL,
+      { "key 'segments'", "needs key 'dilations'" } },
+    { "kind = attn\ntokens = 64\ndilations = 2\n",
+      DT_EINVAL,
+      { "key 'dilations'", "needs key 'segments'" } },
+    { "kind = attn\ntokens = 64\nsegments = 16,x\ndilations = 1,2\n",
+      DT_EINVAL,
+      { "key 'segments'", "not a list of positive integers" } },
+    { "kind = attn\ntokens = 64\nsegments = 16,32\ndilations = 1,0\n",
+      DT_EINVAL,
+      { "key 'dilations'", "not a list of positive integers" } },
+    { "kind = attn\ntokens = 64\nsegments = 16,32\ndilations = 1\n",
+      DT_EINVAL,
+      { "segments has 2 values but dilations has 1", NULL } },
+    { "kind = attn\ntokens = 64\nranks = 0\n", DT_ECONF, { "key 'ranks'", "out of range" } },
+    { "kind = attn\ntokens = 64\ncausal = perhaps\n", DT_ECONF, { "key 'causal'", NULL } },
+    { "kind = attn\ntokens = 64\nwidth = 3\n", DT_ECONF, { "unknown key 'width'", NULL } },
+    { "kind = attn\ntokens = 64\nkind = train\n", DT_ECONF, { "duplicate key 'kind'", NULL } },
+    { "kind = attn\ntokens = 64\ndata =\n", DT_EINVAL, { "key 'data'", "empty" } },
+};
+
+Test(spec, every_refusal_names_the_key_and_leaves_out_zeroed)
+{
+    for (size_t i = 0; i < sizeof(refusals) / sizeof(refusals[0]); i++) {
+        const struct refusal *r = &refusals[i];
+        dt_spec_t s;
+        dt_emsg_t em = { "" };
+        int rc;
+
+        memset(&s, 0xa5, sizeof(s));
+        rc = dt_spec_parse("bad.spec", r->text, &s, &em);
+        cr_assert_eq(rc, r->rc, "case %zu: rc %d (%s), expected %d\n%s", i, rc, em.s, r->rc,
+                     r->text);
+        for (int w = 0; w < 2 && r->words[w]; w++)
+            cr_assert_not_null(strstr(em.s, r->words[w]), "case %zu: '%s' not in '%s'", i,
+                               r->words[w], em.s);
+        cr_assert(is_zero(&s), "case %zu: out not zeroed", i);
+    }
+}
+
+Test(spec, set_refuses_with_the_key_named)
+{
+    static const struct {
+        const char *key, *value, *words;
+        int rc;
+    } cases[] = {
+        { "tokens", "lots", "key 'tokens': bad value 'lots'", DT_EINVAL },
+        { "tokens", "0", "key 'tokens': value '0' out of range", DT_ERANGE },
+        { "ranks", "2000000", "key 'ranks'", DT_ERANGE },
+        { "kv-heads", "-1", "key 'kv_heads'", DT_ERANGE },
+        { "causal", "sometimes", "key 'causal': bad value", DT_EINVAL },
+        { "gpu", "tpu", "key 'gpu': unknown value 'tpu'", DT_EINVAL },
+        { "name", "two\nlines", "key 'name': control character", DT_EINVAL },
+        { "segments", "1,,2", "key 'segments'", DT_EINVAL },
+        { "dilations", "x", "key 'dilations'", DT_EINVAL },
+        { "colour", "red", "unknown spec key 'colour'", DT_EINVAL },
+        { "time_limit", "forever", "key 'time_limit'", DT_EINVAL },
+    };
+    dt_spec_t s = { 0 };
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        dt_emsg_t em = { "" };
+        int rc = dt_spec_set(&s, cases[i].key, cases[i].value, &em);
+
+        cr_assert_eq(rc, cases[i].rc, "%s=%s: rc %d (%s)", cases[i].key, cases[i].value, rc, em.s);
+        cr_assert_not_null(strstr(em.s, cases[i].words), "'%s' not in '%s'", cases[i].words, em.s);
+    }
+    cr_assert(is_zero(&s), "failed sets change nothing");
+}
+
+Test(spec, check_wants_kind_and_tokens)
+{
+    dt_spec_t s = { 0 };
+    dt_emsg_t em = { "" };
+
+    cr_assert_eq(dt_spec_check(&s, &em), DT_EINVAL);
+    cr_assert_not_null(strstr(em.s, "key 'kind'"), "%s", em.s);
+    cr_assert_eq(dt_spec_set(&s, "kind", "prefill", &em), 0);
+    cr_assert_eq(dt_spec_check(&s, &em), DT_EINVAL);
+    cr_assert_not_null(strstr(em.s, "key 'tokens'"), "%s", em.s);
+    cr_assert_not_null(strstr(em.s, "1024"), "the message says sizes are powers of 1024");
+    cr_assert_eq(dt_spec_set(&s, "tokens", "1G", &em), 0);
+    cr_assert_eq(dt_spec_check(&s, &em), 0, "%s", em.s);
+    cr_assert_eq(s.causal_set, 0);
+    cr_assert_eq(dt_spec_set(&s, "causal", "no", &em), 0);
+    cr_assert_eq(s.causal_set, 1);
+    cr_assert_eq(s.causal, 0);
+    dt_spec_free(&s);
+}
+
+Test(spec, every_key_has_help)
+{
+    int n = 0;
+
+    for (const dt_conf_key_t *k = dt_spec_keys(); k->name != NULL; k++, n++) {
+        cr_assert_not_null(k->help, "key %s", k->name);
+        cr_assert(strlen(k->help) > 4, "key %s", k->name);
+    }
+    cr_assert_eq(n, 34, "34 keys, one per dt_spec_t field (dt-spec(5) lists them)");
+    dt_spec_free(NULL);
+}
