@@ -20,7 +20,7 @@
 #include "cli/dtctl.h"
 #include "cli/table.h"
 #include "common/mem.h"
-#include "common/spec.h"
+#include "engine/spec.h"
 #include "coordinator/planner.h"
 
 #define GiB (1024.0 * 1024.0 * 1024.0)

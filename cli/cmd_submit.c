@@ -14,7 +14,7 @@
 #include "cli/dtctl.h"
 #include "common/mem.h"
 #include "common/proto.h"
-#include "common/spec.h"
+#include "engine/spec.h"
 
 static void usage(FILE *f)
 {

@@ -13,7 +13,7 @@
 
 #include "common/log.h"
 #include "common/mem.h"
-#include "common/spec.h"
+#include "engine/spec.h"
 #include "coordinator/auth.h"
 #include "coordinator/job.h"
 #include "coordinator/planner.h"

@@ -25,7 +25,7 @@
 #include <jansson.h>
 
 #include "common/err.h"
-#include "common/spec.h"
+#include "engine/spec.h"
 #include "engine/attn.h"
 
 typedef struct dt_model {
@@ -91,6 +91,8 @@ typedef struct dt_plan {
     dt_plan_branch_t branch[DT_ATTN_MAXBRANCH + 1]; /* dense: one (T, 1) */
     dt_plan_mem_t mem;   /* per rank, bytes */
     double flops_per_token, flops;
+    /* bytes_per_step, step_compute_s and step_comm_s are those of the branch
+     * whose transfer hides least behind its compute */
     double bytes_per_step;
     double step_compute_s, step_comm_s;
     bool comm_hidden;

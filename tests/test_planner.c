@@ -14,7 +14,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "common/spec.h"
+#include "engine/spec.h"
 #include "coordinator/planner.h"
 
 #define MiB (1024.0 * 1024.0)

@@ -11,7 +11,7 @@
  * on the cluster, divisibility): that is coordinator/planner.c. The branch
  * lists are parsed with engine/attn_spec.c's parser, so a list the engine
  * would refuse is refused here too; that makes this file need
- * engine/libdtlayout at link time.
+ * engine/libdtspec.
  */
 #include "config.h"
 
@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "common/mem.h"
-#include "common/spec.h"
+#include "engine/spec.h"
 #include "engine/attn.h"
 
 #define KEY(n, t, f, lo, hi, req, h)                                                          \
