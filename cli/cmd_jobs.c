@@ -48,6 +48,42 @@ static const char *user(long long uid, char *buf, size_t n)
     return buf;
 }
 
+/* A table column: header (leading '-' = left-aligned), the JSON field of
+ * each row object, and how to show it. */
+typedef struct col {
+    const char *header, *field;
+    enum { C_INT, C_STR, C_TIME, C_USER, C_REAL } kind;
+} col_t;
+
+/* Print an array of objects as an aligned table, one row per object. */
+static void print_rows(const json_t *rows, const col_t *cols, int ncol)
+{
+    const char *hdr[8];
+    dt_table_t *t;
+    size_t i;
+    json_t *r;
+
+    for (int c = 0; c < ncol; c++)
+        hdr[c] = cols[c].header;
+    t = dt_table_new(ncol, hdr);
+    json_array_foreach(rows, i, r) {
+        for (int c = 0; c < ncol; c++) {
+            char b[64];
+            switch (cols[c].kind) {
+            case C_INT: dt_table_cell(t, "%lld", num(r, cols[c].field)); break;
+            case C_STR: dt_table_cell(t, "%s", str(r, cols[c].field)); break;
+            case C_TIME: dt_table_cell(t, "%s", when(num(r, cols[c].field), b, sizeof(b))); break;
+            case C_USER: dt_table_cell(t, "%s", user(num(r, cols[c].field), b, sizeof(b))); break;
+            case C_REAL:
+                dt_table_cell(t, "%.4f", json_number_value(json_object_get(r, cols[c].field)));
+                break;
+            }
+        }
+    }
+    dt_table_print(t, stdout);
+    dt_table_free(t);
+}
+
 /* Options of the job commands: JOB and, per command, --since/--reason. */
 typedef struct jobargs {
     long long id;
@@ -131,21 +167,12 @@ int dtctl_list(dtctl_t *ctl, int argc, char **argv)
         return rc == 100 ? DTCTL_OK : rc;
     if ((rc = ask(ctl, "list", DT_MSG_LIST, NULL, &res)) != DTCTL_OK || res == NULL)
         return rc;
-    static const char *const hdr[] = { "ID", "-NAME", "-OWNER", "-STATE", "-UPDATED", "-REASON" };
-    dt_table_t *t = dt_table_new(6, hdr);
-    size_t i;
-    json_t *j;
-    json_array_foreach(json_object_get(res, "jobs"), i, j) {
-        char b1[64], b2[64];
-        dt_table_cell(t, "%lld", num(j, "id"));
-        dt_table_cell(t, "%s", str(j, "name"));
-        dt_table_cell(t, "%s", user(num(j, "owner"), b1, sizeof(b1)));
-        dt_table_cell(t, "%s", str(j, "state"));
-        dt_table_cell(t, "%s", when(num(j, "updated_ms"), b2, sizeof(b2)));
-        dt_table_cell(t, "%s", str(j, "reason"));
-    }
-    dt_table_print(t, stdout);
-    dt_table_free(t);
+    static const col_t cols[] = {
+        { "ID", "id", C_INT },           { "-NAME", "name", C_STR },
+        { "-OWNER", "owner", C_USER },   { "-STATE", "state", C_STR },
+        { "-UPDATED", "updated_ms", C_TIME }, { "-REASON", "reason", C_STR },
+    };
+    print_rows(json_object_get(res, "jobs"), cols, 6);
     json_decref(res);
     return DTCTL_OK;
 }
@@ -182,35 +209,24 @@ int dtctl_show(dtctl_t *ctl, int argc, char **argv)
                json_number_value(sec), json_is_true(json_object_get(plan, "comm_hidden")) ? "yes"
                                                                                          : "no");
     }
-    json_t *agents = json_object_get(res, "agents"), *ag;
-    size_t i;
-    if (json_array_size(agents) > 0) {
-        static const char *const hdr[] = { "AGENT", "-NODE", "SLOTS", "-STATE", "-LAST SEEN" };
-        dt_table_t *t = dt_table_new(5, hdr);
-        json_array_foreach(agents, i, ag) {
-            dt_table_cell(t, "%lld", num(ag, "id"));
-            dt_table_cell(t, "%s", str(ag, "node"));
-            dt_table_cell(t, "%lld", num(ag, "slots"));
-            dt_table_cell(t, "%s", str(ag, "state"));
-            dt_table_cell(t, "%s", when(num(ag, "last_seen_ms"), b1, sizeof(b1)));
-        }
+    static const col_t agent_cols[] = {
+        { "AGENT", "id", C_INT },       { "-NODE", "node", C_STR },
+        { "SLOTS", "slots", C_INT },    { "-STATE", "state", C_STR },
+        { "-LAST SEEN", "last_seen_ms", C_TIME },
+    };
+    static const col_t progress_cols[] = {
+        { "AGENT", "agent", C_INT },
+        { "STEP", "step", C_INT },
+        { "TOKENS", "tokens", C_INT },
+        { "LOSS", "loss", C_REAL },
+    };
+    if (json_array_size(json_object_get(res, "agents")) > 0) {
         printf("\n");
-        dt_table_print(t, stdout);
-        dt_table_free(t);
+        print_rows(json_object_get(res, "agents"), agent_cols, 5);
     }
-    json_t *prog = json_object_get(res, "progress"), *pg;
-    if (json_array_size(prog) > 0) {
-        static const char *const hdr[] = { "AGENT", "STEP", "TOKENS", "LOSS" };
-        dt_table_t *t = dt_table_new(4, hdr);
-        json_array_foreach(prog, i, pg) {
-            dt_table_cell(t, "%lld", num(pg, "agent"));
-            dt_table_cell(t, "%lld", num(pg, "step"));
-            dt_table_cell(t, "%lld", num(pg, "tokens"));
-            dt_table_cell(t, "%.4f", json_number_value(json_object_get(pg, "loss")));
-        }
+    if (json_array_size(json_object_get(res, "progress")) > 0) {
         printf("\nprogress:\n");
-        dt_table_print(t, stdout);
-        dt_table_free(t);
+        print_rows(json_object_get(res, "progress"), progress_cols, 4);
     }
     printf("\nspec:\n%s", str(res, "spec"));
     json_decref(res);
@@ -245,20 +261,11 @@ int dtctl_events(dtctl_t *ctl, int argc, char **argv)
              json_pack("{s:I, s:I}", "id", (json_int_t)a.id, "since", (json_int_t)a.since), &res);
     if (rc != DTCTL_OK || res == NULL)
         return rc;
-    static const char *const hdr[] = { "ID", "-TIME", "-KIND", "-STATE", "-DETAIL" };
-    dt_table_t *t = dt_table_new(5, hdr);
-    size_t i;
-    json_t *e;
-    json_array_foreach(json_object_get(res, "events"), i, e) {
-        char b[64];
-        dt_table_cell(t, "%lld", num(e, "id"));
-        dt_table_cell(t, "%s", when(num(e, "at_ms"), b, sizeof(b)));
-        dt_table_cell(t, "%s", str(e, "kind"));
-        dt_table_cell(t, "%s", str(e, "state"));
-        dt_table_cell(t, "%s", str(e, "detail"));
-    }
-    dt_table_print(t, stdout);
-    dt_table_free(t);
+    static const col_t cols[] = {
+        { "ID", "id", C_INT },       { "-TIME", "at_ms", C_TIME }, { "-KIND", "kind", C_STR },
+        { "-STATE", "state", C_STR }, { "-DETAIL", "detail", C_STR },
+    };
+    print_rows(json_object_get(res, "events"), cols, 5);
     json_decref(res);
     return DTCTL_OK;
 }
@@ -274,22 +281,12 @@ int dtctl_checkpoints(dtctl_t *ctl, int argc, char **argv)
              &res);
     if (rc != DTCTL_OK || res == NULL)
         return rc;
-    static const char *const hdr[] = { "STEP", "-STATE", "SHARDS", "BYTES", "-CREATED",
-                                       "-COMMITTED" };
-    dt_table_t *t = dt_table_new(6, hdr);
-    size_t i;
-    json_t *ck;
-    json_array_foreach(json_object_get(res, "checkpoints"), i, ck) {
-        char b1[64], b2[64];
-        dt_table_cell(t, "%lld", num(ck, "step"));
-        dt_table_cell(t, "%s", str(ck, "state"));
-        dt_table_cell(t, "%lld", num(ck, "shards"));
-        dt_table_cell(t, "%lld", num(ck, "bytes"));
-        dt_table_cell(t, "%s", when(num(ck, "created_ms"), b1, sizeof(b1)));
-        dt_table_cell(t, "%s", when(num(ck, "committed_ms"), b2, sizeof(b2)));
-    }
-    dt_table_print(t, stdout);
-    dt_table_free(t);
+    static const col_t cols[] = {
+        { "STEP", "step", C_INT },           { "-STATE", "state", C_STR },
+        { "SHARDS", "shards", C_INT },       { "BYTES", "bytes", C_INT },
+        { "-CREATED", "created_ms", C_TIME }, { "-COMMITTED", "committed_ms", C_TIME },
+    };
+    print_rows(json_object_get(res, "checkpoints"), cols, 6);
     json_decref(res);
     return DTCTL_OK;
 }

@@ -1,7 +1,10 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 # Install the Debian 12 packages dt builds, tests and runs with. Needs root
-# (or sudo). Idempotent; about 15 s on a fresh machine.
+# (or sudo). Idempotent. The last line is for the tests only: the sqlite3
+# CLI (a newer-schema database is made with it), clang with libFuzzer (the
+# protocol decoder is fuzzed in `make check`), setpriv/unshare and groupadd
+# (the multi-user tests).
 set -e
 if [ "$(id -u)" -ne 0 ]; then
     exec sudo "$0" "$@"
@@ -12,4 +15,5 @@ apt-get install -y -q --no-install-recommends \
     build-essential autoconf automake libtool pkg-config \
     libuv1-dev libsqlite3-dev libcriterion-dev libpmix-dev libpmix-bin \
     libopenmpi-dev openmpi-bin slurm-wlm libslurm-dev munge libmunge-dev \
-    libopenblas-dev libjansson-dev
+    libopenblas-dev libjansson-dev \
+    sqlite3 clang-14 libclang-rt-14-dev util-linux passwd
