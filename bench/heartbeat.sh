@@ -16,19 +16,30 @@ set -eu
 top=${DT_BUILDDIR:-$(cd "$(dirname "$0")/.." && pwd)}
 AGENTS=${DT_BENCH_AGENTS:-256 1024 4096}
 DURATION=${DT_BENCH_SECONDS:-20}
-MUNGED=${MUNGED:-munged}
+MUNGED=${MUNGED:-}
 
 dtcoordd=$top/coordinator/dtcoordd
 dtctl=$top/cli/dtctl
 bench=$top/bench/bench_heartbeat
 for p in "$dtcoordd" "$dtctl" "$bench"; do
     if [ ! -x "$p" ]; then
-        echo "heartbeat.sh: $p is not built (make coordinator/dtcoordd cli/dtctl bench/bench_heartbeat)" >&2
+        echo "heartbeat.sh: $p is not built" \
+            "(make coordinator/dtcoordd cli/dtctl bench/bench_heartbeat)" >&2
         exit 1
     fi
 done
-if ! command -v "$MUNGED" >/dev/null 2>&1; then
-    echo "heartbeat.sh: munged not found (install munge, or set MUNGED)" >&2
+# munged lives in sbin, often not on a user's PATH
+if [ -z "$MUNGED" ]; then
+    for m in "$(command -v munged 2>/dev/null || :)" /usr/sbin/munged /sbin/munged \
+        /usr/local/sbin/munged; do
+        if [ -n "$m" ] && [ -x "$m" ]; then
+            MUNGED=$m
+            break
+        fi
+    done
+fi
+if [ -z "$MUNGED" ] || ! command -v "$MUNGED" >/dev/null 2>&1; then
+    echo "heartbeat.sh: munged not found (install munge, or set MUNGED=/path/to/munged)" >&2
     exit 1
 fi
 
@@ -44,14 +55,20 @@ chmod 0711 "$work" # munged wants every directory above its socket searchable by
 coord_pid=
 bench_pid=
 
+running() { # PID: alive and not a zombie waiting to be reaped
+    [ -r "/proc/$1/stat" ] && [ "$(sed -n 's/.*) \(.\).*/\1/p' "/proc/$1/stat" 2>/dev/null)" != Z ]
+}
+
 stop_pid() { # PID: TERM, then KILL after 5 s; reaps it when it is our child
     kill "$1" 2>/dev/null || return 0
     i=0
-    while kill -0 "$1" 2>/dev/null && [ $i -lt 50 ]; do
+    while running "$1" && [ $i -lt 50 ]; do
         sleep 0.1
         i=$((i + 1))
     done
-    kill -9 "$1" 2>/dev/null || :
+    if running "$1"; then
+        kill -9 "$1" 2>/dev/null || :
+    fi
     wait "$1" 2>/dev/null || :
 }
 
@@ -137,11 +154,11 @@ field() { # LINE KEY -> value
     printf ' %s\n' "$1" | sed -n "s/.* $2=\([^ ]*\).*/\1/p"
 }
 
-printf 'dtcoordd heartbeat handling: N agents over TCP, 1 Hz each, %s s measured after a 2 s warm-up\n' \
-    "$DURATION"
+printf 'dtcoordd heartbeat handling: N agents over TCP, 1 Hz each, %s s measured %s\n' \
+    "$DURATION" 'after a 2 s warm-up'
 # shellcheck disable=SC3045
-printf 'baseline (the target): 4096 agents on one core, p99 < 10 ms; this machine: %s cores, nofile %s\n' \
-    "$(nproc 2>/dev/null || echo '?')" "$(ulimit -n)"
+printf 'baseline (the target): 4096 agents on one core, p99 < 10 ms; %s\n' \
+    "this machine: $(nproc 2>/dev/null || echo '?') cores, nofile $(ulimit -n)"
 printf '%6s | %7s %7s %7s | %10s %6s | %10s %13s | %8s\n' N "p50 ms" "p99 ms" "max ms" \
     "replies/s" errors "coord CPU%" "coord RSS MiB" "gen CPU%"
 notes=
