@@ -29,6 +29,10 @@ static void on_closed(uv_handle_t *h)
             *p = k->next;
             break;
         }
+    if (k->auth_pending) { /* the thread pool still holds k: auth_done frees it */
+        k->closed = 1;
+        return;
+    }
     free(k->buf);
     free(k);
 }
@@ -102,20 +106,11 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *b)
     *b = uv_buf_init((char *)k->buf + k->len, (unsigned)(k->cap - k->len));
 }
 
-static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b)
+void dt_conn_process(dt_conn_t *k)
 {
-    dt_conn_t *k = s->data;
     dt_emsg_t em = { "" };
 
-    (void)b;
-    if (n < 0) {
-        if (n != UV_EOF)
-            dt_log_debug("peer=%s read failed: %s", k->peer, uv_strerror((int)n));
-        dt_conn_close(k);
-        return;
-    }
-    k->len += (size_t)n;
-    while (!k->closing && k->len > 0) {
+    while (!k->closing && !k->auth_pending && k->len > 0) {
         dt_msg_t m;
         size_t need;
         /* Requests are small. Refuse big frames from the header alone: a
@@ -151,6 +146,33 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b)
         k->buf = NULL;
         k->cap = 0;
     }
+}
+
+static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b)
+{
+    dt_conn_t *k = s->data;
+
+    (void)b;
+    if (n < 0) {
+        if (n != UV_EOF)
+            dt_log_debug("peer=%s read failed: %s", k->peer, uv_strerror((int)n));
+        dt_conn_close(k);
+        return;
+    }
+    k->len += (size_t)n;
+    dt_conn_process(k);
+}
+
+void dt_conn_pause(dt_conn_t *k)
+{
+    if (!k->closing)
+        uv_read_stop(&k->h.stream);
+}
+
+void dt_conn_resume(dt_conn_t *k)
+{
+    if (!k->closing && uv_read_start(&k->h.stream, on_alloc, on_read) < 0)
+        dt_conn_close(k);
 }
 
 void dt_conn_accept(dt_coord_t *c, uv_stream_t *server, int tcp)

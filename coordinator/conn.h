@@ -38,6 +38,16 @@ typedef struct dt_conn {
     size_t len, cap;
     int closing;
     int64_t agent;       /* agent id once registered, else 0 */
+    /* AUTH in flight on the thread pool: reading pauses until it is done */
+    int auth_pending;
+    int closed;          /* the close callback ran; free when auth returns */
+    uv_work_t auth_work;
+    char *auth_cred;
+    uint32_t auth_id;
+    int auth_rc;
+    uid_t auth_uid;
+    gid_t auth_gid;
+    char auth_err[256];
     struct dt_conn *next;
 } dt_conn_t;
 
@@ -50,5 +60,10 @@ void dt_conn_error(dt_conn_t *k, uint32_t id, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 /* Close (idempotent); memory is released in the close callback. */
 void dt_conn_close(dt_conn_t *k);
+/* Decode and dispatch what is buffered (after an AUTH completes). */
+void dt_conn_process(dt_conn_t *k);
+/* Stop or resume reading (while an AUTH is decoded off the loop thread). */
+void dt_conn_pause(dt_conn_t *k);
+void dt_conn_resume(dt_conn_t *k);
 
 #endif /* DT_COORD_CONN_H */

@@ -38,7 +38,7 @@ typedef struct dt_live_agent {
     struct dt_conn *conn; /* NULL while disconnected */
     int64_t step, tokens; /* last progress */
     double loss;
-    struct dt_live_agent *next;
+    struct dt_live_agent *next, *prev;
 } dt_live_agent_t;
 
 typedef struct dt_coord {

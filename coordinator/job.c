@@ -440,12 +440,16 @@ void dt_agent_sweep(dt_coord_t *c)
 {
     int64_t now = dt_coord_mono_ms();
     dt_live_agent_t *a = c->agents, *next;
+    dt_emsg_t em = { "" };
+    int n = 0, open = 0;
 
     for (; a; a = next) {
         next = a->next;
         if (now - a->last_seen_ms <= c->conf.agent_timeout_ms)
             continue;
-        dt_emsg_t em = { "" };
+        /* all agents lost in one sweep: one transaction */
+        if (!open && dt_db_begin(c->db, &em) == 0)
+            open = 1;
         dt_log_warn("job=%lld agent=%lld lost: silent for %lld ms", (long long)a->job,
                     (long long)a->id, (long long)(now - a->last_seen_ms));
         if (dt_db_agent_set_state(c->db, a->id, "lost", dt_coord_wall_ms(), &em) < 0)
@@ -453,7 +457,10 @@ void dt_agent_sweep(dt_coord_t *c)
         if (a->conn)
             a->conn->agent = 0;
         dt_coord_agent_remove(c, a->id);
+        n++;
     }
+    if (open && dt_db_commit(c->db, &em) < 0)
+        dt_log_error("recording %d lost agents failed: %s", n, em.s);
 }
 
 /* After a restart: every agent the database still calls registered gets a

@@ -6,18 +6,62 @@
 #include "config.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "common/log.h"
+#include "common/mem.h"
 #include "coordinator/auth.h"
 #include "coordinator/job.h"
 #include "coordinator/rpc.h"
+
+/* munge_decode asks munged over a socket and waits: run it on libuv's
+ * thread pool so heartbeats of thousands of agents never wait behind a
+ * reconnect storm. Reading pauses until the answer is back. */
+static void auth_work(uv_work_t *w)
+{
+    dt_conn_t *k = w->data;
+    dt_emsg_t em = { "" };
+
+    k->auth_rc = dt_auth_munge(k->auth_cred, k->coord->conf.munge_socket, &k->auth_uid,
+                               &k->auth_gid, &em);
+    snprintf(k->auth_err, sizeof(k->auth_err), "%s", em.s);
+}
+
+static void auth_done(uv_work_t *w, int status)
+{
+    dt_conn_t *k = w->data;
+
+    free(k->auth_cred);
+    k->auth_cred = NULL;
+    k->auth_pending = 0;
+    if (k->closed) { /* the peer went away meanwhile */
+        free(k->buf);
+        free(k);
+        return;
+    }
+    if (status < 0 && k->auth_rc == 0) {
+        k->auth_rc = DT_ECANCELED;
+        snprintf(k->auth_err, sizeof(k->auth_err), "authentication cancelled");
+    }
+    if (k->auth_rc < 0) {
+        dt_log_warn("peer=%s refused: %s", k->peer, k->auth_err);
+        dt_conn_error(k, k->auth_id, k->auth_rc, "%s", k->auth_err);
+        dt_conn_close(k);
+        return;
+    }
+    k->uid = k->auth_uid;
+    k->gid = k->auth_gid;
+    k->authed = 1;
+    dt_log_debug("peer=%s authenticated uid=%u", k->peer, (unsigned)k->uid);
+    dt_conn_reply(k, DT_MSG_OK, k->auth_id, json_pack("{s:i}", "uid", (int)k->uid));
+    dt_conn_process(k); /* requests that came in behind the AUTH */
+    dt_conn_resume(k);
+}
 
 static void rpc_auth(dt_conn_t *k, const dt_msg_t *m)
 {
     const char *cred;
     dt_emsg_t em = { "" };
-    uid_t uid;
-    gid_t gid;
     int rc;
 
     if ((rc = dt_msg_get_str(m, "cred", &cred, &em)) < 0) {
@@ -29,17 +73,19 @@ static void rpc_auth(dt_conn_t *k, const dt_msg_t *m)
         dt_conn_reply(k, DT_MSG_OK, m->id, json_pack("{s:i}", "uid", (int)k->uid));
         return;
     }
-    if ((rc = dt_auth_munge(cred, k->coord->conf.munge_socket, &uid, &gid, &em)) < 0) {
-        dt_log_warn("peer=%s refused: %s", k->peer, em.s);
-        dt_conn_error(k, m->id, rc, "%s", em.s);
+    k->auth_cred = dt_xstrdup(cred);
+    k->auth_id = m->id;
+    k->auth_work.data = k;
+    k->auth_pending = 1;
+    if ((rc = uv_queue_work(k->coord->loop, &k->auth_work, auth_work, auth_done)) < 0) {
+        k->auth_pending = 0;
+        free(k->auth_cred);
+        k->auth_cred = NULL;
+        dt_conn_error(k, m->id, DT_EIO, "cannot queue authentication: %s", uv_strerror(rc));
         dt_conn_close(k);
         return;
     }
-    k->uid = uid;
-    k->gid = gid;
-    k->authed = 1;
-    dt_log_debug("peer=%s authenticated uid=%u", k->peer, (unsigned)uid);
-    dt_conn_reply(k, DT_MSG_OK, m->id, json_pack("{s:i}", "uid", (int)uid));
+    dt_conn_pause(k);
 }
 
 static void rpc_ping(dt_conn_t *k, const dt_msg_t *m)
