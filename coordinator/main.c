@@ -102,13 +102,15 @@ static int load_conf(const char *path, dt_coord_conf_t *cf, dt_emsg_t *em)
         dt_conf_free(conf_keys, &n);
         return DT_ECONF;
     }
-    if (n.state_dir[0] != '/') {
-        /* the daemon runs from /: make the state directory absolute */
-        char cwd[4096];
-        if (getcwd(cwd, sizeof(cwd)) != NULL) {
-            char *abs = dt_xasprintf("%s/%s", cwd, n.state_dir);
-            free(n.state_dir);
-            n.state_dir = abs;
+    /* the daemon runs from /: make every path absolute while we know the
+     * directory it was started in */
+    char **paths[] = { &n.state_dir, &n.socket, &n.log_file, &n.pidfile, &n.munge_socket };
+    char cwd[4096];
+    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
+        char *p = *paths[i];
+        if (p && p[0] != '/' && getcwd(cwd, sizeof(cwd)) != NULL) {
+            *paths[i] = dt_xasprintf("%s/%s", cwd, p);
+            free(p);
         }
     }
     if (n.socket == NULL)
