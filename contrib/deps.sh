@@ -15,5 +15,5 @@ apt-get install -y -q --no-install-recommends \
     build-essential autoconf automake libtool pkg-config \
     libuv1-dev libsqlite3-dev libcriterion-dev libpmix-dev libpmix-bin \
     libopenmpi-dev openmpi-bin slurm-wlm libslurm-dev munge libmunge-dev \
-    libopenblas-dev libjansson-dev \
+    libopenblas-dev libjansson-dev libssl-dev \
     sqlite3 clang-14 libclang-rt-14-dev util-linux passwd
