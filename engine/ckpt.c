@@ -1,0 +1,685 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * Checkpoint directories (see ckpt.h for the layout and the contract). Every
+ * file is published by rename after an fsync, and every rename is followed
+ * by an fsync of its directory, so what a reader finds under a step-*
+ * name after a crash is what was committed. Manifests from disk are
+ * untrusted: each field is checked, shard file names must be exactly the
+ * canonical ones (no path can escape the directory), and verification
+ * recomputes every shard's SHA-256.
+ *
+ * Not here: the coordinator's commit protocol, resharding, locking.
+ */
+#include "config.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt.h"
+#include "common/mem.h"
+
+/*-- names ----------------------------------------------------------------*/
+
+char *dt_ckpt_step_dir(const char *root, int64_t step)
+{
+    return dt_xasprintf("%s/step-%08" PRId64, root, step);
+}
+
+char *dt_ckpt_tmp_dir(const char *root, int64_t step)
+{
+    return dt_xasprintf("%s/.step-%08" PRId64 ".tmp", root, step);
+}
+
+void dt_ckpt_shard_name(int rank, int ranks, char out[64])
+{
+    snprintf(out, 64, "shard-%05d-of-%05d.safetensors", rank, ranks);
+}
+
+/* Parse a canonical "step-%08d" (*tmp = false) or ".step-%08d.tmp" (*tmp =
+ * true) name. Returns false for anything else. */
+static bool parse_step_name(const char *name, int64_t *step, bool *tmp)
+{
+    const char *p = name;
+    char canon[64];
+    int64_t v = 0;
+
+    *tmp = name[0] == '.';
+    if (*tmp)
+        p++;
+    if (strncmp(p, "step-", 5) != 0)
+        return false;
+    p += 5;
+    if (*p < '0' || *p > '9')
+        return false;
+    for (; *p >= '0' && *p <= '9'; p++)
+        if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, *p - '0', &v))
+            return false;
+    snprintf(canon, sizeof(canon), *tmp ? ".step-%08" PRId64 ".tmp" : "step-%08" PRId64, v);
+    if (strcmp(canon, name) != 0)
+        return false;
+    *step = v;
+    return true;
+}
+
+static const char *base_name(const char *path)
+{
+    const char *s = strrchr(path, '/');
+
+    return s ? s + 1 : path;
+}
+
+/*-- file helpers ---------------------------------------------------------*/
+
+static int fsync_dir(const char *dir, dt_emsg_t *em)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), e, rc = 0;
+
+    if (fd < 0) {
+        e = errno;
+        return dt_emsg_set(em, dt_err_errno(e), "%s: cannot open to fsync: %s", dir, strerror(e));
+    }
+    /* Some file systems cannot fsync a directory (EINVAL): nothing to do. */
+    if (fsync(fd) < 0 && errno != EINVAL && errno != ENOTSUP) {
+        e = errno;
+        rc = dt_emsg_set(em, dt_err_errno(e), "%s: fsync failed: %s", dir, strerror(e));
+    }
+    close(fd);
+    return rc;
+}
+
+static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(p);
+}
+
+/* rm -r PATH; a missing PATH is success. */
+static int rm_tree(const char *path, dt_emsg_t *em)
+{
+    struct stat st;
+
+    if (lstat(path, &st) < 0 && errno == ENOENT)
+        return 0;
+    if (nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS) != 0) {
+        int e = errno;
+        return dt_emsg_set(em, dt_err_errno(e), "%s: cannot remove: %s", path, strerror(e));
+    }
+    return 0;
+}
+
+/* Write len bytes to PATH through a temp file, fsync, rename, fsync dir. */
+static int write_atomic(const char *dir, const char *name, const char *data, size_t len,
+                        dt_emsg_t *em)
+{
+    char *path = dt_xasprintf("%s/%s", dir, name);
+    char *tmp = dt_xasprintf("%s/.%s.tmp.%ld", dir, name, (long)getpid());
+    size_t done = 0;
+    int fd, rc = 0, e;
+
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        e = errno;
+        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot create %s: %s", path, tmp, strerror(e));
+        goto out;
+    }
+    while (done < len) {
+        ssize_t w = write(fd, data + done, len - done);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0) {
+            e = errno;
+            rc =
+                dt_emsg_set(em, dt_err_errno(e), "%s: cannot write %s: %s", path, tmp, strerror(e));
+            break;
+        }
+        done += (size_t)w;
+    }
+    if (rc == 0 && fsync(fd) < 0) {
+        e = errno;
+        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot fsync %s: %s", path, tmp, strerror(e));
+    }
+    if (close(fd) < 0 && rc == 0) {
+        e = errno;
+        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot close %s: %s", path, tmp, strerror(e));
+    }
+    if (rc == 0 && rename(tmp, path) < 0) {
+        e = errno;
+        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot rename %s over it: %s", path, tmp,
+                         strerror(e));
+    }
+    if (rc < 0)
+        unlink(tmp);
+    else
+        rc = fsync_dir(dir, em);
+out:
+    free(tmp);
+    free(path);
+    return rc;
+}
+
+/*-- manifest -------------------------------------------------------------*/
+
+static bool is_hex64(const char *s)
+{
+    size_t i;
+
+    for (i = 0; s[i]; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return false;
+    return i == 64;
+}
+
+void dt_ckpt_manifest_close(dt_ckpt_manifest_t *m)
+{
+    json_decref(m->model);
+    json_decref(m->plan);
+    json_decref(m->rng);
+    free(m->shards);
+    memset(m, 0, sizeof(*m));
+}
+
+/* A required non-negative integer field. */
+static int get_int(const char *path, json_t *obj, const char *key, int64_t max, int64_t *out,
+                   dt_emsg_t *em)
+{
+    json_t *v = json_object_get(obj, key);
+
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > max)
+        return dt_emsg_set(em, DT_EFORMAT, "%s: '%s' is %s", path, key,
+                           v == NULL ? "missing" : "not an integer in range");
+    *out = (int64_t)json_integer_value(v);
+    return 0;
+}
+
+static int get_obj(const char *path, json_t *obj, const char *key, json_t **out, dt_emsg_t *em)
+{
+    json_t *v = json_object_get(obj, key);
+
+    if (!json_is_object(v))
+        return dt_emsg_set(em, DT_EFORMAT, "%s: '%s' is %s", path, key,
+                           v == NULL ? "missing" : "not an object");
+    *out = json_incref(v);
+    return 0;
+}
+
+static int manifest_from_json(const char *path, json_t *root, dt_ckpt_manifest_t *m, dt_emsg_t *em)
+{
+    json_t *v, *shards;
+    int64_t ranks;
+    int rc;
+
+    if (!json_is_object(root))
+        return dt_emsg_set(em, DT_EFORMAT, "%s: not a JSON object", path);
+    v = json_object_get(root, "format");
+    if (!json_is_string(v) || strcmp(json_string_value(v), DT_CKPT_FORMAT) != 0)
+        return dt_emsg_set(em, DT_EFORMAT, "%s: 'format' is not \"%s\"", path, DT_CKPT_FORMAT);
+    v = json_object_get(root, "version");
+    if (!json_is_integer(v))
+        return dt_emsg_set(em, DT_EFORMAT, "%s: 'version' is missing or not an integer", path);
+    if (json_integer_value(v) != DT_CKPT_VERSION)
+        return dt_emsg_set(em, DT_EFORMAT,
+                           "%s: checkpoint format version %" JSON_INTEGER_FORMAT
+                           " is not supported (this dt reads version %d)",
+                           path, json_integer_value(v), DT_CKPT_VERSION);
+    if ((rc = get_int(path, root, "step", INT64_MAX, &m->step, em)) < 0 ||
+        (rc = get_int(path, root, "ranks", DT_CKPT_MAX_RANKS, &ranks, em)) < 0 ||
+        (rc = get_int(path, root, "data_cursor", INT64_MAX, &m->data_cursor, em)) < 0 ||
+        (rc = get_obj(path, root, "model", &m->model, em)) < 0 ||
+        (rc = get_obj(path, root, "plan", &m->plan, em)) < 0 ||
+        (rc = get_obj(path, root, "rng", &m->rng, em)) < 0)
+        return rc;
+    if (ranks < 1)
+        return dt_emsg_set(em, DT_EFORMAT, "%s: 'ranks' is 0", path);
+    m->ranks = (int)ranks;
+    shards = json_object_get(root, "shards");
+    if (!json_is_array(shards) || json_array_size(shards) != (size_t)ranks)
+        return dt_emsg_set(em, DT_EFORMAT, "%s: 'shards' is not an array of %d records", path,
+                           m->ranks);
+    m->shards = dt_xcalloc((size_t)ranks, sizeof(*m->shards));
+    for (int r = 0; r < m->ranks; r++) {
+        json_t *s = json_array_get(shards, (size_t)r), *file, *sha;
+        dt_ckpt_shard_t *sh = &m->shards[r];
+        char want[64], where[32], *ctx;
+        int64_t rank;
+
+        snprintf(where, sizeof(where), "shards[%d]", r);
+        if (!json_is_object(s))
+            return dt_emsg_set(em, DT_EFORMAT, "%s: '%s' is not an object", path, where);
+        ctx = dt_xasprintf("%s: %s", path, where);
+        if ((rc = get_int(ctx, s, "rank", DT_CKPT_MAX_RANKS, &rank, em)) == 0)
+            rc = get_int(ctx, s, "bytes", INT64_MAX, &sh->bytes, em);
+        free(ctx);
+        if (rc < 0)
+            return rc;
+        if (rank != r)
+            return dt_emsg_set(em, DT_EFORMAT, "%s: %s has rank %" PRId64 " (expected %d)", path,
+                               where, rank, r);
+        sh->rank = r;
+        dt_ckpt_shard_name(r, m->ranks, want);
+        file = json_object_get(s, "file");
+        if (!json_is_string(file) || strcmp(json_string_value(file), want) != 0)
+            return dt_emsg_set(em, DT_EFORMAT, "%s: %s: 'file' is not \"%s\"", path, where, want);
+        memcpy(sh->file, want, sizeof(want));
+        sha = json_object_get(s, "sha256");
+        if (!json_is_string(sha) || !is_hex64(json_string_value(sha)))
+            return dt_emsg_set(em, DT_EFORMAT, "%s: %s: 'sha256' is not 64 lowercase hex digits",
+                               path, where);
+        memcpy(sh->sha256, json_string_value(sha), 65);
+    }
+    return 0;
+}
+
+int dt_ckpt_manifest_read(const char *dir, dt_ckpt_manifest_t *m, dt_emsg_t *em)
+{
+    char *path = dt_xasprintf("%s/%s", dir, DT_CKPT_MANIFEST);
+    json_error_t jerr;
+    json_t *root;
+    struct stat st;
+    int rc;
+
+    memset(m, 0, sizeof(*m));
+    if (stat(path, &st) < 0) {
+        int e = errno;
+        rc = dt_emsg_set(em, dt_err_errno(e), "%s: %s", path, strerror(e));
+        goto out;
+    }
+    /* A manifest is a few KiB; refuse anything absurd before reading it. */
+    if (!S_ISREG(st.st_mode) || st.st_size > (16 << 20)) {
+        rc = dt_emsg_set(em, DT_EFORMAT, "%s: not a regular file of at most 16 MiB", path);
+        goto out;
+    }
+    root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    if (root == NULL) {
+        rc = dt_emsg_set(em, DT_EFORMAT, "%s: not valid JSON: %s (line %d, column %d)", path,
+                         jerr.text, jerr.line, jerr.column);
+        goto out;
+    }
+    rc = manifest_from_json(path, root, m, em);
+    json_decref(root);
+    if (rc < 0)
+        dt_ckpt_manifest_close(m);
+out:
+    free(path);
+    return rc;
+}
+
+/*-- checks ---------------------------------------------------------------*/
+
+/* Manifest valid and agreeing with the directory name; shards present with
+ * their sizes; with hash, their SHA-256 too. */
+static int check_dir(const char *dir, bool hash, dt_emsg_t *em)
+{
+    dt_ckpt_manifest_t m;
+    int64_t step;
+    bool tmp;
+    int rc;
+
+    if ((rc = dt_ckpt_manifest_read(dir, &m, em)) < 0)
+        return rc;
+    if (parse_step_name(base_name(dir), &step, &tmp) && step != m.step) {
+        rc = dt_emsg_set(em, DT_EFORMAT, "%s: manifest says step %" PRId64, dir, m.step);
+        goto out;
+    }
+    for (int r = 0; r < m.ranks; r++) {
+        const dt_ckpt_shard_t *sh = &m.shards[r];
+        char *path = dt_xasprintf("%s/%s", dir, sh->file), hex[65];
+        struct stat st;
+
+        if (stat(path, &st) < 0) {
+            int e = errno;
+            rc = dt_emsg_set(em, dt_err_errno(e), "%s: shard %s: %s", dir, sh->file, strerror(e));
+        } else if (!S_ISREG(st.st_mode)) {
+            rc = dt_emsg_set(em, DT_EFORMAT, "%s: shard %s is not a regular file", dir, sh->file);
+        } else if ((int64_t)st.st_size != sh->bytes) {
+            rc = dt_emsg_set(em, DT_EFORMAT,
+                             "%s: shard %s is %" PRId64 " bytes, the manifest says %" PRId64, dir,
+                             sh->file, (int64_t)st.st_size, sh->bytes);
+        } else if (hash && (rc = dt_sha256_file(path, hex, em)) == 0 &&
+                   strcmp(hex, sh->sha256) != 0) {
+            rc = dt_emsg_set(em, DT_EFORMAT,
+                             "%s: shard %s is corrupt: sha256 %s, the manifest says %s", dir,
+                             sh->file, hex, sh->sha256);
+        }
+        free(path);
+        if (rc < 0)
+            goto out;
+    }
+out:
+    dt_ckpt_manifest_close(&m);
+    return rc;
+}
+
+int dt_ckpt_verify(const char *dir, dt_emsg_t *em)
+{
+    return check_dir(dir, true, em);
+}
+
+/*-- writing a step -------------------------------------------------------*/
+
+int dt_ckpt_begin(const char *root, int64_t step, dt_emsg_t *em)
+{
+    char *final = NULL, *tmp = NULL;
+    struct stat st;
+    int rc = 0, e;
+
+    if (step < 0)
+        return dt_emsg_set(em, DT_EINVAL, "%s: negative step %" PRId64, root, step);
+    if (mkdir(root, 0777) < 0 && errno != EEXIST) {
+        e = errno;
+        return dt_emsg_set(em, dt_err_errno(e), "%s: cannot create: %s", root, strerror(e));
+    }
+    final = dt_ckpt_step_dir(root, step);
+    tmp = dt_ckpt_tmp_dir(root, step);
+    if (lstat(final, &st) == 0) {
+        rc =
+            dt_emsg_set(em, DT_EEXIST, "%s: step %" PRId64 " is already checkpointed", final, step);
+        goto out;
+    }
+    if ((rc = rm_tree(tmp, em)) < 0)
+        goto out;
+    if (mkdir(tmp, 0777) < 0) {
+        e = errno;
+        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot create: %s", tmp, strerror(e));
+        goto out;
+    }
+    rc = fsync_dir(root, em);
+out:
+    free(tmp);
+    free(final);
+    return rc;
+}
+
+int dt_ckpt_write_shard(const char *root, int64_t step, int rank, int ranks, dt_st_writer_t *w,
+                        dt_ckpt_shard_t *out, dt_emsg_t *em)
+{
+    char *tmp, *path;
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    if (ranks < 1 || ranks > DT_CKPT_MAX_RANKS || rank < 0 || rank >= ranks)
+        return dt_emsg_set(em, DT_EINVAL, "%s: rank %d of %d is out of range", root, rank, ranks);
+    tmp = dt_ckpt_tmp_dir(root, step);
+    out->rank = rank;
+    dt_ckpt_shard_name(rank, ranks, out->file);
+    path = dt_xasprintf("%s/%s", tmp, out->file);
+    rc = dt_st_write(w, path, out->sha256, &out->bytes, em);
+    free(path);
+    free(tmp);
+    return rc;
+}
+
+static json_t *obj_or_empty(json_t *o)
+{
+    return o ? json_incref(o) : json_object();
+}
+
+int dt_ckpt_write_manifest(const char *root, const dt_ckpt_manifest_t *m, dt_emsg_t *em)
+{
+    char *tmp = NULL, *text = NULL;
+    json_t *doc = NULL, *shards;
+    int rc = 0;
+
+    if (m->step < 0 || m->ranks < 1 || m->ranks > DT_CKPT_MAX_RANKS || m->data_cursor < 0)
+        return dt_emsg_set(em, DT_EINVAL,
+                           "%s: step %" PRId64 ", ranks %d or data cursor %" PRId64 " out of range",
+                           root, m->step, m->ranks, m->data_cursor);
+    if (!json_is_object(m->model) || (m->plan && !json_is_object(m->plan)) ||
+        (m->rng && !json_is_object(m->rng)))
+        return dt_emsg_set(em, DT_EINVAL, "%s: model, plan and rng must be JSON objects", root);
+    tmp = dt_ckpt_tmp_dir(root, m->step);
+    shards = json_array();
+    for (int r = 0; r < m->ranks; r++) {
+        const dt_ckpt_shard_t *sh = &m->shards[r];
+        char want[64], *path;
+        struct stat st;
+
+        dt_ckpt_shard_name(r, m->ranks, want);
+        if (sh->rank != r || strcmp(sh->file, want) != 0 || sh->bytes < 0 ||
+            !is_hex64(sh->sha256)) {
+            json_decref(shards);
+            rc = dt_emsg_set(em, DT_EINVAL, "%s: shard record %d is not rank %d's (%s)", tmp, r, r,
+                             want);
+            goto out;
+        }
+        path = dt_xasprintf("%s/%s", tmp, sh->file);
+        if (stat(path, &st) < 0) {
+            int e = errno;
+            rc = dt_emsg_set(em, dt_err_errno(e), "%s: shard %s: %s", tmp, sh->file, strerror(e));
+        } else if ((int64_t)st.st_size != sh->bytes) {
+            rc = dt_emsg_set(em, DT_EFORMAT,
+                             "%s: shard %s is %" PRId64 " bytes, its record says %" PRId64, tmp,
+                             sh->file, (int64_t)st.st_size, sh->bytes);
+        }
+        free(path);
+        if (rc < 0) {
+            json_decref(shards);
+            goto out;
+        }
+        json_array_append_new(shards,
+                              json_pack("{s:i, s:s, s:I, s:s}", "rank", r, "file", sh->file,
+                                        "bytes", (json_int_t)sh->bytes, "sha256", sh->sha256));
+    }
+    doc = json_pack("{s:s, s:i, s:I, s:i, s:o, s:o, s:o, s:I, s:o}", "format", DT_CKPT_FORMAT,
+                    "version", DT_CKPT_VERSION, "step", (json_int_t)m->step, "ranks", m->ranks,
+                    "model", json_incref(m->model), "plan", obj_or_empty(m->plan), "rng",
+                    obj_or_empty(m->rng), "data_cursor", (json_int_t)m->data_cursor, "shards",
+                    shards);
+    text = doc ? json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+    if (text == NULL) {
+        rc = dt_emsg_set(em, DT_EINVAL, "%s: cannot encode the manifest (invalid UTF-8?)", tmp);
+        goto out;
+    }
+    {
+        char *nl = dt_xasprintf("%s\n", text);
+        rc = write_atomic(tmp, DT_CKPT_MANIFEST, nl, strlen(nl), em);
+        free(nl);
+    }
+out:
+    free(text);
+    json_decref(doc);
+    free(tmp);
+    return rc;
+}
+
+int dt_ckpt_commit(const char *root, int64_t step, char **out_dir, dt_emsg_t *em)
+{
+    char *final = dt_ckpt_step_dir(root, step), *tmp = dt_ckpt_tmp_dir(root, step);
+    struct stat st;
+    int rc, e;
+
+    if (out_dir)
+        *out_dir = NULL;
+    if (lstat(final, &st) == 0) {
+        rc =
+            dt_emsg_set(em, DT_EEXIST, "%s: step %" PRId64 " is already checkpointed", final, step);
+        goto out;
+    }
+    if ((rc = check_dir(tmp, false, em)) < 0 || (rc = fsync_dir(tmp, em)) < 0)
+        goto out;
+    if (rename(tmp, final) < 0) {
+        e = errno;
+        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot rename %s to it: %s", final, tmp,
+                         strerror(e));
+        goto out;
+    }
+    if ((rc = fsync_dir(root, em)) < 0)
+        goto out;
+    if (out_dir) {
+        *out_dir = final;
+        final = NULL;
+    }
+out:
+    free(tmp);
+    free(final);
+    return rc;
+}
+
+int dt_ckpt_mark_committed(const char *dir, dt_emsg_t *em)
+{
+    char *manifest = dt_xasprintf("%s/%s", dir, DT_CKPT_MANIFEST), hex[65], line[80];
+    int rc;
+
+    rc = dt_sha256_file(manifest, hex, em);
+    free(manifest);
+    if (rc < 0)
+        return rc;
+    snprintf(line, sizeof(line), "%s\n", hex);
+    return write_atomic(dir, DT_CKPT_COMMITTED, line, strlen(line), em);
+}
+
+bool dt_ckpt_is_committed(const char *dir)
+{
+    char *path = dt_xasprintf("%s/%s", dir, DT_CKPT_COMMITTED);
+    struct stat st;
+    bool ok = stat(path, &st) == 0 && S_ISREG(st.st_mode);
+
+    free(path);
+    return ok;
+}
+
+/*-- finding and pruning --------------------------------------------------*/
+
+typedef struct {
+    int64_t step;
+    bool tmp;
+    char *name;
+} entry_t;
+
+/* Newest first; at equal steps the temp directory first. */
+static int by_step_desc(const void *a, const void *b)
+{
+    const entry_t *x = a, *y = b;
+
+    if (x->step != y->step)
+        return x->step > y->step ? -1 : 1;
+    return (int)y->tmp - (int)x->tmp;
+}
+
+/* The step-* and .step-*.tmp entries of root, newest first. *n = 0 and
+ * success for a missing root. */
+static int list_steps(const char *root, entry_t **out, size_t *n, dt_emsg_t *em)
+{
+    DIR *d = opendir(root);
+    struct dirent *de;
+    entry_t *v = NULL;
+    size_t cap = 0;
+
+    *out = NULL;
+    *n = 0;
+    if (d == NULL) {
+        int e = errno;
+        if (e == ENOENT)
+            return 0;
+        return dt_emsg_set(em, dt_err_errno(e), "%s: cannot list: %s", root, strerror(e));
+    }
+    while ((de = readdir(d)) != NULL) {
+        int64_t step;
+        bool tmp;
+
+        if (!parse_step_name(de->d_name, &step, &tmp))
+            continue;
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 16;
+            v = dt_xrealloc(v, cap * sizeof(*v));
+        }
+        v[*n].step = step;
+        v[*n].tmp = tmp;
+        v[*n].name = dt_xstrdup(de->d_name);
+        (*n)++;
+    }
+    closedir(d);
+    if (*n > 1)
+        qsort(v, *n, sizeof(*v), by_step_desc);
+    *out = v;
+    return 0;
+}
+
+static void free_entries(entry_t *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(v[i].name);
+    free(v);
+}
+
+int dt_ckpt_latest(const char *root, unsigned flags, dt_ckpt_skip_fn skip, void *ud, char **out_dir,
+                   int64_t *out_step, dt_emsg_t *em)
+{
+    entry_t *v;
+    size_t n;
+    int rc;
+
+    *out_dir = NULL;
+    if ((rc = list_steps(root, &v, &n, em)) < 0)
+        return rc;
+    for (size_t i = 0; i < n; i++) {
+        char *dir = dt_xasprintf("%s/%s", root, v[i].name);
+        dt_emsg_t why;
+
+        if (v[i].tmp) {
+            rc = dt_emsg_set(&why, DT_ENOENT, "%s: partial checkpoint (never committed)", dir);
+        } else if ((flags & DT_CKPT_REQUIRE_COMMITTED) && !dt_ckpt_is_committed(dir)) {
+            rc = dt_emsg_set(&why, DT_ENOENT, "%s: no %s marker", dir, DT_CKPT_COMMITTED);
+        } else if ((rc = dt_ckpt_verify(dir, &why)) == 0) {
+            *out_dir = dir;
+            if (out_step)
+                *out_step = v[i].step;
+            break;
+        }
+        if (skip)
+            skip(dir, rc, why.s, ud);
+        free(dir);
+    }
+    free_entries(v, n);
+    return 0;
+}
+
+int dt_ckpt_prune(const char *root, int keep, dt_emsg_t *em)
+{
+    entry_t *v;
+    size_t n;
+    int kept = 0, removed = 0, rc;
+    int64_t oldest_kept = -1;
+
+    if (keep < 1)
+        return dt_emsg_set(em, DT_EINVAL, "%s: keep %d (must be at least 1)", root, keep);
+    if ((rc = list_steps(root, &v, &n, em)) < 0)
+        return rc;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        char *dir = dt_xasprintf("%s/%s", root, v[i].name), *del;
+
+        if (kept < keep) {
+            /* Still looking for the ones to keep: nothing is deleted yet. */
+            if (!v[i].tmp && check_dir(dir, false, NULL) == 0) {
+                kept++;
+                oldest_kept = v[i].step;
+            }
+            free(dir);
+            continue;
+        }
+        if (v[i].step >= oldest_kept) { /* a temp dir of the oldest kept step */
+            free(dir);
+            continue;
+        }
+        del = dt_xasprintf("%s/.%s.del.%ld", root, v[i].name, (long)getpid());
+        if (rename(dir, del) < 0) {
+            int e = errno;
+            rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot rename for deletion: %s", dir,
+                             strerror(e));
+        } else if ((rc = fsync_dir(root, em)) == 0 && (rc = rm_tree(del, em)) == 0) {
+            removed++;
+        }
+        free(del);
+        free(dir);
+    }
+    free_entries(v, n);
+    return rc < 0 ? rc : removed;
+}

@@ -1,0 +1,145 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * Checkpoints of a training job on disk. A checkpoint of step S with R ranks
+ * is one directory
+ *
+ *     <root>/step-<S %08d>/
+ *         shard-<rank %05d>-of-<R %05d>.safetensors   one per rank
+ *         manifest.json                               written by rank 0
+ *         COMMITTED                                   (later: by the coordinator)
+ *
+ * built under the temporary name <root>/.step-<S %08d>.tmp and renamed into
+ * place by dt_ckpt_commit only when the manifest and every shard of the right
+ * size are there, so a crash at any point leaves either a complete step
+ * directory or a temp directory that readers skip. The manifest records
+ *
+ *     {"format": "dt-checkpoint", "version": 1, "step": S, "ranks": R,
+ *      "model": {...}, "plan": {...}, "rng": {...}, "data_cursor": N,
+ *      "shards": [{"rank": r, "file": "...", "bytes": n, "sha256": "..."}, ...]}
+ *
+ * where model, plan (the layout) and rng are free JSON objects of the caller.
+ * Resume takes the newest step directory that verifies (manifest parses,
+ * every shard present with its recorded size and SHA-256).
+ *
+ * Sequence for one step (no coordinator yet; the caller's barriers order it):
+ * rank 0 dt_ckpt_begin; barrier; every rank dt_ckpt_write_shard and sends its
+ * dt_ckpt_shard_t to rank 0; rank 0 dt_ckpt_write_manifest, dt_ckpt_commit,
+ * then optionally dt_ckpt_prune.
+ *
+ * Not here: the COMMITTED protocol with the coordinator (only its file hook),
+ * resharding to another rank count, reading tensors (use safetensors.h on
+ * the shard paths), locking between two jobs sharing a root.
+ */
+#ifndef DT_CKPT_H
+#define DT_CKPT_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/err.h"
+#include "engine/safetensors.h"
+
+#define DT_CKPT_FORMAT "dt-checkpoint"
+#define DT_CKPT_VERSION 1
+#define DT_CKPT_MAX_RANKS (1 << 20)
+#define DT_CKPT_MANIFEST "manifest.json"
+#define DT_CKPT_COMMITTED "COMMITTED"
+
+/* One shard as the manifest records it. */
+typedef struct dt_ckpt_shard {
+    int rank;
+    char file[64]; /* name inside the step directory */
+    int64_t bytes;
+    char sha256[65]; /* lowercase hex */
+} dt_ckpt_shard_t;
+
+/* A manifest. For dt_ckpt_write_manifest the json objects are borrowed (NULL
+ * plan or rng is written as {}; model is required) and shards holds `ranks`
+ * records in rank order. From dt_ckpt_manifest_read everything is owned by
+ * the struct and released by dt_ckpt_manifest_close. */
+typedef struct dt_ckpt_manifest {
+    int64_t step;
+    int ranks;
+    json_t *model;
+    json_t *plan;
+    json_t *rng;
+    int64_t data_cursor;
+    dt_ckpt_shard_t *shards;
+} dt_ckpt_manifest_t;
+
+/* "<root>/step-%08d" and "<root>/.step-%08d.tmp"; the caller frees. */
+char *dt_ckpt_step_dir(const char *root, int64_t step);
+char *dt_ckpt_tmp_dir(const char *root, int64_t step);
+/* "shard-%05d-of-%05d.safetensors". */
+void dt_ckpt_shard_name(int rank, int ranks, char out[64]);
+
+/* Start step STEP: create root if missing (one level), remove a leftover
+ * temp directory of this step (a crashed attempt) and create it empty. Call
+ * on one rank, before any rank writes. DT_EEXIST if step-STEP already exists
+ * (a committed step is never overwritten). */
+int dt_ckpt_begin(const char *root, int64_t step, dt_emsg_t *em);
+
+/* Write this rank's shard from w (see dt_st_write) into the temp directory
+ * of STEP and fill *out with its record. Any rank, concurrently. */
+int dt_ckpt_write_shard(const char *root, int64_t step, int rank, int ranks, dt_st_writer_t *w,
+                        dt_ckpt_shard_t *out, dt_emsg_t *em);
+
+/* Rank 0: check the records (one per rank, in order, names as
+ * dt_ckpt_shard_name, each file present in the temp directory with its
+ * recorded size) and write manifest.json there atomically. DT_EINVAL for bad
+ * records, DT_ENOENT/DT_EFORMAT for a missing or wrong-sized shard. */
+int dt_ckpt_write_manifest(const char *root, const dt_ckpt_manifest_t *m, dt_emsg_t *em);
+
+/* Rank 0: check the temp directory (manifest and shard sizes; hashes were
+ * computed by the writers), fsync it, rename it to step-STEP and fsync root.
+ * On success *out_dir (may be NULL) is the new directory's path (the caller
+ * frees). DT_EEXIST if step-STEP exists; on failure the temp directory is
+ * left as it was. */
+int dt_ckpt_commit(const char *root, int64_t step, char **out_dir, dt_emsg_t *em);
+
+/* Hook for the coordinator's commit protocol: write DIR/COMMITTED atomically
+ * (the file holds the manifest's SHA-256). dt_ckpt_is_committed says whether
+ * the marker is there. */
+int dt_ckpt_mark_committed(const char *dir, dt_emsg_t *em);
+bool dt_ckpt_is_committed(const char *dir);
+
+/* Parse and validate DIR/manifest.json into m (m is zeroed first and is
+ * empty on failure). DT_ENOENT, DT_EFORMAT (with the field named). */
+int dt_ckpt_manifest_read(const char *dir, dt_ckpt_manifest_t *m, dt_emsg_t *em);
+void dt_ckpt_manifest_close(dt_ckpt_manifest_t *m);
+
+/* Full check of a step directory: manifest valid, its step agrees with the
+ * directory name, every shard present as a regular file with the recorded
+ * size and SHA-256. The message names the shard and what is wrong. Reads
+ * every byte of the checkpoint. */
+int dt_ckpt_verify(const char *dir, dt_emsg_t *em);
+
+/* Called by dt_ckpt_latest for each checkpoint directory it passes over
+ * (newest first): dir is its path, err the DT_* code and why the message. */
+typedef void (*dt_ckpt_skip_fn)(const char *dir, int err, const char *why, void *ud);
+
+/* Only directories with a COMMITTED marker count (for when the coordinator
+ * writes the marker). */
+#define DT_CKPT_REQUIRE_COMMITTED 1u
+
+/* The newest step directory under ROOT that verifies. Directories newer
+ * than it that do not (temp directories, missing or corrupt shards, bad
+ * manifests, no marker under DT_CKPT_REQUIRE_COMMITTED) are reported to skip
+ * (may be NULL), newest first. Returns 0 with *out_dir (the caller frees)
+ * and *out_step (may be NULL) set, or 0 with *out_dir NULL when there is no
+ * usable checkpoint (also when ROOT does not exist). Fails (negative, skip
+ * never called) only when ROOT cannot be listed. */
+int dt_ckpt_latest(const char *root, unsigned flags, dt_ckpt_skip_fn skip, void *ud, char **out_dir,
+                   int64_t *out_step, dt_emsg_t *em);
+
+/* Keep the newest KEEP (>= 1) step directories that pass the quick check
+ * (manifest and shard sizes, no hashing) and delete every step directory
+ * older than the oldest of them, and temp directories older than it. Newer
+ * directories that fail the check are left for inspection. Each deletion
+ * renames the directory out of the step-* namespace first, so a crash
+ * mid-deletion leaves no half step directory. Returns the number of
+ * directories deleted, or a negative DT_* code. */
+int dt_ckpt_prune(const char *root, int keep, dt_emsg_t *em);
+
+#endif /* DT_CKPT_H */

@@ -1,0 +1,831 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * safetensors reading, validation and atomic writing (see safetensors.h for
+ * the contract). The header is untrusted JSON: its length is capped before
+ * allocating, jansson parses it with duplicate keys rejected, and every entry
+ * is checked before the file is accepted, so later reads only bounds-check
+ * against numbers already known to agree with the file size. SHA-256 comes
+ * from OpenSSL's EVP interface (libcrypto), fed by the same buffers that are
+ * written, so the digest is of the bytes that went out.
+ *
+ * Not here: memory-mapping, conversions, the checkpoint layout (ckpt.c).
+ */
+#include "config.h"
+
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <openssl/evp.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/mem.h"
+#include "safetensors.h"
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+               "safetensors data is little-endian and is copied as it lies in memory");
+
+#define META_KEY "__metadata__"
+#define HASH_CHUNK (1 << 20)
+
+/*-- dtypes ---------------------------------------------------------------*/
+
+static const struct {
+    const char *name;
+    size_t size;
+} dtypes[] = {
+    [DT_ST_F32] = { "F32", 4 }, [DT_ST_F16] = { "F16", 2 }, [DT_ST_BF16] = { "BF16", 2 },
+    [DT_ST_I64] = { "I64", 8 }, [DT_ST_I32] = { "I32", 4 }, [DT_ST_U8] = { "U8", 1 },
+};
+#define NDTYPES (sizeof(dtypes) / sizeof(dtypes[0]))
+
+const char *dt_st_dtype_name(enum dt_st_dtype t)
+{
+    return (unsigned)t < NDTYPES ? dtypes[t].name : "?";
+}
+
+size_t dt_st_dtype_size(enum dt_st_dtype t)
+{
+    return (unsigned)t < NDTYPES ? dtypes[t].size : 0;
+}
+
+int dt_st_dtype_parse(const char *s, enum dt_st_dtype *out)
+{
+    for (size_t i = 0; i < NDTYPES; i++) {
+        if (strcmp(s, dtypes[i].name) == 0) {
+            *out = (enum dt_st_dtype)i;
+            return 0;
+        }
+    }
+    return DT_EDTYPE;
+}
+
+/* prod(shape) * itemsize without overflow of int64; -1 when it overflows. */
+static int64_t shape_bytes(int ndim, const int64_t *shape, size_t itemsize)
+{
+    int64_t n = (int64_t)itemsize;
+
+    for (int i = 0; i < ndim; i++)
+        if (__builtin_mul_overflow(n, shape[i], &n))
+            return -1;
+    return n;
+}
+
+/* "[2, 3]" into buf. */
+static const char *shape_str(int ndim, const int64_t *shape, char *buf, size_t sz)
+{
+    size_t n = (size_t)snprintf(buf, sz, "[");
+
+    for (int i = 0; i < ndim && n < sz; i++)
+        n += (size_t)snprintf(buf + n, sz - n, "%s%" PRId64, i ? ", " : "", shape[i]);
+    if (n < sz)
+        snprintf(buf + n, sz - n, "]");
+    return buf;
+}
+
+/*-- hashing and file helpers ---------------------------------------------*/
+
+static void hex_digest(const unsigned char *md, char hex[65])
+{
+    static const char digits[] = "0123456789abcdef";
+
+    for (int i = 0; i < 32; i++) {
+        hex[2 * i] = digits[md[i] >> 4];
+        hex[2 * i + 1] = digits[md[i] & 15];
+    }
+    hex[64] = '\0';
+}
+
+static EVP_MD_CTX *sha256_new(void)
+{
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+
+    /* Both fail only on allocation failure or a broken libcrypto. */
+    if (ctx == NULL || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
+        fprintf(stderr, "dt: cannot initialise SHA-256 in libcrypto\n");
+        abort();
+    }
+    return ctx;
+}
+
+static void sha256_update(EVP_MD_CTX *ctx, const void *p, size_t n)
+{
+    if (n > 0 && EVP_DigestUpdate(ctx, p, n) != 1) {
+        fprintf(stderr, "dt: SHA-256 update failed in libcrypto\n");
+        abort();
+    }
+}
+
+static void sha256_final(EVP_MD_CTX *ctx, char hex[65])
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+
+    if (EVP_DigestFinal_ex(ctx, md, &len) != 1 || len != 32) {
+        fprintf(stderr, "dt: SHA-256 final failed in libcrypto\n");
+        abort();
+    }
+    EVP_MD_CTX_free(ctx);
+    hex_digest(md, hex);
+}
+
+static int64_t pread_full(int fd, void *buf, size_t n, int64_t off)
+{
+    size_t done = 0;
+
+    while (done < n) {
+        ssize_t r = pread(fd, (char *)buf + done, n - done, (off_t)(off + (int64_t)done));
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return dt_err_errno(errno);
+        }
+        if (r == 0)
+            break;
+        done += (size_t)r;
+    }
+    return (int64_t)done;
+}
+
+static int write_full(int fd, const void *buf, size_t n)
+{
+    size_t done = 0;
+
+    while (done < n) {
+        ssize_t r = write(fd, (const char *)buf + done, n - done);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return dt_err_errno(errno);
+        }
+        done += (size_t)r;
+    }
+    return 0;
+}
+
+int dt_sha256_file(const char *path, char hex[65], dt_emsg_t *em)
+{
+    EVP_MD_CTX *ctx;
+    unsigned char *buf;
+    int64_t off = 0, got;
+    int fd, rc = 0;
+
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        int e = errno;
+        return dt_emsg_set(em, dt_err_errno(e), "%s: cannot open: %s", path, strerror(e));
+    }
+    ctx = sha256_new();
+    buf = dt_xmalloc(HASH_CHUNK);
+    while ((got = pread_full(fd, buf, HASH_CHUNK, off)) > 0) {
+        sha256_update(ctx, buf, (size_t)got);
+        off += got;
+    }
+    if (got < 0)
+        rc = dt_emsg_set(em, (int)got, "%s: cannot read: %s", path, dt_strerror((int)got));
+    free(buf);
+    close(fd);
+    if (rc < 0) {
+        EVP_MD_CTX_free(ctx);
+        return rc;
+    }
+    sha256_final(ctx, hex);
+    return 0;
+}
+
+/*-- writer ---------------------------------------------------------------*/
+
+typedef struct {
+    char *name;
+    enum dt_st_dtype dtype;
+    int ndim;
+    int64_t shape[DT_ST_MAXDIM];
+    const void *data;
+    int64_t nbytes;
+} wtensor_t;
+
+typedef struct {
+    char *key, *value;
+} meta_t;
+
+struct dt_st_writer {
+    wtensor_t *t;
+    size_t nt, capt;
+    meta_t *m;
+    size_t nm, capm;
+    int64_t data_bytes;
+};
+
+dt_st_writer_t *dt_st_writer_new(void)
+{
+    return dt_xcalloc(1, sizeof(dt_st_writer_t));
+}
+
+void dt_st_writer_free(dt_st_writer_t *w)
+{
+    if (w == NULL)
+        return;
+    for (size_t i = 0; i < w->nt; i++)
+        free(w->t[i].name);
+    for (size_t i = 0; i < w->nm; i++) {
+        free(w->m[i].key);
+        free(w->m[i].value);
+    }
+    free(w->t);
+    free(w->m);
+    free(w);
+}
+
+/* A string jansson will accept as a JSON string (valid UTF-8, no NUL). */
+static bool valid_utf8(const char *s)
+{
+    json_t *j = json_string(s);
+
+    json_decref(j);
+    return j != NULL;
+}
+
+int dt_st_writer_add(dt_st_writer_t *w, const char *name, enum dt_st_dtype dtype, int ndim,
+                     const int64_t *shape, const void *data, dt_emsg_t *em)
+{
+    wtensor_t *t;
+    int64_t nbytes;
+
+    if (name == NULL || *name == '\0' || !valid_utf8(name))
+        return dt_emsg_set(em, DT_EINVAL, "tensor name is empty or not UTF-8");
+    if (strcmp(name, META_KEY) == 0)
+        return dt_emsg_set(em, DT_EINVAL, "tensor name '%s' is reserved", META_KEY);
+    if ((unsigned)dtype >= NDTYPES)
+        return dt_emsg_set(em, DT_EDTYPE, "tensor '%s': unknown dtype %d", name, (int)dtype);
+    if (ndim < 0 || ndim > DT_ST_MAXDIM)
+        return dt_emsg_set(em, DT_EINVAL, "tensor '%s': %d dimensions (0 to %d supported)", name,
+                           ndim, DT_ST_MAXDIM);
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] < 0)
+            return dt_emsg_set(em, DT_EINVAL, "tensor '%s': negative dimension %" PRId64, name,
+                               shape[i]);
+    nbytes = shape_bytes(ndim, shape, dtypes[dtype].size);
+    if (nbytes < 0 || nbytes > INT64_MAX / 2 - w->data_bytes)
+        return dt_emsg_set(em, DT_EINVAL, "tensor '%s': shape is too large", name);
+    if (nbytes > 0 && data == NULL)
+        return dt_emsg_set(em, DT_EINVAL, "tensor '%s': no data", name);
+    for (size_t i = 0; i < w->nt; i++)
+        if (strcmp(w->t[i].name, name) == 0)
+            return dt_emsg_set(em, DT_EINVAL, "tensor '%s' added twice", name);
+
+    if (w->nt == w->capt) {
+        w->capt = w->capt ? 2 * w->capt : 16;
+        w->t = dt_xrealloc(w->t, w->capt * sizeof(*w->t));
+    }
+    t = &w->t[w->nt++];
+    memset(t, 0, sizeof(*t));
+    t->name = dt_xstrdup(name);
+    t->dtype = dtype;
+    t->ndim = ndim;
+    if (ndim > 0)
+        memcpy(t->shape, shape, (size_t)ndim * sizeof(*shape));
+    t->data = data;
+    t->nbytes = nbytes;
+    w->data_bytes += nbytes;
+    return 0;
+}
+
+int dt_st_writer_meta(dt_st_writer_t *w, const char *key, const char *value, dt_emsg_t *em)
+{
+    if (key == NULL || value == NULL || !valid_utf8(key) || !valid_utf8(value))
+        return dt_emsg_set(em, DT_EINVAL, "metadata key or value is missing or not UTF-8");
+    for (size_t i = 0; i < w->nm; i++)
+        if (strcmp(w->m[i].key, key) == 0)
+            return dt_emsg_set(em, DT_EINVAL, "metadata key '%s' added twice", key);
+    if (w->nm == w->capm) {
+        w->capm = w->capm ? 2 * w->capm : 8;
+        w->m = dt_xrealloc(w->m, w->capm * sizeof(*w->m));
+    }
+    w->m[w->nm].key = dt_xstrdup(key);
+    w->m[w->nm].value = dt_xstrdup(value);
+    w->nm++;
+    return 0;
+}
+
+/* The header JSON, compact, in insertion order, padded with spaces to a
+ * multiple of 8 bytes. Returns a malloc'd string and its length. */
+static char *build_header(const dt_st_writer_t *w, size_t *len)
+{
+    json_t *root = json_object();
+    uint64_t off = 0;
+    char *s, *out;
+    size_t n, padded;
+
+    if (w->nm > 0) {
+        json_t *meta = json_object();
+        for (size_t i = 0; i < w->nm; i++)
+            json_object_set_new(meta, w->m[i].key, json_string(w->m[i].value));
+        json_object_set_new(root, META_KEY, meta);
+    }
+    for (size_t i = 0; i < w->nt; i++) {
+        const wtensor_t *t = &w->t[i];
+        json_t *shape = json_array();
+
+        for (int d = 0; d < t->ndim; d++)
+            json_array_append_new(shape, json_integer(t->shape[d]));
+        json_object_set_new(root, t->name,
+                            json_pack("{s:s, s:o, s:[I,I]}", "dtype", dtypes[t->dtype].name,
+                                      "shape", shape, "data_offsets", (json_int_t)off,
+                                      (json_int_t)(off + (uint64_t)t->nbytes)));
+        off += (uint64_t)t->nbytes;
+    }
+    s = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(root);
+    if (s == NULL) {
+        fprintf(stderr, "dt: out of memory building a safetensors header\n");
+        abort();
+    }
+    n = strlen(s);
+    padded = (n + 7) / 8 * 8;
+    out = dt_xmalloc(padded + 1);
+    memcpy(out, s, n);
+    memset(out + n, ' ', padded - n);
+    out[padded] = '\0';
+    free(s);
+    *len = padded;
+    return out;
+}
+
+static char *dir_of(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+
+    if (slash == path)
+        return dt_xstrdup("/");
+    if (slash)
+        return dt_xasprintf("%.*s", (int)(slash - path), path);
+    return dt_xstrdup(".");
+}
+
+int dt_st_write(dt_st_writer_t *w, const char *path, char hex[65], int64_t *bytes, dt_emsg_t *em)
+{
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+    EVP_MD_CTX *ctx = NULL;
+    char *hdr = NULL, *dir = NULL, *tmp = NULL, digest[65];
+    unsigned char len8[8];
+    size_t hlen;
+    bool created = false;
+    int fd = -1, rc, e, dfd;
+
+    if (*base == '\0')
+        return dt_emsg_set(em, DT_EINVAL, "%s: not a file name", path);
+    hdr = build_header(w, &hlen);
+    if (hlen > DT_ST_HEADER_MAX) {
+        rc = dt_emsg_set(em, DT_EINVAL, "%s: header of %zu bytes exceeds the limit of %u", path,
+                         hlen, DT_ST_HEADER_MAX);
+        goto fail;
+    }
+    dir = dir_of(path);
+    tmp = dt_xasprintf("%s/.%s.tmp.%ld", slash == path ? "" : dir, base, (long)getpid());
+
+    /* A temp file with our pid is left by a crashed process with the same
+     * pid (containers reuse pids): garbage, replaced. */
+    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0 && errno == EEXIST && unlink(tmp) == 0)
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        e = errno;
+        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot create %s: %s", path, tmp, strerror(e));
+        goto fail;
+    }
+    created = true;
+
+    ctx = sha256_new();
+    for (int i = 0; i < 8; i++)
+        len8[i] = (unsigned char)(((uint64_t)hlen >> (8 * i)) & 0xff);
+    sha256_update(ctx, len8, 8);
+    sha256_update(ctx, hdr, hlen);
+    if ((rc = write_full(fd, len8, 8)) < 0 || (rc = write_full(fd, hdr, hlen)) < 0)
+        goto write_fail;
+    for (size_t i = 0; i < w->nt; i++) {
+        const wtensor_t *t = &w->t[i];
+
+        if (t->nbytes == 0)
+            continue;
+        sha256_update(ctx, t->data, (size_t)t->nbytes);
+        if ((rc = write_full(fd, t->data, (size_t)t->nbytes)) < 0)
+            goto write_fail;
+    }
+    sha256_final(ctx, digest);
+    ctx = NULL;
+
+    if (fsync(fd) < 0) {
+        e = errno;
+        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot fsync %s: %s", path, tmp, strerror(e));
+        goto fail;
+    }
+    /* close can report a deferred write error (NFS): it counts. */
+    rc = close(fd);
+    fd = -1;
+    if (rc < 0) {
+        e = errno;
+        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot close %s: %s", path, tmp, strerror(e));
+        goto fail;
+    }
+    if (rename(tmp, path) < 0) {
+        e = errno;
+        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot rename %s over it: %s", path, tmp,
+                         strerror(e));
+        goto fail;
+    }
+    created = false;
+
+    /* The file is in place; what is left makes the rename durable. */
+    rc = 0;
+    dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) {
+        e = errno;
+        rc = dt_emsg_set(em, dt_err_errno(e), "%s: written, but cannot open %s to fsync it: %s",
+                         path, dir, strerror(e));
+    } else {
+        if (fsync(dfd) < 0 && errno != EINVAL && errno != ENOTSUP) {
+            e = errno;
+            rc = dt_emsg_set(em, dt_err_errno(e), "%s: written, but fsync of %s failed: %s", path,
+                             dir, strerror(e));
+        }
+        close(dfd);
+    }
+    if (hex)
+        memcpy(hex, digest, 65);
+    if (bytes)
+        *bytes = 8 + (int64_t)hlen + w->data_bytes;
+    free(tmp);
+    free(dir);
+    free(hdr);
+    return rc;
+
+write_fail:
+    rc = dt_emsg_set(em, rc, "%s: cannot write %s: %s", path, tmp, dt_strerror(rc));
+fail:
+    if (ctx)
+        EVP_MD_CTX_free(ctx);
+    if (fd >= 0)
+        close(fd);
+    if (created)
+        unlink(tmp);
+    free(tmp);
+    free(dir);
+    free(hdr);
+    return rc;
+}
+
+/*-- reader ---------------------------------------------------------------*/
+
+struct dt_st_reader {
+    int fd;
+    char *path;
+    int64_t data_start; /* 8 + N */
+    dt_st_tensor_t *t;  /* sorted by (begin, end) */
+    size_t nt;
+    meta_t *m;
+    size_t nm;
+};
+
+void dt_st_close(dt_st_reader_t *r)
+{
+    if (r == NULL)
+        return;
+    if (r->fd >= 0)
+        close(r->fd);
+    for (size_t i = 0; i < r->nt; i++)
+        free((char *)r->t[i].name);
+    for (size_t i = 0; i < r->nm; i++) {
+        free(r->m[i].key);
+        free(r->m[i].value);
+    }
+    free(r->t);
+    free(r->m);
+    free(r->path);
+    free(r);
+}
+
+static int by_offsets(const void *a, const void *b)
+{
+    const dt_st_tensor_t *x = a, *y = b;
+
+    if (x->begin != y->begin)
+        return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end)
+        return x->end < y->end ? -1 : 1;
+    return 0;
+}
+
+/* A JSON integer in [0, INT64_MAX]. */
+static bool get_uint(const json_t *j, int64_t *out)
+{
+    if (!json_is_integer(j) || json_integer_value(j) < 0)
+        return false;
+    *out = (int64_t)json_integer_value(j);
+    return true;
+}
+
+static int parse_meta(const char *path, json_t *obj, dt_st_reader_t *r, dt_emsg_t *em)
+{
+    const char *key;
+    json_t *v;
+
+    if (!json_is_object(obj))
+        return dt_emsg_set(em, DT_EFORMAT, "%s: '%s' is not an object", path, META_KEY);
+    r->m = dt_xcalloc(json_object_size(obj) + 1, sizeof(*r->m));
+    json_object_foreach(obj, key, v)
+    {
+        if (!json_is_string(v))
+            return dt_emsg_set(em, DT_EFORMAT, "%s: metadata '%s' is not a string", path, key);
+        r->m[r->nm].key = dt_xstrdup(key);
+        r->m[r->nm].value = dt_xstrdup(json_string_value(v));
+        r->nm++;
+    }
+    return 0;
+}
+
+/* Check one tensor entry and fill t (name not yet set). */
+static int parse_entry(const char *path, const char *name, json_t *e, dt_st_tensor_t *t,
+                       dt_emsg_t *em)
+{
+    json_t *dtype, *shape, *offs, *v;
+    const char *key;
+    int64_t b, en, nbytes;
+    size_t i;
+    char sbuf[200];
+
+    if (!json_is_object(e))
+        return dt_emsg_set(em, DT_EFORMAT, "%s: tensor '%s' is not an object", path, name);
+    json_object_foreach(e, key, v)
+    {
+        if (strcmp(key, "dtype") != 0 && strcmp(key, "shape") != 0 &&
+            strcmp(key, "data_offsets") != 0)
+            return dt_emsg_set(em, DT_EFORMAT, "%s: tensor '%s' has unknown field '%s'", path, name,
+                               key);
+    }
+    dtype = json_object_get(e, "dtype");
+    shape = json_object_get(e, "shape");
+    offs = json_object_get(e, "data_offsets");
+    if (!json_is_string(dtype))
+        return dt_emsg_set(em, DT_EFORMAT, "%s: tensor '%s' has no string 'dtype'", path, name);
+    if (dt_st_dtype_parse(json_string_value(dtype), &t->dtype) < 0)
+        return dt_emsg_set(em, DT_EDTYPE,
+                           "%s: tensor '%s' has dtype '%s' (supported: F32, F16, BF16, I64, "
+                           "I32, U8)",
+                           path, name, json_string_value(dtype));
+    if (!json_is_array(shape))
+        return dt_emsg_set(em, DT_EFORMAT, "%s: tensor '%s' has no array 'shape'", path, name);
+    if (json_array_size(shape) > DT_ST_MAXDIM)
+        return dt_emsg_set(em, DT_EFORMAT, "%s: tensor '%s' has %zu dimensions (at most %d)", path,
+                           name, json_array_size(shape), DT_ST_MAXDIM);
+    t->ndim = (int)json_array_size(shape);
+    json_array_foreach(shape, i, v)
+    {
+        if (!get_uint(v, &t->shape[i]))
+            return dt_emsg_set(em, DT_EFORMAT,
+                               "%s: tensor '%s': shape entry %zu is not a non-negative integer",
+                               path, name, i);
+    }
+    if (!json_is_array(offs) || json_array_size(offs) != 2 ||
+        !get_uint(json_array_get(offs, 0), &b) || !get_uint(json_array_get(offs, 1), &en))
+        return dt_emsg_set(em, DT_EFORMAT,
+                           "%s: tensor '%s': 'data_offsets' is not [begin, end] of "
+                           "non-negative integers",
+                           path, name);
+    if (en < b)
+        return dt_emsg_set(em, DT_EFORMAT,
+                           "%s: tensor '%s': data_offsets [%" PRId64 ", %" PRId64
+                           "] end before they begin",
+                           path, name, b, en);
+    nbytes = shape_bytes(t->ndim, t->shape, dtypes[t->dtype].size);
+    if (nbytes != en - b)
+        return dt_emsg_set(em, DT_EFORMAT,
+                           "%s: tensor '%s': shape %s of %s is %s%" PRId64
+                           " bytes but data_offsets [%" PRId64 ", %" PRId64 "] span %" PRId64,
+                           path, name, shape_str(t->ndim, t->shape, sbuf, sizeof(sbuf)),
+                           dtypes[t->dtype].name, nbytes < 0 ? "more than " : "",
+                           nbytes < 0 ? INT64_MAX : nbytes, b, en, en - b);
+    t->begin = (uint64_t)b;
+    t->end = (uint64_t)en;
+    return 0;
+}
+
+static int parse_header(const char *path, const char *text, size_t len, int64_t data_size,
+                        dt_st_reader_t *r, dt_emsg_t *em)
+{
+    json_error_t jerr;
+    json_t *root, *v;
+    const char *key;
+    uint64_t expect = 0;
+    int rc = 0;
+
+    root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (root == NULL)
+        return dt_emsg_set(em, DT_EFORMAT, "%s: header is not valid JSON: %s (line %d, column %d)",
+                           path, jerr.text, jerr.line, jerr.column);
+    if (!json_is_object(root)) {
+        rc = dt_emsg_set(em, DT_EFORMAT, "%s: header is not a JSON object", path);
+        goto out;
+    }
+    r->t = dt_xcalloc(json_object_size(root) + 1, sizeof(*r->t));
+    json_object_foreach(root, key, v)
+    {
+        dt_st_tensor_t *t = &r->t[r->nt];
+
+        if (strcmp(key, META_KEY) == 0) {
+            if ((rc = parse_meta(path, v, r, em)) < 0)
+                goto out;
+            continue;
+        }
+        if ((rc = parse_entry(path, key, v, t, em)) < 0)
+            goto out;
+        t->name = dt_xstrdup(key);
+        r->nt++;
+    }
+
+    /* Ranges, in offset order, must tile [0, data end) exactly. */
+    qsort(r->t, r->nt, sizeof(*r->t), by_offsets);
+    for (size_t i = 0; i < r->nt; i++) {
+        const dt_st_tensor_t *t = &r->t[i];
+
+        if (t->begin < expect) {
+            rc = dt_emsg_set(em, DT_EFORMAT,
+                             "%s: tensor '%s' data_offsets [%" PRIu64 ", %" PRIu64
+                             "] overlap '%s' (which ends at %" PRIu64 ")",
+                             path, t->name, t->begin, t->end, r->t[i - 1].name, expect);
+            goto out;
+        }
+        if (t->begin > expect) {
+            rc = dt_emsg_set(em, DT_EFORMAT,
+                             "%s: gap in the data: tensor '%s' begins at %" PRIu64
+                             " but the previous tensor ends at %" PRIu64,
+                             path, t->name, t->begin, expect);
+            goto out;
+        }
+        expect = t->end;
+    }
+    if (expect > (uint64_t)data_size) {
+        rc = dt_emsg_set(em, DT_EFORMAT,
+                         "%s: truncated: the header promises %" PRIu64
+                         " data bytes but the file holds %" PRId64,
+                         path, expect, data_size);
+        goto out;
+    }
+    if (expect < (uint64_t)data_size) {
+        rc = dt_emsg_set(em, DT_EFORMAT,
+                         "%s: %" PRId64 " bytes after the last tensor (data ends at %" PRIu64
+                         ", file holds %" PRId64 ")",
+                         path, data_size - (int64_t)expect, expect, data_size);
+        goto out;
+    }
+out:
+    json_decref(root);
+    return rc;
+}
+
+int dt_st_open(const char *path, dt_st_reader_t **out, dt_emsg_t *em)
+{
+    dt_st_reader_t *r;
+    struct stat st;
+    unsigned char len8[8];
+    uint64_t n = 0;
+    char *text = NULL;
+    int64_t got, size;
+    int rc, e;
+
+    *out = NULL;
+    r = dt_xcalloc(1, sizeof(*r));
+    r->path = dt_xstrdup(path);
+    r->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (r->fd < 0) {
+        e = errno;
+        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot open: %s", path, strerror(e));
+        goto fail;
+    }
+    if (fstat(r->fd, &st) < 0) {
+        e = errno;
+        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot stat: %s", path, strerror(e));
+        goto fail;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        rc = dt_emsg_set(em, DT_EIO, "%s: %s", path,
+                         S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file");
+        goto fail;
+    }
+    size = (int64_t)st.st_size;
+    if ((got = pread_full(r->fd, len8, 8, 0)) < 0) {
+        rc = dt_emsg_set(em, (int)got, "%s: cannot read: %s", path, dt_strerror((int)got));
+        goto fail;
+    }
+    if (got < 8) {
+        rc = dt_emsg_set(em, DT_EFORMAT,
+                         "%s: not a safetensors file (%" PRId64
+                         " bytes, shorter than the 8-byte header length)",
+                         path, got);
+        goto fail;
+    }
+    for (int i = 7; i >= 0; i--)
+        n = n << 8 | len8[i];
+    if (n > DT_ST_HEADER_MAX) {
+        rc = dt_emsg_set(em, DT_EFORMAT,
+                         "%s: header length %" PRIu64 " exceeds the limit of %u bytes", path, n,
+                         DT_ST_HEADER_MAX);
+        goto fail;
+    }
+    if (n > (uint64_t)(size - 8)) {
+        rc = dt_emsg_set(em, DT_EFORMAT,
+                         "%s: header length %" PRIu64 " is larger than the file (%" PRId64
+                         " bytes after the length)",
+                         path, n, size - 8);
+        goto fail;
+    }
+    r->data_start = 8 + (int64_t)n;
+    text = dt_xmalloc(n + 1);
+    if ((got = pread_full(r->fd, text, n, 8)) < 0) {
+        rc = dt_emsg_set(em, (int)got, "%s: cannot read: %s", path, dt_strerror((int)got));
+        goto fail;
+    }
+    if ((uint64_t)got < n) {
+        rc = dt_emsg_set(em, DT_EFORMAT, "%s: header is truncated", path);
+        goto fail;
+    }
+    text[n] = '\0';
+    if ((rc = parse_header(path, text, n, size - r->data_start, r, em)) < 0)
+        goto fail;
+    free(text);
+    *out = r;
+    return 0;
+fail:
+    free(text);
+    dt_st_close(r);
+    return rc;
+}
+
+const char *dt_st_path(const dt_st_reader_t *r)
+{
+    return r->path;
+}
+
+size_t dt_st_count(const dt_st_reader_t *r)
+{
+    return r->nt;
+}
+
+const dt_st_tensor_t *dt_st_tensor(const dt_st_reader_t *r, size_t i)
+{
+    return i < r->nt ? &r->t[i] : NULL;
+}
+
+const dt_st_tensor_t *dt_st_find(const dt_st_reader_t *r, const char *name)
+{
+    for (size_t i = 0; i < r->nt; i++)
+        if (strcmp(r->t[i].name, name) == 0)
+            return &r->t[i];
+    return NULL;
+}
+
+int dt_st_read(const dt_st_reader_t *r, const char *name, void *dst, size_t dst_bytes,
+               dt_emsg_t *em)
+{
+    const dt_st_tensor_t *t = dt_st_find(r, name);
+    uint64_t n;
+    int64_t got;
+
+    if (t == NULL)
+        return dt_emsg_set(em, DT_ENOENT, "%s: no tensor '%s'", r->path, name);
+    n = t->end - t->begin;
+    if (dst_bytes != n)
+        return dt_emsg_set(em, DT_ESHAPE, "%s: tensor '%s' is %" PRIu64 " bytes, the buffer %zu",
+                           r->path, name, n, dst_bytes);
+    got = pread_full(r->fd, dst, n, r->data_start + (int64_t)t->begin);
+    if (got < 0)
+        return dt_emsg_set(em, (int)got, "%s: cannot read tensor '%s': %s", r->path, name,
+                           dt_strerror((int)got));
+    if ((uint64_t)got < n)
+        return dt_emsg_set(em, DT_EFORMAT, "%s: tensor '%s' is truncated (file shrank?)", r->path,
+                           name);
+    return 0;
+}
+
+const char *dt_st_meta(const dt_st_reader_t *r, const char *key)
+{
+    for (size_t i = 0; i < r->nm; i++)
+        if (strcmp(r->m[i].key, key) == 0)
+            return r->m[i].value;
+    return NULL;
+}
+
+size_t dt_st_meta_count(const dt_st_reader_t *r)
+{
+    return r->nm;
+}
+
+void dt_st_meta_at(const dt_st_reader_t *r, size_t i, const char **key, const char **value)
+{
+    *key = i < r->nm ? r->m[i].key : NULL;
+    *value = i < r->nm ? r->m[i].value : NULL;
+}

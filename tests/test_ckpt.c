@@ -1,0 +1,464 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * Tests of engine/ckpt: a 4-rank step written shard by shard, its manifest
+ * and commit, verified and read back; what resume does with a corrupted
+ * byte, a missing shard, a leftover temp directory, an unparsable or
+ * foreign manifest, and the COMMITTED marker; keep-last-N pruning. Checks
+ * are on files on disk, return codes and the messages a user would see.
+ * Every test works in its own directory under /tmp, removed afterwards.
+ */
+#include "config.h"
+
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "engine/ckpt.h"
+
+/*-- fixture ----------------------------------------------------------------*/
+
+static char tmpdir[64];
+static char root[128];
+
+static void setup(void)
+{
+    snprintf(tmpdir, sizeof(tmpdir), "/tmp/test_ckpt.XXXXXX");
+    cr_assert_not_null(mkdtemp(tmpdir), "mkdtemp: %s", strerror(errno));
+    snprintf(root, sizeof(root), "%s/ckpt", tmpdir);
+}
+
+static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(p);
+}
+
+static void teardown(void)
+{
+    if (tmpdir[0])
+        nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+TestSuite(ckpt, .init = setup, .fini = teardown);
+
+static const char *P(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static const char *P(const char *fmt, ...)
+{
+    static char bufs[4][512];
+    static int i;
+    char *b = bufs[i++ % 4], rel[256];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(rel, sizeof(rel), fmt, ap);
+    va_end(ap);
+    snprintf(b, sizeof(bufs[0]), "%s/%s", root, rel);
+    return b;
+}
+
+static bool exists(const char *path)
+{
+    struct stat st;
+
+    return stat(path, &st) == 0;
+}
+
+/* Rank r's tensors: a weight of (r+2) x 3 floats and an int64 step counter. */
+static void write_rank(int64_t step, int rank, int ranks, dt_ckpt_shard_t *rec)
+{
+    float wgt[5 * 3];
+    int64_t counter = step * 100 + rank, sw[] = { rank + 2, 3 }, sc[] = { 1 };
+    dt_st_writer_t *w = dt_st_writer_new();
+    dt_emsg_t em = { "" };
+
+    for (int i = 0; i < (rank + 2) * 3; i++)
+        wgt[i] = (float)(step + rank * 0.5 + i);
+    cr_assert_eq(dt_st_writer_add(w, "layers.0.wq", DT_ST_F32, 2, sw, wgt, &em), 0);
+    cr_assert_eq(dt_st_writer_add(w, "counter", DT_ST_I64, 1, sc, &counter, &em), 0);
+    cr_assert_eq(dt_ckpt_write_shard(root, step, rank, ranks, w, rec, &em), 0, "%s", em.s);
+    dt_st_writer_free(w);
+}
+
+/* A full step: begin, R shards, manifest, commit. */
+static void write_step(int64_t step, int ranks)
+{
+    dt_ckpt_shard_t recs[8];
+    dt_ckpt_manifest_t m = { 0 };
+    dt_emsg_t em = { "" };
+    char *dir = NULL;
+
+    cr_assert_leq(ranks, 8);
+    cr_assert_eq(dt_ckpt_begin(root, step, &em), 0, "%s", em.s);
+    for (int r = ranks - 1; r >= 0; r--) /* any order */
+        write_rank(step, r, ranks, &recs[r]);
+    m.step = step;
+    m.ranks = ranks;
+    m.model = json_pack("{s:i, s:i, s:i, s:f}", "dim", 64, "layers", 2, "vocab", 256, "rope_theta",
+                        500000.0);
+    m.plan = json_pack("{s:s, s:i}", "layout", "zigzag", "tokens_per_rank", 1024);
+    m.rng = json_pack("{s:I, s:I}", "seed", (json_int_t)1234, "offset", (json_int_t)step * 7);
+    m.data_cursor = step * 4096;
+    m.shards = recs;
+    cr_assert_eq(dt_ckpt_write_manifest(root, &m, &em), 0, "%s", em.s);
+    json_decref(m.model);
+    json_decref(m.plan);
+    json_decref(m.rng);
+    cr_assert_eq(dt_ckpt_commit(root, step, &dir, &em), 0, "%s", em.s);
+    cr_assert_str_eq(dir, P("step-%08lld", (long long)step));
+    free(dir);
+}
+
+/* Records what dt_ckpt_latest skipped. */
+typedef struct {
+    int n;
+    char dirs[8][256];
+    char why[8][512];
+    int err[8];
+} skips_t;
+
+static void on_skip(const char *dir, int err, const char *why, void *ud)
+{
+    skips_t *s = ud;
+
+    cr_assert_lt(s->n, 8);
+    snprintf(s->dirs[s->n], sizeof(s->dirs[0]), "%s", dir);
+    snprintf(s->why[s->n], sizeof(s->why[0]), "%s", why);
+    s->err[s->n++] = err;
+}
+
+static void flip_byte(const char *path, off_t off)
+{
+    int fd = open(path, O_RDWR);
+    unsigned char b;
+
+    cr_assert_geq(fd, 0, "%s: %s", path, strerror(errno));
+    cr_assert_eq(pread(fd, &b, 1, off), 1);
+    b ^= 0x01;
+    cr_assert_eq(pwrite(fd, &b, 1, off), 1);
+    close(fd);
+}
+
+static void put_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+
+    cr_assert_not_null(f, "%s: %s", path, strerror(errno));
+    fputs(text, f);
+    fclose(f);
+}
+
+/*-- tests ------------------------------------------------------------------*/
+
+Test(ckpt, four_ranks_write_commit_verify_and_read_back)
+{
+    dt_ckpt_manifest_t m;
+    dt_emsg_t em = { "" };
+    dt_st_reader_t *r;
+    int64_t counter;
+    float wgt[15];
+
+    write_step(10, 4);
+    cr_assert(!exists(P(".step-00000010.tmp")), "temp dir left after commit");
+    for (int k = 0; k < 4; k++)
+        cr_assert(exists(P("step-00000010/shard-%05d-of-00004.safetensors", k)));
+    cr_assert_eq(dt_ckpt_verify(P("step-00000010"), &em), 0, "%s", em.s);
+
+    cr_assert_eq(dt_ckpt_manifest_read(P("step-00000010"), &m, &em), 0, "%s", em.s);
+    cr_assert_eq(m.step, 10);
+    cr_assert_eq(m.ranks, 4);
+    cr_assert_eq(m.data_cursor, 40960);
+    cr_assert_eq(json_integer_value(json_object_get(m.model, "dim")), 64);
+    cr_assert_str_eq(json_string_value(json_object_get(m.plan, "layout")), "zigzag");
+    cr_assert_eq(json_integer_value(json_object_get(m.rng, "offset")), 70);
+    cr_assert_str_eq(m.shards[3].file, "shard-00003-of-00004.safetensors");
+    {
+        char hex[65];
+        struct stat st;
+        cr_assert_eq(dt_sha256_file(P("step-00000010/%s", m.shards[2].file), hex, &em), 0);
+        cr_assert_str_eq(hex, m.shards[2].sha256);
+        cr_assert_eq(stat(P("step-00000010/%s", m.shards[2].file), &st), 0);
+        cr_assert_eq((int64_t)st.st_size, m.shards[2].bytes);
+    }
+    dt_ckpt_manifest_close(&m);
+
+    cr_assert_eq(dt_st_open(P("step-00000010/shard-00002-of-00004.safetensors"), &r, &em), 0, "%s",
+                 em.s);
+    cr_assert_eq(dt_st_read(r, "counter", &counter, sizeof(counter), &em), 0);
+    cr_assert_eq(counter, 1002);
+    cr_assert_eq(dt_st_read(r, "layers.0.wq", wgt, 4 * 3 * sizeof(float), &em), 0);
+    cr_assert_eq(wgt[5], 10 + 1.0f + 5);
+    dt_st_close(r);
+
+    /* A committed step is never overwritten. */
+    cr_assert_eq(dt_ckpt_begin(root, 10, &em), DT_EEXIST);
+    cr_assert(strstr(em.s, "step 10 is already checkpointed") != NULL, "%s", em.s);
+}
+
+Test(ckpt, corrupt_byte_fails_verify_and_latest_falls_back)
+{
+    skips_t s = { 0 };
+    dt_emsg_t em = { "" };
+    char *dir;
+    int64_t step = -1;
+    struct stat st;
+
+    write_step(10, 4);
+    write_step(20, 4);
+    /* One bit flipped in the middle of rank 2's data: the size is unchanged. */
+    cr_assert_eq(stat(P("step-00000020/shard-00002-of-00004.safetensors"), &st), 0);
+    flip_byte(P("step-00000020/shard-00002-of-00004.safetensors"), st.st_size - 5);
+
+    cr_assert_eq(dt_ckpt_verify(P("step-00000020"), &em), DT_EFORMAT);
+    cr_assert(strstr(em.s, "shard shard-00002-of-00004.safetensors is corrupt: sha256") != NULL,
+              "%s", em.s);
+    cr_assert(strstr(em.s, "step-00000020") != NULL, "%s", em.s);
+
+    cr_assert_eq(dt_ckpt_latest(root, 0, on_skip, &s, &dir, &step, &em), 0, "%s", em.s);
+    cr_assert_not_null(dir);
+    cr_assert_str_eq(dir, P("step-00000010"));
+    cr_assert_eq(step, 10);
+    cr_assert_eq(s.n, 1);
+    cr_assert_str_eq(s.dirs[0], P("step-00000020"));
+    cr_assert(strstr(s.why[0], "shard-00002-of-00004.safetensors is corrupt") != NULL, "%s",
+              s.why[0]);
+    free(dir);
+}
+
+Test(ckpt, leftover_temp_dir_is_skipped_and_replaced)
+{
+    dt_ckpt_shard_t rec;
+    skips_t s = { 0 };
+    dt_emsg_t em = { "" };
+    char *dir;
+
+    write_step(10, 4);
+    /* A crash after two of four shards of step 20. */
+    cr_assert_eq(dt_ckpt_begin(root, 20, &em), 0);
+    write_rank(20, 0, 4, &rec);
+    write_rank(20, 1, 4, &rec);
+    cr_assert_eq(dt_ckpt_latest(root, 0, on_skip, &s, &dir, NULL, &em), 0);
+    cr_assert_str_eq(dir, P("step-00000010"));
+    cr_assert_eq(s.n, 1);
+    cr_assert_str_eq(s.dirs[0], P(".step-00000020.tmp"));
+    cr_assert(strstr(s.why[0], "partial checkpoint") != NULL, "%s", s.why[0]);
+    free(dir);
+
+    /* Commit of the partial step is refused and leaves it as it was. */
+    cr_assert_eq(dt_ckpt_commit(root, 20, NULL, &em), DT_ENOENT);
+    cr_assert(strstr(em.s, "manifest.json") != NULL, "%s", em.s);
+    cr_assert(exists(P(".step-00000020.tmp/shard-00001-of-00004.safetensors")));
+    cr_assert(!exists(P("step-00000020")));
+
+    /* A new attempt at step 20 starts from an empty temp dir. */
+    write_step(20, 2);
+    cr_assert(!exists(P("step-00000020/shard-00001-of-00004.safetensors")));
+    cr_assert_eq(dt_ckpt_verify(P("step-00000020"), &em), 0, "%s", em.s);
+}
+
+Test(ckpt, missing_shard_fails_verify_and_latest_falls_back)
+{
+    skips_t s = { 0 };
+    dt_emsg_t em = { "" };
+    char *dir;
+
+    write_step(10, 4);
+    write_step(20, 4);
+    cr_assert_eq(unlink(P("step-00000020/shard-00003-of-00004.safetensors")), 0);
+    cr_assert_eq(dt_ckpt_verify(P("step-00000020"), &em), DT_ENOENT);
+    cr_assert(strstr(em.s, "shard shard-00003-of-00004.safetensors: No such file") != NULL, "%s",
+              em.s);
+    cr_assert_eq(dt_ckpt_latest(root, 0, on_skip, &s, &dir, NULL, &em), 0);
+    cr_assert_str_eq(dir, P("step-00000010"));
+    cr_assert_eq(s.n, 1);
+    cr_assert_eq(s.err[0], DT_ENOENT);
+    free(dir);
+}
+
+Test(ckpt, truncated_shard_fails_on_size)
+{
+    dt_emsg_t em = { "" };
+    struct stat st;
+    const char *sh = P("step-00000010/shard-00001-of-00004.safetensors");
+
+    write_step(10, 4);
+    cr_assert_eq(stat(sh, &st), 0);
+    cr_assert_eq(truncate(sh, st.st_size - 1), 0);
+    cr_assert_eq(dt_ckpt_verify(P("step-00000010"), &em), DT_EFORMAT);
+    cr_assert(strstr(em.s, "the manifest says") != NULL, "%s", em.s);
+    cr_assert(strstr(em.s, "shard-00001-of-00004.safetensors is") != NULL, "%s", em.s);
+}
+
+Test(ckpt, bad_manifests_are_refused_with_reason)
+{
+    skips_t s = { 0 };
+    dt_emsg_t em = { "" };
+    dt_ckpt_manifest_t m;
+    char *dir, *text;
+    FILE *f;
+    long n;
+
+    write_step(10, 2);
+    write_step(20, 2);
+    write_step(30, 2);
+    write_step(40, 2);
+    put_file(P("step-00000040/manifest.json"), "{\"format\": \"dt-checkpoint\", ");
+    cr_assert_eq(dt_ckpt_manifest_read(P("step-00000040"), &m, &em), DT_EFORMAT);
+    cr_assert(strstr(em.s, "manifest.json: not valid JSON") != NULL, "%s", em.s);
+
+    /* A future version, and a shard path that escapes the directory. */
+    f = fopen(P("step-00000030/manifest.json"), "r");
+    fseek(f, 0, SEEK_END);
+    n = ftell(f);
+    rewind(f);
+    text = calloc(1, (size_t)n + 1);
+    cr_assert_eq(fread(text, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    {
+        char *v = strstr(text, "\"version\": 1");
+        cr_assert_not_null(v);
+        v[strlen("\"version\": ")] = '2';
+        put_file(P("step-00000030/manifest.json"), text);
+        v[strlen("\"version\": ")] = '1';
+        v = strstr(text, "\"shard-00001-of-00002.safetensors\"");
+        cr_assert_not_null(v);
+        memcpy(v + 1, "../../", 6);
+        put_file(P("step-00000020/manifest.json"), text);
+    }
+    free(text);
+    cr_assert_eq(dt_ckpt_verify(P("step-00000030"), &em), DT_EFORMAT);
+    cr_assert(strstr(em.s, "checkpoint format version 2 is not supported") != NULL, "%s", em.s);
+    cr_assert_eq(dt_ckpt_verify(P("step-00000020"), &em), DT_EFORMAT);
+    cr_assert(strstr(em.s, "shards[1]: 'file' is not \"shard-00001-of-00002.safetensors\"") != NULL,
+              "%s", em.s);
+
+    cr_assert_eq(dt_ckpt_latest(root, 0, on_skip, &s, &dir, NULL, &em), 0);
+    cr_assert_str_eq(dir, P("step-00000010"));
+    cr_assert_eq(s.n, 3);
+    cr_assert(strstr(s.why[0], "not valid JSON") != NULL, "%s", s.why[0]);
+    cr_assert(strstr(s.why[1], "version 2") != NULL, "%s", s.why[1]);
+    cr_assert(strstr(s.why[2], "'file'") != NULL, "%s", s.why[2]);
+    free(dir);
+
+    /* A manifest copied into the wrong step directory. */
+    rename(P("step-00000010"), P("step-00000011"));
+    cr_assert_eq(dt_ckpt_verify(P("step-00000011"), &em), DT_EFORMAT);
+    cr_assert(strstr(em.s, "manifest says step 10") != NULL, "%s", em.s);
+}
+
+Test(ckpt, manifest_records_are_checked_before_writing)
+{
+    dt_ckpt_shard_t recs[2];
+    dt_ckpt_manifest_t m = { 0 };
+    dt_emsg_t em = { "" };
+
+    cr_assert_eq(dt_ckpt_begin(root, 5, &em), 0);
+    write_rank(5, 0, 2, &recs[0]);
+    write_rank(5, 1, 2, &recs[1]);
+    m.step = 5;
+    m.ranks = 2;
+    m.model = json_object();
+    m.shards = recs;
+    recs[1].bytes += 1;
+    cr_assert_eq(dt_ckpt_write_manifest(root, &m, &em), DT_EFORMAT);
+    cr_assert(strstr(em.s, "shard shard-00001-of-00002.safetensors is") != NULL, "%s", em.s);
+    recs[1].bytes -= 1;
+    recs[1].rank = 0;
+    cr_assert_eq(dt_ckpt_write_manifest(root, &m, &em), DT_EINVAL);
+    cr_assert(strstr(em.s, "shard record 1 is not rank 1's") != NULL, "%s", em.s);
+    recs[1].rank = 1;
+    cr_assert(!exists(P(".step-00000005.tmp/manifest.json")));
+    cr_assert_eq(dt_ckpt_write_manifest(root, &m, &em), 0, "%s", em.s);
+    json_decref(m.model);
+    cr_assert_eq(dt_ckpt_commit(root, 5, NULL, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_ckpt_verify(P("step-00000005"), &em), 0, "%s", em.s);
+}
+
+Test(ckpt, committed_marker_hook)
+{
+    skips_t s = { 0 };
+    dt_emsg_t em = { "" };
+    char *dir;
+    char hex[65], line[80] = "";
+    FILE *f;
+
+    write_step(10, 2);
+    write_step(20, 2);
+    cr_assert(!dt_ckpt_is_committed(P("step-00000010")));
+    cr_assert_eq(dt_ckpt_mark_committed(P("step-00000010"), &em), 0, "%s", em.s);
+    cr_assert(dt_ckpt_is_committed(P("step-00000010")));
+    cr_assert_eq(dt_sha256_file(P("step-00000010/manifest.json"), hex, &em), 0);
+    f = fopen(P("step-00000010/COMMITTED"), "r");
+    cr_assert_not_null(fgets(line, sizeof(line), f));
+    fclose(f);
+    cr_assert_eq(strncmp(line, hex, 64), 0);
+
+    cr_assert_eq(dt_ckpt_latest(root, DT_CKPT_REQUIRE_COMMITTED, on_skip, &s, &dir, NULL, &em), 0);
+    cr_assert_str_eq(dir, P("step-00000010"));
+    cr_assert_eq(s.n, 1);
+    cr_assert(strstr(s.why[0], "no COMMITTED marker") != NULL, "%s", s.why[0]);
+    free(dir);
+    cr_assert_eq(dt_ckpt_latest(root, 0, NULL, NULL, &dir, NULL, &em), 0);
+    cr_assert_str_eq(dir, P("step-00000020"));
+    free(dir);
+}
+
+Test(ckpt, latest_without_checkpoints)
+{
+    dt_emsg_t em = { "" };
+    char *dir = (char *)1;
+
+    cr_assert_eq(dt_ckpt_latest(root, 0, NULL, NULL, &dir, NULL, &em), 0);
+    cr_assert_null(dir);
+    cr_assert_eq(mkdir(root, 0777), 0);
+    put_file(P("step-1"), "not canonical: ignored");
+    cr_assert_eq(dt_ckpt_latest(root, 0, NULL, NULL, &dir, NULL, &em), 0);
+    cr_assert_null(dir);
+    put_file(P("../plain"), "");
+    cr_assert_eq(dt_ckpt_latest(P("../plain"), 0, NULL, NULL, &dir, NULL, &em), DT_EIO);
+    cr_assert(strstr(em.s, "cannot list") != NULL, "%s", em.s);
+}
+
+Test(ckpt, prune_keeps_the_newest_n)
+{
+    dt_ckpt_shard_t rec;
+    dt_emsg_t em = { "" };
+
+    for (int s = 1; s <= 5; s++)
+        write_step(s, 2);
+    /* A stale temp dir older than what is kept, and one in flight. */
+    cr_assert_eq(dt_ckpt_begin(root, 2, &em), DT_EEXIST);
+    cr_assert_eq(mkdir(P(".step-00000000.tmp"), 0777), 0);
+    cr_assert_eq(dt_ckpt_begin(root, 9, &em), 0);
+    write_rank(9, 0, 2, &rec);
+
+    cr_assert_eq(dt_ckpt_prune(root, 0, &em), DT_EINVAL);
+    cr_assert_eq(dt_ckpt_prune(root, 2, &em), 4, "%s", em.s);
+    for (int s = 1; s <= 3; s++)
+        cr_assert(!exists(P("step-%08d", s)), "step %d not pruned", s);
+    cr_assert(exists(P("step-00000004")));
+    cr_assert(exists(P("step-00000005")));
+    cr_assert(!exists(P(".step-00000000.tmp")));
+    cr_assert(exists(P(".step-00000009.tmp/shard-00000-of-00002.safetensors")));
+    cr_assert_eq(dt_ckpt_verify(P("step-00000004"), &em), 0, "%s", em.s);
+
+    /* A broken newest step does not count towards the kept ones. */
+    cr_assert_eq(unlink(P("step-00000005/shard-00001-of-00002.safetensors")), 0);
+    cr_assert_eq(dt_ckpt_prune(root, 1, &em), 0, "%s", em.s);
+    cr_assert(exists(P("step-00000004")));
+    cr_assert(exists(P("step-00000005")));
+    /* Once a newer good step exists, everything older goes, broken or not. */
+    write_step(6, 2);
+    cr_assert_eq(dt_ckpt_prune(root, 1, &em), 2, "%s", em.s);
+    cr_assert(!exists(P("step-00000004")));
+    cr_assert(!exists(P("step-00000005")));
+    cr_assert(exists(P("step-00000006")));
+    cr_assert(exists(P(".step-00000009.tmp")), "a step in flight is never pruned");
+}
