@@ -1,0 +1,300 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * The LLaMA-3 forward and backward on the CPU layers (kernels/cpu/
+ * layers_cpu.h) and the engine's distributed attention (engine/attn.h).
+ * Activations of every layer are kept for the backward; nothing is
+ * recomputed except inside the attention kernels. The loss is normalised
+ * by the number of counted targets over all ranks, so the summed gradient
+ * is that of one sequence, however it is split.
+ */
+#include "config.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/mem.h"
+#include "engine/gen.h"
+#include "engine/model.h"
+#include "kernels/cpu/layers_cpu.h"
+
+int dt_model_cfg_check(const dt_model_cfg_t *c, dt_emsg_t *em)
+{
+    if (c->dim <= 0 || c->layers <= 0 || c->heads <= 0 || c->kv_heads <= 0 || c->ffn <= 0 ||
+        c->vocab <= 0)
+        return dt_emsg_set(em, DT_EINVAL, "model: dim %d, layers %d, heads %d, kv_heads %d, "
+                           "ffn %d and vocab %d must all be positive", c->dim, c->layers,
+                           c->heads, c->kv_heads, c->ffn, c->vocab);
+    if (c->dim % c->heads != 0)
+        return dt_emsg_set(em, DT_EINVAL, "model: heads %d do not divide dim %d", c->heads,
+                           c->dim);
+    if (c->heads % c->kv_heads != 0)
+        return dt_emsg_set(em, DT_EINVAL, "model: kv_heads %d do not divide heads %d",
+                           c->kv_heads, c->heads);
+    if ((c->dim / c->heads) % 2 != 0)
+        return dt_emsg_set(em, DT_EINVAL, "model: head dim %d must be even (RoPE pairs)",
+                           c->dim / c->heads);
+    if (!(c->rope_theta > 0) || !(c->norm_eps > 0))
+        return dt_emsg_set(em, DT_EINVAL, "model: rope_theta and norm_eps must be positive");
+    return 0;
+}
+
+void dt_model_layout_init(dt_model_layout_t *lo, const dt_model_cfg_t *c)
+{
+    int64_t d = c->dim, D = c->dim / c->heads, off = 0;
+
+    lo->layer = dt_xcalloc((size_t)c->layers, sizeof(*lo->layer));
+    lo->tok_emb = off;
+    off += (int64_t)c->vocab * d;
+    for (int l = 0; l < c->layers; l++) {
+        dt_model_layer_off_t *L = &lo->layer[l];
+        L->attn_norm = off, off += d;
+        L->wq = off, off += (int64_t)c->heads * D * d;
+        L->wk = off, off += (int64_t)c->kv_heads * D * d;
+        L->wv = off, off += (int64_t)c->kv_heads * D * d;
+        L->wo = off, off += d * (int64_t)c->heads * D;
+        L->mlp_norm = off, off += d;
+        L->w1 = off, off += (int64_t)c->ffn * d;
+        L->w3 = off, off += (int64_t)c->ffn * d;
+        L->w2 = off, off += d * (int64_t)c->ffn;
+    }
+    lo->final_norm = off;
+    off += d;
+    if (c->tied) {
+        lo->lm_head = lo->tok_emb;
+    } else {
+        lo->lm_head = off;
+        off += (int64_t)c->vocab * d;
+    }
+    lo->nparams = off;
+}
+
+void dt_model_layout_close(dt_model_layout_t *lo)
+{
+    free(lo->layer);
+    lo->layer = NULL;
+}
+
+static void fill(uint64_t seed, uint64_t stream, float *p, int64_t n, float stddev)
+{
+    dt_gen_normal(seed, stream, 0, n, p);
+    for (int64_t i = 0; i < n; i++)
+        p[i] *= stddev;
+}
+
+static void ones(float *p, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        p[i] = 1.0f;
+}
+
+void dt_model_init(const dt_model_cfg_t *c, const dt_model_layout_t *lo, uint64_t seed,
+                   float *params)
+{
+    int64_t d = c->dim, D = c->dim / c->heads;
+    float s = 0.02f, sr = 0.02f / sqrtf(2.0f * (float)c->layers);
+    uint64_t stream = 100;
+
+    fill(seed, stream++, params + lo->tok_emb, (int64_t)c->vocab * d, s);
+    for (int l = 0; l < c->layers; l++) {
+        const dt_model_layer_off_t *L = &lo->layer[l];
+        ones(params + L->attn_norm, d);
+        fill(seed, stream++, params + L->wq, (int64_t)c->heads * D * d, s);
+        fill(seed, stream++, params + L->wk, (int64_t)c->kv_heads * D * d, s);
+        fill(seed, stream++, params + L->wv, (int64_t)c->kv_heads * D * d, s);
+        fill(seed, stream++, params + L->wo, d * (int64_t)c->heads * D, sr);
+        ones(params + L->mlp_norm, d);
+        fill(seed, stream++, params + L->w1, (int64_t)c->ffn * d, s);
+        fill(seed, stream++, params + L->w3, (int64_t)c->ffn * d, s);
+        fill(seed, stream++, params + L->w2, d * (int64_t)c->ffn, sr);
+    }
+    ones(params + lo->final_norm, d);
+    if (!c->tied)
+        fill(seed, stream++, params + lo->lm_head, (int64_t)c->vocab * d, s);
+}
+
+/* ---- working state -------------------------------------------------------- */
+
+typedef struct acts {
+    float *xin, *h1, *rstd1, *q, *k, *v, *o, *lse, *x2, *h2, *rstd2, *a, *b, *g;
+} acts_t;
+
+struct dt_model {
+    dt_model_cfg_t cfg;
+    dt_model_layout_t lo;
+    int64_t c;
+    acts_t *act;                  /* [layers] */
+    float *x, *xf, *hf, *rstdf, *logits;
+    /* backward scratch */
+    float *dx, *dh, *dt, *dq, *dk, *dv, *do_, *da, *db, *dg;
+};
+
+static float *buf(int64_t n)
+{
+    return dt_xcalloc((size_t)(n > 0 ? n : 1), sizeof(float));
+}
+
+dt_model_t *dt_model_new(const dt_model_cfg_t *cfg, int64_t c)
+{
+    dt_model_t *m = dt_xcalloc(1, sizeof(*m));
+    int64_t d = cfg->dim, D = cfg->dim / cfg->heads, qd = (int64_t)cfg->heads * D,
+            kd = (int64_t)cfg->kv_heads * D, f = cfg->ffn;
+
+    m->cfg = *cfg;
+    m->c = c;
+    dt_model_layout_init(&m->lo, cfg);
+    m->act = dt_xcalloc((size_t)cfg->layers, sizeof(*m->act));
+    for (int l = 0; l < cfg->layers; l++) {
+        acts_t *A = &m->act[l];
+        A->xin = buf(c * d), A->h1 = buf(c * d), A->rstd1 = buf(c);
+        A->q = buf(c * qd), A->k = buf(c * kd), A->v = buf(c * kd);
+        A->o = buf(c * qd), A->lse = buf(c * cfg->heads);
+        A->x2 = buf(c * d), A->h2 = buf(c * d), A->rstd2 = buf(c);
+        A->a = buf(c * f), A->b = buf(c * f), A->g = buf(c * f);
+    }
+    m->x = buf(c * d), m->xf = buf(c * d), m->hf = buf(c * d), m->rstdf = buf(c);
+    m->logits = buf(c * cfg->vocab);
+    m->dx = buf(c * d), m->dh = buf(c * d), m->dt = buf(c * d);
+    m->dq = buf(c * qd), m->dk = buf(c * kd), m->dv = buf(c * kd), m->do_ = buf(c * qd);
+    m->da = buf(c * f), m->db = buf(c * f), m->dg = buf(c * f);
+    return m;
+}
+
+void dt_model_free(dt_model_t *m)
+{
+    if (m == NULL)
+        return;
+    for (int l = 0; l < m->cfg.layers; l++) {
+        acts_t *A = &m->act[l];
+        float *p[] = { A->xin, A->h1, A->rstd1, A->q, A->k, A->v, A->o,
+                       A->lse, A->x2, A->h2, A->rstd2, A->a, A->b, A->g };
+        for (size_t i = 0; i < sizeof(p) / sizeof(p[0]); i++)
+            free(p[i]);
+    }
+    float *p[] = { m->x, m->xf, m->hf, m->rstdf, m->logits, m->dx, m->dh, m->dt,
+                   m->dq, m->dk, m->dv, m->do_, m->da, m->db, m->dg };
+    for (size_t i = 0; i < sizeof(p) / sizeof(p[0]); i++)
+        free(p[i]);
+    free(m->act);
+    dt_model_layout_close(&m->lo);
+    free(m);
+}
+
+const float *dt_model_logits(const dt_model_t *m)
+{
+    return m->logits;
+}
+
+static void add(float *y, const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] += x[i];
+}
+
+/* ---- forward and backward ----------------------------------------------- */
+
+int dt_model_step(dt_model_t *m, dt_comm_t *comm, const dt_attn_spec_t *attn,
+                  const float *P, const int32_t *x, const int32_t *y, const int64_t *pos,
+                  float *G, double *loss, dt_emsg_t *em)
+{
+    const dt_model_cfg_t *cf = &m->cfg;
+    const dt_model_layout_t *lo = &m->lo;
+    const int64_t c = m->c, d = cf->dim, D = cf->dim / cf->heads, H = cf->heads,
+                  Hkv = cf->kv_heads, qd = H * D, kd = Hkv * D, f = cf->ffn, V = cf->vocab;
+    int rc;
+
+    if (attn->H != H || attn->Hkv != Hkv || attn->D != D)
+        return dt_emsg_set(em, DT_ESHAPE, "attention (H=%d, Hkv=%d, D=%d) does not match the "
+                           "model (H=%lld, Hkv=%lld, D=%lld)", attn->H, attn->Hkv, attn->D,
+                           (long long)H, (long long)Hkv, (long long)D);
+    if ((rc = dt_tokens_check(c, cf->vocab, x, 0, em)) < 0 ||
+        (rc = dt_tokens_check(c, cf->vocab, y, 1, em)) < 0)
+        return rc;
+
+    /* forward */
+    dt_embed_fwd_cpu(c, cf->vocab, cf->dim, x, P + lo->tok_emb, m->x);
+    for (int l = 0; l < cf->layers; l++) {
+        const dt_model_layer_off_t *L = &lo->layer[l];
+        acts_t *A = &m->act[l];
+        memcpy(A->xin, m->x, (size_t)(c * d) * sizeof(float));
+        dt_rmsnorm_fwd_cpu(c, cf->dim, cf->norm_eps, m->x, P + L->attn_norm, A->h1, A->rstd1);
+        dt_linear_fwd_cpu(c, cf->dim, (int)qd, A->h1, P + L->wq, A->q);
+        dt_linear_fwd_cpu(c, cf->dim, (int)kd, A->h1, P + L->wk, A->k);
+        dt_linear_fwd_cpu(c, cf->dim, (int)kd, A->h1, P + L->wv, A->v);
+        dt_rope_fwd_cpu(c, (int)H, (int)D, pos, cf->rope_theta, A->q);
+        dt_rope_fwd_cpu(c, (int)Hkv, (int)D, pos, cf->rope_theta, A->k);
+        if ((rc = dt_attn_fwd(comm, attn, A->q, A->k, A->v, A->o, A->lse, NULL, em)) < 0)
+            return rc;
+        dt_linear_fwd_cpu(c, (int)qd, cf->dim, A->o, P + L->wo, m->dt);
+        add(m->x, m->dt, c * d);
+        memcpy(A->x2, m->x, (size_t)(c * d) * sizeof(float));
+        dt_rmsnorm_fwd_cpu(c, cf->dim, cf->norm_eps, m->x, P + L->mlp_norm, A->h2, A->rstd2);
+        dt_linear_fwd_cpu(c, cf->dim, (int)f, A->h2, P + L->w1, A->a);
+        dt_linear_fwd_cpu(c, cf->dim, (int)f, A->h2, P + L->w3, A->b);
+        dt_swiglu_fwd_cpu(c, (int)f, A->a, A->b, A->g);
+        dt_linear_fwd_cpu(c, (int)f, cf->dim, A->g, P + L->w2, m->dt);
+        add(m->x, m->dt, c * d);
+    }
+    memcpy(m->xf, m->x, (size_t)(c * d) * sizeof(float));
+    dt_rmsnorm_fwd_cpu(c, cf->dim, cf->norm_eps, m->xf, P + lo->final_norm, m->hf, m->rstdf);
+    dt_linear_fwd_cpu(c, cf->dim, cf->vocab, m->hf, P + lo->lm_head, m->logits);
+
+    /* the loss over every rank's counted targets */
+    int64_t count = 0;
+    float *dlogits = G ? dt_xaligned((size_t)(c * V), sizeof(float)) : NULL;
+    double local = dt_xent_cpu(c, cf->vocab, m->logits, y, dlogits, &count);
+    double tot[2] = { local * (double)count, (double)count };
+    if ((rc = dt_comm_allreduce_sum_f64(comm, tot, 2)) < 0) {
+        free(dlogits);
+        return dt_emsg_set(em, rc, "loss all-reduce failed");
+    }
+    *loss = tot[1] > 0 ? tot[0] / tot[1] : 0.0;
+    if (G == NULL)
+        return 0;
+    /* xent's gradient is of the local mean: rescale to the global mean */
+    float scale = tot[1] > 0 ? (float)((double)count / tot[1]) : 0.0f;
+    for (int64_t i = 0; i < c * V; i++)
+        dlogits[i] *= scale;
+
+    /* backward */
+    memset(G, 0, (size_t)lo->nparams * sizeof(float));
+    dt_linear_bwd_cpu(c, cf->dim, cf->vocab, m->hf, P + lo->lm_head, dlogits, m->dh,
+                      G + lo->lm_head);
+    free(dlogits);
+    dt_rmsnorm_bwd_cpu(c, cf->dim, m->xf, P + lo->final_norm, m->rstdf, m->dh, m->dx,
+                       G + lo->final_norm);
+    for (int l = cf->layers - 1; l >= 0; l--) {
+        const dt_model_layer_off_t *L = &lo->layer[l];
+        acts_t *A = &m->act[l];
+        /* MLP: x = x2 + W2 swiglu(W1 h2, W3 h2), h2 = norm(x2) */
+        dt_linear_bwd_cpu(c, (int)f, cf->dim, A->g, P + L->w2, m->dx, m->dg, G + L->w2);
+        dt_swiglu_bwd_cpu(c, (int)f, A->a, A->b, m->dg, m->da, m->db);
+        dt_linear_bwd_cpu(c, cf->dim, (int)f, A->h2, P + L->w1, m->da, m->dh, G + L->w1);
+        dt_linear_bwd_cpu(c, cf->dim, (int)f, A->h2, P + L->w3, m->db, m->dt, G + L->w3);
+        add(m->dh, m->dt, c * d);
+        dt_rmsnorm_bwd_cpu(c, cf->dim, A->x2, P + L->mlp_norm, A->rstd2, m->dh, m->dt,
+                           G + L->mlp_norm);
+        add(m->dx, m->dt, c * d);
+        /* attention: x2 = xin + Wo attn(rope(Wq h1), rope(Wk h1), Wv h1) */
+        dt_linear_bwd_cpu(c, (int)qd, cf->dim, A->o, P + L->wo, m->dx, m->do_, G + L->wo);
+        if ((rc = dt_attn_bwd(comm, attn, A->q, A->k, A->v, A->o, A->lse, m->do_, m->dq, m->dk,
+                              m->dv, NULL, em)) < 0)
+            return rc;
+        dt_rope_bwd_cpu(c, (int)H, (int)D, pos, cf->rope_theta, m->dq);
+        dt_rope_bwd_cpu(c, (int)Hkv, (int)D, pos, cf->rope_theta, m->dk);
+        dt_linear_bwd_cpu(c, cf->dim, (int)qd, A->h1, P + L->wq, m->dq, m->dh, G + L->wq);
+        dt_linear_bwd_cpu(c, cf->dim, (int)kd, A->h1, P + L->wk, m->dk, m->dt, G + L->wk);
+        add(m->dh, m->dt, c * d);
+        dt_linear_bwd_cpu(c, cf->dim, (int)kd, A->h1, P + L->wv, m->dv, m->dt, G + L->wv);
+        add(m->dh, m->dt, c * d);
+        dt_rmsnorm_bwd_cpu(c, cf->dim, A->xin, P + L->attn_norm, A->rstd1, m->dh, m->dt,
+                           G + L->attn_norm);
+        add(m->dx, m->dt, c * d);
+    }
+    dt_embed_bwd_cpu(c, cf->vocab, cf->dim, x, m->dx, G + lo->tok_emb);
+
+    /* each rank saw its own tokens: sum the parameter gradients */
+    if ((rc = dt_comm_allreduce_sum_f32(comm, G, (size_t)lo->nparams)) < 0)
+        return dt_emsg_set(em, rc, "gradient all-reduce failed");
+    return 0;
+}

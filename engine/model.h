@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * A LLaMA-3-style decoder on the CPU engine, context parallel: the sequence
+ * is split over the job's ranks (engine/layout.h), every rank holds all
+ * parameters, attention is the engine's ring or dilated attention, and the
+ * parameter gradients are summed over the ranks. Token embedding; L blocks
+ * of RMSNorm -> attention (RoPE with int64 positions, GQA) -> residual ->
+ * RMSNorm -> SwiGLU MLP -> residual; final RMSNorm; LM head (tied to the
+ * embedding or not); cross-entropy.
+ *
+ * Parameters live in one flat fp32 array in a fixed order (dt_model_layout)
+ * so the optimizer, the gradient all-reduce and checkpoints see one buffer.
+ * Shapes use the glossary: c tokens on this rank, d = dim, H heads, Hkv kv
+ * heads, D = d / H, f = ffn, V = vocab.
+ *
+ * Not here: the optimizer (optim.h), data (data.h), checkpoints (ckpt.h).
+ */
+#ifndef DT_MODEL_H
+#define DT_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/err.h"
+#include "engine/attn.h"
+#include "engine/comm.h"
+
+typedef struct dt_model_cfg {
+    int dim, layers, heads, kv_heads, ffn, vocab;
+    double rope_theta;
+    float norm_eps;
+    bool tied;
+} dt_model_cfg_t;
+
+/* Validate: positive sizes, heads divide dim, kv_heads divide heads, head
+ * dim even (RoPE pairs). DT_EINVAL naming the field. */
+int dt_model_cfg_check(const dt_model_cfg_t *cfg, dt_emsg_t *em);
+
+/* Offsets (in floats) of each tensor in the flat parameter array. */
+typedef struct dt_model_layer_off {
+    int64_t attn_norm, wq, wk, wv, wo, mlp_norm, w1, w3, w2;
+} dt_model_layer_off_t;
+
+typedef struct dt_model_layout {
+    int64_t tok_emb;           /* (V, d) */
+    dt_model_layer_off_t *layer; /* [layers] */
+    int64_t final_norm;        /* (d) */
+    int64_t lm_head;           /* (V, d); equals tok_emb when tied */
+    int64_t nparams;
+} dt_model_layout_t;
+
+void dt_model_layout_init(dt_model_layout_t *lo, const dt_model_cfg_t *cfg);
+void dt_model_layout_close(dt_model_layout_t *lo);
+
+/* Deterministic initialisation from a seed: linear weights N(0, 0.02), the
+ * residual projections (wo, w2) N(0, 0.02 / sqrt(2 L)), norm gains 1. */
+void dt_model_init(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, uint64_t seed,
+                   float *params);
+
+/* Per-rank working state: activations for c local tokens. */
+typedef struct dt_model dt_model_t;
+
+dt_model_t *dt_model_new(const dt_model_cfg_t *cfg, int64_t c);
+void dt_model_free(dt_model_t *m);
+
+/* One forward and backward over this rank's c tokens. attn gives T (the
+ * whole sequence), causal, branches and layout; its H, Hkv, D must match the
+ * model. x, y (c) are input tokens and targets (DT_IGNORE = -1 ignored), pos
+ * (c) their positions. grads (nparams) is overwritten with the gradient of
+ * the mean loss over every counted target of every rank, summed over the
+ * ranks (identical on all of them); *loss is that mean. grads may be NULL
+ * for a forward only. Every rank of comm must call it. */
+int dt_model_step(dt_model_t *m, dt_comm_t *comm, const dt_attn_spec_t *attn,
+                  const float *params, const int32_t *x, const int32_t *y, const int64_t *pos,
+                  float *grads, double *loss, dt_emsg_t *em);
+
+/* The logits (c, V) of the last call (valid until the next). */
+const float *dt_model_logits(const dt_model_t *m);
+
+#endif /* DT_MODEL_H */
