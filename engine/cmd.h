@@ -19,5 +19,6 @@ enum {
 int dt_exit_code(int rc);
 
 int dt_cmd_attn(dt_comm_t *comm, int argc, char **argv);
+int dt_cmd_train(dt_comm_t *comm, int argc, char **argv);
 
 #endif /* DT_ENGINE_CMD_H */

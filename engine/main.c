@@ -22,6 +22,7 @@ static const struct command {
     const char *summary;
 } commands[] = {
     { "attn", dt_cmd_attn, "exact attention (dense ring or dilated) over the job's ranks" },
+    { "train", dt_cmd_train, "train the LLaMA-3 model, sequence split over the ranks" },
 };
 
 static void usage(FILE *f)

@@ -1,0 +1,453 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * `dtengine train`: train the LLaMA-3 model with its sequence split over the
+ * job's ranks (context parallel), AdamW with warm-up and cosine decay and
+ * global-norm clipping, on the generated associative-recall task, with
+ * checkpoints every K steps and exact resume.
+ *
+ * Checkpoints (engine/ckpt.h): DIR/step-NNNNNNNN/ with one safetensors
+ * shard per rank and manifest.json. The flat parameter array and the two
+ * AdamW moments are cut into R contiguous slices; shard r holds slice r as
+ * the 1-D float32 tensors "params", "adam_m" and "adam_v", with metadata
+ * "offset" and "nparams" (and "format" = "dt-train-1"). A resume reads every
+ * shard's slice back, so a checkpoint written by R ranks resumes on any R'.
+ * The data cursor is the step: sequence i of the task is a function of
+ * (seed, i) alone, so a resumed run sees exactly the data the uninterrupted
+ * one would.
+ *
+ * Not yet here: token-shard data (--data PATH), prefill, spec files.
+ */
+#include "config.h"
+
+#include <cblas.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/mem.h"
+#include "engine/attn.h"
+#include "engine/ckpt.h"
+#include "engine/cmd.h"
+#include "engine/data.h"
+#include "engine/model.h"
+#include "engine/optim.h"
+#include "engine/safetensors.h"
+
+enum { TAG_SHARD = 301 };
+
+typedef struct topts {
+    dt_model_cfg_t model;
+    int64_t T, steps, ckpt_every, ckpt_keep;
+    uint64_t seed;
+    const char *ckpt_dir, *data, *layout, *segments, *dilations;
+    int resume, causal;
+    double lr, min_lr, wd, clip;
+    int64_t warmup;
+} topts_t;
+
+/* the tiny preset: the same shape as the planner's `tiny` */
+static const dt_model_cfg_t tiny = {
+    .dim = 256, .layers = 4, .heads = 8, .kv_heads = 2, .ffn = 768, .vocab = 512,
+    .rope_theta = 10000.0, .norm_eps = 1e-5f, .tied = true,
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: dtengine train --model tiny [--dim N --layers N --heads N --kv-heads N\n"
+               "                      --ffn N --vocab N] --data recall --seq-len T --steps N\n"
+               "                      [--ckpt-dir DIR --ckpt-every K [--ckpt-keep N]] [--resume]\n"
+               "                      [--seed S] [--lr X] [--min-lr X] [--warmup N]\n"
+               "                      [--weight-decay X] [--clip X] [--layout contiguous|zigzag]\n"
+               "                      [--segments w1,.. --dilations r1,..] [--no-causal]\n");
+}
+
+static int num(const char *name, const char *s, double lo, double hi, double *out, dt_emsg_t *em)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (*s == '\0' || *end != '\0' || !(v >= lo && v <= hi))
+        return dt_emsg_set(em, DT_EUSAGE, "--%s '%s': a number from %g to %g", name, s, lo, hi);
+    *out = v;
+    return 0;
+}
+
+static int parse(int argc, char **argv, topts_t *o, dt_emsg_t *em)
+{
+    static const struct option lo[] = {
+        { "model", 1, NULL, 'm' },      { "dim", 1, NULL, 1 },         { "layers", 1, NULL, 2 },
+        { "heads", 1, NULL, 3 },        { "kv-heads", 1, NULL, 4 },    { "ffn", 1, NULL, 5 },
+        { "vocab", 1, NULL, 6 },        { "data", 1, NULL, 'd' },      { "seq-len", 1, NULL, 'T' },
+        { "steps", 1, NULL, 'n' },      { "ckpt-dir", 1, NULL, 'c' },  { "ckpt-every", 1, NULL, 'k' },
+        { "ckpt-keep", 1, NULL, 'K' },  { "resume", 0, NULL, 'r' },    { "seed", 1, NULL, 's' },
+        { "lr", 1, NULL, 'l' },         { "min-lr", 1, NULL, 'L' },    { "warmup", 1, NULL, 'w' },
+        { "weight-decay", 1, NULL, 'W' }, { "clip", 1, NULL, 'C' },    { "layout", 1, NULL, 'y' },
+        { "segments", 1, NULL, 'g' },   { "dilations", 1, NULL, 'D' }, { "no-causal", 0, NULL, 'N' },
+        { "help", 0, NULL, 'h' },       { NULL, 0, NULL, 0 },
+    };
+    double v;
+    int c, rc;
+
+    memset(o, 0, sizeof(*o));
+    o->model = tiny;
+    o->data = "recall";
+    o->layout = "zigzag";
+    o->causal = 1;
+    o->steps = 100;
+    o->T = 1024;
+    o->seed = 1;
+    o->lr = 3e-3;
+    o->min_lr = 3e-4;
+    o->wd = 0.1;
+    o->clip = 1.0;
+    o->warmup = -1;
+    o->ckpt_keep = 3;
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+        rc = 0;
+        switch (c) {
+        case 'm':
+            if (strcmp(optarg, "tiny") != 0 && strcmp(optarg, "custom") != 0)
+                return dt_emsg_set(em, DT_EUSAGE, "--model '%s': tiny, or custom with --dim "
+                                   "--layers --heads --kv-heads --ffn --vocab", optarg);
+            break;
+        case 1: case 2: case 3: case 4: case 5: case 6:
+            if ((rc = num(lo[c].name, optarg, 1, 1 << 20, &v, em)) < 0)
+                return rc;
+            (&o->model.dim)[c - 1] = (int)v; /* dim, layers, heads, kv_heads, ffn, vocab */
+            break;
+        case 'd': o->data = optarg; break;
+        case 'T': rc = num("seq-len", optarg, 2, 1e9, &v, em), o->T = (int64_t)v; break;
+        case 'n': rc = num("steps", optarg, 0, 1e9, &v, em), o->steps = (int64_t)v; break;
+        case 'c': o->ckpt_dir = optarg; break;
+        case 'k': rc = num("ckpt-every", optarg, 1, 1e9, &v, em), o->ckpt_every = (int64_t)v; break;
+        case 'K': rc = num("ckpt-keep", optarg, 1, 1e6, &v, em), o->ckpt_keep = (int64_t)v; break;
+        case 'r': o->resume = 1; break;
+        case 's': rc = num("seed", optarg, 0, 9e15, &v, em), o->seed = (uint64_t)v; break;
+        case 'l': rc = num("lr", optarg, 0, 10, &o->lr, em); break;
+        case 'L': rc = num("min-lr", optarg, 0, 10, &o->min_lr, em); break;
+        case 'w': rc = num("warmup", optarg, 0, 1e9, &v, em), o->warmup = (int64_t)v; break;
+        case 'W': rc = num("weight-decay", optarg, 0, 10, &o->wd, em); break;
+        case 'C': rc = num("clip", optarg, 0, 1e9, &o->clip, em); break;
+        case 'y': o->layout = optarg; break;
+        case 'g': o->segments = optarg; break;
+        case 'D': o->dilations = optarg; break;
+        case 'N': o->causal = 0; break;
+        case 'h': return 1;
+        default:
+            return dt_emsg_set(em, DT_EUSAGE, "unknown option or missing value '%s'",
+                               argv[optind - 1]);
+        }
+        if (rc < 0)
+            return rc;
+    }
+    if (optind < argc)
+        return dt_emsg_set(em, DT_EUSAGE, "unexpected argument '%s'", argv[optind]);
+    if (strcmp(o->data, "recall") != 0)
+        return dt_emsg_set(em, DT_ENOTSUP, "--data '%s': only the generated 'recall' task is "
+                           "wired into train so far", o->data);
+    if ((o->ckpt_dir == NULL) != (o->ckpt_every == 0))
+        return dt_emsg_set(em, DT_EUSAGE, "--ckpt-dir and --ckpt-every go together");
+    if (o->resume && o->ckpt_dir == NULL)
+        return dt_emsg_set(em, DT_EUSAGE, "--resume needs --ckpt-dir");
+    if (o->warmup < 0)
+        o->warmup = o->steps / 10;
+    return 0;
+}
+
+/* ---- checkpoints ------------------------------------------------------------ */
+
+static void slice(int64_t n, int R, int r, int64_t *off, int64_t *len)
+{
+    *off = n * r / R;
+    *len = n * (r + 1) / R - *off;
+}
+
+static json_t *model_json(const dt_model_cfg_t *m)
+{
+    return json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:b}", "dim", m->dim, "layers",
+                     m->layers, "heads", m->heads, "kv_heads", m->kv_heads, "ffn", m->ffn,
+                     "vocab", m->vocab, "rope_theta", m->rope_theta, "norm_eps",
+                     (double)m->norm_eps, "tied", m->tied);
+}
+
+static int save(dt_comm_t *comm, const topts_t *o, int64_t step, int64_t n, const float *P,
+                const float *M, const float *V, dt_emsg_t *em)
+{
+    int R = dt_comm_size(comm), me = dt_comm_rank(comm), rc = 0, who;
+    dt_ckpt_shard_t *recs = me == 0 ? dt_xcalloc((size_t)R, sizeof(*recs)) : NULL, mine;
+    int64_t off, len;
+    char buf[32];
+
+    if (me == 0)
+        rc = dt_ckpt_begin(o->ckpt_dir, step, em);
+    if ((rc = dt_comm_agree(comm, rc, 0, &who)) < 0)
+        goto out;
+    slice(n, R, me, &off, &len);
+    dt_st_writer_t *w = dt_st_writer_new();
+    dt_st_writer_add(w, "params", DT_ST_F32, 1, &len, P + off, em);
+    dt_st_writer_add(w, "adam_m", DT_ST_F32, 1, &len, M + off, em);
+    dt_st_writer_add(w, "adam_v", DT_ST_F32, 1, &len, V + off, em);
+    dt_st_writer_meta(w, "format", "dt-train-1", em);
+    snprintf(buf, sizeof(buf), "%" PRId64, off);
+    dt_st_writer_meta(w, "offset", buf, em);
+    snprintf(buf, sizeof(buf), "%" PRId64, n);
+    dt_st_writer_meta(w, "nparams", buf, em);
+    rc = dt_ckpt_write_shard(o->ckpt_dir, step, me, R, w, &mine, em);
+    dt_st_writer_free(w);
+    if ((rc = dt_comm_agree(comm, rc, 0, &who)) < 0)
+        goto out;
+    if (me != 0) {
+        rc = dt_comm_send(comm, &mine, sizeof(mine), 0, TAG_SHARD);
+    } else {
+        recs[0] = mine;
+        for (int q = 1; q < R && rc == 0; q++)
+            rc = dt_comm_recv(comm, &recs[q], sizeof(recs[q]), q, TAG_SHARD);
+        if (rc == 0) {
+            dt_ckpt_manifest_t man = { .step = step, .ranks = R, .model = model_json(&o->model),
+                                       .plan = json_pack("{s:s, s:I}", "layout", o->layout,
+                                                         "seq_len", (json_int_t)o->T),
+                                       .rng = json_pack("{s:I}", "seed", (json_int_t)o->seed),
+                                       .data_cursor = step, .shards = recs };
+            rc = dt_ckpt_write_manifest(o->ckpt_dir, &man, em);
+            if (rc == 0)
+                rc = dt_ckpt_commit(o->ckpt_dir, step, NULL, em);
+            if (rc == 0 && dt_ckpt_prune(o->ckpt_dir, (int)o->ckpt_keep, em) < 0)
+                rc = 0; /* pruning is housekeeping: the checkpoint is safe */
+            json_decref(man.model);
+            json_decref(man.plan);
+            json_decref(man.rng);
+        }
+    }
+    rc = dt_comm_agree(comm, rc, 0, &who);
+out:
+    free(recs);
+    return rc;
+}
+
+static void skipped(const char *dir, int err, const char *why, void *ud)
+{
+    if (*(int *)ud == 0)
+        fprintf(stderr, "dtengine train: skipping checkpoint %s: %s\n", dir, why);
+    (void)err;
+}
+
+/* Load the newest valid checkpoint; *step = 0 when there is none. */
+static int load(dt_comm_t *comm, const topts_t *o, int64_t n, float *P, float *M, float *V,
+                int64_t *step, dt_emsg_t *em)
+{
+    int me = dt_comm_rank(comm);
+    char *dir = NULL;
+    int64_t s = 0;
+    dt_ckpt_manifest_t man = { 0 };
+    int rc = dt_ckpt_latest(o->ckpt_dir, 0, skipped, &me, &dir, &s, em);
+
+    *step = 0;
+    if (rc < 0 || dir == NULL)
+        return rc;
+    if ((rc = dt_ckpt_manifest_read(dir, &man, em)) < 0)
+        goto out;
+    json_t *want = model_json(&o->model);
+    if (!json_equal(want, man.model)) {
+        rc = dt_emsg_set(em, DT_EINVAL, "%s: written for another model shape", dir);
+        json_decref(want);
+        goto out;
+    }
+    json_decref(want);
+    for (int i = 0; i < man.ranks && rc == 0; i++) {
+        char *path = dt_xasprintf("%s/%s", dir, man.shards[i].file);
+        dt_st_reader_t *r = NULL;
+        if ((rc = dt_st_open(path, &r, em)) == 0) {
+            const char *offs = dt_st_meta(r, "offset"), *ns = dt_st_meta(r, "nparams");
+            const dt_st_tensor_t *t = dt_st_find(r, "params");
+            int64_t off = offs ? strtoll(offs, NULL, 10) : -1;
+            if (!offs || !ns || strtoll(ns, NULL, 10) != n || !t || off < 0 ||
+                off + t->shape[0] > n) {
+                rc = dt_emsg_set(em, DT_EFORMAT, "%s: not a shard of this model's parameters",
+                                 path);
+            } else {
+                size_t bytes = (size_t)t->shape[0] * sizeof(float);
+                if ((rc = dt_st_read(r, "params", P + off, bytes, em)) == 0 &&
+                    (rc = dt_st_read(r, "adam_m", M + off, bytes, em)) == 0)
+                    rc = dt_st_read(r, "adam_v", V + off, bytes, em);
+            }
+            dt_st_close(r);
+        }
+        free(path);
+    }
+    if (rc == 0) {
+        *step = man.step;
+        if (me == 0)
+            fprintf(stderr, "dtengine train: resuming from %s (written by %d ranks)\n", dir,
+                    man.ranks);
+    }
+out:
+    dt_ckpt_manifest_close(&man);
+    free(dir);
+    return rc;
+}
+
+static void digest(const float *p, int64_t n, char hex[65])
+{
+    unsigned char md[32];
+    unsigned int len = 0;
+    EVP_Digest(p, (size_t)n * sizeof(float), md, &len, EVP_sha256(), NULL);
+    for (int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", md[i]);
+}
+
+/* ---- the command ------------------------------------------------------------ */
+
+int dt_cmd_train(dt_comm_t *comm, int argc, char **argv)
+{
+    int R = dt_comm_size(comm), me = dt_comm_rank(comm), rc, who;
+    dt_emsg_t em = { "" };
+    topts_t o;
+    dt_attn_spec_t attn = { 0 };
+    dt_recall_opts_t task;
+    dt_model_layout_t lo = { 0 };
+    dt_model_t *m = NULL;
+    float *P = NULL, *G = NULL, *M = NULL, *V = NULL;
+    int32_t *xs = NULL, *ys = NULL, *x = NULL, *y = NULL;
+    int64_t *pos = NULL, start = 0;
+
+    rc = parse(argc, argv, &o, &em);
+    if (rc == 1) {
+        if (me == 0)
+            usage(stdout);
+        return DT_EXIT_OK;
+    }
+    if (rc == 0)
+        rc = dt_model_cfg_check(&o.model, &em);
+    dt_recall_opts_default(&task);
+    task.T = o.T;
+    task.seed = o.seed;
+    /* planted pairs must fit in the first 10% of the sequence */
+    int pairs = (int)((o.T + 1) / 10 - 1) / 3;
+    task.n_pairs = pairs < task.n_pairs ? pairs : task.n_pairs;
+    task.n_queries = task.n_pairs < task.n_queries ? task.n_pairs : task.n_queries;
+    if (rc == 0 && task.n_pairs < 1)
+        rc = dt_emsg_set(&em, DT_EINVAL, "--seq-len %lld is too short for the recall task "
+                         "(at least 40)", (long long)o.T);
+    if (rc == 0 && (rc = dt_recall_check(&task, &em)) == 0 &&
+        dt_recall_vocab(&task) > o.model.vocab)
+        rc = dt_emsg_set(&em, DT_EINVAL, "the recall task needs a vocabulary of %lld, the model "
+                         "has %d", (long long)dt_recall_vocab(&task), o.model.vocab);
+    attn.T = o.T;
+    attn.H = o.model.heads;
+    attn.Hkv = o.model.kv_heads;
+    attn.D = o.model.dim / o.model.heads;
+    attn.causal = o.causal;
+    if (rc == 0 && dt_layout_parse(o.layout, &attn.layout) < 0)
+        rc = dt_emsg_set(&em, DT_EUSAGE, "--layout '%s': contiguous or zigzag", o.layout);
+    if (rc == 0)
+        rc = dt_attn_parse_branches(&attn, o.segments, o.dilations, &em);
+    if (rc == 0)
+        rc = dt_attn_check(&attn, R, &em);
+    if ((rc = dt_comm_agree(comm, rc, 0, &who)) < 0) {
+        if (me == who)
+            fprintf(stderr, "dtengine train: %s\n", em.s);
+        return dt_exit_code(rc);
+    }
+
+    int64_t c = dt_layout_local(o.T, R);
+    dt_model_layout_init(&lo, &o.model);
+    int64_t n = lo.nparams;
+    m = dt_model_new(&o.model, c);
+    P = dt_xcalloc((size_t)n, sizeof(float));
+    G = dt_xcalloc((size_t)n, sizeof(float));
+    M = dt_xcalloc((size_t)n, sizeof(float));
+    V = dt_xcalloc((size_t)n, sizeof(float));
+    xs = dt_xmallocarray((size_t)o.T, sizeof(int32_t));
+    ys = dt_xmallocarray((size_t)o.T, sizeof(int32_t));
+    x = dt_xmallocarray((size_t)c, sizeof(int32_t));
+    y = dt_xmallocarray((size_t)c, sizeof(int32_t));
+    pos = dt_xmallocarray((size_t)c, sizeof(int64_t));
+    dt_layout_positions(attn.layout, o.T, R, me, pos);
+    dt_model_init(&o.model, &lo, o.seed, P);
+    rc = 0;
+    if (o.resume)
+        rc = load(comm, &o, n, P, M, V, &start, &em);
+    if ((rc = dt_comm_agree(comm, rc, 0, &who)) < 0) {
+        if (me == who)
+            fprintf(stderr, "dtengine train: %s\n", em.s);
+        goto out;
+    }
+    if (me == 0)
+        printf("train: model dim=%d layers=%d heads=%d/%d ffn=%d vocab=%d params=%lld "
+               "tokens=%lld ranks=%d layout=%s steps=%lld start=%lld\n",
+               o.model.dim, o.model.layers, o.model.heads, o.model.kv_heads, o.model.ffn,
+               o.model.vocab, (long long)n, (long long)o.T, R, o.layout, (long long)o.steps,
+               (long long)start);
+
+    dt_adamw_cfg_t acfg = { .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = o.wd };
+    dt_lr_sched_t sched = { .max_lr = o.lr, .min_lr = o.min_lr, .warmup = o.warmup,
+                            .total = o.steps };
+    for (int64_t step = start; step < o.steps; step++) {
+        double t0 = dt_clock_now(), loss;
+        if ((rc = dt_recall_xy(&task, (uint64_t)step, xs, ys, &em)) < 0)
+            break;
+        for (int64_t i = 0; i < c; i++) {
+            x[i] = xs[pos[i]];
+            y[i] = ys[pos[i]];
+        }
+        if ((rc = dt_model_step(m, comm, &attn, P, x, y, pos, G, &loss, &em)) < 0)
+            break;
+        /* recall accuracy at this rank's answer slots, summed over ranks */
+        const float *lg = dt_model_logits(m);
+        double acc[2] = { 0, 0 };
+        for (int64_t i = 0; i < c; i++) {
+            if (y[i] < 0)
+                continue;
+            const float *row = lg + i * o.model.vocab;
+            int best = 0;
+            for (int v = 1; v < o.model.vocab; v++)
+                best = row[v] > row[best] ? v : best;
+            acc[0] += best == y[i];
+            acc[1] += 1;
+        }
+        dt_comm_allreduce_sum_f64(comm, acc, 2);
+        double norm = dt_grad_clip(n, G, o.clip);
+        double lr = dt_lr_at(&sched, step);
+        dt_adamw_step(&acfg, step + 1, lr, o.wd, n, P, G, M, V);
+        double dt = dt_clock_now() - t0;
+        if (me == 0) {
+            printf("step %lld loss %.9f tokens/s %.0f recall %.3f lr %.3g norm %.4g\n",
+                   (long long)step, loss, (double)o.T / dt, acc[1] > 0 ? acc[0] / acc[1] : 0.0,
+                   lr, norm);
+            fflush(stdout);
+        }
+        if (o.ckpt_dir && (step + 1) % o.ckpt_every == 0 &&
+            (rc = save(comm, &o, step + 1, n, P, M, V, &em)) < 0)
+            break;
+    }
+    if ((rc = dt_comm_agree(comm, rc, 0, &who)) < 0) {
+        if (me == who)
+            fprintf(stderr, "dtengine train: %s\n", em.s);
+        goto out;
+    }
+    if (me == 0) {
+        char hex[65];
+        digest(P, n, hex);
+        printf("result: steps=%lld params_sha256=%s\n", (long long)o.steps, hex);
+    }
+out:
+    dt_model_free(m);
+    dt_model_layout_close(&lo);
+    free(P);
+    free(G);
+    free(M);
+    free(V);
+    free(xs);
+    free(ys);
+    free(x);
+    free(y);
+    free(pos);
+    return dt_exit_code(rc);
+}

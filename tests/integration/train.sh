@@ -1,0 +1,89 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+#
+# dtengine train on real ranks under mpirun, small sequences (T=256) of the
+# recall task with the tiny model:
+#   - a run interrupted after step 3 and resumed logs exactly the losses of
+#     the uninterrupted run and ends with bit-identical parameters (R=1 and
+#     R=4);
+#   - 4 ranks give the losses of 1 rank within 1e-5 relative;
+#   - a checkpoint written by 4 ranks resumes on 2, losses within 1e-5 of
+#     the 4-rank run;
+#   - a corrupt newest checkpoint is skipped (with a message) for the one
+#     before it;
+#   - bad options are refused with exit 2.
+. "$(dirname "$0")/lib.sh"
+need_mpirun
+
+STEPS=6
+train() { # R DIR [ARGS...]: log of a run
+    _r=$1
+    _d=$2
+    shift 2
+    mpirun_np "$_r" "$DTENGINE" train --model tiny --data recall --seq-len 256 --steps $STEPS \
+        --ckpt-dir "$_d" --ckpt-every 3 --seed 5 "$@"
+}
+steps() { grep '^step ' "$1" | awk '{ print $2, $4 }'; }
+sha() { sed -n 's/^result: .*params_sha256=\([0-9a-f]*\).*/\1/p' "$1"; }
+
+# same_losses A B TOL: step lines agree within relative TOL (0: exactly)
+same_losses() {
+    steps "$1" >"$TMPD/a.txt"
+    steps "$2" >"$TMPD/b.txt"
+    [ -s "$TMPD/b.txt" ] || { echo "no step lines in $2"; return 1; }
+    awk -v tol="$3" 'NR == FNR { l[$1] = $2; next }
+        !($1 in l) { print "step " $1 " missing"; bad = 1; next }
+        { d = l[$1] - $2; if (d < 0) d = -d; r = d / (l[$1] < 0 ? -l[$1] : l[$1]);
+          if ((tol == 0 && l[$1] != $2) || r > tol) { print "step " $1 ": " l[$1] " vs " $2; bad = 1 }
+          if (r > worst) worst = r }
+        END { if (!bad) printf "worst relative difference %.3g\n", worst; exit bad }' \
+        "$TMPD/a.txt" "$TMPD/b.txt"
+}
+
+for R in 1 4; do
+    train $R "$TMPD/full$R" >"$TMPD/full$R.log" 2>&1
+    check "R=$R: $STEPS steps with checkpoints at 3 and 6" \
+        test -d "$TMPD/full$R/step-00000003" -a -d "$TMPD/full$R/step-00000006"
+    mkdir -p "$TMPD/part$R"
+    cp -r "$TMPD/full$R/step-00000003" "$TMPD/part$R/"
+    train $R "$TMPD/part$R" --resume >"$TMPD/resumed$R.log" 2>&1
+    check "R=$R: resumed run says where it resumed" grep -q 'resuming from .*step-00000003' \
+        "$TMPD/resumed$R.log"
+    check "R=$R: resume logs exactly the uninterrupted losses" \
+        same_losses "$TMPD/full$R.log" "$TMPD/resumed$R.log" 0
+    check "R=$R: resume ends with bit-identical parameters" \
+        test "$(sha "$TMPD/full$R.log")" = "$(sha "$TMPD/resumed$R.log")" -a -n "$(sha "$TMPD/full$R.log")"
+done
+
+check "R=4 losses equal R=1 losses within 1e-5" \
+    same_losses "$TMPD/full1.log" "$TMPD/full4.log" 1e-5
+
+mkdir -p "$TMPD/reshard"
+cp -r "$TMPD/full4/step-00000003" "$TMPD/reshard/"
+train 2 "$TMPD/reshard" --resume >"$TMPD/reshard.log" 2>&1
+check "a 4-rank checkpoint resumes on 2 ranks" grep -q 'written by 4 ranks' "$TMPD/reshard.log"
+check "resharded run matches the 4-rank run within 1e-5" \
+    same_losses "$TMPD/full4.log" "$TMPD/reshard.log" 1e-5
+
+# corrupt the newest checkpoint: the resume falls back to step 3
+shard=$(ls "$TMPD/full1/step-00000006"/shard-*.safetensors | head -n 1)
+printf 'X' | dd of="$shard" bs=1 seek=200 conv=notrunc 2>/dev/null
+train 1 "$TMPD/full1" --resume --steps 6 >"$TMPD/corrupt.log" 2>&1
+check "a corrupt newest checkpoint is skipped with a message" \
+    grep -q 'skipping checkpoint .*step-00000006' "$TMPD/corrupt.log"
+check "and the run resumes from the one before it" \
+    grep -q 'resuming from .*step-00000003' "$TMPD/corrupt.log"
+
+bad() { # EXPECT-IN-STDERR ARGS...: exit 2 with the message
+    _want=$1
+    shift
+    "$DTENGINE" train "$@" >"$TMPD/bad.out" 2>&1
+    _rc=$?
+    [ $_rc -eq 2 ] || { echo "exit $_rc"; cat "$TMPD/bad.out"; return 1; }
+    grep -q "$_want" "$TMPD/bad.out" || { cat "$TMPD/bad.out"; return 1; }
+}
+check "refuses --resume without --ckpt-dir" bad 'needs --ckpt-dir' --resume
+check "refuses a sequence too short for the task" bad 'too short' --seq-len 20
+check "refuses heads that do not divide dim" bad 'do not divide dim' --heads 3
+check "refuses an unknown option" bad 'unknown option' --bogus 1
+finish
