@@ -11,11 +11,14 @@
  * the 1-D float32 tensors "params", "adam_m" and "adam_v", with metadata
  * "offset" and "nparams" (and "format" = "dt-train-1"). A resume reads every
  * shard's slice back, so a checkpoint written by R ranks resumes on any R'.
- * The data cursor is the step: sequence i of the task is a function of
- * (seed, i) alone, so a resumed run sees exactly the data the uninterrupted
- * one would.
+ * For the recall task the data cursor is the step: sequence i is a function
+ * of (seed, i) alone. For token shards the loader's cursor is saved. Either
+ * way a resumed run sees exactly the data the uninterrupted one would.
  *
- * Not yet here: token-shard data (--data PATH), prefill, spec files.
+ * Data: the generated recall task, or llm.c token shards (--data GLOB,
+ * engine/data.h) read in a seeded shuffled order whose cursor is saved in
+ * the manifest. A job spec (--spec FILE, dt-spec(5)) sets the same options;
+ * flags override it.
  */
 #include "config.h"
 
@@ -38,6 +41,7 @@
 #include "engine/model.h"
 #include "engine/optim.h"
 #include "engine/safetensors.h"
+#include "engine/spec.h"
 
 enum { TAG_SHARD = 301 };
 
@@ -49,6 +53,7 @@ typedef struct topts {
     int resume, causal;
     double lr, min_lr, wd, clip;
     int64_t warmup;
+    dt_spec_t spec; /* --spec FILE, whose strings the options above may point into */
 } topts_t;
 
 /* the tiny preset: the same shape as the planner's `tiny` */
@@ -59,8 +64,9 @@ static const dt_model_cfg_t tiny = {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: dtengine train --model tiny [--dim N --layers N --heads N --kv-heads N\n"
-               "                      --ffn N --vocab N] --data recall --seq-len T --steps N\n"
+    fprintf(f, "usage: dtengine train [--spec FILE] --model tiny [--dim N --layers N --heads N\n"
+               "                      --kv-heads N --ffn N --vocab N] --data recall|SHARDS\n"
+               "                      --seq-len T --steps N\n"
                "                      [--ckpt-dir DIR --ckpt-every K [--ckpt-keep N]] [--resume]\n"
                "                      [--seed S] [--lr X] [--min-lr X] [--warmup N]\n"
                "                      [--weight-decay X] [--clip X] [--layout contiguous|zigzag]\n"
@@ -77,6 +83,56 @@ static int num(const char *name, const char *s, double lo, double hi, double *ou
     return 0;
 }
 
+/* Take what a job spec says about training: model, sequence, attention,
+ * steps, seed, data and checkpoints. Keys that do not concern training on
+ * one node (resources, Slurm options) are ignored here. */
+static int apply_spec(topts_t *o, const char *path, dt_emsg_t *em)
+{
+    dt_spec_t *s = &o->spec;
+    int rc;
+
+    dt_spec_free(s);
+    if ((rc = dt_spec_load(path, s, em)) < 0)
+        return rc;
+    if (s->kind && strcmp(s->kind, "train") != 0)
+        return dt_emsg_set(em, DT_EINVAL, "%s: kind = %s; dtengine train runs kind = train", path,
+                           s->kind);
+    if (s->model && strcmp(s->model, "tiny") != 0 && strcmp(s->model, "custom") != 0)
+        return dt_emsg_set(em, DT_ENOTSUP, "%s: model = %s: dtengine train has the tiny preset "
+                           "(or custom with its shape)", path, s->model);
+    int64_t *shape[] = { &s->dim, &s->layers, &s->heads, &s->kv_heads, &s->ffn, &s->vocab };
+    int *dst[] = { &o->model.dim, &o->model.layers, &o->model.heads, &o->model.kv_heads,
+                   &o->model.ffn, &o->model.vocab };
+    for (int i = 0; i < 6; i++)
+        if (*shape[i] > 0)
+            *dst[i] = (int)*shape[i];
+    if (s->rope_theta > 0)
+        o->model.rope_theta = (double)s->rope_theta;
+    if (s->tied)
+        o->model.tied = strcmp(s->tied, "yes") == 0;
+    if (s->tokens > 0)
+        o->T = s->tokens;
+    if (s->causal_set)
+        o->causal = s->causal;
+    if (s->layout)
+        o->layout = s->layout;
+    if (s->segments)
+        o->segments = s->segments, o->dilations = s->dilations;
+    if (s->steps > 0)
+        o->steps = s->steps;
+    if (s->seed > 0)
+        o->seed = (uint64_t)s->seed;
+    if (s->data)
+        o->data = s->data;
+    if (s->ckpt_dir)
+        o->ckpt_dir = s->ckpt_dir;
+    if (s->ckpt_every > 0)
+        o->ckpt_every = s->ckpt_every;
+    if (s->ckpt_keep > 0)
+        o->ckpt_keep = s->ckpt_keep;
+    return 0;
+}
+
 static int parse(int argc, char **argv, topts_t *o, dt_emsg_t *em)
 {
     static const struct option lo[] = {
@@ -88,7 +144,7 @@ static int parse(int argc, char **argv, topts_t *o, dt_emsg_t *em)
         { "lr", 1, NULL, 'l' },         { "min-lr", 1, NULL, 'L' },    { "warmup", 1, NULL, 'w' },
         { "weight-decay", 1, NULL, 'W' }, { "clip", 1, NULL, 'C' },    { "layout", 1, NULL, 'y' },
         { "segments", 1, NULL, 'g' },   { "dilations", 1, NULL, 'D' }, { "no-causal", 0, NULL, 'N' },
-        { "help", 0, NULL, 'h' },       { NULL, 0, NULL, 0 },
+        { "spec", 1, NULL, 'S' },       { "help", 0, NULL, 'h' },      { NULL, 0, NULL, 0 },
     };
     double v;
     int c, rc;
@@ -107,6 +163,10 @@ static int parse(int argc, char **argv, topts_t *o, dt_emsg_t *em)
     o->clip = 1.0;
     o->warmup = -1;
     o->ckpt_keep = 3;
+    /* a spec file first (dt-spec(5)), flags on top of it */
+    for (int i = 1; i + 1 < argc; i++)
+        if (strcmp(argv[i], "--spec") == 0 && (rc = apply_spec(o, argv[i + 1], em)) < 0)
+            return rc;
     opterr = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -139,6 +199,7 @@ static int parse(int argc, char **argv, topts_t *o, dt_emsg_t *em)
         case 'g': o->segments = optarg; break;
         case 'D': o->dilations = optarg; break;
         case 'N': o->causal = 0; break;
+        case 'S': break; /* applied above */
         case 'h': return 1;
         default:
             return dt_emsg_set(em, DT_EUSAGE, "unknown option or missing value '%s'",
@@ -149,9 +210,6 @@ static int parse(int argc, char **argv, topts_t *o, dt_emsg_t *em)
     }
     if (optind < argc)
         return dt_emsg_set(em, DT_EUSAGE, "unexpected argument '%s'", argv[optind]);
-    if (strcmp(o->data, "recall") != 0)
-        return dt_emsg_set(em, DT_ENOTSUP, "--data '%s': only the generated 'recall' task is "
-                           "wired into train so far", o->data);
     if ((o->ckpt_dir == NULL) != (o->ckpt_every == 0))
         return dt_emsg_set(em, DT_EUSAGE, "--ckpt-dir and --ckpt-every go together");
     if (o->resume && o->ckpt_dir == NULL)
@@ -177,8 +235,16 @@ static json_t *model_json(const dt_model_cfg_t *m)
                      (double)m->norm_eps, "tied", m->tied);
 }
 
+static json_t *cursor_json(const dt_loader_cursor_t *cur)
+{
+    if (cur == NULL)
+        return json_null();
+    return json_pack("{s:I, s:I, s:I}", "epoch", (json_int_t)cur->epoch, "shard",
+                     (json_int_t)cur->shard, "seq", (json_int_t)cur->seq);
+}
+
 static int save(dt_comm_t *comm, const topts_t *o, int64_t step, int64_t n, const float *P,
-                const float *M, const float *V, dt_emsg_t *em)
+                const float *M, const float *V, const dt_loader_cursor_t *cur, dt_emsg_t *em)
 {
     int R = dt_comm_size(comm), me = dt_comm_rank(comm), rc = 0, who;
     dt_ckpt_shard_t *recs = me == 0 ? dt_xcalloc((size_t)R, sizeof(*recs)) : NULL, mine;
@@ -213,7 +279,9 @@ static int save(dt_comm_t *comm, const topts_t *o, int64_t step, int64_t n, cons
             dt_ckpt_manifest_t man = { .step = step, .ranks = R, .model = model_json(&o->model),
                                        .plan = json_pack("{s:s, s:I}", "layout", o->layout,
                                                          "seq_len", (json_int_t)o->T),
-                                       .rng = json_pack("{s:I}", "seed", (json_int_t)o->seed),
+                                       .rng = json_pack("{s:I, s:s, s:o}", "seed",
+                                                        (json_int_t)o->seed, "data", o->data,
+                                                        "cursor", cursor_json(cur)),
                                        .data_cursor = step, .shards = recs };
             rc = dt_ckpt_write_manifest(o->ckpt_dir, &man, em);
             if (rc == 0)
@@ -240,7 +308,7 @@ static void skipped(const char *dir, int err, const char *why, void *ud)
 
 /* Load the newest valid checkpoint; *step = 0 when there is none. */
 static int load(dt_comm_t *comm, const topts_t *o, int64_t n, float *P, float *M, float *V,
-                int64_t *step, dt_emsg_t *em)
+                dt_loader_t *loader, int64_t *step, dt_emsg_t *em)
 {
     int me = dt_comm_rank(comm);
     char *dir = NULL;
@@ -281,6 +349,19 @@ static int load(dt_comm_t *comm, const topts_t *o, int64_t n, float *P, float *M
         }
         free(path);
     }
+    if (rc == 0 && loader) {
+        json_t *cj = json_object_get(man.rng, "cursor");
+        dt_loader_cursor_t cur = {
+            .epoch = (uint64_t)json_integer_value(json_object_get(cj, "epoch")),
+            .shard = json_integer_value(json_object_get(cj, "shard")),
+            .seq = json_integer_value(json_object_get(cj, "seq")),
+        };
+        if (!json_is_object(cj))
+            rc = dt_emsg_set(em, DT_EFORMAT, "%s: the manifest has no data cursor for %s", dir,
+                             o->data);
+        else
+            rc = dt_loader_set_cursor(loader, &cur, em);
+    }
     if (rc == 0) {
         *step = man.step;
         if (me == 0)
@@ -316,6 +397,7 @@ int dt_cmd_train(dt_comm_t *comm, int argc, char **argv)
     float *P = NULL, *G = NULL, *M = NULL, *V = NULL;
     int32_t *xs = NULL, *ys = NULL, *x = NULL, *y = NULL;
     int64_t *pos = NULL, start = 0;
+    dt_loader_t *loader = NULL;
 
     rc = parse(argc, argv, &o, &em);
     if (rc == 1) {
@@ -325,6 +407,7 @@ int dt_cmd_train(dt_comm_t *comm, int argc, char **argv)
     }
     if (rc == 0)
         rc = dt_model_cfg_check(&o.model, &em);
+    int recall = rc == 0 && strcmp(o.data, "recall") == 0;
     dt_recall_opts_default(&task);
     task.T = o.T;
     task.seed = o.seed;
@@ -332,10 +415,14 @@ int dt_cmd_train(dt_comm_t *comm, int argc, char **argv)
     int pairs = (int)((o.T + 1) / 10 - 1) / 3;
     task.n_pairs = pairs < task.n_pairs ? pairs : task.n_pairs;
     task.n_queries = task.n_pairs < task.n_queries ? task.n_pairs : task.n_queries;
-    if (rc == 0 && task.n_pairs < 1)
+    if (rc == 0 && !recall) {
+        dt_loader_opts_t lopt = { .T = o.T, .shuffle = 1, .seed = o.seed, .vocab = o.model.vocab };
+        rc = dt_loader_new_glob(o.data, &lopt, &loader, &em);
+    }
+    if (rc == 0 && recall && task.n_pairs < 1)
         rc = dt_emsg_set(&em, DT_EINVAL, "--seq-len %lld is too short for the recall task "
                          "(at least 40)", (long long)o.T);
-    if (rc == 0 && (rc = dt_recall_check(&task, &em)) == 0 &&
+    if (rc == 0 && recall && (rc = dt_recall_check(&task, &em)) == 0 &&
         dt_recall_vocab(&task) > o.model.vocab)
         rc = dt_emsg_set(&em, DT_EINVAL, "the recall task needs a vocabulary of %lld, the model "
                          "has %d", (long long)dt_recall_vocab(&task), o.model.vocab);
@@ -353,6 +440,8 @@ int dt_cmd_train(dt_comm_t *comm, int argc, char **argv)
     if ((rc = dt_comm_agree(comm, rc, 0, &who)) < 0) {
         if (me == who)
             fprintf(stderr, "dtengine train: %s\n", em.s);
+        dt_loader_free(loader);
+        dt_spec_free(&o.spec);
         return dt_exit_code(rc);
     }
 
@@ -373,7 +462,7 @@ int dt_cmd_train(dt_comm_t *comm, int argc, char **argv)
     dt_model_init(&o.model, &lo, o.seed, P);
     rc = 0;
     if (o.resume)
-        rc = load(comm, &o, n, P, M, V, &start, &em);
+        rc = load(comm, &o, n, P, M, V, loader, &start, &em);
     if ((rc = dt_comm_agree(comm, rc, 0, &who)) < 0) {
         if (me == who)
             fprintf(stderr, "dtengine train: %s\n", em.s);
@@ -391,7 +480,11 @@ int dt_cmd_train(dt_comm_t *comm, int argc, char **argv)
                             .total = o.steps };
     for (int64_t step = start; step < o.steps; step++) {
         double t0 = dt_clock_now(), loss;
-        if ((rc = dt_recall_xy(&task, (uint64_t)step, xs, ys, &em)) < 0)
+        if (loader)
+            rc = dt_loader_next(loader, xs, ys, &em);
+        else
+            rc = dt_recall_xy(&task, (uint64_t)step, xs, ys, &em);
+        if (rc < 0)
             break;
         for (int64_t i = 0; i < c; i++) {
             x[i] = xs[pos[i]];
@@ -413,18 +506,23 @@ int dt_cmd_train(dt_comm_t *comm, int argc, char **argv)
             acc[1] += 1;
         }
         dt_comm_allreduce_sum_f64(comm, acc, 2);
+        dt_loader_cursor_t cursor = { 0 };
+        if (loader)
+            dt_loader_get_cursor(loader, &cursor);
         double norm = dt_grad_clip(n, G, o.clip);
         double lr = dt_lr_at(&sched, step);
         dt_adamw_step(&acfg, step + 1, lr, o.wd, n, P, G, M, V);
         double dt = dt_clock_now() - t0;
         if (me == 0) {
-            printf("step %lld loss %.9f tokens/s %.0f recall %.3f lr %.3g norm %.4g\n",
-                   (long long)step, loss, (double)o.T / dt, acc[1] > 0 ? acc[0] / acc[1] : 0.0,
-                   lr, norm);
+            /* accuracy at the counted targets: recall accuracy for the recall
+             * task, next-token accuracy for token shards */
+            printf("step %lld loss %.9f tokens/s %.0f %s %.3f lr %.3g norm %.4g\n",
+                   (long long)step, loss, (double)o.T / dt, loader ? "acc" : "recall",
+                   acc[1] > 0 ? acc[0] / acc[1] : 0.0, lr, norm);
             fflush(stdout);
         }
         if (o.ckpt_dir && (step + 1) % o.ckpt_every == 0 &&
-            (rc = save(comm, &o, step + 1, n, P, M, V, &em)) < 0)
+            (rc = save(comm, &o, step + 1, n, P, M, V, loader ? &cursor : NULL, &em)) < 0)
             break;
     }
     if ((rc = dt_comm_agree(comm, rc, 0, &who)) < 0) {
@@ -438,6 +536,8 @@ int dt_cmd_train(dt_comm_t *comm, int argc, char **argv)
         printf("result: steps=%lld params_sha256=%s\n", (long long)o.steps, hex);
     }
 out:
+    dt_loader_free(loader);
+    dt_spec_free(&o.spec);
     dt_model_free(m);
     dt_model_layout_close(&lo);
     free(P);

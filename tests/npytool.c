@@ -27,6 +27,8 @@
 
 #include "common/err.h"
 #include "common/mem.h"
+#include "engine/data.h"
+#include "engine/gen.h"
 #include "engine/npy.h"
 #include "tests/ref.h"
 
@@ -551,6 +553,48 @@ static int cmd_maxerr(int argc, char **argv)
     return 0;
 }
 
+/* tokbin OUT.bin --n N --vocab V --seed S: N tokens in [0, V) as an llm.c
+ * uint16 shard, each a function of (seed, index) (engine/gen.h). */
+static int cmd_tokbin(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        { "n", required_argument, NULL, 'n' },
+        { "vocab", required_argument, NULL, 'v' },
+        { "seed", required_argument, NULL, 's' },
+        { NULL, 0, NULL, 0 },
+    };
+    long long n = 0, vocab = 0, seed = 0;
+    dt_emsg_t em = { "" };
+    int c;
+
+    while ((c = next_opt(argc, argv, opts)) != -1) {
+        char *end;
+        long long v = strtoll(optarg, &end, 10);
+        if (c == '?' || *end != '\0' || v < 0)
+            return usage_error("tokbin: --n, --vocab and --seed take non-negative integers");
+        if (c == 'n')
+            n = v;
+        else if (c == 'v')
+            vocab = v;
+        else
+            seed = v;
+    }
+    if (optind != argc - 1 || n <= 0 || vocab <= 0 || vocab > 65536)
+        return usage_error("tokbin: OUT.bin --n N --vocab V (V <= 65536) [--seed S]");
+    int32_t *tok = malloc((size_t)n * sizeof(*tok));
+    if (tok == NULL)
+        return EXIT_USAGE;
+    for (long long i = 0; i < n; i++)
+        tok[i] = (int32_t)(dt_gen_uniform((uint64_t)seed, 9, (uint64_t)i) * (double)vocab);
+    int rc = dt_tok_save(argv[optind], DT_TOK_U16, tok, n, &em);
+    free(tok);
+    if (rc < 0) {
+        fprintf(stderr, "npytool tokbin: %s\n", em.s);
+        return EXIT_USAGE;
+    }
+    return 0;
+}
+
 /* ---- main ------------------------------------------------------------- */
 
 static const struct cmd {
@@ -570,6 +614,8 @@ static const struct cmd {
     { "cmp", cmd_cmp, "A.npy B.npy [--atol X] [--rtol Y]",
       "check |A - B| <= atol + rtol |B| (defaults 1e-5, 0); exit 1 if not" },
     { "maxerr", cmd_maxerr, "A.npy B.npy", "print max |A - B| as %.3e" },
+    { "tokbin", cmd_tokbin, "OUT.bin --n N --vocab V [--seed S]",
+      "write N generated tokens in [0, V) as an llm.c uint16 token shard" },
 };
 
 static void usage(FILE *f)

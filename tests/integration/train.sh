@@ -74,6 +74,33 @@ check "a corrupt newest checkpoint is skipped with a message" \
 check "and the run resumes from the one before it" \
     grep -q 'resuming from .*step-00000003' "$TMPD/corrupt.log"
 
+# token shards in the llm.c layout, and a job spec instead of flags
+"$NPYTOOL" tokbin "$TMPD/tok0.bin" --n 20000 --vocab 512 --seed 1
+"$NPYTOOL" tokbin "$TMPD/tok1.bin" --n 9000 --vocab 512 --seed 2
+train 2 "$TMPD/shards" --data "$TMPD/tok*.bin" >"$TMPD/shards.log" 2>&1
+mkdir -p "$TMPD/shards-part"
+cp -r "$TMPD/shards/step-00000003" "$TMPD/shards-part/"
+train 2 "$TMPD/shards-part" --data "$TMPD/tok*.bin" --resume >"$TMPD/shards-resumed.log" 2>&1
+check "token shards: the data cursor is in the manifest" \
+    grep -q '"cursor"' "$TMPD/shards/step-00000003/manifest.json"
+check "token shards: resume logs exactly the uninterrupted losses" \
+    same_losses "$TMPD/shards.log" "$TMPD/shards-resumed.log" 0
+check "token shards: resume ends with bit-identical parameters" \
+    test "$(sha "$TMPD/shards.log")" = "$(sha "$TMPD/shards-resumed.log")"
+cat >"$TMPD/job.spec" <<SPEC
+kind = train
+model = tiny
+tokens = 256
+steps = $STEPS
+seed = 5
+data = recall
+SPEC
+mpirun_np 1 "$DTENGINE" train --spec "$TMPD/job.spec" >"$TMPD/spec.log" 2>&1
+check "a job spec runs the same job as the flags" \
+    same_losses "$TMPD/full1.log" "$TMPD/spec.log" 0
+
+printf 'not a token shard at all, just text that is long enough........' >"$TMPD/bad.bin"
+
 bad() { # EXPECT-IN-STDERR ARGS...: exit 2 with the message
     _want=$1
     shift
@@ -86,4 +113,7 @@ check "refuses --resume without --ckpt-dir" bad 'needs --ckpt-dir' --resume
 check "refuses a sequence too short for the task" bad 'too short' --seq-len 20
 check "refuses heads that do not divide dim" bad 'do not divide dim' --heads 3
 check "refuses an unknown option" bad 'unknown option' --bogus 1
+check "refuses a malformed token shard, naming it" bad 'bad.bin' --data "$TMPD/bad.bin"
+check "refuses a spec of another kind" sh -c "printf 'kind = attn\ntokens = 256\n' >'$TMPD/attn.spec'; \
+    '$DTENGINE' train --spec '$TMPD/attn.spec' 2>&1 | grep -q 'kind = attn'"
 finish
