@@ -39,6 +39,7 @@
 #include "engine/cmd.h"
 #include "engine/data.h"
 #include "engine/model.h"
+#include "engine/npy.h"
 #include "engine/optim.h"
 #include "engine/safetensors.h"
 #include "engine/spec.h"
@@ -49,7 +50,7 @@ typedef struct topts {
     dt_model_cfg_t model;
     int64_t T, steps, ckpt_every, ckpt_keep;
     uint64_t seed;
-    const char *ckpt_dir, *data, *layout, *segments, *dilations;
+    const char *ckpt_dir, *data, *layout, *segments, *dilations, *params_out;
     int resume, causal;
     double lr, min_lr, wd, clip;
     int64_t warmup;
@@ -70,7 +71,8 @@ static void usage(FILE *f)
                "                      [--ckpt-dir DIR --ckpt-every K [--ckpt-keep N]] [--resume]\n"
                "                      [--seed S] [--lr X] [--min-lr X] [--warmup N]\n"
                "                      [--weight-decay X] [--clip X] [--layout contiguous|zigzag]\n"
-               "                      [--segments w1,.. --dilations r1,..] [--no-causal]\n");
+               "                      [--segments w1,.. --dilations r1,..] [--no-causal]\n"
+               "                      [--params-out FILE.npy]\n");
 }
 
 static int num(const char *name, const char *s, double lo, double hi, double *out, dt_emsg_t *em)
@@ -144,7 +146,7 @@ static int parse(int argc, char **argv, topts_t *o, dt_emsg_t *em)
         { "lr", 1, NULL, 'l' },         { "min-lr", 1, NULL, 'L' },    { "warmup", 1, NULL, 'w' },
         { "weight-decay", 1, NULL, 'W' }, { "clip", 1, NULL, 'C' },    { "layout", 1, NULL, 'y' },
         { "segments", 1, NULL, 'g' },   { "dilations", 1, NULL, 'D' }, { "no-causal", 0, NULL, 'N' },
-        { "spec", 1, NULL, 'S' },       { "help", 0, NULL, 'h' },      { NULL, 0, NULL, 0 },
+        { "params-out", 1, NULL, 'P' }, { "spec", 1, NULL, 'S' },       { "help", 0, NULL, 'h' },      { NULL, 0, NULL, 0 },
     };
     double v;
     int c, rc;
@@ -200,6 +202,7 @@ static int parse(int argc, char **argv, topts_t *o, dt_emsg_t *em)
         case 'D': o->dilations = optarg; break;
         case 'N': o->causal = 0; break;
         case 'S': break; /* applied above */
+        case 'P': o->params_out = optarg; break;
         case 'h': return 1;
         default:
             return dt_emsg_set(em, DT_EUSAGE, "unknown option or missing value '%s'",
@@ -530,7 +533,10 @@ int dt_cmd_train(dt_comm_t *comm, int argc, char **argv)
             fprintf(stderr, "dtengine train: %s\n", em.s);
         goto out;
     }
-    if (me == 0) {
+    if (me == 0 && o.params_out &&
+        (rc = dt_npy_save(o.params_out, DT_DTYPE_F32, 1, &n, P, &em)) < 0)
+        fprintf(stderr, "dtengine train: %s\n", em.s);
+    if (rc == 0 && me == 0) {
         char hex[65];
         digest(P, n, hex);
         printf("result: steps=%lld params_sha256=%s\n", (long long)o.steps, hex);

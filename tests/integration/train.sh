@@ -57,7 +57,6 @@ done
 
 check "R=4 losses equal R=1 losses within 1e-5" \
     same_losses "$TMPD/full1.log" "$TMPD/full4.log" 1e-5
-
 mkdir -p "$TMPD/reshard"
 cp -r "$TMPD/full4/step-00000003" "$TMPD/reshard/"
 train 2 "$TMPD/reshard" --resume >"$TMPD/reshard.log" 2>&1
