@@ -13,12 +13,14 @@ enum {
     DT_EXIT_OK = 0,
     DT_EXIT_FAILURE = 1, /* a failure while running: I/O, transport; may be retried */
     DT_EXIT_INPUT = 2,   /* bad options or input: retrying cannot help */
+    DT_EXIT_STOPPED = 3, /* stopped on purpose (prefill --stop-after-layer) */
 };
 
 /* The exit code for a dt error code. */
 int dt_exit_code(int rc);
 
 int dt_cmd_attn(dt_comm_t *comm, int argc, char **argv);
+int dt_cmd_prefill(dt_comm_t *comm, int argc, char **argv);
 int dt_cmd_train(dt_comm_t *comm, int argc, char **argv);
 
 #endif /* DT_ENGINE_CMD_H */

@@ -22,6 +22,7 @@ static const struct command {
     const char *summary;
 } commands[] = {
     { "attn", dt_cmd_attn, "exact attention (dense ring or dilated) over the job's ranks" },
+    { "prefill", dt_cmd_prefill, "forward over one long sequence, checkpointed per layer" },
     { "train", dt_cmd_train, "train the LLaMA-3 model, sequence split over the ranks" },
 };
 

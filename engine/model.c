@@ -6,6 +6,11 @@
  * recomputed except inside the attention kernels. The loss is normalised
  * by the number of counted targets over all ranks, so the summed gradient
  * is that of one sequence, however it is split.
+ *
+ * The layer-wise forward (dt_model_embed, dt_model_layer_fwd,
+ * dt_model_head) runs the very statics dt_model_step's forward runs, in the
+ * same order on the same kernels, so a prefill and a training step agree to
+ * the bit; a forward-only model keeps one layer's activations.
  */
 #include "config.h"
 
@@ -123,7 +128,8 @@ struct dt_model {
     dt_model_cfg_t cfg;
     dt_model_layout_t lo;
     int64_t c;
-    acts_t *act;                  /* [layers] */
+    int nact;                     /* layers, or 1 for a forward-only model */
+    acts_t *act;                  /* [nact] */
     float *x, *xf, *hf, *rstdf, *logits;
     /* backward scratch */
     float *dx, *dh, *dt, *dq, *dk, *dv, *do_, *da, *db, *dg;
@@ -134,7 +140,9 @@ static float *buf(int64_t n)
     return dt_xcalloc((size_t)(n > 0 ? n : 1), sizeof(float));
 }
 
-dt_model_t *dt_model_new(const dt_model_cfg_t *cfg, int64_t c)
+/* The forward's buffers: nact layers of activations, the final norm's and
+ * the logits, and the residual branch scratch (dt). */
+static dt_model_t *model_alloc(const dt_model_cfg_t *cfg, int64_t c, int nact)
 {
     dt_model_t *m = dt_xcalloc(1, sizeof(*m));
     int64_t d = cfg->dim, D = cfg->dim / cfg->heads, qd = (int64_t)cfg->heads * D,
@@ -142,9 +150,10 @@ dt_model_t *dt_model_new(const dt_model_cfg_t *cfg, int64_t c)
 
     m->cfg = *cfg;
     m->c = c;
+    m->nact = nact;
     dt_model_layout_init(&m->lo, cfg);
-    m->act = dt_xcalloc((size_t)cfg->layers, sizeof(*m->act));
-    for (int l = 0; l < cfg->layers; l++) {
+    m->act = dt_xcalloc((size_t)nact, sizeof(*m->act));
+    for (int l = 0; l < nact; l++) {
         acts_t *A = &m->act[l];
         A->xin = buf(c * d), A->h1 = buf(c * d), A->rstd1 = buf(c);
         A->q = buf(c * qd), A->k = buf(c * kd), A->v = buf(c * kd);
@@ -154,17 +163,32 @@ dt_model_t *dt_model_new(const dt_model_cfg_t *cfg, int64_t c)
     }
     m->x = buf(c * d), m->xf = buf(c * d), m->hf = buf(c * d), m->rstdf = buf(c);
     m->logits = buf(c * cfg->vocab);
-    m->dx = buf(c * d), m->dh = buf(c * d), m->dt = buf(c * d);
+    m->dt = buf(c * d);
+    return m;
+}
+
+dt_model_t *dt_model_new(const dt_model_cfg_t *cfg, int64_t c)
+{
+    dt_model_t *m = model_alloc(cfg, c, cfg->layers);
+    int64_t d = cfg->dim, D = cfg->dim / cfg->heads, qd = (int64_t)cfg->heads * D,
+            kd = (int64_t)cfg->kv_heads * D, f = cfg->ffn;
+
+    m->dx = buf(c * d), m->dh = buf(c * d);
     m->dq = buf(c * qd), m->dk = buf(c * kd), m->dv = buf(c * kd), m->do_ = buf(c * qd);
     m->da = buf(c * f), m->db = buf(c * f), m->dg = buf(c * f);
     return m;
+}
+
+dt_model_t *dt_model_new_forward(const dt_model_cfg_t *cfg, int64_t c)
+{
+    return model_alloc(cfg, c, 1);
 }
 
 void dt_model_free(dt_model_t *m)
 {
     if (m == NULL)
         return;
-    for (int l = 0; l < m->cfg.layers; l++) {
+    for (int l = 0; l < m->nact; l++) {
         acts_t *A = &m->act[l];
         float *p[] = { A->xin, A->h1, A->rstd1, A->q, A->k, A->v, A->o,
                        A->lse, A->x2, A->h2, A->rstd2, A->a, A->b, A->g };
@@ -191,6 +215,103 @@ static void add(float *y, const float *x, int64_t n)
         y[i] += x[i];
 }
 
+/* ---- forward ------------------------------------------------------------- */
+
+static int check_attn(const dt_model_t *m, const dt_attn_spec_t *attn, dt_emsg_t *em)
+{
+    const dt_model_cfg_t *cf = &m->cfg;
+    const int64_t D = cf->dim / cf->heads, H = cf->heads, Hkv = cf->kv_heads;
+
+    if (attn->H != H || attn->Hkv != Hkv || attn->D != D)
+        return dt_emsg_set(em, DT_ESHAPE, "attention (H=%d, Hkv=%d, D=%d) does not match the "
+                           "model (H=%lld, Hkv=%lld, D=%lld)", attn->H, attn->Hkv, attn->D,
+                           (long long)H, (long long)Hkv, (long long)D);
+    return 0;
+}
+
+/* Block l on x (c, d) in place, its activations into A. */
+static int layer_fwd(dt_model_t *m, dt_comm_t *comm, const dt_attn_spec_t *attn, const float *P,
+                     int l, acts_t *A, const int64_t *pos, float *x, dt_emsg_t *em)
+{
+    const dt_model_cfg_t *cf = &m->cfg;
+    const dt_model_layer_off_t *L = &m->lo.layer[l];
+    const int64_t c = m->c, d = cf->dim, D = cf->dim / cf->heads, H = cf->heads,
+                  Hkv = cf->kv_heads, qd = H * D, kd = Hkv * D, f = cf->ffn;
+    int rc;
+
+    memcpy(A->xin, x, (size_t)(c * d) * sizeof(float));
+    dt_rmsnorm_fwd_cpu(c, cf->dim, cf->norm_eps, x, P + L->attn_norm, A->h1, A->rstd1);
+    dt_linear_fwd_cpu(c, cf->dim, (int)qd, A->h1, P + L->wq, A->q);
+    dt_linear_fwd_cpu(c, cf->dim, (int)kd, A->h1, P + L->wk, A->k);
+    dt_linear_fwd_cpu(c, cf->dim, (int)kd, A->h1, P + L->wv, A->v);
+    dt_rope_fwd_cpu(c, (int)H, (int)D, pos, cf->rope_theta, A->q);
+    dt_rope_fwd_cpu(c, (int)Hkv, (int)D, pos, cf->rope_theta, A->k);
+    if ((rc = dt_attn_fwd(comm, attn, A->q, A->k, A->v, A->o, A->lse, NULL, em)) < 0)
+        return rc;
+    dt_linear_fwd_cpu(c, (int)qd, cf->dim, A->o, P + L->wo, m->dt);
+    add(x, m->dt, c * d);
+    memcpy(A->x2, x, (size_t)(c * d) * sizeof(float));
+    dt_rmsnorm_fwd_cpu(c, cf->dim, cf->norm_eps, x, P + L->mlp_norm, A->h2, A->rstd2);
+    dt_linear_fwd_cpu(c, cf->dim, (int)f, A->h2, P + L->w1, A->a);
+    dt_linear_fwd_cpu(c, cf->dim, (int)f, A->h2, P + L->w3, A->b);
+    dt_swiglu_fwd_cpu(c, (int)f, A->a, A->b, A->g);
+    dt_linear_fwd_cpu(c, (int)f, cf->dim, A->g, P + L->w2, m->dt);
+    add(x, m->dt, c * d);
+    return 0;
+}
+
+/* Final norm and LM head of x (c, d) into m->logits (c, V). */
+static void head_fwd(dt_model_t *m, const float *P, const float *x)
+{
+    const dt_model_cfg_t *cf = &m->cfg;
+    const int64_t c = m->c, d = cf->dim;
+
+    memcpy(m->xf, x, (size_t)(c * d) * sizeof(float));
+    dt_rmsnorm_fwd_cpu(c, cf->dim, cf->norm_eps, m->xf, P + m->lo.final_norm, m->hf, m->rstdf);
+    dt_linear_fwd_cpu(c, cf->dim, cf->vocab, m->hf, P + m->lo.lm_head, m->logits);
+}
+
+int dt_model_embed(dt_model_t *m, const float *P, const int32_t *x, float *hidden, dt_emsg_t *em)
+{
+    int rc = dt_tokens_check(m->c, m->cfg.vocab, x, 0, em);
+
+    if (rc < 0)
+        return rc;
+    dt_embed_fwd_cpu(m->c, m->cfg.vocab, m->cfg.dim, x, P + m->lo.tok_emb, hidden);
+    return 0;
+}
+
+int dt_model_layer_fwd(dt_model_t *m, dt_comm_t *comm, const dt_attn_spec_t *attn,
+                       const float *P, int l, const int64_t *pos, float *hidden, dt_emsg_t *em)
+{
+    int rc;
+
+    if (l < 0 || l >= m->cfg.layers)
+        return dt_emsg_set(em, DT_ERANGE, "layer %d: the model has layers 0 to %d", l,
+                           m->cfg.layers - 1);
+    if ((rc = check_attn(m, attn, em)) < 0)
+        return rc;
+    return layer_fwd(m, comm, attn, P, l, &m->act[l % m->nact], pos, hidden, em);
+}
+
+int dt_model_head(dt_model_t *m, dt_comm_t *comm, const float *P, const float *hidden,
+                  const int32_t *y, double *loss, dt_emsg_t *em)
+{
+    int64_t count = 0;
+    int rc;
+
+    if ((rc = dt_tokens_check(m->c, m->cfg.vocab, y, 1, em)) < 0)
+        return rc;
+    head_fwd(m, P, hidden);
+    /* as dt_model_step: the local mean times the local count, summed */
+    double local = dt_xent_cpu(m->c, m->cfg.vocab, m->logits, y, NULL, &count);
+    double tot[2] = { local * (double)count, (double)count };
+    if ((rc = dt_comm_allreduce_sum_f64(comm, tot, 2)) < 0)
+        return dt_emsg_set(em, rc, "loss all-reduce failed");
+    *loss = tot[1] > 0 ? tot[0] / tot[1] : 0.0;
+    return 0;
+}
+
 /* ---- forward and backward ----------------------------------------------- */
 
 int dt_model_step(dt_model_t *m, dt_comm_t *comm, const dt_attn_spec_t *attn,
@@ -203,41 +324,21 @@ int dt_model_step(dt_model_t *m, dt_comm_t *comm, const dt_attn_spec_t *attn,
                   Hkv = cf->kv_heads, qd = H * D, kd = Hkv * D, f = cf->ffn, V = cf->vocab;
     int rc;
 
-    if (attn->H != H || attn->Hkv != Hkv || attn->D != D)
-        return dt_emsg_set(em, DT_ESHAPE, "attention (H=%d, Hkv=%d, D=%d) does not match the "
-                           "model (H=%lld, Hkv=%lld, D=%lld)", attn->H, attn->Hkv, attn->D,
-                           (long long)H, (long long)Hkv, (long long)D);
+    if (m->nact != cf->layers)
+        return dt_emsg_set(em, DT_EINVAL, "a forward-only model (dt_model_new_forward) "
+                           "cannot take a step");
+    if ((rc = check_attn(m, attn, em)) < 0)
+        return rc;
     if ((rc = dt_tokens_check(c, cf->vocab, x, 0, em)) < 0 ||
         (rc = dt_tokens_check(c, cf->vocab, y, 1, em)) < 0)
         return rc;
 
     /* forward */
     dt_embed_fwd_cpu(c, cf->vocab, cf->dim, x, P + lo->tok_emb, m->x);
-    for (int l = 0; l < cf->layers; l++) {
-        const dt_model_layer_off_t *L = &lo->layer[l];
-        acts_t *A = &m->act[l];
-        memcpy(A->xin, m->x, (size_t)(c * d) * sizeof(float));
-        dt_rmsnorm_fwd_cpu(c, cf->dim, cf->norm_eps, m->x, P + L->attn_norm, A->h1, A->rstd1);
-        dt_linear_fwd_cpu(c, cf->dim, (int)qd, A->h1, P + L->wq, A->q);
-        dt_linear_fwd_cpu(c, cf->dim, (int)kd, A->h1, P + L->wk, A->k);
-        dt_linear_fwd_cpu(c, cf->dim, (int)kd, A->h1, P + L->wv, A->v);
-        dt_rope_fwd_cpu(c, (int)H, (int)D, pos, cf->rope_theta, A->q);
-        dt_rope_fwd_cpu(c, (int)Hkv, (int)D, pos, cf->rope_theta, A->k);
-        if ((rc = dt_attn_fwd(comm, attn, A->q, A->k, A->v, A->o, A->lse, NULL, em)) < 0)
+    for (int l = 0; l < cf->layers; l++)
+        if ((rc = layer_fwd(m, comm, attn, P, l, &m->act[l], pos, m->x, em)) < 0)
             return rc;
-        dt_linear_fwd_cpu(c, (int)qd, cf->dim, A->o, P + L->wo, m->dt);
-        add(m->x, m->dt, c * d);
-        memcpy(A->x2, m->x, (size_t)(c * d) * sizeof(float));
-        dt_rmsnorm_fwd_cpu(c, cf->dim, cf->norm_eps, m->x, P + L->mlp_norm, A->h2, A->rstd2);
-        dt_linear_fwd_cpu(c, cf->dim, (int)f, A->h2, P + L->w1, A->a);
-        dt_linear_fwd_cpu(c, cf->dim, (int)f, A->h2, P + L->w3, A->b);
-        dt_swiglu_fwd_cpu(c, (int)f, A->a, A->b, A->g);
-        dt_linear_fwd_cpu(c, (int)f, cf->dim, A->g, P + L->w2, m->dt);
-        add(m->x, m->dt, c * d);
-    }
-    memcpy(m->xf, m->x, (size_t)(c * d) * sizeof(float));
-    dt_rmsnorm_fwd_cpu(c, cf->dim, cf->norm_eps, m->xf, P + lo->final_norm, m->hf, m->rstdf);
-    dt_linear_fwd_cpu(c, cf->dim, cf->vocab, m->hf, P + lo->lm_head, m->logits);
+    head_fwd(m, P, m->x);
 
     /* the loss over every rank's counted targets */
     int64_t count = 0;

@@ -74,7 +74,40 @@ int dt_model_step(dt_model_t *m, dt_comm_t *comm, const dt_attn_spec_t *attn,
                   const float *params, const int32_t *x, const int32_t *y, const int64_t *pos,
                   float *grads, double *loss, dt_emsg_t *em);
 
-/* The logits (c, V) of the last call (valid until the next). */
+/* The logits (c, V) of the last dt_model_step or dt_model_head (valid
+ * until the next call). */
 const float *dt_model_logits(const dt_model_t *m);
+
+/* ---- layer-wise forward (prefill) -------------------------------------------
+ * The forward of dt_model_step one piece at a time, on a hidden state
+ * (c, d) fp32 that the caller holds (and may checkpoint between layers):
+ * dt_model_embed, then dt_model_layer_fwd for l = 0 .. layers-1, then
+ * dt_model_head. The same kernels run in the same order as in
+ * dt_model_step, so the loss and logits are bit-identical to its forward. */
+
+/* A model for the forward only: activations of one layer (reused by every
+ * layer), the final norm and the logits (c, V); no backward buffers.
+ * dt_model_step refuses it (DT_EINVAL). Free with dt_model_free. */
+dt_model_t *dt_model_new_forward(const dt_model_cfg_t *cfg, int64_t c);
+
+/* hidden (c, d) = token embeddings of x (c). DT_ERANGE for a token outside
+ * [0, V). Local: no communication. */
+int dt_model_embed(dt_model_t *m, const float *params, const int32_t *x, float *hidden,
+                   dt_emsg_t *em);
+
+/* Block l (0 <= l < layers) applied to hidden (c, d) in place; pos (c) the
+ * positions of the rows, attn as for dt_model_step. Every rank of comm must
+ * call it (ring attention). DT_ERANGE for a bad l, DT_ESHAPE for an attn
+ * that does not match the model. */
+int dt_model_layer_fwd(dt_model_t *m, dt_comm_t *comm, const dt_attn_spec_t *attn,
+                       const float *params, int l, const int64_t *pos, float *hidden,
+                       dt_emsg_t *em);
+
+/* Final RMSNorm and LM head of hidden (c, d) into the logits (c, V)
+ * (dt_model_logits); *loss = the mean cross-entropy over every counted
+ * target (y (c), DT_IGNORE ignored) of every rank, as dt_model_step
+ * computes it. Every rank of comm must call it (one all-reduce). */
+int dt_model_head(dt_model_t *m, dt_comm_t *comm, const float *params, const float *hidden,
+                  const int32_t *y, double *loss, dt_emsg_t *em);
 
 #endif /* DT_MODEL_H */
