@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "ckpt.h"
+#include "common/fileio.h"
 #include "common/mem.h"
 
 /*-- names ----------------------------------------------------------------*/
@@ -76,23 +77,6 @@ static const char *base_name(const char *path)
 }
 
 /*-- file helpers ---------------------------------------------------------*/
-
-static int fsync_dir(const char *dir, dt_emsg_t *em)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), e, rc = 0;
-
-    if (fd < 0) {
-        e = errno;
-        return dt_emsg_set(em, dt_err_errno(e), "%s: cannot open to fsync: %s", dir, strerror(e));
-    }
-    /* Some file systems cannot fsync a directory (EINVAL): nothing to do. */
-    if (fsync(fd) < 0 && errno != EINVAL && errno != ENOTSUP) {
-        e = errno;
-        rc = dt_emsg_set(em, dt_err_errno(e), "%s: fsync failed: %s", dir, strerror(e));
-    }
-    close(fd);
-    return rc;
-}
 
 static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ftw)
 {
@@ -159,7 +143,7 @@ static int write_atomic(const char *dir, const char *name, const char *data, siz
     if (rc < 0)
         unlink(tmp);
     else
-        rc = fsync_dir(dir, em);
+        rc = dt_fsync_dir(dir, em);
 out:
     free(tmp);
     free(path);
@@ -391,7 +375,7 @@ int dt_ckpt_begin(const char *root, int64_t step, dt_emsg_t *em)
         rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot create: %s", tmp, strerror(e));
         goto out;
     }
-    rc = fsync_dir(root, em);
+    rc = dt_fsync_dir(root, em);
 out:
     free(tmp);
     free(final);
@@ -503,7 +487,7 @@ int dt_ckpt_commit(const char *root, int64_t step, char **out_dir, dt_emsg_t *em
             dt_emsg_set(em, DT_EEXIST, "%s: step %" PRId64 " is already checkpointed", final, step);
         goto out;
     }
-    if ((rc = check_dir(tmp, false, em)) < 0 || (rc = fsync_dir(tmp, em)) < 0)
+    if ((rc = check_dir(tmp, false, em)) < 0 || (rc = dt_fsync_dir(tmp, em)) < 0)
         goto out;
     if (rename(tmp, final) < 0) {
         e = errno;
@@ -511,7 +495,7 @@ int dt_ckpt_commit(const char *root, int64_t step, char **out_dir, dt_emsg_t *em
                          strerror(e));
         goto out;
     }
-    if ((rc = fsync_dir(root, em)) < 0)
+    if ((rc = dt_fsync_dir(root, em)) < 0)
         goto out;
     if (out_dir) {
         *out_dir = final;
@@ -674,7 +658,7 @@ int dt_ckpt_prune(const char *root, int keep, dt_emsg_t *em)
             int e = errno;
             rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot rename for deletion: %s", dir,
                              strerror(e));
-        } else if ((rc = fsync_dir(root, em)) == 0 && (rc = rm_tree(del, em)) == 0) {
+        } else if ((rc = dt_fsync_dir(root, em)) == 0 && (rc = rm_tree(del, em)) == 0) {
             removed++;
         }
         free(del);

@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/fileio.h"
 #include "common/mem.h"
 #include "engine/data.h"
 #include "engine/gen.h"
@@ -43,42 +44,6 @@ static size_t tok_size(enum dt_tok_format f)
 }
 
 /*-- file helpers -------------------------------------------------------------*/
-
-/* Read n bytes at off; the bytes read (short only at end of file) or a
- * negative DT code. */
-static int64_t pread_full(int fd, void *buf, size_t n, int64_t off)
-{
-    size_t done = 0;
-
-    while (done < n) {
-        ssize_t r = pread(fd, (char *)buf + done, n - done, (off_t)(off + (int64_t)done));
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return dt_err_errno(errno);
-        }
-        if (r == 0)
-            break;
-        done += (size_t)r;
-    }
-    return (int64_t)done;
-}
-
-static int write_full(int fd, const void *buf, size_t n)
-{
-    size_t done = 0;
-
-    while (done < n) {
-        ssize_t r = write(fd, (const char *)buf + done, n - done);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return dt_err_errno(errno);
-        }
-        done += (size_t)r;
-    }
-    return 0;
-}
 
 /*-- one shard ----------------------------------------------------------------*/
 
@@ -128,7 +93,7 @@ int dt_tok_shard_new(const char *path, dt_tok_shard_t **out, dt_emsg_t *em)
                          S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file");
         goto fail;
     }
-    if ((got = pread_full(s->fd, hdr, sizeof(hdr), 0)) < 0) {
+    if ((got = dt_pread_full(s->fd, hdr, sizeof(hdr), 0)) < 0) {
         rc = dt_emsg_set(em, (int)got, "%s: cannot read: %s", path, dt_strerror((int)got));
         goto fail;
     }
@@ -226,7 +191,7 @@ int dt_tok_shard_read(const dt_tok_shard_t *s, int64_t first, int64_t n, int32_t
     for (int64_t i = 0; i < n && rc == 0; i += CHUNK_TOKENS) {
         int64_t m = n - i < CHUNK_TOKENS ? n - i : CHUNK_TOKENS;
         int64_t off = DT_TOK_HEADER_BYTES + (first + i) * (int64_t)w;
-        int64_t got = pread_full(s->fd, buf, (size_t)m * w, off);
+        int64_t got = dt_pread_full(s->fd, buf, (size_t)m * w, off);
 
         if (got < 0) {
             rc = dt_emsg_set(em, (int)got, "%s: cannot read: %s", s->path, dt_strerror((int)got));
@@ -313,7 +278,7 @@ int dt_tok_save(const char *path, enum dt_tok_format fmt, const int32_t *tok, in
     hdr[0] = fmt == DT_TOK_U16 ? DT_TOK_MAGIC_U16 : DT_TOK_MAGIC_U32;
     hdr[1] = fmt == DT_TOK_U16 ? DT_TOK_VERSION_U16 : DT_TOK_VERSION_U32;
     hdr[2] = (int32_t)n;
-    if ((rc = write_full(fd, hdr, sizeof(hdr))) < 0)
+    if ((rc = dt_write_full(fd, hdr, sizeof(hdr))) < 0)
         goto werr;
     buf = dt_xmallocarray(CHUNK_TOKENS, w);
     for (int64_t i = 0; i < n && rc == 0; i += CHUNK_TOKENS) {
@@ -324,7 +289,7 @@ int dt_tok_save(const char *path, enum dt_tok_format fmt, const int32_t *tok, in
             else
                 ((uint32_t *)buf)[j] = (uint32_t)tok[i + j];
         }
-        rc = write_full(fd, buf, (size_t)m * w);
+        rc = dt_write_full(fd, buf, (size_t)m * w);
     }
     if (rc < 0)
         goto werr;

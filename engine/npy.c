@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/fileio.h"
 #include "common/mem.h"
 #include "npy.h"
 
@@ -152,43 +153,6 @@ uint16_t dt_f32_to_f16(float f)
 }
 
 /*-- file helpers ---------------------------------------------------------*/
-
-/* Read n bytes at off; returns the bytes read (short only at end of file) or
- * a negative DT code. */
-static int64_t pread_full(int fd, void *buf, size_t n, int64_t off)
-{
-    size_t done = 0;
-
-    while (done < n) {
-        ssize_t r = pread(fd, (char *)buf + done, n - done, (off_t)(off + (int64_t)done));
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return dt_err_errno(errno);
-        }
-        if (r == 0)
-            break;
-        done += (size_t)r;
-    }
-    return (int64_t)done;
-}
-
-static int pwrite_full(int fd, const void *buf, size_t n, int64_t off)
-{
-    size_t done = 0;
-
-    while (done < n) {
-        ssize_t r = pwrite(fd, (const char *)buf + done, n - done,
-                           (off_t)(off + (int64_t)done));
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return dt_err_errno(errno);
-        }
-        done += (size_t)r;
-    }
-    return 0;
-}
 
 static uint32_t le16(const unsigned char *p)
 {
@@ -501,7 +465,7 @@ int dt_npy_read_header(const char *path, dt_npy_info_t *info, dt_emsg_t *em)
                          S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file");
         goto out;
     }
-    if ((got = pread_full(fd, pre, sizeof(pre), 0)) < 0) {
+    if ((got = dt_pread_full(fd, pre, sizeof(pre), 0)) < 0) {
         rc = dt_emsg_set(em, (int)got, "%s: cannot read: %s", path, dt_strerror((int)got));
         goto out;
     }
@@ -546,7 +510,7 @@ int dt_npy_read_header(const char *path, dt_npy_info_t *info, dt_emsg_t *em)
     }
 
     text = dt_xmalloc((size_t)hlen + 1);
-    if ((got = pread_full(fd, text, (size_t)hlen, (int64_t)prelen)) < 0) {
+    if ((got = dt_pread_full(fd, text, (size_t)hlen, (int64_t)prelen)) < 0) {
         rc = dt_emsg_set(em, (int)got, "%s: cannot read: %s", path, dt_strerror((int)got));
         goto out;
     }
@@ -588,7 +552,7 @@ out:
 /* Read n bytes at off into buf; a short read means the file shrank. */
 static int read_data(const char *path, int fd, void *buf, size_t n, int64_t off, dt_emsg_t *em)
 {
-    int64_t got = pread_full(fd, buf, n, off);
+    int64_t got = dt_pread_full(fd, buf, n, off);
 
     if (got < 0)
         return dt_emsg_set(em, (int)got, "%s: cannot read: %s", path, dt_strerror((int)got));
@@ -770,7 +734,7 @@ int dt_npy_writer_open(const char *path, enum dt_dtype dtype, int ndim, const in
                          strerror(e));
         goto fail;
     }
-    if ((rc = pwrite_full(w->fd, hdr, hlen, 0)) < 0) {
+    if ((rc = dt_pwrite_full(w->fd, hdr, hlen, 0)) < 0) {
         rc = dt_emsg_set(em, rc, "%s: cannot write %s: %s", path, w->tmp, dt_strerror(rc));
         goto fail;
     }
@@ -796,7 +760,7 @@ int dt_npy_writer_pwrite(dt_npy_writer_t *w, int64_t first, int64_t count, const
     }
     off = w->data_offset + first * (int64_t)isz;
     if (w->dtype != DT_DTYPE_F16) {
-        rc = pwrite_full(w->fd, data, (size_t)count * isz, off);
+        rc = dt_pwrite_full(w->fd, data, (size_t)count * isz, off);
     } else {
         /* float32 in, binary16 out, through a bounded buffer. */
         const float *src = data;
@@ -811,7 +775,7 @@ int dt_npy_writer_pwrite(dt_npy_writer_t *w, int64_t first, int64_t count, const
                 buf[2 * j] = (unsigned char)(h & 0xff);
                 buf[2 * j + 1] = (unsigned char)(h >> 8);
             }
-            rc = pwrite_full(w->fd, buf, n * 2, off + i * 2);
+            rc = dt_pwrite_full(w->fd, buf, n * 2, off + i * 2);
         }
         free(buf);
     }

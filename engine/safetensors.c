@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/fileio.h"
 #include "common/mem.h"
 #include "safetensors.h"
 
@@ -134,40 +135,6 @@ static void sha256_final(EVP_MD_CTX *ctx, char hex[65])
     hex_digest(md, hex);
 }
 
-static int64_t pread_full(int fd, void *buf, size_t n, int64_t off)
-{
-    size_t done = 0;
-
-    while (done < n) {
-        ssize_t r = pread(fd, (char *)buf + done, n - done, (off_t)(off + (int64_t)done));
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return dt_err_errno(errno);
-        }
-        if (r == 0)
-            break;
-        done += (size_t)r;
-    }
-    return (int64_t)done;
-}
-
-static int write_full(int fd, const void *buf, size_t n)
-{
-    size_t done = 0;
-
-    while (done < n) {
-        ssize_t r = write(fd, (const char *)buf + done, n - done);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return dt_err_errno(errno);
-        }
-        done += (size_t)r;
-    }
-    return 0;
-}
-
 int dt_sha256_file(const char *path, char hex[65], dt_emsg_t *em)
 {
     EVP_MD_CTX *ctx;
@@ -182,7 +149,7 @@ int dt_sha256_file(const char *path, char hex[65], dt_emsg_t *em)
     }
     ctx = sha256_new();
     buf = dt_xmalloc(HASH_CHUNK);
-    while ((got = pread_full(fd, buf, HASH_CHUNK, off)) > 0) {
+    while ((got = dt_pread_full(fd, buf, HASH_CHUNK, off)) > 0) {
         sha256_update(ctx, buf, (size_t)got);
         off += got;
     }
@@ -405,7 +372,7 @@ int dt_st_write(dt_st_writer_t *w, const char *path, char hex[65], int64_t *byte
         len8[i] = (unsigned char)(((uint64_t)hlen >> (8 * i)) & 0xff);
     sha256_update(ctx, len8, 8);
     sha256_update(ctx, hdr, hlen);
-    if ((rc = write_full(fd, len8, 8)) < 0 || (rc = write_full(fd, hdr, hlen)) < 0)
+    if ((rc = dt_write_full(fd, len8, 8)) < 0 || (rc = dt_write_full(fd, hdr, hlen)) < 0)
         goto write_fail;
     for (size_t i = 0; i < w->nt; i++) {
         const wtensor_t *t = &w->t[i];
@@ -413,7 +380,7 @@ int dt_st_write(dt_st_writer_t *w, const char *path, char hex[65], int64_t *byte
         if (t->nbytes == 0)
             continue;
         sha256_update(ctx, t->data, (size_t)t->nbytes);
-        if ((rc = write_full(fd, t->data, (size_t)t->nbytes)) < 0)
+        if ((rc = dt_write_full(fd, t->data, (size_t)t->nbytes)) < 0)
             goto write_fail;
     }
     sha256_final(ctx, digest);
@@ -717,7 +684,7 @@ int dt_st_open(const char *path, dt_st_reader_t **out, dt_emsg_t *em)
         goto fail;
     }
     size = (int64_t)st.st_size;
-    if ((got = pread_full(r->fd, len8, 8, 0)) < 0) {
+    if ((got = dt_pread_full(r->fd, len8, 8, 0)) < 0) {
         rc = dt_emsg_set(em, (int)got, "%s: cannot read: %s", path, dt_strerror((int)got));
         goto fail;
     }
@@ -745,7 +712,7 @@ int dt_st_open(const char *path, dt_st_reader_t **out, dt_emsg_t *em)
     }
     r->data_start = 8 + (int64_t)n;
     text = dt_xmalloc(n + 1);
-    if ((got = pread_full(r->fd, text, n, 8)) < 0) {
+    if ((got = dt_pread_full(r->fd, text, n, 8)) < 0) {
         rc = dt_emsg_set(em, (int)got, "%s: cannot read: %s", path, dt_strerror((int)got));
         goto fail;
     }
@@ -801,7 +768,7 @@ int dt_st_read(const dt_st_reader_t *r, const char *name, void *dst, size_t dst_
     if (dst_bytes != n)
         return dt_emsg_set(em, DT_ESHAPE, "%s: tensor '%s' is %" PRIu64 " bytes, the buffer %zu",
                            r->path, name, n, dst_bytes);
-    got = pread_full(r->fd, dst, n, r->data_start + (int64_t)t->begin);
+    got = dt_pread_full(r->fd, dst, n, r->data_start + (int64_t)t->begin);
     if (got < 0)
         return dt_emsg_set(em, (int)got, "%s: cannot read tensor '%s': %s", r->path, name,
                            dt_strerror((int)got));

@@ -1,0 +1,78 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * Full reads and writes, and directory fsync.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/fileio.h"
+
+int64_t dt_pread_full(int fd, void *buf, size_t n, int64_t off)
+{
+    size_t done = 0;
+
+    while (done < n) {
+        ssize_t r = pread(fd, (char *)buf + done, n - done, (off_t)(off + (int64_t)done));
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return dt_err_errno(errno);
+        }
+        if (r == 0)
+            break;
+        done += (size_t)r;
+    }
+    return (int64_t)done;
+}
+
+int dt_write_full(int fd, const void *buf, size_t n)
+{
+    size_t done = 0;
+
+    while (done < n) {
+        ssize_t r = write(fd, (const char *)buf + done, n - done);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return dt_err_errno(errno);
+        }
+        done += (size_t)r;
+    }
+    return 0;
+}
+
+int dt_pwrite_full(int fd, const void *buf, size_t n, int64_t off)
+{
+    size_t done = 0;
+
+    while (done < n) {
+        ssize_t r = pwrite(fd, (const char *)buf + done, n - done, (off_t)(off + (int64_t)done));
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return dt_err_errno(errno);
+        }
+        done += (size_t)r;
+    }
+    return 0;
+}
+
+int dt_fsync_dir(const char *dir, dt_emsg_t *em)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), e, rc = 0;
+
+    if (fd < 0) {
+        e = errno;
+        return dt_emsg_set(em, dt_err_errno(e), "%s: cannot open to fsync: %s", dir, strerror(e));
+    }
+    if (fsync(fd) < 0 && errno != EINVAL && errno != ENOTSUP) {
+        e = errno;
+        rc = dt_emsg_set(em, dt_err_errno(e), "%s: fsync failed: %s", dir, strerror(e));
+    }
+    close(fd);
+    return rc;
+}

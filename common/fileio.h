@@ -1,0 +1,25 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * Whole-buffer file I/O that survives short transfers and EINTR, and the
+ * directory fsync that makes a rename durable. Errors are negative DT_*
+ * codes (translated from errno here, once).
+ */
+#ifndef DT_FILEIO_H
+#define DT_FILEIO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+
+/* Read n bytes at off: the bytes read (short only at end of file) or a
+ * negative code. */
+int64_t dt_pread_full(int fd, void *buf, size_t n, int64_t off);
+/* Write all n bytes (at the file position, or at off). 0 or a negative code. */
+int dt_write_full(int fd, const void *buf, size_t n);
+int dt_pwrite_full(int fd, const void *buf, size_t n, int64_t off);
+/* fsync a directory (after a rename into it). File systems that cannot
+ * (EINVAL, ENOTSUP) count as success. A message naming the directory. */
+int dt_fsync_dir(const char *dir, dt_emsg_t *em);
+
+#endif /* DT_FILEIO_H */
