@@ -16,6 +16,11 @@ enum {
     DT_EXIT_STOPPED = 3, /* stopped on purpose (prefill --stop-after-layer) */
 };
 
+/* Parse option --name's value s as a number in [lo, hi]; DT_EUSAGE with a
+ * message naming the option otherwise. */
+int dt_cmd_number(const char *name, const char *s, double lo, double hi, double *out,
+                  dt_emsg_t *em);
+
 /* The exit code for a dt error code. */
 int dt_exit_code(int rc);
 

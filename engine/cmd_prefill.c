@@ -56,12 +56,6 @@ typedef struct popts {
     int resume, causal;
 } popts_t;
 
-/* the tiny preset, the same as train's and the planner's */
-static const dt_model_cfg_t tiny = {
-    .dim = 256, .layers = 4, .heads = 8, .kv_heads = 2, .ffn = 768, .vocab = 512,
-    .rope_theta = 10000.0, .norm_eps = 1e-5f, .tied = true,
-};
-
 static void usage(FILE *f)
 {
     fprintf(f, "usage: dtengine prefill --model tiny [--dim N --layers N --heads N\n"
@@ -70,16 +64,6 @@ static void usage(FILE *f)
                "                        [--segments w1,.. --dilations r1,..] [--no-causal]\n"
                "                        [--ckpt-dir DIR [--ckpt-keep N] [--resume]]\n"
                "                        [--logits OUT.npy] [--last N] [--stop-after-layer K]\n");
-}
-
-static int num(const char *name, const char *s, double lo, double hi, double *out, dt_emsg_t *em)
-{
-    char *end;
-    double v = strtod(s, &end);
-    if (*s == '\0' || *end != '\0' || !(v >= lo && v <= hi))
-        return dt_emsg_set(em, DT_EUSAGE, "--%s '%s': a number from %g to %g", name, s, lo, hi);
-    *out = v;
-    return 0;
 }
 
 static int parse(int argc, char **argv, popts_t *o, dt_emsg_t *em)
@@ -98,7 +82,7 @@ static int parse(int argc, char **argv, popts_t *o, dt_emsg_t *em)
     int c, rc;
 
     memset(o, 0, sizeof(*o));
-    o->model = tiny;
+    dt_model_preset("tiny", &o->model, NULL);
     o->data = "recall";
     o->layout = "zigzag";
     o->causal = 1;
@@ -117,24 +101,24 @@ static int parse(int argc, char **argv, popts_t *o, dt_emsg_t *em)
                                    "--layers --heads --kv-heads --ffn --vocab", optarg);
             break;
         case 1: case 2: case 3: case 4: case 5: case 6:
-            if ((rc = num(lo[c].name, optarg, 1, 1 << 20, &v, em)) < 0)
+            if ((rc = dt_cmd_number(lo[c].name, optarg, 1, 1 << 20, &v, em)) < 0)
                 return rc;
             (&o->model.dim)[c - 1] = (int)v; /* dim, layers, heads, kv_heads, ffn, vocab */
             break;
         case 'd': o->data = optarg; break;
-        case 'T': rc = num("seq-len", optarg, 2, 1e12, &v, em), o->T = (int64_t)v; break;
-        case 's': rc = num("seed", optarg, 0, 9e15, &v, em), o->seed = (uint64_t)v; break;
+        case 'T': rc = dt_cmd_number("seq-len", optarg, 2, 1e12, &v, em), o->T = (int64_t)v; break;
+        case 's': rc = dt_cmd_number("seed", optarg, 0, 9e15, &v, em), o->seed = (uint64_t)v; break;
         case 'y': o->layout = optarg; break;
         case 'g': o->segments = optarg; break;
         case 'D': o->dilations = optarg; break;
         case 'N': o->causal = 0; break;
         case 'c': o->ckpt_dir = optarg; break;
-        case 'K': rc = num("ckpt-keep", optarg, 1, 1e6, &v, em), o->ckpt_keep = (int64_t)v; break;
+        case 'K': rc = dt_cmd_number("ckpt-keep", optarg, 1, 1e6, &v, em), o->ckpt_keep = (int64_t)v; break;
         case 'r': o->resume = 1; break;
         case 'o': o->logits = optarg; break;
-        case 'l': rc = num("last", optarg, 1, 1e12, &v, em), o->last = (int64_t)v; break;
+        case 'l': rc = dt_cmd_number("last", optarg, 1, 1e12, &v, em), o->last = (int64_t)v; break;
         case 'X':
-            rc = num("stop-after-layer", optarg, 1, 1 << 20, &v, em), o->stop_after = (int64_t)v;
+            rc = dt_cmd_number("stop-after-layer", optarg, 1, 1 << 20, &v, em), o->stop_after = (int64_t)v;
             break;
         case 'h': return 1;
         default:

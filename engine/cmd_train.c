@@ -57,12 +57,6 @@ typedef struct topts {
     dt_spec_t spec; /* --spec FILE, whose strings the options above may point into */
 } topts_t;
 
-/* the tiny preset: the same shape as the planner's `tiny` */
-static const dt_model_cfg_t tiny = {
-    .dim = 256, .layers = 4, .heads = 8, .kv_heads = 2, .ffn = 768, .vocab = 512,
-    .rope_theta = 10000.0, .norm_eps = 1e-5f, .tied = true,
-};
-
 static void usage(FILE *f)
 {
     fprintf(f, "usage: dtengine train [--spec FILE] --model tiny [--dim N --layers N --heads N\n"
@@ -73,16 +67,6 @@ static void usage(FILE *f)
                "                      [--weight-decay X] [--clip X] [--layout contiguous|zigzag]\n"
                "                      [--segments w1,.. --dilations r1,..] [--no-causal]\n"
                "                      [--params-out FILE.npy]\n");
-}
-
-static int num(const char *name, const char *s, double lo, double hi, double *out, dt_emsg_t *em)
-{
-    char *end;
-    double v = strtod(s, &end);
-    if (*s == '\0' || *end != '\0' || !(v >= lo && v <= hi))
-        return dt_emsg_set(em, DT_EUSAGE, "--%s '%s': a number from %g to %g", name, s, lo, hi);
-    *out = v;
-    return 0;
 }
 
 /* Take what a job spec says about training: model, sequence, attention,
@@ -152,7 +136,7 @@ static int parse(int argc, char **argv, topts_t *o, dt_emsg_t *em)
     int c, rc;
 
     memset(o, 0, sizeof(*o));
-    o->model = tiny;
+    dt_model_preset("tiny", &o->model, NULL);
     o->data = "recall";
     o->layout = "zigzag";
     o->causal = 1;
@@ -180,23 +164,23 @@ static int parse(int argc, char **argv, topts_t *o, dt_emsg_t *em)
                                    "--layers --heads --kv-heads --ffn --vocab", optarg);
             break;
         case 1: case 2: case 3: case 4: case 5: case 6:
-            if ((rc = num(lo[c].name, optarg, 1, 1 << 20, &v, em)) < 0)
+            if ((rc = dt_cmd_number(lo[c].name, optarg, 1, 1 << 20, &v, em)) < 0)
                 return rc;
             (&o->model.dim)[c - 1] = (int)v; /* dim, layers, heads, kv_heads, ffn, vocab */
             break;
         case 'd': o->data = optarg; break;
-        case 'T': rc = num("seq-len", optarg, 2, 1e9, &v, em), o->T = (int64_t)v; break;
-        case 'n': rc = num("steps", optarg, 0, 1e9, &v, em), o->steps = (int64_t)v; break;
+        case 'T': rc = dt_cmd_number("seq-len", optarg, 2, 1e9, &v, em), o->T = (int64_t)v; break;
+        case 'n': rc = dt_cmd_number("steps", optarg, 0, 1e9, &v, em), o->steps = (int64_t)v; break;
         case 'c': o->ckpt_dir = optarg; break;
-        case 'k': rc = num("ckpt-every", optarg, 1, 1e9, &v, em), o->ckpt_every = (int64_t)v; break;
-        case 'K': rc = num("ckpt-keep", optarg, 1, 1e6, &v, em), o->ckpt_keep = (int64_t)v; break;
+        case 'k': rc = dt_cmd_number("ckpt-every", optarg, 1, 1e9, &v, em), o->ckpt_every = (int64_t)v; break;
+        case 'K': rc = dt_cmd_number("ckpt-keep", optarg, 1, 1e6, &v, em), o->ckpt_keep = (int64_t)v; break;
         case 'r': o->resume = 1; break;
-        case 's': rc = num("seed", optarg, 0, 9e15, &v, em), o->seed = (uint64_t)v; break;
-        case 'l': rc = num("lr", optarg, 0, 10, &o->lr, em); break;
-        case 'L': rc = num("min-lr", optarg, 0, 10, &o->min_lr, em); break;
-        case 'w': rc = num("warmup", optarg, 0, 1e9, &v, em), o->warmup = (int64_t)v; break;
-        case 'W': rc = num("weight-decay", optarg, 0, 10, &o->wd, em); break;
-        case 'C': rc = num("clip", optarg, 0, 1e9, &o->clip, em); break;
+        case 's': rc = dt_cmd_number("seed", optarg, 0, 9e15, &v, em), o->seed = (uint64_t)v; break;
+        case 'l': rc = dt_cmd_number("lr", optarg, 0, 10, &o->lr, em); break;
+        case 'L': rc = dt_cmd_number("min-lr", optarg, 0, 10, &o->min_lr, em); break;
+        case 'w': rc = dt_cmd_number("warmup", optarg, 0, 1e9, &v, em), o->warmup = (int64_t)v; break;
+        case 'W': rc = dt_cmd_number("weight-decay", optarg, 0, 10, &o->wd, em); break;
+        case 'C': rc = dt_cmd_number("clip", optarg, 0, 1e9, &o->clip, em); break;
         case 'y': o->layout = optarg; break;
         case 'g': o->segments = optarg; break;
         case 'D': o->dilations = optarg; break;

@@ -34,6 +34,17 @@ static void usage(FILE *f)
     fprintf(f, "\n'dtengine COMMAND --help' for a command's options; see dtengine(1).\n");
 }
 
+int dt_cmd_number(const char *name, const char *s, double lo, double hi, double *out,
+                  dt_emsg_t *em)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (*s == '\0' || *end != '\0' || !(v >= lo && v <= hi))
+        return dt_emsg_set(em, DT_EUSAGE, "--%s '%s': a number from %g to %g", name, s, lo, hi);
+    *out = v;
+    return 0;
+}
+
 int dt_exit_code(int rc)
 {
     switch (rc) {

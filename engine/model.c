@@ -23,6 +23,19 @@
 #include "engine/model.h"
 #include "kernels/cpu/layers_cpu.h"
 
+int dt_model_preset(const char *name, dt_model_cfg_t *out, dt_emsg_t *em)
+{
+    static const dt_model_cfg_t tiny = {
+        .dim = 256, .layers = 4, .heads = 8, .kv_heads = 2, .ffn = 768, .vocab = 512,
+        .rope_theta = 10000.0, .norm_eps = 1e-5f, .tied = true,
+    };
+    if (strcmp(name, "tiny") != 0)
+        return dt_emsg_set(em, DT_EINVAL, "model '%s': the engine's preset is tiny (or give the "
+                           "shape)", name);
+    *out = tiny;
+    return 0;
+}
+
 int dt_model_cfg_check(const dt_model_cfg_t *c, dt_emsg_t *em)
 {
     if (c->dim <= 0 || c->layers <= 0 || c->heads <= 0 || c->kv_heads <= 0 || c->ffn <= 0 ||

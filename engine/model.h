@@ -32,6 +32,11 @@ typedef struct dt_model_cfg {
     bool tied;
 } dt_model_cfg_t;
 
+/* The engine's preset shapes: "tiny" (dim 256, 4 layers, 8 heads, 2 kv
+ * heads, ffn 768, vocab 512, tied; the planner's tiny). DT_EINVAL naming
+ * the known presets otherwise. */
+int dt_model_preset(const char *name, dt_model_cfg_t *out, dt_emsg_t *em);
+
 /* Validate: positive sizes, heads divide dim, kv_heads divide heads, head
  * dim even (RoPE pairs). DT_EINVAL naming the field. */
 int dt_model_cfg_check(const dt_model_cfg_t *cfg, dt_emsg_t *em);
