@@ -398,7 +398,7 @@ int dt_cmd_train(dt_comm_t *comm, int argc, char **argv)
     dt_recall_opts_default(&task);
     task.T = o.T;
     task.seed = o.seed;
-    /* planted pairs must fit in the first 10% of the sequence */
+    /* planted pairs must fit in 10% of the sequence */
     int pairs = (int)((o.T + 1) / 10 - 1) / 3;
     task.n_pairs = pairs < task.n_pairs ? pairs : task.n_pairs;
     task.n_queries = task.n_pairs < task.n_queries ? task.n_pairs : task.n_queries;

@@ -688,7 +688,7 @@ int dt_recall_check(const dt_recall_opts_t *o, dt_emsg_t *em)
     if (10 * plant > L)
         return dt_emsg_set(em, DT_EINVAL,
                            "recall: %d pairs take %" PRId64
-                           " tokens, more than the first 10%% (%" PRId64 ") of a %" PRId64
+                           " tokens, more than 10%% (%" PRId64 ") of a %" PRId64
                            "-token sequence",
                            o->n_pairs, plant, L / 10, L);
     if (plant + 4 * (int64_t)o->n_queries > L)
@@ -697,6 +697,11 @@ int dt_recall_check(const dt_recall_opts_t *o, dt_emsg_t *em)
                            " tokens, more than the %" PRId64 " of a sequence",
                            o->n_pairs, o->n_queries, plant + 4 * (int64_t)o->n_queries, L);
     return 0;
+}
+
+int64_t dt_recall_pairs_start(const dt_recall_opts_t *o)
+{
+    return (4 * (o->T + 1)) / 10;
 }
 
 int64_t dt_recall_answer_pos(const dt_recall_opts_t *o, int q)
@@ -746,14 +751,17 @@ int dt_recall_make(const dt_recall_opts_t *o, uint64_t index, int32_t *tok, dt_e
         pick[j] = t;
     }
 
+    /* BOS, filler, the pairs from 40% of the sequence on, filler, queries */
+    int64_t p0 = dt_recall_pairs_start(o);
     tok[0] = DT_RECALL_BOS;
-    for (int p = 0; p < P; p++) {
-        tok[1 + 3 * p] = key0 + keys[p];
-        tok[2 + 3 * p] = val0 + vals[p];
-        tok[3 + 3 * p] = DT_RECALL_SEP;
-    }
-    for (int64_t i = plant; i < qs; i++)
+    for (int64_t i = 1; i < qs; i++)
         tok[i] = fill0 + draw(o, index, D_FILLER, (uint64_t)i, o->n_filler);
+    for (int p = 0; p < P; p++) {
+        tok[p0 + 3 * p] = key0 + keys[p];
+        tok[p0 + 1 + 3 * p] = val0 + vals[p];
+        tok[p0 + 2 + 3 * p] = DT_RECALL_SEP;
+    }
+    (void)plant;
     for (int q = 0; q < Q; q++) {
         int64_t a = qs + 4 * (int64_t)q;
         tok[a] = DT_RECALL_QUERY;

@@ -149,13 +149,18 @@ int dt_loader_set_cursor(dt_loader_t *l, const dt_loader_cursor_t *c, dt_emsg_t 
  *
  * A sequence of L = T + 1 tokens, a function of (seed, sequence index):
  *   [0]                 BOS
- *   [1, 1 + 3P)         P pairs "k v SEP", keys distinct, values uniform
- *   [1 + 3P, L - 4Q)    filler, uniform over the F filler tokens
+ *   [1, p0)             filler, uniform over the F filler tokens
+ *   [p0, p0 + 3P)       P pairs "k v SEP", keys distinct, values uniform;
+ *                       p0 = floor(4 L / 10), 40% into the sequence
+ *   [p0 + 3P, L - 4Q)   filler
  *   [L - 4Q, L)         Q queries "QUERY k ANSWER v", Q distinct planted keys
  *                       in random order, v the value planted with k
- * The pairs must lie in the first 10% of the sequence (10 * (1 + 3P) <= L),
- * so with x split contiguously over R <= 10 ranks (10 | T) they are on rank
- * 0's tokens and every answer needs attention from the last rank to rank 0.
+ * The pairs take at most 10% of the sequence (10 * (1 + 3P) <= L), so they
+ * lie in [0.4 L, 0.5 L): with the sequence over R >= 2 ranks, contiguous
+ * (rank floor(0.4 R)) or zigzag (chunks floor(0.8 R) .. R - 1 of 2R, held by
+ * ranks other than 0), they are on other ranks than the queries at the end
+ * (the last rank, or rank 0 under zigzag), so every answer needs attention
+ * across rank boundaries.
  *
  * Targets: y[i] = tok[i + 1] at the Q answer slots (x[i] == ANSWER,
  * i = T - 4Q + 4q + 3 for q = 0..Q-1, the last being T - 1), -1
@@ -190,6 +195,9 @@ int dt_recall_check(const dt_recall_opts_t *o, dt_emsg_t *em);
 
 /* 4 + K + V + F. */
 int64_t dt_recall_vocab(const dt_recall_opts_t *o);
+
+/* Position of the first planted key: floor(4 (T + 1) / 10). */
+int64_t dt_recall_pairs_start(const dt_recall_opts_t *o);
 
 /* Index into y of the answer slot of query q (0 <= q < Q). */
 int64_t dt_recall_answer_pos(const dt_recall_opts_t *o, int q);

@@ -6,7 +6,8 @@
  * version, short header, a count larger than the file, trailing data), the
  * loader's windows, order, shuffle and cursor (a restored cursor gives the
  * same batches), and the generated recall task (determinism, answers that
- * match the planted pairs, the pairs on rank 0's tokens, the target layout,
+ * match the planted pairs, the pairs on other ranks than the queries, the
+ * target layout,
  * the scorer). Every test works in its own directory under /tmp.
  */
 #include "config.h"
@@ -22,6 +23,7 @@
 #include <unistd.h>
 
 #include "engine/data.h"
+#include "engine/layout.h"
 #include "engine/gen.h"
 
 /*-- fixture: one temp dir per test -----------------------------------------*/
@@ -610,25 +612,31 @@ Test(data, recall_answers_match_the_planted_pairs)
     for (uint64_t s = 0; s < 50; s++) {
         const int K = o.n_keys, V = o.n_values, Pn = o.n_pairs, Q = o.n_queries;
         const int64_t L = o.T + 1, plant = 1 + 3 * Pn, qs = L - 4 * Q;
+        const int64_t p0 = dt_recall_pairs_start(&o);
         int val_of[128];
 
         cr_assert_eq(dt_recall_make(&o, s, tok, &em), 0, "%s", em.s);
         cr_assert_eq(tok[0], DT_RECALL_BOS);
-        cr_assert(10 * plant <= L, "pairs end at %ld, past 10%% of %ld", (long)plant, (long)L);
+        cr_assert(10 * plant <= L, "pairs take %ld tokens, past 10%% of %ld", (long)plant,
+                  (long)L);
+        cr_assert(p0 == 4 * L / 10 && p0 + 3 * Pn <= L / 2, "pairs at %ld..%ld", (long)p0,
+                  (long)(p0 + 3 * Pn));
         for (int k = 0; k < K; k++)
             val_of[k] = -1;
         for (int p = 0; p < Pn; p++) {
-            int k = tok[1 + 3 * p] - 4, v = tok[2 + 3 * p] - 4 - K;
+            int k = tok[p0 + 3 * p] - 4, v = tok[p0 + 1 + 3 * p] - 4 - K;
             cr_assert(k >= 0 && k < K, "seq %lu pair %d: key token %d", (unsigned long)s, p,
-                      tok[1 + 3 * p]);
+                      tok[p0 + 3 * p]);
             cr_assert(v >= 0 && v < V, "seq %lu pair %d: value token %d", (unsigned long)s, p,
-                      tok[2 + 3 * p]);
-            cr_assert_eq(tok[3 + 3 * p], DT_RECALL_SEP);
+                      tok[p0 + 1 + 3 * p]);
+            cr_assert_eq(tok[p0 + 2 + 3 * p], DT_RECALL_SEP);
             cr_assert_eq(val_of[k], -1, "key %d planted twice", k);
             val_of[k] = v;
         }
-        for (int64_t i = plant; i < qs; i++)
-            cr_assert(tok[i] >= 4 + K + V && tok[i] < 512, "filler at %ld is %d", (long)i, tok[i]);
+        for (int64_t i = 1; i < qs; i++)
+            if (i < p0 || i >= p0 + 3 * Pn)
+                cr_assert(tok[i] >= 4 + K + V && tok[i] < 512, "filler at %ld is %d", (long)i,
+                          tok[i]);
         for (int q = 0; q < Q; q++) {
             const int32_t *t = tok + qs + 4 * q;
             cr_assert_eq(t[0], DT_RECALL_QUERY);
@@ -643,21 +651,37 @@ Test(data, recall_answers_match_the_planted_pairs)
     }
 }
 
-Test(data, recall_pairs_sit_on_rank_0)
+/* The rank holding position p among R ranks of c = T / R tokens. */
+static int64_t owner(enum dt_layout l, int64_t T, int64_t R, int64_t p)
+{
+    int64_t c = T / R;
+    if (l == DT_LAYOUT_CONTIGUOUS)
+        return p / c;
+    int64_t chunk = p / (c / 2);
+    return chunk < R ? chunk : 2 * R - 1 - chunk;
+}
+
+Test(data, recall_pairs_and_queries_sit_on_different_ranks)
 {
     dt_recall_opts_t o;
     int32_t x[1024], y[1024];
     dt_emsg_t em = { "" };
-    const int64_t R = 4, c = 1024 / R;
 
     dt_recall_opts_default(&o);
     cr_assert_eq(dt_recall_xy(&o, 5, x, y, &em), 0, "%s", em.s);
-    for (int64_t i = c; i < 1024; i++)
-        if (x[i] >= 4 && x[i] < 4 + o.n_keys + o.n_values)
-            cr_assert(i >= 1024 - 4 * o.n_queries,
-                      "key or value at %ld outside rank 0 and the queries", (long)i);
-    for (int q = 0; q < o.n_queries; q++)
-        cr_assert_geq(dt_recall_answer_pos(&o, q), (R - 1) * c, "answer not on the last rank");
+    for (int lay = 0; lay < 2; lay++) {
+        enum dt_layout l = lay ? DT_LAYOUT_ZIGZAG : DT_LAYOUT_CONTIGUOUS;
+        for (int64_t R = 2; R <= 8; R *= 2) {
+            int64_t qrank = owner(l, 1024, R, dt_recall_answer_pos(&o, 0));
+            for (int q = 0; q < o.n_queries; q++)
+                cr_assert_eq(owner(l, 1024, R, dt_recall_answer_pos(&o, q)), qrank);
+            for (int64_t i = 0; i < 1024 - 4 * o.n_queries; i++)
+                if (x[i] >= 4 && x[i] < 4 + o.n_keys + o.n_values)
+                    cr_assert_neq(owner(l, 1024, R, i), qrank,
+                                  "%s R=%ld: key or value at %ld on the queries' rank %ld",
+                                  lay ? "zigzag" : "contiguous", (long)R, (long)i, (long)qrank);
+        }
+    }
 }
 
 Test(data, recall_target_layout)
@@ -742,7 +766,7 @@ Test(data, recall_refuses_bad_options)
     o.n_pairs = 4;
     o.n_queries = 2;
     cr_assert_eq(dt_recall_make(&o, 0, tok, &em), DT_EINVAL);
-    cr_assert(strstr(em.s, "4 pairs take 13 tokens, more than the first 10% (12) of a "
+    cr_assert(strstr(em.s, "4 pairs take 13 tokens, more than 10% (12) of a "
                            "129-token sequence"),
               "%s", em.s);
     o.n_pairs = 3;
