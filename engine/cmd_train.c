@@ -48,7 +48,7 @@ enum { TAG_SHARD = 301 };
 
 typedef struct topts {
     dt_model_cfg_t model;
-    int64_t T, steps, ckpt_every, ckpt_keep;
+    int64_t T, steps, ckpt_every, ckpt_keep, batch;
     uint64_t seed;
     const char *ckpt_dir, *data, *layout, *segments, *dilations, *params_out;
     int resume, causal;
@@ -66,7 +66,7 @@ static void usage(FILE *f)
                "                      [--seed S] [--lr X] [--min-lr X] [--warmup N]\n"
                "                      [--weight-decay X] [--clip X] [--layout contiguous|zigzag]\n"
                "                      [--segments w1,.. --dilations r1,..] [--no-causal]\n"
-               "                      [--params-out FILE.npy]\n");
+               "                      [--batch B] [--params-out FILE.npy]\n");
 }
 
 /* Take what a job spec says about training: model, sequence, attention,
@@ -130,7 +130,7 @@ static int parse(int argc, char **argv, topts_t *o, dt_emsg_t *em)
         { "lr", 1, NULL, 'l' },         { "min-lr", 1, NULL, 'L' },    { "warmup", 1, NULL, 'w' },
         { "weight-decay", 1, NULL, 'W' }, { "clip", 1, NULL, 'C' },    { "layout", 1, NULL, 'y' },
         { "segments", 1, NULL, 'g' },   { "dilations", 1, NULL, 'D' }, { "no-causal", 0, NULL, 'N' },
-        { "params-out", 1, NULL, 'P' }, { "spec", 1, NULL, 'S' },       { "help", 0, NULL, 'h' },      { NULL, 0, NULL, 0 },
+        { "params-out", 1, NULL, 'P' }, { "batch", 1, NULL, 'B' }, { "spec", 1, NULL, 'S' },       { "help", 0, NULL, 'h' },      { NULL, 0, NULL, 0 },
     };
     double v;
     int c, rc;
@@ -149,6 +149,7 @@ static int parse(int argc, char **argv, topts_t *o, dt_emsg_t *em)
     o->clip = 1.0;
     o->warmup = -1;
     o->ckpt_keep = 3;
+    o->batch = 1;
     /* a spec file first (dt-spec(5)), flags on top of it */
     for (int i = 1; i + 1 < argc; i++)
         if (strcmp(argv[i], "--spec") == 0 && (rc = apply_spec(o, argv[i + 1], em)) < 0)
@@ -187,6 +188,7 @@ static int parse(int argc, char **argv, topts_t *o, dt_emsg_t *em)
         case 'N': o->causal = 0; break;
         case 'S': break; /* applied above */
         case 'P': o->params_out = optarg; break;
+        case 'B': rc = dt_cmd_number("batch", optarg, 1, 1 << 20, &v, em), o->batch = (int64_t)v; break;
         case 'h': return 1;
         default:
             return dt_emsg_set(em, DT_EUSAGE, "unknown option or missing value '%s'",
@@ -264,8 +266,9 @@ static int save(dt_comm_t *comm, const topts_t *o, int64_t step, int64_t n, cons
             rc = dt_comm_recv(comm, &recs[q], sizeof(recs[q]), q, TAG_SHARD);
         if (rc == 0) {
             dt_ckpt_manifest_t man = { .step = step, .ranks = R, .model = model_json(&o->model),
-                                       .plan = json_pack("{s:s, s:I}", "layout", o->layout,
-                                                         "seq_len", (json_int_t)o->T),
+                                       .plan = json_pack("{s:s, s:I, s:I}", "layout", o->layout,
+                                                         "seq_len", (json_int_t)o->T, "batch",
+                                                         (json_int_t)o->batch),
                                        .rng = json_pack("{s:I, s:s, s:o}", "seed",
                                                         (json_int_t)o->seed, "data", o->data,
                                                         "cursor", cursor_json(cur)),
@@ -381,7 +384,7 @@ int dt_cmd_train(dt_comm_t *comm, int argc, char **argv)
     dt_recall_opts_t task;
     dt_model_layout_t lo = { 0 };
     dt_model_t *m = NULL;
-    float *P = NULL, *G = NULL, *M = NULL, *V = NULL;
+    float *P = NULL, *G = NULL, *Gb = NULL, *M = NULL, *V = NULL;
     int32_t *xs = NULL, *ys = NULL, *x = NULL, *y = NULL;
     int64_t *pos = NULL, start = 0;
     dt_loader_t *loader = NULL;
@@ -438,6 +441,8 @@ int dt_cmd_train(dt_comm_t *comm, int argc, char **argv)
     m = dt_model_new(&o.model, c);
     P = dt_xcalloc((size_t)n, sizeof(float));
     G = dt_xcalloc((size_t)n, sizeof(float));
+    if (o.batch > 1)
+        Gb = dt_xcalloc((size_t)n, sizeof(float));
     M = dt_xcalloc((size_t)n, sizeof(float));
     V = dt_xcalloc((size_t)n, sizeof(float));
     xs = dt_xmallocarray((size_t)o.T, sizeof(int32_t));
@@ -457,41 +462,53 @@ int dt_cmd_train(dt_comm_t *comm, int argc, char **argv)
     }
     if (me == 0)
         printf("train: model dim=%d layers=%d heads=%d/%d ffn=%d vocab=%d params=%lld "
-               "tokens=%lld ranks=%d layout=%s steps=%lld start=%lld\n",
+               "tokens=%lld batch=%lld ranks=%d layout=%s steps=%lld start=%lld\n",
                o.model.dim, o.model.layers, o.model.heads, o.model.kv_heads, o.model.ffn,
-               o.model.vocab, (long long)n, (long long)o.T, R, o.layout, (long long)o.steps,
+               o.model.vocab, (long long)n, (long long)o.T, (long long)o.batch, R, o.layout,
+               (long long)o.steps,
                (long long)start);
 
     dt_adamw_cfg_t acfg = { .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = o.wd };
     dt_lr_sched_t sched = { .max_lr = o.lr, .min_lr = o.min_lr, .warmup = o.warmup,
                             .total = o.steps };
     for (int64_t step = start; step < o.steps; step++) {
-        double t0 = dt_clock_now(), loss;
-        if (loader)
-            rc = dt_loader_next(loader, xs, ys, &em);
-        else
-            rc = dt_recall_xy(&task, (uint64_t)step, xs, ys, &em);
+        double t0 = dt_clock_now(), loss = 0;
+        double acc[2] = { 0, 0 };
+        /* B sequences per step: the gradient is the mean of theirs */
+        for (int64_t b = 0; b < o.batch && rc == 0; b++) {
+            double lb;
+            if (loader)
+                rc = dt_loader_next(loader, xs, ys, &em);
+            else
+                rc = dt_recall_xy(&task, (uint64_t)(step * o.batch + b), xs, ys, &em);
+            if (rc < 0)
+                break;
+            for (int64_t i = 0; i < c; i++) {
+                x[i] = xs[pos[i]];
+                y[i] = ys[pos[i]];
+            }
+            if ((rc = dt_model_step(m, comm, &attn, P, x, y, pos, o.batch > 1 ? Gb : G, &lb,
+                                    &em)) < 0)
+                break;
+            loss += lb / (double)o.batch;
+            if (o.batch > 1)
+                for (int64_t i = 0; i < n; i++)
+                    G[i] = (b == 0 ? 0.0f : G[i]) + Gb[i] / (float)o.batch;
+            /* accuracy at this rank's counted targets, summed over ranks below */
+            const float *lg = dt_model_logits(m);
+            for (int64_t i = 0; i < c; i++) {
+                if (y[i] < 0)
+                    continue;
+                const float *row = lg + i * o.model.vocab;
+                int best = 0;
+                for (int v = 1; v < o.model.vocab; v++)
+                    best = row[v] > row[best] ? v : best;
+                acc[0] += best == y[i];
+                acc[1] += 1;
+            }
+        }
         if (rc < 0)
             break;
-        for (int64_t i = 0; i < c; i++) {
-            x[i] = xs[pos[i]];
-            y[i] = ys[pos[i]];
-        }
-        if ((rc = dt_model_step(m, comm, &attn, P, x, y, pos, G, &loss, &em)) < 0)
-            break;
-        /* recall accuracy at this rank's answer slots, summed over ranks */
-        const float *lg = dt_model_logits(m);
-        double acc[2] = { 0, 0 };
-        for (int64_t i = 0; i < c; i++) {
-            if (y[i] < 0)
-                continue;
-            const float *row = lg + i * o.model.vocab;
-            int best = 0;
-            for (int v = 1; v < o.model.vocab; v++)
-                best = row[v] > row[best] ? v : best;
-            acc[0] += best == y[i];
-            acc[1] += 1;
-        }
         dt_comm_allreduce_sum_f64(comm, acc, 2);
         dt_loader_cursor_t cursor = { 0 };
         if (loader)
@@ -504,7 +521,7 @@ int dt_cmd_train(dt_comm_t *comm, int argc, char **argv)
             /* accuracy at the counted targets: recall accuracy for the recall
              * task, next-token accuracy for token shards */
             printf("step %lld loss %.9f tokens/s %.0f %s %.3f lr %.3g norm %.4g\n",
-                   (long long)step, loss, (double)o.T / dt, loader ? "acc" : "recall",
+                   (long long)step, loss, (double)(o.T * o.batch) / dt, loader ? "acc" : "recall",
                    acc[1] > 0 ? acc[0] / acc[1] : 0.0, lr, norm);
             fflush(stdout);
         }
@@ -532,6 +549,7 @@ out:
     dt_model_layout_close(&lo);
     free(P);
     free(G);
+    free(Gb);
     free(M);
     free(V);
     free(xs);
