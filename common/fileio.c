@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/fileio.h"
@@ -59,6 +60,32 @@ int dt_pwrite_full(int fd, const void *buf, size_t n, int64_t off)
         done += (size_t)r;
     }
     return 0;
+}
+
+int dt_open_regular(const char *path, int64_t *size, dt_emsg_t *em)
+{
+    struct stat st;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK), e, rc;
+
+    if (fd < 0) {
+        e = errno;
+        return dt_emsg_set(em, dt_err_errno(e), "%s: cannot open: %s", path, strerror(e));
+    }
+    if (fstat(fd, &st) < 0) {
+        e = errno;
+        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot stat: %s", path, strerror(e));
+        close(fd);
+        return rc;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        rc = dt_emsg_set(em, DT_EIO, "%s: %s", path,
+                         S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file");
+        close(fd);
+        return rc;
+    }
+    if (size)
+        *size = (int64_t)st.st_size;
+    return fd;
 }
 
 int dt_fsync_dir(const char *dir, dt_emsg_t *em)

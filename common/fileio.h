@@ -18,6 +18,11 @@ int64_t dt_pread_full(int fd, void *buf, size_t n, int64_t off);
 /* Write all n bytes (at the file position, or at off). 0 or a negative code. */
 int dt_write_full(int fd, const void *buf, size_t n);
 int dt_pwrite_full(int fd, const void *buf, size_t n, int64_t off);
+/* Open PATH read-only and check it is a regular file (O_NONBLOCK, so a
+ * FIFO cannot hang the open). Returns the descriptor and, when size is not
+ * NULL, the file's size; or a negative code with "PATH: cannot open: ...",
+ * "PATH: is a directory" or "PATH: not a regular file". */
+int dt_open_regular(const char *path, int64_t *size, dt_emsg_t *em);
 /* fsync a directory (after a rename into it). File systems that cannot
  * (EINVAL, ENOTSUP) count as success. A message naming the directory. */
 int dt_fsync_dir(const char *dir, dt_emsg_t *em);

@@ -68,29 +68,16 @@ int dt_tok_shard_new(const char *path, dt_tok_shard_t **out, dt_emsg_t *em)
 {
     int32_t hdr[DT_TOK_HEADER_INTS];
     dt_tok_shard_t *s;
-    struct stat st;
+    int64_t st_size = 0;
     int64_t got, have, need;
     size_t w;
-    int rc, e;
+    int rc;
 
     *out = NULL;
     s = dt_xcalloc(1, sizeof(*s));
     s->path = dt_xstrdup(path);
-    /* O_NONBLOCK: a FIFO must not hang the open; fstat refuses it. */
-    s->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (s->fd < 0) {
-        e = errno;
-        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot open: %s", path, strerror(e));
-        goto fail;
-    }
-    if (fstat(s->fd, &st) < 0) {
-        e = errno;
-        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot stat: %s", path, strerror(e));
-        goto fail;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        rc = dt_emsg_set(em, DT_EIO, "%s: %s", path,
-                         S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file");
+    if ((s->fd = dt_open_regular(path, &st_size, em)) < 0) {
+        rc = s->fd;
         goto fail;
     }
     if ((got = dt_pread_full(s->fd, hdr, sizeof(hdr), 0)) < 0) {
@@ -135,7 +122,7 @@ int dt_tok_shard_new(const char *path, dt_tok_shard_t **out, dt_emsg_t *em)
     w = tok_size(s->fmt);
     s->ntok = hdr[2];
     need = s->ntok * (int64_t)w;
-    have = (int64_t)st.st_size - DT_TOK_HEADER_BYTES;
+    have = st_size - DT_TOK_HEADER_BYTES;
     if (have < need) {
         rc = dt_emsg_set(em, DT_EFORMAT,
                          "%s: header[2] (token count) is %" PRId64 ": %" PRId64

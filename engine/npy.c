@@ -165,17 +165,6 @@ static uint32_t le32(const unsigned char *p)
 }
 
 /* Open PATH for reading with a message on failure. */
-static int open_read(const char *path, int *fd, dt_emsg_t *em)
-{
-    /* O_NONBLOCK: a FIFO must not hang the open; it is refused by fstat. */
-    *fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (*fd < 0) {
-        int e = errno;
-        return dt_emsg_set(em, dt_err_errno(e), "%s: cannot open: %s", path, strerror(e));
-    }
-    return 0;
-}
-
 /*-- header parsing -------------------------------------------------------*/
 
 /* A cursor over the header text. Errors name the byte offset inside the
@@ -446,25 +435,15 @@ static int shape_count(const char *path, int ndim, const int64_t *shape, size_t 
 int dt_npy_read_header(const char *path, dt_npy_info_t *info, dt_emsg_t *em)
 {
     unsigned char pre[12];
-    struct stat st;
+    int64_t st_size = 0;
     char *text = NULL;
     int64_t got, need, hlen;
     size_t prelen;
     int fd, rc;
 
     memset(info, 0, sizeof(*info));
-    if ((rc = open_read(path, &fd, em)) < 0)
-        return rc;
-    if (fstat(fd, &st) < 0) {
-        int e = errno;
-        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot stat: %s", path, strerror(e));
-        goto out;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        rc = dt_emsg_set(em, DT_EIO, "%s: %s", path,
-                         S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file");
-        goto out;
-    }
+    if ((fd = dt_open_regular(path, &st_size, em)) < 0)
+        return fd;
     if ((got = dt_pread_full(fd, pre, sizeof(pre), 0)) < 0) {
         rc = dt_emsg_set(em, (int)got, "%s: cannot read: %s", path, dt_strerror((int)got));
         goto out;
@@ -501,11 +480,11 @@ int dt_npy_read_header(const char *path, dt_npy_info_t *info, dt_emsg_t *em)
                          hlen, HEADER_MAX);
         goto out;
     }
-    if ((int64_t)st.st_size < (int64_t)prelen + hlen) {
+    if (st_size < (int64_t)prelen + hlen) {
         rc = dt_emsg_set(em, DT_EFORMAT,
                          "%s: header is truncated (header needs %" PRId64
                          " bytes, file has %" PRId64 ")",
-                         path, (int64_t)prelen + hlen, (int64_t)st.st_size);
+                         path, (int64_t)prelen + hlen, st_size);
         goto out;
     }
 
@@ -527,7 +506,7 @@ int dt_npy_read_header(const char *path, dt_npy_info_t *info, dt_emsg_t *em)
                           (int64_t)info->data_offset, DT_EFORMAT, &info->count, em)) < 0)
         goto out;
     need = (int64_t)info->data_offset + info->count * (int64_t)dt_dtype_size(info->dtype);
-    if ((int64_t)st.st_size < need) {
+    if (st_size < need) {
         char shp[256];
         shape_str(info->ndim, info->shape, shp, sizeof(shp));
         rc = dt_emsg_set(em, DT_EFORMAT,
@@ -535,7 +514,7 @@ int dt_npy_read_header(const char *path, dt_npy_info_t *info, dt_emsg_t *em)
                          " bytes from offset %zu, the file has %" PRId64,
                          path, shp, dt_dtype_name(info->dtype),
                          info->count * (int64_t)dt_dtype_size(info->dtype), info->data_offset,
-                         (int64_t)st.st_size - (int64_t)info->data_offset);
+                         st_size - (int64_t)info->data_offset);
         goto out;
     }
     rc = 0;
@@ -568,7 +547,7 @@ int dt_npy_read_f32(const char *path, const dt_npy_info_t *info, int64_t first, 
                     float *dst, dt_emsg_t *em)
 {
     int64_t off;
-    int fd, rc;
+    int fd, rc = 0;
 
     if (info->dtype != DT_DTYPE_F32 && info->dtype != DT_DTYPE_F16)
         return dt_emsg_set(em, DT_EDTYPE, "%s: dtype is %s, expected float32 or float16", path,
@@ -580,8 +559,8 @@ int dt_npy_read_f32(const char *path, const dt_npy_info_t *info, int64_t first, 
                            path, first, first + count, info->count);
     if (count == 0)
         return 0;
-    if ((rc = open_read(path, &fd, em)) < 0)
-        return rc;
+    if ((fd = dt_open_regular(path, NULL, em)) < 0)
+        return fd;
     off = (int64_t)info->data_offset + first * (int64_t)dt_dtype_size(info->dtype);
     if (info->dtype == DT_DTYPE_F32) {
         rc = read_data(path, fd, dst, (size_t)count * sizeof(float), off, em);
@@ -603,15 +582,15 @@ int dt_npy_read_f32(const char *path, const dt_npy_info_t *info, int64_t first, 
 
 int dt_npy_read_i64(const char *path, const dt_npy_info_t *info, int64_t *dst, dt_emsg_t *em)
 {
-    int fd, rc;
+    int fd, rc = 0;
 
     if (info->dtype != DT_DTYPE_I64)
         return dt_emsg_set(em, DT_EDTYPE, "%s: dtype is %s, expected int64", path,
                            dt_dtype_name(info->dtype));
     if (info->count == 0)
         return 0;
-    if ((rc = open_read(path, &fd, em)) < 0)
-        return rc;
+    if ((fd = dt_open_regular(path, NULL, em)) < 0)
+        return fd;
     rc = read_data(path, fd, dst, (size_t)info->count * sizeof(int64_t),
                    (int64_t)info->data_offset, em);
     close(fd);

@@ -657,33 +657,21 @@ out:
 int dt_st_open(const char *path, dt_st_reader_t **out, dt_emsg_t *em)
 {
     dt_st_reader_t *r;
-    struct stat st;
+    int64_t st_size = 0;
     unsigned char len8[8];
     uint64_t n = 0;
     char *text = NULL;
     int64_t got, size;
-    int rc, e;
+    int rc;
 
     *out = NULL;
     r = dt_xcalloc(1, sizeof(*r));
     r->path = dt_xstrdup(path);
-    r->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (r->fd < 0) {
-        e = errno;
-        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot open: %s", path, strerror(e));
+    if ((r->fd = dt_open_regular(path, &st_size, em)) < 0) {
+        rc = r->fd;
         goto fail;
     }
-    if (fstat(r->fd, &st) < 0) {
-        e = errno;
-        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot stat: %s", path, strerror(e));
-        goto fail;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        rc = dt_emsg_set(em, DT_EIO, "%s: %s", path,
-                         S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file");
-        goto fail;
-    }
-    size = (int64_t)st.st_size;
+    size = st_size;
     if ((got = dt_pread_full(r->fd, len8, 8, 0)) < 0) {
         rc = dt_emsg_set(em, (int)got, "%s: cannot read: %s", path, dt_strerror((int)got));
         goto fail;
