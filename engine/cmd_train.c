@@ -52,8 +52,9 @@ typedef struct topts {
     uint64_t seed;
     const char *ckpt_dir, *data, *layout, *segments, *dilations, *params_out;
     int resume, causal;
-    double lr, min_lr, wd, clip;
+    double lr, min_lr, wd, clip, eps;
     int64_t warmup;
+    int rkeys, rvalues, rpairs, rqueries; /* recall task sizes; 0: defaults */
     dt_spec_t spec; /* --spec FILE, whose strings the options above may point into */
 } topts_t;
 
@@ -64,9 +65,11 @@ static void usage(FILE *f)
                "                      --seq-len T --steps N\n"
                "                      [--ckpt-dir DIR --ckpt-every K [--ckpt-keep N]] [--resume]\n"
                "                      [--seed S] [--lr X] [--min-lr X] [--warmup N]\n"
-               "                      [--weight-decay X] [--clip X] [--layout contiguous|zigzag]\n"
+               "                      [--weight-decay X] [--clip X] [--adam-eps X] [--layout contiguous|zigzag]\n"
                "                      [--segments w1,.. --dilations r1,..] [--no-causal]\n"
-               "                      [--batch B] [--params-out FILE.npy]\n");
+               "                      [--batch B] [--params-out FILE.npy]\n"
+               "                      [--recall-keys K] [--recall-values V] [--recall-pairs P]\n"
+               "                      [--recall-queries Q]\n");
 }
 
 /* Take what a job spec says about training: model, sequence, attention,
@@ -116,6 +119,13 @@ static int apply_spec(topts_t *o, const char *path, dt_emsg_t *em)
         o->ckpt_every = s->ckpt_every;
     if (s->ckpt_keep > 0)
         o->ckpt_keep = s->ckpt_keep;
+    if (s->batch > 0)
+        o->batch = s->batch;
+    int64_t *task[] = { &s->recall_keys, &s->recall_values, &s->recall_pairs, &s->recall_queries };
+    int *tdst[] = { &o->rkeys, &o->rvalues, &o->rpairs, &o->rqueries };
+    for (int i = 0; i < 4; i++)
+        if (*task[i] > 0)
+            *tdst[i] = (int)*task[i];
     return 0;
 }
 
@@ -130,8 +140,13 @@ static int parse(int argc, char **argv, topts_t *o, dt_emsg_t *em)
         { "lr", 1, NULL, 'l' },         { "min-lr", 1, NULL, 'L' },    { "warmup", 1, NULL, 'w' },
         { "weight-decay", 1, NULL, 'W' }, { "clip", 1, NULL, 'C' },    { "layout", 1, NULL, 'y' },
         { "segments", 1, NULL, 'g' },   { "dilations", 1, NULL, 'D' }, { "no-causal", 0, NULL, 'N' },
-        { "params-out", 1, NULL, 'P' }, { "batch", 1, NULL, 'B' }, { "spec", 1, NULL, 'S' },       { "help", 0, NULL, 'h' },      { NULL, 0, NULL, 0 },
+        { "params-out", 1, NULL, 'P' }, { "batch", 1, NULL, 'B' },     { "spec", 1, NULL, 'S' },     { "adam-eps", 1, NULL, 'E' },
+        { "recall-keys", 1, NULL, 7 },  { "recall-values", 1, NULL, 8 }, { "recall-pairs", 1, NULL, 9 },
+        { "recall-queries", 1, NULL, 10 },
+        { "help", 0, NULL, 'h' },     { NULL, 0, NULL, 0 },
     };
+    static const char *const tasknames[] = { "recall-keys", "recall-values", "recall-pairs",
+                                             "recall-queries" };
     double v;
     int c, rc;
 
@@ -147,6 +162,7 @@ static int parse(int argc, char **argv, topts_t *o, dt_emsg_t *em)
     o->min_lr = 3e-4;
     o->wd = 0.1;
     o->clip = 1.0;
+    o->eps = 1e-5; /* LLaMA 2's AdamW epsilon */
     o->warmup = -1;
     o->ckpt_keep = 3;
     o->batch = 1;
@@ -169,6 +185,11 @@ static int parse(int argc, char **argv, topts_t *o, dt_emsg_t *em)
                 return rc;
             (&o->model.dim)[c - 1] = (int)v; /* dim, layers, heads, kv_heads, ffn, vocab */
             break;
+        case 7: case 8: case 9: case 10:
+            if ((rc = dt_cmd_number(tasknames[c - 7], optarg, 1, 1 << 20, &v, em)) < 0)
+                return rc;
+            (&o->rkeys)[c - 7] = (int)v; /* keys, values, pairs, queries */
+            break;
         case 'd': o->data = optarg; break;
         case 'T': rc = dt_cmd_number("seq-len", optarg, 2, 1e9, &v, em), o->T = (int64_t)v; break;
         case 'n': rc = dt_cmd_number("steps", optarg, 0, 1e9, &v, em), o->steps = (int64_t)v; break;
@@ -182,6 +203,7 @@ static int parse(int argc, char **argv, topts_t *o, dt_emsg_t *em)
         case 'w': rc = dt_cmd_number("warmup", optarg, 0, 1e9, &v, em), o->warmup = (int64_t)v; break;
         case 'W': rc = dt_cmd_number("weight-decay", optarg, 0, 10, &o->wd, em); break;
         case 'C': rc = dt_cmd_number("clip", optarg, 0, 1e9, &o->clip, em); break;
+        case 'E': rc = dt_cmd_number("adam-eps", optarg, 1e-30, 1, &o->eps, em); break;
         case 'y': o->layout = optarg; break;
         case 'g': o->segments = optarg; break;
         case 'D': o->dilations = optarg; break;
@@ -401,10 +423,17 @@ int dt_cmd_train(dt_comm_t *comm, int argc, char **argv)
     dt_recall_opts_default(&task);
     task.T = o.T;
     task.seed = o.seed;
-    /* planted pairs must fit in 10% of the sequence */
+    /* planted pairs must fit in 10% of the sequence: the default count
+     * shrinks to fit, a given one is checked */
     int pairs = (int)((o.T + 1) / 10 - 1) / 3;
-    task.n_pairs = pairs < task.n_pairs ? pairs : task.n_pairs;
-    task.n_queries = task.n_pairs < task.n_queries ? task.n_pairs : task.n_queries;
+    task.n_pairs = o.rpairs ? o.rpairs : pairs < task.n_pairs ? pairs : task.n_pairs;
+    task.n_queries = o.rqueries ? o.rqueries
+                     : task.n_pairs < task.n_queries ? task.n_pairs : task.n_queries;
+    task.n_keys = o.rkeys ? o.rkeys : task.n_keys;
+    task.n_values = o.rvalues ? o.rvalues : task.n_values;
+    /* the filler takes the rest of the model's vocabulary */
+    int64_t filler = (int64_t)o.model.vocab - DT_RECALL_NSPECIAL - task.n_keys - task.n_values;
+    task.n_filler = filler >= 1 ? (int)filler : 1;
     if (rc == 0 && !recall) {
         dt_loader_opts_t lopt = { .T = o.T, .shuffle = 1, .seed = o.seed, .vocab = o.model.vocab };
         rc = dt_loader_new_glob(o.data, &lopt, &loader, &em);
@@ -468,7 +497,7 @@ int dt_cmd_train(dt_comm_t *comm, int argc, char **argv)
                (long long)o.steps,
                (long long)start);
 
-    dt_adamw_cfg_t acfg = { .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = o.wd };
+    dt_adamw_cfg_t acfg = { .beta1 = 0.9, .beta2 = 0.95, .eps = o.eps, .weight_decay = o.wd };
     dt_lr_sched_t sched = { .max_lr = o.lr, .min_lr = o.min_lr, .warmup = o.warmup,
                             .total = o.steps };
     for (int64_t step = start; step < o.steps; step++) {

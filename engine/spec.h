@@ -39,8 +39,9 @@ typedef struct dt_spec {
     int64_t time_limit_ms;
     char *partition, *account, *qos, *constraint, *exclude;
     /* training and data */
-    int64_t steps, seed;
+    int64_t steps, seed, batch;
     char *data;      /* "recall" or a token shard path */
+    int64_t recall_keys, recall_values, recall_pairs, recall_queries; /* 0: defaults */
     int64_t ckpt_every, ckpt_keep;
     char *ckpt_dir;
 } dt_spec_t;

@@ -7,6 +7,8 @@
 #     the uninterrupted run and ends with bit-identical parameters (R=1 and
 #     R=4);
 #   - 4 ranks give the losses of 1 rank within 1e-5 relative;
+#   - after one update the parameters of 4 ranks (zigzag and contiguous)
+#     equal those of 1 rank within 1e-5;
 #   - a checkpoint written by 4 ranks resumes on 2, losses within 1e-5 of
 #     the 4-rank run;
 #   - a corrupt newest checkpoint is skipped (with a message) for the one
@@ -57,6 +59,26 @@ done
 
 check "R=4 losses equal R=1 losses within 1e-5" \
     same_losses "$TMPD/full1.log" "$TMPD/full4.log" 1e-5
+# the parameters after one update (no warm-up, so the full learning rate)
+one_step() { # R NPY [ARGS...]
+    _r=$1
+    _o=$2
+    shift 2
+    mpirun_np "$_r" "$DTENGINE" train --model tiny --data recall --seq-len 256 --steps 1 \
+        --warmup 0 --seed 5 --params-out "$_o" "$@" >"$_o.log" 2>&1
+}
+one_step 1 "$TMPD/one1.npy"
+one_step 4 "$TMPD/one4z.npy" --layout zigzag
+one_step 4 "$TMPD/one4c.npy" --layout contiguous
+check "one update: R=4 zigzag parameters equal R=1 within 1e-5" \
+    "$NPYTOOL" cmp "$TMPD/one4z.npy" "$TMPD/one1.npy" --atol 1e-5
+check "one update: R=4 contiguous parameters equal R=1 within 1e-5" \
+    "$NPYTOOL" cmp "$TMPD/one4c.npy" "$TMPD/one1.npy" --atol 1e-5
+mpirun_np 1 "$DTENGINE" train --model tiny --seq-len 256 --steps 0 --seed 5 \
+    --params-out "$TMPD/init.npy" >/dev/null 2>&1
+check "one update: the comparison can fail (the update moved parameters by more than 1e-5)" \
+    sh -c "! '$NPYTOOL' cmp '$TMPD/one1.npy' '$TMPD/init.npy' --atol 1e-5 >/dev/null 2>&1"
+
 mkdir -p "$TMPD/reshard"
 cp -r "$TMPD/full4/step-00000003" "$TMPD/reshard/"
 train 2 "$TMPD/reshard" --resume >"$TMPD/reshard.log" 2>&1
