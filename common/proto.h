@@ -16,6 +16,12 @@
  * DT_MSG_AUTH carrying a munge credential (anything else first closes the
  * connection); over the Unix socket the peer is identified by SO_PEERCRED.
  *
+ * Pushed messages (dtcoordd to a registered dtagentd, and both directions
+ * of the worker channel between dtagentd and its dtengine workers) carry
+ * id 0 and get no reply. The worker channel is a Unix stream socket the
+ * agent hands each worker as the descriptor named by DT_AGENT_FD; see
+ * dtagentd(8) and engine/wlink.h.
+ *
  * The payload fields of each type are listed beside it. Unknown fields are
  * ignored (a newer peer may add some); missing required fields are an error
  * naming the field.
@@ -50,7 +56,28 @@
     X(HEARTBEAT, 41, "agent", "{agent} -> {}")                                       \
     X(PROGRESS, 42, "agent", "{agent, gen, rank, step, tokens, loss} -> {}")         \
     X(WORKER_EXIT, 43, "agent", "{agent, gen, rank, status, signal} -> {}")          \
-    X(SHARD_WRITTEN, 44, "agent", "{agent, step, rank, path, bytes, sha256} -> {}")
+    X(SHARD_WRITTEN, 44, "agent", "{agent, gen, step, rank, path, bytes, sha256, dir, "   \
+                                  "manifest?} -> {}")                                \
+    X(FENCE, 45, "agent", "{agent, gen, seq, data (base64)} -> {}; FENCE_DONE follows")  \
+    X(GEN_ENDED, 46, "agent", "{agent, gen}: no worker of gen is left here -> {}")    \
+    X(CHECKPOINT, 26, "dtctl", "{id} -> {id, gen}: checkpoint at the next step")     \
+    /* dtcoordd -> dtagentd, pushed (id 0, no reply) */                              \
+    X(GEN_START, 50, "coord", "{job, gen, nspace, ranks, nodes, procs, spec, argv, "   \
+                              "resume?}: run these ranks")                           \
+    X(GEN_ABORT, 51, "coord", "{gen, reason}: notify, grace, kill the workers")        \
+    X(FENCE_DONE, 52, "coord", "{gen, seq, data (base64), status}")                    \
+    X(CKPT_REQUEST, 53, "coord", "{gen}: ask the workers for a checkpoint")            \
+    X(STOP, 54, "coord", "{gen, checkpoint}: stop the workers at a step boundary")      \
+    X(JOB_END, 55, "coord", "{job, state}: the job is over, the agent may exit")       \
+    /* dtengine -> dtagentd over the worker channel (DT_AGENT_FD), id 0 */           \
+    X(W_HELLO, 60, "worker", "{rank, pid}")                                            \
+    X(W_PROGRESS, 61, "worker", "{rank, step, steps, tokens, loss, tokens_s, acc}")    \
+    X(W_HEARTBEAT, 62, "worker", "{rank}: alive in a long phase")                      \
+    X(W_SHARD, 63, "worker", "{rank, step, dir, path, bytes, sha256, manifest?}")      \
+    X(W_RESULT, 64, "worker", "{rank, steps, loss, checksum}: rank 0, before exit 0")  \
+    /* dtagentd -> dtengine over the worker channel */                               \
+    X(W_CHECKPOINT, 70, "agent", "{}: write a checkpoint at the next step boundary")  \
+    X(W_STOP, 71, "agent", "{checkpoint}: stop at the next step boundary, exit 3")
 
 enum dt_msg_type {
 #define DT_MSG_ENUM(name, value, dir, payload) DT_MSG_##name = (value),

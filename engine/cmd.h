@@ -13,7 +13,9 @@ enum {
     DT_EXIT_OK = 0,
     DT_EXIT_FAILURE = 1, /* a failure while running: I/O, transport; may be retried */
     DT_EXIT_INPUT = 2,   /* bad options or input: retrying cannot help */
-    DT_EXIT_STOPPED = 3, /* stopped on purpose (prefill --stop-after-layer) */
+    DT_EXIT_STOPPED = 3, /* stopped on purpose (prefill --stop-after-layer, agent W_STOP) */
+    DT_EXIT_PEER = 4,    /* another rank of the job failed (PMIx event): restart helps */
+    DT_EXIT_AGENT_LOST = 5, /* the channel to dtagentd broke */
 };
 
 /* Parse option --name's value s as a number in [lo, hi]; DT_EUSAGE with a

@@ -1,0 +1,3 @@
+/* SPDX-License-Identifier: MIT */
+#include "config.h"
+typedef int dt_stub_wlink;
