@@ -9,12 +9,13 @@
  * (coordinator/job.c), who may see a job, or the files a checkpoint names.
  *
  * Contract details beyond db.h:
- * - List functions (jobs, events, agents, checkpoints) read all their rows
- *   first, then call the callback on each: a failure is reported before
- *   any callback runs, the callback may itself use the database, and the
- *   walk is one consistent snapshot. A row's strings are freed right after
- *   its callback returns; a callback copies what it keeps. The lists of a
- *   job that does not exist fail with DT_ENOENT.
+ * - List functions (jobs, events, agents, checkpoints, shards, ranks) read
+ *   all their rows first, then call the callback on each: a failure is
+ *   reported before any callback runs, the callback may itself use the
+ *   database, and the walk is one consistent snapshot. A row's strings are
+ *   freed right after its callback returns; a callback copies what it
+ *   keeps. The lists of a job, checkpoint or generation that does not
+ *   exist fail with DT_ENOENT.
  * - restarts counts the generations aborted: it goes up by one on
  *   starting -> recovering, running -> recovering and running -> queued.
  * - Shards: the first shard of a step creates its checkpoint, partial, with
@@ -27,8 +28,20 @@
  *   committed -> corrupt | deleted, corrupt -> deleted; anything else is
  *   DT_EINVAL and changes nothing.
  * - Agent states are "registered", "lost" and "gone"; others are DT_EINVAL.
+ * - Generations of a job are numbered 1, 2, ... with no gaps, and at most
+ *   one runs at a time: the next begins only after the newest has ended.
+ *   Beginning one checks every rank's agent inside the transaction, so a
+ *   refused begin leaves no generation, rank or event behind. A refused
+ *   begin, end or rank update writes no "refused" event (those are for job
+ *   transitions).
+ * - Rank states are those of rank_states[] below; rank updates write no
+ *   event, since agents report progress often.
+ * - A job's result must be one JSON object (SQLite's json_valid and
+ *   json_type judge it); storing it again replaces it.
  * - A database opened at schema version 1 (dt_db_open_at) has no agents or
- *   checkpoints: those functions return DT_ENOTSUP.
+ *   checkpoints, and one at version 1 or 2 no results, generations or
+ *   ranks: those functions return DT_ENOTSUP. Listing shards needs only
+ *   version 2.
  */
 #include "config.h"
 
@@ -60,6 +73,7 @@ static const char *const set_version[] = {
     NULL,
     "PRAGMA user_version = 1",
     "PRAGMA user_version = 2",
+    "PRAGMA user_version = 3",
 };
 _Static_assert(NELEM(set_version) == DT_DB_VERSION + 1, "one set_version per schema version");
 
@@ -74,6 +88,7 @@ _Static_assert(NELEM(set_version) == DT_DB_VERSION + 1, "one set_version per sch
     "updated_ms"
 #define EVENT_COLS "id, job_id, at_ms, kind, state, detail"
 #define AGENT_COLS "id, job_id, node, slots, state, registered_ms, last_seen_ms"
+#define GEN_COLS "job_id, gen, ranks, started_ms, ended_ms, resume_step, reason"
 
 #define STATEMENTS(X)                                                                              \
     X(BEGIN, 0, "BEGIN IMMEDIATE")                                                                 \
@@ -122,7 +137,35 @@ _Static_assert(NELEM(set_version) == DT_DB_VERSION + 1, "one set_version per sch
       "INSERT INTO shards (checkpoint_id, rank, path, bytes, sha256) "                             \
       "VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (checkpoint_id, rank) DO UPDATE SET "               \
       "path = excluded.path, bytes = excluded.bytes, sha256 = excluded.sha256")                    \
-    X(SHARD_DROP, 2, "DELETE FROM shards WHERE checkpoint_id = ?1")
+    X(SHARD_DROP, 2, "DELETE FROM shards WHERE checkpoint_id = ?1")                                \
+    /* one row with a NULL rank for a checkpoint without shards, none for no checkpoint */         \
+    X(SHARD_LIST, 2,                                                                               \
+      "SELECT s.rank, s.path, s.bytes, s.sha256 FROM checkpoints c "                               \
+      "LEFT JOIN shards s ON s.checkpoint_id = c.id "                                              \
+      "WHERE c.job_id = ?1 AND c.step = ?2 ORDER BY s.rank")                                       \
+    X(AGENT_JOB, 2, "SELECT job_id FROM agents WHERE id = ?1")                                     \
+    X(JSON_TYPE, 3, "SELECT CASE WHEN json_valid(?1) THEN json_type(?1) END")                      \
+    X(JOB_SET_RESULT, 3, "UPDATE jobs SET result = ?2 WHERE id = ?1")                              \
+    X(JOB_RESULT, 3, "SELECT result FROM jobs WHERE id = ?1")                                      \
+    X(GEN_LAST, 3,                                                                                 \
+      "SELECT " GEN_COLS " FROM generations WHERE job_id = ?1 ORDER BY gen DESC LIMIT 1")          \
+    X(GEN_FIND, 2,                                                                                 \
+      "SELECT ended_ms IS NOT NULL, reason FROM generations "                                      \
+      "WHERE job_id = ?1 AND gen = ?2")                                                            \
+    X(GEN_INSERT, 3,                                                                               \
+      "INSERT INTO generations (job_id, gen, started_ms, ranks, resume_step) "                     \
+      "VALUES (?1, ?2, ?3, ?4, ?5)")                                                               \
+    X(GEN_END, 2,                                                                                  \
+      "UPDATE generations SET ended_ms = ?3, reason = ?4 WHERE job_id = ?1 AND gen = ?2")          \
+    X(RANK_INSERT, 2,                                                                              \
+      "INSERT INTO ranks (job_id, gen, rank, agent_id, state, step) "                              \
+      "VALUES (?1, ?2, ?3, ?4, 'starting', ?5)")                                                   \
+    X(RANK_LIST, 3,                                                                                \
+      "SELECT rank, agent_id, state, step, pid FROM ranks WHERE job_id = ?1 AND gen = ?2 "         \
+      "ORDER BY rank")                                                                             \
+    X(RANK_SET, 3,                                                                                 \
+      "UPDATE ranks SET state = ?4, step = ?5, pid = ?6 "                                          \
+      "WHERE job_id = ?1 AND gen = ?2 AND rank = ?3")
 
 enum stmt {
 #define STMT_ENUM(name, ver, sql) S_##name,
@@ -653,6 +696,18 @@ static int need_v2(dt_db_t *db, dt_emsg_t *em)
                        db->path, db->version);
 }
 
+/* Results, and generations that know their resume step and ranks their
+ * pid, arrived in version 3. */
+static int need_v3(dt_db_t *db, dt_emsg_t *em)
+{
+    if (db->version >= 3)
+        return 0;
+    return dt_emsg_set(em, DT_ENOTSUP,
+                       "%s: schema version %d has no job results, generations or ranks (open it "
+                       "with dt_db_open to migrate)",
+                       db->path, db->version);
+}
+
 /*-- shared steps of the state changes ----------------------------------------*/
 
 static int no_job(dt_emsg_t *em, int64_t id)
@@ -857,6 +912,74 @@ int dt_db_job_plan(dt_db_t *db, int64_t id, const char *plan_json, dt_emsg_t *em
 {
     assert(plan_json != NULL);
     return transition(db, id, DT_JOB_PLANNED, NULL, NULL, plan_json, em);
+}
+
+/* 0 when text is one JSON object; a result arrives from the workers and
+ * is shown to users, so it is checked before it is stored. */
+static int check_json_object(dt_db_t *db, int64_t job, const char *text, dt_emsg_t *em)
+{
+    sqlite3_stmt *st = db->st[S_JSON_TYPE];
+    const unsigned char *type;
+    int rc = SQLITE_OK, err = 0;
+
+    bind_str(st, 1, text, &rc);
+    rc = step(st, rc);
+    if (rc != SQLITE_ROW) {
+        err = sq_fail(db, em, rc, "check result JSON");
+    } else {
+        type = sqlite3_column_text(st, 0); /* NULL when not JSON at all */
+        if (type == NULL || strcmp((const char *)type, "object") != 0)
+            err = dt_emsg_set(em, DT_EINVAL,
+                              "job %" PRId64 ": result is not a JSON object: '%.80s'", job, text);
+    }
+    reset(st);
+    return err;
+}
+
+int dt_db_job_set_result(dt_db_t *db, int64_t id, const char *result_json, dt_emsg_t *em)
+{
+    sqlite3_stmt *st = db->st[S_JOB_SET_RESULT];
+    enum dt_job_state s;
+    char ctx[96];
+    int rc = SQLITE_OK, err;
+
+    assert(result_json != NULL);
+    if ((err = need_v3(db, em)) != 0 || (err = check_json_object(db, id, result_json, em)) != 0)
+        return err;
+    snprintf(ctx, sizeof(ctx), "job %" PRId64 ": store result", id);
+    if ((err = tx_begin(db, em, ctx)) != 0)
+        return err;
+    if ((err = job_state(db, id, &s, em, ctx)) != 0)
+        goto fail;
+    bind_i64(st, 1, id, &rc);
+    bind_str(st, 2, result_json, &rc);
+    if ((err = run(db, st, rc, em, ctx)) != 0 ||
+        (err = event_insert(db, id, now_ms(), "result_stored", s, result_json, em, ctx)) != 0)
+        goto fail;
+    return tx_commit(db, em, ctx);
+fail:
+    tx_rollback(db);
+    return err;
+}
+
+int dt_db_job_result(dt_db_t *db, int64_t id, char **out, dt_emsg_t *em)
+{
+    sqlite3_stmt *st = db->st[S_JOB_RESULT];
+    int rc = SQLITE_OK, err;
+
+    *out = NULL;
+    if ((err = need_v3(db, em)) != 0)
+        return err;
+    bind_i64(st, 1, id, &rc);
+    rc = step(st, rc);
+    if (rc == SQLITE_ROW)
+        *out = col_str(st, 0);
+    else if (rc == SQLITE_DONE)
+        err = no_job(em, id);
+    else
+        err = sq_fail(db, em, rc, "read job result");
+    reset(st);
+    return err;
 }
 
 /*-- events -------------------------------------------------------------------*/
@@ -1304,4 +1427,366 @@ int dt_db_checkpoints(dt_db_t *db, int64_t job, int (*cb)(const dt_checkpoint_t 
     }
     free(rows);
     return ret;
+}
+
+void dt_shard_clear(dt_shard_t *s)
+{
+    free(s->path);
+    free(s->sha256);
+    memset(s, 0, sizeof(*s));
+}
+
+int dt_db_shards(dt_db_t *db, int64_t job, int64_t stepno,
+                 int (*cb)(const dt_shard_t *s, void *arg), void *arg, dt_emsg_t *em)
+{
+    sqlite3_stmt *st;
+    enum dt_job_state s;
+    dt_shard_t *rows = NULL;
+    size_t n = 0, cap = 0;
+    bool found = false;
+    int rc = SQLITE_OK, ret;
+
+    if ((ret = need_v2(db, em)) != 0 || (ret = job_state(db, job, &s, em, "list shards")) != 0)
+        return ret;
+    st = db->st[S_SHARD_LIST];
+    bind_i64(st, 1, job, &rc);
+    bind_i64(st, 2, stepno, &rc);
+    for (rc = step(st, rc); rc == SQLITE_ROW; rc = sqlite3_step(st)) {
+        found = true;
+        if (sqlite3_column_type(st, 0) == SQLITE_NULL)
+            continue; /* the checkpoint, without shards */
+        rows = grow(rows, n, &cap, sizeof(*rows));
+        rows[n++] = (dt_shard_t){
+            .rank = sqlite3_column_int(st, 0),
+            .path = col_str(st, 1),
+            .bytes = sqlite3_column_int64(st, 2),
+            .sha256 = col_str(st, 3),
+        };
+    }
+    if (rc != SQLITE_DONE)
+        ret = sq_fail(db, em, rc, "list shards");
+    else if (!found)
+        ret = dt_emsg_set(em, DT_ENOENT, "job %" PRId64 ": no checkpoint at step %" PRId64, job,
+                          stepno);
+    reset(st);
+    for (size_t i = 0; i < n; i++) {
+        if (ret == 0)
+            ret = cb(&rows[i], arg);
+        dt_shard_clear(&rows[i]);
+    }
+    free(rows);
+    return ret;
+}
+
+/*-- generations and ranks ----------------------------------------------------*/
+
+static const char *const rank_states[] = {
+    "starting", "running", "exited", "failed", "hung", "killed", "lost",
+};
+
+static bool rank_state_known(const char *s)
+{
+    for (size_t i = 0; i < NELEM(rank_states); i++)
+        if (strcmp(s, rank_states[i]) == 0)
+            return true;
+    return false;
+}
+
+void dt_gen_clear(dt_gen_t *g)
+{
+    free(g->reason);
+    memset(g, 0, sizeof(*g));
+}
+
+void dt_rank_clear(dt_rank_t *r)
+{
+    free(r->state);
+    memset(r, 0, sizeof(*r));
+}
+
+/* The newest generation of the job (out->gen 0 for none) and whether it
+ * has ended: ended_ms is NULL while it runs, read here as 0. */
+static int gen_newest(dt_db_t *db, int64_t job, dt_gen_t *out, bool *ended, dt_emsg_t *em,
+                      const char *ctx)
+{
+    sqlite3_stmt *st = db->st[S_GEN_LAST];
+    int rc = SQLITE_OK, err = 0;
+
+    *out = (dt_gen_t){ .job = job };
+    *ended = false;
+    bind_i64(st, 1, job, &rc);
+    rc = step(st, rc);
+    if (rc == SQLITE_ROW) {
+        *out = (dt_gen_t){
+            .job = sqlite3_column_int64(st, 0),
+            .gen = sqlite3_column_int(st, 1),
+            .ranks = sqlite3_column_int(st, 2),
+            .started_ms = sqlite3_column_int64(st, 3),
+            .ended_ms = sqlite3_column_int64(st, 4),
+            .resume_step = sqlite3_column_int64(st, 5),
+            .reason = col_str(st, 6),
+        };
+        *ended = sqlite3_column_type(st, 4) != SQLITE_NULL;
+    } else if (rc != SQLITE_DONE) {
+        err = sq_fail(db, em, rc, ctx);
+    }
+    reset(st);
+    return err;
+}
+
+/* Generation `gen` of the job: DT_ENOENT when there is none, else whether
+ * it has ended and why (reason "" while it runs). */
+static int gen_find(dt_db_t *db, int64_t job, int gen, bool *ended, char *reason, size_t rsize,
+                    dt_emsg_t *em, const char *ctx)
+{
+    sqlite3_stmt *st = db->st[S_GEN_FIND];
+    int rc = SQLITE_OK, err = 0;
+
+    bind_i64(st, 1, job, &rc);
+    bind_i64(st, 2, gen, &rc);
+    rc = step(st, rc);
+    if (rc == SQLITE_ROW) {
+        const unsigned char *r = sqlite3_column_text(st, 1);
+        *ended = sqlite3_column_int(st, 0) != 0;
+        snprintf(reason, rsize, "%s", r ? (const char *)r : "");
+    } else if (rc == SQLITE_DONE) {
+        err = dt_emsg_set(em, DT_ENOENT, "job %" PRId64 ": no generation %d", job, gen);
+    } else {
+        err = sq_fail(db, em, rc, ctx);
+    }
+    reset(st);
+    return err;
+}
+
+/* Place rank r of the generation on `agent`, which must be an agent of the
+ * same job. */
+static int rank_insert(dt_db_t *db, int64_t job, int gen, int r, int64_t agent, int64_t stepno,
+                       dt_emsg_t *em, const char *ctx)
+{
+    sqlite3_stmt *st = db->st[S_AGENT_JOB];
+    int64_t owner = 0;
+    int rc = SQLITE_OK, err = 0;
+
+    bind_i64(st, 1, agent, &rc);
+    rc = step(st, rc);
+    if (rc == SQLITE_ROW)
+        owner = sqlite3_column_int64(st, 0);
+    else if (rc == SQLITE_DONE)
+        err = dt_emsg_set(em, DT_ENOENT, "job %" PRId64 " gen %d rank %d: no such agent %" PRId64,
+                          job, gen, r, agent);
+    else
+        err = sq_fail(db, em, rc, ctx);
+    reset(st);
+    if (err)
+        return err;
+    if (owner != job)
+        return dt_emsg_set(em, DT_EINVAL,
+                           "job %" PRId64 " gen %d rank %d: agent %" PRId64
+                           " belongs to job %" PRId64,
+                           job, gen, r, agent, owner);
+    st = db->st[S_RANK_INSERT];
+    rc = SQLITE_OK;
+    bind_i64(st, 1, job, &rc);
+    bind_i64(st, 2, gen, &rc);
+    bind_i64(st, 3, r, &rc);
+    bind_i64(st, 4, agent, &rc);
+    bind_i64(st, 5, stepno, &rc);
+    return run(db, st, rc, em, ctx);
+}
+
+int dt_db_gen_begin(dt_db_t *db, int64_t job, int gen, int ranks, const int64_t *agent_of,
+                    int64_t resume_step, dt_emsg_t *em)
+{
+    sqlite3_stmt *st = db->st[S_GEN_INSERT];
+    enum dt_job_state s;
+    dt_gen_t last = { 0 };
+    bool ended;
+    int64_t t = now_ms();
+    char ctx[96], detail[96];
+    int rc = SQLITE_OK, err;
+
+    assert(agent_of != NULL || ranks < 1);
+    if ((err = need_v3(db, em)) != 0)
+        return err;
+    if (gen < 1 || ranks < 1 || resume_step < 0)
+        return dt_emsg_set(em, DT_EINVAL,
+                           "job %" PRId64 " gen %d: bad generation (%d ranks, resume step %" PRId64
+                           ")",
+                           job, gen, ranks, resume_step);
+    snprintf(ctx, sizeof(ctx), "job %" PRId64 " gen %d: begin", job, gen);
+    if ((err = tx_begin(db, em, ctx)) != 0)
+        return err;
+    if ((err = job_state(db, job, &s, em, ctx)) != 0 ||
+        (err = gen_newest(db, job, &last, &ended, em, ctx)) != 0)
+        goto fail;
+    if (last.gen > 0 && !ended) {
+        err = dt_emsg_set(em, DT_EINVAL,
+                          "job %" PRId64 " gen %d: generation %d is still running (end it first)",
+                          job, gen, last.gen);
+        goto fail;
+    }
+    if (gen != last.gen + 1) {
+        err = dt_emsg_set(em, DT_EINVAL,
+                          "job %" PRId64 " gen %d: not the next generation (that is %d)", job, gen,
+                          last.gen + 1);
+        goto fail;
+    }
+    bind_i64(st, 1, job, &rc);
+    bind_i64(st, 2, gen, &rc);
+    bind_i64(st, 3, t, &rc);
+    bind_i64(st, 4, ranks, &rc);
+    bind_i64(st, 5, resume_step, &rc);
+    if ((err = run(db, st, rc, em, ctx)) != 0)
+        goto fail;
+    for (int r = 0; r < ranks; r++)
+        if ((err = rank_insert(db, job, gen, r, agent_of[r], resume_step, em, ctx)) != 0)
+            goto fail;
+    snprintf(detail, sizeof(detail), "gen=%d ranks=%d resume_step=%" PRId64, gen, ranks,
+             resume_step);
+    if ((err = event_insert(db, job, t, "generation_started", s, detail, em, ctx)) != 0)
+        goto fail;
+    dt_gen_clear(&last);
+    return tx_commit(db, em, ctx);
+fail:
+    dt_gen_clear(&last);
+    tx_rollback(db);
+    return err;
+}
+
+int dt_db_gen_end(dt_db_t *db, int64_t job, int gen, const char *reason, dt_emsg_t *em)
+{
+    sqlite3_stmt *st = db->st[S_GEN_END];
+    enum dt_job_state s;
+    bool ended = false;
+    int64_t t = now_ms();
+    char ctx[96], why[128], *detail = NULL;
+    int rc = SQLITE_OK, err;
+
+    assert(reason != NULL);
+    if ((err = need_v3(db, em)) != 0)
+        return err;
+    snprintf(ctx, sizeof(ctx), "job %" PRId64 " gen %d: end", job, gen);
+    if ((err = tx_begin(db, em, ctx)) != 0)
+        return err;
+    if ((err = job_state(db, job, &s, em, ctx)) != 0 ||
+        (err = gen_find(db, job, gen, &ended, why, sizeof(why), em, ctx)) != 0)
+        goto fail;
+    if (ended) {
+        err =
+            dt_emsg_set(em, DT_EINVAL, "job %" PRId64 " gen %d: already ended (%s)", job, gen, why);
+        goto fail;
+    }
+    bind_i64(st, 1, job, &rc);
+    bind_i64(st, 2, gen, &rc);
+    bind_i64(st, 3, t, &rc);
+    bind_str(st, 4, reason, &rc);
+    if ((err = run(db, st, rc, em, ctx)) != 0)
+        goto fail;
+    detail = dt_xasprintf("gen=%d: %s", gen, reason);
+    if ((err = event_insert(db, job, t, "generation_ended", s, detail, em, ctx)) != 0)
+        goto fail;
+    free(detail);
+    return tx_commit(db, em, ctx);
+fail:
+    free(detail);
+    tx_rollback(db);
+    return err;
+}
+
+int dt_db_gen_last(dt_db_t *db, int64_t job, dt_gen_t *out, dt_emsg_t *em)
+{
+    enum dt_job_state s;
+    bool ended;
+    int err;
+
+    *out = (dt_gen_t){ .job = job };
+    if ((err = need_v3(db, em)) != 0 ||
+        (err = job_state(db, job, &s, em, "read newest generation")) != 0)
+        return err;
+    return gen_newest(db, job, out, &ended, em, "read newest generation");
+}
+
+int dt_db_gen_ranks(dt_db_t *db, int64_t job, int gen, int (*cb)(const dt_rank_t *r, void *arg),
+                    void *arg, dt_emsg_t *em)
+{
+    sqlite3_stmt *st;
+    enum dt_job_state s;
+    dt_rank_t *rows = NULL;
+    size_t n = 0, cap = 0;
+    bool ended;
+    char why[8];
+    int rc = SQLITE_OK, ret;
+
+    if ((ret = need_v3(db, em)) != 0 || (ret = job_state(db, job, &s, em, "list ranks")) != 0 ||
+        (ret = gen_find(db, job, gen, &ended, why, sizeof(why), em, "list ranks")) != 0)
+        return ret;
+    st = db->st[S_RANK_LIST];
+    bind_i64(st, 1, job, &rc);
+    bind_i64(st, 2, gen, &rc);
+    for (rc = step(st, rc); rc == SQLITE_ROW; rc = sqlite3_step(st)) {
+        rows = grow(rows, n, &cap, sizeof(*rows));
+        rows[n++] = (dt_rank_t){
+            .rank = sqlite3_column_int(st, 0),
+            .agent = sqlite3_column_int64(st, 1),
+            .state = col_str(st, 2),
+            .step = sqlite3_column_int64(st, 3),
+            .pid = sqlite3_column_int64(st, 4),
+        };
+    }
+    if (rc != SQLITE_DONE)
+        ret = sq_fail(db, em, rc, "list ranks");
+    reset(st);
+    for (size_t i = 0; i < n; i++) {
+        if (ret == 0)
+            ret = cb(&rows[i], arg);
+        dt_rank_clear(&rows[i]);
+    }
+    free(rows);
+    return ret;
+}
+
+int dt_db_rank_set(dt_db_t *db, int64_t job, int gen, int rank, const char *state, int64_t stepno,
+                   int64_t pid, dt_emsg_t *em)
+{
+    sqlite3_stmt *st = db->st[S_RANK_SET];
+    enum dt_job_state s;
+    bool ended;
+    char ctx[96], why[8];
+    int rc = SQLITE_OK, err;
+
+    assert(state != NULL);
+    if ((err = need_v3(db, em)) != 0)
+        return err;
+    if (!rank_state_known(state))
+        return dt_emsg_set(em, DT_EINVAL,
+                           "job %" PRId64 " gen %d rank %d: unknown state '%s' (starting, "
+                           "running, exited, failed, hung, killed or lost)",
+                           job, gen, rank, state);
+    if (stepno < 0 || pid < 0)
+        return dt_emsg_set(em, DT_EINVAL,
+                           "job %" PRId64 " gen %d rank %d: negative step %" PRId64
+                           " or pid %" PRId64,
+                           job, gen, rank, stepno, pid);
+    snprintf(ctx, sizeof(ctx), "job %" PRId64 " gen %d rank %d: %s", job, gen, rank, state);
+    if ((err = tx_begin(db, em, ctx)) != 0)
+        return err;
+    bind_i64(st, 1, job, &rc);
+    bind_i64(st, 2, gen, &rc);
+    bind_i64(st, 3, rank, &rc);
+    bind_str(st, 4, state, &rc);
+    bind_i64(st, 5, stepno, &rc);
+    bind_i64(st, 6, pid, &rc);
+    if ((err = run(db, st, rc, em, ctx)) != 0)
+        goto fail;
+    if (sqlite3_changes(db->h) == 0) {
+        /* say which of job, generation and rank is missing */
+        if ((err = job_state(db, job, &s, em, ctx)) == 0 &&
+            (err = gen_find(db, job, gen, &ended, why, sizeof(why), em, ctx)) == 0)
+            err = dt_emsg_set(em, DT_ENOENT, "job %" PRId64 " gen %d: no rank %d", job, gen, rank);
+        goto fail;
+    }
+    return tx_commit(db, em, ctx);
+fail:
+    tx_rollback(db);
+    return err;
 }

@@ -10,6 +10,10 @@
  * database or fails PRAGMA quick_check (corrupt), and a database whose
  * user_version is newer than this build knows.
  *
+ * A database opened at an older version with dt_db_open_at refuses the
+ * functions of later versions with DT_ENOTSUP: agents and checkpoints
+ * need version 2, results, generations and ranks version 3.
+ *
  * Thread: a dt_db_t is used by one thread (the coordinator's loop).
  * Strings in returned rows are owned by the row; release with the matching
  * _clear function.
@@ -22,7 +26,7 @@
 
 #include "common/err.h"
 
-#define DT_DB_VERSION 2 /* the schema version this build writes */
+#define DT_DB_VERSION 3 /* the schema version this build writes */
 
 typedef struct dt_db dt_db_t;
 
@@ -104,6 +108,15 @@ int dt_db_job_transition(dt_db_t *db, int64_t id, enum dt_job_state to, const ch
                          const char *detail, dt_emsg_t *em);
 /* Store the plan and move submitted -> planned in one transaction. */
 int dt_db_job_plan(dt_db_t *db, int64_t id, const char *plan_json, dt_emsg_t *em);
+/* Store (or replace) the result of a finished job, a JSON object such as
+ * {"steps":300,"loss":0.12,"checksum":"<hex>"}, with an event
+ * "result_stored" whose detail is the JSON; the job's state is not changed.
+ * DT_EINVAL when result_json is not a JSON object, DT_ENOENT for no such
+ * job. */
+int dt_db_job_set_result(dt_db_t *db, int64_t id, const char *result_json, dt_emsg_t *em);
+/* The job's result: *out is the caller's to free, NULL when none has been
+ * stored. DT_ENOENT for no such job (*out NULL). */
+int dt_db_job_result(dt_db_t *db, int64_t id, char **out, dt_emsg_t *em);
 
 /* ---- events ------------------------------------------------------------- */
 
@@ -165,5 +178,71 @@ int dt_db_checkpoint_set_state(dt_db_t *db, int64_t job, int64_t step, const cha
 int dt_db_checkpoints(dt_db_t *db, int64_t job,
                       int (*cb)(const dt_checkpoint_t *c, void *arg), void *arg,
                       dt_emsg_t *em);
+
+typedef struct dt_shard {
+    int rank;
+    char *path;
+    int64_t bytes;
+    char *sha256; /* 64 lowercase hex digits */
+} dt_shard_t;
+
+void dt_shard_clear(dt_shard_t *s);
+/* The shards recorded for the job's checkpoint at `step`, whatever its
+ * state, in rank order (list semantics as dt_db_checkpoints). DT_ENOENT
+ * when there is no such job or no checkpoint at that step. */
+int dt_db_shards(dt_db_t *db, int64_t job, int64_t step,
+                 int (*cb)(const dt_shard_t *s, void *arg), void *arg, dt_emsg_t *em);
+
+/* ---- generations and ranks ---------------------------------------------- */
+
+/* A generation is one start of a job's R workers (ranks 0 .. R-1); gen 1
+ * is the first start, each recovery starts the next. */
+typedef struct dt_gen {
+    int64_t job;
+    int gen;   /* 1, 2, ...; 0 in dt_db_gen_last's answer when there is none */
+    int ranks; /* R */
+    int64_t started_ms, ended_ms; /* ended_ms 0 while running */
+    int64_t resume_step;          /* checkpoint step it started from; 0 = from scratch */
+    char *reason;                 /* why it ended, NULL while running */
+} dt_gen_t;
+
+void dt_gen_clear(dt_gen_t *g);
+/* Start generation `gen` of the job on `ranks` ranks, in one transaction:
+ * one generations row, one ranks row per rank (rank r on agent agent_of[r],
+ * state "starting", step = resume_step, pid 0) and an event
+ * "generation_started" with detail "gen=G ranks=R resume_step=S".
+ * DT_EINVAL, writing nothing, when: gen is not 1 + the newest generation
+ * (1 when there is none); the newest has not ended; ranks < 1 or
+ * resume_step < 0; an agent_of[r] is an agent of another job. DT_ENOENT
+ * for no such job or no such agent. agent_of has `ranks` entries. */
+int dt_db_gen_begin(dt_db_t *db, int64_t job, int gen, int ranks, const int64_t *agent_of,
+                    int64_t resume_step, dt_emsg_t *em);
+/* End a running generation (ended_ms now, reason) with an event
+ * "generation_ended" detail "gen=G: REASON". DT_ENOENT when there is no
+ * such job or generation, DT_EINVAL when it has already ended. The ranks'
+ * rows are left as their agents last reported them. */
+int dt_db_gen_end(dt_db_t *db, int64_t job, int gen, const char *reason, dt_emsg_t *em);
+/* The newest generation of the job into *out (release with dt_gen_clear);
+ * out->gen == 0 when the job has none. DT_ENOENT for no such job. */
+int dt_db_gen_last(dt_db_t *db, int64_t job, dt_gen_t *out, dt_emsg_t *em);
+
+typedef struct dt_rank {
+    int rank;
+    int64_t agent; /* the agent hosting it */
+    char *state;   /* starting, running, exited, failed, hung, killed or lost */
+    int64_t step;  /* the last step it reached */
+    int64_t pid;   /* its worker's pid on the agent's node, 0 until known */
+} dt_rank_t;
+
+void dt_rank_clear(dt_rank_t *r);
+/* The ranks of a generation in rank order (list semantics as
+ * dt_db_checkpoints). DT_ENOENT for no such job or generation. */
+int dt_db_gen_ranks(dt_db_t *db, int64_t job, int gen,
+                    int (*cb)(const dt_rank_t *r, void *arg), void *arg, dt_emsg_t *em);
+/* Set one rank's state, step and pid, with no event (progress is
+ * frequent). DT_EINVAL for a state other than those of dt_rank_t or a
+ * negative step or pid; DT_ENOENT for no such job, generation or rank. */
+int dt_db_rank_set(dt_db_t *db, int64_t job, int gen, int rank, const char *state, int64_t step,
+                   int64_t pid, dt_emsg_t *em);
 
 #endif /* DT_DB_H */

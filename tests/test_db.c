@@ -1,14 +1,15 @@
 /* SPDX-License-Identifier: MIT
  *
  * Tests of db/db.h against real SQLite files in a temporary directory:
- * creating and migrating (from an empty file and from schema version 1),
- * the refusals that must leave a file byte-identical (newer schema, not a
- * database, truncated, corrupt page, someone else's database), every
- * (from, to) pair of job states against the documented table, events and
- * their paging, owner filters, agents, shards and checkpoints, what
- * survives close and reopen or a SIGKILL, and DT_ENOENT for ids that do
- * not exist. The files are inspected with plain sqlite3 where the user
- * would look. Nothing here needs a service.
+ * creating and migrating (from an empty file and from schema versions 1
+ * and 2), the refusals that must leave a file byte-identical (newer
+ * schema, not a database, truncated, corrupt page, someone else's
+ * database), every (from, to) pair of job states against the documented
+ * table, events and their paging, owner filters, agents, shards and
+ * checkpoints, job results, generations and their ranks (with what a
+ * refused generation leaves behind: nothing), what survives close and
+ * reopen or a SIGKILL, and DT_ENOENT for ids that do not exist. The files are inspected with plain
+ * sqlite3 where the user would look. Nothing here needs a service.
  */
 #include "config.h"
 
@@ -323,10 +324,102 @@ static void ckpts_of(dt_db_t *db, int64_t job, struct ckpts *v)
     cr_assert_eq(dt_db_checkpoints(db, job, ckpt_cb, v, &em), 0, "checkpoints: %s", em.s);
 }
 
+struct ranks {
+    int n;
+    dt_rank_t r[MAXROWS]; /* deep copies */
+};
+
+static int rank_cb(const dt_rank_t *r, void *arg)
+{
+    struct ranks *v = arg;
+
+    cr_assert_lt(v->n, MAXROWS);
+    v->r[v->n] = *r;
+    v->r[v->n].state = dt_xstrdup(r->state);
+    v->n++;
+    return 0;
+}
+
+static void ranks_free(struct ranks *v)
+{
+    for (int i = 0; i < v->n; i++)
+        dt_rank_clear(&v->r[i]);
+    memset(v, 0, sizeof(*v));
+}
+
+static void ranks_of(dt_db_t *db, int64_t job, int gen, struct ranks *v)
+{
+    dt_emsg_t em = { "" };
+
+    memset(v, 0, sizeof(*v));
+    cr_assert_eq(dt_db_gen_ranks(db, job, gen, rank_cb, v, &em), 0, "ranks: %s", em.s);
+}
+
+struct shards {
+    int n;
+    int stop_after;        /* return 99 after this many rows, 0 for never */
+    dt_shard_t s[MAXROWS]; /* deep copies */
+};
+
+static int shard_cb(const dt_shard_t *s, void *arg)
+{
+    struct shards *v = arg;
+
+    cr_assert_lt(v->n, MAXROWS);
+    v->s[v->n] = *s;
+    v->s[v->n].path = dt_xstrdup(s->path);
+    v->s[v->n].sha256 = dt_xstrdup(s->sha256);
+    v->n++;
+    return v->stop_after && v->n >= v->stop_after ? 99 : 0;
+}
+
+static void shards_free(struct shards *v)
+{
+    for (int i = 0; i < v->n; i++)
+        dt_shard_clear(&v->s[i]);
+    memset(v, 0, sizeof(*v));
+}
+
+static void shards_of(dt_db_t *db, int64_t job, int64_t step, struct shards *v)
+{
+    dt_emsg_t em = { "" };
+
+    memset(v, 0, sizeof(*v));
+    cr_assert_eq(dt_db_shards(db, job, step, shard_cb, v, &em), 0, "shards: %s", em.s);
+}
+
+static int64_t agent_new(dt_db_t *db, int64_t job, const char *node)
+{
+    dt_emsg_t em = { "" };
+    int64_t id = 0;
+
+    cr_assert_eq(dt_db_agent_register(db, job, node, 4, &id, &em), 0, "agent_register: %s", em.s);
+    cr_assert_gt(id, 0);
+    return id;
+}
+
+static int64_t count_events(dt_db_t *db, int64_t job)
+{
+    struct events ev;
+    int n;
+
+    events_of(db, job, 0, &ev);
+    n = ev.n;
+    events_free(&ev);
+    return n;
+}
+
 /*-- creating and migrating ---------------------------------------------------*/
 
 static const char *const v2_tables[] = {
     "jobs", "events", "agents", "generations", "ranks", "checkpoints", "shards",
+};
+
+/* Columns added by version 3: table, column. */
+static const char *const v3_columns[][2] = {
+    { "jobs", "result" },
+    { "generations", "resume_step" },
+    { "ranks", "pid" },
 };
 
 Test(db, creates_and_migrates_an_empty_file)
@@ -337,7 +430,7 @@ Test(db, creates_and_migrates_an_empty_file)
     cr_assert_eq(dt_db_version(db), DT_DB_VERSION);
     dt_db_close(db);
 
-    cr_assert_eq(raw_int(dbpath, "PRAGMA user_version"), 2);
+    cr_assert_eq(raw_int(dbpath, "PRAGMA user_version"), 3);
     char *mode = raw_text(dbpath, "PRAGMA journal_mode");
     cr_assert_str_eq(mode, "wal");
     free(mode);
@@ -350,6 +443,12 @@ Test(db, creates_and_migrates_an_empty_file)
     cr_assert_eq(raw_int(dbpath, "SELECT count(*) FROM sqlite_master WHERE type = 'index' "
                                  "AND name = 'events_job_id'"),
                  1);
+    for (size_t i = 0; i < sizeof(v3_columns) / sizeof(v3_columns[0]); i++) {
+        snprintf(sql, sizeof(sql), "SELECT count(*) FROM pragma_table_info('%s') WHERE name = '%s'",
+                 v3_columns[i][0], v3_columns[i][1]);
+        cr_assert_eq(raw_int(dbpath, sql), 1, "column %s.%s missing", v3_columns[i][0],
+                     v3_columns[i][1]);
+    }
     char *check = raw_text(dbpath, "PRAGMA quick_check");
     cr_assert_str_eq(check, "ok");
     free(check);
@@ -359,7 +458,7 @@ Test(db, creates_and_migrates_an_empty_file)
     snprintf(empty, sizeof(empty), "%s/empty.db", tmpdir);
     spit(empty, "", 0);
     db = open_ok(empty);
-    cr_assert_eq(dt_db_version(db), 2);
+    cr_assert_eq(dt_db_version(db), 3);
     dt_db_close(db);
 }
 
@@ -386,7 +485,7 @@ Test(db, migrates_a_version_1_database_forward)
                      "VALUES ('raw', 7, 'queued', 'kind = attn', 1, 2)");
 
     db = open_ok(dbpath);
-    cr_assert_eq(dt_db_version(db), 2);
+    cr_assert_eq(dt_db_version(db), 3);
     cr_assert_eq(dt_db_job_get(db, id, &j, &em), 0, "%s", em.s);
     cr_assert_str_eq(j.name, "old");
     cr_assert_eq(j.state, DT_JOB_PLANNED);
@@ -406,7 +505,7 @@ Test(db, migrates_a_version_1_database_forward)
     events_free(&ev);
     cr_assert_eq(dt_db_agent_register(db, id, "n1", 4, &aid, &em), 0, "%s", em.s);
     dt_db_close(db);
-    cr_assert_eq(raw_int(dbpath, "PRAGMA user_version"), 2);
+    cr_assert_eq(raw_int(dbpath, "PRAGMA user_version"), 3);
 }
 
 Test(db, a_failed_migration_rolls_back_whole)
@@ -431,6 +530,136 @@ Test(db, a_failed_migration_rolls_back_whole)
                  0);
 }
 
+Test(db, migrates_a_version_2_database_forward)
+{
+    dt_emsg_t em = { "" };
+    dt_db_t *db = NULL;
+    int64_t id = 0, aid = 0, agents[1];
+    char *result = NULL;
+    dt_gen_t g;
+    dt_job_t j;
+
+    cr_assert_eq(dt_db_open_at(dbpath, 2, &db, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_db_version(db), 2);
+    cr_assert_eq(dt_db_job_create(db, "old", 1000, "kind = train\n", &id, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_db_job_plan(db, id, "{\"ranks\":2}", &em), 0, "%s", em.s);
+    cr_assert_eq(dt_db_agent_register(db, id, "n1", 2, &aid, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_db_shard_add(db, id, 40, 1, "/ck/40/r1", 11, sha_b, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_db_shard_add(db, id, 40, 0, "/ck/40/r0", 10, sha_a, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_db_checkpoint_set_state(db, id, 40, "committed", &em), 0, "%s", em.s);
+    /* version 2 has no results or generation tracking: refused, not crashed */
+    agents[0] = aid;
+    cr_assert_eq(dt_db_gen_begin(db, id, 1, 1, agents, 0, &em), DT_ENOTSUP);
+    assert_has(em.s, "schema version 2");
+    cr_assert_eq(dt_db_gen_end(db, id, 1, "x", &em), DT_ENOTSUP);
+    cr_assert_eq(dt_db_gen_last(db, id, &g, &em), DT_ENOTSUP);
+    cr_assert_eq(dt_db_rank_set(db, id, 1, 0, "running", 1, 1, &em), DT_ENOTSUP);
+    cr_assert_eq(dt_db_job_set_result(db, id, "{}", &em), DT_ENOTSUP);
+    cr_assert_eq(dt_db_job_result(db, id, &result, &em), DT_ENOTSUP);
+    cr_assert_null(result);
+    dt_db_close(db);
+
+    cr_assert_eq(raw_int(dbpath, "PRAGMA user_version"), 2);
+    /* a generation of a version 2 coordinator, written by hand */
+    raw_exec(dbpath, "INSERT INTO generations (job_id, gen, started_ms, ranks) VALUES (1, 1, 5, 1);"
+                     "INSERT INTO ranks (job_id, gen, rank, agent_id, state, step) "
+                     "VALUES (1, 1, 0, 1, 'running', 33);");
+
+    db = open_ok(dbpath);
+    cr_assert_eq(dt_db_version(db), 3);
+    cr_assert_eq(dt_db_job_get(db, id, &j, &em), 0, "%s", em.s);
+    cr_assert_str_eq(j.name, "old");
+    cr_assert_eq(j.state, DT_JOB_PLANNED);
+    cr_assert_str_eq(j.plan, "{\"ranks\":2}");
+    dt_job_clear(&j);
+    cr_assert_eq(dt_db_job_result(db, id, &result, &em), 0, "%s", em.s);
+    cr_assert_null(result, "no result yet");
+
+    struct agents va = { 0 };
+    cr_assert_eq(dt_db_agents(db, id, agent_cb, &va, &em), 0, "%s", em.s);
+    cr_assert_eq(va.n, 1);
+    cr_assert_eq(va.a[0].id, aid);
+    cr_assert_str_eq(va.a[0].node, "n1");
+    agents_free(&va);
+
+    struct ckpts vc;
+    ckpts_of(db, id, &vc);
+    cr_assert_eq(vc.n, 1);
+    cr_assert_eq(vc.c[0].step, 40);
+    cr_assert_str_eq(vc.c[0].state, "committed");
+    cr_assert_eq(vc.c[0].shards, 2);
+    cr_assert_eq(vc.c[0].bytes, 21);
+    ckpts_free(&vc);
+
+    struct shards vs;
+    shards_of(db, id, 40, &vs);
+    cr_assert_eq(vs.n, 2);
+    cr_assert_str_eq(vs.s[0].path, "/ck/40/r0");
+    cr_assert_str_eq(vs.s[1].sha256, sha_b);
+    shards_free(&vs);
+
+    /* the old generation reads with the new columns' defaults */
+    cr_assert_eq(dt_db_gen_last(db, id, &g, &em), 0, "%s", em.s);
+    cr_assert_eq(g.gen, 1);
+    cr_assert_eq(g.started_ms, 5);
+    cr_assert_eq(g.ended_ms, 0);
+    cr_assert_eq(g.resume_step, 0);
+    dt_gen_clear(&g);
+    struct ranks vr;
+    ranks_of(db, id, 1, &vr);
+    cr_assert_eq(vr.n, 1);
+    cr_assert_str_eq(vr.r[0].state, "running");
+    cr_assert_eq(vr.r[0].step, 33);
+    cr_assert_eq(vr.r[0].pid, 0);
+    ranks_free(&vr);
+
+    struct events ev;
+    events_of(db, id, 0, &ev);
+    static const char *const kinds[] = { "submitted", "planned", "agent_registered",
+                                         "checkpoint_partial", "checkpoint_committed" };
+    cr_assert_eq(ev.n, 5);
+    for (int i = 0; i < 5; i++)
+        cr_assert_str_eq(ev.kind[i], kinds[i]);
+    events_free(&ev);
+
+    /* and the new functions work on it */
+    cr_assert_eq(dt_db_gen_end(db, id, 1, "coordinator upgraded", &em), 0, "%s", em.s);
+    cr_assert_eq(dt_db_gen_begin(db, id, 2, 1, agents, 40, &em), 0, "%s", em.s);
+    dt_db_close(db);
+    cr_assert_eq(raw_int(dbpath, "PRAGMA user_version"), 3);
+    char *check = raw_text(dbpath, "PRAGMA quick_check");
+    cr_assert_str_eq(check, "ok");
+    free(check);
+}
+
+Test(db, a_failed_migration_to_3_keeps_version_2)
+{
+    dt_emsg_t em = { "" };
+    dt_db_t *db = NULL;
+    int64_t id = 0;
+    char want[256];
+
+    cr_assert_eq(dt_db_open_at(dbpath, 2, &db, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_db_job_create(db, "kept", 1000, "kind = attn\n", &id, &em), 0, "%s", em.s);
+    dt_db_close(db);
+    db = NULL;
+    /* version 3 adds ranks.pid last: the columns before it must roll back */
+    raw_exec(dbpath, "ALTER TABLE ranks ADD COLUMN pid INTEGER");
+    cr_assert_eq(dt_db_open(dbpath, &db, &em), DT_EIO, "%s", em.s);
+    cr_assert_null(db);
+    snprintf(want, sizeof(want), "%s: migration to schema version 3: duplicate column name: pid",
+             dbpath);
+    cr_assert_str_eq(em.s, want);
+    cr_assert_eq(raw_int(dbpath, "PRAGMA user_version"), 2);
+    cr_assert_eq(raw_int(dbpath, "SELECT count(*) FROM pragma_table_info('jobs') "
+                                 "WHERE name = 'result'"),
+                 0);
+    cr_assert_eq(raw_int(dbpath, "SELECT count(*) FROM pragma_table_info('generations') "
+                                 "WHERE name = 'resume_step'"),
+                 0);
+    cr_assert_eq(raw_int(dbpath, "SELECT count(*) FROM jobs WHERE name = 'kept'"), 1);
+}
+
 Test(db, open_at_never_goes_back_and_refuses_unknown_versions)
 {
     dt_emsg_t em = { "" };
@@ -439,7 +668,7 @@ Test(db, open_at_never_goes_back_and_refuses_unknown_versions)
     dt_db_close(db);
     db = NULL;
     cr_assert_eq(dt_db_open_at(dbpath, 1, &db, &em), 0, "%s", em.s);
-    cr_assert_eq(dt_db_version(db), 2, "migrations are forward only");
+    cr_assert_eq(dt_db_version(db), 3, "migrations are forward only");
     dt_db_close(db);
     db = NULL;
     cr_assert_eq(dt_db_open_at(dbpath, DT_DB_VERSION + 1, &db, &em), DT_EINVAL);
@@ -456,28 +685,28 @@ Test(db, refuses_a_newer_schema_and_leaves_the_file_alone)
 
     raw_exec(dbpath, "CREATE TABLE jobs (id INTEGER PRIMARY KEY, future TEXT);"
                      "INSERT INTO jobs (future) VALUES ('kept');"
-                     "PRAGMA user_version = 3;");
+                     "PRAGMA user_version = 4;");
     struct blob before = slurp(dbpath);
 
     cr_assert_eq(dt_db_open(dbpath, &db, &em), DT_ENOTSUP, "%s", em.s);
     cr_assert_null(db);
-    snprintf(want, sizeof(want), "%s: schema version 3 is newer than this dtcoordd (2): upgrade dt",
+    snprintf(want, sizeof(want), "%s: schema version 4 is newer than this dtcoordd (3): upgrade dt",
              dbpath);
     cr_assert_str_eq(em.s, want);
     assert_same_file(dbpath, &before);
     snprintf(wal, sizeof(wal), "%s-wal", dbpath);
     cr_assert(!exists(wal), "refusing must not switch the file to WAL");
-    cr_assert_eq(raw_int(dbpath, "PRAGMA user_version"), 3);
+    cr_assert_eq(raw_int(dbpath, "PRAGMA user_version"), 4);
     free(before.p);
 
     /* a newer dtcoordd's file is in WAL mode: still not written */
     char walpath[160];
     snprintf(walpath, sizeof(walpath), "%s/wal.db", tmpdir);
     raw_exec(walpath, "PRAGMA journal_mode = WAL; CREATE TABLE jobs (id INTEGER PRIMARY KEY);"
-                      "PRAGMA user_version = 3;");
+                      "PRAGMA user_version = 4;");
     before = slurp(walpath);
     cr_assert_eq(dt_db_open(walpath, &db, &em), DT_ENOTSUP, "%s", em.s);
-    assert_has(em.s, "schema version 3 is newer");
+    assert_has(em.s, "schema version 4 is newer");
     assert_same_file(walpath, &before);
     free(before.p);
 }
@@ -789,6 +1018,56 @@ Test(db, plan_stores_the_plan_and_moves_to_planned)
     dt_db_close(db);
 }
 
+Test(db, job_result_round_trip)
+{
+    dt_db_t *db = open_ok(dbpath);
+    dt_emsg_t em = { "" };
+    int64_t id = job_new(db, "res", 1000);
+    static const char first[] = "{\"steps\":300,\"loss\":0.12,\"checksum\":\"9f86d081\"}";
+    static const char second[] = "{\"steps\":400,\"loss\":0.1}";
+    char *out = NULL, want[160];
+    struct events ev;
+
+    cr_assert_eq(dt_db_job_result(db, id, &out, &em), 0, "%s", em.s);
+    cr_assert_null(out);
+    cr_assert_eq(dt_db_job_set_result(db, id, first, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_db_job_result(db, id, &out, &em), 0, "%s", em.s);
+    cr_assert_str_eq(out, first);
+    free(out);
+    cr_assert_eq(dt_db_job_set_result(db, id, second, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_db_job_result(db, id, &out, &em), 0, "%s", em.s);
+    cr_assert_str_eq(out, second, "storing again replaces");
+    free(out);
+
+    /* not a JSON object: refused, the stored one kept */
+    static const char *const bad[] = { "", "steps=300", "{\"steps\":", "[1,2]", "42", "null" };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        cr_assert_eq(dt_db_job_set_result(db, id, bad[i], &em), DT_EINVAL, "'%s' stored", bad[i]);
+        snprintf(want, sizeof(want), "job %" PRId64 ": result is not a JSON object: '%s'", id,
+                 bad[i]);
+        cr_assert_str_eq(em.s, want);
+    }
+    cr_assert_eq(dt_db_job_result(db, id, &out, &em), 0, "%s", em.s);
+    cr_assert_str_eq(out, second);
+    free(out);
+
+    /* an event each, the job's state untouched */
+    cr_assert_eq(job_state_of(db, id), DT_JOB_SUBMITTED);
+    events_of(db, id, 0, &ev);
+    cr_assert_eq(ev.n, 3);
+    cr_assert_str_eq(ev.kind[1], "result_stored");
+    cr_assert_str_eq(ev.state[1], "submitted");
+    cr_assert_str_eq(ev.detail[1], first);
+    cr_assert_str_eq(ev.kind[2], "result_stored");
+    cr_assert_str_eq(ev.detail[2], second);
+    events_free(&ev);
+    dt_db_close(db);
+
+    char *raw = raw_text(dbpath, "SELECT json_extract(result, '$.steps') FROM jobs");
+    cr_assert_str_eq(raw, "400");
+    free(raw);
+}
+
 /*-- events and lists ---------------------------------------------------------*/
 
 Test(db, events_are_ordered_and_since_pages)
@@ -1015,6 +1294,322 @@ Test(db, shards_and_checkpoints)
     dt_db_close(db);
 }
 
+Test(db, shards_list_in_rank_order)
+{
+    dt_db_t *db = open_ok(dbpath);
+    dt_emsg_t em = { "" };
+    int64_t job = job_new(db, "s", 1000), other = job_new(db, "o", 1000);
+    static const int order[] = { 3, 0, 2, 1 };
+    char path[64];
+    struct shards v;
+
+    for (int i = 0; i < 4; i++) {
+        snprintf(path, sizeof(path), "/ck/100/r%d", order[i]);
+        cr_assert_eq(dt_db_shard_add(db, job, 100, order[i], path, 100 + order[i], sha_a, &em), 0,
+                     "%s", em.s);
+    }
+    cr_assert_eq(dt_db_shard_add(db, job, 100, 2, "/ck/100/r2.b", 7, sha_b, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_db_shard_add(db, job, 200, 0, "/ck/200/r0", 1, sha_a, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_db_shard_add(db, other, 100, 0, "/other/r0", 1, sha_b, &em), 0, "%s", em.s);
+
+    shards_of(db, job, 100, &v);
+    cr_assert_eq(v.n, 4);
+    for (int r = 0; r < 4; r++) {
+        cr_assert_eq(v.s[r].rank, r);
+        snprintf(path, sizeof(path), "/ck/100/r%d%s", r, r == 2 ? ".b" : "");
+        cr_assert_str_eq(v.s[r].path, path);
+        cr_assert_eq(v.s[r].bytes, r == 2 ? 7 : 100 + r);
+        cr_assert_str_eq(v.s[r].sha256, r == 2 ? sha_b : sha_a);
+    }
+    shards_free(&v);
+    shards_of(db, other, 100, &v);
+    cr_assert_eq(v.n, 1);
+    cr_assert_str_eq(v.s[0].path, "/other/r0");
+    shards_free(&v);
+
+    /* listed whatever the checkpoint's state */
+    cr_assert_eq(dt_db_checkpoint_set_state(db, job, 100, "deleted", &em), 0, "%s", em.s);
+    shards_of(db, job, 100, &v);
+    cr_assert_eq(v.n, 4);
+    shards_free(&v);
+
+    /* a callback's non-zero return stops the walk and is returned */
+    memset(&v, 0, sizeof(v));
+    v.stop_after = 2;
+    cr_assert_eq(dt_db_shards(db, job, 100, shard_cb, &v, &em), 99);
+    cr_assert_eq(v.n, 2);
+    shards_free(&v);
+
+    cr_assert_eq(dt_db_shards(db, job, 150, shard_cb, &v, &em), DT_ENOENT);
+    char want[96];
+    snprintf(want, sizeof(want), "job %" PRId64 ": no checkpoint at step 150", job);
+    cr_assert_str_eq(em.s, want);
+    cr_assert_eq(v.n, 0, "callback called for a failed walk");
+    dt_db_close(db);
+}
+
+/*-- generations and ranks ----------------------------------------------------*/
+
+Test(db, generations_begin_end_and_last)
+{
+    dt_db_t *db = open_ok(dbpath);
+    dt_emsg_t em = { "" };
+    int64_t job = job_new(db, "g", 1000);
+    int64_t a1 = agent_new(db, job, "node01"), a2 = agent_new(db, job, "node02");
+    int64_t t0 = wall_ms(), t1;
+    const int64_t place1[] = { a1, a1, a2 }, place2[] = { a2, a1 };
+    struct ranks vr;
+    struct events ev;
+    dt_gen_t g;
+
+    cr_assert_eq(dt_db_gen_last(db, job, &g, &em), 0, "%s", em.s);
+    cr_assert_eq(g.gen, 0, "no generation yet");
+    cr_assert_null(g.reason);
+    dt_gen_clear(&g);
+
+    cr_assert_eq(dt_db_gen_begin(db, job, 1, 3, place1, 0, &em), 0, "%s", em.s);
+    t1 = wall_ms();
+    cr_assert_eq(dt_db_gen_last(db, job, &g, &em), 0, "%s", em.s);
+    cr_assert_eq(g.job, job);
+    cr_assert_eq(g.gen, 1);
+    cr_assert_eq(g.ranks, 3);
+    cr_assert(g.started_ms >= t0 && g.started_ms <= t1, "started_ms %" PRId64, g.started_ms);
+    cr_assert_eq(g.ended_ms, 0);
+    cr_assert_eq(g.resume_step, 0);
+    cr_assert_null(g.reason);
+    dt_gen_clear(&g);
+    ranks_of(db, job, 1, &vr);
+    cr_assert_eq(vr.n, 3);
+    for (int r = 0; r < 3; r++) {
+        cr_assert_eq(vr.r[r].rank, r);
+        cr_assert_eq(vr.r[r].agent, place1[r]);
+        cr_assert_str_eq(vr.r[r].state, "starting");
+        cr_assert_eq(vr.r[r].step, 0);
+        cr_assert_eq(vr.r[r].pid, 0);
+    }
+    ranks_free(&vr);
+
+    cr_assert_eq(dt_db_gen_end(db, job, 1, "rank 2 failed", &em), 0, "%s", em.s);
+    cr_assert_eq(dt_db_gen_last(db, job, &g, &em), 0, "%s", em.s);
+    cr_assert_eq(g.gen, 1);
+    cr_assert_geq(g.ended_ms, g.started_ms);
+    cr_assert_str_eq(g.reason, "rank 2 failed");
+    dt_gen_clear(&g);
+
+    /* a recovery: fewer ranks, from the checkpoint at step 200 */
+    cr_assert_eq(dt_db_gen_begin(db, job, 2, 2, place2, 200, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_db_gen_last(db, job, &g, &em), 0, "%s", em.s);
+    cr_assert_eq(g.gen, 2);
+    cr_assert_eq(g.ranks, 2);
+    cr_assert_eq(g.resume_step, 200);
+    cr_assert_eq(g.ended_ms, 0);
+    dt_gen_clear(&g);
+    ranks_of(db, job, 2, &vr);
+    cr_assert_eq(vr.n, 2);
+    cr_assert_eq(vr.r[0].agent, a2);
+    cr_assert_eq(vr.r[1].agent, a1);
+    cr_assert_eq(vr.r[0].step, 200, "ranks start at the resume step");
+    cr_assert_eq(vr.r[1].step, 200);
+    ranks_free(&vr);
+    ranks_of(db, job, 1, &vr);
+    cr_assert_eq(vr.n, 3, "the old generation's ranks are kept");
+    ranks_free(&vr);
+
+    cr_assert_eq(dt_db_job_transition(db, job, DT_JOB_CANCELLED, NULL, NULL, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_db_gen_end(db, job, 2, "cancelled by uid 1000", &em), 0, "%s", em.s);
+
+    events_of(db, job, 0, &ev);
+    static const char *const kinds[] = {
+        "submitted",        "agent_registered",   "agent_registered", "generation_started",
+        "generation_ended", "generation_started", "cancelled",        "generation_ended",
+    };
+    static const char *const details[] = {
+        NULL,
+        NULL,
+        NULL,
+        "gen=1 ranks=3 resume_step=0",
+        "gen=1: rank 2 failed",
+        "gen=2 ranks=2 resume_step=200",
+        NULL,
+        "gen=2: cancelled by uid 1000",
+    };
+    cr_assert_eq(ev.n, 8);
+    for (int i = 0; i < 8; i++) {
+        cr_assert_str_eq(ev.kind[i], kinds[i], "event %d", i);
+        if (details[i])
+            cr_assert_str_eq(ev.detail[i], details[i], "event %d", i);
+        cr_assert_str_eq(ev.state[i], i < 6 ? "submitted" : "cancelled", "event %d", i);
+    }
+    events_free(&ev);
+    dt_db_close(db);
+
+    cr_assert_eq(raw_int(dbpath, "SELECT count(*) FROM generations"), 2);
+    cr_assert_eq(raw_int(dbpath, "SELECT count(*) FROM ranks"), 5);
+    cr_assert_eq(raw_int(dbpath, "SELECT count(*) FROM generations WHERE ended_ms IS NULL"), 0);
+}
+
+Test(db, generation_refusals)
+{
+    dt_db_t *db = open_ok(dbpath);
+    dt_emsg_t em = { "" };
+    int64_t job = job_new(db, "g", 1000), other = job_new(db, "o", 1000);
+    int64_t a = agent_new(db, job, "node01"), b = agent_new(db, other, "node01");
+    const int64_t mine[] = { a, a }, mixed[] = { a, b }, ghost[] = { a, 999 };
+    int64_t before;
+    char want[160];
+    dt_gen_t g;
+
+    /* not consecutive: the first is 1 */
+    cr_assert_eq(dt_db_gen_begin(db, job, 2, 2, mine, 0, &em), DT_EINVAL);
+    snprintf(want, sizeof(want), "job %" PRId64 " gen 2: not the next generation (that is 1)", job);
+    cr_assert_str_eq(em.s, want);
+    cr_assert_eq(dt_db_gen_begin(db, job, 0, 2, mine, 0, &em), DT_EINVAL);
+    assert_has(em.s, "gen 0");
+    cr_assert_eq(dt_db_gen_begin(db, job, 1, 0, mine, 0, &em), DT_EINVAL);
+    assert_has(em.s, "0 ranks");
+    cr_assert_eq(dt_db_gen_begin(db, job, 1, 2, mine, -5, &em), DT_EINVAL);
+    assert_has(em.s, "resume step -5");
+
+    cr_assert_eq(dt_db_gen_begin(db, job, 1, 2, mine, 0, &em), 0, "%s", em.s);
+    before = count_events(db, job);
+
+    /* while generation 1 runs, neither 2 nor 1 again */
+    cr_assert_eq(dt_db_gen_begin(db, job, 2, 2, mine, 0, &em), DT_EINVAL);
+    snprintf(want, sizeof(want),
+             "job %" PRId64 " gen 2: generation 1 is still running (end it first)", job);
+    cr_assert_str_eq(em.s, want);
+    cr_assert_eq(dt_db_gen_begin(db, job, 1, 2, mine, 0, &em), DT_EINVAL);
+    assert_has(em.s, "generation 1 is still running");
+
+    cr_assert_eq(dt_db_gen_end(db, job, 1, "done", &em), 0, "%s", em.s);
+    /* ending twice */
+    cr_assert_eq(dt_db_gen_end(db, job, 1, "again", &em), DT_EINVAL);
+    snprintf(want, sizeof(want), "job %" PRId64 " gen 1: already ended (done)", job);
+    cr_assert_str_eq(em.s, want);
+    cr_assert_eq(dt_db_gen_end(db, job, 5, "never began", &em), DT_ENOENT);
+    snprintf(want, sizeof(want), "job %" PRId64 ": no generation 5", job);
+    cr_assert_str_eq(em.s, want);
+    /* skipping one */
+    cr_assert_eq(dt_db_gen_begin(db, job, 3, 2, mine, 0, &em), DT_EINVAL);
+    assert_has(em.s, "not the next generation (that is 2)");
+    /* a rank on another job's agent, or on no agent */
+    cr_assert_eq(dt_db_gen_begin(db, job, 2, 2, mixed, 0, &em), DT_EINVAL);
+    snprintf(want, sizeof(want),
+             "job %" PRId64 " gen 2 rank 1: agent %" PRId64 " belongs to job %" PRId64, job, b,
+             other);
+    cr_assert_str_eq(em.s, want);
+    cr_assert_eq(dt_db_gen_begin(db, job, 2, 2, ghost, 0, &em), DT_ENOENT);
+    snprintf(want, sizeof(want), "job %" PRId64 " gen 2 rank 1: no such agent 999", job);
+    cr_assert_str_eq(em.s, want);
+
+    /* the refusals wrote nothing: one generation, its end the only new event */
+    cr_assert_eq(count_events(db, job), before + 1);
+    cr_assert_eq(dt_db_gen_last(db, job, &g, &em), 0, "%s", em.s);
+    cr_assert_eq(g.gen, 1);
+    cr_assert_str_eq(g.reason, "done");
+    dt_gen_clear(&g);
+    cr_assert_eq(dt_db_gen_last(db, other, &g, &em), 0, "%s", em.s);
+    cr_assert_eq(g.gen, 0, "the other job has no generation");
+    dt_gen_clear(&g);
+    dt_db_close(db);
+    cr_assert_eq(raw_int(dbpath, "SELECT count(*) FROM generations"), 1);
+    cr_assert_eq(raw_int(dbpath, "SELECT count(*) FROM ranks"), 2);
+}
+
+Test(db, a_failed_gen_begin_leaves_no_rows)
+{
+    dt_db_t *db = open_ok(dbpath);
+    dt_emsg_t em = { "" };
+    int64_t job = job_new(db, "atomic", 1000), other = job_new(db, "o", 1000);
+    int64_t a = agent_new(db, job, "node01"), b = agent_new(db, other, "node02");
+    /* the bad agent is the last rank: the generation and three ranks are
+     * already inserted when it is found */
+    const int64_t bad[] = { a, a, a, b }, good[] = { a, a, a, a };
+    struct events ev;
+
+    cr_assert_eq(dt_db_gen_begin(db, job, 1, 4, bad, 100, &em), DT_EINVAL);
+    assert_has(em.s, "rank 3");
+    cr_assert_eq(raw_int(dbpath, "SELECT count(*) FROM generations"), 0);
+    cr_assert_eq(raw_int(dbpath, "SELECT count(*) FROM ranks"), 0);
+    events_of(db, job, 0, &ev);
+    cr_assert_eq(ev.n, 2, "submitted and agent_registered only");
+    events_free(&ev);
+
+    /* inside a caller's transaction the failure rolls the whole of it back */
+    cr_assert_eq(dt_db_begin(db, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_db_event_add(db, job, "note", "inside", &em), 0, "%s", em.s);
+    cr_assert_eq(dt_db_gen_begin(db, job, 1, 4, bad, 100, &em), DT_EINVAL);
+    cr_assert_eq(dt_db_commit(db, &em), DT_EIO);
+    cr_assert_eq(raw_int(dbpath, "SELECT count(*) FROM generations"), 0);
+    cr_assert_eq(raw_int(dbpath, "SELECT count(*) FROM ranks"), 0);
+    cr_assert_eq(raw_int(dbpath, "SELECT count(*) FROM events WHERE kind = 'note'"), 0);
+
+    /* and generation 1 is still the next one */
+    cr_assert_eq(dt_db_gen_begin(db, job, 1, 4, good, 100, &em), 0, "%s", em.s);
+    dt_db_close(db);
+    cr_assert_eq(raw_int(dbpath, "SELECT count(*) FROM ranks WHERE step = 100"), 4);
+}
+
+Test(db, rank_set_updates_one_rank)
+{
+    dt_db_t *db = open_ok(dbpath);
+    dt_emsg_t em = { "" };
+    int64_t job = job_new(db, "r", 1000), a = agent_new(db, job, "node01");
+    const int64_t place[] = { a, a, a };
+    static const char *const states[] = { "starting", "running", "exited", "failed",
+                                          "hung",     "killed",  "lost" };
+    char want[160];
+    struct ranks vr;
+    int64_t before;
+
+    cr_assert_eq(dt_db_gen_begin(db, job, 1, 3, place, 0, &em), 0, "%s", em.s);
+    before = count_events(db, job);
+    cr_assert_eq(dt_db_rank_set(db, job, 1, 1, "running", 10, 4242, &em), 0, "%s", em.s);
+    ranks_of(db, job, 1, &vr);
+    cr_assert_str_eq(vr.r[1].state, "running");
+    cr_assert_eq(vr.r[1].step, 10);
+    cr_assert_eq(vr.r[1].pid, 4242);
+    for (int r = 0; r < 3; r += 2) {
+        cr_assert_str_eq(vr.r[r].state, "starting", "rank %d untouched", r);
+        cr_assert_eq(vr.r[r].step, 0);
+        cr_assert_eq(vr.r[r].pid, 0);
+    }
+    ranks_free(&vr);
+    for (size_t i = 0; i < sizeof(states) / sizeof(states[0]); i++)
+        cr_assert_eq(dt_db_rank_set(db, job, 1, 2, states[i], 20 + (int64_t)i, 77, &em), 0,
+                     "%s: %s", states[i], em.s);
+    ranks_of(db, job, 1, &vr);
+    cr_assert_str_eq(vr.r[2].state, "lost");
+    cr_assert_eq(vr.r[2].step, 26);
+    ranks_free(&vr);
+
+    /* refusals change nothing */
+    cr_assert_eq(dt_db_rank_set(db, job, 1, 1, "zombie", 11, 4242, &em), DT_EINVAL);
+    snprintf(want, sizeof(want),
+             "job %" PRId64 " gen 1 rank 1: unknown state 'zombie' (starting, running, exited, "
+             "failed, hung, killed or lost)",
+             job);
+    cr_assert_str_eq(em.s, want);
+    cr_assert_eq(dt_db_rank_set(db, job, 1, 1, "Running", 11, 4242, &em), DT_EINVAL);
+    cr_assert_eq(dt_db_rank_set(db, job, 1, 1, "running", -1, 4242, &em), DT_EINVAL);
+    cr_assert_eq(dt_db_rank_set(db, job, 1, 1, "running", 11, -3, &em), DT_EINVAL);
+    assert_has(em.s, "rank 1: negative step");
+    cr_assert_eq(dt_db_rank_set(db, job, 1, 7, "running", 11, 1, &em), DT_ENOENT);
+    snprintf(want, sizeof(want), "job %" PRId64 " gen 1: no rank 7", job);
+    cr_assert_str_eq(em.s, want);
+    cr_assert_eq(dt_db_rank_set(db, job, 9, 0, "running", 11, 1, &em), DT_ENOENT);
+    snprintf(want, sizeof(want), "job %" PRId64 ": no generation 9", job);
+    cr_assert_str_eq(em.s, want);
+    ranks_of(db, job, 1, &vr);
+    cr_assert_str_eq(vr.r[1].state, "running");
+    cr_assert_eq(vr.r[1].step, 10);
+    ranks_free(&vr);
+
+    /* progress writes no events */
+    cr_assert_eq(count_events(db, job), before);
+    dt_db_close(db);
+}
+
 /*-- durability ---------------------------------------------------------------*/
 
 Test(db, reopen_keeps_everything)
@@ -1114,6 +1709,18 @@ static int never_ckpt(const dt_checkpoint_t *c, void *arg)
     return never_cb(c);
 }
 
+static int never_shard(const dt_shard_t *s, void *arg)
+{
+    (void)arg;
+    return never_cb(s);
+}
+
+static int never_rank(const dt_rank_t *r, void *arg)
+{
+    (void)arg;
+    return never_cb(r);
+}
+
 Test(db, missing_ids_are_enoent)
 {
     dt_db_t *db = open_ok(dbpath);
@@ -1138,11 +1745,34 @@ Test(db, missing_ids_are_enoent)
     cr_assert_eq(dt_db_shard_add(db, no, 1, 0, "/x", 1, sha_a, &em), DT_ENOENT);
     cr_assert_eq(dt_db_checkpoint_set_state(db, no, 1, "committed", &em), DT_ENOENT);
     cr_assert_eq(dt_db_checkpoints(db, no, never_ckpt, NULL, &em), DT_ENOENT);
+    cr_assert_eq(dt_db_shards(db, no, 1, never_shard, NULL, &em), DT_ENOENT);
+    cr_assert_str_eq(em.s, "job 999: no such job");
+    cr_assert_eq(dt_db_shards(db, job, 1, never_shard, NULL, &em), DT_ENOENT);
+
+    const int64_t place[] = { 1 };
+    char *result = NULL;
+    dt_gen_t g;
+    cr_assert_eq(dt_db_job_set_result(db, no, "{}", &em), DT_ENOENT);
+    cr_assert_str_eq(em.s, "job 999: no such job");
+    cr_assert_eq(dt_db_job_result(db, no, &result, &em), DT_ENOENT);
+    cr_assert_null(result);
+    cr_assert_eq(dt_db_gen_begin(db, no, 1, 1, place, 0, &em), DT_ENOENT);
+    cr_assert_str_eq(em.s, "job 999: no such job");
+    cr_assert_eq(dt_db_gen_end(db, no, 1, "x", &em), DT_ENOENT);
+    cr_assert_str_eq(em.s, "job 999: no such job");
+    cr_assert_eq(dt_db_gen_last(db, no, &g, &em), DT_ENOENT);
+    cr_assert_eq(dt_db_gen_ranks(db, no, 1, never_rank, NULL, &em), DT_ENOENT);
+    cr_assert_eq(dt_db_gen_ranks(db, job, 1, never_rank, NULL, &em), DT_ENOENT);
+    cr_assert_str_eq(em.s, "job 1: no generation 1");
+    cr_assert_eq(dt_db_rank_set(db, no, 1, 0, "running", 1, 1, &em), DT_ENOENT);
+    cr_assert_str_eq(em.s, "job 999: no such job");
 
     /* nothing was written for the missing job, and the real one is untouched */
     dt_db_close(db);
     cr_assert_eq(raw_int(dbpath, "SELECT count(*) FROM events"), 1);
     cr_assert_eq(raw_int(dbpath, "SELECT count(*) FROM agents"), 0);
     cr_assert_eq(raw_int(dbpath, "SELECT count(*) FROM checkpoints"), 0);
+    cr_assert_eq(raw_int(dbpath, "SELECT count(*) FROM generations"), 0);
+    cr_assert_eq(raw_int(dbpath, "SELECT count(*) FROM jobs WHERE result IS NOT NULL"), 0);
     cr_assert_eq(raw_int(dbpath, "SELECT max(id) FROM jobs"), job);
 }
