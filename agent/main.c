@@ -1,3 +1,218 @@
-/* SPDX-License-Identifier: MIT */
+/* SPDX-License-Identifier: MIT
+ *
+ * dtagentd: the node agent of one job (dtagentd(8)). main() reads as the
+ * table of contents: options, log, state directory, PMIx server, link to
+ * the coordinator, signals, the loop, teardown. It stays in the foreground:
+ * srun (in the batch script) or `dtctl run --local` supervises it.
+ *
+ * Exit status: 0 when the coordinator said the job completed (or the job
+ * was already over), 1 when the job ended otherwise or the agent failed,
+ * 2 for bad options.
+ */
 #include "config.h"
-int main(void) { return 0; }
+
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent/agent.h"
+#include "common/conf.h"
+#include "common/log.h"
+#include "common/mem.h"
+
+int64_t dt_agent_mono_ms(void)
+{
+    return (int64_t)(uv_hrtime() / 1000000);
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: dtagentd --coord unix:PATH|HOST:PORT --job ID [--node NAME] [--slots N]\n"
+               "                [--state-dir DIR] [--engine PATH] [--munge-socket PATH]\n"
+               "                [--hang-timeout DUR] [--grace DUR] [--log-level LEVEL]\n"
+               "                [-v] [-h]\n");
+}
+
+static void closed_walk(uv_handle_t *h, void *arg)
+{
+    (void)arg;
+    if (!uv_is_closing(h))
+        uv_close(h, NULL);
+}
+
+void dt_agent_stop(dt_agent_t *ag, int code)
+{
+    if (!ag->stopping) {
+        ag->stopping = 1;
+        ag->exit_code = code;
+        uv_signal_stop(&ag->sig_term);
+        uv_signal_stop(&ag->sig_int);
+        if (dt_task_terminate(ag))
+            return; /* back here from gen_maybe_ended when they are gone */
+    }
+    for (int i = 0; i < ag->nworkers; i++)
+        if (ag->workers[i].proc_open || ag->workers[i].chan_open)
+            return;
+    dt_link_close(ag);
+    dt_task_close(ag);
+    uv_walk(ag->loop, closed_walk, NULL);
+}
+
+static void on_signal(uv_signal_t *s, int sig)
+{
+    dt_agent_t *ag = s->loop->data;
+    dt_log_info("signal %d: stopping the workers and exiting", sig);
+    dt_agent_stop(ag, 1);
+}
+
+static int mkdirs(const char *path)
+{
+    char buf[PATH_MAX];
+    snprintf(buf, sizeof(buf), "%s", path);
+    for (char *p = buf + 1; *p; p++)
+        if (*p == '/') {
+            *p = '\0';
+            if (mkdir(buf, 0700) < 0 && errno != EEXIST)
+                return -errno;
+            *p = '/';
+        }
+    return mkdir(buf, 0700) < 0 && errno != EEXIST ? -errno : 0;
+}
+
+/* dtengine next to this program (build tree: ../engine/dtengine; installed:
+ * the bin directory beside sbin), else found in PATH by uv_spawn. */
+static char *find_engine(void)
+{
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n > 0) {
+        self[n] = '\0';
+        char *slash = strrchr(self, '/');
+        if (slash) {
+            *slash = '\0';
+            const char *rel[] = { "../engine/dtengine", "../bin/dtengine", "dtengine" };
+            for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
+                char *p = dt_xasprintf("%s/%s", self, rel[i]);
+                if (access(p, X_OK) == 0)
+                    return p;
+                free(p);
+            }
+        }
+    }
+    return dt_xstrdup("dtengine");
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option lo[] = {
+        { "coord", 1, NULL, 'c' },        { "job", 1, NULL, 'j' },
+        { "node", 1, NULL, 'n' },         { "slots", 1, NULL, 's' },
+        { "state-dir", 1, NULL, 'd' },    { "engine", 1, NULL, 'e' },
+        { "munge-socket", 1, NULL, 'm' }, { "hang-timeout", 1, NULL, 'H' },
+        { "grace", 1, NULL, 'g' },        { "log-level", 1, NULL, 'l' },
+        { "version", 0, NULL, 'v' },      { "help", 0, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    dt_agent_t ag = { .slots = 1, .hang_ms = 60000, .grace_ms = 5000 };
+    enum dt_log_level level = DT_LOG_INFO;
+    char host[256] = "localhost", *engine = NULL, *state_dir = NULL;
+    dt_emsg_t em = { "" };
+    int64_t v;
+    int c, rc;
+
+    dt_log_init("dtagentd", DT_LOG_INFO);
+    gethostname(host, sizeof(host) - 1);
+    ag.node = host;
+    while ((c = getopt_long(argc, argv, "vh", lo, NULL)) != -1) {
+        rc = 0;
+        switch (c) {
+        case 'c': ag.coord = optarg; break;
+        case 'j': rc = dt_conf_parse_int(optarg, 1, INT64_MAX, &ag.job); break;
+        case 'n': ag.node = optarg; break;
+        case 's': rc = dt_conf_parse_int(optarg, 1, 1 << 16, &v), ag.slots = (int)v; break;
+        case 'd': ag.state_dir = optarg; break;
+        case 'e': ag.engine = optarg; break;
+        case 'm': ag.munge_socket = optarg; break;
+        case 'H': rc = dt_conf_parse_duration(optarg, &ag.hang_ms); break;
+        case 'g': rc = dt_conf_parse_duration(optarg, &ag.grace_ms); break;
+        case 'l': rc = dt_log_parse_level(optarg, &level); break;
+        case 'v': printf("dtagentd %s\n", PACKAGE_VERSION); return 0;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+        if (rc < 0) {
+            const char *name = "?";
+            for (const struct option *o = lo; o->name; o++)
+                if (o->val == c)
+                    name = o->name;
+            fprintf(stderr, "dtagentd: --%s '%s': not a valid value\n", name, optarg);
+            return 2;
+        }
+    }
+    if (optind < argc || ag.coord == NULL || ag.job == 0) {
+        fprintf(stderr, "dtagentd: %s\n", optind < argc ? "unexpected argument"
+                                                        : "--coord and --job are required");
+        usage(stderr);
+        return 2;
+    }
+    if (*ag.node == '\0' || strlen(ag.node) > 255 || strchr(ag.node, ',')) {
+        fprintf(stderr, "dtagentd: --node '%s': 1 to 255 characters, no commas\n", ag.node);
+        return 2;
+    }
+    if (ag.hang_ms < 100 || ag.grace_ms < 0) {
+        fprintf(stderr, "dtagentd: --hang-timeout must be at least 100ms\n");
+        return 2;
+    }
+    dt_log_set_level(level);
+    dt_log_set_timestamps(1);
+    char tag[300];
+    snprintf(tag, sizeof(tag), "node=%s", ag.node);
+    dt_log_set_tag(tag);
+
+    /* state directory: generations' files, the PMIx server's rendezvous */
+    if (ag.state_dir == NULL)
+        ag.state_dir = state_dir = dt_xasprintf("/tmp/dtagentd-%u/%lld-%s", (unsigned)getuid(),
+                                                (long long)ag.job, ag.node);
+    if ((rc = mkdirs(ag.state_dir)) < 0) {
+        fprintf(stderr, "dtagentd: state directory %s: %s\n", ag.state_dir, strerror(-rc));
+        free(state_dir);
+        return 1;
+    }
+    if (ag.engine == NULL)
+        ag.engine = engine = find_engine();
+
+    signal(SIGPIPE, SIG_IGN); /* children get the default back from uv_spawn */
+    srand((unsigned)(getpid() ^ (unsigned)time(NULL)));
+    ag.loop = uv_default_loop();
+    ag.loop->data = &ag;
+
+    if ((rc = dt_task_init(&ag, &em)) < 0) {
+        dt_log_error("PMIx server: %s", em.s);
+        free(engine);
+        free(state_dir);
+        return 1;
+    }
+    dt_link_start(&ag);
+    uv_signal_init(ag.loop, &ag.sig_term);
+    uv_signal_init(ag.loop, &ag.sig_int);
+    uv_signal_start(&ag.sig_term, on_signal, SIGTERM);
+    uv_signal_start(&ag.sig_int, on_signal, SIGINT);
+    dt_log_info("job=%lld node=%s slots=%d coord=%s engine=%s state=%s started",
+                (long long)ag.job, ag.node, ag.slots, ag.coord, ag.engine, ag.state_dir);
+
+    uv_run(ag.loop, UV_RUN_DEFAULT);
+
+    uv_loop_close(ag.loop);
+    free(ag.rbuf);
+    free(engine);
+    free(state_dir);
+    dt_log_info("exiting with status %d", ag.exit_code);
+    return ag.exit_code;
+}

@@ -21,9 +21,15 @@
  * it through the coordinator and calls dt_pmix_fence_done with the
  * concatenation of every agent's data for that (gen, seq), in any agent
  * order (libpmix unpacks concatenated blobs). A fence not completed within
- * DT_PMIX_CB_TIMEOUT_MS is answered with an error by this module.
+ * the fence timeout (dt_pmix_set_fence_timeout) is answered with an error by this module. (Seen
+ * here: Open MPI 4.1.4 does not fail MPI_Init on a failed fence, it carries
+ * on with the node-local data; on one node that still works, across nodes
+ * the remote data are then missing. The agent's own watchdog decides.)
  * direct_modex is answered with PMIX_ERR_NOT_SUPPORTED: all data travel with
  * the fences.
+ *
+ * The module's two uv handles are unreferenced: it never keeps the loop
+ * alive by itself (the workers' handles do).
  *
  * Not here: spawning (agent/task.c calls uv_spawn with the environment built
  * here), the coordinator link, policy.
@@ -38,13 +44,19 @@
 #include "common/err.h"
 
 #define DT_PMIX_CB_TIMEOUT_MS 10000
+/* A relayed fence waits for the slowest agent's ranks to get there (MPI_Init
+ * after a checkpoint load, a GPU start): the coordinator's failure handling
+ * is the real watchdog, this only frees ranks nobody will answer. */
+#define DT_PMIX_FENCE_TIMEOUT_MS 300000
 
 typedef struct dt_pmix dt_pmix_t;
 
 /* Callbacks to the agent, all on the loop thread. */
 typedef struct dt_pmix_ops {
     /* A fence with remote participants: relay `data` (len bytes, borrowed
-     * for the call) and answer later with dt_pmix_fence_done(gen, seq). */
+     * for the call) and answer later with dt_pmix_fence_done(gen, seq).
+     * NULL: each fence is answered at once with this agent's data alone
+     * (a job on one agent). */
     void (*fence)(void *ud, uint32_t gen, uint32_t seq, const void *data, size_t len);
     /* A local client connected (PMIx_Init) or finalized (PMIx_Finalize). */
     void (*connected)(void *ud, uint32_t gen, int rank);
@@ -69,14 +81,20 @@ typedef struct dt_pmix_gen {
  * and namespace directories, and the rendezvous files. Sets PMIX_MCA_gds=hash
  * in the process environment first (the shared-memory store deadlocked here
  * on a bad registration). Returns 0 or a DT_E* code with a message naming
- * the PMIx status. */
+ * the PMIx status; DT_ESTATE while another dt_pmix_t lives in the process
+ * (libpmix's server is process-wide). */
 int dt_pmix_new(uv_loop_t *loop, const char *tmpdir, const dt_pmix_ops_t *ops, void *ud,
                 dt_pmix_t **out, dt_emsg_t *em);
 
 /* Register a generation's namespace (PMIx_server_register_nspace with the
  * node map, proc map, job size, local peers and per-rank local/node ranks)
  * and set up local support. Blocks the loop until libpmix has answered (it
- * is fast). A previous generation still registered is deregistered first. */
+ * is fast). A previous generation still registered is deregistered first.
+ * The namespace and node names must be [A-Za-z0-9._-] (not starting with
+ * '.'), node names distinct, self among them (else DT_EINVAL, nothing
+ * changed but the previous generation ended); nodes without ranks are left
+ * out of the maps. Every rank gets PMIX_RANK, PMIX_LOCAL_RANK,
+ * PMIX_NODE_RANK, PMIX_HOSTNAME and PMIX_NODEID. */
 int dt_pmix_gen_begin(dt_pmix_t *p, const dt_pmix_gen_t *g, dt_emsg_t *em);
 
 /* The fork environment of local `rank` of the current generation:
@@ -87,20 +105,33 @@ int dt_pmix_gen_begin(dt_pmix_t *p, const dt_pmix_gen_t *g, dt_emsg_t *em);
  * OMPI_MCA_ess=pmi, OMPI_MCA_pml=ob1, OMPI_MCA_btl=self,vader,tcp,
  * OMPI_MCA_btl_tcp_if_include=lo when the job spans several nodes,
  * OMPI_MCA_btl_vader_backing_directory in the generation's own directory.
- * Variables already set in the agent's environment are overridden. */
+ * Variables already set in the agent's environment are overridden.
+ * PMIX_HOSTNAME is this agent's name in the node map, not gethostname().
+ * Another launcher's identity is not passed on (an agent started by srun or
+ * mpirun): PMIX_*, PMI_* and OMPI_* variables are dropped except PMIX_MCA_*,
+ * OMPI_MCA_* and OMPI_ALLOW_RUN_AS_ROOT*, and OMPI_MCA_orte_* and
+ * OMPI_MCA_ess_base_* are dropped too. DT_EINVAL for a rank not placed
+ * here, DT_ESTATE without a generation. */
 int dt_pmix_worker_env(dt_pmix_t *p, int rank, char ***envp, dt_emsg_t *em);
 void dt_pmix_env_free(char **env);
 
 /* Answer fence (gen, seq) with the concatenated data of every agent (or a
- * non-zero status: the fence fails on every local participant). Unknown or
- * already answered fences are ignored. */
+ * non-zero status: the fence fails on every local participant with
+ * PMIX_ERROR). Unknown or already answered fences are ignored. */
 void dt_pmix_fence_done(dt_pmix_t *p, uint32_t gen, uint32_t seq, int status, const void *data,
                         size_t len);
 
+/* Fail relayed fences not answered within ms (default
+ * DT_PMIX_FENCE_TIMEOUT_MS; <= 0 restores it). */
+void dt_pmix_set_fence_timeout(dt_pmix_t *p, int64_t ms);
+
 /* Tell every local client of the current generation that `rank` died
  * (PMIx_Notify_event PMIX_ERR_PROC_ABORTED_BY_SIG, source the dead proc,
- * range namespace, PMIX_EVENT_AFFECTED_PROC). Ranks on other agents count:
- * the coordinator relays their deaths. */
+ * range namespace, PMIX_EVENT_AFFECTED_PROC, PMIX_EVENT_NON_DEFAULT: only
+ * handlers registered for that code run, not Open MPI's default one).
+ * Ranks on other agents count: the coordinator relays their deaths.
+ * libpmix caches the event, so a rank that registers its handler later
+ * still gets it. */
 int dt_pmix_notify_failure(dt_pmix_t *p, int rank, dt_emsg_t *em);
 
 /* End the current generation: fail its pending fences, deregister its
@@ -108,7 +139,8 @@ int dt_pmix_notify_failure(dt_pmix_t *p, int rank, dt_emsg_t *em);
  * none is registered. */
 void dt_pmix_gen_end(dt_pmix_t *p);
 
-/* PMIx_server_finalize and free. NULL is a no-op. */
+/* PMIx_server_finalize and free. NULL is a no-op. The memory goes in the
+ * close callbacks of the module's handles: run the loop once more. */
 void dt_pmix_free(dt_pmix_t *p);
 
 #endif /* DT_AGENT_PMIX_H */

@@ -1,3 +1,755 @@
-/* SPDX-License-Identifier: MIT */
+/* SPDX-License-Identifier: MIT
+ *
+ * dtagentd's workers: one generation at a time, the ranks the coordinator
+ * placed here, each a dtengine process spawned with uv_spawn in the
+ * generation's PMIx namespace, with a worker channel (a Unix stream
+ * socketpair, the child's end as fd 3, DT_AGENT_FD=3) for progress,
+ * heartbeats, checkpoint shards and results one way, checkpoint and stop
+ * requests the other.
+ *
+ * Failure handling here is local and immediate: a worker that exits badly,
+ * or is silent past the hang timeout (then killed), is reported to the
+ * coordinator, and its local peers get a PMIx failure event at once; after
+ * the grace period whatever is left is killed. The decision what to do next
+ * (another generation, spares, fewer ranks, fail) is the coordinator's.
+ *
+ * Checkpoint shards a worker reports are hashed again here, on the thread
+ * pool, before they are reported: the coordinator commits a checkpoint only
+ * from shards an agent has read back.
+ */
 #include "config.h"
-typedef int dt_stub_task;
+
+#include <errno.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "agent/agent.h"
+#include "common/fileio.h"
+#include "common/log.h"
+#include "common/mem.h"
+
+#define WATCH_MS 100
+
+static void gen_maybe_ended(dt_agent_t *ag);
+
+/*-- worker channel ----------------------------------------------------------*/
+
+static void chan_write_done(uv_write_t *w, int status)
+{
+    (void)status;
+    free(w->data);
+    free(w);
+}
+
+static void chan_send(dt_worker_t *w, uint16_t type, json_t *body)
+{
+    uint8_t *buf;
+    size_t len;
+
+    if (w->chan_open && !w->exited && dt_msg_encode(type, 0, body, &buf, &len) == 0) {
+        uv_write_t *req = dt_xmalloc(sizeof(*req));
+        uv_buf_t b = uv_buf_init((char *)buf, (unsigned)len);
+        req->data = buf;
+        if (uv_write(req, (uv_stream_t *)&w->chan, &b, 1, chan_write_done) < 0) {
+            free(buf);
+            free(req);
+        }
+    }
+    json_decref(body);
+}
+
+static void handle_closed(uv_handle_t *h)
+{
+    dt_worker_t *w = h->data;
+    if (h == (uv_handle_t *)&w->chan)
+        w->chan_open = 0;
+    else
+        w->proc_open = 0;
+    gen_maybe_ended(w->ag);
+}
+
+static void chan_close(dt_worker_t *w)
+{
+    if (w->chan_open && !uv_is_closing((uv_handle_t *)&w->chan))
+        uv_close((uv_handle_t *)&w->chan, handle_closed);
+}
+
+/* A shard read back on the thread pool. */
+typedef struct verify {
+    uv_work_t req;
+    dt_agent_t *ag;
+    uint32_t gen;
+    int rank, manifest, ok;
+    int64_t step, bytes;
+    char *dir, *path, *full, sha[65], why[256];
+} verify_t;
+
+static void verify_work(uv_work_t *req)
+{
+    verify_t *v = req->data;
+    dt_emsg_t em = { "" };
+    unsigned char md[32], *buf = dt_xmalloc(1 << 20);
+    int64_t size = 0, off = 0, n;
+    int fd = dt_open_regular(v->full, &size, &em);
+
+    v->ok = 0;
+    if (fd < 0) {
+        snprintf(v->why, sizeof(v->why), "%s", em.s);
+        free(buf);
+        return;
+    }
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+    while ((n = dt_pread_full(fd, buf, 1 << 20, off)) > 0) {
+        EVP_DigestUpdate(ctx, buf, (size_t)n);
+        off += n;
+    }
+    EVP_DigestFinal_ex(ctx, md, NULL);
+    EVP_MD_CTX_free(ctx);
+    close(fd);
+    free(buf);
+    char hex[65];
+    for (int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", md[i]);
+    if (n < 0)
+        snprintf(v->why, sizeof(v->why), "%s: read error", v->full);
+    else if (off != v->bytes)
+        snprintf(v->why, sizeof(v->why), "%s: %lld bytes, the worker reported %lld", v->full,
+                 (long long)off, (long long)v->bytes);
+    else if (strcmp(hex, v->sha) != 0)
+        snprintf(v->why, sizeof(v->why), "%s: sha256 %s, the worker reported %s", v->full, hex,
+                 v->sha);
+    else
+        v->ok = 1;
+}
+
+static void verify_done(uv_work_t *req, int status)
+{
+    verify_t *v = req->data;
+    dt_agent_t *ag = v->ag;
+
+    if (status == 0 && v->ok && !ag->stopping)
+        dt_link_send_reliable(
+            ag, DT_MSG_SHARD_WRITTEN,
+            json_pack("{s:I, s:I, s:I, s:i, s:s, s:I, s:s, s:s, s:b}", "agent",
+                      (json_int_t)ag->agent_id, "gen", (json_int_t)v->gen, "step",
+                      (json_int_t)v->step, "rank", v->rank, "path", v->full, "bytes",
+                      (json_int_t)v->bytes, "sha256", v->sha, "dir", v->dir, "manifest",
+                      v->manifest));
+    else if (status == 0 && !v->ok)
+        dt_log_error("gen=%u rank=%d step=%lld checkpoint file does not verify: %s", v->gen,
+                     v->rank, (long long)v->step, v->why);
+    free(v->dir);
+    free(v->path);
+    free(v->full);
+    free(v);
+}
+
+static void on_shard(dt_worker_t *w, const dt_msg_t *m)
+{
+    dt_agent_t *ag = w->ag;
+    dt_emsg_t em = { "" };
+    const char *dir, *path, *sha;
+    int64_t step, bytes;
+    int manifest = 0;
+
+    if (dt_msg_get_int(m, "step", &step, &em) < 0 || dt_msg_get_str(m, "dir", &dir, &em) < 0 ||
+        dt_msg_get_str(m, "path", &path, &em) < 0 || dt_msg_get_int(m, "bytes", &bytes, &em) < 0 ||
+        dt_msg_get_str(m, "sha256", &sha, &em) < 0 ||
+        dt_msg_opt_bool(m, "manifest", &manifest, &em) < 0 || strlen(sha) != 64 ||
+        strchr(path, '/') != NULL) {
+        dt_log_error("gen=%u rank=%d: bad W_SHARD: %s", ag->gen, w->rank,
+                     em.s[0] ? em.s : "sha256 or file name");
+        return;
+    }
+    verify_t *v = dt_xcalloc(1, sizeof(*v));
+    v->req.data = v;
+    v->ag = ag;
+    v->gen = ag->gen;
+    v->rank = w->rank;
+    v->manifest = manifest;
+    v->step = step;
+    v->bytes = bytes;
+    v->dir = dt_xstrdup(dir);
+    v->path = dt_xstrdup(path);
+    v->full = dt_xasprintf("%s/%s", dir, path);
+    snprintf(v->sha, sizeof(v->sha), "%s", sha);
+    if (uv_queue_work(ag->loop, &v->req, verify_work, verify_done) < 0)
+        verify_done(&v->req, UV_ECANCELED);
+}
+
+static void on_worker_frame(dt_worker_t *w, const dt_msg_t *m)
+{
+    dt_agent_t *ag = w->ag;
+
+    w->last_heard_ms = dt_agent_mono_ms();
+    switch (m->type) {
+    case DT_MSG_W_HELLO: {
+        json_t *pid = json_object_get(m->body, "pid");
+        if (json_is_integer(pid))
+            w->pid = json_integer_value(pid);
+        dt_log_debug("gen=%u rank=%d pid=%lld hello", ag->gen, w->rank, (long long)w->pid);
+        break;
+    }
+    case DT_MSG_W_PROGRESS: {
+        json_t *b = json_deep_copy(m->body);
+        w->step = json_integer_value(json_object_get(b, "step"));
+        json_object_set_new(b, "agent", json_integer(ag->agent_id));
+        json_object_set_new(b, "gen", json_integer(ag->gen));
+        json_object_set_new(b, "rank", json_integer(w->rank));
+        json_object_set_new(b, "pid", json_integer(w->pid));
+        dt_link_send(ag, DT_MSG_PROGRESS, b);
+        break;
+    }
+    case DT_MSG_W_HEARTBEAT: break;
+    case DT_MSG_W_SHARD: on_shard(w, m); break;
+    case DT_MSG_W_RESULT:
+        json_decref(w->result);
+        w->result = json_deep_copy(m->body);
+        break;
+    default:
+        dt_log_warn("gen=%u rank=%d sent %s on the worker channel: ignored", ag->gen, w->rank,
+                    dt_msg_type_name(m->type));
+    }
+}
+
+static void chan_alloc(uv_handle_t *h, size_t hint, uv_buf_t *b)
+{
+    dt_worker_t *w = h->data;
+    (void)hint;
+    if (w->cap - w->len < 16384) {
+        w->cap = w->cap ? w->cap * 2 : 65536;
+        w->buf = dt_xrealloc(w->buf, w->cap);
+    }
+    *b = uv_buf_init((char *)w->buf + w->len, (unsigned)(w->cap - w->len));
+}
+
+static void chan_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b)
+{
+    dt_worker_t *w = s->data;
+    dt_emsg_t em = { "" };
+    (void)b;
+
+    if (n < 0) {
+        chan_close(w); /* EOF: the process exit follows */
+        return;
+    }
+    w->len += (size_t)n;
+    size_t off = 0;
+    for (;;) {
+        dt_msg_t m;
+        int used = dt_msg_decode(w->buf + off, w->len - off, &m, &em);
+        if (used < 0) {
+            dt_log_error("gen=%u rank=%d worker channel: %s; closing it", w->ag->gen, w->rank,
+                         em.s);
+            chan_close(w);
+            return;
+        }
+        if (used == 0)
+            break;
+        off += (size_t)used;
+        on_worker_frame(w, &m);
+        dt_msg_clear(&m);
+    }
+    memmove(w->buf, w->buf + off, w->len - off);
+    w->len -= off;
+}
+
+/*-- processes ------------------------------------------------------------------*/
+
+static int alive(const dt_worker_t *w)
+{
+    return w->proc_open && !w->exited;
+}
+
+static void kill_worker(dt_worker_t *w, int sig)
+{
+    if (alive(w))
+        uv_process_kill(&w->proc, sig);
+}
+
+static void grace_fire(uv_timer_t *t)
+{
+    dt_agent_t *ag = t->loop->data;
+    for (int i = 0; i < ag->nworkers; i++)
+        if (alive(&ag->workers[i])) {
+            dt_log_warn("gen=%u rank=%d still running after the grace period: killing", ag->gen,
+                        ag->workers[i].rank);
+            kill_worker(&ag->workers[i], SIGKILL);
+        }
+}
+
+/* Tell local survivors that `rank` failed, then kill them after the grace
+ * period. Idempotent per generation. */
+static void begin_abort(dt_agent_t *ag, int rank, const char *why)
+{
+    dt_emsg_t em = { "" };
+
+    if (rank >= 0 && dt_pmix_notify_failure(ag->pmix, rank, &em) < 0)
+        dt_log_warn("gen=%u: notifying rank %d's failure: %s", ag->gen, rank, em.s);
+    if (ag->aborting)
+        return;
+    ag->aborting = 1;
+    dt_log_info("gen=%u aborting: %s; grace %lld ms", ag->gen, why, (long long)ag->grace_ms);
+    uv_timer_start(&ag->grace_timer, grace_fire, (uint64_t)ag->grace_ms, 0);
+}
+
+static void on_exit_cb(uv_process_t *p, int64_t status, int sig)
+{
+    dt_worker_t *w = p->data;
+    dt_agent_t *ag = w->ag;
+    int failed = status != 0 || sig != 0;
+
+    w->exited = 1;
+    w->status = status;
+    w->term_signal = sig;
+    if (w->hung)
+        dt_log_warn("gen=%u rank=%d hung and killed", ag->gen, w->rank);
+    else if (failed)
+        dt_log_info("gen=%u rank=%d pid=%lld exited status=%lld signal=%d", ag->gen, w->rank,
+                    (long long)w->pid, (long long)status, sig);
+    else
+        dt_log_debug("gen=%u rank=%d exited 0", ag->gen, w->rank);
+    json_t *body = json_pack("{s:I, s:I, s:i, s:I, s:i, s:b, s:I}", "agent",
+                             (json_int_t)ag->agent_id, "gen", (json_int_t)ag->gen, "rank", w->rank,
+                             "status", (json_int_t)status, "signal", sig, "hung", w->hung, "step",
+                             (json_int_t)w->step);
+    if (w->result)
+        json_object_set(body, "result", w->result);
+    dt_link_send_reliable(ag, DT_MSG_WORKER_EXIT, body);
+    /* a worker that stopped with a peer-failure code is a consequence, not
+     * a cause; anything else bad starts the local abort */
+    if (failed && !ag->aborting && status != 4)
+        begin_abort(ag, w->rank, w->hung ? "a worker hung" : "a worker failed");
+    chan_close(w);
+    uv_close((uv_handle_t *)&w->proc, handle_closed);
+}
+
+static char **build_env(dt_agent_t *ag, int rank, dt_emsg_t *em)
+{
+    char **env = NULL;
+    size_t n = 0;
+
+    if (dt_pmix_worker_env(ag->pmix, rank, &env, em) < 0)
+        return NULL;
+    while (env[n])
+        n++;
+    char **out = dt_xcalloc(n + 5, sizeof(*out));
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(env[i], "DT_AGENT_", 9) != 0)
+            out[k++] = dt_xstrdup(env[i]);
+    out[k++] = dt_xstrdup("DT_AGENT_FD=3");
+    out[k++] = dt_xasprintf("DT_AGENT_PID=%ld", (long)getpid());
+    if (getenv("OPENBLAS_NUM_THREADS") == NULL)
+        out[k++] = dt_xstrdup("OPENBLAS_NUM_THREADS=1");
+    out[k] = NULL;
+    dt_pmix_env_free(env);
+    return out;
+}
+
+static void free_strv(char **v)
+{
+    if (v)
+        for (char **p = v; *p; p++)
+            free(*p);
+    free(v);
+}
+
+static int spawn_worker(dt_agent_t *ag, dt_worker_t *w, char **args, dt_emsg_t *em)
+{
+    int sv[2], rc;
+    char **env = build_env(ag, w->rank, em);
+
+    if (env == NULL)
+        return DT_ECOMM;
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
+        free_strv(env);
+        return dt_emsg_set(em, -errno, "socketpair: %s", strerror(errno));
+    }
+    uv_stdio_container_t stdio[4] = {
+        { .flags = UV_IGNORE },
+        { .flags = UV_INHERIT_FD, .data.fd = 1 },
+        { .flags = UV_INHERIT_FD, .data.fd = 2 },
+        { .flags = UV_INHERIT_FD, .data.fd = sv[1] },
+    };
+    uv_process_options_t o = {
+        .exit_cb = on_exit_cb,
+        .file = args[0],
+        .args = args,
+        .env = env,
+        .cwd = ag->gen_dir,
+        .stdio_count = 4,
+        .stdio = stdio,
+    };
+    w->proc.data = w;
+    w->chan.data = w;
+    w->last_heard_ms = dt_agent_mono_ms();
+    rc = uv_spawn(ag->loop, &w->proc, &o);
+    close(sv[1]);
+    free_strv(env);
+    if (rc < 0) {
+        close(sv[0]);
+        /* libuv wants the handle closed even when the spawn failed */
+        w->proc_open = 1;
+        w->exited = 1;
+        uv_close((uv_handle_t *)&w->proc, handle_closed);
+        return dt_emsg_set(em, DT_ECOMM, "spawning %s for rank %d: %s", args[0], w->rank,
+                           uv_strerror(rc));
+    }
+    w->proc_open = 1;
+    w->pid = w->proc.pid;
+    uv_pipe_init(ag->loop, &w->chan, 0);
+    uv_pipe_open(&w->chan, sv[0]);
+    w->chan_open = 1;
+    uv_read_start((uv_stream_t *)&w->chan, chan_alloc, chan_read);
+    dt_log_info("gen=%u rank=%d pid=%d started", ag->gen, w->rank, w->proc.pid);
+    return 0;
+}
+
+/*-- generations ---------------------------------------------------------------*/
+
+static void free_workers(dt_agent_t *ag)
+{
+    for (int i = 0; i < ag->nworkers; i++) {
+        free(ag->workers[i].buf);
+        json_decref(ag->workers[i].result);
+    }
+    free(ag->workers);
+    ag->workers = NULL;
+    ag->nworkers = 0;
+}
+
+/* Every handle of the generation closed: end the namespace, tell the
+ * coordinator, and, when stopping, let the loop end. */
+static void gen_maybe_ended(dt_agent_t *ag)
+{
+    for (int i = 0; i < ag->nworkers; i++)
+        if (ag->workers[i].proc_open || ag->workers[i].chan_open)
+            return;
+    if (ag->nworkers > 0 || ag->gen_dir) {
+        uv_timer_stop(&ag->grace_timer);
+        dt_pmix_gen_end(ag->pmix);
+        free_workers(ag);
+        if (!ag->ended_sent && ag->gen) {
+            ag->ended_sent = 1;
+            dt_link_send_reliable(ag, DT_MSG_GEN_ENDED,
+                                  json_pack("{s:I, s:I}", "agent", (json_int_t)ag->agent_id,
+                                            "gen", (json_int_t)ag->gen));
+            dt_log_info("gen=%u ended here", ag->gen);
+        }
+        free(ag->gen_dir);
+        ag->gen_dir = NULL;
+    }
+    if (ag->stopping)
+        dt_agent_stop(ag, ag->exit_code);
+}
+
+static void watch_fire(uv_timer_t *t)
+{
+    dt_agent_t *ag = t->loop->data;
+    int64_t now = dt_agent_mono_ms();
+
+    for (int i = 0; i < ag->nworkers; i++) {
+        dt_worker_t *w = &ag->workers[i];
+        if (!alive(w) || w->hung || ag->aborting || now - w->last_heard_ms <= ag->hang_ms)
+            continue;
+        dt_log_warn("gen=%u rank=%d pid=%lld silent for %lld ms (hang timeout %lld ms): hung, "
+                    "killing it", ag->gen, w->rank, (long long)w->pid,
+                    (long long)(now - w->last_heard_ms), (long long)ag->hang_ms);
+        w->hung = 1;
+        kill_worker(w, SIGKILL);
+    }
+}
+
+static int write_spec(const char *path, const char *text, dt_emsg_t *em)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return dt_emsg_set(em, -errno, "%s: %s", path, strerror(errno));
+    int rc = dt_write_full(fd, text, strlen(text));
+    close(fd);
+    return rc < 0 ? dt_emsg_set(em, rc, "%s: write failed", path) : 0;
+}
+
+void dt_task_gen_start(dt_agent_t *ag, const dt_msg_t *m)
+{
+    dt_emsg_t em = { "" };
+    json_t *b = m->body, *nodes = json_object_get(b, "nodes"), *procs = json_object_get(b, "procs"),
+           *argv = json_object_get(b, "argv");
+    const char *nspace = json_string_value(json_object_get(b, "nspace")),
+               *spec = json_string_value(json_object_get(b, "spec"));
+    int64_t gen = json_integer_value(json_object_get(b, "gen"));
+    int R = (int)json_integer_value(json_object_get(b, "ranks")), self = -1, rc = 0;
+    char **args = NULL, *spec_path = NULL;
+    const char **names = NULL;
+    int *node_of = NULL;
+    size_t nn = json_array_size(nodes), na = json_array_size(argv);
+
+    if (gen <= 0 || nspace == NULL || spec == NULL || R < 1 || nn < 1 ||
+        json_array_size(procs) != (size_t)R || na < 1) {
+        dt_log_error("GEN_START with missing or bad fields: ignored");
+        return;
+    }
+    if ((uint32_t)gen == ag->gen)
+        return; /* sent again after a reconnect: already running */
+    if (ag->nworkers > 0) {
+        dt_log_error("GEN_START gen=%lld while gen=%u still has workers: killing them",
+                     (long long)gen, ag->gen);
+        dt_task_kill_all(ag);
+    }
+    names = dt_xcalloc(nn, sizeof(*names));
+    for (size_t i = 0; i < nn; i++) {
+        names[i] = json_string_value(json_array_get(nodes, i));
+        if (names[i] && strcmp(names[i], ag->node) == 0)
+            self = (int)i;
+    }
+    node_of = dt_xcalloc((size_t)R, sizeof(*node_of));
+    int mine = 0;
+    for (int r = 0; r < R; r++) {
+        node_of[r] = (int)json_integer_value(json_array_get(procs, (size_t)r));
+        if (node_of[r] < 0 || (size_t)node_of[r] >= nn)
+            rc = -1;
+        mine += node_of[r] == self;
+    }
+    if (rc < 0 || self < 0) {
+        dt_log_error("GEN_START gen=%lld: bad node map (this node %s in it: %s)", (long long)gen,
+                     ag->node, self < 0 ? "no" : "yes");
+        goto out;
+    }
+    ag->gen = (uint32_t)gen;
+    ag->aborting = 0;
+    ag->ended_sent = 0;
+    ag->nranks = R;
+    free(ag->nspace);
+    ag->nspace = dt_xstrdup(nspace);
+    ag->gen_dir = dt_xasprintf("%s/gen-%lld", ag->state_dir, (long long)gen);
+    if (mkdir(ag->gen_dir, 0700) < 0 && errno != EEXIST) {
+        rc = dt_emsg_set(&em, -errno, "%s: %s", ag->gen_dir, strerror(errno));
+        goto fail;
+    }
+    spec_path = dt_xasprintf("%s/job.spec", ag->gen_dir);
+    if ((rc = write_spec(spec_path, spec, &em)) < 0)
+        goto fail;
+    dt_pmix_gen_t pg = { .gen = (uint32_t)gen, .nspace = nspace, .nranks = R,
+                         .nnodes = (int)nn, .nodes = names, .node_of = node_of,
+                         .self = ag->node };
+    if ((rc = dt_pmix_gen_begin(ag->pmix, &pg, &em)) < 0)
+        goto fail;
+    args = dt_xcalloc(na + 4, sizeof(*args));
+    args[0] = dt_xstrdup(ag->engine);
+    for (size_t i = 0; i < na; i++) {
+        const char *a = json_string_value(json_array_get(argv, i));
+        args[i + 1] = dt_xstrdup(a ? a : "");
+    }
+    args[na + 1] = dt_xstrdup("--spec");
+    args[na + 2] = dt_xstrdup(spec_path);
+    ag->workers = dt_xcalloc((size_t)mine, sizeof(*ag->workers));
+    dt_log_info("gen=%u nspace=%s ranks=%d here=%d starting", ag->gen, nspace, R, mine);
+    for (int r = 0; r < R; r++) {
+        if (node_of[r] != self)
+            continue;
+        dt_worker_t *w = &ag->workers[ag->nworkers++];
+        w->ag = ag;
+        w->rank = r;
+        if ((rc = spawn_worker(ag, w, args, &em)) < 0) {
+            dt_log_error("gen=%u: %s", ag->gen, em.s);
+            /* report it as that rank's failure: the coordinator decides */
+            dt_link_send_reliable(ag, DT_MSG_WORKER_EXIT,
+                                  json_pack("{s:I, s:I, s:i, s:i, s:i, s:s}", "agent",
+                                            (json_int_t)ag->agent_id, "gen", (json_int_t)ag->gen,
+                                            "rank", r, "status", 127, "signal", 0, "error",
+                                            em.s));
+            begin_abort(ag, r, "a worker could not be started");
+            break;
+        }
+    }
+    if (!uv_is_active((uv_handle_t *)&ag->watch_timer))
+        uv_timer_start(&ag->watch_timer, watch_fire, WATCH_MS, WATCH_MS);
+    goto out;
+fail:
+    dt_log_error("gen=%lld cannot start here: %s", (long long)gen, em.s);
+    for (int r = 0; r < R; r++)
+        if (node_of[r] == self)
+            dt_link_send_reliable(ag, DT_MSG_WORKER_EXIT,
+                                  json_pack("{s:I, s:I, s:i, s:i, s:i, s:s}", "agent",
+                                            (json_int_t)ag->agent_id, "gen", (json_int_t)gen,
+                                            "rank", r, "status", 127, "signal", 0, "error",
+                                            em.s));
+    gen_maybe_ended(ag);
+out:
+    free_strv(args);
+    free(spec_path);
+    free(names);
+    free(node_of);
+}
+
+void dt_task_gen_abort(dt_agent_t *ag, const dt_msg_t *m)
+{
+    int64_t gen = json_integer_value(json_object_get(m->body, "gen"));
+    json_t *rank = json_object_get(m->body, "rank");
+    const char *why = json_string_value(json_object_get(m->body, "reason"));
+    int any = 0;
+
+    if ((uint32_t)gen != ag->gen)
+        return;
+    for (int i = 0; i < ag->nworkers; i++)
+        any |= alive(&ag->workers[i]);
+    if (!any) {
+        /* nothing left here: say so again (the first GEN_ENDED may be the
+         * one the coordinator is waiting for) */
+        if (!ag->nworkers)
+            dt_link_send_reliable(ag, DT_MSG_GEN_ENDED,
+                                  json_pack("{s:I, s:I}", "agent", (json_int_t)ag->agent_id,
+                                            "gen", (json_int_t)gen));
+        return;
+    }
+    begin_abort(ag, json_is_integer(rank) ? (int)json_integer_value(rank) : -1,
+                why ? why : "aborted by the coordinator");
+}
+
+void dt_task_fence_done(dt_agent_t *ag, const dt_msg_t *m)
+{
+    int64_t gen = json_integer_value(json_object_get(m->body, "gen"));
+    int64_t seq = json_integer_value(json_object_get(m->body, "seq"));
+    int64_t status = json_integer_value(json_object_get(m->body, "status"));
+    const char *data = json_string_value(json_object_get(m->body, "data"));
+    size_t n = data ? strlen(data) : 0;
+    unsigned char *raw = dt_xmalloc(n / 4 * 3 + 4);
+    int len = n ? EVP_DecodeBlock(raw, (const unsigned char *)data, (int)n) : 0;
+
+    if (len < 0) {
+        dt_log_error("gen=%lld fence %lld: data is not base64", (long long)gen, (long long)seq);
+        status = -1;
+        len = 0;
+    }
+    /* EVP_DecodeBlock counts the padding as zero bytes: take them off */
+    if (n >= 1 && data[n - 1] == '=')
+        len--;
+    if (n >= 2 && data[n - 2] == '=')
+        len--;
+    if ((uint32_t)gen == ag->gen)
+        dt_pmix_fence_done(ag->pmix, (uint32_t)gen, (uint32_t)seq, (int)status, raw,
+                           (size_t)(len > 0 ? len : 0));
+    free(raw);
+}
+
+static void all_workers(dt_agent_t *ag, uint16_t type, json_t *body)
+{
+    for (int i = 0; i < ag->nworkers; i++)
+        chan_send(&ag->workers[i], type, json_incref(body));
+    json_decref(body);
+}
+
+void dt_task_ckpt_request(dt_agent_t *ag, const dt_msg_t *m)
+{
+    if ((uint32_t)json_integer_value(json_object_get(m->body, "gen")) == ag->gen)
+        all_workers(ag, DT_MSG_W_CHECKPOINT, json_object());
+}
+
+void dt_task_stop(dt_agent_t *ag, const dt_msg_t *m)
+{
+    json_t *ck = json_object_get(m->body, "checkpoint");
+    if ((uint32_t)json_integer_value(json_object_get(m->body, "gen")) == ag->gen)
+        all_workers(ag, DT_MSG_W_STOP, json_pack("{s:b}", "checkpoint", json_is_true(ck)));
+}
+
+json_t *dt_task_status(dt_agent_t *ag)
+{
+    json_t *ranks = json_array();
+    for (int i = 0; i < ag->nworkers; i++)
+        if (alive(&ag->workers[i]))
+            json_array_append_new(ranks, json_integer(ag->workers[i].rank));
+    return json_pack("{s:I, s:o}", "gen", (json_int_t)(json_array_size(ranks) ? ag->gen : 0),
+                     "ranks", ranks);
+}
+
+void dt_task_kill_all(dt_agent_t *ag)
+{
+    for (int i = 0; i < ag->nworkers; i++)
+        kill_worker(&ag->workers[i], SIGKILL);
+}
+
+int dt_task_terminate(dt_agent_t *ag)
+{
+    int any = 0;
+    for (int i = 0; i < ag->nworkers; i++)
+        if (alive(&ag->workers[i])) {
+            any = 1;
+            kill_worker(&ag->workers[i], SIGTERM);
+        }
+    if (any)
+        uv_timer_start(&ag->grace_timer, grace_fire, (uint64_t)ag->grace_ms, 0);
+    return any;
+}
+
+/*-- PMIx upcalls -------------------------------------------------------------------*/
+
+static void pm_fence(void *ud, uint32_t gen, uint32_t seq, const void *data, size_t len)
+{
+    dt_agent_t *ag = ud;
+    char *b64 = dt_xmalloc(4 * ((len + 2) / 3) + 1);
+    EVP_EncodeBlock((unsigned char *)b64, data, (int)len);
+    dt_link_send_fence(ag, gen, seq,
+                       json_pack("{s:I, s:I, s:I, s:s}", "agent", (json_int_t)ag->agent_id, "gen",
+                                 (json_int_t)gen, "seq", (json_int_t)seq, "data", b64));
+    free(b64);
+}
+
+static void pm_connected(void *ud, uint32_t gen, int rank)
+{
+    dt_agent_t *ag = ud;
+    (void)ag;
+    dt_log_debug("gen=%u rank=%d connected to the PMIx server", gen, rank);
+}
+
+static void pm_finalized(void *ud, uint32_t gen, int rank)
+{
+    (void)ud;
+    dt_log_debug("gen=%u rank=%d finalized", gen, rank);
+}
+
+static void pm_aborted(void *ud, uint32_t gen, int rank, int status, const char *msg)
+{
+    (void)ud;
+    dt_log_warn("gen=%u rank=%d called abort (status %d): %s", gen, rank, status,
+                msg ? msg : "");
+}
+
+int dt_task_init(dt_agent_t *ag, dt_emsg_t *em)
+{
+    static const dt_pmix_ops_t ops = {
+        .fence = pm_fence,
+        .connected = pm_connected,
+        .finalized = pm_finalized,
+        .aborted = pm_aborted,
+    };
+    char *tmp = dt_xasprintf("%s/pmix", ag->state_dir);
+    int rc = dt_pmix_new(ag->loop, tmp, &ops, ag, &ag->pmix, em);
+
+    free(tmp);
+    uv_timer_init(ag->loop, &ag->watch_timer);
+    uv_timer_init(ag->loop, &ag->grace_timer);
+    return rc;
+}
+
+void dt_task_close(dt_agent_t *ag)
+{
+    uv_timer_stop(&ag->watch_timer);
+    uv_timer_stop(&ag->grace_timer);
+    if (!uv_is_closing((uv_handle_t *)&ag->watch_timer))
+        uv_close((uv_handle_t *)&ag->watch_timer, NULL);
+    if (!uv_is_closing((uv_handle_t *)&ag->grace_timer))
+        uv_close((uv_handle_t *)&ag->grace_timer, NULL);
+    dt_pmix_free(ag->pmix);
+    ag->pmix = NULL;
+    free(ag->nspace);
+    ag->nspace = NULL;
+}

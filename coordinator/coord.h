@@ -30,6 +30,7 @@ typedef struct dt_coord_conf {
 const dt_conf_key_t *dt_coord_conf_keys(void);
 
 struct dt_conn;
+struct dt_jobrun;
 
 /* A live agent: the database has the durable record, this the heartbeat. */
 typedef struct dt_live_agent {
@@ -38,6 +39,9 @@ typedef struct dt_live_agent {
     struct dt_conn *conn; /* NULL while disconnected */
     int64_t step, tokens; /* last progress */
     double loss;
+    char node[256];
+    int slots;
+    int64_t pid;
     struct dt_live_agent *next, *prev;
 } dt_live_agent_t;
 
@@ -55,6 +59,7 @@ typedef struct dt_coord {
     dt_live_agent_t *agents; /* live agents (list; hashed by id below) */
     dt_live_agent_t **agent_tab;
     size_t agent_cap, nagents;
+    struct dt_jobrun *runs;     /* jobs with agents: coordinator/run.c */
     int64_t started_ms;
     int stopping;
     int lock_fd; /* pidfile, flock'ed while running */

@@ -16,6 +16,7 @@
 #include "engine/spec.h"
 #include "coordinator/auth.h"
 #include "coordinator/job.h"
+#include "coordinator/run.h"
 #include "coordinator/planner.h"
 
 static int is_admin(const dt_conn_t *k)
@@ -175,10 +176,11 @@ void dt_job_show(dt_conn_t *k, const dt_msg_t *m)
                                                   "tokens", (json_int_t)a->tokens, "loss",
                                                   a->loss));
     json_t *plan = j.plan ? json_loads(j.plan, 0, NULL) : NULL;
-    dt_conn_reply(k, DT_MSG_OK, m->id,
-                  json_pack("{s:o, s:s, s:o, s:o, s:o}", "job", job_json(&j), "spec",
-                            j.spec ? j.spec : "", "plan", plan ? plan : json_null(), "agents",
-                            agents, "progress", prog));
+    json_t *reply = json_pack("{s:o, s:s, s:o, s:o, s:o}", "job", job_json(&j), "spec",
+                              j.spec ? j.spec : "", "plan", plan ? plan : json_null(), "agents",
+                              agents, "progress", prog);
+    dt_run_show(k->coord, j.id, reply);
+    dt_conn_reply(k, DT_MSG_OK, m->id, reply);
     dt_job_clear(&j);
 }
 
@@ -208,6 +210,7 @@ void dt_job_cancel(dt_conn_t *k, const dt_msg_t *m)
         goto out;
     }
     dt_log_info("job=%lld uid=%u cancelled", (long long)j.id, (unsigned)k->uid);
+    dt_run_cancelled(k->coord, j.id);
     dt_conn_reply(k, DT_MSG_OK, m->id,
                   json_pack("{s:I, s:s}", "id", (json_int_t)j.id, "state", "cancelled"));
 out:
@@ -317,12 +320,17 @@ void dt_agent_register(dt_conn_t *k, const dt_msg_t *m)
         a = dt_coord_agent_add(c, aid, jid);
     a->conn = k;
     a->last_seen_ms = dt_coord_mono_ms();
+    snprintf(a->node, sizeof(a->node), "%s", node);
+    a->slots = (int)slots;
+    a->pid = 0;
+    dt_msg_opt_int(m, "pid", &a->pid, &em);
     k->agent = aid;
     dt_log_info("job=%lld agent=%lld node=%s slots=%lld registered", (long long)jid,
                 (long long)aid, node, (long long)slots);
     dt_conn_reply(k, DT_MSG_OK, m->id,
                   json_pack("{s:I, s:I}", "agent", (json_int_t)aid, "heartbeat_ms",
                             (json_int_t)c->conf.heartbeat_ms));
+    dt_run_registered(c, a, m);
 out:
     dt_job_clear(&j);
 }
@@ -376,6 +384,7 @@ void dt_agent_progress(dt_conn_t *k, const dt_msg_t *m)
     if ((loss = json_object_get(m->body, "loss")) && json_is_number(loss))
         a->loss = json_number_value(loss);
     dt_conn_reply(k, DT_MSG_OK, m->id, NULL);
+    dt_run_progress(k->coord, a, m);
 }
 
 void dt_agent_worker_exit(dt_conn_t *k, const dt_msg_t *m)
@@ -404,6 +413,7 @@ void dt_agent_worker_exit(dt_conn_t *k, const dt_msg_t *m)
     }
     dt_log_info("job=%lld %s", (long long)a->job, detail);
     dt_conn_reply(k, DT_MSG_OK, m->id, NULL);
+    dt_run_worker_exit(k->coord, a, m);
 }
 
 void dt_agent_shard_written(dt_conn_t *k, const dt_msg_t *m)
@@ -429,11 +439,51 @@ void dt_agent_shard_written(dt_conn_t *k, const dt_msg_t *m)
         dt_conn_error(k, m->id, DT_EINVAL, "shard: bad step, rank, bytes or sha256");
         return;
     }
-    if ((rc = dt_db_shard_add(k->coord->db, a->job, step, (int)rank, path, bytes, sha, &em)) < 0) {
+    int manifest = 0;
+    if ((rc = dt_msg_opt_bool(m, "manifest", &manifest, &em)) < 0) {
+        dt_conn_error(k, m->id, rc, "%s", em.s);
+        return;
+    }
+    /* the manifest is not a rank's shard: it only says the set may be complete */
+    if (!manifest &&
+        (rc = dt_db_shard_add(k->coord->db, a->job, step, (int)rank, path, bytes, sha, &em)) < 0) {
         dt_conn_error(k, m->id, rc, "%s", em.s);
         return;
     }
     dt_conn_reply(k, DT_MSG_OK, m->id, NULL);
+    dt_run_shard(k->coord, a, m);
+}
+
+void dt_agent_fence(dt_conn_t *k, const dt_msg_t *m)
+{
+    dt_live_agent_t *a = own_agent(k, m);
+    if (a)
+        dt_run_fence(k, a, m);
+}
+
+void dt_agent_gen_ended(dt_conn_t *k, const dt_msg_t *m)
+{
+    dt_live_agent_t *a = own_agent(k, m);
+    if (a == NULL)
+        return;
+    dt_conn_reply(k, DT_MSG_OK, m->id, NULL);
+    dt_run_gen_ended(k->coord, a, m);
+}
+
+void dt_job_checkpoint(dt_conn_t *k, const dt_msg_t *m)
+{
+    dt_emsg_t em = { "" };
+    dt_job_t j;
+    int gen = 0, rc;
+
+    if (load_visible(k, m, &j) < 0)
+        return;
+    if ((rc = dt_run_checkpoint(k->coord, j.id, &gen, &em)) < 0)
+        dt_conn_error(k, m->id, rc, "%s", em.s);
+    else
+        dt_conn_reply(k, DT_MSG_OK, m->id,
+                      json_pack("{s:I, s:i}", "id", (json_int_t)j.id, "gen", gen));
+    dt_job_clear(&j);
 }
 
 void dt_agent_sweep(dt_coord_t *c)
@@ -442,6 +492,9 @@ void dt_agent_sweep(dt_coord_t *c)
     dt_live_agent_t *a = c->agents, *next;
     dt_emsg_t em = { "" };
     int n = 0, open = 0;
+    struct {
+        int64_t job, agent;
+    } *lost = NULL;
 
     for (; a; a = next) {
         next = a->next;
@@ -456,11 +509,19 @@ void dt_agent_sweep(dt_coord_t *c)
             dt_log_error("agent=%lld: %s", (long long)a->id, em.s);
         if (a->conn)
             a->conn->agent = 0;
+        lost = dt_xrealloc(lost, (size_t)(n + 1) * sizeof(*lost));
+        lost[n].job = a->job;
+        lost[n].agent = a->id;
         dt_coord_agent_remove(c, a->id);
         n++;
     }
     if (open && dt_db_commit(c->db, &em) < 0)
         dt_log_error("recording %d lost agents failed: %s", n, em.s);
+    /* recovery decisions after the lost agents are recorded */
+    for (int i = 0; i < n; i++)
+        dt_run_agent_lost(c, lost[i].job, lost[i].agent);
+    free(lost);
+    dt_run_tick(c);
 }
 
 /* After a restart: every agent the database still calls registered gets a

@@ -18,12 +18,15 @@ void dt_job_show(dt_conn_t *k, const dt_msg_t *m);
 void dt_job_cancel(dt_conn_t *k, const dt_msg_t *m);
 void dt_job_events(dt_conn_t *k, const dt_msg_t *m);
 void dt_job_checkpoints(dt_conn_t *k, const dt_msg_t *m);
+void dt_job_checkpoint(dt_conn_t *k, const dt_msg_t *m);
 
 void dt_agent_register(dt_conn_t *k, const dt_msg_t *m);
 void dt_agent_heartbeat(dt_conn_t *k, const dt_msg_t *m);
 void dt_agent_progress(dt_conn_t *k, const dt_msg_t *m);
 void dt_agent_worker_exit(dt_conn_t *k, const dt_msg_t *m);
 void dt_agent_shard_written(dt_conn_t *k, const dt_msg_t *m);
+void dt_agent_fence(dt_conn_t *k, const dt_msg_t *m);
+void dt_agent_gen_ended(dt_conn_t *k, const dt_msg_t *m);
 
 /* At start-up: agents registered before a restart are expected back. */
 int dt_agent_reload(dt_coord_t *c, dt_emsg_t *em);

@@ -29,6 +29,7 @@
 #include "coordinator/coord.h"
 #include "coordinator/daemon.h"
 #include "coordinator/job.h"
+#include "coordinator/run.h"
 #include "coordinator/listen.h"
 #include <sys/socket.h>
 
@@ -321,6 +322,8 @@ int main(int argc, char **argv)
     uv_signal_init(&loop, &c.sig_hup);
     uv_timer_init(&loop, &c.sweep);
     c.sig_term.data = c.sig_int.data = c.sig_hup.data = c.sweep.data = &c;
+    if (dt_run_reload(&c, &em) < 0)
+        dt_log_warn("reloading running jobs: %s", em.s);
     if (dt_agent_reload(&c, &em) < 0)
         goto fail_loop;
     if (dt_listen_unix(&c, c.conf.socket, &em) < 0)
@@ -362,6 +365,7 @@ out_loop:
         dt_coord_agent_remove(&c, c.agents->id);
     free(c.agent_tab);
     uv_loop_close(&loop);
+    dt_run_free_all(&c);
 out_db:
     dt_db_close(c.db);
     if (c.lock_fd >= 0) {

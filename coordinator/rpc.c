@@ -115,6 +115,9 @@ static const struct rpc {
     { DT_MSG_PROGRESS, 1, dt_agent_progress },
     { DT_MSG_WORKER_EXIT, 1, dt_agent_worker_exit },
     { DT_MSG_SHARD_WRITTEN, 1, dt_agent_shard_written },
+    { DT_MSG_FENCE, 1, dt_agent_fence },
+    { DT_MSG_GEN_ENDED, 1, dt_agent_gen_ended },
+    { DT_MSG_CHECKPOINT, 1, dt_job_checkpoint },
 };
 
 void dt_rpc_dispatch(dt_conn_t *k, const dt_msg_t *m)

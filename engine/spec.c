@@ -82,6 +82,8 @@ static const dt_conf_key_t keys[] = {
     KEY("ckpt_every", DT_CONF_INT, ckpt_every, 1, INT64_C(1) << 40, 0, "steps between checkpoints"),
     KEY("ckpt_keep", DT_CONF_INT, ckpt_keep, 1, 1000000, 0, "checkpoints kept"),
     STR("ckpt_dir", ckpt_dir, 0, "checkpoint directory"),
+    KEY("max_restarts", DT_CONF_INT, max_restarts, 1, 1000000, 0,
+        "recoveries before the job fails (default 5)"),
     { .name = NULL },
 };
 

@@ -44,6 +44,7 @@ typedef struct dt_spec {
     int64_t recall_keys, recall_values, recall_pairs, recall_queries; /* 0: defaults */
     int64_t ckpt_every, ckpt_keep;
     char *ckpt_dir;
+    int64_t max_restarts; /* recoveries before the job fails (0: the default, 5) */
 } dt_spec_t;
 
 /* The key table (NULL-name-terminated) over dt_spec_t. */

@@ -1,0 +1,986 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * Generations of a job's workers on its agents, and the recovery policy
+ * (run.h). One jobrun_t per job that has agents: the in-memory view of the
+ * current generation (placement, per-rank progress, fences in flight, the
+ * agents still to report its end). The database has the durable record:
+ * job state and events, generations and ranks, checkpoints and shards.
+ *
+ * Not here: the wire handling of each message (job.c checks the sender
+ * and the fields), checkpoint file formats (engine/ckpt.c, linked through
+ * libdtckpt), the plan itself (planner.c).
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/mem.h"
+#include "coordinator/planner.h"
+#include "coordinator/run.h"
+#include "db/db.h"
+#include "engine/ckpt.h"
+#include "engine/spec.h"
+
+/* A generation is aborting: what was sent, who has answered. */
+enum phase { PH_WAITING, PH_STARTING, PH_RUNNING, PH_ABORTING, PH_DONE };
+
+#define ABORT_TIMEOUT_MS 30000 /* agents that never report the end are lost */
+#define DEFAULT_MAX_RESTARTS 5
+#define DEFAULT_CKPT_KEEP 3
+
+typedef struct rank_info {
+    int64_t agent, pid, step, steps, tokens;
+    double loss, tokens_s, acc;
+    int reported, exited, ok;
+    const char *state; /* starting running exited failed hung killed lost */
+} rank_info_t;
+
+typedef struct fence {
+    uint32_t gen, seq;
+    int64_t *from; /* agents that sent theirs */
+    int n;
+    unsigned char *data;
+    size_t len;
+    struct fence *next;
+} fence_t;
+
+typedef struct dt_jobrun {
+    int64_t job;
+    char *spec_text;
+    dt_spec_t spec;
+    int R0;                 /* ranks of the plan */
+    int R;                  /* ranks of the current (or next) generation */
+    int gen;
+    enum phase phase;
+    int64_t *agent_of;      /* [R] */
+    rank_info_t *ranks;     /* [R] */
+    int64_t *gen_agents;    /* distinct agents of the generation */
+    int *ended;             /* [ngen] GEN_ENDED (or lost) */
+    int ngen;
+    int nok;
+    fence_t *fences;
+    char *ckpt_root;
+    int64_t ckpt_every, ckpt_keep;
+    int64_t resume_step;
+    int64_t fail_step;      /* step of the last failure, -1 none */
+    int max_restarts;
+    int restarts;
+    int64_t abort_ms;
+    json_t *result;
+    char *pending_reason;   /* why the generation is being aborted */
+    struct dt_jobrun *next;
+} jobrun_t;
+
+/*-- small helpers ---------------------------------------------------------------*/
+
+static void event(dt_coord_t *c, int64_t job, const char *kind, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void event(dt_coord_t *c, int64_t job, const char *kind, const char *fmt, ...)
+{
+    char detail[512];
+    dt_emsg_t em = { "" };
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof(detail), fmt, ap);
+    va_end(ap);
+    if (dt_db_event_add(c->db, job, kind, detail, &em) < 0)
+        dt_log_error("job=%lld event %s: %s", (long long)job, kind, em.s);
+    dt_log_info("job=%lld %s: %s", (long long)job, kind, detail);
+}
+
+static int transition(dt_coord_t *c, int64_t job, enum dt_job_state to, const char *kind,
+                      const char *detail)
+{
+    dt_emsg_t em = { "" };
+    int rc = dt_db_job_transition(c->db, job, to, kind, detail, &em);
+    if (rc < 0)
+        dt_log_error("job=%lld -> %s: %s", (long long)job, dt_job_state_name(to), em.s);
+    return rc;
+}
+
+static void push(dt_live_agent_t *a, uint16_t type, json_t *body)
+{
+    if (a && a->conn)
+        dt_conn_reply(a->conn, type, 0, body);
+    else
+        json_decref(body);
+}
+
+static jobrun_t *run_find(dt_coord_t *c, int64_t job)
+{
+    for (jobrun_t *r = c->runs; r; r = r->next)
+        if (r->job == job)
+            return r;
+    return NULL;
+}
+
+static void gen_clear(jobrun_t *r)
+{
+    free(r->agent_of);
+    free(r->ranks);
+    free(r->gen_agents);
+    free(r->ended);
+    r->agent_of = NULL;
+    r->ranks = NULL;
+    r->gen_agents = NULL;
+    r->ended = NULL;
+    r->ngen = 0;
+    r->nok = 0;
+    while (r->fences) {
+        fence_t *f = r->fences;
+        r->fences = f->next;
+        free(f->from);
+        free(f->data);
+        free(f);
+    }
+}
+
+static void run_free(jobrun_t *r)
+{
+    gen_clear(r);
+    dt_spec_free(&r->spec);
+    free(r->spec_text);
+    free(r->ckpt_root);
+    free(r->pending_reason);
+    json_decref(r->result);
+    free(r);
+}
+
+static jobrun_t *run_get(dt_coord_t *c, int64_t job)
+{
+    jobrun_t *r = run_find(c, job);
+    dt_emsg_t em = { "" };
+    dt_job_t j;
+
+    if (r)
+        return r;
+    if (dt_db_job_get(c->db, job, &j, &em) < 0)
+        return NULL;
+    r = dt_xcalloc(1, sizeof(*r));
+    r->job = job;
+    r->fail_step = -1;
+    r->spec_text = dt_xstrdup(j.spec ? j.spec : "");
+    r->restarts = j.restarts;
+    if (dt_spec_parse("spec", r->spec_text, &r->spec, &em) < 0)
+        dt_log_error("job=%lld: stored spec does not parse: %s", (long long)job, em.s);
+    json_t *plan = j.plan ? json_loads(j.plan, 0, NULL) : NULL;
+    r->R0 = r->R = (int)json_integer_value(json_object_get(plan, "ranks"));
+    json_decref(plan);
+    if (r->R < 1)
+        r->R = r->R0 = r->spec.ranks > 0 ? (int)r->spec.ranks : 1;
+    r->ckpt_root = r->spec.ckpt_dir
+                       ? dt_xstrdup(r->spec.ckpt_dir)
+                       : dt_xasprintf("%s/jobs/%lld/ckpt", c->conf.state_dir, (long long)job);
+    int64_t steps = r->spec.steps > 0 ? r->spec.steps : 1;
+    r->ckpt_every = r->spec.ckpt_every > 0 ? r->spec.ckpt_every : steps;
+    r->ckpt_keep = r->spec.ckpt_keep > 0 ? r->spec.ckpt_keep : DEFAULT_CKPT_KEEP;
+    r->max_restarts = r->spec.max_restarts > 0 ? (int)r->spec.max_restarts
+                                               : DEFAULT_MAX_RESTARTS;
+    r->phase = PH_WAITING;
+    r->next = c->runs;
+    c->runs = r;
+    dt_job_clear(&j);
+    return r;
+}
+
+static int gen_index(const jobrun_t *r, int64_t agent)
+{
+    for (int i = 0; i < r->ngen; i++)
+        if (r->gen_agents[i] == agent)
+            return i;
+    return -1;
+}
+
+static int live_usable(const dt_live_agent_t *a, int64_t job)
+{
+    return a->job == job && a->conn != NULL && a->slots > 0;
+}
+
+/*-- checkpoints -----------------------------------------------------------------*/
+
+static int rm_cb(const char *p, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    return remove(p) < 0 && errno != ENOENT ? -1 : 0;
+}
+
+typedef struct ck_list {
+    int64_t *steps;
+    char **states;
+    int n;
+} ck_list_t;
+
+static int ck_cb(const dt_checkpoint_t *ck, void *arg)
+{
+    ck_list_t *l = arg;
+    l->steps = dt_xrealloc(l->steps, (size_t)(l->n + 1) * sizeof(*l->steps));
+    l->states = dt_xrealloc(l->states, (size_t)(l->n + 1) * sizeof(*l->states));
+    l->steps[l->n] = ck->step;
+    l->states[l->n++] = dt_xstrdup(ck->state);
+    return 0;
+}
+
+static void ck_list_free(ck_list_t *l)
+{
+    for (int i = 0; i < l->n; i++)
+        free(l->states[i]);
+    free(l->steps);
+    free(l->states);
+}
+
+/* Keep the newest ckpt_keep committed checkpoints; older ones are deleted
+ * (the row first, so a crash leaves a directory nobody resumes from). */
+static void prune(dt_coord_t *c, jobrun_t *r)
+{
+    ck_list_t l = { 0 };
+    dt_emsg_t em = { "" };
+    int kept = 0;
+
+    if (dt_db_checkpoints(c->db, r->job, ck_cb, &l, &em) < 0)
+        return;
+    for (int i = l.n - 1; i >= 0; i--) {
+        if (strcmp(l.states[i], "committed") != 0 || ++kept <= r->ckpt_keep)
+            continue;
+        char *dir = dt_ckpt_step_dir(r->ckpt_root, l.steps[i]);
+        if (dt_db_checkpoint_set_state(c->db, r->job, l.steps[i], "deleted", &em) == 0)
+            nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+        free(dir);
+    }
+    ck_list_free(&l);
+}
+
+typedef struct shard_cmp {
+    const dt_ckpt_manifest_t *man;
+    int n, bad;
+} shard_cmp_t;
+
+static int shard_cb(const dt_shard_t *s, void *arg)
+{
+    shard_cmp_t *x = arg;
+    x->n++;
+    if (s->rank >= x->man->ranks || strcmp(s->sha256, x->man->shards[s->rank].sha256) != 0)
+        x->bad = 1;
+    return 0;
+}
+
+/* After a shard or the manifest was reported: commit step when every rank's
+ * shard has been read back by its agent and agrees with the manifest. */
+static void try_commit(dt_coord_t *c, jobrun_t *r, int64_t step)
+{
+    dt_emsg_t em = { "" };
+    dt_ckpt_manifest_t man = { 0 };
+    char *dir = dt_ckpt_step_dir(r->ckpt_root, step);
+
+    if (dt_ckpt_is_committed(dir) || dt_ckpt_manifest_read(dir, &man, &em) < 0)
+        goto out;
+    shard_cmp_t x = { .man = &man };
+    if (dt_db_shards(c->db, r->job, step, shard_cb, &x, &em) < 0 || x.n < man.ranks)
+        goto out;
+    if (x.bad) {
+        event(c, r->job, "checkpoint_rejected", "step=%lld: a shard's sha256 differs from the "
+              "manifest's", (long long)step);
+        dt_db_checkpoint_set_state(c->db, r->job, step, "corrupt", &em);
+        goto out;
+    }
+    if (dt_ckpt_mark_committed(dir, &em) < 0) {
+        event(c, r->job, "checkpoint_rejected", "step=%lld: %s", (long long)step, em.s);
+        goto out;
+    }
+    if (dt_db_checkpoint_set_state(c->db, r->job, step, "committed", &em) < 0)
+        dt_log_error("job=%lld step=%lld commit: %s", (long long)r->job, (long long)step, em.s);
+    prune(c, r);
+out:
+    dt_ckpt_manifest_close(&man);
+    free(dir);
+}
+
+/* The newest committed checkpoint that verifies; those that do not are
+ * marked corrupt with an event. *dir NULL: start from scratch. */
+static void pick_resume(dt_coord_t *c, jobrun_t *r, char **dir, int64_t *step)
+{
+    ck_list_t l = { 0 };
+    dt_emsg_t em = { "" };
+
+    *dir = NULL;
+    *step = 0;
+    if (dt_db_checkpoints(c->db, r->job, ck_cb, &l, &em) < 0) {
+        dt_log_error("job=%lld checkpoints: %s", (long long)r->job, em.s);
+        return;
+    }
+    for (int i = l.n - 1; i >= 0 && *dir == NULL; i--) {
+        if (strcmp(l.states[i], "committed") != 0)
+            continue;
+        char *d = dt_ckpt_step_dir(r->ckpt_root, l.steps[i]);
+        /* reads every byte: fine for CPU jobs; GPU-sized checkpoints want
+         * this on the thread pool (noted in dtcoordd(8)) */
+        if (dt_ckpt_verify(d, &em) == 0) {
+            *dir = d;
+            *step = l.steps[i];
+        } else {
+            event(c, r->job, "checkpoint_skipped", "step=%lld does not verify: %s",
+                  (long long)l.steps[i], em.s);
+            dt_db_checkpoint_set_state(c->db, r->job, l.steps[i], "corrupt", &em);
+            free(d);
+        }
+    }
+    ck_list_free(&l);
+}
+
+/*-- generations -----------------------------------------------------------------*/
+
+static void end_job(dt_coord_t *c, jobrun_t *r, enum dt_job_state to, const char *why)
+{
+    const char *name = dt_job_state_name(to);
+
+    r->phase = PH_DONE;
+    for (dt_live_agent_t *a = c->agents; a; a = a->next)
+        if (a->job == r->job) {
+            if (to != DT_JOB_COMPLETED && r->gen)
+                push(a, DT_MSG_GEN_ABORT, json_pack("{s:i, s:s}", "gen", r->gen, "reason", why));
+            push(a, DT_MSG_JOB_END, json_pack("{s:I, s:s}", "job", (json_int_t)r->job, "state",
+                                              name));
+        }
+    transition(c, r->job, to, NULL, why);
+}
+
+/* Re-plan on R' < R ranks that fit in `slots`: the largest the planner
+ * accepts; 0 when none. */
+static int replan(jobrun_t *r, int slots)
+{
+    for (int R = slots < r->R - 1 ? slots : r->R - 1; R >= 1; R--) {
+        dt_spec_t s = r->spec;
+        dt_plan_req_t req;
+        dt_plan_t plan = { 0 };
+        dt_emsg_t em = { "" };
+        s.ranks = R;
+        s.nodes = 0;
+        s.spares = 0;
+        int ok = dt_plan_req_from_spec(&s, &req, &em) == 0 && dt_plan_make(&req, &plan, &em) == 0 &&
+                 plan.ranks == R;
+        dt_plan_clear(&plan);
+        if (ok)
+            return R;
+    }
+    return 0;
+}
+
+/* Start generation gen + 1 on the live agents: ranks in agent order, the
+ * rest spare. */
+static void gen_start(dt_coord_t *c, jobrun_t *r)
+{
+    dt_emsg_t em = { "" };
+    dt_live_agent_t **live = NULL;
+    int nlive = 0, slots = 0;
+    char *resume = NULL;
+    int64_t resume_step = 0;
+
+    for (dt_live_agent_t *a = c->agents; a; a = a->next)
+        if (live_usable(a, r->job))
+            nlive++;
+    live = dt_xcalloc((size_t)(nlive ? nlive : 1), sizeof(*live));
+    nlive = 0;
+    for (dt_live_agent_t *a = c->agents; a; a = a->next)
+        if (live_usable(a, r->job))
+            live[nlive++] = a;
+    /* registration order (agent ids) makes placement reproducible */
+    for (int i = 1; i < nlive; i++)
+        for (int j = i; j > 0 && live[j - 1]->id > live[j]->id; j--) {
+            dt_live_agent_t *t = live[j];
+            live[j] = live[j - 1];
+            live[j - 1] = t;
+        }
+    for (int i = 0; i < nlive; i++)
+        slots += live[i]->slots;
+    if (slots < r->R) {
+        int R = replan(r, slots);
+        if (R == 0) {
+            char why[200];
+            snprintf(why, sizeof(why), "%d ranks needed, %d slots on live agents, and no plan "
+                     "on fewer ranks fits", r->R, slots);
+            event(c, r->job, "replan_failed", "%s", why);
+            end_job(c, r, DT_JOB_FAILED, why);
+            free(live);
+            return;
+        }
+        event(c, r->job, "replanned", "ranks %d -> %d: %d slots on live agents", r->R, R, slots);
+        r->R = R;
+    }
+    gen_clear(r);
+    r->gen++;
+    r->agent_of = dt_xcalloc((size_t)r->R, sizeof(*r->agent_of));
+    r->ranks = dt_xcalloc((size_t)r->R, sizeof(*r->ranks));
+    r->gen_agents = dt_xcalloc((size_t)nlive, sizeof(*r->gen_agents));
+    r->ended = dt_xcalloc((size_t)nlive, sizeof(*r->ended));
+    int *node_of = dt_xcalloc((size_t)r->R, sizeof(*node_of));
+    json_t *nodes = json_array(), *procs = json_array();
+    for (int i = 0, rank = 0; i < nlive && rank < r->R; i++) {
+        r->gen_agents[r->ngen] = live[i]->id;
+        json_array_append_new(nodes, json_string(live[i]->node));
+        for (int s = 0; s < live[i]->slots && rank < r->R; s++, rank++) {
+            r->agent_of[rank] = live[i]->id;
+            r->ranks[rank].agent = live[i]->id;
+            r->ranks[rank].state = "starting";
+            node_of[rank] = r->ngen;
+            json_array_append_new(procs, json_integer(r->ngen));
+        }
+        r->ngen++;
+    }
+    pick_resume(c, r, &resume, &resume_step);
+    r->resume_step = resume_step;
+    if (dt_db_gen_begin(c->db, r->job, r->gen, r->R, r->agent_of, resume_step, &em) < 0)
+        dt_log_error("job=%lld gen=%d: %s", (long long)r->job, r->gen, em.s);
+    char nspace[64];
+    snprintf(nspace, sizeof(nspace), "dt.%lld.%d", (long long)r->job, r->gen);
+    json_t *argv = json_pack("[s, s, s, s, s, s, I]", "train", "--ckpt-commit", "external",
+                             "--ckpt-dir", r->ckpt_root, "--ckpt-every",
+                             (json_int_t)r->ckpt_every);
+    /* the coordinator keeps the checkpoints: the engine never prunes them */
+    json_array_append_new(argv, json_string("--ckpt-keep"));
+    json_array_append_new(argv, json_string("1000000"));
+    if (resume) {
+        json_array_append_new(argv, json_string("--resume-from"));
+        json_array_append_new(argv, json_string(resume));
+    }
+    json_t *start = json_pack("{s:I, s:i, s:s, s:i, s:O, s:O, s:s, s:O, s:s?}", "job",
+                              (json_int_t)r->job, "gen", r->gen, "nspace", nspace, "ranks", r->R,
+                              "nodes", nodes, "procs", procs, "spec", r->spec_text, "argv", argv,
+                              "resume", resume);
+    for (int i = 0; i < r->ngen; i++)
+        push(dt_coord_agent_find(c, r->gen_agents[i]), DT_MSG_GEN_START, json_incref(start));
+    json_decref(start);
+    json_decref(argv);
+    json_decref(nodes);
+    json_decref(procs);
+    r->phase = PH_STARTING;
+    dt_log_info("job=%lld gen=%d ranks=%d agents=%d resume_step=%lld started", (long long)r->job,
+                r->gen, r->R, r->ngen, (long long)resume_step);
+    free(node_of);
+    free(resume);
+    free(live);
+}
+
+/* Every agent of an aborting generation has reported its end (or is
+ * lost): record it and start the next one. */
+static void maybe_next(dt_coord_t *c, jobrun_t *r)
+{
+    dt_emsg_t em = { "" };
+
+    if (r->phase != PH_ABORTING)
+        return;
+    for (int i = 0; i < r->ngen; i++)
+        if (!r->ended[i])
+            return;
+    if (dt_db_gen_end(c->db, r->job, r->gen,
+                      r->pending_reason ? r->pending_reason : "aborted", &em) < 0)
+        dt_log_warn("job=%lld gen=%d end: %s", (long long)r->job, r->gen, em.s);
+    gen_start(c, r);
+}
+
+/* A failure of the running generation: abort it everywhere and decide
+ * what comes next. */
+static void fail_gen(dt_coord_t *c, jobrun_t *r, int rank, const char *why, int64_t step)
+{
+    dt_emsg_t em = { "" };
+    dt_job_t j;
+
+    if (r->phase != PH_STARTING && r->phase != PH_RUNNING)
+        return;
+    free(r->pending_reason);
+    r->pending_reason = dt_xstrdup(why);
+    r->phase = PH_ABORTING;
+    r->abort_ms = dt_coord_mono_ms();
+    for (int i = 0; i < r->ngen; i++)
+        push(dt_coord_agent_find(c, r->gen_agents[i]), DT_MSG_GEN_ABORT,
+             json_pack("{s:i, s:s, s:i}", "gen", r->gen, "reason", why, "rank", rank));
+    if (dt_db_job_get(c->db, r->job, &j, &em) == 0) {
+        r->restarts = j.restarts;
+        dt_job_clear(&j);
+    }
+    if (step >= 0 && step == r->fail_step) {
+        char d[400];
+        snprintf(d, sizeof(d), "deterministic failure: it happened twice at step %lld (%s)",
+                 (long long)step, why);
+        event(c, r->job, "deterministic_failure", "%s", d);
+        end_job(c, r, DT_JOB_FAILED, d);
+        return;
+    }
+    if (r->restarts >= r->max_restarts) {
+        char d[400];
+        snprintf(d, sizeof(d), "restart budget of %d used up (%s)", r->max_restarts, why);
+        end_job(c, r, DT_JOB_FAILED, d);
+        return;
+    }
+    r->fail_step = step;
+    transition(c, r->job, DT_JOB_RECOVERING, "recovering", why);
+    maybe_next(c, r);
+}
+
+static int64_t max_step(const jobrun_t *r)
+{
+    int64_t s = r->resume_step;
+    for (int i = 0; r->ranks && i < r->R; i++)
+        if (r->ranks[i].step > s)
+            s = r->ranks[i].step;
+    return s;
+}
+
+/*-- handlers ---------------------------------------------------------------------*/
+
+void dt_run_registered(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
+{
+    jobrun_t *r = run_get(c, a->job);
+    dt_emsg_t em = { "" };
+    dt_job_t j;
+    int64_t gen = 0;
+
+    if (r == NULL || r->phase == PH_DONE)
+        return;
+    dt_msg_opt_int(m, "gen", &gen, &em);
+    int gi = gen_index(r, a->id);
+    if (r->phase == PH_WAITING) {
+        int slots = 0;
+        for (dt_live_agent_t *b = c->agents; b; b = b->next)
+            if (live_usable(b, r->job))
+                slots += b->slots;
+        if (slots < r->R)
+            return;
+        if (dt_db_job_get(c->db, r->job, &j, &em) < 0)
+            return;
+        enum dt_job_state st = j.state;
+        dt_job_clear(&j);
+        if (st == DT_JOB_QUEUED && transition(c, r->job, DT_JOB_STARTING, NULL,
+                                              "agents registered") < 0)
+            return;
+        gen_start(c, r);
+        return;
+    }
+    if (gi < 0)
+        return; /* a spare, or an agent that came back after its generation */
+    if (gen == r->gen) {
+        dt_log_info("job=%lld agent=%lld reattached to gen=%d", (long long)r->job,
+                    (long long)a->id, r->gen);
+        if (r->phase == PH_ABORTING) /* it may have missed the abort */
+            push(a, DT_MSG_GEN_ABORT, json_pack("{s:i, s:s}", "gen", r->gen, "reason",
+                                                r->pending_reason ? r->pending_reason
+                                                                  : "aborted"));
+        return;
+    }
+    /* it runs nothing of the current generation: its workers are gone */
+    if (r->phase == PH_ABORTING) {
+        r->ended[gi] = 1;
+        maybe_next(c, r);
+    } else if (gen == 0 && r->phase == PH_RUNNING) {
+        char why[320];
+        snprintf(why, sizeof(why), "agent %lld (%s) came back without its workers",
+                 (long long)a->id, a->node);
+        event(c, r->job, "agent_restarted", "%s", why);
+        r->ended[gi] = 1;
+        fail_gen(c, r, -1, why, max_step(r));
+    } else if (gen == 0 && r->phase == PH_STARTING) {
+        /* GEN_START may not have reached it: send it again */
+        r->phase = PH_ABORTING;
+        free(r->pending_reason);
+        r->pending_reason = dt_xstrdup("restarted: an agent missed the start");
+        for (int i = 0; i < r->ngen; i++)
+            push(dt_coord_agent_find(c, r->gen_agents[i]), DT_MSG_GEN_ABORT,
+                 json_pack("{s:i, s:s}", "gen", r->gen, "reason", r->pending_reason));
+        r->ended[gi] = 1;
+        maybe_next(c, r);
+    }
+}
+
+void dt_run_progress(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
+{
+    jobrun_t *r = run_find(c, a->job);
+    dt_emsg_t em = { "" };
+    int64_t gen = 0, rank = -1;
+
+    if (r == NULL || dt_msg_opt_int(m, "gen", &gen, &em) < 0 ||
+        dt_msg_opt_int(m, "rank", &rank, &em) < 0 || gen != r->gen || rank < 0 || rank >= r->R ||
+        r->agent_of[rank] != a->id)
+        return;
+    rank_info_t *ri = &r->ranks[rank];
+    json_t *b = m->body;
+    ri->step = json_integer_value(json_object_get(b, "step"));
+    ri->steps = json_integer_value(json_object_get(b, "steps"));
+    ri->tokens = json_integer_value(json_object_get(b, "tokens"));
+    ri->pid = json_integer_value(json_object_get(b, "pid"));
+    ri->loss = json_number_value(json_object_get(b, "loss"));
+    ri->tokens_s = json_number_value(json_object_get(b, "tokens_s"));
+    ri->acc = json_number_value(json_object_get(b, "acc"));
+    if (!ri->reported) {
+        ri->reported = 1;
+        ri->state = "running";
+        dt_db_rank_set(c->db, r->job, r->gen, (int)rank, "running", ri->step, ri->pid, &em);
+    }
+    if (r->phase == PH_STARTING) {
+        for (int i = 0; i < r->R; i++)
+            if (!r->ranks[i].reported)
+                return;
+        r->phase = PH_RUNNING;
+        char d[96];
+        snprintf(d, sizeof(d), "gen=%d: all %d ranks running", r->gen, r->R);
+        transition(c, r->job, DT_JOB_RUNNING, NULL, d);
+    }
+}
+
+void dt_run_worker_exit(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
+{
+    jobrun_t *r = run_find(c, a->job);
+    dt_emsg_t em = { "" };
+    int64_t gen = 0, rank = -1, status = 0, sig = 0, step = -1;
+    int hung = 0;
+    const char *err = NULL;
+
+    if (r == NULL || dt_msg_opt_int(m, "gen", &gen, &em) < 0 ||
+        dt_msg_opt_int(m, "rank", &rank, &em) < 0 || gen != r->gen || rank < 0 || rank >= r->R)
+        return;
+    dt_msg_opt_int(m, "status", &status, &em);
+    dt_msg_opt_int(m, "signal", &sig, &em);
+    dt_msg_opt_int(m, "step", &step, &em);
+    dt_msg_opt_bool(m, "hung", &hung, &em);
+    dt_msg_opt_str(m, "error", &err, &em);
+    rank_info_t *ri = &r->ranks[rank];
+    if (ri->exited)
+        return;
+    ri->exited = 1;
+    ri->ok = status == 0 && sig == 0;
+    ri->state = ri->ok ? "exited" : hung ? "hung" : sig ? "killed" : "failed";
+    if (step > ri->step)
+        ri->step = step;
+    dt_db_rank_set(c->db, r->job, r->gen, (int)rank, ri->state, ri->step, ri->pid, &em);
+    if (ri->ok) {
+        json_t *res = json_object_get(m->body, "result");
+        if (json_is_object(res)) {
+            json_decref(r->result);
+            r->result = json_deep_copy(res);
+        }
+        if (++r->nok == r->R && (r->phase == PH_RUNNING || r->phase == PH_STARTING)) {
+            char *rt = r->result ? json_dumps(r->result, JSON_COMPACT) : NULL;
+            if (rt && dt_db_job_set_result(c->db, r->job, rt, &em) < 0)
+                dt_log_error("job=%lld result: %s", (long long)r->job, em.s);
+            free(rt);
+            dt_db_gen_end(c->db, r->job, r->gen, "completed", &em);
+            char d[200];
+            snprintf(d, sizeof(d), "gen=%d: all %d ranks finished", r->gen, r->R);
+            end_job(c, r, DT_JOB_COMPLETED, d);
+        }
+        return;
+    }
+    char why[320];
+    if (hung)
+        snprintf(why, sizeof(why), "rank %lld on %s hung (silent past the hang timeout) at step "
+                 "%lld", (long long)rank, a->node, (long long)ri->step);
+    else if (sig)
+        snprintf(why, sizeof(why), "rank %lld on %s killed by signal %lld at step %lld",
+                 (long long)rank, a->node, (long long)sig, (long long)ri->step);
+    else if (status == 4)
+        snprintf(why, sizeof(why), "rank %lld on %s stopped: a peer failed", (long long)rank,
+                 a->node);
+    else
+        snprintf(why, sizeof(why), "rank %lld on %s exited with status %lld at step %lld%s%s",
+                 (long long)rank, a->node, (long long)status, (long long)ri->step,
+                 err ? ": " : "", err ? err : "");
+    if (r->phase == PH_STARTING || r->phase == PH_RUNNING) {
+        event(c, r->job, hung ? "worker_hung" : "worker_failed", "gen=%d %s", r->gen, why);
+        fail_gen(c, r, (int)rank, why, max_step(r));
+    }
+}
+
+void dt_run_gen_ended(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
+{
+    jobrun_t *r = run_find(c, a->job);
+    dt_emsg_t em = { "" };
+    int64_t gen = 0;
+
+    if (r == NULL || dt_msg_opt_int(m, "gen", &gen, &em) < 0 || gen != r->gen)
+        return;
+    int gi = gen_index(r, a->id);
+    if (gi < 0)
+        return;
+    r->ended[gi] = 1;
+    if (r->phase == PH_RUNNING || r->phase == PH_STARTING) {
+        /* its workers are all gone but no failure was reported: the exits
+         * decide (a completed generation ends this way too) */
+        return;
+    }
+    maybe_next(c, r);
+}
+
+void dt_run_shard(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
+{
+    jobrun_t *r = run_find(c, a->job);
+    dt_emsg_t em = { "" };
+    int64_t step = 0;
+
+    if (r == NULL || dt_msg_get_int(m, "step", &step, &em) < 0)
+        return;
+    try_commit(c, r, step);
+}
+
+static void b64_append(fence_t *f, const char *b64)
+{
+    size_t n = strlen(b64);
+    f->data = dt_xrealloc(f->data, f->len + n / 4 * 3 + 4);
+    int len = n ? EVP_DecodeBlock(f->data + f->len, (const unsigned char *)b64, (int)n) : 0;
+    if (len < 0)
+        return;
+    if (n >= 1 && b64[n - 1] == '=')
+        len--;
+    if (n >= 2 && b64[n - 2] == '=')
+        len--;
+    f->len += (size_t)len;
+}
+
+void dt_run_fence(dt_conn_t *k, dt_live_agent_t *a, const dt_msg_t *m)
+{
+    dt_coord_t *c = k->coord;
+    jobrun_t *r = run_find(c, a->job);
+    dt_emsg_t em = { "" };
+    int64_t gen, seq;
+    const char *data;
+    int rc;
+
+    if ((rc = dt_msg_get_int(m, "gen", &gen, &em)) < 0 ||
+        (rc = dt_msg_get_int(m, "seq", &seq, &em)) < 0 ||
+        (rc = dt_msg_get_str(m, "data", &data, &em)) < 0) {
+        dt_conn_error(k, m->id, rc, "%s", em.s);
+        return;
+    }
+    if (r == NULL || gen != r->gen || gen_index(r, a->id) < 0 ||
+        (r->phase != PH_STARTING && r->phase != PH_RUNNING)) {
+        dt_conn_error(k, m->id, DT_ESTATE, "fence %lld of generation %lld: not running",
+                      (long long)seq, (long long)gen);
+        return;
+    }
+    fence_t *f = r->fences;
+    while (f && !(f->gen == (uint32_t)gen && f->seq == (uint32_t)seq))
+        f = f->next;
+    if (f == NULL) {
+        f = dt_xcalloc(1, sizeof(*f));
+        f->gen = (uint32_t)gen;
+        f->seq = (uint32_t)seq;
+        f->from = dt_xcalloc((size_t)r->ngen, sizeof(*f->from));
+        f->next = r->fences;
+        r->fences = f;
+    }
+    dt_conn_reply(k, DT_MSG_OK, m->id, NULL);
+    for (int i = 0; i < f->n; i++)
+        if (f->from[i] == a->id)
+            return; /* sent again after a reconnect */
+    f->from[f->n++] = a->id;
+    b64_append(f, data);
+    if (f->n < r->ngen)
+        return;
+    char *b64 = dt_xmalloc(4 * ((f->len + 2) / 3) + 1);
+    EVP_EncodeBlock((unsigned char *)b64, f->data, (int)f->len);
+    json_t *done = json_pack("{s:i, s:i, s:s, s:i}", "gen", (int)gen, "seq", (int)seq, "data", b64,
+                             "status", 0);
+    for (int i = 0; i < r->ngen; i++)
+        push(dt_coord_agent_find(c, r->gen_agents[i]), DT_MSG_FENCE_DONE, json_incref(done));
+    json_decref(done);
+    free(b64);
+    for (fence_t **pp = &r->fences; *pp; pp = &(*pp)->next)
+        if (*pp == f) {
+            *pp = f->next;
+            break;
+        }
+    free(f->from);
+    free(f->data);
+    free(f);
+}
+
+void dt_run_agent_lost(dt_coord_t *c, int64_t job, int64_t agent)
+{
+    jobrun_t *r = run_find(c, job);
+
+    if (r == NULL || r->phase == PH_DONE)
+        return;
+    int gi = gen_index(r, agent);
+    if (gi < 0)
+        return; /* a spare */
+    r->ended[gi] = 1;
+    for (int i = 0; i < r->R; i++)
+        if (r->agent_of[i] == agent && !r->ranks[i].exited)
+            r->ranks[i].state = "lost";
+    if (r->phase == PH_ABORTING) {
+        maybe_next(c, r);
+        return;
+    }
+    char why[160];
+    int first = -1;
+    for (int i = r->R - 1; i >= 0; i--)
+        if (r->agent_of[i] == agent)
+            first = i;
+    snprintf(why, sizeof(why), "agent %lld lost with its ranks", (long long)agent);
+    event(c, job, "agent_lost", "gen=%d agent=%lld hosted rank %d and up", r->gen,
+          (long long)agent, first);
+    fail_gen(c, r, first, why, max_step(r));
+}
+
+int dt_run_checkpoint(dt_coord_t *c, int64_t job, int *gen, dt_emsg_t *em)
+{
+    jobrun_t *r = run_find(c, job);
+
+    if (r == NULL || r->phase != PH_RUNNING)
+        return dt_emsg_set(em, DT_ESTATE, "job %lld has no running generation",
+                           (long long)job);
+    for (int i = 0; i < r->ngen; i++)
+        push(dt_coord_agent_find(c, r->gen_agents[i]), DT_MSG_CKPT_REQUEST,
+             json_pack("{s:i}", "gen", r->gen));
+    event(c, job, "checkpoint_requested", "gen=%d at step %lld", r->gen, (long long)max_step(r));
+    *gen = r->gen;
+    return 0;
+}
+
+void dt_run_cancelled(dt_coord_t *c, int64_t job)
+{
+    jobrun_t *r = run_find(c, job);
+    for (dt_live_agent_t *a = c->agents; a; a = a->next)
+        if (a->job == job) {
+            if (r && r->gen)
+                push(a, DT_MSG_GEN_ABORT, json_pack("{s:i, s:s}", "gen", r->gen, "reason",
+                                                    "cancelled"));
+            push(a, DT_MSG_JOB_END, json_pack("{s:I, s:s}", "job", (json_int_t)job, "state",
+                                              "cancelled"));
+        }
+    if (r)
+        r->phase = PH_DONE;
+}
+
+void dt_run_show(dt_coord_t *c, int64_t job, json_t *reply)
+{
+    jobrun_t *r = run_find(c, job);
+    dt_emsg_t em = { "" };
+    char *res = NULL;
+
+    if (dt_db_job_result(c->db, job, &res, &em) == 0 && res) {
+        json_t *jr = json_loads(res, 0, NULL);
+        json_object_set_new(json_object_get(reply, "job"), "result", jr ? jr : json_null());
+    } else {
+        json_object_set_new(json_object_get(reply, "job"), "result", json_null());
+    }
+    free(res);
+    json_t *agents = json_object_get(reply, "agents"), *ag;
+    size_t i;
+    json_array_foreach(agents, i, ag) {
+        int64_t id = json_integer_value(json_object_get(ag, "id"));
+        dt_live_agent_t *a = dt_coord_agent_find(c, id);
+        json_object_set_new(ag, "pid", json_integer(a ? a->pid : 0));
+        json_object_set_new(ag, "connected", json_boolean(a && a->conn));
+        json_object_set_new(ag, "spare", json_boolean(r && r->gen && gen_index(r, id) < 0));
+    }
+    if (r == NULL || r->gen == 0 || r->ranks == NULL) {
+        json_object_set_new(reply, "gen", json_null());
+        json_object_set_new(reply, "ranks", json_array());
+        return;
+    }
+    json_object_set_new(reply, "gen", json_pack("{s:i, s:i, s:I}", "gen", r->gen, "ranks", r->R,
+                                                "resume_step", (json_int_t)r->resume_step));
+    json_t *ranks = json_array();
+    for (int k = 0; k < r->R; k++) {
+        rank_info_t *ri = &r->ranks[k];
+        dt_live_agent_t *a = dt_coord_agent_find(c, ri->agent);
+        json_array_append_new(
+            ranks, json_pack("{s:i, s:I, s:s, s:s, s:I, s:I, s:I, s:f, s:f, s:f}", "rank", k,
+                             "agent", (json_int_t)ri->agent, "node", a ? a->node : "?", "state",
+                             ri->state ? ri->state : "starting", "pid", (json_int_t)ri->pid,
+                             "step", (json_int_t)ri->step, "steps", (json_int_t)ri->steps, "loss",
+                             ri->loss, "tokens_s", ri->tokens_s, "acc", ri->acc));
+    }
+    json_object_set_new(reply, "ranks", ranks);
+}
+
+void dt_run_tick(dt_coord_t *c)
+{
+    int64_t now = dt_coord_mono_ms();
+    for (jobrun_t *r = c->runs; r; r = r->next) {
+        if (r->phase != PH_ABORTING || now - r->abort_ms < ABORT_TIMEOUT_MS)
+            continue;
+        for (int i = 0; i < r->ngen; i++)
+            if (!r->ended[i]) {
+                event(c, r->job, "agent_unresponsive", "agent %lld did not report the end of "
+                      "gen=%d within %d s", (long long)r->gen_agents[i], r->gen,
+                      ABORT_TIMEOUT_MS / 1000);
+                r->ended[i] = 1;
+            }
+        maybe_next(c, r);
+    }
+}
+
+static int reload_rank_cb(const dt_rank_t *rk, void *arg)
+{
+    jobrun_t *r = arg;
+    if (rk->rank >= 0 && rk->rank < r->R) {
+        r->agent_of[rk->rank] = rk->agent;
+        r->ranks[rk->rank].agent = rk->agent;
+        r->ranks[rk->rank].step = rk->step;
+        r->ranks[rk->rank].pid = rk->pid;
+        r->ranks[rk->rank].state = "starting";
+    }
+    return 0;
+}
+
+static int reload_job_cb(const dt_job_t *j, void *arg)
+{
+    dt_coord_t *c = arg;
+    dt_emsg_t em = { "" };
+    dt_gen_t g = { 0 };
+
+    if (j->state != DT_JOB_STARTING && j->state != DT_JOB_RUNNING &&
+        j->state != DT_JOB_RECOVERING)
+        return 0;
+    jobrun_t *r = run_get(c, j->id);
+    if (r == NULL || dt_db_gen_last(c->db, j->id, &g, &em) < 0 || g.gen == 0) {
+        dt_gen_clear(&g);
+        return 0;
+    }
+    r->gen = g.gen;
+    r->R = g.ranks;
+    r->resume_step = g.resume_step;
+    r->agent_of = dt_xcalloc((size_t)r->R, sizeof(*r->agent_of));
+    r->ranks = dt_xcalloc((size_t)r->R, sizeof(*r->ranks));
+    dt_db_gen_ranks(c->db, j->id, g.gen, reload_rank_cb, r, &em);
+    r->gen_agents = dt_xcalloc((size_t)r->R, sizeof(*r->gen_agents));
+    r->ended = dt_xcalloc((size_t)r->R, sizeof(*r->ended));
+    for (int i = 0; i < r->R; i++)
+        if (gen_index(r, r->agent_of[i]) < 0)
+            r->gen_agents[r->ngen++] = r->agent_of[i];
+    /* progress comes back with the agents; a generation that was ending
+     * waits for their reports again */
+    if (g.ended_ms != 0 || j->state == DT_JOB_RECOVERING) {
+        r->phase = PH_ABORTING;
+        r->abort_ms = dt_coord_mono_ms();
+        r->pending_reason = dt_xstrdup(g.reason ? g.reason : "aborted before a restart");
+    } else {
+        r->phase = j->state == DT_JOB_RUNNING ? PH_RUNNING : PH_STARTING;
+        for (int i = 0; i < r->R; i++)
+            r->ranks[i].reported = j->state == DT_JOB_RUNNING;
+    }
+    dt_log_info("job=%lld gen=%d ranks=%d reloaded (%s)", (long long)j->id, r->gen, r->R,
+                dt_job_state_name(j->state));
+    dt_gen_clear(&g);
+    return 0;
+}
+
+int dt_run_reload(dt_coord_t *c, dt_emsg_t *em)
+{
+    return dt_db_job_list(c->db, -1, reload_job_cb, c, em);
+}
+
+void dt_run_free_all(dt_coord_t *c)
+{
+    while (c->runs) {
+        jobrun_t *r = c->runs;
+        c->runs = r->next;
+        run_free(r);
+    }
+}

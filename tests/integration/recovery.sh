@@ -1,0 +1,243 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+#
+# Jobs on real agents, with real faults: a private munged and dtcoordd, two
+# or three dtagentd (one over TCP with munge, the others over the Unix
+# socket), each the PMIx server of 2 dtengine workers (Open MPI ranks), a
+# small model on the recall task. For each fault the job must complete with
+# the final parameters of the fault-free run (the same sha256; for the
+# re-plan on fewer ranks, the final loss within 1e-5), the events must name
+# the failure and the recovery, and nothing may be left running:
+#   - fault-free: completes, and equals `mpirun -np 4 dtengine train` on the
+#     same spec;
+#   - SIGKILL a worker; SIGSTOP a worker (hang);
+#   - SIGKILL an agent with a spare present; without one (re-plan on 2);
+#   - SIGKILL the coordinator and start it again;
+#   - corrupt the newest committed checkpoint, then SIGKILL a worker;
+#   - a failure at the same step twice is deterministic: the job fails.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/coordlib.sh"
+need_mpirun
+
+DTAGENTD=$DT_BUILDDIR/agent/dtagentd
+[ -x "$DTAGENTD" ] || die "$DTAGENTD is not built"
+
+munge_start
+COORD_CONF_EXTRA="agent_timeout = 1500ms"
+coord_setup
+coord_start || die "dtcoordd did not start"
+
+STEPS=40
+cat >"$TMPD/job.spec" <<SPEC
+kind = train
+model = custom
+dim = 64
+layers = 2
+heads = 4
+kv_heads = 2
+ffn = 128
+vocab = 64
+tokens = 256
+steps = $STEPS
+seed = 3
+ranks = 4
+nodes = 2
+gpus_per_node = 2
+gpu = cpu
+ckpt_every = 10
+recall_keys = 8
+recall_values = 8
+recall_pairs = 4
+recall_queries = 4
+SPEC
+
+AGENT_PIDS=
+# agent NAME SLOTS JOB [tcp]: start dtagentd NAME in the background
+agent() {
+    _ag_coord="unix:$COORD_SOCK"
+    [ "${4:-}" = tcp ] && _ag_coord="127.0.0.1:$COORD_PORT"
+    mkdir -p "$TMPD/agents"
+    "$DTAGENTD" --coord "$_ag_coord" --munge-socket "$MUNGE_SOCKET" --job "$3" --node "$1" \
+        --slots "$2" --state-dir "$TMPD/agents/$3-$1" --hang-timeout 2s --grace 1s \
+        >"$TMPD/agents/$3-$1.log" 2>&1 &
+    eval "AGENT_$1=$!"
+    track $!
+    AGENT_PIDS="$AGENT_PIDS $!"
+}
+
+submit() { # SPEC: prints the job id
+    ctl submit "$1" --json | json_num id | head -n 1
+}
+
+state_of() {
+    ctl show "$1" --json | json_str state | head -n 1
+}
+
+terminal() {
+    case $(state_of "$1") in completed | failed | cancelled) return 0 ;; esac
+    return 1
+}
+
+# max step any rank of JOB reported
+step_of() {
+    ctl show "$1" --json | json_num step | sort -n | tail -n 1
+}
+
+step_at_least() {
+    _sa=$(step_of "$1")
+    [ -n "$_sa" ] && [ "$_sa" -ge "$2" ]
+}
+
+checksum_of() {
+    ctl show "$1" --json | json_str checksum | head -n 1
+}
+
+loss_of() {
+    ctl show "$1" --json | sed -n 's/^ *"loss": \([-0-9.e+]*\),\{0,1\}$/\1/p' | tail -n 1
+}
+
+# finish_job JOB: wait for the end, then for every agent to exit
+finish_job() {
+    wait_for 240 terminal "$1" || echo "job $1 did not end within 240 s"
+    for _fj in $AGENT_PIDS; do
+        wait_for 20 dead "$_fj" || kill -KILL "$_fj" 2>/dev/null
+        wait "$_fj" 2>/dev/null
+        untrack "$_fj"
+    done
+    AGENT_PIDS=
+}
+
+# a worker of agent NAME of job JOB: its pid
+worker_of() {
+    pgrep -f "$TMPD/agents/$2-$1/gen-" | head -n 1
+}
+
+no_workers_left() {
+    _nw=$(pgrep -f "dtengine train.*$TMPD" || true)
+    [ -z "$_nw" ] || { echo "workers left: $_nw"; return 1; }
+}
+
+has_event() { # JOB KIND [ERE]
+    ctl events "$1" >"$TMPD/ev.out" 2>&1 || return 1
+    grep -E "$2.*${3:-}" "$TMPD/ev.out" >/dev/null && return 0
+    echo "no event $2 ${3:-} in:"
+    sed 's/^/  | /' "$TMPD/ev.out" | tail -n 30
+    return 1
+}
+
+same_checksum() { # JOB
+    _sc=$(checksum_of "$1")
+    [ -n "$_sc" ] && [ "$_sc" = "$REF" ] && { echo "$_sc"; return 0; }
+    echo "checksum '$_sc', fault-free '$REF'"
+    return 1
+}
+
+shm_before=$(ls /dev/shm 2>/dev/null | wc -l)
+
+# ---- fault-free ------------------------------------------------------------------
+J=$(submit "$TMPD/job.spec")
+check "the job is queued, waiting for agents" test "$(state_of "$J")" = queued
+agent a0 2 "$J" tcp
+agent a1 2 "$J"
+finish_job "$J"
+check "fault-free: the job completed" test "$(state_of "$J")" = completed
+REF=$(checksum_of "$J")
+REF_LOSS=$(loss_of "$J")
+check "fault-free: a result with a checksum" test -n "$REF"
+mpirun_np 4 "$DTENGINE" train --spec "$TMPD/job.spec" >"$TMPD/direct.log" 2>&1
+check "fault-free: equals mpirun -np 4 dtengine train on the same spec" \
+    grep -q "params_sha256=$REF" "$TMPD/direct.log"
+check "fault-free: checkpoints committed by the coordinator" \
+    sh -c "ctl() { '$DTCTL' --socket '$COORD_SOCK' \"\$@\"; }; ctl checkpoints $J | grep -q committed"
+check "fault-free: agents exited 0 and no worker is left" no_workers_left
+
+# ---- SIGKILL a worker ------------------------------------------------------------
+J=$(submit "$TMPD/job.spec")
+agent a0 2 "$J"
+agent a1 2 "$J"
+wait_for 120 step_at_least "$J" 15
+kill -KILL "$(worker_of a1 "$J")"
+finish_job "$J"
+check "worker killed: the job completed" test "$(state_of "$J")" = completed
+check "worker killed: same checksum as fault-free" same_checksum "$J"
+check "worker killed: the failure is an event" has_event "$J" worker_failed "signal 9"
+check "worker killed: a second generation from a checkpoint" \
+    has_event "$J" generation_started "gen=2 ranks=4 resume_step=[1-9]"
+check "worker killed: no worker left" no_workers_left
+
+# ---- SIGSTOP a worker (hang) ------------------------------------------------------
+J=$(submit "$TMPD/job.spec")
+agent a0 2 "$J"
+agent a1 2 "$J"
+wait_for 120 step_at_least "$J" 15
+kill -STOP "$(worker_of a0 "$J")"
+finish_job "$J"
+check "worker hung: the job completed" test "$(state_of "$J")" = completed
+check "worker hung: same checksum as fault-free" same_checksum "$J"
+check "worker hung: detected as a hang" has_event "$J" worker_hung
+check "worker hung: no worker left" no_workers_left
+
+# ---- SIGKILL an agent, a spare present ----------------------------------------------
+J=$(submit "$TMPD/job.spec")
+agent a0 2 "$J"
+agent a1 2 "$J"
+wait_for 30 step_at_least "$J" 1
+agent a2 2 "$J"
+wait_for 120 step_at_least "$J" 15
+kill -KILL "$AGENT_a1"
+finish_job "$J"
+check "agent killed, spare: the job completed" test "$(state_of "$J")" = completed
+check "agent killed, spare: same checksum as fault-free" same_checksum "$J"
+check "agent killed, spare: the loss is an event" has_event "$J" agent_lost
+check "agent killed, spare: its workers died with it" no_workers_left
+
+# ---- SIGKILL an agent, no spare: re-plan on fewer ranks ------------------------------
+J=$(submit "$TMPD/job.spec")
+agent a0 2 "$J"
+agent a1 2 "$J"
+wait_for 120 step_at_least "$J" 15
+kill -KILL "$AGENT_a1"
+finish_job "$J"
+check "agent killed, no spare: the job completed" test "$(state_of "$J")" = completed
+check "agent killed, no spare: re-planned on 2 ranks" has_event "$J" replanned "ranks 4 -> 2"
+check "agent killed, no spare: final loss within 1e-5 of fault-free" \
+    awk -v a="$(loss_of "$J")" -v b="$REF_LOSS" \
+    'BEGIN { d = a - b; if (d < 0) d = -d; r = d / (b < 0 ? -b : b); printf "%s vs %s: %.3g\n", a, b, r; exit !(a != "" && r <= 1e-5) }'
+check "agent killed, no spare: no worker left" no_workers_left
+
+# ---- SIGKILL the coordinator ---------------------------------------------------------
+J=$(submit "$TMPD/job.spec")
+agent a0 2 "$J"
+agent a1 2 "$J"
+wait_for 120 step_at_least "$J" 12
+kill -KILL "$COORD_PID"
+wait "$COORD_PID" 2>/dev/null
+untrack "$COORD_PID"
+sleep 1
+workers_during=$(pgrep -f "$TMPD/agents/$J-" | wc -l)
+coord_start || die "dtcoordd did not start again"
+finish_job "$J"
+check "coordinator killed: the workers kept running meanwhile" test "$workers_during" -ge 4
+check "coordinator killed: the job completed" test "$(state_of "$J")" = completed
+check "coordinator killed: same checksum as fault-free" same_checksum "$J"
+check "coordinator killed: no worker left" no_workers_left
+
+# ---- a corrupt newest checkpoint --------------------------------------------------------
+J=$(submit "$TMPD/job.spec")
+agent a0 2 "$J"
+agent a1 2 "$J"
+wait_for 120 step_at_least "$J" 22
+ck=$(ls -d "$COORD_STATE/jobs/$J/ckpt"/step-* 2>/dev/null | tail -n 1)
+shard=$(ls "$ck"/shard-*.safetensors 2>/dev/null | head -n 1)
+printf 'XXXX' | dd of="$shard" bs=1 seek=300 conv=notrunc 2>/dev/null
+kill -KILL "$(worker_of a0 "$J")"
+finish_job "$J"
+check "corrupt checkpoint: the job completed" test "$(state_of "$J")" = completed
+check "corrupt checkpoint: same checksum as fault-free" same_checksum "$J"
+check "corrupt checkpoint: skipped with an event" has_event "$J" checkpoint_skipped
+check "corrupt checkpoint: no worker left" no_workers_left
+
+check "no /dev/shm files left behind" test "$(ls /dev/shm 2>/dev/null | wc -l)" -le "$shm_before"
+check "every process of the test has ended but munged and dtcoordd" \
+    sh -c "! pgrep -f '$TMPD/agents' >/dev/null"
+finish
