@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -154,6 +155,24 @@ static void run_free(jobrun_t *r)
     free(r);
 }
 
+/* mkdir -p, mode 0700 for what it creates; -1 with errno */
+static int mkdirs(const char *path)
+{
+    char *p = dt_xstrdup(path);
+    int rc = 0;
+    for (char *q = p + 1; *q && rc == 0; q++)
+        if (*q == '/') {
+            *q = '\0';
+            if (mkdir(p, 0700) < 0 && errno != EEXIST)
+                rc = -1;
+            *q = '/';
+        }
+    if (rc == 0 && mkdir(p, 0700) < 0 && errno != EEXIST)
+        rc = -1;
+    free(p);
+    return rc;
+}
+
 static jobrun_t *run_get(dt_coord_t *c, int64_t job)
 {
     jobrun_t *r = run_find(c, job);
@@ -179,6 +198,9 @@ static jobrun_t *run_get(dt_coord_t *c, int64_t job)
     r->ckpt_root = r->spec.ckpt_dir
                        ? dt_xstrdup(r->spec.ckpt_dir)
                        : dt_xasprintf("%s/jobs/%lld/ckpt", c->conf.state_dir, (long long)job);
+    if (mkdirs(r->ckpt_root) < 0)
+        dt_log_error("job=%lld checkpoint directory %s: %s", (long long)job, r->ckpt_root,
+                     strerror(errno));
     int64_t steps = r->spec.steps > 0 ? r->spec.steps : 1;
     r->ckpt_every = r->spec.ckpt_every > 0 ? r->spec.ckpt_every : steps;
     r->ckpt_keep = r->spec.ckpt_keep > 0 ? r->spec.ckpt_keep : DEFAULT_CKPT_KEEP;
@@ -439,9 +461,10 @@ static void gen_start(dt_coord_t *c, jobrun_t *r)
         dt_log_error("job=%lld gen=%d: %s", (long long)r->job, r->gen, em.s);
     char nspace[64];
     snprintf(nspace, sizeof(nspace), "dt.%lld.%d", (long long)r->job, r->gen);
-    json_t *argv = json_pack("[s, s, s, s, s, s, I]", "train", "--ckpt-commit", "external",
-                             "--ckpt-dir", r->ckpt_root, "--ckpt-every",
-                             (json_int_t)r->ckpt_every);
+    char every[32];
+    snprintf(every, sizeof(every), "%lld", (long long)r->ckpt_every);
+    json_t *argv = json_pack("[s, s, s, s, s, s, s]", "train", "--ckpt-commit", "external",
+                             "--ckpt-dir", r->ckpt_root, "--ckpt-every", every);
     /* the coordinator keeps the checkpoints: the engine never prunes them */
     json_array_append_new(argv, json_string("--ckpt-keep"));
     json_array_append_new(argv, json_string("1000000"));
@@ -691,6 +714,14 @@ void dt_run_worker_exit(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
                  err ? ": " : "", err ? err : "");
     if (r->phase == PH_STARTING || r->phase == PH_RUNNING) {
         event(c, r->job, hung ? "worker_hung" : "worker_failed", "gen=%d %s", r->gen, why);
+        if (status == 2 && !sig) {
+            /* dtengine's exit 2: bad options or input, which no restart fixes */
+            char d[400];
+            snprintf(d, sizeof(d), "invalid job: %s (dtengine exit 2; see the agent's log)",
+                     why);
+            end_job(c, r, DT_JOB_FAILED, d);
+            return;
+        }
         fail_gen(c, r, (int)rank, why, max_step(r));
     }
 }
@@ -902,6 +933,20 @@ void dt_run_show(dt_coord_t *c, int64_t job, json_t *reply)
 void dt_run_tick(dt_coord_t *c)
 {
     int64_t now = dt_coord_mono_ms();
+    dt_emsg_t em = { "" };
+
+    /* agents of finished jobs were told so: they are gone, not lost */
+    for (dt_live_agent_t *a = c->agents, *next; a; a = next) {
+        next = a->next;
+        jobrun_t *r = run_find(c, a->job);
+        if (r == NULL || r->phase != PH_DONE)
+            continue;
+        if (dt_db_agent_set_state(c->db, a->id, "gone", dt_coord_wall_ms(), &em) < 0)
+            dt_log_warn("agent=%lld: %s", (long long)a->id, em.s);
+        if (a->conn)
+            a->conn->agent = 0;
+        dt_coord_agent_remove(c, a->id);
+    }
     for (jobrun_t *r = c->runs; r; r = r->next) {
         if (r->phase != PH_ABORTING || now - r->abort_ms < ABORT_TIMEOUT_MS)
             continue;

@@ -19,10 +19,20 @@
  * engine/data.h) read in a seeded shuffled order whose cursor is saved in
  * the manifest. A job spec (--spec FILE, dt-spec(5)) sets the same options;
  * flags override it.
+ *
+ * Under dtagentd (engine/wlink.h) every rank reports progress after each
+ * step and each checkpoint file it wrote, and the agent's W_CHECKPOINT and
+ * W_STOP are acted on at step boundaries: each rank polls its channel and
+ * the requests travel in the all-reduce the step already does, so every
+ * rank checkpoints or stops after the same step. With --ckpt-commit
+ * external the coordinator, not the engine, decides which checkpoints are
+ * good: the engine never prunes, and --resume takes only a checkpoint with
+ * the coordinator's COMMITTED marker (or --resume-from names one).
  */
 #include "config.h"
 
 #include <cblas.h>
+#include <ftw.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -31,6 +41,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/clock.h"
 #include "common/mem.h"
@@ -43,6 +55,7 @@
 #include "engine/optim.h"
 #include "engine/safetensors.h"
 #include "engine/spec.h"
+#include "engine/wlink.h"
 
 enum { TAG_SHARD = 301 };
 
@@ -51,7 +64,9 @@ typedef struct topts {
     int64_t T, steps, ckpt_every, ckpt_keep, batch;
     uint64_t seed;
     const char *ckpt_dir, *data, *layout, *segments, *dilations, *params_out;
+    const char *resume_from; /* a step directory, or NULL */
     int resume, causal;
+    int external; /* --ckpt-commit external: the coordinator commits and prunes */
     double lr, min_lr, wd, clip, eps;
     int64_t warmup;
     int rkeys, rvalues, rpairs, rqueries; /* recall task sizes; 0: defaults */
@@ -63,7 +78,8 @@ static void usage(FILE *f)
     fprintf(f, "usage: dtengine train [--spec FILE] --model tiny [--dim N --layers N --heads N\n"
                "                      --kv-heads N --ffn N --vocab N] --data recall|SHARDS\n"
                "                      --seq-len T --steps N\n"
-               "                      [--ckpt-dir DIR --ckpt-every K [--ckpt-keep N]] [--resume]\n"
+               "                      [--ckpt-dir DIR --ckpt-every K [--ckpt-keep N]]\n"
+               "                      [--ckpt-commit self|external] [--resume | --resume-from DIR]\n"
                "                      [--seed S] [--lr X] [--min-lr X] [--warmup N]\n"
                "                      [--weight-decay X] [--clip X] [--adam-eps X] [--layout contiguous|zigzag]\n"
                "                      [--segments w1,.. --dilations r1,..] [--no-causal]\n"
@@ -142,7 +158,8 @@ static int parse(int argc, char **argv, topts_t *o, dt_emsg_t *em)
         { "segments", 1, NULL, 'g' },   { "dilations", 1, NULL, 'D' }, { "no-causal", 0, NULL, 'N' },
         { "params-out", 1, NULL, 'P' }, { "batch", 1, NULL, 'B' },     { "spec", 1, NULL, 'S' },     { "adam-eps", 1, NULL, 'E' },
         { "recall-keys", 1, NULL, 7 },  { "recall-values", 1, NULL, 8 }, { "recall-pairs", 1, NULL, 9 },
-        { "recall-queries", 1, NULL, 10 },
+        { "recall-queries", 1, NULL, 10 }, { "ckpt-commit", 1, NULL, 11 },
+        { "resume-from", 1, NULL, 12 },
         { "help", 0, NULL, 'h' },     { NULL, 0, NULL, 0 },
     };
     static const char *const tasknames[] = { "recall-keys", "recall-values", "recall-pairs",
@@ -190,6 +207,12 @@ static int parse(int argc, char **argv, topts_t *o, dt_emsg_t *em)
                 return rc;
             (&o->rkeys)[c - 7] = (int)v; /* keys, values, pairs, queries */
             break;
+        case 11:
+            if (strcmp(optarg, "self") != 0 && strcmp(optarg, "external") != 0)
+                return dt_emsg_set(em, DT_EUSAGE, "--ckpt-commit '%s': self or external", optarg);
+            o->external = strcmp(optarg, "external") == 0;
+            break;
+        case 12: o->resume_from = optarg; break;
         case 'd': o->data = optarg; break;
         case 'T': rc = dt_cmd_number("seq-len", optarg, 2, 1e9, &v, em), o->T = (int64_t)v; break;
         case 'n': rc = dt_cmd_number("steps", optarg, 0, 1e9, &v, em), o->steps = (int64_t)v; break;
@@ -225,6 +248,8 @@ static int parse(int argc, char **argv, topts_t *o, dt_emsg_t *em)
         return dt_emsg_set(em, DT_EUSAGE, "--ckpt-dir and --ckpt-every go together");
     if (o->resume && o->ckpt_dir == NULL)
         return dt_emsg_set(em, DT_EUSAGE, "--resume needs --ckpt-dir");
+    if (o->resume && o->resume_from)
+        return dt_emsg_set(em, DT_EUSAGE, "--resume and --resume-from exclude each other");
     if (o->warmup < 0)
         o->warmup = o->steps / 10;
     return 0;
@@ -254,17 +279,74 @@ static json_t *cursor_json(const dt_loader_cursor_t *cur)
                      (json_int_t)cur->shard, "seq", (json_int_t)cur->seq);
 }
 
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)ftw;
+    return (flag == FTW_DP ? rmdir(path) : unlink(path)) < 0 ? -1 : 0;
+}
+
+/* --ckpt-commit external, rank 0, before step STEP is written: a step
+ * directory already there is from an earlier generation of the job that
+ * went past the checkpoint the coordinator resumed us from. With the
+ * COMMITTED marker it is as good as the one we would write (same step,
+ * same state): *skip = 1. Without, the coordinator gave up on it: it is
+ * renamed out of the step-* namespace, so no reader can take it, and
+ * removed. */
+static int supersede(const char *root, int64_t step, int *skip, dt_emsg_t *em)
+{
+    char *dir = dt_ckpt_step_dir(root, step), *old = NULL;
+    struct stat st;
+    int rc = 0;
+
+    *skip = 0;
+    if (lstat(dir, &st) < 0)
+        goto out;
+    if (dt_ckpt_is_committed(dir)) {
+        fprintf(stderr, "dtengine train: %s is already committed: not written again\n", dir);
+        *skip = 1;
+        goto out;
+    }
+    old = dt_xasprintf("%s/.step-%08lld.superseded.%ld", root, (long long)step, (long)getpid());
+    if (rename(dir, old) < 0) {
+        int e = errno;
+        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot move the uncommitted checkpoint "
+                         "aside: %s", dir, strerror(e));
+        goto out;
+    }
+    fprintf(stderr, "dtengine train: %s was never committed: writing it again\n", dir);
+    if (nftw(old, rm_entry, 16, FTW_DEPTH | FTW_PHYS) < 0)
+        fprintf(stderr, "dtengine train: %s: cannot remove: %s\n", old, strerror(errno));
+out:
+    free(old);
+    free(dir);
+    return rc;
+}
+
+/* The step directory's absolute path for the agent, which runs elsewhere. */
+static char *abs_dir(const char *dir)
+{
+    char *p = realpath(dir, NULL);
+
+    return p ? p : dt_xstrdup(dir);
+}
+
+/* Write checkpoint STEP (all ranks). Under an agent, every rank then
+ * reports its shard, and rank 0 the manifest. */
 static int save(dt_comm_t *comm, const topts_t *o, int64_t step, int64_t n, const float *P,
                 const float *M, const float *V, const dt_loader_cursor_t *cur, dt_emsg_t *em)
 {
-    int R = dt_comm_size(comm), me = dt_comm_rank(comm), rc = 0, who;
+    int R = dt_comm_size(comm), me = dt_comm_rank(comm), rc = 0, who, skip = 0;
     dt_ckpt_shard_t *recs = me == 0 ? dt_xcalloc((size_t)R, sizeof(*recs)) : NULL, mine;
-    int64_t off, len;
-    char buf[32];
+    int64_t off, len, man_bytes = 0;
+    char buf[32], man_sha[65] = "", *dir = NULL;
 
-    if (me == 0)
+    dt_wlink_heartbeat();
+    if (me == 0 && o->external)
+        rc = supersede(o->ckpt_dir, step, &skip, em);
+    if (me == 0 && rc == 0 && !skip)
         rc = dt_ckpt_begin(o->ckpt_dir, step, em);
-    if ((rc = dt_comm_agree(comm, rc, 0, &who)) < 0)
+    if ((rc = dt_comm_agree(comm, rc, 0, &who)) < 0 ||
+        (rc = dt_comm_bcast_int(comm, &skip)) < 0 || skip)
         goto out;
     slice(n, R, me, &off, &len);
     dt_st_writer_t *w = dt_st_writer_new();
@@ -278,6 +360,7 @@ static int save(dt_comm_t *comm, const topts_t *o, int64_t step, int64_t n, cons
     dt_st_writer_meta(w, "nparams", buf, em);
     rc = dt_ckpt_write_shard(o->ckpt_dir, step, me, R, w, &mine, em);
     dt_st_writer_free(w);
+    dt_wlink_heartbeat();
     if ((rc = dt_comm_agree(comm, rc, 0, &who)) < 0)
         goto out;
     if (me != 0) {
@@ -298,15 +381,35 @@ static int save(dt_comm_t *comm, const topts_t *o, int64_t step, int64_t n, cons
             rc = dt_ckpt_write_manifest(o->ckpt_dir, &man, em);
             if (rc == 0)
                 rc = dt_ckpt_commit(o->ckpt_dir, step, NULL, em);
-            if (rc == 0 && dt_ckpt_prune(o->ckpt_dir, (int)o->ckpt_keep, em) < 0)
+            /* external: the coordinator decides what to keep */
+            if (rc == 0 && !o->external && dt_ckpt_prune(o->ckpt_dir, (int)o->ckpt_keep, em) < 0)
                 rc = 0; /* pruning is housekeeping: the checkpoint is safe */
             json_decref(man.model);
             json_decref(man.plan);
             json_decref(man.rng);
         }
+        if (rc == 0 && dt_wlink_active()) {
+            char *sdir = dt_ckpt_step_dir(o->ckpt_dir, step);
+            char *path = dt_xasprintf("%s/%s", sdir, DT_CKPT_MANIFEST);
+            struct stat st;
+            if ((rc = dt_sha256_file(path, man_sha, em)) == 0 && stat(path, &st) == 0)
+                man_bytes = (int64_t)st.st_size;
+            free(path);
+            free(sdir);
+        }
+        dt_wlink_heartbeat();
     }
-    rc = dt_comm_agree(comm, rc, 0, &who);
+    if ((rc = dt_comm_agree(comm, rc, 0, &who)) < 0 || !dt_wlink_active())
+        goto out;
+    /* renamed into place: only now do the files have their final names */
+    char *sdir = dt_ckpt_step_dir(o->ckpt_dir, step);
+    dir = abs_dir(sdir);
+    free(sdir);
+    dt_wlink_shard(step, dir, mine.file, mine.bytes, mine.sha256, 0);
+    if (me == 0)
+        dt_wlink_shard(step, dir, DT_CKPT_MANIFEST, man_bytes, man_sha, 1);
 out:
+    free(dir);
     free(recs);
     return rc;
 }
@@ -315,22 +418,38 @@ static void skipped(const char *dir, int err, const char *why, void *ud)
 {
     if (*(int *)ud == 0)
         fprintf(stderr, "dtengine train: skipping checkpoint %s: %s\n", dir, why);
+    dt_wlink_heartbeat(); /* each candidate was read in full */
     (void)err;
 }
 
-/* Load the newest valid checkpoint; *step = 0 when there is none. */
+/* Load --resume-from's directory, or the newest valid checkpoint under
+ * --ckpt-dir (with a COMMITTED marker under --ckpt-commit external);
+ * *step = 0 when there is none. */
 static int load(dt_comm_t *comm, const topts_t *o, int64_t n, float *P, float *M, float *V,
                 dt_loader_t *loader, int64_t *step, dt_emsg_t *em)
 {
-    int me = dt_comm_rank(comm);
+    int me = dt_comm_rank(comm), rc;
     char *dir = NULL;
     int64_t s = 0;
     dt_ckpt_manifest_t man = { 0 };
-    int rc = dt_ckpt_latest(o->ckpt_dir, 0, skipped, &me, &dir, &s, em);
 
     *step = 0;
-    if (rc < 0 || dir == NULL)
-        return rc;
+    dt_wlink_heartbeat();
+    if (o->resume_from) {
+        /* the coordinator verified it; if it is bad now, a retry (exit 1)
+         * may get another, so this is DT_EIO, not an input error */
+        if ((rc = dt_ckpt_verify(o->resume_from, em)) < 0) {
+            dt_emsg_t why = *em;
+            return dt_emsg_set(em, DT_EIO, "--resume-from: %s", why.s);
+        }
+        dir = dt_xstrdup(o->resume_from);
+    } else {
+        rc = dt_ckpt_latest(o->ckpt_dir, o->external ? DT_CKPT_REQUIRE_COMMITTED : 0, skipped,
+                            &me, &dir, &s, em);
+        if (rc < 0 || dir == NULL)
+            return rc;
+    }
+    dt_wlink_heartbeat();
     if ((rc = dt_ckpt_manifest_read(dir, &man, em)) < 0)
         goto out;
     json_t *want = model_json(&o->model);
@@ -360,6 +479,7 @@ static int load(dt_comm_t *comm, const topts_t *o, int64_t n, float *P, float *M
             dt_st_close(r);
         }
         free(path);
+        dt_wlink_heartbeat();
     }
     if (rc == 0 && loader) {
         json_t *cj = json_object_get(man.rng, "cursor");
@@ -410,6 +530,9 @@ int dt_cmd_train(dt_comm_t *comm, int argc, char **argv)
     int32_t *xs = NULL, *ys = NULL, *x = NULL, *y = NULL;
     int64_t *pos = NULL, start = 0;
     dt_loader_t *loader = NULL;
+    double last_loss = NAN; /* of the last step this run took */
+    int stopped = 0;        /* W_STOP: exit DT_EXIT_STOPPED */
+    int owed = 0;           /* W_CHECKPOINTs already acted on before ours arrived */
 
     rc = parse(argc, argv, &o, &em);
     if (rc == 1) {
@@ -482,7 +605,7 @@ int dt_cmd_train(dt_comm_t *comm, int argc, char **argv)
     dt_layout_positions(attn.layout, o.T, R, me, pos);
     dt_model_init(&o.model, &lo, o.seed, P);
     rc = 0;
-    if (o.resume)
+    if (o.resume || o.resume_from)
         rc = load(comm, &o, n, P, M, V, loader, &start, &em);
     if ((rc = dt_comm_agree(comm, rc, 0, &who)) < 0) {
         if (me == who)
@@ -502,7 +625,8 @@ int dt_cmd_train(dt_comm_t *comm, int argc, char **argv)
                             .total = o.steps };
     for (int64_t step = start; step < o.steps; step++) {
         double t0 = dt_clock_now(), loss = 0;
-        double acc[2] = { 0, 0 };
+        /* recall hits and targets, then the agent's requests on this rank */
+        double acc[5] = { 0, 0, 0, 0, 0 };
         /* B sequences per step: the gradient is the mean of theirs */
         for (int64_t b = 0; b < o.batch && rc == 0; b++) {
             double lb;
@@ -538,38 +662,75 @@ int dt_cmd_train(dt_comm_t *comm, int argc, char **argv)
         }
         if (rc < 0)
             break;
-        dt_comm_allreduce_sum_f64(comm, acc, 2);
+        /* The agent sends each request to every rank, and they arrive at
+         * different steps: any rank's request is acted on by all at once,
+         * and a rank whose copy comes later has it already done (owed). */
+        int req = dt_wlink_poll(), ask = (req & DT_WLINK_CHECKPOINT) != 0;
+        if (ask && owed > 0) {
+            owed--;
+            ask = 0;
+        }
+        acc[2] = ask;
+        acc[3] = (req & DT_WLINK_STOP) != 0;
+        acc[4] = (req & DT_WLINK_STOP_CKPT) != 0;
+        dt_comm_allreduce_sum_f64(comm, acc, 5);
+        int ckpt_asked = acc[2] > 0, stop = acc[3] > 0;
+        if (ckpt_asked && !ask)
+            owed++;
+        ckpt_asked |= stop && acc[4] > 0;
         dt_loader_cursor_t cursor = { 0 };
         if (loader)
             dt_loader_get_cursor(loader, &cursor);
         double norm = dt_grad_clip(n, G, o.clip);
         double lr = dt_lr_at(&sched, step);
         dt_adamw_step(&acfg, step + 1, lr, o.wd, n, P, G, M, V);
-        double dt = dt_clock_now() - t0;
+        double dt = dt_clock_now() - t0, accuracy = acc[1] > 0 ? acc[0] / acc[1] : 0.0;
+        int64_t done = step + 1;
         if (me == 0) {
             /* accuracy at the counted targets: recall accuracy for the recall
              * task, next-token accuracy for token shards */
             printf("step %lld loss %.9f tokens/s %.0f %s %.3f lr %.3g norm %.4g\n",
                    (long long)step, loss, (double)(o.T * o.batch) / dt, loader ? "acc" : "recall",
-                   acc[1] > 0 ? acc[0] / acc[1] : 0.0, lr, norm);
+                   accuracy, lr, norm);
             fflush(stdout);
         }
-        if (o.ckpt_dir && (step + 1) % o.ckpt_every == 0 &&
-            (rc = save(comm, &o, step + 1, n, P, M, V, loader ? &cursor : NULL, &em)) < 0)
+        last_loss = loss;
+        dt_wlink_progress(done, o.steps, done * o.T * o.batch, loss,
+                          (double)(o.T * o.batch) / dt, accuracy);
+        if (ckpt_asked && o.ckpt_dir == NULL && me == 0)
+            fprintf(stderr, "dtengine train: step %lld: the agent asked for a checkpoint, but "
+                    "there is no --ckpt-dir: none written\n", (long long)done);
+        if (o.ckpt_dir && (done % o.ckpt_every == 0 || ckpt_asked) &&
+            (rc = save(comm, &o, done, n, P, M, V, loader ? &cursor : NULL, &em)) < 0)
             break;
+        /* a stop after the last step is a finished run */
+        if (stop && done < o.steps) {
+            if (me == 0) {
+                printf("stopped at step %lld\n", (long long)done);
+                fflush(stdout);
+            }
+            stopped = 1;
+            break;
+        }
     }
     if ((rc = dt_comm_agree(comm, rc, 0, &who)) < 0) {
         if (me == who)
             fprintf(stderr, "dtengine train: %s\n", em.s);
         goto out;
     }
+    if (stopped)
+        goto out;
     if (me == 0 && o.params_out &&
         (rc = dt_npy_save(o.params_out, DT_DTYPE_F32, 1, &n, P, &em)) < 0)
         fprintf(stderr, "dtengine train: %s\n", em.s);
     if (rc == 0 && me == 0) {
         char hex[65];
         digest(P, n, hex);
-        printf("result: steps=%lld params_sha256=%s\n", (long long)o.steps, hex);
+        /* loss last: scripts read params_sha256 where it always was */
+        printf("result: steps=%lld params_sha256=%s loss=%.9f\n", (long long)o.steps, hex,
+               last_loss);
+        fflush(stdout);
+        dt_wlink_result(o.steps, last_loss, hex);
     }
 out:
     dt_loader_free(loader);
@@ -586,5 +747,5 @@ out:
     free(x);
     free(y);
     free(pos);
-    return dt_exit_code(rc);
+    return rc == 0 && stopped ? DT_EXIT_STOPPED : dt_exit_code(rc);
 }

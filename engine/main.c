@@ -2,8 +2,9 @@
  *
  * dtengine: the compute worker of dt. A plain PMIx application: under
  * mpirun, `srun --mpi=pmix` or dtagentd it is one rank of a job; started
- * alone it is a job of one rank. main() joins the job, dispatches to the
- * subcommand table, and leaves the job.
+ * alone it is a job of one rank. main() joins the job, opens the channel to
+ * dtagentd when it runs under one (engine/wlink.h; nothing otherwise),
+ * dispatches to the subcommand table, and leaves the job.
  */
 #include "config.h"
 
@@ -15,6 +16,7 @@
 #include "common/log.h"
 #include "engine/cmd.h"
 #include "engine/comm.h"
+#include "engine/wlink.h"
 
 static const struct command {
     const char *name;
@@ -70,7 +72,7 @@ int main(int argc, char **argv)
 {
     dt_comm_t *comm = NULL;
     dt_emsg_t em = { "" };
-    int code;
+    int code, rc, who;
 
     dt_log_init("dtengine", DT_LOG_INFO);
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
@@ -102,7 +104,18 @@ int main(int argc, char **argv)
         snprintf(tag, sizeof(tag), "rank=%d", dt_comm_rank(comm));
         dt_log_set_tag(tag);
     }
+    /* every rank learns whether any could not reach its agent, so none is
+     * left waiting in a collective for a rank that gave up */
+    rc = dt_wlink_open(dt_comm_rank(comm), &em);
+    if ((rc = dt_comm_agree(comm, rc, 0, &who)) < 0) {
+        if (dt_comm_rank(comm) == who)
+            fprintf(stderr, "dtengine: %s\n", em.s[0] ? em.s : dt_strerror(rc));
+        dt_wlink_close();
+        dt_comm_free(comm);
+        return dt_exit_code(rc);
+    }
     code = cmd->fn(comm, argc - 1, argv + 1);
+    dt_wlink_close();
     dt_comm_free(comm);
     return code;
 }

@@ -28,6 +28,19 @@
  * MPI on the dead peer, and a checkpoint in progress is harmless (files are
  * written to temporary names and renamed).
  *
+ * The codes: PMIX_ERR_PROC_ABORTED_BY_SIG (what dtagentd sends for a dead
+ * worker), PMIX_ERR_PROC_ABORTED (older servers), _KILLED_BY_CMD,
+ * _REQUESTED_ABORT, _TERM_WO_SYNC, _SENSOR_BOUND_EXCEEDED, _FAILED_TO_START
+ * always mean a failure; PMIX_ERR_EXIT_NONZERO_TERM, PMIX_EVENT_PROC_TERMINATED
+ * and PMIX_PROC_TERMINATED only with a PMIX_EXIT_CODE outside 0..3, since
+ * dtengine's ranks agree on those exits first (a peer that exits 3 on
+ * W_STOP is doing what we are about to do). Such an agreed end of a peer is
+ * marked handled: passed on, Open MPI's default handler would abort the
+ * process with the event's code as exit status. The affected process is
+ * PMIX_EVENT_AFFECTED_PROC when the event has one, else its source.
+ * PMIX_ERR_LOST_CONNECTION (the server, i.e. the agent, is gone) exits
+ * DT_EXIT_AGENT_LOST.
+ *
  * On Linux a worker under an agent also asks for SIGKILL when its parent
  * dies (PR_SET_PDEATHSIG), and exits at once if the parent is already not
  * DT_AGENT_PID: workers never outlive their agent.
@@ -43,23 +56,47 @@
 enum { DT_WLINK_CHECKPOINT = 1, DT_WLINK_STOP = 2, DT_WLINK_STOP_CKPT = 4 };
 
 /* Connect to the agent if DT_AGENT_FD is set: parent check, death signal,
- * PMIx event handler, W_HELLO. Returns 0 (also when not under an agent) or
- * a DT_E* code with a message. Call once, after MPI is initialised. */
+ * PMIx_Init and the event handler, then W_HELLO. Returns 0 (also when not
+ * under an agent, having done nothing at all) or a DT_E* code with a
+ * message: DT_EINVAL for a bad DT_AGENT_FD or DT_AGENT_PID (naming the
+ * variable and its value), DT_ECOMM when PMIx_Init or the registration
+ * fails (the agent is our PMIx server, so that is an error). On failure
+ * nothing stays open. Does not return when the parent is not
+ * DT_AGENT_PID (message, exit DT_EXIT_AGENT_LOST). Call once, after MPI is
+ * initialised, from the main thread. */
 int dt_wlink_open(int rank, dt_emsg_t *em);
-/* 1 under an agent, else 0. */
+/* The channel alone, without PMIx: what dt_wlink_open does except
+ * PMIx_Init and the event handler (same checks, same returns, W_HELLO
+ * sent). For the unit tests, which have no PMIx server, and for a worker
+ * that is not a PMIx client; dtengine itself calls dt_wlink_open. */
+int dt_wlink_open_channel(int rank, dt_emsg_t *em);
+/* 1 under an agent (after a successful open), else 0. */
 int dt_wlink_active(void);
+
+/* Frames to the agent. All are no-ops when not under an agent; under one
+ * they block until the whole frame is written and never return on a broken
+ * channel (message on stderr, exit DT_EXIT_AGENT_LOST). Doubles that are not
+ * finite (a NaN loss) go out as JSON null. Strings are borrowed. Main thread
+ * only. */
 void dt_wlink_progress(int64_t step, int64_t steps, int64_t tokens, double loss, double tokens_s,
                        double acc);
 void dt_wlink_heartbeat(void);
-/* A checkpoint file written: dir is the step directory, path the file
- * inside it; manifest is 1 for the manifest (rank 0). */
+/* A checkpoint file written: dir is the step directory (give it absolute:
+ * the agent runs in another directory), path the file name inside it;
+ * manifest is 1 for the manifest (rank 0). */
 void dt_wlink_shard(int64_t step, const char *dir, const char *path, int64_t bytes,
                     const char *sha256, int manifest);
 void dt_wlink_result(int64_t steps, double loss, const char *checksum);
+
 /* Requests that arrived since the last call (DT_WLINK_* bits; 0 when none
- * or not under an agent). Never blocks. */
+ * or not under an agent); several of one kind read as one. W_STOP sets
+ * DT_WLINK_STOP, and DT_WLINK_STOP_CKPT too when its "checkpoint" is true.
+ * Never blocks; keeps a partial frame for the next call. A malformed frame,
+ * a frame of another type or a nonzero id, and end of file do not return:
+ * message on stderr, exit DT_EXIT_AGENT_LOST. */
 int dt_wlink_poll(void);
-/* Unregister the event handler and close the channel. */
+/* Unregister the event handler, drop our PMIx_Init reference and close the
+ * channel; a no-op when not open. Call before MPI is finalised. */
 void dt_wlink_close(void);
 
 #endif /* DT_ENGINE_WLINK_H */

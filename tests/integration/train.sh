@@ -13,6 +13,12 @@
 #     the 4-rank run;
 #   - a corrupt newest checkpoint is skipped (with a message) for the one
 #     before it;
+#   - --ckpt-commit external: nothing is pruned, --resume takes only a
+#     checkpoint with a COMMITTED marker (written here by hand, as the
+#     coordinator would), and then resumes exactly;
+#   - --resume-from DIR resumes from exactly DIR, bit-identical; a corrupt
+#     DIR is exit 1 naming the shard;
+#   - the result line carries the last step's loss;
 #   - bad options are refused with exit 2.
 . "$(dirname "$0")/lib.sh"
 need_mpirun
@@ -86,6 +92,67 @@ check "a 4-rank checkpoint resumes on 2 ranks" grep -q 'written by 4 ranks' "$TM
 check "resharded run matches the 4-rank run within 1e-5" \
     same_losses "$TMPD/full4.log" "$TMPD/reshard.log" 1e-5
 
+# the result line ends with the loss of the last step, as printed there
+result_loss() { # LOG: "result loss = last step loss", or fail
+    _rl=$(sed -n 's/^result: .* loss=\([^ ]*\)$/\1/p' "$1")
+    _sl=$(grep '^step ' "$1" | tail -n 1 | awk '{ print $4 }')
+    [ -n "$_rl" ] && [ "$_rl" = "$_sl" ] || { echo "result loss '$_rl', last step loss '$_sl'"; return 1; }
+    echo "loss=$_rl"
+}
+check "the result line has the last step's loss" result_loss "$TMPD/full1.log"
+check "the result line still has params_sha256" test -n "$(sha "$TMPD/full4.log")"
+
+# --ckpt-commit external: the engine writes, the coordinator commits (the
+# COMMITTED marker) and prunes
+train 1 "$TMPD/ext" --ckpt-commit external --ckpt-keep 1 >"$TMPD/ext.log" 2>&1
+check "external: nothing pruned (--ckpt-keep 1, both checkpoints there)" \
+    test -d "$TMPD/ext/step-00000003" -a -d "$TMPD/ext/step-00000006"
+check "external: no COMMITTED marker written by the engine" \
+    test ! -e "$TMPD/ext/step-00000003/COMMITTED" -a ! -e "$TMPD/ext/step-00000006/COMMITTED"
+check "external: the same run as self commit" \
+    test "$(sha "$TMPD/ext.log")" = "$(sha "$TMPD/full1.log")" -a -n "$(sha "$TMPD/ext.log")"
+train 1 "$TMPD/ext" --ckpt-commit external --resume >"$TMPD/ext-nomark.log" 2>&1
+check "external: --resume takes no checkpoint without a COMMITTED marker" \
+    sh -c "grep -q 'start=0' '$TMPD/ext-nomark.log' && ! grep -q 'resuming from' '$TMPD/ext-nomark.log'"
+check "external: and says why for each" \
+    grep -q 'skipping checkpoint .*step-00000003: .*no COMMITTED marker' "$TMPD/ext-nomark.log"
+# the marker holds the manifest's SHA-256 (dt_ckpt_mark_committed)
+(cd "$TMPD/ext/step-00000003" && sha256sum manifest.json | cut -d ' ' -f 1 >COMMITTED) ||
+    die "cannot write the COMMITTED marker"
+train 1 "$TMPD/ext" --ckpt-commit external --resume >"$TMPD/ext-marked.log" 2>&1
+echo "exit $?" >>"$TMPD/ext-marked.log"
+check "external: --resume takes the committed step 3 over the uncommitted step 6" \
+    grep -q 'resuming from .*step-00000003' "$TMPD/ext-marked.log"
+check "external: resume logs exactly the uninterrupted losses" \
+    same_losses "$TMPD/full1.log" "$TMPD/ext-marked.log" 0
+check "external: resume ends with bit-identical parameters" \
+    test "$(sha "$TMPD/full1.log")" = "$(sha "$TMPD/ext-marked.log")"
+check "external: the uncommitted step 6 ahead is written again, and the run succeeds" \
+    sh -c "grep -q 'step-00000006 was never committed: writing it again' '$TMPD/ext-marked.log' &&
+        grep -q '^exit 0' '$TMPD/ext-marked.log'"
+
+# --resume-from DIR: exactly that step directory (4 ranks' checkpoint, 4 ranks)
+train 4 "$TMPD/rfrom" --resume-from "$TMPD/full4/step-00000003" >"$TMPD/rfrom.log" 2>&1
+check "--resume-from: resumes from the directory given" \
+    grep -q "resuming from $TMPD/full4/step-00000003 " "$TMPD/rfrom.log"
+check "--resume-from: logs exactly the uninterrupted losses" \
+    same_losses "$TMPD/full4.log" "$TMPD/rfrom.log" 0
+check "--resume-from: ends with bit-identical parameters" \
+    test "$(sha "$TMPD/full4.log")" = "$(sha "$TMPD/rfrom.log")"
+mkdir -p "$TMPD/rfbad"
+cp -r "$TMPD/full4/step-00000003" "$TMPD/rfbad/"
+printf 'X' | dd of="$TMPD/rfbad/step-00000003/shard-00002-of-00004.safetensors" bs=1 seek=200 \
+    conv=notrunc 2>/dev/null
+bad_resume_from() {
+    "$DTENGINE" train --model tiny --data recall --seq-len 256 --steps $STEPS --seed 5 \
+        --resume-from "$TMPD/rfbad/step-00000003" >"$TMPD/rfbad.out" 2>&1
+    _rc=$?
+    [ $_rc -eq 1 ] || { echo "exit $_rc"; cat "$TMPD/rfbad.out"; return 1; }
+    grep -q -- '--resume-from: .*shard-00002-of-00004.safetensors' "$TMPD/rfbad.out" ||
+        { cat "$TMPD/rfbad.out"; return 1; }
+}
+check "--resume-from a corrupt checkpoint: exit 1, naming the shard" bad_resume_from
+
 # corrupt the newest checkpoint: the resume falls back to step 3
 shard=$(ls "$TMPD/full1/step-00000006"/shard-*.safetensors | head -n 1)
 printf 'X' | dd of="$shard" bs=1 seek=200 conv=notrunc 2>/dev/null
@@ -148,6 +215,9 @@ check "refuses --resume without --ckpt-dir" bad 'needs --ckpt-dir' --resume
 check "refuses a sequence too short for the task" bad 'too short' --seq-len 20
 check "refuses heads that do not divide dim" bad 'do not divide dim' --heads 3
 check "refuses an unknown option" bad 'unknown option' --bogus 1
+check "refuses an unknown --ckpt-commit" bad 'self or external' --ckpt-commit later
+check "refuses --resume with --resume-from" bad 'exclude each other' --resume-from "$TMPD" \
+    --resume --ckpt-dir "$TMPD/x" --ckpt-every 3
 check "refuses a malformed token shard, naming it" bad 'bad.bin' --data "$TMPD/bad.bin"
 check "refuses a spec of another kind" sh -c "printf 'kind = attn\ntokens = 256\n' >'$TMPD/attn.spec'; \
     '$DTENGINE' train --spec '$TMPD/attn.spec' 2>&1 | grep -q 'kind = attn'"
