@@ -88,6 +88,7 @@ typedef struct verify {
     uint32_t gen;
     int rank, manifest, ok;
     int64_t step, bytes;
+    uint64_t t0, t1; /* ns: read-back start and end */
     char *dir, *path, *full, sha[65], why[256];
 } verify_t;
 
@@ -97,8 +98,10 @@ static void verify_work(uv_work_t *req)
     dt_emsg_t em = { "" };
     unsigned char md[32], *buf = dt_xmalloc(1 << 20);
     int64_t size = 0, off = 0, n;
-    int fd = dt_open_regular(v->full, &size, &em);
+    int fd;
 
+    v->t0 = uv_hrtime();
+    fd = dt_open_regular(v->full, &size, &em);
     v->ok = 0;
     if (fd < 0) {
         snprintf(v->why, sizeof(v->why), "%s", em.s);
@@ -115,6 +118,7 @@ static void verify_work(uv_work_t *req)
     EVP_MD_CTX_free(ctx);
     close(fd);
     free(buf);
+    v->t1 = uv_hrtime();
     char hex[65];
     for (int i = 0; i < 32; i++)
         snprintf(hex + 2 * i, 3, "%02x", md[i]);
@@ -135,6 +139,10 @@ static void verify_done(uv_work_t *req, int status)
     verify_t *v = req->data;
     dt_agent_t *ag = v->ag;
 
+    if (status == 0 && v->ok)
+        dt_log_info("gen=%u rank=%d step=%lld %s verified: %lld bytes in %.1f ms", v->gen,
+                    v->rank, (long long)v->step, v->manifest ? "manifest" : "shard",
+                    (long long)v->bytes, (double)(v->t1 - v->t0) / 1e6);
     if (status == 0 && v->ok && !ag->stopping)
         dt_link_send_reliable(
             ag, DT_MSG_SHARD_WRITTEN,
@@ -195,12 +203,17 @@ static void on_worker_frame(dt_worker_t *w, const dt_msg_t *m)
         json_t *pid = json_object_get(m->body, "pid");
         if (json_is_integer(pid))
             w->pid = json_integer_value(pid);
-        dt_log_debug("gen=%u rank=%d pid=%lld hello", ag->gen, w->rank, (long long)w->pid);
+        dt_log_info("gen=%u rank=%d pid=%lld hello", ag->gen, w->rank, (long long)w->pid);
         break;
     }
     case DT_MSG_W_PROGRESS: {
         json_t *b = json_deep_copy(m->body);
         w->step = json_integer_value(json_object_get(b, "step"));
+        if (!w->stepping) {
+            w->stepping = 1;
+            dt_log_info("gen=%u rank=%d running: step %lld", ag->gen, w->rank,
+                        (long long)w->step);
+        }
         json_object_set_new(b, "agent", json_integer(ag->agent_id));
         json_object_set_new(b, "gen", json_integer(ag->gen));
         json_object_set_new(b, "rank", json_integer(w->rank));

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT
  *
- * dtctl list, show, cancel, events, checkpoints: one request each, printed
- * as aligned tables for people or, with --json, the coordinator's reply.
+ * dtctl list, show, cancel, events, checkpoints, checkpoint: one request
+ * each, printed as aligned tables for people or, with --json, the
+ * coordinator's reply.
  */
 #include "config.h"
 
@@ -287,6 +288,25 @@ int dtctl_checkpoints(dtctl_t *ctl, int argc, char **argv)
         { "-CREATED", "created_ms", C_TIME }, { "-COMMITTED", "committed_ms", C_TIME },
     };
     print_rows(json_object_get(res, "checkpoints"), cols, 6);
+    json_decref(res);
+    return DTCTL_OK;
+}
+
+/* Ask the running generation for a checkpoint at its next step boundary;
+ * the coordinator commits it when every shard is in (see checkpoints). */
+int dtctl_checkpoint(dtctl_t *ctl, int argc, char **argv)
+{
+    jobargs_t a;
+    json_t *res;
+    int rc = parse_job(ctl, argc, argv, 1, &a);
+    if (rc)
+        return rc == 100 ? DTCTL_OK : rc;
+    rc = ask(ctl, "checkpoint", DT_MSG_CHECKPOINT, json_pack("{s:I}", "id", (json_int_t)a.id),
+             &res);
+    if (rc != DTCTL_OK || res == NULL)
+        return rc;
+    printf("job %lld: checkpoint requested (generation %lld)\n",
+           json_is_integer(json_object_get(res, "id")) ? num(res, "id") : a.id, num(res, "gen"));
     json_decref(res);
     return DTCTL_OK;
 }

@@ -10,6 +10,7 @@
 
 #include <jansson.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "common/err.h"
 
@@ -22,6 +23,7 @@ enum {
     DTCTL_NOTFOUND = 4, /* no such job */
     DTCTL_DENIED = 5,   /* permission denied */
     DTCTL_REFUSED = 6,  /* the job cannot be planned: does not fit, bad lengths */
+    DTCTL_JOBFAILED = 7, /* watch, run: the job ended failed or cancelled */
 };
 
 typedef struct dtctl {
@@ -51,5 +53,42 @@ int dtctl_show(dtctl_t *ctl, int argc, char **argv);
 int dtctl_cancel(dtctl_t *ctl, int argc, char **argv);
 int dtctl_events(dtctl_t *ctl, int argc, char **argv);
 int dtctl_checkpoints(dtctl_t *ctl, int argc, char **argv);
+int dtctl_checkpoint(dtctl_t *ctl, int argc, char **argv);
+int dtctl_watch(dtctl_t *ctl, int argc, char **argv);
+int dtctl_run(dtctl_t *ctl, int argc, char **argv);
+
+/* ---- the live display of a job (cmd_watch.c), shared by watch and run --- */
+
+typedef struct dtctl_watch dtctl_watch_t;
+
+typedef struct dtctl_watch_hooks {
+    /* Called after every poll with the SHOW reply (borrowed), or NULL when
+     * the coordinator did not answer. Returns -1 to go on watching, or an
+     * exit code to stop at once (no summary is printed). */
+    int (*poll)(void *arg, dtctl_watch_t *w, const json_t *show);
+    void *arg;
+    double gap_s; /* how long the coordinator may stay unreachable once it
+                   * has answered (0: 30 s) */
+    int ended;    /* out: 1 when the watch stopped because the job ended */
+} dtctl_watch_hooks_t;
+
+/* Show job id until it reaches completed, failed or cancelled, polling SHOW
+ * every interval_ms; then print the summary and the `result:` line (or with
+ * ctl->json one JSON object). Returns DTCTL_OK for completed,
+ * DTCTL_JOBFAILED for failed or cancelled, the code of a request that
+ * failed (errors printed as "dtctl CMD: ..."), or what hooks->poll
+ * returned. hooks may be NULL. */
+int dtctl_watch_job(dtctl_t *ctl, const char *cmd, long long id, int64_t interval_ms,
+                    dtctl_watch_hooks_t *hooks);
+/* A line about something that happened, printed above the live display
+ * (which is drawn again below it), or on stderr with --json. */
+void dtctl_watch_note(dtctl_watch_t *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The exit code a job in this state ends dtctl with: DTCTL_OK (completed),
+ * DTCTL_JOBFAILED (failed, cancelled), or -1 for a state that is not final
+ * (or NULL). */
+int dtctl_job_exit(const char *state);
+/* "result: job=ID state=STATE loss=X checksum=HEX" from a job's result
+ * object ({steps, loss, checksum}; NULL or fields absent: "-"). */
+void dtctl_print_result(FILE *f, long long id, const char *state, const json_t *result);
 
 #endif /* DT_DTCTL_H */

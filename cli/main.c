@@ -28,6 +28,10 @@ static const struct command {
     { "cancel", dtctl_cancel, "JOB [--reason TEXT]", "cancel a job" },
     { "events", dtctl_events, "JOB [--since ID]", "a job's event history" },
     { "checkpoints", dtctl_checkpoints, "JOB", "a job's checkpoints" },
+    { "checkpoint", dtctl_checkpoint, "JOB", "ask a running job for a checkpoint now" },
+    { "watch", dtctl_watch, "JOB [--interval DUR]", "a job's live progress until it ends" },
+    { "run", dtctl_run, "--local [SPECFILE] [options]",
+      "run a job on this machine: private coordinator and agents" },
 };
 
 static void usage(FILE *f)

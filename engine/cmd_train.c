@@ -700,9 +700,17 @@ int dt_cmd_train(dt_comm_t *comm, int argc, char **argv)
         if (ckpt_asked && o.ckpt_dir == NULL && me == 0)
             fprintf(stderr, "dtengine train: step %lld: the agent asked for a checkpoint, but "
                     "there is no --ckpt-dir: none written\n", (long long)done);
-        if (o.ckpt_dir && (done % o.ckpt_every == 0 || ckpt_asked) &&
-            (rc = save(comm, &o, done, n, P, M, V, loader ? &cursor : NULL, &em)) < 0)
-            break;
+        if (o.ckpt_dir && (done % o.ckpt_every == 0 || ckpt_asked)) {
+            double t1 = dt_clock_now();
+            if ((rc = save(comm, &o, done, n, P, M, V, loader ? &cursor : NULL, &em)) < 0)
+                break;
+            /* parameters and both moments, written and fsynced by all ranks */
+            if (me == 0) {
+                printf("checkpoint step %lld bytes %lld seconds %.4f\n", (long long)done,
+                       (long long)(3 * n * (int64_t)sizeof(float)), dt_clock_now() - t1);
+                fflush(stdout);
+            }
+        }
         /* a stop after the last step is a finished run */
         if (stop && done < o.steps) {
             if (me == 0) {

@@ -1,0 +1,144 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+#
+# Recovery, hang detection and checkpoint throughput of jobs on agents, with
+# their baselines measured in the same run:
+#   1. worker death -> the next generation running again. A private
+#      dtcoordd and 2 dtagentd x 2 dtengine workers train the tiny model;
+#      one worker is SIGKILLed. From the agents' logs (one clock, ms):
+#      detection, abort on the other agent, the new generation spawned,
+#      every rank past MPI_Init (hello), every rank stepping again (after
+#      loading the checkpoint and one step). Baseline: the cold start of
+#      generation 1 in the same run (agent start to hello), and the step
+#      time. Target: < 2 s to every rank running again, plus the load.
+#   2. hang: SIGSTOP a worker; the detection time against the configured
+#      --hang-timeout.
+#   3. checkpoints: write (all ranks, fsynced) and the agents' read-back
+#      verify, against `dd conv=fsync` and `sha256sum` on the same disk.
+# Usage: bench/recovery.sh [HANG_TIMEOUT (default 2s)]. Timings are what
+# this machine gave; nothing is asserted.
+set -u
+B=$(cd "$(dirname "$0")/.." && pwd)
+HANG=${1:-2s}
+D=$(mktemp -d "${TMPDIR:-/tmp}/dt-bench-recovery.XXXXXX")
+trap 'pkill -f "$D" 2>/dev/null; sleep 1; pkill -KILL -f "$D" 2>/dev/null; rm -rf "$D"' EXIT
+export OMPI_MCA_btl_tcp_if_include=lo
+CTL="$B/cli/dtctl --socket $D/state/sock"
+
+cat >"$D/dt.conf" <<EOF
+state_dir = $D/state
+socket = $D/state/sock
+heartbeat = 200ms
+agent_timeout = 2s
+EOF
+cat >"$D/job.spec" <<EOF
+kind = train
+model = tiny
+tokens = 1024
+steps = 40
+ranks = 4
+nodes = 2
+gpus_per_node = 2
+gpu = cpu
+ckpt_every = 10
+seed = 1
+EOF
+"$B/coordinator/dtcoordd" -D -f "$D/dt.conf" >"$D/coord.log" 2>&1 &
+for _ in 1 2 3 4 5 6 7 8 9 10; do [ -S "$D/state/sock" ] && break; sleep 0.2; done
+
+# iso ms -> ms since midnight (one clock for every log here)
+ms() { awk -F'[T:.]' '{ printf "%d\n", (($2 * 60 + $3) * 60 + $4) * 1000 + $5 }'; }
+first() { grep -E "$2" "$1" | head -n 1 | cut -d' ' -f1 | ms; }
+last() { grep -hE "$2" $1 | cut -d' ' -f1 | sort | tail -n 1 | ms; }
+
+run_job() { # NAME: a job and its two agents; sets J
+    J=$($CTL submit "$D/job.spec" --json | sed -n 's/^ *"id": \([0-9]*\),*$/\1/p' | head -n 1)
+    for n in a0 a1; do
+        "$B/agent/dtagentd" --coord "unix:$D/state/sock" --job "$J" --node "$n" --slots 2 \
+            --state-dir "$D/$1-$n" --hang-timeout "$HANG" --grace 1s >"$D/$1-$n.log" 2>&1 &
+    done
+}
+step_at() { # JOB N: wait until some rank reports step >= N
+    for _ in $(seq 1 1200); do
+        s=$($CTL show "$1" --json | sed -n 's/^ *"step": \([0-9]*\),*$/\1/p' | sort -n | tail -n 1)
+        [ -n "$s" ] && [ "$s" -ge "$2" ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+wait_end() {
+    for _ in $(seq 1 1200); do
+        case $($CTL show "$1" --json | sed -n 's/^ *"state": "\(.*\)",*$/\1/p' | head -n 1) in
+        completed | failed | cancelled) break ;;
+        esac
+        sleep 0.2
+    done
+    sleep 1
+}
+
+# ---- 1. worker death ------------------------------------------------------------------
+run_job kill
+step_at "$J" 15 || echo "job $J never reached step 15"
+victim=$(pgrep -f "$D/kill-a1/gen-1" | head -n 1)
+kill -KILL "$victim"
+wait_end "$J"
+L="$D/kill-a0.log $D/kill-a1.log"
+t_start=$(first "$D/kill-a0.log" "started$")
+t_hello1=$(last "$L" "gen=1 rank=.* hello")
+t_exit=$(first "$D/kill-a1.log" "gen=1 rank=.*exited .*signal=9")
+t_abort=$(first "$D/kill-a0.log" "gen=1 aborting")
+t_spawn=$(last "$L" "gen=2 rank=.* started")
+t_hello2=$(last "$L" "gen=2 rank=.* hello")
+t_run2=$(last "$L" "gen=2 rank=.* running")
+step_s=$(grep -h '^step ' "$D/kill-a0.log" "$D/kill-a1.log" | awk '{ s += 1024 / $6; n++ } END { if (n) printf "%.3f", s / n }')
+echo "## worker death -> next generation (tiny model, T=1024, 4 ranks on 2 agents, 2 cores)"
+echo
+echo "| phase | ms after the SIGKILL was seen |"
+echo "|---|---:|"
+echo "| the other agent aborts its workers | $((t_abort - t_exit)) |"
+echo "| generation 2 spawned on both agents | $((t_spawn - t_exit)) |"
+echo "| every rank past MPI_Init (hello) | $((t_hello2 - t_exit)) |"
+echo "| every rank stepping again (checkpoint load + 1 step) | $((t_run2 - t_exit)) |"
+echo
+echo "baseline, same run: cold start of generation 1 (agent start to every hello) $((t_hello1 - t_start)) ms; one training step ${step_s} s"
+echo
+
+# ---- 2. hang ---------------------------------------------------------------------------
+run_job hang
+step_at "$J" 15 || echo "job $J never reached step 15"
+victim=$(pgrep -f "$D/hang-a0/gen-1" | head -n 1)
+kill -STOP "$victim"
+wait_end "$J"
+det=$(grep -h "silent for" "$D/hang-a0.log" | head -n 1 | sed 's/.*silent for \([0-9]*\) ms (hang timeout \([0-9]*\) ms).*/\1 \2/')
+echo "## hang detection"
+echo
+echo "| hang timeout ms | detected after ms (last frame to kill) | over the timeout ms |"
+echo "|---:|---:|---:|"
+echo "$det" | awk '{ printf "| %d | %d | %d |\n", $2, $1, $1 - $2 }'
+echo
+
+# ---- 3. checkpoints --------------------------------------------------------------------
+echo "## checkpoint write and verify vs the disk (same filesystem: $D)"
+echo
+bytes=$(grep -h '^checkpoint step' "$D/kill-a0.log" "$D/kill-a1.log" | head -n 1 | awk '{ print $5 }')
+grep -h '^checkpoint step' "$D/kill-a0.log" "$D/kill-a1.log" "$D/hang-a0.log" "$D/hang-a1.log" |
+    awk '{ b += $5; t += $7; n++ } END { if (n) printf "%d %.6f %d\n", b, t, n }' >"$D/w.txt"
+grep -h 'shard verified' $L | sed 's/.*: \([0-9]*\) bytes in \([0-9.]*\) ms/\1 \2/' |
+    awk '{ b += $1; t += $2; n++ } END { if (n) printf "%d %.3f %d\n", b, t / 1000, n }' >"$D/v.txt"
+mb=$(( (bytes + 1048575) / 1048576 ))
+t0=$(date +%s.%N)
+dd if=/dev/urandom of="$D/dd.bin" bs=1M count="$mb" 2>/dev/null
+t1=$(date +%s.%N)
+dd if="$D/dd.bin" of="$D/dd2.bin" bs=1M conv=fsync 2>/dev/null
+t2=$(date +%s.%N)
+sha256sum "$D/dd2.bin" >/dev/null
+t3=$(date +%s.%N)
+awk -v w="$(cat "$D/w.txt")" -v v="$(cat "$D/v.txt")" -v mb="$mb" -v t1="$t1" -v t2="$t2" -v t3="$t3" 'BEGIN {
+    split(w, W, " "); split(v, V, " ");
+    ddw = mb / (t2 - t1); sha = mb / (t3 - t2);
+    cw = W[1] / 1048576 / W[2]; cv = V[1] / 1048576 / V[2];
+    print "| what | MiB/s | baseline MiB/s | fraction |"
+    print "|---|---:|---:|---:|"
+    printf "| checkpoint write, %d checkpoints of %.1f MiB (4 shards, fsync) | %.0f | dd conv=fsync %.0f | %.0f%% |\n", W[3], W[1] / W[3] / 1048576, cw, ddw, 100 * cw / ddw
+    printf "| agent read-back + sha256, %d shards | %.0f | sha256sum %.0f | %.0f%% |\n", V[3], cv, sha, 100 * cv / sha
+}'

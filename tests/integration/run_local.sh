@@ -1,0 +1,474 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+#
+# `dtctl run --local`, `dtctl watch` and `dtctl checkpoint` as a user meets
+# them. First what needs no working agent: mistakes refused before anything
+# starts (a bad SPECFILE, --inject-failure, counts, no --local), a state
+# directory that a running coordinator holds (pidfile locked, or only its
+# socket answering), a coordinator that fails or never answers, agents that
+# exit at once, a job the planner refuses, SIGTERM and a double SIGINT
+# while stand-in agents run (the job is cancelled in the database), and
+# after each that no process is left (stand-in agents that ignore SIGTERM,
+# keep children, or leave a setsid orphan included); watch until a job is
+# cancelled, and its errors. Then end to end with the real dtagentd and
+# dtengine: the default job completes with a well-formed `result:` line,
+# a small job completes, and with each injected failure (worker, hang,
+# agent with a spare, coordinator) or a checkpoint requested while it runs
+# it still completes, with the fault-free run's checksum.
+# Timings are never asserted.
+
+. "$(dirname "$0")/lib.sh"
+. "$DT_TESTDIR/coordlib.sh"
+
+DTAGENTD=$DT_BUILDDIR/agent/dtagentd
+unset DT_COORDD DT_AGENTD DT_ENGINE DT_SOCKET DT_COORD
+
+# tmo SECONDS CMD...: CMD, killed (TERM) after SECONDS where timeout(1) exists
+tmo() {
+    if [ -n "$DT_TIMEOUT" ]; then
+        "$DT_TIMEOUT" "$@"
+    else
+        shift
+        "$@"
+    fi
+}
+
+# nothing_left DIR [PIDFILE]: no live process has DIR in its command line,
+# and none of the pids listed in PIDFILE is alive
+nothing_left() {
+    _nl_bad=0
+    for _nl_d in /proc/[0-9]*; do
+        _nl_cmd=$(tr '\0' ' ' 2>/dev/null <"$_nl_d/cmdline") || continue
+        case $_nl_cmd in
+        *"$1"*)
+            if alive "${_nl_d#/proc/}"; then
+                echo "left running: pid ${_nl_d#/proc/}: $_nl_cmd"
+                _nl_bad=1
+            fi
+            ;;
+        esac
+    done
+    if [ -n "${2:-}" ] && [ -f "$2" ]; then
+        for _nl_p in $(cat "$2"); do
+            if alive "$_nl_p"; then
+                echo "left running: pid $_nl_p: $(tr '\0' ' ' <"/proc/$_nl_p/cmdline")"
+                _nl_bad=1
+            fi
+        done
+    fi
+    return $_nl_bad
+}
+
+# stand-in programs for dtcoordd and dtagentd; each records its pid (and
+# its children's) in $TMPD/pids
+PIDS=$TMPD/pids
+mkdir -p "$TMPD/bin"
+cat >"$TMPD/bin/coordd-fails" <<EOF
+#!/bin/sh
+echo \$\$ >>"$PIDS"
+echo "stand-in dtcoordd: refusing to start" >&2
+exit 1
+EOF
+cat >"$TMPD/bin/coordd-silent" <<EOF
+#!/bin/sh
+echo \$\$ >>"$PIDS"
+exec sleep 600
+EOF
+cat >"$TMPD/bin/agent-exits" <<EOF
+#!/bin/sh
+echo \$\$ >>"$PIDS"
+echo "stand-in dtagentd: \$*" >&2
+exit 1
+EOF
+# local1 ignores SIGTERM and has a child that does too; local2 has a child
+# in its own session, orphaned when local2 ends
+cat >"$TMPD/bin/agent-stubborn" <<EOF
+#!/bin/sh
+echo \$\$ >>"$PIDS"
+case " \$* " in
+*" local1 "*)
+    trap '' TERM
+    sleep 600 &
+    echo \$! >>"$PIDS"
+    while :; do sleep 1; done
+    ;;
+*)
+    setsid sleep 601 &
+    echo \$! >>"$PIDS"
+    exec sleep 600
+    ;;
+esac
+EOF
+chmod +x "$TMPD/bin/"*
+
+# ---- mistakes, found before anything starts --------------------------------
+
+t_no_local() {
+    run_rc 2 "$DTCTL" run --state-dir "$TMPD/s0" && out_has "only --local" &&
+        [ ! -e "$TMPD/s0" ]
+}
+check "run without --local: exit 2, nothing created" t_no_local
+
+t_bad_spec() {
+    run_rc 2 "$DTCTL" run --local "$TMPD/missing.spec" --state-dir "$TMPD/s1" &&
+        out_has "missing.spec" || return 1
+    [ ! -e "$TMPD/s1" ] || { echo "the state directory was created"; return 1; }
+    printf 'kind = train\ntokens = 1024\nfrobnicate = 1\n' >"$TMPD/bad.spec"
+    run_rc 2 "$DTCTL" run --local "$TMPD/bad.spec" --state-dir "$TMPD/s1" &&
+        out_has "bad.spec:3:.*frobnicate" && [ ! -e "$TMPD/s1" ] && head -n 1 "$TMPD/out"
+}
+check "a bad SPECFILE (missing, bad key): exit 2 naming the file" t_bad_spec
+
+t_bad_inject() {
+    for _v in disk worker@0 worker@x worker@ hang@300 coordinator@1000; do
+        run_rc 2 "$DTCTL" run --local --inject-failure "$_v" --state-dir "$TMPD/s2" &&
+            out_has "inject-failure '$_v'" || return 1
+    done
+    [ ! -e "$TMPD/s2" ] && out_has "below 300" && head -n 1 "$TMPD/out"
+}
+check "bad --inject-failure values: exit 2 naming the value" t_bad_inject
+
+t_bad_counts() {
+    run_rc 2 "$DTCTL" run --local --agents 0 --state-dir "$TMPD/s3" && out_has "agents '0'" &&
+        run_rc 2 "$DTCTL" run --local --workers x --state-dir "$TMPD/s3" &&
+        out_has "workers 'x'" &&
+        run_rc 2 "$DTCTL" run --local --steps -1 --state-dir "$TMPD/s3" && out_has "steps" &&
+        run_rc 2 "$DTCTL" run --local --interval 1ms --state-dir "$TMPD/s3" &&
+        out_has "interval" && [ ! -e "$TMPD/s3" ]
+}
+check "bad --agents, --workers, --steps, --interval: exit 2" t_bad_counts
+
+# ---- a state directory that a coordinator holds ----------------------------
+
+HELD=$TMPD/held
+mkdir -p "$HELD"
+printf 'state_dir = %s\nheartbeat = 200ms\nagent_timeout = 1s\n' "$HELD" >"$TMPD/held.conf"
+"$DTCOORDD" -D -f "$TMPD/held.conf" >"$TMPD/held.log" 2>&1 &
+HELD_PID=$!
+track "$HELD_PID"
+wait_for 10 "$DTCTL" --socket "$HELD/dtcoordd.sock" list || die "dtcoordd on $HELD did not start"
+
+t_held() {
+    run_rc 1 env DT_AGENTD="$TMPD/bin/agent-exits" "$DTCTL" run --local --state-dir "$HELD" &&
+        out_has "coordinator \\(pid $HELD_PID\\) already runs in $HELD " || return 1
+    alive "$HELD_PID" || { echo "the running coordinator was harmed"; return 1; }
+    [ ! -e "$HELD/dt.conf" ] || { echo "dt.conf was written"; return 1; }
+    [ "$(cat "$HELD/dtcoordd.pid")" = "$HELD_PID" ] && head -n 1 "$TMPD/out"
+}
+check "a state directory whose coordinator runs (pidfile locked): exit 1, untouched" t_held
+
+HELD2=$TMPD/held2
+mkdir -p "$HELD2"
+printf 'state_dir = %s\npidfile = %s\n' "$HELD2" "$TMPD/held2.pid" >"$TMPD/held2.conf"
+"$DTCOORDD" -D -f "$TMPD/held2.conf" >"$TMPD/held2.log" 2>&1 &
+HELD2_PID=$!
+track "$HELD2_PID"
+wait_for 10 "$DTCTL" --socket "$HELD2/dtcoordd.sock" list || die "dtcoordd on $HELD2 did not start"
+
+t_held_socket() {
+    run_rc 1 env DT_AGENTD="$TMPD/bin/agent-exits" "$DTCTL" run --local --state-dir "$HELD2" &&
+        out_has "already answers on $HELD2/dtcoordd.sock" && alive "$HELD2_PID" &&
+        head -n 1 "$TMPD/out"
+}
+check "a state directory whose socket answers (pidfile elsewhere): exit 1" t_held_socket
+stop_pid "$HELD2_PID"
+
+# ---- watch and checkpoint, on the held coordinator ------------------------------
+
+hctl() {
+    "$DTCTL" --socket "$HELD/dtcoordd.sock" "$@"
+}
+
+t_watch_cancel() {
+    run_rc 0 hctl submit --name w --kind train --model tiny --tokens 1024 --ranks 4 --gpu cpu \
+        --steps 7 || return 1
+    WJOB=$(cat "$TMPD/out")
+    hctl watch --interval 100ms "$WJOB" >"$TMPD/watch.out" 2>&1 &
+    _w_pid=$!
+    track "$_w_pid"
+    wait_for 10 grep -q "state queued" "$TMPD/watch.out" || {
+        echo "no display line"
+        cat "$TMPD/watch.out"
+        stop_pid "$_w_pid"
+        return 1
+    }
+    run_rc 0 hctl cancel --reason "by the test" "$WJOB" || return 1
+    wait "$_w_pid"
+    _w_rc=$?
+    untrack "$_w_pid"
+    cp "$TMPD/watch.out" "$TMPD/out"
+    [ "$_w_rc" = 7 ] || { echo "watch exited $_w_rc, expected 7"; cat "$TMPD/out"; return 1; }
+    out_has "^job $WJOB w  state queued  gen -  restarts 0  step 0/7  ETA -\$" &&
+        out_has "^job $WJOB w cancelled\$" && out_has "reason +cancelled by uid [0-9]+: by the test" &&
+        out_has "^result: job=$WJOB state=cancelled loss=- checksum=-\$" &&
+        out_lacks "$(printf '\033')" && tail -n 1 "$TMPD/out"
+}
+check "watch: one line per change when not a tty; cancelled: summary, result, exit 7" \
+    t_watch_cancel
+
+t_watch_json() {
+    run_rc 7 hctl watch --json "$WJOB" && [ "$(json_str state <"$TMPD/out")" = cancelled ] &&
+        out_has '"checksum": null'
+}
+check "watch --json of an ended job: one object, exit 7" t_watch_json
+
+t_watch_errors() {
+    run_rc 4 hctl watch 999999 && out_has "not found" &&
+        run_rc 2 hctl watch x && out_has "'x' is not a job id" &&
+        run_rc 2 hctl watch --interval 5ms "$WJOB" && out_has "interval" &&
+        run_rc 3 "$DTCTL" --socket "$TMPD/nothing.sock" watch 1 && out_has "nothing.sock"
+}
+check "watch: no such job 4, bad id 2, bad interval 2, no coordinator 3" t_watch_errors
+
+t_checkpoint_errors() {
+    run_rc 0 hctl submit --kind train --model tiny --tokens 1024 --ranks 4 --gpu cpu \
+        --steps 7 || return 1
+    _c_job=$(cat "$TMPD/out")
+    run_rc 1 hctl checkpoint "$_c_job" && out_has "^dtctl checkpoint: " || return 1
+    head -n 1 "$TMPD/out"
+    run_rc 4 hctl checkpoint 999999 && out_has "not found" &&
+        run_rc 2 hctl checkpoint 0 && run_rc 3 "$DTCTL" --socket "$TMPD/nothing.sock" checkpoint 1
+}
+check "checkpoint: a job with nothing running 1, no such job 4, bad id 2, no coordinator 3" \
+    t_checkpoint_errors
+stop_pid "$HELD_PID"
+
+# ---- early failures leave nothing behind ----------------------------------------
+
+t_coord_fails() {
+    : >"$PIDS"
+    run_rc 3 tmo 60 env DT_COORDD="$TMPD/bin/coordd-fails" "$DTCTL" run --local \
+        --state-dir "$TMPD/s4" || return 1
+    out_has "dtcoordd exited with status 1 at start-up; its log $TMPD/s4/dtcoordd.log" &&
+        out_has "stand-in dtcoordd: refusing to start" && nothing_left "$TMPD/s4" "$PIDS"
+}
+check "a coordinator that fails to start: exit 3, its log quoted, nothing left" t_coord_fails
+
+t_coord_silent() {
+    : >"$PIDS"
+    run_rc 3 tmo 60 env DT_COORDD="$TMPD/bin/coordd-silent" "$DTCTL" run --local \
+        --state-dir "$TMPD/s5" || return 1
+    out_has "did not answer on $TMPD/s5/dtcoordd.sock within" && nothing_left "$TMPD/s5" "$PIDS"
+}
+check "a coordinator that never answers: exit 3 after the timeout, nothing left" t_coord_silent
+
+t_agents_exit() {
+    : >"$PIDS"
+    run_rc 1 tmo 120 env DT_AGENTD="$TMPD/bin/agent-exits" "$DTCTL" run --local --interval 100ms \
+        --state-dir "$TMPD/s6" || return 1
+    out_has "agent local1 \\(pid [0-9]+\\) exited with status 1; its log: $TMPD/s6/agents/local1.log" &&
+        out_has "every agent has exited" && out_has "^job 1 cancelled" &&
+        out_has "^result: job=1 state=cancelled loss=- checksum=-\$" &&
+        out_has "state directory $TMPD/s6 kept" &&
+        grep -q "stand-in dtagentd: --coord unix:$TMPD/s6/dtcoordd.sock --job 1 --node local1 --slots 2 --state-dir $TMPD/s6/agents/local1 --engine /" \
+            "$TMPD/s6/agents/local1.log" && [ -f "$TMPD/s6/dt.db" ] &&
+        nothing_left "$TMPD/s6" "$PIDS"
+}
+check "agents that exit at once: exit 1, the job cancelled, nothing left" t_agents_exit
+
+t_refused() {
+    : >"$PIDS"
+    run_rc 6 tmo 60 env DT_AGENTD="$TMPD/bin/agent-exits" "$DTCTL" run --local --agents 3 \
+        --state-dir "$TMPD/s7" && out_has "^dtctl run: " && [ ! -s "$PIDS" ] &&
+        nothing_left "$TMPD/s7" && grep "^dtctl run: " "$TMPD/out" | head -n 1
+}
+check "a job the planner refuses (6 ranks over 1024 tokens): exit 6, no agent, nothing left" \
+    t_refused
+
+# npids N: $PIDS lists at least N pids
+npids() {
+    [ "$(wc -l <"$PIDS")" -ge "$1" ]
+}
+
+# run_bg DIR ARGS...: dtctl run --local in the background with stand-in
+# agents; RUN_PID; waits until its agents have started
+run_bg() {
+    _rb_dir=$1
+    shift
+    : >"$PIDS"
+    env DT_AGENTD="$TMPD/bin/agent-stubborn" "$DTCTL" run --local --interval 100ms \
+        --state-dir "$_rb_dir" "$@" >"$TMPD/bg.out" 2>&1 &
+    RUN_PID=$!
+    track "$RUN_PID" # the exit trap stops it if a check gives up on it
+    wait_for 20 grep -q "state queued" "$TMPD/bg.out" && wait_for 10 npids 4 && return 0
+    echo "no display, or the stand-in agents did not start:"
+    cat "$TMPD/bg.out"
+    stop_pid "$RUN_PID"
+    return 1
+}
+
+# run_bg_end: wait for the background dtctl run; RUN_RC, its output in $TMPD/out
+run_bg_end() {
+    wait "$RUN_PID"
+    RUN_RC=$?
+    untrack "$RUN_PID"
+    cp "$TMPD/bg.out" "$TMPD/out"
+}
+
+# job_state DIR JOB: the job's state, from a coordinator started on DIR's dt.conf
+job_state() {
+    "$DTCOORDD" -D -f "$1/dt.conf" >>"$TMPD/js.log" 2>&1 &
+    _js_pid=$!
+    track "$_js_pid"
+    wait_for 10 "$DTCTL" --socket "$1/dtcoordd.sock" list >/dev/null
+    "$DTCTL" --socket "$1/dtcoordd.sock" --json show "$2" | json_str state | head -n 1
+    stop_pid "$_js_pid"
+}
+
+t_sigterm() {
+    run_bg "$TMPD/s8" || return 1
+    kill -TERM "$RUN_PID"
+    run_bg_end
+    [ "$RUN_RC" = 143 ] || { echo "exit $RUN_RC, expected 143"; cat "$TMPD/out"; return 1; }
+    out_has "stopping" && out_has "did not stop within" &&
+        out_has "^job 1 cancelled \\(dtctl run interrupted\\)" &&
+        out_has "^result: job=1 state=cancelled" && nothing_left "$TMPD/s8" "$PIDS" || return 1
+    _st_state=$(job_state "$TMPD/s8" 1)
+    [ "$_st_state" = cancelled ] || { echo "job 1 is '$_st_state' in the database"; return 1; }
+}
+check "SIGTERM: exit 143, job cancelled in the database, stubborn agents and orphans killed" \
+    t_sigterm
+
+t_double_sigint() {
+    run_bg "$TMPD/s9" || return 1
+    kill -INT "$RUN_PID"
+    wait_for 10 grep -q "stopping" "$TMPD/bg.out"
+    sleep 0.5
+    kill -INT "$RUN_PID"
+    run_bg_end
+    [ "$RUN_RC" = 130 ] || { echo "exit $RUN_RC, expected 130"; cat "$TMPD/out"; return 1; }
+    out_has "killing everything now" || return 1
+    # what was killed may take a moment to be gone; then say what is left
+    wait_for 5 nothing_left "$TMPD/s9" "$PIDS" || nothing_left "$TMPD/s9" "$PIDS"
+}
+check "a second SIGINT kills everything at once: exit 130, nothing left" t_double_sigint
+
+# ---- end to end: real agents and workers (needs agent/dtagentd) ---------------------
+
+need_agent() {
+    [ -x "$DTAGENTD" ] && return 0
+    echo "$DTAGENTD is not built"
+    return 1
+}
+
+RESULT_RE='^result: job=[0-9]+ state=completed loss=[0-9]+\.[0-9]{6} checksum=[0-9a-f]{16,}$'
+
+# A job small enough to run many times here (as recovery.sh's), with a
+# checkpoint every 10 steps; faults come at step 25.
+cat >"$TMPD/small.spec" <<SPEC
+name = small
+kind = train
+model = custom
+dim = 64
+layers = 2
+heads = 4
+kv_heads = 2
+ffn = 128
+vocab = 64
+tokens = 256
+steps = 40
+seed = 3
+ranks = 4
+gpu = cpu
+ckpt_every = 10
+data = recall
+recall_keys = 8
+recall_values = 8
+recall_pairs = 4
+recall_queries = 4
+SPEC
+
+# e2e NAME ARGS...: dtctl run --local ARGS on its own state directory
+# $TMPD/e2e-NAME: exit 0, the job completed, a well-formed result line,
+# nothing left running; sets CHECKSUM
+e2e() {
+    need_agent || return 1
+    _e_dir=$TMPD/e2e-$1
+    shift
+    run_rc 0 tmo 600 "$DTCTL" run --local --state-dir "$_e_dir" --interval 250ms "$@" ||
+        return 1
+    out_has "$RESULT_RE" && out_has "^job 1 [a-z-]+ completed\$" && nothing_left "$_e_dir" ||
+        return 1
+    CHECKSUM=$(sed -n 's/^result: .* checksum=\([0-9a-f]*\)$/\1/p' "$TMPD/out")
+    grep -E "$RESULT_RE" "$TMPD/out"
+}
+
+t_e2e_default() {
+    e2e default --steps 4 && out_has "^job 1 local-recall completed\$" &&
+        out_has "restarts +0" && out_has "state directory $TMPD/e2e-default kept" &&
+        [ -f "$TMPD/e2e-default/dt.db" ] && [ -s "$TMPD/e2e-default/agents/local2.log" ]
+}
+check "run --local: the default job (4 steps) completes, result line, nothing left" t_e2e_default
+
+t_e2e_small() {
+    e2e small "$TMPD/small.spec" || return 1
+    BASE_SUM=$CHECKSUM
+    out_has "restarts +0"
+}
+check "run --local SPECFILE: completes without a fault (the reference checksum)" t_e2e_small
+: "${BASE_SUM:=none}"
+
+# fault KIND [ARGS...]: the small job completes after the fault at step 25
+# with the fault-free run's checksum
+fault() {
+    _f_kind=$1
+    shift
+    e2e "$_f_kind" "$TMPD/small.spec" --inject-failure "$_f_kind@25" "$@" || return 1
+    out_has "^injected failure at step [0-9]+: " || return 1
+    [ "$CHECKSUM" = "$BASE_SUM" ] || {
+        echo "checksum $CHECKSUM, fault-free run $BASE_SUM"
+        return 1
+    }
+}
+
+t_worker() {
+    fault worker && out_has "SIGKILL to the worker of rank 3" && out_has "restarts +[1-9]"
+}
+check "--inject-failure worker@25: recovers, same checksum" t_worker
+
+t_hang() {
+    fault hang && out_has "SIGSTOP to the worker of rank 3" && out_has "restarts +[1-9]"
+}
+check "--inject-failure hang@25: the hang is detected, recovers, same checksum" t_hang
+
+t_agent() {
+    fault agent --spares 1 && out_has "SIGKILL to agent local[12] " &&
+        out_has "spare agent local3" && out_has "restarts +[1-9]"
+}
+check "--inject-failure agent@25 with a spare: recovers on it, same checksum" t_agent
+
+t_coordinator() {
+    fault coordinator && out_has "SIGKILL to dtcoordd" && out_has "dtcoordd started again"
+}
+check "--inject-failure coordinator@25: restarted, agents reattach, same checksum" t_coordinator
+
+t_checkpoint_running() {
+    need_agent || return 1
+    _cr_dir=$TMPD/e2e-ckpt
+    "$DTCTL" run --local "$TMPD/small.spec" --state-dir "$_cr_dir" --interval 100ms \
+        >"$TMPD/bg.out" 2>&1 &
+    RUN_PID=$!
+    track "$RUN_PID"
+    wait_for 120 grep -q "state running  gen 1  restarts 0  step [1-9]" "$TMPD/bg.out" || {
+        echo "the job did not start running:"
+        cat "$TMPD/bg.out"
+        stop_pid "$RUN_PID"
+        return 1
+    }
+    "$DTCTL" --socket "$_cr_dir/dtcoordd.sock" checkpoint 1 >"$TMPD/ck.out" 2>&1
+    _cr_rc=$?
+    run_bg_end
+    [ "$_cr_rc" = 0 ] && grep -q "^job 1: checkpoint requested (generation 1)\$" "$TMPD/ck.out" ||
+        { echo "checkpoint exited $_cr_rc:"; cat "$TMPD/ck.out"; return 1; }
+    [ "$RUN_RC" = 0 ] || { echo "run exited $RUN_RC"; cat "$TMPD/out"; return 1; }
+    out_has "$RESULT_RE" && out_has "checksum=$BASE_SUM\$" && nothing_left "$_cr_dir" &&
+        cat "$TMPD/ck.out"
+}
+check "checkpoint JOB while it runs: requested, and the result is unchanged" t_checkpoint_running
+
+t_one_agent() {
+    e2e one "$TMPD/small.spec" --agents 1 --workers 2 && out_has "2 ranks on 1 agent of 2 workers, 0 spares"
+}
+check "run --local SPECFILE --agents 1 --workers 2: 2 ranks on one agent" t_one_agent
+
+finish
