@@ -90,6 +90,7 @@ typedef struct jobargs {
     long long id;
     long long since;
     const char *reason;
+    int checkpoint;
 } jobargs_t;
 
 static int parse_job(dtctl_t *ctl, int argc, char **argv, int want_job, jobargs_t *a)
@@ -98,6 +99,7 @@ static int parse_job(dtctl_t *ctl, int argc, char **argv, int want_job, jobargs_
         { "json", no_argument, NULL, 'j' },
         { "since", required_argument, NULL, 's' },
         { "reason", required_argument, NULL, 'r' },
+        { "checkpoint", no_argument, NULL, 'c' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -117,6 +119,7 @@ static int parse_job(dtctl_t *ctl, int argc, char **argv, int want_job, jobargs_
             }
             break;
         case 'r': a->reason = optarg; break;
+        case 'c': a->checkpoint = 1; break;
         case 'h':
             printf("usage: dtctl %s%s\n", argv[0], want_job ? " JOB" : "");
             return DTCTL_OK + 100;
@@ -244,9 +247,15 @@ int dtctl_cancel(dtctl_t *ctl, int argc, char **argv)
     json_t *body = json_pack("{s:I}", "id", (json_int_t)a.id);
     if (a.reason)
         json_object_set_new(body, "reason", json_string(a.reason));
+    if (a.checkpoint)
+        json_object_set_new(body, "checkpoint", json_true());
     if ((rc = ask(ctl, "cancel", DT_MSG_CANCEL, body, &res)) != DTCTL_OK || res == NULL)
         return rc;
-    printf("job %lld %s\n", num(res, "id"), str(res, "state"));
+    if (json_is_true(json_object_get(res, "stopping")))
+        printf("job %lld stopping: checkpoint at the next step, then cancelled\n",
+               num(res, "id"));
+    else
+        printf("job %lld %s\n", num(res, "id"), str(res, "state"));
     json_decref(res);
     return DTCTL_OK;
 }

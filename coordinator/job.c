@@ -205,6 +205,23 @@ void dt_job_cancel(dt_conn_t *k, const dt_msg_t *m)
     }
     snprintf(detail, sizeof(detail), "cancelled by uid %u%s%s", (unsigned)k->uid,
              why ? ": " : "", why ? why : "");
+    int ckpt = 0;
+    if ((rc = dt_msg_opt_bool(m, "checkpoint", &ckpt, &em)) < 0) {
+        dt_conn_error(k, m->id, rc, "%s", em.s);
+        goto out;
+    }
+    if (ckpt) {
+        /* a planned stop: the job is cancelled once its workers have
+         * written a checkpoint and exited */
+        if ((rc = dt_run_stop(k->coord, j.id, detail, &em)) < 0) {
+            dt_conn_error(k, m->id, rc, "%s", em.s);
+            goto out;
+        }
+        dt_conn_reply(k, DT_MSG_OK, m->id,
+                      json_pack("{s:I, s:s, s:b}", "id", (json_int_t)j.id, "state",
+                                dt_job_state_name(j.state), "stopping", 1));
+        goto out;
+    }
     if ((rc = dt_db_job_transition(k->coord->db, j.id, DT_JOB_CANCELLED, NULL, detail, &em)) < 0) {
         dt_conn_error(k, m->id, rc, "%s", em.s);
         goto out;

@@ -31,9 +31,10 @@
 #include "engine/spec.h"
 
 /* A generation is aborting: what was sent, who has answered. */
-enum phase { PH_WAITING, PH_STARTING, PH_RUNNING, PH_ABORTING, PH_DONE };
+enum phase { PH_WAITING, PH_STARTING, PH_RUNNING, PH_ABORTING, PH_STOPPING, PH_DONE };
 
 #define ABORT_TIMEOUT_MS 30000 /* agents that never report the end are lost */
+#define STOP_TIMEOUT_MS 600000 /* a planned stop (checkpoint first) that never ends */
 #define DEFAULT_MAX_RESTARTS 5
 #define DEFAULT_CKPT_KEEP 3
 
@@ -674,6 +675,27 @@ void dt_run_worker_exit(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
     rank_info_t *ri = &r->ranks[rank];
     if (ri->exited)
         return;
+    if (r->phase == PH_STOPPING) {
+        ri->exited = 1;
+        ri->ok = (status == 0 || status == 3) && sig == 0;
+        ri->state = ri->ok ? "exited" : "failed";
+        if (step > ri->step)
+            ri->step = step;
+        dt_db_rank_set(c->db, r->job, r->gen, (int)rank, ri->state, ri->step, ri->pid, &em);
+        int all = 1;
+        for (int i = 0; i < r->R; i++)
+            all &= r->ranks[i].exited;
+        if (!ri->ok || all) {
+            char d[600];
+            snprintf(d, sizeof(d), "%s; %s at step %lld",
+                     r->pending_reason ? r->pending_reason : "cancelled",
+                     ri->ok ? "stopped after a checkpoint" : "the stop was interrupted by a failure",
+                     (long long)max_step(r));
+            dt_db_gen_end(c->db, r->job, r->gen, "stopped", &em);
+            end_job(c, r, DT_JOB_CANCELLED, d);
+        }
+        return;
+    }
     ri->exited = 1;
     ri->ok = status == 0 && sig == 0;
     ri->state = ri->ok ? "exited" : hung ? "hung" : sig ? "killed" : "failed";
@@ -872,6 +894,25 @@ int dt_run_checkpoint(dt_coord_t *c, int64_t job, int *gen, dt_emsg_t *em)
     return 0;
 }
 
+int dt_run_stop(dt_coord_t *c, int64_t job, const char *why, dt_emsg_t *em)
+{
+    jobrun_t *r = run_find(c, job);
+
+    if (r == NULL || r->phase != PH_RUNNING)
+        return dt_emsg_set(em, DT_ESTATE, "job %lld has no running generation to stop",
+                           (long long)job);
+    free(r->pending_reason);
+    r->pending_reason = dt_xstrdup(why);
+    r->phase = PH_STOPPING;
+    r->abort_ms = dt_coord_mono_ms();
+    for (int i = 0; i < r->ngen; i++)
+        push(dt_coord_agent_find(c, r->gen_agents[i]), DT_MSG_STOP,
+             json_pack("{s:i, s:b}", "gen", r->gen, "checkpoint", 1));
+    event(c, job, "stop_requested", "gen=%d at step %lld: checkpoint, then stop (%s)", r->gen,
+          (long long)max_step(r), why);
+    return 0;
+}
+
 void dt_run_cancelled(dt_coord_t *c, int64_t job)
 {
     jobrun_t *r = run_find(c, job);
@@ -948,6 +989,10 @@ void dt_run_tick(dt_coord_t *c)
         dt_coord_agent_remove(c, a->id);
     }
     for (jobrun_t *r = c->runs; r; r = r->next) {
+        if (r->phase == PH_STOPPING && now - r->abort_ms >= STOP_TIMEOUT_MS) {
+            end_job(c, r, DT_JOB_CANCELLED, "the planned stop did not finish in time");
+            continue;
+        }
         if (r->phase != PH_ABORTING || now - r->abort_ms < ABORT_TIMEOUT_MS)
             continue;
         for (int i = 0; i < r->ngen; i++)

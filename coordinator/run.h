@@ -41,6 +41,10 @@ void dt_run_agent_lost(dt_coord_t *c, int64_t job, int64_t agent);
 
 /* dtctl: CHECKPOINT; 0 and the generation, or a DT_E* code with a message. */
 int dt_run_checkpoint(dt_coord_t *c, int64_t job, int *gen, dt_emsg_t *em);
+/* A planned stop: the workers checkpoint at the next step boundary and
+ * exit; then the job is cancelled with `why` and the step. DT_ESTATE when
+ * no generation is running. */
+int dt_run_stop(dt_coord_t *c, int64_t job, const char *why, dt_emsg_t *em);
 /* The job was cancelled: stop its workers and release its agents. */
 void dt_run_cancelled(dt_coord_t *c, int64_t job);
 /* SHOW: adds "gen", "ranks" and per-agent "pid"/"spare" to the reply. */

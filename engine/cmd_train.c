@@ -70,6 +70,7 @@ typedef struct topts {
     double lr, min_lr, wd, clip, eps;
     int64_t warmup;
     int rkeys, rvalues, rpairs, rqueries; /* recall task sizes; 0: defaults */
+    int every_from_spec;                 /* ckpt_every came from --spec */
     dt_spec_t spec; /* --spec FILE, whose strings the options above may point into */
 } topts_t;
 
@@ -132,7 +133,7 @@ static int apply_spec(topts_t *o, const char *path, dt_emsg_t *em)
     if (s->ckpt_dir)
         o->ckpt_dir = s->ckpt_dir;
     if (s->ckpt_every > 0)
-        o->ckpt_every = s->ckpt_every;
+        o->ckpt_every = s->ckpt_every, o->every_from_spec = 1;
     if (s->ckpt_keep > 0)
         o->ckpt_keep = s->ckpt_keep;
     if (s->batch > 0)
@@ -217,7 +218,11 @@ static int parse(int argc, char **argv, topts_t *o, dt_emsg_t *em)
         case 'T': rc = dt_cmd_number("seq-len", optarg, 2, 1e9, &v, em), o->T = (int64_t)v; break;
         case 'n': rc = dt_cmd_number("steps", optarg, 0, 1e9, &v, em), o->steps = (int64_t)v; break;
         case 'c': o->ckpt_dir = optarg; break;
-        case 'k': rc = dt_cmd_number("ckpt-every", optarg, 1, 1e9, &v, em), o->ckpt_every = (int64_t)v; break;
+        case 'k':
+            rc = dt_cmd_number("ckpt-every", optarg, 1, 1e9, &v, em);
+            o->ckpt_every = (int64_t)v;
+            o->every_from_spec = 0;
+            break;
         case 'K': rc = dt_cmd_number("ckpt-keep", optarg, 1, 1e6, &v, em), o->ckpt_keep = (int64_t)v; break;
         case 'r': o->resume = 1; break;
         case 's': rc = dt_cmd_number("seed", optarg, 0, 9e15, &v, em), o->seed = (uint64_t)v; break;
@@ -244,6 +249,10 @@ static int parse(int argc, char **argv, topts_t *o, dt_emsg_t *em)
     }
     if (optind < argc)
         return dt_emsg_set(em, DT_EUSAGE, "unexpected argument '%s'", argv[optind]);
+    /* a spec names the interval for whoever runs it; without a directory
+     * (the coordinator gives one) there is nowhere to write: none */
+    if (o->ckpt_dir == NULL && o->every_from_spec)
+        o->ckpt_every = 0;
     if ((o->ckpt_dir == NULL) != (o->ckpt_every == 0))
         return dt_emsg_set(em, DT_EUSAGE, "--ckpt-dir and --ckpt-every go together");
     if (o->resume && o->ckpt_dir == NULL)

@@ -14,7 +14,8 @@
 #   - SIGKILL an agent with a spare present; without one (re-plan on 2);
 #   - SIGKILL the coordinator and start it again;
 #   - corrupt the newest committed checkpoint, then SIGKILL a worker;
-#   - a failure at the same step twice is deterministic: the job fails.
+#   - a planned stop (dtctl cancel --checkpoint): a committed checkpoint at
+#     the step it stopped, then cancelled;
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/coordlib.sh"
 need_mpirun
@@ -236,6 +237,21 @@ check "corrupt checkpoint: the job completed" test "$(state_of "$J")" = complete
 check "corrupt checkpoint: same checksum as fault-free" same_checksum "$J"
 check "corrupt checkpoint: skipped with an event" has_event "$J" checkpoint_skipped
 check "corrupt checkpoint: no worker left" no_workers_left
+
+# ---- a planned stop: checkpoint, then cancelled ----------------------------------------
+J=$(submit "$TMPD/job.spec")
+agent a0 2 "$J"
+agent a1 2 "$J"
+wait_for 120 step_at_least "$J" 13
+check "planned stop: accepted while running" sh -c \
+    "'$DTCTL' --socket '$COORD_SOCK' cancel $J --checkpoint | grep -q 'stopping'"
+finish_job "$J"
+check "planned stop: the job is cancelled after a checkpoint" has_event "$J" cancelled \
+    "stopped after a checkpoint at step"
+stop_step=$(ctl events "$J" | sed -n 's/.*stopped after a checkpoint at step \([0-9]*\).*/\1/p' | head -n 1)
+check "planned stop: that step's checkpoint is committed (step $stop_step, off the every-10 schedule or on it)" \
+    sh -c "'$DTCTL' --socket '$COORD_SOCK' checkpoints $J | grep -E '^ *$stop_step +committed'"
+check "planned stop: no worker left" no_workers_left
 
 check "no /dev/shm files left behind" test "$(ls /dev/shm 2>/dev/null | wc -l)" -le "$shm_before"
 no_agents_left() {
