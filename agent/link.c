@@ -13,12 +13,12 @@
  */
 #include "config.h"
 
-#include <munge.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "agent/agent.h"
+#include "common/cred.h"
 #include "common/log.h"
 #include "common/mem.h"
 
@@ -309,18 +309,11 @@ static void read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *b)
 
 static int send_auth(dt_agent_t *ag)
 {
+    dt_emsg_t em = { "" };
     char *cred = NULL;
-    munge_ctx_t mctx = munge_ctx_create();
-    munge_err_t e = EMUNGE_NO_MEMORY;
 
-    if (mctx && (ag->munge_socket == NULL ||
-                 munge_ctx_set(mctx, MUNGE_OPT_SOCKET, ag->munge_socket) == EMUNGE_SUCCESS))
-        e = munge_encode(&cred, mctx, NULL, 0);
-    if (mctx)
-        munge_ctx_destroy(mctx);
-    if (e != EMUNGE_SUCCESS) {
-        dt_log_error("munge: %s (is munged running?)", munge_strerror(e));
-        free(cred);
+    if (dt_cred_new(ag->munge_socket, &cred, &em) < 0) {
+        dt_log_error("%s", em.s);
         return -1;
     }
     json_t *body = json_pack("{s:s}", "cred", cred);

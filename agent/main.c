@@ -24,6 +24,7 @@
 
 #include "agent/agent.h"
 #include "common/conf.h"
+#include "common/fileio.h"
 #include "common/log.h"
 #include "common/mem.h"
 
@@ -70,20 +71,6 @@ static void on_signal(uv_signal_t *s, int sig)
     dt_agent_t *ag = s->loop->data;
     dt_log_info("signal %d: stopping the workers and exiting", sig);
     dt_agent_stop(ag, 1);
-}
-
-static int mkdirs(const char *path)
-{
-    char buf[PATH_MAX];
-    snprintf(buf, sizeof(buf), "%s", path);
-    for (char *p = buf + 1; *p; p++)
-        if (*p == '/') {
-            *p = '\0';
-            if (mkdir(buf, 0700) < 0 && errno != EEXIST)
-                return -errno;
-            *p = '/';
-        }
-    return mkdir(buf, 0700) < 0 && errno != EEXIST ? -errno : 0;
 }
 
 /* dtengine next to this program (build tree: ../engine/dtengine; installed:
@@ -180,7 +167,7 @@ int main(int argc, char **argv)
     if (ag.state_dir == NULL)
         ag.state_dir = state_dir = dt_xasprintf("/tmp/dtagentd-%u/%lld-%s", (unsigned)getuid(),
                                                 (long long)ag.job, ag.node);
-    if ((rc = mkdirs(ag.state_dir)) < 0) {
+    if ((rc = dt_mkdirs(ag.state_dir, 0700)) < 0) {
         fprintf(stderr, "dtagentd: state directory %s: %s\n", ag.state_dir, strerror(-rc));
         free(state_dir);
         return 1;

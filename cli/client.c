@@ -7,7 +7,6 @@
 #include "config.h"
 
 #include <errno.h>
-#include <munge.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +17,7 @@
 #include <unistd.h>
 
 #include "cli/dtctl.h"
+#include "common/cred.h"
 #include "common/mem.h"
 #include "common/msg.h"
 
@@ -166,16 +166,8 @@ int dtctl_request(dtctl_t *ctl, uint16_t type, json_t *body, json_t **result, dt
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     if (ctl->coord) {
         char *cred = NULL;
-        munge_ctx_t mctx = munge_ctx_create();
-        munge_err_t e = EMUNGE_NO_MEMORY;
         json_t *ok = NULL;
-        if (mctx && (ctl->munge_socket == NULL ||
-                     munge_ctx_set(mctx, MUNGE_OPT_SOCKET, ctl->munge_socket) == EMUNGE_SUCCESS))
-            e = munge_encode(&cred, mctx, NULL, 0);
-        if (mctx)
-            munge_ctx_destroy(mctx);
-        if (e != EMUNGE_SUCCESS) {
-            rc = dt_emsg_set(em, DT_ECOMM, "munge: %s (is munged running?)", munge_strerror(e));
+        if ((rc = dt_cred_new(ctl->munge_socket, &cred, em)) < 0) {
             json_decref(body);
             close(fd);
             return rc;

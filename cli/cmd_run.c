@@ -42,6 +42,7 @@
 #include "cli/dtctl.h"
 #include "common/clock.h"
 #include "common/conf.h"
+#include "common/fileio.h"
 #include "common/mem.h"
 #include "common/proto.h"
 #include "engine/spec.h"
@@ -54,7 +55,7 @@ static const char default_spec[] =
     "# dtctl run --local: the default job (dt-spec(5)). A 2-layer LLaMA-3\n"
     "# shape on the recall task, 1024 tokens over a ring of 4 CPU ranks on 2\n"
     "# agents: the pairs sit on other ranks than the queries, so recall above\n"
-    "# chance (1/16) needs attention across rank boundaries. About 2 minutes\n"
+    "# chance (1/16) needs attention across rank boundaries. About 4 minutes\n"
     "# on 2 cores.\n"
     "name = local-recall\n"
     "kind = train\n"
@@ -524,24 +525,6 @@ static int find_programs(run_t *r, dt_emsg_t *em)
 
 /* ---- the state directory ------------------------------------------------------ */
 
-static int mkdirs(const char *path, mode_t mode)
-{
-    char *p = dt_xstrdup(path);
-    int rc = 0;
-
-    for (char *s = p + 1; *s && rc == 0; s++)
-        if (*s == '/') {
-            *s = '\0';
-            if (mkdir(p, mode) < 0 && errno != EEXIST)
-                rc = -errno;
-            *s = '/';
-        }
-    if (rc == 0 && mkdir(p, mode) < 0 && errno != EEXIST)
-        rc = -errno;
-    free(p);
-    return rc;
-}
-
 /* --state-dir, else $XDG_STATE_HOME/dt, else $HOME/.local/state/dt; made
  * (0700) and absolute. */
 static int state_dir(run_t *r, const char *opt, dt_emsg_t *em)
@@ -563,7 +546,7 @@ static int state_dir(run_t *r, const char *opt, dt_emsg_t *em)
         free(dir);
         return rc;
     }
-    if ((rc = mkdirs(dir, 0700)) < 0 || realpath(dir, real) == NULL) {
+    if ((rc = dt_mkdirs(dir, 0700)) < 0 || realpath(dir, real) == NULL) {
         rc = dt_emsg_set(em, rc < 0 ? dt_err_errno(-rc) : dt_err_errno(errno),
                          "state directory %s: %s", dir, strerror(rc < 0 ? -rc : errno));
         free(dir);
@@ -831,7 +814,7 @@ static int submit(run_t *r, const dt_spec_t *s, dt_emsg_t *em)
 static int agents_start(run_t *r, int from, int to, dt_emsg_t *em)
 {
     char *adir = dt_xasprintf("%s/agents", r->dir), job[32], slots[16], hang[32];
-    int rc = mkdirs(adir, 0700);
+    int rc = dt_mkdirs(adir, 0700);
 
     if (rc < 0) {
         rc = dt_emsg_set(em, dt_err_errno(-rc), "%s: %s", adir, strerror(-rc));

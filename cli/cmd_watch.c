@@ -353,8 +353,13 @@ static void show_view(dtctl_watch_t *w, const view_t *v, double now, double gap_
     snprintf(w->last, sizeof(w->last), "%s", key);
     if (gap_s > 0)
         printf("%s  (coordinator unreachable, retrying)\n", head);
-    else if (r0 && jreal(r0, "loss", &loss))
-        printf("%s  loss %.4f\n", head, loss);
+    else if (r0 && jreal(r0, "loss", &loss)) {
+        double acc;
+        if (jreal(r0, "acc", &acc))
+            printf("%s  loss %.4f  acc %.3f\n", head, loss, acc);
+        else
+            printf("%s  loss %.4f\n", head, loss);
+    }
     else
         printf("%s\n", head);
     fflush(stdout);
@@ -413,6 +418,10 @@ static void summary(dtctl_watch_t *w, const view_t *v, double now)
         printf("  steps      -\n");
     printf("  wall time  %s\n", fmt_dur(wall, d, sizeof(d)));
     printf("  restarts   %lld\n", v->restarts);
+    double acc;
+    if (v->result && jreal(v->result, "acc", &acc))
+        printf("  accuracy   %.4f (mean of the last steps: recall at the answers, or "
+               "next-token)\n", acc);
     dtctl_print_result(stdout, w->id, v->state, v->result);
 }
 

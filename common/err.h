@@ -34,7 +34,8 @@
     X(EPROTO, -4102, "protocol error")                                      \
     X(ELAYOUT, -4103, "unsupported layout for this job")                    \
     X(EUSAGE, -4104, "usage error")                                         \
-    X(ESTATE, -4105, "not allowed in the job's current state")
+    X(ESTATE, -4105, "not allowed in the job's current state")               \
+    X(EDIVERGED, -4106, "training diverged (non-finite loss or gradient)")
 
 enum dt_err {
     DT_OK = 0,

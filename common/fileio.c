@@ -6,11 +6,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/fileio.h"
+#include "common/mem.h"
 
 int64_t dt_pread_full(int fd, void *buf, size_t n, int64_t off)
 {
@@ -101,5 +103,25 @@ int dt_fsync_dir(const char *dir, dt_emsg_t *em)
         rc = dt_emsg_set(em, dt_err_errno(e), "%s: fsync failed: %s", dir, strerror(e));
     }
     close(fd);
+    return rc;
+}
+
+int dt_mkdirs(const char *path, mode_t mode)
+{
+    char *p = dt_xstrdup(path);
+    int rc = 0;
+
+    for (char *s = p + 1; *s && rc == 0; s++)
+        if (*s == '/') {
+            *s = '\0';
+            if (mkdir(p, mode) < 0 && errno != EEXIST)
+                rc = -errno;
+            *s = '/';
+        }
+    if (rc == 0 && mkdir(p, mode) < 0 && errno != EEXIST)
+        rc = -errno;
+    free(p);
+    if (rc < 0)
+        errno = -rc;
     return rc;
 }

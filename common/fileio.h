@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "common/err.h"
 
@@ -26,5 +27,9 @@ int dt_open_regular(const char *path, int64_t *size, dt_emsg_t *em);
 /* fsync a directory (after a rename into it). File systems that cannot
  * (EINVAL, ENOTSUP) count as success. A message naming the directory. */
 int dt_fsync_dir(const char *dir, dt_emsg_t *em);
+/* mkdir -p: create PATH and its missing parents with MODE (existing ones
+ * are left as they are). 0, or -errno (errno still set) for the first
+ * directory that could not be made. */
+int dt_mkdirs(const char *path, mode_t mode);
 
 #endif /* DT_FILEIO_H */

@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/fileio.h"
 #include "common/log.h"
 #include "common/mem.h"
 #include "coordinator/conn.h"
@@ -216,25 +217,6 @@ void dt_coord_stop(dt_coord_t *c)
     uv_close((uv_handle_t *)&c->sig_hup, NULL);
 }
 
-/* mkdir -p, mode 0755 */
-static int mkdir_p(const char *path)
-{
-    char *p = dt_xstrdup(path);
-    int rc = 0;
-
-    for (char *s = p + 1; *s && rc == 0; s++)
-        if (*s == '/') {
-            *s = '\0';
-            if (mkdir(p, 0755) < 0 && errno != EEXIST)
-                rc = -1;
-            *s = '/';
-        }
-    if (rc == 0 && mkdir(p, 0755) < 0 && errno != EEXIST)
-        rc = -1;
-    free(p);
-    return rc;
-}
-
 static void usage(FILE *f)
 {
     fprintf(f, "usage: dtcoordd [-D] [-f CONFIG] [-v] [-h]\n"
@@ -278,7 +260,7 @@ int main(int argc, char **argv)
         return 2;
     }
     apply_log_level(&c.conf);
-    if (mkdir_p(c.conf.state_dir) < 0) {
+    if (dt_mkdirs(c.conf.state_dir, 0755) < 0) {
         fprintf(stderr, "dtcoordd: state_dir %s: %s\n", c.conf.state_dir, strerror(errno));
         goto out_conf;
     }

@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/fileio.h"
 #include "common/log.h"
 #include "common/mem.h"
 #include "coordinator/planner.h"
@@ -78,6 +79,7 @@ typedef struct dt_jobrun {
     int64_t abort_ms;
     json_t *result;
     char *pending_reason;   /* why the generation is being aborted */
+    int told;               /* the not_started event was written */
     struct dt_jobrun *next;
 } jobrun_t;
 
@@ -156,24 +158,6 @@ static void run_free(jobrun_t *r)
     free(r);
 }
 
-/* mkdir -p, mode 0700 for what it creates; -1 with errno */
-static int mkdirs(const char *path)
-{
-    char *p = dt_xstrdup(path);
-    int rc = 0;
-    for (char *q = p + 1; *q && rc == 0; q++)
-        if (*q == '/') {
-            *q = '\0';
-            if (mkdir(p, 0700) < 0 && errno != EEXIST)
-                rc = -1;
-            *q = '/';
-        }
-    if (rc == 0 && mkdir(p, 0700) < 0 && errno != EEXIST)
-        rc = -1;
-    free(p);
-    return rc;
-}
-
 static jobrun_t *run_get(dt_coord_t *c, int64_t job)
 {
     jobrun_t *r = run_find(c, job);
@@ -199,7 +183,7 @@ static jobrun_t *run_get(dt_coord_t *c, int64_t job)
     r->ckpt_root = r->spec.ckpt_dir
                        ? dt_xstrdup(r->spec.ckpt_dir)
                        : dt_xasprintf("%s/jobs/%lld/ckpt", c->conf.state_dir, (long long)job);
-    if (mkdirs(r->ckpt_root) < 0)
+    if (dt_mkdirs(r->ckpt_root, 0700) < 0)
         dt_log_error("job=%lld checkpoint directory %s: %s", (long long)job, r->ckpt_root,
                      strerror(errno));
     int64_t steps = r->spec.steps > 0 ? r->spec.steps : 1;
@@ -569,6 +553,17 @@ void dt_run_registered(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
         return;
     dt_msg_opt_int(m, "gen", &gen, &em);
     int gi = gen_index(r, a->id);
+    if (r->phase == PH_WAITING && (r->spec.kind == NULL || strcmp(r->spec.kind, "train") != 0)) {
+        /* only training runs under agents so far: say so once, leave the
+         * job where it is (the user may cancel it) */
+        if (!r->told) {
+            r->told = 1;
+            event(c, r->job, "not_started", "kind = %s: the agents run train jobs; run %s "
+                  "with dtengine under srun or mpirun", r->spec.kind ? r->spec.kind : "?",
+                  r->spec.kind ? r->spec.kind : "it");
+        }
+        return;
+    }
     if (r->phase == PH_WAITING) {
         int slots = 0;
         for (dt_live_agent_t *b = c->agents; b; b = b->next)
@@ -808,8 +803,9 @@ void dt_run_fence(dt_conn_t *k, dt_live_agent_t *a, const dt_msg_t *m)
         dt_conn_error(k, m->id, rc, "%s", em.s);
         return;
     }
+    /* a stopping generation still fences: MPI_Finalize does */
     if (r == NULL || gen != r->gen || gen_index(r, a->id) < 0 ||
-        (r->phase != PH_STARTING && r->phase != PH_RUNNING)) {
+        (r->phase != PH_STARTING && r->phase != PH_RUNNING && r->phase != PH_STOPPING)) {
         dt_conn_error(k, m->id, DT_ESTATE, "fence %lld of generation %lld: not running",
                       (long long)seq, (long long)gen);
         return;

@@ -138,6 +138,8 @@ static int apply_spec(topts_t *o, const char *path, dt_emsg_t *em)
         o->ckpt_keep = s->ckpt_keep;
     if (s->batch > 0)
         o->batch = s->batch;
+    if (s->lr)
+        o->lr = strtod(s->lr, NULL); /* checked by dt_spec_load */
     int64_t *task[] = { &s->recall_keys, &s->recall_values, &s->recall_pairs, &s->recall_queries };
     int *tdst[] = { &o->rkeys, &o->rvalues, &o->rpairs, &o->rqueries };
     for (int i = 0; i < 4; i++)
@@ -540,6 +542,11 @@ int dt_cmd_train(dt_comm_t *comm, int argc, char **argv)
     int64_t *pos = NULL, start = 0;
     dt_loader_t *loader = NULL;
     double last_loss = NAN; /* of the last step this run took */
+    /* accuracy of the last ACC_WINDOW steps, for the result (one step's is
+     * a handful of answers) */
+    enum { ACC_WINDOW = 50 };
+    double acc_win[ACC_WINDOW];
+    int64_t acc_n = 0;
     int stopped = 0;        /* W_STOP: exit DT_EXIT_STOPPED */
     int owed = 0;           /* W_CHECKPOINTs already acted on before ours arrived */
 
@@ -691,6 +698,15 @@ int dt_cmd_train(dt_comm_t *comm, int argc, char **argv)
         if (loader)
             dt_loader_get_cursor(loader, &cursor);
         double norm = dt_grad_clip(n, G, o.clip);
+        if (!isfinite(loss) || !isfinite(norm)) {
+            /* every rank has the same loss and norm: all stop here. A run
+             * resumed from a checkpoint diverges again at the same step,
+             * which the coordinator takes for a deterministic failure */
+            rc = dt_emsg_set(&em, DT_EDIVERGED, "step %lld: loss %g, gradient norm %g: "
+                             "training diverged (a lower --lr, or more --warmup)",
+                             (long long)step, loss, norm);
+            break;
+        }
         double lr = dt_lr_at(&sched, step);
         dt_adamw_step(&acfg, step + 1, lr, o.wd, n, P, G, M, V);
         double dt = dt_clock_now() - t0, accuracy = acc[1] > 0 ? acc[0] / acc[1] : 0.0;
@@ -704,6 +720,7 @@ int dt_cmd_train(dt_comm_t *comm, int argc, char **argv)
             fflush(stdout);
         }
         last_loss = loss;
+        acc_win[acc_n++ % ACC_WINDOW] = accuracy;
         dt_wlink_progress(done, o.steps, done * o.T * o.batch, loss,
                           (double)(o.T * o.batch) / dt, accuracy);
         if (ckpt_asked && o.ckpt_dir == NULL && me == 0)
@@ -747,7 +764,11 @@ int dt_cmd_train(dt_comm_t *comm, int argc, char **argv)
         printf("result: steps=%lld params_sha256=%s loss=%.9f\n", (long long)o.steps, hex,
                last_loss);
         fflush(stdout);
-        dt_wlink_result(o.steps, last_loss, hex);
+        double acc_mean = 0;
+        int64_t k = acc_n < ACC_WINDOW ? acc_n : ACC_WINDOW;
+        for (int64_t i = 0; i < k; i++)
+            acc_mean += acc_win[i] / (double)k;
+        dt_wlink_result(o.steps, last_loss, k ? acc_mean : NAN, hex);
     }
 out:
     dt_loader_free(loader);

@@ -71,6 +71,7 @@ static const dt_conf_key_t keys[] = {
     KEY("steps", DT_CONF_INT, steps, 1, INT64_C(1) << 40, 0, "training steps (default 1)"),
     KEY("seed", DT_CONF_INT, seed, 0, INT64_MAX, 0, "random seed (default 0)"),
     KEY("batch", DT_CONF_INT, batch, 1, 1 << 20, 0, "sequences per training step (default 1)"),
+    STR("lr", lr, 0, "peak learning rate, a number in (0, 10] (default 3e-3)"),
     STR("data", data, 0, "recall (generated task) or a token shard path"),
     KEY("recall_keys", DT_CONF_INT, recall_keys, 1, 1 << 20, 0, "recall task: distinct keys"),
     KEY("recall_values", DT_CONF_INT, recall_values, 1, 1 << 20, 0,
@@ -244,6 +245,13 @@ int dt_spec_check(const dt_spec_t *s, dt_emsg_t *em)
                                    "model = custom needs key '%s' (custom "
                                    "needs dim, layers, heads, kv_heads, ffn and vocab)",
                                    shape[i]);
+    }
+    if (s->lr != NULL) {
+        char *end;
+        double v = strtod(s->lr, &end);
+        if (end == s->lr || *end != '\0' || !(v > 0 && v <= 10))
+            return dt_emsg_set(em, DT_EINVAL, "key 'lr' = '%s': a number in (0, 10], such as "
+                               "3e-3", s->lr);
     }
     if (s->segments != NULL || s->dilations != NULL) {
         dt_attn_spec_t a = { 0 };

@@ -183,13 +183,14 @@ void dt_wlink_shard(int64_t step, const char *dir, const char *path, int64_t byt
     send_frame(DT_MSG_W_SHARD, o);
 }
 
-void dt_wlink_result(int64_t steps, double loss, const char *checksum)
+void dt_wlink_result(int64_t steps, double loss, double acc, const char *checksum)
 {
     if (wl.fd < 0)
         return;
     json_t *o = with_rank();
     json_object_set_new(o, "steps", json_integer(steps));
     json_object_set_new(o, "loss", num(loss));
+    json_object_set_new(o, "acc", num(acc));
     json_object_set_new(o, "checksum", json_string(checksum));
     send_frame(DT_MSG_W_RESULT, o);
 }

@@ -86,7 +86,8 @@ void dt_wlink_heartbeat(void);
  * manifest is 1 for the manifest (rank 0). */
 void dt_wlink_shard(int64_t step, const char *dir, const char *path, int64_t bytes,
                     const char *sha256, int manifest);
-void dt_wlink_result(int64_t steps, double loss, const char *checksum);
+/* acc: the accuracy averaged over the last steps (see dtengine(1)). */
+void dt_wlink_result(int64_t steps, double loss, double acc, const char *checksum);
 
 /* Requests that arrived since the last call (DT_WLINK_* bits; 0 when none
  * or not under an agent); several of one kind read as one. W_STOP sets

@@ -132,10 +132,17 @@ static const char full_text[] = "name = \"long # context\"\n"
                                 "exclude = node[1-3]\n"
                                 "steps = 1000\n"
                                 "seed = 7\n"
+                                "batch = 4\n"
+                                "lr = 1e-3\n"
                                 "data = recall\n"
+                                "recall_keys = 16\n"
+                                "recall_values = 32\n"
+                                "recall_pairs = 4\n"
+                                "recall_queries = 2\n"
                                 "ckpt_every = 100\n"
                                 "ckpt_keep = 3\n"
-                                "ckpt_dir = /scratch/ckpt\n";
+                                "ckpt_dir = /scratch/ckpt\n"
+                                "max_restarts = 2\n";
 
 Test(spec, format_parses_back_to_an_equal_spec)
 {
@@ -210,10 +217,17 @@ Test(spec, set_builds_what_parse_reads)
         { "exclude", "node[1-3]" },
         { "steps", "1000" },
         { "seed", "7" },
+        { "batch", "4" },
+        { "lr", "1e-3" },
         { "data", "recall" },
+        { "recall_keys", "16" },
+        { "recall_values", "32" },
+        { "recall_pairs", "4" },
+        { "recall_queries", "2" },
         { "ckpt_every", "100" },
         { "ckpt_keep", "3" },
         { "ckpt_dir", "/scratch/ckpt" },
+        { "max_restarts", "2" },
         { "name", "long # context" },
     };
     dt_spec_t a = { 0 }, b;
@@ -372,6 +386,24 @@ Test(spec, every_key_has_help)
         cr_assert_not_null(k->help, "key %s", k->name);
         cr_assert(strlen(k->help) > 4, "key %s", k->name);
     }
-    cr_assert_eq(n, 34, "34 keys, one per dt_spec_t field (dt-spec(5) lists them)");
+    cr_assert_eq(n, 41, "41 keys, one per dt_spec_t field (dt-spec(5) lists them)");
     dt_spec_free(NULL);
+}
+
+Test(spec, lr_must_be_a_positive_number)
+{
+    static const char *const bad[] = { "0", "-1e-3", "abc", "1e-3x", "11", "nan" };
+    dt_spec_t s;
+    dt_emsg_t em = { "" };
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char *t = dt_xasprintf("kind = train\ntokens = 256\nlr = %s\n", bad[i]);
+        cr_assert_lt(dt_spec_parse("s", t, &s, &em), 0, "lr = %s accepted", bad[i]);
+        cr_assert(strstr(em.s, "'lr'") != NULL, "%s", em.s);
+        free(t);
+    }
+    cr_assert_eq(dt_spec_parse("s", "kind = train\ntokens = 256\nlr = 2.5e-4\n", &s, &em), 0,
+                 "%s", em.s);
+    cr_assert_str_eq(s.lr, "2.5e-4");
+    dt_spec_free(&s);
 }

@@ -244,7 +244,7 @@ static void w_report(void)
     dt_wlink_heartbeat();
     dt_wlink_shard(6, "/ck/step-00000006", "shard-00003-of-00004.safetensors", 123456, SHA_A, 0);
     dt_wlink_shard(6, "/ck/step-00000006", "manifest.json", 789, SHA_B, 1);
-    dt_wlink_result(10, 1.25, SHA_B);
+    dt_wlink_result(10, 1.25, 0.5, SHA_B);
 }
 
 static double now(void)
@@ -321,7 +321,7 @@ Test(wlink, without_agent_fd_everything_is_a_noop)
     dt_wlink_progress(1, 2, 3, 4.0, 5.0, 0.5);
     dt_wlink_heartbeat();
     dt_wlink_shard(1, "/d", "f", 1, SHA_A, 0);
-    dt_wlink_result(2, 1.0, SHA_A);
+    dt_wlink_result(2, 1.0, 0.25, SHA_A);
     cr_assert_eq(dt_wlink_poll(), 0);
     cr_assert_eq(count_fds(), before, "no descriptor opened (no PMIx, no socket)");
     dt_wlink_close();

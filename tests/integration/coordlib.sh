@@ -333,3 +333,32 @@ json_str() {
 json_num() {
     sed -n "s/^ *\"$1\": \\(-\\{0,1\\}[0-9][0-9.]*\\),\\{0,1\\}\$/\\1/p"
 }
+
+# ---- jobs -------------------------------------------------------------------
+
+# small_job_spec: the spec lines of a job small enough to run many times
+# here (a 2-layer model on the recall task, 256 tokens, 4 ranks, 40 steps,
+# a checkpoint every 10); scripts add what they need (name, nodes, ...)
+small_job_spec() {
+    cat <<SPEC
+kind = train
+model = custom
+dim = 64
+layers = 2
+heads = 4
+kv_heads = 2
+ffn = 128
+vocab = 64
+tokens = 256
+steps = 40
+seed = 3
+ranks = 4
+gpu = cpu
+ckpt_every = 10
+data = recall
+recall_keys = 8
+recall_values = 8
+recall_pairs = 4
+recall_queries = 4
+SPEC
+}

@@ -16,6 +16,9 @@
 #   - corrupt the newest committed checkpoint, then SIGKILL a worker;
 #   - a planned stop (dtctl cancel --checkpoint): a committed checkpoint at
 #     the step it stopped, then cancelled;
+#   - a job whose checkpoints cannot be written fails at the same step in
+#     the next generation: declared deterministic, the job fails instead
+#     of looping.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/coordlib.sh"
 need_mpirun
@@ -28,28 +31,11 @@ coord_setup
 coord_start || die "dtcoordd did not start"
 
 STEPS=40
-cat >"$TMPD/job.spec" <<SPEC
-kind = train
-model = custom
-dim = 64
-layers = 2
-heads = 4
-kv_heads = 2
-ffn = 128
-vocab = 64
-tokens = 256
-steps = $STEPS
-seed = 3
-ranks = 4
-nodes = 2
-gpus_per_node = 2
-gpu = cpu
-ckpt_every = 10
-recall_keys = 8
-recall_values = 8
-recall_pairs = 4
-recall_queries = 4
-SPEC
+{
+    small_job_spec
+    echo "nodes = 2"
+    echo "gpus_per_node = 2"
+} >"$TMPD/job.spec"
 
 AGENT_PIDS=
 # agent NAME SLOTS JOB [tcp]: start dtagentd NAME in the background
@@ -252,6 +238,20 @@ stop_step=$(ctl events "$J" | sed -n 's/.*stopped after a checkpoint at step \([
 check "planned stop: that step's checkpoint is committed (step $stop_step, off the every-10 schedule or on it)" \
     sh -c "'$DTCTL' --socket '$COORD_SOCK' checkpoints $J | grep -E '^ *$stop_step +committed'"
 check "planned stop: no worker left" no_workers_left
+
+# ---- a deterministic failure: the same step twice --------------------------------------
+# a checkpoint directory nobody can write (under /dev/null): every
+# generation fails at its first checkpoint, step 10
+sed 's/^seed = 3$/seed = 3\nckpt_dir = \/dev\/null\/ckpt/' "$TMPD/job.spec" >"$TMPD/bad-ckpt.spec"
+J=$(submit "$TMPD/bad-ckpt.spec")
+agent a0 2 "$J"
+agent a1 2 "$J"
+finish_job "$J"
+check "unwritable checkpoints: the job failed, not restarted forever" \
+    test "$(state_of "$J")" = failed
+check "unwritable checkpoints: declared deterministic after one restart" \
+    has_event "$J" deterministic_failure "twice at step 10"
+check "unwritable checkpoints: no worker left" no_workers_left
 
 check "no /dev/shm files left behind" test "$(ls /dev/shm 2>/dev/null | wc -l)" -le "$shm_before"
 no_agents_left() {

@@ -120,11 +120,11 @@ t_bad_spec() {
 check "a bad SPECFILE (missing, bad key): exit 2 naming the file" t_bad_spec
 
 t_bad_inject() {
-    for _v in disk worker@0 worker@x worker@ hang@300 coordinator@1000; do
+    for _v in disk worker@0 worker@x worker@ hang@600 coordinator@1000; do
         run_rc 2 "$DTCTL" run --local --inject-failure "$_v" --state-dir "$TMPD/s2" &&
             out_has "inject-failure '$_v'" || return 1
     done
-    [ ! -e "$TMPD/s2" ] && out_has "below 300" && head -n 1 "$TMPD/out"
+    [ ! -e "$TMPD/s2" ] && out_has "below 600" && head -n 1 "$TMPD/out"
 }
 check "bad --inject-failure values: exit 2 naming the value" t_bad_inject
 
@@ -355,28 +355,10 @@ RESULT_RE='^result: job=[0-9]+ state=completed loss=[0-9]+\.[0-9]{6} checksum=[0
 
 # A job small enough to run many times here (as recovery.sh's), with a
 # checkpoint every 10 steps; faults come at step 25.
-cat >"$TMPD/small.spec" <<SPEC
-name = small
-kind = train
-model = custom
-dim = 64
-layers = 2
-heads = 4
-kv_heads = 2
-ffn = 128
-vocab = 64
-tokens = 256
-steps = 40
-seed = 3
-ranks = 4
-gpu = cpu
-ckpt_every = 10
-data = recall
-recall_keys = 8
-recall_values = 8
-recall_pairs = 4
-recall_queries = 4
-SPEC
+{
+    echo "name = small"
+    small_job_spec
+} >"$TMPD/small.spec"
 
 # e2e NAME ARGS...: dtctl run --local ARGS on its own state directory
 # $TMPD/e2e-NAME: exit 0, the job completed, a well-formed result line,
