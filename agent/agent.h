@@ -34,7 +34,7 @@ typedef struct dt_worker {
     int64_t pid;
     int64_t last_heard_ms;   /* monotonic: spawn, then every frame */
     int64_t step;
-    int hung;                /* killed for silence */
+    int hung;                /* killed for silence: 1, 2 when it was stopped (SIGSTOP) */
     int stepping;            /* the first W_PROGRESS came */
     json_t *result;          /* W_RESULT (rank 0) */
     uint8_t *buf;            /* unread channel bytes */

@@ -330,10 +330,10 @@ static void on_exit_cb(uv_process_t *p, int64_t status, int sig)
                     (long long)w->pid, (long long)status, sig);
     else
         dt_log_debug("gen=%u rank=%d exited 0", ag->gen, w->rank);
-    json_t *body = json_pack("{s:I, s:I, s:i, s:I, s:i, s:b, s:I}", "agent",
+    json_t *body = json_pack("{s:I, s:I, s:i, s:I, s:i, s:b, s:b, s:I}", "agent",
                              (json_int_t)ag->agent_id, "gen", (json_int_t)ag->gen, "rank", w->rank,
-                             "status", (json_int_t)status, "signal", sig, "hung", w->hung, "step",
-                             (json_int_t)w->step);
+                             "status", (json_int_t)status, "signal", sig, "hung", w->hung != 0,
+                             "stopped", w->hung == 2, "step", (json_int_t)w->step);
     if (w->result)
         json_object_set(body, "result", w->result);
     dt_link_send_reliable(ag, DT_MSG_WORKER_EXIT, body);
@@ -465,6 +465,21 @@ static void gen_maybe_ended(dt_agent_t *ag)
         dt_agent_stop(ag, ag->exit_code);
 }
 
+/* The state letter of /proc/PID/stat (R, S, D, T, t, Z, ...), '?' if unknown. */
+static char proc_state(int64_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/%lld/stat", (long long)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return '?';
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *rp = strrchr(buf, ')'); /* the name may hold spaces and parens */
+    return rp && rp[1] == ' ' && rp[2] ? rp[2] : '?';
+}
+
 static void watch_fire(uv_timer_t *t)
 {
     dt_agent_t *ag = t->loop->data;
@@ -474,10 +489,12 @@ static void watch_fire(uv_timer_t *t)
         dt_worker_t *w = &ag->workers[i];
         if (!alive(w) || w->hung || ag->aborting || now - w->last_heard_ms <= ag->hang_ms)
             continue;
-        dt_log_warn("gen=%u rank=%d pid=%lld silent for %lld ms (hang timeout %lld ms): hung, "
+        char st = proc_state(w->pid);
+        dt_log_warn("gen=%u rank=%d pid=%lld silent for %lld ms (hang timeout %lld ms)%s: hung, "
                     "killing it", ag->gen, w->rank, (long long)w->pid,
-                    (long long)(now - w->last_heard_ms), (long long)ag->hang_ms);
-        w->hung = 1;
+                    (long long)(now - w->last_heard_ms), (long long)ag->hang_ms,
+                    st == 'T' || st == 't' ? ", stopped by a signal" : "");
+        w->hung = st == 'T' || st == 't' ? 2 : 1;
         kill_worker(w, SIGKILL);
     }
 }

@@ -513,7 +513,7 @@ static void fail_gen(dt_coord_t *c, jobrun_t *r, int rank, const char *why, int6
         dt_job_clear(&j);
     }
     if (step >= 0 && step == r->fail_step) {
-        char d[400];
+        char d[800];
         snprintf(d, sizeof(d), "deterministic failure: it happened twice at step %lld (%s)",
                  (long long)step, why);
         event(c, r->job, "deterministic_failure", "%s", d);
@@ -521,7 +521,7 @@ static void fail_gen(dt_coord_t *c, jobrun_t *r, int rank, const char *why, int6
         return;
     }
     if (r->restarts >= r->max_restarts) {
-        char d[400];
+        char d[800];
         snprintf(d, sizeof(d), "restart budget of %d used up (%s)", r->max_restarts, why);
         end_job(c, r, DT_JOB_FAILED, d);
         return;
@@ -597,7 +597,7 @@ void dt_run_registered(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
         r->ended[gi] = 1;
         maybe_next(c, r);
     } else if (gen == 0 && r->phase == PH_RUNNING) {
-        char why[320];
+        char why[600];
         snprintf(why, sizeof(why), "agent %lld (%s) came back without its workers",
                  (long long)a->id, a->node);
         event(c, r->job, "agent_restarted", "%s", why);
@@ -715,10 +715,16 @@ void dt_run_worker_exit(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
         }
         return;
     }
-    char why[320];
-    if (hung)
-        snprintf(why, sizeof(why), "rank %lld on %s hung (silent past the hang timeout) at step "
-                 "%lld", (long long)rank, a->node, (long long)ri->step);
+    char why[600];
+    int stopped = 0;
+    dt_msg_opt_bool(m, "stopped", &stopped, &em);
+    if (hung && stopped)
+        snprintf(why, sizeof(why), "rank %lld on %s hung: stopped by a signal, silent past the "
+                 "hang timeout at step %lld", (long long)rank, a->node, (long long)ri->step);
+    else if (hung)
+        snprintf(why, sizeof(why), "rank %lld on %s silent past the hang timeout at step %lld "
+                 "(the generation is stuck; the rank that stuck it may be another)",
+                 (long long)rank, a->node, (long long)ri->step);
     else if (sig)
         snprintf(why, sizeof(why), "rank %lld on %s killed by signal %lld at step %lld",
                  (long long)rank, a->node, (long long)sig, (long long)ri->step);
@@ -733,7 +739,7 @@ void dt_run_worker_exit(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
         event(c, r->job, hung ? "worker_hung" : "worker_failed", "gen=%d %s", r->gen, why);
         if (status == 2 && !sig) {
             /* dtengine's exit 2: bad options or input, which no restart fixes */
-            char d[400];
+            char d[800];
             snprintf(d, sizeof(d), "invalid job: %s (dtengine exit 2; see the agent's log)",
                      why);
             end_job(c, r, DT_JOB_FAILED, d);
