@@ -255,7 +255,8 @@ check "unwritable checkpoints: no worker left" no_workers_left
 
 check "no /dev/shm files left behind" test "$(ls /dev/shm 2>/dev/null | wc -l)" -le "$shm_before"
 no_agents_left() {
-    _na=$(pgrep -f "^$DTAGENTD " || true)
+    # only this test's: run_local.sh may run beside it (make -j check)
+    _na=$(pgrep -f "^$DTAGENTD .*$TMPD/agents" || true)
     [ -z "$_na" ] || { echo "agents left: $_na"; return 1; }
 }
 check "every agent of the test has ended" no_agents_left
