@@ -7,6 +7,7 @@
 #define DT_ENGINE_CMD_H
 
 #include "engine/comm.h"
+#include "engine/model.h"
 
 /* Exit codes of dtengine (documented in dtengine(1)). */
 enum {
@@ -22,6 +23,12 @@ enum {
  * message naming the option otherwise. */
 int dt_cmd_number(const char *name, const char *s, double lo, double hi, double *out,
                   dt_emsg_t *em);
+
+/* The model options train and prefill share, as getopt values: 'm' for
+ * --model (tiny or custom), 1 to 6 for --dim --layers --heads --kv-heads
+ * --ffn --vocab (each 1 to 2^20), stored into m. 0, or DT_EUSAGE with a
+ * message naming the option. */
+int dt_cmd_model_option(int c, const char *value, dt_model_cfg_t *m, dt_emsg_t *em);
 
 /* The exit code for a dt error code. */
 int dt_exit_code(int rc);

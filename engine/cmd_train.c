@@ -195,15 +195,9 @@ static int parse(int argc, char **argv, topts_t *o, dt_emsg_t *em)
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         rc = 0;
         switch (c) {
-        case 'm':
-            if (strcmp(optarg, "tiny") != 0 && strcmp(optarg, "custom") != 0)
-                return dt_emsg_set(em, DT_EUSAGE, "--model '%s': tiny, or custom with --dim "
-                                   "--layers --heads --kv-heads --ffn --vocab", optarg);
-            break;
-        case 1: case 2: case 3: case 4: case 5: case 6:
-            if ((rc = dt_cmd_number(lo[c].name, optarg, 1, 1 << 20, &v, em)) < 0)
+        case 'm': case 1: case 2: case 3: case 4: case 5: case 6:
+            if ((rc = dt_cmd_model_option(c, optarg, &o->model, em)) < 0)
                 return rc;
-            (&o->model.dim)[c - 1] = (int)v; /* dim, layers, heads, kv_heads, ffn, vocab */
             break;
         case 7: case 8: case 9: case 10:
             if ((rc = dt_cmd_number(tasknames[c - 7], optarg, 1, 1 << 20, &v, em)) < 0)

@@ -237,7 +237,7 @@ int dt_tok_save(const char *path, enum dt_tok_format fmt, const int32_t *tok, in
     const char *base;
     char *dir, *tmp = NULL;
     unsigned char *buf = NULL;
-    int fd = -1, dfd, rc = 0, e;
+    int fd = -1, rc = 0, e;
 
     if (fmt != DT_TOK_U16 && fmt != DT_TOK_U32)
         return dt_emsg_set(em, DT_EINVAL, "%s: unknown token format %d", path, (int)fmt);
@@ -298,20 +298,10 @@ int dt_tok_save(const char *path, enum dt_tok_format fmt, const int32_t *tok, in
         unlink(tmp);
         goto out;
     }
-    dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0) {
-        e = errno;
-        rc = dt_emsg_set(em, dt_err_errno(e), "%s: written, but cannot open %s to fsync it: %s",
-                         path, dir, strerror(e));
-    } else {
-        /* Some file systems cannot fsync a directory: nothing to do. */
-        if (fsync(dfd) < 0 && errno != EINVAL && errno != ENOTSUP) {
-            e = errno;
-            rc = dt_emsg_set(em, dt_err_errno(e), "%s: written, but fsync of %s failed: %s", path,
-                             dir, strerror(e));
-        }
-        close(dfd);
-    }
+    /* the file is in place; this makes the rename durable */
+    dt_emsg_t sub = { "" };
+    if ((rc = dt_fsync_dir(dir, &sub)) < 0)
+        dt_emsg_set(em, rc, "%s: written, but %s", path, sub.s);
     goto out;
 werr:
     dt_emsg_set(em, rc, "%s: cannot write %s: %s", path, tmp, dt_strerror(rc));

@@ -36,6 +36,27 @@ static void usage(FILE *f)
     fprintf(f, "\n'dtengine COMMAND --help' for a command's options; see dtengine(1).\n");
 }
 
+int dt_cmd_model_option(int c, const char *value, dt_model_cfg_t *m, dt_emsg_t *em)
+{
+    static const char *const names[] = { "dim", "layers", "heads", "kv-heads", "ffn", "vocab" };
+    int *field[] = { &m->dim, &m->layers, &m->heads, &m->kv_heads, &m->ffn, &m->vocab };
+    double v;
+    int rc;
+
+    if (c == 'm') {
+        if (strcmp(value, "tiny") != 0 && strcmp(value, "custom") != 0)
+            return dt_emsg_set(em, DT_EUSAGE, "--model '%s': tiny, or custom with --dim "
+                               "--layers --heads --kv-heads --ffn --vocab", value);
+        return 0;
+    }
+    if (c < 1 || c > 6)
+        return dt_emsg_set(em, DT_EUSAGE, "not a model option");
+    if ((rc = dt_cmd_number(names[c - 1], value, 1, 1 << 20, &v, em)) < 0)
+        return rc;
+    *field[c - 1] = (int)v;
+    return 0;
+}
+
 int dt_cmd_number(const char *name, const char *s, double lo, double hi, double *out,
                   dt_emsg_t *em)
 {

@@ -768,7 +768,7 @@ out:
 
 int dt_npy_writer_commit(dt_npy_writer_t *w, dt_emsg_t *em)
 {
-    int rc, dfd, e;
+    int rc, e;
 
     if (w->failed < 0) {
         rc = dt_emsg_set(em, w->failed, "%s: not written: an earlier write failed (%s)",
@@ -800,20 +800,9 @@ int dt_npy_writer_commit(dt_npy_writer_t *w, dt_emsg_t *em)
     /* The rename is done and the temp file is gone; what is left makes the
      * rename itself durable. */
     rc = 0;
-    dfd = open(w->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0) {
-        e = errno;
-        rc = dt_emsg_set(em, dt_err_errno(e), "%s: written, but cannot open %s to fsync it: %s",
-                         w->path, w->dir, strerror(e));
-    } else {
-        /* Some file systems cannot fsync a directory (EINVAL): nothing to do. */
-        if (fsync(dfd) < 0 && errno != EINVAL && errno != ENOTSUP) {
-            e = errno;
-            rc = dt_emsg_set(em, dt_err_errno(e), "%s: written, but fsync of %s failed: %s",
-                             w->path, w->dir, strerror(e));
-        }
-        close(dfd);
-    }
+    dt_emsg_t sub = { "" };
+    if ((rc = dt_fsync_dir(w->dir, &sub)) < 0)
+        dt_emsg_set(em, rc, "%s: written, but %s", w->path, sub.s);
     writer_free(w);
     return rc;
 fail:

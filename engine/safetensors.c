@@ -355,7 +355,7 @@ int dt_st_write(dt_st_writer_t *w, const char *path, char hex[65], int64_t *byte
     unsigned char len8[8];
     size_t hlen;
     bool created = false;
-    int fd = -1, rc, e, dfd;
+    int fd = -1, rc, e;
 
     if (*base == '\0')
         return dt_emsg_set(em, DT_EINVAL, "%s: not a file name", path);
@@ -431,19 +431,10 @@ int dt_st_write(dt_st_writer_t *w, const char *path, char hex[65], int64_t *byte
 
     /* The file is in place; what is left makes the rename durable. */
     rc = 0;
-    dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0) {
-        e = errno;
-        rc = dt_emsg_set(em, dt_err_errno(e), "%s: written, but cannot open %s to fsync it: %s",
-                         path, dir, strerror(e));
-    } else {
-        if (fsync(dfd) < 0 && errno != EINVAL && errno != ENOTSUP) {
-            e = errno;
-            rc = dt_emsg_set(em, dt_err_errno(e), "%s: written, but fsync of %s failed: %s", path,
-                             dir, strerror(e));
-        }
-        close(dfd);
-    }
+    /* the file is in place; this makes the rename durable */
+    dt_emsg_t sub = { "" };
+    if ((rc = dt_fsync_dir(dir, &sub)) < 0)
+        dt_emsg_set(em, rc, "%s: written, but %s", path, sub.s);
     if (hex)
         memcpy(hex, digest, 65);
     if (bytes)
