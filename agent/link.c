@@ -176,6 +176,10 @@ static void send_register(dt_agent_t *ag)
                              ag->node, "slots", ag->slots, "pid", (json_int_t)getpid());
     json_t *st = dt_task_status(ag);
     json_object_update(body, st);
+    if (ag->slurm_id > 0) {
+        json_object_set_new(body, "slurm_id", json_integer(ag->slurm_id));
+        json_object_set_new(body, "slurm_restart", json_integer(ag->slurm_restart));
+    }
     json_decref(st);
     ag->register_id = new_id(ag);
     send_frame(ag, DT_MSG_REGISTER, ag->register_id, body);
@@ -253,7 +257,10 @@ static void dispatch(dt_agent_t *ag, const dt_msg_t *m)
     case DT_MSG_JOB_END: {
         const char *st = json_string_value(json_object_get(m->body, "state"));
         dt_log_info("job=%lld ended: %s", (long long)ag->job, st ? st : "?");
-        dt_agent_stop(ag, st && strcmp(st, "completed") == 0 ? 0 : 1);
+        /* the exit status is the batch script's under Slurm: dtagentd(8) */
+        dt_agent_stop(ag, st && strcmp(st, "completed") == 0   ? 0
+                          : st && strcmp(st, "requeued") == 0 ? DT_EXIT_REQUEUE
+                                                              : 1);
         break;
     }
     default:

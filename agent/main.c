@@ -55,6 +55,7 @@ void dt_agent_stop(dt_agent_t *ag, int code)
         ag->exit_code = code;
         uv_signal_stop(&ag->sig_term);
         uv_signal_stop(&ag->sig_int);
+        uv_signal_stop(&ag->sig_usr1);
         if (dt_task_terminate(ag))
             return; /* back here from gen_maybe_ended when they are gone */
     }
@@ -71,6 +72,26 @@ static void on_signal(uv_signal_t *s, int sig)
     dt_agent_t *ag = s->loop->data;
     dt_log_info("signal %d: stopping the workers and exiting", sig);
     dt_agent_stop(ag, 1);
+}
+
+/* Slurm's warning before the time limit or a preemption (the batch
+ * script forwards its --signal=B:USR1 through srun): the coordinator
+ * decides, checkpointing the job and requeueing it. */
+static void on_usr1(uv_signal_t *s, int sig)
+{
+    dt_agent_t *ag = s->loop->data;
+    (void)sig;
+    dt_log_info("job=%lld SIGUSR1 (Slurm's time limit or preemption warning): asking the "
+                "coordinator for a checkpoint and a requeue", (long long)ag->job);
+    dt_link_send_reliable(ag, DT_MSG_PREEMPT, json_pack("{s:s}", "signal", "USR1"));
+}
+
+static int64_t env_int(const char *name)
+{
+    const char *v = getenv(name);
+    char *end;
+    long long x = v ? strtoll(v, &end, 10) : 0;
+    return v && *v && *end == '\0' && x > 0 ? x : 0;
 }
 
 /* dtengine next to this program (build tree: ../engine/dtengine; installed:
@@ -116,7 +137,12 @@ int main(int argc, char **argv)
 
     dt_log_init("dtagentd", DT_LOG_INFO);
     gethostname(host, sizeof(host) - 1);
-    ag.node = host;
+    /* under srun the node is Slurm's name for it (several slurmd may share
+     * a host), else the host name */
+    ag.node = getenv("SLURMD_NODENAME") && *getenv("SLURMD_NODENAME") ? getenv("SLURMD_NODENAME")
+                                                                       : host;
+    ag.slurm_id = env_int("SLURM_JOB_ID");
+    ag.slurm_restart = env_int("SLURM_RESTART_COUNT");
     while ((c = getopt_long(argc, argv, "vh", lo, NULL)) != -1) {
         rc = 0;
         switch (c) {
@@ -191,6 +217,8 @@ int main(int argc, char **argv)
     uv_signal_init(ag.loop, &ag.sig_int);
     uv_signal_start(&ag.sig_term, on_signal, SIGTERM);
     uv_signal_start(&ag.sig_int, on_signal, SIGINT);
+    uv_signal_init(ag.loop, &ag.sig_usr1);
+    uv_signal_start(&ag.sig_usr1, on_usr1, SIGUSR1);
     dt_log_info("job=%lld node=%s slots=%d coord=%s engine=%s state=%s started",
                 (long long)ag.job, ag.node, ag.slots, ag.coord, ag.engine, ag.state_dir);
 

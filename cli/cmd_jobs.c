@@ -174,9 +174,25 @@ int dtctl_list(dtctl_t *ctl, int argc, char **argv)
     static const col_t cols[] = {
         { "ID", "id", C_INT },           { "-NAME", "name", C_STR },
         { "-OWNER", "owner", C_USER },   { "-STATE", "state", C_STR },
-        { "-UPDATED", "updated_ms", C_TIME }, { "-REASON", "reason", C_STR },
+        { "-SLURM", "slurm_col", C_STR }, { "-UPDATED", "updated_ms", C_TIME },
+        { "-REASON", "reason", C_STR },
     };
-    print_rows(json_object_get(res, "jobs"), cols, 6);
+    /* the dt state and the Slurm job's, side by side */
+    json_t *jobs = json_object_get(res, "jobs"), *jr;
+    size_t i;
+    json_array_foreach(jobs, i, jr) {
+        json_t *sl = json_object_get(jr, "slurm");
+        char col[160] = "-";
+        if (json_is_object(sl)) {
+            const char *reason = str(sl, "reason");
+            snprintf(col, sizeof(col), "%lld %s%s%s%s", num(sl, "id"), str(sl, "state"),
+                     *reason && strcmp(reason, "None") ? " (" : "",
+                     *reason && strcmp(reason, "None") ? reason : "",
+                     *reason && strcmp(reason, "None") ? ")" : "");
+        }
+        json_object_set_new(jr, "slurm_col", json_string(col));
+    }
+    print_rows(jobs, cols, 7);
     json_decref(res);
     return DTCTL_OK;
 }
@@ -201,9 +217,26 @@ int dtctl_show(dtctl_t *ctl, int argc, char **argv)
         printf("  state     %s\n", str(j, "state"));
     printf("  created   %s\n  updated   %s\n", when(num(j, "created_ms"), b2, sizeof(b2)),
            when(num(j, "updated_ms"), b3, sizeof(b3)));
-    if (num(j, "slurm_id"))
-        printf("  slurm     %lld\n", num(j, "slurm_id"));
-    printf("  restarts  %lld\n", num(j, "restarts"));
+    json_t *sl = json_object_get(j, "slurm");
+    if (json_is_object(sl)) {
+        const char *reason = str(sl, "reason");
+        printf("  slurm     job %lld  %s%s%s%s\n", num(sl, "id"), str(sl, "state"),
+               *reason && strcmp(reason, "None") ? " (" : "",
+               *reason && strcmp(reason, "None") ? reason : "",
+               *reason && strcmp(reason, "None") ? ")" : "");
+        if (*str(sl, "nodes"))
+            printf("  nodes     %s\n", str(sl, "nodes"));
+        if (*str(sl, "exclude"))
+            printf("  excluded  %s\n", str(sl, "exclude"));
+        printf("  output    %s\n", str(sl, "output"));
+        if (num(sl, "exit_code") >= 0 && strcmp(str(sl, "state"), "RUNNING") != 0 &&
+            strcmp(str(sl, "state"), "PENDING") != 0)
+            printf("  exit      %lld\n", num(sl, "exit_code"));
+    }
+    printf("  restarts  %lld", num(j, "restarts"));
+    if (num(j, "requeues"))
+        printf("  (requeues %lld)", num(j, "requeues"));
+    printf("\n");
     if (json_is_object(plan)) {
         json_t *sec = json_object_get(plan, "seconds");
         printf("  plan      ranks=%lld tokens_per_rank=%lld memory_per_rank=%.2f GiB "
@@ -316,6 +349,26 @@ int dtctl_checkpoint(dtctl_t *ctl, int argc, char **argv)
         return rc;
     printf("job %lld: checkpoint requested (generation %lld)\n",
            json_is_integer(json_object_get(res, "id")) ? num(res, "id") : a.id, num(res, "gen"));
+    json_decref(res);
+    return DTCTL_OK;
+}
+
+int dtctl_resume(dtctl_t *ctl, int argc, char **argv)
+{
+    jobargs_t a;
+    json_t *res;
+    int rc = parse_job(ctl, argc, argv, 1, &a);
+    if (rc)
+        return rc == 100 ? DTCTL_OK : rc;
+    rc = ask(ctl, "resume", DT_MSG_RESUME, json_pack("{s:I}", "id", (json_int_t)a.id), &res);
+    if (rc != DTCTL_OK || res == NULL)
+        return rc;
+    if (num(res, "step") > 0)
+        printf("job %lld %s: resumes from the checkpoint at step %lld\n", num(res, "id"),
+               str(res, "state"), num(res, "step"));
+    else
+        printf("job %lld %s: no committed checkpoint, starts over\n", num(res, "id"),
+               str(res, "state"));
     json_decref(res);
     return DTCTL_OK;
 }

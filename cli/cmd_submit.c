@@ -4,6 +4,8 @@
  * with flags overriding it. Every spec key is also a flag: `--kv-heads 8`
  * sets kv_heads. The spec is checked here first, so a typo never reaches
  * the coordinator; the coordinator plans it and refuses what cannot run.
+ * With --dry-run the coordinator plans it and prints the batch script it
+ * would submit to Slurm, storing nothing.
  */
 #include "config.h"
 
@@ -18,10 +20,11 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: dtctl submit [SPECFILE] [--KEY VALUE ...] [--json]\n"
+    fprintf(f, "usage: dtctl submit [SPECFILE] [--KEY VALUE ...] [--dry-run] [--json]\n"
                "  every key of dt-spec(5) is a flag, '-' for '_': --kind train --model tiny\n"
                "  --tokens 64K --ranks 4 --segments 2048,8192 --dilations 1,4 --name demo\n"
-               "  --key=value works too; boolean keys take --causal / --no-causal\n");
+               "  --key=value works too; boolean keys take --causal / --no-causal\n"
+               "  --dry-run: print the Slurm batch script, submit nothing\n");
 }
 
 /* The spec key a flag names ("--kv-heads" -> "kv_heads"), its value, and
@@ -69,7 +72,7 @@ int dtctl_submit(dtctl_t *ctl, int argc, char **argv)
     dt_emsg_t em = { "" };
     const char *file = NULL;
     json_t *res = NULL;
-    int rc, i;
+    int rc, i, dry = 0;
 
     /* a spec file first (if any), then flags on top */
     for (i = 1; i < argc; i++) {
@@ -80,8 +83,9 @@ int dtctl_submit(dtctl_t *ctl, int argc, char **argv)
         if (strncmp(argv[i], "--", 2) == 0) {
             char *key;
             const char *val;
-            int used = strcmp(argv[i], "--json") == 0 ? 1 : flag(argc, argv, i, &key, &val, &em);
-            if (used > 0 && strcmp(argv[i], "--json") != 0)
+            int own = strcmp(argv[i], "--json") == 0 || strcmp(argv[i], "--dry-run") == 0;
+            int used = own ? 1 : flag(argc, argv, i, &key, &val, &em);
+            if (used > 0 && !own)
                 free(key);
             i += used > 1 ? used - 1 : 0;
             continue;
@@ -101,6 +105,10 @@ int dtctl_submit(dtctl_t *ctl, int argc, char **argv)
             continue;
         if (strcmp(argv[i], "--json") == 0) {
             ctl->json = 1;
+            continue;
+        }
+        if (strcmp(argv[i], "--dry-run") == 0) {
+            dry = 1;
             continue;
         }
         char *key = NULL;
@@ -123,10 +131,19 @@ int dtctl_submit(dtctl_t *ctl, int argc, char **argv)
     }
     char *text = dt_spec_format(&spec);
     dt_spec_free(&spec);
-    rc = dtctl_request(ctl, DT_MSG_SUBMIT, json_pack("{s:s}", "spec", text), &res, &em);
+    rc = dtctl_request(ctl, DT_MSG_SUBMIT, json_pack("{s:s, s:b}", "spec", text, "dry_run", dry),
+                       &res, &em);
     free(text);
     if (rc < 0)
         return dtctl_fail(ctl, "submit", rc, &em);
+    if (dry) {
+        if (ctl->json)
+            dtctl_print_json(res);
+        else
+            fputs(json_string_value(json_object_get(res, "script")), stdout);
+        json_decref(res);
+        return DTCTL_OK;
+    }
     if (ctl->json) {
         json_t *out = json_pack("{s:O, s:O}", "id", json_object_get(res, "id"), "state",
                                 json_object_get(res, "state"));

@@ -54,6 +54,7 @@ int dtctl_cancel(dtctl_t *ctl, int argc, char **argv);
 int dtctl_events(dtctl_t *ctl, int argc, char **argv);
 int dtctl_checkpoints(dtctl_t *ctl, int argc, char **argv);
 int dtctl_checkpoint(dtctl_t *ctl, int argc, char **argv);
+int dtctl_resume(dtctl_t *ctl, int argc, char **argv);
 int dtctl_watch(dtctl_t *ctl, int argc, char **argv);
 int dtctl_run(dtctl_t *ctl, int argc, char **argv);
 

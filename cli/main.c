@@ -30,6 +30,8 @@ static const struct command {
     { "events", dtctl_events, "JOB [--since ID]", "a job's event history" },
     { "checkpoints", dtctl_checkpoints, "JOB", "a job's checkpoints" },
     { "checkpoint", dtctl_checkpoint, "JOB", "ask a running job for a checkpoint now" },
+    { "resume", dtctl_resume, "JOB",
+      "run a failed or cancelled job again from its newest committed checkpoint" },
     { "watch", dtctl_watch, "JOB [--interval DUR]", "a job's live progress until it ends" },
     { "run", dtctl_run, "--local [SPECFILE] [options]",
       "run a job on this machine: private coordinator and agents" },

@@ -36,6 +36,11 @@
 #define DT_MSG_HDR 16
 #define DT_MSG_MAX (16u << 20) /* payload cap, checked before any allocation */
 
+/* dtagentd's exit status (and so the batch script's under Slurm) when the
+ * coordinator wants the job run again: EX_TEMPFAIL. A site may list it in
+ * slurm.conf's RequeueExit. 0 is "completed", 1 "failed, do not requeue". */
+#define DT_EXIT_REQUEUE 75
+
 /* X(name, value, direction, payload) */
 #define DT_MSG_TYPES(X)                                                              \
     /* replies */                                                                    \
@@ -45,14 +50,14 @@
     X(AUTH, 10, "client", "{cred}: munge credential, first frame over TCP")          \
     X(PING, 11, "client", "{} -> {version, server, uptime_s}")                               \
     /* dtctl */                                                                      \
-    X(SUBMIT, 20, "dtctl", "{spec} -> {id, state, plan}")                            \
+    X(SUBMIT, 20, "dtctl", "{spec, name?, dry_run?} -> {id, state, plan} or {plan, script, slurm}")                            \
     X(LIST, 21, "dtctl", "{} -> {jobs: [...]} (own jobs; admins all)")                                  \
     X(SHOW, 22, "dtctl", "{id} -> {job, spec, plan, agents, progress}")                              \
     X(CANCEL, 23, "dtctl", "{id, reason?} -> {id, state}")                           \
     X(EVENTS, 24, "dtctl", "{id, since?} -> {events: [...]}")                        \
     X(CHECKPOINTS, 25, "dtctl", "{id} -> {checkpoints: [...]}")                      \
     /* dtagentd */                                                                   \
-    X(REGISTER, 40, "agent", "{job, node, slots} -> {agent, heartbeat_ms}")          \
+    X(REGISTER, 40, "agent", "{job, node, slots, pid?, gen?, slurm_id?, slurm_restart?} -> {agent, heartbeat_ms}")          \
     X(HEARTBEAT, 41, "agent", "{agent} -> {}")                                       \
     X(PROGRESS, 42, "agent", "{agent, gen, rank, step, tokens, loss} -> {}")         \
     X(WORKER_EXIT, 43, "agent", "{agent, gen, rank, status, signal} -> {}")          \
@@ -61,6 +66,9 @@
     X(FENCE, 45, "agent", "{agent, gen, seq, data (base64)} -> {}; FENCE_DONE follows")  \
     X(GEN_ENDED, 46, "agent", "{agent, gen}: no worker of gen is left here -> {}")    \
     X(CHECKPOINT, 26, "dtctl", "{id} -> {id, gen}: checkpoint at the next step")     \
+    X(RESUME, 27, "dtctl", "{id} -> {id, state, step}: a failed or cancelled job again, "  \
+                           "from its newest committed checkpoint")                     \
+    X(PREEMPT, 47, "agent", "{agent, signal}: Slurm's warning signal arrived -> {}")     \
     /* dtcoordd -> dtagentd, pushed (id 0, no reply) */                              \
     X(GEN_START, 50, "coord", "{job, gen, nspace, ranks, nodes, procs, spec, argv, "   \
                               "resume?}: run these ranks")                           \
@@ -68,7 +76,7 @@
     X(FENCE_DONE, 52, "coord", "{gen, seq, data (base64), status}")                    \
     X(CKPT_REQUEST, 53, "coord", "{gen}: ask the workers for a checkpoint")            \
     X(STOP, 54, "coord", "{gen, checkpoint}: stop the workers at a step boundary")      \
-    X(JOB_END, 55, "coord", "{job, state}: the job is over, the agent may exit")       \
+    X(JOB_END, 55, "coord", "{job, state}: the job is over (or requeued: exit 75)")       \
     /* dtengine -> dtagentd over the worker channel (DT_AGENT_FD), id 0 */           \
     X(W_HELLO, 60, "worker", "{rank, pid}")                                            \
     X(W_PROGRESS, 61, "worker", "{rank, step, steps, tokens, loss, tokens_s, acc}")    \

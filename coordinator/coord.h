@@ -25,6 +25,17 @@ typedef struct dt_coord_conf {
     char *log_file;          /* default: stderr with -D, STATE_DIR/dtcoordd.log daemonised */
     char *pidfile;           /* default STATE_DIR/dtcoordd.pid */
     char *munge_socket;      /* munged's socket; default libmunge's */
+    /* Slurm (dt.conf(5), coordinator/alloc.c) */
+    int slurm;               /* submit every job to Slurm */
+    char *slurm_conf;        /* slurm.conf; default $SLURM_CONF, else /etc/slurm/slurm.conf */
+    char *slurm_agent;       /* dtagentd on the nodes; default SBINDIR/dtagentd */
+    char *slurm_engine;      /* dtengine on the nodes; default: the agent finds it */
+    char *slurm_coord_address; /* HOST:PORT agents connect to; default from listen */
+    char *slurm_output_dir;  /* batch output files; default STATE_DIR/slurm */
+    char *slurm_setup;       /* shell file the batch script sources first */
+    char *slurm_env;         /* NAME=VALUE ... the batch script exports */
+    int64_t slurm_poll_ms;   /* how often slurmctld is asked (default 5s) */
+    int64_t slurm_hang_timeout_ms; /* passed to the agents (default theirs) */
 } dt_coord_conf_t;
 
 const dt_conf_key_t *dt_coord_conf_keys(void);
@@ -60,6 +71,7 @@ typedef struct dt_coord {
     dt_live_agent_t **agent_tab;
     size_t agent_cap, nagents;
     struct dt_jobrun *runs;     /* jobs with agents: coordinator/run.c */
+    struct dt_alloc *alloc;     /* Slurm jobs: coordinator/alloc.c; NULL when slurm = no */
     int64_t started_ms;
     int stopping;
     int lock_fd; /* pidfile, flock'ed while running */

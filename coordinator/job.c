@@ -3,7 +3,9 @@
  * Request handlers for jobs (dtctl) and agents (dtagentd). A submitted spec
  * is parsed and planned before anything is stored: a job that cannot be
  * planned is refused with the planner's reason and leaves no row. A planned
- * job waits in `queued` until agents (or, later, Slurm) start it.
+ * job waits in `queued` until agents start it: agents started by hand or
+ * by `dtctl run --local`, or, with slurm = yes, the batch job alloc.c
+ * submits for it.
  */
 #include "config.h"
 
@@ -14,6 +16,7 @@
 #include "common/log.h"
 #include "common/mem.h"
 #include "engine/spec.h"
+#include "coordinator/alloc.h"
 #include "coordinator/auth.h"
 #include "coordinator/job.h"
 #include "coordinator/run.h"
@@ -24,7 +27,24 @@ static int is_admin(const dt_conn_t *k)
     return dt_auth_is_admin(k->uid, k->gid, k->coord->conf.admin_group);
 }
 
-static json_t *job_json(const dt_job_t *j)
+/* The job's current Slurm job as dtctl shows it, or JSON null. */
+static json_t *slurm_json(dt_db_t *db, const dt_job_t *j)
+{
+    dt_slurm_job_t s;
+    dt_emsg_t em = { "" };
+
+    if (j->slurm_id == 0 || dt_db_slurm_get(db, j->id, &s, &em) < 0)
+        return json_null();
+    json_t *o = json_pack("{s:I, s:s, s:s, s:s, s:s, s:s, s:i, s:i, s:I}", "id",
+                          (json_int_t)s.slurm_id, "state", s.state, "reason", s.reason, "nodes",
+                          s.nodes, "exclude", s.exclude, "output", s.output, "restarts",
+                          s.restarts, "exit_code", s.exit_code, "updated_ms",
+                          (json_int_t)s.updated_ms);
+    dt_slurm_job_clear(&s);
+    return o;
+}
+
+static json_t *job_json(dt_db_t *db, const dt_job_t *j)
 {
     json_t *o = json_pack("{s:I, s:s, s:i, s:s, s:I, s:i, s:I, s:I}", "id", (json_int_t)j->id,
                           "name", j->name ? j->name : "", "owner", (int)j->owner, "state",
@@ -32,6 +52,11 @@ static json_t *job_json(const dt_job_t *j)
                           "restarts", j->restarts, "created_ms", (json_int_t)j->created_ms,
                           "updated_ms", (json_int_t)j->updated_ms);
     json_object_set_new(o, "reason", j->reason ? json_string(j->reason) : json_null());
+    json_object_set_new(o, "slurm", slurm_json(db, j));
+    int requeues = 0, base = 0;
+    dt_emsg_t em = { "" };
+    dt_db_job_counts(db, j->id, &requeues, &base, &em);
+    json_object_set_new(o, "requeues", json_integer(requeues));
     return o;
 }
 
@@ -95,6 +120,28 @@ void dt_job_submit(dt_conn_t *k, const dt_msg_t *m)
         goto out;
     }
     json_t *pj = dt_plan_to_json(&req, &plan);
+    int dry = 0;
+    dt_msg_opt_bool(m, "dry_run", &dry, &em);
+    if (dry) {
+        /* what would be submitted, nothing stored */
+        dt_slurm_desc_t d = { 0 };
+        if ((rc = dt_alloc_describe(c, 0, &spec, &req, &plan, k->uid, &d, &em)) < 0) {
+            json_decref(pj);
+            dt_conn_error(k, m->id, rc, "%s", em.s);
+            goto out;
+        }
+        json_t *opts = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:s, s:s}", "name", d.name,
+                                 "nodes", (int)d.nodes, "cpus_per_task", (int)d.cpus_per_task,
+                                 "gpus_per_node", (int)d.gpus_per_node, "time_min",
+                                 (int)d.time_min, "signal_lead_s", (int)d.signal_lead_s,
+                                 "output", d.output ? d.output : "", "workdir",
+                                 d.workdir ? d.workdir : "");
+        dt_conn_reply(k, DT_MSG_OK, m->id,
+                      json_pack("{s:o, s:s, s:o}", "plan", pj, "script", d.script, "slurm",
+                                opts));
+        dt_slurm_desc_clear(&d);
+        goto out;
+    }
     plan_text = json_dumps(pj, JSON_COMPACT);
     canon = dt_spec_format(&spec);
     /* submitted, planned, queued: three events, one transaction */
@@ -103,7 +150,8 @@ void dt_job_submit(dt_conn_t *k, const dt_msg_t *m)
     if ((rc = dt_db_job_create(c->db, spec.name ? spec.name : "job", k->uid, canon, &id, &em)) < 0 ||
         (rc = dt_db_job_plan(c->db, id, plan_text, &em)) < 0 ||
         (rc = dt_db_job_transition(c->db, id, DT_JOB_QUEUED, NULL,
-                                   "waiting for agents to register", &em)) < 0) {
+                                   c->alloc ? "submitting to Slurm"
+                                            : "waiting for agents to register", &em)) < 0) {
         dt_db_rollback(c->db);
         goto fail;
     }
@@ -119,6 +167,7 @@ void dt_job_submit(dt_conn_t *k, const dt_msg_t *m)
     dt_conn_reply(k, DT_MSG_OK, m->id,
                   json_pack("{s:I, s:s, s:o}", "id", (json_int_t)id, "state", "queued", "plan",
                             pj));
+    dt_alloc_submit(c, id);
 out:
     free(canon);
     free(plan_text);
@@ -126,9 +175,15 @@ out:
     dt_spec_free(&spec);
 }
 
+typedef struct list_ctx {
+    dt_db_t *db;
+    json_t *jobs;
+} list_ctx_t;
+
 static int list_cb(const dt_job_t *j, void *arg)
 {
-    json_array_append_new(arg, job_json(j));
+    list_ctx_t *x = arg;
+    json_array_append_new(x->jobs, job_json(x->db, j));
     return 0;
 }
 
@@ -136,7 +191,8 @@ void dt_job_list(dt_conn_t *k, const dt_msg_t *m)
 {
     dt_emsg_t em = { "" };
     json_t *jobs = json_array();
-    int rc = dt_db_job_list(k->coord->db, is_admin(k) ? -1 : (int64_t)k->uid, list_cb, jobs, &em);
+    list_ctx_t x = { k->coord->db, jobs };
+    int rc = dt_db_job_list(k->coord->db, is_admin(k) ? -1 : (int64_t)k->uid, list_cb, &x, &em);
 
     if (rc < 0) {
         json_decref(jobs);
@@ -176,7 +232,7 @@ void dt_job_show(dt_conn_t *k, const dt_msg_t *m)
                                                   "tokens", (json_int_t)a->tokens, "loss",
                                                   a->loss));
     json_t *plan = j.plan ? json_loads(j.plan, 0, NULL) : NULL;
-    json_t *reply = json_pack("{s:o, s:s, s:o, s:o, s:o}", "job", job_json(&j), "spec",
+    json_t *reply = json_pack("{s:o, s:s, s:o, s:o, s:o}", "job", job_json(k->coord->db, &j), "spec",
                               j.spec ? j.spec : "", "plan", plan ? plan : json_null(), "agents",
                               agents, "progress", prog);
     dt_run_show(k->coord, j.id, reply);
@@ -228,6 +284,7 @@ void dt_job_cancel(dt_conn_t *k, const dt_msg_t *m)
     }
     dt_log_info("job=%lld uid=%u cancelled", (long long)j.id, (unsigned)k->uid);
     dt_run_cancelled(k->coord, j.id);
+    dt_alloc_job_ended(k->coord, j.id, 1);
     dt_conn_reply(k, DT_MSG_OK, m->id,
                   json_pack("{s:I, s:s}", "id", (json_int_t)j.id, "state", "cancelled"));
 out:
@@ -326,6 +383,14 @@ void dt_agent_register(dt_conn_t *k, const dt_msg_t *m)
     if (dt_job_state_terminal(j.state)) {
         dt_conn_error(k, m->id, DT_ESTATE, "job %lld is %s", (long long)jid,
                       dt_job_state_name(j.state));
+        goto out;
+    }
+    int64_t slurm_id = 0, restart = 0;
+    if ((rc = dt_msg_opt_int(m, "slurm_id", &slurm_id, &em)) < 0 ||
+        (rc = dt_msg_opt_int(m, "slurm_restart", &restart, &em)) < 0 ||
+        (rc = dt_alloc_agent(c, jid, slurm_id, restart, &em)) < 0) {
+        dt_log_info("job=%lld node=%s: registration refused: %s", (long long)jid, node, em.s);
+        dt_conn_error(k, m->id, rc, "%s", em.s);
         goto out;
     }
     if ((rc = dt_db_agent_register(c->db, jid, node, (int)slots, &aid, &em)) < 0) {
@@ -568,4 +633,57 @@ int dt_agent_reload(dt_coord_t *c, dt_emsg_t *em)
         dt_log_info("agents=%zu from before the restart: waiting for them to re-register",
                     c->nagents);
     return rc;
+}
+
+void dt_agent_preempt(dt_conn_t *k, const dt_msg_t *m)
+{
+    dt_live_agent_t *a = own_agent(k, m);
+    if (a == NULL)
+        return;
+    dt_conn_reply(k, DT_MSG_OK, m->id, NULL);
+    dt_run_preempt(k->coord, a, m);
+}
+
+static int newest_cb(const dt_checkpoint_t *ck, void *arg)
+{
+    if (strcmp(ck->state, "committed") == 0 && ck->step > *(int64_t *)arg)
+        *(int64_t *)arg = ck->step;
+    return 0;
+}
+
+void dt_job_resume(dt_conn_t *k, const dt_msg_t *m)
+{
+    dt_coord_t *c = k->coord;
+    dt_emsg_t em = { "" };
+    char detail[300];
+    int64_t step = 0;
+    dt_job_t j;
+    int rc;
+
+    if (load_visible(k, m, &j) < 0)
+        return;
+    if (j.state != DT_JOB_FAILED && j.state != DT_JOB_CANCELLED) {
+        dt_conn_error(k, m->id, DT_ESTATE, "job %lld is %s: only a failed or cancelled job "
+                      "resumes", (long long)j.id, dt_job_state_name(j.state));
+        goto out;
+    }
+    dt_db_checkpoints(c->db, j.id, newest_cb, &step, &em);
+    if (step > 0)
+        snprintf(detail, sizeof(detail), "resumed by uid %u from the checkpoint at step %lld",
+                 (unsigned)k->uid, (long long)step);
+    else
+        snprintf(detail, sizeof(detail), "resumed by uid %u from the start (no committed "
+                 "checkpoint)", (unsigned)k->uid);
+    if ((rc = dt_db_job_resume(c->db, j.id, detail, &em)) < 0) {
+        dt_conn_error(k, m->id, rc, "%s", em.s);
+        goto out;
+    }
+    dt_run_resumed(c, j.id);
+    dt_log_info("job=%lld uid=%u %s", (long long)j.id, (unsigned)k->uid, detail);
+    dt_conn_reply(k, DT_MSG_OK, m->id,
+                  json_pack("{s:I, s:s, s:I}", "id", (json_int_t)j.id, "state", "queued", "step",
+                            (json_int_t)step));
+    dt_alloc_submit(c, j.id);
+out:
+    dt_job_clear(&j);
 }

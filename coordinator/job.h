@@ -19,6 +19,9 @@ void dt_job_cancel(dt_conn_t *k, const dt_msg_t *m);
 void dt_job_events(dt_conn_t *k, const dt_msg_t *m);
 void dt_job_checkpoints(dt_conn_t *k, const dt_msg_t *m);
 void dt_job_checkpoint(dt_conn_t *k, const dt_msg_t *m);
+/* A failed or cancelled job back to queued, from its newest committed
+ * checkpoint, with a fresh restart budget (and a new Slurm job). */
+void dt_job_resume(dt_conn_t *k, const dt_msg_t *m);
 
 void dt_agent_register(dt_conn_t *k, const dt_msg_t *m);
 void dt_agent_heartbeat(dt_conn_t *k, const dt_msg_t *m);
@@ -27,6 +30,7 @@ void dt_agent_worker_exit(dt_conn_t *k, const dt_msg_t *m);
 void dt_agent_shard_written(dt_conn_t *k, const dt_msg_t *m);
 void dt_agent_fence(dt_conn_t *k, const dt_msg_t *m);
 void dt_agent_gen_ended(dt_conn_t *k, const dt_msg_t *m);
+void dt_agent_preempt(dt_conn_t *k, const dt_msg_t *m);
 
 /* At start-up: agents registered before a restart are expected back. */
 int dt_agent_reload(dt_coord_t *c, dt_emsg_t *em);

@@ -27,6 +27,7 @@
 #include "common/log.h"
 #include "common/mem.h"
 #include "coordinator/conn.h"
+#include "coordinator/alloc.h"
 #include "coordinator/coord.h"
 #include "coordinator/daemon.h"
 #include "coordinator/job.h"
@@ -57,6 +58,26 @@ static const dt_conf_key_t conf_keys[] = {
       "pidfile (default STATE_DIR/dtcoordd.pid)" },
     { "munge_socket", DT_CONF_STRING, offsetof(dt_coord_conf_t, munge_socket), 0, 0, 0, 0,
       "munged's socket (default: libmunge's)" },
+    { "slurm", DT_CONF_BOOL, offsetof(dt_coord_conf_t, slurm), 0, 0, 0, 0,
+      "yes: submit every job to Slurm as a batch job (default no)" },
+    { "slurm_conf", DT_CONF_STRING, offsetof(dt_coord_conf_t, slurm_conf), 0, 0, 0, 0,
+      "slurm.conf (default $SLURM_CONF, else /etc/slurm/slurm.conf)" },
+    { "slurm_agent", DT_CONF_STRING, offsetof(dt_coord_conf_t, slurm_agent), 0, 0, 0, 0,
+      "dtagentd's path on the compute nodes (default SBINDIR/dtagentd)" },
+    { "slurm_engine", DT_CONF_STRING, offsetof(dt_coord_conf_t, slurm_engine), 0, 0, 0, 0,
+      "dtengine's path on the compute nodes (default: found by the agent)" },
+    { "slurm_coord_address", DT_CONF_STRING, offsetof(dt_coord_conf_t, slurm_coord_address), 0,
+      0, 0, 0, "HOST:PORT the agents connect to (default: listen)" },
+    { "slurm_output_dir", DT_CONF_STRING, offsetof(dt_coord_conf_t, slurm_output_dir), 0, 0, 0,
+      0, "directory of the batch jobs' output (default STATE_DIR/slurm)" },
+    { "slurm_setup", DT_CONF_STRING, offsetof(dt_coord_conf_t, slurm_setup), 0, 0, 0, 0,
+      "shell file the batch script sources before it starts the agents" },
+    { "slurm_env", DT_CONF_STRING, offsetof(dt_coord_conf_t, slurm_env), 0, 0, 0, 0,
+      "NAME=VALUE words the batch script exports" },
+    { "slurm_poll", DT_CONF_DURATION, offsetof(dt_coord_conf_t, slurm_poll_ms), 100, 3600000, 0,
+      0, "how often slurmctld is asked about each job (default 5s)" },
+    { "slurm_hang_timeout", DT_CONF_DURATION, offsetof(dt_coord_conf_t, slurm_hang_timeout_ms),
+      100, 86400000, 0, 0, "the agents' --hang-timeout (default theirs, 60s)" },
     { NULL, 0, 0, 0, 0, 0, 0, NULL },
 };
 
@@ -106,7 +127,8 @@ static int load_conf(const char *path, dt_coord_conf_t *cf, dt_emsg_t *em)
     }
     /* the daemon runs from /: make every path absolute while we know the
      * directory it was started in */
-    char **paths[] = { &n.state_dir, &n.socket, &n.log_file, &n.pidfile, &n.munge_socket };
+    char **paths[] = { &n.state_dir, &n.socket, &n.log_file, &n.pidfile, &n.munge_socket,
+                       &n.slurm_conf, &n.slurm_output_dir };
     char cwd[4096];
     for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
         char *p = *paths[i];
@@ -212,6 +234,7 @@ void dt_coord_stop(dt_coord_t *c)
     for (dt_conn_t *k = c->conns; k; k = k->next)
         dt_conn_close(k);
     uv_close((uv_handle_t *)&c->sweep, NULL);
+    dt_alloc_close(c);
     uv_close((uv_handle_t *)&c->sig_term, NULL);
     uv_close((uv_handle_t *)&c->sig_int, NULL);
     uv_close((uv_handle_t *)&c->sig_hup, NULL);
@@ -312,6 +335,8 @@ int main(int argc, char **argv)
         goto fail_loop;
     if (c.conf.listen && *c.conf.listen && dt_listen_tcp(&c, c.conf.listen, &em) < 0)
         goto fail_loop;
+    if (dt_alloc_init(&c, &em) < 0)
+        goto fail_loop;
 
     /* signals and the agent sweep */
     uv_signal_start(&c.sig_term, on_signal, SIGTERM);
@@ -348,6 +373,7 @@ out_loop:
     free(c.agent_tab);
     uv_loop_close(&loop);
     dt_run_free_all(&c);
+    dt_alloc_free(&c);
 out_db:
     dt_db_close(c.db);
     if (c.lock_fd >= 0) {

@@ -118,6 +118,8 @@ static const struct rpc {
     { DT_MSG_FENCE, 1, dt_agent_fence },
     { DT_MSG_GEN_ENDED, 1, dt_agent_gen_ended },
     { DT_MSG_CHECKPOINT, 1, dt_job_checkpoint },
+    { DT_MSG_RESUME, 1, dt_job_resume },
+    { DT_MSG_PREEMPT, 1, dt_agent_preempt },
 };
 
 void dt_rpc_dispatch(dt_conn_t *k, const dt_msg_t *m)

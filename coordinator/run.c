@@ -25,6 +25,7 @@
 #include "common/fileio.h"
 #include "common/log.h"
 #include "common/mem.h"
+#include "coordinator/alloc.h"
 #include "coordinator/planner.h"
 #include "coordinator/run.h"
 #include "db/db.h"
@@ -66,6 +67,7 @@ typedef struct dt_jobrun {
     int64_t *agent_of;      /* [R] */
     rank_info_t *ranks;     /* [R] */
     int64_t *gen_agents;    /* distinct agents of the generation */
+    char **gen_nodes;       /* [ngen] their node names */
     int *ended;             /* [ngen] GEN_ENDED (or lost) */
     int ngen;
     int nok;
@@ -76,6 +78,9 @@ typedef struct dt_jobrun {
     int64_t fail_step;      /* step of the last failure, -1 none */
     int max_restarts;
     int restarts;
+    int restart_base;       /* restarts at the last resume */
+    char *lost_nodes;       /* nodes whose agents were lost ("a,b"), for a Slurm requeue */
+    int stop_requeue;       /* the planned stop ends in a requeue, not a cancel */
     int64_t abort_ms;
     json_t *result;
     char *pending_reason;   /* why the generation is being aborted */
@@ -128,6 +133,10 @@ static jobrun_t *run_find(dt_coord_t *c, int64_t job)
 
 static void gen_clear(jobrun_t *r)
 {
+    for (int i = 0; r->gen_nodes && i < r->ngen; i++)
+        free(r->gen_nodes[i]);
+    free(r->gen_nodes);
+    r->gen_nodes = NULL;
     free(r->agent_of);
     free(r->ranks);
     free(r->gen_agents);
@@ -154,6 +163,7 @@ static void run_free(jobrun_t *r)
     free(r->spec_text);
     free(r->ckpt_root);
     free(r->pending_reason);
+    free(r->lost_nodes);
     json_decref(r->result);
     free(r);
 }
@@ -173,6 +183,8 @@ static jobrun_t *run_get(dt_coord_t *c, int64_t job)
     r->fail_step = -1;
     r->spec_text = dt_xstrdup(j.spec ? j.spec : "");
     r->restarts = j.restarts;
+    int requeues;
+    dt_db_job_counts(c->db, job, &requeues, &r->restart_base, &em);
     if (dt_spec_parse("spec", r->spec_text, &r->spec, &em) < 0)
         dt_log_error("job=%lld: stored spec does not parse: %s", (long long)job, em.s);
     json_t *plan = j.plan ? json_loads(j.plan, 0, NULL) : NULL;
@@ -356,6 +368,22 @@ static void end_job(dt_coord_t *c, jobrun_t *r, enum dt_job_state to, const char
                                               name));
         }
     transition(c, r->job, to, NULL, why);
+    dt_alloc_job_ended(c, r->job, to == DT_JOB_CANCELLED);
+}
+
+/* Under Slurm, a node set that must change is a requeue: the lost nodes
+ * are excluded, the next run's agents resume from the newest committed
+ * checkpoint. */
+static int requeue(dt_coord_t *c, jobrun_t *r, bool failure, const char *why)
+{
+    dt_emsg_t em = { "" };
+    int rc = dt_alloc_requeue(c, r->job, r->lost_nodes, failure, why, &em);
+    if (rc < 0) {
+        char d[800];
+        snprintf(d, sizeof(d), "%s; and the requeue failed: %s", why, em.s);
+        end_job(c, r, DT_JOB_FAILED, d);
+    }
+    return rc;
 }
 
 /* Re-plan on R' < R ranks that fit in `slots`: the largest the planner
@@ -406,6 +434,14 @@ static void gen_start(dt_coord_t *c, jobrun_t *r)
         }
     for (int i = 0; i < nlive; i++)
         slots += live[i]->slots;
+    if (slots < r->R && dt_alloc_is_slurm(c, r->job)) {
+        char why[300];
+        snprintf(why, sizeof(why), "%d ranks need %d slots, %d on live agents", r->R, r->R,
+                 slots);
+        free(live);
+        requeue(c, r, true, why);
+        return;
+    }
     if (slots < r->R) {
         int R = replan(r, slots);
         if (R == 0) {
@@ -425,11 +461,13 @@ static void gen_start(dt_coord_t *c, jobrun_t *r)
     r->agent_of = dt_xcalloc((size_t)r->R, sizeof(*r->agent_of));
     r->ranks = dt_xcalloc((size_t)r->R, sizeof(*r->ranks));
     r->gen_agents = dt_xcalloc((size_t)nlive, sizeof(*r->gen_agents));
+    r->gen_nodes = dt_xcalloc((size_t)nlive, sizeof(*r->gen_nodes));
     r->ended = dt_xcalloc((size_t)nlive, sizeof(*r->ended));
     int *node_of = dt_xcalloc((size_t)r->R, sizeof(*node_of));
     json_t *nodes = json_array(), *procs = json_array();
     for (int i = 0, rank = 0; i < nlive && rank < r->R; i++) {
         r->gen_agents[r->ngen] = live[i]->id;
+        r->gen_nodes[r->ngen] = dt_xstrdup(live[i]->node);
         json_array_append_new(nodes, json_string(live[i]->node));
         for (int s = 0; s < live[i]->slots && rank < r->R; s++, rank++) {
             r->agent_of[rank] = live[i]->id;
@@ -512,6 +550,8 @@ static void fail_gen(dt_coord_t *c, jobrun_t *r, int rank, const char *why, int6
         r->restarts = j.restarts;
         dt_job_clear(&j);
     }
+    int requeues;
+    dt_db_job_counts(c->db, r->job, &requeues, &r->restart_base, &em);
     if (step >= 0 && step == r->fail_step) {
         char d[800];
         snprintf(d, sizeof(d), "deterministic failure: it happened twice at step %lld (%s)",
@@ -520,7 +560,7 @@ static void fail_gen(dt_coord_t *c, jobrun_t *r, int rank, const char *why, int6
         end_job(c, r, DT_JOB_FAILED, d);
         return;
     }
-    if (r->restarts >= r->max_restarts) {
+    if (r->restarts - r->restart_base >= r->max_restarts) {
         char d[800];
         snprintf(d, sizeof(d), "restart budget of %d used up (%s)", r->max_restarts, why);
         end_job(c, r, DT_JOB_FAILED, d);
@@ -687,7 +727,10 @@ void dt_run_worker_exit(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
                      ri->ok ? "stopped after a checkpoint" : "the stop was interrupted by a failure",
                      (long long)max_step(r));
             dt_db_gen_end(c->db, r->job, r->gen, "stopped", &em);
-            end_job(c, r, DT_JOB_CANCELLED, d);
+            if (r->stop_requeue)
+                requeue(c, r, false, d); /* resumes from the newest committed checkpoint */
+            else
+                end_job(c, r, DT_JOB_CANCELLED, d);
         }
         return;
     }
@@ -863,6 +906,12 @@ void dt_run_agent_lost(dt_coord_t *c, int64_t job, int64_t agent)
     if (gi < 0)
         return; /* a spare */
     r->ended[gi] = 1;
+    if (r->gen_nodes && r->gen_nodes[gi]) {
+        char *l = r->lost_nodes ? dt_xasprintf("%s,%s", r->lost_nodes, r->gen_nodes[gi])
+                                : dt_xstrdup(r->gen_nodes[gi]);
+        free(r->lost_nodes);
+        r->lost_nodes = l;
+    }
     for (int i = 0; i < r->R; i++)
         if (r->agent_of[i] == agent && !r->ranks[i].exited)
             r->ranks[i].state = "lost";
@@ -905,6 +954,7 @@ int dt_run_stop(dt_coord_t *c, int64_t job, const char *why, dt_emsg_t *em)
                            (long long)job);
     free(r->pending_reason);
     r->pending_reason = dt_xstrdup(why);
+    r->stop_requeue = 0;
     r->phase = PH_STOPPING;
     r->abort_ms = dt_coord_mono_ms();
     for (int i = 0; i < r->ngen; i++)
@@ -913,6 +963,90 @@ int dt_run_stop(dt_coord_t *c, int64_t job, const char *why, dt_emsg_t *em)
     event(c, job, "stop_requested", "gen=%d at step %lld: checkpoint, then stop (%s)", r->gen,
           (long long)max_step(r), why);
     return 0;
+}
+
+void dt_run_requeued(dt_coord_t *c, int64_t job)
+{
+    jobrun_t *r = run_find(c, job);
+    dt_emsg_t em = { "" };
+    dt_gen_t g = { 0 };
+
+    /* the old run's agents exit (75) if Slurm has not killed them yet */
+    for (dt_live_agent_t *a = c->agents, *next; a; a = next) {
+        next = a->next;
+        if (a->job != job)
+            continue;
+        if (r && r->gen && gen_index(r, a->id) >= 0 && r->phase != PH_WAITING)
+            push(a, DT_MSG_GEN_ABORT, json_pack("{s:i, s:s}", "gen", r->gen, "reason",
+                                                "requeued"));
+        push(a, DT_MSG_JOB_END, json_pack("{s:I, s:s}", "job", (json_int_t)job, "state",
+                                          "requeued"));
+        if (dt_db_agent_set_state(c->db, a->id, "gone", dt_coord_wall_ms(), &em) < 0)
+            dt_log_warn("agent=%lld: %s", (long long)a->id, em.s);
+        if (a->conn)
+            a->conn->agent = 0;
+        dt_coord_agent_remove(c, a->id);
+    }
+    if (r == NULL)
+        return;
+    if (dt_db_gen_last(c->db, job, &g, &em) == 0 && g.gen > 0 && g.ended_ms == 0)
+        dt_db_gen_end(c->db, job, g.gen, "requeued", &em);
+    dt_gen_clear(&g);
+    gen_clear(r);
+    free(r->lost_nodes);
+    r->lost_nodes = NULL;
+    free(r->pending_reason);
+    r->pending_reason = NULL;
+    r->stop_requeue = 0;
+    r->told = 0;
+    r->phase = PH_WAITING;
+}
+
+void dt_run_preempt(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
+{
+    jobrun_t *r = run_find(c, a->job);
+    dt_emsg_t em = { "" };
+    const char *sig = "USR1";
+    char why[400];
+
+    dt_msg_opt_str(m, "signal", &sig, &em);
+    if (r == NULL || r->phase == PH_DONE || r->phase == PH_STOPPING || r->phase == PH_WAITING)
+        return; /* every agent sends it: the first one decides */
+    if (!dt_alloc_is_slurm(c, r->job)) {
+        event(c, r->job, "signal_ignored", "agent %lld (%s) got SIG%s, which only means "
+              "something under Slurm", (long long)a->id, a->node, sig);
+        return;
+    }
+    snprintf(why, sizeof(why), "SIG%s from Slurm on %s (time limit or preemption near)", sig,
+             a->node);
+    if (r->phase == PH_RUNNING) {
+        r->stop_requeue = 1;
+        free(r->pending_reason);
+        r->pending_reason = dt_xstrdup(why);
+        r->phase = PH_STOPPING;
+        r->abort_ms = dt_coord_mono_ms();
+        for (int i = 0; i < r->ngen; i++)
+            push(dt_coord_agent_find(c, r->gen_agents[i]), DT_MSG_STOP,
+                 json_pack("{s:i, s:b}", "gen", r->gen, "checkpoint", 1));
+        event(c, r->job, "preempt_requested", "gen=%d at step %lld: %s: checkpoint, stop, "
+              "requeue", r->gen, (long long)max_step(r), why);
+        return;
+    }
+    /* starting or recovering: nothing new to save; requeue now */
+    event(c, r->job, "preempt_requested", "%s: not running, requeue from the newest committed "
+          "checkpoint", why);
+    requeue(c, r, false, why);
+}
+
+void dt_run_resumed(dt_coord_t *c, int64_t job)
+{
+    for (jobrun_t **pp = &c->runs; *pp; pp = &(*pp)->next)
+        if ((*pp)->job == job) {
+            jobrun_t *r = *pp;
+            *pp = r->next;
+            run_free(r);
+            return;
+        }
 }
 
 void dt_run_cancelled(dt_coord_t *c, int64_t job)

@@ -47,6 +47,16 @@ int dt_run_checkpoint(dt_coord_t *c, int64_t job, int *gen, dt_emsg_t *em);
 int dt_run_stop(dt_coord_t *c, int64_t job, const char *why, dt_emsg_t *em);
 /* The job was cancelled: stop its workers and release its agents. */
 void dt_run_cancelled(dt_coord_t *c, int64_t job);
+/* alloc.c requeued the job's Slurm job (the job is queued again): the
+ * old run's agents are told to exit and forgotten, the next run's agents
+ * start the next generation from the newest committed checkpoint. */
+void dt_run_requeued(dt_coord_t *c, int64_t job);
+/* PREEMPT from an agent (Slurm's warning signal): a running generation
+ * checkpoints and stops, then the job is requeued; one that is not running
+ * is requeued now. Ignored, with an event, for a job not run by Slurm. */
+void dt_run_preempt(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m);
+/* dtctl resume moved the job back to queued: forget its finished run. */
+void dt_run_resumed(dt_coord_t *c, int64_t job);
 /* SHOW: adds "gen", "ranks" and per-agent "pid"/"spare" to the reply. */
 void dt_run_show(dt_coord_t *c, int64_t job, json_t *reply);
 

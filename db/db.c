@@ -74,6 +74,7 @@ static const char *const set_version[] = {
     "PRAGMA user_version = 1",
     "PRAGMA user_version = 2",
     "PRAGMA user_version = 3",
+    "PRAGMA user_version = 4",
 };
 _Static_assert(NELEM(set_version) == DT_DB_VERSION + 1, "one set_version per schema version");
 
@@ -165,7 +166,28 @@ _Static_assert(NELEM(set_version) == DT_DB_VERSION + 1, "one set_version per sch
       "ORDER BY rank")                                                                             \
     X(RANK_SET, 3,                                                                                 \
       "UPDATE ranks SET state = ?4, step = ?5, pid = ?6 "                                          \
-      "WHERE job_id = ?1 AND gen = ?2 AND rank = ?3")
+      "WHERE job_id = ?1 AND gen = ?2 AND rank = ?3")                                              \
+    X(SLURM_INSERT, 4,                                                                             \
+      "INSERT INTO slurm_jobs (slurm_id, job_id, exclude, output, submitted_ms, updated_ms) "      \
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?5)")                                                           \
+    X(SLURM_FIND, 4, "SELECT job_id FROM slurm_jobs WHERE slurm_id = ?1")                          \
+    X(JOB_SET_SLURM, 4, "UPDATE jobs SET slurm_id = ?2, updated_ms = ?3 WHERE id = ?1")            \
+    X(SLURM_GET, 4,                                                                                \
+      "SELECT s.slurm_id, s.job_id, s.state, s.reason, s.nodes, s.exclude, s.output, "             \
+      "s.restarts, s.exit_code, s.submitted_ms, s.updated_ms FROM jobs j "                         \
+      "JOIN slurm_jobs s ON s.slurm_id = j.slurm_id WHERE j.id = ?1")                              \
+    X(SLURM_READ, 4,                                                                               \
+      "SELECT job_id, state, reason, nodes, restarts FROM slurm_jobs WHERE slurm_id = ?1")         \
+    X(SLURM_SET, 4,                                                                                \
+      "UPDATE slurm_jobs SET state = ?2, reason = ?3, nodes = ?4, exclude = ?5, restarts = ?6, "   \
+      "exit_code = ?7, updated_ms = ?8 WHERE slurm_id = ?1")                                       \
+    X(JOB_REQUEUE, 4,                                                                              \
+      "UPDATE jobs SET state = 'queued', reason = ?2, updated_ms = ?3, requeues = requeues + 1, "  \
+      "restarts = restarts + ?4 WHERE id = ?1")                                                    \
+    X(JOB_RESUME, 4,                                                                               \
+      "UPDATE jobs SET state = 'queued', reason = ?2, updated_ms = ?3, restart_base = restarts, "  \
+      "slurm_id = 0 WHERE id = ?1")                                                                \
+    X(JOB_COUNTS, 4, "SELECT requeues, restart_base FROM jobs WHERE id = ?1")
 
 enum stmt {
 #define STMT_ENUM(name, ver, sql) S_##name,
@@ -1788,5 +1810,268 @@ int dt_db_rank_set(dt_db_t *db, int64_t job, int gen, int rank, const char *stat
     return tx_commit(db, em, ctx);
 fail:
     tx_rollback(db);
+    return err;
+}
+
+/*-- Slurm jobs ---------------------------------------------------------------*/
+
+static int need_v4(dt_db_t *db, dt_emsg_t *em)
+{
+    if (db->version >= 4)
+        return 0;
+    return dt_emsg_set(em, DT_ENOTSUP,
+                       "%s: schema version %d has no Slurm jobs (open it with dt_db_open to "
+                       "migrate)",
+                       db->path, db->version);
+}
+
+void dt_slurm_job_clear(dt_slurm_job_t *s)
+{
+    free(s->state);
+    free(s->reason);
+    free(s->nodes);
+    free(s->exclude);
+    free(s->output);
+    memset(s, 0, sizeof(*s));
+}
+
+int dt_db_slurm_submitted(dt_db_t *db, int64_t job, int64_t slurm_id, const char *output,
+                          const char *exclude, const char *detail, dt_emsg_t *em)
+{
+    sqlite3_stmt *st;
+    enum dt_job_state s;
+    int64_t t = now_ms();
+    char ctx[96], d[600];
+    int rc = SQLITE_OK, err;
+
+    if ((err = need_v4(db, em)) != 0)
+        return err;
+    if (slurm_id <= 0)
+        return dt_emsg_set(em, DT_EINVAL, "job %" PRId64 ": Slurm job id %" PRId64 " is not "
+                           "positive", job, slurm_id);
+    snprintf(ctx, sizeof(ctx), "job %" PRId64 ": record Slurm job %" PRId64, job, slurm_id);
+    if ((err = tx_begin(db, em, ctx)) != 0)
+        return err;
+    if ((err = job_state(db, job, &s, em, ctx)) != 0)
+        goto fail;
+    st = db->st[S_SLURM_FIND];
+    bind_i64(st, 1, slurm_id, &rc);
+    rc = step(st, rc);
+    reset(st);
+    if (rc == SQLITE_ROW) {
+        err = dt_emsg_set(em, DT_EEXIST, "%s: already recorded", ctx);
+        goto fail;
+    } else if (rc != SQLITE_DONE) {
+        err = sq_fail(db, em, rc, ctx);
+        goto fail;
+    }
+    st = db->st[S_SLURM_INSERT];
+    rc = SQLITE_OK;
+    bind_i64(st, 1, slurm_id, &rc);
+    bind_i64(st, 2, job, &rc);
+    bind_str(st, 3, exclude ? exclude : "", &rc);
+    bind_str(st, 4, output ? output : "", &rc);
+    bind_i64(st, 5, t, &rc);
+    if ((err = run(db, st, rc, em, ctx)) != 0)
+        goto fail;
+    st = db->st[S_JOB_SET_SLURM];
+    rc = SQLITE_OK;
+    bind_i64(st, 1, job, &rc);
+    bind_i64(st, 2, slurm_id, &rc);
+    bind_i64(st, 3, t, &rc);
+    if ((err = run(db, st, rc, em, ctx)) != 0)
+        goto fail;
+    snprintf(d, sizeof(d), "slurm job %" PRId64 "%s%s", slurm_id, detail ? ": " : "",
+             detail ? detail : "");
+    if ((err = event_insert(db, job, t, "slurm_submitted", s, d, em, ctx)) != 0)
+        goto fail;
+    return tx_commit(db, em, ctx);
+fail:
+    tx_rollback(db);
+    return err;
+}
+
+int dt_db_slurm_get(dt_db_t *db, int64_t job, dt_slurm_job_t *out, dt_emsg_t *em)
+{
+    sqlite3_stmt *st;
+    int rc = SQLITE_OK, err = 0;
+
+    memset(out, 0, sizeof(*out));
+    if ((err = need_v4(db, em)) != 0)
+        return err;
+    st = db->st[S_SLURM_GET];
+    bind_i64(st, 1, job, &rc);
+    rc = step(st, rc);
+    if (rc == SQLITE_ROW) {
+        out->slurm_id = sqlite3_column_int64(st, 0);
+        out->job = sqlite3_column_int64(st, 1);
+        out->state = col_str(st, 2);
+        out->reason = col_str(st, 3);
+        out->nodes = col_str(st, 4);
+        out->exclude = col_str(st, 5);
+        out->output = col_str(st, 6);
+        out->restarts = sqlite3_column_int(st, 7);
+        out->exit_code = sqlite3_column_int(st, 8);
+        out->submitted_ms = sqlite3_column_int64(st, 9);
+        out->updated_ms = sqlite3_column_int64(st, 10);
+    } else if (rc == SQLITE_DONE) {
+        err = dt_emsg_set(em, DT_ENOENT, "job %" PRId64 ": no Slurm job", job);
+    } else {
+        err = sq_fail(db, em, rc, "read Slurm job");
+    }
+    reset(st);
+    return err;
+}
+
+static int str_differs(sqlite3_stmt *st, int col, const char *s)
+{
+    const unsigned char *v = sqlite3_column_text(st, col);
+    return strcmp(v ? (const char *)v : "", s ? s : "") != 0;
+}
+
+int dt_db_slurm_update(dt_db_t *db, const dt_slurm_job_t *s, int *changed, dt_emsg_t *em)
+{
+    sqlite3_stmt *st;
+    enum dt_job_state js;
+    int64_t t = now_ms(), job = 0;
+    char ctx[96], d[1600];
+    int rc = SQLITE_OK, err, diff = 0;
+
+    *changed = 0;
+    if ((err = need_v4(db, em)) != 0)
+        return err;
+    snprintf(ctx, sizeof(ctx), "Slurm job %" PRId64 ": update", s->slurm_id);
+    if ((err = tx_begin(db, em, ctx)) != 0)
+        return err;
+    st = db->st[S_SLURM_READ];
+    bind_i64(st, 1, s->slurm_id, &rc);
+    rc = step(st, rc);
+    if (rc == SQLITE_ROW) {
+        job = sqlite3_column_int64(st, 0);
+        diff = str_differs(st, 1, s->state) || str_differs(st, 2, s->reason) ||
+               str_differs(st, 3, s->nodes) || sqlite3_column_int(st, 4) != s->restarts;
+    }
+    reset(st);
+    if (rc == SQLITE_DONE) {
+        err = dt_emsg_set(em, DT_ENOENT, "Slurm job %" PRId64 ": not a job of dt's",
+                          s->slurm_id);
+        goto fail;
+    } else if (rc != SQLITE_ROW) {
+        err = sq_fail(db, em, rc, ctx);
+        goto fail;
+    }
+    st = db->st[S_SLURM_SET];
+    rc = SQLITE_OK;
+    bind_i64(st, 1, s->slurm_id, &rc);
+    bind_str(st, 2, s->state ? s->state : "", &rc);
+    bind_str(st, 3, s->reason ? s->reason : "", &rc);
+    bind_str(st, 4, s->nodes ? s->nodes : "", &rc);
+    bind_str(st, 5, s->exclude ? s->exclude : "", &rc);
+    bind_i64(st, 6, s->restarts, &rc);
+    bind_i64(st, 7, s->exit_code, &rc);
+    bind_i64(st, 8, t, &rc);
+    if ((err = run(db, st, rc, em, ctx)) != 0)
+        goto fail;
+    if (diff) {
+        if ((err = job_state(db, job, &js, em, ctx)) != 0)
+            goto fail;
+        int n = snprintf(d, sizeof(d), "slurm job %" PRId64 ": %s", s->slurm_id,
+                         s->state ? s->state : "?");
+        if (s->reason && *s->reason && strcmp(s->reason, "None") != 0 && n < (int)sizeof(d))
+            n += snprintf(d + n, sizeof(d) - (size_t)n, " (%s)", s->reason);
+        if (s->nodes && *s->nodes && n < (int)sizeof(d))
+            n += snprintf(d + n, sizeof(d) - (size_t)n, " on %s", s->nodes);
+        if (s->restarts > 0 && n < (int)sizeof(d))
+            snprintf(d + n, sizeof(d) - (size_t)n, " [restart %d]", s->restarts);
+        if ((err = event_insert(db, job, t, "slurm_state", js, d, em, ctx)) != 0)
+            goto fail;
+    }
+    if ((err = tx_commit(db, em, ctx)) != 0)
+        return err;
+    *changed = diff;
+    return 0;
+fail:
+    tx_rollback(db);
+    return err;
+}
+
+/* A move to queued outside the transition table's own statement: requeue
+ * and resume, which also update counters. */
+static int to_queued(dt_db_t *db, int64_t job, enum stmt which, bool failure, const char *kind,
+                     const char *detail, dt_emsg_t *em)
+{
+    sqlite3_stmt *st = db->st[which];
+    enum dt_job_state from;
+    int64_t t = now_ms();
+    char ctx[96], msg[160];
+    int rc = SQLITE_OK, err;
+    bool ok;
+
+    if ((err = need_v4(db, em)) != 0)
+        return err;
+    snprintf(ctx, sizeof(ctx), "job %" PRId64 ": %s", job, kind);
+    if ((err = tx_begin(db, em, ctx)) != 0)
+        return err;
+    if ((err = job_state(db, job, &from, em, ctx)) != 0)
+        goto fail;
+    if (which == S_JOB_REQUEUE)
+        ok = from == DT_JOB_STARTING || from == DT_JOB_RUNNING || from == DT_JOB_RECOVERING ||
+             from == DT_JOB_QUEUED;
+    else
+        ok = from == DT_JOB_FAILED || from == DT_JOB_CANCELLED;
+    if (!ok) {
+        snprintf(msg, sizeof(msg), "job %" PRId64 ": cannot be %s while %s", job,
+                 which == S_JOB_REQUEUE ? "requeued" : "resumed", state_names[from]);
+        if ((err = event_insert(db, job, t, "refused", from, msg, em, ctx)) != 0)
+            goto fail;
+        if ((err = tx_commit(db, em, ctx)) != 0)
+            return err;
+        return dt_emsg_set(em, DT_EINVAL, "%s", msg);
+    }
+    bind_i64(st, 1, job, &rc);
+    bind_str(st, 2, detail, &rc);
+    bind_i64(st, 3, t, &rc);
+    if (which == S_JOB_REQUEUE)
+        bind_i64(st, 4, failure ? 1 : 0, &rc);
+    if ((err = run(db, st, rc, em, ctx)) != 0 ||
+        (err = event_insert(db, job, t, kind, DT_JOB_QUEUED, detail, em, ctx)) != 0)
+        goto fail;
+    return tx_commit(db, em, ctx);
+fail:
+    tx_rollback(db);
+    return err;
+}
+
+int dt_db_job_requeue(dt_db_t *db, int64_t job, bool failure, const char *kind,
+                      const char *detail, dt_emsg_t *em)
+{
+    return to_queued(db, job, S_JOB_REQUEUE, failure, kind ? kind : "requeued", detail, em);
+}
+
+int dt_db_job_resume(dt_db_t *db, int64_t job, const char *detail, dt_emsg_t *em)
+{
+    return to_queued(db, job, S_JOB_RESUME, false, "resumed", detail, em);
+}
+
+int dt_db_job_counts(dt_db_t *db, int64_t job, int *requeues, int *restart_base, dt_emsg_t *em)
+{
+    sqlite3_stmt *st;
+    int rc = SQLITE_OK, err = 0;
+
+    *requeues = *restart_base = 0;
+    if (db->version < 4)
+        return 0;
+    st = db->st[S_JOB_COUNTS];
+    bind_i64(st, 1, job, &rc);
+    rc = step(st, rc);
+    if (rc == SQLITE_ROW) {
+        *requeues = sqlite3_column_int(st, 0);
+        *restart_base = sqlite3_column_int(st, 1);
+    } else if (rc == SQLITE_DONE) {
+        err = no_job(em, job);
+    } else {
+        err = sq_fail(db, em, rc, "read job counts");
+    }
+    reset(st);
     return err;
 }

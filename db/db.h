@@ -26,7 +26,7 @@
 
 #include "common/err.h"
 
-#define DT_DB_VERSION 3 /* the schema version this build writes */
+#define DT_DB_VERSION 4 /* the schema version this build writes */
 
 typedef struct dt_db dt_db_t;
 
@@ -244,5 +244,52 @@ int dt_db_gen_ranks(dt_db_t *db, int64_t job, int gen,
  * negative step or pid; DT_ENOENT for no such job, generation or rank. */
 int dt_db_rank_set(dt_db_t *db, int64_t job, int gen, int rank, const char *state, int64_t step,
                    int64_t pid, dt_emsg_t *em);
+
+/* ---- Slurm jobs (schema version 4) -------------------------------------- */
+
+/* One batch job submitted for a dt job, with what slurmctld last said. */
+typedef struct dt_slurm_job {
+    int64_t slurm_id, job;
+    char *state;   /* PENDING, RUNNING, ...; SUBMITTED before the first query */
+    char *reason;  /* "" when none */
+    char *nodes;   /* allocated nodes, a Slurm host list; "" when none */
+    char *exclude; /* nodes it may not use; "" when none */
+    char *output;  /* its output file */
+    int restarts;  /* Slurm's restart count */
+    int exit_code; /* the batch script's status, -1 unknown */
+    int64_t submitted_ms, updated_ms;
+} dt_slurm_job_t;
+
+void dt_slurm_job_clear(dt_slurm_job_t *s);
+/* Record a submitted batch job in one transaction: its row (state
+ * SUBMITTED, exclude and output as given), jobs.slurm_id, and an event
+ * "slurm_submitted" with detail "slurm job N: DETAIL". DT_EEXIST when that
+ * Slurm id is already recorded, DT_ENOENT for no such job; DT_ENOTSUP
+ * below version 4, as every call of this section. */
+int dt_db_slurm_submitted(dt_db_t *db, int64_t job, int64_t slurm_id, const char *output,
+                          const char *exclude, const char *detail, dt_emsg_t *em);
+/* The job's current Slurm job (jobs.slurm_id). DT_ENOENT when the job has
+ * none (or no such job). */
+int dt_db_slurm_get(dt_db_t *db, int64_t job, dt_slurm_job_t *out, dt_emsg_t *em);
+/* Store what slurmctld said about s->slurm_id (state, reason, nodes,
+ * exclude, restarts, exit_code). When the state, reason, nodes or
+ * restart count changed, one event "slurm_state" on its dt job, detail
+ * "slurm job N: STATE (REASON) on NODES [restart K]", and *changed = 1;
+ * otherwise no event and *changed = 0. DT_ENOENT for an unknown Slurm id. */
+int dt_db_slurm_update(dt_db_t *db, const dt_slurm_job_t *s, int *changed, dt_emsg_t *em);
+/* A requeue of the job's Slurm job: the job moves to queued (from
+ * starting, running or recovering; already queued is allowed and only
+ * counted) with an event of `kind` (default "requeued") and `detail`,
+ * requeues + 1, and restarts + 1 when `failure` (a planned requeue after
+ * a checkpoint costs no restart). DT_EINVAL from any other state, with a
+ * "refused" event as for transitions. */
+int dt_db_job_requeue(dt_db_t *db, int64_t job, bool failure, const char *kind,
+                      const char *detail, dt_emsg_t *em);
+/* `dtctl resume`: a failed or cancelled job moves to queued with an event
+ * "resumed" (detail), restart_base = restarts and slurm_id = 0 (the next
+ * submission is a new Slurm job). DT_EINVAL from another state. */
+int dt_db_job_resume(dt_db_t *db, int64_t job, const char *detail, dt_emsg_t *em);
+/* The job's requeue count and restart base (0 and 0 below version 4). */
+int dt_db_job_counts(dt_db_t *db, int64_t job, int *requeues, int *restart_base, dt_emsg_t *em);
 
 #endif /* DT_DB_H */

@@ -63,6 +63,8 @@ static const dt_conf_key_t keys[] = {
     KEY("spares", DT_CONF_INT, spares, 0, 1000000, 0, "hot spare ranks held back"),
     KEY("time_limit", DT_CONF_DURATION, time_limit_ms, 1000, 366 * DAY_MS, 0,
         "wall-clock limit such as 90m or 2h"),
+    KEY("signal_lead", DT_CONF_DURATION, signal_lead_ms, 1000, DAY_MS, 0,
+        "Slurm signals the job this long before its time limit (default 2m)"),
     STR("partition", partition, 0, "Slurm partition"),
     STR("account", account, 0, "Slurm account"),
     STR("qos", qos, 0, "Slurm quality of service"),

@@ -430,7 +430,7 @@ Test(db, creates_and_migrates_an_empty_file)
     cr_assert_eq(dt_db_version(db), DT_DB_VERSION);
     dt_db_close(db);
 
-    cr_assert_eq(raw_int(dbpath, "PRAGMA user_version"), 3);
+    cr_assert_eq(raw_int(dbpath, "PRAGMA user_version"), DT_DB_VERSION);
     char *mode = raw_text(dbpath, "PRAGMA journal_mode");
     cr_assert_str_eq(mode, "wal");
     free(mode);
@@ -458,7 +458,7 @@ Test(db, creates_and_migrates_an_empty_file)
     snprintf(empty, sizeof(empty), "%s/empty.db", tmpdir);
     spit(empty, "", 0);
     db = open_ok(empty);
-    cr_assert_eq(dt_db_version(db), 3);
+    cr_assert_eq(dt_db_version(db), DT_DB_VERSION);
     dt_db_close(db);
 }
 
@@ -485,7 +485,7 @@ Test(db, migrates_a_version_1_database_forward)
                      "VALUES ('raw', 7, 'queued', 'kind = attn', 1, 2)");
 
     db = open_ok(dbpath);
-    cr_assert_eq(dt_db_version(db), 3);
+    cr_assert_eq(dt_db_version(db), DT_DB_VERSION);
     cr_assert_eq(dt_db_job_get(db, id, &j, &em), 0, "%s", em.s);
     cr_assert_str_eq(j.name, "old");
     cr_assert_eq(j.state, DT_JOB_PLANNED);
@@ -505,7 +505,7 @@ Test(db, migrates_a_version_1_database_forward)
     events_free(&ev);
     cr_assert_eq(dt_db_agent_register(db, id, "n1", 4, &aid, &em), 0, "%s", em.s);
     dt_db_close(db);
-    cr_assert_eq(raw_int(dbpath, "PRAGMA user_version"), 3);
+    cr_assert_eq(raw_int(dbpath, "PRAGMA user_version"), DT_DB_VERSION);
 }
 
 Test(db, a_failed_migration_rolls_back_whole)
@@ -566,7 +566,7 @@ Test(db, migrates_a_version_2_database_forward)
                      "VALUES (1, 1, 0, 1, 'running', 33);");
 
     db = open_ok(dbpath);
-    cr_assert_eq(dt_db_version(db), 3);
+    cr_assert_eq(dt_db_version(db), DT_DB_VERSION);
     cr_assert_eq(dt_db_job_get(db, id, &j, &em), 0, "%s", em.s);
     cr_assert_str_eq(j.name, "old");
     cr_assert_eq(j.state, DT_JOB_PLANNED);
@@ -626,7 +626,7 @@ Test(db, migrates_a_version_2_database_forward)
     cr_assert_eq(dt_db_gen_end(db, id, 1, "coordinator upgraded", &em), 0, "%s", em.s);
     cr_assert_eq(dt_db_gen_begin(db, id, 2, 1, agents, 40, &em), 0, "%s", em.s);
     dt_db_close(db);
-    cr_assert_eq(raw_int(dbpath, "PRAGMA user_version"), 3);
+    cr_assert_eq(raw_int(dbpath, "PRAGMA user_version"), DT_DB_VERSION);
     char *check = raw_text(dbpath, "PRAGMA quick_check");
     cr_assert_str_eq(check, "ok");
     free(check);
@@ -668,7 +668,7 @@ Test(db, open_at_never_goes_back_and_refuses_unknown_versions)
     dt_db_close(db);
     db = NULL;
     cr_assert_eq(dt_db_open_at(dbpath, 1, &db, &em), 0, "%s", em.s);
-    cr_assert_eq(dt_db_version(db), 3, "migrations are forward only");
+    cr_assert_eq(dt_db_version(db), DT_DB_VERSION, "migrations are forward only");
     dt_db_close(db);
     db = NULL;
     cr_assert_eq(dt_db_open_at(dbpath, DT_DB_VERSION + 1, &db, &em), DT_EINVAL);
@@ -685,28 +685,28 @@ Test(db, refuses_a_newer_schema_and_leaves_the_file_alone)
 
     raw_exec(dbpath, "CREATE TABLE jobs (id INTEGER PRIMARY KEY, future TEXT);"
                      "INSERT INTO jobs (future) VALUES ('kept');"
-                     "PRAGMA user_version = 4;");
+                     "PRAGMA user_version = 5;");
     struct blob before = slurp(dbpath);
 
     cr_assert_eq(dt_db_open(dbpath, &db, &em), DT_ENOTSUP, "%s", em.s);
     cr_assert_null(db);
-    snprintf(want, sizeof(want), "%s: schema version 4 is newer than this dtcoordd (3): upgrade dt",
+    snprintf(want, sizeof(want), "%s: schema version 5 is newer than this dtcoordd (4): upgrade dt",
              dbpath);
     cr_assert_str_eq(em.s, want);
     assert_same_file(dbpath, &before);
     snprintf(wal, sizeof(wal), "%s-wal", dbpath);
     cr_assert(!exists(wal), "refusing must not switch the file to WAL");
-    cr_assert_eq(raw_int(dbpath, "PRAGMA user_version"), 4);
+    cr_assert_eq(raw_int(dbpath, "PRAGMA user_version"), 5);
     free(before.p);
 
     /* a newer dtcoordd's file is in WAL mode: still not written */
     char walpath[160];
     snprintf(walpath, sizeof(walpath), "%s/wal.db", tmpdir);
     raw_exec(walpath, "PRAGMA journal_mode = WAL; CREATE TABLE jobs (id INTEGER PRIMARY KEY);"
-                      "PRAGMA user_version = 4;");
+                      "PRAGMA user_version = 5;");
     before = slurp(walpath);
     cr_assert_eq(dt_db_open(walpath, &db, &em), DT_ENOTSUP, "%s", em.s);
-    assert_has(em.s, "schema version 4 is newer");
+    assert_has(em.s, "schema version 5 is newer");
     assert_same_file(walpath, &before);
     free(before.p);
 }
@@ -1775,4 +1775,126 @@ Test(db, missing_ids_are_enoent)
     cr_assert_eq(raw_int(dbpath, "SELECT count(*) FROM generations"), 0);
     cr_assert_eq(raw_int(dbpath, "SELECT count(*) FROM jobs WHERE result IS NOT NULL"), 0);
     cr_assert_eq(raw_int(dbpath, "SELECT max(id) FROM jobs"), job);
+}
+
+/*-- Slurm jobs (version 4) ---------------------------------------------------*/
+
+static void to_state(dt_db_t *db, int64_t id, enum dt_job_state to)
+{
+    dt_emsg_t em = { "" };
+    cr_assert_eq(dt_db_job_transition(db, id, to, NULL, NULL, &em), 0, "%s", em.s);
+}
+
+Test(db, slurm_jobs_are_recorded_followed_and_kept)
+{
+    dt_db_t *db = open_ok(dbpath);
+    dt_emsg_t em = { "" };
+    dt_slurm_job_t s;
+    int changed = -1;
+    int64_t id = job_new(db, "sl", 1000);
+
+    cr_assert_eq(dt_db_slurm_get(db, id, &s, &em), DT_ENOENT);
+    cr_assert_eq(dt_db_slurm_submitted(db, id, 41, "/o/dt-1.out", "n9", "3 nodes", &em), 0, "%s",
+                 em.s);
+    cr_assert_eq(dt_db_slurm_submitted(db, id, 41, "", "", NULL, &em), DT_EEXIST);
+    cr_assert_eq(dt_db_slurm_submitted(db, id + 100, 42, "", "", NULL, &em), DT_ENOENT);
+    cr_assert_eq(dt_db_slurm_get(db, id, &s, &em), 0, "%s", em.s);
+    cr_assert_eq(s.slurm_id, 41);
+    cr_assert_str_eq(s.state, "SUBMITTED");
+    cr_assert_str_eq(s.exclude, "n9");
+    cr_assert_str_eq(s.output, "/o/dt-1.out");
+    cr_assert_eq(s.exit_code, -1);
+    dt_slurm_job_clear(&s);
+
+    int64_t before = count_events(db, id);
+    dt_slurm_job_t u = { .slurm_id = 41, .state = "PENDING", .reason = "Resources",
+                         .nodes = "", .exclude = "n9", .exit_code = -1 };
+    cr_assert_eq(dt_db_slurm_update(db, &u, &changed, &em), 0, "%s", em.s);
+    cr_assert_eq(changed, 1);
+    cr_assert_eq(dt_db_slurm_update(db, &u, &changed, &em), 0, "%s", em.s);
+    cr_assert_eq(changed, 0, "the same state again is no new event");
+    u.state = "RUNNING";
+    u.reason = "None";
+    u.nodes = "n[1-2]";
+    cr_assert_eq(dt_db_slurm_update(db, &u, &changed, &em), 0, "%s", em.s);
+    cr_assert_eq(changed, 1);
+    cr_assert_eq(count_events(db, id), before + 2);
+    char *d = raw_text(dbpath, "SELECT detail FROM events WHERE kind = 'slurm_state' "
+                               "ORDER BY id DESC LIMIT 1");
+    cr_assert_str_eq(d, "slurm job 41: RUNNING on n[1-2]");
+    free(d);
+    u.slurm_id = 999;
+    cr_assert_eq(dt_db_slurm_update(db, &u, &changed, &em), DT_ENOENT);
+    dt_db_close(db);
+
+    /* a reopened database has it all */
+    db = open_ok(dbpath);
+    cr_assert_eq(dt_db_slurm_get(db, id, &s, &em), 0, "%s", em.s);
+    cr_assert_str_eq(s.state, "RUNNING");
+    cr_assert_str_eq(s.nodes, "n[1-2]");
+    dt_slurm_job_clear(&s);
+    dt_job_t j;
+    cr_assert_eq(dt_db_job_get(db, id, &j, &em), 0, "%s", em.s);
+    cr_assert_eq(j.slurm_id, 41);
+    dt_job_clear(&j);
+    dt_db_close(db);
+}
+
+Test(db, requeue_counts_and_costs_a_restart_only_on_failure)
+{
+    dt_db_t *db = open_ok(dbpath);
+    dt_emsg_t em = { "" };
+    dt_job_t j;
+    int rq, base;
+    int64_t id = job_new(db, "rq", 1000);
+
+    to_state(db, id, DT_JOB_PLANNED);
+    to_state(db, id, DT_JOB_QUEUED);
+    to_state(db, id, DT_JOB_STARTING);
+    to_state(db, id, DT_JOB_RUNNING);
+    cr_assert_eq(dt_db_job_requeue(db, id, false, "requeued", "time limit", &em), 0, "%s", em.s);
+    cr_assert_eq(job_state_of(db, id), DT_JOB_QUEUED);
+    cr_assert_eq(dt_db_job_get(db, id, &j, &em), 0, "%s", em.s);
+    cr_assert_eq(j.restarts, 0, "a planned requeue costs no restart");
+    cr_assert_str_eq(j.reason, "time limit");
+    dt_job_clear(&j);
+    to_state(db, id, DT_JOB_STARTING);
+    cr_assert_eq(dt_db_job_requeue(db, id, true, "requeued", "node lost", &em), 0, "%s", em.s);
+    cr_assert_eq(dt_db_job_counts(db, id, &rq, &base, &em), 0, "%s", em.s);
+    cr_assert_eq(rq, 2);
+    cr_assert_eq(dt_db_job_get(db, id, &j, &em), 0, "%s", em.s);
+    cr_assert_eq(j.restarts, 1);
+    dt_job_clear(&j);
+
+    /* not from a finished job; a refusal leaves its event and nothing else */
+    to_state(db, id, DT_JOB_CANCELLED);
+    cr_assert_eq(dt_db_job_requeue(db, id, true, NULL, "x", &em), DT_EINVAL);
+    assert_has(em.s, "cannot be requeued while cancelled");
+    cr_assert_eq(job_state_of(db, id), DT_JOB_CANCELLED);
+}
+
+Test(db, resume_reopens_a_finished_job_with_a_fresh_budget)
+{
+    dt_db_t *db = open_ok(dbpath);
+    dt_emsg_t em = { "" };
+    dt_job_t j;
+    int rq, base;
+    int64_t id = job_new(db, "rs", 1000);
+
+    to_state(db, id, DT_JOB_PLANNED);
+    to_state(db, id, DT_JOB_QUEUED);
+    cr_assert_eq(dt_db_job_resume(db, id, "again", &em), DT_EINVAL, "a queued job is not resumed");
+    to_state(db, id, DT_JOB_STARTING);
+    to_state(db, id, DT_JOB_RECOVERING);
+    to_state(db, id, DT_JOB_FAILED);
+    cr_assert_eq(dt_db_slurm_submitted(db, id, 7, "", "", NULL, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_db_job_resume(db, id, "from step 100", &em), 0, "%s", em.s);
+    cr_assert_eq(job_state_of(db, id), DT_JOB_QUEUED);
+    cr_assert_eq(dt_db_job_counts(db, id, &rq, &base, &em), 0, "%s", em.s);
+    cr_assert_eq(base, 1, "the budget counts from the restarts so far");
+    cr_assert_eq(dt_db_job_get(db, id, &j, &em), 0, "%s", em.s);
+    cr_assert_eq(j.slurm_id, 0, "the next submission is a new Slurm job");
+    dt_job_clear(&j);
+    cr_assert_eq(raw_int(dbpath, "SELECT count(*) FROM slurm_jobs WHERE slurm_id = 7"), 1,
+                 "the old Slurm job's row is kept");
 }

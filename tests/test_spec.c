@@ -125,6 +125,7 @@ static const char full_text[] = "name = \"long # context\"\n"
                                 "gpus_per_node = 8\n"
                                 "spares = 2\n"
                                 "time_limit = 90m\n"
+                                "signal_lead = 5m\n"
                                 "partition = gpu\n"
                                 "account = \"  lab \\\"x\\\" \"\n"
                                 "qos = high\n"
@@ -210,6 +211,7 @@ Test(spec, set_builds_what_parse_reads)
         { "gpus_per_node", "8" },
         { "spares", "2" },
         { "time_limit", "90m" },
+        { "signal_lead", "5m" },
         { "partition", "gpu" },
         { "account", "  lab \"x\" " },
         { "qos", "high" },
@@ -386,7 +388,7 @@ Test(spec, every_key_has_help)
         cr_assert_not_null(k->help, "key %s", k->name);
         cr_assert(strlen(k->help) > 4, "key %s", k->name);
     }
-    cr_assert_eq(n, 41, "41 keys, one per dt_spec_t field (dt-spec(5) lists them)");
+    cr_assert_eq(n, 42, "42 keys, one per dt_spec_t field (dt-spec(5) lists them)");
     dt_spec_free(NULL);
 }
 

@@ -1,0 +1,839 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * Slurm jobs of dt jobs (alloc.h): submission, following, requeue and
+ * cancel, with libslurm's blocking calls (slurm.c) on libuv's thread pool.
+ *
+ * One queue of calls, run one at a time in order: a requeue never overtakes
+ * the submission before it, and slurmctld sees at most one dtcoordd call
+ * at a time. Per job, a small record of what the loop thread knows beyond
+ * the database: the restart count of the run whose agents registered (a
+ * higher count from slurmctld means Slurm requeued the job itself), a
+ * requeue or submission in flight, when the dt job ended.
+ *
+ * Not here: the batch script (batch.c), generations and the recovery
+ * decisions inside an allocation (run.c).
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/fileio.h"
+#include "common/log.h"
+#include "common/mem.h"
+#include "coordinator/alloc.h"
+#include "coordinator/batch.h"
+#include "coordinator/run.h"
+#include "db/db.h"
+
+#define END_GRACE_MS 60000     /* a finished dt job's batch job ends by itself within this */
+#define RETRY_MAX_MS 60000     /* slurmctld unreachable: retry the submission up to this often */
+
+enum op_kind { OP_SUBMIT, OP_QUERY, OP_REQUEUE, OP_CANCEL };
+
+typedef struct op {
+    uv_work_t work;
+    enum op_kind kind;
+    int64_t job;
+    uint32_t slurm_id;
+    dt_slurm_desc_t desc;   /* OP_SUBMIT */
+    char *exclude;          /* OP_SUBMIT, OP_REQUEUE */
+    int rc;
+    dt_emsg_t em;
+    dt_slurm_info_t info;   /* OP_QUERY */
+    struct op *next;
+} op_t;
+
+typedef struct track {
+    int64_t job;
+    uint32_t slurm_id;      /* 0 until submitted */
+    int64_t run_restart;    /* restart count of the run whose agents registered */
+    int agents_seen;        /* an agent of the current run registered */
+    int submitting, requeueing, querying;
+    int64_t ended_ms;       /* monotonic; 0 while the dt job runs */
+    int cancel_sent;
+    int64_t retry_at_ms, retry_ms; /* submission retries while slurmctld is away */
+    int unreachable_told;
+    int gone;               /* nothing left to follow */
+    struct track *next;
+} track_t;
+
+typedef struct dt_alloc {
+    dt_coord_t *c;
+    uv_timer_t poll;
+    op_t *queue, *running;
+    track_t *tracks;
+    char **env;             /* slurm_env split, NULL-terminated */
+    char *coord_addr, *agent, *output_dir;
+    int closing;
+} dt_alloc_t;
+
+/*-- small helpers ---------------------------------------------------------------*/
+
+static void event(dt_coord_t *c, int64_t job, const char *kind, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void event(dt_coord_t *c, int64_t job, const char *kind, const char *fmt, ...)
+{
+    char detail[1024];
+    dt_emsg_t em = { "" };
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof(detail), fmt, ap);
+    va_end(ap);
+    if (dt_db_event_add(c->db, job, kind, detail, &em) < 0)
+        dt_log_error("job=%lld event %s: %s", (long long)job, kind, em.s);
+    dt_log_info("job=%lld %s: %s", (long long)job, kind, detail);
+}
+
+static track_t *track_find(dt_alloc_t *al, int64_t job)
+{
+    for (track_t *t = al->tracks; t; t = t->next)
+        if (t->job == job)
+            return t;
+    return NULL;
+}
+
+static track_t *track_get(dt_alloc_t *al, int64_t job)
+{
+    track_t *t = track_find(al, job);
+    if (t == NULL) {
+        t = dt_xcalloc(1, sizeof(*t));
+        t->job = job;
+        t->next = al->tracks;
+        al->tracks = t;
+    }
+    return t;
+}
+
+static int job_get(dt_coord_t *c, int64_t job, dt_job_t *j)
+{
+    dt_emsg_t em = { "" };
+    int rc = dt_db_job_get(c->db, job, j, &em);
+    if (rc < 0)
+        dt_log_error("job=%lld: %s", (long long)job, em.s);
+    return rc;
+}
+
+/* "a,b" + "c" with duplicates dropped; NULL or "" parts ignored. */
+static char *list_join(const char *a, const char *b)
+{
+    size_t n = (a ? strlen(a) : 0) + (b ? strlen(b) : 0) + 2;
+    char *out = dt_xcalloc(1, n), *tmp = dt_xstrdup(b ? b : ""), *save = NULL;
+    if (a && *a)
+        strcpy(out, a);
+    for (char *tok = strtok_r(tmp, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        int dup = 0;
+        char *o = dt_xstrdup(out), *s2 = NULL;
+        for (char *x = strtok_r(o, ",", &s2); x && !dup; x = strtok_r(NULL, ",", &s2))
+            dup = strcmp(x, tok) == 0;
+        free(o);
+        if (dup)
+            continue;
+        if (*out)
+            strcat(out, ",");
+        strcat(out, tok);
+    }
+    free(tmp);
+    return out;
+}
+
+/*-- the queue of libslurm calls ------------------------------------------------*/
+
+static void pump(dt_alloc_t *al);
+
+static void op_work(uv_work_t *w)
+{
+    op_t *o = w->data;
+    switch (o->kind) {
+    case OP_SUBMIT: o->rc = dt_slurm_submit(&o->desc, &o->slurm_id, &o->em); break;
+    case OP_QUERY: o->rc = dt_slurm_query(o->slurm_id, &o->info, &o->em); break;
+    case OP_REQUEUE: o->rc = dt_slurm_requeue(o->slurm_id, o->exclude, &o->em); break;
+    case OP_CANCEL: o->rc = dt_slurm_cancel(o->slurm_id, &o->em); break;
+    }
+}
+
+static void op_free(op_t *o)
+{
+    dt_slurm_desc_clear(&o->desc);
+    free(o->exclude);
+    free(o);
+}
+
+static void on_submitted(dt_alloc_t *al, op_t *o);
+static void on_info(dt_alloc_t *al, op_t *o);
+
+static void op_done(uv_work_t *w, int status)
+{
+    op_t *o = w->data;
+    dt_alloc_t *al = o->work.loop->data ? ((dt_coord_t *)o->work.loop->data)->alloc : NULL;
+    dt_coord_t *c = al ? al->c : NULL;
+    track_t *t;
+
+    if (al == NULL) {
+        op_free(o);
+        return;
+    }
+    al->running = NULL;
+    if (status == UV_ECANCELED || al->closing) {
+        op_free(o);
+        pump(al);
+        return;
+    }
+    t = track_find(al, o->job);
+    switch (o->kind) {
+    case OP_SUBMIT: on_submitted(al, o); break;
+    case OP_QUERY:
+        if (t)
+            t->querying = 0;
+        on_info(al, o);
+        break;
+    case OP_REQUEUE:
+        if (t)
+            t->requeueing = 0;
+        if (o->rc < 0)
+            event(c, o->job, "slurm_error", "requeue of slurm job %u failed: %s (the next "
+                  "query decides again)", o->slurm_id, o->em.s);
+        break;
+    case OP_CANCEL:
+        if (o->rc < 0)
+            dt_log_warn("job=%lld cancel of slurm job %u: %s", (long long)o->job, o->slurm_id,
+                        o->em.s);
+        break;
+    }
+    op_free(o);
+    pump(al);
+}
+
+static void pump(dt_alloc_t *al)
+{
+    if (al->running || al->queue == NULL || al->closing)
+        return;
+    op_t *o = al->queue;
+    al->queue = o->next;
+    o->next = NULL;
+    o->work.data = o;
+    al->running = o;
+    int rc = uv_queue_work(al->c->loop, &o->work, op_work, op_done);
+    if (rc < 0) {
+        dt_log_error("job=%lld: cannot queue a Slurm call: %s", (long long)o->job,
+                     uv_strerror(rc));
+        al->running = NULL;
+        op_free(o);
+    }
+}
+
+static op_t *enqueue(dt_alloc_t *al, enum op_kind kind, int64_t job, uint32_t slurm_id)
+{
+    op_t *o = dt_xcalloc(1, sizeof(*o)), **tail = &al->queue;
+    o->kind = kind;
+    o->job = job;
+    o->slurm_id = slurm_id;
+    while (*tail)
+        tail = &(*tail)->next;
+    *tail = o;
+    return o;
+}
+
+/*-- submission -------------------------------------------------------------------*/
+
+static void conf_of(dt_coord_t *c, uint32_t owner, dt_batch_conf_t *bc)
+{
+    dt_alloc_t *al = c->alloc;
+    struct passwd *pw = getpwuid(owner);
+
+    memset(bc, 0, sizeof(*bc));
+    bc->coord_addr = al->coord_addr;
+    bc->agent_path = al->agent;
+    bc->engine_path = c->conf.slurm_engine;
+    bc->munge_socket = c->conf.munge_socket;
+    bc->output_dir = al->output_dir;
+    bc->setup = c->conf.slurm_setup;
+    bc->env = (const char *const *)al->env;
+    bc->hang_timeout_ms = c->conf.slurm_hang_timeout_ms;
+    bc->uid = owner;
+    bc->gid = pw ? pw->pw_gid : owner;
+}
+
+int dt_alloc_describe(dt_coord_t *c, int64_t job, const dt_spec_t *s, const dt_plan_req_t *req,
+                      const dt_plan_t *plan, uint32_t owner, dt_slurm_desc_t *d, dt_emsg_t *em)
+{
+    dt_batch_conf_t bc;
+
+    if (c->alloc == NULL)
+        return dt_emsg_set(em, DT_ENOTSUP, "this dtcoordd does not submit to Slurm (slurm = no "
+                           "in %s)", c->conf_path);
+    conf_of(c, owner, &bc);
+    int gpn = req->cluster.gpus_per_node > 0 ? req->cluster.gpus_per_node : 1;
+    /* the plan's node count includes the spares; batch.c adds them back */
+    int nodes = (plan->ranks + gpn - 1) / gpn;
+    return dt_batch_make(job, s, nodes, gpn, NULL, &bc, d, em);
+}
+
+/* Build and queue the submission of a queued job with no Slurm job. */
+static void submit(dt_alloc_t *al, track_t *t)
+{
+    dt_coord_t *c = al->c;
+    dt_emsg_t em = { "" };
+    dt_job_t j;
+    dt_spec_t s = { 0 };
+    dt_plan_req_t req;
+    dt_plan_t plan = { 0 };
+
+    if (t->submitting || job_get(c, t->job, &j) < 0)
+        return;
+    op_t *o = NULL;
+    int rc;
+    if ((rc = dt_spec_parse("spec", j.spec ? j.spec : "", &s, &em)) < 0 ||
+        (rc = dt_plan_req_from_spec(&s, &req, &em)) < 0 ||
+        (rc = dt_plan_make(&req, &plan, &em)) < 0) {
+        event(c, t->job, "slurm_refused", "the stored job no longer plans: %s", em.s);
+        dt_db_job_transition(c->db, t->job, DT_JOB_FAILED, NULL, em.s, &em);
+        goto out;
+    }
+    dt_slurm_job_t old = { 0 };
+    dt_emsg_t e2 = { "" };
+    int had = dt_db_slurm_get(c->db, t->job, &old, &e2) == 0;
+    dt_slurm_job_clear(&old);
+    if (had)
+        goto out; /* it has one: nothing to submit */
+    o = enqueue(al, OP_SUBMIT, t->job, 0);
+    /* exclusions of the job's earlier Slurm jobs (before a resume) are not
+     * carried: a resume is the user's fresh start (the spec's exclude is) */
+    if ((rc = dt_alloc_describe(c, t->job, &s, &req, &plan, j.owner, &o->desc, &em)) < 0) {
+        /* dequeue it again: the description is refused, nothing to send */
+        for (op_t **pp = &al->queue; *pp; pp = &(*pp)->next)
+            if (*pp == o) {
+                *pp = o->next;
+                break;
+            }
+        op_free(o);
+        event(c, t->job, "slurm_refused", "%s", em.s);
+        dt_db_job_transition(c->db, t->job, DT_JOB_FAILED, NULL, em.s, &em);
+        goto out;
+    }
+    o->exclude = o->desc.exclude ? dt_xstrdup(o->desc.exclude) : NULL;
+    t->submitting = 1;
+    pump(al);
+out:
+    dt_plan_clear(&plan);
+    dt_spec_free(&s);
+    dt_job_clear(&j);
+}
+
+static void on_submitted(dt_alloc_t *al, op_t *o)
+{
+    dt_coord_t *c = al->c;
+    track_t *t = track_get(al, o->job);
+    dt_emsg_t em = { "" };
+
+    t->submitting = 0;
+    if (o->rc == DT_ECOMM) {
+        /* slurmctld away: the job stays queued, submitted when it is back */
+        t->retry_ms = t->retry_ms ? t->retry_ms * 2 : 1000;
+        if (t->retry_ms > RETRY_MAX_MS)
+            t->retry_ms = RETRY_MAX_MS;
+        t->retry_at_ms = dt_coord_mono_ms() + t->retry_ms;
+        if (!t->unreachable_told) {
+            t->unreachable_told = 1;
+            event(c, o->job, "slurm_unreachable", "%s: retrying", o->em.s);
+        }
+        return;
+    }
+    if (o->rc < 0) {
+        /* slurmctld refused what dt asked: no requeue or retry fixes that */
+        char why[sizeof(o->em.s) + 64];
+        snprintf(why, sizeof(why), "Slurm refused the batch job: %s", o->em.s);
+        event(c, o->job, "slurm_refused", "%s", o->em.s);
+        if (dt_db_job_transition(c->db, o->job, DT_JOB_FAILED, NULL, why, &em) < 0)
+            dt_log_error("job=%lld: %s", (long long)o->job, em.s);
+        t->gone = 1;
+        return;
+    }
+    t->retry_ms = 0;
+    t->unreachable_told = 0;
+    t->slurm_id = o->slurm_id;
+    t->run_restart = 0;
+    t->agents_seen = 0;
+    char detail[512];
+    snprintf(detail, sizeof(detail), "%u nodes, output %s%s%s", o->desc.nodes,
+             o->desc.output ? o->desc.output : "-", o->exclude ? ", excluding " : "",
+             o->exclude ? o->exclude : "");
+    if (dt_db_slurm_submitted(c->db, o->job, o->slurm_id, o->desc.output, o->exclude, detail,
+                              &em) < 0) {
+        dt_log_error("job=%lld: slurm job %u submitted but not recorded: %s", (long long)o->job,
+                     o->slurm_id, em.s);
+        return;
+    }
+    /* a dt job cancelled while the submission was in flight */
+    dt_job_t j;
+    if (job_get(c, o->job, &j) == 0) {
+        if (dt_job_state_terminal(j.state))
+            dt_alloc_job_ended(c, o->job, j.state == DT_JOB_CANCELLED);
+        dt_job_clear(&j);
+    }
+}
+
+void dt_alloc_submit(dt_coord_t *c, int64_t job)
+{
+    if (c->alloc == NULL)
+        return;
+    track_t *t = track_get(c->alloc, job);
+    t->gone = 0;
+    t->ended_ms = 0;
+    t->cancel_sent = 0;
+    t->slurm_id = 0;
+    submit(c->alloc, t);
+}
+
+bool dt_alloc_is_slurm(const dt_coord_t *c, int64_t job)
+{
+    if (c->alloc == NULL)
+        return false;
+    for (track_t *t = c->alloc->tracks; t; t = t->next)
+        if (t->job == job)
+            return true;
+    return false;
+}
+
+/*-- following ----------------------------------------------------------------------*/
+
+/* max_restarts of the spec (default 5) against the restarts since the last
+ * resume */
+static int restart_budget_left(dt_coord_t *c, int64_t job)
+{
+    dt_emsg_t em = { "" };
+    dt_spec_t s = { 0 };
+    dt_job_t j;
+    int requeues, base, max = 5, left = 1;
+
+    if (job_get(c, job, &j) < 0)
+        return 0;
+    if (dt_spec_parse("spec", j.spec ? j.spec : "", &s, &em) == 0 && s.max_restarts > 0)
+        max = (int)s.max_restarts;
+    if (dt_db_job_counts(c->db, job, &requeues, &base, &em) == 0)
+        left = j.restarts - base < max;
+    dt_spec_free(&s);
+    dt_job_clear(&j);
+    return left;
+}
+
+static int state_is(const dt_slurm_info_t *i, const char *name)
+{
+    return strcmp(i->state, name) == 0;
+}
+
+/* Slurm requeued the job without dt asking (its own node-failure requeue,
+ * an admin's scontrol requeue): the running generation is gone. */
+static void outside_requeue(dt_alloc_t *al, track_t *t, int64_t restart, const char *how)
+{
+    dt_coord_t *c = al->c;
+    dt_emsg_t em = { "" };
+    char why[300];
+
+    snprintf(why, sizeof(why), "slurm job %u was requeued by Slurm (%s, restart %lld): the "
+             "job resumes from its newest committed checkpoint", t->slurm_id, how,
+             (long long)restart);
+    t->run_restart = restart;
+    t->agents_seen = 0;
+    if (dt_db_job_requeue(c->db, t->job, true, "requeued", why, &em) < 0) {
+        dt_log_error("job=%lld: %s", (long long)t->job, em.s);
+        return;
+    }
+    dt_run_requeued(c, t->job);
+}
+
+static void on_info(dt_alloc_t *al, op_t *o)
+{
+    dt_coord_t *c = al->c;
+    track_t *t = track_find(al, o->job);
+    dt_emsg_t em = { "" };
+    dt_slurm_info_t *in = &o->info;
+    dt_job_t j;
+    int changed = 0;
+
+    if (t == NULL || t->slurm_id != o->slurm_id)
+        return; /* a resubmission replaced it */
+    if (o->rc == DT_ENOENT) {
+        /* purged from slurmctld (MinJobAge): what we recorded is final */
+        if (t->ended_ms || t->requeueing == 0) {
+            dt_slurm_job_t s = { 0 };
+            if (dt_db_slurm_get(c->db, t->job, &s, &em) == 0 && strcmp(s.state, "RUNNING") != 0 &&
+                strcmp(s.state, "PENDING") != 0)
+                t->gone = 1;
+            dt_slurm_job_clear(&s);
+        }
+        if (!t->gone && job_get(c, t->job, &j) == 0) {
+            if (!dt_job_state_terminal(j.state)) {
+                char why[200];
+                snprintf(why, sizeof(why), "slurm job %u is unknown to slurmctld (purged or "
+                         "lost): its agents cannot be running", t->slurm_id);
+                event(c, t->job, "slurm_lost", "%s", why);
+                dt_db_job_transition(c->db, t->job, DT_JOB_FAILED, NULL, why, &em);
+                dt_run_cancelled(c, t->job);
+            }
+            t->gone = 1;
+            dt_job_clear(&j);
+        }
+        return;
+    }
+    if (o->rc < 0) {
+        if (!t->unreachable_told) {
+            t->unreachable_told = 1;
+            event(c, t->job, "slurm_unreachable", "query of slurm job %u: %s", t->slurm_id,
+                  o->em.s);
+        }
+        return;
+    }
+    t->unreachable_told = 0;
+    dt_slurm_job_t s = { .slurm_id = in->id, .job = t->job, .state = in->state,
+                         .reason = in->reason, .nodes = in->nodes, .exclude = in->exclude,
+                         .restarts = (int)in->restarts, .exit_code = in->exit_code };
+    if (dt_db_slurm_update(c->db, &s, &changed, &em) < 0)
+        dt_log_error("job=%lld slurm job %u: %s", (long long)t->job, t->slurm_id, em.s);
+    if (job_get(c, t->job, &j) < 0)
+        return;
+    if (dt_job_state_terminal(j.state)) {
+        if (in->final)
+            t->gone = 1;
+        else if (!t->cancel_sent && t->ended_ms &&
+                 dt_coord_mono_ms() - t->ended_ms >= END_GRACE_MS) {
+            t->cancel_sent = 1;
+            event(c, t->job, "slurm_cancel", "slurm job %u still %s %d s after the job ended: "
+                  "cancelling it", t->slurm_id, in->state, END_GRACE_MS / 1000);
+            enqueue(al, OP_CANCEL, t->job, t->slurm_id);
+            pump(al);
+        }
+        goto out;
+    }
+    if (t->requeueing)
+        goto out; /* dt's own requeue is under way */
+    int live = j.state == DT_JOB_STARTING || j.state == DT_JOB_RUNNING ||
+               j.state == DT_JOB_RECOVERING;
+    if (!in->final) {
+        if (live && (int64_t)in->restarts > t->run_restart)
+            outside_requeue(al, t, in->restarts, in->requeued ? "requeue flag" : "restart count");
+        goto out;
+    }
+    if (in->requeued)
+        goto out; /* ending now, pending again soon */
+    char why[1400];
+    if (state_is(in, "CANCELLED")) {
+        snprintf(why, sizeof(why), "slurm job %u was cancelled outside dt", t->slurm_id);
+        event(c, t->job, "slurm_cancelled", "%s", why);
+        if (dt_db_job_transition(c->db, t->job, DT_JOB_CANCELLED, NULL, why, &em) < 0)
+            dt_log_error("job=%lld: %s", (long long)t->job, em.s);
+        dt_run_cancelled(c, t->job);
+        t->gone = 1;
+    } else if (state_is(in, "TIMEOUT") || state_is(in, "NODE_FAIL") ||
+               state_is(in, "PREEMPTED") || state_is(in, "BOOT_FAIL")) {
+        snprintf(why, sizeof(why), "slurm job %u ended %s%s%s%s", t->slurm_id, in->state,
+                 *in->nodes ? " on " : "", in->nodes,
+                 state_is(in, "TIMEOUT") ? " (no checkpoint before the time limit: is "
+                                           "signal_lead long enough?)" : "");
+        /* preemption is not the job's fault; the rest count as failures */
+        if (dt_alloc_requeue(c, t->job, NULL, !state_is(in, "PREEMPTED"), why, &em) < 0)
+            dt_log_error("job=%lld: %s", (long long)t->job, em.s);
+    } else if (t->agents_seen) {
+        /* the run had started: its srun or batch shell died under it (a
+         * killed srun, a node gone): a failure like a lost agent, bounded
+         * by the restart budget and the deterministic-failure rule */
+        snprintf(why, sizeof(why), "slurm job %u ended %s (exit %d, signal %d) under the running "
+                 "job", t->slurm_id, in->state, in->exit_code, in->exit_signal);
+        if (restart_budget_left(c, t->job)) {
+            if (dt_alloc_requeue(c, t->job, NULL, true, why, &em) < 0)
+                dt_log_error("job=%lld: %s", (long long)t->job, em.s);
+        } else {
+            char d[1500];
+            snprintf(d, sizeof(d), "%s; restart budget used up", why);
+            event(c, t->job, "slurm_ended", "%s", d);
+            dt_db_job_transition(c->db, t->job, DT_JOB_FAILED, NULL, d, &em);
+            dt_run_cancelled(c, t->job);
+            t->gone = 1;
+        }
+    } else {
+        dt_slurm_job_t rec = { 0 };
+        dt_emsg_t e2 = { "" };
+        dt_db_slurm_get(c->db, t->job, &rec, &e2);
+        snprintf(why, sizeof(why), "slurm job %u ended %s (exit %d, signal %d) before the job "
+                 "did: the batch script or its agents could not run; see %s", t->slurm_id,
+                 in->state, in->exit_code, in->exit_signal,
+                 rec.output && *rec.output ? rec.output : "the batch job's output");
+        dt_slurm_job_clear(&rec);
+        event(c, t->job, "slurm_ended", "%s", why);
+        if (dt_db_job_transition(c->db, t->job, DT_JOB_FAILED, NULL, why, &em) < 0)
+            dt_log_error("job=%lld: %s", (long long)t->job, em.s);
+        dt_run_cancelled(c, t->job);
+        t->gone = 1;
+    }
+out:
+    dt_job_clear(&j);
+}
+
+static void on_poll(uv_timer_t *tm)
+{
+    dt_alloc_t *al = tm->data;
+    int64_t now = dt_coord_mono_ms();
+
+    for (track_t *t = al->tracks, *next, **pp = &al->tracks; t; t = next) {
+        next = t->next;
+        if (t->gone && !t->submitting && !t->querying && !t->requeueing) {
+            *pp = next;
+            free(t);
+            continue;
+        }
+        pp = &t->next;
+        if (t->slurm_id == 0) {
+            if (!t->submitting && !t->gone && t->retry_at_ms && now >= t->retry_at_ms) {
+                t->retry_at_ms = 0;
+                submit(al, t);
+            }
+            continue;
+        }
+        if (!t->querying && !t->gone) {
+            t->querying = 1;
+            enqueue(al, OP_QUERY, t->job, t->slurm_id);
+        }
+    }
+    pump(al);
+}
+
+/*-- recovery and the end ------------------------------------------------------------*/
+
+int dt_alloc_requeue(dt_coord_t *c, int64_t job, const char *exclude, bool failure,
+                     const char *why, dt_emsg_t *em)
+{
+    dt_alloc_t *al = c->alloc;
+    track_t *t = al ? track_find(al, job) : NULL;
+    char detail[1400];
+    int rc;
+
+    if (t == NULL || t->slurm_id == 0)
+        return dt_emsg_set(em, DT_ESTATE, "job %lld has no Slurm job to requeue", (long long)job);
+    snprintf(detail, sizeof(detail), "%s; slurm job %u requeued%s%s", why, t->slurm_id,
+             exclude && *exclude ? " excluding " : "", exclude && *exclude ? exclude : "");
+    if ((rc = dt_db_job_requeue(c->db, job, failure, "requeued", detail, em)) < 0)
+        return rc;
+    /* the next run's agents register with a higher restart count */
+    t->run_restart++;
+    t->agents_seen = 0;
+    t->requeueing = 1;
+    op_t *o = enqueue(al, OP_REQUEUE, job, t->slurm_id);
+    o->exclude = exclude && *exclude ? dt_xstrdup(exclude) : NULL;
+    if (exclude && *exclude) {
+        /* recorded now, so a later resubmission of this job keeps it */
+        dt_slurm_job_t s = { 0 };
+        dt_emsg_t e2 = { "" };
+        int changed;
+        if (dt_db_slurm_get(c->db, job, &s, &e2) == 0) {
+            char *merged = list_join(s.exclude, exclude);
+            free(s.exclude);
+            s.exclude = merged;
+            dt_db_slurm_update(c->db, &s, &changed, &e2);
+        }
+        dt_slurm_job_clear(&s);
+    }
+    pump(al);
+    dt_run_requeued(c, job);
+    return 0;
+}
+
+void dt_alloc_job_ended(dt_coord_t *c, int64_t job, int cancelled)
+{
+    dt_alloc_t *al = c->alloc;
+    track_t *t = al ? track_find(al, job) : NULL;
+
+    if (t == NULL)
+        return;
+    t->ended_ms = dt_coord_mono_ms();
+    if (cancelled && t->slurm_id && !t->cancel_sent) {
+        t->cancel_sent = 1;
+        enqueue(al, OP_CANCEL, job, t->slurm_id);
+        pump(al);
+    }
+}
+
+int dt_alloc_agent(dt_coord_t *c, int64_t job, int64_t slurm_id, int64_t restart, dt_emsg_t *em)
+{
+    dt_alloc_t *al = c->alloc;
+    track_t *t = al ? track_find(al, job) : NULL;
+
+    if (t == NULL || slurm_id <= 0)
+        return 0; /* not a Slurm job of ours, or an agent started by hand */
+    if (t->slurm_id != 0 && (uint32_t)slurm_id != t->slurm_id)
+        return dt_emsg_set(em, DT_ESTATE, "agent of slurm job %lld, but job %lld runs as slurm "
+                           "job %u now", (long long)slurm_id, (long long)job, t->slurm_id);
+    if (restart < t->run_restart)
+        return dt_emsg_set(em, DT_ESTATE, "agent of an earlier run of slurm job %lld (restart "
+                           "%lld, the job is at restart %lld)", (long long)slurm_id,
+                           (long long)restart, (long long)t->run_restart);
+    if (restart > t->run_restart) {
+        dt_job_t j;
+        if (job_get(c, job, &j) == 0) {
+            if (j.state == DT_JOB_STARTING || j.state == DT_JOB_RUNNING ||
+                j.state == DT_JOB_RECOVERING)
+                outside_requeue(al, t, restart, "a new run's agent registered");
+            dt_job_clear(&j);
+        }
+        t->run_restart = restart;
+    }
+    t->agents_seen = 1;
+    return 0;
+}
+
+/*-- life cycle ------------------------------------------------------------------------*/
+
+static int reload_cb(const dt_job_t *j, void *arg)
+{
+    dt_alloc_t *al = arg;
+    dt_slurm_job_t s = { 0 };
+    dt_emsg_t em = { "" };
+
+    if (j->slurm_id != 0 && dt_db_slurm_get(al->c->db, j->id, &s, &em) == 0) {
+        int final = strcmp(s.state, "PENDING") != 0 && strcmp(s.state, "RUNNING") != 0 &&
+                    strcmp(s.state, "SUBMITTED") != 0 && strcmp(s.state, "SUSPENDED") != 0;
+        if (!dt_job_state_terminal(j->state) || !final) {
+            track_t *t = track_get(al, j->id);
+            t->slurm_id = (uint32_t)j->slurm_id;
+            t->run_restart = s.restarts;
+            if (dt_job_state_terminal(j->state))
+                t->ended_ms = dt_coord_mono_ms();
+        }
+    } else if (j->slurm_id == 0 && j->state == DT_JOB_QUEUED) {
+        track_get(al, j->id); /* queued before a restart, never submitted */
+    }
+    dt_slurm_job_clear(&s);
+    return 0;
+}
+
+/* HOST:PORT for the agents: slurm_coord_address, else listen with a
+ * wildcard host replaced by this host's name. */
+static char *coord_address(const dt_coord_conf_t *cf)
+{
+    if (cf->slurm_coord_address && *cf->slurm_coord_address)
+        return dt_xstrdup(cf->slurm_coord_address);
+    if (cf->listen == NULL || *cf->listen == '\0')
+        return NULL;
+    const char *colon = strrchr(cf->listen, ':');
+    if (colon == NULL)
+        return NULL;
+    char host[256] = "";
+    size_t hl = (size_t)(colon - cf->listen);
+    if (hl == 0 || (hl == 7 && strncmp(cf->listen, "0.0.0.0", 7) == 0) ||
+        (hl == 4 && strncmp(cf->listen, "[::]", 4) == 0) ||
+        (hl == 1 && cf->listen[0] == '*')) {
+        if (gethostname(host, sizeof(host) - 1) < 0)
+            return NULL;
+        return dt_xasprintf("%s%s", host, colon);
+    }
+    return dt_xstrdup(cf->listen);
+}
+
+int dt_alloc_init(dt_coord_t *c, dt_emsg_t *em)
+{
+    dt_coord_conf_t *cf = &c->conf;
+    dt_alloc_t *al;
+    int rc;
+
+    if (!cf->slurm)
+        return 0;
+    al = dt_xcalloc(1, sizeof(*al));
+    al->c = c;
+    al->coord_addr = coord_address(cf);
+    if (al->coord_addr == NULL) {
+        free(al);
+        return dt_emsg_set(em, DT_ECONF, "%s: slurm = yes needs an address the agents can "
+                           "reach: set listen (and slurm_coord_address if the listen host is "
+                           "not it)", c->conf_path);
+    }
+    al->agent = dt_xstrdup(cf->slurm_agent ? cf->slurm_agent : DT_SBINDIR "/dtagentd");
+    al->output_dir = cf->slurm_output_dir ? dt_xstrdup(cf->slurm_output_dir)
+                                          : dt_xasprintf("%s/slurm", cf->state_dir);
+    if (dt_mkdirs(al->output_dir, 0755) < 0) {
+        rc = dt_emsg_set(em, DT_ECONF, "%s: slurm_output_dir %s: %s", c->conf_path,
+                         al->output_dir, strerror(errno));
+        goto fail;
+    }
+    /* slurm_env: NAME=VALUE words */
+    size_t n = 0;
+    char *envs = dt_xstrdup(cf->slurm_env ? cf->slurm_env : ""), *save = NULL;
+    al->env = dt_xcalloc(1, sizeof(char *));
+    for (char *w = strtok_r(envs, " \t", &save); w; w = strtok_r(NULL, " \t", &save)) {
+        const char *eq = strchr(w, '=');
+        if (eq == NULL || eq == w) {
+            rc = dt_emsg_set(em, DT_ECONF, "%s: slurm_env: '%s' is not NAME=VALUE", c->conf_path,
+                             w);
+            free(envs);
+            goto fail;
+        }
+        al->env = dt_xrealloc(al->env, (n + 2) * sizeof(char *));
+        al->env[n++] = dt_xstrdup(w);
+        al->env[n] = NULL;
+    }
+    free(envs);
+    if ((rc = dt_slurm_init(cf->slurm_conf, em)) < 0)
+        goto fail;
+    c->alloc = al;
+    if ((rc = dt_db_job_list(c->db, -1, reload_cb, al, em)) < 0) {
+        c->alloc = NULL;
+        goto fail;
+    }
+    for (track_t *t = al->tracks; t; t = t->next)
+        if (t->slurm_id == 0)
+            submit(al, t);
+    uv_timer_init(c->loop, &al->poll);
+    al->poll.data = al;
+    uint64_t every = (uint64_t)(cf->slurm_poll_ms > 0 ? cf->slurm_poll_ms : 5000);
+    uv_timer_start(&al->poll, on_poll, every, every);
+    dt_log_info("slurm: agents connect to %s, agent %s, output in %s, poll every %llu ms",
+                al->coord_addr, al->agent, al->output_dir, (unsigned long long)every);
+    return 0;
+fail:
+    for (size_t i = 0; al->env && al->env[i]; i++)
+        free(al->env[i]);
+    free(al->env);
+    free(al->coord_addr);
+    free(al->agent);
+    free(al->output_dir);
+    free(al);
+    return rc;
+}
+
+void dt_alloc_close(dt_coord_t *c)
+{
+    dt_alloc_t *al = c->alloc;
+    if (al == NULL || al->closing)
+        return;
+    al->closing = 1;
+    uv_close((uv_handle_t *)&al->poll, NULL);
+    while (al->queue) {
+        op_t *o = al->queue;
+        al->queue = o->next;
+        op_free(o);
+    }
+}
+
+void dt_alloc_free(dt_coord_t *c)
+{
+    dt_alloc_t *al = c->alloc;
+    if (al == NULL)
+        return;
+    while (al->tracks) {
+        track_t *t = al->tracks;
+        al->tracks = t->next;
+        free(t);
+    }
+    for (size_t i = 0; al->env && al->env[i]; i++)
+        free(al->env[i]);
+    free(al->env);
+    free(al->coord_addr);
+    free(al->agent);
+    free(al->output_dir);
+    free(al);
+    c->alloc = NULL;
+    dt_slurm_fini();
+}

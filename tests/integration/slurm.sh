@@ -1,0 +1,306 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+#
+# dt through a real Slurm cluster: munged, slurmctld and three slurmd on
+# loopback (contrib/slurm/dt-cluster), a dtcoordd with slurm = yes that
+# submits each job through libslurm as a batch job running one dtagentd
+# per node under srun, each the PMIx server of 2 dtengine workers. Checks:
+#   - a job that cannot be planned is refused before it reaches Slurm;
+#   - --dry-run prints the batch script and submits nothing;
+#   - submit -> runs -> completes with the checksum of `dtctl run --local`
+#     on the same spec, and list/show give the Slurm state beside dt's;
+#   - SIGKILL an agent with no spare: the job is requeued with that node
+#     excluded, resumes from its checkpoint on the other nodes, and
+#     completes with the same checksum;
+#   - SIGKILL an agent with a spare node: the spare takes over, no requeue;
+#   - USR1 to the batch shell (what --signal=B:USR1@lead sends before the
+#     time limit): checkpoint, requeue at no cost to the restart budget,
+#     same checksum;
+#   - dtctl cancel cancels the Slurm job; cancel --checkpoint then
+#     dtctl resume: a new Slurm job finishes the job, same checksum;
+#   - a deterministic failure fails the job and is not requeued.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/coordlib.sh"
+. "$(dirname "$0")/slurmlib.sh"
+need_mpirun
+
+DTAGENTD=$DT_BUILDDIR/agent/dtagentd
+[ -x "$DTAGENTD" ] || die "$DTAGENTD is not built"
+
+slurm_up 3 16900
+# the cluster's munged serves dt too: agents authenticate with it
+MUNGE_SOCKET=$DT_MUNGE_SOCKET
+COORD_CONF_EXTRA="slurm = yes
+slurm_conf = $SLURM_CONF
+slurm_agent = $DTAGENTD
+slurm_engine = $DTENGINE
+slurm_poll = 300ms
+slurm_hang_timeout = 10s
+slurm_env = OMPI_MCA_btl_tcp_if_include=lo OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1"
+coord_setup
+coord_start || die "dtcoordd did not start"
+
+STEPS=160
+job_spec() { # NAME [extra lines]
+    small_job_spec | sed "s/^steps = .*/steps = $STEPS/; s/^ckpt_every = .*/ckpt_every = 20/"
+    echo "name = $1"
+    echo "nodes = 2"
+    echo "gpus_per_node = 2"
+    echo "time_limit = 30m"
+    shift
+    for _l in "$@"; do echo "$_l"; done
+}
+
+submit() { # SPEC: prints the job id
+    ctl submit "$1" --json | json_num id | head -n 1
+}
+state_of() { ctl show "$1" --json | json_str state | head -n 1; }
+terminal() {
+    case $(state_of "$1") in completed | failed | cancelled) return 0 ;; esac
+    return 1
+}
+step_of() { ctl show "$1" --json | json_num step | sort -n | tail -n 1; }
+step_at_least() {
+    _sa=$(step_of "$1")
+    [ -n "$_sa" ] && [ "$_sa" -ge "$2" ]
+}
+checksum_of() { ctl show "$1" --json | json_str checksum | head -n 1; }
+slurm_id_of() { ctl show "$1" --json | sed -n '/"slurm": {/,/}/p' | json_num id | head -n 1; }
+slurm_state_of() { ctl show "$1" --json | sed -n '/"slurm": {/,/}/p' | json_str state | head -n 1; }
+events_of() { ctl events "$1"; }
+# agents of dt JOB running on this host: "PID NODE" lines (dtagentd
+# processes only: srun's command line names dtagentd too)
+agents_of() {
+    for _p in $(pgrep -x dtagentd 2>/dev/null); do
+        tr '\0' ' ' <"/proc/$_p/cmdline" 2>/dev/null |
+            grep -q -- "--coord 127.0.0.1:$COORD_PORT --job $1 " || continue
+        _n=$(tr '\0' '\n' <"/proc/$_p/environ" 2>/dev/null | sed -n 's/^SLURMD_NODENAME=//p')
+        [ -n "$_n" ] && echo "$_p $_n"
+    done
+}
+agent_count() { [ "$(agents_of "$1" | wc -l)" -eq "$2" ]; }
+no_workers_of() { ! pgrep -f "dtengine train .*jobs/$1/ckpt" >/dev/null 2>&1; }
+squeue_empty() { [ -z "$(squeue -h -o %i 2>/dev/null)" ]; }
+slurm_recorded() { [ "$(slurm_state_of "$1")" = "$2" ]; }
+slurm_final() { # SLURMID STATE: scontrol says STATE
+    scontrol show job "$1" 2>/dev/null | grep -q "JobState=$2 "
+}
+
+# wait_done JOB SECONDS: the job reached a final state
+wait_done() {
+    wait_for "$2" terminal "$1" && return 0
+    echo "job $1 still $(state_of "$1") after $2 s; events:"
+    events_of "$1" | tail -n 25 | sed 's/^/  | /'
+    return 1
+}
+
+completed_with() { # JOB CHECKSUM
+    _st=$(state_of "$1")
+    _cs=$(checksum_of "$1")
+    if [ "$_st" = completed ] && [ "$_cs" = "$2" ]; then
+        return 0
+    fi
+    echo "job $1: state $_st checksum $_cs, expected completed $2"
+    events_of "$1" | tail -n 25 | sed 's/^/  | /'
+    return 1
+}
+
+# DT_SLURM_CHECKS="name ..." runs only those checks (t_NAME), for debugging
+only() {
+    [ -z "${DT_SLURM_CHECKS:-}" ] || echo " $DT_SLURM_CHECKS " | grep -q " $1 "
+}
+
+# ---- refused before Slurm, dry run -----------------------------------------
+
+t_refused() {
+    job_spec toobig | sed 's/^tokens = .*/tokens = 64M/; s/^ranks = .*/ranks = 1/' >"$TMPD/big.spec"
+    run_rc 6 ctl submit "$TMPD/big.spec" || return 1
+    out_has "refused|does not fit|memory" || return 1
+    squeue_empty || { echo "something reached Slurm:"; squeue; return 1; }
+    run_rc 0 ctl list || return 1
+    out_lacks toobig
+}
+only refused && check "a job that cannot be planned is refused before it reaches Slurm" t_refused
+
+t_dry_run() {
+    job_spec dry >"$TMPD/dry.spec"
+    run_rc 0 ctl submit "$TMPD/dry.spec" --dry-run || return 1
+    for want in '^#!/bin/sh' '^#SBATCH --signal=B:USR1@' '^#SBATCH --requeue' \
+        '^#SBATCH --open-mode=append' '^#SBATCH --nodes=2' '^srun ' '--kill-on-bad-exit=0' \
+        'dtagentd'; do
+        out_has "$want" || return 1
+    done
+    cp "$TMPD/out" "$TMPD/dry.sh"
+    sh -n "$TMPD/dry.sh" || { echo "the script does not parse"; return 1; }
+    squeue_empty || { echo "a dry run reached Slurm:"; squeue; return 1; }
+    run_rc 0 ctl list || return 1
+    out_lacks ' dry '
+}
+only dry_run && check "submit --dry-run prints the batch script and submits nothing" t_dry_run
+
+# ---- fault-free, against dtctl run --local ---------------------------------
+
+job_spec clean >"$TMPD/clean.spec"
+REF=
+t_local() {
+    run_rc 0 "$DTCTL" run --local "$TMPD/clean.spec" --state-dir "$TMPD/local" || return 1
+    REF=$(sed -n 's/.*state=completed .*checksum=\([0-9a-f]*\).*/\1/p' "$TMPD/out" | tail -n 1)
+    [ -n "$REF" ] || { echo "no checksum from dtctl run --local"; tail -n 5 "$TMPD/out"; return 1; }
+}
+check "dtctl run --local on the spec gives the reference checksum" t_local
+
+t_clean() {
+    J=$(submit "$TMPD/clean.spec")
+    [ -n "$J" ] || { echo "submit failed"; return 1; }
+    wait_done "$J" 180 || return 1
+    completed_with "$J" "$REF" || return 1
+    SID=$(slurm_id_of "$J")
+    [ -n "$SID" ] || { echo "job $J has no Slurm job id"; return 1; }
+    wait_for 20 slurm_final "$SID" COMPLETED || { scontrol show job "$SID"; return 1; }
+    wait_for 10 slurm_recorded "$J" COMPLETED ||
+        { echo "dt recorded slurm state $(slurm_state_of "$J")"; return 1; }
+    run_rc 0 ctl list || return 1
+    out_has "^ *$J +clean .*completed +$SID COMPLETED" || return 1
+    run_rc 0 ctl show "$J" || return 1
+    out_has "slurm +job $SID +COMPLETED" && out_has "output .*dt-$J\\.out" || return 1
+    # the batch job's output file, appended by the agents' runs
+    grep -q "agents ended with status 0" "$COORD_STATE/slurm/dt-$J.out" ||
+        { echo "output:"; sed 's/^/  | /' "$COORD_STATE/slurm/dt-$J.out" | tail; return 1; }
+    events_of "$J" >"$TMPD/ev"
+    grep -q slurm_submitted "$TMPD/ev" && grep -q 'slurm_state .*RUNNING' "$TMPD/ev" || {
+        sed 's/^/  | /' "$TMPD/ev"
+        return 1
+    }
+}
+only clean && check "submit: runs under Slurm and completes with the run --local checksum" t_clean
+
+# ---- an agent lost, no spare: requeue with the node excluded ---------------
+
+t_requeue_exclude() {
+    job_spec nospare >"$TMPD/nospare.spec"
+    J=$(submit "$TMPD/nospare.spec")
+    wait_for 60 step_at_least "$J" 30 || { echo "job $J never reached step 30"; return 1; }
+    SID=$(slurm_id_of "$J")
+    set -- $(agents_of "$J" | head -n 1)
+    [ -n "${1:-}" ] || { echo "no agent of job $J found"; return 1; }
+    _victim=$2
+    kill -KILL "$1"
+    wait_done "$J" 240 || return 1
+    completed_with "$J" "$REF" || return 1
+    events_of "$J" >"$TMPD/ev"
+    grep -q "requeued .*excluding $_victim" "$TMPD/ev" ||
+        { echo "no requeue excluding $_victim:"; sed 's/^/  | /' "$TMPD/ev"; return 1; }
+    scontrol show job "$SID" >"$TMPD/sj"
+    grep -q "ExcNodeList=$_victim" "$TMPD/sj" && grep -q "Restarts=1" "$TMPD/sj" ||
+        { echo "slurm job:"; sed 's/^/  | /' "$TMPD/sj"; return 1; }
+    _nodes=$(sed -n 's/^ *NodeList=\([^ ]*\).*/\1/p' "$TMPD/sj" | head -n 1)
+    case $_nodes in *"$_victim"*) echo "reran on $_nodes, which has $_victim"; return 1 ;; esac
+    grep -q 'generation_started.*resume_step=[1-9]' "$TMPD/ev" ||
+        { echo "the rerun did not resume from a checkpoint"; return 1; }
+}
+only requeue_exclude && check "SIGKILL an agent, no spare: requeued without its node, resumed, same checksum" \
+     t_requeue_exclude
+
+# ---- an agent lost with a spare node: no requeue ----------------------------
+
+t_spare() {
+    job_spec spare "spares = 2" | sed 's/^nodes = .*/nodes = 3/' >"$TMPD/spare.spec"
+    J=$(submit "$TMPD/spare.spec")
+    wait_for 60 step_at_least "$J" 30 || {
+        echo "job $J never reached step 30"
+        events_of "$J" | tail -n 20 | sed 's/^/  | /'
+        return 1
+    }
+    wait_for 10 agent_count "$J" 3 || { echo "expected 3 agents (one spare)"; agents_of "$J"; return 1; }
+    # an agent that hosts ranks: not the spare (the highest agent id)
+    _v=$(agents_of "$J" | head -n 1 | cut -d' ' -f1)
+    kill -KILL "$_v"
+    wait_done "$J" 180 || return 1
+    completed_with "$J" "$REF" || return 1
+    run_rc 0 ctl show "$J" --json || return 1
+    out_has '"requeues": 0' || return 1
+    events_of "$J" >"$TMPD/ev"
+    ! grep -q ' requeued ' "$TMPD/ev" || { echo "requeued despite a spare"; return 1; }
+}
+only spare && check "SIGKILL an agent with a spare node: the spare takes over, no requeue" t_spare
+
+# ---- USR1 before the time limit ---------------------------------------------
+
+t_usr1() {
+    job_spec usr1 >"$TMPD/usr1.spec"
+    J=$(submit "$TMPD/usr1.spec")
+    wait_for 60 step_at_least "$J" 30 || { echo "job $J never reached step 30"; return 1; }
+    SID=$(slurm_id_of "$J")
+    # what --signal=B:USR1@lead does at the lead: USR1 to the batch shell only
+    scancel --signal=USR1 --batch "$SID" || return 1
+    wait_done "$J" 240 || return 1
+    completed_with "$J" "$REF" || return 1
+    events_of "$J" >"$TMPD/ev"
+    grep -q 'preempt_requested' "$TMPD/ev" && grep -q 'checkpoint_committed\|committed' "$TMPD/ev" &&
+        grep -q ' requeued ' "$TMPD/ev" ||
+        { echo "events:"; sed 's/^/  | /' "$TMPD/ev"; return 1; }
+    run_rc 0 ctl show "$J" --json || return 1
+    out_has '"restarts": 0' && out_has '"requeues": 1' || return 1
+    grep -q "USR1" "$COORD_STATE/slurm/dt-$J.out" ||
+        { echo "the batch output does not mention USR1"; return 1; }
+}
+only usr1 && check "USR1 to the batch shell: checkpoint, requeue (no restart counted), same checksum" t_usr1
+
+# ---- cancel, cancel --checkpoint and resume ---------------------------------
+
+t_cancel() {
+    job_spec cancel >"$TMPD/cancel.spec"
+    J=$(submit "$TMPD/cancel.spec")
+    wait_for 60 step_at_least "$J" 5 || { echo "job $J never started"; return 1; }
+    SID=$(slurm_id_of "$J")
+    run_rc 0 ctl cancel "$J" || return 1
+    wait_for 30 slurm_final "$SID" CANCELLED || { scontrol show job "$SID"; return 1; }
+    [ "$(state_of "$J")" = cancelled ] || return 1
+    wait_for 30 agent_count "$J" 0 || { agents_of "$J"; return 1; }
+    wait_for 30 no_workers_of "$J" || { echo "workers left"; return 1; }
+}
+only cancel && check "dtctl cancel cancels the Slurm job, nothing left running" t_cancel
+
+t_resume() {
+    job_spec resume >"$TMPD/resume.spec"
+    J=$(submit "$TMPD/resume.spec")
+    wait_for 60 step_at_least "$J" 30 || { echo "job $J never reached step 30"; return 1; }
+    SID=$(slurm_id_of "$J")
+    run_rc 0 ctl cancel "$J" --checkpoint || return 1
+    wait_done "$J" 60 || return 1
+    [ "$(state_of "$J")" = cancelled ] || return 1
+    run_rc 0 ctl resume "$J" || return 1
+    out_has "resumes from the checkpoint at step [1-9]" || return 1
+    wait_done "$J" 180 || return 1
+    completed_with "$J" "$REF" || return 1
+    SID2=$(slurm_id_of "$J")
+    [ -n "$SID2" ] && [ "$SID2" != "$SID" ] ||
+        { echo "resume did not submit a new Slurm job ($SID -> $SID2)"; return 1; }
+    run_rc 1 ctl resume "$J" || return 1
+    out_has "only a failed or cancelled job resumes"
+}
+only resume && check "cancel --checkpoint, then dtctl resume: a new Slurm job completes it, same checksum" \
+     t_resume
+
+# ---- a deterministic failure is not requeued --------------------------------
+
+t_deterministic() {
+    job_spec det "ckpt_dir = /dev/null/ckpt" "max_restarts = 3" >"$TMPD/det.spec"
+    J=$(submit "$TMPD/det.spec")
+    wait_done "$J" 120 || return 1
+    [ "$(state_of "$J")" = failed ] || return 1
+    SID=$(slurm_id_of "$J")
+    wait_for 30 slurm_final "$SID" FAILED || { scontrol show job "$SID"; return 1; }
+    scontrol show job "$SID" | grep -q "Restarts=0" || { echo "requeued"; return 1; }
+    events_of "$J" | grep -q deterministic_failure || return 1
+}
+only deterministic && check "a deterministic failure fails the job and its Slurm job, no requeue" t_deterministic
+
+# this coordinator's agents and workers only (other tests may run beside)
+nothing_of_ours() {
+    [ -z "$(agents_of '[0-9]*')" ] &&
+        ! pgrep -f "dtengine train .*$COORD_STATE/jobs" >/dev/null 2>&1
+}
+check "no agents or workers left" wait_for 30 nothing_of_ours
+coord_stop
+finish
