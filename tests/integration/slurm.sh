@@ -18,7 +18,15 @@
 #     same checksum;
 #   - dtctl cancel cancels the Slurm job; cancel --checkpoint then
 #     dtctl resume: a new Slurm job finishes the job, same checksum;
-#   - a deterministic failure fails the job and is not requeued.
+#   - a deterministic failure fails the job and is not requeued;
+#   - SIGKILL dtcoordd mid-run and start it again: it follows the Slurm job
+#     again, the agents reattach, same checksum;
+#   - scontrol requeue (Slurm's own requeue, not dt's): one requeue, noticed from
+#     the restart count (or joined, when the workers died of Slurm's SIGTERM
+#     first), resumed, same checksum;
+#   - a job of a higher-priority partition preempts the job: Slurm's USR1,
+#     checkpoint, requeue, the preemptor runs, the job completes, same
+#     checksum.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/coordlib.sh"
 . "$(dirname "$0")/slurmlib.sh"
@@ -27,7 +35,7 @@ need_mpirun
 DTAGENTD=$DT_BUILDDIR/agent/dtagentd
 [ -x "$DTAGENTD" ] || die "$DTAGENTD is not built"
 
-slurm_up 3 16900
+slurm_up 3 16900 --preempt
 # the cluster's munged serves dt too: agents authenticate with it
 MUNGE_SOCKET=$DT_MUNGE_SOCKET
 COORD_CONF_EXTRA="slurm = yes
@@ -84,6 +92,28 @@ squeue_empty() { [ -z "$(squeue -h -o %i 2>/dev/null)" ]; }
 slurm_recorded() { [ "$(slurm_state_of "$1")" = "$2" ]; }
 slurm_final() { # SLURMID STATE: scontrol says STATE
     scontrol show job "$1" 2>/dev/null | grep -q "JobState=$2 "
+}
+
+# run_until SPECFILE STEP: submit it and wait (60 s at most) until a rank
+# reached STEP; sets J (the job) and SID (its Slurm job)
+run_until() {
+    J=$(submit "$1")
+    [ -n "$J" ] || { echo "submit $1 failed"; return 1; }
+    wait_for 60 step_at_least "$J" "$2" || {
+        echo "job $J never reached step $2"
+        events_of "$J" | tail -n 20 | sed 's/^/  | /'
+        return 1
+    }
+    SID=$(slurm_id_of "$J")
+}
+
+# events_have ERE WHAT: the job's events match ERE, else say WHAT is missing
+events_have() {
+    events_of "$J" >"$TMPD/ev"
+    grep -q -E -e "$1" "$TMPD/ev" && return 0
+    echo "no $2 in the events of job $J:"
+    sed 's/^/  | /' "$TMPD/ev"
+    return 1
 }
 
 # wait_done JOB SECONDS: the job reached a final state
@@ -166,11 +196,7 @@ t_clean() {
     # the batch job's output file, appended by the agents' runs
     grep -q "agents ended with status 0" "$COORD_STATE/slurm/dt-$J.out" ||
         { echo "output:"; sed 's/^/  | /' "$COORD_STATE/slurm/dt-$J.out" | tail; return 1; }
-    events_of "$J" >"$TMPD/ev"
-    grep -q slurm_submitted "$TMPD/ev" && grep -q 'slurm_state .*RUNNING' "$TMPD/ev" || {
-        sed 's/^/  | /' "$TMPD/ev"
-        return 1
-    }
+    events_have slurm_submitted "submission" && events_have 'slurm_state .*RUNNING' "RUNNING"
 }
 only clean && check "submit: runs under Slurm and completes with the run --local checksum" t_clean
 
@@ -178,25 +204,20 @@ only clean && check "submit: runs under Slurm and completes with the run --local
 
 t_requeue_exclude() {
     job_spec nospare >"$TMPD/nospare.spec"
-    J=$(submit "$TMPD/nospare.spec")
-    wait_for 60 step_at_least "$J" 30 || { echo "job $J never reached step 30"; return 1; }
-    SID=$(slurm_id_of "$J")
+    run_until "$TMPD/nospare.spec" 30 || return 1
     set -- $(agents_of "$J" | head -n 1)
     [ -n "${1:-}" ] || { echo "no agent of job $J found"; return 1; }
     _victim=$2
     kill -KILL "$1"
     wait_done "$J" 240 || return 1
     completed_with "$J" "$REF" || return 1
-    events_of "$J" >"$TMPD/ev"
-    grep -q "requeued .*excluding $_victim" "$TMPD/ev" ||
-        { echo "no requeue excluding $_victim:"; sed 's/^/  | /' "$TMPD/ev"; return 1; }
+    events_have "requeued .*excluding $_victim" "requeue excluding $_victim" || return 1
     scontrol show job "$SID" >"$TMPD/sj"
     grep -q "ExcNodeList=$_victim" "$TMPD/sj" && grep -q "Restarts=1" "$TMPD/sj" ||
         { echo "slurm job:"; sed 's/^/  | /' "$TMPD/sj"; return 1; }
     _nodes=$(sed -n 's/^ *NodeList=\([^ ]*\).*/\1/p' "$TMPD/sj" | head -n 1)
     case $_nodes in *"$_victim"*) echo "reran on $_nodes, which has $_victim"; return 1 ;; esac
-    grep -q 'generation_started.*resume_step=[1-9]' "$TMPD/ev" ||
-        { echo "the rerun did not resume from a checkpoint"; return 1; }
+    events_have 'generation_started.*resume_step=[1-9]' "resume from a checkpoint"
 }
 only requeue_exclude && check "SIGKILL an agent, no spare: requeued without its node, resumed, same checksum" \
      t_requeue_exclude
@@ -205,12 +226,7 @@ only requeue_exclude && check "SIGKILL an agent, no spare: requeued without its 
 
 t_spare() {
     job_spec spare "spares = 2" | sed 's/^nodes = .*/nodes = 3/' >"$TMPD/spare.spec"
-    J=$(submit "$TMPD/spare.spec")
-    wait_for 60 step_at_least "$J" 30 || {
-        echo "job $J never reached step 30"
-        events_of "$J" | tail -n 20 | sed 's/^/  | /'
-        return 1
-    }
+    run_until "$TMPD/spare.spec" 30 || return 1
     wait_for 10 agent_count "$J" 3 || { echo "expected 3 agents (one spare)"; agents_of "$J"; return 1; }
     # an agent that hosts ranks: not the spare (the highest agent id)
     _v=$(agents_of "$J" | head -n 1 | cut -d' ' -f1)
@@ -228,17 +244,13 @@ only spare && check "SIGKILL an agent with a spare node: the spare takes over, n
 
 t_usr1() {
     job_spec usr1 >"$TMPD/usr1.spec"
-    J=$(submit "$TMPD/usr1.spec")
-    wait_for 60 step_at_least "$J" 30 || { echo "job $J never reached step 30"; return 1; }
-    SID=$(slurm_id_of "$J")
+    run_until "$TMPD/usr1.spec" 30 || return 1
     # what --signal=B:USR1@lead does at the lead: USR1 to the batch shell only
     scancel --signal=USR1 --batch "$SID" || return 1
     wait_done "$J" 240 || return 1
     completed_with "$J" "$REF" || return 1
-    events_of "$J" >"$TMPD/ev"
-    grep -q 'preempt_requested' "$TMPD/ev" && grep -q 'checkpoint_committed\|committed' "$TMPD/ev" &&
-        grep -q ' requeued ' "$TMPD/ev" ||
-        { echo "events:"; sed 's/^/  | /' "$TMPD/ev"; return 1; }
+    events_have preempt_requested "stop for the signal" &&
+        events_have ' requeued ' "requeue" || return 1
     run_rc 0 ctl show "$J" --json || return 1
     out_has '"restarts": 0' && out_has '"requeues": 1' || return 1
     grep -q "USR1" "$COORD_STATE/slurm/dt-$J.out" ||
@@ -250,9 +262,7 @@ only usr1 && check "USR1 to the batch shell: checkpoint, requeue (no restart cou
 
 t_cancel() {
     job_spec cancel >"$TMPD/cancel.spec"
-    J=$(submit "$TMPD/cancel.spec")
-    wait_for 60 step_at_least "$J" 5 || { echo "job $J never started"; return 1; }
-    SID=$(slurm_id_of "$J")
+    run_until "$TMPD/cancel.spec" 5 || return 1
     run_rc 0 ctl cancel "$J" || return 1
     wait_for 30 slurm_final "$SID" CANCELLED || { scontrol show job "$SID"; return 1; }
     [ "$(state_of "$J")" = cancelled ] || return 1
@@ -263,9 +273,7 @@ only cancel && check "dtctl cancel cancels the Slurm job, nothing left running" 
 
 t_resume() {
     job_spec resume >"$TMPD/resume.spec"
-    J=$(submit "$TMPD/resume.spec")
-    wait_for 60 step_at_least "$J" 30 || { echo "job $J never reached step 30"; return 1; }
-    SID=$(slurm_id_of "$J")
+    run_until "$TMPD/resume.spec" 30 || return 1
     run_rc 0 ctl cancel "$J" --checkpoint || return 1
     wait_done "$J" 60 || return 1
     [ "$(state_of "$J")" = cancelled ] || return 1
@@ -295,6 +303,57 @@ t_deterministic() {
     events_of "$J" | grep -q deterministic_failure || return 1
 }
 only deterministic && check "a deterministic failure fails the job and its Slurm job, no requeue" t_deterministic
+
+# ---- the coordinator restarted, Slurm's own requeue, preemption ----------
+
+t_coord_restart() {
+    job_spec restart >"$TMPD/restart.spec"
+    run_until "$TMPD/restart.spec" 30 || return 1
+    coord_stop KILL
+    sleep 1
+    coord_start || return 1
+    wait_done "$J" 180 || return 1
+    completed_with "$J" "$REF" || return 1
+    run_rc 0 ctl show "$J" --json || return 1
+    out_has '"requeues": 0' && out_has '"restarts": 0' || return 1
+    wait_for 10 slurm_recorded "$J" COMPLETED ||
+        { echo "slurm state $(slurm_state_of "$J") after the restart"; return 1; }
+}
+only coord_restart && check "SIGKILL dtcoordd mid-run, start it again: same Slurm job, same checksum" \
+    t_coord_restart
+
+t_scontrol_requeue() {
+    job_spec outside >"$TMPD/outside.spec"
+    run_until "$TMPD/outside.spec" 40 || return 1
+    scontrol requeue "$SID" || return 1
+    wait_done "$J" 240 || return 1
+    completed_with "$J" "$REF" || return 1
+    # the workers may die of Slurm's SIGTERM before dt sees the new run:
+    # either way one requeue, noticed or joined, and a resume
+    events_have ' requeued ' "requeue" || return 1
+    events_have 'generation_started.*resume_step=[1-9]' "resume from a checkpoint" || return 1
+    scontrol show job "$SID" | grep -q "Restarts=1 " ||
+        { echo "slurm job $SID:"; scontrol show job "$SID" | sed 's/^/  | /'; return 1; }
+}
+only scontrol_requeue && check "scontrol requeue (Slurm's, not dt's): one requeue, resumed, same checksum" \
+    t_scontrol_requeue
+
+t_preempt() {
+    job_spec victim >"$TMPD/victim.spec"
+    run_until "$TMPD/victim.spec" 30 || return 1
+    # every CPU of every node, in the partition that preempts "debug"
+    _u=$(sbatch --parsable -p urgent -N 3 --ntasks-per-node=4 -o "$TMPD/urgent.out" \
+        --wrap 'sleep 3') || return 1
+    wait_done "$J" 240 || return 1
+    completed_with "$J" "$REF" || return 1
+    slurm_final "$_u" COMPLETED || { echo "the preempting job:"; scontrol show job "$_u"; return 1; }
+    events_have preempt_requested "stop for the signal" &&
+        events_have ' requeued ' "requeue" || return 1
+    run_rc 0 ctl show "$J" --json || return 1
+    out_has '"restarts": 0' || return 1
+}
+only preempt && check "preempted by a higher-priority job: USR1, checkpoint, requeue, same checksum" \
+    t_preempt
 
 # this coordinator's agents and workers only (other tests may run beside)
 nothing_of_ours() {
