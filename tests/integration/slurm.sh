@@ -355,6 +355,26 @@ t_preempt() {
 only preempt && check "preempted by a higher-priority job: USR1, checkpoint, requeue, same checksum" \
     t_preempt
 
+# A real time limit (1 minute, the least Slurm has) and Slurm's own warning
+# signal. Slow and timing-dependent (when the warning comes depends on
+# slurmctld's timers), so only when asked: DT_SLURM_CHECKS=time_limit.
+t_time_limit() {
+    job_spec limited "signal_lead = 40s" | sed 's/^time_limit = .*/time_limit = 1m/' \
+        >"$TMPD/limited.spec"
+    run_until "$TMPD/limited.spec" 1 || return 1
+    _t0=$(date +%s)
+    wait_done "$J" 600 || return 1
+    completed_with "$J" "$REF" || return 1
+    events_have preempt_requested "stop for the time-limit signal" || return 1
+    events_have ' requeued ' "requeue" || return 1
+    ! grep -q TIMEOUT "$TMPD/ev" || { echo "a run reached its time limit"; return 1; }
+    echo "completed $(($(date +%s) - _t0)) s after it started:" \
+        "$(grep -c preempt_requested "$TMPD/ev") warnings, resumed at steps" \
+        "$(sed -n 's/.*generation_started.*resume_step=\([0-9]*\).*/\1/p' "$TMPD/ev" | tr '\n' ' ')"
+}
+echo " ${DT_SLURM_CHECKS:-} " | grep -q " time_limit " &&
+    check "a real 1-minute time limit: Slurm's USR1, checkpoint, requeue until done" t_time_limit
+
 # this coordinator's agents and workers only (other tests may run beside)
 nothing_of_ours() {
     [ -z "$(agents_of '[0-9]*')" ] &&
