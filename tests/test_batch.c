@@ -173,6 +173,18 @@ Test(batch, cpu_job_asks_cpus_per_task_and_no_gpus)
     dt_slurm_desc_clear(&d);
 }
 
+Test(batch, a_dry_run_is_job_0)
+{
+    dt_spec_t s = spec("cpu");
+    dt_batch_conf_t bc = conf();
+    dt_slurm_desc_t d;
+
+    make_ok(0, &s, 2, 4, NULL, &bc, &d);
+    cr_assert_str_eq(d.name, "dt-0-myjob");
+    assert_has(d.script, " --job 0 ");
+    dt_slurm_desc_clear(&d);
+}
+
 Test(batch, gpu_job_asks_one_gpu_per_rank)
 {
     const char *presets[] = { "h100-sxm", "h200" };
@@ -726,7 +738,7 @@ Test(batch, missing_or_bad_settings_are_refused)
         else if (strcmp(f, "rpn") == 0)
             rpn = 0;
         else
-            job = 0;
+            job = -1; /* 0 is a dry run's */
         int rc = dt_batch_make(job, &s, nodes, rpn, NULL, &bc, &d, &em);
         cr_assert_eq(rc, DT_EINVAL, "%s: %s", f, dt_err_name(rc));
         cr_assert_eq(strncmp(em.s, cases[i].want, strlen(cases[i].want)), 0,

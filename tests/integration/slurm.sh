@@ -24,6 +24,8 @@
 #   - scontrol requeue (Slurm's own requeue, not dt's): one requeue, noticed from
 #     the restart count (or joined, when the workers died of Slurm's SIGTERM
 #     first), resumed, same checksum;
+#   - a node set DOWN under the running job: requeued without it, same
+#     checksum;
 #   - a job of a higher-priority partition preempts the job: Slurm's USR1,
 #     checkpoint, requeue, the preemptor runs, the job completes, same
 #     checksum.
@@ -354,6 +356,27 @@ t_preempt() {
 }
 only preempt && check "preempted by a higher-priority job: USR1, checkpoint, requeue, same checksum" \
     t_preempt
+
+# A node set DOWN under the job (what slurmctld does to a node that stops
+# answering, without waiting SlurmdTimeout): the job keeps its other nodes
+# (--no-kill), dt loses that node's agent and requeues without it.
+t_node_down() {
+    job_spec nodedown >"$TMPD/nodedown.spec"
+    run_until "$TMPD/nodedown.spec" 30 || return 1
+    _victim=$(agents_of "$J" | head -n 1 | cut -d' ' -f2)
+    [ -n "$_victim" ] || { echo "no agent of job $J found"; return 1; }
+    scontrol update nodename="$_victim" state=down reason="dt test: node failure" || return 1
+    wait_done "$J" 240
+    _rc=$?
+    scontrol update nodename="$_victim" state=resume
+    [ "$_rc" -eq 0 ] || return 1
+    completed_with "$J" "$REF" || return 1
+    events_have " requeued " "requeue" || return 1
+    _nodes=$(job_field "$SID" NodeList)
+    case $_nodes in *"$_victim"*) echo "reran on $_nodes, which has $_victim"; return 1 ;; esac
+}
+only node_down && check "a node set DOWN under the job: requeued without it, same checksum" \
+    t_node_down
 
 # A real time limit (1 minute, the least Slurm has) and Slurm's own warning
 # signal. Slow and timing-dependent (when the warning comes depends on
