@@ -117,6 +117,27 @@ static int load_conf(const char *path, dt_coord_conf_t *cf, dt_emsg_t *em)
         dt_conf_free(conf_keys, &n);
         return rc;
     }
+    /* slurm = yes: the agents must have an address to connect back to,
+     * and slurm_env must be NAME=VALUE words (alloc.c uses both) */
+    if (n.slurm && !(n.listen && *n.listen) &&
+        !(n.slurm_coord_address && *n.slurm_coord_address)) {
+        rc = dt_emsg_set(em, DT_ECONF, "%s: slurm = yes needs listen (the agents on the "
+                         "compute nodes connect back over TCP)", path);
+        dt_conf_free(conf_keys, &n);
+        return rc;
+    }
+    for (const char *w = n.slurm_env; w && *w;) {
+        size_t len = strcspn(w, " \t");
+        const char *eq = memchr(w, '=', len);
+        if (len > 0 && (eq == NULL || eq == w)) {
+            rc = dt_emsg_set(em, DT_ECONF, "%s: slurm_env: '%.*s' is not NAME=VALUE", path,
+                             (int)len, w);
+            dt_conf_free(conf_keys, &n);
+            return rc;
+        }
+        w += len;
+        w += strspn(w, " \t");
+    }
     struct sockaddr_storage ss;
     if (n.listen && *n.listen && (rc = dt_listen_parse(n.listen, &ss, em)) < 0) {
         char msg[sizeof(em->s)];

@@ -5,6 +5,8 @@
 # loopback (contrib/slurm/dt-cluster), a dtcoordd with slurm = yes that
 # submits each job through libslurm as a batch job running one dtagentd
 # per node under srun, each the PMIx server of 2 dtengine workers. Checks:
+#   - configuration errors (slurm = yes without listen, a bad slurm_env, no
+#     slurm.conf) stop dtcoordd with a message naming them;
 #   - a job that cannot be planned is refused before it reaches Slurm;
 #   - --dry-run prints the batch script and submits nothing;
 #   - submit -> runs -> completes with the checksum of `dtctl run --local`
@@ -141,6 +143,25 @@ completed_with() { # JOB CHECKSUM
 only() {
     [ -z "${DT_SLURM_CHECKS:-}" ] || echo " $DT_SLURM_CHECKS " | grep -q " $1 "
 }
+
+# ---- configuration errors ----------------------------------------------------
+
+t_conf_errors() {
+    mkdir -p "$TMPD/bad" || return 1
+    printf 'state_dir = %s\nslurm = yes\n' "$TMPD/bad/state" >"$TMPD/bad/nolisten.conf"
+    run_rc 2 "$DTCOORDD" -D -f "$TMPD/bad/nolisten.conf" || return 1
+    out_has "nolisten.conf: slurm = yes needs listen" || return 1
+    printf 'state_dir = %s\nslurm = yes\nlisten = 127.0.0.1:1\nslurm_env = A=1 junk\n' \
+        "$TMPD/bad/state" >"$TMPD/bad/env.conf"
+    run_rc 2 "$DTCOORDD" -D -f "$TMPD/bad/env.conf" || return 1
+    out_has "slurm_env: 'junk' is not NAME=VALUE" || return 1
+    printf 'state_dir = %s\nslurm = yes\nlisten = 127.0.0.1:0\nslurm_conf = %s\n' \
+        "$TMPD/bad/state" "$TMPD/bad/none.conf" >"$TMPD/bad/noslurm.conf"
+    run_rc 1 "$DTCOORDD" -D -f "$TMPD/bad/noslurm.conf" || return 1
+    out_has "$TMPD/bad/none.conf" && out_has "No such file"
+}
+only conf_errors && check "slurm = yes without listen, a bad slurm_env, a missing slurm.conf: refused, named" \
+    t_conf_errors
 
 # ---- refused before Slurm, dry run -----------------------------------------
 
