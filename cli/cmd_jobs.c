@@ -162,6 +162,28 @@ static int ask(dtctl_t *ctl, const char *cmd, uint16_t type, json_t *body, json_
     return DTCTL_OK;
 }
 
+/* The shape of every command on one job: its options and JOB, then one
+ * request {"id": JOB} plus what the options add (see body_of). Returns an
+ * exit status; *res is the reply to print, NULL when there is nothing
+ * more to do (--help, --json, an error already reported). */
+static int job_request(dtctl_t *ctl, int argc, char **argv, uint16_t type, jobargs_t *a,
+                       json_t **res)
+{
+    int rc = parse_job(ctl, argc, argv, 1, a);
+
+    *res = NULL;
+    if (rc)
+        return rc == 100 ? DTCTL_OK : rc;
+    json_t *body = json_pack("{s:I}", "id", (json_int_t)a->id);
+    if (type == DT_MSG_EVENTS)
+        json_object_set_new(body, "since", json_integer(a->since));
+    if (a->reason)
+        json_object_set_new(body, "reason", json_string(a->reason));
+    if (a->checkpoint)
+        json_object_set_new(body, "checkpoint", json_true());
+    return ask(ctl, argv[0], type, body, res);
+}
+
 int dtctl_list(dtctl_t *ctl, int argc, char **argv)
 {
     jobargs_t a;
@@ -201,11 +223,8 @@ int dtctl_show(dtctl_t *ctl, int argc, char **argv)
 {
     jobargs_t a;
     json_t *res;
-    int rc = parse_job(ctl, argc, argv, 1, &a);
-    if (rc)
-        return rc == 100 ? DTCTL_OK : rc;
-    rc = ask(ctl, "show", DT_MSG_SHOW, json_pack("{s:I}", "id", (json_int_t)a.id), &res);
-    if (rc != DTCTL_OK || res == NULL)
+    int rc = job_request(ctl, argc, argv, DT_MSG_SHOW, &a, &res);
+    if (res == NULL)
         return rc;
     json_t *j = json_object_get(res, "job"), *plan = json_object_get(res, "plan");
     char b1[64], b2[64], b3[64];
@@ -274,15 +293,8 @@ int dtctl_cancel(dtctl_t *ctl, int argc, char **argv)
 {
     jobargs_t a;
     json_t *res;
-    int rc = parse_job(ctl, argc, argv, 1, &a);
-    if (rc)
-        return rc == 100 ? DTCTL_OK : rc;
-    json_t *body = json_pack("{s:I}", "id", (json_int_t)a.id);
-    if (a.reason)
-        json_object_set_new(body, "reason", json_string(a.reason));
-    if (a.checkpoint)
-        json_object_set_new(body, "checkpoint", json_true());
-    if ((rc = ask(ctl, "cancel", DT_MSG_CANCEL, body, &res)) != DTCTL_OK || res == NULL)
+    int rc = job_request(ctl, argc, argv, DT_MSG_CANCEL, &a, &res);
+    if (res == NULL)
         return rc;
     if (json_is_true(json_object_get(res, "stopping")))
         printf("job %lld stopping: checkpoint at the next step, then cancelled\n",
@@ -297,12 +309,8 @@ int dtctl_events(dtctl_t *ctl, int argc, char **argv)
 {
     jobargs_t a;
     json_t *res;
-    int rc = parse_job(ctl, argc, argv, 1, &a);
-    if (rc)
-        return rc == 100 ? DTCTL_OK : rc;
-    rc = ask(ctl, "events", DT_MSG_EVENTS,
-             json_pack("{s:I, s:I}", "id", (json_int_t)a.id, "since", (json_int_t)a.since), &res);
-    if (rc != DTCTL_OK || res == NULL)
+    int rc = job_request(ctl, argc, argv, DT_MSG_EVENTS, &a, &res);
+    if (res == NULL)
         return rc;
     static const col_t cols[] = {
         { "ID", "id", C_INT },       { "-TIME", "at_ms", C_TIME }, { "-KIND", "kind", C_STR },
@@ -317,12 +325,8 @@ int dtctl_checkpoints(dtctl_t *ctl, int argc, char **argv)
 {
     jobargs_t a;
     json_t *res;
-    int rc = parse_job(ctl, argc, argv, 1, &a);
-    if (rc)
-        return rc == 100 ? DTCTL_OK : rc;
-    rc = ask(ctl, "checkpoints", DT_MSG_CHECKPOINTS, json_pack("{s:I}", "id", (json_int_t)a.id),
-             &res);
-    if (rc != DTCTL_OK || res == NULL)
+    int rc = job_request(ctl, argc, argv, DT_MSG_CHECKPOINTS, &a, &res);
+    if (res == NULL)
         return rc;
     static const col_t cols[] = {
         { "STEP", "step", C_INT },           { "-STATE", "state", C_STR },
@@ -340,12 +344,8 @@ int dtctl_checkpoint(dtctl_t *ctl, int argc, char **argv)
 {
     jobargs_t a;
     json_t *res;
-    int rc = parse_job(ctl, argc, argv, 1, &a);
-    if (rc)
-        return rc == 100 ? DTCTL_OK : rc;
-    rc = ask(ctl, "checkpoint", DT_MSG_CHECKPOINT, json_pack("{s:I}", "id", (json_int_t)a.id),
-             &res);
-    if (rc != DTCTL_OK || res == NULL)
+    int rc = job_request(ctl, argc, argv, DT_MSG_CHECKPOINT, &a, &res);
+    if (res == NULL)
         return rc;
     printf("job %lld: checkpoint requested (generation %lld)\n",
            json_is_integer(json_object_get(res, "id")) ? num(res, "id") : a.id, num(res, "gen"));
@@ -357,11 +357,8 @@ int dtctl_resume(dtctl_t *ctl, int argc, char **argv)
 {
     jobargs_t a;
     json_t *res;
-    int rc = parse_job(ctl, argc, argv, 1, &a);
-    if (rc)
-        return rc == 100 ? DTCTL_OK : rc;
-    rc = ask(ctl, "resume", DT_MSG_RESUME, json_pack("{s:I}", "id", (json_int_t)a.id), &res);
-    if (rc != DTCTL_OK || res == NULL)
+    int rc = job_request(ctl, argc, argv, DT_MSG_RESUME, &a, &res);
+    if (res == NULL)
         return rc;
     if (num(res, "step") > 0)
         printf("job %lld %s: resumes from the checkpoint at step %lld\n", num(res, "id"),
