@@ -75,20 +75,6 @@ typedef struct dt_alloc {
 
 /*-- small helpers ---------------------------------------------------------------*/
 
-static void event(dt_coord_t *c, int64_t job, const char *kind, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void event(dt_coord_t *c, int64_t job, const char *kind, const char *fmt, ...)
-{
-    char detail[1024];
-    dt_emsg_t em = { "" };
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(detail, sizeof(detail), fmt, ap);
-    va_end(ap);
-    if (dt_db_event_add(c->db, job, kind, detail, &em) < 0)
-        dt_log_error("job=%lld event %s: %s", (long long)job, kind, em.s);
-    dt_log_info("job=%lld %s: %s", (long long)job, kind, detail);
-}
 
 static track_t *track_find(dt_alloc_t *al, int64_t job)
 {
@@ -196,7 +182,7 @@ static void op_done(uv_work_t *w, int status)
         if (t)
             t->requeueing = 0;
         if (o->rc < 0)
-            event(c, o->job, "slurm_error", "requeue of slurm job %u failed: %s (the next "
+            dt_coord_event(c, o->job, "slurm_error", "requeue of slurm job %u failed: %s (the next "
                   "query decides again)", o->slurm_id, o->em.s);
         break;
     case OP_CANCEL:
@@ -291,7 +277,7 @@ static void submit(dt_alloc_t *al, track_t *t)
     if ((rc = dt_spec_parse("spec", j.spec ? j.spec : "", &s, &em)) < 0 ||
         (rc = dt_plan_req_from_spec(&s, &req, &em)) < 0 ||
         (rc = dt_plan_make(&req, &plan, &em)) < 0) {
-        event(c, t->job, "slurm_refused", "the stored job no longer plans: %s", em.s);
+        dt_coord_event(c, t->job, "slurm_refused", "the stored job no longer plans: %s", em.s);
         dt_db_job_transition(c->db, t->job, DT_JOB_FAILED, NULL, em.s, &em);
         goto out;
     }
@@ -312,7 +298,7 @@ static void submit(dt_alloc_t *al, track_t *t)
                 break;
             }
         op_free(o);
-        event(c, t->job, "slurm_refused", "%s", em.s);
+        dt_coord_event(c, t->job, "slurm_refused", "%s", em.s);
         dt_db_job_transition(c->db, t->job, DT_JOB_FAILED, NULL, em.s, &em);
         goto out;
     }
@@ -340,7 +326,7 @@ static void on_submitted(dt_alloc_t *al, op_t *o)
         t->retry_at_ms = dt_coord_mono_ms() + t->retry_ms;
         if (!t->unreachable_told) {
             t->unreachable_told = 1;
-            event(c, o->job, "slurm_unreachable", "%s: retrying", o->em.s);
+            dt_coord_event(c, o->job, "slurm_unreachable", "%s: retrying", o->em.s);
         }
         return;
     }
@@ -348,7 +334,7 @@ static void on_submitted(dt_alloc_t *al, op_t *o)
         /* slurmctld refused what dt asked: no requeue or retry fixes that */
         char why[sizeof(o->em.s) + 64];
         snprintf(why, sizeof(why), "Slurm refused the batch job: %s", o->em.s);
-        event(c, o->job, "slurm_refused", "%s", o->em.s);
+        dt_coord_event(c, o->job, "slurm_refused", "%s", o->em.s);
         if (dt_db_job_transition(c->db, o->job, DT_JOB_FAILED, NULL, why, &em) < 0)
             dt_log_error("job=%lld: %s", (long long)o->job, em.s);
         t->gone = 1;
@@ -472,7 +458,7 @@ static void on_info(dt_alloc_t *al, op_t *o)
                 char why[200];
                 snprintf(why, sizeof(why), "slurm job %u is unknown to slurmctld (purged or "
                          "lost): its agents cannot be running", t->slurm_id);
-                event(c, t->job, "slurm_lost", "%s", why);
+                dt_coord_event(c, t->job, "slurm_lost", "%s", why);
                 dt_db_job_transition(c->db, t->job, DT_JOB_FAILED, NULL, why, &em);
                 dt_run_cancelled(c, t->job);
             }
@@ -484,7 +470,7 @@ static void on_info(dt_alloc_t *al, op_t *o)
     if (o->rc < 0) {
         if (!t->unreachable_told) {
             t->unreachable_told = 1;
-            event(c, t->job, "slurm_unreachable", "query of slurm job %u: %s", t->slurm_id,
+            dt_coord_event(c, t->job, "slurm_unreachable", "query of slurm job %u: %s", t->slurm_id,
                   o->em.s);
         }
         return;
@@ -503,7 +489,7 @@ static void on_info(dt_alloc_t *al, op_t *o)
         else if (!t->cancel_sent && t->ended_ms &&
                  dt_coord_mono_ms() - t->ended_ms >= END_GRACE_MS) {
             t->cancel_sent = 1;
-            event(c, t->job, "slurm_cancel", "slurm job %u still %s %d s after the job ended: "
+            dt_coord_event(c, t->job, "slurm_cancel", "slurm job %u still %s %d s after the job ended: "
                   "cancelling it", t->slurm_id, in->state, END_GRACE_MS / 1000);
             enqueue(al, OP_CANCEL, t->job, t->slurm_id);
             pump(al);
@@ -524,7 +510,7 @@ static void on_info(dt_alloc_t *al, op_t *o)
     char why[1400];
     if (state_is(in, "CANCELLED")) {
         snprintf(why, sizeof(why), "slurm job %u was cancelled outside dt", t->slurm_id);
-        event(c, t->job, "slurm_cancelled", "%s", why);
+        dt_coord_event(c, t->job, "slurm_cancelled", "%s", why);
         if (dt_db_job_transition(c->db, t->job, DT_JOB_CANCELLED, NULL, why, &em) < 0)
             dt_log_error("job=%lld: %s", (long long)t->job, em.s);
         dt_run_cancelled(c, t->job);
@@ -550,7 +536,7 @@ static void on_info(dt_alloc_t *al, op_t *o)
         } else {
             char d[1500];
             snprintf(d, sizeof(d), "%s; restart budget used up", why);
-            event(c, t->job, "slurm_ended", "%s", d);
+            dt_coord_event(c, t->job, "slurm_ended", "%s", d);
             dt_db_job_transition(c->db, t->job, DT_JOB_FAILED, NULL, d, &em);
             dt_run_cancelled(c, t->job);
             t->gone = 1;
@@ -564,7 +550,7 @@ static void on_info(dt_alloc_t *al, op_t *o)
                  in->state, in->exit_code, in->exit_signal,
                  rec.output && *rec.output ? rec.output : "the batch job's output");
         dt_slurm_job_clear(&rec);
-        event(c, t->job, "slurm_ended", "%s", why);
+        dt_coord_event(c, t->job, "slurm_ended", "%s", why);
         if (dt_db_job_transition(c->db, t->job, DT_JOB_FAILED, NULL, why, &em) < 0)
             dt_log_error("job=%lld: %s", (long long)t->job, em.s);
         dt_run_cancelled(c, t->job);

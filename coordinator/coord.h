@@ -81,6 +81,11 @@ typedef struct dt_coord {
 int64_t dt_coord_mono_ms(void);
 int64_t dt_coord_wall_ms(void);
 
+/* One event on the job's history (and the log), detail printf-style; a
+ * database error is logged, not returned: the decision stands. */
+void dt_coord_event(dt_coord_t *c, int64_t job, const char *kind, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 /* Live agents. */
 dt_live_agent_t *dt_coord_agent_find(dt_coord_t *c, int64_t id);
 dt_live_agent_t *dt_coord_agent_add(dt_coord_t *c, int64_t id, int64_t job);

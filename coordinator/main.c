@@ -16,6 +16,7 @@
 #include <getopt.h>
 #include <signal.h>
 #include <stddef.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -209,6 +210,19 @@ static void reload(dt_coord_t *c)
 }
 
 /* ---- time and live agents ------------------------------------------------------- */
+
+void dt_coord_event(dt_coord_t *c, int64_t job, const char *kind, const char *fmt, ...)
+{
+    char detail[1024];
+    dt_emsg_t em = { "" };
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof(detail), fmt, ap);
+    va_end(ap);
+    if (dt_db_event_add(c->db, job, kind, detail, &em) < 0)
+        dt_log_error("job=%lld event %s: %s", (long long)job, kind, em.s);
+    dt_log_info("job=%lld %s: %s", (long long)job, kind, detail);
+}
 
 int64_t dt_coord_mono_ms(void)
 {

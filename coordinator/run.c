@@ -90,20 +90,6 @@ typedef struct dt_jobrun {
 
 /*-- small helpers ---------------------------------------------------------------*/
 
-static void event(dt_coord_t *c, int64_t job, const char *kind, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void event(dt_coord_t *c, int64_t job, const char *kind, const char *fmt, ...)
-{
-    char detail[512];
-    dt_emsg_t em = { "" };
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(detail, sizeof(detail), fmt, ap);
-    va_end(ap);
-    if (dt_db_event_add(c->db, job, kind, detail, &em) < 0)
-        dt_log_error("job=%lld event %s: %s", (long long)job, kind, em.s);
-    dt_log_info("job=%lld %s: %s", (long long)job, kind, detail);
-}
 
 static int transition(dt_coord_t *c, int64_t job, enum dt_job_state to, const char *kind,
                       const char *detail)
@@ -304,13 +290,13 @@ static void try_commit(dt_coord_t *c, jobrun_t *r, int64_t step)
     if (dt_db_shards(c->db, r->job, step, shard_cb, &x, &em) < 0 || x.n < man.ranks)
         goto out;
     if (x.bad) {
-        event(c, r->job, "checkpoint_rejected", "step=%lld: a shard's sha256 differs from the "
+        dt_coord_event(c, r->job, "checkpoint_rejected", "step=%lld: a shard's sha256 differs from the "
               "manifest's", (long long)step);
         dt_db_checkpoint_set_state(c->db, r->job, step, "corrupt", &em);
         goto out;
     }
     if (dt_ckpt_mark_committed(dir, &em) < 0) {
-        event(c, r->job, "checkpoint_rejected", "step=%lld: %s", (long long)step, em.s);
+        dt_coord_event(c, r->job, "checkpoint_rejected", "step=%lld: %s", (long long)step, em.s);
         goto out;
     }
     if (dt_db_checkpoint_set_state(c->db, r->job, step, "committed", &em) < 0)
@@ -344,7 +330,7 @@ static void pick_resume(dt_coord_t *c, jobrun_t *r, char **dir, int64_t *step)
             *dir = d;
             *step = l.steps[i];
         } else {
-            event(c, r->job, "checkpoint_skipped", "step=%lld does not verify: %s",
+            dt_coord_event(c, r->job, "checkpoint_skipped", "step=%lld does not verify: %s",
                   (long long)l.steps[i], em.s);
             dt_db_checkpoint_set_state(c->db, r->job, l.steps[i], "corrupt", &em);
             free(d);
@@ -448,12 +434,12 @@ static void gen_start(dt_coord_t *c, jobrun_t *r)
             char why[200];
             snprintf(why, sizeof(why), "%d ranks needed, %d slots on live agents, and no plan "
                      "on fewer ranks fits", r->R, slots);
-            event(c, r->job, "replan_failed", "%s", why);
+            dt_coord_event(c, r->job, "replan_failed", "%s", why);
             end_job(c, r, DT_JOB_FAILED, why);
             free(live);
             return;
         }
-        event(c, r->job, "replanned", "ranks %d -> %d: %d slots on live agents", r->R, R, slots);
+        dt_coord_event(c, r->job, "replanned", "ranks %d -> %d: %d slots on live agents", r->R, R, slots);
         r->R = R;
     }
     gen_clear(r);
@@ -556,7 +542,7 @@ static void fail_gen(dt_coord_t *c, jobrun_t *r, int rank, const char *why, int6
         char d[800];
         snprintf(d, sizeof(d), "deterministic failure: it happened twice at step %lld (%s)",
                  (long long)step, why);
-        event(c, r->job, "deterministic_failure", "%s", d);
+        dt_coord_event(c, r->job, "deterministic_failure", "%s", d);
         end_job(c, r, DT_JOB_FAILED, d);
         return;
     }
@@ -598,7 +584,7 @@ void dt_run_registered(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
          * job where it is (the user may cancel it) */
         if (!r->told) {
             r->told = 1;
-            event(c, r->job, "not_started", "kind = %s: the agents run train jobs; run %s "
+            dt_coord_event(c, r->job, "not_started", "kind = %s: the agents run train jobs; run %s "
                   "with dtengine under srun or mpirun", r->spec.kind ? r->spec.kind : "?",
                   r->spec.kind ? r->spec.kind : "it");
         }
@@ -640,7 +626,7 @@ void dt_run_registered(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
         char why[600];
         snprintf(why, sizeof(why), "agent %lld (%s) came back without its workers",
                  (long long)a->id, a->node);
-        event(c, r->job, "agent_restarted", "%s", why);
+        dt_coord_event(c, r->job, "agent_restarted", "%s", why);
         r->ended[gi] = 1;
         fail_gen(c, r, -1, why, max_step(r));
     } else if (gen == 0 && r->phase == PH_STARTING) {
@@ -779,7 +765,7 @@ void dt_run_worker_exit(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
                  (long long)rank, a->node, (long long)status, (long long)ri->step,
                  err ? ": " : "", err ? err : "");
     if (r->phase == PH_STARTING || r->phase == PH_RUNNING) {
-        event(c, r->job, hung ? "worker_hung" : "worker_failed", "gen=%d %s", r->gen, why);
+        dt_coord_event(c, r->job, hung ? "worker_hung" : "worker_failed", "gen=%d %s", r->gen, why);
         if (status == 2 && !sig) {
             /* dtengine's exit 2: bad options or input, which no restart fixes */
             char d[800];
@@ -925,7 +911,7 @@ void dt_run_agent_lost(dt_coord_t *c, int64_t job, int64_t agent)
         if (r->agent_of[i] == agent)
             first = i;
     snprintf(why, sizeof(why), "agent %lld lost with its ranks", (long long)agent);
-    event(c, job, "agent_lost", "gen=%d agent=%lld hosted rank %d and up", r->gen,
+    dt_coord_event(c, job, "agent_lost", "gen=%d agent=%lld hosted rank %d and up", r->gen,
           (long long)agent, first);
     fail_gen(c, r, first, why, max_step(r));
 }
@@ -940,7 +926,7 @@ int dt_run_checkpoint(dt_coord_t *c, int64_t job, int *gen, dt_emsg_t *em)
     for (int i = 0; i < r->ngen; i++)
         push(dt_coord_agent_find(c, r->gen_agents[i]), DT_MSG_CKPT_REQUEST,
              json_pack("{s:i}", "gen", r->gen));
-    event(c, job, "checkpoint_requested", "gen=%d at step %lld", r->gen, (long long)max_step(r));
+    dt_coord_event(c, job, "checkpoint_requested", "gen=%d at step %lld", r->gen, (long long)max_step(r));
     *gen = r->gen;
     return 0;
 }
@@ -960,7 +946,7 @@ int dt_run_stop(dt_coord_t *c, int64_t job, const char *why, dt_emsg_t *em)
     for (int i = 0; i < r->ngen; i++)
         push(dt_coord_agent_find(c, r->gen_agents[i]), DT_MSG_STOP,
              json_pack("{s:i, s:b}", "gen", r->gen, "checkpoint", 1));
-    event(c, job, "stop_requested", "gen=%d at step %lld: checkpoint, then stop (%s)", r->gen,
+    dt_coord_event(c, job, "stop_requested", "gen=%d at step %lld: checkpoint, then stop (%s)", r->gen,
           (long long)max_step(r), why);
     return 0;
 }
@@ -1013,7 +999,7 @@ void dt_run_preempt(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
     if (r == NULL || r->phase == PH_DONE || r->phase == PH_STOPPING || r->phase == PH_WAITING)
         return; /* every agent sends it: the first one decides */
     if (!dt_alloc_is_slurm(c, r->job)) {
-        event(c, r->job, "signal_ignored", "agent %lld (%s) got SIG%s, which only means "
+        dt_coord_event(c, r->job, "signal_ignored", "agent %lld (%s) got SIG%s, which only means "
               "something under Slurm", (long long)a->id, a->node, sig);
         return;
     }
@@ -1028,12 +1014,12 @@ void dt_run_preempt(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
         for (int i = 0; i < r->ngen; i++)
             push(dt_coord_agent_find(c, r->gen_agents[i]), DT_MSG_STOP,
                  json_pack("{s:i, s:b}", "gen", r->gen, "checkpoint", 1));
-        event(c, r->job, "preempt_requested", "gen=%d at step %lld: %s: checkpoint, stop, "
+        dt_coord_event(c, r->job, "preempt_requested", "gen=%d at step %lld: %s: checkpoint, stop, "
               "requeue", r->gen, (long long)max_step(r), why);
         return;
     }
     /* starting or recovering: nothing new to save; requeue now */
-    event(c, r->job, "preempt_requested", "%s: not running, requeue from the newest committed "
+    dt_coord_event(c, r->job, "preempt_requested", "%s: not running, requeue from the newest committed "
           "checkpoint", why);
     requeue(c, r, false, why);
 }
@@ -1133,7 +1119,7 @@ void dt_run_tick(dt_coord_t *c)
             continue;
         for (int i = 0; i < r->ngen; i++)
             if (!r->ended[i]) {
-                event(c, r->job, "agent_unresponsive", "agent %lld did not report the end of "
+                dt_coord_event(c, r->job, "agent_unresponsive", "agent %lld did not report the end of "
                       "gen=%d within %d s", (long long)r->gen_agents[i], r->gen,
                       ABORT_TIMEOUT_MS / 1000);
                 r->ended[i] = 1;

@@ -283,34 +283,7 @@ probe_tcp() {
 
 # ---- assertions for check() -------------------------------------------------
 
-# run_rc WANT CMD...: CMD must exit WANT; its output (both streams) is kept
-# in $TMPD/out for out_has
-run_rc() {
-    _rr_want=$1
-    shift
-    "$@" >"$TMPD/out" 2>&1
-    _rr_rc=$?
-    if [ "$_rr_rc" -ne "$_rr_want" ]; then
-        echo "expected exit $_rr_want, got $_rr_rc: $*"
-        sed 's/^/  | /' "$TMPD/out" | head -n 30
-        return 1
-    fi
-    return 0
-}
-
-# out_has ERE / out_lacks ERE: the last run_rc output matches (does not)
-out_has() {
-    grep -q -E -e "$1" "$TMPD/out" && return 0
-    echo "output lacks /$1/:"
-    sed 's/^/  | /' "$TMPD/out" | head -n 30
-    return 1
-}
-out_lacks() {
-    grep -q -E -e "$1" "$TMPD/out" || return 0
-    echo "output has /$1/:"
-    sed 's/^/  | /' "$TMPD/out" | head -n 30
-    return 1
-}
+# run_rc, out_has and out_lacks are in lib.sh
 
 # out_ids: the job or event ids in the last run_rc's --json output, on one
 # line; ids_are "1 2": they are exactly these

@@ -123,6 +123,36 @@ finish() {
 
 # ---- helpers ----------------------------------------------------------------
 
+# run_rc WANT CMD...: CMD must exit WANT; its output (both streams) is kept
+# in $TMPD/out for out_has
+run_rc() {
+    _rr_want=$1
+    shift
+    "$@" >"$TMPD/out" 2>&1
+    _rr_rc=$?
+    if [ "$_rr_rc" -ne "$_rr_want" ]; then
+        echo "expected exit $_rr_want, got $_rr_rc: $*"
+        sed 's/^/  | /' "$TMPD/out" | head -n 30
+        return 1
+    fi
+    return 0
+}
+
+# out_has ERE / out_lacks ERE: the last run_rc output matches (does not)
+out_has() {
+    grep -q -E -e "$1" "$TMPD/out" && return 0
+    echo "output lacks /$1/:"
+    sed 's/^/  | /' "$TMPD/out" | head -n 30
+    return 1
+}
+out_lacks() {
+    grep -q -E -e "$1" "$TMPD/out" || return 0
+    echo "output has /$1/:"
+    sed 's/^/  | /' "$TMPD/out" | head -n 30
+    return 1
+}
+
+
 # gen_qkv DIR T H Hkv D SEED [--f16]: q.npy k.npy v.npy dout.npy in DIR, the
 # same values as `dtengine attn --generate T,H,Hkv,D --seed SEED`
 gen_qkv() {

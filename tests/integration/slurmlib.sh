@@ -118,34 +118,6 @@ slurm_wait_node() {
     return 1
 }
 
-# run_rc WANT CMD... / out_has ERE / out_lacks ERE: as in coordlib.sh (CMD
-# must exit WANT, its output kept in $TMPD/out for out_has), for scripts
-# that do not source it
-if ! command -v run_rc >/dev/null 2>&1; then
-    run_rc() {
-        _rr_want=$1
-        shift
-        "$@" >"$TMPD/out" 2>&1
-        _rr_rc=$?
-        [ "$_rr_rc" -eq "$_rr_want" ] && return 0
-        echo "expected exit $_rr_want, got $_rr_rc: $*"
-        sed 's/^/  | /' "$TMPD/out" | head -n 30
-        return 1
-    }
-    out_has() {
-        grep -q -E -e "$1" "$TMPD/out" && return 0
-        echo "output lacks /$1/:"
-        sed 's/^/  | /' "$TMPD/out" | head -n 30
-        return 1
-    }
-    out_lacks() {
-        grep -q -E -e "$1" "$TMPD/out" || return 0
-        echo "output has /$1/:"
-        sed 's/^/  | /' "$TMPD/out" | head -n 30
-        return 1
-    }
-fi
-
 # slurm_submit ARGS...: sbatch --parsable ARGS; JOBID is set, or the test
 # dies
 slurm_submit() {
