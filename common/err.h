@@ -12,6 +12,10 @@
 
 #include <errno.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* X(name, value, message). Values below -4096 are dt's own. */
 #define DT_ERRNO_MAP(X)                                                      \
     X(EPERM, -EPERM, "operation not permitted")                             \
@@ -35,7 +39,8 @@
     X(ELAYOUT, -4103, "unsupported layout for this job")                    \
     X(EUSAGE, -4104, "usage error")                                         \
     X(ESTATE, -4105, "not allowed in the job's current state")               \
-    X(EDIVERGED, -4106, "training diverged (non-finite loss or gradient)")
+    X(EDIVERGED, -4106, "training diverged (non-finite loss or gradient)") \
+    X(EDEVICE, -4107, "GPU error")
 
 enum dt_err {
     DT_OK = 0,
@@ -66,5 +71,9 @@ typedef struct dt_emsg {
  * `return dt_emsg_set(em, DT_EINVAL, "...")`. */
 int dt_emsg_set(dt_emsg_t *em, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* DT_ERR_H */

@@ -10,6 +10,10 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 void *dt_xmalloc(size_t n);
 void *dt_xcalloc(size_t count, size_t size);
 void *dt_xrealloc(void *p, size_t n);
@@ -20,5 +24,9 @@ void *dt_xaligned(size_t count, size_t size);
 char *dt_xstrdup(const char *s);
 /* printf into a new string; the caller frees it. */
 char *dt_xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* DT_MEM_H */

@@ -24,6 +24,7 @@
 
 #include "common/mem.h"
 #include "engine/attn.h"
+#include "engine/attn_gpu.h"
 #include "engine/cmd.h"
 #include "engine/gen.h"
 #include "engine/npy.h"
@@ -39,6 +40,7 @@ typedef struct opts {
     const char *segments, *dilations, *layout, *generate;
     unsigned long long seed;
     int causal, stats, threads, backward;
+    int cuda, fp16; /* --device cuda, --dtype fp16 */
     float scale;
 } opts_t;
 
@@ -50,6 +52,7 @@ static void usage(FILE *f)
             "                     [--layout contiguous|zigzag] [--scale S]\n"
             "                     [--dout dO.npy --dq dQ.npy --dk dK.npy --dv dV.npy]\n"
             "                     [--backward] [--out-dir DIR] [--threads N] [--stats]\n"
+            "                     [--device cpu|cuda [--dtype bf16|fp16]]\n"
             "       dtengine attn --generate T,H,Hkv,D --seed S [...]\n"
             "Q is (T, H, D), K and V (T, Hkv, D), float32 or float16; O is written\n"
             "(T, H, D) float32 and LSE (H, T) float32. See dtengine(1).\n");
@@ -58,7 +61,8 @@ static void usage(FILE *f)
 static int parse_opts(int argc, char **argv, opts_t *o, dt_emsg_t *em)
 {
     enum { O_Q = 256, O_K, O_V, O_OUT, O_LSE, O_OUTDIR, O_DOUT, O_DQ, O_DK, O_DV, O_SEG, O_DIL,
-           O_LAYOUT, O_GEN, O_SEED, O_CAUSAL, O_STATS, O_THREADS, O_SCALE, O_BACKWARD, O_HELP };
+           O_LAYOUT, O_GEN, O_SEED, O_CAUSAL, O_STATS, O_THREADS, O_SCALE, O_BACKWARD,
+           O_DEVICE, O_DTYPE, O_HELP };
     static const struct option lo[] = {
         { "q", required_argument, NULL, O_Q },
         { "k", required_argument, NULL, O_K },
@@ -80,11 +84,14 @@ static int parse_opts(int argc, char **argv, opts_t *o, dt_emsg_t *em)
         { "threads", required_argument, NULL, O_THREADS },
         { "scale", required_argument, NULL, O_SCALE },
         { "backward", no_argument, NULL, O_BACKWARD },
+        { "device", required_argument, NULL, O_DEVICE },
+        { "dtype", required_argument, NULL, O_DTYPE },
         { "help", no_argument, NULL, O_HELP },
         { NULL, 0, NULL, 0 },
     };
     int c;
     char *end;
+    const char *dtype = NULL;
 
     memset(o, 0, sizeof(*o));
     o->layout = "contiguous";
@@ -110,6 +117,17 @@ static int parse_opts(int argc, char **argv, opts_t *o, dt_emsg_t *em)
         case O_CAUSAL: o->causal = 1; break;
         case O_STATS: o->stats = 1; break;
         case O_BACKWARD: o->backward = 1; break;
+        case O_DEVICE:
+            if (strcmp(optarg, "cpu") != 0 && strcmp(optarg, "cuda") != 0)
+                return dt_emsg_set(em, DT_EUSAGE, "--device '%s': cpu or cuda", optarg);
+            o->cuda = strcmp(optarg, "cuda") == 0;
+            break;
+        case O_DTYPE:
+            if (strcmp(optarg, "bf16") != 0 && strcmp(optarg, "fp16") != 0)
+                return dt_emsg_set(em, DT_EUSAGE, "--dtype '%s': bf16 or fp16", optarg);
+            dtype = optarg;
+            o->fp16 = strcmp(optarg, "fp16") == 0;
+            break;
         case O_SEED:
             o->seed = strtoull(optarg, &end, 10);
             if (*optarg == '\0' || *end != '\0' || *optarg == '-')
@@ -139,6 +157,12 @@ static int parse_opts(int argc, char **argv, opts_t *o, dt_emsg_t *em)
     }
     if (optind < argc)
         return dt_emsg_set(em, DT_EUSAGE, "unexpected argument '%s'", argv[optind]);
+    if (dtype != NULL && !o->cuda)
+        return dt_emsg_set(em, DT_EUSAGE, "--dtype %s is for --device cuda (the CPU path is "
+                           "fp32)", dtype);
+    if (o->cuda && !dt_attn_gpu_built())
+        return dt_emsg_set(em, DT_EUSAGE, "--device cuda: this dtengine was built without "
+                           "CUDA (configure --with-cuda)");
     if (o->generate == NULL && (o->q == NULL || o->k == NULL || o->v == NULL))
         return dt_emsg_set(em, DT_EUSAGE, "give --q, --k and --v, or --generate T,H,Hkv,D");
     if (o->generate != NULL && (o->q || o->k || o->v))
@@ -172,7 +196,7 @@ static int check_3d(const char *path, const dt_npy_info_t *i, dt_emsg_t *em)
 {
     if (i->dtype != DT_DTYPE_F32 && i->dtype != DT_DTYPE_F16)
         return dt_emsg_set(em, DT_EDTYPE, "%s: dtype %s; float32 or float16 expected", path,
-                           dt_dtype_name(i->dtype));
+                           dt_npy_dtype_name(i->dtype));
     if (i->ndim != 3)
         return dt_emsg_set(em, DT_ESHAPE, "%s: %d dimensions; 3 expected (T, heads, D)", path,
                            i->ndim);
@@ -548,13 +572,20 @@ int dt_cmd_attn(dt_comm_t *comm, int argc, char **argv)
         goto out;
 
     dt_comm_barrier(comm);
-    rc = dt_attn_fwd(comm, s, q, k, v, out, lse, &fst, &em);
-    if (rc == 0 && in.bwd) {
+    if (in.bwd) {
         dq = dt_xaligned(nq, sizeof(float));
         dk = dt_xaligned(nkv, sizeof(float));
         dv = dt_xaligned(nkv, sizeof(float));
-        dt_comm_barrier(comm);
-        rc = dt_attn_bwd(comm, s, q, k, v, out, lse, dout, dq, dk, dv, &bst, &em);
+    }
+    if (o.cuda) {
+        rc = dt_attn_gpu_run(comm, s, o.fp16, q, k, v, out, lse, dout, dq, dk, dv, &fst, &bst,
+                             &em);
+    } else {
+        rc = dt_attn_fwd(comm, s, q, k, v, out, lse, &fst, &em);
+        if (rc == 0 && in.bwd) {
+            dt_comm_barrier(comm);
+            rc = dt_attn_bwd(comm, s, q, k, v, out, lse, dout, dq, dk, dv, &bst, &em);
+        }
     }
     if ((rc = report(comm, rc, &em)) < 0)
         goto out;
@@ -596,9 +627,10 @@ int dt_cmd_attn(dt_comm_t *comm, int argc, char **argv)
     }
     if (me == 0) {
         double fl = dt_attn_flops(s);
-        printf("dtengine attn: tokens=%lld ranks=%d layout=%s causal=%d heads=%d/%d dim=%d "
-               "branches=%d seconds=%.4f gflops=%.2f",
-               (long long)s->T, R, dt_layout_name(s->layout), s->causal, s->H, s->Hkv, s->D,
+        printf("dtengine attn: tokens=%lld ranks=%d device=%s layout=%s causal=%d heads=%d/%d "
+               "dim=%d branches=%d seconds=%.4f gflops=%.2f",
+               (long long)s->T, R, o.cuda ? (o.fp16 ? "cuda/fp16" : "cuda/bf16") : "cpu",
+               dt_layout_name(s->layout), s->causal, s->H, s->Hkv, s->D,
                s->nbranch, t[0], t[0] > 0 ? fl / t[0] * 1e-9 : 0.0);
         if (in.bwd)
             printf(" bwd_seconds=%.4f bwd_gflops=%.2f", t[1],

@@ -38,7 +38,7 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 
 /*-- dtypes ---------------------------------------------------------------*/
 
-const char *dt_dtype_name(enum dt_dtype t)
+const char *dt_npy_dtype_name(enum dt_dtype t)
 {
     switch (t) {
     case DT_DTYPE_F32:
@@ -51,7 +51,7 @@ const char *dt_dtype_name(enum dt_dtype t)
     return "unknown";
 }
 
-size_t dt_dtype_size(enum dt_dtype t)
+size_t dt_npy_dtype_size(enum dt_dtype t)
 {
     switch (t) {
     case DT_DTYPE_F32:
@@ -502,18 +502,18 @@ int dt_npy_read_header(const char *path, dt_npy_info_t *info, dt_emsg_t *em)
         goto out;
 
     info->data_offset = prelen + (size_t)hlen;
-    if ((rc = shape_count(path, info->ndim, info->shape, dt_dtype_size(info->dtype),
+    if ((rc = shape_count(path, info->ndim, info->shape, dt_npy_dtype_size(info->dtype),
                           (int64_t)info->data_offset, DT_EFORMAT, &info->count, em)) < 0)
         goto out;
-    need = (int64_t)info->data_offset + info->count * (int64_t)dt_dtype_size(info->dtype);
+    need = (int64_t)info->data_offset + info->count * (int64_t)dt_npy_dtype_size(info->dtype);
     if (st_size < need) {
         char shp[256];
         shape_str(info->ndim, info->shape, shp, sizeof(shp));
         rc = dt_emsg_set(em, DT_EFORMAT,
                          "%s: data is truncated: shape %s %s needs %" PRId64
                          " bytes from offset %zu, the file has %" PRId64,
-                         path, shp, dt_dtype_name(info->dtype),
-                         info->count * (int64_t)dt_dtype_size(info->dtype), info->data_offset,
+                         path, shp, dt_npy_dtype_name(info->dtype),
+                         info->count * (int64_t)dt_npy_dtype_size(info->dtype), info->data_offset,
                          st_size - (int64_t)info->data_offset);
         goto out;
     }
@@ -551,7 +551,7 @@ int dt_npy_read_f32(const char *path, const dt_npy_info_t *info, int64_t first, 
 
     if (info->dtype != DT_DTYPE_F32 && info->dtype != DT_DTYPE_F16)
         return dt_emsg_set(em, DT_EDTYPE, "%s: dtype is %s, expected float32 or float16", path,
-                           dt_dtype_name(info->dtype));
+                           dt_npy_dtype_name(info->dtype));
     if (first < 0 || count < 0 || first > info->count || count > info->count - first)
         return dt_emsg_set(em, DT_EINVAL,
                            "%s: elements [%" PRId64 ", %" PRId64 ") are outside [0, %" PRId64
@@ -561,7 +561,7 @@ int dt_npy_read_f32(const char *path, const dt_npy_info_t *info, int64_t first, 
         return 0;
     if ((fd = dt_open_regular(path, NULL, em)) < 0)
         return fd;
-    off = (int64_t)info->data_offset + first * (int64_t)dt_dtype_size(info->dtype);
+    off = (int64_t)info->data_offset + first * (int64_t)dt_npy_dtype_size(info->dtype);
     if (info->dtype == DT_DTYPE_F32) {
         rc = read_data(path, fd, dst, (size_t)count * sizeof(float), off, em);
     } else {
@@ -586,7 +586,7 @@ int dt_npy_read_i64(const char *path, const dt_npy_info_t *info, int64_t *dst, d
 
     if (info->dtype != DT_DTYPE_I64)
         return dt_emsg_set(em, DT_EDTYPE, "%s: dtype is %s, expected int64", path,
-                           dt_dtype_name(info->dtype));
+                           dt_npy_dtype_name(info->dtype));
     if (info->count == 0)
         return 0;
     if ((fd = dt_open_regular(path, NULL, em)) < 0)
@@ -687,7 +687,7 @@ int dt_npy_writer_open(const char *path, enum dt_dtype dtype, int ndim, const in
         w->dir = dt_xstrdup(".");
     w->tmp = dt_xasprintf("%s/.%s.tmp.%ld", slash == path ? "" : w->dir, base,
                           (long)getpid());
-    if ((rc = shape_count(path, ndim, shape, dt_dtype_size(dtype), w->data_offset, DT_EINVAL,
+    if ((rc = shape_count(path, ndim, shape, dt_npy_dtype_size(dtype), w->data_offset, DT_EINVAL,
                           &w->count, em)) < 0)
         goto fail;
 
@@ -706,7 +706,7 @@ int dt_npy_writer_open(const char *path, enum dt_dtype dtype, int ndim, const in
     w->created = true;
     /* Size the file now: elements never written read as zero, and a shape
      * the file system cannot hold fails here rather than halfway. */
-    size = w->data_offset + w->count * (int64_t)dt_dtype_size(dtype);
+    size = w->data_offset + w->count * (int64_t)dt_npy_dtype_size(dtype);
     if (ftruncate(w->fd, (off_t)size) < 0) {
         int e = errno;
         rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot size %s: %s", path, w->tmp,
@@ -727,7 +727,7 @@ fail:
 int dt_npy_writer_pwrite(dt_npy_writer_t *w, int64_t first, int64_t count, const void *data,
                          dt_emsg_t *em)
 {
-    size_t isz = dt_dtype_size(w->dtype);
+    size_t isz = dt_npy_dtype_size(w->dtype);
     int64_t off;
     int rc;
 

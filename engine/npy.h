@@ -30,8 +30,8 @@ enum dt_dtype {
 };
 
 /* "float32", "float16", "int64". */
-const char *dt_dtype_name(enum dt_dtype t);
-size_t dt_dtype_size(enum dt_dtype t);
+const char *dt_npy_dtype_name(enum dt_dtype t);
+size_t dt_npy_dtype_size(enum dt_dtype t);
 
 typedef struct dt_npy_info {
     enum dt_dtype dtype;

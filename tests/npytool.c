@@ -186,7 +186,7 @@ static int arr_load(struct arr *a, const char *path)
         return file_error(rc, &em);
     if (a->info.dtype != DT_DTYPE_F32 && a->info.dtype != DT_DTYPE_F16) {
         fprintf(stderr, "%s: %s: dtype %s, want float32 or float16\n", cmdname, path,
-                dt_dtype_name(a->info.dtype));
+                dt_npy_dtype_name(a->info.dtype));
         return EXIT_USAGE;
     }
     a->data = dt_xaligned((size_t)a->info.count, sizeof(float));

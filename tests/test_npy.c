@@ -475,12 +475,12 @@ Test(npy, read_i64)
 
 Test(npy, dtype_names)
 {
-    cr_assert_str_eq(dt_dtype_name(DT_DTYPE_F32), "float32");
-    cr_assert_str_eq(dt_dtype_name(DT_DTYPE_F16), "float16");
-    cr_assert_str_eq(dt_dtype_name(DT_DTYPE_I64), "int64");
-    cr_assert_eq(dt_dtype_size(DT_DTYPE_F32), 4);
-    cr_assert_eq(dt_dtype_size(DT_DTYPE_F16), 2);
-    cr_assert_eq(dt_dtype_size(DT_DTYPE_I64), 8);
+    cr_assert_str_eq(dt_npy_dtype_name(DT_DTYPE_F32), "float32");
+    cr_assert_str_eq(dt_npy_dtype_name(DT_DTYPE_F16), "float16");
+    cr_assert_str_eq(dt_npy_dtype_name(DT_DTYPE_I64), "int64");
+    cr_assert_eq(dt_npy_dtype_size(DT_DTYPE_F32), 4);
+    cr_assert_eq(dt_npy_dtype_size(DT_DTYPE_F16), 2);
+    cr_assert_eq(dt_npy_dtype_size(DT_DTYPE_I64), 8);
 }
 
 /*-- the atomic writer ------------------------------------------------------*/

@@ -34,6 +34,10 @@
 
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct dt_attn_head {
     int64_t tq, tk;
     int d;
@@ -80,5 +84,9 @@ void dt_attn_merge_cpu(int64_t n, int d, float *o1, int64_t ld1, float *lse1,
 /* delta[i] = sum_d dout[i, d] * o[i, d] for n rows (strides lddo, ldo). */
 void dt_attn_delta_cpu(int64_t n, int d, const float *dout, int64_t lddo,
                        const float *o, int64_t ldo, float *delta);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* DT_KERNELS_CPU_ATTN_H */

@@ -36,6 +36,10 @@
 
 #include "common/err.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* A target that takes no part in the loss (padding, the prompt, ...). */
 #define DT_IGNORE (-1)
 
@@ -119,6 +123,12 @@ void dt_rope_bwd_ref(int64_t T, int H, int D, const int64_t *pos, double theta, 
  * kernels, which take cos/sin tables built from it). */
 double dt_rope_angle(int64_t pos, int i, int D, double theta);
 
+/* The two halves of dt_rope_angle: theta^(-2i/D) as a double-double
+ * fh + fl (formed in long double; the CUDA kernels take these from the host,
+ * devices have no long double), and pos * (fh + fl) reduced modulo 2 pi. */
+void dt_rope_freq(int i, int D, double theta, double *fh, double *fl);
+double dt_rope_reduce(int64_t pos, double fh, double fl);
+
 /*-- SwiGLU: h = silu(a) * b, silu(a) = a * sigmoid(a) -----------------------*/
 
 /* a, b (T, f) -> h (T, f). h may be a or b. */
@@ -135,6 +145,9 @@ void dt_swiglu_bwd_ref(int64_t T, int f, const float *a, const float *b, const f
 
 /*-- cross-entropy loss over a vocabulary ----------------------------------*/
 
+/* How many targets count (are not DT_IGNORE). */
+int64_t dt_xent_count(int64_t T, int V, const int32_t *targets);
+
 /* logits (T, V), targets (T) in [0, V) or DT_IGNORE. Returns the mean of
  * -log softmax(logits[t])[targets[t]] over the counted (not ignored)
  * targets, accumulated in double; 0 when none counts. *count (may be NULL)
@@ -146,5 +159,9 @@ double dt_xent_cpu(int64_t T, int V, const float *logits, const int32_t *targets
                    int64_t *count);
 double dt_xent_ref(int64_t T, int V, const float *logits, const int32_t *targets, float *dlogits,
                    int64_t *count);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* DT_KERNELS_CPU_LAYERS_H */

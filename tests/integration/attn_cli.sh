@@ -162,6 +162,41 @@ check "unknown option" expect_bad 1 bogus $Q $KV --bogus
 check "unknown option on 2 ranks" expect_bad 2 bogus $Q $KV --bogus
 check "no inputs" expect_bad 1 generate --causal
 
+# the device
+check "unknown device" expect_bad 1 device $Q $KV --device tpu
+check "--dtype without --device cuda" expect_bad 1 "device cuda" $Q $KV --dtype fp16
+check "unknown dtype" expect_bad 1 dtype $Q $KV --device cuda --dtype fp8
+
+# --device cuda where no GPU can run it: a dtengine built without CUDA says
+# so (exit 2); one built with CUDA on a machine without a usable device
+# fails naming the CUDA error (exit 1). Either way nothing is written.
+expect_no_gpu() {
+    _ng_dir=$TMPD/nogpu
+    mkdir "$_ng_dir" || return 99
+    run_attn 1 "$_ng_dir" $Q $KV --device cuda --out "$_ng_dir/o.npy"
+    _ng_rc=$?
+    case $_ng_rc in
+    1) _ng_word="cuda" ;;
+    2) _ng_word="built without CUDA" ;;
+    *) echo "exit status $_ng_rc, want 1 or 2"; return 1 ;;
+    esac
+    if ! grep -qi -e "$_ng_word" "$_ng_dir.stderr"; then
+        echo "exit $_ng_rc but stderr does not mention '$_ng_word':"
+        sed 's/^/  /' "$_ng_dir.stderr"
+        return 1
+    fi
+    if [ -e "$_ng_dir/o.npy" ]; then
+        echo "o.npy written"
+        return 1
+    fi
+    echo "exit $_ng_rc: $(grep -i -e "$_ng_word" "$_ng_dir.stderr" | head -n 1)"
+}
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    echo "# a GPU is present: --device cuda without a GPU is not checked here"
+else
+    check "--device cuda without a usable GPU" expect_no_gpu
+fi
+
 # An output that cannot be written after another was opened: the first
 # must not be left behind, nor its temporary file.
 check "--lse into a missing directory" expect_bad 2 no_such_dir $Q $KV \
