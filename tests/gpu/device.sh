@@ -263,6 +263,21 @@ for t in test_attn_cuda test_layers_cuda test_ring_cuda; do
     fi
 done
 
+# dtengine attn --device cuda end to end (tests/gpu/e2e.sh), when
+# tests/gpu/bundle.sh's archive was extracted into BUILDDIR: the engine
+# needs Open MPI, PMIx and BLAS, which a bare node lacks.
+if [ -d "$builddir/gpu-bundle" ]; then
+    saved=$LD_LIBRARY_PATH
+    export LD_LIBRARY_PATH="$builddir/gpu-bundle/lib:$LD_LIBRARY_PATH"
+    if check_bin dtengine-bundle "$builddir/gpu-bundle/dtengine"; then
+        step "dtengine --device cuda" 180 sh tests/gpu/e2e.sh "$builddir/gpu-bundle" "$tmp/e2e"
+    fi
+    export LD_LIBRARY_PATH="$saved"
+else
+    echo
+    echo "== dtengine --device cuda: no $builddir/gpu-bundle (tests/gpu/bundle.sh): not run"
+fi
+
 if [ -n "$bench" ]; then
     bin=$builddir/bench/bench_attn_cuda
     if check_bin bench_attn_cuda "$bin"; then
