@@ -16,6 +16,9 @@
  */
 #include "config.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 #include "kernels/cuda/attn_tile.cuh"
 
 using namespace dt_tile;
@@ -261,9 +264,28 @@ int fwd_launch(const fwd_params &p, int64_t nqtile, int h, cudaStream_t st, dt_e
     return 0;
 }
 
-/* Tile shapes: 4 warps of 16 query rows, 64 keys per tile. */
-constexpr int FWD_NW = 4;
+/* Tile shapes: NW warps of 16 query rows (4 by default, 8 with
+ * DT_ATTN_FWD_WARPS=8 in the environment: the same registers per thread,
+ * twice the queries sharing each K/V tile, a tuning knob for the GPU
+ * benchmark), 64 keys per tile. */
 constexpr int FWD_BN = 64;
+
+static int fwd_warps(void)
+{
+    static int w; /* a benign race: every thread computes the same value */
+    if (w == 0) {
+        const char *e = getenv("DT_ATTN_FWD_WARPS");
+        w = e != NULL && strcmp(e, "8") == 0 ? 8 : 4;
+    }
+    return w;
+}
+
+template <int D, bool F16>
+int fwd_dispatch(const fwd_params &p, int64_t nq, int h, int nw, cudaStream_t st, dt_emsg_t *em)
+{
+    return nw == 8 ? fwd_launch<D, 8, FWD_BN, F16>(p, nq, h, st, em)
+                   : fwd_launch<D, 4, FWD_BN, F16>(p, nq, h, st, em);
+}
 
 } /* namespace */
 
@@ -335,7 +357,7 @@ int free_bounds(int64_t *b, cudaStream_t st, dt_emsg_t *em)
 extern "C" int dt_attn_fwd_cuda(const dt_attn_cuda_t *a, int accumulate, float *o, int64_t ldo,
                                 float *lse, int64_t ldlse, cudaStream_t st, dt_emsg_t *em)
 {
-    constexpr int BM = 16 * FWD_NW;
+    const int nw = fwd_warps(), BM = 16 * nw;
     int rc = check_args(a, "dt_attn_fwd_cuda", em);
     if (rc)
         return rc;
@@ -385,11 +407,11 @@ extern "C" int dt_attn_fwd_cuda(const dt_attn_cuda_t *a, int accumulate, float *
     if (rc == 0) {
         const bool f16 = a->dtype == DT_F16;
         if (a->d == 64)
-            rc = f16 ? fwd_launch<64, FWD_NW, FWD_BN, true>(p, nq, a->h, st, em)
-                     : fwd_launch<64, FWD_NW, FWD_BN, false>(p, nq, a->h, st, em);
+            rc = f16 ? fwd_dispatch<64, true>(p, nq, a->h, nw, st, em)
+                     : fwd_dispatch<64, false>(p, nq, a->h, nw, st, em);
         else
-            rc = f16 ? fwd_launch<128, FWD_NW, FWD_BN, true>(p, nq, a->h, st, em)
-                     : fwd_launch<128, FWD_NW, FWD_BN, false>(p, nq, a->h, st, em);
+            rc = f16 ? fwd_dispatch<128, true>(p, nq, a->h, nw, st, em)
+                     : fwd_dispatch<128, false>(p, nq, a->h, nw, st, em);
     }
     int rc2 = free_bounds(qb, st, rc ? NULL : em);
     int rc3 = free_bounds(kb, st, rc || rc2 ? NULL : em);

@@ -262,6 +262,11 @@ for t in test_attn_cuda test_layers_cuda test_ring_cuda; do
         step "$t" "$tlimit" "$bin"
     fi
 done
+# the forward's 8-warp variant (DT_ATTN_FWD_WARPS=8) passes the same checks
+if [ -x "$builddir/tests/gpu/test_attn_cuda" ]; then
+    step "test_attn_cuda DT_ATTN_FWD_WARPS=8" "$tlimit" env DT_ATTN_FWD_WARPS=8 \
+        "$builddir/tests/gpu/test_attn_cuda"
+fi
 
 # dtengine attn --device cuda end to end (tests/gpu/e2e.sh), when
 # tests/gpu/bundle.sh's archive was extracted into BUILDDIR: the engine
@@ -288,6 +293,16 @@ if [ -n "$bench" ]; then
         [ "$budget" -ge 30 ] || budget=30
         step "bench/gpu.sh $quick" "$left" env DT_BENCH_BUDGET="$budget" sh bench/gpu.sh $quick \
             "$builddir"
+    fi
+fi
+
+# a tuning sweep: the forward with 8 warps per block (DT_ATTN_FWD_WARPS=8,
+# see kernels/cuda/attn_fwd.cu) on the quick shapes, to compare with the
+# default 4 in the tables above
+if [ -n "$bench" ] && [ -z "$quick" ]; then
+    bin=$builddir/bench/bench_attn_cuda
+    if [ -x "$bin" ]; then
+        step "bench fwd DT_ATTN_FWD_WARPS=8" 120 env DT_ATTN_FWD_WARPS=8 "$bin" --quick --no-ring
     fi
 fi
 
