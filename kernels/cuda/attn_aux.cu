@@ -10,7 +10,7 @@
  * every result is reproducible bit for bit.
  *
  * Not here: dt_attn_fwd_cuda (attn_fwd.cu), dt_attn_bwd_cuda (attn_bwd.cu),
- * dt_dtype_size / dt_dtype_name and the CUDA error edge (util.cu).
+ * dt_dtype_size / dt_dtype_name and the CUDA error edge (util.c).
  */
 #include "config.h"
 

@@ -98,7 +98,7 @@ static float *copy_floats(const float *src, size_t n)
     return p;
 }
 
-/*-- bf16 and fp16 on the host (rounding: dt_half_bits in util.cu) ------------*/
+/*-- bf16 and fp16 on the host (rounding: dt_half_bits in util.c) ------------*/
 
 static uint32_t f32_bits(float f)
 {

@@ -3,7 +3,9 @@
  * The CUDA edge: error translation and device discovery (cuda_err.h), and
  * the element types of the kernels (attn_cuda.h), including their host-side
  * rounding: plain bit arithmetic, independent of CUDA's own conversions, so
- * that tests can check the device casts against it.
+ * that tests can check the device casts against it. Plain C on the runtime
+ * API (no device code), so the ring's schedule test links it against its
+ * host simulator of the runtime (tests/gpu/sim) as well as the real one.
  */
 #include "config.h"
 
@@ -14,7 +16,7 @@
 #include "kernels/cuda/attn_cuda.h"
 #include "kernels/cuda/cuda_err.h"
 
-extern "C" int dt_cuda_err(dt_emsg_t *em, cudaError_t e, const char *call, const char *file,
+int dt_cuda_err(dt_emsg_t *em, cudaError_t e, const char *call, const char *file,
                            int line)
 {
     const char *base = strrchr(file, '/');
@@ -23,7 +25,7 @@ extern "C" int dt_cuda_err(dt_emsg_t *em, cudaError_t e, const char *call, const
                        cudaGetErrorName(e), cudaGetErrorString(e));
 }
 
-extern "C" int dt_cuda_devices(dt_emsg_t *em)
+int dt_cuda_devices(dt_emsg_t *em)
 {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
@@ -39,12 +41,12 @@ extern "C" int dt_cuda_devices(dt_emsg_t *em)
     return n;
 }
 
-extern "C" size_t dt_dtype_size(dt_dtype_t t)
+size_t dt_dtype_size(dt_dtype_t t)
 {
     return t == DT_F32 ? 4 : 2;
 }
 
-extern "C" const char *dt_dtype_name(dt_dtype_t t)
+const char *dt_dtype_name(dt_dtype_t t)
 {
     switch (t) {
     case DT_BF16:
@@ -117,12 +119,12 @@ static float f16_value(uint16_t b)
     return f;
 }
 
-extern "C" uint16_t dt_half_bits(dt_dtype_t t, float f)
+uint16_t dt_half_bits(dt_dtype_t t, float f)
 {
     return t == DT_BF16 ? bf16_bits(f) : f16_bits(f);
 }
 
-extern "C" float dt_half_value(dt_dtype_t t, uint16_t h)
+float dt_half_value(dt_dtype_t t, uint16_t h)
 {
     return t == DT_BF16 ? bf16_value(h) : f16_value(h);
 }
