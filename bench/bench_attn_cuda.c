@@ -23,11 +23,15 @@
  *             around synchronous calls; and memory per rank: the model
  *             (the caller's tensors + dt_ring_attn_bytes) beside the
  *             measured peak of cudaMemGetInfo deltas (sampled by a thread
- *             during the warm-up calls) divided by R.
+ *             during the warm-up calls) divided by R. Then dilated
+ *             attention (LongNet branches w = 2048, 8192, T with r = 1, 2,
+ *             8, whose segments span ranks as R grows: sub-rings) for R in
+ *             {1, 8}, against the same dense single block: what the
+ *             branches save, and what their sub-rings cost.
  *
  * Lines for scripts (bench/gpu.sh):
  *   ROW fwd|bwd|fwdbwd DTYPE T=.. H=.. D=.. causal=0|1 ms=.. tflops=..
- *   RING DTYPE T=.. R=.. fwd_ms=.. fwd_base_ms=.. bwd_ms=.. bwd_base_ms=.. ...
+ *   RING DTYPE T=.. R=.. attn=dense|w=..:r=.. fwd_ms=.. fwd_base_ms=.. bwd_ms=.. ...
  * A row that could not run has ms=- tflops=- and error="...".
  *
  * Options: --quick (T <= 16384, 3 repetitions), --dtype bf16|fp16, --reps N
@@ -612,20 +616,24 @@ static int ring_run(void *ctx, dt_attn_stats_t *st, dt_emsg_t *em)
                        : dt_ring_attn_bwd(c->r, c->s, c->dt, c->io, st, em);
 }
 
-static void ring_fail(const char *what, int64_t T, int R, int rc, const dt_emsg_t *em,
+static void ring_fail(const char *what, int64_t T, int R, const char *attn, int rc,
+                      const dt_emsg_t *em,
                       dt_dtype_t dt)
 {
     fprintf(stderr, "bench_attn_cuda: ring T=%lld R=%d: %s: %s: %s\n", (long long)T, R, what,
             dt_err_name(rc), em->s);
-    printf("%6lld %2d | %s failed: %s: %s\n", (long long)T, R, what, dt_err_name(rc), em->s);
-    row_add("RING %s T=%lld R=%d fwd_ms=- bwd_ms=- error=\"%s: %s: %s\"", dt_dtype_name(dt),
-            (long long)T, R, what, dt_err_name(rc), em->s);
+    printf("%6lld %2d | %s: %s failed: %s: %s\n", (long long)T, R, attn, what, dt_err_name(rc),
+           em->s);
+    row_add("RING %s T=%lld R=%d attn=%s fwd_ms=- bwd_ms=- error=\"%s: %s: %s\"",
+            dt_dtype_name(dt), (long long)T, R, attn, what, dt_err_name(rc), em->s);
     failures++;
 }
 
 /* One R: allocate the ranks' tensors, time forward and backward, measure
- * memory, free. base_ms[2]: the single block's forward and backward. */
-static void ring_row(const opts_t *o, int dev, int64_t T, int R, const double base_ms[2])
+ * memory, free. base_ms[2]: the single block's forward and backward; segs,
+ * dils: dilated branches (NULL: dense). */
+static void ring_row(const opts_t *o, int dev, int64_t T, int R, const double base_ms[2],
+                     const char *segs, const char *dils)
 {
     const int H = 16, D = 128;
     dt_attn_spec_t s;
@@ -644,13 +652,21 @@ static void ring_row(const opts_t *o, int dev, int64_t T, int R, const double ba
     s.nbranch = 0;
     s.layout = DT_LAYOUT_ZIGZAG;
     s.scale = 0.0f;
+    char attn[128] = "dense";
+    if (segs != NULL) {
+        snprintf(attn, sizeof attn, "w=%s:r=%s", segs, dils);
+        if ((rc = dt_attn_parse_branches(&s, segs, dils, &em)) != 0) {
+            ring_fail("dt_attn_parse_branches", T, R, attn, rc, &em, o->dt);
+            return;
+        }
+    }
     if ((rc = dt_attn_check(&s, R, &em)) != 0) {
-        ring_fail("dt_attn_check", T, R, rc, &em, o->dt);
+        ring_fail("dt_attn_check", T, R, attn, rc, &em, o->dt);
         return;
     }
     size_t free0 = mem_free();
     if ((rc = dt_ring_local_new(R, dev, &r, &em)) != 0) {
-        ring_fail("dt_ring_local_new", T, R, rc, &em, o->dt);
+        ring_fail("dt_ring_local_new", T, R, attn, rc, &em, o->dt);
         return;
     }
     nloc = dt_ring_nlocal(r);
@@ -674,12 +690,12 @@ static void ring_row(const opts_t *o, int dev, int64_t T, int R, const double ba
     double ms[2], wait[2];
     rc = time_host(o, (timed_call_t){ ring_run, &fctx }, dev, &minfree, &ms[0], &wait[0], &em);
     if (rc) {
-        ring_fail("dt_ring_attn_fwd", T, R, rc, &em, o->dt);
+        ring_fail("dt_ring_attn_fwd", T, R, attn, rc, &em, o->dt);
         goto out;
     }
     rc = time_host(o, (timed_call_t){ ring_run, &bctx }, dev, &minfree, &ms[1], &wait[1], &em);
     if (rc) {
-        ring_fail("dt_ring_attn_bwd", T, R, rc, &em, o->dt);
+        ring_fail("dt_ring_attn_bwd", T, R, attn, rc, &em, o->dt);
         goto out;
     }
 
@@ -690,14 +706,14 @@ static void ring_row(const opts_t *o, int dev, int64_t T, int R, const double ba
     double model = tensors + (ringf > ringb ? ringf : ringb);
     double measured = free0 > minfree ? (double)(free0 - minfree) / nloc : 0.0;
     printf("%6lld %2d | %9.3f %9.3f %+6.1f%% | %9.3f %9.3f %+6.1f%% | %7.2f %7.2f | %8.1f "
-           "%6.1f/%-6.1f %8.1f %9.1f\n",
+           "%6.1f/%-6.1f %8.1f %9.1f  %s\n",
            (long long)T, R, ms[0], base_ms[0], 100 * (ms[0] / base_ms[0] - 1), ms[1], base_ms[1],
            100 * (ms[1] / base_ms[1] - 1), wait[0], wait[1], tensors / MIB, ringf / MIB,
-           ringb / MIB, model / MIB, measured / MIB);
-    row_add("RING %s T=%lld R=%d fwd_ms=%.4f fwd_base_ms=%.4f bwd_ms=%.4f bwd_base_ms=%.4f "
+           ringb / MIB, model / MIB, measured / MIB, attn);
+    row_add("RING %s T=%lld R=%d attn=%s fwd_ms=%.4f fwd_base_ms=%.4f bwd_ms=%.4f bwd_base_ms=%.4f "
             "fwd_wait_ms=%.4f bwd_wait_ms=%.4f tensors_mib=%.1f ring_fwd_mib=%.1f "
             "ring_bwd_mib=%.1f model_mib=%.1f measured_mib=%.1f",
-            dt_dtype_name(o->dt), (long long)T, R, ms[0], base_ms[0], ms[1], base_ms[1], wait[0],
+            dt_dtype_name(o->dt), (long long)T, R, attn, ms[0], base_ms[0], ms[1], base_ms[1], wait[0],
             wait[1], tensors / MIB, ringf / MIB, ringb / MIB, model / MIB, measured / MIB);
     fflush(stdout);
 out:
@@ -730,7 +746,9 @@ static void part_ring(const opts_t *o, int dev, cudaStream_t st)
     printf("    wait: the ring's exposed transfer time (dt_attn_stats_t.wait_s, summed over "
            "ranks); MiB per rank: tensors = q,k,v,dout,o,lse,dq,dk,dv of T/R rows; ring = "
            "dt_ring_attn_bytes fwd/bwd;\n    model = tensors + ring; measured = peak "
-           "cudaMemGetInfo delta over ring creation, allocation and the warm-up calls, / R\n\n");
+           "cudaMemGetInfo delta over ring creation, allocation and the warm-up calls, / R\n"
+           "    last column: dense, or dilated branches w=segments:r=dilations (base stays "
+           "the dense single block)\n\n");
     printf("%6s %2s | %9s %9s %7s | %9s %9s %7s | %7s %7s | %8s %13s %8s %9s\n", "T", "R",
            "fwd ms", "base ms", "over", "bwd ms", "base ms", "over", "wait f", "wait b",
            "tensors", "ring f/b", "model", "measured");
@@ -774,7 +792,18 @@ static void part_ring(const opts_t *o, int dev, cudaStream_t st)
                        (long long)T, Rs[ri], o->budget);
                 continue;
             }
-            ring_row(o, dev, T, Rs[ri], base);
+            ring_row(o, dev, T, Rs[ri], base, NULL, NULL);
+        }
+        /* LongNet-style branches; the last is as long as the sequence */
+        char segs[64];
+        snprintf(segs, sizeof segs, "2048,8192,%lld", (long long)T);
+        for (int ri = 0; ri < 4; ri += 3) {
+            if (spent(o, 1.0)) {
+                printf("SKIP dilated ring T=%lld R=%d: the time budget is spent (--budget "
+                       "%.0f)\n", (long long)T, Rs[ri], o->budget);
+                continue;
+            }
+            ring_row(o, dev, T, Rs[ri], base, segs, "1,2,8");
         }
     }
     rows_flush();

@@ -183,28 +183,29 @@ END {
         }
     }
     printf "\n### ring of R ranks on this one GPU (causal, zigzag, H=Hkv=16, D=128),"
-    printf " against one block over all T\n\n"
-    printf "| T | R | fwd ms | single fwd ms | fwd overhead | bwd ms | single bwd ms |"
+    printf " against one dense block over all T; attention: dense or dilated"
+    printf " branches w=segments:r=dilations\n\n"
+    printf "| T | R | attention | fwd ms | single fwd ms | fwd overhead | bwd ms | single bwd ms |"
     printf " bwd overhead | exposed wait fwd/bwd ms | MiB/rank: tensors + ring = model |"
     printf " MiB/rank measured |\n"
-    print "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    print "|---:|---:|:---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     for (i = 1; i <= nr; i++) {
         $0 = ring[i]
         if (get("error") != "" || !num(get("fwd_ms"))) {
-            printf "| %s | %s | failed: %s |||||||||\n", get("T"), get("R"),
+            printf "| %s | %s | %s | failed: %s |||||||||\n", get("T"), get("R"), get("attn"),
                    substr($0, index($0, "error=") + 6)
             continue
         }
         rb = get("ring_bwd_mib")
         if (get("ring_fwd_mib") + 0 > rb + 0)
             rb = get("ring_fwd_mib")
-        printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s / %s | %s + %s = %s | %s |\n",
-               get("T"), get("R"), get("fwd_ms"), get("fwd_base_ms"),
+        printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s / %s | %s + %s = %s | %s |\n",
+               get("T"), get("R"), get("attn"), get("fwd_ms"), get("fwd_base_ms"),
                over(get("fwd_ms"), get("fwd_base_ms")), get("bwd_ms"), get("bwd_base_ms"),
                over(get("bwd_ms"), get("bwd_base_ms")), get("fwd_wait_ms"), get("bwd_wait_ms"),
                get("tensors_mib"), rb, get("model_mib"), get("measured_mib")
     }
-    if (nr == 0) print "| (no ring rows) |||||||||||"
+    if (nr == 0) print "| (no ring rows) ||||||||||||"
 }' "$tmp/dt.out" "$tmp/torch.out" || {
     echo "bench/gpu.sh: awk could not build the tables; the raw ROW/BEST/RING lines are above"
     status=1

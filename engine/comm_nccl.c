@@ -7,13 +7,14 @@
  *
  *   nccl:  one rank per process on its own device, a non-blocking NCCL
  *          communicator. An exchange is ncclGroupStart, ncclSend to the
- *          next rank, ncclRecv from the previous one, ncclGroupEnd on the
+ *          next rank, ncclRecv from the previous one (or, for the sub-rings
+ *          of dilated attention, any two ranks), ncclGroupEnd on the
  *          rank's communication stream; when NCCL answers ncclInProgress
  *          the host polls ncclCommGetAsyncError until the operation is
  *          enqueued (NCCL's rule for non-blocking communicators) before it
  *          records the "received" event behind it.
  *   local: R ranks on one device in this process; the receiver copies the
- *          previous rank's send buffer into its receive buffer on its own
+ *          sending rank's send buffer into its receive buffer on its own
  *          communication stream (cudaMemcpyAsync device to device) after
  *          waiting the sender's "send buffer ready" event.
  *
@@ -211,40 +212,54 @@ void dt_ring_drain(dt_ring_t *r, int posted, const dt_emsg_t *why)
 
 /* ---- the exchange -------------------------------------------------------- */
 
-int dt_ring_xchg(dt_ring_t *r, void *const *send, void *const *recv, size_t bytes, int sready,
-                 int done, dt_emsg_t *em)
+int dt_ring_xchgv(dt_ring_t *r, const dt_ring_xfer_t *xf, int sready, int done, dt_emsg_t *em)
 {
     if (r->kind == RING_LOCAL) {
         for (int l = 0; l < r->nlocal; l++) {
-            int prev = (l + r->R - 1) % r->R;
+            if (xf[l].to < 0)
+                continue;
+            int from = xf[l].from - r->rank0;
             cudaStream_t cs = r->p[l].comm;
-            RING_CUDA(r, em, cudaStreamWaitEvent(cs, r->p[prev].ev[sready], 0));
-            RING_CUDA(r, em, cudaMemcpyAsync(recv[l], send[prev], bytes,
-                                             cudaMemcpyDeviceToDevice, cs));
+            if (from < 0 || from >= r->nlocal || xf[from].to != r->rank0 + l ||
+                xf[from].sbytes != xf[l].rbytes)
+                return dt_emsg_set(em, DT_EINVAL,
+                                   "ring exchange: local rank %d receives %zu bytes from rank "
+                                   "%d, which sends %zu bytes to rank %d",
+                                   l, xf[l].rbytes, xf[l].from,
+                                   from >= 0 && from < r->nlocal ? xf[from].sbytes : 0,
+                                   from >= 0 && from < r->nlocal ? xf[from].to : -1);
+            RING_CUDA(r, em, cudaStreamWaitEvent(cs, r->p[from].ev[sready], 0));
+            if (xf[l].rbytes > 0)
+                RING_CUDA(r, em, cudaMemcpyAsync(xf[l].recv, xf[from].send, xf[l].rbytes,
+                                                 cudaMemcpyDeviceToDevice, cs));
             RING_CUDA(r, em, cudaEventRecord(r->p[l].ev[done], cs));
         }
         return 0;
     }
 
-    int next = (r->rank0 + 1) % r->R, prev = (r->rank0 + r->R - 1) % r->R;
+    const dt_ring_xfer_t *x = &xf[0];
     cudaStream_t cs = r->p[0].comm;
-    ncclResult_t es, er, eg;
+    ncclResult_t es = ncclSuccess, er = ncclSuccess, eg;
     int rc;
 
+    if (x->to < 0)
+        return 0;
     RING_CUDA(r, em, cudaStreamWaitEvent(cs, r->p[0].ev[sready], 0));
     eg = ncclGroupStart();
     if (NCCL_FAILED(eg))
         return fail(r, DT_ECOMM, "ring exchange", em, "ncclGroupStart: NCCL: %s (%s)",
                     ncclGetErrorString(eg), nccl_last(r->comm));
-    es = ncclSend(send[0], bytes, ncclUint8, next, r->comm, cs);
-    er = ncclRecv(recv[0], bytes, ncclUint8, prev, r->comm, cs);
+    if (x->sbytes > 0)
+        es = ncclSend(x->send, x->sbytes, ncclUint8, x->to, r->comm, cs);
+    if (x->rbytes > 0)
+        er = ncclRecv(x->recv, x->rbytes, ncclUint8, x->from, r->comm, cs);
     eg = ncclGroupEnd(); /* always close the group, even after a failed call */
     if (NCCL_FAILED(es))
         return fail(r, DT_ECOMM, "ring exchange", em, "ncclSend(%zu bytes to rank %d): NCCL: %s (%s)",
-                    bytes, next, ncclGetErrorString(es), nccl_last(r->comm));
+                    x->sbytes, x->to, ncclGetErrorString(es), nccl_last(r->comm));
     if (NCCL_FAILED(er))
         return fail(r, DT_ECOMM, "ring exchange", em,
-                    "ncclRecv(%zu bytes from rank %d): NCCL: %s (%s)", bytes, prev,
+                    "ncclRecv(%zu bytes from rank %d): NCCL: %s (%s)", x->rbytes, x->from,
                     ncclGetErrorString(er), nccl_last(r->comm));
     if (NCCL_FAILED(eg))
         return fail(r, DT_ECOMM, "ring exchange", em, "ncclGroupEnd: NCCL: %s (%s)",
@@ -255,11 +270,28 @@ int dt_ring_xchg(dt_ring_t *r, void *const *send, void *const *recv, size_t byte
     return 0;
 }
 
-cudaEvent_t dt_ring_sent_event(const dt_ring_t *r, int done, int l)
+int dt_ring_xchg(dt_ring_t *r, void *const *send, void *const *recv, size_t bytes, int sready,
+                 int done, dt_emsg_t *em)
+{
+    dt_ring_xfer_t *xf = dt_xcalloc((size_t)r->nlocal, sizeof(*xf));
+    int rc;
+
+    for (int l = 0; l < r->nlocal; l++) {
+        int g = r->rank0 + l;
+        xf[l] = (dt_ring_xfer_t){ .to = (g + 1) % r->R, .from = (g + r->R - 1) % r->R,
+                                  .send = send[l], .recv = recv[l],
+                                  .sbytes = bytes, .rbytes = bytes };
+    }
+    rc = dt_ring_xchgv(r, xf, sready, done, em);
+    free(xf);
+    return rc;
+}
+
+cudaEvent_t dt_ring_sent_event(const dt_ring_t *r, int done, int l, int to)
 {
     if (r->kind == RING_NCCL)
         return r->p[l].ev[done];
-    return r->p[(l + 1) % r->R].ev[done];
+    return r->p[to - r->rank0].ev[done];
 }
 
 int dt_ring_ws(dt_ring_t *r, int l, size_t bytes, void **out, dt_emsg_t *em)

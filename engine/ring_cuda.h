@@ -34,12 +34,11 @@
  * (c, H, D), dk and dv (c, Hkv, D) fp32, WRITTEN.
  *
  * Supported: dense attention (nbranch 0), causal or not, GQA, contiguous
- * and zigzag layouts, any R dividing what the layout needs. Dilated specs
- * run when every segment lies inside one contiguous run of one rank (R = 1;
- * w dividing c = T / R for contiguous, c / 2 for zigzag): per branch and
- * head chunk, gather (kernels/cuda), dense block, merge by LSE. Segments
- * that cross ranks (a sub-ring, as engine/attn.c does on the CPU) are
- * refused with DT_ELAYOUT naming the branch and the boundary.
+ * and zigzag layouts, any R dividing what the layout needs; dilated
+ * attention (LongNet branches, any segment length and dilation): each
+ * segment runs as a sub-ring of the ranks holding its rows (one rank: no
+ * communication), with the dense ring's schedule; gather, blocks, merge by
+ * LSE and scatter-add in kernels/cuda.
  *
  * Thread: a ring is used by one host thread at a time (dt_ring_abort
  * excepted).

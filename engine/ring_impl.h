@@ -101,15 +101,30 @@ int dt_ring_enter(dt_ring_t *r, dt_emsg_t *em);
  * ev[done] of l there. Before calling, the caller has made each
  * communication stream wait for whatever must finish before recv[l] may be
  * overwritten. The transfer itself waits ev[sready] of the rank whose send
- * buffer it reads: its own (nccl) or the previous rank's (local, where the
+ * buffer it reads: its own (nccl) or the sending rank's (local, where the
  * receiver copies). A failure leaves the ring dead (NCCL aborted). */
 int dt_ring_xchg(dt_ring_t *r, void *const *send, void *const *recv, size_t bytes, int sready,
                  int done, dt_emsg_t *em);
 
+/* The general step, for sub-rings (dilated segments held by some of the
+ * ranks): local rank l sends sbytes of send to global rank `to` and
+ * receives rbytes into recv from global rank `from`; to < 0: l takes no
+ * part. Sizes may differ between ranks but must match pairwise (the
+ * local transport checks; NCCL would hang or fail). Zero-byte sides are
+ * left out. Same events and failure rules as dt_ring_xchg. xf[nlocal]. */
+typedef struct dt_ring_xfer {
+    int to, from;
+    void *send, *recv;
+    size_t sbytes, rbytes;
+} dt_ring_xfer_t;
+
+int dt_ring_xchgv(dt_ring_t *r, const dt_ring_xfer_t *xf, int sready, int done, dt_emsg_t *em);
+
 /* The event after which local rank l's send buffer of the exchange that
  * recorded `done` has been read completely: l's own (nccl: the group
- * completes as a whole) or the next rank's (local: the receiver copies). */
-cudaEvent_t dt_ring_sent_event(const dt_ring_t *r, int done, int l);
+ * completes as a whole) or that of global rank `to`, the receiver (local:
+ * the receiver copies). */
+cudaEvent_t dt_ring_sent_event(const dt_ring_t *r, int done, int l, int to);
 
 /* Watchdog wait: block until ev[slots[i]] of every local rank has
  * completed, polling with short sleeps; fail with DT_ECOMM on an NCCL

@@ -4,11 +4,11 @@
 # e2e.sh: `dtengine attn --device cuda` end to end on a GPU node, run by
 # tests/gpu/device.sh with the engine and its libraries from
 # tests/gpu/bundle.sh. The same generated inputs (T=2048, H=8, Hkv=2,
-# D=128; causal and not; forward and backward) run on the GPU (bf16 and
-# fp16) and on the CPU (fp32), and npytool compares every output. The
-# tolerances cover rounding the inputs to bf16 / fp16 on the way to the
-# device; the kernels' own accuracy against the double-precision reference
-# is what test_attn_cuda checks. Prints ok/FAIL per output and
+# D=128; causal and not, dense and dilated; forward and backward) run on
+# the GPU (bf16 and fp16) and on the CPU (fp32), and npytool compares every
+# output. The tolerances cover rounding the inputs to bf16 / fp16 on the
+# way to the device; the kernels' own accuracy against the double-precision
+# reference is what test_attn_cuda checks. Prints ok/FAIL per output and
 # "N passed, N failed".
 #
 # usage: sh tests/gpu/e2e.sh BUNDLEDIR WORKDIR   (LD_LIBRARY_PATH set by the caller)
@@ -21,7 +21,7 @@ b=$1 dir=$2
 mkdir -p "$dir" || exit 1
 passed=0
 failed=0
-for causal in "" --causal; do
+for causal in "" --causal "--causal --segments 256,2048 --dilations 1,4"; do
     gen="--generate 2048,8,2,128 --seed 5 $causal --backward"
     rm -rf "$dir/cpu"
     # shellcheck disable=SC2086

@@ -6,8 +6,17 @@
  * layouts, causal and not, GQA (H = 4, Hkv = 2), D = 64 and 128, forward
  * and backward; one fp16 case; a one-rank NCCL ring bit-identical to the
  * local ring of one; abort; all-reduce; dilated specs whose segments lie on
- * one rank against a reference assembled from per-segment, per-head-chunk
- * dense references merged by LSE; refusal of a distributed dilated spec.
+ * one rank, and dilated specs whose segments cross rank boundaries (sub-rings
+ * of the ranks holding each segment: w = T, w = 2c, segments straddling a
+ * boundary, zigzag segments over both runs of a rank, slivers of one or two
+ * positions, branches mixed with local ones, R = 2, 3, 4, 8), against a
+ * reference assembled from per-segment, per-head-chunk dense references
+ * merged by LSE; the ring still runs a dense spec afterwards. With two
+ * GPUs or more, NCCL rings across them (one thread per rank and device,
+ * R = 2, 4, 8 as devices allow): dense and dilated against the reference,
+ * then a peer that never joins and one aborted by a failure event, which
+ * must end the other ranks with DT_ECOMM, not a hang; with one GPU that
+ * part says it skipped (NCCL takes one rank per GPU).
  *
  * Tolerances (inputs are rounded to the kernel's type first, so what is
  * measured is the kernels' own arithmetic: products of the rounded
@@ -25,13 +34,16 @@
 #include "config.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cuda_runtime_api.h>
 
+#include "common/clock.h"
 #include "common/mem.h"
 #include "engine/attn.h"
 #include "engine/layout.h"
@@ -687,36 +699,102 @@ static void check_dilated(void)
     }
 }
 
-static void check_refused(void)
+/* Dilated specs whose segments cross rank boundaries: each such segment
+ * runs on a sub-ring of the ranks holding its positions. H = 8, Hkv = 2,
+ * D = 64 (r = 3: the chunk of heads 3..5 reads two kv heads unevenly).
+ * check_rest (also under the simulator of tests/gpu/test_ring_sched.c)
+ * runs the cases of T = 384; main adds those of T = 768 on a device. */
+typedef struct cross_case {
+    int64_t T;
+    int R;
+    enum dt_layout layout;
+    int causal;
+    const char *segs, *dils;
+    const char *why;
+} cross_case_t;
+
+static const cross_case_t cross_small[] = {
+    /* contiguous, c = T / R */
+    { 384, 2, DT_LAYOUT_CONTIGUOUS, 1, "384", "2", "w = T over both ranks" },
+    { 384, 4, DT_LAYOUT_CONTIGUOUS, 0, "192", "1", "w = 2c" },
+    { 384, 4, DT_LAYOUT_CONTIGUOUS, 1, "144", "3",
+      "segments straddle 96/192, last one (96) local; GQA r=3" },
+    { 384, 3, DT_LAYOUT_CONTIGUOUS, 1, "192", "2", "R=3, c=128: both segments straddle" },
+    { 384, 4, DT_LAYOUT_CONTIGUOUS, 1, "98", "7",
+      "rank 1 holds 96,97 of [0,98) (offsets 5,6: no rows in any head chunk)" },
+    { 384, 4, DT_LAYOUT_CONTIGUOUS, 0, "94", "2",
+      "rank 0 holds only 94,95 of [94,188) (one row per chunk)" },
+    { 384, 8, DT_LAYOUT_CONTIGUOUS, 0, "48,96,384", "1,2,4", "local, 2-rank and 8-rank branches" },
+    /* zigzag, runs of c / 2 */
+    { 384, 2, DT_LAYOUT_ZIGZAG, 1, "384", "2", "w = T: both runs of rank 0, with a gap" },
+    { 384, 4, DT_LAYOUT_ZIGZAG, 1, "128", "2",
+      "[128,256) covers both adjacent runs of rank 3 and parts of rank 2's" },
+    { 384, 3, DT_LAYOUT_ZIGZAG, 0, "192", "3", "R=3, ranks 0,1,2 then 2,1,0; GQA r=3" },
+    { 384, 8, DT_LAYOUT_ZIGZAG, 1, "24,96,384", "1,2,4", "local, 4-rank and 8-rank branches" },
+    { 384, 4, DT_LAYOUT_ZIGZAG, 1, "50", "2", "rank 1 holds only 48,49 of [0,50)" },
+};
+
+static const cross_case_t cross_big[] = {
+    { 768, 2, DT_LAYOUT_CONTIGUOUS, 1, "768", "2", "w = T" },
+    { 768, 4, DT_LAYOUT_CONTIGUOUS, 1, "384", "2", "w = 2c" },
+    { 768, 4, DT_LAYOUT_CONTIGUOUS, 0, "128", "2", "segments straddle 192, 576" },
+    { 768, 4, DT_LAYOUT_CONTIGUOUS, 1, "288", "3", "straddling, last segment 192; GQA r=3" },
+    { 768, 3, DT_LAYOUT_CONTIGUOUS, 0, "384", "3", "R=3, c=256; GQA r=3" },
+    { 768, 4, DT_LAYOUT_CONTIGUOUS, 1, "195", "5",
+      "rank 1 holds 192..194 of [0,195) (chunks 0,1: no rows)" },
+    { 768, 4, DT_LAYOUT_CONTIGUOUS, 1, "190", "5", "rank 0 holds only 190,191 of [190,380) (chunks 2,3: no rows)" },
+    { 768, 8, DT_LAYOUT_CONTIGUOUS, 1, "96,384,768", "1,2,4", "local, 4-rank, 8-rank branches" },
+    { 768, 2, DT_LAYOUT_ZIGZAG, 0, "768", "2", "w = T: both runs of rank 0, with a gap" },
+    { 768, 2, DT_LAYOUT_ZIGZAG, 1, "768", "4", "w = T: both runs of rank 0, with a gap" },
+    { 768, 4, DT_LAYOUT_ZIGZAG, 1, "256", "2", "[256,512) covers both adjacent runs of rank 3" },
+    { 768, 3, DT_LAYOUT_ZIGZAG, 1, "512", "2", "R=3, w = 2c, last segment 256" },
+    { 768, 8, DT_LAYOUT_ZIGZAG, 0, "96,384,768", "1,2,4", "runs of 48: every branch crosses" },
+    { 768, 4, DT_LAYOUT_ZIGZAG, 1, "100", "4", "rank 1 holds only 96..99 of [0,100)" },
+};
+
+/* Runs the cases on local rings, forward and backward, against
+ * reference_dilated; the last ring then runs a dense spec (still usable). */
+static void check_dilated_cross(const cross_case_t *cs, size_t n, uint64_t seed)
 {
-    struct {
-        int R;
-        enum dt_layout layout;
-        const char *segs, *dils;
-    } cases[] = {
-        { 4, DT_LAYOUT_CONTIGUOUS, "96,384", "1,2" }, /* 384 spans two ranks of 192 */
-        { 2, DT_LAYOUT_ZIGZAG, "128", "2" },          /* runs of 192 */
-    };
     dt_emsg_t em = { { 0 } };
 
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        dt_attn_spec_t s = { .T = 768, .H = 4, .Hkv = 2, .D = 64, .causal = 1,
-                             .layout = cases[i].layout };
+    for (size_t i = 0; i < n; i++) {
+        dt_attn_spec_t s = { .T = cs[i].T, .H = 8, .Hkv = 2, .D = 64, .causal = cs[i].causal,
+                             .layout = cs[i].layout };
         dt_ring_t *ring = NULL;
         problem_t p;
         result_t x;
-        GC_OK(dt_attn_parse_branches(&s, cases[i].segs, cases[i].dils, &em), em);
-        problem_init(&p, &s, DT_BF16, 3);
+        char label[160];
+        GC_OK(dt_attn_parse_branches(&s, cs[i].segs, cs[i].dils, &em), em);
+        problem_init(&p, &s, DT_BF16, seed + i);
+        reference_dilated(&p);
         result_init(&x, &s);
-        GC_OK(dt_ring_local_new(cases[i].R, 0, &ring, &em), em);
-        int rc = run_ring(ring, &p, &s, 0, &x, &em);
-        gc_check(rc == DT_ELAYOUT && strstr(em.s, "crosses the rank boundary") != NULL,
-                 "distributed dilated w=%s r=%s on %s R=%d refused: rc %s, '%s'", cases[i].segs,
-                 cases[i].dils, dt_layout_name(s.layout), cases[i].R, dt_err_name(rc), em.s);
-        /* refused before any work: the ring is still usable */
-        dt_attn_spec_t d = dense_spec(64, 1, cases[i].layout);
-        rc = run_ring(ring, &p, &d, 0, &x, &em);
-        gc_check(rc == 0, "ring usable after the refusal: %s", rc == 0 ? "yes" : em.s);
+        GC_OK(dt_ring_local_new(cs[i].R, 0, &ring, &em), em);
+        snprintf(label, sizeof(label), "cross-rank dilated T=%lld w=%s r=%s (%s)",
+                 (long long)s.T, cs[i].segs, cs[i].dils, cs[i].why);
+        int rc = run_ring(ring, &p, &s, 1, &x, &em);
+        gc_check(rc == 0, "%s on %s %s R=%d ran: rc %s%s%s", label, dt_layout_name(s.layout),
+                 s.causal ? "causal" : "full", cs[i].R, rc == 0 ? "0" : dt_err_name(rc),
+                 rc == 0 ? "" : ", ", rc == 0 ? "" : em.s);
+        if (rc == 0)
+            check_run(&p, &s, &x, cs[i].R, 1, label);
+        if (i + 1 == n) {
+            /* the same ring, now a dense spec over the same inputs */
+            dt_attn_spec_t d = s;
+            problem_t pd;
+            result_t xd;
+            d.nbranch = 0;
+            problem_init(&pd, &d, DT_BF16, seed + i);
+            reference_dense(&pd);
+            result_init(&xd, &d);
+            rc = run_ring(ring, &pd, &d, 1, &xd, &em);
+            gc_check(rc == 0, "ring of %d usable for a dense spec after cross-rank dilated: %s",
+                     cs[i].R, rc == 0 ? "yes" : em.s);
+            if (rc == 0)
+                check_run(&pd, &d, &xd, cs[i].R, 1, "dense after cross-rank dilated");
+            result_free(&xd);
+            problem_free(&pd);
+        }
         dt_ring_free(ring);
         result_free(&x);
         problem_free(&p);
@@ -735,8 +813,161 @@ static void check_bytes(void)
              f, 2 * kv, b);
 }
 
-/* Every check but check_dense (tests/gpu/test_ring_sched.c runs these under
- * its host simulator of CUDA and NCCL). */
+/* ---- NCCL rings of threads ------------------------------------------------------ */
+
+/* One rank of an NCCL ring run by a thread of this process: its own
+ * communicator on device rank % ndev. dead: the rank creates its
+ * communicator and then never joins the call, as a peer that died would. */
+typedef struct rank_arg {
+    int rank, R, device, dead;
+    double timeout;
+    unsigned char id[DT_RING_ID_BYTES];
+    const problem_t *p;
+    const dt_attn_spec_t *s;
+    result_t *x;
+    int rc;
+    dt_emsg_t em;
+    dt_ring_t *ring;
+    int created; /* atomic: the ring exists (or failed), it may be aborted */
+} rank_arg_t;
+
+static void *rank_main(void *v)
+{
+    rank_arg_t *a = v;
+
+    a->rc = dt_ring_nccl_new(a->rank, a->R, a->id, a->device, a->timeout, &a->ring, &a->em);
+    __atomic_store_n(&a->created, 1, __ATOMIC_RELEASE);
+    if (a->rc == 0 && !a->dead)
+        a->rc = run_ring(a->ring, a->p, a->s, 1, a->x, &a->em);
+    return NULL;
+}
+
+/* Forward and backward of p on an NCCL ring of R threads (rank r on device
+ * r % ndev), results into x, each rank's outcome in a[R] (the caller frees
+ * a[r].ring). abort_rank >= 0: that rank's ring is aborted (dt_ring_abort,
+ * as a PMIx failure event would) abort_us after it exists. dead_rank >= 0:
+ * that rank never joins. Every wait is bounded by timeout seconds. */
+static void nccl_threads(const problem_t *p, const dt_attn_spec_t *s, int R, int ndev,
+                         int abort_rank, int dead_rank, double timeout, unsigned abort_us,
+                         result_t *x, rank_arg_t *a)
+{
+    pthread_t *th = dt_xcalloc((size_t)R, sizeof(*th));
+    unsigned char id[DT_RING_ID_BYTES];
+    dt_emsg_t em = { { 0 } };
+
+    GC_OK(dt_ring_nccl_id(id, &em), em);
+    for (int r = 0; r < R; r++) {
+        a[r] = (rank_arg_t){ .rank = r, .R = R, .device = r % ndev, .dead = r == dead_rank,
+                             .timeout = timeout, .p = p, .s = s, .x = x };
+        memcpy(a[r].id, id, sizeof(id));
+        if (pthread_create(&th[r], NULL, rank_main, &a[r]) != 0) {
+            gc_check(0, "pthread_create for rank %d", r);
+            exit(gc_done());
+        }
+    }
+    if (abort_rank >= 0) {
+        while (!__atomic_load_n(&a[abort_rank].created, __ATOMIC_ACQUIRE))
+            usleep(100);
+        usleep(abort_us);
+        if (a[abort_rank].ring)
+            dt_ring_abort(a[abort_rank].ring, "peer failure event (test)");
+    }
+    for (int r = 0; r < R; r++)
+        pthread_join(th[r], NULL);
+    free(th);
+}
+
+/* NCCL rings across the GPUs of this node, one thread per rank: dense and
+ * dilated (crossing segments on sub-rings) against the reference, then a
+ * peer that never joins and one aborted by a failure event, which must end
+ * every other rank with DT_ECOMM within the watchdog's bound, not hang.
+ * NCCL takes one rank per GPU, so this needs two devices or more. */
+static void check_nccl_gpus(void)
+{
+    static const struct {
+        enum dt_layout lay;
+        int causal;
+        const char *w, *r; /* NULL: dense */
+    } cases[] = {
+        { DT_LAYOUT_ZIGZAG, 1, NULL, NULL },
+        { DT_LAYOUT_CONTIGUOUS, 0, NULL, NULL },
+        { DT_LAYOUT_CONTIGUOUS, 1, "96,384,768", "1,2,4" },
+        { DT_LAYOUT_ZIGZAG, 1, "96,384,768", "1,2,4" },
+    };
+    dt_emsg_t em = { { 0 } };
+    int ndev = dt_cuda_devices(&em);
+
+    if (ndev < 2) {
+        printf("skip NCCL rings across GPUs: %d visible device%s, NCCL takes one rank per GPU "
+               "(the local ring of R ranks on one GPU covers the schedule)\n",
+               ndev, ndev == 1 ? "" : "s");
+        return;
+    }
+    for (int R = 2; R <= (ndev < 8 ? ndev : 8); R *= 2) {
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+            dt_attn_spec_t s = { .T = 768, .H = cases[i].w ? 8 : 4, .Hkv = 2, .D = 64,
+                                 .causal = cases[i].causal, .layout = cases[i].lay };
+            rank_arg_t *a = dt_xcalloc((size_t)R, sizeof(*a));
+            problem_t p;
+            result_t x;
+            char label[96];
+            int ok = 1;
+            if (cases[i].w)
+                GC_OK(dt_attn_parse_branches(&s, cases[i].w, cases[i].r, &em), em);
+            problem_init(&p, &s, DT_BF16, 900 + (unsigned)(R * 10) + (unsigned)i);
+            if (cases[i].w)
+                reference_dilated(&p);
+            else
+                reference_dense(&p);
+            result_init(&x, &s);
+            nccl_threads(&p, &s, R, ndev, -1, -1, 60.0, 0, &x, a);
+            for (int r = 0; r < R; r++) {
+                if (a[r].rc != 0) {
+                    ok = 0;
+                    printf("  nccl rank %d of %d: %s: %s\n", r, R, dt_err_name(a[r].rc),
+                           a[r].em.s);
+                }
+                dt_ring_free(a[r].ring);
+            }
+            snprintf(label, sizeof(label), "nccl across %d GPUs %s%s%s%s", R,
+                     cases[i].w ? "dilated w=" : "dense", cases[i].w ? cases[i].w : "",
+                     cases[i].w ? " r=" : "", cases[i].w ? cases[i].r : "");
+            gc_check(ok, "%s: every rank ran", label);
+            if (ok)
+                check_run(&p, &s, &x, R, 1, label);
+            result_free(&x);
+            problem_free(&p);
+            free(a);
+        }
+    }
+    for (int mode = 0; mode < 2; mode++) {
+        dt_attn_spec_t s = dense_spec(64, 1, DT_LAYOUT_ZIGZAG);
+        rank_arg_t a[2];
+        problem_t p;
+        result_t x;
+        problem_init(&p, &s, DT_BF16, 950);
+        result_init(&x, &s);
+        double t0 = dt_clock_now();
+        nccl_threads(&p, &s, 2, ndev, mode == 0 ? 1 : -1, mode == 1 ? 1 : -1, 5.0, 1000, &x, a);
+        double took = dt_clock_now() - t0;
+        for (int r = 0; r < 2; r++)
+            printf("  %s: rank %d: %s: %s\n", mode ? "dead peer" : "abort", r,
+                   dt_err_name(a[r].rc), a[r].rc ? a[r].em.s : "");
+        gc_check(a[0].rc == DT_ECOMM && (mode == 1 || a[1].rc == DT_ECOMM || a[1].rc == 0) &&
+                     took < 60,
+                 "nccl across 2 GPUs, %s: rank 0 ends with DT_ECOMM in %.1f s (watchdog 5 s), "
+                 "no hang",
+                 mode ? "peer 1 never joins" : "peer 1 aborted", took);
+        for (int r = 0; r < 2; r++)
+            dt_ring_free(a[r].ring);
+        result_free(&x);
+        problem_free(&p);
+    }
+}
+
+/* Every check but check_dense and the T = 768 cross-rank dilated cases
+ * (tests/gpu/test_ring_sched.c runs these under its host simulator of CUDA
+ * and NCCL). */
 static void check_rest(void)
 {
     check_fp16();
@@ -744,7 +975,7 @@ static void check_rest(void)
     check_allreduce_local();
     check_abort();
     check_dilated();
-    check_refused();
+    check_dilated_cross(cross_small, sizeof(cross_small) / sizeof(cross_small[0]), 600);
     check_bytes();
 }
 
@@ -752,6 +983,8 @@ int main(void)
 {
     gc_require_device("test_ring_cuda");
     check_dense();
+    check_dilated_cross(cross_big, sizeof(cross_big) / sizeof(cross_big[0]), 700);
+    check_nccl_gpus();
     check_rest();
     return gc_done();
 }

@@ -6,9 +6,13 @@
  * random order that respects only the dependencies they declare. Under it
  * run the checks of tests/gpu/test_ring_cuda.c (included, its main renamed),
  * small local rings (R = 1, 2, 3, 4, 8; contiguous and zigzag; causal or
- * not; forward and backward; each ring used twice), dilated branches, and
- * NCCL rings of R = 2..4 ranks as threads, some aborted by a peer, all for
- * several seeds and scheduling policies. A missing event wait shows as a
+ * not; forward and backward; each ring used twice), dilated branches
+ * (segments on one rank, and segments crossing ranks: sub-rings, w = T,
+ * straddling boundaries, zigzag segments over both runs of a rank, slivers
+ * of one or two positions), and NCCL rings of R = 2..4 ranks as threads
+ * (dense, dilated with crossing segments, some aborted by a peer, some
+ * with a peer that never joins), all for several seeds and scheduling
+ * policies. A missing event wait shows as a
  * FAIL (wrong result) or an abort (HAZARD, deadlock).
  *
  * This checks the order of the ring's work, not the kernels: those are the
@@ -16,9 +20,6 @@
  * Seeds and policies can be widened by hand: tests/gpu/test_ring_sched N
  * runs N seeds of the small rings (see also the SIM_* knobs in sim_cuda.c).
  */
-#include <pthread.h>
-#include <unistd.h>
-
 #include "tests/gpu/sim/sim_cuda.h"
 
 int test_main(void);
@@ -77,6 +78,19 @@ static void small_dilated(unsigned seed)
         { 2, DT_LAYOUT_CONTIGUOUS, 1, "24,48", "2,3" },
         { 4, DT_LAYOUT_ZIGZAG, 1, "6,12", "2,3" },
         { 8, DT_LAYOUT_CONTIGUOUS, 1, "12", "3" },
+        /* segments crossing ranks: sub-rings */
+        { 2, DT_LAYOUT_CONTIGUOUS, 1, "96", "2" },  /* w = T */
+        { 4, DT_LAYOUT_CONTIGUOUS, 0, "36", "3" },  /* straddling 24, 48; last (24) local */
+        { 4, DT_LAYOUT_CONTIGUOUS, 1, "26", "2" },  /* rank 1 holds 24,25 of [0,26) */
+        { 4, DT_LAYOUT_CONTIGUOUS, 1, "25", "5" },  /* rank 1 holds 24 of [0,25): offset 4,
+                                                       in no head chunk (H=8: 4 chunks) */
+        { 8, DT_LAYOUT_CONTIGUOUS, 1, "48", "4" },  /* 4 ranks of 12 per segment */
+        { 3, DT_LAYOUT_CONTIGUOUS, 0, "12,48", "1,2" }, /* both straddle 32 and 64 */
+        { 2, DT_LAYOUT_ZIGZAG, 0, "96", "2" },      /* both runs of rank 0, with a gap */
+        { 3, DT_LAYOUT_ZIGZAG, 1, "96", "3" },      /* w = T, runs of 16 */
+        { 4, DT_LAYOUT_ZIGZAG, 1, "24", "2" },      /* [24,48), [48,72): ranks 2,3 and 3,2 */
+        { 4, DT_LAYOUT_ZIGZAG, 0, "32", "2" },      /* [32,64) covers both runs of rank 3 */
+        { 8, DT_LAYOUT_ZIGZAG, 1, "6,24,96", "1,2,4" }, /* local, 4 ranks, all 8 */
     };
     dt_emsg_t em = { { 0 } };
     for (size_t i = 0; i < sizeof(cs) / sizeof(cs[0]); i++) {
@@ -90,11 +104,18 @@ static void small_dilated(unsigned seed)
         result_t x;
         result_init(&x, &s);
         GC_OK(dt_ring_local_new(cs[i].R, 0, &ring, &em), em);
-        GC_OK(run_ring(ring, &p, &s, 1, &x, &em), em);
+        int rc = run_ring(ring, &p, &s, 1, &x, &em);
+        if (rc != 0)
+            printf("  sim seed %u dilated w=%s r=%s %s %s R=%d: rc %s: %s\n", seed, cs[i].w,
+                   cs[i].r, dt_layout_name(s.layout), cs[i].causal ? "causal" : "full",
+                   cs[i].R, dt_err_name(rc), em.s);
         errs_t e = compare(&p, &x, 1);
-        gc_check(e.o < 1e-4 && e.lse < 1e-4 && e.dq < 0.05 && e.dk < 0.05 && e.dv < 0.05,
-                 "sim seed %u dilated w=%s r=%s R=%d: o %.1e lse %.1e dq %.2f dk %.2f dv %.2f",
-                 seed, cs[i].w, cs[i].r, cs[i].R, e.o, e.lse, e.dq, e.dk, e.dv);
+        gc_check(rc == 0 && e.o < 1e-4 && e.lse < 1e-4 && e.dq < 0.05 && e.dk < 0.05 &&
+                     e.dv < 0.05,
+                 "sim seed %u dilated w=%s r=%s %s %s R=%d: o %.1e lse %.1e dq %.2f dk %.2f "
+                 "dv %.2f",
+                 seed, cs[i].w, cs[i].r, dt_layout_name(s.layout),
+                 cs[i].causal ? "causal" : "full", cs[i].R, e.o, e.lse, e.dq, e.dk, e.dv);
         dt_ring_free(ring);
         result_free(&x);
         problem_free(&p);
@@ -102,71 +123,33 @@ static void small_dilated(unsigned seed)
 }
 
 /* One rank of an NCCL ring, run by its own thread. */
-typedef struct rank_arg {
-    int rank, R, abort_rank;
-    double timeout;
-    unsigned char id[DT_RING_ID_BYTES];
-    const problem_t *p;
-    const dt_attn_spec_t *s;
-    result_t *x;
-    int rc;
-    dt_emsg_t em;
-    dt_ring_t *ring;
-    int created; /* atomic: the ring exists (or failed), it may be aborted */
-} rank_arg_t;
-
-static void *rank_main(void *v)
+/* A dense ring of R ranks over NCCL, forward and backward; with segs and
+ * dils, a dilated spec instead (H = 8), whose crossing segments run on
+ * NCCL sub-rings. With abort_rank, that rank's ring is aborted soon after
+ * it is created (as a peer failure would) and must end with DT_ECOMM, or 0
+ * if it finished first, while the others time out (2 s) instead of
+ * hanging. */
+static void nccl_ring(unsigned seed, int R, int causal, int lay, int abort_rank,
+                      const char *segs, const char *dils)
 {
-    rank_arg_t *a = v;
-
-    a->rc = dt_ring_nccl_new(a->rank, a->R, a->id, 0, a->timeout, &a->ring, &a->em);
-    __atomic_store_n(&a->created, 1, __ATOMIC_RELEASE);
-    if (a->rc == 0)
-        a->rc = run_ring(a->ring, a->p, a->s, 1, a->x, &a->em);
-    return NULL;
-}
-
-/* A dense ring of R ranks over NCCL, forward and backward; with abort_rank,
- * that rank's ring is aborted soon after it is created (as a peer failure
- * would) and must end with DT_ECOMM, or 0 if it finished first, while the
- * others time out (2 s) instead of hanging. */
-static void nccl_ring(unsigned seed, int R, int causal, int lay, int abort_rank)
-{
-    dt_attn_spec_t s = { .T = 96, .H = 4, .Hkv = 2, .D = 64, .causal = causal,
+    dt_attn_spec_t s = { .T = 96, .H = segs ? 8 : 4, .Hkv = 2, .D = 64, .causal = causal,
                          .layout = lay ? DT_LAYOUT_ZIGZAG : DT_LAYOUT_CONTIGUOUS };
     rank_arg_t *a = calloc((size_t)R, sizeof(*a));
-    pthread_t *th = calloc((size_t)R, sizeof(*th));
-    unsigned char id[DT_RING_ID_BYTES];
     dt_emsg_t em = { { 0 } };
     problem_t p;
     result_t x;
 
+    if (segs)
+        GC_OK(dt_attn_parse_branches(&s, segs, dils, &em), em);
     problem_init(&p, &s, DT_BF16, seed * 13 + (unsigned)R);
-    reference_dense(&p);
+    if (segs)
+        reference_dilated(&p);
+    else
+        reference_dense(&p);
     result_init(&x, &s);
-    GC_OK(dt_ring_nccl_id(id, &em), em);
-    for (int r = 0; r < R; r++) {
-        a[r].rank = r;
-        a[r].R = R;
-        a[r].timeout = abort_rank >= 0 ? 2.0 : 60.0;
-        memcpy(a[r].id, id, sizeof(id));
-        a[r].p = &p;
-        a[r].s = &s;
-        a[r].x = &x;
-        if (pthread_create(&th[r], NULL, rank_main, &a[r]) != 0) {
-            gc_check(0, "pthread_create for rank %d", r);
-            exit(gc_done());
-        }
-    }
-    if (abort_rank >= 0) {
-        while (!__atomic_load_n(&a[abort_rank].created, __ATOMIC_ACQUIRE))
-            usleep(100);
-        usleep(200 + (seed % 7) * 300);
-        if (a[abort_rank].ring)
-            dt_ring_abort(a[abort_rank].ring, "peer failure event (sim)");
-    }
-    for (int r = 0; r < R; r++)
-        pthread_join(th[r], NULL);
+    /* the simulator's one device serves every rank */
+    nccl_threads(&p, &s, R, 1, abort_rank, -1, abort_rank >= 0 ? 2.0 : 60.0,
+                 200 + (seed % 7) * 300, &x, a);
     if (abort_rank < 0) {
         int ok = 1;
         for (int r = 0; r < R; r++)
@@ -176,9 +159,10 @@ static void nccl_ring(unsigned seed, int R, int causal, int lay, int abort_rank)
             }
         errs_t e = compare(&p, &x, 1);
         gc_check(ok && e.o < 1e-4 && e.lse < 1e-4 && e.dq < 0.05 && e.dk < 0.05 && e.dv < 0.05,
-                 "sim seed %u nccl R=%d %s %s: o %.1e lse %.1e dq %.2f dk %.2f dv %.2f", seed, R,
-                 dt_layout_name(s.layout), causal ? "causal" : "full", e.o, e.lse, e.dq, e.dk,
-                 e.dv);
+                 "sim seed %u nccl R=%d %s %s%s%s%s%s: o %.1e lse %.1e dq %.2f dk %.2f dv %.2f",
+                 seed, R, dt_layout_name(s.layout), causal ? "causal" : "full",
+                 segs ? " dilated w=" : "", segs ? segs : "", segs ? " r=" : "",
+                 dils ? dils : "", e.o, e.lse, e.dq, e.dk, e.dv);
     } else {
         for (int r = 0; r < R; r++)
             printf("  abort test R=%d rank %d: rc %s: %s\n", R, r, dt_err_name(a[r].rc),
@@ -191,8 +175,57 @@ static void nccl_ring(unsigned seed, int R, int causal, int lay, int abort_rank)
     result_free(&x);
     problem_free(&p);
     free(a);
-    free(th);
 }
+
+/* A peer that creates its communicator and never joins the call (a dead
+ * process): every other rank must end with DT_ECOMM when the watchdog's
+ * 2 s pass without progress, dense and dilated, never hang. */
+static void nccl_dead(int R, int dead, const char *segs, const char *dils)
+{
+    dt_attn_spec_t s = { .T = 96, .H = 8, .Hkv = 2, .D = 64, .causal = 1,
+                         .layout = DT_LAYOUT_CONTIGUOUS };
+    rank_arg_t *a = calloc((size_t)R, sizeof(*a));
+    dt_emsg_t em = { { 0 } };
+    problem_t p;
+    result_t x;
+    int ok = 1;
+
+    if (segs)
+        GC_OK(dt_attn_parse_branches(&s, segs, dils, &em), em);
+    problem_init(&p, &s, DT_BF16, 77);
+    result_init(&x, &s);
+    double t0 = dt_clock_now();
+    nccl_threads(&p, &s, R, 1, -1, dead, 2.0, 0, &x, a);
+    double took = dt_clock_now() - t0;
+    for (int r = 0; r < R; r++) {
+        if (r != dead && (a[r].rc != DT_ECOMM || strstr(a[r].em.s, "no progress") == NULL))
+            ok = 0;
+        printf("  dead peer R=%d rank %d%s: rc %s: %s\n", R, r, r == dead ? " (dead)" : "",
+               dt_err_name(a[r].rc), a[r].rc ? a[r].em.s : "");
+        dt_ring_free(a[r].ring);
+    }
+    gc_check(ok && took < 30,
+             "sim nccl R=%d %s, rank %d never joins: every other rank ends with DT_ECOMM "
+             "(no progress) in %.1f s",
+             R, segs ? "dilated" : "dense", dead, took);
+    result_free(&x);
+    problem_free(&p);
+    free(a);
+}
+
+/* Dilated specs with crossing segments on NCCL rings of threads (T = 96;
+ * causal alternates with the seed). */
+static const struct {
+    int R, lay;
+    const char *w, *r;
+} nccl_dil[] = {
+    { 2, 0, "96", "2" },        /* w = T */
+    { 2, 1, "12,96", "1,2" },   /* local; both runs of rank 0 with a gap */
+    { 3, 0, "48", "3" },        /* straddling 32, 64; GQA r=3 */
+    { 3, 1, "32", "2" },        /* runs of 16: ranks 0,1 / 2,2 (adjacent) / 1,0 */
+    { 4, 0, "26,48", "2,4" },   /* slivers of 2 positions; two ranks per segment */
+    { 4, 1, "32", "2" },        /* [32,64) covers both runs of rank 3 */
+};
 
 int main(int argc, char **argv)
 {
@@ -214,11 +247,16 @@ int main(int argc, char **argv)
         for (int R = 2; R <= 4; R++)
             for (int causal = 0; causal <= 1; causal++)
                 for (int lay = 0; lay < 2; lay++)
-                    nccl_ring(seed, R, causal, lay, -1);
+                    nccl_ring(seed, R, causal, lay, -1, NULL, NULL);
+        for (size_t i = 0; i < sizeof(nccl_dil) / sizeof(nccl_dil[0]); i++)
+            nccl_ring(seed, nccl_dil[i].R, (int)((seed + i) & 1), nccl_dil[i].lay, -1,
+                      nccl_dil[i].w, nccl_dil[i].r);
     }
     sim_seed(99, 0);
-    nccl_ring(1, 3, 1, 1, 1);
-    nccl_ring(2, 4, 1, 0, 2);
+    nccl_ring(1, 3, 1, 1, 1, NULL, NULL);
+    nccl_ring(2, 4, 1, 0, 2, NULL, NULL);
+    nccl_dead(3, 1, NULL, NULL);
+    nccl_dead(4, 2, "26,48", "2,4");
     sim_stats(&ops, &queue);
     printf("simulated %ld stream operations, longest queue %ld\n", ops, queue);
     return gc_done();
