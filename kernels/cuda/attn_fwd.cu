@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "kernels/cuda/attn_tile.cuh"
+#include "kernels/cuda/wgmma.cuh"
 
 using namespace dt_tile;
 
@@ -48,7 +49,30 @@ __device__ __forceinline__ int64_t next_visible(const tile_pos_t &kt, int causal
     return causal ? first_tile_le(kt, j, ntile, qmax) : j;
 }
 
-template <int D, int NW, int BN, bool F16>
+/* A (rows, D) tile into shared memory: the mma.sync layout, or wgmma's. */
+template <bool WG, int D, int ROWS, int NT, typename T>
+__device__ __forceinline__ void load_rows(T *s, const T *g, int64_t ld, int64_t r0, int64_t n,
+                                          int tid)
+{
+    if constexpr (WG)
+        load_tile_w<D, ROWS, NT>(s, g, ld, r0, n, tid);
+    else
+        load_tile<D, ROWS, NT>(s, g, ld, r0, n, tid);
+}
+
+/* Every cp.async of this thread landed; with WG, visible to wgmma too. The
+ * caller then synchronises the block. */
+template <bool WG> __device__ __forceinline__ void tiles_landed()
+{
+    cp_async_wait_all();
+    if constexpr (WG)
+        fence_proxy_async();
+}
+
+/* WG: the products are warpgroup MMAs (sm_90a, wgmma.cuh; NW a multiple of
+ * 4, BN 64 or 128), Q and K/V read from shared memory by descriptor;
+ * otherwise mma.sync with Q in registers. Everything else is shared. */
+template <int D, int NW, int BN, bool F16, bool WG>
 __global__ void __launch_bounds__(NW * 32) fwd_kernel(const fwd_params p)
 {
     typedef typename elem_of<F16>::type T;
@@ -56,7 +80,10 @@ __global__ void __launch_bounds__(NW * 32) fwd_kernel(const fwd_params p)
     constexpr int NK = D / 16;  /* k16 chunks of the head dimension */
     constexpr int NS = BN / 8;  /* n8 tiles of scores */
     constexpr int NO = D / 8;   /* n8 tiles of the output */
-    extern __shared__ __align__(128) unsigned char smem[];
+    static_assert(!WG || (NW % 4 == 0 && (BN == 64 || BN == 128)), "wgmma tile shape");
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    /* wgmma tiles start on 1024-byte boundaries (the launch adds 1 KiB) */
+    unsigned char *smem = smem_raw + (WG ? (1024 - (smem_addr(smem_raw) & 1023)) & 1023 : 0);
     T *sq = (T *)smem;     /* BM x D */
     T *sk = sq + BM * D;   /* 2 x BN x D */
     T *sv = sk + 2 * BN * D; /* 2 x BN x D */
@@ -78,20 +105,22 @@ __global__ void __launch_bounds__(NW * 32) fwd_kernel(const fwd_params p)
     if (p.causal)
         p.qt.range(blockIdx.x, &qmin, &qmax);
 
-    load_tile<D, BM, NT>(sq, Q, p.ldq, m0, p.tq, tid);
+    load_rows<WG, D, BM, NT>(sq, Q, p.ldq, m0, p.tq, tid);
     int64_t j = next_visible(p.kt, p.causal, 0, ntile, qmax);
     if (j < ntile) {
-        load_tile<D, BN, NT>(sk, K, p.ldk, j * BN, p.tk, tid);
-        load_tile<D, BN, NT>(sv, V, p.ldv, j * BN, p.tk, tid);
+        load_rows<WG, D, BN, NT>(sk, K, p.ldk, j * BN, p.tk, tid);
+        load_rows<WG, D, BN, NT>(sv, V, p.ldv, j * BN, p.tk, tid);
     }
     cp_async_commit();
-    cp_async_wait_all();
+    tiles_landed<WG>();
     __syncthreads();
 
-    uint32_t qf[NK][4];
+    uint32_t qf[WG ? 1 : NK][4];
+    if constexpr (!WG) {
 #pragma unroll
-    for (int kk = 0; kk < NK; kk++)
-        ldsm4(qf[kk], sq + a_addr<D>(warp * 16, kk * 16, lane));
+        for (int kk = 0; kk < NK; kk++)
+            ldsm4(qf[kk], sq + a_addr<D>(warp * 16, kk * 16, lane));
+    }
 
     float acc[NO][4];
     zero(acc);
@@ -100,19 +129,32 @@ __global__ void __launch_bounds__(NW * 32) fwd_kernel(const fwd_params p)
 
     while (j < ntile) {
         const int64_t jn = next_visible(p.kt, p.causal, j + 1, ntile, qmax);
-        cp_async_wait_all();
+        tiles_landed<WG>();
         __syncthreads(); /* tile j landed; every warp is done with the other buffer */
         if (jn < ntile) {
-            load_tile<D, BN, NT>(sk + (buf ^ 1) * BN * D, K, p.ldk, jn * BN, p.tk, tid);
-            load_tile<D, BN, NT>(sv + (buf ^ 1) * BN * D, V, p.ldv, jn * BN, p.tk, tid);
+            load_rows<WG, D, BN, NT>(sk + (buf ^ 1) * BN * D, K, p.ldk, jn * BN, p.tk, tid);
+            load_rows<WG, D, BN, NT>(sv + (buf ^ 1) * BN * D, V, p.ldv, jn * BN, p.tk, tid);
         }
         cp_async_commit();
 
         /* S = Q K^T: 16 x BN per warp */
         const T *ks = sk + buf * BN * D, *vs = sv + buf * BN * D;
         float s[NS][4];
-        zero(s);
-        mma_abt<D, NS, F16>(s, qf, ks, lane);
+        if constexpr (WG) {
+            /* the warpgroup's 64 rows of the Q tile against the K tile */
+            const uint32_t qa = smem_addr(sq), ka = smem_addr(ks);
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < NK; kk++)
+                wgmma_ss<BN, F16>(s, wdesc_k<BM>(qa, (warp >> 2) * 64, kk), wdesc_k<BN>(ka, 0, kk),
+                                  kk > 0);
+            wg_commit();
+            wg_wait0();
+            wg_pin(s);
+        } else {
+            zero(s);
+            mma_abt<D, NS, F16>(s, qf, ks, lane);
+        }
 
         /* scale to the log2 domain; mask where a key is past the end or
          * in the future of its query */
@@ -167,7 +209,24 @@ __global__ void __launch_bounds__(NW * 32) fwd_kernel(const fwd_params p)
         }
 
         /* O += P V */
-        mma_ab<D, NS, F16>(acc, s, vs, lane);
+        if constexpr (WG) {
+            /* P as A fragments first: registers an issued product reads
+             * must not be rewritten until it completes */
+            uint32_t pa[NS / 2][4];
+#pragma unroll
+            for (int kc = 0; kc < NS / 2; kc++)
+                c_to_a<F16, NS>(pa[kc], s, kc);
+            const uint32_t va = smem_addr(vs);
+            wg_fence();
+#pragma unroll
+            for (int kc = 0; kc < NS / 2; kc++)
+                wgmma_rs<D, F16>(acc, pa[kc], wdesc_mn<BN>(va, kc), 1);
+            wg_commit();
+            wg_wait0();
+            wg_pin(acc);
+        } else {
+            mma_ab<D, NS, F16>(acc, s, vs, lane);
+        }
         buf ^= 1;
         j = jn;
     }
@@ -250,25 +309,27 @@ __global__ void bounds_kernel(const int64_t *pos, int64_t n, int tile, int64_t n
     }
 }
 
-template <int D, int NW, int BN, bool F16>
+template <int D, int NW, int BN, bool F16, bool WG>
 int fwd_launch(const fwd_params &p, int64_t nqtile, int h, cudaStream_t st, dt_emsg_t *em)
 {
     constexpr int BM = 16 * NW;
-    const size_t smem = (size_t)(BM + 4 * BN) * D * 2;
-    int rc = allow_smem(fwd_kernel<D, NW, BN, F16>, smem, em);
+    const size_t smem = (size_t)(BM + 4 * BN) * D * 2 + (WG ? 1024 : 0);
+    int rc = allow_smem(fwd_kernel<D, NW, BN, F16, WG>, smem, em);
     if (rc)
         return rc;
     dim3 grid((unsigned)nqtile, (unsigned)h);
-    fwd_kernel<D, NW, BN, F16><<<grid, NW * 32, smem, st>>>(p);
+    fwd_kernel<D, NW, BN, F16, WG><<<grid, NW * 32, smem, st>>>(p);
     DT_CUDA_TRY(em, cudaGetLastError());
     return 0;
 }
 
-/* Tile shapes: NW warps of 16 query rows (4 by default, 8 with
+/* Tile shapes. mma.sync: NW warps of 16 query rows (4 by default, 8 with
  * DT_ATTN_FWD_WARPS=8 in the environment: the same registers per thread,
  * twice the queries sharing each K/V tile, a tuning knob for the GPU
- * benchmark), 64 keys per tile. */
+ * benchmark), 64 keys per tile. wgmma (DT_ATTN_FWD_KERNEL=wgmma, sm_90
+ * only): two warpgroups of 64 rows, 128 keys per tile. */
 constexpr int FWD_BN = 64;
+constexpr int WG_NW = 8, WG_BN = 128;
 
 static int fwd_warps(void)
 {
@@ -280,11 +341,42 @@ static int fwd_warps(void)
     return w;
 }
 
-template <int D, bool F16>
-int fwd_dispatch(const fwd_params &p, int64_t nq, int h, int nw, cudaStream_t st, dt_emsg_t *em)
+/* DT_ATTN_FWD_KERNEL: "wgmma" selects the sm_90 warpgroup kernel, anything
+ * else (or unset) the mma.sync kernel. */
+static int fwd_wgmma(void)
 {
-    return nw == 8 ? fwd_launch<D, 8, FWD_BN, F16>(p, nq, h, st, em)
-                   : fwd_launch<D, 4, FWD_BN, F16>(p, nq, h, st, em);
+    static int w = -1; /* a benign race, as fwd_warps */
+    if (w < 0) {
+        const char *e = getenv("DT_ATTN_FWD_KERNEL");
+        w = e != NULL && strcmp(e, "wgmma") == 0;
+    }
+    return w;
+}
+
+/* The wgmma kernel runs on compute capability 9.0 (its sm_90a code). */
+static int check_sm90(dt_emsg_t *em)
+{
+    int dev = 0, major = 0, minor = 0;
+
+    DT_CUDA_TRY(em, cudaGetDevice(&dev));
+    DT_CUDA_TRY(em, cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    DT_CUDA_TRY(em, cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    if (major != 9 || minor != 0)
+        return dt_emsg_set(em, DT_EINVAL,
+                           "dt_attn_fwd_cuda: DT_ATTN_FWD_KERNEL=wgmma needs an sm_90 GPU "
+                           "(H100, H200); device %d is sm_%d%d",
+                           dev, major, minor);
+    return 0;
+}
+
+template <int D, bool F16>
+int fwd_dispatch(const fwd_params &p, int64_t nq, int h, int nw, bool wg, cudaStream_t st,
+                 dt_emsg_t *em)
+{
+    if (wg)
+        return fwd_launch<D, WG_NW, WG_BN, F16, true>(p, nq, h, st, em);
+    return nw == 8 ? fwd_launch<D, 8, FWD_BN, F16, false>(p, nq, h, st, em)
+                   : fwd_launch<D, 4, FWD_BN, F16, false>(p, nq, h, st, em);
 }
 
 } /* namespace */
@@ -357,9 +449,12 @@ int free_bounds(int64_t *b, cudaStream_t st, dt_emsg_t *em)
 extern "C" int dt_attn_fwd_cuda(const dt_attn_cuda_t *a, int accumulate, float *o, int64_t ldo,
                                 float *lse, int64_t ldlse, cudaStream_t st, dt_emsg_t *em)
 {
-    const int nw = fwd_warps(), BM = 16 * nw;
+    const bool wg = fwd_wgmma() != 0;
+    const int nw = wg ? WG_NW : fwd_warps(), BM = 16 * nw, BN = wg ? WG_BN : FWD_BN;
     int rc = check_args(a, "dt_attn_fwd_cuda", em);
     if (rc)
+        return rc;
+    if (wg && (rc = check_sm90(em)) != 0)
         return rc;
     if ((uintptr_t)o % 8 != 0)
         return dt_emsg_set(em, DT_EINVAL, "dt_attn_fwd_cuda: o is not 8-byte aligned");
@@ -395,23 +490,23 @@ extern "C" int dt_attn_fwd_cuda(const dt_attn_cuda_t *a, int accumulate, float *
     p.kt.pos.p = a->kpos;
     p.kt.pos.base = a->k0;
     p.kt.n = a->tk;
-    p.kt.tile = FWD_BN;
+    p.kt.tile = BN;
 
     int64_t *qb = NULL, *kb = NULL;
     rc = make_bounds(a->qpos, p.causal, a->tq, BM, &qb, st, em);
     if (rc == 0)
-        rc = make_bounds(a->kpos, p.causal, a->tk, FWD_BN, &kb, st, em);
+        rc = make_bounds(a->kpos, p.causal, a->tk, BN, &kb, st, em);
     p.qt.bounds = qb;
     p.kt.bounds = kb;
     const int64_t nq = (a->tq + BM - 1) / BM;
     if (rc == 0) {
         const bool f16 = a->dtype == DT_F16;
         if (a->d == 64)
-            rc = f16 ? fwd_dispatch<64, true>(p, nq, a->h, nw, st, em)
-                     : fwd_dispatch<64, false>(p, nq, a->h, nw, st, em);
+            rc = f16 ? fwd_dispatch<64, true>(p, nq, a->h, nw, wg, st, em)
+                     : fwd_dispatch<64, false>(p, nq, a->h, nw, wg, st, em);
         else
-            rc = f16 ? fwd_dispatch<128, true>(p, nq, a->h, nw, st, em)
-                     : fwd_dispatch<128, false>(p, nq, a->h, nw, st, em);
+            rc = f16 ? fwd_dispatch<128, true>(p, nq, a->h, nw, wg, st, em)
+                     : fwd_dispatch<128, false>(p, nq, a->h, nw, wg, st, em);
     }
     int rc2 = free_bounds(qb, st, rc ? NULL : em);
     int rc3 = free_bounds(kb, st, rc || rc2 ? NULL : em);

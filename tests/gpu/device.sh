@@ -267,6 +267,15 @@ if [ -x "$builddir/tests/gpu/test_attn_cuda" ]; then
     step "test_attn_cuda DT_ATTN_FWD_WARPS=8" "$tlimit" env DT_ATTN_FWD_WARPS=8 \
         "$builddir/tests/gpu/test_attn_cuda"
 fi
+# the sm_90 warpgroup forward (DT_ATTN_FWD_KERNEL=wgmma: wgmma.mma_async,
+# not the default until it has passed here and been timed), on H100/H200
+if [ -x "$builddir/tests/gpu/test_attn_cuda" ] &&
+    nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | grep -q '^9\.0'; then
+    step "test_attn_cuda DT_ATTN_FWD_KERNEL=wgmma" "$tlimit" env DT_ATTN_FWD_KERNEL=wgmma \
+        "$builddir/tests/gpu/test_attn_cuda"
+    step "test_ring_cuda DT_ATTN_FWD_KERNEL=wgmma" "$tlimit" env DT_ATTN_FWD_KERNEL=wgmma \
+        "$builddir/tests/gpu/test_ring_cuda"
+fi
 
 # dtengine attn --device cuda end to end (tests/gpu/e2e.sh), when
 # tests/gpu/bundle.sh's archive was extracted into BUILDDIR: the engine
@@ -296,13 +305,17 @@ if [ -n "$bench" ]; then
     fi
 fi
 
-# a tuning sweep: the forward with 8 warps per block (DT_ATTN_FWD_WARPS=8,
-# see kernels/cuda/attn_fwd.cu) on the quick shapes, to compare with the
-# default 4 in the tables above
-if [ -n "$bench" ] && [ -z "$quick" ]; then
+# a tuning sweep on the quick shapes, to compare with the default in the
+# tables above: the forward with 8 warps per block (DT_ATTN_FWD_WARPS=8) and
+# the sm_90 warpgroup forward (DT_ATTN_FWD_KERNEL=wgmma; see
+# kernels/cuda/attn_fwd.cu)
+if [ -n "$bench" ]; then
     bin=$builddir/bench/bench_attn_cuda
     if [ -x "$bin" ]; then
-        step "bench fwd DT_ATTN_FWD_WARPS=8" 120 env DT_ATTN_FWD_WARPS=8 "$bin" --quick --no-ring
+        step "bench fwd DT_ATTN_FWD_KERNEL=wgmma" 120 env DT_ATTN_FWD_KERNEL=wgmma "$bin" --quick \
+            --no-ring --budget 90
+        [ -n "$quick" ] ||
+            step "bench fwd DT_ATTN_FWD_WARPS=8" 120 env DT_ATTN_FWD_WARPS=8 "$bin" --quick --no-ring
     fi
 fi
 
