@@ -81,6 +81,11 @@ __global__ void __launch_bounds__(NW * 32) fwd_kernel(const fwd_params p)
     constexpr int NS = BN / 8;  /* n8 tiles of scores */
     constexpr int NO = D / 8;   /* n8 tiles of the output */
     static_assert(!WG || (NW % 4 == 0 && (BN == 64 || BN == 128)), "wgmma tile shape");
+    /* wgmma tiles and their column blocks on 1024-byte boundaries (the
+     * descriptors' base offset is 0); the leading byte offset fits its field */
+    static_assert(!WG || ((BM * D * 2) % 1024 == 0 && (BN * D * 2) % 1024 == 0 &&
+                          BN * 128 < (1 << 18)),
+                  "wgmma tile alignment");
     extern __shared__ __align__(128) unsigned char smem_raw[];
     /* wgmma tiles start on 1024-byte boundaries (the launch adds 1 KiB) */
     unsigned char *smem = smem_raw + (WG ? (1024 - (smem_addr(smem_raw) & 1023)) & 1023 : 0);
@@ -143,6 +148,7 @@ __global__ void __launch_bounds__(NW * 32) fwd_kernel(const fwd_params p)
         if constexpr (WG) {
             /* the warpgroup's 64 rows of the Q tile against the K tile */
             const uint32_t qa = smem_addr(sq), ka = smem_addr(ks);
+            wg_pin(s);
             wg_fence();
 #pragma unroll
             for (int kk = 0; kk < NK; kk++)
@@ -217,6 +223,8 @@ __global__ void __launch_bounds__(NW * 32) fwd_kernel(const fwd_params p)
             for (int kc = 0; kc < NS / 2; kc++)
                 c_to_a<F16, NS>(pa[kc], s, kc);
             const uint32_t va = smem_addr(vs);
+            wg_pin(acc); /* the rescaling and the packing before the fence */
+            wg_pin(pa);
             wg_fence();
 #pragma unroll
             for (int kc = 0; kc < NS / 2; kc++)
@@ -353,10 +361,14 @@ static int fwd_wgmma(void)
     return w;
 }
 
-/* The wgmma kernel runs on compute capability 9.0 (its sm_90a code). */
+/* 1 in an image built for sm_90a (NVCC_GENCODE may leave it out: the
+ * wgmma kernel would then trap and poison the context). */
+__device__ int dt_wgmma_built = DT_WGMMA;
+
+/* The wgmma kernel runs on compute capability 9.0, from an sm_90a image. */
 static int check_sm90(dt_emsg_t *em)
 {
-    int dev = 0, major = 0, minor = 0;
+    int dev = 0, major = 0, minor = 0, built = 0;
 
     DT_CUDA_TRY(em, cudaGetDevice(&dev));
     DT_CUDA_TRY(em, cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
@@ -366,6 +378,11 @@ static int check_sm90(dt_emsg_t *em)
                            "dt_attn_fwd_cuda: DT_ATTN_FWD_KERNEL=wgmma needs an sm_90 GPU "
                            "(H100, H200); device %d is sm_%d%d",
                            dev, major, minor);
+    DT_CUDA_TRY(em, cudaMemcpyFromSymbol(&built, dt_wgmma_built, sizeof(built)));
+    if (!built)
+        return dt_emsg_set(em, DT_EINVAL,
+                           "dt_attn_fwd_cuda: DT_ATTN_FWD_KERNEL=wgmma: this build has no "
+                           "sm_90a code (NVCC_GENCODE must include arch=compute_90a,code=sm_90a)");
     return 0;
 }
 

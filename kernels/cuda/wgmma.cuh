@@ -46,8 +46,8 @@ namespace dt_tile {
 #define DT_WGMMA_ONLY(x) __trap()
 #endif
 
-/* Element offset of (row, col) in a wgmma tile of ROWS rows of D. */
-template <int D, int ROWS> __device__ __forceinline__ int wswz(int row, int col)
+/* Element offset of (row, col) in a wgmma tile of ROWS rows. */
+template <int ROWS> __device__ __forceinline__ int wswz(int row, int col)
 {
     return (col >> 6) * ROWS * 64 + row * 64 + ((((col >> 3) & 7) ^ (row & 7)) << 3) + (col & 7);
 }
@@ -62,7 +62,7 @@ __device__ __forceinline__ void load_tile_w(T *s, const T *g, int64_t ld, int64_
         int r = i / CH, c = i % CH;
         int64_t gr = r0 + r;
         bool ok = gr < n;
-        cp_async16(s + wswz<D, ROWS>(r, c * 8), g + (ok ? gr : 0) * ld + c * 8, ok);
+        cp_async16(s + wswz<ROWS>(r, c * 8), g + (ok ? gr : 0) * ld + c * 8, ok);
     }
 }
 
@@ -107,13 +107,21 @@ __device__ __forceinline__ void wg_wait0()
     DT_WGMMA_ONLY(asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"));
 }
 
-/* Keep the compiler from moving accumulator registers across the
- * asynchronous window. */
+/* Keep the compiler from moving operand registers across wgmma.fence or
+ * the asynchronous window: writes before a pin happen before it, reads
+ * after it happen after it (CUTLASS's warpgroup_fence_operand). */
 template <int N> __device__ __forceinline__ void wg_pin(float (&d)[N][4])
 {
 #pragma unroll
     for (int j = 0; j < N; j++)
         asm volatile("" : "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])::"memory");
+}
+
+template <int N> __device__ __forceinline__ void wg_pin(uint32_t (&a)[N][4])
+{
+#pragma unroll
+    for (int j = 0; j < N; j++)
+        asm volatile("" : "+r"(a[j][0]), "+r"(a[j][1]), "+r"(a[j][2]), "+r"(a[j][3])::"memory");
 }
 
 /* d (64 x N fp32, this warp's 16 rows) (+)= A B, A (64 x 16) and B (16 x N)
