@@ -874,11 +874,12 @@ static int seg_blocks(call_t *x, const group_t *gr, int l, int src, const char *
         dt_attn_chunk_t ck = dt_attn_chunk(s, &gr->br, qb->k);
         int nb = chunk_blocks(s, &ck, gr->blk);
         const int64_t ldq = (int64_t)ck.nh * D, ldk = (int64_t)ck.nkv * D, n = qb->pc.n;
-        size_t krow = 0;
-        for (int p = 0; p < km->npc[qb->k]; krow += (size_t)km->pc[qb->k * DT_LAYOUT_MAXRUNS + p].n, p++) {
+        size_t krow = 0; /* rows of the chunk before this key piece */
+        for (int p = 0; p < km->npc[qb->k]; p++) {
             const piece_t *kp = &km->pc[qb->k * DT_LAYOUT_MAXRUNS + p];
             const size_t kel = km->off[qb->k] + krow * (size_t)ldk;
             const size_t vel = km->off[qb->k] + ((size_t)km->n[qb->k] + krow) * (size_t)ldk;
+            krow += (size_t)kp->n;
             if (s->causal && kp->idx > qb->pc.idx + n - 1)
                 continue; /* every key after every query */
             for (int i = 0; i < nb; i++) {

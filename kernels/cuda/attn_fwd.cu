@@ -49,17 +49,6 @@ __device__ __forceinline__ int64_t next_visible(const tile_pos_t &kt, int causal
     return causal ? first_tile_le(kt, j, ntile, qmax) : j;
 }
 
-/* A (rows, D) tile into shared memory: the mma.sync layout, or wgmma's. */
-template <bool WG, int D, int ROWS, int NT, typename T>
-__device__ __forceinline__ void load_rows(T *s, const T *g, int64_t ld, int64_t r0, int64_t n,
-                                          int tid)
-{
-    if constexpr (WG)
-        load_tile_w<D, ROWS, NT>(s, g, ld, r0, n, tid);
-    else
-        load_tile<D, ROWS, NT>(s, g, ld, r0, n, tid);
-}
-
 /* Every cp.async of this thread landed; with WG, visible to wgmma too. The
  * caller then synchronises the block. */
 template <bool WG> __device__ __forceinline__ void tiles_landed()
@@ -110,11 +99,11 @@ __global__ void __launch_bounds__(NW * 32) fwd_kernel(const fwd_params p)
     if (p.causal)
         p.qt.range(blockIdx.x, &qmin, &qmax);
 
-    load_rows<WG, D, BM, NT>(sq, Q, p.ldq, m0, p.tq, tid);
+    load_tile<D, BM, NT, WG>(sq, Q, p.ldq, m0, p.tq, tid);
     int64_t j = next_visible(p.kt, p.causal, 0, ntile, qmax);
     if (j < ntile) {
-        load_rows<WG, D, BN, NT>(sk, K, p.ldk, j * BN, p.tk, tid);
-        load_rows<WG, D, BN, NT>(sv, V, p.ldv, j * BN, p.tk, tid);
+        load_tile<D, BN, NT, WG>(sk, K, p.ldk, j * BN, p.tk, tid);
+        load_tile<D, BN, NT, WG>(sv, V, p.ldv, j * BN, p.tk, tid);
     }
     cp_async_commit();
     tiles_landed<WG>();
@@ -137,8 +126,8 @@ __global__ void __launch_bounds__(NW * 32) fwd_kernel(const fwd_params p)
         tiles_landed<WG>();
         __syncthreads(); /* tile j landed; every warp is done with the other buffer */
         if (jn < ntile) {
-            load_rows<WG, D, BN, NT>(sk + (buf ^ 1) * BN * D, K, p.ldk, jn * BN, p.tk, tid);
-            load_rows<WG, D, BN, NT>(sv + (buf ^ 1) * BN * D, V, p.ldv, jn * BN, p.tk, tid);
+            load_tile<D, BN, NT, WG>(sk + (buf ^ 1) * BN * D, K, p.ldk, jn * BN, p.tk, tid);
+            load_tile<D, BN, NT, WG>(sv + (buf ^ 1) * BN * D, V, p.ldv, jn * BN, p.tk, tid);
         }
         cp_async_commit();
 

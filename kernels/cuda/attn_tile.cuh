@@ -154,10 +154,19 @@ template <int D> __device__ __forceinline__ int swz(int row, int col)
     return row * D + ((((col >> 3) ^ (row & 7))) << 3) + (col & 7);
 }
 
+/* Element offset of (row, col) in a wgmma tile of ROWS rows (wgmma.cuh):
+ * column blocks of 64 elements, each [ROWS][128 bytes], chunks swizzled as
+ * in swz. */
+template <int ROWS> __device__ __forceinline__ int wswz(int row, int col)
+{
+    return (col >> 6) * ROWS * 64 + row * 64 + ((((col >> 3) & 7) ^ (row & 7)) << 3) + (col & 7);
+}
+
 /* Copy rows [r0, r0 + ROWS) of one head of a (n, heads, D) tensor (g points
- * at the head, rows ld elements apart) into a swizzled tile; rows >= n are
- * zero-filled. All NT threads of the block call it. */
-template <int D, int ROWS, int NT, typename T>
+ * at the head, rows ld elements apart) into a swizzled tile (WG: wgmma's
+ * layout, wswz); rows >= n are zero-filled. All NT threads of the block
+ * call it. */
+template <int D, int ROWS, int NT, bool WG = false, typename T>
 __device__ __forceinline__ void load_tile(T *s, const T *g, int64_t ld, int64_t r0, int64_t n,
                                           int tid)
 {
@@ -166,7 +175,8 @@ __device__ __forceinline__ void load_tile(T *s, const T *g, int64_t ld, int64_t 
         int r = i / CH, c = i % CH;
         int64_t gr = r0 + r;
         bool ok = gr < n;
-        cp_async16(s + swz<D>(r, c * 8), g + (ok ? gr : 0) * ld + c * 8, ok);
+        cp_async16(s + (WG ? wswz<ROWS>(r, c * 8) : swz<D>(r, c * 8)),
+                   g + (ok ? gr : 0) * ld + c * 8, ok);
     }
 }
 

@@ -46,25 +46,7 @@ namespace dt_tile {
 #define DT_WGMMA_ONLY(x) __trap()
 #endif
 
-/* Element offset of (row, col) in a wgmma tile of ROWS rows. */
-template <int ROWS> __device__ __forceinline__ int wswz(int row, int col)
-{
-    return (col >> 6) * ROWS * 64 + row * 64 + ((((col >> 3) & 7) ^ (row & 7)) << 3) + (col & 7);
-}
-
-/* Copy rows [r0, r0 + ROWS) of one head (as load_tile) into a wgmma tile. */
-template <int D, int ROWS, int NT, typename T>
-__device__ __forceinline__ void load_tile_w(T *s, const T *g, int64_t ld, int64_t r0, int64_t n,
-                                            int tid)
-{
-    constexpr int CH = D / 8;
-    for (int i = tid; i < ROWS * CH; i += NT) {
-        int r = i / CH, c = i % CH;
-        int64_t gr = r0 + r;
-        bool ok = gr < n;
-        cp_async16(s + wswz<ROWS>(r, c * 8), g + (ok ? gr : 0) * ld + c * 8, ok);
-    }
-}
+/* Tiles are written by attn_tile.cuh's load_tile<..., WG = true> (wswz). */
 
 /* A shared-memory matrix descriptor with 128-byte swizzling; addr, lbo and
  * sbo in bytes. */
