@@ -27,7 +27,9 @@ typedef struct dt_worker {
     int rank;
     uv_process_t proc;
     uv_pipe_t chan;          /* our end of the worker channel */
-    int proc_open, chan_open; /* handles not yet closed */
+    uv_pipe_t out;           /* the worker's stdout and stderr, when it has a rank log */
+    int proc_open, chan_open, out_open; /* handles not yet closed */
+    int log_fd;              /* LOG_DIR/rank-R.log (append), -1 without one */
     int exited;              /* the exit callback ran */
     int64_t status;
     int term_signal;
@@ -91,6 +93,7 @@ typedef struct dt_agent {
     int aborting;            /* notified and waiting out the grace period */
     int ended_sent;
     char *gen_dir;
+    char *log_dir;           /* GEN_START's log_dir: rank logs, the job owner's; NULL none */
     uv_timer_t watch_timer;  /* hang checks */
     uv_timer_t grace_timer;
     dt_pmix_t *pmix;
@@ -129,6 +132,10 @@ void dt_task_kill_all(dt_agent_t *ag);
 int dt_task_terminate(dt_agent_t *ag);
 int dt_task_init(dt_agent_t *ag, dt_emsg_t *em);
 void dt_task_close(dt_agent_t *ag);
+
+/* files.c: CKPT_COMMIT and CKPT_PRUNE from the coordinator, carried out as
+ * the job's owner on the thread pool, answered with CKPT_DONE. */
+void dt_files_ckpt(dt_agent_t *ag, const dt_msg_t *m);
 
 /* main.c: end the agent with this exit code once workers are gone. */
 void dt_agent_stop(dt_agent_t *ag, int code);

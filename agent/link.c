@@ -253,6 +253,8 @@ static void dispatch(dt_agent_t *ag, const dt_msg_t *m)
         break;
     }
     case DT_MSG_CKPT_REQUEST: dt_task_ckpt_request(ag, m); break;
+    case DT_MSG_CKPT_COMMIT:
+    case DT_MSG_CKPT_PRUNE: dt_files_ckpt(ag, m); break;
     case DT_MSG_STOP: dt_task_stop(ag, m); break;
     case DT_MSG_JOB_END: {
         const char *st = json_string_value(json_object_get(m->body, "state"));

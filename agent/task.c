@@ -34,6 +34,7 @@
 #include "common/fileio.h"
 #include "common/log.h"
 #include "common/mem.h"
+#include "engine/ckpt.h"
 
 #define WATCH_MS 100
 
@@ -70,9 +71,113 @@ static void handle_closed(uv_handle_t *h)
     dt_worker_t *w = h->data;
     if (h == (uv_handle_t *)&w->chan)
         w->chan_open = 0;
+    else if (h == (uv_handle_t *)&w->out)
+        w->out_open = 0;
     else
         w->proc_open = 0;
     gen_maybe_ended(w->ag);
+}
+
+/*-- rank logs ------------------------------------------------------------------*/
+
+/* A worker's output goes to its rank log (LOG_DIR/rank-R.log, appended
+ * over the generations, the job owner's, mode 0600) and, as before rank
+ * logs existed, to the agent's own standard error (the Slurm batch output,
+ * or dtctl run --local's agent log). */
+static void out_bytes(dt_worker_t *w, const char *p, size_t n)
+{
+    if (w->log_fd >= 0 && dt_write_full(w->log_fd, p, n) < 0) {
+        dt_log_warn("gen=%u rank=%d: writing the rank log failed: %s; it stops here",
+                    w->ag->gen, w->rank, strerror(errno));
+        close(w->log_fd);
+        w->log_fd = -1;
+    }
+    (void)dt_write_full(2, p, n);
+}
+
+static void out_alloc(uv_handle_t *h, size_t hint, uv_buf_t *b)
+{
+    (void)hint;
+    b->base = dt_xmalloc(16384);
+    b->len = 16384;
+    (void)h;
+}
+
+static void out_close(dt_worker_t *w)
+{
+    if (w->log_fd >= 0) {
+        close(w->log_fd);
+        w->log_fd = -1;
+    }
+    if (w->out_open && !uv_is_closing((uv_handle_t *)&w->out))
+        uv_close((uv_handle_t *)&w->out, handle_closed);
+}
+
+static void out_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b)
+{
+    dt_worker_t *w = s->data;
+
+    if (n > 0)
+        out_bytes(w, b->base, (size_t)n);
+    free(b->base);
+    if (n < 0)
+        out_close(w);
+}
+
+/* At the worker's exit: what it wrote is in the pipe; take it now rather
+ * than wait for an EOF that a leftover child of the worker could delay. */
+static void out_drain(dt_worker_t *w)
+{
+    uv_os_fd_t fd;
+    char buf[16384];
+    ssize_t n;
+
+    if (!w->out_open || uv_is_closing((uv_handle_t *)&w->out))
+        return;
+    if (uv_fileno((uv_handle_t *)&w->out, &fd) == 0)
+        while ((n = read(fd, buf, sizeof(buf))) > 0)
+            out_bytes(w, buf, (size_t)n);
+    out_close(w);
+}
+
+/* Open the rank's log and the pipe its output comes through; on failure
+ * the worker inherits the agent's stdout and stderr as before (*out_fd
+ * -1). */
+static void rank_log_open(dt_agent_t *ag, dt_worker_t *w, int *out_fd)
+{
+    int p[2];
+
+    *out_fd = -1;
+    w->log_fd = -1;
+    if (ag->log_dir == NULL)
+        return;
+    if (mkdir(ag->log_dir, 0700) < 0 && errno != EEXIST) {
+        dt_log_warn("rank logs %s: %s", ag->log_dir, strerror(errno));
+        return;
+    }
+    char *path = dt_xasprintf("%s/rank-%d.log", ag->log_dir, w->rank);
+    w->log_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (w->log_fd < 0) {
+        dt_log_warn("rank log %s: %s", path, strerror(errno));
+        free(path);
+        return;
+    }
+    free(path);
+    if (pipe2(p, O_CLOEXEC) < 0) {
+        dt_log_warn("rank %d output pipe: %s", w->rank, strerror(errno));
+        close(w->log_fd);
+        w->log_fd = -1;
+        return;
+    }
+    char head[512];
+    int n = snprintf(head, sizeof(head), "dtagentd: job=%lld gen=%u rank=%d node=%s starting\n",
+                     (long long)ag->job, ag->gen, w->rank, ag->node);
+    (void)dt_write_full(w->log_fd, head, (size_t)n);
+    uv_pipe_init(ag->loop, &w->out, 0);
+    uv_pipe_open(&w->out, p[0]);
+    w->out.data = w;
+    w->out_open = 1;
+    *out_fd = p[1];
 }
 
 static void chan_close(dt_worker_t *w)
@@ -90,7 +195,29 @@ typedef struct verify {
     int64_t step, bytes;
     uint64_t t0, t1; /* ns: read-back start and end */
     char *dir, *path, *full, sha[65], why[256];
+    char (*shards)[65]; /* the manifest's sha256 per rank */
+    int nshards;
 } verify_t;
+
+/* The manifest, read back as the job's owner: the sha256 it lists for each
+ * rank's shard, which the coordinator compares with the shards' own
+ * reports (it does not open the job's files itself). */
+static void read_manifest(verify_t *v)
+{
+    dt_ckpt_manifest_t man = { 0 };
+    dt_emsg_t em = { "" };
+
+    if (dt_ckpt_manifest_read(v->dir, &man, &em) < 0) {
+        v->ok = 0;
+        snprintf(v->why, sizeof(v->why), "%s", em.s);
+        return;
+    }
+    v->shards = dt_xcalloc((size_t)man.ranks, sizeof(*v->shards));
+    for (int i = 0; i < man.ranks; i++)
+        snprintf(v->shards[i], sizeof(v->shards[i]), "%s", man.shards[i].sha256);
+    v->nshards = man.ranks;
+    dt_ckpt_manifest_close(&man);
+}
 
 static void verify_work(uv_work_t *req)
 {
@@ -132,6 +259,8 @@ static void verify_work(uv_work_t *req)
                  v->sha);
     else
         v->ok = 1;
+    if (v->ok && v->manifest)
+        read_manifest(v);
 }
 
 static void verify_done(uv_work_t *req, int status)
@@ -143,20 +272,26 @@ static void verify_done(uv_work_t *req, int status)
         dt_log_info("gen=%u rank=%d step=%lld %s verified: %lld bytes in %.1f ms", v->gen,
                     v->rank, (long long)v->step, v->manifest ? "manifest" : "shard",
                     (long long)v->bytes, (double)(v->t1 - v->t0) / 1e6);
-    if (status == 0 && v->ok && !ag->stopping)
-        dt_link_send_reliable(
-            ag, DT_MSG_SHARD_WRITTEN,
-            json_pack("{s:I, s:I, s:I, s:i, s:s, s:I, s:s, s:s, s:b}", "agent",
-                      (json_int_t)ag->agent_id, "gen", (json_int_t)v->gen, "step",
-                      (json_int_t)v->step, "rank", v->rank, "path", v->full, "bytes",
-                      (json_int_t)v->bytes, "sha256", v->sha, "dir", v->dir, "manifest",
-                      v->manifest));
-    else if (status == 0 && !v->ok)
+    if (status == 0 && v->ok && !ag->stopping) {
+        json_t *body = json_pack("{s:I, s:I, s:I, s:i, s:s, s:I, s:s, s:s, s:b}", "agent",
+                                 (json_int_t)ag->agent_id, "gen", (json_int_t)v->gen, "step",
+                                 (json_int_t)v->step, "rank", v->rank, "path", v->full, "bytes",
+                                 (json_int_t)v->bytes, "sha256", v->sha, "dir", v->dir,
+                                 "manifest", v->manifest);
+        if (v->manifest) {
+            json_t *shas = json_array();
+            for (int i = 0; i < v->nshards; i++)
+                json_array_append_new(shas, json_string(v->shards[i]));
+            json_object_set_new(body, "shards", shas);
+        }
+        dt_link_send_reliable(ag, DT_MSG_SHARD_WRITTEN, body);
+    } else if (status == 0 && !v->ok)
         dt_log_error("gen=%u rank=%d step=%lld checkpoint file does not verify: %s", v->gen,
                      v->rank, (long long)v->step, v->why);
     free(v->dir);
     free(v->path);
     free(v->full);
+    free(v->shards);
     free(v);
 }
 
@@ -337,6 +472,7 @@ static void on_exit_cb(uv_process_t *p, int64_t status, int sig)
     if (w->result)
         json_object_set(body, "result", w->result);
     dt_link_send_reliable(ag, DT_MSG_WORKER_EXIT, body);
+    out_drain(w);
     /* a worker that stopped with a peer-failure code is a consequence, not
      * a cause; anything else bad starts the local abort */
     if (failed && !ag->aborting && status != 4)
@@ -387,10 +523,12 @@ static int spawn_worker(dt_agent_t *ag, dt_worker_t *w, char **args, dt_emsg_t *
         free_strv(env);
         return dt_emsg_set(em, -errno, "socketpair: %s", strerror(errno));
     }
+    int out_fd;
+    rank_log_open(ag, w, &out_fd);
     uv_stdio_container_t stdio[4] = {
         { .flags = UV_IGNORE },
-        { .flags = UV_INHERIT_FD, .data.fd = 1 },
-        { .flags = UV_INHERIT_FD, .data.fd = 2 },
+        { .flags = UV_INHERIT_FD, .data.fd = out_fd >= 0 ? out_fd : 1 },
+        { .flags = UV_INHERIT_FD, .data.fd = out_fd >= 0 ? out_fd : 2 },
         { .flags = UV_INHERIT_FD, .data.fd = sv[1] },
     };
     uv_process_options_t o = {
@@ -407,9 +545,12 @@ static int spawn_worker(dt_agent_t *ag, dt_worker_t *w, char **args, dt_emsg_t *
     w->last_heard_ms = dt_agent_mono_ms();
     rc = uv_spawn(ag->loop, &w->proc, &o);
     close(sv[1]);
+    if (out_fd >= 0)
+        close(out_fd);
     free_strv(env);
     if (rc < 0) {
         close(sv[0]);
+        out_close(w);
         /* libuv wants the handle closed even when the spawn failed */
         w->proc_open = 1;
         w->exited = 1;
@@ -423,6 +564,8 @@ static int spawn_worker(dt_agent_t *ag, dt_worker_t *w, char **args, dt_emsg_t *
     uv_pipe_open(&w->chan, sv[0]);
     w->chan_open = 1;
     uv_read_start((uv_stream_t *)&w->chan, chan_alloc, chan_read);
+    if (w->out_open)
+        uv_read_start((uv_stream_t *)&w->out, out_alloc, out_read);
     dt_log_info("gen=%u rank=%d pid=%d started", ag->gen, w->rank, w->proc.pid);
     return 0;
 }
@@ -445,7 +588,7 @@ static void free_workers(dt_agent_t *ag)
 static void gen_maybe_ended(dt_agent_t *ag)
 {
     for (int i = 0; i < ag->nworkers; i++)
-        if (ag->workers[i].proc_open || ag->workers[i].chan_open)
+        if (ag->workers[i].proc_open || ag->workers[i].chan_open || ag->workers[i].out_open)
             return;
     if (ag->nworkers > 0 || ag->gen_dir) {
         uv_timer_stop(&ag->grace_timer);
@@ -458,6 +601,11 @@ static void gen_maybe_ended(dt_agent_t *ag)
                                             "gen", (json_int_t)ag->gen));
             dt_log_info("gen=%u ended here", ag->gen);
         }
+        /* the generation's directory (the spec its workers read, their
+         * working directory) goes with it, as dtagentd(8) says */
+        dt_emsg_t em = { "" };
+        if (ag->gen_dir && dt_rmtree(ag->gen_dir, &em) < 0)
+            dt_log_warn("gen=%u: %s", ag->gen, em.s);
         free(ag->gen_dir);
         ag->gen_dir = NULL;
     }
@@ -560,6 +708,9 @@ void dt_task_gen_start(dt_agent_t *ag, const dt_msg_t *m)
     ag->nranks = R;
     free(ag->nspace);
     ag->nspace = dt_xstrdup(nspace);
+    const char *logs = json_string_value(json_object_get(b, "log_dir"));
+    free(ag->log_dir);
+    ag->log_dir = logs && logs[0] == '/' ? dt_xstrdup(logs) : NULL;
     ag->gen_dir = dt_xasprintf("%s/gen-%lld", ag->state_dir, (long long)gen);
     if (mkdir(ag->gen_dir, 0700) < 0 && errno != EEXIST) {
         rc = dt_emsg_set(&em, -errno, "%s: %s", ag->gen_dir, strerror(errno));
@@ -782,4 +933,6 @@ void dt_task_close(dt_agent_t *ag)
     ag->pmix = NULL;
     free(ag->nspace);
     ag->nspace = NULL;
+    free(ag->log_dir);
+    ag->log_dir = NULL;
 }

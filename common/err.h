@@ -40,7 +40,8 @@ extern "C" {
     X(EUSAGE, -4104, "usage error")                                         \
     X(ESTATE, -4105, "not allowed in the job's current state")               \
     X(EDIVERGED, -4106, "training diverged (non-finite loss or gradient)") \
-    X(EDEVICE, -4107, "GPU error")
+    X(EDEVICE, -4107, "GPU error")                                          \
+    X(ECKPT, -4108, "checkpoint does not verify")
 
 enum dt_err {
     DT_OK = 0,

@@ -6,6 +6,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -124,4 +126,31 @@ int dt_mkdirs(const char *path, mode_t mode)
     if (rc < 0)
         errno = -rc;
     return rc;
+}
+
+static int rm_entry(const char *p, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)ftw;
+    if ((flag == FTW_DP ? rmdir(p) : unlink(p)) < 0 && errno != ENOENT)
+        return errno;
+    return 0;
+}
+
+int dt_rmtree(const char *path, dt_emsg_t *em)
+{
+    struct stat st;
+    int rc;
+
+    if (lstat(path, &st) < 0)
+        return errno == ENOENT ? 0
+                               : dt_emsg_set(em, dt_err_errno(errno), "%s: cannot remove: %s",
+                                             path, strerror(errno));
+    if (!S_ISDIR(st.st_mode)) /* a file, or a link: only the entry itself goes */
+        rc = unlink(path) < 0 && errno != ENOENT ? errno : 0;
+    else
+        rc = nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+    if (rc < 0)
+        rc = errno;
+    return rc ? dt_emsg_set(em, dt_err_errno(rc), "%s: cannot remove: %s", path, strerror(rc))
+              : 0;
 }

@@ -32,4 +32,9 @@ int dt_fsync_dir(const char *dir, dt_emsg_t *em);
  * directory that could not be made. */
 int dt_mkdirs(const char *path, mode_t mode);
 
+/* rm -rf PATH without following links (a link is removed, not its
+ * target) or crossing into another file system. 0 also when PATH does not
+ * exist; else a negative code naming the path. */
+int dt_rmtree(const char *path, dt_emsg_t *em);
+
 #endif /* DT_FILEIO_H */

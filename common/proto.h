@@ -40,6 +40,10 @@
  * coordinator wants the job run again: EX_TEMPFAIL. A site may list it in
  * slurm.conf's RequeueExit. 0 is "completed", 1 "failed, do not requeue". */
 #define DT_EXIT_REQUEUE 75
+/* dtengine's exit status (dtengine(1)) when the checkpoint named by
+ * --resume-from does not verify: the coordinator marks it corrupt and
+ * starts again from the one before, without counting a restart. */
+#define DT_EXIT_CKPT 6
 
 /* X(name, value, direction, payload) */
 #define DT_MSG_TYPES(X)                                                              \
@@ -62,13 +66,16 @@
     X(PROGRESS, 42, "agent", "{agent, gen, rank, step, tokens, loss} -> {}")         \
     X(WORKER_EXIT, 43, "agent", "{agent, gen, rank, status, signal} -> {}")          \
     X(SHARD_WRITTEN, 44, "agent", "{agent, gen, step, rank, path, bytes, sha256, dir, "   \
-                                  "manifest?} -> {}")                                \
+                                  "manifest?, shards?} -> {}; shards: the manifest's "  \
+                                  "sha256 per rank, as the agent read it")             \
     X(FENCE, 45, "agent", "{agent, gen, seq, data (base64)} -> {}; FENCE_DONE follows")  \
     X(GEN_ENDED, 46, "agent", "{agent, gen}: no worker of gen is left here -> {}")    \
     X(CHECKPOINT, 26, "dtctl", "{id} -> {id, gen}: checkpoint at the next step")     \
     X(RESUME, 27, "dtctl", "{id} -> {id, state, step}: a failed or cancelled job again, "  \
                            "from its newest committed checkpoint")                     \
     X(PREEMPT, 47, "agent", "{agent, signal}: Slurm's warning signal arrived -> {}")     \
+    X(CKPT_DONE, 48, "agent", "{agent, op, step, ok, error?}: a CKPT_COMMIT or "          \
+                              "CKPT_PRUNE was carried out (ok) or failed -> {}")      \
     /* dtcoordd -> dtagentd, pushed (id 0, no reply) */                              \
     X(GEN_START, 50, "coord", "{job, gen, nspace, ranks, nodes, procs, spec, argv, "   \
                               "resume?}: run these ranks")                           \
@@ -77,6 +84,10 @@
     X(CKPT_REQUEST, 53, "coord", "{gen}: ask the workers for a checkpoint")            \
     X(STOP, 54, "coord", "{gen, checkpoint}: stop the workers at a step boundary")      \
     X(JOB_END, 55, "coord", "{job, state}: the job is over (or requeued: exit 75)")       \
+    X(CKPT_COMMIT, 56, "coord", "{dir, step}: write the step's COMMITTED marker, as the "  \
+                                "job's owner; CKPT_DONE follows")                     \
+    X(CKPT_PRUNE, 57, "coord", "{dir, steps}: delete these step directories, as the "    \
+                               "job's owner; CKPT_DONE follows")                      \
     /* dtengine -> dtagentd over the worker channel (DT_AGENT_FD), id 0 */           \
     X(W_HELLO, 60, "worker", "{rank, pid}")                                            \
     X(W_PROGRESS, 61, "worker", "{rank, step, steps, tokens, loss, tokens_s, acc}")    \

@@ -16,6 +16,7 @@
 
 typedef struct dt_coord_conf {
     char *state_dir;         /* required */
+    char *jobs_dir;          /* per-job directories (jobdir.h); default STATE_DIR/jobs */
     char *socket;            /* Unix socket for dtctl; default STATE_DIR/dtcoordd.sock */
     char *listen;            /* host:port for agents and remote dtctl; none if unset */
     char *admin_group;       /* members may see and change every job */
@@ -75,6 +76,7 @@ typedef struct dt_coord {
     int64_t started_ms;
     int stopping;
     int lock_fd; /* pidfile, flock'ed while running */
+    int jobs_fd; /* conf.jobs_dir, open: job directories are made relative to it */
 } dt_coord_t;
 
 /* Monotonic and wall-clock milliseconds. */

@@ -526,14 +526,62 @@ void dt_agent_shard_written(dt_conn_t *k, const dt_msg_t *m)
         dt_conn_error(k, m->id, rc, "%s", em.s);
         return;
     }
-    /* the manifest is not a rank's shard: it only says the set may be complete */
-    if (!manifest &&
-        (rc = dt_db_shard_add(k->coord->db, a->job, step, (int)rank, path, bytes, sha, &em)) < 0) {
+    /* the manifest is not a rank's shard: it lists the sha256 each rank's
+     * shard must have, as the agent read it (the coordinator does not open
+     * the job's files) */
+    if (manifest) {
+        json_t *shards = json_object_get(m->body, "shards"), *v;
+        size_t i;
+        if (!json_is_array(shards) || json_array_size(shards) == 0 ||
+            json_array_size(shards) > 1 << 24) {
+            dt_conn_error(k, m->id, DT_EPROTO, "manifest: field 'shards' must be a non-empty "
+                          "array of sha256 strings");
+            return;
+        }
+        json_array_foreach(shards, i, v) {
+            const char *h = json_string_value(v);
+            if (h == NULL || strlen(h) != 64 || strspn(h, "0123456789abcdef") != 64) {
+                dt_conn_error(k, m->id, DT_EPROTO, "manifest: shards[%zu] is not a sha256", i);
+                return;
+            }
+        }
+        char *text = json_dumps(shards, JSON_COMPACT);
+        rc = dt_db_checkpoint_set_manifest(k->coord->db, a->job, step, text, &em);
+        free(text);
+    } else {
+        rc = dt_db_shard_add(k->coord->db, a->job, step, (int)rank, path, bytes, sha, &em);
+    }
+    if (rc < 0) {
         dt_conn_error(k, m->id, rc, "%s", em.s);
         return;
     }
     dt_conn_reply(k, DT_MSG_OK, m->id, NULL);
     dt_run_shard(k->coord, a, m);
+}
+
+void dt_agent_ckpt_done(dt_conn_t *k, const dt_msg_t *m)
+{
+    dt_emsg_t em = { "" };
+    dt_live_agent_t *a = own_agent(k, m);
+    const char *op;
+    int64_t step;
+    int ok, rc;
+
+    if (a == NULL)
+        return;
+    if ((rc = dt_msg_get_str(m, "op", &op, &em)) < 0 ||
+        (rc = dt_msg_get_int(m, "step", &step, &em)) < 0 ||
+        (rc = dt_msg_opt_bool(m, "ok", &ok, &em)) < 0) {
+        dt_conn_error(k, m->id, rc, "%s", em.s);
+        return;
+    }
+    if ((strcmp(op, "commit") != 0 && strcmp(op, "prune") != 0) || step < 0) {
+        dt_conn_error(k, m->id, DT_EPROTO, "checkpoint done: op must be commit or prune, step "
+                      ">= 0");
+        return;
+    }
+    dt_conn_reply(k, DT_MSG_OK, m->id, NULL);
+    dt_run_ckpt_done(k->coord, a, m);
 }
 
 void dt_agent_fence(dt_conn_t *k, const dt_msg_t *m)

@@ -31,6 +31,7 @@ void dt_agent_shard_written(dt_conn_t *k, const dt_msg_t *m);
 void dt_agent_fence(dt_conn_t *k, const dt_msg_t *m);
 void dt_agent_gen_ended(dt_conn_t *k, const dt_msg_t *m);
 void dt_agent_preempt(dt_conn_t *k, const dt_msg_t *m);
+void dt_agent_ckpt_done(dt_conn_t *k, const dt_msg_t *m);
 
 /* At start-up: agents registered before a restart are expected back. */
 int dt_agent_reload(dt_coord_t *c, dt_emsg_t *em);

@@ -32,6 +32,7 @@
 #include "coordinator/coord.h"
 #include "coordinator/daemon.h"
 #include "coordinator/job.h"
+#include "coordinator/jobdir.h"
 #include "coordinator/run.h"
 #include "coordinator/listen.h"
 #include <sys/socket.h>
@@ -41,6 +42,9 @@
 static const dt_conf_key_t conf_keys[] = {
     { "state_dir", DT_CONF_STRING, offsetof(dt_coord_conf_t, state_dir), 0, 0, 1, 0,
       "directory of the database, socket and pidfile" },
+    { "jobs_dir", DT_CONF_STRING, offsetof(dt_coord_conf_t, jobs_dir), 0, 0, 0, 0,
+      "directory of the per-job directories given to the jobs' owners (default "
+      "STATE_DIR/jobs)" },
     { "socket", DT_CONF_STRING, offsetof(dt_coord_conf_t, socket), 0, 0, 0, 0,
       "Unix socket for dtctl (default STATE_DIR/dtcoordd.sock)" },
     { "listen", DT_CONF_STRING, offsetof(dt_coord_conf_t, listen), 0, 0, 0, 0,
@@ -150,7 +154,7 @@ static int load_conf(const char *path, dt_coord_conf_t *cf, dt_emsg_t *em)
     /* the daemon runs from /: make every path absolute while we know the
      * directory it was started in */
     char **paths[] = { &n.state_dir, &n.socket, &n.log_file, &n.pidfile, &n.munge_socket,
-                       &n.slurm_conf, &n.slurm_output_dir };
+                       &n.slurm_conf, &n.slurm_output_dir, &n.jobs_dir };
     char cwd[4096];
     for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
         char *p = *paths[i];
@@ -163,7 +167,49 @@ static int load_conf(const char *path, dt_coord_conf_t *cf, dt_emsg_t *em)
         n.socket = in_state(&n, "dtcoordd.sock");
     if (n.pidfile == NULL)
         n.pidfile = in_state(&n, "dtcoordd.pid");
+    if (n.jobs_dir == NULL)
+        n.jobs_dir = in_state(&n, "jobs");
     *cf = n;
+    return 0;
+}
+
+/* STATE_DIR: made 0711 when missing; when it is ours, its mode becomes
+ * 0711 (others reach the socket in it and their job directories under the
+ * default jobs_dir, but cannot list it). One that is not ours is refused:
+ * whoever owns it could swap the database. */
+static int private_state_dir(const char *dir, dt_emsg_t *em)
+{
+    struct stat st;
+
+    if (dt_mkdirs(dir, 0711) < 0 || lstat(dir, &st) < 0)
+        return dt_emsg_set(em, dt_err_errno(errno), "state_dir %s: %s", dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return dt_emsg_set(em, DT_ECONF, "state_dir %s: not a directory", dir);
+    if (st.st_uid != geteuid())
+        return dt_emsg_set(em, DT_EPERM, "state_dir %s belongs to uid %u, not to dtcoordd's "
+                           "uid %u", dir, (unsigned)st.st_uid, (unsigned)geteuid());
+    if ((st.st_mode & 07777) != 0711 && chmod(dir, 0711) < 0)
+        return dt_emsg_set(em, dt_err_errno(errno), "state_dir %s: chmod 0711: %s", dir,
+                           strerror(errno));
+    return 0;
+}
+
+/* The database and SQLite's -wal and -shm beside it: 0600, also when an
+ * older dtcoordd made them 0644. */
+static int private_db_files(const char *db, dt_emsg_t *em)
+{
+    static const char *const sfx[] = { "", "-wal", "-shm" };
+
+    for (size_t i = 0; i < sizeof(sfx) / sizeof(sfx[0]); i++) {
+        char *p = dt_xasprintf("%s%s", db, sfx[i]);
+        struct stat st;
+        int rc = 0;
+        if (lstat(p, &st) == 0 && (st.st_mode & 077) != 0 && chmod(p, st.st_mode & 0700) < 0)
+            rc = dt_emsg_set(em, dt_err_errno(errno), "%s: chmod: %s", p, strerror(errno));
+        free(p);
+        if (rc < 0)
+            return rc;
+    }
     return 0;
 }
 
@@ -192,6 +238,7 @@ static void reload(dt_coord_t *c)
         { "log_file", c->conf.log_file, n.log_file },
         { "pidfile", c->conf.pidfile, n.pidfile },
         { "munge_socket", c->conf.munge_socket, n.munge_socket },
+        { "jobs_dir", c->conf.jobs_dir, n.jobs_dir },
     };
     for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++) {
         const char *a = fixed[i][1] ? fixed[i][1] : "", *b = fixed[i][2] ? fixed[i][2] : "";
@@ -288,7 +335,7 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-    dt_coord_t c = { .lock_fd = -1 };
+    dt_coord_t c = { .lock_fd = -1, .jobs_fd = -1 };
     dt_emsg_t em = { "" };
     int foreground = 0, status_fd = -1, opt, rc, code = 1, logfd = -1;
     const char *conf_path = DT_SYSCONFDIR "/dt.conf";
@@ -318,14 +365,17 @@ int main(int argc, char **argv)
         return 2;
     }
     apply_log_level(&c.conf);
-    if (dt_mkdirs(c.conf.state_dir, 0755) < 0) {
-        fprintf(stderr, "dtcoordd: state_dir %s: %s\n", c.conf.state_dir, strerror(errno));
+    /* everything the coordinator creates is its own: the database, its
+     * journal, the log (dtcoordd(8) SECURITY) */
+    umask(077);
+    if ((rc = private_state_dir(c.conf.state_dir, &em)) < 0) {
+        fprintf(stderr, "dtcoordd: %s\n", em.s);
         goto out_conf;
     }
     if (!foreground || c.conf.log_file) {
         char *lf = c.conf.log_file ? dt_xstrdup(c.conf.log_file) : in_state(&c.conf, "dtcoordd.log");
-        logfd = open(lf, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
-        if (logfd < 0) {
+        logfd = open(lf, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (logfd < 0 || fchmod(logfd, 0600) < 0) {
             fprintf(stderr, "dtcoordd: log_file %s: %s\n", lf, strerror(errno));
             free(lf);
             goto out_conf;
@@ -351,8 +401,11 @@ int main(int argc, char **argv)
         goto fail;
     c.lock_fd = rc;
     dbpath = in_state(&c.conf, "dt.db");
-    if (dt_db_open(dbpath, &c.db, &em) < 0)
+    if (dt_db_open(dbpath, &c.db, &em) < 0 || (rc = private_db_files(dbpath, &em)) < 0)
         goto fail;
+    if ((rc = dt_jobdir_open_root(c.conf.jobs_dir, &em)) < 0)
+        goto fail;
+    c.jobs_fd = rc;
     uv_loop_init(&loop);
     loop.data = &c;
     c.loop = &loop;
@@ -411,6 +464,8 @@ out_loop:
     dt_alloc_free(&c);
 out_db:
     dt_db_close(c.db);
+    if (c.jobs_fd >= 0)
+        close(c.jobs_fd);
     if (c.lock_fd >= 0) {
         unlink(c.conf.pidfile);
         close(c.lock_fd);

@@ -120,6 +120,7 @@ static const struct rpc {
     { DT_MSG_CHECKPOINT, 1, dt_job_checkpoint },
     { DT_MSG_RESUME, 1, dt_job_resume },
     { DT_MSG_PREEMPT, 1, dt_agent_preempt },
+    { DT_MSG_CKPT_DONE, 1, dt_agent_ckpt_done },
 };
 
 void dt_rpc_dispatch(dt_conn_t *k, const dt_msg_t *m)

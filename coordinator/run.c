@@ -6,14 +6,22 @@
  * agents still to report its end). The database has the durable record:
  * job state and events, generations and ranks, checkpoints and shards.
  *
+ * The coordinator never opens a job's files: they belong to the job's
+ * owner and the coordinator may run as root (dtcoordd(8) SECURITY). The
+ * agents, running as the owner, read every shard back and the manifest,
+ * and report what they found; the coordinator decides from those reports
+ * and the database, and sends the file work (the commit marker, pruning)
+ * back to an agent. A resume checkpoint is verified by the engine, which
+ * exits DT_EXIT_CKPT when it does not verify.
+ *
  * Not here: the wire handling of each message (job.c checks the sender
- * and the fields), checkpoint file formats (engine/ckpt.c, linked through
- * libdtckpt), the plan itself (planner.c).
+ * and the fields), checkpoint file formats (engine/ckpt.c; only its path
+ * names are used here), the plan itself (planner.c), the rule that calls
+ * a repeated failure deterministic (recovery.c).
  */
 #include "config.h"
 
 #include <errno.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <openssl/evp.h>
 #include <stdio.h>
@@ -26,7 +34,9 @@
 #include "common/log.h"
 #include "common/mem.h"
 #include "coordinator/alloc.h"
+#include "coordinator/jobdir.h"
 #include "coordinator/planner.h"
+#include "coordinator/recovery.h"
 #include "coordinator/run.h"
 #include "db/db.h"
 #include "engine/ckpt.h"
@@ -72,10 +82,13 @@ typedef struct dt_jobrun {
     int ngen;
     int nok;
     fence_t *fences;
-    char *ckpt_root;
+    char *job_dir;          /* JOBS_DIR/ID, the owner's; NULL when it could not be made */
+    char *ckpt_root;        /* NULL: no directory for checkpoints (why in dir_error) */
+    char *dir_error;
+    int64_t commit_asked;   /* the step a CKPT_COMMIT was last sent for, -1 none */
     int64_t ckpt_every, ckpt_keep;
     int64_t resume_step;
-    int64_t fail_step;      /* step of the last failure, -1 none */
+    dt_fail_log_t fails;    /* failures seen, for the deterministic rule */
     int max_restarts;
     int restarts;
     int restart_base;       /* restarts at the last resume */
@@ -148,6 +161,8 @@ static void run_free(jobrun_t *r)
     dt_spec_free(&r->spec);
     free(r->spec_text);
     free(r->ckpt_root);
+    free(r->job_dir);
+    free(r->dir_error);
     free(r->pending_reason);
     free(r->lost_nodes);
     json_decref(r->result);
@@ -166,7 +181,7 @@ static jobrun_t *run_get(dt_coord_t *c, int64_t job)
         return NULL;
     r = dt_xcalloc(1, sizeof(*r));
     r->job = job;
-    r->fail_step = -1;
+    r->commit_asked = -1;
     r->spec_text = dt_xstrdup(j.spec ? j.spec : "");
     r->restarts = j.restarts;
     int requeues;
@@ -178,12 +193,18 @@ static jobrun_t *run_get(dt_coord_t *c, int64_t job)
     json_decref(plan);
     if (r->R < 1)
         r->R = r->R0 = r->spec.ranks > 0 ? (int)r->spec.ranks : 1;
-    r->ckpt_root = r->spec.ckpt_dir
-                       ? dt_xstrdup(r->spec.ckpt_dir)
-                       : dt_xasprintf("%s/jobs/%lld/ckpt", c->conf.state_dir, (long long)job);
-    if (dt_mkdirs(r->ckpt_root, 0700) < 0)
-        dt_log_error("job=%lld checkpoint directory %s: %s", (long long)job, r->ckpt_root,
-                     strerror(errno));
+    /* the job's directory, the owner's: the agents write its checkpoints
+     * (unless the spec names a ckpt_dir) and rank logs there */
+    if (dt_jobdir_ensure(c->jobs_fd, c->conf.jobs_dir, job, (uid_t)j.owner, &em) == 0) {
+        r->job_dir = dt_jobdir_path(c->conf.jobs_dir, job);
+    } else {
+        dt_log_warn("job=%lld: %s", (long long)job, em.s);
+        r->dir_error = dt_xstrdup(em.s);
+    }
+    if (r->spec.ckpt_dir)
+        r->ckpt_root = dt_xstrdup(r->spec.ckpt_dir);
+    else if (r->job_dir)
+        r->ckpt_root = dt_xasprintf("%s/ckpt", r->job_dir);
     int64_t steps = r->spec.steps > 0 ? r->spec.steps : 1;
     r->ckpt_every = r->spec.ckpt_every > 0 ? r->spec.ckpt_every : steps;
     r->ckpt_keep = r->spec.ckpt_keep > 0 ? r->spec.ckpt_keep : DEFAULT_CKPT_KEEP;
@@ -211,12 +232,6 @@ static int live_usable(const dt_live_agent_t *a, int64_t job)
 
 /*-- checkpoints -----------------------------------------------------------------*/
 
-static int rm_cb(const char *p, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st, (void)flag, (void)ftw;
-    return remove(p) < 0 && errno != ENOENT ? -1 : 0;
-}
-
 typedef struct ck_list {
     int64_t *steps;
     char **states;
@@ -241,74 +256,111 @@ static void ck_list_free(ck_list_t *l)
     free(l->states);
 }
 
-/* Keep the newest ckpt_keep committed checkpoints; older ones are deleted
- * (the row first, so a crash leaves a directory nobody resumes from). */
+/* The agent to carry out the job's checkpoint file work: rank 0's in the
+ * current generation when it is connected, else any connected agent of
+ * the job (they all run as the job's owner and see its files). */
+static dt_live_agent_t *file_agent(dt_coord_t *c, jobrun_t *r)
+{
+    dt_live_agent_t *a = r->agent_of ? dt_coord_agent_find(c, r->agent_of[0]) : NULL;
+
+    if (a && a->conn)
+        return a;
+    for (a = c->agents; a; a = a->next)
+        if (a->job == r->job && a->conn)
+            return a;
+    return NULL;
+}
+
+/* Keep the newest ckpt_keep committed checkpoints: older ones are marked
+ * deleted (the row first, so a crash leaves a directory nobody resumes
+ * from), then an agent removes their directories. */
 static void prune(dt_coord_t *c, jobrun_t *r)
 {
     ck_list_t l = { 0 };
     dt_emsg_t em = { "" };
+    json_t *steps = json_array();
     int kept = 0;
 
     if (dt_db_checkpoints(c->db, r->job, ck_cb, &l, &em) < 0)
-        return;
+        goto out;
     for (int i = l.n - 1; i >= 0; i--) {
         if (strcmp(l.states[i], "committed") != 0 || ++kept <= r->ckpt_keep)
             continue;
-        char *dir = dt_ckpt_step_dir(r->ckpt_root, l.steps[i]);
         if (dt_db_checkpoint_set_state(c->db, r->job, l.steps[i], "deleted", &em) == 0)
-            nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
-        free(dir);
+            json_array_append_new(steps, json_integer(l.steps[i]));
     }
+    if (json_array_size(steps) > 0) {
+        dt_live_agent_t *a = file_agent(c, r);
+        if (a)
+            push(a, DT_MSG_CKPT_PRUNE, json_pack("{s:s, s:O}", "dir", r->ckpt_root, "steps",
+                                                 steps));
+        else
+            dt_log_warn("job=%lld: no agent connected to remove %zu old checkpoints",
+                        (long long)r->job, json_array_size(steps));
+    }
+out:
+    json_decref(steps);
     ck_list_free(&l);
 }
 
 typedef struct shard_cmp {
-    const dt_ckpt_manifest_t *man;
+    json_t *man; /* the manifest's sha256 per rank */
     int n, bad;
 } shard_cmp_t;
 
 static int shard_cb(const dt_shard_t *s, void *arg)
 {
     shard_cmp_t *x = arg;
+    const char *want = json_string_value(json_array_get(x->man, (size_t)s->rank));
     x->n++;
-    if (s->rank >= x->man->ranks || strcmp(s->sha256, x->man->shards[s->rank].sha256) != 0)
+    if (want == NULL || strcmp(s->sha256, want) != 0)
         x->bad = 1;
     return 0;
 }
 
-/* After a shard or the manifest was reported: commit step when every rank's
- * shard has been read back by its agent and agrees with the manifest. */
+/* After a shard or the manifest was reported: when every rank's shard has
+ * been read back by its agent and agrees with what the manifest lists,
+ * ask an agent to write the commit marker; its CKPT_DONE commits the step
+ * in the database (dt_run_ckpt_done). */
 static void try_commit(dt_coord_t *c, jobrun_t *r, int64_t step)
 {
     dt_emsg_t em = { "" };
-    dt_ckpt_manifest_t man = { 0 };
-    char *dir = dt_ckpt_step_dir(r->ckpt_root, step);
+    char *text = NULL;
+    shard_cmp_t x = { 0 };
 
-    if (dt_ckpt_is_committed(dir) || dt_ckpt_manifest_read(dir, &man, &em) < 0)
+    if (r->ckpt_root == NULL || step == r->commit_asked ||
+        dt_db_checkpoint_manifest(c->db, r->job, step, &text, &em) < 0 || text == NULL)
         goto out;
-    shard_cmp_t x = { .man = &man };
-    if (dt_db_shards(c->db, r->job, step, shard_cb, &x, &em) < 0 || x.n < man.ranks)
+    x.man = json_loads(text, 0, NULL);
+    if (!json_is_array(x.man) || json_array_size(x.man) == 0)
         goto out;
-    if (x.bad) {
-        dt_coord_event(c, r->job, "checkpoint_rejected", "step=%lld: a shard's sha256 differs from the "
-              "manifest's", (long long)step);
+    if (dt_db_shards(c->db, r->job, step, shard_cb, &x, &em) < 0 ||
+        (size_t)x.n < json_array_size(x.man))
+        goto out;
+    if (x.bad || (size_t)x.n != json_array_size(x.man)) {
+        dt_coord_event(c, r->job, "checkpoint_rejected", "step=%lld: a shard's sha256 differs from "
+                       "the manifest's, or its ranks do not match", (long long)step);
         dt_db_checkpoint_set_state(c->db, r->job, step, "corrupt", &em);
         goto out;
     }
-    if (dt_ckpt_mark_committed(dir, &em) < 0) {
-        dt_coord_event(c, r->job, "checkpoint_rejected", "step=%lld: %s", (long long)step, em.s);
+    dt_live_agent_t *a = file_agent(c, r);
+    if (a == NULL) {
+        dt_log_warn("job=%lld step=%lld: complete, but no agent is connected to commit it",
+                    (long long)r->job, (long long)step);
         goto out;
     }
-    if (dt_db_checkpoint_set_state(c->db, r->job, step, "committed", &em) < 0)
-        dt_log_error("job=%lld step=%lld commit: %s", (long long)r->job, (long long)step, em.s);
-    prune(c, r);
+    r->commit_asked = step;
+    push(a, DT_MSG_CKPT_COMMIT, json_pack("{s:s, s:I}", "dir", r->ckpt_root, "step",
+                                          (json_int_t)step));
 out:
-    dt_ckpt_manifest_close(&man);
-    free(dir);
+    json_decref(x.man);
+    free(text);
 }
 
-/* The newest committed checkpoint that verifies; those that do not are
- * marked corrupt with an event. *dir NULL: start from scratch. */
+/* The newest committed checkpoint (*dir NULL: start from scratch). The
+ * engine verifies it as the job's owner; one that does not verify ends
+ * the generation with DT_EXIT_CKPT (see ckpt_bad) and the next one takes
+ * the checkpoint before it. */
 static void pick_resume(dt_coord_t *c, jobrun_t *r, char **dir, int64_t *step)
 {
     ck_list_t l = { 0 };
@@ -320,22 +372,11 @@ static void pick_resume(dt_coord_t *c, jobrun_t *r, char **dir, int64_t *step)
         dt_log_error("job=%lld checkpoints: %s", (long long)r->job, em.s);
         return;
     }
-    for (int i = l.n - 1; i >= 0 && *dir == NULL; i--) {
-        if (strcmp(l.states[i], "committed") != 0)
-            continue;
-        char *d = dt_ckpt_step_dir(r->ckpt_root, l.steps[i]);
-        /* reads every byte: fine for CPU jobs; GPU-sized checkpoints want
-         * this on the thread pool (noted in dtcoordd(8)) */
-        if (dt_ckpt_verify(d, &em) == 0) {
-            *dir = d;
+    for (int i = l.n - 1; i >= 0 && *dir == NULL && r->ckpt_root; i--)
+        if (strcmp(l.states[i], "committed") == 0) {
+            *dir = dt_ckpt_step_dir(r->ckpt_root, l.steps[i]);
             *step = l.steps[i];
-        } else {
-            dt_coord_event(c, r->job, "checkpoint_skipped", "step=%lld does not verify: %s",
-                  (long long)l.steps[i], em.s);
-            dt_db_checkpoint_set_state(c->db, r->job, l.steps[i], "corrupt", &em);
-            free(d);
         }
-    }
     ck_list_free(&l);
 }
 
@@ -420,6 +461,14 @@ static void gen_start(dt_coord_t *c, jobrun_t *r)
         }
     for (int i = 0; i < nlive; i++)
         slots += live[i]->slots;
+    if (r->ckpt_root == NULL) {
+        char why[700];
+        snprintf(why, sizeof(why), "no checkpoint directory: %s",
+                 r->dir_error ? r->dir_error : "the job has no directory");
+        free(live);
+        end_job(c, r, DT_JOB_FAILED, why);
+        return;
+    }
     if (slots < r->R && dt_alloc_is_slurm(c, r->job)) {
         char why[300];
         snprintf(why, sizeof(why), "%d ranks need %d slots, %d on live agents", r->R, r->R,
@@ -481,10 +530,12 @@ static void gen_start(dt_coord_t *c, jobrun_t *r)
         json_array_append_new(argv, json_string("--resume-from"));
         json_array_append_new(argv, json_string(resume));
     }
-    json_t *start = json_pack("{s:I, s:i, s:s, s:i, s:O, s:O, s:s, s:O, s:s?}", "job",
+    char *logs = r->job_dir ? dt_xasprintf("%s/logs", r->job_dir) : NULL;
+    json_t *start = json_pack("{s:I, s:i, s:s, s:i, s:O, s:O, s:s, s:O, s:s?, s:s?}", "job",
                               (json_int_t)r->job, "gen", r->gen, "nspace", nspace, "ranks", r->R,
                               "nodes", nodes, "procs", procs, "spec", r->spec_text, "argv", argv,
-                              "resume", resume);
+                              "resume", resume, "log_dir", logs);
+    free(logs);
     for (int i = 0; i < r->ngen; i++)
         push(dt_coord_agent_find(c, r->gen_agents[i]), DT_MSG_GEN_START, json_incref(start));
     json_decref(start);
@@ -516,12 +567,34 @@ static void maybe_next(dt_coord_t *c, jobrun_t *r)
     gen_start(c, r);
 }
 
+/* Abort the generation everywhere without counting a restart (a resume
+ * checkpoint that did not verify): the next one starts when the agents
+ * have reported the end. */
+static void restart_gen(dt_coord_t *c, jobrun_t *r, const char *why)
+{
+    free(r->pending_reason);
+    r->pending_reason = dt_xstrdup(why);
+    r->phase = PH_ABORTING;
+    r->abort_ms = dt_coord_mono_ms();
+    for (int i = 0; i < r->ngen; i++)
+        push(dt_coord_agent_find(c, r->gen_agents[i]), DT_MSG_GEN_ABORT,
+             json_pack("{s:i, s:s}", "gen", r->gen, "reason", why));
+    maybe_next(c, r);
+}
+
+static int64_t max_step(const jobrun_t *r);
+
 /* A failure of the running generation: abort it everywhere and decide
- * what comes next. */
-static void fail_gen(dt_coord_t *c, jobrun_t *r, int rank, const char *why, int64_t step)
+ * what comes next. RANK and CAUSE identify the failure for the
+ * deterministic rule (recovery.h); why is the sentence users read. */
+static void fail_gen(dt_coord_t *c, jobrun_t *r, int rank, const char *cause, const char *why)
 {
     dt_emsg_t em = { "" };
     dt_job_t j;
+    int64_t step = max_step(r);
+    /* no rank has completed a step of this generation yet */
+    dt_failure_t f = { .rank = rank, .cause = cause, .step = step,
+                       .startup = step <= r->resume_step };
 
     if (r->phase != PH_STARTING && r->phase != PH_RUNNING)
         return;
@@ -538,10 +611,21 @@ static void fail_gen(dt_coord_t *c, jobrun_t *r, int rank, const char *why, int6
     }
     int requeues;
     dt_db_job_counts(c->db, r->job, &requeues, &r->restart_base, &em);
-    if (step >= 0 && step == r->fail_step) {
-        char d[800];
-        snprintf(d, sizeof(d), "deterministic failure: it happened twice at step %lld (%s)",
-                 (long long)step, why);
+    int seen = dt_recovery_note(&r->fails, &f);
+    if (dt_recovery_deterministic(&f, seen, r->spec.repeat_failures,
+                                  r->spec.repeat_startup_failures)) {
+        char d[900], who[32], times[32];
+        if (rank >= 0)
+            snprintf(who, sizeof(who), "on rank %d", rank);
+        else
+            snprintf(who, sizeof(who), "on every rank");
+        if (seen == 2)
+            snprintf(times, sizeof(times), "twice");
+        else
+            snprintf(times, sizeof(times), "%d times", seen);
+        snprintf(d, sizeof(d), "deterministic failure: %s %s, %s at step %lld%s (%s)", cause, who,
+                 times, (long long)step, f.startup ? ", before the generation's first step" : "",
+                 why);
         dt_coord_event(c, r->job, "deterministic_failure", "%s", d);
         end_job(c, r, DT_JOB_FAILED, d);
         return;
@@ -552,7 +636,6 @@ static void fail_gen(dt_coord_t *c, jobrun_t *r, int rank, const char *why, int6
         end_job(c, r, DT_JOB_FAILED, d);
         return;
     }
-    r->fail_step = step;
     transition(c, r->job, DT_JOB_RECOVERING, "recovering", why);
     maybe_next(c, r);
 }
@@ -564,6 +647,30 @@ static int64_t max_step(const jobrun_t *r)
         if (r->ranks[i].step > s)
             s = r->ranks[i].step;
     return s;
+}
+
+/* The lowest rank AGENT runs in the current generation, -1 none. */
+static int first_rank(const jobrun_t *r, int64_t agent)
+{
+    for (int i = 0; r->agent_of && i < r->R; i++)
+        if (r->agent_of[i] == agent)
+            return i;
+    return -1;
+}
+
+/* The engine found the resume checkpoint bad (DT_EXIT_CKPT): mark it
+ * corrupt and start again from the one before, without counting a
+ * restart: nothing failed but the file. */
+static void ckpt_bad(dt_coord_t *c, jobrun_t *r, const char *why)
+{
+    dt_emsg_t em = { "" };
+    int64_t step = r->resume_step;
+
+    dt_coord_event(c, r->job, "checkpoint_skipped", "step=%lld does not verify: %s",
+                   (long long)step, why);
+    if (dt_db_checkpoint_set_state(c->db, r->job, step, "corrupt", &em) < 0)
+        dt_log_error("job=%lld step=%lld: %s", (long long)r->job, (long long)step, em.s);
+    restart_gen(c, r, "the resume checkpoint does not verify");
 }
 
 /*-- handlers ---------------------------------------------------------------------*/
@@ -610,8 +717,8 @@ void dt_run_registered(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
     if (gi < 0)
         return; /* a spare, or an agent that came back after its generation */
     if (gen == r->gen) {
-        dt_log_info("job=%lld agent=%lld reattached to gen=%d", (long long)r->job,
-                    (long long)a->id, r->gen);
+        dt_coord_event(c, r->job, "agent_reattached", "agent %lld (%s) came back with gen=%d's "
+                       "workers running: they go on", (long long)a->id, a->node, r->gen);
         if (r->phase == PH_ABORTING) /* it may have missed the abort */
             push(a, DT_MSG_GEN_ABORT, json_pack("{s:i, s:s}", "gen", r->gen, "reason",
                                                 r->pending_reason ? r->pending_reason
@@ -628,7 +735,7 @@ void dt_run_registered(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
                  (long long)a->id, a->node);
         dt_coord_event(c, r->job, "agent_restarted", "%s", why);
         r->ended[gi] = 1;
-        fail_gen(c, r, -1, why, max_step(r));
+        fail_gen(c, r, first_rank(r, a->id), "agent restarted", why);
     } else if (gen == 0 && r->phase == PH_STARTING) {
         /* GEN_START may not have reached it: send it again */
         r->phase = PH_ABORTING;
@@ -774,7 +881,23 @@ void dt_run_worker_exit(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
             end_job(c, r, DT_JOB_FAILED, d);
             return;
         }
-        fail_gen(c, r, (int)rank, why, max_step(r));
+        if (status == DT_EXIT_CKPT && !sig && r->resume_step > 0) {
+            ckpt_bad(c, r, why);
+            return;
+        }
+        char cause[48];
+        if (hung)
+            snprintf(cause, sizeof(cause), "hung");
+        else if (sig)
+            snprintf(cause, sizeof(cause), "signal %lld", (long long)sig);
+        else if (status == 4)
+            snprintf(cause, sizeof(cause), "peer failed");
+        else
+            snprintf(cause, sizeof(cause), "exit %lld", (long long)status);
+        /* an exit status other than 4 and 5 is agreed by every rank
+         * (dtengine(1)): which rank's report came first is chance */
+        int who = !hung && !sig && status != 4 && status != 5 ? -1 : (int)rank;
+        fail_gen(c, r, who, cause, why);
     }
 }
 
@@ -807,6 +930,39 @@ void dt_run_shard(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
     if (r == NULL || dt_msg_get_int(m, "step", &step, &em) < 0)
         return;
     try_commit(c, r, step);
+}
+
+void dt_run_ckpt_done(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
+{
+    jobrun_t *r = run_get(c, a->job);
+    dt_emsg_t em = { "" };
+    const char *op = json_string_value(json_object_get(m->body, "op")),
+               *err = json_string_value(json_object_get(m->body, "error"));
+    int64_t step = json_integer_value(json_object_get(m->body, "step"));
+    int ok = json_is_true(json_object_get(m->body, "ok"));
+
+    if (r == NULL || op == NULL)
+        return;
+    if (strcmp(op, "prune") == 0) {
+        if (!ok)
+            dt_coord_event(c, r->job, "checkpoint_prune_failed", "agent %lld (%s): %s",
+                           (long long)a->id, a->node, err ? err : "?");
+        return;
+    }
+    if (r->commit_asked == step)
+        r->commit_asked = -1;
+    if (!ok) {
+        dt_coord_event(c, r->job, "checkpoint_rejected", "step=%lld: agent %lld (%s) could not "
+                       "write the commit marker: %s", (long long)step, (long long)a->id, a->node,
+                       err ? err : "?");
+        dt_db_checkpoint_set_state(c->db, r->job, step, "corrupt", &em);
+        return;
+    }
+    if (dt_db_checkpoint_set_state(c->db, r->job, step, "committed", &em) < 0) {
+        dt_log_warn("job=%lld step=%lld commit: %s", (long long)r->job, (long long)step, em.s);
+        return;
+    }
+    prune(c, r);
 }
 
 static void b64_append(fence_t *f, const char *b64)
@@ -913,7 +1069,7 @@ void dt_run_agent_lost(dt_coord_t *c, int64_t job, int64_t agent)
     snprintf(why, sizeof(why), "agent %lld lost with its ranks", (long long)agent);
     dt_coord_event(c, job, "agent_lost", "gen=%d agent=%lld hosted rank %d and up", r->gen,
           (long long)agent, first);
-    fail_gen(c, r, first, why, max_step(r));
+    fail_gen(c, r, first, "agent lost", why);
 }
 
 int dt_run_checkpoint(dt_coord_t *c, int64_t job, int *gen, dt_emsg_t *em)
@@ -1177,8 +1333,10 @@ static int reload_job_cb(const dt_job_t *j, void *arg)
         for (int i = 0; i < r->R; i++)
             r->ranks[i].reported = j->state == DT_JOB_RUNNING;
     }
-    dt_log_info("job=%lld gen=%d ranks=%d reloaded (%s)", (long long)j->id, r->gen, r->R,
-                dt_job_state_name(j->state));
+    dt_coord_event(c, j->id, "coordinator_restarted", "dtcoordd pid %ld reloaded gen=%d of %d "
+                   "ranks (%s): %s", (long)getpid(), r->gen, r->R, dt_job_state_name(j->state),
+                   r->phase == PH_ABORTING ? "waiting for its agents to report its end"
+                                           : "waiting for its agents to reattach");
     dt_gen_clear(&g);
     return 0;
 }

@@ -35,6 +35,10 @@ void dt_run_registered(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m);
 void dt_run_progress(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m);
 void dt_run_worker_exit(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m);
 void dt_run_shard(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m);
+/* CKPT_DONE {op, step, ok, error?}: the agent wrote a commit marker (the
+ * step is committed, old ones pruned) or could not (the step is corrupt),
+ * or removed old step directories. */
+void dt_run_ckpt_done(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m);
 void dt_run_fence(dt_conn_t *k, dt_live_agent_t *a, const dt_msg_t *m);
 void dt_run_gen_ended(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m);
 void dt_run_agent_lost(dt_coord_t *c, int64_t job, int64_t agent);

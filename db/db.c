@@ -75,6 +75,7 @@ static const char *const set_version[] = {
     "PRAGMA user_version = 2",
     "PRAGMA user_version = 3",
     "PRAGMA user_version = 4",
+    "PRAGMA user_version = 5",
 };
 _Static_assert(NELEM(set_version) == DT_DB_VERSION + 1, "one set_version per schema version");
 
@@ -187,7 +188,9 @@ _Static_assert(NELEM(set_version) == DT_DB_VERSION + 1, "one set_version per sch
     X(JOB_RESUME, 4,                                                                               \
       "UPDATE jobs SET state = 'queued', reason = ?2, updated_ms = ?3, restart_base = restarts, "  \
       "slurm_id = 0 WHERE id = ?1")                                                                \
-    X(JOB_COUNTS, 4, "SELECT requeues, restart_base FROM jobs WHERE id = ?1")
+    X(JOB_COUNTS, 4, "SELECT requeues, restart_base FROM jobs WHERE id = ?1")                      \
+    X(CKPT_SET_MANIFEST, 5, "UPDATE checkpoints SET manifest = ?2 WHERE id = ?1")                \
+    X(CKPT_MANIFEST, 5, "SELECT id, manifest FROM checkpoints WHERE job_id = ?1 AND step = ?2")
 
 enum stmt {
 #define STMT_ENUM(name, ver, sql) S_##name,
@@ -727,6 +730,17 @@ static int need_v3(dt_db_t *db, dt_emsg_t *em)
     return dt_emsg_set(em, DT_ENOTSUP,
                        "%s: schema version %d has no job results, generations or ranks (open it "
                        "with dt_db_open to migrate)",
+                       db->path, db->version);
+}
+
+/* Checkpoint manifests as the agents report them arrived in version 5. */
+static int need_v5(dt_db_t *db, dt_emsg_t *em)
+{
+    if (db->version >= 5)
+        return 0;
+    return dt_emsg_set(em, DT_ENOTSUP,
+                       "%s: schema version %d has no checkpoint manifests (open it with "
+                       "dt_db_open to migrate)",
                        db->path, db->version);
 }
 
@@ -1297,6 +1311,14 @@ static int ckpt_start(dt_db_t *db, int64_t job, enum dt_job_state s, int64_t ste
         bind_i64(st, 2, t, &rc);
         if ((err = run(db, st, rc, em, ctx)) != 0)
             return err;
+        if (db->version >= 5) { /* the old manifest went with the old shards */
+            st = db->st[S_CKPT_SET_MANIFEST];
+            rc = SQLITE_OK;
+            bind_i64(st, 1, *id, &rc);
+            rc = rc == SQLITE_OK ? sqlite3_bind_null(st, 2) : rc;
+            if ((err = run(db, st, rc, em, ctx)) != 0)
+                return err;
+        }
     }
     snprintf(detail, sizeof(detail), "step=%" PRId64, stepno);
     return event_insert(db, job, t, "checkpoint_partial", s, detail, em, ctx);
@@ -1347,6 +1369,69 @@ int dt_db_shard_add(dt_db_t *db, int64_t job, int64_t stepno, int rank, const ch
     return tx_commit(db, em, ctx);
 fail:
     tx_rollback(db);
+    return err;
+}
+
+int dt_db_checkpoint_set_manifest(dt_db_t *db, int64_t job, int64_t stepno,
+                                  const char *shas, dt_emsg_t *em)
+{
+    sqlite3_stmt *st = db->st[S_CKPT_SET_MANIFEST];
+    enum dt_job_state s;
+    int64_t cid;
+    char ctx[96], state[16];
+    int rc = SQLITE_OK, err;
+
+    assert(shas != NULL);
+    if ((err = need_v5(db, em)) != 0)
+        return err;
+    snprintf(ctx, sizeof(ctx), "job %" PRId64 ": manifest of the checkpoint at step %" PRId64,
+             job, stepno);
+    if (stepno < 0)
+        return dt_emsg_set(em, DT_EINVAL, "%s: bad step", ctx);
+    if ((err = tx_begin(db, em, ctx)) != 0)
+        return err;
+    if ((err = job_state(db, job, &s, em, ctx)) != 0 ||
+        (err = ckpt_find(db, job, stepno, &cid, state, sizeof(state), em, ctx)) != 0)
+        goto fail;
+    if (cid != 0 && strcmp(state, "committed") == 0) {
+        err = dt_emsg_set(em, DT_EINVAL, "%s: already committed", ctx);
+        goto fail;
+    }
+    if ((cid == 0 || strcmp(state, "partial") != 0) &&
+        (err = ckpt_start(db, job, s, stepno, &cid, em, ctx)) != 0)
+        goto fail;
+    bind_i64(st, 1, cid, &rc);
+    bind_str(st, 2, shas, &rc);
+    if ((err = run(db, st, rc, em, ctx)) != 0)
+        goto fail;
+    return tx_commit(db, em, ctx);
+fail:
+    tx_rollback(db);
+    return err;
+}
+
+int dt_db_checkpoint_manifest(dt_db_t *db, int64_t job, int64_t stepno, char **shas,
+                              dt_emsg_t *em)
+{
+    sqlite3_stmt *st = db->st[S_CKPT_MANIFEST];
+    enum dt_job_state s;
+    int rc = SQLITE_OK, err;
+
+    *shas = NULL;
+    if ((err = need_v5(db, em)) != 0 ||
+        (err = job_state(db, job, &s, em, "checkpoint manifest")) != 0)
+        return err;
+    bind_i64(st, 1, job, &rc);
+    bind_i64(st, 2, stepno, &rc);
+    rc = step(st, rc);
+    if (rc == SQLITE_ROW)
+        *shas = col_str(st, 1);
+    else if (rc == SQLITE_DONE)
+        err = dt_emsg_set(em, DT_ENOENT, "job %" PRId64 ": no checkpoint at step %" PRId64, job,
+                          stepno);
+    else
+        err = sq_fail(db, em, rc, "checkpoint manifest");
+    reset(st);
     return err;
 }
 

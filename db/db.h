@@ -26,7 +26,7 @@
 
 #include "common/err.h"
 
-#define DT_DB_VERSION 4 /* the schema version this build writes */
+#define DT_DB_VERSION 5 /* the schema version this build writes */
 
 typedef struct dt_db dt_db_t;
 
@@ -175,6 +175,16 @@ int dt_db_shard_add(dt_db_t *db, int64_t job, int64_t step, int rank, const char
 /* Mark a checkpoint committed (or corrupt, deleted), with an event. */
 int dt_db_checkpoint_set_state(dt_db_t *db, int64_t job, int64_t step, const char *state,
                                dt_emsg_t *em);
+/* Record what the step's manifest lists: SHAS is a JSON array of one
+ * sha256 per rank (checked by the caller), as the job's agent read it.
+ * The checkpoint is created partial if it is new (or begun again if it was
+ * corrupt or deleted); a committed one is refused (DT_EINVAL). Version 5. */
+int dt_db_checkpoint_set_manifest(dt_db_t *db, int64_t job, int64_t step, const char *shas,
+                                  dt_emsg_t *em);
+/* The manifest recorded for the checkpoint at STEP: *shas is the caller's
+ * (NULL when none was reported yet); DT_ENOENT for no such checkpoint. */
+int dt_db_checkpoint_manifest(dt_db_t *db, int64_t job, int64_t step, char **shas,
+                              dt_emsg_t *em);
 int dt_db_checkpoints(dt_db_t *db, int64_t job,
                       int (*cb)(const dt_checkpoint_t *c, void *arg), void *arg,
                       dt_emsg_t *em);

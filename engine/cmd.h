@@ -17,6 +17,7 @@ enum {
     DT_EXIT_STOPPED = 3, /* stopped on purpose (prefill --stop-after-layer, agent W_STOP) */
     DT_EXIT_PEER = 4,    /* another rank of the job failed (PMIx event): restart helps */
     DT_EXIT_AGENT_LOST = 5, /* the channel to dtagentd broke */
+    /* 6, DT_EXIT_CKPT (common/proto.h): the --resume-from checkpoint does not verify */
 };
 
 /* Parse option --name's value s as a number in [lo, hi]; DT_EUSAGE with a

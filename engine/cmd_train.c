@@ -441,11 +441,11 @@ static int load(dt_comm_t *comm, const topts_t *o, int64_t n, float *P, float *M
     *step = 0;
     dt_wlink_heartbeat();
     if (o->resume_from) {
-        /* the coordinator verified it; if it is bad now, a retry (exit 1)
-         * may get another, so this is DT_EIO, not an input error */
+        /* the coordinator picked it without reading it (the files are the
+         * job owner's): DT_ECKPT (exit 6) tells it to take the one before */
         if ((rc = dt_ckpt_verify(o->resume_from, em)) < 0) {
             dt_emsg_t why = *em;
-            return dt_emsg_set(em, DT_EIO, "--resume-from: %s", why.s);
+            return dt_emsg_set(em, DT_ECKPT, "--resume-from: %s", why.s);
         }
         dir = dt_xstrdup(o->resume_from);
     } else {

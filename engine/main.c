@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "common/proto.h"
 #include "engine/cmd.h"
 #include "engine/comm.h"
 #include "engine/wlink.h"
@@ -84,6 +85,8 @@ int dt_exit_code(int rc)
     case DT_ERANGE:
     case DT_ENOTSUP:
         return DT_EXIT_INPUT;
+    case DT_ECKPT:
+        return DT_EXIT_CKPT;
     default:
         return DT_EXIT_FAILURE;
     }

@@ -87,6 +87,11 @@ static const dt_conf_key_t keys[] = {
     STR("ckpt_dir", ckpt_dir, 0, "checkpoint directory"),
     KEY("max_restarts", DT_CONF_INT, max_restarts, 1, 1000000, 0,
         "recoveries before the job fails (default 5)"),
+    KEY("repeat_failures", DT_CONF_INT, repeat_failures, 1, 1000000, 0,
+        "the same failure (rank, cause, step) this often mid-run fails the job (default 2)"),
+    KEY("repeat_startup_failures", DT_CONF_INT, repeat_startup_failures, 1, 1000000, 0,
+        "the same failure before a generation's first step this often fails the job "
+        "(default 3)"),
     { .name = NULL },
 };
 

@@ -47,6 +47,10 @@ typedef struct dt_spec {
     int64_t ckpt_every, ckpt_keep;
     char *ckpt_dir;
     int64_t max_restarts; /* recoveries before the job fails (0: the default, 5) */
+    /* a failure seen this often (same rank, cause and step) is deterministic
+     * and fails the job: mid-run, and before a generation's first step
+     * (0: the defaults, 2 and 3; coordinator/recovery.h) */
+    int64_t repeat_failures, repeat_startup_failures;
 } dt_spec_t;
 
 /* The key table (NULL-name-terminated) over dt_spec_t. */

@@ -681,32 +681,36 @@ Test(db, refuses_a_newer_schema_and_leaves_the_file_alone)
 {
     dt_emsg_t em = { "" };
     dt_db_t *db = NULL;
-    char want[256], wal[160];
+    char want[256], wal[160], sql[256];
+    int newer = DT_DB_VERSION + 1;
 
-    raw_exec(dbpath, "CREATE TABLE jobs (id INTEGER PRIMARY KEY, future TEXT);"
-                     "INSERT INTO jobs (future) VALUES ('kept');"
-                     "PRAGMA user_version = 5;");
+    snprintf(sql, sizeof(sql), "CREATE TABLE jobs (id INTEGER PRIMARY KEY, future TEXT);"
+                               "INSERT INTO jobs (future) VALUES ('kept');"
+                               "PRAGMA user_version = %d;", newer);
+    raw_exec(dbpath, sql);
     struct blob before = slurp(dbpath);
 
     cr_assert_eq(dt_db_open(dbpath, &db, &em), DT_ENOTSUP, "%s", em.s);
     cr_assert_null(db);
-    snprintf(want, sizeof(want), "%s: schema version 5 is newer than this dtcoordd (4): upgrade dt",
-             dbpath);
+    snprintf(want, sizeof(want), "%s: schema version %d is newer than this dtcoordd (%d): "
+             "upgrade dt", dbpath, newer, DT_DB_VERSION);
     cr_assert_str_eq(em.s, want);
     assert_same_file(dbpath, &before);
     snprintf(wal, sizeof(wal), "%s-wal", dbpath);
     cr_assert(!exists(wal), "refusing must not switch the file to WAL");
-    cr_assert_eq(raw_int(dbpath, "PRAGMA user_version"), 5);
+    cr_assert_eq(raw_int(dbpath, "PRAGMA user_version"), newer);
     free(before.p);
 
     /* a newer dtcoordd's file is in WAL mode: still not written */
     char walpath[160];
     snprintf(walpath, sizeof(walpath), "%s/wal.db", tmpdir);
-    raw_exec(walpath, "PRAGMA journal_mode = WAL; CREATE TABLE jobs (id INTEGER PRIMARY KEY);"
-                      "PRAGMA user_version = 5;");
+    snprintf(sql, sizeof(sql), "PRAGMA journal_mode = WAL; CREATE TABLE jobs (id INTEGER "
+                               "PRIMARY KEY); PRAGMA user_version = %d;", newer);
+    raw_exec(walpath, sql);
     before = slurp(walpath);
     cr_assert_eq(dt_db_open(walpath, &db, &em), DT_ENOTSUP, "%s", em.s);
-    assert_has(em.s, "schema version 5 is newer");
+    snprintf(want, sizeof(want), "schema version %d is newer", newer);
+    assert_has(em.s, want);
     assert_same_file(walpath, &before);
     free(before.p);
 }

@@ -137,6 +137,23 @@ check "fault-free: equals mpirun -np 4 dtengine train on the same spec" \
 check "fault-free: checkpoints committed by the coordinator" \
     sh -c "ctl() { '$DTCTL' --socket '$COORD_SOCK' \"\$@\"; }; ctl checkpoints $J | grep -q committed"
 check "fault-free: agents exited 0 and no worker is left" no_workers_left
+no_gen_dirs() { # JOB: the agents removed their generation directories
+    _gd=$(ls -d "$TMPD/agents/$1-"*/gen-* 2>/dev/null || true)
+    [ -z "$_gd" ] || { echo "left behind: $_gd"; return 1; }
+}
+check "fault-free: the agents removed their generation directories" no_gen_dirs "$J"
+rank_logs() { # JOB: every rank's output in its rank log, the job directory's
+    for _rl in 0 1 2 3; do
+        _f=$COORD_STATE/jobs/$1/logs/rank-$_rl.log
+        grep -q "dtagentd: job=$1 gen=1 rank=$_rl node=a[01] starting" "$_f" || {
+            echo "$_f: no header"; return 1; }
+    done
+    grep -q "params_sha256=$REF" "$COORD_STATE/jobs/$1/logs/rank-0.log" ||
+        { echo "rank 0's log lacks its result line"; return 1; }
+    _m=$(stat -c %a "$COORD_STATE/jobs/$1/logs/rank-0.log")
+    [ "$_m" = 600 ] || { echo "rank log mode $_m"; return 1; }
+}
+check "fault-free: each rank's output is in its rank log (mode 600)" rank_logs "$J"
 
 # ---- SIGKILL a worker ------------------------------------------------------------
 J=$(submit "$TMPD/job.spec")
@@ -207,7 +224,38 @@ finish_job "$J"
 check "coordinator killed: the workers kept running meanwhile" test "$workers_during" -ge 4
 check "coordinator killed: the job completed" test "$(state_of "$J")" = completed
 check "coordinator killed: same checksum as fault-free" same_checksum "$J"
+check "coordinator killed: its restart is an event" has_event "$J" coordinator_restarted \
+    "reloaded gen=1 of 4 ranks"
+check "coordinator killed: the agents' reattaching is an event" has_event "$J" agent_reattached \
+    "came back with gen=1's workers running"
 check "coordinator killed: no worker left" no_workers_left
+
+# ---- a burst of kills: one mid-run, then one as each new generation starts -----------------
+# Two external kills at the start of two generations are no evidence of a
+# bug: the job recovers (a real deterministic failure is the next-but-one
+# case below).
+kill_gen_worker() { # AGENT JOB GEN: SIGKILL a worker of generation GEN as soon as it runs
+    wait_for 60 pgrep -f "$TMPD/agents/$2-$1/gen-$3/" || { echo "no gen-$3 worker"; return 1; }
+    kill -KILL "$(pgrep -f "$TMPD/agents/$2-$1/gen-$3/" | head -n 1)"
+}
+J=$(submit "$TMPD/job.spec")
+agent a0 2 "$J"
+agent a1 2 "$J"
+wait_for 120 step_at_least "$J" 15
+kill -KILL "$(worker_of a1 "$J")"
+kill_gen_worker a1 "$J" 2
+kill_gen_worker a1 "$J" 3
+finish_job "$J"
+check "burst of kills: the job completed" test "$(state_of "$J")" = completed
+check "burst of kills: same checksum as fault-free" same_checksum "$J"
+check "burst of kills: three failures, the fourth generation finished" \
+    has_event "$J" generation_started "gen=4 "
+not_deterministic() {
+    ctl events "$1" >"$TMPD/ev.out" 2>&1 || return 1
+    ! grep deterministic "$TMPD/ev.out"
+}
+check "burst of kills: not taken for a deterministic failure" not_deterministic "$J"
+check "burst of kills: no worker left" no_workers_left
 
 # ---- a corrupt newest checkpoint --------------------------------------------------------
 J=$(submit "$TMPD/job.spec")

@@ -1,0 +1,118 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * The job's checkpoint files, as the job's owner: the work the coordinator
+ * asks for but never does itself (it may run as root, and these paths are
+ * the user's: dtcoordd(8) SECURITY). CKPT_COMMIT writes a step's COMMITTED
+ * marker (dt_ckpt_mark_committed never follows a planted link); CKPT_PRUNE
+ * removes old step directories (dt_rmtree never follows a link out of
+ * them). Each runs on the thread pool and is answered with CKPT_DONE.
+ *
+ * Not here: reading shards back after a worker wrote them (task.c), the
+ * checkpoint format (engine/ckpt.c).
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent/agent.h"
+#include "common/fileio.h"
+#include "common/log.h"
+#include "common/mem.h"
+#include "engine/ckpt.h"
+
+typedef struct file_op {
+    uv_work_t req;
+    dt_agent_t *ag;
+    int commit;       /* else prune */
+    char *root;
+    int64_t *steps;
+    size_t n;
+    int ok;
+    char why[512];
+} file_op_t;
+
+static void op_work(uv_work_t *req)
+{
+    file_op_t *op = req->data;
+    dt_emsg_t em = { "" };
+
+    op->ok = 1;
+    for (size_t i = 0; i < op->n; i++) {
+        char *dir = dt_ckpt_step_dir(op->root, op->steps[i]);
+        int rc = op->commit ? dt_ckpt_mark_committed(dir, &em) : dt_rmtree(dir, &em);
+        if (rc < 0 && op->ok) {
+            op->ok = 0;
+            snprintf(op->why, sizeof(op->why), "%s", em.s);
+        }
+        free(dir);
+    }
+}
+
+static void op_done(uv_work_t *req, int status)
+{
+    file_op_t *op = req->data;
+    dt_agent_t *ag = op->ag;
+    int64_t step = op->n ? op->steps[op->n - 1] : 0;
+
+    if (status != 0) {
+        op->ok = 0;
+        snprintf(op->why, sizeof(op->why), "not run: %s", uv_strerror(status));
+    }
+    if (op->ok)
+        dt_log_info("%s step=%lld%s done", op->commit ? "commit" : "prune", (long long)step,
+                    op->n > 1 ? " and older" : "");
+    else
+        dt_log_error("%s step=%lld: %s", op->commit ? "commit" : "prune", (long long)step,
+                     op->why);
+    if (!ag->stopping || op->commit)
+        dt_link_send_reliable(ag, DT_MSG_CKPT_DONE,
+                              json_pack("{s:I, s:s, s:I, s:b, s:s?}", "agent",
+                                        (json_int_t)ag->agent_id, "op",
+                                        op->commit ? "commit" : "prune", "step",
+                                        (json_int_t)step, "ok", op->ok, "error",
+                                        op->ok ? NULL : op->why));
+    free(op->root);
+    free(op->steps);
+    free(op);
+}
+
+void dt_files_ckpt(dt_agent_t *ag, const dt_msg_t *m)
+{
+    json_t *steps = json_object_get(m->body, "steps"), *v;
+    const char *root = json_string_value(json_object_get(m->body, "dir"));
+    file_op_t *op;
+    size_t i;
+
+    if (root == NULL || root[0] != '/') {
+        dt_log_error("%s without an absolute 'dir': ignored", dt_msg_type_name(m->type));
+        return;
+    }
+    op = dt_xcalloc(1, sizeof(*op));
+    op->req.data = op;
+    op->ag = ag;
+    op->commit = m->type == DT_MSG_CKPT_COMMIT;
+    op->root = dt_xstrdup(root);
+    if (op->commit) {
+        json_t *s = json_object_get(m->body, "step");
+        op->steps = dt_xmalloc(sizeof(*op->steps));
+        op->steps[op->n++] = json_integer_value(s);
+        if (!json_is_integer(s) || op->steps[0] < 0)
+            op->n = 0;
+    } else {
+        op->steps = dt_xcalloc(json_array_size(steps) + 1, sizeof(*op->steps));
+        json_array_foreach(steps, i, v)
+            if (json_is_integer(v) && json_integer_value(v) >= 0)
+                op->steps[op->n++] = json_integer_value(v);
+    }
+    if (op->n == 0) {
+        dt_log_error("%s without steps: ignored", dt_msg_type_name(m->type));
+        free(op->root);
+        free(op->steps);
+        free(op);
+        return;
+    }
+    if (uv_queue_work(ag->loop, &op->req, op_work, op_done) < 0)
+        op_done(&op->req, UV_ECANCELED);
+}
