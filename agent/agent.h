@@ -30,6 +30,9 @@ typedef struct dt_worker {
     uv_pipe_t out;           /* the worker's stdout and stderr, when it has a rank log */
     int proc_open, chan_open, out_open; /* handles not yet closed */
     int log_fd;              /* LOG_DIR/rank-R.log (append), -1 without one */
+    char last[256];          /* the last line of its output, for WORKER_EXIT's error */
+    char line[256];          /* the line being read */
+    size_t line_len;
     int exited;              /* the exit callback ran */
     int64_t status;
     int term_signal;

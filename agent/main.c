@@ -117,6 +117,30 @@ static char *find_engine(void)
     return dt_xstrdup("dtengine");
 }
 
+/* The state directory must be ours and closed to others: in /tmp another
+ * user could have made /tmp/dtagentd-UID first. Checks DIR, and with the
+ * default (in_tmp) its parent /tmp/dtagentd-UID too. */
+static int own_dir(int in_tmp, const char *dir, dt_emsg_t *em)
+{
+    char *parent = in_tmp ? dt_xasprintf("/tmp/dtagentd-%u", (unsigned)getuid()) : NULL;
+    const char *check[2] = { dir, parent };
+    int rc = 0;
+
+    for (int i = 0; i < 2 && rc == 0 && check[i]; i++) {
+        struct stat st;
+        if (lstat(check[i], &st) < 0)
+            rc = dt_emsg_set(em, dt_err_errno(errno), "%s: %s", check[i], strerror(errno));
+        else if (!S_ISDIR(st.st_mode) || st.st_uid != getuid())
+            rc = dt_emsg_set(em, DT_EPERM, "%s is not a directory of uid %u (someone else made "
+                             "it?)", check[i], (unsigned)getuid());
+        else if ((st.st_mode & 022) != 0)
+            rc = dt_emsg_set(em, DT_EPERM, "%s is writable by others (mode %o)", check[i],
+                             (unsigned)(st.st_mode & 07777));
+    }
+    free(parent);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option lo[] = {
@@ -189,12 +213,19 @@ int main(int argc, char **argv)
     snprintf(tag, sizeof(tag), "node=%s", ag.node);
     dt_log_set_tag(tag);
 
+    /* what the agent and its workers create is the job owner's alone
+     * (checkpoints, rank logs, the PMIx rendezvous): dtagentd(8) */
+    umask(077);
     /* state directory: generations' files, the PMIx server's rendezvous */
     if (ag.state_dir == NULL)
         ag.state_dir = state_dir = dt_xasprintf("/tmp/dtagentd-%u/%lld-%s", (unsigned)getuid(),
                                                 (long long)ag.job, ag.node);
-    if ((rc = dt_mkdirs(ag.state_dir, 0700)) < 0) {
-        fprintf(stderr, "dtagentd: state directory %s: %s\n", ag.state_dir, strerror(-rc));
+    if ((rc = dt_mkdirs(ag.state_dir, 0700)) < 0)
+        dt_emsg_set(&em, rc, "%s", strerror(-rc));
+    else
+        rc = own_dir(state_dir != NULL, ag.state_dir, &em);
+    if (rc < 0) {
+        fprintf(stderr, "dtagentd: state directory %s: %s\n", ag.state_dir, em.s);
         free(state_dir);
         return 1;
     }

@@ -84,8 +84,28 @@ static void handle_closed(uv_handle_t *h)
  * over the generations, the job owner's, mode 0600) and, as before rank
  * logs existed, to the agent's own standard error (the Slurm batch output,
  * or dtctl run --local's agent log). */
+/* Keep the last non-empty line the worker wrote: printable ASCII only
+ * (anything else becomes '?'), so it can travel in a message and be shown
+ * to users as it is. */
+static void keep_last_line(dt_worker_t *w, const char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)p[i];
+        if (ch == '\n') {
+            if (w->line_len > 0) {
+                memcpy(w->last, w->line, w->line_len);
+                w->last[w->line_len] = '\0';
+            }
+            w->line_len = 0;
+        } else if (w->line_len + 1 < sizeof(w->line)) {
+            w->line[w->line_len++] = ch >= 0x20 && ch < 0x7f ? (char)ch : '?';
+        }
+    }
+}
+
 static void out_bytes(dt_worker_t *w, const char *p, size_t n)
 {
+    keep_last_line(w, p, n);
     if (w->log_fd >= 0 && dt_write_full(w->log_fd, p, n) < 0) {
         dt_log_warn("gen=%u rank=%d: writing the rank log failed: %s; it stops here",
                     w->ag->gen, w->rank, strerror(errno));
@@ -469,10 +489,12 @@ static void on_exit_cb(uv_process_t *p, int64_t status, int sig)
                              (json_int_t)ag->agent_id, "gen", (json_int_t)ag->gen, "rank", w->rank,
                              "status", (json_int_t)status, "signal", sig, "hung", w->hung != 0,
                              "stopped", w->hung == 2, "step", (json_int_t)w->step);
+    out_drain(w); /* its last words first: they say why */
     if (w->result)
         json_object_set(body, "result", w->result);
+    if (failed && !w->hung && sig == 0 && w->last[0])
+        json_object_set_new(body, "error", json_string(w->last));
     dt_link_send_reliable(ag, DT_MSG_WORKER_EXIT, body);
-    out_drain(w);
     /* a worker that stopped with a peer-failure code is a consequence, not
      * a cause; anything else bad starts the local abort */
     if (failed && !ag->aborting && status != 4)

@@ -380,6 +380,14 @@ void dt_agent_register(dt_conn_t *k, const dt_msg_t *m)
                       (long long)jid);
         goto out;
     }
+    if (j.owner != k->uid) {
+        /* an admin's agent would write the user's checkpoints and logs with
+         * the admin's rights: a job's agents run as its owner */
+        dt_conn_error(k, m->id, DT_EPERM, "job %lld belongs to uid %lld: its agents must run "
+                      "as that user, not as uid %u", (long long)jid, (long long)j.owner,
+                      (unsigned)k->uid);
+        goto out;
+    }
     if (dt_job_state_terminal(j.state)) {
         dt_conn_error(k, m->id, DT_ESTATE, "job %lld is %s", (long long)jid,
                       dt_job_state_name(j.state));

@@ -309,6 +309,27 @@ json_num() {
 
 # ---- jobs -------------------------------------------------------------------
 
+# nobody_setup: as_nobody CMD... runs CMD as the user nobody with no
+# supplementary groups (setpriv, else su); skips the test when that cannot
+# be done here. For the multi-user tests, which run as root.
+nobody_setup() {
+    id nobody >/dev/null 2>&1 || skip "there is no user nobody"
+    NOBODY_GROUP=$(id -gn nobody)
+    if command -v setpriv >/dev/null 2>&1; then
+        as_nobody() {
+            setpriv --reuid=nobody --regid="$NOBODY_GROUP" --clear-groups "$@"
+        }
+    elif command -v su >/dev/null 2>&1; then
+        as_nobody() {
+            su -s /bin/sh nobody -c 'exec "$0" "$@"' "$@"
+        }
+    else
+        skip "neither setpriv nor su is installed"
+    fi
+    as_nobody "$DTCTL" --version >/dev/null 2>&1 ||
+        skip "nobody cannot run $DTCTL (a directory above DT_BUILDDIR is not searchable by all?)"
+}
+
 # small_job_spec: the spec lines of a job small enough to run many times
 # here (a 2-layer model on the recall task, 256 tokens, 4 ranks, 40 steps,
 # a checkpoint every 10); scripts add what they need (name, nodes, ...)
