@@ -236,6 +236,8 @@ int dtctl_show(dtctl_t *ctl, int argc, char **argv)
         printf("  state     %s\n", str(j, "state"));
     printf("  created   %s\n  updated   %s\n", when(num(j, "created_ms"), b2, sizeof(b2)),
            when(num(j, "updated_ms"), b3, sizeof(b3)));
+    if (*str(j, "dir"))
+        printf("  dir       %s\n", str(j, "dir"));
     json_t *sl = json_object_get(j, "slurm");
     if (json_is_object(sl)) {
         const char *reason = str(sl, "reason");

@@ -56,6 +56,7 @@ int dtctl_checkpoints(dtctl_t *ctl, int argc, char **argv);
 int dtctl_checkpoint(dtctl_t *ctl, int argc, char **argv);
 int dtctl_resume(dtctl_t *ctl, int argc, char **argv);
 int dtctl_watch(dtctl_t *ctl, int argc, char **argv);
+int dtctl_logs(dtctl_t *ctl, int argc, char **argv);
 int dtctl_run(dtctl_t *ctl, int argc, char **argv);
 
 /* ---- the live display of a job (cmd_watch.c), shared by watch and run --- */

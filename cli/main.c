@@ -33,6 +33,7 @@ static const struct command {
     { "resume", dtctl_resume, "JOB",
       "run a failed or cancelled job again from its newest committed checkpoint" },
     { "watch", dtctl_watch, "JOB [--interval DUR]", "a job's live progress until it ends" },
+    { "logs", dtctl_logs, "JOB [--rank N] [-f]", "a job's output: a rank's log, or all" },
     { "run", dtctl_run, "--local [SPECFILE] [options]",
       "run a job on this machine: private coordinator and agents" },
 };

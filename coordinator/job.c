@@ -19,6 +19,7 @@
 #include "coordinator/alloc.h"
 #include "coordinator/auth.h"
 #include "coordinator/job.h"
+#include "coordinator/jobdir.h"
 #include "coordinator/run.h"
 #include "coordinator/planner.h"
 
@@ -235,6 +236,11 @@ void dt_job_show(dt_conn_t *k, const dt_msg_t *m)
     json_t *reply = json_pack("{s:o, s:s, s:o, s:o, s:o}", "job", job_json(k->coord->db, &j), "spec",
                               j.spec ? j.spec : "", "plan", plan ? plan : json_null(), "agents",
                               agents, "progress", prog);
+    /* the job's directory (its rank logs, its default checkpoints): a
+     * path for dtctl, which reads it as the user */
+    char *dir = dt_jobdir_path(k->coord->conf.jobs_dir, j.id);
+    json_object_set_new(json_object_get(reply, "job"), "dir", json_string(dir));
+    free(dir);
     dt_run_show(k->coord, j.id, reply);
     dt_conn_reply(k, DT_MSG_OK, m->id, reply);
     dt_job_clear(&j);

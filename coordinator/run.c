@@ -605,8 +605,10 @@ static void fail_gen(dt_coord_t *c, jobrun_t *r, int rank, const char *cause, co
     for (int i = 0; i < r->ngen; i++)
         push(dt_coord_agent_find(c, r->gen_agents[i]), DT_MSG_GEN_ABORT,
              json_pack("{s:i, s:s, s:i}", "gen", r->gen, "reason", why, "rank", rank));
+    enum dt_job_state st = DT_JOB_RUNNING;
     if (dt_db_job_get(c->db, r->job, &j, &em) == 0) {
         r->restarts = j.restarts;
+        st = j.state;
         dt_job_clear(&j);
     }
     int requeues;
@@ -636,7 +638,14 @@ static void fail_gen(dt_coord_t *c, jobrun_t *r, int rank, const char *cause, co
         end_job(c, r, DT_JOB_FAILED, d);
         return;
     }
-    transition(c, r->job, DT_JOB_RECOVERING, "recovering", why);
+    /* a generation that failed before the job was running again is one
+     * more restart too, or failures at start-up would never use the budget */
+    if (st == DT_JOB_RECOVERING) {
+        if (dt_db_job_restart_again(c->db, r->job, why, &em) < 0)
+            dt_log_error("job=%lld restart: %s", (long long)r->job, em.s);
+    } else {
+        transition(c, r->job, DT_JOB_RECOVERING, "recovering", why);
+    }
     maybe_next(c, r);
 }
 
@@ -876,8 +885,8 @@ void dt_run_worker_exit(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
         if (status == 2 && !sig) {
             /* dtengine's exit 2: bad options or input, which no restart fixes */
             char d[800];
-            snprintf(d, sizeof(d), "invalid job: %s (dtengine exit 2; see the agent's log)",
-                     why);
+            snprintf(d, sizeof(d), "invalid job: %s (dtengine exit 2; its output: dtctl logs "
+                     "%lld --rank %lld)", why, (long long)r->job, (long long)rank);
             end_job(c, r, DT_JOB_FAILED, d);
             return;
         }

@@ -189,6 +189,8 @@ _Static_assert(NELEM(set_version) == DT_DB_VERSION + 1, "one set_version per sch
       "UPDATE jobs SET state = 'queued', reason = ?2, updated_ms = ?3, restart_base = restarts, "  \
       "slurm_id = 0 WHERE id = ?1")                                                                \
     X(JOB_COUNTS, 4, "SELECT requeues, restart_base FROM jobs WHERE id = ?1")                      \
+    X(JOB_RESTART_AGAIN, 1,                                                                        \
+      "UPDATE jobs SET reason = ?2, updated_ms = ?3, restarts = restarts + 1 WHERE id = ?1")      \
     X(CKPT_SET_MANIFEST, 5, "UPDATE checkpoints SET manifest = ?2 WHERE id = ?1")                \
     X(CKPT_MANIFEST, 5, "SELECT id, manifest FROM checkpoints WHERE job_id = ?1 AND step = ?2")
 
@@ -942,6 +944,36 @@ int dt_db_job_transition(dt_db_t *db, int64_t id, enum dt_job_state to, const ch
                          const char *detail, dt_emsg_t *em)
 {
     return transition(db, id, to, kind, detail, NULL, em);
+}
+
+int dt_db_job_restart_again(dt_db_t *db, int64_t id, const char *detail, dt_emsg_t *em)
+{
+    sqlite3_stmt *st = db->st[S_JOB_RESTART_AGAIN];
+    enum dt_job_state s;
+    int64_t t = now_ms();
+    char ctx[96];
+    int rc = SQLITE_OK, err;
+
+    snprintf(ctx, sizeof(ctx), "job %" PRId64 ": another restart", id);
+    if ((err = tx_begin(db, em, ctx)) != 0)
+        return err;
+    if ((err = job_state(db, id, &s, em, ctx)) != 0)
+        goto fail;
+    if (s != DT_JOB_RECOVERING) {
+        err = dt_emsg_set(em, DT_EINVAL, "job %" PRId64 ": %s, not recovering", id,
+                          dt_job_state_name(s));
+        goto fail;
+    }
+    bind_i64(st, 1, id, &rc);
+    bind_str(st, 2, detail, &rc);
+    bind_i64(st, 3, t, &rc);
+    if ((err = run(db, st, rc, em, ctx)) != 0 ||
+        (err = event_insert(db, id, t, "recovering", s, detail, em, ctx)) != 0)
+        goto fail;
+    return tx_commit(db, em, ctx);
+fail:
+    tx_rollback(db);
+    return err;
 }
 
 int dt_db_job_plan(dt_db_t *db, int64_t id, const char *plan_json, dt_emsg_t *em)

@@ -106,6 +106,10 @@ int dt_db_job_list(dt_db_t *db, int64_t owner, int (*cb)(const dt_job_t *j, void
  * else. DT_ENOENT for no such job. */
 int dt_db_job_transition(dt_db_t *db, int64_t id, enum dt_job_state to, const char *kind,
                          const char *detail, dt_emsg_t *em);
+/* A generation started while recovering failed too: the job stays
+ * recovering, its restart count goes up by one, with a "recovering" event
+ * (DETAIL says why). DT_EINVAL when the job is not recovering. */
+int dt_db_job_restart_again(dt_db_t *db, int64_t id, const char *detail, dt_emsg_t *em);
 /* Store the plan and move submitted -> planned in one transaction. */
 int dt_db_job_plan(dt_db_t *db, int64_t id, const char *plan_json, dt_emsg_t *em);
 /* Store (or replace) the result of a finished job, a JSON object such as

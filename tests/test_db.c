@@ -1902,3 +1902,71 @@ Test(db, resume_reopens_a_finished_job_with_a_fresh_budget)
     cr_assert_eq(raw_int(dbpath, "SELECT count(*) FROM slurm_jobs WHERE slurm_id = 7"), 1,
                  "the old Slurm job's row is kept");
 }
+
+/*-- version 5: manifests as the agents report them; restarts while recovering --*/
+
+Test(db, manifest_recorded_cleared_when_the_step_starts_over)
+{
+    dt_db_t *db = open_ok(dbpath);
+    dt_emsg_t em = { "" };
+    char *m = NULL;
+    int64_t id = job_new(db, "man", 1000);
+
+    to_state(db, id, DT_JOB_PLANNED);
+    to_state(db, id, DT_JOB_QUEUED);
+    to_state(db, id, DT_JOB_STARTING);
+    /* the manifest may come before any shard: the checkpoint is made partial */
+    cr_assert_eq(dt_db_checkpoint_set_manifest(db, id, 10, "[\"a\",\"b\"]", &em), 0, "%s", em.s);
+    cr_assert_eq(dt_db_checkpoint_manifest(db, id, 10, &m, &em), 0, "%s", em.s);
+    cr_assert_str_eq(m, "[\"a\",\"b\"]");
+    free(m);
+    cr_assert_eq(dt_db_shard_add(db, id, 10, 0, "/ck/10/r0", 10, sha_a, &em), 0, "%s", em.s);
+    struct ckpts vc;
+    ckpts_of(db, id, &vc);
+    cr_assert_eq(vc.n, 1);
+    cr_assert_str_eq(vc.c[0].state, "partial");
+    cr_assert_eq(vc.c[0].shards, 1);
+    ckpts_free(&vc);
+    /* a step with no manifest yet reads as NULL; no checkpoint is ENOENT */
+    cr_assert_eq(dt_db_shard_add(db, id, 20, 0, "/ck/20/r0", 10, sha_a, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_db_checkpoint_manifest(db, id, 20, &m, &em), 0, "%s", em.s);
+    cr_assert_null(m);
+    cr_assert_eq(dt_db_checkpoint_manifest(db, id, 30, &m, &em), DT_ENOENT);
+    cr_assert_null(m);
+    /* committed: a manifest for it is refused, the recorded one kept */
+    cr_assert_eq(dt_db_checkpoint_set_state(db, id, 10, "committed", &em), 0, "%s", em.s);
+    cr_assert_eq(dt_db_checkpoint_set_manifest(db, id, 10, "[\"x\"]", &em), DT_EINVAL);
+    assert_has(em.s, "already committed");
+    /* corrupt, then written again: the old manifest goes with the old shards */
+    cr_assert_eq(dt_db_checkpoint_set_state(db, id, 10, "corrupt", &em), 0, "%s", em.s);
+    cr_assert_eq(dt_db_shard_add(db, id, 10, 1, "/ck/10/r1", 10, sha_b, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_db_checkpoint_manifest(db, id, 10, &m, &em), 0, "%s", em.s);
+    cr_assert_null(m, "the manifest of the step's earlier writing is forgotten");
+    dt_db_close(db);
+}
+
+Test(db, a_restart_while_recovering_counts_without_a_transition)
+{
+    dt_db_t *db = open_ok(dbpath);
+    dt_emsg_t em = { "" };
+    dt_job_t j;
+    int64_t id = job_new(db, "again", 1000);
+
+    to_state(db, id, DT_JOB_PLANNED);
+    to_state(db, id, DT_JOB_QUEUED);
+    to_state(db, id, DT_JOB_STARTING);
+    cr_assert_eq(dt_db_job_restart_again(db, id, "too early", &em), DT_EINVAL);
+    assert_has(em.s, "not recovering");
+    to_state(db, id, DT_JOB_RECOVERING);
+    cr_assert_eq(dt_db_job_restart_again(db, id, "gen 2 failed at start-up", &em), 0, "%s", em.s);
+    cr_assert_eq(dt_db_job_get(db, id, &j, &em), 0, "%s", em.s);
+    cr_assert_eq(j.state, DT_JOB_RECOVERING);
+    cr_assert_eq(j.restarts, 2, "one for the first abort, one for this");
+    cr_assert_str_eq(j.reason, "gen 2 failed at start-up");
+    dt_job_clear(&j);
+    struct events ev;
+    events_of(db, id, 0, &ev);
+    cr_assert_str_eq(ev.kind[ev.n - 1], "recovering");
+    events_free(&ev);
+    dt_db_close(db);
+}

@@ -154,14 +154,37 @@ rank_logs() { # JOB: every rank's output in its rank log, the job directory's
     [ "$_m" = 600 ] || { echo "rank log mode $_m"; return 1; }
 }
 check "fault-free: each rank's output is in its rank log (mode 600)" rank_logs "$J"
+t_logs() {
+    run_rc 0 ctl logs "$J" --rank 0 && out_has "params_sha256=$REF" &&
+        out_has "dtagentd: job=$J gen=1 rank=0 " && out_lacks "==>" &&
+        run_rc 0 ctl logs "$J" && out_has "==> rank-0.log <==" && out_has "==> rank-3.log <==" &&
+        run_rc 1 ctl logs "$J" --rank 7 && out_has "rank-7.log: No such file or directory" &&
+        run_rc 2 ctl logs "$J" --rank x && out_has "--rank 'x'" &&
+        run_rc 2 ctl logs && out_has "which job"
+}
+check "dtctl logs: a rank's log, all of them, a rank with none, bad usage" t_logs
 
 # ---- SIGKILL a worker ------------------------------------------------------------
 J=$(submit "$TMPD/job.spec")
 agent a0 2 "$J"
 agent a1 2 "$J"
+ctl logs "$J" --rank 2 -f >"$TMPD/follow.out" 2>&1 &
+FOLLOW=$!
+track "$FOLLOW"
 wait_for 120 step_at_least "$J" 15
 kill -KILL "$(worker_of a1 "$J")"
 finish_job "$J"
+t_follow() {
+    wait_for 10 dead "$FOLLOW" || { echo "dtctl logs -f still running after the job ended"; return 1; }
+    wait "$FOLLOW"
+    _fr=$?
+    untrack "$FOLLOW"
+    [ "$_fr" = 0 ] || { echo "exit $_fr"; return 1; }
+    grep -q "gen=1 rank=2 " "$TMPD/follow.out" && grep -q "gen=2 rank=2 " "$TMPD/follow.out" ||
+        { echo "not both generations:"; cat "$TMPD/follow.out"; return 1; }
+    echo "followed rank 2 through gen 1 and gen 2, ended with the job"
+}
+check "dtctl logs -f: follows a rank across generations, ends with the job" t_follow
 check "worker killed: the job completed" test "$(state_of "$J")" = completed
 check "worker killed: same checksum as fault-free" same_checksum "$J"
 check "worker killed: the failure is an event" has_event "$J" worker_failed "signal 9"
