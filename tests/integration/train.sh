@@ -147,11 +147,11 @@ bad_resume_from() {
     "$DTENGINE" train --model tiny --data recall --seq-len 256 --steps $STEPS --seed 5 \
         --resume-from "$TMPD/rfbad/step-00000003" >"$TMPD/rfbad.out" 2>&1
     _rc=$?
-    [ $_rc -eq 1 ] || { echo "exit $_rc"; cat "$TMPD/rfbad.out"; return 1; }
+    [ $_rc -eq 6 ] || { echo "exit $_rc"; cat "$TMPD/rfbad.out"; return 1; }
     grep -q -- '--resume-from: .*shard-00002-of-00004.safetensors' "$TMPD/rfbad.out" ||
         { cat "$TMPD/rfbad.out"; return 1; }
 }
-check "--resume-from a corrupt checkpoint: exit 1, naming the shard" bad_resume_from
+check "--resume-from a corrupt checkpoint: exit 6 (the checkpoint does not verify), naming the shard" bad_resume_from
 
 # corrupt the newest checkpoint: the resume falls back to step 3
 shard=$(ls "$TMPD/full1/step-00000006"/shard-*.safetensors | head -n 1)
