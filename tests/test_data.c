@@ -269,7 +269,7 @@ Test(data, refuses_count_not_matching_size)
 Test(data, refuses_missing_and_directory)
 {
     expect_refused(P("nope.bin"), DT_ENOENT, "cannot open");
-    expect_refused(tmpdir, DT_EIO, "is a directory");
+    expect_refused(tmpdir, DT_EINVAL, "is a directory");
 }
 
 Test(data, refuses_u32_token_beyond_int32)

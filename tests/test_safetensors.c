@@ -410,5 +410,5 @@ Test(safetensors, refuses_truncated_and_trailing_data)
 Test(safetensors, refuses_missing_and_non_regular_files)
 {
     expect_refusal(P("nope"), DT_ENOENT, "cannot open", NULL);
-    expect_refusal(tmpdir, DT_EIO, "is a directory", NULL);
+    expect_refusal(tmpdir, DT_EINVAL, "is a directory", NULL);
 }

@@ -144,6 +144,11 @@ check "Fortran-order Q" expect_bad 1 fortran --q "$IN/q_fortran.npy" $KV
 check "truncated Q" expect_bad 1 truncated --q "$IN/q_short.npy" $KV
 check "Q not an .npy file" expect_bad 1 q_text.npy --q "$IN/q_text.npy" $KV
 check "missing Q file" expect_bad 1 no_such.npy --q "$IN/no_such.npy" $KV
+mkdir "$IN/q_dir.npy" && mkfifo "$IN/q_fifo.npy" || die "cannot make a directory and a FIFO"
+check "Q is a directory (exit 2, not 1)" expect_bad 1 "q_dir.npy: is a directory" \
+    --q "$IN/q_dir.npy" $KV
+check "Q is a FIFO (refused, not waited on)" expect_bad 1 "q_fifo.npy: not a regular file" \
+    --q "$IN/q_fifo.npy" $KV
 # splitting over ranks
 check "T=512 over 3 ranks" expect_bad 3 divisible $Q $KV
 check "T=514 zigzag over 2 ranks (2R=4)" expect_bad 2 divisible --q "$IN/q_t514.npy" \
