@@ -12,6 +12,7 @@
  */
 #include "config.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
 #include <inttypes.h>
@@ -484,6 +485,22 @@ int dt_loader_new(const char *const *paths, int npaths, const dt_loader_opts_t *
     return 0;
 }
 
+/* glob(3) reports an unreadable directory only through a callback without
+ * a user pointer: the first one is kept here, per thread. */
+static __thread struct {
+    char path[256];
+    int err;
+} glob_fail;
+
+static int glob_err(const char *epath, int eerrno)
+{
+    if (glob_fail.err == 0) {
+        snprintf(glob_fail.path, sizeof(glob_fail.path), "%s", epath);
+        glob_fail.err = eerrno;
+    }
+    return 1; /* stop: GLOB_ABORTED */
+}
+
 int dt_loader_new_glob(const char *pattern, const dt_loader_opts_t *o, dt_loader_t **out,
                        dt_emsg_t *em)
 {
@@ -492,10 +509,21 @@ int dt_loader_new_glob(const char *pattern, const dt_loader_opts_t *o, dt_loader
 
     *out = NULL;
     memset(&g, 0, sizeof(g));
-    rc = glob(pattern, GLOB_ERR, NULL, &g);
+    glob_fail.err = 0;
+    rc = glob(pattern, GLOB_ERR, glob_err, &g);
     if (rc == GLOB_NOMATCH) {
         globfree(&g);
         return dt_emsg_set(em, DT_ENOENT, "%s: no shard matches", pattern);
+    }
+    if (rc == GLOB_ABORTED && glob_fail.err != 0) {
+        int e = glob_fail.err;
+        /* a directory of the pattern that is missing or closed to us is
+         * the user's to fix (exit 2); anything else may pass (exit 1) */
+        int code = e == ENOENT ? DT_ENOENT : e == EACCES ? DT_EACCES
+                   : e == ENOTDIR ? DT_EINVAL : dt_err_errno(e);
+        globfree(&g);
+        return dt_emsg_set(em, code, "%s: cannot read directory %s: %s", pattern,
+                           glob_fail.path, strerror(e));
     }
     if (rc != 0) {
         globfree(&g);

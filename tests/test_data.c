@@ -498,6 +498,24 @@ Test(data, loader_glob)
     cr_assert(strstr(em.s, "train_*.bin: no shard matches"), "%s", em.s);
 }
 
+/* A pattern in a directory that is not there is the user's mistake, named
+ * as such (DT_ENOENT: exit 2), not an unexplained "read error" (DT_EIO). */
+Test(data, loader_glob_missing_directory)
+{
+    dt_loader_opts_t o = { .T = 8 };
+    dt_loader_t *l;
+    dt_emsg_t em = { "" };
+    char want[512];
+
+    cr_assert_eq(dt_loader_new_glob(P("nodir/s*.bin"), &o, &l, &em), DT_ENOENT, "%s", em.s);
+    cr_assert_null(l);
+    snprintf(want, sizeof(want), "nodir/s*.bin: cannot read directory %s: No such file or "
+             "directory", P("nodir"));
+    cr_assert(strstr(em.s, want), "%s", em.s);
+    make_three();
+    cr_assert_eq(dt_loader_new_glob(P("s0.bin/*.bin"), &o, &l, &em), DT_ENOENT, "%s", em.s);
+}
+
 Test(data, loader_refusals)
 {
     const char *paths[] = { P("s0.bin"), P("s1.bin"), P("s2.bin") };

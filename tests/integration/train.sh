@@ -219,6 +219,11 @@ check "refuses an unknown --ckpt-commit" bad 'self or external' --ckpt-commit la
 check "refuses --resume with --resume-from" bad 'exclude each other' --resume-from "$TMPD" \
     --resume --ckpt-dir "$TMPD/x" --ckpt-every 3
 check "refuses a malformed token shard, naming it" bad 'bad.bin' --data "$TMPD/bad.bin"
+mkdir "$TMPD/dir.bin"
+check "refuses a directory as a token shard (exit 2, not 1)" bad 'dir.bin: is a directory' \
+    --data "$TMPD/dir.bin"
+check "refuses --data in a directory that does not exist, naming it" \
+    bad "cannot read directory $TMPD/nodir: No such file" --data "$TMPD/nodir/*.bin"
 check "refuses a spec of another kind" sh -c "printf 'kind = attn\ntokens = 256\n' >'$TMPD/attn.spec'; \
     '$DTENGINE' train --spec '$TMPD/attn.spec' 2>&1 | grep -q 'kind = attn'"
 finish
