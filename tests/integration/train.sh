@@ -206,7 +206,8 @@ printf 'not a token shard at all, just text that is long enough........' >"$TMPD
 bad() { # EXPECT-IN-STDERR ARGS...: exit 2 with the message
     _want=$1
     shift
-    "$DTENGINE" train "$@" >"$TMPD/bad.out" 2>&1
+    # a refusal is immediate: 60 s is a hang (a FIFO read), exit 124
+    ${DT_TIMEOUT:+$DT_TIMEOUT 60} "$DTENGINE" train "$@" >"$TMPD/bad.out" 2>&1
     _rc=$?
     [ $_rc -eq 2 ] || { echo "exit $_rc"; cat "$TMPD/bad.out"; return 1; }
     grep -q "$_want" "$TMPD/bad.out" || { cat "$TMPD/bad.out"; return 1; }
@@ -226,4 +227,16 @@ check "refuses --data in a directory that does not exist, naming it" \
     bad "cannot read directory $TMPD/nodir: No such file" --data "$TMPD/nodir/*.bin"
 check "refuses a spec of another kind" sh -c "printf 'kind = attn\ntokens = 256\n' >'$TMPD/attn.spec'; \
     '$DTENGINE' train --spec '$TMPD/attn.spec' 2>&1 | grep -q 'kind = attn'"
+mkfifo "$TMPD/fifo.spec" || die "mkfifo failed"
+check "refuses a spec that is a FIFO at once (exit 2)" bad 'fifo.spec: not a regular file' \
+    --spec "$TMPD/fifo.spec"
+printf 'kind = train\ntokens = 256\nname = job\302\233[2J\n' >"$TMPD/c1.spec"
+check "refuses a spec value with a C1 control character, naming the line and key" \
+    bad 'c1.spec:3: key .name.: control character U+009B' --spec "$TMPD/c1.spec"
+printf 'kind = train\ntokens = 256\nckpt_dir = /ck\377pt\n' >"$TMPD/utf8.spec"
+check "refuses a spec value that is not UTF-8, naming the line and key" \
+    bad 'utf8.spec:3: key .ckpt_dir.: invalid UTF-8' --spec "$TMPD/utf8.spec"
+printf 'kind = train\ntokens = 256\ncolour = red\n' >"$TMPD/unknown.spec"
+check "refuses a spec with an unknown key with exit 2" bad "unknown.spec:3: unknown key 'colour'" \
+    --spec "$TMPD/unknown.spec"
 finish
