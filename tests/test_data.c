@@ -801,3 +801,48 @@ Test(data, recall_refuses_bad_options)
     cr_assert_eq(dt_recall_check(&o, &em), DT_EINVAL);
     cr_assert(strstr(em.s, "n_filler 0"), "%s", em.s);
 }
+
+/* What dt_tok_save writes is the owner's alone (0600 whatever the umask),
+ * and a link planted at its temp name is replaced, never written through. */
+Test(data, save_is_private_and_does_not_follow_a_planted_link)
+{
+    int32_t tok[4] = { 1, 2, 3, 4 };
+    char tmpname[256], victim_text[16] = "";
+    dt_emsg_t em = { "" };
+    struct stat st;
+    mode_t old;
+    FILE *f;
+
+    f = fopen(P("victim"), "w");
+    cr_assert_not_null(f);
+    fputs("precious", f);
+    fclose(f);
+    snprintf(tmpname, sizeof(tmpname), "%s/.t.bin.tmp.%ld", tmpdir, (long)getpid());
+    cr_assert_eq(symlink(P("victim"), tmpname), 0);
+    old = umask(0);
+    cr_assert_eq(dt_tok_save(P("t.bin"), DT_TOK_U16, tok, 4, &em), 0, "%s", em.s);
+    umask(old);
+    cr_assert_eq(lstat(P("t.bin"), &st), 0);
+    cr_assert(S_ISREG(st.st_mode));
+    cr_assert_eq(st.st_mode & 07777, 0600, "mode %o", (unsigned)(st.st_mode & 07777));
+    f = fopen(P("victim"), "r");
+    cr_assert_not_null(f);
+    cr_assert_not_null(fgets(victim_text, sizeof(victim_text), f));
+    fclose(f);
+    cr_assert_str_eq(victim_text, "precious");
+
+    /* the header checks from memory, as the fuzzer runs them */
+    unsigned char img[DT_TOK_HEADER_BYTES + 8];
+    enum dt_tok_format fmt;
+    int64_t ntok;
+    f = fopen(P("t.bin"), "rb");
+    cr_assert_eq(fread(img, 1, sizeof(img), f), sizeof(img));
+    fclose(f);
+    cr_assert_eq(dt_tok_parse_header("m", img, sizeof(img), sizeof(img), &fmt, &ntok, &em), 0);
+    cr_assert(fmt == DT_TOK_U16 && ntok == 4);
+    cr_assert_eq(dt_tok_parse_header("m", img, sizeof(img), sizeof(img) + 2, &fmt, &ntok, &em),
+                 DT_EFORMAT);
+    cr_assert(strstr(em.s, "2 bytes of trailing data"), "%s", em.s);
+    cr_assert_eq(dt_tok_parse_header("m", img, 100, 100, &fmt, &ntok, &em), DT_EFORMAT);
+    cr_assert(strstr(em.s, "m: header is truncated: the file has 100 bytes"), "%s", em.s);
+}
