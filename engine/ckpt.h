@@ -18,6 +18,9 @@
  *      "shards": [{"rank": r, "file": "...", "bytes": n, "sha256": "..."}, ...]}
  *
  * where model, plan (the layout) and rng are free JSON objects of the caller.
+ * Modes: root (when created here) and step directories 0700, every file
+ * 0600, whatever the umask: a checkpoint holds a model's weights, and a
+ * shared ckpt_dir must not show them to other users.
  * Resume takes the newest step directory that verifies (manifest parses,
  * every shard present with its recorded size and SHA-256).
  *
@@ -45,6 +48,7 @@
 #define DT_CKPT_MAX_RANKS (1 << 20)
 #define DT_CKPT_MANIFEST "manifest.json"
 #define DT_CKPT_COMMITTED "COMMITTED"
+#define DT_CKPT_MANIFEST_MAX (16 << 20) /* bytes; a manifest is a few KiB */
 
 /* One shard as the manifest records it. */
 typedef struct dt_ckpt_shard {
@@ -99,20 +103,33 @@ int dt_ckpt_write_manifest(const char *root, const dt_ckpt_manifest_t *m, dt_ems
 int dt_ckpt_commit(const char *root, int64_t step, char **out_dir, dt_emsg_t *em);
 
 /* Hook for the coordinator's commit protocol: write DIR/COMMITTED atomically
- * (the file holds the manifest's SHA-256). dt_ckpt_is_committed says whether
- * the marker is there. */
+ * (the file holds the manifest's SHA-256). Safe in a directory that another
+ * user controls: DIR itself must not be a symbolic link, the manifest is
+ * hashed only as a regular file reached without a link, the marker's temp
+ * file is created with O_EXCL | O_NOFOLLOW (mode 0600) and renamed over
+ * whatever is at DIR/COMMITTED, so no planted link is ever written through.
+ * dt_ckpt_is_committed says whether the marker is there (a regular file,
+ * not a link). */
 int dt_ckpt_mark_committed(const char *dir, dt_emsg_t *em);
 bool dt_ckpt_is_committed(const char *dir);
 
 /* Parse and validate DIR/manifest.json into m (m is zeroed first and is
- * empty on failure). DT_ENOENT, DT_EFORMAT (with the field named). */
+ * empty on failure). The manifest must be a regular file (not a symbolic
+ * link) of at most DT_CKPT_MANIFEST_MAX bytes. DT_ENOENT, DT_EFORMAT (with
+ * the field named). */
 int dt_ckpt_manifest_read(const char *dir, dt_ckpt_manifest_t *m, dt_emsg_t *em);
+/* The same over len bytes of text in memory (name is used in messages): a
+ * pure function, for the fuzzer (tests/fuzz/fuzz_manifest.c). */
+int dt_ckpt_manifest_parse(const char *name, const char *text, size_t len, dt_ckpt_manifest_t *m,
+                           dt_emsg_t *em);
 void dt_ckpt_manifest_close(dt_ckpt_manifest_t *m);
 
 /* Full check of a step directory: manifest valid, its step agrees with the
- * directory name, every shard present as a regular file with the recorded
- * size and SHA-256. The message names the shard and what is wrong. Reads
- * every byte of the checkpoint. */
+ * directory name, every shard present as a regular file (not a symbolic
+ * link) with the recorded size and SHA-256 and a sane safetensors header
+ * (a truncated shard whose manifest was rewritten to match is refused).
+ * The message names the shard and what is wrong. Reads every byte of the
+ * checkpoint. */
 int dt_ckpt_verify(const char *dir, dt_emsg_t *em);
 
 /* Called by dt_ckpt_latest for each checkpoint directory it passes over

@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/mem.h"
 #include "engine/ckpt.h"
 
 /*-- fixture ----------------------------------------------------------------*/
@@ -461,4 +462,156 @@ Test(ckpt, prune_keeps_the_newest_n)
     cr_assert(!exists(P("step-00000005")));
     cr_assert(exists(P("step-00000006")));
     cr_assert(exists(P(".step-00000009.tmp")), "a step in flight is never pruned");
+}
+
+/*-- hardening: modes, links, self-consistent but broken shards ---------------*/
+
+static mode_t mode_of(const char *path)
+{
+    struct stat st;
+
+    cr_assert_eq(lstat(path, &st), 0, "%s: %s", path, strerror(errno));
+    return st.st_mode & 07777;
+}
+
+/* A checkpoint holds a model's weights: with umask 0 still, the root this
+ * creates and the step directory are 0700, shards, manifest and marker
+ * 0600. */
+Test(ckpt, files_and_directories_are_private)
+{
+    dt_emsg_t em = { "" };
+    mode_t old = umask(0);
+
+    write_step(10, 2);
+    cr_assert_eq(dt_ckpt_mark_committed(P("step-00000010"), &em), 0, "%s", em.s);
+    umask(old);
+    cr_assert_eq(mode_of(root), 0700, "root %o", (unsigned)mode_of(root));
+    cr_assert_eq(mode_of(P("step-00000010")), 0700, "%o", (unsigned)mode_of(P("step-00000010")));
+    cr_assert_eq(mode_of(P("step-00000010/manifest.json")), 0600);
+    cr_assert_eq(mode_of(P("step-00000010/shard-00001-of-00002.safetensors")), 0600);
+    cr_assert_eq(mode_of(P("step-00000010/COMMITTED")), 0600);
+}
+
+static void put_victim(const char *path)
+{
+    put_file(path, "precious\n");
+}
+
+static void assert_victim(const char *path)
+{
+    char line[32] = "";
+    FILE *f = fopen(path, "r");
+
+    cr_assert_not_null(f);
+    cr_assert_not_null(fgets(line, sizeof(line), f));
+    fclose(f);
+    cr_assert_str_eq(line, "precious\n", "%s was written through a link", path);
+}
+
+/* The commit marker may be written by a process running as someone else
+ * than the directory's owner: links planted at COMMITTED, at its temp name
+ * or in place of the directory itself are never written through, and a
+ * link is not a marker. */
+Test(ckpt, mark_committed_does_not_follow_planted_links)
+{
+    char tmpname[256];
+    dt_emsg_t em = { "" };
+
+    write_step(10, 2);
+    put_victim(P("../victim1"));
+    put_victim(P("../victim2"));
+    cr_assert_eq(symlink(P("../victim1"), P("step-00000010/COMMITTED")), 0);
+    cr_assert(!dt_ckpt_is_committed(P("step-00000010")), "a link is not a marker");
+    snprintf(tmpname, sizeof(tmpname), "%s/.COMMITTED.tmp.%ld", P("step-00000010"),
+             (long)getpid());
+    cr_assert_eq(symlink(P("../victim2"), tmpname), 0);
+    cr_assert_eq(dt_ckpt_mark_committed(P("step-00000010"), &em), 0, "%s", em.s);
+    assert_victim(P("../victim1"));
+    assert_victim(P("../victim2"));
+    cr_assert(dt_ckpt_is_committed(P("step-00000010")));
+    cr_assert_eq(mode_of(P("step-00000010/COMMITTED")) & 0077, 0);
+
+    /* the step directory itself a link to somewhere else: refused */
+    cr_assert_eq(mkdir(P("../elsewhere"), 0700), 0);
+    cr_assert_eq(symlink(P("../elsewhere"), P("step-00000020")), 0);
+    cr_assert_eq(dt_ckpt_mark_committed(P("step-00000020"), &em) < 0, 1);
+    cr_assert(!exists(P("../elsewhere/COMMITTED")), "marker written through a linked directory");
+    /* a manifest that is a link (to a file of someone else's) is not hashed */
+    write_step(30, 1);
+    cr_assert_eq(rename(P("step-00000030/manifest.json"), P("../m.json")), 0);
+    cr_assert_eq(symlink(P("../m.json"), P("step-00000030/manifest.json")), 0);
+    cr_assert_lt(dt_ckpt_mark_committed(P("step-00000030"), &em), 0);
+    cr_assert(strstr(em.s, "symbolic link"), "%s", em.s);
+    cr_assert(!exists(P("step-00000030/COMMITTED")));
+}
+
+/* Readers do not follow links either: a shard or manifest that is a link
+ * fails verification, and resume passes over that step. */
+Test(ckpt, verify_refuses_linked_shards_and_manifests)
+{
+    skips_t s = { 0 };
+    dt_emsg_t em = { "" };
+    dt_ckpt_manifest_t m;
+    char *dir = NULL;
+
+    write_step(10, 1);
+    write_step(20, 1);
+    cr_assert_eq(rename(P("step-00000020/shard-00000-of-00001.safetensors"), P("../s")), 0);
+    cr_assert_eq(symlink(P("../s"), P("step-00000020/shard-00000-of-00001.safetensors")), 0);
+    cr_assert_lt(dt_ckpt_verify(P("step-00000020"), &em), 0);
+    cr_assert(strstr(em.s, "not a regular file (a symbolic link)"), "%s", em.s);
+    write_step(30, 1);
+    cr_assert_eq(rename(P("step-00000030/manifest.json"), P("../m")), 0);
+    cr_assert_eq(symlink(P("../m"), P("step-00000030/manifest.json")), 0);
+    cr_assert_eq(dt_ckpt_manifest_read(P("step-00000030"), &m, &em), DT_EFORMAT, "%s", em.s);
+    cr_assert(strstr(em.s, "symbolic link"), "%s", em.s);
+    cr_assert_eq(dt_ckpt_latest(root, 0, on_skip, &s, &dir, NULL, &em), 0);
+    cr_assert_str_eq(dir, P("step-00000010"));
+    cr_assert_eq(s.n, 2);
+    free(dir);
+}
+
+/* Rewrite DIR's manifest so that shard `rank` has its current size and
+ * hash: the manifest agrees with a shard that is broken. */
+static void reseal(const char *dir, int rank)
+{
+    char *mpath = dt_xasprintf("%s/manifest.json", dir), *spath, hex[65];
+    json_t *doc = json_load_file(mpath, 0, NULL), *sh;
+    dt_emsg_t em = { "" };
+    struct stat st;
+
+    cr_assert_not_null(doc);
+    sh = json_array_get(json_object_get(doc, "shards"), (size_t)rank);
+    spath = dt_xasprintf("%s/%s", dir, json_string_value(json_object_get(sh, "file")));
+    cr_assert_eq(stat(spath, &st), 0);
+    cr_assert_eq(dt_sha256_file(spath, hex, &em), 0, "%s", em.s);
+    json_object_set_new(sh, "bytes", json_integer(st.st_size));
+    json_object_set_new(sh, "sha256", json_string(hex));
+    cr_assert_eq(json_dump_file(doc, mpath, JSON_INDENT(2)), 0);
+    json_decref(doc);
+    free(spath);
+    free(mpath);
+}
+
+/* A shard cut short whose manifest was resealed to match (size and hash
+ * agree) is still not a checkpoint: verification opens its safetensors
+ * header, and resume falls back to the step before. */
+Test(ckpt, truncated_shard_with_a_matching_manifest_fails_verify)
+{
+    skips_t s = { 0 };
+    dt_emsg_t em = { "" };
+    char *dir = NULL;
+
+    write_step(10, 2);
+    write_step(20, 2);
+    cr_assert_eq(truncate(P("step-00000020/shard-00001-of-00002.safetensors"), 100), 0);
+    reseal(P("step-00000020"), 1);
+    cr_assert_eq(dt_ckpt_verify(P("step-00000020"), &em), DT_EFORMAT, "%s", em.s);
+    cr_assert(strstr(em.s, "shard shard-00001-of-00002.safetensors is not a valid safetensors "
+                           "file"), "%s", em.s);
+    cr_assert_eq(dt_ckpt_latest(root, 0, on_skip, &s, &dir, NULL, &em), 0);
+    cr_assert_str_eq(dir, P("step-00000010"));
+    cr_assert_eq(s.n, 1);
+    cr_assert(strstr(s.why[0], "not a valid safetensors file"), "%s", s.why[0]);
+    free(dir);
 }
