@@ -709,3 +709,36 @@ int dt_ckpt_prune(const char *root, int keep, dt_emsg_t *em)
     free_entries(v, n);
     return rc < 0 ? rc : removed;
 }
+
+/*-- training checkpoints (dt-train-1) ------------------------------------*/
+
+int dt_ckpt_read_train(const char *dir, const dt_ckpt_manifest_t *man, int64_t n, float *P,
+                       float *M, float *V, dt_ckpt_tick_fn tick, void *ud, dt_emsg_t *em)
+{
+    int rc = 0;
+
+    for (int i = 0; i < man->ranks && rc == 0; i++) {
+        char *path = dt_xasprintf("%s/%s", dir, man->shards[i].file);
+        dt_st_reader_t *r = NULL;
+        if ((rc = dt_st_open(path, &r, em)) == 0) {
+            const char *offs = dt_st_meta(r, "offset"), *ns = dt_st_meta(r, "nparams");
+            const dt_st_tensor_t *t = dt_st_find(r, "params");
+            int64_t off = offs ? strtoll(offs, NULL, 10) : -1;
+            if (!offs || !ns || strtoll(ns, NULL, 10) != n || !t || off < 0 ||
+                off + t->shape[0] > n) {
+                rc = dt_emsg_set(em, DT_EFORMAT, "%s: not a shard of this model's parameters",
+                                 path);
+            } else {
+                size_t bytes = (size_t)t->shape[0] * sizeof(float);
+                if ((rc = dt_st_read(r, "params", P + off, bytes, em)) == 0 &&
+                    (rc = dt_st_read(r, "adam_m", M + off, bytes, em)) == 0)
+                    rc = dt_st_read(r, "adam_v", V + off, bytes, em);
+            }
+            dt_st_close(r);
+        }
+        free(path);
+        if (tick)
+            tick(ud);
+    }
+    return rc;
+}

@@ -159,4 +159,17 @@ int dt_ckpt_latest(const char *root, unsigned flags, dt_ckpt_skip_fn skip, void 
  * directories deleted, or a negative DT_* code. */
 int dt_ckpt_prune(const char *root, int keep, dt_emsg_t *em);
 
+/* Training checkpoints (format "dt-train-1", written by dtengine train):
+ * the flat float32 parameter array of n values and the two AdamW moments
+ * are cut into R contiguous slices; shard r holds slice r as the 1-D F32
+ * tensors "params", "adam_m" and "adam_v", with metadata "format" =
+ * "dt-train-1", "offset" (the slice's first index) and "nparams" (n), in
+ * decimal. dt_ckpt_read_train reads every shard of the checkpoint DIR
+ * (manifest man) into P, M and V (n floats each), calling tick (may be
+ * NULL) after each shard. DT_EFORMAT with the shard named when a shard is
+ * not a slice of n parameters. */
+typedef void (*dt_ckpt_tick_fn)(void *ud);
+int dt_ckpt_read_train(const char *dir, const dt_ckpt_manifest_t *man, int64_t n, float *P,
+                       float *M, float *V, dt_ckpt_tick_fn tick, void *ud, dt_emsg_t *em);
+
 #endif /* DT_CKPT_H */

@@ -427,6 +427,12 @@ static void skipped(const char *dir, int err, const char *why, void *ud)
     (void)err;
 }
 
+static void heartbeat(void *ud)
+{
+    (void)ud;
+    dt_wlink_heartbeat(); /* each shard was read in full */
+}
+
 /* Load --resume-from's directory, or the newest valid checkpoint under
  * --ckpt-dir (with a COMMITTED marker under --ckpt-commit external);
  * *step = 0 when there is none. */
@@ -464,28 +470,7 @@ static int load(dt_comm_t *comm, const topts_t *o, int64_t n, float *P, float *M
         goto out;
     }
     json_decref(want);
-    for (int i = 0; i < man.ranks && rc == 0; i++) {
-        char *path = dt_xasprintf("%s/%s", dir, man.shards[i].file);
-        dt_st_reader_t *r = NULL;
-        if ((rc = dt_st_open(path, &r, em)) == 0) {
-            const char *offs = dt_st_meta(r, "offset"), *ns = dt_st_meta(r, "nparams");
-            const dt_st_tensor_t *t = dt_st_find(r, "params");
-            int64_t off = offs ? strtoll(offs, NULL, 10) : -1;
-            if (!offs || !ns || strtoll(ns, NULL, 10) != n || !t || off < 0 ||
-                off + t->shape[0] > n) {
-                rc = dt_emsg_set(em, DT_EFORMAT, "%s: not a shard of this model's parameters",
-                                 path);
-            } else {
-                size_t bytes = (size_t)t->shape[0] * sizeof(float);
-                if ((rc = dt_st_read(r, "params", P + off, bytes, em)) == 0 &&
-                    (rc = dt_st_read(r, "adam_m", M + off, bytes, em)) == 0)
-                    rc = dt_st_read(r, "adam_v", V + off, bytes, em);
-            }
-            dt_st_close(r);
-        }
-        free(path);
-        dt_wlink_heartbeat();
-    }
+    rc = dt_ckpt_read_train(dir, &man, n, P, M, V, heartbeat, NULL, em);
     if (rc == 0 && loader) {
         json_t *cj = json_object_get(man.rng, "cursor");
         dt_loader_cursor_t cur = {
