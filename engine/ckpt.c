@@ -712,33 +712,142 @@ int dt_ckpt_prune(const char *root, int keep, dt_emsg_t *em)
 
 /*-- training checkpoints (dt-train-1) ------------------------------------*/
 
+/* A metadata value for a message: at most 32 bytes, anything but
+ * printable ASCII shown as '?' (it comes from a file). */
+static const char *meta_shown(char buf[40], const char *v)
+{
+    size_t i;
+
+    for (i = 0; v[i] != '\0' && i < 32; i++)
+        buf[i] = (unsigned char)v[i] >= 0x20 && (unsigned char)v[i] < 0x7f ? v[i] : '?';
+    if (v[i] != '\0') {
+        memcpy(buf + i, "...", 3);
+        i += 3;
+    }
+    buf[i] = '\0';
+    return buf;
+}
+
+/* Metadata KEY of shard PATH: a decimal integer in [0, INT64_MAX], digits
+ * only (strtoll read "abc" as 0 and " 12" as 12). */
+static int meta_int(const char *path, const dt_st_reader_t *r, const char *key, int64_t *out,
+                    dt_emsg_t *em)
+{
+    const char *v = dt_st_meta(r, key);
+    char sh[40];
+    int64_t x = 0;
+
+    if (v == NULL)
+        return dt_emsg_set(em, DT_EFORMAT, "%s: no '%s' metadata (not a dt-train-1 shard)", path,
+                           key);
+    for (const char *p = v; *p != '\0'; p++)
+        if (*p < '0' || *p > '9' || __builtin_mul_overflow(x, 10, &x) ||
+            __builtin_add_overflow(x, *p - '0', &x)) {
+            x = -1;
+            break;
+        }
+    if (v[0] == '\0' || x < 0)
+        return dt_emsg_set(em, DT_EFORMAT,
+                           "%s: metadata '%s' is '%s', not a decimal integer (0 to %" PRId64 ")",
+                           path, key, meta_shown(sh, v), INT64_MAX);
+    *out = x;
+    return 0;
+}
+
+/* "F32 [8, 1]" */
+static const char *tensor_str(const dt_st_tensor_t *t, char *buf, size_t sz)
+{
+    size_t k = (size_t)snprintf(buf, sz, "%s [", dt_st_dtype_name(t->dtype));
+
+    for (int i = 0; i < t->ndim && k < sz; i++)
+        k += (size_t)snprintf(buf + k, sz - k, "%s%" PRId64, i ? ", " : "", t->shape[i]);
+    if (k < sz)
+        snprintf(buf + k, sz - k, "]");
+    return buf;
+}
+
+/* One shard's slice: its offset, and its length from "params" (1-D F32,
+ * with "adam_m" and "adam_v" alike), checked against n without overflow. */
+static int train_slice(const char *path, const dt_st_reader_t *r, int64_t n, int64_t *off,
+                       int64_t *len, dt_emsg_t *em)
+{
+    static const char *const moments[] = { "adam_m", "adam_v" };
+    const dt_st_tensor_t *t = dt_st_find(r, "params");
+    int64_t np;
+    char a[160], b[160];
+    int rc;
+
+    if ((rc = meta_int(path, r, "offset", off, em)) < 0 ||
+        (rc = meta_int(path, r, "nparams", &np, em)) < 0)
+        return rc;
+    if (np != n)
+        return dt_emsg_set(em, DT_EFORMAT, "%s: nparams %" PRId64 ", this model has %" PRId64
+                           " (not a checkpoint of this model)", path, np, n);
+    if (t == NULL)
+        return dt_emsg_set(em, DT_EFORMAT, "%s: no tensor 'params'", path);
+    if (t->dtype != DT_ST_F32 || t->ndim != 1)
+        return dt_emsg_set(em, DT_EFORMAT, "%s: 'params' is %s, not a 1-D F32 tensor", path,
+                           tensor_str(t, a, sizeof(a)));
+    for (int i = 0; i < 2; i++) {
+        const dt_st_tensor_t *m = dt_st_find(r, moments[i]);
+        if (m == NULL)
+            return dt_emsg_set(em, DT_EFORMAT, "%s: no tensor '%s'", path, moments[i]);
+        if (m->dtype != t->dtype || m->ndim != 1 || m->shape[0] != t->shape[0])
+            return dt_emsg_set(em, DT_EFORMAT, "%s: '%s' is %s, not %s as 'params'", path,
+                               moments[i], tensor_str(m, a, sizeof(a)),
+                               tensor_str(t, b, sizeof(b)));
+    }
+    *len = t->shape[0];
+    /* off <= n first, so that off + len cannot overflow in the message */
+    if (*off > n)
+        return dt_emsg_set(em, DT_EFORMAT, "%s: offset %" PRId64 " is outside [0, %" PRId64 ")",
+                           path, *off, n);
+    if (*len > n - *off)
+        return dt_emsg_set(em, DT_EFORMAT,
+                           "%s: slice [%" PRId64 ", %" PRId64 ") is outside [0, %" PRId64 ")",
+                           path, *off, *off + *len, n);
+    return 0;
+}
+
 int dt_ckpt_read_train(const char *dir, const dt_ckpt_manifest_t *man, int64_t n, float *P,
                        float *M, float *V, dt_ckpt_tick_fn tick, void *ud, dt_emsg_t *em)
 {
+    int64_t end = 0; /* where the slices so far end: the next one starts there */
+    char *path = NULL;
     int rc = 0;
 
+    if (n < 0)
+        return dt_emsg_set(em, DT_EINVAL, "%s: %" PRId64 " parameters", dir, n);
     for (int i = 0; i < man->ranks && rc == 0; i++) {
-        char *path = dt_xasprintf("%s/%s", dir, man->shards[i].file);
         dt_st_reader_t *r = NULL;
-        if ((rc = dt_st_open(path, &r, em)) == 0) {
-            const char *offs = dt_st_meta(r, "offset"), *ns = dt_st_meta(r, "nparams");
-            const dt_st_tensor_t *t = dt_st_find(r, "params");
-            int64_t off = offs ? strtoll(offs, NULL, 10) : -1;
-            if (!offs || !ns || strtoll(ns, NULL, 10) != n || !t || off < 0 ||
-                off + t->shape[0] > n) {
-                rc = dt_emsg_set(em, DT_EFORMAT, "%s: not a shard of this model's parameters",
-                                 path);
-            } else {
-                size_t bytes = (size_t)t->shape[0] * sizeof(float);
-                if ((rc = dt_st_read(r, "params", P + off, bytes, em)) == 0 &&
-                    (rc = dt_st_read(r, "adam_m", M + off, bytes, em)) == 0)
-                    rc = dt_st_read(r, "adam_v", V + off, bytes, em);
-            }
-            dt_st_close(r);
-        }
+        int64_t off = 0, len = 0;
+
         free(path);
+        path = dt_xasprintf("%s/%s", dir, man->shards[i].file);
+        if ((rc = dt_st_open_nofollow(path, &r, em)) < 0)
+            break;
+        if ((rc = train_slice(path, r, n, &off, &len, em)) == 0 && off != end)
+            rc = i == 0 ? dt_emsg_set(em, DT_EFORMAT, "%s: the first slice starts at %" PRId64
+                                      ", not 0", path, off)
+                        : dt_emsg_set(em, DT_EFORMAT,
+                                      "%s: its slice starts at %" PRId64 ", the shard before it "
+                                      "ends at %" PRId64 " (slices are contiguous, in rank order)",
+                                      path, off, end);
+        if (rc == 0) {
+            /* the bounds are checked: off + len <= n */
+            size_t bytes = (size_t)len * sizeof(float);
+            if ((rc = dt_st_read(r, "params", P + off, bytes, em)) == 0 &&
+                (rc = dt_st_read(r, "adam_m", M + off, bytes, em)) == 0)
+                rc = dt_st_read(r, "adam_v", V + off, bytes, em);
+            end = off + len;
+        }
+        dt_st_close(r);
         if (tick)
             tick(ud);
     }
+    if (rc == 0 && end != n)
+        rc = dt_emsg_set(em, DT_EFORMAT, "%s: the shards end at %" PRId64 ", this model has %"
+                         PRId64 " parameters (a slice is missing)", path ? path : dir, end, n);
+    free(path);
     return rc;
 }

@@ -473,16 +473,23 @@ static int load(dt_comm_t *comm, const topts_t *o, int64_t n, float *P, float *M
     rc = dt_ckpt_read_train(dir, &man, n, P, M, V, heartbeat, NULL, em);
     if (rc == 0 && loader) {
         json_t *cj = json_object_get(man.rng, "cursor");
-        dt_loader_cursor_t cur = {
-            .epoch = (uint64_t)json_integer_value(json_object_get(cj, "epoch")),
-            .shard = json_integer_value(json_object_get(cj, "shard")),
-            .seq = json_integer_value(json_object_get(cj, "seq")),
-        };
+        static const char *const fields[] = { "epoch", "shard", "seq" };
+        json_int_t v[3] = { 0, 0, 0 };
         if (!json_is_object(cj))
             rc = dt_emsg_set(em, DT_EFORMAT, "%s: the manifest has no data cursor for %s", dir,
                              o->data);
-        else
+        /* each a non-negative integer (json_integer_value reads anything
+         * else as 0); dt_loader_set_cursor checks the ranges */
+        for (int i = 0; i < 3 && rc == 0; i++) {
+            json_t *f = json_object_get(cj, fields[i]);
+            if (!json_is_integer(f) || (v[i] = json_integer_value(f)) < 0)
+                rc = dt_emsg_set(em, DT_EFORMAT, "%s: the manifest's data cursor has no "
+                                 "non-negative integer '%s'", dir, fields[i]);
+        }
+        if (rc == 0) {
+            dt_loader_cursor_t cur = { .epoch = (uint64_t)v[0], .shard = v[1], .seq = v[2] };
             rc = dt_loader_set_cursor(loader, &cur, em);
+        }
     }
     if (rc == 0) {
         *step = man.step;

@@ -615,3 +615,143 @@ Test(ckpt, truncated_shard_with_a_matching_manifest_fails_verify)
     cr_assert(strstr(s.why[0], "not a valid safetensors file"), "%s", s.why[0]);
     free(dir);
 }
+
+/*-- training checkpoints (dt-train-1): every offset checked -----------------*/
+
+/* One shard of a dt-train-1 checkpoint: `len` values starting at value
+ * base, with the metadata given as text (NULL: left out). */
+typedef struct {
+    const char *offset, *nparams;
+    int64_t len;
+    enum dt_st_dtype dtype; /* of "params" */
+    int ndim;               /* of "params": 1, or 2 as (len, 1) */
+    int64_t mlen;           /* of "adam_m": len when 0 */
+} tshard_t;
+
+static void write_train(int64_t step, int ranks, const tshard_t *sh)
+{
+    dt_ckpt_shard_t recs[8];
+    dt_ckpt_manifest_t m = { 0 };
+    dt_emsg_t em = { "" };
+    float buf[4096];
+
+    cr_assert_leq(ranks, 8);
+    for (int i = 0; i < 4096; i++)
+        buf[i] = (float)i;
+    cr_assert_eq(dt_ckpt_begin(root, step, &em), 0, "%s", em.s);
+    for (int r = 0; r < ranks; r++) {
+        dt_st_writer_t *w = dt_st_writer_new();
+        int64_t shape[2] = { sh[r].len, 1 }, mshape[1] = { sh[r].mlen ? sh[r].mlen : sh[r].len };
+        cr_assert_eq(dt_st_writer_add(w, "params", sh[r].dtype, sh[r].ndim ? sh[r].ndim : 1,
+                                      shape, buf, &em), 0, "%s", em.s);
+        cr_assert_eq(dt_st_writer_add(w, "adam_m", DT_ST_F32, 1, mshape, buf, &em), 0);
+        cr_assert_eq(dt_st_writer_add(w, "adam_v", DT_ST_F32, 1, shape, buf, &em), 0);
+        cr_assert_eq(dt_st_writer_meta(w, "format", "dt-train-1", &em), 0);
+        if (sh[r].offset)
+            cr_assert_eq(dt_st_writer_meta(w, "offset", sh[r].offset, &em), 0);
+        if (sh[r].nparams)
+            cr_assert_eq(dt_st_writer_meta(w, "nparams", sh[r].nparams, &em), 0);
+        cr_assert_eq(dt_ckpt_write_shard(root, step, r, ranks, w, &recs[r], &em), 0, "%s", em.s);
+        dt_st_writer_free(w);
+    }
+    m.step = step;
+    m.ranks = ranks;
+    m.model = json_pack("{s:i}", "dim", 8);
+    m.shards = recs;
+    cr_assert_eq(dt_ckpt_write_manifest(root, &m, &em), 0, "%s", em.s);
+    json_decref(m.model);
+    cr_assert_eq(dt_ckpt_commit(root, step, NULL, &em), 0, "%s", em.s);
+}
+
+/* Read checkpoint `step` as n parameters; rc, message in em. Guard values
+ * around P catch a write outside it. */
+static int read_train(int64_t step, int64_t n, float *Pout, dt_emsg_t *em)
+{
+    dt_ckpt_manifest_t m;
+    float *M = calloc((size_t)n, sizeof(float)), *V = calloc((size_t)n, sizeof(float));
+    int rc;
+
+    cr_assert_eq(dt_ckpt_manifest_read(P("step-%08lld", (long long)step), &m, em), 0, "%s",
+                 em->s);
+    rc = dt_ckpt_read_train(P("step-%08lld", (long long)step), &m, n, Pout, M, V, NULL, NULL, em);
+    dt_ckpt_manifest_close(&m);
+    free(M);
+    free(V);
+    return rc;
+}
+
+Test(ckpt, train_shards_read_back_in_slices)
+{
+    tshard_t sh[3] = { { "0", "10", 3, DT_ST_F32, 1, 0 },
+                       { "3", "10", 3, DT_ST_F32, 1, 0 },
+                       { "6", "10", 4, DT_ST_F32, 1, 0 } };
+    float out[10];
+    dt_emsg_t em = { "" };
+
+    write_train(1, 3, sh);
+    cr_assert_eq(read_train(1, 10, out, &em), 0, "%s", em.s);
+    cr_assert(out[0] == 0 && out[2] == 2 && out[3] == 0 && out[6] == 0 && out[9] == 3);
+}
+
+/* A self-consistent checkpoint (manifest and hashes agree) whose shard
+ * says "offset" = INT64_MAX - 5: offset + length wrapped negative and
+ * passed the bounds check, and the slice was written 24 bytes before the
+ * parameters (heap corruption: "corrupted size vs. prev_size", SIGABRT). */
+Test(ckpt, train_offset_near_int64_max_is_refused)
+{
+    tshard_t sh[1] = { { "9223372036854775802", "1000", 1000, DT_ST_F32, 1, 0 } };
+    int64_t n = 1000;
+    float *buf = calloc((size_t)n + 64, sizeof(float)), *out = buf + 32;
+    dt_emsg_t em = { "" };
+
+    for (int i = 0; i < 32; i++)
+        buf[i] = buf[32 + n + i] = -7.0f;
+    write_train(1, 1, sh);
+    cr_assert_eq(read_train(1, n, out, &em), DT_EFORMAT, "%s", em.s);
+    cr_assert(strstr(em.s, "shard-00000-of-00001.safetensors"), "%s", em.s);
+    cr_assert(strstr(em.s, "offset 9223372036854775802"), "%s", em.s);
+    for (int i = 0; i < 32; i++)
+        cr_assert(buf[i] == -7.0f && buf[32 + n + i] == -7.0f, "written outside the parameters at %d", i);
+    free(buf);
+}
+
+/* Every other way a shard may not be a slice of n parameters. */
+Test(ckpt, train_shards_that_are_not_slices_are_refused)
+{
+    static const struct {
+        tshard_t sh[2];
+        int ranks;
+        const char *words;
+    } cases[] = {
+        { { { "abc", "8", 8, DT_ST_F32, 1, 0 } }, 1, "'offset' is 'abc', not a decimal integer" },
+        { { { "0x0", "8", 8, DT_ST_F32, 1, 0 } }, 1, "'offset' is '0x0'" },
+        { { { " 0", "8", 8, DT_ST_F32, 1, 0 } }, 1, "'offset' is ' 0'" },
+        { { { "-1", "8", 8, DT_ST_F32, 1, 0 } }, 1, "'offset' is '-1'" },
+        { { { "99999999999999999999", "8", 8, DT_ST_F32, 1, 0 } }, 1, "'offset' is '9999" },
+        { { { NULL, "8", 8, DT_ST_F32, 1, 0 } }, 1, "no 'offset'" },
+        { { { "0", "8x", 8, DT_ST_F32, 1, 0 } }, 1, "'nparams' is '8x'" },
+        { { { "0", "9", 8, DT_ST_F32, 1, 0 } }, 1, "nparams 9, this model has 8" },
+        { { { "0", NULL, 8, DT_ST_F32, 1, 0 } }, 1, "no 'nparams'" },
+        { { { "1", "8", 8, DT_ST_F32, 1, 0 } }, 1, "[1, 9) is outside [0, 8)" },
+        { { { "0", "8", 8, DT_ST_U8, 1, 0 } }, 1, "'params' is U8 [8], not a 1-D F32 tensor" },
+        { { { "0", "8", 8, DT_ST_F32, 2, 0 } }, 1, "'params' is F32 [8, 1]" },
+        { { { "0", "8", 8, DT_ST_F32, 1, 7 } }, 1, "'adam_m'" },
+        { { { "0", "8", 4, DT_ST_F32, 1, 0 }, { "5", "8", 3, DT_ST_F32, 1, 0 } },
+          2, "starts at 5, the shard before it ends at 4" },
+        { { { "0", "8", 4, DT_ST_F32, 1, 0 }, { "3", "8", 5, DT_ST_F32, 1, 0 } },
+          2, "starts at 3, the shard before it ends at 4" },
+        { { { "0", "8", 4, DT_ST_F32, 1, 0 }, { "4", "8", 3, DT_ST_F32, 1, 0 } },
+          2, "the shards end at 7, this model has 8 parameters" },
+    };
+    dt_emsg_t em = { "" };
+    float out[8];
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        write_train((int64_t)i + 1, cases[i].ranks, cases[i].sh);
+        int rc = read_train((int64_t)i + 1, 8, out, &em);
+        cr_assert_eq(rc, DT_EFORMAT, "case %zu: rc %d: %s", i, rc, em.s);
+        cr_assert(strstr(em.s, "shard-0000"), "case %zu: no shard named: %s", i, em.s);
+        cr_assert(strstr(em.s, cases[i].words), "case %zu: '%s' not in: %s", i, cases[i].words,
+                  em.s);
+    }
+}
