@@ -710,6 +710,61 @@ int dt_ckpt_prune(const char *root, int keep, dt_emsg_t *em)
     return rc < 0 ? rc : removed;
 }
 
+/*-- setting a step aside ------------------------------------------------*/
+
+/* rename(from, to) that never replaces what is at `to` (an empty directory
+ * would be replaced silently by rename): EEXIST then. */
+static int rename_noreplace(const char *from, const char *to)
+{
+    struct stat st;
+
+#ifdef RENAME_NOREPLACE
+    if (renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) == 0)
+        return 0;
+    if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP)
+        return -1;
+#endif
+    /* a file system without RENAME_NOREPLACE: check, then rename */
+    if (lstat(to, &st) == 0) {
+        errno = EEXIST;
+        return -1;
+    }
+    return rename(from, to);
+}
+
+int dt_ckpt_set_aside(const char *root, int64_t step, const char *tag, char **out, dt_emsg_t *em)
+{
+    char *from = dt_ckpt_step_dir(root, step), *to = NULL;
+    int rc = 0, e = 0;
+
+    if (out)
+        *out = NULL;
+    for (int i = 1; i <= 1000; i++) {
+        free(to);
+        to = i == 1 ? dt_xasprintf("%s.%s", from, tag) : dt_xasprintf("%s.%s.%d", from, tag, i);
+        if (rename_noreplace(from, to) == 0) {
+            e = 0;
+            break;
+        }
+        e = errno;
+        if (e != EEXIST && e != ENOTEMPTY)
+            break;
+    }
+    if (e == EEXIST || e == ENOTEMPTY)
+        rc = dt_emsg_set(em, DT_EEXIST, "%s: cannot move it aside: %s.%s.* are all taken", from,
+                         from, tag);
+    else if (e != 0)
+        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot move it aside to %s: %s", from, to,
+                         strerror(e));
+    if (rc == 0 && (rc = dt_fsync_dir(root, em)) == 0 && out) {
+        *out = to;
+        to = NULL;
+    }
+    free(to);
+    free(from);
+    return rc;
+}
+
 /*-- training checkpoints (dt-train-1) ------------------------------------*/
 
 /* A metadata value for a message: at most 32 bytes, anything but

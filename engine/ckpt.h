@@ -159,6 +159,15 @@ int dt_ckpt_latest(const char *root, unsigned flags, dt_ckpt_skip_fn skip, void 
  * directories deleted, or a negative DT_* code. */
 int dt_ckpt_prune(const char *root, int keep, dt_emsg_t *em);
 
+/* Move the step directory STEP of ROOT out of the step-* namespace, to
+ * ROOT/step-NNNNNNNN.TAG, or .TAG.2, .TAG.3, ... when that name is taken:
+ * nothing existing is ever replaced, so a step set aside again on a later
+ * retry gets the next name. Resume and prune ignore such directories; they
+ * are kept for inspection. On success *out (may be NULL) is the new path
+ * (the caller frees). For a resume that passed over a step that does not
+ * verify and will write that step again. */
+int dt_ckpt_set_aside(const char *root, int64_t step, const char *tag, char **out, dt_emsg_t *em);
+
 /* Training checkpoints (format "dt-train-1", written by dtengine train):
  * the flat float32 parameter array of n values and the two AdamW moments
  * are cut into R contiguous slices; shard r holds slice r as the 1-D F32
