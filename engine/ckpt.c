@@ -821,10 +821,8 @@ static const char *tensor_str(const dt_st_tensor_t *t, char *buf, size_t sz)
     return buf;
 }
 
-/* One shard's slice: its offset, and its length from "params" (1-D F32,
- * with "adam_m" and "adam_v" alike), checked against n without overflow. */
-static int train_slice(const char *path, const dt_st_reader_t *r, int64_t n, int64_t *off,
-                       int64_t *len, dt_emsg_t *em)
+int dt_ckpt_train_slice(const char *path, const dt_st_reader_t *r, int64_t n, int64_t *off,
+                        int64_t *len, dt_emsg_t *em)
 {
     static const char *const moments[] = { "adam_m", "adam_v" };
     const dt_st_tensor_t *t = dt_st_find(r, "params");
@@ -854,6 +852,8 @@ static int train_slice(const char *path, const dt_st_reader_t *r, int64_t n, int
     }
     *len = t->shape[0];
     /* off <= n first, so that off + len cannot overflow in the message */
+    if (n < 0)
+        return dt_emsg_set(em, DT_EINVAL, "%s: %" PRId64 " parameters", path, n);
     if (*off > n)
         return dt_emsg_set(em, DT_EFORMAT, "%s: offset %" PRId64 " is outside [0, %" PRId64 ")",
                            path, *off, n);
@@ -881,7 +881,7 @@ int dt_ckpt_read_train(const char *dir, const dt_ckpt_manifest_t *man, int64_t n
         path = dt_xasprintf("%s/%s", dir, man->shards[i].file);
         if ((rc = dt_st_open_nofollow(path, &r, em)) < 0)
             break;
-        if ((rc = train_slice(path, r, n, &off, &len, em)) == 0 && off != end)
+        if ((rc = dt_ckpt_train_slice(path, r, n, &off, &len, em)) == 0 && off != end)
             rc = i == 0 ? dt_emsg_set(em, DT_EFORMAT, "%s: the first slice starts at %" PRId64
                                       ", not 0", path, off)
                         : dt_emsg_set(em, DT_EFORMAT,

@@ -178,6 +178,13 @@ int dt_ckpt_set_aside(const char *root, int64_t step, const char *tag, char **ou
  * NULL) after each shard. DT_EFORMAT with the shard named when a shard is
  * not a slice of n parameters. */
 typedef void (*dt_ckpt_tick_fn)(void *ud);
+/* One shard's slice as dt_ckpt_read_train checks it, from its header alone
+ * (r from dt_st_open or dt_st_parse; path names it in messages): "offset"
+ * and "nparams" decimal, nparams == n, "params", "adam_m" and "adam_v" 1-D
+ * F32 of one length, and [off, off + len) inside [0, n), all without
+ * overflow. 0 with *off and *len set, or DT_EFORMAT. */
+int dt_ckpt_train_slice(const char *path, const dt_st_reader_t *r, int64_t n, int64_t *off,
+                        int64_t *len, dt_emsg_t *em);
 int dt_ckpt_read_train(const char *dir, const dt_ckpt_manifest_t *man, int64_t n, float *P,
                        float *M, float *V, dt_ckpt_tick_fn tick, void *ud, dt_emsg_t *em);
 
