@@ -201,28 +201,11 @@ static void report(const dtctl_t *ctl, const dt_spec_t *s, const dt_plan_req_t *
 
 /*-- the command -------------------------------------------------------------------*/
 
-/* A spec file that may leave kind and tokens to the flags: the spec's key
- * table with nothing required; dt_spec_check runs once the flags are in. */
+/* A spec file that may leave kind and tokens to the flags: nothing
+ * required; dt_spec_check runs once the flags are in. */
 static int load_file(const char *path, dt_spec_t *s, dt_emsg_t *em)
 {
-    const dt_conf_key_t *keys = dt_spec_keys();
-    dt_conf_key_t *opt;
-    size_t n = 0;
-    int rc;
-
-    while (keys[n].name != NULL)
-        n++;
-    opt = dt_xcalloc(n + 1, sizeof(*opt));
-    memcpy(opt, keys, (n + 1) * sizeof(*opt));
-    for (size_t i = 0; i < n; i++)
-        opt[i].required = 0;
-    s->causal = -1; /* untouched unless the file sets it */
-    rc = dt_conf_load(path, opt, s, em);
-    s->causal_set = s->causal != -1;
-    if (s->causal == -1)
-        s->causal = 1;
-    free(opt);
-    return rc;
+    return dt_spec_load_partial(path, s, em);
 }
 
 int dtctl_plan(dtctl_t *ctl, int argc, char **argv)

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,13 +67,18 @@ int dt_pwrite_full(int fd, const void *buf, size_t n, int64_t off)
     return 0;
 }
 
-int dt_open_regular(const char *path, int64_t *size, dt_emsg_t *em)
+int dt_open_regular_flags(const char *path, unsigned flags, int64_t *size, dt_emsg_t *em)
 {
     struct stat st;
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK), e, rc;
+    int fd, e, rc;
 
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK |
+                        ((flags & DT_OPEN_NOFOLLOW) ? O_NOFOLLOW : 0));
     if (fd < 0) {
         e = errno;
+        if (e == ELOOP && (flags & DT_OPEN_NOFOLLOW) && lstat(path, &st) == 0 &&
+            S_ISLNK(st.st_mode))
+            return dt_emsg_set(em, DT_EINVAL, "%s: is a symbolic link (not followed here)", path);
         return dt_emsg_set(em, dt_err_errno(e), "%s: cannot open: %s", path, strerror(e));
     }
     if (fstat(fd, &st) < 0) {
@@ -82,7 +88,7 @@ int dt_open_regular(const char *path, int64_t *size, dt_emsg_t *em)
         return rc;
     }
     if (!S_ISREG(st.st_mode)) {
-        rc = dt_emsg_set(em, DT_EIO, "%s: %s", path,
+        rc = dt_emsg_set(em, DT_EINVAL, "%s: %s", path,
                          S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file");
         close(fd);
         return rc;
@@ -90,6 +96,45 @@ int dt_open_regular(const char *path, int64_t *size, dt_emsg_t *em)
     if (size)
         *size = (int64_t)st.st_size;
     return fd;
+}
+
+int dt_open_regular(const char *path, int64_t *size, dt_emsg_t *em)
+{
+    return dt_open_regular_flags(path, 0, size, em);
+}
+
+int dt_read_regular(const char *path, unsigned flags, size_t max, char **buf, size_t *len,
+                    dt_emsg_t *em)
+{
+    int64_t size = 0, got;
+    char *p;
+    int fd;
+
+    *buf = NULL;
+    *len = 0;
+    if ((fd = dt_open_regular_flags(path, flags, &size, em)) < 0)
+        return fd;
+    if (size < 0 || (uint64_t)size > max) {
+        close(fd);
+        return dt_emsg_set(em, DT_ERANGE, "%s: larger than the limit of %zu bytes", path, max);
+    }
+    /* one byte past the size seen, so a file that grew since is seen */
+    p = dt_xmalloc((size_t)size + 2);
+    got = dt_pread_full(fd, p, (size_t)size + 1, 0);
+    close(fd);
+    if (got < 0) {
+        free(p);
+        return dt_emsg_set(em, (int)got, "%s: cannot read: %s", path, dt_strerror((int)got));
+    }
+    if (got != size) {
+        free(p);
+        return dt_emsg_set(em, DT_EIO, "%s: changed while it was read (%" PRId64
+                           " bytes, then %" PRId64 ")", path, size, got);
+    }
+    p[got] = '\0';
+    *buf = p;
+    *len = (size_t)got;
+    return 0;
 }
 
 int dt_fsync_dir(const char *dir, dt_emsg_t *em)

@@ -21,9 +21,24 @@ int dt_write_full(int fd, const void *buf, size_t n);
 int dt_pwrite_full(int fd, const void *buf, size_t n, int64_t off);
 /* Open PATH read-only and check it is a regular file (O_NONBLOCK, so a
  * FIFO cannot hang the open). Returns the descriptor and, when size is not
- * NULL, the file's size; or a negative code with "PATH: cannot open: ...",
- * "PATH: is a directory" or "PATH: not a regular file". */
+ * NULL, the file's size; or a negative code with "PATH: cannot open: ..."
+ * (DT_ENOENT, DT_EACCES, ...), or DT_EINVAL with "PATH: is a directory" or
+ * "PATH: not a regular file" (an input that names the wrong thing, which no
+ * retry mends). */
 int dt_open_regular(const char *path, int64_t *size, dt_emsg_t *em);
+
+/* dt_open_regular's flags. */
+#define DT_OPEN_NOFOLLOW 1u /* a symbolic link as the last component is refused
+                             * (DT_EINVAL, "PATH: is a symbolic link") */
+int dt_open_regular_flags(const char *path, unsigned flags, int64_t *size, dt_emsg_t *em);
+
+/* The whole of the regular file PATH (opened as dt_open_regular_flags does)
+ * in a new NUL-terminated buffer: *buf (the caller frees) and *len, without
+ * the NUL. A file larger than max bytes is refused before it is read
+ * (DT_ERANGE, "PATH: larger than the limit of MAX bytes"), so the memory
+ * used is bounded by max whatever the file says. */
+int dt_read_regular(const char *path, unsigned flags, size_t max, char **buf, size_t *len,
+                    dt_emsg_t *em);
 /* fsync a directory (after a rename into it). File systems that cannot
  * (EINVAL, ENOTSUP) count as success. A message naming the directory. */
 int dt_fsync_dir(const char *dir, dt_emsg_t *em);

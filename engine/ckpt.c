@@ -100,51 +100,72 @@ static int rm_tree(const char *path, dt_emsg_t *em)
     return 0;
 }
 
-/* Write len bytes to PATH through a temp file, fsync, rename, fsync dir. */
+/* DIR opened as a directory, refusing a symbolic link in its place. */
+static int open_dir(const char *dir, dt_emsg_t *em)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), e;
+    struct stat st;
+
+    if (fd >= 0)
+        return fd;
+    e = errno;
+    if ((e == ELOOP || e == ENOTDIR) && lstat(dir, &st) == 0 && S_ISLNK(st.st_mode))
+        return dt_emsg_set(em, DT_EINVAL, "%s: is a symbolic link (not followed here)", dir);
+    return dt_emsg_set(em, dt_err_errno(e), "%s: cannot open: %s", dir, strerror(e));
+}
+
+/* Write len bytes to DIR/NAME through a temp file, fsync, rename, fsync
+ * dir. Every step is relative to DIR opened once without following a link,
+ * the temp file is created with O_EXCL | O_NOFOLLOW and mode 0600, and the
+ * rename replaces whatever is at NAME (a planted link included) rather
+ * than writing through it: a process running as another user than the
+ * directory's owner cannot be made to write anywhere else. */
 static int write_atomic(const char *dir, const char *name, const char *data, size_t len,
                         dt_emsg_t *em)
 {
     char *path = dt_xasprintf("%s/%s", dir, name);
-    char *tmp = dt_xasprintf("%s/.%s.tmp.%ld", dir, name, (long)getpid());
-    size_t done = 0;
-    int fd, rc = 0, e;
+    char *tmp = dt_xasprintf(".%s.tmp.%ld", name, (long)getpid());
+    int dfd, fd = -1, rc = 0, e;
 
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    if (fd < 0) {
-        e = errno;
-        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot create %s: %s", path, tmp, strerror(e));
+    if ((dfd = open_dir(dir, em)) < 0) {
+        rc = dfd;
         goto out;
     }
-    while (done < len) {
-        ssize_t w = write(fd, data + done, len - done);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0) {
-            e = errno;
-            rc =
-                dt_emsg_set(em, dt_err_errno(e), "%s: cannot write %s: %s", path, tmp, strerror(e));
-            break;
-        }
-        done += (size_t)w;
+    fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0 && errno == EEXIST && unlinkat(dfd, tmp, 0) == 0)
+        fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        e = errno;
+        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot create %s/%s: %s", path, dir, tmp,
+                         strerror(e));
+        goto out;
     }
+    if ((rc = dt_write_full(fd, data, len)) < 0)
+        rc = dt_emsg_set(em, rc, "%s: cannot write %s/%s: %s", path, dir, tmp, dt_strerror(rc));
     if (rc == 0 && fsync(fd) < 0) {
         e = errno;
-        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot fsync %s: %s", path, tmp, strerror(e));
+        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot fsync %s/%s: %s", path, dir, tmp,
+                         strerror(e));
     }
     if (close(fd) < 0 && rc == 0) {
         e = errno;
-        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot close %s: %s", path, tmp, strerror(e));
-    }
-    if (rc == 0 && rename(tmp, path) < 0) {
-        e = errno;
-        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot rename %s over it: %s", path, tmp,
+        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot close %s/%s: %s", path, dir, tmp,
                          strerror(e));
     }
-    if (rc < 0)
-        unlink(tmp);
-    else
-        rc = dt_fsync_dir(dir, em);
+    if (rc == 0 && renameat(dfd, tmp, dfd, name) < 0) {
+        e = errno;
+        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot rename %s/%s over it: %s", path, dir,
+                         tmp, strerror(e));
+    }
+    if (rc < 0) {
+        unlinkat(dfd, tmp, 0);
+    } else if (fsync(dfd) < 0 && errno != EINVAL && errno != ENOTSUP) {
+        e = errno;
+        rc = dt_emsg_set(em, dt_err_errno(e), "%s: fsync failed: %s", dir, strerror(e));
+    }
 out:
+    if (dfd >= 0)
+        close(dfd);
     free(tmp);
     free(path);
     return rc;
@@ -262,36 +283,45 @@ static int manifest_from_json(const char *path, json_t *root, dt_ckpt_manifest_t
     return 0;
 }
 
-int dt_ckpt_manifest_read(const char *dir, dt_ckpt_manifest_t *m, dt_emsg_t *em)
+int dt_ckpt_manifest_parse(const char *name, const char *text, size_t len, dt_ckpt_manifest_t *m,
+                           dt_emsg_t *em)
 {
-    char *path = dt_xasprintf("%s/%s", dir, DT_CKPT_MANIFEST);
     json_error_t jerr;
     json_t *root;
-    struct stat st;
     int rc;
 
     memset(m, 0, sizeof(*m));
-    if (stat(path, &st) < 0) {
-        int e = errno;
-        rc = dt_emsg_set(em, dt_err_errno(e), "%s: %s", path, strerror(e));
-        goto out;
-    }
-    /* A manifest is a few KiB; refuse anything absurd before reading it. */
-    if (!S_ISREG(st.st_mode) || st.st_size > (16 << 20)) {
-        rc = dt_emsg_set(em, DT_EFORMAT, "%s: not a regular file of at most 16 MiB", path);
-        goto out;
-    }
-    root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
-    if (root == NULL) {
-        rc = dt_emsg_set(em, DT_EFORMAT, "%s: not valid JSON: %s (line %d, column %d)", path,
-                         jerr.text, jerr.line, jerr.column);
-        goto out;
-    }
-    rc = manifest_from_json(path, root, m, em);
+    if (len > DT_CKPT_MANIFEST_MAX)
+        return dt_emsg_set(em, DT_EFORMAT, "%s: larger than the limit of %d bytes", name,
+                           DT_CKPT_MANIFEST_MAX);
+    root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (root == NULL)
+        return dt_emsg_set(em, DT_EFORMAT, "%s: not valid JSON: %s (line %d, column %d)", name,
+                           jerr.text, jerr.line, jerr.column);
+    rc = manifest_from_json(name, root, m, em);
     json_decref(root);
     if (rc < 0)
         dt_ckpt_manifest_close(m);
-out:
+    return rc;
+}
+
+int dt_ckpt_manifest_read(const char *dir, dt_ckpt_manifest_t *m, dt_emsg_t *em)
+{
+    char *path = dt_xasprintf("%s/%s", dir, DT_CKPT_MANIFEST), *text = NULL;
+    size_t len = 0;
+    int rc;
+
+    memset(m, 0, sizeof(*m));
+    /* a regular file, not through a link, of a bounded size: read whole */
+    rc = dt_read_regular(path, DT_OPEN_NOFOLLOW, DT_CKPT_MANIFEST_MAX, &text, &len, em);
+    if (rc == DT_ERANGE || rc == DT_EINVAL) {
+        dt_emsg_t why = *em;
+        rc = dt_emsg_set(em, DT_EFORMAT, "%s (a manifest is a regular file of at most 16 MiB)",
+                         why.s);
+    }
+    if (rc == 0)
+        rc = dt_ckpt_manifest_parse(path, text, len, m, em);
+    free(text);
     free(path);
     return rc;
 }
@@ -318,11 +348,15 @@ static int check_dir(const char *dir, bool hash, dt_emsg_t *em)
         char *path = dt_xasprintf("%s/%s", dir, sh->file), hex[65];
         struct stat st;
 
-        if (stat(path, &st) < 0) {
+        dt_st_reader_t *sr = NULL;
+        dt_emsg_t why = { "" };
+
+        if (lstat(path, &st) < 0) {
             int e = errno;
             rc = dt_emsg_set(em, dt_err_errno(e), "%s: shard %s: %s", dir, sh->file, strerror(e));
         } else if (!S_ISREG(st.st_mode)) {
-            rc = dt_emsg_set(em, DT_EFORMAT, "%s: shard %s is not a regular file", dir, sh->file);
+            rc = dt_emsg_set(em, DT_EFORMAT, "%s: shard %s is not a regular file%s", dir,
+                             sh->file, S_ISLNK(st.st_mode) ? " (a symbolic link)" : "");
         } else if ((int64_t)st.st_size != sh->bytes) {
             rc = dt_emsg_set(em, DT_EFORMAT,
                              "%s: shard %s is %" PRId64 " bytes, the manifest says %" PRId64, dir,
@@ -332,7 +366,13 @@ static int check_dir(const char *dir, bool hash, dt_emsg_t *em)
             rc = dt_emsg_set(em, DT_EFORMAT,
                              "%s: shard %s is corrupt: sha256 %s, the manifest says %s", dir,
                              sh->file, hex, sh->sha256);
+        } else if (hash && rc == 0 && (rc = dt_st_open_nofollow(path, &sr, &why)) < 0) {
+            /* the bytes are the ones recorded, but not a sane shard (a
+             * manifest rewritten to match a truncated or crafted file) */
+            rc = dt_emsg_set(em, DT_EFORMAT, "%s: shard %s is not a valid safetensors file: %s",
+                             dir, sh->file, why.s);
         }
+        dt_st_close(sr);
         free(path);
         if (rc < 0)
             goto out;
@@ -357,7 +397,8 @@ int dt_ckpt_begin(const char *root, int64_t step, dt_emsg_t *em)
 
     if (step < 0)
         return dt_emsg_set(em, DT_EINVAL, "%s: negative step %" PRId64, root, step);
-    if (mkdir(root, 0777) < 0 && errno != EEXIST) {
+    /* 0700: a checkpoint is the job owner's alone (umask or not) */
+    if (mkdir(root, 0700) < 0 && errno != EEXIST) {
         e = errno;
         return dt_emsg_set(em, dt_err_errno(e), "%s: cannot create: %s", root, strerror(e));
     }
@@ -370,7 +411,7 @@ int dt_ckpt_begin(const char *root, int64_t step, dt_emsg_t *em)
     }
     if ((rc = rm_tree(tmp, em)) < 0)
         goto out;
-    if (mkdir(tmp, 0777) < 0) {
+    if (mkdir(tmp, 0700) < 0) {
         e = errno;
         rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot create: %s", tmp, strerror(e));
         goto out;
@@ -524,7 +565,8 @@ bool dt_ckpt_is_committed(const char *dir)
 {
     char *path = dt_xasprintf("%s/%s", dir, DT_CKPT_COMMITTED);
     struct stat st;
-    bool ok = stat(path, &st) == 0 && S_ISREG(st.st_mode);
+    /* a link there is not a marker: lstat */
+    bool ok = lstat(path, &st) == 0 && S_ISREG(st.st_mode);
 
     free(path);
     return ok;
@@ -666,4 +708,201 @@ int dt_ckpt_prune(const char *root, int keep, dt_emsg_t *em)
     }
     free_entries(v, n);
     return rc < 0 ? rc : removed;
+}
+
+/*-- setting a step aside ------------------------------------------------*/
+
+/* rename(from, to) that never replaces what is at `to` (an empty directory
+ * would be replaced silently by rename): EEXIST then. */
+static int rename_noreplace(const char *from, const char *to)
+{
+    struct stat st;
+
+#ifdef RENAME_NOREPLACE
+    if (renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) == 0)
+        return 0;
+    if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP)
+        return -1;
+#endif
+    /* a file system without RENAME_NOREPLACE: check, then rename */
+    if (lstat(to, &st) == 0) {
+        errno = EEXIST;
+        return -1;
+    }
+    return rename(from, to);
+}
+
+int dt_ckpt_set_aside(const char *root, int64_t step, const char *tag, char **out, dt_emsg_t *em)
+{
+    char *from = dt_ckpt_step_dir(root, step), *to = NULL;
+    int rc = 0, e = 0;
+
+    if (out)
+        *out = NULL;
+    for (int i = 1; i <= 1000; i++) {
+        free(to);
+        to = i == 1 ? dt_xasprintf("%s.%s", from, tag) : dt_xasprintf("%s.%s.%d", from, tag, i);
+        if (rename_noreplace(from, to) == 0) {
+            e = 0;
+            break;
+        }
+        e = errno;
+        if (e != EEXIST && e != ENOTEMPTY)
+            break;
+    }
+    if (e == EEXIST || e == ENOTEMPTY)
+        rc = dt_emsg_set(em, DT_EEXIST, "%s: cannot move it aside: %s.%s.* are all taken", from,
+                         from, tag);
+    else if (e != 0)
+        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot move it aside to %s: %s", from, to,
+                         strerror(e));
+    if (rc == 0 && (rc = dt_fsync_dir(root, em)) == 0 && out) {
+        *out = to;
+        to = NULL;
+    }
+    free(to);
+    free(from);
+    return rc;
+}
+
+/*-- training checkpoints (dt-train-1) ------------------------------------*/
+
+/* A metadata value for a message: at most 32 bytes, anything but
+ * printable ASCII shown as '?' (it comes from a file). */
+static const char *meta_shown(char buf[40], const char *v)
+{
+    size_t i;
+
+    for (i = 0; v[i] != '\0' && i < 32; i++)
+        buf[i] = (unsigned char)v[i] >= 0x20 && (unsigned char)v[i] < 0x7f ? v[i] : '?';
+    if (v[i] != '\0') {
+        memcpy(buf + i, "...", 3);
+        i += 3;
+    }
+    buf[i] = '\0';
+    return buf;
+}
+
+/* Metadata KEY of shard PATH: a decimal integer in [0, INT64_MAX], digits
+ * only (strtoll read "abc" as 0 and " 12" as 12). */
+static int meta_int(const char *path, const dt_st_reader_t *r, const char *key, int64_t *out,
+                    dt_emsg_t *em)
+{
+    const char *v = dt_st_meta(r, key);
+    char sh[40];
+    int64_t x = 0;
+
+    if (v == NULL)
+        return dt_emsg_set(em, DT_EFORMAT, "%s: no '%s' metadata (not a dt-train-1 shard)", path,
+                           key);
+    for (const char *p = v; *p != '\0'; p++)
+        if (*p < '0' || *p > '9' || __builtin_mul_overflow(x, 10, &x) ||
+            __builtin_add_overflow(x, *p - '0', &x)) {
+            x = -1;
+            break;
+        }
+    if (v[0] == '\0' || x < 0)
+        return dt_emsg_set(em, DT_EFORMAT,
+                           "%s: metadata '%s' is '%s', not a decimal integer (0 to %" PRId64 ")",
+                           path, key, meta_shown(sh, v), INT64_MAX);
+    *out = x;
+    return 0;
+}
+
+/* "F32 [8, 1]" */
+static const char *tensor_str(const dt_st_tensor_t *t, char *buf, size_t sz)
+{
+    size_t k = (size_t)snprintf(buf, sz, "%s [", dt_st_dtype_name(t->dtype));
+
+    for (int i = 0; i < t->ndim && k < sz; i++)
+        k += (size_t)snprintf(buf + k, sz - k, "%s%" PRId64, i ? ", " : "", t->shape[i]);
+    if (k < sz)
+        snprintf(buf + k, sz - k, "]");
+    return buf;
+}
+
+int dt_ckpt_train_slice(const char *path, const dt_st_reader_t *r, int64_t n, int64_t *off,
+                        int64_t *len, dt_emsg_t *em)
+{
+    static const char *const moments[] = { "adam_m", "adam_v" };
+    const dt_st_tensor_t *t = dt_st_find(r, "params");
+    int64_t np;
+    char a[160], b[160];
+    int rc;
+
+    if ((rc = meta_int(path, r, "offset", off, em)) < 0 ||
+        (rc = meta_int(path, r, "nparams", &np, em)) < 0)
+        return rc;
+    if (np != n)
+        return dt_emsg_set(em, DT_EFORMAT, "%s: nparams %" PRId64 ", this model has %" PRId64
+                           " (not a checkpoint of this model)", path, np, n);
+    if (t == NULL)
+        return dt_emsg_set(em, DT_EFORMAT, "%s: no tensor 'params'", path);
+    if (t->dtype != DT_ST_F32 || t->ndim != 1)
+        return dt_emsg_set(em, DT_EFORMAT, "%s: 'params' is %s, not a 1-D F32 tensor", path,
+                           tensor_str(t, a, sizeof(a)));
+    for (int i = 0; i < 2; i++) {
+        const dt_st_tensor_t *m = dt_st_find(r, moments[i]);
+        if (m == NULL)
+            return dt_emsg_set(em, DT_EFORMAT, "%s: no tensor '%s'", path, moments[i]);
+        if (m->dtype != t->dtype || m->ndim != 1 || m->shape[0] != t->shape[0])
+            return dt_emsg_set(em, DT_EFORMAT, "%s: '%s' is %s, not %s as 'params'", path,
+                               moments[i], tensor_str(m, a, sizeof(a)),
+                               tensor_str(t, b, sizeof(b)));
+    }
+    *len = t->shape[0];
+    /* off <= n first, so that off + len cannot overflow in the message */
+    if (n < 0)
+        return dt_emsg_set(em, DT_EINVAL, "%s: %" PRId64 " parameters", path, n);
+    if (*off > n)
+        return dt_emsg_set(em, DT_EFORMAT, "%s: offset %" PRId64 " is outside [0, %" PRId64 ")",
+                           path, *off, n);
+    if (*len > n - *off)
+        return dt_emsg_set(em, DT_EFORMAT,
+                           "%s: slice [%" PRId64 ", %" PRId64 ") is outside [0, %" PRId64 ")",
+                           path, *off, *off + *len, n);
+    return 0;
+}
+
+int dt_ckpt_read_train(const char *dir, const dt_ckpt_manifest_t *man, int64_t n, float *P,
+                       float *M, float *V, dt_ckpt_tick_fn tick, void *ud, dt_emsg_t *em)
+{
+    int64_t end = 0; /* where the slices so far end: the next one starts there */
+    char *path = NULL;
+    int rc = 0;
+
+    if (n < 0)
+        return dt_emsg_set(em, DT_EINVAL, "%s: %" PRId64 " parameters", dir, n);
+    for (int i = 0; i < man->ranks && rc == 0; i++) {
+        dt_st_reader_t *r = NULL;
+        int64_t off = 0, len = 0;
+
+        free(path);
+        path = dt_xasprintf("%s/%s", dir, man->shards[i].file);
+        if ((rc = dt_st_open_nofollow(path, &r, em)) < 0)
+            break;
+        if ((rc = dt_ckpt_train_slice(path, r, n, &off, &len, em)) == 0 && off != end)
+            rc = i == 0 ? dt_emsg_set(em, DT_EFORMAT, "%s: the first slice starts at %" PRId64
+                                      ", not 0", path, off)
+                        : dt_emsg_set(em, DT_EFORMAT,
+                                      "%s: its slice starts at %" PRId64 ", the shard before it "
+                                      "ends at %" PRId64 " (slices are contiguous, in rank order)",
+                                      path, off, end);
+        if (rc == 0) {
+            /* the bounds are checked: off + len <= n */
+            size_t bytes = (size_t)len * sizeof(float);
+            if ((rc = dt_st_read(r, "params", P + off, bytes, em)) == 0 &&
+                (rc = dt_st_read(r, "adam_m", M + off, bytes, em)) == 0)
+                rc = dt_st_read(r, "adam_v", V + off, bytes, em);
+            end = off + len;
+        }
+        dt_st_close(r);
+        if (tick)
+            tick(ud);
+    }
+    if (rc == 0 && end != n)
+        rc = dt_emsg_set(em, DT_EFORMAT, "%s: the shards end at %" PRId64 ", this model has %"
+                         PRId64 " parameters (a slice is missing)", path ? path : dir, end, n);
+    free(path);
+    return rc;
 }

@@ -18,6 +18,9 @@
  *      "shards": [{"rank": r, "file": "...", "bytes": n, "sha256": "..."}, ...]}
  *
  * where model, plan (the layout) and rng are free JSON objects of the caller.
+ * Modes: root (when created here) and step directories 0700, every file
+ * 0600, whatever the umask: a checkpoint holds a model's weights, and a
+ * shared ckpt_dir must not show them to other users.
  * Resume takes the newest step directory that verifies (manifest parses,
  * every shard present with its recorded size and SHA-256).
  *
@@ -45,6 +48,7 @@
 #define DT_CKPT_MAX_RANKS (1 << 20)
 #define DT_CKPT_MANIFEST "manifest.json"
 #define DT_CKPT_COMMITTED "COMMITTED"
+#define DT_CKPT_MANIFEST_MAX (16 << 20) /* bytes; a manifest is a few KiB */
 
 /* One shard as the manifest records it. */
 typedef struct dt_ckpt_shard {
@@ -99,20 +103,33 @@ int dt_ckpt_write_manifest(const char *root, const dt_ckpt_manifest_t *m, dt_ems
 int dt_ckpt_commit(const char *root, int64_t step, char **out_dir, dt_emsg_t *em);
 
 /* Hook for the coordinator's commit protocol: write DIR/COMMITTED atomically
- * (the file holds the manifest's SHA-256). dt_ckpt_is_committed says whether
- * the marker is there. */
+ * (the file holds the manifest's SHA-256). Safe in a directory that another
+ * user controls: DIR itself must not be a symbolic link, the manifest is
+ * hashed only as a regular file reached without a link, the marker's temp
+ * file is created with O_EXCL | O_NOFOLLOW (mode 0600) and renamed over
+ * whatever is at DIR/COMMITTED, so no planted link is ever written through.
+ * dt_ckpt_is_committed says whether the marker is there (a regular file,
+ * not a link). */
 int dt_ckpt_mark_committed(const char *dir, dt_emsg_t *em);
 bool dt_ckpt_is_committed(const char *dir);
 
 /* Parse and validate DIR/manifest.json into m (m is zeroed first and is
- * empty on failure). DT_ENOENT, DT_EFORMAT (with the field named). */
+ * empty on failure). The manifest must be a regular file (not a symbolic
+ * link) of at most DT_CKPT_MANIFEST_MAX bytes. DT_ENOENT, DT_EFORMAT (with
+ * the field named). */
 int dt_ckpt_manifest_read(const char *dir, dt_ckpt_manifest_t *m, dt_emsg_t *em);
+/* The same over len bytes of text in memory (name is used in messages): a
+ * pure function, for the fuzzer (tests/fuzz/fuzz_manifest.c). */
+int dt_ckpt_manifest_parse(const char *name, const char *text, size_t len, dt_ckpt_manifest_t *m,
+                           dt_emsg_t *em);
 void dt_ckpt_manifest_close(dt_ckpt_manifest_t *m);
 
 /* Full check of a step directory: manifest valid, its step agrees with the
- * directory name, every shard present as a regular file with the recorded
- * size and SHA-256. The message names the shard and what is wrong. Reads
- * every byte of the checkpoint. */
+ * directory name, every shard present as a regular file (not a symbolic
+ * link) with the recorded size and SHA-256 and a sane safetensors header
+ * (a truncated shard whose manifest was rewritten to match is refused).
+ * The message names the shard and what is wrong. Reads every byte of the
+ * checkpoint. */
 int dt_ckpt_verify(const char *dir, dt_emsg_t *em);
 
 /* Called by dt_ckpt_latest for each checkpoint directory it passes over
@@ -141,5 +158,34 @@ int dt_ckpt_latest(const char *root, unsigned flags, dt_ckpt_skip_fn skip, void 
  * mid-deletion leaves no half step directory. Returns the number of
  * directories deleted, or a negative DT_* code. */
 int dt_ckpt_prune(const char *root, int keep, dt_emsg_t *em);
+
+/* Move the step directory STEP of ROOT out of the step-* namespace, to
+ * ROOT/step-NNNNNNNN.TAG, or .TAG.2, .TAG.3, ... when that name is taken:
+ * nothing existing is ever replaced, so a step set aside again on a later
+ * retry gets the next name. Resume and prune ignore such directories; they
+ * are kept for inspection. On success *out (may be NULL) is the new path
+ * (the caller frees). For a resume that passed over a step that does not
+ * verify and will write that step again. */
+int dt_ckpt_set_aside(const char *root, int64_t step, const char *tag, char **out, dt_emsg_t *em);
+
+/* Training checkpoints (format "dt-train-1", written by dtengine train):
+ * the flat float32 parameter array of n values and the two AdamW moments
+ * are cut into R contiguous slices; shard r holds slice r as the 1-D F32
+ * tensors "params", "adam_m" and "adam_v", with metadata "format" =
+ * "dt-train-1", "offset" (the slice's first index) and "nparams" (n), in
+ * decimal. dt_ckpt_read_train reads every shard of the checkpoint DIR
+ * (manifest man) into P, M and V (n floats each), calling tick (may be
+ * NULL) after each shard. DT_EFORMAT with the shard named when a shard is
+ * not a slice of n parameters. */
+typedef void (*dt_ckpt_tick_fn)(void *ud);
+/* One shard's slice as dt_ckpt_read_train checks it, from its header alone
+ * (r from dt_st_open or dt_st_parse; path names it in messages): "offset"
+ * and "nparams" decimal, nparams == n, "params", "adam_m" and "adam_v" 1-D
+ * F32 of one length, and [off, off + len) inside [0, n), all without
+ * overflow. 0 with *off and *len set, or DT_EFORMAT. */
+int dt_ckpt_train_slice(const char *path, const dt_st_reader_t *r, int64_t n, int64_t *off,
+                        int64_t *len, dt_emsg_t *em);
+int dt_ckpt_read_train(const char *dir, const dt_ckpt_manifest_t *man, int64_t n, float *P,
+                       float *M, float *V, dt_ckpt_tick_fn tick, void *ud, dt_emsg_t *em);
 
 #endif /* DT_CKPT_H */

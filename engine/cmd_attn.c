@@ -432,7 +432,8 @@ static int write_shards(dt_comm_t *comm, const dt_attn_spec_t *s, const char *di
     int64_t c = dt_layout_local(s->T, R);
     dt_npy_writer_t *w[9] = { NULL };
 
-    if (me == 0 && mkdir(dir, 0777) < 0 && errno != EEXIST)
+    /* 0700 when made here: outputs are the job owner's alone */
+    if (me == 0 && mkdir(dir, 0700) < 0 && errno != EEXIST)
         rc = dt_emsg_set(em, dt_err_errno(errno), "%s: cannot create directory: %s", dir,
                          strerror(errno));
     if ((rc = dt_comm_agree(comm, rc, 0, &who)) < 0)

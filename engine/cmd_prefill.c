@@ -253,17 +253,12 @@ static int find(const popts_t *o, int R, int64_t *done, dt_emsg_t *em)
     if (rc < 0)
         goto out;
     for (int64_t k = man.step + 1; k <= o->model.layers; k++) {
-        char *bad = dt_ckpt_step_dir(o->ckpt_dir, k), *to = dt_xasprintf("%s.rejected", bad);
+        char *bad = dt_ckpt_step_dir(o->ckpt_dir, k), *to = NULL;
         struct stat st;
-        if (stat(bad, &st) == 0) {
-            if (rename(bad, to) < 0) {
-                int e = errno;
-                rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot move it aside to %s: %s", bad,
-                                 to, strerror(e));
-            } else {
-                fprintf(stderr, "dtengine prefill: moved %s aside to %s\n", bad, to);
-            }
-        }
+        /* .rejected, or .rejected.2, ... when an earlier attempt left one */
+        if (lstat(bad, &st) == 0 &&
+            (rc = dt_ckpt_set_aside(o->ckpt_dir, k, "rejected", &to, em)) == 0)
+            fprintf(stderr, "dtengine prefill: moved %s aside to %s\n", bad, to);
         free(bad);
         free(to);
         if (rc < 0)
@@ -290,12 +285,15 @@ static int load(const popts_t *o, int R, int me, int64_t done, int64_t c, const 
     char *path = dt_xasprintf("%s/%s", dir, name);
     int64_t *have = dt_xmallocarray((size_t)c, sizeof(int64_t));
     dt_st_reader_t *r = NULL;
-    int rc = dt_st_open(path, &r, em);
+    int rc = dt_st_open_nofollow(path, &r, em);
 
     if (rc == 0) {
         const char *fmt = dt_st_meta(r, "format"), *ld = dt_st_meta(r, "layers_done");
         const dt_st_tensor_t *h = dt_st_find(r, "hidden"), *p = dt_st_find(r, "positions");
-        if (!fmt || strcmp(fmt, PREFILL_FORMAT) != 0 || !ld || strtoll(ld, NULL, 10) != done)
+        char want[32];
+        snprintf(want, sizeof(want), "%lld", (long long)done);
+        /* layers_done exactly as written ("3", not "3abc" or " 3") */
+        if (!fmt || strcmp(fmt, PREFILL_FORMAT) != 0 || !ld || strcmp(ld, want) != 0)
             rc = dt_emsg_set(em, DT_EFORMAT, "%s: not a %s shard after %lld layers", path,
                              PREFILL_FORMAT, (long long)done);
         else if (!h || h->dtype != DT_ST_F32 || h->ndim != 2 || h->shape[0] != c ||

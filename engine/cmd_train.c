@@ -419,21 +419,70 @@ out:
     return rc;
 }
 
+/* What --resume passed over: with --ckpt-commit self, the step
+ * directories whose content does not verify. This run will write those
+ * steps again, and dt_ckpt_begin never overwrites a step directory, so
+ * rank 0 sets them aside (set_aside) once every rank has loaded. */
+typedef struct passed {
+    int me, external;
+    int64_t *steps;
+    int n;
+} passed_t;
+
 static void skipped(const char *dir, int err, const char *why, void *ud)
 {
-    if (*(int *)ud == 0)
+    passed_t *p = ud;
+    const char *base = strrchr(dir, '/');
+    char *end;
+    long long step;
+
+    if (p->me == 0)
         fprintf(stderr, "dtengine train: skipping checkpoint %s: %s\n", dir, why);
     dt_wlink_heartbeat(); /* each candidate was read in full */
-    (void)err;
+    base = base ? base + 1 : dir;
+    /* not a temp directory, not one waiting for the coordinator's marker,
+     * not one that could not be read now (DT_EIO, DT_EACCES: it may be
+     * good): a step whose files are wrong or missing */
+    if (p->external || strncmp(base, "step-", 5) != 0 || (err != DT_EFORMAT && err != DT_ENOENT))
+        return;
+    step = strtoll(base + 5, &end, 10);
+    if (*end != '\0' || step < 0)
+        return;
+    p->steps = dt_xrealloc(p->steps, (size_t)(p->n + 1) * sizeof(*p->steps));
+    p->steps[p->n++] = step;
+}
+
+/* Rank 0: move the steps --resume passed over out of the step-* namespace
+ * (to step-NNNNNNNN.corrupt, .corrupt.2, ...: kept for inspection, never
+ * read or pruned), so that this run, and any retry of it, can write them
+ * again. */
+static int set_aside(const topts_t *o, const passed_t *p, dt_emsg_t *em)
+{
+    int rc = 0;
+
+    for (int i = 0; i < p->n && rc == 0; i++) {
+        char *to = NULL;
+        if ((rc = dt_ckpt_set_aside(o->ckpt_dir, p->steps[i], "corrupt", &to, em)) == 0)
+            fprintf(stderr, "dtengine train: step %lld does not verify: moved aside to %s "
+                    "(written again when training passes it)\n", (long long)p->steps[i], to);
+        free(to);
+    }
+    return rc;
+}
+
+static void heartbeat(void *ud)
+{
+    (void)ud;
+    dt_wlink_heartbeat(); /* each shard was read in full */
 }
 
 /* Load --resume-from's directory, or the newest valid checkpoint under
  * --ckpt-dir (with a COMMITTED marker under --ckpt-commit external);
  * *step = 0 when there is none. */
 static int load(dt_comm_t *comm, const topts_t *o, int64_t n, float *P, float *M, float *V,
-                dt_loader_t *loader, int64_t *step, dt_emsg_t *em)
+                dt_loader_t *loader, int64_t *step, passed_t *passed, dt_emsg_t *em)
 {
-    int me = dt_comm_rank(comm), rc;
+    int rc;
     char *dir = NULL;
     int64_t s = 0;
     dt_ckpt_manifest_t man = { 0 };
@@ -450,7 +499,7 @@ static int load(dt_comm_t *comm, const topts_t *o, int64_t n, float *P, float *M
         dir = dt_xstrdup(o->resume_from);
     } else {
         rc = dt_ckpt_latest(o->ckpt_dir, o->external ? DT_CKPT_REQUIRE_COMMITTED : 0, skipped,
-                            &me, &dir, &s, em);
+                            passed, &dir, &s, em);
         if (rc < 0 || dir == NULL)
             return rc;
     }
@@ -464,44 +513,30 @@ static int load(dt_comm_t *comm, const topts_t *o, int64_t n, float *P, float *M
         goto out;
     }
     json_decref(want);
-    for (int i = 0; i < man.ranks && rc == 0; i++) {
-        char *path = dt_xasprintf("%s/%s", dir, man.shards[i].file);
-        dt_st_reader_t *r = NULL;
-        if ((rc = dt_st_open(path, &r, em)) == 0) {
-            const char *offs = dt_st_meta(r, "offset"), *ns = dt_st_meta(r, "nparams");
-            const dt_st_tensor_t *t = dt_st_find(r, "params");
-            int64_t off = offs ? strtoll(offs, NULL, 10) : -1;
-            if (!offs || !ns || strtoll(ns, NULL, 10) != n || !t || off < 0 ||
-                off + t->shape[0] > n) {
-                rc = dt_emsg_set(em, DT_EFORMAT, "%s: not a shard of this model's parameters",
-                                 path);
-            } else {
-                size_t bytes = (size_t)t->shape[0] * sizeof(float);
-                if ((rc = dt_st_read(r, "params", P + off, bytes, em)) == 0 &&
-                    (rc = dt_st_read(r, "adam_m", M + off, bytes, em)) == 0)
-                    rc = dt_st_read(r, "adam_v", V + off, bytes, em);
-            }
-            dt_st_close(r);
-        }
-        free(path);
-        dt_wlink_heartbeat();
-    }
+    rc = dt_ckpt_read_train(dir, &man, n, P, M, V, heartbeat, NULL, em);
     if (rc == 0 && loader) {
         json_t *cj = json_object_get(man.rng, "cursor");
-        dt_loader_cursor_t cur = {
-            .epoch = (uint64_t)json_integer_value(json_object_get(cj, "epoch")),
-            .shard = json_integer_value(json_object_get(cj, "shard")),
-            .seq = json_integer_value(json_object_get(cj, "seq")),
-        };
+        static const char *const fields[] = { "epoch", "shard", "seq" };
+        json_int_t v[3] = { 0, 0, 0 };
         if (!json_is_object(cj))
             rc = dt_emsg_set(em, DT_EFORMAT, "%s: the manifest has no data cursor for %s", dir,
                              o->data);
-        else
+        /* each a non-negative integer (json_integer_value reads anything
+         * else as 0); dt_loader_set_cursor checks the ranges */
+        for (int i = 0; i < 3 && rc == 0; i++) {
+            json_t *f = json_object_get(cj, fields[i]);
+            if (!json_is_integer(f) || (v[i] = json_integer_value(f)) < 0)
+                rc = dt_emsg_set(em, DT_EFORMAT, "%s: the manifest's data cursor has no "
+                                 "non-negative integer '%s'", dir, fields[i]);
+        }
+        if (rc == 0) {
+            dt_loader_cursor_t cur = { .epoch = (uint64_t)v[0], .shard = v[1], .seq = v[2] };
             rc = dt_loader_set_cursor(loader, &cur, em);
+        }
     }
     if (rc == 0) {
         *step = man.step;
-        if (me == 0)
+        if (passed->me == 0)
             fprintf(stderr, "dtengine train: resuming from %s (written by %d ranks)\n", dir,
                     man.ranks);
     }
@@ -542,6 +577,7 @@ int dt_cmd_train(dt_comm_t *comm, int argc, char **argv)
     double acc_win[ACC_WINDOW];
     int64_t acc_n = 0;
     int stopped = 0;        /* W_STOP: exit DT_EXIT_STOPPED */
+    passed_t passed = { .me = me };
     int owed = 0;           /* W_CHECKPOINTs already acted on before ours arrived */
 
     rc = parse(argc, argv, &o, &em);
@@ -615,8 +651,18 @@ int dt_cmd_train(dt_comm_t *comm, int argc, char **argv)
     dt_layout_positions(attn.layout, o.T, R, me, pos);
     dt_model_init(&o.model, &lo, o.seed, P);
     rc = 0;
+    passed.external = o.external;
     if (o.resume || o.resume_from)
-        rc = load(comm, &o, n, P, M, V, loader, &start, &em);
+        rc = load(comm, &o, n, P, M, V, loader, &start, &passed, &em);
+    if ((rc = dt_comm_agree(comm, rc, 0, &who)) < 0) {
+        if (me == who)
+            fprintf(stderr, "dtengine train: %s\n", em.s);
+        goto out;
+    }
+    /* every rank has chosen and read its checkpoint: only now are the
+     * ones passed over renamed */
+    if (me == 0)
+        rc = set_aside(&o, &passed, &em);
     if ((rc = dt_comm_agree(comm, rc, 0, &who)) < 0) {
         if (me == who)
             fprintf(stderr, "dtengine train: %s\n", em.s);
@@ -765,6 +811,7 @@ int dt_cmd_train(dt_comm_t *comm, int argc, char **argv)
         dt_wlink_result(o.steps, last_loss, k ? acc_mean : NAN, hex);
     }
 out:
+    free(passed.steps);
     dt_loader_free(loader);
     dt_spec_free(&o.spec);
     dt_model_free(m);

@@ -12,6 +12,7 @@
  */
 #include "config.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
 #include <inttypes.h>
@@ -64,13 +65,65 @@ void dt_tok_shard_free(dt_tok_shard_t *s)
     free(s);
 }
 
+int dt_tok_parse_header(const char *name, const void *head, size_t n, int64_t file_size,
+                        enum dt_tok_format *fmt, int64_t *ntok, dt_emsg_t *em)
+{
+    int32_t hdr[3];
+    int64_t have, need;
+
+    if (n < DT_TOK_HEADER_BYTES || file_size < DT_TOK_HEADER_BYTES)
+        return dt_emsg_set(em, DT_EFORMAT,
+                           "%s: header is truncated: the file has %" PRId64
+                           " bytes, a token shard header has %d",
+                           name, (int64_t)n < file_size ? (int64_t)n : file_size,
+                           DT_TOK_HEADER_BYTES);
+    memcpy(hdr, head, sizeof(hdr)); /* head may be unaligned */
+    if (hdr[0] == DT_TOK_MAGIC_U16) {
+        *fmt = DT_TOK_U16;
+        if (hdr[1] != DT_TOK_VERSION_U16)
+            return dt_emsg_set(em, DT_EFORMAT,
+                               "%s: header[1] (version) is %" PRId32 ", magic %d needs version %d",
+                               name, hdr[1], DT_TOK_MAGIC_U16, DT_TOK_VERSION_U16);
+    } else if (hdr[0] == DT_TOK_MAGIC_U32) {
+        *fmt = DT_TOK_U32;
+        if (hdr[1] != DT_TOK_VERSION_U32)
+            return dt_emsg_set(em, DT_EFORMAT,
+                               "%s: header[1] (version) is %" PRId32 ", magic %d needs version %d",
+                               name, hdr[1], DT_TOK_MAGIC_U32, DT_TOK_VERSION_U32);
+    } else {
+        return dt_emsg_set(em, DT_EFORMAT,
+                           "%s: not a token shard: header[0] (magic) is %" PRId32
+                           ", expected %d (uint16 tokens) or %d (uint32 tokens)",
+                           name, hdr[0], DT_TOK_MAGIC_U16, DT_TOK_MAGIC_U32);
+    }
+    if (hdr[2] < 0)
+        return dt_emsg_set(em, DT_EFORMAT, "%s: header[2] (token count) is negative: %" PRId32,
+                           name, hdr[2]);
+    /* at most (2^31 - 1) * 4 bytes: no overflow; have >= 0 from the test above */
+    *ntok = hdr[2];
+    need = *ntok * (int64_t)tok_size(*fmt);
+    have = file_size - DT_TOK_HEADER_BYTES;
+    if (have < need)
+        return dt_emsg_set(em, DT_EFORMAT,
+                           "%s: header[2] (token count) is %" PRId64 ": %" PRId64
+                           " bytes of %s tokens, but the file has %" PRId64
+                           " after the header (truncated?)",
+                           name, *ntok, need, dt_tok_format_name(*fmt), have);
+    if (have != need)
+        return dt_emsg_set(em, DT_EFORMAT,
+                           "%s: header[2] (token count) is %" PRId64 ": %" PRId64
+                           " bytes of %s tokens, but the file has %" PRId64
+                           " after the header (%" PRId64 " bytes of trailing data)",
+                           name, *ntok, need, dt_tok_format_name(*fmt), have, have - need);
+    return 0;
+}
+
 int dt_tok_shard_new(const char *path, dt_tok_shard_t **out, dt_emsg_t *em)
 {
     int32_t hdr[DT_TOK_HEADER_INTS];
     dt_tok_shard_t *s;
     int64_t st_size = 0;
-    int64_t got, have, need;
-    size_t w;
+    int64_t got;
     int rc;
 
     *out = NULL;
@@ -84,61 +137,8 @@ int dt_tok_shard_new(const char *path, dt_tok_shard_t **out, dt_emsg_t *em)
         rc = dt_emsg_set(em, (int)got, "%s: cannot read: %s", path, dt_strerror((int)got));
         goto fail;
     }
-    if (got < (int64_t)sizeof(hdr)) {
-        rc = dt_emsg_set(em, DT_EFORMAT,
-                         "%s: header is truncated: the file has %" PRId64
-                         " bytes, a token shard header has %d",
-                         path, got, DT_TOK_HEADER_BYTES);
+    if ((rc = dt_tok_parse_header(path, hdr, (size_t)got, st_size, &s->fmt, &s->ntok, em)) < 0)
         goto fail;
-    }
-    if (hdr[0] == DT_TOK_MAGIC_U16) {
-        s->fmt = DT_TOK_U16;
-        if (hdr[1] != DT_TOK_VERSION_U16) {
-            rc = dt_emsg_set(em, DT_EFORMAT,
-                             "%s: header[1] (version) is %" PRId32 ", magic %d needs version %d",
-                             path, hdr[1], DT_TOK_MAGIC_U16, DT_TOK_VERSION_U16);
-            goto fail;
-        }
-    } else if (hdr[0] == DT_TOK_MAGIC_U32) {
-        s->fmt = DT_TOK_U32;
-        if (hdr[1] != DT_TOK_VERSION_U32) {
-            rc = dt_emsg_set(em, DT_EFORMAT,
-                             "%s: header[1] (version) is %" PRId32 ", magic %d needs version %d",
-                             path, hdr[1], DT_TOK_MAGIC_U32, DT_TOK_VERSION_U32);
-            goto fail;
-        }
-    } else {
-        rc = dt_emsg_set(em, DT_EFORMAT,
-                         "%s: not a token shard: header[0] (magic) is %" PRId32
-                         ", expected %d (uint16 tokens) or %d (uint32 tokens)",
-                         path, hdr[0], DT_TOK_MAGIC_U16, DT_TOK_MAGIC_U32);
-        goto fail;
-    }
-    if (hdr[2] < 0) {
-        rc = dt_emsg_set(em, DT_EFORMAT, "%s: header[2] (token count) is negative: %" PRId32, path,
-                         hdr[2]);
-        goto fail;
-    }
-    w = tok_size(s->fmt);
-    s->ntok = hdr[2];
-    need = s->ntok * (int64_t)w;
-    have = st_size - DT_TOK_HEADER_BYTES;
-    if (have < need) {
-        rc = dt_emsg_set(em, DT_EFORMAT,
-                         "%s: header[2] (token count) is %" PRId64 ": %" PRId64
-                         " bytes of %s tokens, but the file has %" PRId64
-                         " after the header (truncated?)",
-                         path, s->ntok, need, dt_tok_format_name(s->fmt), have);
-        goto fail;
-    }
-    if (have != need) {
-        rc = dt_emsg_set(em, DT_EFORMAT,
-                         "%s: header[2] (token count) is %" PRId64 ": %" PRId64
-                         " bytes of %s tokens, but the file has %" PRId64
-                         " after the header (%" PRId64 " bytes of trailing data)",
-                         path, s->ntok, need, dt_tok_format_name(s->fmt), have, have - need);
-        goto fail;
-    }
     *out = s;
     return 0;
 fail:
@@ -256,7 +256,10 @@ int dt_tok_save(const char *path, enum dt_tok_format fmt, const int32_t *tok, in
         goto out;
     }
     tmp = dt_xasprintf("%s/.%s.tmp.%ld", strcmp(dir, "/") == 0 ? "" : dir, base, (long)getpid());
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    /* 0600, and O_EXCL: a link planted at the temp name is not followed */
+    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0 && errno == EEXIST && unlink(tmp) == 0)
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) {
         e = errno;
         rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot create %s: %s", path, tmp, strerror(e));
@@ -484,6 +487,22 @@ int dt_loader_new(const char *const *paths, int npaths, const dt_loader_opts_t *
     return 0;
 }
 
+/* glob(3) reports an unreadable directory only through a callback without
+ * a user pointer: the first one is kept here, per thread. */
+static __thread struct {
+    char path[256];
+    int err;
+} glob_fail;
+
+static int glob_err(const char *epath, int eerrno)
+{
+    if (glob_fail.err == 0) {
+        snprintf(glob_fail.path, sizeof(glob_fail.path), "%s", epath);
+        glob_fail.err = eerrno;
+    }
+    return 1; /* stop: GLOB_ABORTED */
+}
+
 int dt_loader_new_glob(const char *pattern, const dt_loader_opts_t *o, dt_loader_t **out,
                        dt_emsg_t *em)
 {
@@ -492,10 +511,21 @@ int dt_loader_new_glob(const char *pattern, const dt_loader_opts_t *o, dt_loader
 
     *out = NULL;
     memset(&g, 0, sizeof(g));
-    rc = glob(pattern, GLOB_ERR, NULL, &g);
+    glob_fail.err = 0;
+    rc = glob(pattern, GLOB_ERR, glob_err, &g);
     if (rc == GLOB_NOMATCH) {
         globfree(&g);
         return dt_emsg_set(em, DT_ENOENT, "%s: no shard matches", pattern);
+    }
+    if (rc == GLOB_ABORTED && glob_fail.err != 0) {
+        int e = glob_fail.err;
+        /* a directory of the pattern that is missing or closed to us is
+         * the user's to fix (exit 2); anything else may pass (exit 1) */
+        int code = e == ENOENT ? DT_ENOENT : e == EACCES ? DT_EACCES
+                   : e == ENOTDIR ? DT_EINVAL : dt_err_errno(e);
+        globfree(&g);
+        return dt_emsg_set(em, code, "%s: cannot read directory %s: %s", pattern,
+                           glob_fail.path, strerror(e));
     }
     if (rc != 0) {
         globfree(&g);

@@ -53,6 +53,12 @@ typedef struct dt_tok_shard dt_tok_shard_t;
  * DT_EFORMAT for a short header, a bad magic, version or count, or a size
  * that does not match the count. *out is NULL on failure. */
 int dt_tok_shard_new(const char *path, dt_tok_shard_t **out, dt_emsg_t *em);
+/* The header checks alone: head holds the first n bytes of a file of
+ * file_size bytes (name is used in messages). 0 with *fmt and *ntok set,
+ * or DT_EFORMAT as dt_tok_shard_new. A pure function, for the fuzzer
+ * (tests/fuzz/fuzz_tokshard.c). */
+int dt_tok_parse_header(const char *name, const void *head, size_t n, int64_t file_size,
+                        enum dt_tok_format *fmt, int64_t *ntok, dt_emsg_t *em);
 void dt_tok_shard_free(dt_tok_shard_t *s);
 
 int64_t dt_tok_shard_ntok(const dt_tok_shard_t *s);
@@ -70,7 +76,7 @@ int dt_tok_shard_read(const dt_tok_shard_t *s, int64_t first, int64_t n, int32_t
  * renamed over PATH, directory fsynced). Tokens must fit the format (0 to
  * 65535, or 0 to INT32_MAX) and n < 2^31; otherwise DT_EINVAL and no file is
  * created. On any failure an existing PATH is untouched and no temporary
- * file is left. For tests and tools. */
+ * file is left. The file is created with mode 0600. For tests and tools. */
 int dt_tok_save(const char *path, enum dt_tok_format fmt, const int32_t *tok, int64_t n,
                 dt_emsg_t *em);
 

@@ -76,6 +76,7 @@ int dt_exit_code(int rc)
         return DT_EXIT_OK;
     case DT_EINVAL:
     case DT_EUSAGE:
+    case DT_ECONF:
     case DT_ENOENT:
     case DT_EACCES:
     case DT_EFORMAT:

@@ -432,13 +432,110 @@ static int shape_count(const char *path, int ndim, const int64_t *shape, size_t 
     return 0;
 }
 
+/* The fixed part of a header: magic, version, header length. pre holds
+ * the first got bytes (at most 12) of a file of file_size bytes. */
+static int parse_pre(const char *path, const unsigned char *pre, int64_t got, int64_t file_size,
+                     size_t *prelen, int64_t *hlen, dt_emsg_t *em)
+{
+    if (got == 0)
+        return dt_emsg_set(em, DT_EFORMAT, "%s: not a .npy file (it is empty)", path);
+    if (memcmp(pre, MAGIC, got < MAGIC_LEN ? (size_t)got : MAGIC_LEN) != 0)
+        return dt_emsg_set(em, DT_EFORMAT, "%s: not a .npy file (bad magic)", path);
+    if (got < 8)
+        return dt_emsg_set(em, DT_EFORMAT, "%s: header is truncated (file has %" PRId64 " bytes)",
+                           path, got);
+    if (pre[7] != 0 || pre[6] < 1 || pre[6] > 3)
+        return dt_emsg_set(em, DT_EFORMAT,
+                           "%s: .npy format version %u.%u is not supported (1.0, 2.0 or 3.0)",
+                           path, pre[6], pre[7]);
+    *prelen = pre[6] == 1 ? 10 : 12;
+    if (got < (int64_t)*prelen)
+        return dt_emsg_set(em, DT_EFORMAT, "%s: header is truncated (file has %" PRId64 " bytes)",
+                           path, got);
+    *hlen = pre[6] == 1 ? (int64_t)le16(pre + 8) : (int64_t)le32(pre + 8);
+    if (*hlen > HEADER_MAX)
+        return dt_emsg_set(em, DT_EFORMAT,
+                           "%s: header length %" PRId64 " exceeds the limit of %d bytes", path,
+                           *hlen, HEADER_MAX);
+    /* both at most 2^20 + 12: no overflow */
+    if (file_size < (int64_t)*prelen + *hlen)
+        return dt_emsg_set(em, DT_EFORMAT,
+                           "%s: header is truncated (header needs %" PRId64
+                           " bytes, file has %" PRId64 ")",
+                           path, (int64_t)*prelen + *hlen, file_size);
+    return 0;
+}
+
+/* The dict (hlen bytes of text after prelen bytes) and what it says about
+ * the data against the file's size, which must be exactly the header and
+ * the data: trailing bytes are refused (a file that is not what its header
+ * says, or a concatenation of two). */
+static int parse_rest(const char *path, const char *text, int64_t hlen, size_t prelen,
+                      int64_t file_size, dt_npy_info_t *info, dt_emsg_t *em)
+{
+    int64_t need, bytes;
+    int rc;
+
+    if ((rc = parse_dict(path, text, (size_t)hlen, info, em)) < 0)
+        return rc;
+    info->data_offset = prelen + (size_t)hlen;
+    /* count * itemsize + data_offset <= INT64_MAX, checked by shape_count */
+    if ((rc = shape_count(path, info->ndim, info->shape, dt_npy_dtype_size(info->dtype),
+                          (int64_t)info->data_offset, DT_EFORMAT, &info->count, em)) < 0)
+        return rc;
+    bytes = info->count * (int64_t)dt_npy_dtype_size(info->dtype);
+    need = (int64_t)info->data_offset + bytes;
+    if (file_size != need) {
+        char shp[256];
+        shape_str(info->ndim, info->shape, shp, sizeof(shp));
+        if (file_size < need)
+            return dt_emsg_set(em, DT_EFORMAT,
+                               "%s: data is truncated: shape %s %s needs %" PRId64
+                               " bytes from offset %zu, the file has %" PRId64,
+                               path, shp, dt_npy_dtype_name(info->dtype), bytes, info->data_offset,
+                               file_size - (int64_t)info->data_offset);
+        return dt_emsg_set(em, DT_EFORMAT,
+                           "%s: %" PRId64 " bytes after the data: shape %s %s is %" PRId64
+                           " bytes from offset %zu, the file has %" PRId64,
+                           path, file_size - need, shp, dt_npy_dtype_name(info->dtype), bytes,
+                           info->data_offset, file_size - (int64_t)info->data_offset);
+    }
+    return 0;
+}
+
+int dt_npy_parse_header(const char *name, const void *file, size_t n, dt_npy_info_t *info,
+                        dt_emsg_t *em)
+{
+    const unsigned char *p = file;
+    size_t prelen = 0;
+    int64_t hlen = 0;
+    char *text;
+    int rc;
+
+    memset(info, 0, sizeof(*info));
+    if (n > INT64_MAX)
+        return dt_emsg_set(em, DT_EFORMAT, "%s: too large", name);
+    if ((rc = parse_pre(name, p, n < 12 ? (int64_t)n : 12, (int64_t)n, &prelen, &hlen, em)) < 0)
+        return rc;
+    /* a copy of exactly hlen bytes: what the file reader parses, and what
+     * a fuzzer's bounds checks see */
+    text = dt_xmalloc((size_t)hlen + 1);
+    memcpy(text, p + prelen, (size_t)hlen);
+    text[hlen] = '\0';
+    rc = parse_rest(name, text, hlen, prelen, (int64_t)n, info, em);
+    free(text);
+    if (rc < 0)
+        memset(info, 0, sizeof(*info));
+    return rc;
+}
+
 int dt_npy_read_header(const char *path, dt_npy_info_t *info, dt_emsg_t *em)
 {
     unsigned char pre[12];
     int64_t st_size = 0;
     char *text = NULL;
-    int64_t got, need, hlen;
-    size_t prelen;
+    int64_t got, hlen = 0;
+    size_t prelen = 0;
     int fd, rc;
 
     memset(info, 0, sizeof(*info));
@@ -448,46 +545,8 @@ int dt_npy_read_header(const char *path, dt_npy_info_t *info, dt_emsg_t *em)
         rc = dt_emsg_set(em, (int)got, "%s: cannot read: %s", path, dt_strerror((int)got));
         goto out;
     }
-    if (got == 0) {
-        rc = dt_emsg_set(em, DT_EFORMAT, "%s: not a .npy file (it is empty)", path);
+    if ((rc = parse_pre(path, pre, got, st_size, &prelen, &hlen, em)) < 0)
         goto out;
-    }
-    if (memcmp(pre, MAGIC, got < MAGIC_LEN ? (size_t)got : MAGIC_LEN) != 0) {
-        rc = dt_emsg_set(em, DT_EFORMAT, "%s: not a .npy file (bad magic)", path);
-        goto out;
-    }
-    if (got < 8) {
-        rc = dt_emsg_set(em, DT_EFORMAT, "%s: header is truncated (file has %" PRId64 " bytes)",
-                         path, got);
-        goto out;
-    }
-    if (pre[7] != 0 || pre[6] < 1 || pre[6] > 3) {
-        rc = dt_emsg_set(em, DT_EFORMAT,
-                         "%s: .npy format version %u.%u is not supported (1.0, 2.0 or 3.0)",
-                         path, pre[6], pre[7]);
-        goto out;
-    }
-    prelen = pre[6] == 1 ? 10 : 12;
-    if (got < (int64_t)prelen) {
-        rc = dt_emsg_set(em, DT_EFORMAT, "%s: header is truncated (file has %" PRId64 " bytes)",
-                         path, got);
-        goto out;
-    }
-    hlen = pre[6] == 1 ? (int64_t)le16(pre + 8) : (int64_t)le32(pre + 8);
-    if (hlen > HEADER_MAX) {
-        rc = dt_emsg_set(em, DT_EFORMAT,
-                         "%s: header length %" PRId64 " exceeds the limit of %d bytes", path,
-                         hlen, HEADER_MAX);
-        goto out;
-    }
-    if (st_size < (int64_t)prelen + hlen) {
-        rc = dt_emsg_set(em, DT_EFORMAT,
-                         "%s: header is truncated (header needs %" PRId64
-                         " bytes, file has %" PRId64 ")",
-                         path, (int64_t)prelen + hlen, st_size);
-        goto out;
-    }
-
     text = dt_xmalloc((size_t)hlen + 1);
     if ((got = dt_pread_full(fd, text, (size_t)hlen, (int64_t)prelen)) < 0) {
         rc = dt_emsg_set(em, (int)got, "%s: cannot read: %s", path, dt_strerror((int)got));
@@ -498,26 +557,7 @@ int dt_npy_read_header(const char *path, dt_npy_info_t *info, dt_emsg_t *em)
         goto out;
     }
     text[hlen] = '\0';
-    if ((rc = parse_dict(path, text, (size_t)hlen, info, em)) < 0)
-        goto out;
-
-    info->data_offset = prelen + (size_t)hlen;
-    if ((rc = shape_count(path, info->ndim, info->shape, dt_npy_dtype_size(info->dtype),
-                          (int64_t)info->data_offset, DT_EFORMAT, &info->count, em)) < 0)
-        goto out;
-    need = (int64_t)info->data_offset + info->count * (int64_t)dt_npy_dtype_size(info->dtype);
-    if (st_size < need) {
-        char shp[256];
-        shape_str(info->ndim, info->shape, shp, sizeof(shp));
-        rc = dt_emsg_set(em, DT_EFORMAT,
-                         "%s: data is truncated: shape %s %s needs %" PRId64
-                         " bytes from offset %zu, the file has %" PRId64,
-                         path, shp, dt_npy_dtype_name(info->dtype),
-                         info->count * (int64_t)dt_npy_dtype_size(info->dtype), info->data_offset,
-                         st_size - (int64_t)info->data_offset);
-        goto out;
-    }
-    rc = 0;
+    rc = parse_rest(path, text, hlen, prelen, st_size, info, em);
 out:
     if (rc < 0)
         memset(info, 0, sizeof(*info));
@@ -694,9 +734,11 @@ int dt_npy_writer_open(const char *path, enum dt_dtype dtype, int ndim, const in
     /* A temp file with our pid was left by a crashed process that had the
      * same pid (containers reuse pids): garbage, replaced. (Two writers of
      * one target at once in one process would collide here: a caller bug.) */
-    w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    /* 0600: outputs are the job owner's alone (O_EXCL: a link planted at
+     * the temp name is not followed, it is refused or replaced) */
+    w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (w->fd < 0 && errno == EEXIST && unlink(w->tmp) == 0)
-        w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (w->fd < 0) {
         int e = errno;
         rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot create %s: %s", path, w->tmp,

@@ -5,11 +5,13 @@
  * float16 ('<f2') in C order and converts to float32; int64 ('<i8') is read
  * for position arrays. Anything else (other dtypes, big-endian, Fortran
  * order, a header that does not parse, a file shorter than its header says)
- * is refused with a message naming the file and the problem.
+ * is refused with a message naming the file and the problem; so is a file
+ * longer than its header and data (trailing bytes).
  *
  * Writing is atomic: data goes to a temporary file beside the target, which
  * is fsynced and renamed over the target only on commit; an aborted or failed
- * write leaves no file behind and does not touch an existing target.
+ * write leaves no file behind and does not touch an existing target. The
+ * file is created with mode 0600 (the owner's alone, whatever the umask).
  *
  * Not here: memory-mapping, object arrays, structured dtypes.
  */
@@ -46,6 +48,11 @@ typedef struct dt_npy_info {
  * than the header promises, DT_EDTYPE for an unsupported dtype or Fortran
  * order. */
 int dt_npy_read_header(const char *path, dt_npy_info_t *info, dt_emsg_t *em);
+/* The same checks over a whole file already in memory (n bytes; name is
+ * used in messages): the header, and the size against the shape. A pure
+ * function, for the fuzzer (tests/fuzz/fuzz_npy.c). */
+int dt_npy_parse_header(const char *name, const void *file, size_t n, dt_npy_info_t *info,
+                        dt_emsg_t *em);
 
 /* Read elements [first, first + count) (flat C-order index) of a float32 or
  * float16 file into dst as float32. dst holds count floats. */

@@ -143,11 +143,10 @@ int dt_sha256_file(const char *path, char hex[65], dt_emsg_t *em)
     int64_t off = 0, got;
     int fd, rc = 0;
 
-    fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) {
-        int e = errno;
-        return dt_emsg_set(em, dt_err_errno(e), "%s: cannot open: %s", path, strerror(e));
-    }
+    /* a regular file, not through a link: a device would never end, and
+     * a planted link would make whoever hashes read another file */
+    if ((fd = dt_open_regular_flags(path, DT_OPEN_NOFOLLOW, NULL, em)) < 0)
+        return fd;
     ctx = sha256_new();
     buf = dt_xmalloc(HASH_CHUNK);
     while ((got = dt_pread_full(fd, buf, HASH_CHUNK, off)) > 0) {
@@ -370,9 +369,11 @@ int dt_st_write(dt_st_writer_t *w, const char *path, char hex[65], int64_t *byte
 
     /* A temp file with our pid is left by a crashed process with the same
      * pid (containers reuse pids): garbage, replaced. */
-    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    /* 0600: checkpoint shards hold a model's weights, the owner's alone
+     * (O_EXCL: a link planted at the temp name is refused, not followed) */
+    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0 && errno == EEXIST && unlink(tmp) == 0)
-        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) {
         e = errno;
         rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot create %s: %s", path, tmp, strerror(e));
@@ -667,7 +668,32 @@ out:
     return rc;
 }
 
-int dt_st_open(const char *path, dt_st_reader_t **out, dt_emsg_t *em)
+/* The header length from the first got (<= 8) bytes of a file of size
+ * bytes, checked against the cap and the size. */
+static int header_len(const char *path, const unsigned char *len8, int64_t got, int64_t size,
+                      uint64_t *n, dt_emsg_t *em)
+{
+    *n = 0;
+    if (got < 8 || size < 8)
+        return dt_emsg_set(em, DT_EFORMAT,
+                           "%s: not a safetensors file (%" PRId64
+                           " bytes, shorter than the 8-byte header length)",
+                           path, got < size ? got : size);
+    for (int i = 7; i >= 0; i--)
+        *n = *n << 8 | len8[i];
+    if (*n > DT_ST_HEADER_MAX)
+        return dt_emsg_set(em, DT_EFORMAT,
+                           "%s: header length %" PRIu64 " exceeds the limit of %u bytes", path, *n,
+                           DT_ST_HEADER_MAX);
+    if (*n > (uint64_t)(size - 8))
+        return dt_emsg_set(em, DT_EFORMAT,
+                           "%s: header length %" PRIu64 " is larger than the file (%" PRId64
+                           " bytes after the length)",
+                           path, *n, size - 8);
+    return 0;
+}
+
+static int open_reader(const char *path, unsigned flags, dt_st_reader_t **out, dt_emsg_t *em)
 {
     dt_st_reader_t *r;
     int64_t st_size = 0;
@@ -680,7 +706,7 @@ int dt_st_open(const char *path, dt_st_reader_t **out, dt_emsg_t *em)
     *out = NULL;
     r = dt_xcalloc(1, sizeof(*r));
     r->path = dt_xstrdup(path);
-    if ((r->fd = dt_open_regular(path, &st_size, em)) < 0) {
+    if ((r->fd = dt_open_regular_flags(path, flags, &st_size, em)) < 0) {
         rc = r->fd;
         goto fail;
     }
@@ -689,28 +715,8 @@ int dt_st_open(const char *path, dt_st_reader_t **out, dt_emsg_t *em)
         rc = dt_emsg_set(em, (int)got, "%s: cannot read: %s", path, dt_strerror((int)got));
         goto fail;
     }
-    if (got < 8) {
-        rc = dt_emsg_set(em, DT_EFORMAT,
-                         "%s: not a safetensors file (%" PRId64
-                         " bytes, shorter than the 8-byte header length)",
-                         path, got);
+    if ((rc = header_len(path, len8, got, size, &n, em)) < 0)
         goto fail;
-    }
-    for (int i = 7; i >= 0; i--)
-        n = n << 8 | len8[i];
-    if (n > DT_ST_HEADER_MAX) {
-        rc = dt_emsg_set(em, DT_EFORMAT,
-                         "%s: header length %" PRIu64 " exceeds the limit of %u bytes", path, n,
-                         DT_ST_HEADER_MAX);
-        goto fail;
-    }
-    if (n > (uint64_t)(size - 8)) {
-        rc = dt_emsg_set(em, DT_EFORMAT,
-                         "%s: header length %" PRIu64 " is larger than the file (%" PRId64
-                         " bytes after the length)",
-                         path, n, size - 8);
-        goto fail;
-    }
     r->data_start = 8 + (int64_t)n;
     text = dt_xmalloc(n + 1);
     if ((got = dt_pread_full(r->fd, text, n, 8)) < 0) {
@@ -731,6 +737,42 @@ fail:
     free(text);
     dt_st_close(r);
     return rc;
+}
+
+int dt_st_open(const char *path, dt_st_reader_t **out, dt_emsg_t *em)
+{
+    return open_reader(path, 0, out, em);
+}
+
+int dt_st_open_nofollow(const char *path, dt_st_reader_t **out, dt_emsg_t *em)
+{
+    return open_reader(path, DT_OPEN_NOFOLLOW, out, em);
+}
+
+int dt_st_parse(const char *name, const void *file, size_t size, dt_st_reader_t **out,
+                dt_emsg_t *em)
+{
+    const unsigned char *p = file;
+    dt_st_reader_t *r;
+    uint64_t n = 0;
+    int rc;
+
+    *out = NULL;
+    if (size > INT64_MAX)
+        return dt_emsg_set(em, DT_EFORMAT, "%s: too large", name);
+    if ((rc = header_len(name, p, size < 8 ? (int64_t)size : 8, (int64_t)size, &n, em)) < 0)
+        return rc;
+    r = dt_xcalloc(1, sizeof(*r));
+    r->fd = -1;
+    r->path = dt_xstrdup(name);
+    r->data_start = 8 + (int64_t)n;
+    if ((rc = parse_header(name, (const char *)p + 8, n, (int64_t)size - r->data_start, r,
+                           em)) < 0) {
+        dt_st_close(r);
+        return rc;
+    }
+    *out = r;
+    return 0;
 }
 
 const char *dt_st_path(const dt_st_reader_t *r)
@@ -765,6 +807,8 @@ int dt_st_read(const dt_st_reader_t *r, const char *name, void *dst, size_t dst_
 
     if (t == NULL)
         return dt_emsg_set(em, DT_ENOENT, "%s: no tensor '%s'", r->path, name);
+    if (r->fd < 0)
+        return dt_emsg_set(em, DT_EINVAL, "%s: a header parsed from memory has no data", r->path);
     n = t->end - t->begin;
     if (dst_bytes != n)
         return dt_emsg_set(em, DT_ESHAPE, "%s: tensor '%s' is %" PRIu64 " bytes, the buffer %zu",

@@ -13,8 +13,8 @@
  * overlapping or gapped ranges, a file shorter or longer than its header
  * says are all refused with a message naming the file and the problem).
  *
- * Writing is atomic (temp file beside the target, fsync, rename, fsync of the
- * directory) and yields the SHA-256 of the whole file, computed while the
+ * Writing is atomic (temp file beside the target, created with mode 0600,
+ * fsync, rename, fsync of the directory) and yields the SHA-256 of the whole file, computed while the
  * bytes go out, for checkpoint manifests.
  *
  * Not here: memory-mapping, dtype conversion, byte swapping (every target of
@@ -101,6 +101,15 @@ typedef struct dt_st_reader dt_st_reader_t;
  * cannot be read, DT_EFORMAT for any malformed header or size, DT_EDTYPE for
  * an unknown dtype. *out is NULL on failure. */
 int dt_st_open(const char *path, dt_st_reader_t **out, dt_emsg_t *em);
+/* dt_st_open, but a symbolic link at PATH is refused (DT_EINVAL): for
+ * checkpoint shards, whose directory a job's owner controls. */
+int dt_st_open_nofollow(const char *path, dt_st_reader_t **out, dt_emsg_t *em);
+/* The same checks over a whole file already in memory (size bytes; name is
+ * used in messages): a pure function, for the fuzzer
+ * (tests/fuzz/fuzz_safetensors.c) and for tests. The reader lists tensors
+ * and metadata; dt_st_read on it fails (DT_EINVAL: no data). */
+int dt_st_parse(const char *name, const void *file, size_t size, dt_st_reader_t **out,
+                dt_emsg_t *em);
 /* No-op on NULL. */
 void dt_st_close(dt_st_reader_t *r);
 
@@ -127,8 +136,9 @@ void dt_st_meta_at(const dt_st_reader_t *r, size_t i, const char **key, const ch
 
 /*-- hashing --------------------------------------------------------------*/
 
-/* Lowercase hex SHA-256 of the file at PATH into hex. Returns 0 or the
- * errno-derived code with a message naming the file. */
+/* Lowercase hex SHA-256 of the regular file at PATH into hex; a symbolic
+ * link, a directory, a FIFO or a device is refused (DT_EINVAL). Returns 0
+ * or the errno-derived code with a message naming the file. */
 int dt_sha256_file(const char *path, char hex[65], dt_emsg_t *em);
 
 #endif /* DT_SAFETENSORS_H */

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/fileio.h"
 #include "common/mem.h"
 #include "engine/spec.h"
 #include "engine/attn.h"
@@ -34,6 +35,7 @@
 
 #define TOKENS_MAX (INT64_C(1) << 50) /* dt_attn_parse_branches' limit for lengths */
 #define DAY_MS (INT64_C(24) * 3600 * 1000)
+#define SPEC_FILE_MAX (1 << 20) /* conf.c's limit for a file */
 
 /* Order is the canonical order of dt_spec_format and of dt-spec(5). */
 static const dt_conf_key_t keys[] = {
@@ -150,19 +152,154 @@ static void set_list(char *buf, size_t n, const char *const *set)
     }
 }
 
-/* A value as it may appear in a message: short, no control characters. */
+/*-- text: UTF-8 without control characters ------------------------------------*/
+
+/* The code point of the UTF-8 sequence at p (at most n bytes) and its
+ * length in *len; -1 for an invalid sequence (bad lead or continuation
+ * byte, overlong form, surrogate, beyond U+10FFFF, cut short). */
+static int32_t utf8_at(const unsigned char *p, size_t n, size_t *len)
+{
+    int32_t cp;
+    size_t k;
+
+    if (p[0] < 0x80) {
+        *len = 1;
+        return p[0];
+    }
+    if (p[0] >= 0xc2 && p[0] <= 0xdf)
+        k = 2, cp = p[0] & 0x1f;
+    else if (p[0] >= 0xe0 && p[0] <= 0xef)
+        k = 3, cp = p[0] & 0x0f;
+    else if (p[0] >= 0xf0 && p[0] <= 0xf4)
+        k = 4, cp = p[0] & 0x07;
+    else
+        return -1;
+    if (n < k)
+        return -1;
+    for (size_t i = 1; i < k; i++) {
+        if ((p[i] & 0xc0) != 0x80)
+            return -1;
+        cp = cp << 6 | (p[i] & 0x3f);
+    }
+    if ((k == 3 && cp < 0x800) || (k == 4 && cp < 0x10000) || cp > 0x10ffff ||
+        (cp >= 0xd800 && cp <= 0xdfff))
+        return -1;
+    *len = k;
+    return cp;
+}
+
+/* C0 (tab aside), DEL and C1: what a terminal may act on. */
+static int is_control(int32_t cp)
+{
+    return (cp < 0x20 && cp != '\t') || cp == 0x7f || (cp >= 0x80 && cp <= 0x9f);
+}
+
+/* The first fault of n bytes at s: 0 for none; otherwise 1 (a control
+ * character *cp) or 2 (invalid UTF-8, first bad byte *cp), at byte *at. */
+static int text_fault(const char *s, size_t n, size_t *at, int32_t *cp)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0, len;
+
+    while (i < n) {
+        int32_t c = utf8_at(p + i, n - i, &len);
+
+        *at = i;
+        if (c < 0) {
+            *cp = p[i];
+            return 2;
+        }
+        if (is_control(c)) {
+            *cp = c;
+            return 1;
+        }
+        i += len;
+    }
+    return 0;
+}
+
+/* "control character U+001B" or "invalid UTF-8 (byte 0xff)". */
+static const char *fault_str(char buf[48], int fault, int32_t cp)
+{
+    if (fault == 1)
+        snprintf(buf, 48, "control character U+%04X", (unsigned)cp);
+    else
+        snprintf(buf, 48, "invalid UTF-8 (byte 0x%02x)", (unsigned)cp);
+    return buf;
+}
+
+/* A value as it may appear in a message: short; control characters and
+ * bytes that are not UTF-8 shown as '?'. */
 static const char *shown(char buf[64], const char *v)
 {
-    size_t i;
+    const unsigned char *p = (const unsigned char *)v;
+    size_t i = 0, o = 0, n = strlen(v), len;
 
-    for (i = 0; v[i] != '\0' && i < 48; i++)
-        buf[i] = (unsigned char)v[i] < 0x20 || v[i] == 0x7f ? '?' : v[i];
-    if (v[i] != '\0') {
-        memcpy(buf + i, "...", 3);
-        i += 3;
+    while (i < n && o < 48) {
+        int32_t c = utf8_at(p + i, n - i, &len);
+
+        if (c < 0 || is_control(c)) {
+            buf[o++] = '?';
+            i += c < 0 ? 1 : len;
+            continue;
+        }
+        if (o + len > 48)
+            break;
+        memcpy(buf + o, p + i, len);
+        o += len;
+        i += len;
     }
-    buf[i] = '\0';
+    if (i < n) {
+        memcpy(buf + o, "...", 3);
+        o += 3;
+    }
+    buf[o] = '\0';
     return buf;
+}
+
+/* Every line of a spec's text is UTF-8 without control characters (a tab
+ * is allowed, and a carriage return ending the line): anything else is
+ * refused naming the file, the line, the key set on it and the column. A
+ * comment is no exception: whoever prints the file prints it too. */
+static int check_text(const char *name, const char *text, size_t len, dt_emsg_t *em)
+{
+    size_t pos = 0;
+    unsigned line = 0;
+
+    if (len >= 3 && memcmp(text, "\xef\xbb\xbf", 3) == 0) /* a byte order mark, as conf.c */
+        pos = 3;
+    while (pos < len) {
+        const char *l = text + pos, *nl = memchr(l, '\n', len - pos);
+        size_t n = nl ? (size_t)(nl - l) : len - pos, at, k = 0;
+        int32_t cp;
+        int fault;
+        char what[48], key[40];
+
+        pos += n + (nl != NULL);
+        line++;
+        if (n > 0 && l[n - 1] == '\r')
+            n--;
+        if ((fault = text_fault(l, n, &at, &cp)) == 0)
+            continue;
+        /* the key of a `key = value` line, when it is one */
+        while (k < n && (l[k] == ' ' || l[k] == '\t'))
+            k++;
+        size_t k0 = k;
+        while (k < n && k - k0 < sizeof(key) - 1 &&
+               ((l[k] >= 'a' && l[k] <= 'z') || (l[k] >= '0' && l[k] <= '9') || l[k] == '_'))
+            k++;
+        snprintf(key, sizeof(key), "%.*s", (int)(k - k0), l + k0);
+        while (k < n && (l[k] == ' ' || l[k] == '\t'))
+            k++;
+        fault_str(what, fault, cp);
+        if (k > k0 && k < n && l[k] == '=' && at > k)
+            return dt_emsg_set(em, DT_ECONF, "%s:%u: key '%s': %s at column %zu (a spec value "
+                               "is UTF-8 text without control characters)", name, line, key,
+                               what, at + 1);
+        return dt_emsg_set(em, DT_ECONF, "%s:%u: %s at column %zu (a spec is UTF-8 text "
+                           "without control characters)", name, line, what, at + 1);
+    }
+    return 0;
 }
 
 /*-- checks --------------------------------------------------------------------*/
@@ -202,10 +339,14 @@ static int check_key(const dt_spec_t *s, const dt_conf_key_t *k, dt_emsg_t *em)
 
         if (v == NULL)
             return 0;
-        for (const char *p = v; *p != '\0'; p++)
-            if ((unsigned char)*p < 0x20 || *p == 0x7f)
-                return dt_emsg_set(em, DT_EINVAL, "key '%s': control character in '%s'", k->name,
-                                   shown(sh, v));
+        size_t at;
+        int32_t cp;
+        int fault = text_fault(v, strlen(v), &at, &cp);
+        char what[48];
+
+        if (fault)
+            return dt_emsg_set(em, DT_EINVAL, "key '%s': %s at byte %zu of '%s'", k->name,
+                               fault_str(what, fault, cp), at + 1, shown(sh, v));
         for (size_t i = 0; i < sizeof(sets) / sizeof(sets[0]); i++) {
             if (strcmp(sets[i].key, k->name) != 0 || in_set(v, sets[i].set))
                 continue;
@@ -300,24 +441,73 @@ int dt_spec_parse(const char *name, const char *text, dt_spec_t *out, dt_emsg_t 
     int rc;
 
     memset(out, 0, sizeof(*out));
-    if ((rc = dt_conf_parse(name, text, keys, &tmp, em)) < 0) {
+    if (name == NULL)
+        name = "(string)";
+    if ((rc = check_text(name, text, strlen(text), em)) < 0 ||
+        (rc = dt_conf_parse(name, text, keys, &tmp, em)) < 0) {
         dt_spec_free(&tmp);
         return rc;
     }
     return finish(&tmp, out, em);
 }
 
+/* PATH's text, from a regular file only (a FIFO would block the reader, a
+ * device never end), checked as text: no NUL, UTF-8, no control
+ * characters. */
+static int read_spec(const char *path, char **text, dt_emsg_t *em)
+{
+    size_t len;
+    int rc;
+
+    if ((rc = dt_read_regular(path, 0, SPEC_FILE_MAX, text, &len, em)) < 0)
+        return rc == DT_ERANGE ? dt_emsg_set(em, DT_ECONF, "%s: larger than the limit of %d "
+                                             "bytes (1 MiB)", path, SPEC_FILE_MAX) : rc;
+    if ((rc = check_text(path, *text, len, em)) < 0) {
+        free(*text);
+        *text = NULL;
+    }
+    return rc;
+}
+
 int dt_spec_load(const char *path, dt_spec_t *out, dt_emsg_t *em)
 {
     dt_spec_t tmp = { .causal = -1 };
+    char *text = NULL;
     int rc;
 
     memset(out, 0, sizeof(*out));
-    if ((rc = dt_conf_load(path, keys, &tmp, em)) < 0) {
+    if ((rc = read_spec(path, &text, em)) == 0)
+        rc = dt_conf_parse(path, text, keys, &tmp, em);
+    free(text);
+    if (rc < 0) {
         dt_spec_free(&tmp);
         return rc;
     }
     return finish(&tmp, out, em);
+}
+
+int dt_spec_load_partial(const char *path, dt_spec_t *s, dt_emsg_t *em)
+{
+    size_t n = 0;
+    dt_conf_key_t *opt;
+    char *text = NULL;
+    int rc;
+
+    while (keys[n].name != NULL)
+        n++;
+    opt = dt_xcalloc(n + 1, sizeof(*opt));
+    memcpy(opt, keys, (n + 1) * sizeof(*opt));
+    for (size_t i = 0; i < n; i++)
+        opt[i].required = 0;
+    s->causal = -1; /* untouched unless the file sets it */
+    if ((rc = read_spec(path, &text, em)) == 0)
+        rc = dt_conf_parse(path, text, opt, s, em);
+    s->causal_set = s->causal != -1;
+    if (s->causal == -1)
+        s->causal = 1;
+    free(text);
+    free(opt);
+    return rc;
 }
 
 static const char *expected(enum dt_conf_type t)

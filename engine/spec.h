@@ -58,11 +58,21 @@ const dt_conf_key_t *dt_spec_keys(void);
 
 /* Parse spec text (`name` is used in messages, e.g. the file name) and
  * check it: kind and tokens given, values in their sets, segments and
- * dilations together. Returns 0, or DT_ECONF / DT_EINVAL with a message
- * naming the key. On error *out is left zeroed. */
+ * dilations together. The text must be UTF-8 without control characters
+ * (C0 but tab, DEL, C1; a CR may end a line): otherwise DT_ECONF naming the
+ * line, the key set on it and the column. Returns 0, or DT_ECONF / DT_EINVAL
+ * with a message naming the key. On error *out is left zeroed. */
 int dt_spec_parse(const char *name, const char *text, dt_spec_t *out, dt_emsg_t *em);
-/* Read and parse a spec file. */
+/* Read and parse a spec file: a regular file (a directory, FIFO or device
+ * is refused with DT_EINVAL before it is read) of at most 1 MiB, whose text
+ * is checked as dt_spec_parse's. */
 int dt_spec_load(const char *path, dt_spec_t *out, dt_emsg_t *em);
+/* Read a spec file as dt_spec_load does, into s, but with no key required
+ * and without dt_spec_check: for a file that leaves keys to command-line
+ * flags (dt_spec_set them, then dt_spec_check). causal and causal_set say
+ * whether the file set causal (causal = 1 when it did not). On error s
+ * holds no value from the file. */
+int dt_spec_load_partial(const char *path, dt_spec_t *s, dt_emsg_t *em);
 /* Set one key from a string, as a flag would (`--tokens 1M` style values are
  * the file's: sizes accept K/M/G). Checks as dt_spec_parse does for that
  * key. */

@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/mem.h"
 #include "engine/ckpt.h"
 
 /*-- fixture ----------------------------------------------------------------*/
@@ -461,4 +462,296 @@ Test(ckpt, prune_keeps_the_newest_n)
     cr_assert(!exists(P("step-00000005")));
     cr_assert(exists(P("step-00000006")));
     cr_assert(exists(P(".step-00000009.tmp")), "a step in flight is never pruned");
+}
+
+/*-- hardening: modes, links, self-consistent but broken shards ---------------*/
+
+static mode_t mode_of(const char *path)
+{
+    struct stat st;
+
+    cr_assert_eq(lstat(path, &st), 0, "%s: %s", path, strerror(errno));
+    return st.st_mode & 07777;
+}
+
+/* A checkpoint holds a model's weights: with umask 0 still, the root this
+ * creates and the step directory are 0700, shards, manifest and marker
+ * 0600. */
+Test(ckpt, files_and_directories_are_private)
+{
+    dt_emsg_t em = { "" };
+    mode_t old = umask(0);
+
+    write_step(10, 2);
+    cr_assert_eq(dt_ckpt_mark_committed(P("step-00000010"), &em), 0, "%s", em.s);
+    umask(old);
+    cr_assert_eq(mode_of(root), 0700, "root %o", (unsigned)mode_of(root));
+    cr_assert_eq(mode_of(P("step-00000010")), 0700, "%o", (unsigned)mode_of(P("step-00000010")));
+    cr_assert_eq(mode_of(P("step-00000010/manifest.json")), 0600);
+    cr_assert_eq(mode_of(P("step-00000010/shard-00001-of-00002.safetensors")), 0600);
+    cr_assert_eq(mode_of(P("step-00000010/COMMITTED")), 0600);
+}
+
+static void put_victim(const char *path)
+{
+    put_file(path, "precious\n");
+}
+
+static void assert_victim(const char *path)
+{
+    char line[32] = "";
+    FILE *f = fopen(path, "r");
+
+    cr_assert_not_null(f);
+    cr_assert_not_null(fgets(line, sizeof(line), f));
+    fclose(f);
+    cr_assert_str_eq(line, "precious\n", "%s was written through a link", path);
+}
+
+/* The commit marker may be written by a process running as someone else
+ * than the directory's owner: links planted at COMMITTED, at its temp name
+ * or in place of the directory itself are never written through, and a
+ * link is not a marker. */
+Test(ckpt, mark_committed_does_not_follow_planted_links)
+{
+    char tmpname[256];
+    dt_emsg_t em = { "" };
+
+    write_step(10, 2);
+    put_victim(P("../victim1"));
+    put_victim(P("../victim2"));
+    cr_assert_eq(symlink(P("../victim1"), P("step-00000010/COMMITTED")), 0);
+    cr_assert(!dt_ckpt_is_committed(P("step-00000010")), "a link is not a marker");
+    snprintf(tmpname, sizeof(tmpname), "%s/.COMMITTED.tmp.%ld", P("step-00000010"),
+             (long)getpid());
+    cr_assert_eq(symlink(P("../victim2"), tmpname), 0);
+    cr_assert_eq(dt_ckpt_mark_committed(P("step-00000010"), &em), 0, "%s", em.s);
+    assert_victim(P("../victim1"));
+    assert_victim(P("../victim2"));
+    cr_assert(dt_ckpt_is_committed(P("step-00000010")));
+    cr_assert_eq(mode_of(P("step-00000010/COMMITTED")) & 0077, 0);
+
+    /* the step directory itself a link to somewhere else: refused */
+    cr_assert_eq(mkdir(P("../elsewhere"), 0700), 0);
+    cr_assert_eq(symlink(P("../elsewhere"), P("step-00000020")), 0);
+    cr_assert_eq(dt_ckpt_mark_committed(P("step-00000020"), &em) < 0, 1);
+    cr_assert(!exists(P("../elsewhere/COMMITTED")), "marker written through a linked directory");
+    /* a manifest that is a link (to a file of someone else's) is not hashed */
+    write_step(30, 1);
+    cr_assert_eq(rename(P("step-00000030/manifest.json"), P("../m.json")), 0);
+    cr_assert_eq(symlink(P("../m.json"), P("step-00000030/manifest.json")), 0);
+    cr_assert_lt(dt_ckpt_mark_committed(P("step-00000030"), &em), 0);
+    cr_assert(strstr(em.s, "symbolic link"), "%s", em.s);
+    cr_assert(!exists(P("step-00000030/COMMITTED")));
+}
+
+/* Readers do not follow links either: a shard or manifest that is a link
+ * fails verification, and resume passes over that step. */
+Test(ckpt, verify_refuses_linked_shards_and_manifests)
+{
+    skips_t s = { 0 };
+    dt_emsg_t em = { "" };
+    dt_ckpt_manifest_t m;
+    char *dir = NULL;
+
+    write_step(10, 1);
+    write_step(20, 1);
+    cr_assert_eq(rename(P("step-00000020/shard-00000-of-00001.safetensors"), P("../s")), 0);
+    cr_assert_eq(symlink(P("../s"), P("step-00000020/shard-00000-of-00001.safetensors")), 0);
+    cr_assert_lt(dt_ckpt_verify(P("step-00000020"), &em), 0);
+    cr_assert(strstr(em.s, "not a regular file (a symbolic link)"), "%s", em.s);
+    write_step(30, 1);
+    cr_assert_eq(rename(P("step-00000030/manifest.json"), P("../m")), 0);
+    cr_assert_eq(symlink(P("../m"), P("step-00000030/manifest.json")), 0);
+    cr_assert_eq(dt_ckpt_manifest_read(P("step-00000030"), &m, &em), DT_EFORMAT, "%s", em.s);
+    cr_assert(strstr(em.s, "symbolic link"), "%s", em.s);
+    cr_assert_eq(dt_ckpt_latest(root, 0, on_skip, &s, &dir, NULL, &em), 0);
+    cr_assert_str_eq(dir, P("step-00000010"));
+    cr_assert_eq(s.n, 2);
+    free(dir);
+}
+
+/* Rewrite DIR's manifest so that shard `rank` has its current size and
+ * hash: the manifest agrees with a shard that is broken. */
+static void reseal(const char *dir, int rank)
+{
+    char *mpath = dt_xasprintf("%s/manifest.json", dir), *spath, hex[65];
+    json_t *doc = json_load_file(mpath, 0, NULL), *sh;
+    dt_emsg_t em = { "" };
+    struct stat st;
+
+    cr_assert_not_null(doc);
+    sh = json_array_get(json_object_get(doc, "shards"), (size_t)rank);
+    spath = dt_xasprintf("%s/%s", dir, json_string_value(json_object_get(sh, "file")));
+    cr_assert_eq(stat(spath, &st), 0);
+    cr_assert_eq(dt_sha256_file(spath, hex, &em), 0, "%s", em.s);
+    json_object_set_new(sh, "bytes", json_integer(st.st_size));
+    json_object_set_new(sh, "sha256", json_string(hex));
+    cr_assert_eq(json_dump_file(doc, mpath, JSON_INDENT(2)), 0);
+    json_decref(doc);
+    free(spath);
+    free(mpath);
+}
+
+/* A shard cut short whose manifest was resealed to match (size and hash
+ * agree) is still not a checkpoint: verification opens its safetensors
+ * header, and resume falls back to the step before. */
+Test(ckpt, truncated_shard_with_a_matching_manifest_fails_verify)
+{
+    skips_t s = { 0 };
+    dt_emsg_t em = { "" };
+    char *dir = NULL;
+
+    write_step(10, 2);
+    write_step(20, 2);
+    cr_assert_eq(truncate(P("step-00000020/shard-00001-of-00002.safetensors"), 100), 0);
+    reseal(P("step-00000020"), 1);
+    cr_assert_eq(dt_ckpt_verify(P("step-00000020"), &em), DT_EFORMAT, "%s", em.s);
+    cr_assert(strstr(em.s, "shard shard-00001-of-00002.safetensors is not a valid safetensors "
+                           "file"), "%s", em.s);
+    cr_assert_eq(dt_ckpt_latest(root, 0, on_skip, &s, &dir, NULL, &em), 0);
+    cr_assert_str_eq(dir, P("step-00000010"));
+    cr_assert_eq(s.n, 1);
+    cr_assert(strstr(s.why[0], "not a valid safetensors file"), "%s", s.why[0]);
+    free(dir);
+}
+
+/*-- training checkpoints (dt-train-1): every offset checked -----------------*/
+
+/* One shard of a dt-train-1 checkpoint: `len` values starting at value
+ * base, with the metadata given as text (NULL: left out). */
+typedef struct {
+    const char *offset, *nparams;
+    int64_t len;
+    enum dt_st_dtype dtype; /* of "params" */
+    int ndim;               /* of "params": 1, or 2 as (len, 1) */
+    int64_t mlen;           /* of "adam_m": len when 0 */
+} tshard_t;
+
+static void write_train(int64_t step, int ranks, const tshard_t *sh)
+{
+    dt_ckpt_shard_t recs[8];
+    dt_ckpt_manifest_t m = { 0 };
+    dt_emsg_t em = { "" };
+    float buf[4096];
+
+    cr_assert_leq(ranks, 8);
+    for (int i = 0; i < 4096; i++)
+        buf[i] = (float)i;
+    cr_assert_eq(dt_ckpt_begin(root, step, &em), 0, "%s", em.s);
+    for (int r = 0; r < ranks; r++) {
+        dt_st_writer_t *w = dt_st_writer_new();
+        int64_t shape[2] = { sh[r].len, 1 }, mshape[1] = { sh[r].mlen ? sh[r].mlen : sh[r].len };
+        cr_assert_eq(dt_st_writer_add(w, "params", sh[r].dtype, sh[r].ndim ? sh[r].ndim : 1,
+                                      shape, buf, &em), 0, "%s", em.s);
+        cr_assert_eq(dt_st_writer_add(w, "adam_m", DT_ST_F32, 1, mshape, buf, &em), 0);
+        cr_assert_eq(dt_st_writer_add(w, "adam_v", DT_ST_F32, 1, shape, buf, &em), 0);
+        cr_assert_eq(dt_st_writer_meta(w, "format", "dt-train-1", &em), 0);
+        if (sh[r].offset)
+            cr_assert_eq(dt_st_writer_meta(w, "offset", sh[r].offset, &em), 0);
+        if (sh[r].nparams)
+            cr_assert_eq(dt_st_writer_meta(w, "nparams", sh[r].nparams, &em), 0);
+        cr_assert_eq(dt_ckpt_write_shard(root, step, r, ranks, w, &recs[r], &em), 0, "%s", em.s);
+        dt_st_writer_free(w);
+    }
+    m.step = step;
+    m.ranks = ranks;
+    m.model = json_pack("{s:i}", "dim", 8);
+    m.shards = recs;
+    cr_assert_eq(dt_ckpt_write_manifest(root, &m, &em), 0, "%s", em.s);
+    json_decref(m.model);
+    cr_assert_eq(dt_ckpt_commit(root, step, NULL, &em), 0, "%s", em.s);
+}
+
+/* Read checkpoint `step` as n parameters; rc, message in em. Guard values
+ * around P catch a write outside it. */
+static int read_train(int64_t step, int64_t n, float *Pout, dt_emsg_t *em)
+{
+    dt_ckpt_manifest_t m;
+    float *M = calloc((size_t)n, sizeof(float)), *V = calloc((size_t)n, sizeof(float));
+    int rc;
+
+    cr_assert_eq(dt_ckpt_manifest_read(P("step-%08lld", (long long)step), &m, em), 0, "%s",
+                 em->s);
+    rc = dt_ckpt_read_train(P("step-%08lld", (long long)step), &m, n, Pout, M, V, NULL, NULL, em);
+    dt_ckpt_manifest_close(&m);
+    free(M);
+    free(V);
+    return rc;
+}
+
+Test(ckpt, train_shards_read_back_in_slices)
+{
+    tshard_t sh[3] = { { "0", "10", 3, DT_ST_F32, 1, 0 },
+                       { "3", "10", 3, DT_ST_F32, 1, 0 },
+                       { "6", "10", 4, DT_ST_F32, 1, 0 } };
+    float out[10];
+    dt_emsg_t em = { "" };
+
+    write_train(1, 3, sh);
+    cr_assert_eq(read_train(1, 10, out, &em), 0, "%s", em.s);
+    cr_assert(out[0] == 0 && out[2] == 2 && out[3] == 0 && out[6] == 0 && out[9] == 3);
+}
+
+/* A self-consistent checkpoint (manifest and hashes agree) whose shard
+ * says "offset" = INT64_MAX - 5: offset + length wrapped negative and
+ * passed the bounds check, and the slice was written 24 bytes before the
+ * parameters (heap corruption: "corrupted size vs. prev_size", SIGABRT). */
+Test(ckpt, train_offset_near_int64_max_is_refused)
+{
+    tshard_t sh[1] = { { "9223372036854775802", "1000", 1000, DT_ST_F32, 1, 0 } };
+    int64_t n = 1000;
+    float *buf = calloc((size_t)n + 64, sizeof(float)), *out = buf + 32;
+    dt_emsg_t em = { "" };
+
+    for (int i = 0; i < 32; i++)
+        buf[i] = buf[32 + n + i] = -7.0f;
+    write_train(1, 1, sh);
+    cr_assert_eq(read_train(1, n, out, &em), DT_EFORMAT, "%s", em.s);
+    cr_assert(strstr(em.s, "shard-00000-of-00001.safetensors"), "%s", em.s);
+    cr_assert(strstr(em.s, "offset 9223372036854775802"), "%s", em.s);
+    for (int i = 0; i < 32; i++)
+        cr_assert(buf[i] == -7.0f && buf[32 + n + i] == -7.0f, "written outside the parameters at %d", i);
+    free(buf);
+}
+
+/* Every other way a shard may not be a slice of n parameters. */
+Test(ckpt, train_shards_that_are_not_slices_are_refused)
+{
+    static const struct {
+        tshard_t sh[2];
+        int ranks;
+        const char *words;
+    } cases[] = {
+        { { { "abc", "8", 8, DT_ST_F32, 1, 0 } }, 1, "'offset' is 'abc', not a decimal integer" },
+        { { { "0x0", "8", 8, DT_ST_F32, 1, 0 } }, 1, "'offset' is '0x0'" },
+        { { { " 0", "8", 8, DT_ST_F32, 1, 0 } }, 1, "'offset' is ' 0'" },
+        { { { "-1", "8", 8, DT_ST_F32, 1, 0 } }, 1, "'offset' is '-1'" },
+        { { { "99999999999999999999", "8", 8, DT_ST_F32, 1, 0 } }, 1, "'offset' is '9999" },
+        { { { NULL, "8", 8, DT_ST_F32, 1, 0 } }, 1, "no 'offset'" },
+        { { { "0", "8x", 8, DT_ST_F32, 1, 0 } }, 1, "'nparams' is '8x'" },
+        { { { "0", "9", 8, DT_ST_F32, 1, 0 } }, 1, "nparams 9, this model has 8" },
+        { { { "0", NULL, 8, DT_ST_F32, 1, 0 } }, 1, "no 'nparams'" },
+        { { { "1", "8", 8, DT_ST_F32, 1, 0 } }, 1, "[1, 9) is outside [0, 8)" },
+        { { { "0", "8", 8, DT_ST_U8, 1, 0 } }, 1, "'params' is U8 [8], not a 1-D F32 tensor" },
+        { { { "0", "8", 8, DT_ST_F32, 2, 0 } }, 1, "'params' is F32 [8, 1]" },
+        { { { "0", "8", 8, DT_ST_F32, 1, 7 } }, 1, "'adam_m'" },
+        { { { "0", "8", 4, DT_ST_F32, 1, 0 }, { "5", "8", 3, DT_ST_F32, 1, 0 } },
+          2, "starts at 5, the shard before it ends at 4" },
+        { { { "0", "8", 4, DT_ST_F32, 1, 0 }, { "3", "8", 5, DT_ST_F32, 1, 0 } },
+          2, "starts at 3, the shard before it ends at 4" },
+        { { { "0", "8", 4, DT_ST_F32, 1, 0 }, { "4", "8", 3, DT_ST_F32, 1, 0 } },
+          2, "the shards end at 7, this model has 8 parameters" },
+    };
+    dt_emsg_t em = { "" };
+    float out[8];
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        write_train((int64_t)i + 1, cases[i].ranks, cases[i].sh);
+        int rc = read_train((int64_t)i + 1, 8, out, &em);
+        cr_assert_eq(rc, DT_EFORMAT, "case %zu: rc %d: %s", i, rc, em.s);
+        cr_assert(strstr(em.s, "shard-0000"), "case %zu: no shard named: %s", i, em.s);
+        cr_assert(strstr(em.s, cases[i].words), "case %zu: '%s' not in: %s", i, cases[i].words,
+                  em.s);
+    }
 }

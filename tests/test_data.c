@@ -269,7 +269,7 @@ Test(data, refuses_count_not_matching_size)
 Test(data, refuses_missing_and_directory)
 {
     expect_refused(P("nope.bin"), DT_ENOENT, "cannot open");
-    expect_refused(tmpdir, DT_EIO, "is a directory");
+    expect_refused(tmpdir, DT_EINVAL, "is a directory");
 }
 
 Test(data, refuses_u32_token_beyond_int32)
@@ -496,6 +496,24 @@ Test(data, loader_glob)
     cr_assert_eq(dt_loader_new_glob(P("train_*.bin"), &o, &l, &em), DT_ENOENT);
     cr_assert_null(l);
     cr_assert(strstr(em.s, "train_*.bin: no shard matches"), "%s", em.s);
+}
+
+/* A pattern in a directory that is not there is the user's mistake, named
+ * as such (DT_ENOENT: exit 2), not an unexplained "read error" (DT_EIO). */
+Test(data, loader_glob_missing_directory)
+{
+    dt_loader_opts_t o = { .T = 8 };
+    dt_loader_t *l;
+    dt_emsg_t em = { "" };
+    char want[512];
+
+    cr_assert_eq(dt_loader_new_glob(P("nodir/s*.bin"), &o, &l, &em), DT_ENOENT, "%s", em.s);
+    cr_assert_null(l);
+    snprintf(want, sizeof(want), "nodir/s*.bin: cannot read directory %s: No such file or "
+             "directory", P("nodir"));
+    cr_assert(strstr(em.s, want), "%s", em.s);
+    make_three();
+    cr_assert_eq(dt_loader_new_glob(P("s0.bin/*.bin"), &o, &l, &em), DT_ENOENT, "%s", em.s);
 }
 
 Test(data, loader_refusals)
@@ -782,4 +800,49 @@ Test(data, recall_refuses_bad_options)
     o.n_filler = 0;
     cr_assert_eq(dt_recall_check(&o, &em), DT_EINVAL);
     cr_assert(strstr(em.s, "n_filler 0"), "%s", em.s);
+}
+
+/* What dt_tok_save writes is the owner's alone (0600 whatever the umask),
+ * and a link planted at its temp name is replaced, never written through. */
+Test(data, save_is_private_and_does_not_follow_a_planted_link)
+{
+    int32_t tok[4] = { 1, 2, 3, 4 };
+    char tmpname[256], victim_text[16] = "";
+    dt_emsg_t em = { "" };
+    struct stat st;
+    mode_t old;
+    FILE *f;
+
+    f = fopen(P("victim"), "w");
+    cr_assert_not_null(f);
+    fputs("precious", f);
+    fclose(f);
+    snprintf(tmpname, sizeof(tmpname), "%s/.t.bin.tmp.%ld", tmpdir, (long)getpid());
+    cr_assert_eq(symlink(P("victim"), tmpname), 0);
+    old = umask(0);
+    cr_assert_eq(dt_tok_save(P("t.bin"), DT_TOK_U16, tok, 4, &em), 0, "%s", em.s);
+    umask(old);
+    cr_assert_eq(lstat(P("t.bin"), &st), 0);
+    cr_assert(S_ISREG(st.st_mode));
+    cr_assert_eq(st.st_mode & 07777, 0600, "mode %o", (unsigned)(st.st_mode & 07777));
+    f = fopen(P("victim"), "r");
+    cr_assert_not_null(f);
+    cr_assert_not_null(fgets(victim_text, sizeof(victim_text), f));
+    fclose(f);
+    cr_assert_str_eq(victim_text, "precious");
+
+    /* the header checks from memory, as the fuzzer runs them */
+    unsigned char img[DT_TOK_HEADER_BYTES + 8];
+    enum dt_tok_format fmt;
+    int64_t ntok;
+    f = fopen(P("t.bin"), "rb");
+    cr_assert_eq(fread(img, 1, sizeof(img), f), sizeof(img));
+    fclose(f);
+    cr_assert_eq(dt_tok_parse_header("m", img, sizeof(img), sizeof(img), &fmt, &ntok, &em), 0);
+    cr_assert(fmt == DT_TOK_U16 && ntok == 4);
+    cr_assert_eq(dt_tok_parse_header("m", img, sizeof(img), sizeof(img) + 2, &fmt, &ntok, &em),
+                 DT_EFORMAT);
+    cr_assert(strstr(em.s, "2 bytes of trailing data"), "%s", em.s);
+    cr_assert_eq(dt_tok_parse_header("m", img, 100, 100, &fmt, &ntok, &em), DT_EFORMAT);
+    cr_assert(strstr(em.s, "m: header is truncated: the file has 100 bytes"), "%s", em.s);
 }

@@ -105,6 +105,21 @@ static void expect_refusal(const char *path, int err, const char *n1, const char
     cr_assert(strstr(em.s, n1) != NULL, "message lacks '%s': %s", n1, em.s);
     if (n2)
         cr_assert(strstr(em.s, n2) != NULL, "message lacks '%s': %s", n2, em.s);
+
+    /* the same bytes parsed from memory: the same refusal */
+    struct stat st;
+    FILE *f;
+    if (stat(path, &st) < 0 || !S_ISREG(st.st_mode) || (f = fopen(path, "rb")) == NULL)
+        return;
+    unsigned char *buf = malloc((size_t)st.st_size + 1);
+    dt_emsg_t em2 = { "" };
+    cr_assert_eq(fread(buf, 1, (size_t)st.st_size, f), (size_t)st.st_size);
+    fclose(f);
+    r = (dt_st_reader_t *)1;
+    cr_assert_eq(dt_st_parse(path, buf, (size_t)st.st_size, &r, &em2), err, "%s", em2.s);
+    cr_assert_null(r);
+    cr_assert_str_eq(em2.s, em.s);
+    free(buf);
 }
 
 static int count_dir(const char *dir)
@@ -410,5 +425,56 @@ Test(safetensors, refuses_truncated_and_trailing_data)
 Test(safetensors, refuses_missing_and_non_regular_files)
 {
     expect_refusal(P("nope"), DT_ENOENT, "cannot open", NULL);
-    expect_refusal(tmpdir, DT_EIO, "is a directory", NULL);
+    expect_refusal(tmpdir, DT_EINVAL, "is a directory", NULL);
+}
+
+/* A shard holds a model's weights: the file is the owner's alone (0600,
+ * whatever the umask), and so is what dt_st_write leaves nowhere else. */
+Test(safetensors, written_file_is_private)
+{
+    float x[2] = { 1, 2 };
+    int64_t shape[1] = { 2 };
+    dt_st_writer_t *w = dt_st_writer_new();
+    dt_emsg_t em = { "" };
+    struct stat st;
+    mode_t old = umask(0);
+
+    cr_assert_eq(dt_st_writer_add(w, "x", DT_ST_F32, 1, shape, x, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_st_write(w, P("w.safetensors"), NULL, NULL, &em), 0, "%s", em.s);
+    umask(old);
+    dt_st_writer_free(w);
+    cr_assert_eq(stat(P("w.safetensors"), &st), 0);
+    cr_assert_eq(st.st_mode & 07777, 0600, "mode %o", (unsigned)(st.st_mode & 07777));
+}
+
+/* Hashing and the no-follow reader take only a regular file at the path
+ * itself: a link planted there is not followed (a reader running as
+ * another user would hash or read its target), a FIFO or a device is
+ * refused, not read. */
+Test(safetensors, hash_and_nofollow_refuse_links_fifos_devices, .timeout = 20)
+{
+    float x[1] = { 1 };
+    int64_t shape[1] = { 1 };
+    dt_st_writer_t *w = dt_st_writer_new();
+    dt_st_reader_t *r = NULL;
+    dt_emsg_t em = { "" };
+    char hex[65];
+
+    cr_assert_eq(dt_st_writer_add(w, "x", DT_ST_F32, 1, shape, x, &em), 0);
+    cr_assert_eq(dt_st_write(w, P("real"), NULL, NULL, &em), 0, "%s", em.s);
+    dt_st_writer_free(w);
+    cr_assert_eq(symlink(P("real"), P("link")), 0);
+    cr_assert_eq(dt_sha256_file(P("link"), hex, &em), DT_EINVAL, "%s", em.s);
+    cr_assert(strstr(em.s, "link: is a symbolic link"), "%s", em.s);
+    cr_assert_eq(dt_st_open_nofollow(P("link"), &r, &em), DT_EINVAL, "%s", em.s);
+    cr_assert_null(r);
+    cr_assert_eq(dt_st_open(P("link"), &r, &em), 0, "%s", em.s); /* links to inputs are fine */
+    dt_st_close(r);
+    cr_assert_eq(dt_st_open_nofollow(P("real"), &r, &em), 0, "%s", em.s);
+    dt_st_close(r);
+    cr_assert_eq(mkfifo(P("fifo"), 0600), 0);
+    cr_assert_eq(dt_sha256_file(P("fifo"), hex, &em), DT_EINVAL, "%s", em.s);
+    cr_assert(strstr(em.s, "not a regular file"), "%s", em.s);
+    cr_assert_eq(dt_sha256_file("/dev/zero", hex, &em), DT_EINVAL, "%s", em.s);
+    cr_assert_eq(dt_sha256_file(P("real"), hex, &em), 0, "%s", em.s);
 }

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/mem.h"
@@ -408,4 +409,156 @@ Test(spec, lr_must_be_a_positive_number)
                  "%s", em.s);
     cr_assert_str_eq(s.lr, "2.5e-4");
     dt_spec_free(&s);
+}
+
+/*-- files that are not text, and files that are not files ----------------------*/
+
+/* Write n bytes to a new temporary file; its path in path. */
+static void write_file(char path[32], const char *bytes, size_t n)
+{
+    int fd;
+
+    strcpy(path, "/tmp/dt-spec-XXXXXX");
+    fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    cr_assert_eq(write(fd, bytes, n), (ssize_t)n);
+    close(fd);
+}
+
+/* UTF-8 text, tabs and CRLF line ends are fine (called by the test of
+ * refusals: what it refuses stops there). */
+static void utf8_text_tabs_and_crlf_accepted(void)
+{
+    static const char text[] = "\xef\xbb\xbfkind = attn\r\ntokens\t= 64\r\n"
+                               "name = caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x9a\x80\r\n"
+                               "# \xc3\xa9t\xc3\xa9\r\n";
+    char path[32];
+    dt_spec_t s;
+    dt_emsg_t em = { "" };
+
+    write_file(path, text, sizeof(text) - 1);
+    cr_assert_eq(dt_spec_load(path, &s, &em), 0, "%s", em.s);
+    cr_assert_str_eq(s.name, "caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x9a\x80");
+    dt_spec_free(&s);
+    unlink(path);
+}
+
+/* A value (or a comment) with a control character (C0, DEL, C1) or bytes
+ * that are not UTF-8 is refused naming the line and the key, from text and
+ * from a file; the spec stays zeroed. */
+Test(spec, control_characters_and_bad_utf8_refused_naming_line_and_key)
+{
+    static const struct {
+        const char *line, *words;
+    } cases[] = {
+        { "name = a\x1b[2Jb", "key 'name': control character U+001B at column 9" },
+        { "name = a\x07", "key 'name': control character U+0007" },
+        { "name = a\x7f", "key 'name': control character U+007F" },
+        { "name = a\xc2\x9b" "31m", "key 'name': control character U+009B" }, /* C1 CSI */
+        { "name = \xc2\x85", "key 'name': control character U+0085" },            /* C1 NEL */
+        { "data = /x/\xff.bin", "key 'data': invalid UTF-8 (byte 0xff) at column 11" },
+        { "ckpt_dir = \xc0\xaf", "key 'ckpt_dir': invalid UTF-8 (byte 0xc0)" }, /* overlong '/' */
+        { "partition = \xed\xa0\x80", "key 'partition': invalid UTF-8" },        /* surrogate */
+        { "account = ab\xe2\x82", "key 'account': invalid UTF-8" },             /* cut short */
+        { "tokens = 64\x1b", "key 'tokens': control character U+001B" },
+        { "# a comment \x1b]0;owned\x07", "3: control character U+001B at column 13" },
+        { "\x9b", "3: invalid UTF-8 (byte 0x9b) at column 1" },
+    };
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char *text = dt_xasprintf("kind = attn\ntokens = 64\n%s\n", cases[i].line), path[32];
+        const char *tokens_line = strncmp(cases[i].line, "tokens", 6) == 0 ? "x" : NULL;
+        dt_spec_t s;
+        dt_emsg_t em = { "" };
+
+        if (tokens_line) { /* tokens on line 2 is the bad one: no duplicate */
+            free(text);
+            text = dt_xasprintf("kind = attn\nname = x\n%s\n", cases[i].line);
+        }
+        memset(&s, 0xa5, sizeof(s));
+        cr_assert_eq(dt_spec_parse("bad.spec", text, &s, &em), DT_ECONF, "case %zu: %s", i, em.s);
+        cr_assert(strstr(em.s, "bad.spec:3: ") == em.s, "case %zu: no line: %s", i, em.s);
+        cr_assert(strstr(em.s, cases[i].words), "case %zu: '%s' not in '%s'", i, cases[i].words,
+                  em.s);
+        cr_assert(is_zero(&s), "case %zu: out not zeroed", i);
+        for (const char *p = em.s; *p; p++) /* the message itself is safe to print */
+            cr_assert((unsigned char)*p >= 0x20 && (unsigned char)*p < 0x7f, "case %zu: %s", i,
+                      em.s);
+
+        write_file(path, text, strlen(text));
+        memset(&s, 0xa5, sizeof(s));
+        cr_assert_eq(dt_spec_load(path, &s, &em), DT_ECONF, "case %zu: %s", i, em.s);
+        cr_assert(strstr(em.s, ":3: ") && strstr(em.s, path) == em.s, "case %zu: %s", i, em.s);
+        cr_assert(strstr(em.s, cases[i].words), "case %zu: %s", i, em.s);
+        cr_assert(is_zero(&s), "case %zu: out not zeroed", i);
+        dt_spec_t p = { 0 };
+        cr_assert_eq(dt_spec_load_partial(path, &p, &em), DT_ECONF, "case %zu: %s", i, em.s);
+        cr_assert(strstr(em.s, cases[i].words), "case %zu: %s", i, em.s);
+        cr_assert_null(p.name);
+        unlink(path);
+        free(text);
+    }
+    utf8_text_tabs_and_crlf_accepted();
+}
+
+/* A NUL byte in a file is a control character on its line, not the end of
+ * the file (which would drop the lines after it unread). */
+Test(spec, nul_byte_in_a_file_refused)
+{
+    static const char text[] = "kind = attn\nname = a\0b\ntokens = 64\n";
+    char path[32];
+    dt_spec_t s;
+    dt_emsg_t em = { "" };
+
+    write_file(path, text, sizeof(text) - 1);
+    cr_assert_eq(dt_spec_load(path, &s, &em), DT_ECONF, "%s", em.s);
+    cr_assert(strstr(em.s, ":2: key 'name': control character U+0000"), "%s", em.s);
+    unlink(path);
+}
+
+/* A flag's value is checked as a file's is (there is no line to name). */
+Test(spec, set_refuses_c1_and_bad_utf8)
+{
+    static const char *const bad[] = { "a\xc2\x9b" "1m", "\xff", "a\xe2\x82", "a\x7f", "\x1b" };
+    dt_spec_t s = { 0 };
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        dt_emsg_t em = { "" };
+
+        cr_assert_eq(dt_spec_set(&s, "name", bad[i], &em), DT_EINVAL, "case %zu", i);
+        cr_assert(strstr(em.s, "key 'name': "), "%s", em.s);
+        for (const char *p = em.s; *p; p++)
+            cr_assert((unsigned char)*p >= 0x20 && (unsigned char)*p < 0x7f, "%s", em.s);
+    }
+    cr_assert(is_zero(&s));
+    dt_spec_t c = { 0 };
+    dt_emsg_t em = { "" };
+    c.kind = dt_xstrdup("attn");
+    c.tokens = 64;
+    c.ckpt_dir = dt_xstrdup("/ckpt/\xc2\x85");
+    cr_assert_eq(dt_spec_check(&c, &em), DT_EINVAL);
+    cr_assert(strstr(em.s, "key 'ckpt_dir': control character U+0085"), "%s", em.s);
+    dt_spec_free(&c);
+}
+
+/* A FIFO, a directory or a device is refused before it is read: a FIFO
+ * with no writer would block the reader forever (dtctl submit, plan,
+ * run --local, dtengine train --spec). */
+Test(spec, fifo_and_directory_refused_without_blocking, .timeout = 20)
+{
+    char dir[] = "/tmp/dt-spec-XXXXXX", fifo[64];
+    dt_spec_t s, p = { 0 };
+    dt_emsg_t em = { "" };
+
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(fifo, sizeof(fifo), "%s/job.spec", dir);
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    cr_assert_eq(dt_spec_load(fifo, &s, &em), DT_EINVAL, "%s", em.s);
+    cr_assert(strstr(em.s, "job.spec: not a regular file"), "%s", em.s);
+    cr_assert_eq(dt_spec_load_partial(fifo, &p, &em), DT_EINVAL, "%s", em.s);
+    cr_assert_eq(dt_spec_load(dir, &s, &em), DT_EINVAL, "%s", em.s);
+    cr_assert(strstr(em.s, "is a directory"), "%s", em.s);
+    cr_assert_eq(dt_spec_load("/dev/zero", &s, &em), DT_EINVAL, "%s", em.s);
+    unlink(fifo);
+    rmdir(dir);
 }

@@ -144,6 +144,14 @@ check "Fortran-order Q" expect_bad 1 fortran --q "$IN/q_fortran.npy" $KV
 check "truncated Q" expect_bad 1 truncated --q "$IN/q_short.npy" $KV
 check "Q not an .npy file" expect_bad 1 q_text.npy --q "$IN/q_text.npy" $KV
 check "missing Q file" expect_bad 1 no_such.npy --q "$IN/no_such.npy" $KV
+mkdir "$IN/q_dir.npy" && mkfifo "$IN/q_fifo.npy" || die "cannot make a directory and a FIFO"
+check "Q is a directory (exit 2, not 1)" expect_bad 1 "q_dir.npy: is a directory" \
+    --q "$IN/q_dir.npy" $KV
+cp "$IN/q.npy" "$IN/q_trail.npy" && printf 'extra' >>"$IN/q_trail.npy" || die "cannot write q_trail.npy"
+check "Q with bytes after its data" expect_bad 1 "q_trail.npy: 5 bytes after the data" \
+    --q "$IN/q_trail.npy" $KV
+check "Q is a FIFO (refused, not waited on)" expect_bad 1 "q_fifo.npy: not a regular file" \
+    --q "$IN/q_fifo.npy" $KV
 # splitting over ranks
 check "T=512 over 3 ranks" expect_bad 3 divisible $Q $KV
 check "T=514 zigzag over 2 ranks (2R=4)" expect_bad 2 divisible --q "$IN/q_t514.npy" \
@@ -315,6 +323,8 @@ SH=$TMPD/shards
 check "--out-dir R=2 zigzag run" run_attn 2 "$SH" $Q $KV --causal --layout zigzag \
     --out-dir "$SH"
 check "--out-dir R=2 zigzag: o, lse, pos per rank, no temporary files" shard_files "$SH" 2
+check "--out-dir R=2 zigzag: the directory 0700, every file 0600 (outputs are private)" \
+    sh -c "test \"\$(stat -c %a '$SH' '$SH'/*.npy | sort -u | tr '\n' ' ')\" = '600 700 '"
 check "--out-dir R=2 zigzag: pos.0 is zigzag" shard_pos "$SH" 2 0
 check "--out-dir R=2 zigzag: pos.1 is zigzag" shard_pos "$SH" 2 1
 check "--out R=2 zigzag run" run_attn 2 "$TMPD/full" $Q $KV --causal --layout zigzag \

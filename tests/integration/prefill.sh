@@ -80,6 +80,24 @@ check "and the prefill resumes after layer 1" \
     grep -q 'resuming from .*step-00000001 after layer 1 of 4' "$TMPD/corrupt.log"
 check "with bit-identical logits" cmp "$TMPD/full4.npy" "$TMPD/corrupt.npy"
 
+# the same layer bad again on a retry: set aside under the next free name
+# (step-00000002.rejected was taken, and the resume failed on every retry)
+prefill 4 --ckpt-dir "$TMPD/retry" --stop-after-layer 2 >"$TMPD/retry0.log" 2>&1
+retry_layer2() { # N ASIDE: corrupt layer 2, resume and stop after it again (exit 3)
+    _s=$(ls "$TMPD/retry/step-00000002"/shard-*.safetensors | head -n 1)
+    printf 'X' | dd of="$_s" bs=1 seek=300 conv=notrunc 2>/dev/null
+    prefill 4 --ckpt-dir "$TMPD/retry" --resume --stop-after-layer 2 >"$TMPD/retry$1.log" 2>&1
+    _rc=$?
+    [ $_rc -eq 3 ] && grep -q "moved .*step-00000002 aside to .*/$2\$" "$TMPD/retry$1.log" &&
+        test -d "$TMPD/retry/$2" || { echo "exit $_rc"; cat "$TMPD/retry$1.log"; return 1; }
+}
+check "a bad layer checkpoint is set aside as step-00000002.rejected" \
+    retry_layer2 1 step-00000002.rejected
+check "bad again on a retry: set aside as step-00000002.rejected.2, exit 3" \
+    retry_layer2 2 step-00000002.rejected.2
+prefill 4 --ckpt-dir "$TMPD/retry" --resume --logits "$TMPD/retry.npy" >"$TMPD/retry3.log" 2>&1
+check "and the last resume writes bit-identical logits" cmp "$TMPD/full4.npy" "$TMPD/retry.npy"
+
 prefill 1 --ckpt-dir "$TMPD/full1" --resume --logits "$TMPD/again1.npy" >"$TMPD/again1.log" 2>&1
 check "a finished prefill resumed after its last layer runs only the head, bit-identically" \
     sh -c "grep -q 'after layer 4 of 4' '$TMPD/again1.log' && cmp '$TMPD/full1.npy' '$TMPD/again1.npy'"

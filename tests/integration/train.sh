@@ -153,14 +153,56 @@ bad_resume_from() {
 }
 check "--resume-from a corrupt checkpoint: exit 6 (the checkpoint does not verify), naming the shard" bad_resume_from
 
-# corrupt the newest checkpoint: the resume falls back to step 3
+# A bad newest checkpoint: the resume falls back to step 3, sets step 6
+# aside (step-00000006.corrupt, .corrupt.2, ...) and writes it again, with
+# the uninterrupted run's parameters; a retry resumes from the new step 6.
+# Three ways to be bad: a flipped byte (sha256 mismatch), a manifest whose
+# sha256 is not the shard's, a shard cut short with the manifest resealed
+# to match it (size and sha256 agree; the safetensors header does not).
+resume6() { # NAME: resume full1 up to step 6; the log and exit status in NAME.log
+    train 1 "$TMPD/full1" --resume --steps 6 >"$TMPD/$1.log" 2>&1
+    echo "exit $?" >>"$TMPD/$1.log"
+}
 shard=$(ls "$TMPD/full1/step-00000006"/shard-*.safetensors | head -n 1)
+manifest=$TMPD/full1/step-00000006/manifest.json
+# reseal: the manifest records the shard as it is now (R=1: one record)
+reseal() {
+    _sz=$(wc -c <"$shard" | tr -d ' ')
+    _sum=$(sha256sum "$shard" | cut -d ' ' -f 1)
+    sed -i "s/\"bytes\": [0-9]*/\"bytes\": $_sz/; s/\"sha256\": \"[0-9a-f]*\"/\"sha256\": \"$_sum\"/" \
+        "$manifest"
+}
+fell_back() { # NAME ASIDE: skipped 6, resumed from 3, set 6 aside as ASIDE, exit 0, same result
+    grep -q 'skipping checkpoint .*step-00000006' "$TMPD/$1.log" &&
+        grep -q 'resuming from .*step-00000003' "$TMPD/$1.log" &&
+        grep -q "moved aside to .*/$2 " "$TMPD/$1.log" && test -d "$TMPD/full1/$2" &&
+        grep -q '^exit 0' "$TMPD/$1.log" && test -d "$TMPD/full1/step-00000006" &&
+        test "$(sha "$TMPD/$1.log")" = "$(sha "$TMPD/full1.log")" ||
+        { cat "$TMPD/$1.log"; return 1; }
+}
 printf 'X' | dd of="$shard" bs=1 seek=200 conv=notrunc 2>/dev/null
-train 1 "$TMPD/full1" --resume --steps 6 >"$TMPD/corrupt.log" 2>&1
+resume6 corrupt
 check "a corrupt newest checkpoint is skipped with a message" \
-    grep -q 'skipping checkpoint .*step-00000006' "$TMPD/corrupt.log"
-check "and the run resumes from the one before it" \
-    grep -q 'resuming from .*step-00000003' "$TMPD/corrupt.log"
+    grep -q 'skipping checkpoint .*step-00000006: .*sha256' "$TMPD/corrupt.log"
+check "and the run resumes from the one before it, rewrites step 6 and succeeds" \
+    fell_back corrupt step-00000006.corrupt
+resume6 retry
+check "a retry resumes from the rewritten step 6" \
+    sh -c "grep -q 'resuming from .*step-00000006 ' '$TMPD/retry.log' && grep -q '^exit 0' '$TMPD/retry.log'"
+sed -i 's/"sha256": "[0-9a-f]\{8\}/"sha256": "00000000/' "$manifest"
+resume6 badsum
+check "a manifest whose sha256 is not the shard's: skipped, rewritten, exit 0" \
+    fell_back badsum step-00000006.corrupt.2
+truncate -s 4096 "$shard" && reseal
+resume6 cut
+cut_fell_back() {
+    grep -q 'step-00000006: shard .* is not a valid safetensors file' "$TMPD/cut.log" &&
+        fell_back cut step-00000006.corrupt.3
+}
+check "a truncated shard under a matching manifest: skipped (its header), rewritten, exit 0" \
+    cut_fell_back
+check "checkpoints are private: step directories 0700, shards and manifest 0600" \
+    sh -c "test \"\$(stat -c %a '$TMPD/full1/step-00000006' '$shard' '$manifest' | tr '\n' ' ')\" = '700 600 600 '"
 
 # several sequences per step (mean gradient): resume stays exact, and
 # R=2 agrees with R=1
@@ -206,7 +248,8 @@ printf 'not a token shard at all, just text that is long enough........' >"$TMPD
 bad() { # EXPECT-IN-STDERR ARGS...: exit 2 with the message
     _want=$1
     shift
-    "$DTENGINE" train "$@" >"$TMPD/bad.out" 2>&1
+    # a refusal is immediate: 60 s is a hang (a FIFO read), exit 124
+    ${DT_TIMEOUT:+$DT_TIMEOUT 60} "$DTENGINE" train "$@" >"$TMPD/bad.out" 2>&1
     _rc=$?
     [ $_rc -eq 2 ] || { echo "exit $_rc"; cat "$TMPD/bad.out"; return 1; }
     grep -q "$_want" "$TMPD/bad.out" || { cat "$TMPD/bad.out"; return 1; }
@@ -219,6 +262,23 @@ check "refuses an unknown --ckpt-commit" bad 'self or external' --ckpt-commit la
 check "refuses --resume with --resume-from" bad 'exclude each other' --resume-from "$TMPD" \
     --resume --ckpt-dir "$TMPD/x" --ckpt-every 3
 check "refuses a malformed token shard, naming it" bad 'bad.bin' --data "$TMPD/bad.bin"
+mkdir "$TMPD/dir.bin"
+check "refuses a directory as a token shard (exit 2, not 1)" bad 'dir.bin: is a directory' \
+    --data "$TMPD/dir.bin"
+check "refuses --data in a directory that does not exist, naming it" \
+    bad "cannot read directory $TMPD/nodir: No such file" --data "$TMPD/nodir/*.bin"
 check "refuses a spec of another kind" sh -c "printf 'kind = attn\ntokens = 256\n' >'$TMPD/attn.spec'; \
     '$DTENGINE' train --spec '$TMPD/attn.spec' 2>&1 | grep -q 'kind = attn'"
+mkfifo "$TMPD/fifo.spec" || die "mkfifo failed"
+check "refuses a spec that is a FIFO at once (exit 2)" bad 'fifo.spec: not a regular file' \
+    --spec "$TMPD/fifo.spec"
+printf 'kind = train\ntokens = 256\nname = job\302\233[2J\n' >"$TMPD/c1.spec"
+check "refuses a spec value with a C1 control character, naming the line and key" \
+    bad 'c1.spec:3: key .name.: control character U+009B' --spec "$TMPD/c1.spec"
+printf 'kind = train\ntokens = 256\nckpt_dir = /ck\377pt\n' >"$TMPD/utf8.spec"
+check "refuses a spec value that is not UTF-8, naming the line and key" \
+    bad 'utf8.spec:3: key .ckpt_dir.: invalid UTF-8' --spec "$TMPD/utf8.spec"
+printf 'kind = train\ntokens = 256\ncolour = red\n' >"$TMPD/unknown.spec"
+check "refuses a spec with an unknown key with exit 2" bad "unknown.spec:3: unknown key 'colour'" \
+    --spec "$TMPD/unknown.spec"
 finish
