@@ -66,6 +66,17 @@ typedef struct fence {
     struct fence *next;
 } fence_t;
 
+/* A worker's failure as its agent reported it. */
+typedef struct worker_failure {
+    int rank;
+    int64_t status, sig, step; /* status -1: none (the hold is empty) */
+    int hung, stopped;
+    char node[256];
+    char err[256];
+} worker_failure_t;
+
+#define HOLD_MS 2000 /* how long an agreed failure waits for its reason */
+
 typedef struct dt_jobrun {
     int64_t job;
     char *spec_text;
@@ -89,6 +100,8 @@ typedef struct dt_jobrun {
     int64_t ckpt_every, ckpt_keep;
     int64_t resume_step;
     dt_fail_log_t fails;    /* failures seen, for the deterministic rule */
+    worker_failure_t held;  /* a failure waiting for the report with its words */
+    int64_t held_ms;
     int max_restarts;
     int restarts;
     int restart_base;       /* restarts at the last resume */
@@ -132,6 +145,7 @@ static jobrun_t *run_find(dt_coord_t *c, int64_t job)
 
 static void gen_clear(jobrun_t *r)
 {
+    r->held.status = -1;
     for (int i = 0; r->gen_nodes && i < r->ngen; i++)
         free(r->gen_nodes[i]);
     free(r->gen_nodes);
@@ -182,6 +196,7 @@ static jobrun_t *run_get(dt_coord_t *c, int64_t job)
     r = dt_xcalloc(1, sizeof(*r));
     r->job = job;
     r->commit_asked = -1;
+    r->held.status = -1;
     r->spec_text = dt_xstrdup(j.spec ? j.spec : "");
     r->restarts = j.restarts;
     int requeues;
@@ -682,6 +697,68 @@ static void ckpt_bad(dt_coord_t *c, jobrun_t *r, const char *why)
     restart_gen(c, r, "the resume checkpoint does not verify");
 }
 
+/* Ranks of the generation whose exit has not been reported. */
+static int ranks_alive(const jobrun_t *r)
+{
+    int n = 0;
+    for (int i = 0; r->ranks && i < r->R; i++)
+        n += !r->ranks[i].exited && strcmp(r->ranks[i].state ? r->ranks[i].state : "", "lost");
+    return n;
+}
+
+/* A worker's failure decides the generation: an event, then the job fails
+ * (invalid input), starts from an older checkpoint (the resume checkpoint
+ * does not verify), or recovers. */
+static void worker_failed(dt_coord_t *c, jobrun_t *r, const worker_failure_t *f)
+{
+    char why[800];
+    const char *err = f->err[0] ? f->err : NULL;
+
+    if (f->hung && f->stopped)
+        snprintf(why, sizeof(why), "rank %d on %s hung: stopped by a signal, silent past the "
+                 "hang timeout at step %lld", f->rank, f->node, (long long)f->step);
+    else if (f->hung)
+        snprintf(why, sizeof(why), "rank %d on %s silent past the hang timeout at step %lld "
+                 "(the generation is stuck; the rank that stuck it may be another)",
+                 f->rank, f->node, (long long)f->step);
+    else if (f->sig)
+        snprintf(why, sizeof(why), "rank %d on %s killed by signal %lld at step %lld",
+                 f->rank, f->node, (long long)f->sig, (long long)f->step);
+    else if (f->status == 4)
+        snprintf(why, sizeof(why), "rank %d on %s stopped: a peer failed", f->rank, f->node);
+    else
+        snprintf(why, sizeof(why), "rank %d on %s exited with status %lld at step %lld%s%s",
+                 f->rank, f->node, (long long)f->status, (long long)f->step, err ? ": " : "",
+                 err ? err : "");
+    dt_coord_event(c, r->job, f->hung ? "worker_hung" : "worker_failed", "gen=%d %s", r->gen,
+                   why);
+    if (f->status == 2 && !f->sig) {
+        /* dtengine's exit 2: bad options or input, which no restart fixes */
+        char d[1000];
+        snprintf(d, sizeof(d), "invalid job: %s (dtengine exit 2; its output: dtctl logs %lld "
+                 "--rank %d)", why, (long long)r->job, f->rank);
+        end_job(c, r, DT_JOB_FAILED, d);
+        return;
+    }
+    if (f->status == DT_EXIT_CKPT && !f->sig && r->resume_step > 0) {
+        ckpt_bad(c, r, why);
+        return;
+    }
+    char cause[48];
+    if (f->hung)
+        snprintf(cause, sizeof(cause), "hung");
+    else if (f->sig)
+        snprintf(cause, sizeof(cause), "signal %lld", (long long)f->sig);
+    else if (f->status == 4)
+        snprintf(cause, sizeof(cause), "peer failed");
+    else
+        snprintf(cause, sizeof(cause), "exit %lld", (long long)f->status);
+    /* an exit status other than 4 and 5 is agreed by every rank
+     * (dtengine(1)): which rank's report came first is chance */
+    int who = !f->hung && !f->sig && f->status != 4 && f->status != 5 ? -1 : f->rank;
+    fail_gen(c, r, who, cause, why);
+}
+
 /*-- handlers ---------------------------------------------------------------------*/
 
 void dt_run_registered(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
@@ -860,54 +937,33 @@ void dt_run_worker_exit(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
         }
         return;
     }
-    char why[600];
+    if (r->phase != PH_STARTING && r->phase != PH_RUNNING)
+        return;
     int stopped = 0;
     dt_msg_opt_bool(m, "stopped", &stopped, &em);
-    if (hung && stopped)
-        snprintf(why, sizeof(why), "rank %lld on %s hung: stopped by a signal, silent past the "
-                 "hang timeout at step %lld", (long long)rank, a->node, (long long)ri->step);
-    else if (hung)
-        snprintf(why, sizeof(why), "rank %lld on %s silent past the hang timeout at step %lld "
-                 "(the generation is stuck; the rank that stuck it may be another)",
-                 (long long)rank, a->node, (long long)ri->step);
-    else if (sig)
-        snprintf(why, sizeof(why), "rank %lld on %s killed by signal %lld at step %lld",
-                 (long long)rank, a->node, (long long)sig, (long long)ri->step);
-    else if (status == 4)
-        snprintf(why, sizeof(why), "rank %lld on %s stopped: a peer failed", (long long)rank,
-                 a->node);
-    else
-        snprintf(why, sizeof(why), "rank %lld on %s exited with status %lld at step %lld%s%s",
-                 (long long)rank, a->node, (long long)status, (long long)ri->step,
-                 err ? ": " : "", err ? err : "");
-    if (r->phase == PH_STARTING || r->phase == PH_RUNNING) {
-        dt_coord_event(c, r->job, hung ? "worker_hung" : "worker_failed", "gen=%d %s", r->gen, why);
-        if (status == 2 && !sig) {
-            /* dtengine's exit 2: bad options or input, which no restart fixes */
-            char d[800];
-            snprintf(d, sizeof(d), "invalid job: %s (dtengine exit 2; its output: dtctl logs "
-                     "%lld --rank %lld)", why, (long long)r->job, (long long)rank);
-            end_job(c, r, DT_JOB_FAILED, d);
+    worker_failure_t f = { .rank = (int)rank, .status = status, .sig = sig, .hung = hung,
+                           .stopped = stopped, .step = ri->step };
+    snprintf(f.node, sizeof(f.node), "%s", a->node);
+    snprintf(f.err, sizeof(f.err), "%s", err ? err : "");
+    /* An exit status the ranks agree on is printed by one rank only
+     * (dtengine(1)): when this report does not carry the words, wait a
+     * moment for the one that does (dt_run_tick ends the wait). */
+    int agreed = !hung && !sig && status != 4 && status != 5;
+    if (r->held.status >= 0) {
+        if (agreed && err && status == r->held.status)
+            r->held = f; /* the same failure, with its reason */
+        else if (!(agreed && !err && status == r->held.status))
+            ; /* another kind of failure: the first one stays the cause */
+        else if (ranks_alive(r) > 0)
             return;
-        }
-        if (status == DT_EXIT_CKPT && !sig && r->resume_step > 0) {
-            ckpt_bad(c, r, why);
-            return;
-        }
-        char cause[48];
-        if (hung)
-            snprintf(cause, sizeof(cause), "hung");
-        else if (sig)
-            snprintf(cause, sizeof(cause), "signal %lld", (long long)sig);
-        else if (status == 4)
-            snprintf(cause, sizeof(cause), "peer failed");
-        else
-            snprintf(cause, sizeof(cause), "exit %lld", (long long)status);
-        /* an exit status other than 4 and 5 is agreed by every rank
-         * (dtengine(1)): which rank's report came first is chance */
-        int who = !hung && !sig && status != 4 && status != 5 ? -1 : (int)rank;
-        fail_gen(c, r, who, cause, why);
+        f = r->held;
+        r->held.status = -1;
+    } else if (agreed && !err && ranks_alive(r) > 0) {
+        r->held = f;
+        r->held_ms = dt_coord_mono_ms();
+        return;
     }
+    worker_failed(c, r, &f);
 }
 
 void dt_run_gen_ended(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
@@ -1276,6 +1332,12 @@ void dt_run_tick(dt_coord_t *c)
         dt_coord_agent_remove(c, a->id);
     }
     for (jobrun_t *r = c->runs; r; r = r->next) {
+        if (r->held.status >= 0 && now - r->held_ms >= HOLD_MS) {
+            worker_failure_t f = r->held;
+            r->held.status = -1;
+            if (r->phase == PH_STARTING || r->phase == PH_RUNNING)
+                worker_failed(c, r, &f);
+        }
         if (r->phase == PH_STOPPING && now - r->abort_ms >= STOP_TIMEOUT_MS) {
             end_job(c, r, DT_JOB_CANCELLED, "the planned stop did not finish in time");
             continue;

@@ -144,7 +144,9 @@ static const char full_text[] = "name = \"long # context\"\n"
                                 "ckpt_every = 100\n"
                                 "ckpt_keep = 3\n"
                                 "ckpt_dir = /scratch/ckpt\n"
-                                "max_restarts = 2\n";
+                                "max_restarts = 2\n"
+                                "repeat_failures = 3\n"
+                                "repeat_startup_failures = 4\n";
 
 Test(spec, format_parses_back_to_an_equal_spec)
 {
@@ -231,6 +233,8 @@ Test(spec, set_builds_what_parse_reads)
         { "ckpt_keep", "3" },
         { "ckpt_dir", "/scratch/ckpt" },
         { "max_restarts", "2" },
+        { "repeat_failures", "3" },
+        { "repeat_startup_failures", "4" },
         { "name", "long # context" },
     };
     dt_spec_t a = { 0 }, b;
@@ -389,7 +393,7 @@ Test(spec, every_key_has_help)
         cr_assert_not_null(k->help, "key %s", k->name);
         cr_assert(strlen(k->help) > 4, "key %s", k->name);
     }
-    cr_assert_eq(n, 42, "42 keys, one per dt_spec_t field (dt-spec(5) lists them)");
+    cr_assert_eq(n, 44, "44 keys, one per dt_spec_t field (dt-spec(5) lists them)");
     dt_spec_free(NULL);
 }
 
