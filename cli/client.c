@@ -107,10 +107,10 @@ static int round_trip(int fd, uint16_t type, uint32_t id, json_t *body, json_t *
 
     if ((rc = dt_msg_encode(type, id, body, &frame, &len)) < 0)
         return dt_emsg_set(em, rc, "request too large");
-    rc = send_all(fd, frame, len);
+    /* a coordinator that refuses the connection says why and closes it,
+     * maybe before the request is out: read its reply all the same */
+    int send_err = send_all(fd, frame, len) < 0 ? errno : 0;
     free(frame);
-    if (rc < 0)
-        return dt_emsg_set(em, DT_ECOMM, "sending to the coordinator failed: %s", strerror(errno));
     for (;;) {
         dt_msg_t m;
         int used = dt_msg_decode(buf, have, &m, em);
@@ -145,6 +145,9 @@ static int round_trip(int fd, uint16_t type, uint32_t id, json_t *body, json_t *
             continue;
         if (r <= 0) {
             free(buf);
+            if (send_err)
+                return dt_emsg_set(em, DT_ECOMM, "sending to the coordinator failed: %s",
+                                   strerror(send_err));
             return dt_emsg_set(em, DT_ECOMM, "the coordinator closed the connection%s%s",
                                r < 0 ? ": " : "", r < 0 ? strerror(errno) : "");
         }

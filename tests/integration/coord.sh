@@ -363,6 +363,31 @@ t_unknown_key() {
 }
 check "a config with an unknown key exits 2 naming the key and line" t_unknown_key
 
+t_limit_keys() {
+    # the example's limit keys with their defaults, uncommented, start a
+    # coordinator (checked with -D and stopped at once: any key error exits 2)
+    _ex=$DT_SRCDIR/etc/dt.conf.example
+    _keys='max_connections|max_connections_per_user|auth_timeout|idle_timeout|output_soft_limit|output_hard_limit|output_timeout'
+    _n=$(grep -c -E "^#($_keys) = " "$_ex")
+    [ "$_n" -eq 7 ] || { echo "$_n limit keys in $_ex, expected 7"; return 1; }
+    mkdir -p "$TMPD/lim" || return 1
+    { printf 'state_dir = %s\n' "$TMPD/lim/state"
+      grep -E "^#($_keys) = " "$_ex" | sed 's/^#//'; } >"$TMPD/lim/dt.conf"
+    "$DTCOORDD" -D -f "$TMPD/lim/dt.conf" >"$TMPD/lim/log" 2>&1 &
+    _lp=$!
+    wait_for 10 test -S "$TMPD/lim/state/dtcoordd.sock" || { cat "$TMPD/lim/log"; kill "$_lp"; return 1; }
+    stop_pid "$_lp"
+    # soft at or above hard is refused, naming both
+    printf 'state_dir = %s\noutput_soft_limit = 64M\noutput_hard_limit = 32M\n' \
+        "$TMPD/lim/state" >"$TMPD/lim/bad.conf"
+    run_rc 2 "$DTCOORDD" -D -f "$TMPD/lim/bad.conf" &&
+        out_has "output_soft_limit \(67108864 bytes\) must be below output_hard_limit" || return 1
+    printf 'state_dir = %s\nidle_timeout = 0s\n' "$TMPD/lim/state" >"$TMPD/lim/bad.conf"
+    run_rc 2 "$DTCOORDD" -D -f "$TMPD/lim/bad.conf" && out_has "bad.conf:2:.*idle_timeout"
+}
+check "the limit keys of dt.conf.example are accepted; soft >= hard and 0s are refused" \
+    t_limit_keys
+
 # ---- clean stop, restart, newer database ---------------------------------------------
 
 t_stop() {

@@ -16,23 +16,7 @@
 . "$DT_TESTDIR/coordlib.sh"
 
 [ "$(id -u)" = 0 ] || skip "needs root (it runs commands as nobody and creates a group)"
-id nobody >/dev/null 2>&1 || skip "there is no user nobody"
-NOBODY_GROUP=$(id -gn nobody)
-
-# as_nobody CMD...: CMD as the user nobody, with no supplementary groups
-if command -v setpriv >/dev/null 2>&1; then
-    as_nobody() {
-        setpriv --reuid=nobody --regid="$NOBODY_GROUP" --clear-groups "$@"
-    }
-elif command -v su >/dev/null 2>&1; then
-    as_nobody() {
-        su -s /bin/sh nobody -c 'exec "$0" "$@"' "$@"
-    }
-else
-    skip "neither setpriv nor su is installed"
-fi
-as_nobody "$DTCTL" --version >/dev/null 2>&1 ||
-    skip "nobody cannot run $DTCTL (a directory above DT_BUILDDIR is not searchable by all?)"
+need_nobody
 
 # nobody must reach the sockets: everything under $TMPD is 0755 or 0666
 umask 022
