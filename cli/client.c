@@ -20,6 +20,7 @@
 #include "common/cred.h"
 #include "common/mem.h"
 #include "common/msg.h"
+#include "common/text.h"
 
 #define REPLY_TIMEOUT_S 60
 
@@ -129,7 +130,11 @@ static int round_trip(int fd, uint16_t type, uint32_t id, json_t *body, json_t *
             rc = json_is_integer(code) ? (int)json_integer_value(code) : DT_EPROTO;
             if (rc >= 0)
                 rc = DT_EPROTO;
-            dt_emsg_set(em, rc, "%s", json_is_string(msg) ? json_string_value(msg) : "error");
+            /* the message may quote what someone else stored: escaped here,
+             * once, for every place that prints em */
+            char *text = dt_text_escape(json_is_string(msg) ? json_string_value(msg) : "error", 0);
+            dt_emsg_set(em, rc, "%.*s", dt_text_fit(text, sizeof(em->s) - 1), text);
+            free(text);
             /* a refusal by the planner is its own outcome */
             if (json_is_true(json_object_get(m.body, "refused")))
                 rc = DT_ENOSPC == rc || rc == DT_ELAYOUT || rc == DT_ERANGE ? rc : DT_ENOSPC;
@@ -189,9 +194,17 @@ int dtctl_request(dtctl_t *ctl, uint16_t type, json_t *body, json_t **result, dt
     return rc;
 }
 
+void dtctl_error(const dtctl_t *ctl, const char *cmd, const char *what, const char *msg)
+{
+    char *e = dt_text_escape(msg, 0);
+
+    fprintf(stderr, "%s %s: %s%s\n", ctl->prog, cmd, what ? what : "", e);
+    free(e);
+}
+
 int dtctl_fail(dtctl_t *ctl, const char *cmd, int rc, const dt_emsg_t *em)
 {
-    fprintf(stderr, "%s %s: %s\n", ctl->prog, cmd, em->s[0] ? em->s : dt_strerror(rc));
+    dtctl_error(ctl, cmd, NULL, em->s[0] ? em->s : dt_strerror(rc));
     switch (rc) {
     case DT_ECOMM:
         return DTCTL_NOCOORD;
@@ -211,6 +224,14 @@ int dtctl_fail(dtctl_t *ctl, const char *cmd, int rc, const dt_emsg_t *em)
     default:
         return DTCTL_ERROR;
     }
+}
+
+void dtctl_sanitize(const dtctl_t *ctl, json_t *reply)
+{
+    static const char *const multi_line[] = { "spec", "script", NULL };
+
+    if (!ctl->json)
+        dt_msg_escape_strings(reply, multi_line);
 }
 
 void dtctl_print_json(const json_t *v)

@@ -158,6 +158,8 @@ static int ask(dtctl_t *ctl, const char *cmd, uint16_t type, json_t *body, json_
         dtctl_print_json(*res);
         json_decref(*res);
         *res = NULL;
+    } else {
+        dtctl_sanitize(ctl, *res);
     }
     return DTCTL_OK;
 }

@@ -459,6 +459,7 @@ int dtctl_watch_job(dtctl_t *ctl, const char *cmd, long long id, int64_t interva
         double now = dt_clock_now();
 
         if (rc == 0) {
+            dtctl_sanitize(ctl, res); /* names and reasons, for the terminal */
             json_decref(last);
             last = res;
             gap_since = 0;

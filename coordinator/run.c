@@ -25,6 +25,7 @@
 #include "common/fileio.h"
 #include "common/log.h"
 #include "common/mem.h"
+#include "common/text.h"
 #include "coordinator/alloc.h"
 #include "coordinator/planner.h"
 #include "coordinator/run.h"
@@ -693,6 +694,13 @@ void dt_run_worker_exit(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
     dt_msg_opt_int(m, "step", &step, &em);
     dt_msg_opt_bool(m, "hung", &hung, &em);
     dt_msg_opt_str(m, "error", &err, &em);
+    /* the agent's text goes into an event: escaped, and cut to fit whole */
+    char errt[300] = "";
+    if (err) {
+        char *e = dt_text_escape(err, 0);
+        snprintf(errt, sizeof(errt), "%.*s", dt_text_fit(e, sizeof(errt) - 1), e);
+        free(e);
+    }
     rank_info_t *ri = &r->ranks[rank];
     if (ri->exited)
         return;
@@ -731,6 +739,7 @@ void dt_run_worker_exit(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
         if (json_is_object(res)) {
             json_decref(r->result);
             r->result = json_deep_copy(res);
+            dt_msg_escape_strings(r->result, NULL); /* stored, and shown by watch */
         }
         if (++r->nok == r->R && (r->phase == PH_RUNNING || r->phase == PH_STARTING)) {
             char *rt = r->result ? json_dumps(r->result, JSON_COMPACT) : NULL;
@@ -763,7 +772,7 @@ void dt_run_worker_exit(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
     else
         snprintf(why, sizeof(why), "rank %lld on %s exited with status %lld at step %lld%s%s",
                  (long long)rank, a->node, (long long)status, (long long)ri->step,
-                 err ? ": " : "", err ? err : "");
+                 err ? ": " : "", errt);
     if (r->phase == PH_STARTING || r->phase == PH_RUNNING) {
         dt_coord_event(c, r->job, hung ? "worker_hung" : "worker_failed", "gen=%d %s", r->gen, why);
         if (status == 2 && !sig) {
