@@ -56,18 +56,61 @@ static int connect_unix(const char *path, dt_emsg_t *em)
     return fd;
 }
 
+int dtctl_parse_coord(const char *hostport, char *host, size_t hostlen, char port[6],
+                      dt_emsg_t *em)
+{
+    const char *colon = strrchr(hostport, ':'), *h = hostport;
+    size_t hl;
+
+    if (colon == NULL)
+        return dt_emsg_set(em, DT_EUSAGE, "'%s': expected HOST:PORT", hostport);
+    hl = (size_t)(colon - hostport);
+    if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') { /* [v6]:port */
+        h++;
+        hl -= 2;
+    } else if (memchr(h, ':', hl) != NULL) {
+        return dt_emsg_set(em, DT_EUSAGE, "'%s': an IPv6 address goes in brackets, "
+                           "[ADDRESS]:PORT", hostport);
+    }
+    if (hl == 0)
+        return dt_emsg_set(em, DT_EUSAGE, "'%s': no host before the ':'", hostport);
+    if (hl >= hostlen)
+        return dt_emsg_set(em, DT_EUSAGE, "'%s': the host is longer than %zu bytes", hostport,
+                           hostlen - 1);
+    const char *pp = colon + 1;
+    size_t pl = strlen(pp);
+    if (pl == 0 || pl > 5 || strspn(pp, "0123456789") != pl || atoi(pp) < 1 || atoi(pp) > 65535)
+        return dt_emsg_set(em, DT_EUSAGE, "'%s': the port must be a number from 1 to 65535",
+                           hostport);
+    memcpy(host, h, hl);
+    host[hl] = '\0';
+    snprintf(port, 6, "%d", atoi(pp));
+    return 0;
+}
+
+int dtctl_parse_id(const char *s, long long *out)
+{
+    size_t n = strlen(s);
+
+    errno = 0;
+    if (n == 0 || strspn(s, "0123456789") != n)
+        return DT_EUSAGE;
+    long long v = strtoll(s, NULL, 10);
+    if (errno == ERANGE || v <= 0)
+        return DT_EUSAGE;
+    *out = v;
+    return 0;
+}
+
 static int connect_tcp(const char *hostport, dt_emsg_t *em)
 {
-    char host[256];
-    const char *colon = strrchr(hostport, ':');
+    char host[256], port[6];
     struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *res, *ai;
     int fd = -1, rc;
 
-    if (colon == NULL || colon == hostport || colon - hostport >= (long)sizeof(host))
-        return dt_emsg_set(em, DT_EINVAL, "--coord %s: expected host:port", hostport);
-    memcpy(host, hostport, (size_t)(colon - hostport));
-    host[colon - hostport] = '\0';
-    if ((rc = getaddrinfo(host, colon + 1, &hints, &res)) != 0)
+    if ((rc = dtctl_parse_coord(hostport, host, sizeof(host), port, em)) < 0)
+        return rc;
+    if ((rc = getaddrinfo(host, port, &hints, &res)) != 0)
         return dt_emsg_set(em, DT_ECOMM, "--coord %s: %s", hostport, gai_strerror(rc));
     for (ai = res; ai; ai = ai->ai_next) {
         fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);

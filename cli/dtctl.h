@@ -59,6 +59,14 @@ void dtctl_print_json(const json_t *v);
  * dtctl_request) come escaped already. */
 void dtctl_sanitize(const dtctl_t *ctl, json_t *reply);
 
+/* --coord HOST:PORT (or [IPV6]:PORT): host (at most hostlen - 1 bytes) and
+ * port (1 to 65535, as digits). DT_EUSAGE naming what is wrong. */
+int dtctl_parse_coord(const char *hostport, char *host, size_t hostlen, char port[6],
+                      dt_emsg_t *em);
+
+/* A job id: decimal digits only, 1 to 2^63-1. 0 or DT_EUSAGE. */
+int dtctl_parse_id(const char *s, long long *out);
+
 int dtctl_plan(dtctl_t *ctl, int argc, char **argv);
 int dtctl_submit(dtctl_t *ctl, int argc, char **argv);
 int dtctl_list(dtctl_t *ctl, int argc, char **argv);
