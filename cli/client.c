@@ -20,6 +20,7 @@
 #include "common/cred.h"
 #include "common/mem.h"
 #include "common/msg.h"
+#include "common/text.h"
 
 #define REPLY_TIMEOUT_S 60
 
@@ -55,18 +56,61 @@ static int connect_unix(const char *path, dt_emsg_t *em)
     return fd;
 }
 
+int dtctl_parse_coord(const char *hostport, char *host, size_t hostlen, char port[6],
+                      dt_emsg_t *em)
+{
+    const char *colon = strrchr(hostport, ':'), *h = hostport;
+    size_t hl;
+
+    if (colon == NULL)
+        return dt_emsg_set(em, DT_EUSAGE, "'%s': expected HOST:PORT", hostport);
+    hl = (size_t)(colon - hostport);
+    if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') { /* [v6]:port */
+        h++;
+        hl -= 2;
+    } else if (memchr(h, ':', hl) != NULL) {
+        return dt_emsg_set(em, DT_EUSAGE, "'%s': an IPv6 address goes in brackets, "
+                           "[ADDRESS]:PORT", hostport);
+    }
+    if (hl == 0)
+        return dt_emsg_set(em, DT_EUSAGE, "'%s': no host before the ':'", hostport);
+    if (hl >= hostlen)
+        return dt_emsg_set(em, DT_EUSAGE, "'%s': the host is longer than %zu bytes", hostport,
+                           hostlen - 1);
+    const char *pp = colon + 1;
+    size_t pl = strlen(pp);
+    if (pl == 0 || pl > 5 || strspn(pp, "0123456789") != pl || atoi(pp) < 1 || atoi(pp) > 65535)
+        return dt_emsg_set(em, DT_EUSAGE, "'%s': the port must be a number from 1 to 65535",
+                           hostport);
+    memcpy(host, h, hl);
+    host[hl] = '\0';
+    snprintf(port, 6, "%d", atoi(pp));
+    return 0;
+}
+
+int dtctl_parse_id(const char *s, long long *out)
+{
+    size_t n = strlen(s);
+
+    errno = 0;
+    if (n == 0 || strspn(s, "0123456789") != n)
+        return DT_EUSAGE;
+    long long v = strtoll(s, NULL, 10);
+    if (errno == ERANGE || v <= 0)
+        return DT_EUSAGE;
+    *out = v;
+    return 0;
+}
+
 static int connect_tcp(const char *hostport, dt_emsg_t *em)
 {
-    char host[256];
-    const char *colon = strrchr(hostport, ':');
+    char host[256], port[6];
     struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *res, *ai;
     int fd = -1, rc;
 
-    if (colon == NULL || colon == hostport || colon - hostport >= (long)sizeof(host))
-        return dt_emsg_set(em, DT_EINVAL, "--coord %s: expected host:port", hostport);
-    memcpy(host, hostport, (size_t)(colon - hostport));
-    host[colon - hostport] = '\0';
-    if ((rc = getaddrinfo(host, colon + 1, &hints, &res)) != 0)
+    if ((rc = dtctl_parse_coord(hostport, host, sizeof(host), port, em)) < 0)
+        return rc;
+    if ((rc = getaddrinfo(host, port, &hints, &res)) != 0)
         return dt_emsg_set(em, DT_ECOMM, "--coord %s: %s", hostport, gai_strerror(rc));
     for (ai = res; ai; ai = ai->ai_next) {
         fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
@@ -107,10 +151,10 @@ static int round_trip(int fd, uint16_t type, uint32_t id, json_t *body, json_t *
 
     if ((rc = dt_msg_encode(type, id, body, &frame, &len)) < 0)
         return dt_emsg_set(em, rc, "request too large");
-    rc = send_all(fd, frame, len);
+    /* a coordinator that refuses the connection says why and closes it,
+     * maybe before the request is out: read its reply all the same */
+    int send_err = send_all(fd, frame, len) < 0 ? errno : 0;
     free(frame);
-    if (rc < 0)
-        return dt_emsg_set(em, DT_ECOMM, "sending to the coordinator failed: %s", strerror(errno));
     for (;;) {
         dt_msg_t m;
         int used = dt_msg_decode(buf, have, &m, em);
@@ -129,7 +173,11 @@ static int round_trip(int fd, uint16_t type, uint32_t id, json_t *body, json_t *
             rc = json_is_integer(code) ? (int)json_integer_value(code) : DT_EPROTO;
             if (rc >= 0)
                 rc = DT_EPROTO;
-            dt_emsg_set(em, rc, "%s", json_is_string(msg) ? json_string_value(msg) : "error");
+            /* the message may quote what someone else stored: escaped here,
+             * once, for every place that prints em */
+            char *text = dt_text_escape(json_is_string(msg) ? json_string_value(msg) : "error", 0);
+            dt_emsg_set(em, rc, "%.*s", dt_text_fit(text, sizeof(em->s) - 1), text);
+            free(text);
             /* a refusal by the planner is its own outcome */
             if (json_is_true(json_object_get(m.body, "refused")))
                 rc = DT_ENOSPC == rc || rc == DT_ELAYOUT || rc == DT_ERANGE ? rc : DT_ENOSPC;
@@ -145,6 +193,9 @@ static int round_trip(int fd, uint16_t type, uint32_t id, json_t *body, json_t *
             continue;
         if (r <= 0) {
             free(buf);
+            if (send_err)
+                return dt_emsg_set(em, DT_ECOMM, "sending to the coordinator failed: %s",
+                                   strerror(send_err));
             return dt_emsg_set(em, DT_ECOMM, "the coordinator closed the connection%s%s",
                                r < 0 ? ": " : "", r < 0 ? strerror(errno) : "");
         }
@@ -186,9 +237,17 @@ int dtctl_request(dtctl_t *ctl, uint16_t type, json_t *body, json_t **result, dt
     return rc;
 }
 
+void dtctl_error(const dtctl_t *ctl, const char *cmd, const char *what, const char *msg)
+{
+    char *e = dt_text_escape(msg, 0);
+
+    fprintf(stderr, "%s %s: %s%s\n", ctl->prog, cmd, what ? what : "", e);
+    free(e);
+}
+
 int dtctl_fail(dtctl_t *ctl, const char *cmd, int rc, const dt_emsg_t *em)
 {
-    fprintf(stderr, "%s %s: %s\n", ctl->prog, cmd, em->s[0] ? em->s : dt_strerror(rc));
+    dtctl_error(ctl, cmd, NULL, em->s[0] ? em->s : dt_strerror(rc));
     switch (rc) {
     case DT_ECOMM:
         return DTCTL_NOCOORD;
@@ -208,6 +267,14 @@ int dtctl_fail(dtctl_t *ctl, const char *cmd, int rc, const dt_emsg_t *em)
     default:
         return DTCTL_ERROR;
     }
+}
+
+void dtctl_sanitize(const dtctl_t *ctl, json_t *reply)
+{
+    static const char *const multi_line[] = { "spec", "script", NULL };
+
+    if (!ctl->json)
+        dt_msg_escape_strings(reply, multi_line);
 }
 
 void dtctl_print_json(const json_t *v)

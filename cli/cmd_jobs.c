@@ -7,6 +7,7 @@
 #include "config.h"
 
 #include <getopt.h>
+#include <limits.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,7 +105,6 @@ static int parse_job(dtctl_t *ctl, int argc, char **argv, int want_job, jobargs_
         { NULL, 0, NULL, 0 },
     };
     int c;
-    char *end;
 
     memset(a, 0, sizeof(*a));
     opterr = 0;
@@ -112,9 +112,9 @@ static int parse_job(dtctl_t *ctl, int argc, char **argv, int want_job, jobargs_
         switch (c) {
         case 'j': ctl->json = 1; break;
         case 's':
-            a->since = strtoll(optarg, &end, 10);
-            if (*end || a->since < 0) {
-                fprintf(stderr, "dtctl %s: --since '%s' is not an event id\n", argv[0], optarg);
+            if (strcmp(optarg, "0") != 0 && dtctl_parse_id(optarg, &a->since) < 0) {
+                fprintf(stderr, "dtctl %s: --since '%s' is not an event id (0 to %lld)\n",
+                        argv[0], optarg, LLONG_MAX);
                 return DTCTL_USAGE;
             }
             break;
@@ -139,9 +139,9 @@ static int parse_job(dtctl_t *ctl, int argc, char **argv, int want_job, jobargs_
         fprintf(stderr, "usage: dtctl %s JOB\n", argv[0]);
         return DTCTL_USAGE;
     }
-    a->id = strtoll(argv[optind], &end, 10);
-    if (*argv[optind] == '\0' || *end || a->id <= 0) {
-        fprintf(stderr, "dtctl %s: '%s' is not a job id\n", argv[0], argv[optind]);
+    if (dtctl_parse_id(argv[optind], &a->id) < 0) {
+        fprintf(stderr, "dtctl %s: '%s' is not a job id (1 to %lld)\n", argv[0], argv[optind],
+                LLONG_MAX);
         return DTCTL_USAGE;
     }
     return 0;
@@ -158,6 +158,8 @@ static int ask(dtctl_t *ctl, const char *cmd, uint16_t type, json_t *body, json_
         dtctl_print_json(*res);
         json_decref(*res);
         *res = NULL;
+    } else {
+        dtctl_sanitize(ctl, *res);
     }
     return DTCTL_OK;
 }

@@ -259,12 +259,12 @@ int dtctl_plan(dtctl_t *ctl, int argc, char **argv)
 
     /* the file first, then the flags over it */
     if (file != NULL && (rc = load_file(file, &spec, &em)) < 0) {
-        fprintf(stderr, "%s plan: %s\n", ctl->prog, em.s);
+        dtctl_error(ctl, "plan", NULL, em.s);
         goto out;
     }
     for (int i = 0; i < nset; i++) {
         if ((rc = dt_spec_set(&spec, keys[i], vals[i], &em)) < 0) {
-            fprintf(stderr, "%s plan: %s\n", ctl->prog, em.s);
+            dtctl_error(ctl, "plan", NULL, em.s);
             goto out;
         }
     }
@@ -272,7 +272,7 @@ int dtctl_plan(dtctl_t *ctl, int argc, char **argv)
         goto out;
     if ((rc = dt_spec_check(&spec, &em)) < 0 ||
         (rc = dt_plan_req_from_spec(&spec, &req, &em)) < 0) {
-        fprintf(stderr, "%s plan: %s\n", ctl->prog, em.s);
+        dtctl_error(ctl, "plan", NULL, em.s);
         goto out;
     }
 
@@ -290,7 +290,7 @@ int dtctl_plan(dtctl_t *ctl, int argc, char **argv)
         report(ctl, &spec, &req, &plan);
     }
     if (rc < 0) {
-        fprintf(stderr, "%s plan: refused: %s\n", ctl->prog, em.s[0] ? em.s : dt_strerror(rc));
+        dtctl_error(ctl, "plan", "refused: ", em.s[0] ? em.s : dt_strerror(rc));
         ret = DTCTL_REFUSED;
         goto out;
     }

@@ -44,6 +44,7 @@
 #include "common/conf.h"
 #include "common/fileio.h"
 #include "common/mem.h"
+#include "common/text.h"
 #include "common/proto.h"
 #include "engine/spec.h"
 
@@ -448,8 +449,11 @@ static void log_tail(const char *path, int lines)
     for (int k = 0; p > buf && k < lines; k++)
         for (p--; p > buf && p[-1] != '\n'; p--)
             ;
-    for (char *line = strtok(p, "\n"); line; line = strtok(NULL, "\n"))
-        fprintf(stderr, "    %s\n", line);
+    for (char *line = strtok(p, "\n"); line; line = strtok(NULL, "\n")) {
+        char *e = dt_text_escape(line, DT_TEXT_KEEP_LINES); /* a log quotes others' text */
+        fprintf(stderr, "    %s\n", e);
+        free(e);
+    }
 }
 
 /* ---- finding the programs --------------------------------------------------- */

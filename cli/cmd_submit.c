@@ -97,7 +97,7 @@ int dtctl_submit(dtctl_t *ctl, int argc, char **argv)
         file = argv[i];
     }
     if (file && (rc = dt_spec_load(file, &spec, &em)) < 0) {
-        fprintf(stderr, "dtctl submit: %s\n", em.s);
+        dtctl_error(ctl, "submit", NULL, em.s);
         return DTCTL_USAGE;
     }
     for (i = 1; i < argc; i++) {
@@ -115,7 +115,7 @@ int dtctl_submit(dtctl_t *ctl, int argc, char **argv)
         const char *val;
         int used = flag(argc, argv, i, &key, &val, &em);
         if (used < 0 || (rc = dt_spec_set(&spec, key, val, &em)) < 0) {
-            fprintf(stderr, "dtctl submit: %s\n", em.s);
+            dtctl_error(ctl, "submit", NULL, em.s);
             usage(stderr);
             free(key);
             dt_spec_free(&spec);
@@ -125,7 +125,7 @@ int dtctl_submit(dtctl_t *ctl, int argc, char **argv)
         i += used - 1;
     }
     if ((rc = dt_spec_check(&spec, &em)) < 0) {
-        fprintf(stderr, "dtctl submit: %s\n", em.s);
+        dtctl_error(ctl, "submit", NULL, em.s);
         dt_spec_free(&spec);
         return DTCTL_USAGE;
     }
@@ -136,6 +136,7 @@ int dtctl_submit(dtctl_t *ctl, int argc, char **argv)
     free(text);
     if (rc < 0)
         return dtctl_fail(ctl, "submit", rc, &em);
+    dtctl_sanitize(ctl, res);
     if (dry) {
         if (ctl->json)
             dtctl_print_json(res);

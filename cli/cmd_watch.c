@@ -16,6 +16,7 @@
 #include "config.h"
 
 #include <getopt.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -459,6 +460,7 @@ int dtctl_watch_job(dtctl_t *ctl, const char *cmd, long long id, int64_t interva
         double now = dt_clock_now();
 
         if (rc == 0) {
+            dtctl_sanitize(ctl, res); /* names and reasons, for the terminal */
             json_decref(last);
             last = res;
             gap_since = 0;
@@ -514,7 +516,6 @@ int dtctl_watch(dtctl_t *ctl, int argc, char **argv)
     };
     int64_t interval_ms = 500;
     long long id;
-    char *end;
     int c;
 
     opterr = 0;
@@ -541,9 +542,9 @@ int dtctl_watch(dtctl_t *ctl, int argc, char **argv)
         usage(stderr);
         return DTCTL_USAGE;
     }
-    id = strtoll(argv[optind], &end, 10);
-    if (*argv[optind] == '\0' || *end || id <= 0) {
-        fprintf(stderr, "dtctl watch: '%s' is not a job id\n", argv[optind]);
+    if (dtctl_parse_id(argv[optind], &id) < 0) {
+        fprintf(stderr, "dtctl watch: '%s' is not a job id (1 to %lld)\n", argv[optind],
+                LLONG_MAX);
         return DTCTL_USAGE;
     }
     return dtctl_watch_job(ctl, "watch", id, interval_ms, NULL);

@@ -40,11 +40,32 @@ typedef struct dtctl {
  * its message in em, or DT_ECOMM when it cannot be reached. */
 int dtctl_request(dtctl_t *ctl, uint16_t type, json_t *body, json_t **result, dt_emsg_t *em);
 
+/* Print "dtctl CMD: WHAT MESSAGE" on stderr, the message escaped for the
+ * terminal (it may quote a spec, a file or the coordinator); what may be
+ * NULL. */
+void dtctl_error(const dtctl_t *ctl, const char *cmd, const char *what, const char *msg);
+
 /* The exit code for a request's failure, printing "dtctl CMD: MESSAGE". */
 int dtctl_fail(dtctl_t *ctl, const char *cmd, int rc, const dt_emsg_t *em);
 
 /* Print a JSON value to stdout (indented, one document, newline). */
 void dtctl_print_json(const json_t *v);
+
+/* Before a reply is printed for people (not with --json, whose strings
+ * jansson escapes): every string in it escaped for the terminal
+ * (dt_text_escape), so that a name or reason someone stored cannot move
+ * the cursor or forge a line. The multi-line "spec" and "script" keep
+ * their newlines and tabs. Errors from the coordinator (em of
+ * dtctl_request) come escaped already. */
+void dtctl_sanitize(const dtctl_t *ctl, json_t *reply);
+
+/* --coord HOST:PORT (or [IPV6]:PORT): host (at most hostlen - 1 bytes) and
+ * port (1 to 65535, as digits). DT_EUSAGE naming what is wrong. */
+int dtctl_parse_coord(const char *hostport, char *host, size_t hostlen, char port[6],
+                      dt_emsg_t *em);
+
+/* A job id: decimal digits only, 1 to 2^63-1. 0 or DT_EUSAGE. */
+int dtctl_parse_id(const char *s, long long *out);
 
 int dtctl_plan(dtctl_t *ctl, int argc, char **argv);
 int dtctl_submit(dtctl_t *ctl, int argc, char **argv);

@@ -12,6 +12,7 @@
 
 #include "cli/dtctl.h"
 #include "common/log.h"
+#include "common/text.h"
 
 static const struct command {
     const char *name;
@@ -77,8 +78,22 @@ int main(int argc, char **argv)
         default: usage(stderr); return DTCTL_USAGE;
         }
     }
-    if (ctl.coord == NULL && getenv("DT_COORD") && *getenv("DT_COORD") && ctl.socket == NULL)
+    int from_env = 0;
+    if (ctl.coord == NULL && getenv("DT_COORD") && *getenv("DT_COORD") && ctl.socket == NULL) {
         ctl.coord = getenv("DT_COORD");
+        from_env = 1;
+    }
+    if (ctl.coord) { /* bad usage, told now rather than after a failed connect */
+        char host[256], port[6];
+        dt_emsg_t em = { "" };
+        if (dtctl_parse_coord(ctl.coord, host, sizeof(host), port, &em) < 0) {
+            char *e = dt_text_escape(em.s, 0);
+            fprintf(stderr, "dtctl: %s %s\n", from_env ? "DT_COORD" : "--coord", e);
+            free(e);
+            usage(stderr);
+            return DTCTL_USAGE;
+        }
+    }
     if (optind >= argc) {
         usage(stderr);
         return DTCTL_USAGE;

@@ -15,11 +15,13 @@
 #include "config.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/mem.h"
 #include "common/msg.h"
+#include "common/text.h"
 
 /* Payloads are parsed strictly: no JSON_DISABLE_EOF_CHECK (trailing bytes
  * are an error), no JSON_DECODE_ANY (the top level is an object or an array;
@@ -270,4 +272,61 @@ int dt_msg_get_str(const dt_msg_t *m, const char *name, const char **out, dt_ems
     if (field(m, name) == NULL)
         return missing(name, em);
     return dt_msg_opt_str(m, name, out, em);
+}
+
+int dt_msg_opt_text(const dt_msg_t *m, const char *name, size_t max, const char **out,
+                    dt_emsg_t *em)
+{
+    const char *s = NULL;
+    char what[80];
+    int rc;
+
+    if ((rc = dt_msg_opt_str(m, name, &s, em)) < 0 || s == NULL)
+        return rc;
+    snprintf(what, sizeof(what), "field '%s'", name);
+    if ((rc = dt_text_check(what, s, max, em)) < 0)
+        return rc;
+    *out = s;
+    return 0;
+}
+
+int dt_msg_get_text(const dt_msg_t *m, const char *name, size_t max, const char **out,
+                    dt_emsg_t *em)
+{
+    if (field(m, name) == NULL)
+        return missing(name, em);
+    return dt_msg_opt_text(m, name, max, out, em);
+}
+
+/* One value: a string escaped in place (jansson keeps the object's slot),
+ * containers walked. */
+static void escape_value(json_t *v, int flags, const char *const *keep_lines)
+{
+    const char *key;
+    json_t *x;
+    size_t i;
+
+    if (json_is_string(v)) {
+        if (dt_text_needs_escape(json_string_value(v), flags)) {
+            char *e = dt_text_escape(json_string_value(v), flags);
+            json_string_set(v, e);
+            free(e);
+        }
+    } else if (json_is_object(v)) {
+        json_object_foreach(v, key, x) {
+            int f = 0;
+            for (size_t k = 0; keep_lines && keep_lines[k]; k++)
+                if (strcmp(keep_lines[k], key) == 0)
+                    f = DT_TEXT_KEEP_LINES;
+            escape_value(x, f, keep_lines);
+        }
+    } else if (json_is_array(v)) {
+        json_array_foreach(v, i, x)
+            escape_value(x, 0, keep_lines);
+    }
+}
+
+void dt_msg_escape_strings(json_t *v, const char *const *keep_lines)
+{
+    escape_value(v, 0, keep_lines);
 }

@@ -56,4 +56,20 @@ int dt_msg_opt_int(const dt_msg_t *m, const char *field, int64_t *out, dt_emsg_t
 int dt_msg_opt_str(const dt_msg_t *m, const char *field, const char **out, dt_emsg_t *em);
 int dt_msg_opt_bool(const dt_msg_t *m, const char *field, int *out, dt_emsg_t *em);
 
+/* Text that is stored or shown (names, reasons, error texts): a string
+ * field that must also pass dt_text_check (printable UTF-8 of at most max
+ * bytes; max 0: no bound). DT_EPROTO for a missing or mistyped field,
+ * DT_EINVAL naming the field and what is wrong in it otherwise. */
+int dt_msg_get_text(const dt_msg_t *m, const char *field, size_t max, const char **out,
+                    dt_emsg_t *em);
+int dt_msg_opt_text(const dt_msg_t *m, const char *field, size_t max, const char **out,
+                    dt_emsg_t *em);
+
+/* Replace every string in v (in objects and arrays, recursively) that
+ * dt_text_escape would change by its escaped form, for text that came from
+ * elsewhere and is about to be stored or shown. Strings under a key listed
+ * in keep_lines (NULL-terminated; the list may be NULL) keep their newlines
+ * and tabs. Object keys are left as they are. */
+void dt_msg_escape_strings(json_t *v, const char *const *keep_lines);
+
 #endif /* DT_MSG_H */

@@ -14,7 +14,7 @@
 #include "common/mem.h"
 #include "coordinator/auth.h"
 
-int dt_auth_peercred(uv_stream_t *s, uid_t *uid, gid_t *gid)
+int dt_auth_peercred(uv_stream_t *s, uid_t *uid, gid_t *gid, pid_t *pid)
 {
     uv_os_fd_t fd;
     struct ucred cr;
@@ -26,6 +26,8 @@ int dt_auth_peercred(uv_stream_t *s, uid_t *uid, gid_t *gid)
         return dt_err_errno(errno);
     *uid = cr.uid;
     *gid = cr.gid;
+    if (pid)
+        *pid = cr.pid;
     return 0;
 }
 

@@ -15,7 +15,8 @@
 
 #include "common/err.h"
 
-int dt_auth_peercred(uv_stream_t *s, uid_t *uid, gid_t *gid);
+/* The Unix-socket peer's uid, gid and pid (pid may be NULL). */
+int dt_auth_peercred(uv_stream_t *s, uid_t *uid, gid_t *gid, pid_t *pid);
 /* Decode a munge credential (munge_socket NULL: libmunge's default).
  * DT_EACCES with munge's reason ("credential replayed", "expired", ...) or
  * DT_EIO when our munged cannot be reached. */

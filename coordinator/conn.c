@@ -1,15 +1,25 @@
 /* SPDX-License-Identifier: MIT
  *
- * Peer connections: accept, identify (SO_PEERCRED on the Unix socket; TCP
- * peers stay anonymous until a valid AUTH frame), read frames, dispatch,
- * reply, close.
+ * Peer connections: accept (within the connection limits), identify
+ * (SO_PEERCRED on the Unix socket; TCP peers stay anonymous until a valid
+ * AUTH frame), read frames, dispatch, reply, close.
+ *
+ * Flow control, one rule for every path: a request is decoded only when
+ * the peer's unsent replies are within output_soft_limit (and, before
+ * authentication, when none is unsent at all), and the socket is read only
+ * while a request could be decoded. A peer that does not read its replies
+ * therefore stops being read, its requests wait in the kernel's buffers,
+ * not ours, and the sweep closes it after output_timeout. Timestamps are
+ * the loop's time (uv_now).
  */
 #include "config.h"
 
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include "common/log.h"
@@ -18,6 +28,173 @@
 #include "coordinator/auth.h"
 #include "coordinator/conn.h"
 #include "coordinator/rpc.h"
+
+/* ---- limits --------------------------------------------------------------- */
+
+static size_t queued(const dt_conn_t *k)
+{
+    return k->h.stream.write_queue_size + k->writes * DT_COORD_WRITE_COST;
+}
+
+/* May the next request be decoded and answered now? */
+static int may_serve(const dt_conn_t *k)
+{
+    if (k->closing || k->auth_pending)
+        return 0;
+    if (queued(k) > (size_t)k->coord->conf.output_soft_limit)
+        return 0;
+    return k->authed || k->writes == 0; /* one request in flight before AUTH */
+}
+
+static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *b);
+static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b);
+
+/* Read while a request could be served; close above the hard limit. */
+static void flow(dt_conn_t *k)
+{
+    const dt_coord_conf_t *cf = &k->coord->conf;
+    size_t q;
+
+    if (k->closing)
+        return;
+    q = queued(k);
+    if (q > (size_t)cf->output_hard_limit) {
+        dt_log_warn("peer=%s closed: %zu bytes of replies unsent, over output_hard_limit "
+                    "(%lld)", k->peer, q, (long long)cf->output_hard_limit);
+        dt_conn_close(k);
+        return;
+    }
+    if (q > (size_t)cf->output_soft_limit) {
+        if (k->over_ms == 0) {
+            k->over_ms = uv_now(k->coord->loop);
+            dt_log_debug("peer=%s %zu bytes of replies unsent, over output_soft_limit: not "
+                         "reading its requests until they drain", k->peer, q);
+        }
+    } else {
+        k->over_ms = 0;
+    }
+    int want = may_serve(k);
+    if (want && !k->reading) {
+        if (uv_read_start(&k->h.stream, on_alloc, on_read) < 0) {
+            dt_conn_close(k);
+            return;
+        }
+        k->reading = 1;
+    } else if (!want && k->reading) {
+        uv_read_stop(&k->h.stream);
+        k->reading = 0;
+    }
+}
+
+int64_t dt_conn_cap(const dt_coord_t *c)
+{
+    int64_t cap = c->conf.max_connections;
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+        int64_t fit = (int64_t)rl.rlim_cur - DT_COORD_FD_RESERVE - DT_COORD_ROOT_RESERVE;
+        if (fit < cap)
+            cap = fit;
+    }
+    return cap > 0 ? cap : 1;
+}
+
+/* Room for one more connection? Root on the Unix socket has a reserve. */
+static int admit_open(dt_conn_t *k, dt_emsg_t *em)
+{
+    const dt_coord_t *c = k->coord;
+    int64_t cap = dt_conn_cap(c), open = 0;
+
+    for (const dt_conn_t *x = c->conns; x; x = x->next)
+        open += x != k && !x->closing;
+    if (open < cap || (k->authed && k->uid == 0 && !k->tcp && open < cap + DT_COORD_ROOT_RESERVE))
+        return 0;
+    return dt_emsg_set(em, DT_ECOMM, "%lld connections open (max_connections %lld): try again "
+                       "later", (long long)open, (long long)cap);
+}
+
+int dt_conn_admit(dt_conn_t *k, dt_emsg_t *em)
+{
+    const dt_coord_t *c = k->coord;
+    int64_t mine = 0;
+
+    if (!k->authed || k->uid == 0)
+        return 0;
+    for (const dt_conn_t *x = c->conns; x; x = x->next)
+        mine += x != k && !x->closing && x->authed && x->uid == k->uid;
+    if (mine < c->conf.max_connections_per_user)
+        return 0;
+    return dt_emsg_set(em, DT_ECOMM, "uid %u has %lld connections open "
+                       "(max_connections_per_user %lld): try again later", (unsigned)k->uid,
+                       (long long)mine, (long long)c->conf.max_connections_per_user);
+}
+
+/* A peer over the limits: tell it why, close it, count it for the sweep's
+ * log line (a flood of refusals logs one line per sweep, not one each). */
+static void refuse(dt_conn_t *k, const dt_emsg_t *em)
+{
+    dt_coord_t *c = k->coord;
+
+    if (c->conns_refused++ == 0)
+        dt_log_warn("peer=%s refused: %s", k->peer, em->s);
+    else
+        dt_log_debug("peer=%s refused: %s", k->peer, em->s);
+    dt_conn_error(k, 0, DT_ECOMM, "the coordinator refused the connection: %s", em->s);
+    dt_conn_close(k);
+}
+
+/* Did the peer hang up? For a peer that is not being read, whose EOF
+ * libuv would not report. */
+static int hung_up(dt_conn_t *k)
+{
+    uv_os_fd_t fd;
+    struct pollfd p = { .events = POLLRDHUP };
+
+    if (uv_fileno(&k->h.handle, &fd) < 0)
+        return 1;
+    p.fd = fd;
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+/* Close with a reason for the peer (an ERROR frame, when it still reads)
+ * and a log line naming it. */
+static void expire(dt_conn_t *k, int code, const char *why, uint64_t ms)
+{
+    dt_log_warn("peer=%s closed: %s for %llu ms", k->peer, why, (unsigned long long)ms);
+    if (code)
+        dt_conn_error(k, 0, code, "closing the connection: %s for %llu ms", why,
+                      (unsigned long long)ms);
+    dt_conn_close(k);
+}
+
+void dt_conn_sweep(dt_coord_t *c)
+{
+    const dt_coord_conf_t *cf = &c->conf;
+    uint64_t now = uv_now(c->loop);
+
+    if (c->conns_refused > 1)
+        dt_log_warn("%u more connections refused (max_connections %lld, "
+                    "max_connections_per_user %lld)", c->conns_refused - 1,
+                    (long long)dt_conn_cap(c), (long long)cf->max_connections_per_user);
+    c->conns_refused = 0;
+    for (dt_conn_t *k = c->conns; k; k = k->next) { /* closing unlinks later */
+        if (k->closing || k->auth_pending)
+            continue;
+        if (k->over_ms && now - k->over_ms > (uint64_t)cf->output_timeout_ms)
+            expire(k, 0, "replies unread, over output_soft_limit", now - k->over_ms);
+        else if (k->over_ms && !k->reading && hung_up(k)) {
+            dt_log_info("peer=%s went away with %zu bytes of replies unsent", k->peer,
+                        queued(k));
+            dt_conn_close(k);
+        } else if (k->tcp && !k->authed && now - k->accepted_ms > (uint64_t)cf->auth_timeout_ms)
+            expire(k, DT_ETIMEDOUT, "not authenticated (auth_timeout)", now - k->accepted_ms);
+        else if (k->agent == 0 && k->over_ms == 0 &&
+                 now - k->heard_ms > (uint64_t)cf->idle_timeout_ms)
+            expire(k, DT_ETIMEDOUT, "silent (idle_timeout)", now - k->heard_ms);
+    }
+}
+
+/* ---- connections ---------------------------------------------------------- */
 
 static void on_closed(uv_handle_t *h)
 {
@@ -42,6 +219,7 @@ void dt_conn_close(dt_conn_t *k)
     if (k->closing)
         return;
     k->closing = 1;
+    k->reading = 0;
     if (k->agent) {
         dt_live_agent_t *a = dt_coord_agent_find(k->coord, k->agent);
         if (a && a->conn == k)
@@ -52,9 +230,23 @@ void dt_conn_close(dt_conn_t *k)
 
 static void on_written(uv_write_t *w, int status)
 {
+    dt_conn_t *k = w->handle->data;
+
     free(w->data);
     free(w);
-    (void)status; /* a dead peer is noticed by the read side */
+    k->writes--;
+    if (k->closing)
+        return;
+    if (status < 0) { /* the peer is gone, maybe while it was not being read */
+        dt_log_info("peer=%s went away with %zu bytes of replies unsent (%s)", k->peer,
+                    queued(k), uv_strerror(status));
+        dt_conn_close(k);
+        return;
+    }
+    if (k->len > 0 && may_serve(k))
+        dt_conn_process(k); /* requests held back while replies were unsent */
+    else
+        flow(k);
 }
 
 void dt_conn_reply(dt_conn_t *k, uint16_t type, uint32_t id, json_t *body)
@@ -79,7 +271,10 @@ void dt_conn_reply(dt_conn_t *k, uint16_t type, uint32_t id, json_t *body)
         free(frame);
         free(w);
         dt_conn_close(k);
+        return;
     }
+    k->writes++;
+    flow(k);
 }
 
 void dt_conn_error(dt_conn_t *k, uint32_t id, int code, const char *fmt, ...)
@@ -93,6 +288,7 @@ void dt_conn_error(dt_conn_t *k, uint32_t id, int code, const char *fmt, ...)
     dt_conn_reply(k, DT_MSG_ERROR, id, json_pack("{s:i, s:s}", "code", code, "error", msg));
 }
 
+/* The buffer exists only while bytes are in it: an idle peer holds none. */
 static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *b)
 {
     dt_conn_t *k = h->data;
@@ -106,17 +302,27 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *b)
     *b = uv_buf_init((char *)k->buf + k->len, (unsigned)(k->cap - k->len));
 }
 
+static void drop_buffer(dt_conn_t *k)
+{
+    free(k->buf);
+    k->buf = NULL;
+    k->cap = 0;
+}
+
 void dt_conn_process(dt_conn_t *k)
 {
     dt_emsg_t em = { "" };
+    size_t off = 0;
 
-    while (!k->closing && !k->auth_pending && k->len > 0) {
+    /* frames are consumed from off; the rest moves down once, at the end */
+    while (k->len - off > 0 && may_serve(k)) {
+        const uint8_t *p = k->buf + off;
+        size_t n = k->len - off, need;
         dt_msg_t m;
-        size_t need;
         /* Requests are small. Refuse big frames from the header alone: a
          * JSON payload can cost ~80x its size once parsed, so the cap is
          * far below the protocol's, and tighter before authentication. */
-        if (dt_msg_peek(k->buf, k->len, &need, &em) == 0 &&
+        if (dt_msg_peek(p, n, &need, &em) == 0 &&
             need - DT_MSG_HDR > (k->authed ? DT_COORD_REQ_MAX : DT_COORD_PREAUTH_MAX)) {
             dt_log_warn("peer=%s request of %zu bytes refused", k->peer, need - DT_MSG_HDR);
             dt_conn_error(k, 0, DT_ERANGE, "request of %zu bytes exceeds the coordinator's limit "
@@ -126,7 +332,7 @@ void dt_conn_process(dt_conn_t *k)
             dt_conn_close(k);
             return;
         }
-        int used = dt_msg_decode(k->buf, k->len, &m, &em);
+        int used = dt_msg_decode(p, n, &m, &em);
         if (used == 0)
             break;
         if (used < 0) {
@@ -135,17 +341,28 @@ void dt_conn_process(dt_conn_t *k)
             dt_conn_close(k);
             return;
         }
+        off += (size_t)used;
+        if (!k->authed && ++k->preauth > DT_COORD_PREAUTH_FRAMES) {
+            dt_log_warn("peer=%s closed: more than %d requests before authenticating", k->peer,
+                        DT_COORD_PREAUTH_FRAMES);
+            dt_conn_error(k, m.id, DT_EACCES, "more than %d requests before authentication: "
+                          "send AUTH with a munge credential", DT_COORD_PREAUTH_FRAMES);
+            dt_msg_clear(&m);
+            dt_conn_close(k);
+            return;
+        }
         dt_rpc_dispatch(k, &m);
         dt_msg_clear(&m);
-        memmove(k->buf, k->buf + used, k->len - (size_t)used);
-        k->len -= (size_t)used;
     }
-    /* do not keep a large buffer around between frames */
-    if (k->len == 0 && k->cap > 256 * 1024) {
-        free(k->buf);
-        k->buf = NULL;
-        k->cap = 0;
+    if (k->closing)
+        return;
+    if (off > 0) {
+        memmove(k->buf, k->buf + off, k->len - off);
+        k->len -= off;
     }
+    if (k->len == 0)
+        drop_buffer(k);
+    flow(k);
 }
 
 static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b)
@@ -159,29 +376,30 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b)
         dt_conn_close(k);
         return;
     }
+    if (n == 0) { /* nothing after all */
+        if (k->len == 0)
+            drop_buffer(k);
+        return;
+    }
+    k->heard_ms = uv_now(k->coord->loop);
     k->len += (size_t)n;
     dt_conn_process(k);
 }
 
 void dt_conn_pause(dt_conn_t *k)
 {
-    if (!k->closing)
-        uv_read_stop(&k->h.stream);
-}
-
-void dt_conn_resume(dt_conn_t *k)
-{
-    if (!k->closing && uv_read_start(&k->h.stream, on_alloc, on_read) < 0)
-        dt_conn_close(k);
+    flow(k);
 }
 
 void dt_conn_accept(dt_coord_t *c, uv_stream_t *server, int tcp)
 {
     dt_conn_t *k = dt_xcalloc(1, sizeof(*k));
+    dt_emsg_t em = { "" };
     int rc;
 
     k->coord = c;
     k->tcp = tcp;
+    k->accepted_ms = k->heard_ms = uv_now(c->loop);
     if (tcp)
         rc = uv_tcp_init(c->loop, &k->h.tcp);
     else
@@ -215,14 +433,18 @@ void dt_conn_accept(dt_coord_t *c, uv_stream_t *server, int tcp)
         }
         snprintf(k->peer, sizeof(k->peer), "%s:%d", host, port);
     } else {
-        if (dt_auth_peercred(&k->h.stream, &k->uid, &k->gid) < 0) {
+        pid_t pid = 0;
+        if (dt_auth_peercred(&k->h.stream, &k->uid, &k->gid, &pid) < 0) {
             dt_log_warn("unix peer without credentials: closing");
             dt_conn_close(k);
             return;
         }
         k->authed = 1;
-        snprintf(k->peer, sizeof(k->peer), "uid=%u", (unsigned)k->uid);
+        snprintf(k->peer, sizeof(k->peer), "uid=%u pid=%ld", (unsigned)k->uid, (long)pid);
     }
-    if ((rc = uv_read_start(&k->h.stream, on_alloc, on_read)) < 0)
-        dt_conn_close(k);
+    if (admit_open(k, &em) < 0 || dt_conn_admit(k, &em) < 0) {
+        refuse(k, &em);
+        return;
+    }
+    flow(k);
 }

@@ -26,6 +26,14 @@ typedef struct dt_coord_conf {
     char *log_file;          /* default: stderr with -D, STATE_DIR/dtcoordd.log daemonised */
     char *pidfile;           /* default STATE_DIR/dtcoordd.pid */
     char *munge_socket;      /* munged's socket; default libmunge's */
+    /* Limits on peers (coordinator/conn.c, dtcoordd(8) LIMITS; reloadable) */
+    int64_t max_connections;   /* open connections; root gets a reserve beyond */
+    int64_t max_connections_per_user; /* of one uid other than root */
+    int64_t auth_timeout_ms;   /* a TCP peer must authenticate within it */
+    int64_t idle_timeout_ms;   /* a peer silent this long is closed (agents exempt) */
+    int64_t output_soft_limit; /* bytes of unsent replies: stop reading above */
+    int64_t output_hard_limit; /* ... close above */
+    int64_t output_timeout_ms; /* ... close after this long above the soft limit */
     /* Slurm (dt.conf(5), coordinator/alloc.c) */
     int slurm;               /* submit every job to Slurm */
     char *slurm_conf;        /* slurm.conf; default $SLURM_CONF, else /etc/slurm/slurm.conf */
@@ -68,6 +76,7 @@ typedef struct dt_coord {
     uv_signal_t sig_term, sig_int, sig_hup;
     uv_timer_t sweep;
     struct dt_conn *conns;   /* every open connection */
+    unsigned conns_refused;  /* since the last sweep: logged there, once */
     dt_live_agent_t *agents; /* live agents (list; hashed by id below) */
     dt_live_agent_t **agent_tab;
     size_t agent_cap, nagents;

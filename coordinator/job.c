@@ -15,6 +15,7 @@
 
 #include "common/log.h"
 #include "common/mem.h"
+#include "common/text.h"
 #include "engine/spec.h"
 #include "coordinator/alloc.h"
 #include "coordinator/auth.h"
@@ -22,6 +23,27 @@
 #include "coordinator/jobdir.h"
 #include "coordinator/run.h"
 #include "coordinator/planner.h"
+
+/* Text that users and agents hand in, bounded where it enters (and
+ * checked by dt_msg_get_text: printable UTF-8). */
+#define NAME_MAX_BYTES 255   /* job and node names */
+#define REASON_MAX_BYTES 256 /* a cancel's reason */
+#define PATH_MAX_BYTES 4096  /* a shard's path */
+
+/* A stored string as JSON. One that is not valid UTF-8 (a row written by
+ * something else, or before names were checked) goes out escaped rather
+ * than not at all: jansson refuses it, and the whole reply would fail. */
+static json_t *jtext(const char *s)
+{
+    json_t *v = json_string(s ? s : "");
+
+    if (v == NULL) {
+        char *e = dt_text_escape(s, DT_TEXT_KEEP_LINES);
+        v = json_string(e);
+        free(e);
+    }
+    return v;
+}
 
 static int is_admin(const dt_conn_t *k)
 {
@@ -36,23 +58,23 @@ static json_t *slurm_json(dt_db_t *db, const dt_job_t *j)
 
     if (j->slurm_id == 0 || dt_db_slurm_get(db, j->id, &s, &em) < 0)
         return json_null();
-    json_t *o = json_pack("{s:I, s:s, s:s, s:s, s:s, s:s, s:i, s:i, s:I}", "id",
-                          (json_int_t)s.slurm_id, "state", s.state, "reason", s.reason, "nodes",
-                          s.nodes, "exclude", s.exclude, "output", s.output, "restarts",
-                          s.restarts, "exit_code", s.exit_code, "updated_ms",
-                          (json_int_t)s.updated_ms);
+    json_t *o = json_pack("{s:I, s:o, s:o, s:o, s:o, s:o, s:i, s:i, s:I}", "id",
+                          (json_int_t)s.slurm_id, "state", jtext(s.state), "reason",
+                          jtext(s.reason), "nodes", jtext(s.nodes), "exclude", jtext(s.exclude),
+                          "output", jtext(s.output), "restarts", s.restarts, "exit_code",
+                          s.exit_code, "updated_ms", (json_int_t)s.updated_ms);
     dt_slurm_job_clear(&s);
     return o;
 }
 
 static json_t *job_json(dt_db_t *db, const dt_job_t *j)
 {
-    json_t *o = json_pack("{s:I, s:s, s:i, s:s, s:I, s:i, s:I, s:I}", "id", (json_int_t)j->id,
-                          "name", j->name ? j->name : "", "owner", (int)j->owner, "state",
+    json_t *o = json_pack("{s:I, s:o, s:i, s:s, s:I, s:i, s:I, s:I}", "id", (json_int_t)j->id,
+                          "name", jtext(j->name), "owner", (int)j->owner, "state",
                           dt_job_state_name(j->state), "slurm_id", (json_int_t)j->slurm_id,
                           "restarts", j->restarts, "created_ms", (json_int_t)j->created_ms,
                           "updated_ms", (json_int_t)j->updated_ms);
-    json_object_set_new(o, "reason", j->reason ? json_string(j->reason) : json_null());
+    json_object_set_new(o, "reason", j->reason ? jtext(j->reason) : json_null());
     json_object_set_new(o, "slurm", slurm_json(db, j));
     int requeues = 0, base = 0;
     dt_emsg_t em = { "" };
@@ -101,7 +123,7 @@ void dt_job_submit(dt_conn_t *k, const dt_msg_t *m)
     int rc;
 
     if ((rc = dt_msg_get_str(m, "spec", &text, &em)) < 0 ||
-        (rc = dt_msg_opt_str(m, "name", &name, &em)) < 0) {
+        (rc = dt_msg_opt_text(m, "name", NAME_MAX_BYTES, &name, &em)) < 0) {
         dt_conn_error(k, m->id, rc, "%s", em.s);
         return;
     }
@@ -205,9 +227,9 @@ void dt_job_list(dt_conn_t *k, const dt_msg_t *m)
 
 static int agent_cb(const dt_agent_t *a, void *arg)
 {
-    json_array_append_new(arg, json_pack("{s:I, s:s, s:i, s:s, s:I, s:I}", "id",
-                                         (json_int_t)a->id, "node", a->node, "slots", a->slots,
-                                         "state", a->state, "registered_ms",
+    json_array_append_new(arg, json_pack("{s:I, s:o, s:i, s:o, s:I, s:I}", "id",
+                                         (json_int_t)a->id, "node", jtext(a->node), "slots",
+                                         a->slots, "state", jtext(a->state), "registered_ms",
                                          (json_int_t)a->registered_ms, "last_seen_ms",
                                          (json_int_t)a->last_seen_ms));
     return 0;
@@ -233,8 +255,8 @@ void dt_job_show(dt_conn_t *k, const dt_msg_t *m)
                                                   "tokens", (json_int_t)a->tokens, "loss",
                                                   a->loss));
     json_t *plan = j.plan ? json_loads(j.plan, 0, NULL) : NULL;
-    json_t *reply = json_pack("{s:o, s:s, s:o, s:o, s:o}", "job", job_json(k->coord->db, &j), "spec",
-                              j.spec ? j.spec : "", "plan", plan ? plan : json_null(), "agents",
+    json_t *reply = json_pack("{s:o, s:o, s:o, s:o, s:o}", "job", job_json(k->coord->db, &j),
+                              "spec", jtext(j.spec), "plan", plan ? plan : json_null(), "agents",
                               agents, "progress", prog);
     /* the job's directory (its rank logs, its default checkpoints): a
      * path for dtctl, which reads it as the user */
@@ -256,7 +278,7 @@ void dt_job_cancel(dt_conn_t *k, const dt_msg_t *m)
 
     if (load_visible(k, m, &j) < 0)
         return;
-    if ((rc = dt_msg_opt_str(m, "reason", &why, &em)) < 0) {
+    if ((rc = dt_msg_opt_text(m, "reason", REASON_MAX_BYTES, &why, &em)) < 0) {
         dt_conn_error(k, m->id, rc, "%s", em.s);
         goto out;
     }
@@ -299,9 +321,9 @@ out:
 
 static int event_cb(const dt_event_t *e, void *arg)
 {
-    json_t *o = json_pack("{s:I, s:I, s:s, s:s}", "id", (json_int_t)e->id, "at_ms",
-                          (json_int_t)e->at_ms, "kind", e->kind, "state", e->state);
-    json_object_set_new(o, "detail", e->detail ? json_string(e->detail) : json_null());
+    json_t *o = json_pack("{s:I, s:I, s:o, s:o}", "id", (json_int_t)e->id, "at_ms",
+                          (json_int_t)e->at_ms, "kind", jtext(e->kind), "state", jtext(e->state));
+    json_object_set_new(o, "detail", e->detail ? jtext(e->detail) : json_null());
     json_array_append_new(arg, o);
     return 0;
 }
@@ -328,8 +350,8 @@ void dt_job_events(dt_conn_t *k, const dt_msg_t *m)
 
 static int ckpt_cb(const dt_checkpoint_t *ck, void *arg)
 {
-    json_array_append_new(arg, json_pack("{s:I, s:s, s:i, s:I, s:I, s:I}", "step",
-                                         (json_int_t)ck->step, "state", ck->state, "shards",
+    json_array_append_new(arg, json_pack("{s:I, s:o, s:i, s:I, s:I, s:I}", "step",
+                                         (json_int_t)ck->step, "state", jtext(ck->state), "shards",
                                          ck->shards, "bytes", (json_int_t)ck->bytes,
                                          "created_ms", (json_int_t)ck->created_ms,
                                          "committed_ms", (json_int_t)ck->committed_ms));
@@ -365,14 +387,18 @@ void dt_agent_register(dt_conn_t *k, const dt_msg_t *m)
     dt_job_t j;
     int rc;
 
+    /* the node name is stored and shown (dtctl show, watch, events) and
+     * logged: printable text only, refused with the reason otherwise */
     if ((rc = dt_msg_get_int(m, "job", &jid, &em)) < 0 ||
-        (rc = dt_msg_get_str(m, "node", &node, &em)) < 0 ||
+        (rc = dt_msg_get_text(m, "node", NAME_MAX_BYTES, &node, &em)) < 0 ||
         (rc = dt_msg_get_int(m, "slots", &slots, &em)) < 0) {
-        dt_conn_error(k, m->id, rc, "%s", em.s);
+        if (rc == DT_EINVAL)
+            dt_log_warn("peer=%s registration refused: %s", k->peer, em.s);
+        dt_conn_error(k, m->id, rc, "register: %s", em.s);
         return;
     }
-    if (slots < 1 || slots > 1 << 20 || *node == '\0' || strlen(node) > 255) {
-        dt_conn_error(k, m->id, DT_EINVAL, "register: bad node '%.64s' or slots %lld", node,
+    if (slots < 1 || slots > 1 << 20 || *node == '\0') {
+        dt_conn_error(k, m->id, DT_EINVAL, "register: bad node '%s' or slots %lld", node,
                       (long long)slots);
         return;
     }
@@ -525,7 +551,7 @@ void dt_agent_shard_written(dt_conn_t *k, const dt_msg_t *m)
     if ((rc = dt_msg_get_int(m, "step", &step, &em)) < 0 ||
         (rc = dt_msg_get_int(m, "rank", &rank, &em)) < 0 ||
         (rc = dt_msg_get_int(m, "bytes", &bytes, &em)) < 0 ||
-        (rc = dt_msg_get_str(m, "path", &path, &em)) < 0 ||
+        (rc = dt_msg_get_text(m, "path", PATH_MAX_BYTES, &path, &em)) < 0 ||
         (rc = dt_msg_get_str(m, "sha256", &sha, &em)) < 0) {
         dt_conn_error(k, m->id, rc, "%s", em.s);
         return;
@@ -699,9 +725,20 @@ int dt_agent_reload(dt_coord_t *c, dt_emsg_t *em)
 
 void dt_agent_preempt(dt_conn_t *k, const dt_msg_t *m)
 {
+    dt_emsg_t em = { "" };
+    const char *sig = NULL;
     dt_live_agent_t *a = own_agent(k, m);
+    int rc;
+
     if (a == NULL)
         return;
+    /* the signal's name goes into an event: USR1, TERM, ... */
+    if ((rc = dt_msg_opt_text(m, "signal", 16, &sig, &em)) < 0 ||
+        (sig && (*sig == '\0' || sig[strspn(sig, "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+")]))) {
+        dt_conn_error(k, m->id, DT_EINVAL, "%s",
+                      rc < 0 ? em.s : "field 'signal': a signal name such as USR1");
+        return;
+    }
     dt_conn_reply(k, DT_MSG_OK, m->id, NULL);
     dt_run_preempt(k->coord, a, m);
 }

@@ -1,12 +1,14 @@
 /* SPDX-License-Identifier: MIT
  *
- * Listening on the Unix socket and on TCP.
+ * Listening on the Unix socket and on TCP, and making room for the peers:
+ * the descriptor limit is raised as far as max_connections needs.
  */
 #include "config.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -42,6 +44,25 @@ static int socket_alive(const char *path)
     return alive;
 }
 
+/* Descriptors for max_connections, root's reserve and the daemon itself:
+ * raise the soft limit toward the hard one (as Redis does for maxclients);
+ * what still does not fit lowers the limit in force (dt_conn_cap). */
+static void room_for_peers(const dt_coord_t *c)
+{
+    rlim_t want = (rlim_t)c->conf.max_connections + DT_COORD_ROOT_RESERVE + DT_COORD_FD_RESERVE;
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= want)
+        return;
+    rl.rlim_cur = rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want ? rl.rlim_max : want;
+    if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+        getrlimit(RLIMIT_NOFILE, &rl);
+    if (dt_conn_cap(c) < c->conf.max_connections)
+        dt_log_warn("max_connections %lld lowered to %lld: the descriptor limit "
+                    "(RLIMIT_NOFILE) is %llu", (long long)c->conf.max_connections,
+                    (long long)dt_conn_cap(c), (unsigned long long)rl.rlim_cur);
+}
+
 int dt_listen_unix(dt_coord_t *c, const char *path, dt_emsg_t *em)
 {
     struct sockaddr_un sa;
@@ -50,6 +71,7 @@ int dt_listen_unix(dt_coord_t *c, const char *path, dt_emsg_t *em)
     if (strlen(path) >= sizeof(sa.sun_path))
         return dt_emsg_set(em, DT_EINVAL, "socket path %s is longer than %zu bytes", path,
                            sizeof(sa.sun_path) - 1);
+    room_for_peers(c);
     if (access(path, F_OK) == 0) {
         if (socket_alive(path))
             return dt_emsg_set(em, DT_EEXIST, "%s: another coordinator is listening there", path);

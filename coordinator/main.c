@@ -63,6 +63,22 @@ static const dt_conf_key_t conf_keys[] = {
       "pidfile (default STATE_DIR/dtcoordd.pid)" },
     { "munge_socket", DT_CONF_STRING, offsetof(dt_coord_conf_t, munge_socket), 0, 0, 0, 0,
       "munged's socket (default: libmunge's)" },
+    { "max_connections", DT_CONF_INT, offsetof(dt_coord_conf_t, max_connections), 1, 1000000,
+      0, 1, "open connections at most, root's reserve aside (default 4096)" },
+    { "max_connections_per_user", DT_CONF_INT,
+      offsetof(dt_coord_conf_t, max_connections_per_user), 1, 1000000, 0, 1,
+      "open connections of one user other than root (default 1024)" },
+    { "auth_timeout", DT_CONF_DURATION, offsetof(dt_coord_conf_t, auth_timeout_ms), 100,
+      3600000, 0, 1, "a TCP peer must authenticate within it (default 10s)" },
+    { "idle_timeout", DT_CONF_DURATION, offsetof(dt_coord_conf_t, idle_timeout_ms), 100,
+      604800000, 0, 1, "a peer that sends nothing this long is closed (default 60s)" },
+    { "output_soft_limit", DT_CONF_SIZE, offsetof(dt_coord_conf_t, output_soft_limit), 4096,
+      (int64_t)1 << 32, 0, 1, "unsent replies above which a peer is not read (default 1M)" },
+    { "output_hard_limit", DT_CONF_SIZE, offsetof(dt_coord_conf_t, output_hard_limit),
+      (int64_t)32 << 20, (int64_t)1 << 36, 0, 1,
+      "unsent replies above which a peer is closed (default 64M)" },
+    { "output_timeout", DT_CONF_DURATION, offsetof(dt_coord_conf_t, output_timeout_ms), 100,
+      86400000, 0, 1, "a peer above output_soft_limit this long is closed (default 30s)" },
     { "slurm", DT_CONF_BOOL, offsetof(dt_coord_conf_t, slurm), 0, 0, 0, 0,
       "yes: submit every job to Slurm as a batch job (default no)" },
     { "slurm_conf", DT_CONF_STRING, offsetof(dt_coord_conf_t, slurm_conf), 0, 0, 0, 0,
@@ -115,6 +131,27 @@ static int load_conf(const char *path, dt_coord_conf_t *cf, dt_emsg_t *em)
         n.heartbeat_ms = 1000;
     if (n.agent_timeout_ms == 0)
         n.agent_timeout_ms = 10000;
+    if (n.max_connections == 0)
+        n.max_connections = 4096;
+    if (n.max_connections_per_user == 0)
+        n.max_connections_per_user = 1024;
+    if (n.auth_timeout_ms == 0)
+        n.auth_timeout_ms = 10000;
+    if (n.idle_timeout_ms == 0)
+        n.idle_timeout_ms = 60000;
+    if (n.output_soft_limit == 0)
+        n.output_soft_limit = 1 << 20;
+    if (n.output_hard_limit == 0)
+        n.output_hard_limit = (int64_t)64 << 20;
+    if (n.output_timeout_ms == 0)
+        n.output_timeout_ms = 30000;
+    if (n.output_soft_limit >= n.output_hard_limit) {
+        rc = dt_emsg_set(em, DT_ECONF, "%s: output_soft_limit (%lld bytes) must be below "
+                         "output_hard_limit (%lld bytes)", path, (long long)n.output_soft_limit,
+                         (long long)n.output_hard_limit);
+        dt_conf_free(conf_keys, &n);
+        return rc;
+    }
     if (n.agent_timeout_ms <= n.heartbeat_ms) {
         rc = dt_emsg_set(em, DT_ECONF, "%s: agent_timeout (%lld ms) must exceed heartbeat "
                          "(%lld ms)", path, (long long)n.agent_timeout_ms,
@@ -247,6 +284,13 @@ static void reload(dt_coord_t *c)
     }
     c->conf.heartbeat_ms = n.heartbeat_ms;
     c->conf.agent_timeout_ms = n.agent_timeout_ms;
+    c->conf.max_connections = n.max_connections;
+    c->conf.max_connections_per_user = n.max_connections_per_user;
+    c->conf.auth_timeout_ms = n.auth_timeout_ms;
+    c->conf.idle_timeout_ms = n.idle_timeout_ms;
+    c->conf.output_soft_limit = n.output_soft_limit;
+    c->conf.output_hard_limit = n.output_hard_limit;
+    c->conf.output_timeout_ms = n.output_timeout_ms;
     free(c->conf.admin_group);
     c->conf.admin_group = n.admin_group ? dt_xstrdup(n.admin_group) : NULL;
     free(c->conf.log_level);
@@ -302,6 +346,7 @@ static void on_signal(uv_signal_t *s, int signum)
 static void on_sweep(uv_timer_t *t)
 {
     dt_agent_sweep(t->data);
+    dt_conn_sweep(t->data);
 }
 
 void dt_coord_stop(dt_coord_t *c)

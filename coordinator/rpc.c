@@ -52,10 +52,17 @@ static void auth_done(uv_work_t *w, int status)
     k->uid = k->auth_uid;
     k->gid = k->auth_gid;
     k->authed = 1;
+    dt_emsg_t em = { "" };
+    if (dt_conn_admit(k, &em) < 0) {
+        dt_log_warn("peer=%s refused: %s", k->peer, em.s);
+        dt_conn_error(k, k->auth_id, DT_ECOMM, "the coordinator refused the connection: %s",
+                      em.s);
+        dt_conn_close(k);
+        return;
+    }
     dt_log_debug("peer=%s authenticated uid=%u", k->peer, (unsigned)k->uid);
     dt_conn_reply(k, DT_MSG_OK, k->auth_id, json_pack("{s:i}", "uid", (int)k->uid));
-    dt_conn_process(k); /* requests that came in behind the AUTH */
-    dt_conn_resume(k);
+    dt_conn_process(k); /* requests that came in behind the AUTH; then reads again */
 }
 
 static void rpc_auth(dt_conn_t *k, const dt_msg_t *m)

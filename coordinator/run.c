@@ -33,6 +33,7 @@
 #include "common/fileio.h"
 #include "common/log.h"
 #include "common/mem.h"
+#include "common/text.h"
 #include "coordinator/alloc.h"
 #include "coordinator/jobdir.h"
 #include "coordinator/planner.h"
@@ -72,7 +73,7 @@ typedef struct worker_failure {
     int64_t status, sig, step; /* status -1: none (the hold is empty) */
     int hung, stopped;
     char node[256];
-    char err[256];
+    char err[300];  /* escaped (common/text.h) */
 } worker_failure_t;
 
 #define HOLD_MS 2000 /* how long an agreed failure waits for its reason */
@@ -886,6 +887,13 @@ void dt_run_worker_exit(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
     dt_msg_opt_int(m, "step", &step, &em);
     dt_msg_opt_bool(m, "hung", &hung, &em);
     dt_msg_opt_str(m, "error", &err, &em);
+    /* the agent's text goes into an event: escaped, and cut to fit whole */
+    char errt[300] = "";
+    if (err) {
+        char *e = dt_text_escape(err, 0);
+        snprintf(errt, sizeof(errt), "%.*s", dt_text_fit(e, sizeof(errt) - 1), e);
+        free(e);
+    }
     rank_info_t *ri = &r->ranks[rank];
     if (ri->exited)
         return;
@@ -924,6 +932,7 @@ void dt_run_worker_exit(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
         if (json_is_object(res)) {
             json_decref(r->result);
             r->result = json_deep_copy(res);
+            dt_msg_escape_strings(r->result, NULL); /* stored, and shown by watch */
         }
         if (++r->nok == r->R && (r->phase == PH_RUNNING || r->phase == PH_STARTING)) {
             char *rt = r->result ? json_dumps(r->result, JSON_COMPACT) : NULL;
@@ -944,7 +953,7 @@ void dt_run_worker_exit(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
     worker_failure_t f = { .rank = (int)rank, .status = status, .sig = sig, .hung = hung,
                            .stopped = stopped, .step = ri->step };
     snprintf(f.node, sizeof(f.node), "%s", a->node);
-    snprintf(f.err, sizeof(f.err), "%s", err ? err : "");
+    snprintf(f.err, sizeof(f.err), "%s", errt);
     /* An exit status the ranks agree on is printed by one rank only
      * (dtengine(1)): when this report does not carry the words, wait a
      * moment for the one that does (dt_run_tick ends the wait). */

@@ -16,6 +16,20 @@
  * several requests the probe stops at the first that is not OK (unless
  * --keep-going) and exits with that one's status.
  *
+ * Hostile peers, for the coordinator's limits (tests/integration/limits.sh):
+ *
+ *   --flood N    send the first request N times, in large writes, and never
+ *                read a reply; prints `FLOOD sent=S of N: done|closed|stalled`
+ *                (stalled: no byte went out for --timeout seconds), exits 0,
+ *                3 or 5 accordingly
+ *   --idle N     open N more connections that never send a byte; prints
+ *                `IDLE opened=K of N` once they are open
+ *   --hold MS    then keep everything open (and unread) for MS ms
+ *   --wait-close S  then wait up to S seconds, still without reading, until
+ *                the peer has closed the connection (all N with --idle);
+ *                prints `CLOSED after MS ms`, or `IDLE closed=C of K after MS
+ *                ms`; exits 3 when everything was closed, 5 otherwise
+ *
  * A request body may refer to an earlier reply: a top-level string value
  * "$NAME" is replaced by field NAME of the latest OK reply that has it, so
  * `REGISTER '{"job":1,"node":"n","slots":2}' HEARTBEAT '{"agent":"$agent"}'`
@@ -29,9 +43,11 @@
 #include <getopt.h>
 #include <munge.h>
 #include <netdb.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
@@ -74,6 +90,9 @@ static void usage(FILE *f)
                "  --hold MS            keep the connection open MS ms after the last reply\n"
                "  --timeout S          seconds to wait for each reply (default 10)\n"
                "  --keep-going         send every request even after an ERROR\n"
+               "  --flood N            send the first request N times, never read a reply\n"
+               "  --idle N             open N more connections that send nothing\n"
+               "  --wait-close S       then wait up to S s (not reading) for the peer to close\n"
                "TYPE is a message name (SUBMIT, PING, ...) or number; JSON defaults to {}.\n"
                "Prints `OK {json}`, `ERROR code=N {json}`, `CLOSED` or `TIMEOUT` per reply;\n"
                "exits 0 (OK), 1 (ERROR), 3 (CLOSED), 5 (TIMEOUT), 4 (no connection), 2 (usage).\n");
@@ -260,6 +279,93 @@ static int send_frame(probe_t *p, uint16_t type, const json_t *body)
     return rc;
 }
 
+/* ---- hostile peers ------------------------------------------------------------- */
+
+static long mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The request `count` times in writes of about 1 MiB, never reading. */
+static int flood(probe_t *p, uint16_t type, const json_t *body, long count)
+{
+    uint8_t *frame, *batch;
+    size_t flen, per, off;
+    long sent = 0;
+    int rc = PROBE_OK;
+
+    if (dt_msg_encode(type, p->next_id++, body, &frame, &flen) < 0) {
+        fprintf(stderr, "dtprobe: the request exceeds the frame limit\n");
+        return PROBE_USAGE;
+    }
+    per = (1u << 20) / flen + 1;
+    batch = dt_xmallocarray(per, flen);
+    for (size_t i = 0; i < per; i++)
+        memcpy(batch + i * flen, frame, flen);
+    while (sent < count && rc == PROBE_OK) {
+        size_t n = (size_t)(count - sent) < per ? (size_t)(count - sent) : per;
+        for (off = 0; off < n * flen;) {
+            ssize_t w = send(p->fd, batch + off, n * flen - off, MSG_NOSIGNAL);
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w < 0) {
+                rc = errno == EAGAIN || errno == EWOULDBLOCK ? PROBE_TIMEOUT : PROBE_CLOSED;
+                break;
+            }
+            off += (size_t)w;
+        }
+        sent += (long)(off / flen);
+    }
+    printf("FLOOD sent=%ld of %ld: %s\n", sent, count,
+           rc == PROBE_OK ? "done" : rc == PROBE_CLOSED ? "closed" : "stalled");
+    fflush(stdout);
+    free(batch);
+    free(frame);
+    return rc;
+}
+
+/* How many of fds[0..n) the peer has closed (or reset), waiting up to
+ * wait_ms for all of them; nothing is read. */
+static int count_closed(const int *fds, int n, long wait_ms)
+{
+    struct pollfd *pf = dt_xcalloc((size_t)n, sizeof(*pf));
+    long end = mono_ms() + wait_ms;
+    int closed = 0;
+
+    for (int i = 0; i < n; i++) {
+        pf[i].fd = fds[i];
+        pf[i].events = POLLRDHUP;
+    }
+    for (;;) {
+        long left = end - mono_ms();
+        int r = poll(pf, (nfds_t)n, left > 0 ? (int)(left < 100 ? left : 100) : 0);
+        if (r < 0 && errno != EINTR)
+            break;
+        for (int i = 0; i < n; i++)
+            if (pf[i].fd >= 0 && (pf[i].revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+                pf[i].fd = -1; /* counted; poll ignores it from now on */
+                closed++;
+            }
+        if (closed == n || mono_ms() >= end)
+            break;
+    }
+    free(pf);
+    return closed;
+}
+
+/* Room for many connections: the soft descriptor limit up to the hard one. */
+static void raise_nofile(void)
+{
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+}
+
 /* ---- credentials ---------------------------------------------------------------- */
 
 static char *read_file(const char *path)
@@ -413,12 +519,16 @@ int main(int argc, char **argv)
         { "hold", required_argument, NULL, 'H' },
         { "timeout", required_argument, NULL, 'T' },
         { "keep-going", no_argument, NULL, 'k' },
+        { "flood", required_argument, NULL, 'F' },
+        { "idle", required_argument, NULL, 'I' },
+        { "wait-close", required_argument, NULL, 'W' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
     const char *sock = NULL, *tcp = NULL, *munge_socket = NULL, *cred_file = NULL, *raw = NULL;
     int auth = 0, bad_auth = 0, oversize = 0, keep_going = 0, opt, rc = PROBE_OK;
-    long pause_ms = 0, hold_ms = 0, timeout_s = 10;
+    long pause_ms = 0, hold_ms = 0, timeout_s = 10, flood_n = 0, idle_n = 0, wait_s = -1;
+    int *idle_fds = NULL, nidle = 0;
     probe_t p = { .fd = -1, .next_id = 1 };
 
     while ((opt = getopt_long(argc, argv, "+h", lo, NULL)) != -1) {
@@ -459,6 +569,15 @@ int main(int argc, char **argv)
         case 'k':
             keep_going = 1;
             break;
+        case 'F':
+            flood_n = atol(optarg);
+            break;
+        case 'I':
+            idle_n = atol(optarg);
+            break;
+        case 'W':
+            wait_s = atol(optarg);
+            break;
         case 'h':
             usage(stdout);
             return PROBE_OK;
@@ -468,7 +587,9 @@ int main(int argc, char **argv)
         }
     }
     if ((sock == NULL) == (tcp == NULL) || (auth && bad_auth) || timeout_s < 1 || pause_ms < 0 ||
-        hold_ms < 0 || (raw && oversize) || (optind >= argc && raw == NULL && !oversize)) {
+        hold_ms < 0 || (raw && oversize) || flood_n < 0 || idle_n < 0 ||
+        (flood_n && (idle_n || raw || oversize || optind >= argc)) ||
+        (optind >= argc && raw == NULL && !oversize && !idle_n)) {
         usage(stderr);
         return PROBE_USAGE;
     }
@@ -504,6 +625,32 @@ int main(int argc, char **argv)
     }
 
     p.vars = json_object();
+    if (idle_n > 0) {
+        /* connections that never speak: the only thing this run does */
+        raise_nofile();
+        idle_fds = dt_xcalloc((size_t)idle_n, sizeof(*idle_fds));
+        for (long i = 0; i < idle_n; i++) {
+            int fd = sock ? connect_unix(sock) : connect_tcp(tcp);
+            if (fd < 0)
+                break;
+            idle_fds[nidle++] = fd;
+        }
+        printf("IDLE opened=%d of %ld\n", nidle, idle_n);
+        fflush(stdout);
+        rc = nidle > 0 ? PROBE_OK : PROBE_NOCONN;
+        if (nidle > 0 && hold_ms > 0)
+            sleep_ms(hold_ms);
+        if (nidle > 0 && wait_s >= 0) {
+            long t0 = mono_ms();
+            int closed = count_closed(idle_fds, nidle, wait_s * 1000);
+            printf("IDLE closed=%d of %d after %ld ms\n", closed, nidle, mono_ms() - t0);
+            rc = closed == nidle ? PROBE_CLOSED : PROBE_TIMEOUT;
+        }
+        for (int i = 0; i < nidle; i++)
+            close(idle_fds[i]);
+        free(idle_fds);
+        goto out_raw;
+    }
     p.fd = sock ? connect_unix(sock) : connect_tcp(tcp);
     if (p.fd < 0) {
         rc = PROBE_NOCONN;
@@ -511,6 +658,7 @@ int main(int argc, char **argv)
     }
     struct timeval tv = { timeout_s, 0 };
     setsockopt(p.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(p.fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 
     /* authentication: a quiet OK, a loud failure */
     if (auth || bad_auth) {
@@ -537,6 +685,23 @@ int main(int argc, char **argv)
         goto out_hold;
     }
 
+    if (flood_n > 0) {
+        substitute(bodies[0], p.vars);
+        rc = flood(&p, types[0], bodies[0], flood_n);
+        if (hold_ms > 0)
+            sleep_ms(hold_ms);
+        if (wait_s >= 0 && rc != PROBE_CLOSED) {
+            long t0 = mono_ms();
+            if (count_closed(&p.fd, 1, wait_s * 1000) == 1) {
+                printf("CLOSED after %ld ms\n", mono_ms() - t0);
+                rc = PROBE_CLOSED;
+            } else {
+                printf("OPEN after %ld ms\n", mono_ms() - t0);
+                rc = PROBE_TIMEOUT;
+            }
+        }
+        goto out_raw;
+    }
     for (int i = 0; i < nreq; i++) {
         if (i > 0 && pause_ms > 0)
             sleep_ms(pause_ms);

@@ -736,3 +736,45 @@ Test(msg, clear_is_safe_on_empty_messages)
     cr_assert_eq(dt_msg_get_int(&m, "id", &i, &em), DT_EPROTO);
     cr_assert_str_eq(em.s, "missing field 'id'");
 }
+
+Test(msg, text_fields_refuse_control_characters)
+{
+    dt_msg_t m;
+    dt_emsg_t em = { .s = "" };
+    const char *s = "unchanged";
+
+    load(&m, "{\"node\":\"n1\",\"esc\":\"\\u001b[2J\",\"nl\":\"a\\nfake event\","
+             "\"long\":\"0123456789\",\"n\":3}");
+    cr_assert_eq(dt_msg_get_text(&m, "node", 255, &s, &em), 0, "%s", em.s);
+    cr_assert_str_eq(s, "n1");
+    s = "unchanged";
+    cr_assert_eq(dt_msg_get_text(&m, "esc", 255, &s, &em), DT_EINVAL);
+    cr_assert_str_eq(em.s, "field 'esc': control character \\x1b at byte 0 (only printable text)");
+    cr_assert_eq(dt_msg_opt_text(&m, "nl", 255, &s, &em), DT_EINVAL);
+    cr_assert_str_eq(em.s, "field 'nl': control character \\x0a at byte 1 (only printable text)");
+    cr_assert_eq(dt_msg_opt_text(&m, "long", 9, &s, &em), DT_EINVAL);
+    cr_assert_str_eq(em.s, "field 'long': 10 bytes, more than 9");
+    cr_assert_str_eq(s, "unchanged", "a failed getter wrote its output");
+    cr_assert_eq(dt_msg_get_text(&m, "why", 9, &s, &em), DT_EPROTO);
+    cr_assert_str_eq(em.s, "missing field 'why'");
+    cr_assert_eq(dt_msg_opt_text(&m, "why", 9, &s, &em), 0);
+    cr_assert_eq(dt_msg_opt_text(&m, "n", 9, &s, &em), DT_EPROTO);
+    cr_assert_str_eq(em.s, "field 'n' must be a string");
+    cr_assert_str_eq(s, "unchanged");
+    dt_msg_clear(&m);
+}
+
+Test(msg, escape_strings_walks_the_whole_value)
+{
+    static const char *const keep[] = { "spec", NULL };
+    json_t *v = json_loads("{\"name\":\"\\u001b[2J\",\"ok\":\"fine\",\"n\":1,"
+                           "\"spec\":\"a = 1\\nb = \\u001b\\n\","
+                           "\"list\":[{\"detail\":\"x\\ny\"},\"\\u009b\"]}", 0, NULL);
+    cr_assert_not_null(v);
+    dt_msg_escape_strings(v, keep);
+    char *s = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS);
+    cr_assert_str_eq(s, "{\"list\":[{\"detail\":\"x\\\\ny\"},\"\\\\u009b\"],\"n\":1,"
+                        "\"name\":\"\\\\x1b[2J\",\"ok\":\"fine\",\"spec\":\"a = 1\\nb = \\\\x1b\\n\"}");
+    free(s);
+    json_decref(v);
+}

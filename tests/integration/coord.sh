@@ -143,6 +143,39 @@ t_nocoord() {
 }
 check "dtctl without a coordinator exits 3 with a hint" t_nocoord
 
+t_bad_job_ids() {
+    for _id in 99999999999999999999 9223372036854775808 0 +5 12x ' 7' ''; do
+        for _c in show events cancel checkpoints watch; do
+            run_rc 2 ctl "$_c" "$_id" && grep -qF "'$_id' is not a job id" "$TMPD/out" &&
+                out_has "is not a job id \(1 to 9223372036854775807\)$" || { cat "$TMPD/out"; return 1; }
+        done
+    done
+    run_rc 2 ctl events --since 99999999999999999999 "$JOB1" && out_has "is not an event id" ||
+        return 1
+    run_rc 4 ctl show 9223372036854775807 && out_has "not found"
+}
+check "job ids out of range or not digits exit 2 as bad usage (show, events, cancel, watch)" \
+    t_bad_job_ids
+
+t_bad_coord() {
+    for _a in 127.0.0.1:99999 127.0.0.1: 127.0.0.1:-5 127.0.0.1:0 127.0.0.1:5x :5412 127.0.0.1 \
+        ::1:5412 '[::1]:'; do
+        run_rc 2 "$DTCTL" --coord "$_a" list && grep -qF "dtctl: --coord '$_a': " "$TMPD/out" &&
+            out_has '^usage: dtctl' || { head -n 1 "$TMPD/out"; return 1; }
+    done
+    run_rc 2 env DT_COORD=127.0.0.1:99999 "$DTCTL" list &&
+        out_has "^dtctl: DT_COORD '127.0.0.1:99999': the port must be a number from 1 to 65535" ||
+        return 1
+    # well formed, nothing listening: cannot reach it (3), not bad usage
+    _cp=$COORD_PORT
+    pick_port 40000
+    _free=$COORD_PORT
+    COORD_PORT=$_cp
+    run_rc 3 "$DTCTL" --coord "127.0.0.1:$_free" list && out_lacks usage || return 1
+    run_rc 3 "$DTCTL" --coord "[::1]:$_free" list && out_lacks usage
+}
+check "--coord / DT_COORD with a bad port or no host exits 2 with a usage message" t_bad_coord
+
 # ---- SIGKILL and restart on the same state ------------------------------------
 
 ctl submit --kind attn --model tiny --tokens 16384 --ranks 4 --gpu cpu >/dev/null
@@ -362,6 +395,31 @@ t_unknown_key() {
         [ ! -e "$TMPD/unused" ]
 }
 check "a config with an unknown key exits 2 naming the key and line" t_unknown_key
+
+t_limit_keys() {
+    # the example's limit keys with their defaults, uncommented, start a
+    # coordinator (checked with -D and stopped at once: any key error exits 2)
+    _ex=$DT_SRCDIR/etc/dt.conf.example
+    _keys='max_connections|max_connections_per_user|auth_timeout|idle_timeout|output_soft_limit|output_hard_limit|output_timeout'
+    _n=$(grep -c -E "^#($_keys) = " "$_ex")
+    [ "$_n" -eq 7 ] || { echo "$_n limit keys in $_ex, expected 7"; return 1; }
+    mkdir -p "$TMPD/lim" || return 1
+    { printf 'state_dir = %s\n' "$TMPD/lim/state"
+      grep -E "^#($_keys) = " "$_ex" | sed 's/^#//'; } >"$TMPD/lim/dt.conf"
+    "$DTCOORDD" -D -f "$TMPD/lim/dt.conf" >"$TMPD/lim/log" 2>&1 &
+    _lp=$!
+    wait_for 10 test -S "$TMPD/lim/state/dtcoordd.sock" || { cat "$TMPD/lim/log"; kill "$_lp"; return 1; }
+    stop_pid "$_lp"
+    # soft at or above hard is refused, naming both
+    printf 'state_dir = %s\noutput_soft_limit = 64M\noutput_hard_limit = 32M\n' \
+        "$TMPD/lim/state" >"$TMPD/lim/bad.conf"
+    run_rc 2 "$DTCOORDD" -D -f "$TMPD/lim/bad.conf" &&
+        out_has "output_soft_limit \(67108864 bytes\) must be below output_hard_limit" || return 1
+    printf 'state_dir = %s\nidle_timeout = 0s\n' "$TMPD/lim/state" >"$TMPD/lim/bad.conf"
+    run_rc 2 "$DTCOORDD" -D -f "$TMPD/lim/bad.conf" && out_has "bad.conf:2:.*idle_timeout"
+}
+check "the limit keys of dt.conf.example are accepted; soft >= hard and 0s are refused" \
+    t_limit_keys
 
 # ---- clean stop, restart, newer database ---------------------------------------------
 

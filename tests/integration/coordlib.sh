@@ -256,9 +256,14 @@ coord_start() {
 # A coordinator that runs away must fail on its own, not take the machine
 # (and CI) with it: 1 GiB of address space is far more than it needs.
 # (ulimit -v is not POSIX, but dash, bash and busybox sh have it.)
+# COORD_NOFILE, when set, is its descriptor limit (soft and hard).
 coord_limits() {
     # shellcheck disable=SC3045
     ulimit -v 1048576 2>/dev/null || :
+    if [ -n "${COORD_NOFILE:-}" ]; then
+        # shellcheck disable=SC3045
+        ulimit -n "$COORD_NOFILE" || return 1
+    fi
 }
 
 coord_up_or_dead() {
@@ -279,6 +284,28 @@ ctl() {
 # probe ARGS...: dtprobe over TCP to this coordinator
 probe_tcp() {
     "$DTPROBE" --tcp "127.0.0.1:$COORD_PORT" --munge-socket "$MUNGE_SOCKET" "$@"
+}
+
+# need_nobody: define as_nobody CMD... (CMD as the user nobody, with no
+# supplementary groups), or skip the test when that cannot be done here.
+# Needs root.
+need_nobody() {
+    [ "$(id -u)" = 0 ] || skip "needs root (it runs commands as the user nobody)"
+    id nobody >/dev/null 2>&1 || skip "there is no user nobody"
+    NOBODY_GROUP=$(id -gn nobody)
+    if command -v setpriv >/dev/null 2>&1; then
+        as_nobody() {
+            setpriv --reuid=nobody --regid="$NOBODY_GROUP" --clear-groups "$@"
+        }
+    elif command -v su >/dev/null 2>&1; then
+        as_nobody() {
+            su -s /bin/sh nobody -c 'exec "$0" "$@"' "$@"
+        }
+    else
+        skip "neither setpriv nor su is installed"
+    fi
+    as_nobody "$DTCTL" --version >/dev/null 2>&1 ||
+        skip "nobody cannot run $DTCTL (a directory above DT_BUILDDIR is not searchable by all?)"
 }
 
 # ---- assertions for check() -------------------------------------------------
@@ -308,27 +335,6 @@ json_num() {
 }
 
 # ---- jobs -------------------------------------------------------------------
-
-# nobody_setup: as_nobody CMD... runs CMD as the user nobody with no
-# supplementary groups (setpriv, else su); skips the test when that cannot
-# be done here. For the multi-user tests, which run as root.
-nobody_setup() {
-    id nobody >/dev/null 2>&1 || skip "there is no user nobody"
-    NOBODY_GROUP=$(id -gn nobody)
-    if command -v setpriv >/dev/null 2>&1; then
-        as_nobody() {
-            setpriv --reuid=nobody --regid="$NOBODY_GROUP" --clear-groups "$@"
-        }
-    elif command -v su >/dev/null 2>&1; then
-        as_nobody() {
-            su -s /bin/sh nobody -c 'exec "$0" "$@"' "$@"
-        }
-    else
-        skip "neither setpriv nor su is installed"
-    fi
-    as_nobody "$DTCTL" --version >/dev/null 2>&1 ||
-        skip "nobody cannot run $DTCTL (a directory above DT_BUILDDIR is not searchable by all?)"
-}
 
 # small_job_spec: the spec lines of a job small enough to run many times
 # here (a 2-layer model on the recall task, 256 tokens, 4 ranks, 40 steps,

@@ -96,7 +96,8 @@ find_fuzzer() {
             if "$_cc" -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
                 -g -O1 -std=gnu11 -D_GNU_SOURCE -I"$DT_SRCDIR" -I"$DT_BUILDDIR" $_jcflags \
                 "$DT_SRCDIR/tests/fuzz/fuzz_msg.c" "$DT_SRCDIR/common/msg.c" \
-                "$DT_SRCDIR/common/err.c" "$DT_SRCDIR/common/mem.c" $_jlibs \
+                "$DT_SRCDIR/common/err.c" "$DT_SRCDIR/common/mem.c" "$DT_SRCDIR/common/text.c" \
+                $_jlibs \
                 -o "$TMPD/fuzz_msg" >"$TMPD/build.out" 2>&1; then
                 FUZZER=$TMPD/fuzz_msg
                 pass "build # $_cc -fsanitize=fuzzer,address,undefined"

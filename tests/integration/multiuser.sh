@@ -17,7 +17,7 @@
 . "$DT_TESTDIR/coordlib.sh"
 
 [ "$(id -u)" = 0 ] || skip "needs root (it runs a coordinator as root and jobs as nobody)"
-nobody_setup
+need_nobody
 
 DTAGENTD=$DT_BUILDDIR/agent/dtagentd
 [ -x "$DTAGENTD" ] || die "$DTAGENTD is not built"

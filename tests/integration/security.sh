@@ -16,7 +16,7 @@
 . "$DT_TESTDIR/coordlib.sh"
 
 [ "$(id -u)" = 0 ] || skip "needs root (it runs commands as nobody and creates a group)"
-nobody_setup
+need_nobody
 
 # nobody must reach the sockets: everything under $TMPD is 0755 or 0666
 umask 022
@@ -214,6 +214,130 @@ t_admin_revoked() {
     run_rc 5 nctl show "$ROOTJOB"
 }
 check "admin_group removed by SIGHUP: root's job is denied again" t_admin_revoked
+
+# ---- names with control characters ----------------------------------------------
+# Text with ESC sequences or newlines is refused where it enters (an agent's
+# node name and other strings, a submitted name, a cancel's reason), and
+# what is stored already (a row written before names were checked) is shown
+# escaped by every dtctl output, so it can neither drive root's terminal
+# nor forge a line.
+
+ESC=$(printf '\033')
+CR=$(printf '\r')
+if command -v sqlite3 >/dev/null 2>&1; then
+    HAVE_SQLITE=1
+else
+    HAVE_SQLITE=
+    echo "skip the database checks of this part: the sqlite3 CLI is not installed (not counted)"
+fi
+dbq() {
+    if [ -n "$HAVE_SQLITE" ]; then
+        sqlite3 "$COORD_STATE/dt.db" "$1"
+    else
+        echo "-"
+    fi
+}
+# nprobe ARGS...: dtprobe as nobody over TCP, authenticated as nobody
+nprobe() {
+    as_nobody "$DTPROBE" --tcp "127.0.0.1:$COORD_PORT" --munge-socket "$MUNGE_SOCKET" --auth "$@"
+}
+# raw_free FILE: FILE has no ESC and no CR byte
+raw_free() {
+    ! grep -q "[$ESC$CR]" "$1" || { echo "raw control bytes in the output:"; od -c "$1" | head; return 1; }
+}
+
+t_register_control() {
+    _n0=$(dbq 'SELECT count(*) FROM agents')
+    run_rc 1 nprobe REGISTER "{\"job\": $NOBJOB, \"node\": \"\\u001b[2J\\u001b[H\", \"slots\": 1}" &&
+        out_has "^ERROR code=-22 .*register: field 'node': control character ..x1b at byte 0" ||
+        return 1
+    run_rc 1 nprobe REGISTER "{\"job\": $NOBJOB, \"slots\": 1,
+        \"node\": \"n1\\n2026-01-01 00:00:00  agent_lost  lost  forged\"}" &&
+        out_has "^ERROR code=-22 .*field 'node': control character ..x0a at byte 2" || return 1
+    [ "$(dbq 'SELECT count(*) FROM agents')" = "$_n0" ] || { echo "an agent was stored"; return 1; }
+    grep -q "registration refused: field 'node': control character" "$COORD_LOG" ||
+        { echo "no log line"; return 1; }
+    raw_free "$COORD_LOG" || return 1
+    run_rc 0 nctl events "$NOBJOB" && out_lacks forged && out_lacks agent_registered
+}
+check "an agent's node name with ESC or a newline is refused; nothing stored or logged raw" \
+    t_register_control
+
+t_agent_strings() {
+    _n0=$(dbq 'SELECT count(*) FROM shards')
+    run_rc 1 nprobe --keep-going REGISTER "{\"job\": $NOBJOB, \"node\": \"n-ok\", \"slots\": 1}" \
+        SHARD_WRITTEN "{\"agent\": \"\$agent\", \"step\": 1, \"rank\": 0, \"bytes\": 1,
+            \"path\": \"/ck/\\u001b[2J\", \"sha256\": \"$(printf '%064d' 0)\"}" \
+        PREEMPT '{"agent": "$agent", "signal": "USR1\u001b[2J"}' || return 1
+    sed -n 1p "$TMPD/out" | grep -q '^OK' &&
+        sed -n 2p "$TMPD/out" | grep -q "^ERROR code=-22 .*field 'path': control character" &&
+        sed -n 3p "$TMPD/out" | grep -q "^ERROR code=-22 .*field 'signal'" ||
+        { cat "$TMPD/out"; return 1; }
+    [ "$(dbq 'SELECT count(*) FROM shards')" = "$_n0" ] || { echo "a shard was stored"; return 1; }
+}
+check "an agent's shard path and signal name with ESC are refused" t_agent_strings
+
+t_submit_cancel_control() {
+    _n0=$(dbq 'SELECT count(*) FROM jobs')
+    _spec='kind = attn\nmodel = tiny\ntokens = 2048\nranks = 1\ngpu = cpu\n'
+    run_rc 1 as_nobody "$DTPROBE" --socket "$COORD_SOCK" SUBMIT \
+        "{\"spec\": \"$_spec\", \"name\": \"\\u001b]0;owned\\u0007\"}" &&
+        out_has "^ERROR code=-22 .*field 'name': control character ..x1b at byte 0" || return 1
+    [ "$(dbq 'SELECT count(*) FROM jobs')" = "$_n0" ] || { echo "a job was stored"; return 1; }
+    run_rc 1 as_nobody "$DTPROBE" --socket "$COORD_SOCK" CANCEL \
+        "{\"id\": $NOBJOB, \"reason\": \"bye\\n2026-01-01 00:00:00  completed  forged\"}" &&
+        out_has "^ERROR code=-22 .*field 'reason': control character ..x0a at byte 3" || return 1
+    # dtctl says so too, escaped, as bad usage
+    run_rc 2 nctl cancel --reason "$(printf 'a\033[2J')" "$NOBJOB" &&
+        out_has "^dtctl cancel: field 'reason': control character .x1b at byte 1" &&
+        raw_free "$TMPD/out" || return 1
+    run_rc 0 nctl --json show "$NOBJOB" && [ "$(json_str state <"$TMPD/out" | head -n 1)" = queued ]
+}
+check "SUBMIT name and CANCEL reason with control characters are refused; the job stays" \
+    t_submit_cancel_control
+
+t_stored_escaped() {
+    BADJOB=$(ctl submit --kind attn --model tiny --tokens 2048 --ranks 1 --gpu cpu --name badrows)
+    ODDJOB=$(ctl submit --kind attn --model tiny --tokens 2048 --ranks 1 --gpu cpu --name odd)
+    # rows as a coordinator without these checks could have stored them
+    dbq "UPDATE jobs SET name = 'evil' || char(27) || '[2J' || char(27) || '[H',
+             reason = 'why' || char(10) || '99  x  root  completed  -  forged'
+         WHERE id = $BADJOB;
+         UPDATE jobs SET name = 'odd' || CAST(X'FF' AS TEXT) WHERE id = $ODDJOB;
+         INSERT INTO events (job_id, at_ms, kind, state, detail) VALUES ($BADJOB,
+             1700000000000, 'note', 'queued', 'x' || char(13) || char(27) || '[1A' ||
+             char(10) || '123  2026-01-01 00:00:00  completed  completed  all done');
+         INSERT INTO agents (job_id, node, slots, state, registered_ms, last_seen_ms)
+         VALUES ($BADJOB, 'n' || char(27) || ']0;t' || char(7), 1, 'lost', 1700000000000,
+             1700000000000);" || return 1
+    run_rc 0 ctl list && raw_free "$TMPD/out" && out_has "^ *$BADJOB +evil\\\\x1b\\[2J\\\\x1b\\[H " &&
+        out_has "^ *$ODDJOB +odd\\\\xff " && out_has 'why\\n99  x' && out_lacks '^99 ' || return 1
+    run_rc 0 ctl show "$BADJOB" && raw_free "$TMPD/out" &&
+        out_has "^job $BADJOB  evil\\\\x1b\\[2J" && out_has 'n\\x1b]0;t\\x07' &&
+        out_lacks '^99 ' || return 1
+    run_rc 0 ctl events "$BADJOB" && raw_free "$TMPD/out" && out_has 'x\\r\\x1b\[1A\\n123' &&
+        out_lacks '^ *123 ' || return 1
+    _ne=$(ctl --json events "$BADJOB" | json_num id | wc -l)
+    [ "$(wc -l <"$TMPD/out")" -eq $((_ne + 1)) ] || { echo "not one line per event"; return 1; }
+    "$DT_TIMEOUT" 2 "$DTCTL" --socket "$COORD_SOCK" watch "$BADJOB" >"$TMPD/out" 2>&1
+    raw_free "$TMPD/out" && out_has "^job $BADJOB evil\\\\x1b" || return 1
+    # --json: jansson writes \u001b; the documents parse
+    for _c in list "show $BADJOB" "events $BADJOB" "show $ODDJOB"; do
+        # shellcheck disable=SC2086 # _c is a command and its argument
+        run_rc 0 ctl --json $_c && raw_free "$TMPD/out" || return 1
+        if command -v python3 >/dev/null 2>&1; then
+            python3 -m json.tool "$TMPD/out" >/dev/null || { echo "--json $_c: not JSON"; return 1; }
+        fi
+    done
+    out_has '"name": "odd\\\\xff"' || return 1
+    echo "list, show, events, watch escaped; --json valid"
+}
+if [ -n "$HAVE_SQLITE" ] && [ -n "$DT_TIMEOUT" ]; then
+    check "names, reasons, events and nodes stored with ESC, CR, LF or bad UTF-8 are shown escaped" \
+        t_stored_escaped
+else
+    echo "skip stored rows shown escaped: needs the sqlite3 CLI and timeout(1) (not counted)"
+fi
 
 # ---- the end: nothing left ---------------------------------------------------------
 

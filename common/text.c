@@ -1,0 +1,156 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * Checking and escaping supplied text (text.h). One strict UTF-8 decoder
+ * (no overlong forms, no surrogates, nothing above U+10FFFF) and one list
+ * of the code points a terminal must not receive raw.
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/mem.h"
+#include "common/text.h"
+
+/* The UTF-8 sequence at p (n > 0 bytes left): its length and code point,
+ * or 0 when p does not start a valid sequence. */
+static size_t utf8_next(const unsigned char *p, size_t n, unsigned *cp)
+{
+    unsigned c = p[0], min;
+    size_t len;
+
+    if (c < 0x80) {
+        *cp = c;
+        return 1;
+    }
+    if (c >= 0xc2 && c <= 0xdf) {
+        len = 2;
+        c &= 0x1f;
+        min = 0x80;
+    } else if (c >= 0xe0 && c <= 0xef) {
+        len = 3;
+        c &= 0x0f;
+        min = 0x800;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        len = 4;
+        c &= 0x07;
+        min = 0x10000;
+    } else {
+        return 0; /* a continuation byte, 0xc0, 0xc1 or 0xf5.. */
+    }
+    if (n < len)
+        return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+        c = c << 6 | (p[i] & 0x3f);
+    }
+    if (c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff))
+        return 0;
+    *cp = c;
+    return len;
+}
+
+/* Control characters, and format characters that reorder or break lines. */
+static int unprintable(unsigned cp)
+{
+    return cp < 0x20 || cp == 0x7f || (cp >= 0x80 && cp <= 0x9f) || cp == 0x61c ||
+           cp == 0x200e || cp == 0x200f || (cp >= 0x2028 && cp <= 0x202e) ||
+           (cp >= 0x2066 && cp <= 0x2069);
+}
+
+int dt_text_check(const char *what, const char *s, size_t max, dt_emsg_t *em)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = strlen(s), i = 0;
+
+    if (max > 0 && n > max)
+        return dt_emsg_set(em, DT_EINVAL, "%s: %zu bytes, more than %zu", what, n, max);
+    while (i < n) {
+        unsigned cp;
+        size_t len = utf8_next(p + i, n - i, &cp);
+        if (len == 0)
+            return dt_emsg_set(em, DT_EINVAL, "%s: invalid UTF-8 at byte %zu", what, i);
+        if (unprintable(cp)) {
+            if (cp < 0x80)
+                return dt_emsg_set(em, DT_EINVAL, "%s: control character \\x%02x at byte %zu "
+                                   "(only printable text)", what, cp, i);
+            return dt_emsg_set(em, DT_EINVAL, "%s: %s character U+%04X at byte %zu (only "
+                               "printable text)", what, cp <= 0x9f ? "control" : "format", cp, i);
+        }
+        i += len;
+    }
+    return 0;
+}
+
+static int kept(unsigned cp, int flags)
+{
+    return (flags & DT_TEXT_KEEP_LINES) && (cp == '\n' || cp == '\t');
+}
+
+int dt_text_needs_escape(const char *s, int flags)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = strlen(s), i = 0;
+
+    while (i < n) {
+        unsigned cp;
+        size_t len = utf8_next(p + i, n - i, &cp);
+        if (len == 0 || (unprintable(cp) && !kept(cp, flags)))
+            return 1;
+        i += len;
+    }
+    return 0;
+}
+
+char *dt_text_escape(const char *s, int flags)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n, i = 0, o = 0;
+    char *out;
+
+    if (s == NULL)
+        return NULL;
+    n = strlen(s);
+    out = dt_xmallocarray(n + 1, 6); /* at most \uHHHH (6) per input byte */
+    while (i < n) {
+        unsigned cp;
+        size_t len = utf8_next(p + i, n - i, &cp);
+        if (len == 0) {
+            o += (size_t)sprintf(out + o, "\\x%02x", p[i]);
+            i++;
+            continue;
+        }
+        if (!unprintable(cp) || kept(cp, flags)) {
+            memcpy(out + o, p + i, len);
+            o += len;
+        } else if (cp == '\n') {
+            o += (size_t)sprintf(out + o, "\\n");
+        } else if (cp == '\t') {
+            o += (size_t)sprintf(out + o, "\\t");
+        } else if (cp == '\r') {
+            o += (size_t)sprintf(out + o, "\\r");
+        } else if (cp < 0x80) {
+            o += (size_t)sprintf(out + o, "\\x%02x", cp);
+        } else {
+            o += (size_t)sprintf(out + o, "\\u%04x", cp);
+        }
+        i += len;
+    }
+    out[o] = '\0';
+    return out;
+}
+
+int dt_text_fit(const char *s, size_t max)
+{
+    size_t n = strnlen(s, max + 1);
+
+    if (n <= max)
+        return (int)n;
+    /* s[max] is the first byte left out: back up while it continues a
+     * sequence, so that the cut falls before that sequence's lead byte */
+    while (max > 0 && ((unsigned char)s[max] & 0xc0) == 0x80)
+        max--;
+    return (int)max;
+}

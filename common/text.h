@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * Text that people and agents supply (job and node names, reasons, error
+ * texts), checked where it enters and escaped where it is shown, so that
+ * nothing stored can move a terminal's cursor, clear its screen or forge a
+ * line of output. Acceptable text is valid UTF-8 without control
+ * characters: no C0 (U+0000..U+001F, newline and tab included), no DEL, no
+ * C1 (U+0080..U+009F), and none of the invisible format characters that
+ * reorder or break lines (U+061C, U+200E, U+200F, U+2028..U+202E,
+ * U+2066..U+2069).
+ *
+ * Pure functions on bytes: no locale, no terminal, no JSON. Not here: what
+ * a name may otherwise look like (the caller's rules).
+ */
+#ifndef DT_TEXT_H
+#define DT_TEXT_H
+
+#include <stddef.h>
+
+#include "common/err.h"
+
+/* 0 when s is acceptable text of at most max bytes (max 0: no bound).
+ * Otherwise DT_EINVAL with a message that names `what` and says what is
+ * wrong and where, without echoing the text itself:
+ *   "node: control character \x1b at byte 3 (only printable text)"
+ *   "node: invalid UTF-8 at byte 7"
+ *   "reason: 300 bytes, more than 256"                                */
+int dt_text_check(const char *what, const char *s, size_t max, dt_emsg_t *em);
+
+/* Flags of dt_text_escape. */
+#define DT_TEXT_KEEP_LINES 1 /* newline and tab stay as they are (multi-line text) */
+
+/* A copy of s fit for a terminal (the caller frees it): an invalid UTF-8
+ * byte and a C0 control or DEL become \xHH, newline, tab and carriage
+ * return \n, \t and \r (unless DT_TEXT_KEEP_LINES keeps the first two),
+ * a C1 control or format character \uHHHH. Everything else, backslashes
+ * included, is copied, so text that dt_text_check accepts comes back
+ * unchanged. NULL gives NULL. */
+char *dt_text_escape(const char *s, int flags);
+
+/* 1 when dt_text_escape(s, flags) would change s. */
+int dt_text_needs_escape(const char *s, int flags);
+
+/* The length of the longest prefix of s of at most max bytes that does not
+ * end inside a UTF-8 sequence, for text cut to fit ("%.*s"). */
+int dt_text_fit(const char *s, size_t max);
+
+#endif /* DT_TEXT_H */

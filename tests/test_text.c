@@ -1,0 +1,114 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * Unit tests for common/text: what dt_text_check refuses and the message
+ * it gives (what is wrong, where, never the text itself), what
+ * dt_text_escape makes of control characters, invalid UTF-8 and format
+ * characters (and that printable text, in any script, comes back as it
+ * was), and dt_text_fit cutting only between characters.
+ */
+#include "config.h"
+
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/text.h"
+
+Test(text, printable_text_passes)
+{
+    const char *ok[] = { "node-a", "job 7: résumé", "µs × 2", "日本語", "emoji 😀", "a\\x1bb",
+                         "" };
+    dt_emsg_t em = { "" };
+
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        cr_expect_eq(dt_text_check("name", ok[i], 0, &em), 0, "'%s': %s", ok[i], em.s);
+        cr_expect_eq(dt_text_needs_escape(ok[i], 0), 0, "'%s'", ok[i]);
+        char *e = dt_text_escape(ok[i], 0);
+        cr_expect_str_eq(e, ok[i]);
+        free(e);
+    }
+}
+
+Test(text, control_characters_refused_with_position)
+{
+    static const struct {
+        const char *s, *msg;
+    } bad[] = {
+        { "\x1b[2J", "node: control character \\x1b at byte 0 (only printable text)" },
+        { "ab\nfake event", "node: control character \\x0a at byte 2 (only printable text)" },
+        { "tab\there", "node: control character \\x09 at byte 3 (only printable text)" },
+        { "del\x7f", "node: control character \\x7f at byte 3 (only printable text)" },
+        { "c1\xc2\x9b" "2J", "node: control character U+009B at byte 2 (only printable text)" },
+        { "bidi\xe2\x80\xae", "node: format character U+202E at byte 4 (only printable text)" },
+        { "ls\xe2\x80\xa8", "node: format character U+2028 at byte 2 (only printable text)" },
+        { "bad\xff", "node: invalid UTF-8 at byte 3" },
+        { "over\xc0\xaf", "node: invalid UTF-8 at byte 4" },          /* overlong '/' */
+        { "sur\xed\xa0\x80", "node: invalid UTF-8 at byte 3" },       /* a surrogate */
+        { "big\xf4\x90\x80\x80", "node: invalid UTF-8 at byte 3" },   /* above U+10FFFF */
+        { "cut\xe6\x97", "node: invalid UTF-8 at byte 3" },           /* truncated */
+    };
+    dt_emsg_t em = { "" };
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        cr_expect_eq(dt_text_check("node", bad[i].s, 0, &em), DT_EINVAL, "case %zu", i);
+        cr_expect_str_eq(em.s, bad[i].msg, "case %zu", i);
+        cr_expect_eq(dt_text_needs_escape(bad[i].s, 0), 1, "case %zu", i);
+    }
+}
+
+Test(text, length_bound)
+{
+    dt_emsg_t em = { "" };
+
+    cr_expect_eq(dt_text_check("reason", "12345", 5, &em), 0);
+    cr_expect_eq(dt_text_check("reason", "123456", 5, &em), DT_EINVAL);
+    cr_expect_str_eq(em.s, "reason: 6 bytes, more than 5");
+}
+
+Test(text, escape_makes_every_byte_visible)
+{
+    static const struct {
+        const char *in, *out;
+        int flags;
+    } cases[] = {
+        { "\x1b[2Jx", "\\x1b[2Jx", 0 },
+        { "a\nb\tc\rd", "a\\nb\\tc\\rd", 0 },
+        { "a\nb\tc\rd", "a\nb\tc\\rd", DT_TEXT_KEEP_LINES },
+        { "\x07\x7f", "\\x07\\x7f", 0 },
+        { "\xc2\x9b" "31m", "\\u009b31m", 0 },
+        { "x\xe2\x80\xaey", "x\\u202ey", 0 },
+        { "\xff\xfe ok \xc3", "\\xff\\xfe ok \\xc3", 0 },
+        { "é\x1b", "é\\x1b", 0 },
+    };
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char *e = dt_text_escape(cases[i].in, cases[i].flags);
+        cr_expect_str_eq(e, cases[i].out, "case %zu", i);
+        /* the result is printable itself, whatever the flags kept */
+        cr_expect_eq(dt_text_needs_escape(e, DT_TEXT_KEEP_LINES), 0, "case %zu", i);
+        free(e);
+    }
+    cr_expect_null(dt_text_escape(NULL, 0));
+}
+
+Test(text, escape_of_every_byte_is_printable)
+{
+    char in[2] = { 0, 0 };
+
+    for (int b = 1; b < 256; b++) {
+        in[0] = (char)b;
+        char *e = dt_text_escape(in, 0);
+        cr_expect_eq(dt_text_check("x", e, 0, NULL), 0, "byte %#x -> '%s'", b, e);
+        free(e);
+    }
+}
+
+Test(text, fit_cuts_between_characters)
+{
+    cr_expect_eq(dt_text_fit("abcdef", 10), 6);
+    cr_expect_eq(dt_text_fit("abcdef", 3), 3);
+    cr_expect_eq(dt_text_fit("ab日本", 3), 2);  /* 日 is 3 bytes from byte 2 */
+    cr_expect_eq(dt_text_fit("ab日本", 5), 5);
+    cr_expect_eq(dt_text_fit("ab日本", 6), 5);
+    cr_expect_eq(dt_text_fit("😀", 3), 0);
+}
