@@ -101,7 +101,9 @@ typedef struct dt_agent {
     uv_timer_t grace_timer;
     dt_pmix_t *pmix;
     /* lifecycle */
-    uv_signal_t sig_term, sig_int, sig_usr1;
+    uv_signal_t sig_term, sig_int;
+    uv_signal_t sig_usr[2];  /* USR1, USR2: the one that is warn_signal warns */
+    int warn_signal;         /* --signal: Slurm's warning signal (default SIGUSR1) */
     int64_t slurm_id, slurm_restart; /* SLURM_JOB_ID, SLURM_RESTART_COUNT; 0 outside Slurm */
     int stopping;
     int exit_code;

@@ -37,7 +37,8 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: dtagentd --coord unix:PATH|HOST:PORT --job ID [--node NAME] [--slots N]\n"
                "                [--state-dir DIR] [--engine PATH] [--munge-socket PATH]\n"
-               "                [--hang-timeout DUR] [--grace DUR] [--log-level LEVEL]\n"
+               "                [--hang-timeout DUR] [--grace DUR] [--signal USR1|USR2]\n"
+               "                [--log-level LEVEL]\n"
                "                [-v] [-h]\n");
 }
 
@@ -55,7 +56,8 @@ void dt_agent_stop(dt_agent_t *ag, int code)
         ag->exit_code = code;
         uv_signal_stop(&ag->sig_term);
         uv_signal_stop(&ag->sig_int);
-        uv_signal_stop(&ag->sig_usr1);
+        uv_signal_stop(&ag->sig_usr[0]);
+        uv_signal_stop(&ag->sig_usr[1]);
         if (dt_task_terminate(ag))
             return; /* back here from gen_maybe_ended when they are gone */
     }
@@ -75,15 +77,23 @@ static void on_signal(uv_signal_t *s, int sig)
 }
 
 /* Slurm's warning before the time limit or a preemption (the batch
- * script forwards its --signal=B:USR1 through srun): the coordinator
- * decides, checkpointing the job and requeueing it. */
-static void on_usr1(uv_signal_t *s, int sig)
+ * script forwards its --signal=B:SIG through srun; SIG is --signal): the
+ * coordinator decides, checkpointing the job and requeueing it. The other
+ * user signal is not the job's (an NCCL dump asked of the whole step):
+ * noted, not fatal. */
+static void on_usr(uv_signal_t *s, int sig)
 {
     dt_agent_t *ag = s->loop->data;
-    (void)sig;
-    dt_log_info("job=%lld SIGUSR1 (Slurm's time limit or preemption warning): asking the "
-                "coordinator for a checkpoint and a requeue", (long long)ag->job);
-    dt_link_send_reliable(ag, DT_MSG_PREEMPT, json_pack("{s:s}", "signal", "USR1"));
+    const char *name = sig == SIGUSR1 ? "USR1" : "USR2";
+
+    if (sig != ag->warn_signal) {
+        dt_log_info("job=%lld SIG%s ignored: the job's warning signal is SIG%s", (long long)ag->job,
+                    name, ag->warn_signal == SIGUSR1 ? "USR1" : "USR2");
+        return;
+    }
+    dt_log_info("job=%lld SIG%s (Slurm's time limit or preemption warning): asking the "
+                "coordinator for a checkpoint and a requeue", (long long)ag->job, name);
+    dt_link_send_reliable(ag, DT_MSG_PREEMPT, json_pack("{s:s}", "signal", name));
 }
 
 static int64_t env_int(const char *name)
@@ -149,10 +159,11 @@ int main(int argc, char **argv)
         { "state-dir", 1, NULL, 'd' },    { "engine", 1, NULL, 'e' },
         { "munge-socket", 1, NULL, 'm' }, { "hang-timeout", 1, NULL, 'H' },
         { "grace", 1, NULL, 'g' },        { "log-level", 1, NULL, 'l' },
+        { "signal", 1, NULL, 'S' },
         { "version", 0, NULL, 'v' },      { "help", 0, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
-    dt_agent_t ag = { .slots = 1, .hang_ms = 60000, .grace_ms = 5000 };
+    dt_agent_t ag = { .slots = 1, .hang_ms = 60000, .grace_ms = 5000, .warn_signal = SIGUSR1 };
     enum dt_log_level level = DT_LOG_INFO;
     char host[256] = "localhost", *engine = NULL, *state_dir = NULL;
     dt_emsg_t em = { "" };
@@ -180,6 +191,12 @@ int main(int argc, char **argv)
         case 'H': rc = dt_conf_parse_duration(optarg, &ag.hang_ms); break;
         case 'g': rc = dt_conf_parse_duration(optarg, &ag.grace_ms); break;
         case 'l': rc = dt_log_parse_level(optarg, &level); break;
+        case 'S':
+            ag.warn_signal = strcmp(optarg, "USR1") == 0   ? SIGUSR1
+                             : strcmp(optarg, "USR2") == 0 ? SIGUSR2
+                                                           : 0;
+            rc = ag.warn_signal ? 0 : DT_EINVAL;
+            break;
         case 'v': printf("dtagentd %s\n", PACKAGE_VERSION); return 0;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
@@ -248,8 +265,10 @@ int main(int argc, char **argv)
     uv_signal_init(ag.loop, &ag.sig_int);
     uv_signal_start(&ag.sig_term, on_signal, SIGTERM);
     uv_signal_start(&ag.sig_int, on_signal, SIGINT);
-    uv_signal_init(ag.loop, &ag.sig_usr1);
-    uv_signal_start(&ag.sig_usr1, on_usr1, SIGUSR1);
+    uv_signal_init(ag.loop, &ag.sig_usr[0]);
+    uv_signal_start(&ag.sig_usr[0], on_usr, SIGUSR1);
+    uv_signal_init(ag.loop, &ag.sig_usr[1]);
+    uv_signal_start(&ag.sig_usr[1], on_usr, SIGUSR2);
     dt_log_info("job=%lld node=%s slots=%d coord=%s engine=%s state=%s started",
                 (long long)ag.job, ag.node, ag.slots, ag.coord, ag.engine, ag.state_dir);
 

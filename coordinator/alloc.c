@@ -5,10 +5,12 @@
  *
  * One queue of calls, run one at a time in order: a requeue never overtakes
  * the submission before it, and slurmctld sees at most one dtcoordd call
- * at a time. Per job, a small record of what the loop thread knows beyond
- * the database: the restart count of the run whose agents registered (a
- * higher count from slurmctld means Slurm requeued the job itself), a
- * requeue or submission in flight, when the dt job ended.
+ * at a time; a poll is one call for every job followed. Per job, a small
+ * record of what the loop thread knows beyond the database: the restart
+ * count of the run whose agents registered (a higher count from slurmctld
+ * means Slurm requeued the job itself), a requeue or submission in
+ * flight, when the dt job ended, whether it may have a Slurm job that was
+ * never recorded.
  *
  * Not here: the batch script (batch.c), generations and the recovery
  * decisions inside an allocation (run.c).
@@ -18,6 +20,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pwd.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,8 +36,9 @@
 
 #define END_GRACE_MS 60000     /* a finished dt job's batch job ends by itself within this */
 #define RETRY_MAX_MS 60000     /* slurmctld unreachable: retry the submission up to this often */
+#define FOUND_MAX 8            /* Slurm jobs of one name looked at before submitting again */
 
-enum op_kind { OP_SUBMIT, OP_QUERY, OP_REQUEUE, OP_CANCEL };
+enum op_kind { OP_SUBMIT, OP_POLL, OP_REQUEUE, OP_CANCEL };
 
 typedef struct op {
     uv_work_t work;
@@ -45,7 +49,21 @@ typedef struct op {
     char *exclude;          /* OP_SUBMIT, OP_REQUEUE */
     int rc;
     dt_emsg_t em;
-    dt_slurm_info_t info;   /* OP_QUERY */
+    /* OP_SUBMIT: look for a Slurm job of this name first (it may have been
+     * submitted and not recorded); what was found instead of submitting */
+    int lookup;
+    uint32_t found[FOUND_MAX];
+    size_t nfound;
+    /* OP_POLL: n jobs in one slurm_load_jobs */
+    size_t n;
+    int64_t *jobs;
+    uint32_t *ids;
+    dt_slurm_info_t *infos;
+    int *rcs;
+    dt_slurm_poll_stats_t stats;
+    /* OP_REQUEUE with an exclusion: the nodes left, and whether too few */
+    dt_slurm_room_t room;
+    int no_room;
     struct op *next;
 } op_t;
 
@@ -59,6 +77,7 @@ typedef struct track {
     int cancel_sent;
     int64_t retry_at_ms, retry_ms; /* submission retries while slurmctld is away */
     int unreachable_told;
+    int lookup;             /* it may have a Slurm job dt did not record: look first */
     int gone;               /* nothing left to follow */
     struct track *next;
 } track_t;
@@ -70,6 +89,7 @@ typedef struct dt_alloc {
     track_t *tracks;
     char **env;             /* slurm_env split, NULL-terminated */
     char *coord_addr, *agent, *output_dir;
+    int crash_after_submit; /* DT_TEST_CRASH_AFTER_SUBMIT: tests only (dtcoordd(8)) */
     int closing;
 } dt_alloc_t;
 
@@ -136,9 +156,32 @@ static void op_work(uv_work_t *w)
 {
     op_t *o = w->data;
     switch (o->kind) {
-    case OP_SUBMIT: o->rc = dt_slurm_submit(&o->desc, &o->slurm_id, &o->em); break;
-    case OP_QUERY: o->rc = dt_slurm_query(o->slurm_id, &o->info, &o->em); break;
-    case OP_REQUEUE: o->rc = dt_slurm_requeue(o->slurm_id, o->exclude, &o->em); break;
+    case OP_SUBMIT:
+        if (o->lookup) {
+            o->rc = dt_slurm_find(o->desc.name, o->desc.uid, o->found, FOUND_MAX, &o->nfound,
+                                  &o->em);
+            if (o->rc < 0)
+                o->rc = DT_ECOMM; /* not known whether it has one: try again later */
+            if (o->rc < 0 || o->nfound > 0)
+                break; /* the loop thread adopts one, or tries again */
+        }
+        o->rc = dt_slurm_submit(&o->desc, &o->slurm_id, &o->em);
+        break;
+    case OP_POLL:
+        o->rc = dt_slurm_query_jobs(o->ids, o->n, o->infos, o->rcs, &o->stats, &o->em);
+        break;
+    case OP_REQUEUE:
+        /* an exclusion that leaves too few nodes would pend for ever: look
+         * first (when the look fails, the requeue says why, or goes on) */
+        if (o->exclude != NULL &&
+            dt_slurm_room(o->slurm_id, o->exclude, &o->room, &o->em) == 0 &&
+            o->room.usable < o->room.need) {
+            o->no_room = 1;
+            o->rc = DT_ENOSPC;
+            break;
+        }
+        o->rc = dt_slurm_requeue(o->slurm_id, o->exclude, &o->em);
+        break;
     case OP_CANCEL: o->rc = dt_slurm_cancel(o->slurm_id, &o->em); break;
     }
 }
@@ -147,11 +190,16 @@ static void op_free(op_t *o)
 {
     dt_slurm_desc_clear(&o->desc);
     free(o->exclude);
+    free(o->jobs);
+    free(o->ids);
+    free(o->infos);
+    free(o->rcs);
     free(o);
 }
 
 static void on_submitted(dt_alloc_t *al, op_t *o);
-static void on_info(dt_alloc_t *al, op_t *o);
+static void on_polled(dt_alloc_t *al, op_t *o);
+static void no_room(dt_alloc_t *al, op_t *o);
 
 static void op_done(uv_work_t *w, int status)
 {
@@ -173,15 +221,13 @@ static void op_done(uv_work_t *w, int status)
     t = track_find(al, o->job);
     switch (o->kind) {
     case OP_SUBMIT: on_submitted(al, o); break;
-    case OP_QUERY:
-        if (t)
-            t->querying = 0;
-        on_info(al, o);
-        break;
+    case OP_POLL: on_polled(al, o); break;
     case OP_REQUEUE:
         if (t)
             t->requeueing = 0;
-        if (o->rc < 0)
+        if (o->no_room)
+            no_room(al, o);
+        else if (o->rc < 0)
             dt_coord_event(c, o->job, "slurm_error", "requeue of slurm job %u failed: %s (the next "
                   "query decides again)", o->slurm_id, o->em.s);
         break;
@@ -227,10 +273,11 @@ static op_t *enqueue(dt_alloc_t *al, enum op_kind kind, int64_t job, uint32_t sl
 
 /*-- submission -------------------------------------------------------------------*/
 
-static void conf_of(dt_coord_t *c, uint32_t owner, dt_batch_conf_t *bc)
+static void conf_of(dt_coord_t *c, int64_t job, uint32_t owner, dt_batch_conf_t *bc)
 {
     dt_alloc_t *al = c->alloc;
     struct passwd *pw = getpwuid(owner);
+    dt_job_t j;
 
     memset(bc, 0, sizeof(*bc));
     bc->coord_addr = al->coord_addr;
@@ -241,8 +288,14 @@ static void conf_of(dt_coord_t *c, uint32_t owner, dt_batch_conf_t *bc)
     bc->setup = c->conf.slurm_setup;
     bc->env = (const char *const *)al->env;
     bc->hang_timeout_ms = c->conf.slurm_hang_timeout_ms;
+    bc->signal = c->conf.slurm_signal;
     bc->uid = owner;
     bc->gid = pw ? pw->pw_gid : owner;
+    /* with the id, the creation time names the Slurm job (batch.h) */
+    if (job > 0 && job_get(c, job, &j) == 0) {
+        bc->created_ms = j.created_ms;
+        dt_job_clear(&j);
+    }
 }
 
 int dt_alloc_describe(dt_coord_t *c, int64_t job, const dt_spec_t *s, const dt_plan_req_t *req,
@@ -253,11 +306,24 @@ int dt_alloc_describe(dt_coord_t *c, int64_t job, const dt_spec_t *s, const dt_p
     if (c->alloc == NULL)
         return dt_emsg_set(em, DT_ENOTSUP, "this dtcoordd does not submit to Slurm (slurm = no "
                            "in %s)", c->conf_path);
-    conf_of(c, owner, &bc);
+    conf_of(c, job, owner, &bc);
     int gpn = req->cluster.gpus_per_node > 0 ? req->cluster.gpus_per_node : 1;
     /* the plan's node count includes the spares; batch.c adds them back */
     int nodes = (plan->ranks + gpn - 1) / gpn;
     return dt_batch_make(job, s, nodes, gpn, NULL, &bc, d, em);
+}
+
+int dt_alloc_check(dt_coord_t *c, const dt_spec_t *s, const dt_plan_req_t *req,
+                   const dt_plan_t *plan, uint32_t owner, dt_emsg_t *em)
+{
+    dt_slurm_desc_t d;
+    int rc;
+
+    if (c->alloc == NULL)
+        return 0;
+    rc = dt_alloc_describe(c, 0, s, req, plan, owner, &d, em);
+    dt_slurm_desc_clear(&d);
+    return rc;
 }
 
 /* Build and queue the submission of a queued job with no Slurm job. */
@@ -303,6 +369,7 @@ static void submit(dt_alloc_t *al, track_t *t)
         goto out;
     }
     o->exclude = o->desc.exclude ? dt_xstrdup(o->desc.exclude) : NULL;
+    o->lookup = t->lookup;
     t->submitting = 1;
     pump(al);
 out:
@@ -311,15 +378,77 @@ out:
     dt_job_clear(&j);
 }
 
+/* Follow Slurm job `id` of the job from now on (recorded by the caller). */
+static void follow(dt_alloc_t *al, track_t *t, uint32_t id)
+{
+    dt_coord_t *c = al->c;
+    dt_job_t j;
+
+    t->retry_ms = 0;
+    t->unreachable_told = 0;
+    t->lookup = 0;
+    t->slurm_id = id;
+    t->run_restart = 0;
+    t->agents_seen = 0;
+    /* a dt job cancelled while the submission was in flight */
+    if (job_get(c, t->job, &j) == 0) {
+        if (dt_job_state_terminal(j.state))
+            dt_alloc_job_ended(c, t->job, j.state == DT_JOB_CANCELLED);
+        dt_job_clear(&j);
+    }
+}
+
+static void submitted_detail(const op_t *o, char *buf, size_t n)
+{
+    snprintf(buf, n, "%u nodes, output %s%s%s", o->desc.nodes,
+             o->desc.output ? o->desc.output : "-", o->exclude ? ", excluding " : "",
+             o->exclude ? o->exclude : "");
+}
+
+/* Slurm jobs named as this one's that dt did not record: dtcoordd stopped
+ * between slurmctld's answer and the database. Follow the newest instead
+ * of submitting another. One recorded already (DT_EEXIST) is an earlier
+ * Slurm job of the job, from before a resume, still ending: not it. */
+static void adopt(dt_alloc_t *al, track_t *t, op_t *o)
+{
+    dt_coord_t *c = al->c;
+    dt_emsg_t em = { "" };
+    char detail[512];
+
+    submitted_detail(o, detail, sizeof(detail));
+    for (size_t i = 0; i < o->nfound; i++) {
+        int rc = dt_db_slurm_submitted(c->db, o->job, o->found[i], o->desc.output, o->exclude,
+                                       detail, &em);
+        if (rc == DT_EEXIST)
+            continue;
+        if (rc < 0) {
+            dt_log_error("job=%lld: slurm job %u found but not recorded: %s", (long long)o->job,
+                         o->found[i], em.s);
+            t->retry_at_ms = dt_coord_mono_ms() + 1000;
+            return;
+        }
+        dt_coord_event(c, o->job, "slurm_adopted", "slurm job %u (%s) was submitted before "
+                       "dtcoordd stopped, but not recorded: following it, not submitting again",
+                       o->found[i], o->desc.name);
+        follow(al, t, o->found[i]);
+        return;
+    }
+    t->lookup = 0; /* none of ours: submit */
+    submit(al, t);
+}
+
 static void on_submitted(dt_alloc_t *al, op_t *o)
 {
     dt_coord_t *c = al->c;
     track_t *t = track_get(al, o->job);
     dt_emsg_t em = { "" };
+    char detail[512];
 
     t->submitting = 0;
     if (o->rc == DT_ECOMM) {
-        /* slurmctld away: the job stays queued, submitted when it is back */
+        /* slurmctld away: the job stays queued, submitted when it is back.
+         * The request may have reached it: look before submitting again. */
+        t->lookup = 1;
         t->retry_ms = t->retry_ms ? t->retry_ms * 2 : 1000;
         if (t->retry_ms > RETRY_MAX_MS)
             t->retry_ms = RETRY_MAX_MS;
@@ -340,28 +469,23 @@ static void on_submitted(dt_alloc_t *al, op_t *o)
         t->gone = 1;
         return;
     }
-    t->retry_ms = 0;
-    t->unreachable_told = 0;
-    t->slurm_id = o->slurm_id;
-    t->run_restart = 0;
-    t->agents_seen = 0;
-    char detail[512];
-    snprintf(detail, sizeof(detail), "%u nodes, output %s%s%s", o->desc.nodes,
-             o->desc.output ? o->desc.output : "-", o->exclude ? ", excluding " : "",
-             o->exclude ? o->exclude : "");
-    if (dt_db_slurm_submitted(c->db, o->job, o->slurm_id, o->desc.output, o->exclude, detail,
-                              &em) < 0) {
-        dt_log_error("job=%lld: slurm job %u submitted but not recorded: %s", (long long)o->job,
-                     o->slurm_id, em.s);
+    if (o->nfound > 0) {
+        adopt(al, t, o);
         return;
     }
-    /* a dt job cancelled while the submission was in flight */
-    dt_job_t j;
-    if (job_get(c, o->job, &j) == 0) {
-        if (dt_job_state_terminal(j.state))
-            dt_alloc_job_ended(c, o->job, j.state == DT_JOB_CANCELLED);
-        dt_job_clear(&j);
+    if (al->crash_after_submit) {
+        /* the window adopt() closes, opened on purpose (tests only) */
+        dt_log_error("job=%lld slurm job %u submitted; DT_TEST_CRASH_AFTER_SUBMIT is set: "
+                     "dying before it is recorded", (long long)o->job, o->slurm_id);
+        raise(SIGKILL);
     }
+    submitted_detail(o, detail, sizeof(detail));
+    t->slurm_id = o->slurm_id;
+    if (dt_db_slurm_submitted(c->db, o->job, o->slurm_id, o->desc.output, o->exclude, detail,
+                              &em) < 0)
+        dt_log_error("job=%lld: slurm job %u submitted but not recorded: %s", (long long)o->job,
+                     o->slurm_id, em.s);
+    follow(al, t, o->slurm_id);
 }
 
 void dt_alloc_submit(dt_coord_t *c, int64_t job)
@@ -433,18 +557,19 @@ static void outside_requeue(dt_alloc_t *al, track_t *t, int64_t restart, const c
     dt_run_requeued(c, t->job);
 }
 
-static void on_info(dt_alloc_t *al, op_t *o)
+/* What slurmctld said about one job (rc 0, DT_ENOENT when it no longer
+ * knows it, another error with `err` when it could not be asked). */
+static void on_info(dt_alloc_t *al, track_t *t, uint32_t slurm_id, int rc,
+                    dt_slurm_info_t *in, const char *err)
 {
     dt_coord_t *c = al->c;
-    track_t *t = track_find(al, o->job);
     dt_emsg_t em = { "" };
-    dt_slurm_info_t *in = &o->info;
     dt_job_t j;
     int changed = 0;
 
-    if (t == NULL || t->slurm_id != o->slurm_id)
+    if (t == NULL || t->slurm_id != slurm_id)
         return; /* a resubmission replaced it */
-    if (o->rc == DT_ENOENT) {
+    if (rc == DT_ENOENT) {
         /* purged from slurmctld (MinJobAge): what we recorded is final */
         if (t->ended_ms || t->requeueing == 0) {
             dt_slurm_job_t s = { 0 };
@@ -467,11 +592,11 @@ static void on_info(dt_alloc_t *al, op_t *o)
         }
         return;
     }
-    if (o->rc < 0) {
+    if (rc < 0) {
         if (!t->unreachable_told) {
             t->unreachable_told = 1;
             dt_coord_event(c, t->job, "slurm_unreachable", "query of slurm job %u: %s", t->slurm_id,
-                  o->em.s);
+                  err);
         }
         return;
     }
@@ -560,10 +685,27 @@ out:
     dt_job_clear(&j);
 }
 
+static void on_polled(dt_alloc_t *al, op_t *o)
+{
+    dt_log_debug("slurm poll: %zu jobs in 1 call (slurm_load_jobs: %s; %u records; %llu "
+                 "slurmctld calls since start)", o->n, o->rc < 0 ? o->em.s
+                 : o->stats.changed ? "changed" : "no change", o->stats.records,
+                 (unsigned long long)o->stats.rpcs);
+    for (size_t i = 0; i < o->n; i++) {
+        track_t *t = track_find(al, o->jobs[i]);
+        if (t == NULL)
+            continue;
+        t->querying = 0;
+        on_info(al, t, o->ids[i], o->rc < 0 ? o->rc : o->rcs[i], &o->infos[i], o->em.s);
+    }
+}
+
+/* Every slurm_poll: the jobs with a Slurm job, all in one call. */
 static void on_poll(uv_timer_t *tm)
 {
     dt_alloc_t *al = tm->data;
     int64_t now = dt_coord_mono_ms();
+    op_t *o = NULL;
 
     for (track_t *t = al->tracks, *next, **pp = &al->tracks; t; t = next) {
         next = t->next;
@@ -580,15 +722,60 @@ static void on_poll(uv_timer_t *tm)
             }
             continue;
         }
-        if (!t->querying && !t->gone) {
-            t->querying = 1;
-            enqueue(al, OP_QUERY, t->job, t->slurm_id);
-        }
+        if (t->querying || t->gone)
+            continue;
+        if (o == NULL)
+            o = enqueue(al, OP_POLL, 0, 0);
+        o->jobs = dt_xrealloc(o->jobs, (o->n + 1) * sizeof(*o->jobs));
+        o->ids = dt_xrealloc(o->ids, (o->n + 1) * sizeof(*o->ids));
+        o->jobs[o->n] = t->job;
+        o->ids[o->n] = t->slurm_id;
+        o->n++;
+        t->querying = 1;
+    }
+    if (o != NULL) {
+        o->infos = dt_xcalloc(o->n, sizeof(*o->infos));
+        o->rcs = dt_xcalloc(o->n, sizeof(*o->rcs));
     }
     pump(al);
 }
 
 /*-- recovery and the end ------------------------------------------------------------*/
+
+/* A requeue excluding nodes would leave the job fewer nodes than it
+ * needs: it would pend for ever. Fail it, saying which nodes are out and
+ * how many it needs, and cancel its Slurm job. (Shrinking would need a
+ * new plan on fewer ranks and a new node count in Slurm: not done.) */
+static void no_room(dt_alloc_t *al, op_t *o)
+{
+    dt_coord_t *c = al->c;
+    track_t *t = track_find(al, o->job);
+    const dt_slurm_room_t *r = &o->room;
+    dt_emsg_t em = { "" };
+    dt_job_t j;
+    char why[3000];
+
+    if (t == NULL || t->slurm_id != o->slurm_id || job_get(c, o->job, &j) < 0)
+        return;
+    snprintf(why, sizeof(why), "slurm job %u needs %u nodes, but partition %s has only %u "
+             "usable with %s excluded (%u nodes in it%s%s%s): requeued it would pend for ever",
+             o->slurm_id, r->need, *r->partition ? r->partition : "(default)", r->usable,
+             r->excluded, r->in_partition, *r->unusable ? "; not usable: " : "", r->unusable,
+             r->features_checked ? "" : "; its constraint was not evaluated");
+    dt_coord_event(c, o->job, "slurm_no_nodes", "%s", why);
+    if (!dt_job_state_terminal(j.state)) {
+        if (dt_db_job_transition(c->db, o->job, DT_JOB_FAILED, NULL, why, &em) < 0)
+            dt_log_error("job=%lld: %s", (long long)o->job, em.s);
+        dt_run_cancelled(c, o->job);
+    }
+    dt_job_clear(&j);
+    t->ended_ms = dt_coord_mono_ms();
+    if (!t->cancel_sent) {
+        t->cancel_sent = 1;
+        enqueue(al, OP_CANCEL, o->job, o->slurm_id);
+        pump(al);
+    }
+}
 
 int dt_alloc_requeue(dt_coord_t *c, int64_t job, const char *exclude, bool failure,
                      const char *why, dt_emsg_t *em)
@@ -690,7 +877,9 @@ static int reload_cb(const dt_job_t *j, void *arg)
                 t->ended_ms = dt_coord_mono_ms();
         }
     } else if (j->slurm_id == 0 && j->state == DT_JOB_QUEUED) {
-        track_get(al, j->id); /* queued before a restart, never submitted */
+        /* queued before a restart with no Slurm job recorded: dtcoordd may
+         * have stopped after slurmctld took it, so look for it first */
+        track_get(al, j->id)->lookup = 1;
     }
     dt_slurm_job_clear(&s);
     return 0;
@@ -737,6 +926,17 @@ int dt_alloc_init(dt_coord_t *c, dt_emsg_t *em)
                            "not it)", c->conf_path);
     }
     al->agent = dt_xstrdup(cf->slurm_agent ? cf->slurm_agent : DT_SBINDIR "/dtagentd");
+    if (cf->slurm_signal && dt_batch_signal_number(cf->slurm_signal) == 0) {
+        rc = dt_emsg_set(em, DT_ECONF, "%s: slurm_signal: '%s' is not USR1 or USR2 (srun "
+                         "forwards no other signal to the agents unchanged)", c->conf_path,
+                         cf->slurm_signal);
+        goto fail;
+    }
+    const char *crash = getenv("DT_TEST_CRASH_AFTER_SUBMIT");
+    al->crash_after_submit = crash != NULL && *crash != '\0';
+    if (al->crash_after_submit)
+        dt_log_warn("DT_TEST_CRASH_AFTER_SUBMIT is set: dtcoordd dies after its first "
+                    "submission to Slurm (a test's fault, never for use)");
     al->output_dir = cf->slurm_output_dir ? dt_xstrdup(cf->slurm_output_dir)
                                           : dt_xasprintf("%s/slurm", cf->state_dir);
     if (dt_mkdirs(al->output_dir, 0755) < 0) {

@@ -1,13 +1,18 @@
 /* SPDX-License-Identifier: MIT
  *
  * Jobs run through Slurm (dt.conf: slurm = yes): dtcoordd's side of the
- * batch job of each dt job. It submits the batch script batch.c writes,
- * follows the Slurm job (every slurm_poll, one query per job, recorded in
- * SQLite with an event on each change), and carries out the recovery that
+ * batch job of each dt job. It submits the batch script batch.c writes
+ * (a queued job without a recorded Slurm job after a restart, or after a
+ * submission slurmctld may have taken unseen, is first looked up by its
+ * Slurm job name and adopted if found), follows the Slurm jobs (every
+ * slurm_poll, one slurm_load_jobs for all of them, recorded in SQLite
+ * with an event on each change), and carries out the recovery that
  * changes the node set:
  *   - requeue with nodes excluded (run.c asks when an agent is lost and no
  *     spare is left), resuming from the newest committed checkpoint when
- *     the new agents register;
+ *     the new agents register; when the nodes left that the job could use
+ *     are fewer than it needs, the job fails at once instead (the requeue
+ *     would pend for ever);
  *   - requeue after a checkpoint when Slurm's warning signal (time limit or
  *     preemption) reaches the agents, at no cost to the restart budget;
  *   - a Slurm job that ended under a running dt job: TIMEOUT, NODE_FAIL,
@@ -48,6 +53,12 @@ void dt_alloc_free(dt_coord_t *c);
  * no. */
 int dt_alloc_describe(dt_coord_t *c, int64_t job, const dt_spec_t *s, const dt_plan_req_t *req,
                       const dt_plan_t *plan, uint32_t owner, dt_slurm_desc_t *d, dt_emsg_t *em);
+/* At submission, before the job is stored: would its batch job be
+ * refused (dt_alloc_describe's checks: the warning signal, the NCCL one
+ * of the job's environment, settings that cannot be quoted)? 0 when
+ * slurm = no. */
+int dt_alloc_check(dt_coord_t *c, const dt_spec_t *s, const dt_plan_req_t *req,
+                   const dt_plan_t *plan, uint32_t owner, dt_emsg_t *em);
 /* A job just queued (submitted or resumed): submit its batch job. */
 void dt_alloc_submit(dt_coord_t *c, int64_t job);
 /* Is the job's allocation Slurm's (it has a Slurm job, or will have)? */

@@ -20,7 +20,9 @@
  */
 #include "config.h"
 
+#include <errno.h>
 #include <pwd.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -125,11 +127,39 @@ static char *dup_or_null(const char *s)
     return s == NULL || *s == '\0' ? NULL : dt_xstrdup(s);
 }
 
-/* "dt-JOB-NAME": NAME cut to 40 characters, outside [A-Za-z0-9._-] -> '_'. */
-static char *job_name(int64_t job, const char *name)
+int dt_batch_signal_number(const char *name)
 {
-    char clean[NAME_MAX_CHARS + 1];
-    size_t i;
+    if (name != NULL && strcmp(name, "USR1") == 0)
+        return SIGUSR1;
+    if (name != NULL && strcmp(name, "USR2") == 0)
+        return SIGUSR2;
+    return 0;
+}
+
+const char *dt_batch_signal_name(int sig)
+{
+    return sig == SIGUSR1 ? "USR1" : sig == SIGUSR2 ? "USR2" : "?";
+}
+
+/* "dt-JOB.TAG-NAME": TAG the job's creation time in base 36, NAME cut to
+ * 40 characters, outside [A-Za-z0-9._-] -> '_'. */
+static char *job_name(int64_t job, int64_t created_ms, const char *name)
+{
+    static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyz";
+    char clean[NAME_MAX_CHARS + 1], tag[16];
+    uint64_t t = created_ms > 0 ? (uint64_t)created_ms : 0;
+    size_t i, n = 0;
+
+    do {
+        tag[n++] = digits[t % 36];
+        t /= 36;
+    } while (t > 0 && n < sizeof(tag) - 1);
+    for (i = 0; i < n / 2; i++) {
+        char c = tag[i];
+        tag[i] = tag[n - 1 - i];
+        tag[n - 1 - i] = c;
+    }
+    tag[n] = '\0';
 
     if (name == NULL || *name == '\0')
         name = "job";
@@ -140,7 +170,7 @@ static char *job_name(int64_t job, const char *name)
         clean[i] = ok ? c : '_';
     }
     clean[i] = '\0';
-    return dt_xasprintf("dt-%lld-%s", (long long)job, clean);
+    return dt_xasprintf("dt-%lld.%s-%s", (long long)job, tag, clean);
 }
 
 /* The union of two comma-separated host lists, first-seen order, exact
@@ -262,7 +292,8 @@ static void sbatch_lines(sb_t *b, const dt_slurm_desc_t *d)
     if (d->time_min > 0)
         sb_printf(b, "#SBATCH --time=%u\n", d->time_min);
     if (d->signal_lead_s > 0)
-        sb_printf(b, "#SBATCH --signal=B:USR1@%u\n", d->signal_lead_s);
+        sb_printf(b, "#SBATCH --signal=B:%s@%u\n", dt_batch_signal_name(d->warn_signal),
+                  d->signal_lead_s);
     sb_printf(b, "#SBATCH --requeue\n");
     sb_printf(b, "#SBATCH --open-mode=append\n");
     /* a failed node must not end the job: its agents' loss is dt's to
@@ -281,6 +312,8 @@ static char *make_script(int64_t job, int ranks_per_node, const dt_batch_conf_t 
                          const dt_slurm_desc_t *d)
 {
     long long j = (long long)job;
+    const char *sig = dt_batch_signal_name(d->warn_signal);
+    const char *other = d->warn_signal == SIGUSR1 ? "USR2" : "USR1";
     sb_t b = { 0 };
 
     sb_printf(&b,
@@ -314,23 +347,42 @@ static char *make_script(int64_t job, int ranks_per_node, const dt_batch_conf_t 
               " on $SLURM_JOB_NODELIST: starting agents\"\n",
               j);
 
-    /* --signal=B:USR1 reaches this shell only; srun passes USR1 on to
-     * every agent. A trapped signal cuts `wait` short, hence the loop. */
-    sb_printf(
-        &b,
-        "\nsrun_pid=\n"
-        "usr1=0\n"
-        "forward_usr1() {\n"
-        "    usr1=1\n"
-        "    if [ -n \"$srun_pid\" ]; then\n"
-        "        echo \"dt: job %lld: USR1 received, forwarding it to srun (pid $srun_pid)\"\n"
-        "        kill -USR1 \"$srun_pid\" 2>/dev/null\n"
-        "    else\n"
-        "        echo \"dt: job %lld: USR1 received before srun started, not forwarded\"\n"
-        "    fi\n"
-        "}\n"
-        "trap forward_usr1 USR1\n\n",
-        j, j);
+    /* slurm_setup may have set NCCL_PROXY_DUMP_SIGNAL (dt_batch_make
+     * checked slurm_env): NCCL would take the warning for a request to
+     * dump its state. printf reads the number as NCCL's strtoll does. */
+    sb_printf(&b,
+              "\nnccl_sig=$(printf '%%d' \"${NCCL_PROXY_DUMP_SIGNAL:-}\" 2>/dev/null)\n"
+              "if [ \"$nccl_sig\" = %d ]; then\n"
+              "    echo \"dt: job %lld: NCCL_PROXY_DUMP_SIGNAL=$NCCL_PROXY_DUMP_SIGNAL is the job's"
+              " warning signal (%s): NCCL would catch it; set signal = %s in the spec\" >&2\n"
+              "    exit 1\n"
+              "fi\n",
+              d->warn_signal, j, sig, other);
+
+    /* --signal=B:SIG reaches this shell only; srun passes SIG on to every
+     * process of the step. The other signal dt may use is trapped too, so
+     * that a stray one (an NCCL dump asked of the step) does not end the
+     * job; a trapped signal, unlike an ignored one, is back to its default
+     * in srun. A trapped signal cuts `wait` short, hence the loop. */
+    sb_printf(&b,
+              "\nsrun_pid=\n"
+              "trapped=0\n"
+              "forward_warning() {\n"
+              "    trapped=1\n"
+              "    if [ -n \"$srun_pid\" ]; then\n"
+              "        echo \"dt: job %lld: %s received, forwarding it to srun (pid $srun_pid)\"\n"
+              "        kill -%s \"$srun_pid\" 2>/dev/null\n"
+              "    else\n"
+              "        echo \"dt: job %lld: %s received before srun started, not forwarded\"\n"
+              "    fi\n"
+              "}\n"
+              "not_ours() {\n"
+              "    trapped=1\n"
+              "    echo \"dt: job %lld: %s received and ignored: the warning signal is %s\"\n"
+              "}\n"
+              "trap forward_warning %s\n"
+              "trap not_ours %s\n\n",
+              j, sig, sig, j, sig, j, other, sig, sig, other);
 
     /* Slurm 22.05's srun does not take --cpus-per-task from the job
      * (SLURM_CPUS_PER_TASK is no longer read): pass it. GPUs: a step gets
@@ -341,8 +393,8 @@ static char *make_script(int64_t job, int ranks_per_node, const dt_batch_conf_t 
         sb_printf(&b, "    --cpus-per-task=%u \\\n", d->cpus_per_task);
     sb_printf(&b,
               "    --kill-on-bad-exit=0 --mpi=none \\\n"
-              "    '%s' --coord '%s' --job %lld --slots %d",
-              bc->agent_path, bc->coord_addr, j, ranks_per_node);
+              "    '%s' --coord '%s' --job %lld --slots %d --signal %s",
+              bc->agent_path, bc->coord_addr, j, ranks_per_node, sig);
     /* no --state-dir: the agent's default has the node's name in it, and
      * several slurmd may share a host */
     if (bc->engine_path != NULL)
@@ -354,15 +406,15 @@ static char *make_script(int64_t job, int ranks_per_node, const dt_batch_conf_t 
     sb_printf(&b, " &\n"
                   "srun_pid=$!\n");
 
-    /* wait returns >128 when USR1 interrupts it. If srun is alive, wait
-     * again; if it ended just then, a second wait gives its status (127:
-     * the first wait already reported it). */
+    /* wait returns >128 when a trapped signal interrupts it. If srun is
+     * alive, wait again; if it ended just then, a second wait gives its
+     * status (127: the first wait already reported it). */
     sb_printf(&b, "\nstatus=0\n"
                   "while :; do\n"
-                  "    usr1=0\n"
+                  "    trapped=0\n"
                   "    wait \"$srun_pid\"\n"
                   "    status=$?\n"
-                  "    [ \"$usr1\" = 1 ] || break\n"
+                  "    [ \"$trapped\" = 1 ] || break\n"
                   "    kill -0 \"$srun_pid\" 2>/dev/null && continue\n"
                   "    wait \"$srun_pid\" 2>/dev/null\n"
                   "    again=$?\n"
@@ -431,22 +483,54 @@ static int check_inputs(int64_t job, const dt_spec_t *s, int nodes, int ranks_pe
     return 0;
 }
 
+/* The job's warning signal: the spec's, else the coordinator's default. */
+static int warn_signal(const dt_spec_t *s, const dt_batch_conf_t *bc, int *sig, dt_emsg_t *em)
+{
+    const char *name = s->signal ? s->signal : bc->signal ? bc->signal : DT_BATCH_SIGNAL;
+
+    *sig = dt_batch_signal_number(name);
+    if (*sig == 0)
+        return dt_emsg_set(em, DT_EINVAL,
+                           "%s: '%s' is not USR1 or USR2 (srun forwards no other "
+                           "signal to the agents unchanged)",
+                           s->signal ? "signal" : "slurm_signal", name);
+    return 0;
+}
+
+/* NCCL_PROXY_DUMP_SIGNAL in the job's environment, read as NCCL reads it
+ * (strtoll base 0, trailing text ignored); -1 when unset or no number. */
+static long long nccl_dump_signal(const dt_slurm_desc_t *d)
+{
+    static const char var[] = "NCCL_PROXY_DUMP_SIGNAL=";
+
+    for (char **e = d->env; e != NULL && *e != NULL; e++) {
+        if (strncmp(*e, var, sizeof(var) - 1) != 0)
+            continue;
+        const char *v = *e + sizeof(var) - 1;
+        char *end;
+        errno = 0;
+        long long x = strtoll(v, &end, 0);
+        return end == v || errno != 0 ? -1 : x;
+    }
+    return -1;
+}
+
 int dt_batch_make(int64_t job, const dt_spec_t *s, int nodes, int ranks_per_node,
                   const char *exclude, const dt_batch_conf_t *bc, dt_slurm_desc_t *d, dt_emsg_t *em)
 {
-    int is_gpu = 0, rc;
+    int is_gpu = 0, sig = 0, rc;
     int64_t spare_nodes, lead_s;
 
     memset(d, 0, sizeof(*d));
     if ((rc = check_inputs(job, s, nodes, ranks_per_node, exclude, bc, em)) < 0 ||
-        (rc = gpu_preset(s->gpu, &is_gpu, em)) < 0)
+        (rc = gpu_preset(s->gpu, &is_gpu, em)) < 0 || (rc = warn_signal(s, bc, &sig, em)) < 0)
         return rc;
     spare_nodes = (s->spares + ranks_per_node - 1) / ranks_per_node;
     if ((int64_t)nodes + spare_nodes > UINT32_MAX / 2)
         return dt_emsg_set(em, DT_EINVAL, "nodes: %d plus %lld spare nodes is too many", nodes,
                            (long long)spare_nodes);
 
-    d->name = job_name(job, s->name);
+    d->name = job_name(job, bc->created_ms, s->name);
     d->partition = dup_or_null(s->partition);
     d->account = dup_or_null(s->account);
     d->qos = dup_or_null(s->qos);
@@ -462,6 +546,7 @@ int dt_batch_make(int64_t job, const dt_spec_t *s, int nodes, int ranks_per_node
     if (lead_s > WARN_TIME_MAX)
         lead_s = WARN_TIME_MAX;
     d->signal_lead_s = (uint32_t)lead_s;
+    d->warn_signal = sig;
     d->workdir = dt_xstrdup(bc->output_dir);
     d->output =
         dt_xasprintf("%s%sdt-%lld.out", bc->output_dir,
@@ -469,6 +554,16 @@ int dt_batch_make(int64_t job, const dt_spec_t *s, int nodes, int ranks_per_node
     d->uid = bc->uid;
     d->gid = bc->gid;
     make_env(bc, d);
+    if (nccl_dump_signal(d) == sig) {
+        rc = dt_emsg_set(em, DT_EINVAL,
+                         "signal = %s: the job's environment sets "
+                         "NCCL_PROXY_DUMP_SIGNAL=%lld (slurm_env in dt.conf), so NCCL would take "
+                         "Slurm's warning for a request to dump its state; use signal = %s",
+                         dt_batch_signal_name(sig), nccl_dump_signal(d),
+                         sig == SIGUSR1 ? "USR2" : "USR1");
+        dt_slurm_desc_clear(d);
+        return rc;
+    }
     d->script = make_script(job, ranks_per_node, bc, d);
     return 0;
 }

@@ -45,6 +45,7 @@ typedef struct dt_coord_conf {
     char *slurm_env;         /* NAME=VALUE ... the batch script exports */
     int64_t slurm_poll_ms;   /* how often slurmctld is asked (default 5s) */
     int64_t slurm_hang_timeout_ms; /* passed to the agents (default theirs) */
+    char *slurm_signal;      /* warning signal of jobs that set none: USR1 | USR2 (default USR2) */
 } dt_coord_conf_t;
 
 const dt_conf_key_t *dt_coord_conf_keys(void);

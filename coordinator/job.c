@@ -136,7 +136,8 @@ void dt_job_submit(dt_conn_t *k, const dt_msg_t *m)
         spec.name = dt_xstrdup(name);
     }
     if ((rc = dt_plan_req_from_spec(&spec, &req, &em)) < 0 ||
-        (rc = dt_plan_make(&req, &plan, &em)) < 0) {
+        (rc = dt_plan_make(&req, &plan, &em)) < 0 ||
+        (rc = dt_alloc_check(c, &spec, &req, &plan, k->uid, &em)) < 0) {
         json_t *e = json_pack("{s:i, s:s, s:b}", "code", rc, "error", em.s, "refused", 1);
         dt_log_info("uid=%u submit refused: %s", (unsigned)k->uid, em.s);
         dt_conn_reply(k, DT_MSG_ERROR, m->id, e);

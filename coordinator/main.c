@@ -99,6 +99,8 @@ static const dt_conf_key_t conf_keys[] = {
       0, "how often slurmctld is asked about each job (default 5s)" },
     { "slurm_hang_timeout", DT_CONF_DURATION, offsetof(dt_coord_conf_t, slurm_hang_timeout_ms),
       100, 86400000, 0, 0, "the agents' --hang-timeout (default theirs, 60s)" },
+    { "slurm_signal", DT_CONF_STRING, offsetof(dt_coord_conf_t, slurm_signal), 0, 0, 0, 0,
+      "Slurm's warning signal for jobs whose spec sets none: USR1 or USR2 (default USR2)" },
     { NULL, 0, 0, 0, 0, 0, 0, NULL },
 };
 

@@ -13,8 +13,11 @@
  *
  * libslurm keeps process-wide state (its configuration, errno-like
  * slurm_get_errno per thread, plugin handles) and is not documented as
- * thread-safe, so one mutex serialises every call; that lock is this
- * file's only state besides libslurm's own.
+ * thread-safe, so one mutex serialises every call. Under that lock, this
+ * file's only state besides libslurm's own: the last slurm_load_jobs
+ * answer (a poll asks only for what changed since; slurmctld answers
+ * SLURM_NO_CHANGE_IN_DATA when nothing did) and a count of the RPCs made,
+ * which the poll logs at debug level.
  *
  * Not here: dt_slurm_desc_clear (batch.c, with the code that fills a desc,
  * so the unit tests link it without libslurm).
@@ -79,6 +82,36 @@ int dt_slurm_requeue(uint32_t id, const char *exclude, dt_emsg_t *em)
     return no_slurm(em);
 }
 
+int dt_slurm_query_jobs(const uint32_t *ids, size_t n, dt_slurm_info_t *out, int *rcs,
+                        dt_slurm_poll_stats_t *st, dt_emsg_t *em)
+{
+    (void)ids;
+    (void)n;
+    (void)out;
+    (void)rcs;
+    (void)st;
+    return no_slurm(em);
+}
+
+int dt_slurm_find(const char *name, uint32_t uid, uint32_t *ids, size_t cap, size_t *n,
+                  dt_emsg_t *em)
+{
+    (void)name;
+    (void)uid;
+    (void)ids;
+    (void)cap;
+    *n = 0;
+    return no_slurm(em);
+}
+
+int dt_slurm_room(uint32_t id, const char *exclude, dt_slurm_room_t *room, dt_emsg_t *em)
+{
+    (void)id;
+    (void)exclude;
+    (void)room;
+    return no_slurm(em);
+}
+
 int dt_slurm_cancel(uint32_t id, dt_emsg_t *em)
 {
     (void)id;
@@ -96,6 +129,8 @@ int dt_slurm_cancel(uint32_t id, dt_emsg_t *em)
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int initialised;
+static job_info_msg_t *kept; /* the last slurm_load_jobs answer (dt_slurm_query_jobs) */
+static uint64_t rpcs;        /* RPCs made, for the poll's debug log */
 
 /* ---- errors -------------------------------------------------------------- */
 
@@ -187,6 +222,10 @@ int dt_slurm_init(const char *conf, dt_emsg_t *em)
 void dt_slurm_fini(void)
 {
     pthread_mutex_lock(&lock);
+    if (kept != NULL) {
+        slurm_free_job_info_msg(kept);
+        kept = NULL;
+    }
     if (initialised) {
         slurm_fini();
         initialised = 0;
@@ -236,8 +275,15 @@ int dt_slurm_submit(const dt_slurm_desc_t *d, uint32_t *id, dt_emsg_t *em)
         jd.tres_per_node = tres = dt_xasprintf("gres:gpu:%u", d->gpus_per_node);
     if (d->time_min > 0)
         jd.time_limit = d->time_min;
-    if (d->signal_lead_s > 0) { /* --signal=B:USR1@lead */
-        jd.warn_signal = SIGUSR1;
+    if (d->signal_lead_s > 0) { /* --signal=B:SIG@lead */
+        if (d->warn_signal != SIGUSR1 && d->warn_signal != SIGUSR2) {
+            free(tres);
+            return dt_emsg_set(em, DT_EINVAL,
+                               "slurm_submit_batch_job: warning signal %d is not "
+                               "USR1 or USR2",
+                               d->warn_signal);
+        }
+        jd.warn_signal = (uint16_t)d->warn_signal;
         jd.warn_time = (uint16_t)d->signal_lead_s;
         jd.warn_flags = KILL_JOB_BATCH;
     }
@@ -253,6 +299,7 @@ int dt_slurm_submit(const dt_slurm_desc_t *d, uint32_t *id, dt_emsg_t *em)
     jd.group_id = d->gid;
 
     pthread_mutex_lock(&lock);
+    rpcs++;
     rc = slurm_submit_batch_job(&jd, &resp);
     if (rc != SLURM_SUCCESS) {
         rc = fail(em, slurm_err(rc), "slurm_submit_batch_job", 0);
@@ -386,7 +433,10 @@ static void fill_info(const slurm_job_info_t *j, dt_slurm_info_t *out)
 static int query_locked(uint32_t id, dt_slurm_info_t *out, dt_emsg_t *em)
 {
     job_info_msg_t *msg = NULL;
-    int rc = slurm_load_job(&msg, id, SHOW_ALL | SHOW_DETAIL);
+    int rc;
+
+    rpcs++;
+    rc = slurm_load_job(&msg, id, SHOW_ALL | SHOW_DETAIL);
 
     if (rc != SLURM_SUCCESS)
         return fail(em, slurm_err(rc), "slurm_load_job", id);
@@ -410,6 +460,105 @@ int dt_slurm_query(uint32_t id, dt_slurm_info_t *out, dt_emsg_t *em)
     rc = query_locked(id, out, em);
     pthread_mutex_unlock(&lock);
     return rc;
+}
+
+/* ---- one poll of many jobs ---------------------------------------------- */
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+int dt_slurm_query_jobs(const uint32_t *ids, size_t n, dt_slurm_info_t *out, int *rcs,
+                        dt_slurm_poll_stats_t *st, dt_emsg_t *em)
+{
+    job_info_msg_t *fresh = NULL;
+    uint32_t *sorted;
+    int rc, changed = 1;
+
+    pthread_mutex_lock(&lock);
+    rpcs++;
+    rc = slurm_load_jobs(kept != NULL ? kept->last_update : 0, &fresh, SHOW_ALL);
+    if (rc != SLURM_SUCCESS) {
+        int e = slurm_err(rc);
+        if (e != SLURM_NO_CHANGE_IN_DATA || kept == NULL) {
+            rc = fail(em, e, "slurm_load_jobs", 0);
+            pthread_mutex_unlock(&lock);
+            return rc;
+        }
+        changed = 0; /* what is kept is current */
+    } else {
+        if (kept != NULL)
+            slurm_free_job_info_msg(kept);
+        kept = fresh;
+    }
+    /* one pass over every record, each looked up among the sorted ids:
+     * records x log(ids), not records x ids */
+    sorted = dt_xcalloc(n ? n : 1, sizeof(*sorted));
+    memcpy(sorted, ids, n * sizeof(*ids));
+    qsort(sorted, n, sizeof(*sorted), cmp_u32);
+    for (size_t i = 0; i < n; i++)
+        rcs[i] = dt_emsg_set(em, DT_ENOENT, "slurm_load_jobs job=%u: not in the answer", ids[i]);
+    for (uint32_t r = 0; r < kept->record_count; r++) {
+        const slurm_job_info_t *j = &kept->job_array[r];
+        if (bsearch(&j->job_id, sorted, n, sizeof(*sorted), cmp_u32) == NULL)
+            continue;
+        for (size_t i = 0; i < n; i++) /* ids may repeat */
+            if (ids[i] == j->job_id) {
+                fill_info(j, &out[i]);
+                rcs[i] = 0;
+            }
+    }
+    if (st != NULL) {
+        st->changed = changed;
+        st->records = kept->record_count;
+        st->rpcs = rpcs;
+    }
+    pthread_mutex_unlock(&lock);
+    free(sorted);
+    return 0;
+}
+
+/* ---- a job submitted but not recorded ------------------------------------ */
+
+int dt_slurm_find(const char *name, uint32_t uid, uint32_t *ids, size_t cap, size_t *n,
+                  dt_emsg_t *em)
+{
+    job_info_msg_t *msg = NULL;
+    int rc;
+
+    *n = 0;
+    pthread_mutex_lock(&lock);
+    rpcs++;
+    rc = slurm_load_job_user(&msg, uid, SHOW_ALL);
+    if (rc != SLURM_SUCCESS) {
+        rc = fail(em, slurm_err(rc), "slurm_load_job_user", 0);
+        pthread_mutex_unlock(&lock);
+        return rc;
+    }
+    for (uint32_t r = 0; msg != NULL && r < msg->record_count; r++) {
+        const slurm_job_info_t *j = &msg->job_array[r];
+        uint32_t base = j->job_state & JOB_STATE_BASE;
+        int live = base == JOB_PENDING || base == JOB_RUNNING || base == JOB_SUSPENDED ||
+                   (j->job_state & (JOB_REQUEUE | JOB_REQUEUE_HOLD | JOB_REQUEUE_FED)) != 0;
+        if (!live || j->user_id != uid || j->name == NULL || strcmp(j->name, name) != 0)
+            continue;
+        /* newest first: insert in descending id order, keep the first cap */
+        size_t at = *n;
+        while (at > 0 && ids[at - 1] < j->job_id)
+            at--;
+        if (at >= cap)
+            continue;
+        size_t last = *n < cap ? *n : cap - 1;
+        memmove(ids + at + 1, ids + at, (last - at) * sizeof(*ids));
+        ids[at] = j->job_id;
+        if (*n < cap)
+            (*n)++;
+    }
+    slurm_free_job_info_msg(msg);
+    pthread_mutex_unlock(&lock);
+    return 0;
 }
 
 /* ---- requeue ------------------------------------------------------------- */
@@ -448,6 +597,7 @@ static int update_locked(job_desc_msg_t *u, const char *what, dt_emsg_t *em)
     int e = 0;
 
     for (int waited = 0;; waited += UPDATE_RETRY_STEP_MS) {
+        rpcs++;
         if (slurm_update_job(u) == SLURM_SUCCESS)
             return 0;
         e = slurm_err(SLURM_ERROR);
@@ -468,6 +618,7 @@ int dt_slurm_requeue(uint32_t id, const char *exclude, dt_emsg_t *em)
     int rc, held = 0;
 
     pthread_mutex_lock(&lock);
+    rpcs++;
     /* Held, so it cannot start again on a node we are about to exclude. */
     if (slurm_requeue(id, hold ? JOB_REQUEUE_HOLD : 0) == SLURM_SUCCESS) {
         held = hold;
@@ -508,6 +659,160 @@ out:
     return rc;
 }
 
+/* ---- room left after an exclusion ----------------------------------------- */
+
+/* Is `item` one of the words of `list` (split at any of `seps`)? */
+static int has_word(const char *list, const char *seps, const char *item)
+{
+    size_t len = strlen(item);
+
+    for (const char *p = list; p != NULL && *p != '\0';) {
+        size_t w = strcspn(p, seps);
+        if (w == len && strncmp(p, item, len) == 0)
+            return 1;
+        p += w;
+        p += strspn(p, seps);
+    }
+    return 0;
+}
+
+/* Does a node with `have` (comma-separated features) satisfy the
+ * constraint `want` (features joined by '&' or ',')? A feature may carry
+ * a count ("gpu*2") or a list may use |, [] or (): not evaluated, 1. */
+static int has_features(const char *have, const char *want, int *checked)
+{
+    char feat[256];
+
+    if (want == NULL || *want == '\0')
+        return 1;
+    if (strpbrk(want, "|[]()*") != NULL) {
+        *checked = 0;
+        return 1;
+    }
+    for (const char *p = want; *p != '\0';) {
+        size_t w = strcspn(p, "&,");
+        if (w > 0 && w < sizeof(feat)) {
+            memcpy(feat, p, w);
+            feat[w] = '\0';
+            if (!has_word(have, ",", feat))
+                return 0;
+        }
+        p += w;
+        p += strspn(p, "&,");
+    }
+    return 1;
+}
+
+static const char *unusable_state(uint32_t st)
+{
+    uint32_t base = st & NODE_STATE_BASE;
+
+    if (st & NODE_STATE_FAIL)
+        return "FAIL";
+    if (st & NODE_STATE_DRAIN)
+        return "DRAIN";
+    if (base == NODE_STATE_DOWN)
+        return "DOWN";
+    if (base == NODE_STATE_FUTURE)
+        return "FUTURE";
+    return NULL;
+}
+
+/* Append "NODE (STATE)" to the list in buf, "..." once it is full. */
+static void append_node(char *buf, size_t cap, const char *node, const char *state)
+{
+    size_t len = strlen(buf);
+
+    if (len + 4 >= cap)
+        return;
+    int n = snprintf(buf + len, cap - len, "%s%s (%s)", len ? ", " : "", node, state);
+    if (n < 0 || len + (size_t)n >= cap - 4)
+        snprintf(buf + cap - 4, 4, "...");
+}
+
+int dt_slurm_room(uint32_t id, const char *exclude, dt_slurm_room_t *room, dt_emsg_t *em)
+{
+    job_info_msg_t *jm = NULL;
+    node_info_msg_t *nm = NULL;
+    partition_info_msg_t *pm = NULL;
+    const slurm_job_info_t *j = NULL;
+    hostlist_t ex = NULL, parts = NULL;
+    char *merged = NULL;
+    int rc;
+
+    memset(room, 0, sizeof(*room));
+    room->features_checked = 1;
+    pthread_mutex_lock(&lock);
+    rpcs++;
+    if ((rc = slurm_load_job(&jm, id, SHOW_ALL)) != SLURM_SUCCESS) {
+        rc = fail(em, slurm_err(rc), "slurm_load_job", id);
+        goto out;
+    }
+    for (uint32_t r = 0; jm != NULL && r < jm->record_count; r++)
+        if (jm->job_array[r].job_id == id)
+            j = &jm->job_array[r];
+    if (j == NULL) {
+        rc = dt_emsg_set(em, DT_ENOENT, "slurm_load_job job=%u: not in the answer", id);
+        goto out;
+    }
+    rpcs++;
+    if ((rc = slurm_load_partitions(0, &pm, SHOW_ALL)) != SLURM_SUCCESS) {
+        rc = fail(em, slurm_err(rc), "slurm_load_partitions", 0);
+        goto out;
+    }
+    rpcs++;
+    if ((rc = slurm_load_node(0, &nm, SHOW_ALL)) != SLURM_SUCCESS) {
+        rc = fail(em, slurm_err(rc), "slurm_load_node", 0);
+        goto out;
+    }
+    /* the nodes of the job's partition(s), one host list */
+    parts = slurm_hostlist_create("");
+    for (uint32_t r = 0; pm != NULL && parts != NULL && r < pm->record_count; r++) {
+        const partition_info_t *p = &pm->partition_array[r];
+        if (p->name != NULL && p->nodes != NULL && *p->nodes != '\0' &&
+            has_word(j->partition, ",", p->name))
+            slurm_hostlist_push(parts, p->nodes);
+    }
+    merged = exclude != NULL && *exclude != '\0' ? union_hosts(j->exc_nodes, exclude)
+                                                 : dt_xstrdup(j->exc_nodes ? j->exc_nodes : "");
+    ex = *merged != '\0' ? slurm_hostlist_create(merged) : NULL;
+    room->need = j->num_nodes > 0 ? j->num_nodes : 1;
+    snprintf(room->partition, sizeof(room->partition), "%s", j->partition ? j->partition : "");
+    snprintf(room->excluded, sizeof(room->excluded), "%s", merged);
+    for (uint32_t r = 0; nm != NULL && r < nm->record_count; r++) {
+        const node_info_t *nd = &nm->node_array[r];
+        if (nd->name == NULL || parts == NULL || slurm_hostlist_find(parts, nd->name) < 0)
+            continue;
+        room->in_partition++;
+        if (ex != NULL && slurm_hostlist_find(ex, nd->name) >= 0)
+            continue;
+        if (!has_features(nd->features_act ? nd->features_act : nd->features, j->features,
+                          &room->features_checked))
+            continue;
+        const char *bad = unusable_state(nd->node_state);
+        if (bad != NULL) {
+            append_node(room->unusable, sizeof(room->unusable), nd->name, bad);
+            continue;
+        }
+        room->usable++;
+    }
+    rc = 0;
+out:
+    if (ex != NULL)
+        slurm_hostlist_destroy(ex);
+    if (parts != NULL)
+        slurm_hostlist_destroy(parts);
+    if (nm != NULL)
+        slurm_free_node_info_msg(nm);
+    if (pm != NULL)
+        slurm_free_partition_info_msg(pm);
+    if (jm != NULL)
+        slurm_free_job_info_msg(jm);
+    pthread_mutex_unlock(&lock);
+    free(merged);
+    return rc;
+}
+
 /* ---- cancel -------------------------------------------------------------- */
 
 int dt_slurm_cancel(uint32_t id, dt_emsg_t *em)
@@ -515,6 +820,7 @@ int dt_slurm_cancel(uint32_t id, dt_emsg_t *em)
     int rc = 0;
 
     pthread_mutex_lock(&lock);
+    rpcs++;
     if (slurm_kill_job(id, SIGKILL, 0) != SLURM_SUCCESS) {
         int e = slurm_err(SLURM_ERROR);
         if (e != ESLURM_ALREADY_DONE)

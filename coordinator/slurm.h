@@ -17,6 +17,7 @@
 #ifndef DT_COORD_SLURM_H
 #define DT_COORD_SLURM_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "common/err.h"
@@ -24,7 +25,7 @@
 /* What dt asks of Slurm for one batch job: sbatch's options. Strings are
  * owned (dt_slurm_desc_clear frees them); NULL means Slurm's default. */
 typedef struct dt_slurm_desc {
-    char *name;             /* --job-name */
+    char *name;             /* --job-name, unique to the dt job (batch.h) */
     char *script;           /* the batch script, "#!/bin/sh\n..." */
     char *partition, *account, *qos;
     char *constraint;       /* --constraint (node features) */
@@ -33,7 +34,8 @@ typedef struct dt_slurm_desc {
     uint32_t cpus_per_task; /* --cpus-per-task; 0: Slurm's default */
     uint32_t gpus_per_node; /* --gpus-per-node; 0: none asked */
     uint32_t time_min;      /* --time in minutes; 0: the partition's default */
-    uint32_t signal_lead_s; /* --signal=B:USR1@lead; 0: none */
+    uint32_t signal_lead_s; /* --signal=B:SIG@lead; 0: none */
+    int warn_signal;        /* SIG: SIGUSR1 or SIGUSR2, with signal_lead_s */
     char *output;           /* --output (stdout and stderr), may hold %j */
     char *workdir;          /* --chdir */
     uint32_t uid, gid;      /* submit as this user (root may submit for others) */
@@ -79,6 +81,49 @@ int dt_slurm_submit(const dt_slurm_desc_t *d, uint32_t *id, dt_emsg_t *em);
 /* DT_ENOENT when slurmctld no longer knows the job (purged after
  * MinJobAge), DT_ECOMM when it cannot be reached. */
 int dt_slurm_query(uint32_t id, dt_slurm_info_t *out, dt_emsg_t *em);
+
+/* One poll of many jobs: the state of ids[0..n) from ONE slurm_load_jobs
+ * RPC. out[i] and rcs[i] are filled for each (rcs[i] 0, or DT_ENOENT when
+ * slurmctld no longer knows ids[i]). The answer is kept between calls,
+ * and each call asks slurmctld only for what changed since the kept one
+ * (SLURM_NO_CHANGE_IN_DATA: the kept answer is still current). Returns 0,
+ * or DT_ECOMM / DT_EINVAL for the call as a whole (out and rcs are then
+ * untouched). *st (may be NULL) says what the call did, for the log. */
+typedef struct dt_slurm_poll_stats {
+    int changed;       /* slurmctld sent new records (0: nothing changed since) */
+    uint32_t records;  /* job records in the kept answer (every user's jobs) */
+    uint64_t rpcs;     /* RPCs to slurmctld made by this file since init */
+} dt_slurm_poll_stats_t;
+
+int dt_slurm_query_jobs(const uint32_t *ids, size_t n, dt_slurm_info_t *out, int *rcs,
+                        dt_slurm_poll_stats_t *st, dt_emsg_t *em);
+
+/* The jobs of user `uid` named `name` that have not ended (pending,
+ * running, suspended, or requeued and about to pend), newest first: up to
+ * `cap` ids in ids[], *n of them. One slurm_load_job_user RPC. Finds a
+ * job dtcoordd submitted but did not record (it stopped in between). */
+int dt_slurm_find(const char *name, uint32_t uid, uint32_t *ids, size_t cap, size_t *n,
+                  dt_emsg_t *em);
+
+/* Could job `id` still start once `exclude` (a host list) is added to the
+ * nodes it may not use? *room counts the nodes of its partition(s) that
+ * are not excluded, have its features, and are not DOWN, DRAIN(ING),
+ * FAIL or FUTURE, against the node count it asked for. A --constraint
+ * with anything but '&' or ',' between features (|, [], *, ()) is not
+ * evaluated: every node counts as having it (features_checked = 0).
+ * Returns 0 (compare room->usable with room->need), or an RPC's error.
+ * Three RPCs: slurm_load_job, slurm_load_partitions, slurm_load_node. */
+typedef struct dt_slurm_room {
+    uint32_t need;           /* the job's node count */
+    uint32_t usable;         /* nodes it could start on */
+    uint32_t in_partition;   /* nodes of its partition(s), usable or not */
+    int features_checked;
+    char partition[128];     /* its partition(s), as slurmctld reports them */
+    char excluded[1024];     /* the nodes it may not use, `exclude` included */
+    char unusable[1024];     /* "n3 (DOWN), n4 (DRAIN)": partition nodes in a bad state */
+} dt_slurm_room_t;
+
+int dt_slurm_room(uint32_t id, const char *exclude, dt_slurm_room_t *room, dt_emsg_t *em);
 
 /* Requeue a running, pending or finished batch job. With `exclude` (a
  * Slurm host list) the job is requeued held, its excluded nodes become

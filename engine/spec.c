@@ -67,6 +67,8 @@ static const dt_conf_key_t keys[] = {
         "wall-clock limit such as 90m or 2h"),
     KEY("signal_lead", DT_CONF_DURATION, signal_lead_ms, 1000, DAY_MS, 0,
         "Slurm signals the job this long before its time limit (default 2m)"),
+    STR("signal", signal, 0,
+        "Slurm's warning signal: USR1 or USR2 (default dt.conf's slurm_signal, else USR2)"),
     STR("partition", partition, 0, "Slurm partition"),
     STR("account", account, 0, "Slurm account"),
     STR("qos", qos, 0, "Slurm quality of service"),
@@ -110,6 +112,9 @@ static const char *const yesno[] = { "yes", "no", NULL };
 static const char *const layouts[] = { "contiguous", "zigzag", NULL };
 static const char *const precisions[] = { "fp32", "bf16", "fp16", NULL };
 static const char *const gpus[] = { "h100-sxm", "h200", "cpu", NULL };
+/* Only the two srun passes on unchanged: it turns TERM, INT, HUP and QUIT
+ * into a kill of the step and does not forward the others (dt-spec(5)). */
+static const char *const signals[] = { "USR1", "USR2", NULL };
 
 static const struct {
     const char *key;
@@ -117,6 +122,7 @@ static const struct {
 } sets[] = {
     { "kind", kinds },     { "model", models },         { "tied", yesno },
     { "layout", layouts }, { "precision", precisions }, { "gpu", gpus },
+    { "signal", signals },
 };
 
 static void *field(const dt_spec_t *s, const dt_conf_key_t *k)

@@ -38,6 +38,7 @@ typedef struct dt_spec {
     int64_t nodes, gpus_per_node, spares;
     int64_t time_limit_ms;
     int64_t signal_lead_ms; /* checkpoint and requeue this long before the limit */
+    char *signal;           /* Slurm's warning signal: USR1 | USR2 (NULL: dt.conf's) */
     char *partition, *account, *qos, *constraint, *exclude;
     /* training and data */
     int64_t steps, seed, batch;

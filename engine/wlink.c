@@ -456,10 +456,13 @@ static int channel(int rank, dt_emsg_t *em)
     if (parse_long(pids, 1, LONG_MAX, &pid) < 0)
         return dt_emsg_set(em, DT_EINVAL, "DT_AGENT_PID='%.64s': not a process id", pids);
     wl.rank = rank;
-    /* Slurm's warning signal (USR1) reaches every process of the agents'
-     * step, workers too: the agent acts on it (a checkpoint through the
-     * coordinator), a worker must not die of it */
+    /* Slurm's warning signal (USR1 or USR2, the job's `signal`) reaches
+     * every process of the agents' step, workers too: the agent acts on
+     * it (a checkpoint through the coordinator), a worker must not die of
+     * it. Both are ignored, so the worker need not know which: NCCL, when
+     * NCCL_PROXY_DUMP_SIGNAL names one, installs its handler later. */
     signal(SIGUSR1, SIG_IGN);
+    signal(SIGUSR2, SIG_IGN);
 #ifdef __linux__
     /* first the signal, then the check: an agent that dies in between is
      * caught by one or the other */

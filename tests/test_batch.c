@@ -6,7 +6,9 @@
  * own quoting rules), that the script is valid sh, that unsafe values are
  * refused naming their field, and the script's control flow run for real
  * under /bin/sh with a fake `srun` on PATH: the exit status of the agents
- * is the script's, and a USR1 sent to the batch shell reaches srun. No
+ * is the script's, the job's warning signal (USR2 unless set) sent to the
+ * batch shell reaches srun and the other user signal does not end it, and
+ * an NCCL_PROXY_DUMP_SIGNAL equal to the warning signal is refused. No
  * Slurm is needed.
  */
 #include "config.h"
@@ -144,7 +146,7 @@ Test(batch, cpu_job_asks_cpus_per_task_and_no_gpus)
     dt_slurm_desc_t d;
 
     make_ok(7, &s, 2, 4, NULL, &bc, &d);
-    cr_assert_str_eq(d.name, "dt-7-myjob");
+    cr_assert_str_eq(d.name, "dt-7.0-myjob");
     cr_assert_eq(d.nodes, 2);
     cr_assert_eq(d.cpus_per_task, 4);
     cr_assert_eq(d.gpus_per_node, 0);
@@ -180,7 +182,7 @@ Test(batch, a_dry_run_is_job_0)
     dt_slurm_desc_t d;
 
     make_ok(0, &s, 2, 4, NULL, &bc, &d);
-    cr_assert_str_eq(d.name, "dt-0-myjob");
+    cr_assert_str_eq(d.name, "dt-0.0-myjob");
     assert_has(d.script, " --job 0 ");
     dt_slurm_desc_clear(&d);
 }
@@ -324,7 +326,7 @@ Test(batch, signal_lead_defaults_and_is_clamped)
         make_ok(3, &s, 1, 1, NULL, &bc, &d);
         cr_assert_eq(d.signal_lead_s, cases[i].want, "time %lld ms lead %lld ms: got %u s",
                      (long long)cases[i].time_ms, (long long)cases[i].lead_ms, d.signal_lead_s);
-        assert_has(d.script, P("#SBATCH --signal=B:USR1@%u\n", cases[i].want));
+        assert_has(d.script, P("#SBATCH --signal=B:USR2@%u\n", cases[i].want));
         dt_slurm_desc_clear(&d);
     }
 }
@@ -337,14 +339,147 @@ Test(batch, job_name_is_sanitised_and_cut)
 
     s.name = (char *)"long context/run #2 'x'\nwith a name well over forty characters";
     make_ok(42, &s, 1, 1, NULL, &bc, &d);
-    cr_assert_str_eq(d.name, "dt-42-long_context_run__2__x__with_a_name_well");
-    cr_assert_eq(strlen(d.name) - strlen("dt-42-"), 40);
+    cr_assert_str_eq(d.name, "dt-42.0-long_context_run__2__x__with_a_name_well");
+    cr_assert_eq(strlen(d.name) - strlen("dt-42.0-"), 40);
     dt_slurm_desc_clear(&d);
 
     s.name = NULL;
     make_ok(42, &s, 1, 1, NULL, &bc, &d);
-    cr_assert_str_eq(d.name, "dt-42-job");
+    cr_assert_str_eq(d.name, "dt-42.0-job");
     dt_slurm_desc_clear(&d);
+}
+
+/* dtcoordd finds a Slurm job it submitted but did not record by its name:
+ * the name must be the same for the same dt job and differ for another
+ * coordinator's job of the same id (another creation time). */
+Test(batch, job_name_carries_the_creation_time)
+{
+    static const struct {
+        int64_t created_ms;
+        const char *want;
+    } cases[] = {
+        { 1764100000123, "dt-9.miezlbp7-myjob" },
+        { 1764100000124, "dt-9.miezlbp8-myjob" },
+        { 35, "dt-9.z-myjob" },
+        { 36, "dt-9.10-myjob" },
+        { 0, "dt-9.0-myjob" },
+    };
+    dt_spec_t s = spec("cpu");
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        dt_batch_conf_t bc = conf();
+        dt_slurm_desc_t d;
+        bc.created_ms = cases[i].created_ms;
+        make_ok(9, &s, 1, 1, NULL, &bc, &d);
+        cr_assert_str_eq(d.name, cases[i].want);
+        assert_has(d.script, P("#SBATCH --job-name=%s\n", cases[i].want));
+        dt_slurm_desc_clear(&d);
+    }
+}
+
+/*-- the warning signal -----------------------------------------------------*/
+
+Test(batch, warning_signal_is_usr2_unless_the_spec_or_the_conf_says)
+{
+    static const struct {
+        const char *spec, *conf;
+        int want;
+    } cases[] = {
+        { NULL, NULL, SIGUSR2 },   /* the default: NCCL may catch USR1 */
+        { NULL, "USR1", SIGUSR1 }, /* dt.conf's slurm_signal */
+        { "USR1", NULL, SIGUSR1 }, /* the spec's signal */
+        { "USR2", "USR1", SIGUSR2 }, /* the spec wins */
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        dt_spec_t s = spec("cpu");
+        dt_batch_conf_t bc = conf();
+        dt_slurm_desc_t d;
+        const char *name = cases[i].want == SIGUSR1 ? "USR1" : "USR2";
+        const char *other = cases[i].want == SIGUSR1 ? "USR2" : "USR1";
+
+        s.signal = (char *)cases[i].spec;
+        bc.signal = cases[i].conf;
+        make_ok(4, &s, 1, 1, NULL, &bc, &d);
+        cr_assert_eq(d.warn_signal, cases[i].want, "case %zu: signal %d", i, d.warn_signal);
+        assert_has(d.script, P("#SBATCH --signal=B:%s@%u\n", name, d.signal_lead_s));
+        assert_has(d.script, P("trap forward_warning %s\n", name));
+        assert_has(d.script, P("kill -%s \"$srun_pid\"", name));
+        assert_has(d.script, P("trap not_ours %s\n", other));
+        assert_has(d.script, P(" --signal %s", name)); /* the agents' */
+        cr_assert_str_eq(dt_batch_signal_name(d.warn_signal), name);
+        cr_assert_eq(dt_batch_signal_number(name), cases[i].want);
+        dt_slurm_desc_clear(&d);
+    }
+}
+
+Test(batch, a_signal_other_than_usr1_or_usr2_is_refused_naming_its_key)
+{
+    /* srun turns TERM, INT, HUP and QUIT into a kill of the step and does
+     * not forward the rest; KILL and STOP cannot be caught at all */
+    static const char *const bad[] = { "TERM", "HUP", "INT", "KILL", "STOP", "SIGUSR2", "usr2",
+                                       "10", "" };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        for (int in_conf = 0; in_conf < 2; in_conf++) {
+            dt_spec_t s = spec("cpu");
+            dt_batch_conf_t bc = conf();
+            dt_slurm_desc_t d;
+            dt_emsg_t em = { "" };
+            if (in_conf)
+                bc.signal = bad[i];
+            else
+                s.signal = (char *)bad[i];
+            cr_assert_eq(dt_batch_make(1, &s, 1, 1, NULL, &bc, &d, &em), DT_EINVAL, "'%s'",
+                         bad[i]);
+            cr_assert_str_eq(em.s, P("%s: '%s' is not USR1 or USR2 (srun forwards no other "
+                                     "signal to the agents unchanged)",
+                                     in_conf ? "slurm_signal" : "signal", bad[i]));
+            cr_assert_null(d.script);
+        }
+        cr_assert_eq(dt_batch_signal_number(bad[i]), 0, "'%s'", bad[i]);
+    }
+}
+
+Test(batch, nccl_catching_the_warning_signal_is_refused)
+{
+    static const struct {
+        const char *nccl, *signal;
+        int refused;
+    } cases[] = {
+        { "NCCL_PROXY_DUMP_SIGNAL=12", NULL, 1 },   /* USR2, the default */
+        { "NCCL_PROXY_DUMP_SIGNAL=10", "USR1", 1 }, /* NCCL's own example */
+        { "NCCL_PROXY_DUMP_SIGNAL=0x0c", NULL, 1 }, /* NCCL reads it with strtoll base 0 */
+        { "NCCL_PROXY_DUMP_SIGNAL=10", NULL, 0 },   /* NCCL on USR1, dt on USR2 */
+        { "NCCL_PROXY_DUMP_SIGNAL=12", "USR1", 0 },
+        { "NCCL_PROXY_DUMP_SIGNAL=-1", NULL, 0 },   /* NCCL's "off" */
+        { "NCCL_PROXY_DUMP_SIGNAL=", NULL, 0 },
+        { "NCCL_DEBUG=12", NULL, 0 },
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *env[] = { "A=1", cases[i].nccl, NULL };
+        dt_spec_t s = spec("cpu");
+        dt_batch_conf_t bc = conf();
+        dt_slurm_desc_t d;
+        dt_emsg_t em = { "" };
+
+        bc.env = env;
+        s.signal = (char *)cases[i].signal;
+        int rc = dt_batch_make(1, &s, 1, 1, NULL, &bc, &d, &em);
+        if (!cases[i].refused) {
+            cr_assert_eq(rc, 0, "%s: %s", cases[i].nccl, em.s);
+            dt_slurm_desc_clear(&d);
+            continue;
+        }
+        const char *sig = cases[i].signal ? cases[i].signal : "USR2";
+        cr_assert_eq(rc, DT_EINVAL, "%s signal %s: accepted", cases[i].nccl, sig);
+        cr_assert_str_eq(em.s, P("signal = %s: the job's environment sets "
+                                 "NCCL_PROXY_DUMP_SIGNAL=%d (slurm_env in dt.conf), so NCCL "
+                                 "would take Slurm's warning for a request to dump its state; "
+                                 "use signal = %s",
+                                 sig, strcmp(sig, "USR1") == 0 ? 10 : 12,
+                                 strcmp(sig, "USR1") == 0 ? "USR2" : "USR1"));
+        cr_assert_null(d.script);
+        cr_assert_null(d.env);
+    }
 }
 
 Test(batch, environment_has_path_owner_and_configured_entries)
@@ -484,7 +619,7 @@ static int desc_options(const dt_slurm_desc_t *d, char want[MAX_OPTS][1024])
     if (d->time_min)
         WANT("--time=%u", d->time_min);
     if (d->signal_lead_s)
-        WANT("--signal=B:USR1@%u", d->signal_lead_s);
+        WANT("--signal=B:%s@%u", dt_batch_signal_name(d->warn_signal), d->signal_lead_s);
     WANT("--requeue");
     WANT("--open-mode=append");
     WANT("--no-kill");
@@ -751,22 +886,25 @@ Test(batch, missing_or_bad_settings_are_refused)
 
 /* Records its arguments (one per line) and two variables the script's
  * setup and env set, says it is ready, then exits FAKE_STATUS; with
- * FAKE_WAIT it first waits up to 10 s, and a USR1 makes it write a marker
- * and exit FAKE_USR1_STATUS. */
+ * FAKE_WAIT it first waits up to FAKE_WAIT_N / 20 s, and a USR1 or USR2
+ * makes it write the signal's name to a marker and exit FAKE_SIG_STATUS. */
 static const char fake_srun[] =
     "#!/bin/sh\n"
     "d=\"$FAKE_DIR\"\n"
     "for a in \"$@\"; do printf '%s\\n' \"$a\"; done >\"$d/argv\"\n"
     "printf 'SETUP_RAN=%s\\nFOO=%s\\n' \"${SETUP_RAN:-}\" \"${FOO:-}\" >\"$d/env\"\n"
-    "on_usr1() { echo usr1 >\"$d/usr1\"; exit \"$FAKE_USR1_STATUS\"; }\n"
-    "trap on_usr1 USR1\n"
+    "on_sig() { echo \"$1\" >\"$d/got\"; exit \"$FAKE_SIG_STATUS\"; }\n"
+    "trap 'on_sig USR1' USR1\n"
+    "trap 'on_sig USR2' USR2\n"
     "echo ready >\"$d/ready\"\n"
     "if [ \"$FAKE_WAIT\" = 1 ]; then\n"
     "    n=0\n"
-    "    while [ $n -lt 200 ]; do sleep 0.05; n=$((n + 1)); done\n"
+    "    while [ $n -lt \"$FAKE_WAIT_N\" ]; do sleep 0.05; n=$((n + 1)); done\n"
     "    echo timeout >\"$d/timeout\"\n"
     "fi\n"
     "exit \"$FAKE_STATUS\"\n";
+
+static int fake_wait_n = 200; /* how long the fake srun waits for a signal: 10 s */
 
 static int file_exists(const char *path)
 {
@@ -780,13 +918,14 @@ static void sleep_ms(int ms)
 }
 
 /* Run `script` as Slurm would (sh SCRIPT in the job's environment) with
- * the fake srun first on PATH; with `usr1`, send the batch shell SIGUSR1
- * once srun runs. Returns the script's exit status. */
-static int run_script(const char *script, int fake_status, int usr1, int usr1_status)
+ * the fake srun first on PATH; with a signal `sig`, send it to the batch
+ * shell once srun runs (srun exits sig_status when it gets one). Returns
+ * the script's exit status. */
+static int run_script(const char *script, int fake_status, int sig, int sig_status)
 {
     const char *path = P("%s/batch.sh", tmpdir);
-    char env[12][512];
-    char *envp[13];
+    char env[13][512];
+    char *envp[14];
     int n = 0, st = 0;
     pid_t pid;
 
@@ -794,7 +933,8 @@ static int run_script(const char *script, int fake_status, int usr1, int usr1_st
     write_file(P("%s/bin/srun", tmpdir), fake_srun, 0755);
     write_file(path, script, 0644);
     unlink(P("%s/ready", tmpdir));
-    unlink(P("%s/usr1", tmpdir));
+    unlink(P("%s/got", tmpdir));
+    unlink(P("%s/timeout", tmpdir));
 
     snprintf(env[n++], sizeof(env[0]), "PATH=%s/bin:/usr/bin:/bin", tmpdir);
     snprintf(env[n++], sizeof(env[0]), "SLURM_JOB_ID=123");
@@ -804,8 +944,9 @@ static int run_script(const char *script, int fake_status, int usr1, int usr1_st
     snprintf(env[n++], sizeof(env[0]), "TMPDIR=%s", tmpdir);
     snprintf(env[n++], sizeof(env[0]), "FAKE_DIR=%s", tmpdir);
     snprintf(env[n++], sizeof(env[0]), "FAKE_STATUS=%d", fake_status);
-    snprintf(env[n++], sizeof(env[0]), "FAKE_WAIT=%d", usr1);
-    snprintf(env[n++], sizeof(env[0]), "FAKE_USR1_STATUS=%d", usr1_status);
+    snprintf(env[n++], sizeof(env[0]), "FAKE_WAIT=%d", sig != 0);
+    snprintf(env[n++], sizeof(env[0]), "FAKE_WAIT_N=%d", fake_wait_n);
+    snprintf(env[n++], sizeof(env[0]), "FAKE_SIG_STATUS=%d", sig_status);
     for (int i = 0; i < n; i++)
         envp[i] = env[i];
     envp[n] = NULL;
@@ -819,6 +960,7 @@ static int run_script(const char *script, int fake_status, int usr1, int usr1_st
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
         signal(SIGUSR1, SIG_DFL);
+        signal(SIGUSR2, SIG_DFL);
         if (fd >= 0) {
             dup2(fd, 1);
             dup2(fd, 2);
@@ -826,12 +968,12 @@ static int run_script(const char *script, int fake_status, int usr1, int usr1_st
         execle("/bin/sh", "sh", path, (char *)NULL, envp);
         _exit(126);
     }
-    if (usr1) {
+    if (sig) {
         for (int i = 0; i < 1000 && !file_exists(P("%s/ready", tmpdir)); i++)
             sleep_ms(10);
         cr_assert(file_exists(P("%s/ready", tmpdir)), "the fake srun never started");
         sleep_ms(50);
-        cr_assert_eq(kill(pid, SIGUSR1), 0);
+        cr_assert_eq(kill(pid, sig), 0);
     }
     for (int i = 0; i < 2000; i++) {
         pid_t w = waitpid(pid, &st, WNOHANG);
@@ -876,8 +1018,9 @@ Test(batch, srun_gets_the_agent_command_line_verbatim)
     dt_batch_conf_t bc = conf();
     dt_slurm_desc_t d;
     char *argv_txt, *env_txt, *want;
-    const char *agent =
-        P("%s/dt $(touch %s/pwned) `touch %s/pwned2`/dtagentd", tmpdir, tmpdir, tmpdir);
+    /* a copy: P()'s buffers are reused by run_script */
+    char *agent =
+        dt_xstrdup(P("%s/dt $(touch %s/pwned) `touch %s/pwned2`/dtagentd", tmpdir, tmpdir, tmpdir));
     const char *setup_path = P("%s/setup $x.sh", tmpdir);
 
     write_file(setup_path, "SETUP_RAN=yes; export SETUP_RAN\n: \"${NOT_SET_ANYWHERE}\"\n", 0644);
@@ -893,7 +1036,7 @@ Test(batch, srun_gets_the_agent_command_line_verbatim)
     argv_txt = read_file(P("%s/argv", tmpdir));
     want = dt_xasprintf("--nodes=2\n--ntasks=2\n--ntasks-per-node=1\n--cpus-per-task=4\n"
                         "--kill-on-bad-exit=0\n--mpi=none\n%s\n--coord\n10.0.0.1:7001\n"
-                        "--job\n7\n--slots\n4\n"
+                        "--job\n7\n--slots\n4\n--signal\nUSR2\n"
                         "--engine\n/opt/dt/bin/dtengine\n--munge-socket\n"
                         "/run/munge/munge.socket.2\n--hang-timeout\n30000ms\n",
                         agent);
@@ -917,6 +1060,7 @@ Test(batch, srun_gets_the_agent_command_line_verbatim)
     assert_lacks(argv_txt, "--hang-timeout");
     assert_lacks(argv_txt, "\n--node\n"); /* the agent reads $SLURMD_NODENAME */
     free(argv_txt);
+    free(agent);
     dt_slurm_desc_clear(&d);
 }
 
@@ -937,22 +1081,106 @@ Test(batch, missing_setup_file_fails_the_job)
     dt_slurm_desc_clear(&d);
 }
 
-Test(batch, usr1_to_the_batch_shell_reaches_srun)
+Test(batch, the_warning_signal_to_the_batch_shell_reaches_srun)
 {
-    dt_spec_t s = spec("cpu");
-    dt_batch_conf_t bc = conf();
-    dt_slurm_desc_t d;
+    static const struct {
+        const char *spec;
+        int sig;
+    } cases[] = { { NULL, SIGUSR2 }, { "USR1", SIGUSR1 }, { "USR2", SIGUSR2 } };
 
-    make_ok(7, &s, 2, 4, NULL, &bc, &d);
-    /* srun exits 75 once it has the signal: the script must keep waiting
-     * through the trap and exit with srun's status, not wait's 138. */
-    int got = run_script(d.script, 0, 1, DT_EXIT_REQUEUE);
-    char *out = read_file(P("%s/out", tmpdir));
-    cr_assert(file_exists(P("%s/usr1", tmpdir)), "srun never got USR1; output:\n%s", out);
-    cr_assert(!file_exists(P("%s/timeout", tmpdir)), "srun waited out its time");
-    cr_assert_eq(got, DT_EXIT_REQUEUE, "exit %d; output:\n%s", got, out);
-    assert_has(out, "dt: job 7: USR1 received, forwarding it to srun (pid ");
-    assert_has(out, P("agents ended with status %d", DT_EXIT_REQUEUE));
-    free(out);
-    dt_slurm_desc_clear(&d);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        dt_spec_t s = spec("cpu");
+        dt_batch_conf_t bc = conf();
+        dt_slurm_desc_t d;
+        const char *name = cases[i].sig == SIGUSR1 ? "USR1" : "USR2";
+
+        s.signal = (char *)cases[i].spec;
+        make_ok(7, &s, 2, 4, NULL, &bc, &d);
+        unlink(P("%s/out", tmpdir));
+        /* srun exits 75 once it has the signal: the script must keep
+         * waiting through the trap and exit with srun's status, not
+         * wait's 128 + the signal */
+        int got = run_script(d.script, 0, cases[i].sig, DT_EXIT_REQUEUE);
+        char *out = read_file(P("%s/out", tmpdir)), *marker = read_file(P("%s/got", tmpdir));
+        cr_assert_str_eq(marker, P("%s\n", name), "srun got \"%s\", not %s; output:\n%s", marker,
+                         name, out);
+        cr_assert(!file_exists(P("%s/timeout", tmpdir)), "srun waited out its time");
+        cr_assert_eq(got, DT_EXIT_REQUEUE, "exit %d; output:\n%s", got, out);
+        assert_has(out, P("dt: job 7: %s received, forwarding it to srun (pid ", name));
+        assert_has(out, P("agents ended with status %d", DT_EXIT_REQUEUE));
+        free(marker);
+        free(out);
+        dt_slurm_desc_clear(&d);
+    }
+}
+
+/* USR1 asked of a USR2 job (an NCCL state dump sent to the whole job, say)
+ * must neither end the batch shell nor reach the agents as a warning. */
+Test(batch, the_other_user_signal_neither_ends_the_job_nor_reaches_srun)
+{
+    static const struct {
+        const char *spec;
+        int sig;
+    } cases[] = { { NULL, SIGUSR1 }, { "USR1", SIGUSR2 } };
+
+    fake_wait_n = 20; /* srun ends by itself after 1 s */
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        dt_spec_t s = spec("cpu");
+        dt_batch_conf_t bc = conf();
+        dt_slurm_desc_t d;
+        const char *name = cases[i].sig == SIGUSR1 ? "USR1" : "USR2";
+
+        s.signal = (char *)cases[i].spec;
+        make_ok(7, &s, 2, 4, NULL, &bc, &d);
+        unlink(P("%s/out", tmpdir));
+        int got = run_script(d.script, 0, cases[i].sig, DT_EXIT_REQUEUE);
+        char *out = read_file(P("%s/out", tmpdir));
+        cr_assert(!file_exists(P("%s/got", tmpdir)), "srun got %s; output:\n%s", name, out);
+        cr_assert(file_exists(P("%s/timeout", tmpdir)), "srun did not run to its end");
+        cr_assert_eq(got, 0, "exit %d; output:\n%s", got, out);
+        assert_has(out, P("dt: job 7: %s received and ignored: the warning signal is %s", name,
+                          cases[i].sig == SIGUSR1 ? "USR2" : "USR1"));
+        assert_has(out, "agents ended with status 0");
+        free(out);
+        dt_slurm_desc_clear(&d);
+    }
+}
+
+/* slurm_setup may set what slurm_env did not show dt_batch_make */
+Test(batch, nccl_dump_signal_set_by_the_setup_file_fails_the_job)
+{
+    static const struct {
+        const char *value;
+        int fails;
+    } cases[] = { { "12", 1 }, { "0x0C", 1 }, { "10", 0 }, { "-1", 0 }, { "junk", 0 } };
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        dt_spec_t s = spec("cpu");
+        dt_batch_conf_t bc = conf();
+        dt_slurm_desc_t d;
+        const char *setup = P("%s/setup.sh", tmpdir);
+
+        write_file(setup, P("NCCL_PROXY_DUMP_SIGNAL=%s\nexport NCCL_PROXY_DUMP_SIGNAL\n",
+                            cases[i].value), 0644);
+        bc.setup = setup;
+        make_ok(7, &s, 1, 1, NULL, &bc, &d);
+        unlink(P("%s/out", tmpdir));
+        unlink(P("%s/argv", tmpdir));
+        int got = run_script(d.script, 0, 0, 0);
+        char *out = read_file(P("%s/out", tmpdir));
+        if (cases[i].fails) {
+            cr_assert_eq(got, 1, "NCCL_PROXY_DUMP_SIGNAL=%s: exit %d; output:\n%s",
+                         cases[i].value, got, out);
+            assert_has(out, P("dt: job 7: NCCL_PROXY_DUMP_SIGNAL=%s is the job's warning signal "
+                              "(USR2): NCCL would catch it; set signal = USR1 in the spec",
+                              cases[i].value));
+            cr_assert(!file_exists(P("%s/argv", tmpdir)), "srun ran");
+        } else {
+            cr_assert_eq(got, 0, "NCCL_PROXY_DUMP_SIGNAL=%s: exit %d; output:\n%s",
+                         cases[i].value, got, out);
+            cr_assert(file_exists(P("%s/argv", tmpdir)), "srun did not run");
+        }
+        free(out);
+        dt_slurm_desc_clear(&d);
+    }
 }

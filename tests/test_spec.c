@@ -127,6 +127,7 @@ static const char full_text[] = "name = \"long # context\"\n"
                                 "spares = 2\n"
                                 "time_limit = 90m\n"
                                 "signal_lead = 5m\n"
+                                "signal = USR1\n"
                                 "partition = gpu\n"
                                 "account = \"  lab \\\"x\\\" \"\n"
                                 "qos = high\n"
@@ -215,6 +216,7 @@ Test(spec, set_builds_what_parse_reads)
         { "spares", "2" },
         { "time_limit", "90m" },
         { "signal_lead", "5m" },
+        { "signal", "USR1" },
         { "partition", "gpu" },
         { "account", "  lab \"x\" " },
         { "qos", "high" },
@@ -347,6 +349,8 @@ Test(spec, set_refuses_with_the_key_named)
         { "kv-heads", "-1", "key 'kv_heads'", DT_ERANGE },
         { "causal", "sometimes", "key 'causal': bad value", DT_EINVAL },
         { "gpu", "tpu", "key 'gpu': unknown value 'tpu'", DT_EINVAL },
+        { "signal", "TERM", "key 'signal': unknown value 'TERM' (expected USR1 or USR2)",
+          DT_EINVAL },
         { "name", "two\nlines", "key 'name': control character", DT_EINVAL },
         { "segments", "1,,2", "key 'segments'", DT_EINVAL },
         { "dilations", "x", "key 'dilations'", DT_EINVAL },
@@ -393,7 +397,7 @@ Test(spec, every_key_has_help)
         cr_assert_not_null(k->help, "key %s", k->name);
         cr_assert(strlen(k->help) > 4, "key %s", k->name);
     }
-    cr_assert_eq(n, 44, "44 keys, one per dt_spec_t field (dt-spec(5) lists them)");
+    cr_assert_eq(n, 45, "45 keys, one per dt_spec_t field (dt-spec(5) lists them)");
     dt_spec_free(NULL);
 }
 

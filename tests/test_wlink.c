@@ -497,6 +497,23 @@ Test(wlink, writing_to_a_gone_agent_exits_agent_lost_not_sigpipe, .timeout = 30)
     expect_exit(&a, DT_EXIT_AGENT_LOST, "cannot send W_HEARTBEAT to the agent");
 }
 
+/* Slurm's warning signal reaches every process of the agents' step; the
+ * job's is USR1 or USR2 (its spec's `signal`): a worker survives both. */
+static void w_user_signals(void)
+{
+    raise(SIGUSR1);
+    raise(SIGUSR2);
+}
+
+Test(wlink, a_worker_survives_both_warning_signals, .timeout = 30)
+{
+    agent_t a;
+
+    spawn(&a, 1, 0, 0, w_user_signals);
+    expect_hello(&a, 1);
+    expect_exit(&a, 0, NULL);
+}
+
 Test(wlink, a_parent_that_is_not_the_agent_exits_at_once, .timeout = 30)
 {
     agent_t a;

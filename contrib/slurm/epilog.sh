@@ -10,7 +10,7 @@
 #     daemonised or re-parented ones: SIGTERM, then SIGKILL after
 #     DT_HEALTH_KILL_GRACE seconds;
 #   - the agents' state directories of the job (/tmp/dtagentd-UID/DTJOB-NODE,
-#     found from the agents' command lines, or from the job name dt-DTJOB-...
+#     found from the agents' command lines, or from the job name dt-DTJOB.TAG-...
 #     that dtcoordd gives its Slurm jobs); an explicit --state-dir is left
 #     alone;
 #   - Open MPI shared-memory segments (vader_segment.* in DT_HEALTH_SHM_DIR)
@@ -144,12 +144,12 @@ fi
 # ---- 2. the agents' state directories ---------------------------------------
 
 # No agent left to ask: the job name says which dt job this was
-# (dtcoordd names its Slurm jobs dt-DTJOB-NAME).
+# (dtcoordd names its Slurm jobs dt-DTJOB.TAG-NAME; before, dt-DTJOB-NAME).
 if [ -z "$dirs" ] && [ -n "$JOB_UID" ] && [ -d "$DT_HEALTH_AGENT_ROOT/dtagentd-$JOB_UID" ] &&
     command -v scontrol >/dev/null 2>&1; then
     jname=$(timeout 10 scontrol -o show job "$JOB" 2>/dev/null |
         sed -n 's/.* JobName=\([^ ]*\).*/\1/p')
-    dtjob=$(echo "$jname" | sed -n 's/^dt-\([0-9][0-9]*\)-.*/\1/p')
+    dtjob=$(echo "$jname" | sed -n 's/^dt-\([0-9][0-9]*\)[.-].*/\1/p')
     if [ -n "$dtjob" ]; then
         for n in "$NODE" "$(hostname)" "$(hostname -s 2>/dev/null)"; do
             [ -n "$n" ] && dirs="$dirs $DT_HEALTH_AGENT_ROOT/dtagentd-$JOB_UID/$dtjob-$n"

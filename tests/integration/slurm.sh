@@ -7,7 +7,10 @@
 # per node under srun, each the PMIx server of 2 dtengine workers. Checks:
 #   - configuration errors (slurm = yes without listen, a bad slurm_env, no
 #     slurm.conf) stop dtcoordd with a message naming them;
-#   - a job that cannot be planned is refused before it reaches Slurm;
+#   - a job that cannot be planned is refused before it reaches Slurm, and
+#     so is one whose warning signal NCCL would catch (this site's
+#     slurm_env sets NCCL_PROXY_DUMP_SIGNAL=10: USR1) or that srun cannot
+#     forward;
 #   - --dry-run prints the batch script and submits nothing;
 #   - submit -> runs -> completes with the checksum of `dtctl run --local`
 #     on the same spec, and list/show give the Slurm state beside dt's;
@@ -15,20 +18,29 @@
 #     excluded, resumes from its checkpoint on the other nodes, and
 #     completes with the same checksum;
 #   - SIGKILL an agent with a spare node: the spare takes over, no requeue;
-#   - USR1 to the batch shell (what --signal=B:USR1@lead sends before the
-#     time limit): checkpoint, requeue at no cost to the restart budget,
-#     same checksum;
+#   - USR2 to the batch shell (what --signal=B:USR2@lead, the default
+#     warning signal, sends before the time limit): checkpoint, requeue at
+#     no cost to the restart budget, same checksum; USR1 (NCCL's here)
+#     before it is ignored;
 #   - dtctl cancel cancels the Slurm job; cancel --checkpoint then
 #     dtctl resume: a new Slurm job finishes the job, same checksum;
 #   - a deterministic failure fails the job and is not requeued;
 #   - SIGKILL dtcoordd mid-run and start it again: it follows the Slurm job
 #     again, the agents reattach, same checksum;
+#   - dtcoordd killed after slurmctld took a job but before it stored the
+#     Slurm id (DT_TEST_CRASH_AFTER_SUBMIT): restarted, it finds that Slurm
+#     job by name and adopts it: one Slurm job, the job completes;
+#   - a job of 3 nodes on the 3-node cluster loses one: the requeue that
+#     excludes it could never start, so the job fails at once with an
+#     event naming the node, and its Slurm job is cancelled;
+#   - every poll of slurmctld is one slurm_load_jobs for all the jobs, not
+#     one slurm_load_job per job (sdiag's RPC counts);
 #   - scontrol requeue (Slurm's own requeue, not dt's): one requeue, noticed from
 #     the restart count (or joined, when the workers died of Slurm's SIGTERM
 #     first), resumed, same checksum;
 #   - a node set DOWN under the running job: requeued without it, same
 #     checksum;
-#   - a job of a higher-priority partition preempts the job: Slurm's USR1,
+#   - a job of a higher-priority partition preempts the job: Slurm's USR2,
 #     checkpoint, requeue, the preemptor runs, the job completes, same
 #     checksum.
 . "$(dirname "$0")/lib.sh"
@@ -42,13 +54,18 @@ DTAGENTD=$DT_BUILDDIR/agent/dtagentd
 slurm_up 3 16900 --preempt
 # the cluster's munged serves dt too: agents authenticate with it
 MUNGE_SOCKET=$DT_MUNGE_SOCKET
+# A batch job's environment is slurm_env, not this shell's: pass on this
+# machine's OPENBLAS_* settings (OPENBLAS_CORETYPE picks the kernels, and
+# so the last bits of a matrix product), or the jobs' checksums differ from
+# that of `dtctl run --local`, which runs with them.
+BLAS_ENV=$(env | grep -E '^OPENBLAS_[A-Z0-9_]+=[^ ]*$' | tr '\n' ' ')
 COORD_CONF_EXTRA="slurm = yes
 slurm_conf = $SLURM_CONF
 slurm_agent = $DTAGENTD
 slurm_engine = $DTENGINE
 slurm_poll = 300ms
 slurm_hang_timeout = 10s
-slurm_env = OMPI_MCA_btl_tcp_if_include=lo OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1"
+slurm_env = OMPI_MCA_btl_tcp_if_include=lo OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1 NCCL_PROXY_DUMP_SIGNAL=10 $BLAS_ENV"
 coord_setup
 coord_start || die "dtcoordd did not start"
 
@@ -175,12 +192,32 @@ t_refused() {
 }
 only refused && check "a job that cannot be planned is refused before it reaches Slurm" t_refused
 
+# This site's slurm_env sets NCCL_PROXY_DUMP_SIGNAL=10: a USR1 job is
+# refused (exit 6, as the planner's refusals), the default USR2 is not;
+# a signal srun cannot forward is a spec error (exit 2, dtctl's own check).
+t_signal_refused() {
+    job_spec nccl "signal = USR1" >"$TMPD/nccl.spec"
+    run_rc 6 ctl submit "$TMPD/nccl.spec" || return 1
+    out_has "signal = USR1: the job's environment sets NCCL_PROXY_DUMP_SIGNAL=10 \(slurm_env in" ||
+        return 1
+    out_has "use signal = USR2" || return 1
+    run_rc 6 ctl submit "$TMPD/nccl.spec" --dry-run || return 1
+    job_spec term "signal = TERM" >"$TMPD/term.spec"
+    run_rc 2 ctl submit "$TMPD/term.spec" || return 1
+    out_has "key 'signal': unknown value 'TERM' \(expected USR1 or USR2\)" || return 1
+    squeue_empty || { echo "something reached Slurm:"; squeue; return 1; }
+    run_rc 0 ctl list || return 1
+    out_lacks ' nccl ' && out_lacks ' term '
+}
+only signal_refused && check "a warning signal NCCL would catch, or srun cannot forward: refused" \
+    t_signal_refused
+
 t_dry_run() {
     job_spec dry >"$TMPD/dry.spec"
     run_rc 0 ctl submit "$TMPD/dry.spec" --dry-run || return 1
-    for want in '^#!/bin/sh' '^#SBATCH --signal=B:USR1@' '^#SBATCH --requeue' \
+    for want in '^#!/bin/sh' '^#SBATCH --signal=B:USR2@' '^#SBATCH --requeue' \
         '^#SBATCH --open-mode=append' '^#SBATCH --nodes=2' '^srun ' '--kill-on-bad-exit=0' \
-        'dtagentd'; do
+        'dtagentd' ' --signal USR2' '^trap forward_warning USR2' '^#SBATCH --job-name=dt-0\.0-dry$'; do
         out_has "$want" || return 1
     done
     cp "$TMPD/out" "$TMPD/dry.sh"
@@ -223,6 +260,41 @@ t_clean() {
 }
 only clean && check "submit: runs under Slurm and completes with the run --local checksum" t_clean
 
+# ---- one slurm_load_jobs per poll ----------------------------------------
+
+# sdiag's count of RPC TYPE since slurmctld started (0 when none yet)
+rpc_count() {
+    _rc=$(sdiag 2>/dev/null | sed -n "s/^[[:space:]]*$1[[:space:]][^:]*count:\\([0-9]*\\).*/\\1/p")
+    echo "${_rc:-0}"
+}
+
+# Two jobs that pend (4 nodes on 3): their Slurm state is followed, and
+# for 3 s of polls (every 300 ms) slurmctld gets no slurm_load_job
+# (REQUEST_JOB_INFO_SINGLE) and about one slurm_load_jobs (REQUEST_JOB_INFO)
+# a poll. No scontrol or squeue runs in between.
+t_poll() {
+    job_spec poll1 | sed 's/^nodes = .*/nodes = 4/; s/^gpus_per_node = .*/gpus_per_node = 1/' \
+        >"$TMPD/poll1.spec"
+    sed 's/^name = .*/name = poll2/' "$TMPD/poll1.spec" >"$TMPD/poll2.spec"
+    _j1=$(submit "$TMPD/poll1.spec")
+    _j2=$(submit "$TMPD/poll2.spec")
+    [ -n "$_j1" ] && [ -n "$_j2" ] || { echo "submit failed"; return 1; }
+    wait_for 20 slurm_recorded "$_j1" PENDING && wait_for 20 slurm_recorded "$_j2" PENDING ||
+        { echo "jobs $_j1 $_j2: $(slurm_state_of "$_j1") $(slurm_state_of "$_j2")"; return 1; }
+    _s0=$(rpc_count REQUEST_JOB_INFO_SINGLE)
+    _a0=$(rpc_count REQUEST_JOB_INFO)
+    sleep 3
+    _s1=$(rpc_count REQUEST_JOB_INFO_SINGLE)
+    _a1=$(rpc_count REQUEST_JOB_INFO)
+    run_rc 0 ctl cancel "$_j1" && run_rc 0 ctl cancel "$_j2" || return 1
+    _single=$((_s1 - _s0)) _all=$((_a1 - _a0))
+    [ "$_single" -eq 0 ] && [ "$_all" -ge 3 ] && [ "$_all" -le 14 ] ||
+        { echo "in 3 s: $_all slurm_load_jobs, $_single slurm_load_job for 2 jobs"; return 1; }
+    wait_for 20 squeue_empty || { squeue; return 1; }
+    echo "in 3 s of polls every 300 ms for 2 jobs: $_all slurm_load_jobs, $_single slurm_load_job"
+}
+only poll && check "one slurm_load_jobs per poll for every job, no slurm_load_job" t_poll
+
 # ---- an agent lost, no spare: requeue with the node excluded ---------------
 
 t_requeue_exclude() {
@@ -263,23 +335,39 @@ t_spare() {
 }
 only spare && check "SIGKILL an agent with a spare node: the spare takes over, no requeue" t_spare
 
-# ---- USR1 before the time limit ---------------------------------------------
+# ---- the warning signal before the time limit --------------------------------
 
-t_usr1() {
-    job_spec usr1 >"$TMPD/usr1.spec"
-    run_until "$TMPD/usr1.spec" 30 || return 1
-    # what --signal=B:USR1@lead does at the lead: USR1 to the batch shell only
-    scancel --signal=USR1 --batch "$SID" || return 1
+warned_of() { grep -q "$2" "$COORD_STATE/slurm/dt-$1.out"; }
+
+t_warning() {
+    job_spec warn >"$TMPD/warn.spec"
+    run_until "$TMPD/warn.spec" 30 || return 1
+    # USR1 is NCCL's here: to the batch shell and to every process of the
+    # step (agents, workers), it is no warning and kills nothing
+    scancel --full --signal=USR1 "$SID" || return 1
+    wait_for 10 warned_of "$J" "USR1 received and ignored: the warning signal is USR2" || {
+        echo "the batch shell did not ignore USR1:"
+        tail -n 5 "$COORD_STATE/slurm/dt-$J.out"
+        return 1
+    }
+    _s=$(step_of "$J")
+    wait_for 30 step_at_least "$J" $((_s + 5)) ||
+        { echo "the job stopped at step $_s after USR1"; events_of "$J" | tail -n 8; return 1; }
+    ! events_of "$J" | grep -q -E 'preempt_requested|worker_exit|agent_lost' ||
+        { echo "USR1 stopped something:"; events_of "$J" | tail -n 8; return 1; }
+    # what --signal=B:USR2@lead does at the lead: USR2 to the batch shell only
+    scancel --signal=USR2 --batch "$SID" || return 1
     wait_done "$J" 240 || return 1
     completed_with "$J" "$REF" || return 1
-    events_have preempt_requested "stop for the signal" &&
+    events_have 'preempt_requested .*SIGUSR2 from Slurm' "stop for the signal" &&
         events_have ' requeued ' "requeue" || return 1
     run_rc 0 ctl show "$J" --json || return 1
     out_has '"restarts": 0' && out_has '"requeues": 1' || return 1
-    grep -q "USR1" "$COORD_STATE/slurm/dt-$J.out" ||
-        { echo "the batch output does not mention USR1"; return 1; }
+    warned_of "$J" "USR2 received, forwarding it to srun" ||
+        { echo "the batch output does not mention USR2"; return 1; }
 }
-only usr1 && check "USR1 to the batch shell: checkpoint, requeue (no restart counted), same checksum" t_usr1
+only warning && check "USR1 (NCCL's) ignored; USR2 to the batch shell: checkpoint, requeue, same checksum" \
+    t_warning
 
 # ---- cancel, cancel --checkpoint and resume ---------------------------------
 
@@ -345,6 +433,44 @@ t_coord_restart() {
 only coord_restart && check "SIGKILL dtcoordd mid-run, start it again: same Slurm job, same checksum" \
     t_coord_restart
 
+# dtcoordd dies after slurmctld took the job, before the Slurm id is
+# stored; started again, it must find that Slurm job by its name, not
+# submit a second one.
+job_named() { ctl list | awk -v n="$1" '$2 == n { print $1 }' | tail -n 1; }
+slurm_jobs_named() { squeue -h -t all -o %j 2>/dev/null | grep -c "^dt-$1\\."; }
+
+t_adopt() {
+    coord_stop || :
+    DT_TEST_CRASH_AFTER_SUBMIT=1
+    export DT_TEST_CRASH_AFTER_SUBMIT
+    coord_start
+    _rc=$?
+    unset DT_TEST_CRASH_AFTER_SUBMIT
+    [ "$_rc" -eq 0 ] || return 1
+    job_spec adopt >"$TMPD/adopt.spec"
+    J=$(submit "$TMPD/adopt.spec")
+    if ! wait_for 30 dead "$COORD_PID"; then
+        echo "dtcoordd did not die after the submission (DT_TEST_CRASH_AFTER_SUBMIT)"
+        coord_stop
+        coord_start
+        return 1
+    fi
+    coord_stop 2>/dev/null
+    grep -q "DT_TEST_CRASH_AFTER_SUBMIT is set: dying before it is recorded" "$COORD_LOG" ||
+        { echo "no crash in the log:"; tail -n 5 "$COORD_LOG"; return 1; }
+    coord_start || return 1
+    [ -n "$J" ] || J=$(job_named adopt) # the reply may not have left
+    [ -n "$J" ] || { echo "no job named adopt"; ctl list; return 1; }
+    wait_done "$J" 180 || return 1
+    _n=$(slurm_jobs_named "$J")
+    [ "$_n" -eq 1 ] || { echo "$_n Slurm jobs named dt-$J.*:"; squeue -t all; return 1; }
+    completed_with "$J" "$REF" || return 1
+    events_have "slurm_adopted .*was submitted before dtcoordd stopped, but not recorded" \
+        "adoption"
+}
+only adopt && check "dtcoordd killed between Slurm's answer and the database: one Slurm job, adopted" \
+    t_adopt
+
 t_scontrol_requeue() {
     job_spec outside >"$TMPD/outside.spec"
     run_until "$TMPD/outside.spec" 40 || return 1
@@ -375,7 +501,7 @@ t_preempt() {
     run_rc 0 ctl show "$J" --json || return 1
     out_has '"restarts": 0' || return 1
 }
-only preempt && check "preempted by a higher-priority job: USR1, checkpoint, requeue, same checksum" \
+only preempt && check "preempted by a higher-priority job: USR2, checkpoint, requeue, same checksum" \
     t_preempt
 
 # A node set DOWN under the job (what slurmctld does to a node that stops
@@ -400,6 +526,28 @@ t_node_down() {
 only node_down && check "a node set DOWN under the job: requeued without it, same checksum" \
     t_node_down
 
+# A job of 3 nodes loses one on the 3-node cluster: a requeue without it
+# would pend for ever. It fails at once, saying why, and its Slurm job is
+# cancelled.
+t_no_room() {
+    job_spec wide | sed 's/^nodes = .*/nodes = 3/; s/^gpus_per_node = .*/gpus_per_node = 1/;
+        s/^ranks = .*/ranks = 3/; s/^tokens = .*/tokens = 384/' >"$TMPD/wide.spec"
+    run_until "$TMPD/wide.spec" 5 || return 1
+    wait_for 10 agent_count "$J" 3 || { echo "expected 3 agents"; agents_of "$J"; return 1; }
+    set -- $(agents_of "$J" | head -n 1)
+    _victim=$2
+    kill -KILL "$1"
+    wait_done "$J" 60 ||
+        { echo "slurm job $SID: $(job_field "$SID" JobState) ($(job_field "$SID" Reason))"; return 1; }
+    [ "$(state_of "$J")" = failed ] || { echo "job $J is $(state_of "$J")"; return 1; }
+    _why="slurm job $SID needs 3 nodes, but partition debug has only 2 usable with $_victim"
+    events_have "slurm_no_nodes .*$_why excluded \\(3 nodes in it\\)" "the reason" || return 1
+    wait_for 30 slurm_final "$SID" CANCELLED || { scontrol show job "$SID"; return 1; }
+    sed -n 's/.* slurm_no_nodes *[a-z]* *//p' "$TMPD/ev" | head -n 1
+}
+only no_room && check "3 nodes needed, one lost on a 3-node cluster: failed at once, not pending for ever" \
+    t_no_room
+
 # A real time limit (1 minute, the least Slurm has) and Slurm's own warning
 # signal. Slow and timing-dependent (when the warning comes depends on
 # slurmctld's timers), so only when asked: DT_SLURM_CHECKS=time_limit.
@@ -418,7 +566,7 @@ t_time_limit() {
         "$(sed -n 's/.*generation_started.*resume_step=\([0-9]*\).*/\1/p' "$TMPD/ev" | tr '\n' ' ')"
 }
 echo " ${DT_SLURM_CHECKS:-} " | grep -q " time_limit " &&
-    check "a real 1-minute time limit: Slurm's USR1, checkpoint, requeue until done" t_time_limit
+    check "a real 1-minute time limit: Slurm's USR2, checkpoint, requeue until done" t_time_limit
 
 # this coordinator's agents and workers only (other tests may run beside)
 nothing_of_ours() {

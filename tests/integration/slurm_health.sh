@@ -156,7 +156,8 @@ done
 echo "ran on \$SLURMD_NODENAME"
 EOF
 touch "$TMPD/shm/vader_segment.n1.fresh.0"
-slurm_submit -N1 -w n1 -J dt-42-demo -o "$TMPD/out/%j.out" "$TMPD/leave.sh"
+# named as dtcoordd names the Slurm job of dt job 42: dt-JOB.TAG-NAME
+slurm_submit -N1 -w n1 -J dt-42.miezlbp7-demo -o "$TMPD/out/%j.out" "$TMPD/leave.sh"
 check "epilog: the job completes" slurm_wait_state "$JOBID" COMPLETED 30
 left=$(cat "$TMPD/left.pid" 2>/dev/null)
 decoy=$(cat "$TMPD/decoy.pid" 2>/dev/null)
