@@ -30,6 +30,7 @@
 #include "common/log.h"
 #include "common/mem.h"
 #include "coordinator/alloc.h"
+#include "coordinator/jobdir.h"
 #include "coordinator/batch.h"
 #include "coordinator/run.h"
 #include "db/db.h"
@@ -273,7 +274,9 @@ static op_t *enqueue(dt_alloc_t *al, enum op_kind kind, int64_t job, uint32_t sl
 
 /*-- submission -------------------------------------------------------------------*/
 
-static void conf_of(dt_coord_t *c, int64_t job, uint32_t owner, dt_batch_conf_t *bc)
+/* bc->output_dir may point into *jobdir, which the caller frees. */
+static void conf_of(dt_coord_t *c, int64_t job, uint32_t owner, dt_batch_conf_t *bc,
+                    char **jobdir)
 {
     dt_alloc_t *al = c->alloc;
     struct passwd *pw = getpwuid(owner);
@@ -284,7 +287,10 @@ static void conf_of(dt_coord_t *c, int64_t job, uint32_t owner, dt_batch_conf_t 
     bc->agent_path = al->agent;
     bc->engine_path = c->conf.slurm_engine;
     bc->munge_socket = c->conf.munge_socket;
-    bc->output_dir = al->output_dir;
+    /* the batch output is the job owner's, written by slurmstepd as the
+     * owner: in the job's directory unless the site names a shared one */
+    *jobdir = al->output_dir ? NULL : dt_jobdir_path(c->conf.jobs_dir, job);
+    bc->output_dir = al->output_dir ? al->output_dir : *jobdir;
     bc->setup = c->conf.slurm_setup;
     bc->env = (const char *const *)al->env;
     bc->hang_timeout_ms = c->conf.slurm_hang_timeout_ms;
@@ -302,15 +308,18 @@ int dt_alloc_describe(dt_coord_t *c, int64_t job, const dt_spec_t *s, const dt_p
                       const dt_plan_t *plan, uint32_t owner, dt_slurm_desc_t *d, dt_emsg_t *em)
 {
     dt_batch_conf_t bc;
+    char *jobdir = NULL;
 
     if (c->alloc == NULL)
         return dt_emsg_set(em, DT_ENOTSUP, "this dtcoordd does not submit to Slurm (slurm = no "
                            "in %s)", c->conf_path);
-    conf_of(c, job, owner, &bc);
+    conf_of(c, job, owner, &bc, &jobdir);
     int gpn = req->cluster.gpus_per_node > 0 ? req->cluster.gpus_per_node : 1;
     /* the plan's node count includes the spares; batch.c adds them back */
     int nodes = (plan->ranks + gpn - 1) / gpn;
-    return dt_batch_make(job, s, nodes, gpn, NULL, &bc, d, em);
+    int rc = dt_batch_make(job, s, nodes, gpn, NULL, &bc, d, em);
+    free(jobdir);
+    return rc;
 }
 
 int dt_alloc_check(dt_coord_t *c, const dt_spec_t *s, const dt_plan_req_t *req,
@@ -353,6 +362,14 @@ static void submit(dt_alloc_t *al, track_t *t)
     dt_slurm_job_clear(&old);
     if (had)
         goto out; /* it has one: nothing to submit */
+    /* the job's directory first: Slurm writes its output there, as the
+     * owner, and the batch job starts in it */
+    if ((rc = dt_jobdir_ensure(c->jobs_fd, c->conf.jobs_dir, t->job, (uid_t)j.owner, &em)) < 0 &&
+        al->output_dir == NULL) {
+        dt_coord_event(c, t->job, "slurm_refused", "%s", em.s);
+        dt_db_job_transition(c->db, t->job, DT_JOB_FAILED, NULL, em.s, &em);
+        goto out;
+    }
     o = enqueue(al, OP_SUBMIT, t->job, 0);
     /* exclusions of the job's earlier Slurm jobs (before a resume) are not
      * carried: a resume is the user's fresh start (the spec's exclude is) */
@@ -937,9 +954,9 @@ int dt_alloc_init(dt_coord_t *c, dt_emsg_t *em)
     if (al->crash_after_submit)
         dt_log_warn("DT_TEST_CRASH_AFTER_SUBMIT is set: dtcoordd dies after its first "
                     "submission to Slurm (a test's fault, never for use)");
-    al->output_dir = cf->slurm_output_dir ? dt_xstrdup(cf->slurm_output_dir)
-                                          : dt_xasprintf("%s/slurm", cf->state_dir);
-    if (dt_mkdirs(al->output_dir, 0755) < 0) {
+    /* unset: each job's output goes to its own directory (jobdir.h) */
+    al->output_dir = cf->slurm_output_dir ? dt_xstrdup(cf->slurm_output_dir) : NULL;
+    if (al->output_dir && dt_mkdirs(al->output_dir, 0755) < 0) {
         rc = dt_emsg_set(em, DT_ECONF, "%s: slurm_output_dir %s: %s", c->conf_path,
                          al->output_dir, strerror(errno));
         goto fail;
@@ -976,7 +993,8 @@ int dt_alloc_init(dt_coord_t *c, dt_emsg_t *em)
     uint64_t every = (uint64_t)(cf->slurm_poll_ms > 0 ? cf->slurm_poll_ms : 5000);
     uv_timer_start(&al->poll, on_poll, every, every);
     dt_log_info("slurm: agents connect to %s, agent %s, output in %s, poll every %llu ms",
-                al->coord_addr, al->agent, al->output_dir, (unsigned long long)every);
+                al->coord_addr, al->agent, al->output_dir ? al->output_dir : "each job's directory",
+                (unsigned long long)every);
     return 0;
 fail:
     for (size_t i = 0; al->env && al->env[i]; i++)

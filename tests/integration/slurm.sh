@@ -254,8 +254,8 @@ t_clean() {
     run_rc 0 ctl show "$J" || return 1
     out_has "slurm +job $SID +COMPLETED" && out_has "output .*dt-$J\\.out" || return 1
     # the batch job's output file, appended by the agents' runs
-    grep -q "agents ended with status 0" "$COORD_STATE/slurm/dt-$J.out" ||
-        { echo "output:"; sed 's/^/  | /' "$COORD_STATE/slurm/dt-$J.out" | tail; return 1; }
+    grep -q "agents ended with status 0" "$COORD_STATE/jobs/$J/dt-$J.out" ||
+        { echo "output:"; sed 's/^/  | /' "$COORD_STATE/jobs/$J/dt-$J.out" | tail; return 1; }
     events_have slurm_submitted "submission" && events_have 'slurm_state .*RUNNING' "RUNNING"
 }
 only clean && check "submit: runs under Slurm and completes with the run --local checksum" t_clean
@@ -337,7 +337,7 @@ only spare && check "SIGKILL an agent with a spare node: the spare takes over, n
 
 # ---- the warning signal before the time limit --------------------------------
 
-warned_of() { grep -q "$2" "$COORD_STATE/slurm/dt-$1.out"; }
+warned_of() { grep -q "$2" "$COORD_STATE/jobs/$1/dt-$1.out"; }
 
 t_warning() {
     job_spec warn >"$TMPD/warn.spec"
@@ -347,7 +347,7 @@ t_warning() {
     scancel --full --signal=USR1 "$SID" || return 1
     wait_for 10 warned_of "$J" "USR1 received and ignored: the warning signal is USR2" || {
         echo "the batch shell did not ignore USR1:"
-        tail -n 5 "$COORD_STATE/slurm/dt-$J.out"
+        tail -n 5 "$COORD_STATE/jobs/$J/dt-$J.out"
         return 1
     }
     _s=$(step_of "$J")
