@@ -29,6 +29,7 @@
 
 #include "cli/dtctl.h"
 #include "common/mem.h"
+#include "common/text.h"
 #include "common/proto.h"
 
 #define POLL_MS 250
@@ -50,31 +51,16 @@ typedef struct logs {
 } logs_t;
 
 /* Write n bytes of a job's output; on a terminal, escape what could
- * drive it. */
+ * drive it (a UTF-8 sequence cut by the read shows as \x escapes). */
 static void emit(const logs_t *L, const unsigned char *p, size_t n)
 {
     if (!L->tty) {
         fwrite(p, 1, n, stdout);
         return;
     }
-    for (size_t i = 0; i < n;) {
-        unsigned char c = p[i];
-        size_t len = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3
-                                   : (c & 0xf8) == 0xf0 ? 4 : 0;
-        int ok = len > 0 && i + len <= n;
-        for (size_t k = 1; ok && k < len; k++)
-            ok = (p[i + k] & 0xc0) == 0x80;
-        /* C1 controls (U+0080..U+009F) are two bytes: c2 80..9f */
-        if (ok && len == 2 && c == 0xc2 && p[i + 1] < 0xa0)
-            ok = 0;
-        if (!ok || (len == 1 && ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f))) {
-            printf("\\x%02x", c);
-            i++;
-            continue;
-        }
-        fwrite(p + i, 1, len, stdout);
-        i += len;
-    }
+    char *e = dt_text_escape_n((const char *)p, n, DT_TEXT_KEEP_LINES);
+    fputs(e, stdout);
+    free(e);
 }
 
 /* Print what is new in source k since its offset: DTCTL_OK, or an exit

@@ -106,13 +106,15 @@ int dt_text_needs_escape(const char *s, int flags)
 
 char *dt_text_escape(const char *s, int flags)
 {
+    return s ? dt_text_escape_n(s, strlen(s), flags) : NULL;
+}
+
+char *dt_text_escape_n(const char *s, size_t n, int flags)
+{
     const unsigned char *p = (const unsigned char *)s;
-    size_t n, i = 0, o = 0;
+    size_t i = 0, o = 0;
     char *out;
 
-    if (s == NULL)
-        return NULL;
-    n = strlen(s);
     out = dt_xmallocarray(n + 1, 6); /* at most \uHHHH (6) per input byte */
     while (i < n) {
         unsigned cp;

@@ -37,6 +37,9 @@ int dt_text_check(const char *what, const char *s, size_t max, dt_emsg_t *em);
  * included, is copied, so text that dt_text_check accepts comes back
  * unchanged. NULL gives NULL. */
 char *dt_text_escape(const char *s, int flags);
+/* The same for n bytes that may hold NULs (a NUL becomes \x00): output
+ * read in chunks, such as a job's log. */
+char *dt_text_escape_n(const char *s, size_t n, int flags);
 
 /* 1 when dt_text_escape(s, flags) would change s. */
 int dt_text_needs_escape(const char *s, int flags);

@@ -112,3 +112,15 @@ Test(text, fit_cuts_between_characters)
     cr_expect_eq(dt_text_fit("ab日本", 6), 5);
     cr_expect_eq(dt_text_fit("😀", 3), 0);
 }
+
+Test(text, escape_n_takes_bytes_with_nuls_and_keeps_lines)
+{
+    static const char in[] = "ok\n\0\x1b[2J\tlast\xe6\x97";
+    char *e = dt_text_escape_n(in, sizeof(in) - 1, DT_TEXT_KEEP_LINES);
+
+    cr_assert_str_eq(e, "ok\n\\x00\\x1b[2J\tlast\\xe6\\x97");
+    free(e);
+    e = dt_text_escape_n("", 0, 0);
+    cr_assert_str_eq(e, "");
+    free(e);
+}
