@@ -5,7 +5,8 @@
  * the user's: dtcoordd(8) SECURITY). CKPT_COMMIT writes a step's COMMITTED
  * marker (dt_ckpt_mark_committed never follows a planted link); CKPT_PRUNE
  * removes old step directories (dt_rmtree never follows a link out of
- * them). Each runs on the thread pool and is answered with CKPT_DONE.
+ * them), or sets corrupt ones aside as step-N.corrupt so that the engine
+ * writes the step again. Each runs on the thread pool and is answered with CKPT_DONE.
  *
  * Not here: reading shards back after a worker wrote them (task.c), the
  * checkpoint format (engine/ckpt.c).
@@ -26,6 +27,7 @@ typedef struct file_op {
     uv_work_t req;
     dt_agent_t *ag;
     int commit;       /* else prune */
+    char *tag;        /* prune: set the steps aside as step-N.TAG instead of deleting them */
     char *root;
     int64_t *steps;
     size_t n;
@@ -41,7 +43,9 @@ static void op_work(uv_work_t *req)
     op->ok = 1;
     for (size_t i = 0; i < op->n; i++) {
         char *dir = dt_ckpt_step_dir(op->root, op->steps[i]);
-        int rc = op->commit ? dt_ckpt_mark_committed(dir, &em) : dt_rmtree(dir, &em);
+        int rc = op->commit ? dt_ckpt_mark_committed(dir, &em)
+                 : op->tag  ? dt_ckpt_set_aside(op->root, op->steps[i], op->tag, NULL, &em)
+                            : dt_rmtree(dir, &em);
         if (rc < 0 && op->ok) {
             op->ok = 0;
             snprintf(op->why, sizeof(op->why), "%s", em.s);
@@ -74,6 +78,7 @@ static void op_done(uv_work_t *req, int status)
                                         (json_int_t)step, "ok", op->ok, "error",
                                         op->ok ? NULL : op->why));
     free(op->root);
+    free(op->tag);
     free(op->steps);
     free(op);
 }
@@ -94,6 +99,14 @@ void dt_files_ckpt(dt_agent_t *ag, const dt_msg_t *m)
     op->ag = ag;
     op->commit = m->type == DT_MSG_CKPT_COMMIT;
     op->root = dt_xstrdup(root);
+    const char *tag = json_string_value(json_object_get(m->body, "set_aside"));
+    if (tag && (tag[0] == '\0' || strspn(tag, "abcdefghijklmnopqrstuvwxyz") != strlen(tag))) {
+        dt_log_error("CKPT_PRUNE set_aside '%.32s': not a lowercase word: ignored", tag);
+        free(op->root);
+        free(op);
+        return;
+    }
+    op->tag = tag ? dt_xstrdup(tag) : NULL;
     if (op->commit) {
         json_t *s = json_object_get(m->body, "step");
         op->steps = dt_xmalloc(sizeof(*op->steps));
@@ -109,6 +122,7 @@ void dt_files_ckpt(dt_agent_t *ag, const dt_msg_t *m)
     if (op->n == 0) {
         dt_log_error("%s without steps: ignored", dt_msg_type_name(m->type));
         free(op->root);
+        free(op->tag);
         free(op->steps);
         free(op);
         return;

@@ -86,8 +86,9 @@
     X(JOB_END, 55, "coord", "{job, state}: the job is over (or requeued: exit 75)")       \
     X(CKPT_COMMIT, 56, "coord", "{dir, step}: write the step's COMMITTED marker, as the "  \
                                 "job's owner; CKPT_DONE follows")                     \
-    X(CKPT_PRUNE, 57, "coord", "{dir, steps}: delete these step directories, as the "    \
-                               "job's owner; CKPT_DONE follows")                      \
+    X(CKPT_PRUNE, 57, "coord", "{dir, steps, set_aside?}: delete these step "             \
+                               "directories (or rename them step-N.TAG), as the job's " \
+                               "owner; CKPT_DONE follows")                            \
     /* dtengine -> dtagentd over the worker channel (DT_AGENT_FD), id 0 */           \
     X(W_HELLO, 60, "worker", "{rank, pid}")                                            \
     X(W_PROGRESS, 61, "worker", "{rank, step, steps, tokens, loss, tokens_s, acc}")    \

@@ -319,6 +319,19 @@ out:
     ck_list_free(&l);
 }
 
+/* A step found corrupt: an agent renames its directory step-N.corrupt (kept
+ * for inspection, and out of the engine's way: it writes the step again
+ * when training passes it, instead of skipping a directory that carries a
+ * COMMITTED marker). */
+static void set_aside(dt_coord_t *c, jobrun_t *r, int64_t step)
+{
+    dt_live_agent_t *a = r->ckpt_root ? file_agent(c, r) : NULL;
+
+    if (a)
+        push(a, DT_MSG_CKPT_PRUNE, json_pack("{s:s, s:[I], s:s}", "dir", r->ckpt_root, "steps",
+                                             (json_int_t)step, "set_aside", "corrupt"));
+}
+
 typedef struct shard_cmp {
     json_t *man; /* the manifest's sha256 per rank */
     int n, bad;
@@ -357,6 +370,7 @@ static void try_commit(dt_coord_t *c, jobrun_t *r, int64_t step)
         dt_coord_event(c, r->job, "checkpoint_rejected", "step=%lld: a shard's sha256 differs from "
                        "the manifest's, or its ranks do not match", (long long)step);
         dt_db_checkpoint_set_state(c->db, r->job, step, "corrupt", &em);
+        set_aside(c, r, step);
         goto out;
     }
     dt_live_agent_t *a = file_agent(c, r);
@@ -695,6 +709,7 @@ static void ckpt_bad(dt_coord_t *c, jobrun_t *r, const char *why)
                    (long long)step, why);
     if (dt_db_checkpoint_set_state(c->db, r->job, step, "corrupt", &em) < 0)
         dt_log_error("job=%lld step=%lld: %s", (long long)r->job, (long long)step, em.s);
+    set_aside(c, r, step);
     restart_gen(c, r, "the resume checkpoint does not verify");
 }
 
@@ -1030,6 +1045,7 @@ void dt_run_ckpt_done(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
                        "write the commit marker: %s", (long long)step, (long long)a->id, a->node,
                        err ? err : "?");
         dt_db_checkpoint_set_state(c->db, r->job, step, "corrupt", &em);
+        set_aside(c, r, step);
         return;
     }
     if (dt_db_checkpoint_set_state(c->db, r->job, step, "committed", &em) < 0) {

@@ -293,6 +293,12 @@ finish_job "$J"
 check "corrupt checkpoint: the job completed" test "$(state_of "$J")" = completed
 check "corrupt checkpoint: same checksum as fault-free" same_checksum "$J"
 check "corrupt checkpoint: skipped with an event" has_event "$J" checkpoint_skipped
+t_set_aside() {
+    [ -d "$ck.corrupt" ] || { echo "no $ck.corrupt"; ls "$(dirname "$ck")"; return 1; }
+    [ -f "$ck/COMMITTED" ] || { echo "$ck was not written again"; return 1; }
+    echo "$(basename "$ck") set aside as .corrupt and written again"
+}
+check "corrupt checkpoint: set aside by an agent, the step written and committed again" t_set_aside
 check "corrupt checkpoint: no worker left" no_workers_left
 
 # ---- a planned stop: checkpoint, then cancelled ----------------------------------------

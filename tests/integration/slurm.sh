@@ -256,6 +256,9 @@ t_clean() {
     # the batch job's output file, appended by the agents' runs
     grep -q "agents ended with status 0" "$COORD_STATE/jobs/$J/dt-$J.out" ||
         { echo "output:"; sed 's/^/  | /' "$COORD_STATE/jobs/$J/dt-$J.out" | tail; return 1; }
+    # dtctl logs: the batch output without --rank, a rank's log with it
+    run_rc 0 ctl logs "$J" && out_has "agents ended with status 0" || return 1
+    run_rc 0 ctl logs "$J" --rank 0 && out_has "dtagentd: job=$J gen=1 rank=0 " || return 1
     events_have slurm_submitted "submission" && events_have 'slurm_state .*RUNNING' "RUNNING"
 }
 only clean && check "submit: runs under Slurm and completes with the run --local checksum" t_clean
