@@ -597,18 +597,28 @@ static void maybe_next(dt_coord_t *c, jobrun_t *r)
     gen_start(c, r);
 }
 
-/* Abort the generation everywhere without counting a restart (a resume
- * checkpoint that did not verify): the next one starts when the agents
- * have reported the end. */
-static void restart_gen(dt_coord_t *c, jobrun_t *r, const char *why)
+/* Tell every agent of the generation to abort it (RANK the failed one, -1
+ * none): the next generation starts when they have all reported its end
+ * (maybe_next). */
+static void abort_gen(dt_coord_t *c, jobrun_t *r, const char *why, int rank)
 {
     free(r->pending_reason);
     r->pending_reason = dt_xstrdup(why);
     r->phase = PH_ABORTING;
     r->abort_ms = dt_coord_mono_ms();
-    for (int i = 0; i < r->ngen; i++)
-        push(dt_coord_agent_find(c, r->gen_agents[i]), DT_MSG_GEN_ABORT,
-             json_pack("{s:i, s:s}", "gen", r->gen, "reason", why));
+    for (int i = 0; i < r->ngen; i++) {
+        json_t *b = json_pack("{s:i, s:s}", "gen", r->gen, "reason", why);
+        if (rank >= 0)
+            json_object_set_new(b, "rank", json_integer(rank));
+        push(dt_coord_agent_find(c, r->gen_agents[i]), DT_MSG_GEN_ABORT, b);
+    }
+}
+
+/* Abort the generation without counting a restart (a resume checkpoint
+ * that did not verify). */
+static void restart_gen(dt_coord_t *c, jobrun_t *r, const char *why)
+{
+    abort_gen(c, r, why, -1);
     maybe_next(c, r);
 }
 
@@ -628,13 +638,7 @@ static void fail_gen(dt_coord_t *c, jobrun_t *r, int rank, const char *cause, co
 
     if (r->phase != PH_STARTING && r->phase != PH_RUNNING)
         return;
-    free(r->pending_reason);
-    r->pending_reason = dt_xstrdup(why);
-    r->phase = PH_ABORTING;
-    r->abort_ms = dt_coord_mono_ms();
-    for (int i = 0; i < r->ngen; i++)
-        push(dt_coord_agent_find(c, r->gen_agents[i]), DT_MSG_GEN_ABORT,
-             json_pack("{s:i, s:s, s:i}", "gen", r->gen, "reason", why, "rank", rank));
+    abort_gen(c, r, why, rank);
     enum dt_job_state st = DT_JOB_RUNNING;
     if (dt_db_job_get(c->db, r->job, &j, &em) == 0) {
         r->restarts = j.restarts;
@@ -840,12 +844,7 @@ void dt_run_registered(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
         fail_gen(c, r, first_rank(r, a->id), "agent restarted", why);
     } else if (gen == 0 && r->phase == PH_STARTING) {
         /* GEN_START may not have reached it: send it again */
-        r->phase = PH_ABORTING;
-        free(r->pending_reason);
-        r->pending_reason = dt_xstrdup("restarted: an agent missed the start");
-        for (int i = 0; i < r->ngen; i++)
-            push(dt_coord_agent_find(c, r->gen_agents[i]), DT_MSG_GEN_ABORT,
-                 json_pack("{s:i, s:s}", "gen", r->gen, "reason", r->pending_reason));
+        abort_gen(c, r, "restarted: an agent missed the start", -1);
         r->ended[gi] = 1;
         maybe_next(c, r);
     }

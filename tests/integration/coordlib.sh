@@ -336,6 +336,27 @@ json_num() {
 
 # ---- jobs -------------------------------------------------------------------
 
+# state_of JOB: the job's state; terminal JOB: it has ended
+state_of() {
+    ctl show "$1" --json | json_str state | head -n 1
+}
+terminal() {
+    case $(state_of "$1") in completed | failed | cancelled) return 0 ;; esac
+    return 1
+}
+
+# finish_job JOB: wait for the end, then for every agent in AGENT_PIDS (the
+# script's, started in the background) to exit
+finish_job() {
+    wait_for 240 terminal "$1" || echo "job $1 did not end within 240 s"
+    for _fj in $AGENT_PIDS; do
+        wait_for 20 dead "$_fj" || kill -KILL "$_fj" 2>/dev/null
+        wait "$_fj" 2>/dev/null
+        untrack "$_fj"
+    done
+    AGENT_PIDS=
+}
+
 # small_job_spec: the spec lines of a job small enough to run many times
 # here (a 2-layer model on the recall task, 256 tokens, 4 ranks, 40 steps,
 # a checkpoint every 10); scripts add what they need (name, nodes, ...)

@@ -45,22 +45,6 @@ nagent() {
     AGENT_PIDS="$AGENT_PIDS $!"
 }
 
-state_of() {
-    ctl show "$1" --json | json_str state | head -n 1
-}
-terminal() {
-    case $(state_of "$1") in completed | failed | cancelled) return 0 ;; esac
-    return 1
-}
-finish_job() { # JOB: its end, then its agents' exits
-    wait_for 240 terminal "$1" || echo "job $1 did not end within 240 s"
-    for _fj in $AGENT_PIDS; do
-        wait_for 20 dead "$_fj" || kill -KILL "$_fj" 2>/dev/null
-        wait "$_fj" 2>/dev/null
-        untrack "$_fj"
-    done
-    AGENT_PIDS=
-}
 # mode_owner PATH: "MODE USER"
 mode_owner() {
     stat -c '%a %U' "$1"

@@ -55,14 +55,6 @@ submit() { # SPEC: prints the job id
     ctl submit "$1" --json | json_num id | head -n 1
 }
 
-state_of() {
-    ctl show "$1" --json | json_str state | head -n 1
-}
-
-terminal() {
-    case $(state_of "$1") in completed | failed | cancelled) return 0 ;; esac
-    return 1
-}
 
 # max step any rank of JOB reported
 step_of() {
@@ -82,16 +74,6 @@ loss_of() {
     ctl show "$1" --json | sed -n 's/^ *"loss": \([-0-9.e+]*\),\{0,1\}$/\1/p' | tail -n 1
 }
 
-# finish_job JOB: wait for the end, then for every agent to exit
-finish_job() {
-    wait_for 240 terminal "$1" || echo "job $1 did not end within 240 s"
-    for _fj in $AGENT_PIDS; do
-        wait_for 20 dead "$_fj" || kill -KILL "$_fj" 2>/dev/null
-        wait "$_fj" 2>/dev/null
-        untrack "$_fj"
-    done
-    AGENT_PIDS=
-}
 
 # a worker of agent NAME of job JOB: its pid
 worker_of() {

@@ -83,11 +83,6 @@ job_spec() { # NAME [extra lines]
 submit() { # SPEC: prints the job id
     ctl submit "$1" --json | json_num id | head -n 1
 }
-state_of() { ctl show "$1" --json | json_str state | head -n 1; }
-terminal() {
-    case $(state_of "$1") in completed | failed | cancelled) return 0 ;; esac
-    return 1
-}
 step_of() { ctl show "$1" --json | json_num step | sort -n | tail -n 1; }
 step_at_least() {
     _sa=$(step_of "$1")
