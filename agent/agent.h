@@ -38,6 +38,7 @@ typedef struct dt_worker {
     int term_signal;
     int64_t pid;
     int64_t last_heard_ms;   /* monotonic: spawn, then every frame */
+    int heard;               /* a frame came: the hang timeout applies from now on */
     int64_t step;
     int hung;                /* killed for silence: 1, 2 when it was stopped (SIGSTOP) */
     int stepping;            /* the first W_PROGRESS came */
@@ -68,6 +69,7 @@ typedef struct dt_agent {
     int64_t job;
     int slots;
     int64_t hang_ms, grace_ms;
+    int64_t start_ms;        /* a worker's first frame may take this long (MPI_Init) */
     /* link */
     union {
         uv_handle_t handle;

@@ -37,7 +37,8 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: dtagentd --coord unix:PATH|HOST:PORT --job ID [--node NAME] [--slots N]\n"
                "                [--state-dir DIR] [--engine PATH] [--munge-socket PATH]\n"
-               "                [--hang-timeout DUR] [--grace DUR] [--signal USR1|USR2]\n"
+               "                [--hang-timeout DUR] [--start-timeout DUR] [--grace DUR]\n"
+               "                [--signal USR1|USR2]\n"
                "                [--log-level LEVEL]\n"
                "                [-v] [-h]\n");
 }
@@ -159,11 +160,12 @@ int main(int argc, char **argv)
         { "state-dir", 1, NULL, 'd' },    { "engine", 1, NULL, 'e' },
         { "munge-socket", 1, NULL, 'm' }, { "hang-timeout", 1, NULL, 'H' },
         { "grace", 1, NULL, 'g' },        { "log-level", 1, NULL, 'l' },
-        { "signal", 1, NULL, 'S' },
+        { "signal", 1, NULL, 'S' },       { "start-timeout", 1, NULL, 'T' },
         { "version", 0, NULL, 'v' },      { "help", 0, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
-    dt_agent_t ag = { .slots = 1, .hang_ms = 60000, .grace_ms = 5000, .warn_signal = SIGUSR1 };
+    dt_agent_t ag = { .slots = 1, .hang_ms = 60000, .start_ms = 300000, .grace_ms = 5000,
+                      .warn_signal = SIGUSR1 };
     enum dt_log_level level = DT_LOG_INFO;
     char host[256] = "localhost", *engine = NULL, *state_dir = NULL;
     dt_emsg_t em = { "" };
@@ -189,6 +191,7 @@ int main(int argc, char **argv)
         case 'e': ag.engine = optarg; break;
         case 'm': ag.munge_socket = optarg; break;
         case 'H': rc = dt_conf_parse_duration(optarg, &ag.hang_ms); break;
+        case 'T': rc = dt_conf_parse_duration(optarg, &ag.start_ms); break;
         case 'g': rc = dt_conf_parse_duration(optarg, &ag.grace_ms); break;
         case 'l': rc = dt_log_parse_level(optarg, &level); break;
         case 'S':

@@ -353,6 +353,7 @@ static void on_worker_frame(dt_worker_t *w, const dt_msg_t *m)
     dt_agent_t *ag = w->ag;
 
     w->last_heard_ms = dt_agent_mono_ms();
+    w->heard = 1;
     switch (m->type) {
     case DT_MSG_W_HELLO: {
         json_t *pid = json_object_get(m->body, "pid");
@@ -657,13 +658,16 @@ static void watch_fire(uv_timer_t *t)
 
     for (int i = 0; i < ag->nworkers; i++) {
         dt_worker_t *w = &ag->workers[i];
-        if (!alive(w) || w->hung || ag->aborting || now - w->last_heard_ms <= ag->hang_ms)
+        /* until its first frame a worker is starting (MPI_Init, its
+         * communicator, a wide job's wire-up): the start timeout applies */
+        int64_t limit = w->heard || ag->start_ms < ag->hang_ms ? ag->hang_ms : ag->start_ms;
+        if (!alive(w) || w->hung || ag->aborting || now - w->last_heard_ms <= limit)
             continue;
         char st = proc_state(w->pid);
-        dt_log_warn("gen=%u rank=%d pid=%lld silent for %lld ms (hang timeout %lld ms)%s: hung, "
+        dt_log_warn("gen=%u rank=%d pid=%lld silent for %lld ms (%s timeout %lld ms)%s: hung, "
                     "killing it", ag->gen, w->rank, (long long)w->pid,
-                    (long long)(now - w->last_heard_ms), (long long)ag->hang_ms,
-                    st == 'T' || st == 't' ? ", stopped by a signal" : "");
+                    (long long)(now - w->last_heard_ms), w->heard ? "hang" : "start",
+                    (long long)limit, st == 'T' || st == 't' ? ", stopped by a signal" : "");
         w->hung = st == 'T' || st == 't' ? 2 : 1;
         kill_worker(w, SIGKILL);
     }
