@@ -733,9 +733,10 @@ static int layout_make(const dt_pmix_gen_t *g, int self, layout_t *l, dt_emsg_t 
         l->noderank[r] = count[g->node_of[r]]++;
     for (int i = 0; i < g->nnodes; i++) {
         if (count[i] > 65535) {
+            int n = count[i];
             free(count);
             return dt_emsg_set(em, DT_EINVAL, "gen=%u: %d ranks on node %s (at most 65535)", g->gen,
-                               count[i], g->nodes[i]);
+                               n, g->nodes[i]);
         }
         l->nodeid[i] = -1;
         if (count[i] == 0)
