@@ -204,7 +204,9 @@ wait_for 120 step_at_least "$J" 12
 kill -KILL "$COORD_PID"
 wait "$COORD_PID" 2>/dev/null
 untrack "$COORD_PID"
-sleep 1
+# down long enough that the agents' reconnect backoff passes agent_timeout
+# (1 s here): the restarted coordinator must still wait for them
+sleep 4
 workers_during=$(pgrep -f "$TMPD/agents/$J-" | wc -l)
 coord_start || die "dtcoordd did not start again"
 finish_job "$J"
