@@ -281,6 +281,12 @@ int main(int argc, char **argv)
     free(ag.rbuf);
     free(engine);
     free(state_dir);
+    if (dt_pmix_abandoned()) {
+        /* libpmix's threads may hold its locks: no exit handlers */
+        dt_log_info("exiting with status %d (libpmix left running)", ag.exit_code);
+        fflush(NULL);
+        _exit(ag.exit_code);
+    }
     dt_log_info("exiting with status %d", ag.exit_code);
     return ag.exit_code;
 }

@@ -29,20 +29,37 @@
  * by itself (the workers' handles do). The memory of a dt_pmix_t is
  * released in their close callbacks, so dt_pmix_free wants the loop to run
  * once more.
+ *
+ * Other users of the host (see "who may connect" below): libpmix listens on
+ * TCP 127.0.0.1 and, over TCP, its "native" security believes the uid a
+ * client sends. This file defines accept(2) for the whole process, so that
+ * a connection whose socket belongs to another user is closed before
+ * libpmix reads a byte of it. PMIx_server_finalize runs on a helper thread
+ * with a deadline: a libpmix that does not come back (seen: a progress
+ * thread blocked in a handshake read, a finalize that locked a freed mutex
+ * after a refused client) is left behind and the process must leave with
+ * _exit (dt_pmix_abandoned).
  */
 #include "config.h"
 
 #include <errno.h>
 #include <ftw.h>
 #include <limits.h>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
+#include <netinet/in.h>
 #include <pmix.h>
 #include <pmix_server.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -90,7 +107,8 @@ struct dt_pmix {
     int nclosed;
     int finalized; /* PMIx_server_finalize done: call no cbfunc any more */
 
-    pthread_mutex_t mu; /* guards the queue only */
+    pthread_mutex_t mu; /* guards the queue and `closed` */
+    int closed;         /* the async handle is closing: queue nothing more */
     upcall_t *qhead;
     upcall_t **qtail;
 
@@ -110,8 +128,12 @@ struct dt_pmix {
 
 /* libpmix's server is process-wide and its host module has no user data:
  * the upcalls find the one dt_pmix_t here. Set before PMIx_server_init,
- * cleared after PMIx_server_finalize. */
+ * cleared after PMIx_server_finalize (never, when finalize was abandoned:
+ * then the dt_pmix_t stays allocated for libpmix's late upcalls). */
 static dt_pmix_t *the_server;
+
+/* PMIx_server_finalize did not return in time (dt_pmix_abandoned). */
+static int abandoned;
 
 /* ---- PMIx status -> DT_E* (the one translation) ---------------------------- */
 
@@ -263,10 +285,17 @@ static pmix_status_t enqueue(upcall_t *u)
         return PMIX_ERR_INIT;
     }
     pthread_mutex_lock(&p->mu);
+    if (p->closed) {
+        /* dt_pmix_free closed the async handle: nobody will answer */
+        pthread_mutex_unlock(&p->mu);
+        upcall_free(u);
+        return PMIX_ERR_INIT;
+    }
     *p->qtail = u;
     p->qtail = &u->next;
-    pthread_mutex_unlock(&p->mu);
+    /* under mu: dt_pmix_free closes the handle only after setting closed */
     uv_async_send(&p->async);
+    pthread_mutex_unlock(&p->mu);
     return PMIX_SUCCESS;
 }
 
@@ -535,13 +564,214 @@ static void rm_tree(const char *path)
         dt_log_warn("cannot remove %s: %s", path, strerror(errno));
 }
 
+/* The server's directory and every directory above it: only we (or root)
+ * may change them, else another user could swap the directory the workers'
+ * files go to. The directory itself must be ours; it is made 0700. */
+static int dir_private(const char *path, dt_emsg_t *em)
+{
+    uid_t me = geteuid();
+    char *real = realpath(path, NULL);
+    struct stat st;
+    int rc = 0;
+
+    if (real == NULL)
+        return dt_emsg_set(em, dt_err_errno(errno), "%s: %s", path, strerror(errno));
+    for (char *s = real;; s++) {
+        if (*s != '/' && *s != '\0')
+            continue;
+        char c = *s;
+        *s = '\0';
+        const char *dir = s == real ? "/" : real;
+        if (lstat(dir, &st) < 0) {
+            rc = dt_emsg_set(em, dt_err_errno(errno), "%s: %s", dir, strerror(errno));
+            break;
+        }
+        if (st.st_uid != me && (st.st_uid != 0 || c == '\0')) {
+            rc = dt_emsg_set(em, DT_EPERM,
+                             "PMIx server directory %s: %s is owned by uid %u, not by uid %u", path,
+                             dir, (unsigned)st.st_uid, (unsigned)me);
+            break;
+        }
+        if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX) && c != '\0') {
+            rc = dt_emsg_set(em, DT_EPERM,
+                             "PMIx server directory %s: %s is writable by other users (mode %03o)",
+                             path, dir, (unsigned)(st.st_mode & 07777));
+            break;
+        }
+        *s = c;
+        if (c == '\0')
+            break;
+    }
+    if (rc == 0 && (st.st_mode & 077) && chmod(real, 0700) < 0)
+        rc = dt_emsg_set(em, dt_err_errno(errno), "%s: chmod 0700: %s", real, strerror(errno));
+    free(real);
+    return rc;
+}
+
+/* ---- who may connect: libpmix's listener, gated ----------------------------- */
+
+/* The uid owning the other end of a TCP connection on this host, from the
+ * kernel (sock_diag: the peer's socket by its exact address pair). 0 with
+ * *uid set, or a DT_E* code: not on this host, gone, or an orphan (a
+ * socket closed by its process has no owner left). */
+static int peer_uid(int fd, uid_t *uid)
+{
+    struct sockaddr_storage self, peer;
+    socklen_t sl = sizeof(self), pl = sizeof(peer);
+    struct {
+        struct nlmsghdr nh;
+        struct inet_diag_req_v2 r;
+    } req = {
+        .nh = { .nlmsg_len = sizeof(req), .nlmsg_type = SOCK_DIAG_BY_FAMILY,
+                .nlmsg_flags = NLM_F_REQUEST, .nlmsg_seq = 1 },
+        .r = { .sdiag_protocol = IPPROTO_TCP, .idiag_states = ~0U,
+               .id.idiag_cookie = { INET_DIAG_NOCOOKIE, INET_DIAG_NOCOOKIE } },
+    };
+    union {
+        struct nlmsghdr nh;
+        char b[1024];
+    } ans;
+    int nl, rc = DT_ENOENT;
+
+    if (getsockname(fd, (struct sockaddr *)&self, &sl) < 0 ||
+        getpeername(fd, (struct sockaddr *)&peer, &pl) < 0)
+        return dt_err_errno(errno);
+    if (self.ss_family != peer.ss_family)
+        return DT_EINVAL;
+    req.r.sdiag_family = (uint8_t)self.ss_family;
+    /* the peer's socket: its local end is our peer, its remote end us */
+    if (self.ss_family == AF_INET) {
+        const struct sockaddr_in *s4 = (const void *)&self, *p4 = (const void *)&peer;
+        req.r.id.idiag_sport = p4->sin_port;
+        req.r.id.idiag_dport = s4->sin_port;
+        memcpy(req.r.id.idiag_src, &p4->sin_addr, 4);
+        memcpy(req.r.id.idiag_dst, &s4->sin_addr, 4);
+    } else if (self.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *s6 = (const void *)&self, *p6 = (const void *)&peer;
+        req.r.id.idiag_sport = p6->sin6_port;
+        req.r.id.idiag_dport = s6->sin6_port;
+        memcpy(req.r.id.idiag_src, &p6->sin6_addr, 16);
+        memcpy(req.r.id.idiag_dst, &s6->sin6_addr, 16);
+    } else {
+        return DT_EINVAL;
+    }
+    if ((nl = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG)) < 0)
+        return dt_err_errno(errno);
+    struct timeval tv = { .tv_sec = 1 };
+    setsockopt(nl, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    if (send(nl, &req, sizeof(req), 0) != (ssize_t)sizeof(req)) {
+        rc = dt_err_errno(errno);
+        goto out;
+    }
+    ssize_t got = recv(nl, &ans, sizeof(ans), 0);
+    if (got < 0) {
+        rc = dt_err_errno(errno);
+        goto out;
+    }
+    int left = (int)got;
+    for (struct nlmsghdr *h = &ans.nh; NLMSG_OK(h, left); h = NLMSG_NEXT(h, left)) {
+        if (h->nlmsg_type == NLMSG_ERROR) {
+            const struct nlmsgerr *e = NLMSG_DATA(h);
+            rc = e->error < 0 ? dt_err_errno(-e->error) : DT_ENOENT;
+            break;
+        }
+        if (h->nlmsg_type != SOCK_DIAG_BY_FAMILY ||
+            h->nlmsg_len < NLMSG_LENGTH(sizeof(struct inet_diag_msg)))
+            continue;
+        const struct inet_diag_msg *m = NLMSG_DATA(h);
+        if (m->id.idiag_sport != req.r.id.idiag_sport || m->id.idiag_dport != req.r.id.idiag_dport)
+            continue;
+        if (m->idiag_inode == 0) {
+            rc = DT_ENOENT; /* orphaned or time-wait: its owner is gone */
+            break;
+        }
+        *uid = (uid_t)m->idiag_uid;
+        rc = 0;
+        break;
+    }
+out:
+    close(nl);
+    return rc;
+}
+
+/* One warning a second at most: another user may connect in a loop. */
+static void log_refused(const char *why)
+{
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static struct timespec last;
+    static unsigned long quiet;
+    struct timespec now;
+
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    pthread_mutex_lock(&mu);
+    if (last.tv_sec != 0 && now.tv_sec - last.tv_sec < 1) {
+        quiet++;
+        pthread_mutex_unlock(&mu);
+        return;
+    }
+    unsigned long q = quiet;
+    quiet = 0;
+    last = now;
+    pthread_mutex_unlock(&mu);
+    if (q)
+        dt_log_warn("PMIx server: %s (and %lu more refused in the last second)", why, q);
+    else
+        dt_log_warn("PMIx server: %s", why);
+}
+
+/* libpmix takes its clients on its listener thread with accept(2); being
+ * defined in the program, this accept() is the one it calls. A TCP
+ * connection is kept only when the kernel says its other end belongs to
+ * our effective uid: another user's (or one that cannot be placed: a
+ * remote host, an end already closed) is closed at once and libpmix is
+ * told ECONNABORTED, which it skips. What libpmix keeps also gets
+ * FD_CLOEXEC (it sets none: each worker would inherit the connections of
+ * those spawned before it) and a receive timeout of
+ * DT_PMIX_HANDSHAKE_TIMEOUT_MS, so that a client that stops in the middle
+ * of its handshake (libpmix reads it with a blocking recv on its only
+ * progress thread) does not hold every other client and
+ * PMIx_server_finalize for ever; one that sends a byte now and then still
+ * can: that is a user against their own job, and dt_pmix_free's deadline
+ * covers it. Other kinds of socket pass unchanged; dtagentd accepts
+ * nothing else. Thread-safe. */
+int accept(int fd, struct sockaddr *addr, socklen_t *len)
+{
+    struct sockaddr_storage self;
+    socklen_t sl = sizeof(self);
+    char why[160];
+    uid_t uid = (uid_t)-1;
+    int c, rc;
+
+    if ((c = accept4(fd, addr, len, SOCK_CLOEXEC)) < 0)
+        return c;
+    if (getsockname(c, (struct sockaddr *)&self, &sl) < 0 ||
+        (self.ss_family != AF_INET && self.ss_family != AF_INET6))
+        return c;
+    if ((rc = peer_uid(c, &uid)) == 0 && uid == geteuid()) {
+        struct timeval tv = { .tv_sec = DT_PMIX_HANDSHAKE_TIMEOUT_MS / 1000,
+                              .tv_usec = (DT_PMIX_HANDSHAKE_TIMEOUT_MS % 1000) * 1000 };
+        setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        return c;
+    }
+    if (rc == 0)
+        snprintf(why, sizeof(why), "connection from uid %u refused (only uid %u may connect)",
+                 (unsigned)uid, (unsigned)geteuid());
+    else
+        snprintf(why, sizeof(why), "connection refused: its owner cannot be checked: %s",
+                 dt_strerror(rc));
+    log_refused(why);
+    close(c);
+    errno = ECONNABORTED;
+    return -1;
+}
+
 /* ---- server ---------------------------------------------------------------- */
 
 static void handle_closed(uv_handle_t *h)
 {
     dt_pmix_t *p = h->data;
 
-    if (++p->nclosed < 2)
+    if (++p->nclosed < 2 || p == the_server) /* abandoned: libpmix may still call */
         return;
     pthread_mutex_destroy(&p->mu);
     free(p->tmpdir);
@@ -562,7 +792,7 @@ int dt_pmix_new(uv_loop_t *loop, const char *tmpdir, const dt_pmix_ops_t *ops, v
         return dt_emsg_set(em, DT_EINVAL, "PMIx server: no loop or no directory");
     if (the_server)
         return dt_emsg_set(em, DT_ESTATE, "PMIx server: already running in this process");
-    if ((rc = mkdirs(tmpdir, em)) < 0)
+    if ((rc = mkdirs(tmpdir, em)) < 0 || (rc = dir_private(tmpdir, em)) < 0)
         return rc;
     /* the shared-memory store deadlocked libpmix's thread on a bad
      * registration; the hash store is all a few local ranks need */
@@ -606,6 +836,78 @@ int dt_pmix_new(uv_loop_t *loop, const char *tmpdir, const dt_pmix_ops_t *ops, v
     return 0;
 }
 
+/* PMIx_server_finalize on its own thread, so that the caller can stop
+ * waiting. Process-wide like libpmix's server; a thread left behind keeps
+ * using it. */
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+    pmix_status_t st;
+} fin = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+static void *finalize_main(void *arg)
+{
+    pmix_status_t st = PMIx_server_finalize();
+
+    pthread_mutex_lock(&fin.mu);
+    fin.st = st;
+    fin.done = 1;
+    pthread_cond_signal(&fin.cv);
+    pthread_mutex_unlock(&fin.mu);
+    return NULL;
+}
+
+/* 0 once PMIx_server_finalize returned, DT_ETIMEDOUT when it did not
+ * within ms (it is then left running), another DT_E* code when no thread
+ * could be started (then it was called here). */
+static int finalize_within(int64_t ms)
+{
+    pthread_condattr_t ca;
+    pthread_t t;
+    sigset_t all, old;
+    struct timespec until;
+    int rc;
+
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&fin.cv, &ca);
+    pthread_condattr_destroy(&ca);
+    fin.done = 0;
+    /* no signal for the helper: the loop thread takes them */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    rc = pthread_create(&t, NULL, finalize_main, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        dt_log_warn("PMIx server: no thread for PMIx_server_finalize (%s): calling it here",
+                    strerror(rc));
+        PMIx_server_finalize();
+        return dt_err_errno(rc);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += (time_t)(ms / 1000);
+    until.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&fin.mu);
+    while (!fin.done && pthread_cond_timedwait(&fin.cv, &fin.mu, &until) != ETIMEDOUT)
+        ;
+    int done = fin.done;
+    pthread_mutex_unlock(&fin.mu);
+    if (!done) {
+        pthread_detach(t);
+        return DT_ETIMEDOUT;
+    }
+    pthread_join(t, NULL);
+    pthread_cond_destroy(&fin.cv);
+    if (fin.st != PMIX_SUCCESS)
+        dt_log_warn("PMIx_server_finalize: %s", PMIx_Error_string(fin.st));
+    return 0;
+}
+
 void dt_pmix_free(dt_pmix_t *p)
 {
     upcall_t *u;
@@ -621,14 +923,28 @@ void dt_pmix_free(dt_pmix_t *p)
             u->opcb(PMIX_SUCCESS, u->cbdata);
         upcall_free(u);
     }
-    PMIx_server_finalize();
+    if (finalize_within(DT_PMIX_FINALIZE_TIMEOUT_MS) == DT_ETIMEDOUT) {
+        dt_log_error("PMIx_server_finalize did not return in %d ms: leaving libpmix behind",
+                     DT_PMIX_FINALIZE_TIMEOUT_MS);
+        abandoned = 1;
+    } else {
+        the_server = NULL;
+    }
     p->finalized = 1;
-    the_server = NULL;
+    /* a late upcall from a libpmix left behind finds p closed */
+    pthread_mutex_lock(&p->mu);
+    p->closed = 1;
+    pthread_mutex_unlock(&p->mu);
     while ((u = dequeue(p)) != NULL)
         upcall_free(u);
     uv_timer_stop(&p->timer);
     uv_close((uv_handle_t *)&p->async, handle_closed);
     uv_close((uv_handle_t *)&p->timer, handle_closed);
+}
+
+int dt_pmix_abandoned(void)
+{
+    return abandoned;
 }
 
 /* ---- generations -------------------------------------------------------- */
@@ -733,9 +1049,10 @@ static int layout_make(const dt_pmix_gen_t *g, int self, layout_t *l, dt_emsg_t 
         l->noderank[r] = count[g->node_of[r]]++;
     for (int i = 0; i < g->nnodes; i++) {
         if (count[i] > 65535) {
+            int n = count[i];
             free(count);
             return dt_emsg_set(em, DT_EINVAL, "gen=%u: %d ranks on node %s (at most 65535)", g->gen,
-                               count[i], g->nodes[i]);
+                               n, g->nodes[i]);
         }
         l->nodeid[i] = -1;
         if (count[i] == 0)

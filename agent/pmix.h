@@ -31,6 +31,17 @@
  * The module's two uv handles are unreferenced: it never keeps the loop
  * alive by itself (the workers' handles do).
  *
+ * Other users: libpmix's listener is TCP on 127.0.0.1, which every local
+ * user can reach, and over TCP libpmix's "native" security takes the uid
+ * and gid a client claims. This module defines accept(2) for the process
+ * (agent/pmix.c): a connection whose other end the kernel does not place in
+ * a socket of our effective uid is closed before libpmix reads it. So
+ * another user cannot claim a rank, read a namespace's data, take part in
+ * a fence, abort a job, or hold libpmix's progress thread in a handshake.
+ * The server's directory is ours and 0700, and no directory above it may
+ * be changed by another user (dt_pmix_new checks); with tool and system
+ * support off libpmix writes no rendezvous file.
+ *
  * Not here: spawning (agent/task.c calls uv_spawn with the environment built
  * here), the coordinator link, policy.
  */
@@ -48,6 +59,12 @@
  * after a checkpoint load, a GPU start): the coordinator's failure handling
  * is the real watchdog, this only frees ranks nobody will answer. */
 #define DT_PMIX_FENCE_TIMEOUT_MS 300000
+/* How long libpmix may wait for a client's handshake (it reads it with a
+ * blocking recv on its only progress thread), per read: shorter than
+ * DT_PMIX_CB_TIMEOUT_MS, so that our own calls still get through. */
+#define DT_PMIX_HANDSHAKE_TIMEOUT_MS 5000
+/* How long dt_pmix_free waits for PMIx_server_finalize. */
+#define DT_PMIX_FINALIZE_TIMEOUT_MS 5000
 
 typedef struct dt_pmix dt_pmix_t;
 
@@ -78,11 +95,14 @@ typedef struct dt_pmix_gen {
 
 /* Initialise the PMIx server (PMIx_server_init) with its files under
  * tmpdir (created if missing, mode 0700): PMIX_SERVER_TMPDIR, the system
- * and namespace directories, and the rendezvous files. Sets PMIX_MCA_gds=hash
- * in the process environment first (the shared-memory store deadlocked here
- * on a bad registration). Returns 0 or a DT_E* code with a message naming
- * the PMIx status; DT_ESTATE while another dt_pmix_t lives in the process
- * (libpmix's server is process-wide). */
+ * and namespace directories. tmpdir must be owned by our effective uid (it
+ * is made 0700 if it was not), and every directory above it owned by us or
+ * root and not writable by others unless sticky: else DT_EPERM naming the
+ * directory. Sets PMIX_MCA_gds=hash in the process environment first (the
+ * shared-memory store deadlocked here on a bad registration). Returns 0 or
+ * a DT_E* code with a message naming the PMIx status; DT_ESTATE while
+ * another dt_pmix_t lives in the process (libpmix's server is
+ * process-wide). */
 int dt_pmix_new(uv_loop_t *loop, const char *tmpdir, const dt_pmix_ops_t *ops, void *ud,
                 dt_pmix_t **out, dt_emsg_t *em);
 
@@ -139,8 +159,18 @@ int dt_pmix_notify_failure(dt_pmix_t *p, int rank, dt_emsg_t *em);
  * none is registered. */
 void dt_pmix_gen_end(dt_pmix_t *p);
 
-/* PMIx_server_finalize and free. NULL is a no-op. The memory goes in the
- * close callbacks of the module's handles: run the loop once more. */
+/* End the current generation, PMIx_server_finalize and free. NULL is a
+ * no-op. Bounded: at most DT_PMIX_CB_TIMEOUT_MS for the generation's end
+ * and DT_PMIX_FINALIZE_TIMEOUT_MS for PMIx_server_finalize, which runs on
+ * a helper thread; when it does not return in time that is logged, it is
+ * left running and dt_pmix_abandoned() turns 1. The memory goes in the
+ * close callbacks of the module's handles: run the loop once more (when
+ * abandoned, the dt_pmix_t is kept for libpmix's threads). */
 void dt_pmix_free(dt_pmix_t *p);
+
+/* 1 when a dt_pmix_free left PMIx_server_finalize running: libpmix's
+ * threads may still hold its locks, so the process must leave with
+ * _exit(2), without atexit handlers or library destructors. Any thread. */
+int dt_pmix_abandoned(void);
 
 #endif /* DT_AGENT_PMIX_H */

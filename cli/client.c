@@ -149,7 +149,9 @@ static int round_trip(int fd, uint16_t type, uint32_t id, json_t *body, json_t *
     size_t len, have = 0, cap = 0;
     int rc;
 
-    if ((rc = dt_msg_encode(type, id, body, &frame, &len)) < 0)
+    rc = dt_msg_encode(type, id, body, &frame, &len);
+    json_decref(body); /* consumed, as dtctl_request promises */
+    if (rc < 0)
         return dt_emsg_set(em, rc, "request too large");
     /* a coordinator that refuses the connection says why and closes it,
      * maybe before the request is out: read its reply all the same */

@@ -695,14 +695,22 @@ void dt_agent_sweep(dt_coord_t *c)
     dt_run_tick(c);
 }
 
+/* Agents retry a lost link with a backoff that grows to 5 s, +-20%
+ * (agent/link.c): one that saw the coordinator die may next try 6 s
+ * later. */
+#define RECONNECT_MAX_MS 6000
+
 /* After a restart: every agent the database still calls registered gets a
- * live entry as if just heard from, so it is marked lost unless it
- * re-registers within agent_timeout. */
+ * live entry as if heard from RECONNECT_MAX_MS from now, so it is marked
+ * lost unless it re-registers within agent_timeout after its next retry
+ * (with agent_timeout alone, under 6 s, agents were lost after a restart
+ * for retrying too late). */
 static int reload_agent_cb(const dt_agent_t *a, void *arg)
 {
     dt_coord_t *c = arg;
     if (strcmp(a->state, "registered") == 0 && dt_coord_agent_find(c, a->id) == NULL)
-        dt_coord_agent_add(c, a->id, a->job)->last_seen_ms = dt_coord_mono_ms();
+        dt_coord_agent_add(c, a->id, a->job)->last_seen_ms =
+            dt_coord_mono_ms() + RECONNECT_MAX_MS;
     return 0;
 }
 

@@ -29,18 +29,31 @@
  * OMPI_* and PMIX_* variables; --notify-early RANK notifies RANK's failure
  * right after spawning, before any rank can have registered its handler
  * (libpmix caches the event); --refusals calls the API with bad input and
- * prints the messages. Exit: 0 all as expected, 1 not, 2 usage, 3 the PMIx
- * server could not start here. Not a daemon, not a model of dtagentd's
- * recovery.
+ * prints the messages. --stall gen opens a TCP connection to the server
+ * that sends nothing before the workers start (libpmix reads a handshake
+ * with a blocking recv on its progress thread), --stall end opens one just
+ * before dt_pmix_free that sends a handshake header and then a byte every
+ * 500 ms from a thread (which keeps libpmix reading); they print
+ *
+ *   pmixhost: stalled connection closed by the server after X ms
+ *   pmixhost: dt_pmix_free returned after X ms[, finalize abandoned]
+ *
+ * and a host whose finalize was abandoned leaves with _exit, as dtagentd
+ * does. Exit: 0 all as expected, 1 not, 2 usage, 3 the PMIx server could
+ * not start here. Not a daemon, not a model of dtagentd's recovery.
  */
 #include "config.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <uv.h>
@@ -86,6 +99,13 @@ struct host {
     const char *nodes[MAX_NODES];
     int nnodes, nranks, gens, kill_rank, hold, relay, drop_fence, refusals, show_env;
     int timeout_s, grace_ms, init_only, notify_early;
+    const char *stall; /* NULL, "gen" or "end" */
+    struct sockaddr_in stall_sa;
+    /* the stalled connection */
+    int stall_fd;
+    uv_poll_t stall_poll;
+    int stall_open;
+    uint64_t t_stall;
     /* the generation */
     uint32_t gen;
     char nspace[128];
@@ -513,6 +533,99 @@ static void show_env(host_t *h, int rank)
     dt_pmix_env_free(env);
 }
 
+/* ---- a connection that stalls -------------------------------------------- */
+
+/* The server's address, from the environment a worker gets. */
+static int server_addr(host_t *h, int rank, struct sockaddr_in *sa)
+{
+    char **env = NULL, ip[64] = "";
+    unsigned port = 0;
+    dt_emsg_t em;
+    int found = 0;
+
+    if (dt_pmix_worker_env(h->pmix, rank, &env, &em) < 0) {
+        printf("pmixhost: env of rank %d: %s\n", rank, em.s);
+        return -1;
+    }
+    for (size_t i = 0; env[i] && !found; i++) {
+        const char *t = strncmp(env[i], "PMIX_SERVER_URI41=", 18) == 0 ? strstr(env[i], "tcp4://")
+                                                                       : NULL;
+        found = t && sscanf(t, "tcp4://%63[0-9.]:%u", ip, &port) == 2 && port < 65536;
+    }
+    dt_pmix_env_free(env);
+    memset(sa, 0, sizeof(*sa));
+    sa->sin_family = AF_INET;
+    sa->sin_port = htons((uint16_t)port);
+    if (!found || inet_pton(AF_INET, ip, &sa->sin_addr) != 1) {
+        printf("pmixhost: no tcp4 PMIX_SERVER_URI41 in a worker's environment\n");
+        return -1;
+    }
+    return 0;
+}
+
+static void stall_closed(uv_handle_t *hd)
+{
+    host_t *h = hd->data;
+
+    close(h->stall_fd);
+    h->stall_fd = -1;
+    h->stall_open = 0;
+}
+
+static void stall_readable(uv_poll_t *p, int status, int events)
+{
+    host_t *h = p->data;
+    char c;
+
+    if (status == 0 && recv(h->stall_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) > 0)
+        return;
+    printf("pmixhost: stalled connection closed by the server after %.0f ms\n",
+           ms_since(h->t_stall));
+    uv_close((uv_handle_t *)p, stall_closed);
+}
+
+/* --stall end: a handshake header announcing 4096 bytes (libpmix's
+ * pmix_ptl_hdr_t, host order), then a byte every 500 ms until told */
+static volatile int drip_stop;
+
+static void *drip_main(void *arg)
+{
+    int fd = *(int *)arg;
+    struct {
+        int32_t pindex;
+        uint32_t tag;
+        uint64_t nbytes;
+    } hdr = { -1, 0, 4096 };
+    char zero = 0;
+
+    if (send(fd, &hdr, sizeof(hdr), MSG_NOSIGNAL) != (ssize_t)sizeof(hdr))
+        return NULL;
+    while (!drip_stop && send(fd, &zero, 1, MSG_NOSIGNAL) == 1)
+        usleep(500000);
+    return NULL;
+}
+
+/* Connect to our own server and send nothing: 0 or -1 (said why). */
+static int stall(host_t *h, const struct sockaddr_in *sa)
+{
+    if ((h->stall_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0 ||
+        connect(h->stall_fd, (const struct sockaddr *)sa, sizeof(*sa)) < 0) {
+        printf("pmixhost: cannot connect to the server: %s\n", strerror(errno));
+        if (h->stall_fd >= 0)
+            close(h->stall_fd);
+        h->stall_fd = -1;
+        return -1;
+    }
+    h->t_stall = uv_hrtime();
+    printf("pmixhost: stalled connection open\n");
+    uv_poll_init(&h->loop, &h->stall_poll, h->stall_fd);
+    h->stall_poll.data = h;
+    h->stall_open = 1;
+    uv_poll_start(&h->stall_poll, UV_READABLE | UV_DISCONNECT, stall_readable);
+    uv_unref((uv_handle_t *)&h->stall_poll);
+    return 0;
+}
+
 /* ---- one generation -------------------------------------------------------- */
 
 /* 0 when the generation went as expected */
@@ -549,6 +662,15 @@ static int run_gen(host_t *h, uint32_t gen)
     h->nw = h->sums = h->fences = h->killing = h->notified = h->timed_out = 0;
     h->t_dropped = 0;
     h->w = dt_xcalloc(MAX_RANKS, sizeof(*h->w));
+    if (h->stall && (strcmp(h->stall, "gen") == 0 || gen == (uint32_t)h->gens)) {
+        /* the address now; for "gen" the connection too, before any worker */
+        int first = 0;
+        while (h->node_of[first] != self)
+            first++;
+        if (server_addr(h, first, &h->stall_sa) < 0 ||
+            (strcmp(h->stall, "gen") == 0 && stall(h, &h->stall_sa) < 0))
+            bad = 1;
+    }
     for (int r = 0; r < h->nranks; r++) {
         if (h->node_of[r] != self)
             continue;
@@ -562,13 +684,18 @@ static int run_gen(host_t *h, uint32_t gen)
             break;
         }
     }
-    if (bad)
+    if (bad && h->nw)
         kill_left(h, 0);
     else if (h->notify_early >= 0)
         failure(h, h->notify_early); /* before any rank could register */
     uv_timer_start(&h->watchdog, watchdog_fire, (uint64_t)h->timeout_s * 1000, 0);
     uv_run(&h->loop, UV_RUN_DEFAULT);
     h->t_gone = h->t_dropped ? ms_since(h->t_dropped) / 1e3 : 0;
+    if (h->stall_open) {
+        printf("pmixhost: stalled connection still open after %.0f ms\n", ms_since(h->t_stall));
+        uv_close((uv_handle_t *)&h->stall_poll, stall_closed);
+        uv_run(&h->loop, UV_RUN_DEFAULT);
+    }
     dt_pmix_gen_end(h->pmix);
     fflush(stdout);
 
@@ -724,7 +851,7 @@ static void usage(void)
                     "                [--kill RANK] [--notify-early RANK] [--hold S] [--grace MS]\n"
                     "                [--timeout S]\n"
                     "                [--job NAME] [--fence-dir DIR] [--init-only]\n"
-                    "                [--show-env RANK] [--refusals] [-v]\n");
+                    "                [--show-env RANK] [--refusals] [--stall gen|end] [-v]\n");
 }
 
 static int split_nodes(host_t *h, char *list)
@@ -764,6 +891,7 @@ int main(int argc, char **argv)
     h->notify_early = -1;
     h->timeout_s = 60;
     h->grace_ms = 3000;
+    h->stall_fd = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int more = i + 1 < argc;
@@ -803,6 +931,9 @@ int main(int argc, char **argv)
             rc = parse_int(a, argv[++i], 1, 1000, &h->drop_fence);
         else if (strcmp(a, "--init-only") == 0)
             h->init_only = 1;
+        else if (strcmp(a, "--stall") == 0 && more &&
+                 (strcmp(argv[i + 1], "gen") == 0 || strcmp(argv[i + 1], "end") == 0))
+            h->stall = argv[++i];
         else if (strcmp(a, "--refusals") == 0)
             h->refusals = 1;
         else if (strcmp(a, "-v") == 0)
@@ -879,7 +1010,28 @@ int main(int argc, char **argv)
                    count_fds());
     }
 
+    pthread_t drip;
+    int dripping = 0;
+    if (h->stall && strcmp(h->stall, "end") == 0 && !h->refusals) {
+        /* let libpmix take it and block in the handshake read */
+        if (h->stall_sa.sin_port == 0 || stall(h, &h->stall_sa) < 0)
+            bad = 1;
+        else if (pthread_create(&drip, NULL, drip_main, &h->stall_fd) == 0)
+            dripping = 1, usleep(300000);
+        else
+            bad = 1;
+    }
+    uint64_t t_free = uv_hrtime();
     dt_pmix_free(h->pmix);
+    if (h->stall)
+        printf("pmixhost: dt_pmix_free returned after %.0f ms%s\n", ms_since(t_free),
+               dt_pmix_abandoned() ? ", finalize abandoned" : "");
+    if (dripping) {
+        drip_stop = 1;
+        pthread_join(drip, NULL);
+    }
+    if (h->stall_open)
+        uv_close((uv_handle_t *)&h->stall_poll, stall_closed);
     uv_close((uv_handle_t *)&h->grace, NULL);
     uv_close((uv_handle_t *)&h->watchdog, NULL);
     uv_run(&h->loop, UV_RUN_DEFAULT);
@@ -888,5 +1040,10 @@ int main(int argc, char **argv)
         bad = 1;
     }
     printf("pmixhost: %s\n", bad ? "FAILED" : "ok");
+    if (dt_pmix_abandoned()) {
+        /* libpmix's threads may hold its locks: as dtagentd, no exit handlers */
+        fflush(NULL);
+        _exit(bad ? 1 : 0);
+    }
     return bad ? 1 : 0;
 }

@@ -1875,6 +1875,7 @@ Test(db, requeue_counts_and_costs_a_restart_only_on_failure)
     cr_assert_eq(dt_db_job_requeue(db, id, true, NULL, "x", &em), DT_EINVAL);
     assert_has(em.s, "cannot be requeued while cancelled");
     cr_assert_eq(job_state_of(db, id), DT_JOB_CANCELLED);
+    dt_db_close(db);
 }
 
 Test(db, resume_reopens_a_finished_job_with_a_fresh_budget)
@@ -1901,6 +1902,7 @@ Test(db, resume_reopens_a_finished_job_with_a_fresh_budget)
     dt_job_clear(&j);
     cr_assert_eq(raw_int(dbpath, "SELECT count(*) FROM slurm_jobs WHERE slurm_id = 7"), 1,
                  "the old Slurm job's row is kept");
+    dt_db_close(db);
 }
 
 /*-- version 5: manifests as the agents report them; restarts while recovering --*/

@@ -255,9 +255,12 @@ coord_start() {
 
 # A coordinator that runs away must fail on its own, not take the machine
 # (and CI) with it: 1 GiB of address space is far more than it needs.
-# (ulimit -v is not POSIX, but dash, bash and busybox sh have it.)
+# (ulimit -v is not POSIX, but dash, bash and busybox sh have it.) Not in a
+# sanitizer build (tests/sanrun.sh sets DT_SANITIZERS): AddressSanitizer
+# reserves terabytes of address space for its shadow memory.
 # COORD_NOFILE, when set, is its descriptor limit (soft and hard).
 coord_limits() {
+    [ -n "${DT_SANITIZERS:-}" ] && return 0
     # shellcheck disable=SC3045
     ulimit -v 1048576 2>/dev/null || :
     if [ -n "${COORD_NOFILE:-}" ]; then

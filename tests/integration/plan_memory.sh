@@ -16,6 +16,8 @@
 
 DTCTL=$DT_BUILDDIR/cli/dtctl
 [ -x "$DTCTL" ] || skip "$DTCTL is not built (make cli/dtctl)"
+[ -z "${DT_SANITIZERS:-}" ] ||
+    skip "a sanitizer build: AddressSanitizer's shadow and quarantine are in every RSS"
 need_mpirun
 
 H=8

@@ -10,9 +10,12 @@
 # over 10 generations in one process, a killed rank's survivors getting the
 # failure event and leaving with status 4 while blocked in MPI with none left
 # running and no shared-memory segment left behind, a fence nobody answers
-# failed after DT_PMIX_CB_TIMEOUT_MS, the workers' environment, and bad input
-# refused with a message. It skips (77) only when libpmix cannot start a
-# server here. Latencies are printed, never asserted.
+# failed after DT_PMIX_CB_TIMEOUT_MS, the workers' environment, a client
+# that stalls in its handshake (cut off after DT_PMIX_HANDSHAKE_TIMEOUT_MS
+# while the ranks still start; one that keeps libpmix reading does not keep
+# dt_pmix_free past DT_PMIX_FINALIZE_TIMEOUT_MS), and bad input refused
+# with a message. It skips (77) only when libpmix cannot start a server
+# here. Latencies are printed, never asserted.
 
 . "$(dirname "$0")/lib.sh"
 # agents on one host reach each other over loopback; the agent passes the
@@ -214,6 +217,37 @@ t_early() {
         sed -n 's/^pmixhost: gen 1 ok: //p' "$TMPD/early.out"
 }
 check "a failure notified before the ranks registered reaches them" t_early
+
+# ---- a client that stalls in its handshake -------------------------------------------
+
+t_stall_gen() {
+    host stallg $W --ranks 2 --stall gen
+    expect_rc stallg 0 && has stallg "ring ok sum 3$" 2 && has stallg "^pmixhost: gen 1 ok" 1 ||
+        return 1
+    _ms=$(sed -n 's/^pmixhost: stalled connection closed by the server after \([0-9]*\) ms$/\1/p' \
+        "$TMPD/stallg.out")
+    [ -n "$_ms" ] && [ "$_ms" -ge 4000 ] && [ "$_ms" -lt 10000 ] || {
+        echo "closed after '$_ms' ms, want 5000:"
+        grep stalled "$TMPD/stallg.out"
+        return 1
+    }
+    echo "cut off after $_ms ms, both ranks ok"
+}
+check "a client silent in its handshake is cut off after 5 s; the ranks still start" t_stall_gen
+
+t_stall_end() {
+    host stalle $W --ranks 2 --stall end
+    expect_rc stalle 0 && has stalle "^pmixhost: gen 1 ok" 1 &&
+        has stalle "^pmixhost: dt_pmix_free returned after [0-9]+ ms, finalize abandoned$" 1 &&
+        has stalle "^pmixhost: ok$" 1 || return 1
+    grep -q "PMIx_server_finalize did not return in 5000 ms" "$TMPD/stalle.err" || {
+        echo "no message on stderr:"
+        cat "$TMPD/stalle.err"
+        return 1
+    }
+    sed -n 's/^pmixhost: dt_pmix_free returned after //p' "$TMPD/stalle.out"
+}
+check "a client that keeps libpmix reading: dt_pmix_free gives up after 5 s, exit 0" t_stall_end
 
 # ---- the workers' environment -------------------------------------------------------
 

@@ -38,13 +38,17 @@ STEPS=40
 } >"$TMPD/job.spec"
 
 AGENT_PIDS=
+# a worker silent this long is hung; sanitized workers (tests/sanrun.sh)
+# take seconds to get through MPI_Init to their first step
+HANG=2s
+[ -n "${DT_SANITIZERS:-}" ] && HANG=15s
 # agent NAME SLOTS JOB [tcp]: start dtagentd NAME in the background
 agent() {
     _ag_coord="unix:$COORD_SOCK"
     [ "${4:-}" = tcp ] && _ag_coord="127.0.0.1:$COORD_PORT"
     mkdir -p "$TMPD/agents"
     "$DTAGENTD" --coord "$_ag_coord" --munge-socket "$MUNGE_SOCKET" --job "$3" --node "$1" \
-        --slots "$2" --state-dir "$TMPD/agents/$3-$1" --hang-timeout 2s --grace 1s \
+        --slots "$2" --state-dir "$TMPD/agents/$3-$1" --hang-timeout "$HANG" --grace 1s \
         >"$TMPD/agents/$3-$1.log" 2>&1 &
     eval "AGENT_$1=$!"
     track $!
@@ -222,7 +226,9 @@ wait_for 120 step_at_least "$J" 12
 kill -KILL "$COORD_PID"
 wait "$COORD_PID" 2>/dev/null
 untrack "$COORD_PID"
-sleep 1
+# down long enough that the agents' reconnect backoff passes agent_timeout
+# (1 s here): the restarted coordinator must still wait for them
+sleep 4
 workers_during=$(pgrep -f "$TMPD/agents/$J-" | wc -l)
 coord_start || die "dtcoordd did not start again"
 finish_job "$J"
