@@ -11,7 +11,7 @@
  * a finding.
  *
  * Built with clang -fsanitize=fuzzer by `make fuzz` and by
- * tests/integration/fuzz_files.sh, and as a replay program over
+ * tests/integration/fuzz_replay.sh, and as a replay program over
  * tests/fuzz/corpus-manifest everywhere else (replay.c).
  */
 #include "config.h"

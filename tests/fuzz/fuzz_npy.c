@@ -8,7 +8,7 @@
  * data (no trailing bytes), all without overflow. Any inconsistency aborts.
  *
  * Built with clang -fsanitize=fuzzer by `make fuzz` and by
- * tests/integration/fuzz_files.sh, and as a replay program over
+ * tests/integration/fuzz_replay.sh, and as a replay program over
  * tests/fuzz/corpus-npy everywhere else (replay.c).
  */
 #include "config.h"

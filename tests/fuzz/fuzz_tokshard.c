@@ -9,7 +9,7 @@
  * fills the file exactly. Any inconsistency aborts.
  *
  * Built with clang -fsanitize=fuzzer by `make fuzz` and by
- * tests/integration/fuzz_files.sh, and as a replay program over
+ * tests/integration/fuzz_replay.sh, and as a replay program over
  * tests/fuzz/corpus-tokshard everywhere else (replay.c).
  */
 #include "config.h"
