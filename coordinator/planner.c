@@ -87,6 +87,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/macros.h"
 #include "common/mem.h"
 #include "coordinator/planner.h"
 
@@ -132,11 +133,10 @@ static const struct cluster_preset {
     { { "cpu", 2, 0, 4.0 * GiB, 100e9, 0.5, 5e9, 1e9, 15.0 * MiB }, 100e9 },
 };
 
-#define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
 int dt_model_preset(const char *name, dt_model_t *out, dt_emsg_t *em)
 {
-    for (size_t i = 0; i < NELEM(models); i++) {
+    for (size_t i = 0; i < DT_ARRAY_SIZE(models); i++) {
         if (name != NULL && strcmp(name, models[i].name) == 0) {
             *out = models[i];
             return 0;
@@ -150,7 +150,7 @@ int dt_model_preset(const char *name, dt_model_t *out, dt_emsg_t *em)
 
 static const struct cluster_preset *find_cluster(const char *name)
 {
-    for (size_t i = 0; i < NELEM(clusters); i++)
+    for (size_t i = 0; i < DT_ARRAY_SIZE(clusters); i++)
         if (name != NULL && strcmp(name, clusters[i].c.name) == 0)
             return &clusters[i];
     return NULL;
@@ -653,7 +653,7 @@ static void largest(const dt_plan_mem_t *m, char *buf, size_t n)
     };
     size_t best = 0;
 
-    for (size_t i = 1; i < NELEM(parts); i++)
+    for (size_t i = 1; i < DT_ARRAY_SIZE(parts); i++)
         if (parts[i].v > parts[best].v)
             best = i;
     snprintf(buf, n, "%s %.2f GiB", parts[best].name, parts[best].v / GiB);

@@ -56,15 +56,15 @@
 #include <sqlite3.h>
 
 #include "common/err.h"
+#include "common/macros.h"
 #include "common/mem.h"
 #include "db/db.h"
 
 /* dt_migrations[v - 1] takes a database from version v - 1 to v. */
 #include "db/migrations.inc"
 
-#define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
-_Static_assert(NELEM(dt_migrations) == DT_DB_VERSION,
+_Static_assert(DT_ARRAY_SIZE(dt_migrations) == DT_DB_VERSION,
                "one db/migrate/*.sql file per schema version");
 
 /* PRAGMA takes no bound parameters, so each version's statement is a
@@ -77,7 +77,7 @@ static const char *const set_version[] = {
     "PRAGMA user_version = 4",
     "PRAGMA user_version = 5",
 };
-_Static_assert(NELEM(set_version) == DT_DB_VERSION + 1, "one set_version per schema version");
+_Static_assert(DT_ARRAY_SIZE(set_version) == DT_DB_VERSION + 1, "one set_version per schema version");
 
 #define BUSY_TIMEOUT_MS 5000
 
@@ -1625,7 +1625,7 @@ static const char *const rank_states[] = {
 
 static bool rank_state_known(const char *s)
 {
-    for (size_t i = 0; i < NELEM(rank_states); i++)
+    for (size_t i = 0; i < DT_ARRAY_SIZE(rank_states); i++)
         if (strcmp(s, rank_states[i]) == 0)
             return true;
     return false;

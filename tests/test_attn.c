@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "common/macros.h"
 #include "common/mem.h"
 #include "engine/attn.h"
 #include "engine/comm.h"
@@ -40,7 +41,6 @@
 
 #define SEED 7031u
 
-#define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
 /*-- helpers ----------------------------------------------------------------*/
 
@@ -230,7 +230,7 @@ Test(attn, dense_fwd_matches_ref)
 {
     dt_comm_t *comm = solo();
 
-    for (size_t i = 0; i < NELEM(dense_shapes); i++) {
+    for (size_t i = 0; i < DT_ARRAY_SIZE(dense_shapes); i++) {
         for (int causal = 0; causal < 2; causal++) {
             const struct shape *x = &dense_shapes[i];
             dt_attn_spec_t s = spec(x->T, x->H, x->Hkv, x->D, causal);
@@ -266,7 +266,7 @@ Test(attn, dense_bwd_matches_ref)
     };
     dt_comm_t *comm = solo();
 
-    for (size_t i = 0; i < NELEM(shapes); i++) {
+    for (size_t i = 0; i < DT_ARRAY_SIZE(shapes); i++) {
         for (int causal = 0; causal < 2; causal++) {
             dt_attn_spec_t s = spec(shapes[i].T, shapes[i].H, shapes[i].Hkv, shapes[i].D, causal);
             check_bwd(comm, &s);
@@ -307,7 +307,7 @@ Test(attn, dilated_fwd_matches_ref)
 {
     dt_comm_t *comm = solo();
 
-    for (size_t i = 0; i < NELEM(dilated_cases); i++) {
+    for (size_t i = 0; i < DT_ARRAY_SIZE(dilated_cases); i++) {
         for (int causal = 0; causal < 2; causal++) {
             const struct dilated_case *x = &dilated_cases[i];
             dt_attn_spec_t s = spec(x->sh.T, x->sh.H, x->sh.Hkv, x->sh.D, causal);
@@ -382,7 +382,7 @@ Test(attn, dilated_bwd_matches_ref)
     static const size_t pick[] = { 0, 1, 2, 3, 4, 6, 7, 9, 10 };
     dt_comm_t *comm = solo();
 
-    for (size_t p = 0; p < NELEM(pick); p++) {
+    for (size_t p = 0; p < DT_ARRAY_SIZE(pick); p++) {
         for (int causal = 0; causal < 2; causal++) {
             const struct dilated_case *x = &dilated_cases[pick[p]];
             dt_attn_spec_t s = spec(x->sh.T, x->sh.H, x->sh.Hkv, x->sh.D, causal);
@@ -596,7 +596,7 @@ Test(attn, flops_dense_closed_form)
         { 600, 8, 2, 64 },
         { 131072, 32, 8, 128 },
     };
-    for (size_t i = 0; i < NELEM(shapes); i++) {
+    for (size_t i = 0; i < DT_ARRAY_SIZE(shapes); i++) {
         const struct shape *x = &shapes[i];
         double T = (double)x->T, H = x->H, D = x->D;
         dt_attn_spec_t s = spec(x->T, x->H, x->Hkv, x->D, false);
@@ -635,7 +635,7 @@ Test(attn, flops_dilated_by_hand)
 
 Test(attn, flops_match_brute_force)
 {
-    for (size_t i = 0; i < NELEM(dilated_cases); i++) {
+    for (size_t i = 0; i < DT_ARRAY_SIZE(dilated_cases); i++) {
         for (int causal = 0; causal < 2; causal++) {
             const struct dilated_case *x = &dilated_cases[i];
             dt_attn_spec_t s = spec(x->sh.T, x->sh.H, x->sh.Hkv, x->sh.D, causal);

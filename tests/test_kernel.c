@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/macros.h"
 #include "common/mem.h"
 #include "kernels/cpu/attn_cpu.h"
 #include "tests/ref.h"
@@ -49,7 +50,6 @@
 static const int Ds[] = { 16, 64, 128 };
 static const int64_t Ts[] = { 1, 37, 300, 531 };
 
-#define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
 /*-- helpers ----------------------------------------------------------------*/
 
@@ -195,8 +195,8 @@ static dt_attn_head_t head(int64_t tq, int64_t tk, int d, const float *q, int64_
 /* Every D and T, causal and not, contiguous rows: fast and `_ref` paths. */
 Test(kernel, fwd_fast_and_ref_match_naive)
 {
-    for (size_t di = 0; di < NELEM(Ds); di++) {
-        for (size_t ti = 0; ti < NELEM(Ts); ti++) {
+    for (size_t di = 0; di < DT_ARRAY_SIZE(Ds); di++) {
+        for (size_t ti = 0; ti < DT_ARRAY_SIZE(Ts); ti++) {
             int d = Ds[di];
             int64_t T = Ts[ti];
             float *q = randn(1, T * d), *k = randn(2, T * d), *v = randn(3, T * d);
@@ -253,7 +253,7 @@ Test(kernel, fwd_tq_ne_tk)
     static const int64_t shapes[][2] = { { 37, 531 }, { 531, 37 }, { 1, 300 }, { 300, 1 } };
     const int d = 64;
 
-    for (size_t s = 0; s < NELEM(shapes); s++) {
+    for (size_t s = 0; s < DT_ARRAY_SIZE(shapes); s++) {
         int64_t tq = shapes[s][0], tk = shapes[s][1];
         float *q = randn(4, tq * d), *k = randn(5, tk * d), *v = randn(6, tk * d);
         dt_attn_head_t a = head(tq, tk, d, q, d, k, d, v, d, NULL, NULL);
@@ -270,7 +270,7 @@ Test(kernel, fwd_tq_ne_tk)
  * of a (T, 2, D) tensor (ldo = 2D); the other head's rows are untouched. */
 Test(kernel, fwd_strided_views)
 {
-    for (size_t di = 0; di < NELEM(Ds); di++) {
+    for (size_t di = 0; di < DT_ARRAY_SIZE(Ds); di++) {
         const int d = Ds[di];
         const int64_t T = 300, tq = 37;
         float *x = randn(7, T * 3 * d);
@@ -738,8 +738,8 @@ static void fwd_for_bwd(const dt_attn_head_t *a, const float *dout, int64_t lddo
 Test(kernel, bwd_fast_matches_ref)
 {
     static const int64_t bts[] = { 1, 37, 300 };
-    for (size_t di = 0; di < NELEM(Ds); di++) {
-        for (size_t ti = 0; ti < NELEM(bts); ti++) {
+    for (size_t di = 0; di < DT_ARRAY_SIZE(Ds); di++) {
+        for (size_t ti = 0; ti < DT_ARRAY_SIZE(bts); ti++) {
             const int d = Ds[di];
             const int64_t T = bts[ti], n = T * d;
             float *q = randn(30, n), *k = randn(31, n), *v = randn(32, n), *dout = randn(33, n);
