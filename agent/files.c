@@ -9,7 +9,7 @@
  * writes the step again. Each runs on the thread pool and is answered with CKPT_DONE.
  *
  * Not here: reading shards back after a worker wrote them (task.c), the
- * checkpoint format (engine/ckpt.c).
+ * checkpoint format (io/ckpt.c).
  */
 #include "config.h"
 
@@ -21,7 +21,7 @@
 #include "common/fileio.h"
 #include "common/log.h"
 #include "common/mem.h"
-#include "engine/ckpt.h"
+#include "io/ckpt.h"
 
 typedef struct file_op {
     uv_work_t req;

@@ -34,7 +34,7 @@
 #include "common/fileio.h"
 #include "common/log.h"
 #include "common/mem.h"
-#include "engine/ckpt.h"
+#include "io/ckpt.h"
 
 #define WATCH_MS 100
 

@@ -19,8 +19,8 @@
 
 #include "common/clock.h"
 #include "common/mem.h"
-#include "engine/attn.h"
-#include "engine/gen.h"
+#include "engine/attn/attn.h"
+#include "engine/data/gen.h"
 
 /* GFLOP/s of C(m,n) = A(m,k) B(k,n)^T, repeated for at least min_s. */
 static double sgemm_gflops(int m, int n, int k, double min_s)

@@ -20,8 +20,8 @@
 
 #include "common/clock.h"
 #include "common/mem.h"
-#include "engine/attn.h"
-#include "engine/gen.h"
+#include "engine/attn/attn.h"
+#include "engine/data/gen.h"
 
 /* seconds per ring step moving `bytes` to rank+1 while receiving from rank-1 */
 static double comm_alone(dt_comm_t *comm, size_t bytes, int reps)

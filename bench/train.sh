@@ -38,7 +38,7 @@ trap 'rm -rf "$tmp"' EXIT
 trap 'exit 1' HUP INT TERM
 cores=$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)
 
-# the tiny shape, as engine/cmd_train.c's preset
+# the tiny shape, as engine/cmd/train.c's preset
 d=256 L=4 H=8 Hkv=2 D=32 f=768 V=512
 flops=$(awk -v d=$d -v L=$L -v H=$H -v k=$Hkv -v D=$D -v f=$f -v V=$V -v T="$T" 'BEGIN {
     n = L * (2 * d * d + 2 * d * k * D + 3 * d * f) + V * d

@@ -7,7 +7,7 @@
  * plan as one JSON object. A job that cannot be planned exits 6
  * (DTCTL_REFUSED) with the reason on stderr (and fits:false in the JSON).
  *
- * Not here: the model behind the numbers (coordinator/planner.c).
+ * Not here: the model behind the numbers (plan/planner.c).
  */
 #include "config.h"
 
@@ -20,8 +20,8 @@
 #include "cli/dtctl.h"
 #include "cli/table.h"
 #include "common/mem.h"
-#include "engine/spec.h"
-#include "coordinator/planner.h"
+#include "spec/spec.h"
+#include "plan/planner.h"
 
 #define GiB (1024.0 * 1024.0 * 1024.0)
 

@@ -46,7 +46,7 @@
 #include "common/mem.h"
 #include "common/text.h"
 #include "common/proto.h"
-#include "engine/spec.h"
+#include "spec/spec.h"
 
 /* The job without a SPECFILE: a tiny LLaMA-style model learns a generated
  * long-context recall task (key-value pairs planted in the sequence,

@@ -16,7 +16,7 @@
 #include "cli/dtctl.h"
 #include "common/mem.h"
 #include "common/proto.h"
-#include "engine/spec.h"
+#include "spec/spec.h"
 
 static void usage(FILE *f)
 {

@@ -31,7 +31,7 @@
 #include "common/conf.h"
 #include "common/mem.h"
 #include "common/proto.h"
-#include "engine/spec.h"
+#include "spec/spec.h"
 
 #define DEFAULT_GAP_S 30.0 /* the coordinator may be away this long */
 

@@ -36,9 +36,9 @@
 #include <stdint.h>
 
 #include "coordinator/coord.h"
-#include "coordinator/planner.h"
+#include "plan/planner.h"
 #include "coordinator/slurm.h"
-#include "engine/spec.h"
+#include "spec/spec.h"
 
 /* With slurm = yes: check the configuration, slurm_init, start following
  * the jobs the database has, and submit queued jobs that have no Slurm job

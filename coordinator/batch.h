@@ -39,7 +39,7 @@
 #include "common/err.h"
 #include "common/proto.h" /* DT_EXIT_REQUEUE */
 #include "coordinator/slurm.h"
-#include "engine/spec.h"
+#include "spec/spec.h"
 
 /* The coordinator's side (dt.conf(5) keys in brackets). */
 typedef struct dt_batch_conf {

@@ -16,13 +16,13 @@
 #include "common/log.h"
 #include "common/mem.h"
 #include "common/text.h"
-#include "engine/spec.h"
+#include "spec/spec.h"
 #include "coordinator/alloc.h"
 #include "coordinator/auth.h"
 #include "coordinator/job.h"
 #include "coordinator/jobdir.h"
 #include "coordinator/run.h"
-#include "coordinator/planner.h"
+#include "plan/planner.h"
 
 /* Text that users and agents hand in, bounded where it enters (and
  * checked by dt_msg_get_text: printable UTF-8). */

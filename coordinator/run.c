@@ -15,7 +15,7 @@
  * exits DT_EXIT_CKPT when it does not verify.
  *
  * Not here: the wire handling of each message (job.c checks the sender
- * and the fields), checkpoint file formats (engine/ckpt.c; only its path
+ * and the fields), checkpoint file formats (io/ckpt.c; only its path
  * names are used here), the plan itself (planner.c), the rule that calls
  * a repeated failure deterministic (recovery.c).
  */
@@ -36,12 +36,12 @@
 #include "common/text.h"
 #include "coordinator/alloc.h"
 #include "coordinator/jobdir.h"
-#include "coordinator/planner.h"
+#include "plan/planner.h"
 #include "coordinator/recovery.h"
 #include "coordinator/run.h"
 #include "db/db.h"
-#include "engine/ckpt.h"
-#include "engine/spec.h"
+#include "io/ckpt.h"
+#include "spec/spec.h"
 
 /* A generation is aborting: what was sent, who has answered. */
 enum phase { PH_WAITING, PH_STARTING, PH_RUNNING, PH_ABORTING, PH_STOPPING, PH_DONE };

@@ -15,8 +15,8 @@
 
 #include "common/log.h"
 #include "common/proto.h"
-#include "engine/cmd.h"
-#include "engine/comm.h"
+#include "engine/cmd/cmd.h"
+#include "engine/comm/comm.h"
 #include "engine/wlink.h"
 
 static const struct command {

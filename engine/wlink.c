@@ -38,7 +38,7 @@
 
 #include "common/mem.h"
 #include "common/msg.h"
-#include "engine/cmd.h"
+#include "engine/cmd/cmd.h"
 #include "engine/wlink.h"
 
 #define RBUF_MIN 4096

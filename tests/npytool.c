@@ -27,9 +27,9 @@
 
 #include "common/err.h"
 #include "common/mem.h"
-#include "engine/data.h"
-#include "engine/gen.h"
-#include "engine/npy.h"
+#include "engine/data/data.h"
+#include "engine/data/gen.h"
+#include "io/npy.h"
 #include "tests/ref.h"
 
 #define EXIT_DIFF 1
@@ -554,7 +554,7 @@ static int cmd_maxerr(int argc, char **argv)
 }
 
 /* tokbin OUT.bin --n N --vocab V --seed S: N tokens in [0, V) as an llm.c
- * uint16 shard, each a function of (seed, index) (engine/gen.h). */
+ * uint16 shard, each a function of (seed, index) (engine/data/gen.h). */
 static int cmd_tokbin(int argc, char **argv)
 {
     static const struct option opts[] = {

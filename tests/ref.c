@@ -16,7 +16,7 @@
 #include <stdlib.h>
 
 #include "common/mem.h"
-#include "engine/gen.h"
+#include "engine/data/gen.h"
 #include "tests/ref.h"
 
 /* The problem, as passed to ref_attn_fwd / ref_attn_bwd. */

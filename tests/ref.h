@@ -2,7 +2,7 @@
  *
  * Naive reference attention for tests: dense and dilated (LongNet),
  * causal or not, GQA, forward and backward, computed straight from the
- * definition in engine/attn.h with double-precision accumulation. Written
+ * definition in engine/attn/attn.h with double-precision accumulation. Written
  * to be obviously right, not fast: O(T^2 * H * D) time, O(T) extra memory
  * (never a T x T matrix). Also the comparison helpers every numeric test
  * uses: |x - ref| <= atol + rtol * |ref|, printing the first mismatches.

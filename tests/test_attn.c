@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
  *
- * Tests of engine/attn.h on one rank (a 'solo' communicator, no MPI):
+ * Tests of engine/attn/attn.h on one rank (a 'solo' communicator, no MPI):
  * dense and dilated attention, forward and backward, causal or not, GQA,
  * against the double-precision definition in tests/ref.h (the multiset
  * union of the branches' keys); the refusals of dt_attn_check and
@@ -25,8 +25,8 @@
 #include "common/err.h"
 #include "common/macros.h"
 #include "common/mem.h"
-#include "engine/attn.h"
-#include "engine/comm.h"
+#include "engine/attn/attn.h"
+#include "engine/comm/comm.h"
 #include "tests/ref.h"
 
 /* Element good iff |x - ref| <= ATOL + RTOL * |ref|: fp32 kernels against
@@ -105,7 +105,7 @@ static void describe(const dt_attn_spec_t *s, char *buf, size_t n)
                       (long long)s->dil[b]);
 }
 
-/* Whether some branch covers (i, h), by the rule of engine/attn.h. */
+/* Whether some branch covers (i, h), by the rule of engine/attn/attn.h. */
 static bool covered(const dt_attn_spec_t *s, int64_t i, int h)
 {
     if (s->nbranch == 0)
@@ -564,7 +564,7 @@ Test(attn, parse_branches_refuses)
 /*-- dt_attn_flops ----------------------------------------------------------*/
 
 /* Visible (query, key) pairs summed over heads, counted one by one from the
- * rule of engine/attn.h (as tests/ref.c lists keys), times 4 D. */
+ * rule of engine/attn/attn.h (as tests/ref.c lists keys), times 4 D. */
 static double brute_flops(const dt_attn_spec_t *s)
 {
     double pairs = 0.0;

@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "common/mem.h"
-#include "engine/ckpt.h"
+#include "io/ckpt.h"
 
 /*-- fixture ----------------------------------------------------------------*/
 

@@ -22,9 +22,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "engine/data.h"
-#include "engine/layout.h"
-#include "engine/gen.h"
+#include "engine/data/data.h"
+#include "spec/layout.h"
+#include "engine/data/gen.h"
 
 /*-- fixture: one temp dir per test -----------------------------------------*/
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
  *
- * Unit tests of engine/layout.h: which positions each rank holds under the
+ * Unit tests of spec/layout.h: which positions each rank holds under the
  * contiguous and zigzag layouts, the refusal of splits that do not work, and
  * the layout names. Properties are checked for every rank of several
  * (T, R): the ranks' runs tile [0, T) exactly once, each rank's positions
@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "common/err.h"
-#include "engine/layout.h"
+#include "spec/layout.h"
 
 struct split {
     int64_t T;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
  *
- * The LLaMA-3 model on one rank (engine/model.h): its gradient against
+ * The LLaMA-3 model on one rank (engine/model/model.h): its gradient against
  * central finite differences of its own loss, tied and untied heads, dense
  * and dilated attention, positions beyond 2^24, and bit-identical repeats.
  * (R ranks against one rank runs as an integration test under mpirun.)
@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "common/mem.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 
 static const dt_model_cfg_t small = {
     .dim = 16, .layers = 2, .heads = 4, .kv_heads = 2, .ffn = 24, .vocab = 11,

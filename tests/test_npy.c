@@ -23,7 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "engine/npy.h"
+#include "io/npy.h"
 
 /*-- fixture: one temp dir per test -----------------------------------------*/
 

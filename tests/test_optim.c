@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
  *
- * Tests of engine/optim.h: one AdamW step against numbers worked out by
+ * Tests of engine/model/optim.h: one AdamW step against numbers worked out by
  * hand, the bias correction of the first and second steps, weight decay
  * applied only to the ranges that ask for it, the learning-rate schedule at
  * its endpoints (step 0, end of warm-up, middle and end of the decay, past
@@ -20,7 +20,7 @@
 
 #include "common/err.h"
 #include "common/mem.h"
-#include "engine/optim.h"
+#include "engine/model/optim.h"
 #include "tests/ref.h"
 
 /* Stored values are fp32 rounded from double arithmetic: within half an

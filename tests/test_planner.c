@@ -14,8 +14,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "engine/spec.h"
-#include "coordinator/planner.h"
+#include "spec/spec.h"
+#include "plan/planner.h"
 
 #define MiB (1024.0 * 1024.0)
 #define GiB (1024.0 * MiB)

@@ -20,7 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "engine/safetensors.h"
+#include "io/safetensors.h"
 
 /*-- fixture: one temp dir per test -----------------------------------------*/
 

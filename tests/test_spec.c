@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "common/mem.h"
-#include "engine/spec.h"
+#include "spec/spec.h"
 
 /* Every field equal (strings by value). */
 static void assert_spec_eq(const dt_spec_t *a, const dt_spec_t *b)

@@ -34,7 +34,7 @@
 
 #include "common/mem.h"
 #include "common/msg.h"
-#include "engine/cmd.h"
+#include "engine/cmd/cmd.h"
 #include "engine/wlink.h"
 
 #define SHA_A "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"

@@ -7,7 +7,7 @@
  * already dispatches on the CPU and the exponentials would otherwise be the
  * bottleneck on a generic x86-64 build.
  *
- * Not here: multi-head layout, rings or dilation (engine/attn.c).
+ * Not here: multi-head layout, rings or dilation (engine/attn/attn.c).
  */
 #include "config.h"
 

@@ -8,7 +8,7 @@
  * every backward against finite differences of the reference forward.
  *
  * Not here: attention (attn_cpu.h), the residual add (a loop the model
- * writes inline), the optimizer (engine/optim.h), the layer's orchestration
+ * writes inline), the optimizer (engine/model/optim.h), the layer's orchestration
  * and its activation memory (the model), GPU kernels (kernels/cuda).
  *
  * Conventions. All tensors are fp32, row-major and contiguous; T is the

@@ -54,7 +54,7 @@
 extern "C" {
 #endif
 
-/* Element types on the device (the tag differs from engine/npy.h's enum
+/* Element types on the device (the tag differs from io/npy.h's enum
  * dt_dtype, the file types). */
 typedef enum dt_elem {
     DT_BF16 = 0,

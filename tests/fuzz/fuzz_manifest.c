@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
  *
- * libFuzzer target for the checkpoint manifest parser (engine/ckpt.c,
+ * libFuzzer target for the checkpoint manifest parser (io/ckpt.c,
  * dt_ckpt_manifest_parse: what resume and the commit path read from a
  * step directory a job's owner controls). The input is the manifest's
  * text. It must be refused with a message, or accepted with every field in
@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/ckpt.h"
+#include "io/ckpt.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
  *
- * libFuzzer target for the .npy header reader (engine/npy.c,
+ * libFuzzer target for the .npy header reader (io/npy.c,
  * dt_npy_parse_header: what dtengine attn reads from every input). The
  * input is a whole file. It must be refused with a message, or accepted
  * with a supported dtype, 0 to 8 non-negative dimensions whose product is
@@ -17,7 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "engine/npy.h"
+#include "io/npy.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT
  *
- * libFuzzer target for the safetensors reader (engine/safetensors.c) and
- * the training-shard slice check over it (engine/ckpt.c,
+ * libFuzzer target for the safetensors reader (io/safetensors.c) and
+ * the training-shard slice check over it (io/ckpt.c,
  * dt_ckpt_train_slice, what dtengine train --resume runs on every shard).
  * The input is a whole file: dt_st_parse must refuse it with a message or
  * accept it, and what it accepts must hold together: tensors in offset
@@ -21,8 +21,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "engine/ckpt.h"
-#include "engine/safetensors.h"
+#include "io/ckpt.h"
+#include "io/safetensors.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

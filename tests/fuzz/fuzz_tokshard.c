@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
  *
- * libFuzzer target for the llm.c token shard header (engine/data.c,
+ * libFuzzer target for the llm.c token shard header (engine/data/data.c,
  * dt_tok_parse_header: what dtengine train --data reads from every shard).
  * The input is a whole file, checked at its own size and, with the same
  * header, at sizes the input's last 8 bytes propose (a shard is mostly
@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/data.h"
+#include "engine/data/data.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

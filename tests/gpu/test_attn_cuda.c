@@ -40,7 +40,7 @@
 #include "common/mem.h"
 #include "kernels/cpu/attn_cpu.h"
 #include "kernels/cuda/attn_cuda.h"
-#include "engine/gen.h"
+#include "engine/data/gen.h"
 #include "tests/gpu/gpucheck.h"
 
 /*-- tolerances ----------------------------------------------------------------
@@ -107,7 +107,7 @@ static tol_t tol_twice(tol_t t)
 /*-- host numerics: seeded normals, bf16 / fp16 rounding -----------------------*/
 
 /* Element *i (then advanced) of the seeded stream of standard normals of
- * engine/gen.c. */
+ * engine/data/gen.c. */
 static double rnorm(uint64_t seed, int64_t *i)
 {
     float f;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
  *
- * GPU ring attention (engine/ring_cuda.h) against the CPU reference in
+ * GPU ring attention (engine/attn/ring_cuda.h) against the CPU reference in
  * double (kernels/cpu/attn_ref.c) computed on the same bf16/fp16-rounded
  * inputs: local rings of R = 1, 2, 3, 4, 8 ranks on one device, both
  * layouts, causal and not, GQA (H = 4, Hkv = 2), D = 64 and 128, forward
@@ -45,9 +45,9 @@
 
 #include "common/clock.h"
 #include "common/mem.h"
-#include "engine/attn.h"
-#include "engine/layout.h"
-#include "engine/ring_cuda.h"
+#include "engine/attn/attn.h"
+#include "spec/layout.h"
+#include "engine/attn/ring_cuda.h"
 #include "kernels/cpu/attn_cpu.h"
 #include "tests/gpu/gpucheck.h"
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT
  *
  * The GPU ring's stream/event schedule, checked without a GPU: the real
- * engine/ring_cuda.c and engine/comm_nccl.c run against the host simulator
+ * engine/attn/ring_cuda.c and engine/comm/comm_nccl.c run against the host simulator
  * of tests/gpu/sim/sim_cuda.c, which executes their stream operations in a
  * random order that respects only the dependencies they declare. Under it
  * run the checks of tests/gpu/test_ring_cuda.c (included, its main renamed),

@@ -91,9 +91,9 @@ sources() {
     _c="$DT_SRCDIR/common/err.c $DT_SRCDIR/common/mem.c $DT_SRCDIR/common/fileio.c"
     case $1 in
     msg) echo "$_c $DT_SRCDIR/common/msg.c $DT_SRCDIR/common/text.c" ;;
-    safetensors | manifest) echo "$_c $DT_SRCDIR/engine/safetensors.c $DT_SRCDIR/engine/ckpt.c" ;;
-    npy) echo "$_c $DT_SRCDIR/engine/npy.c" ;;
-    tokshard) echo "$_c $DT_SRCDIR/engine/data.c $DT_SRCDIR/engine/gen.c" ;;
+    safetensors | manifest) echo "$_c $DT_SRCDIR/io/safetensors.c $DT_SRCDIR/io/ckpt.c" ;;
+    npy) echo "$_c $DT_SRCDIR/io/npy.c" ;;
+    tokshard) echo "$_c $DT_SRCDIR/engine/data/data.c $DT_SRCDIR/engine/data/gen.c" ;;
     esac
 }
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT
  *
  * Exact ring attention on GPUs, forward and backward (contract in
- * engine/ring_cuda.h): the schedule of engine/attn.c, with CUDA streams and
+ * engine/attn/ring_cuda.h): the schedule of engine/attn/attn.c, with CUDA streams and
  * events instead of MPI requests, over the transports of comm_nccl.c.
  *
  * Dense forward, rank g, step t = 0 .. R-1, block of rank src = g - t:
@@ -65,8 +65,8 @@
 
 #include "common/clock.h"
 #include "common/mem.h"
-#include "engine/layout.h"
-#include "engine/ring_impl.h"
+#include "spec/layout.h"
+#include "engine/comm/ring_impl.h"
 #include "kernels/cuda/cuda_err.h"
 
 #define WS_ALIGN ((size_t)256)

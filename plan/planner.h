@@ -25,8 +25,8 @@
 #include <jansson.h>
 
 #include "common/err.h"
-#include "engine/spec.h"
-#include "engine/attn.h"
+#include "spec/spec.h"
+#include "engine/attn/attn.h"
 
 typedef struct dt_model {
     char name[32];

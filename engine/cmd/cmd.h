@@ -6,8 +6,8 @@
 #ifndef DT_ENGINE_CMD_H
 #define DT_ENGINE_CMD_H
 
-#include "engine/comm.h"
-#include "engine/model.h"
+#include "engine/comm/comm.h"
+#include "engine/model/model.h"
 
 /* Exit codes of dtengine (documented in dtengine(1)). */
 enum {

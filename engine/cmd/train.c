@@ -5,7 +5,7 @@
  * global-norm clipping, on the generated associative-recall task, with
  * checkpoints every K steps and exact resume.
  *
- * Checkpoints (engine/ckpt.h): DIR/step-NNNNNNNN/ with one safetensors
+ * Checkpoints (io/ckpt.h): DIR/step-NNNNNNNN/ with one safetensors
  * shard per rank and manifest.json. The flat parameter array and the two
  * AdamW moments are cut into R contiguous slices; shard r holds slice r as
  * the 1-D float32 tensors "params", "adam_m" and "adam_v", with metadata
@@ -16,7 +16,7 @@
  * way a resumed run sees exactly the data the uninterrupted one would.
  *
  * Data: the generated recall task, or llm.c token shards (--data GLOB,
- * engine/data.h) read in a seeded shuffled order whose cursor is saved in
+ * engine/data/data.h) read in a seeded shuffled order whose cursor is saved in
  * the manifest. A job spec (--spec FILE, dt-spec(5)) sets the same options;
  * flags override it.
  *
@@ -46,15 +46,15 @@
 
 #include "common/clock.h"
 #include "common/mem.h"
-#include "engine/attn.h"
-#include "engine/ckpt.h"
-#include "engine/cmd.h"
-#include "engine/data.h"
-#include "engine/model.h"
-#include "engine/npy.h"
-#include "engine/optim.h"
-#include "engine/safetensors.h"
-#include "engine/spec.h"
+#include "engine/attn/attn.h"
+#include "io/ckpt.h"
+#include "engine/cmd/cmd.h"
+#include "engine/data/data.h"
+#include "engine/model/model.h"
+#include "io/npy.h"
+#include "engine/model/optim.h"
+#include "io/safetensors.h"
+#include "spec/spec.h"
 #include "engine/wlink.h"
 
 enum { TAG_SHARD = 301 };

@@ -7,7 +7,7 @@
  * every rank writes its own shard. Outputs are written atomically: on any
  * error no output file is left behind.
  *
- * Not here: the attention itself (engine/attn.c).
+ * Not here: the attention itself (engine/attn/attn.c).
  */
 #include "config.h"
 
@@ -23,11 +23,11 @@
 #include <unistd.h>
 
 #include "common/mem.h"
-#include "engine/attn.h"
-#include "engine/attn_gpu.h"
-#include "engine/cmd.h"
-#include "engine/gen.h"
-#include "engine/npy.h"
+#include "engine/attn/attn.h"
+#include "engine/attn/attn_gpu.h"
+#include "engine/cmd/cmd.h"
+#include "engine/data/gen.h"
+#include "io/npy.h"
 
 enum { TAG_OUT = 201 };
 

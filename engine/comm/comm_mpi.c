@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "common/mem.h"
-#include "engine/comm.h"
+#include "engine/comm/comm.h"
 
 #define PIECE ((size_t)1 << 30)
 #define MAXREQ 64 /* 32 GiB per direction per op */

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT
  *
  * The LLaMA-3 forward and backward on the CPU layers (kernels/cpu/
- * layers_cpu.h) and the engine's distributed attention (engine/attn.h).
+ * layers_cpu.h) and the engine's distributed attention (engine/attn/attn.h).
  * Activations of every layer are kept for the backward; nothing is
  * recomputed except inside the attention kernels. The loss is normalised
  * by the number of counted targets over all ranks, so the summed gradient
@@ -19,8 +19,8 @@
 #include <string.h>
 
 #include "common/mem.h"
-#include "engine/gen.h"
-#include "engine/model.h"
+#include "engine/data/gen.h"
+#include "engine/model/model.h"
 #include "kernels/cpu/layers_cpu.h"
 
 int dt_model_preset(const char *name, dt_model_cfg_t *out, dt_emsg_t *em)

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT
  *
  * Inside the GPU ring: struct dt_ring and the transport primitives that
- * engine/ring_cuda.c (the attention schedule) builds on. The transports
- * live in engine/comm_nccl.c; nothing here is part of the public API of
- * engine/ring_cuda.h.
+ * engine/attn/ring_cuda.c (the attention schedule) builds on. The transports
+ * live in engine/comm/comm_nccl.c; nothing here is part of the public API of
+ * engine/attn/ring_cuda.h.
  *
  * A ring has R ranks; this process drives nlocal of them (1 for NCCL, R for
  * the local transport), local rank l being global rank rank0 + l. Each
@@ -32,7 +32,7 @@
 #include <nccl.h>
 #pragma GCC diagnostic pop
 
-#include "engine/ring_cuda.h"
+#include "engine/attn/ring_cuda.h"
 
 enum ring_kind {
     RING_LOCAL = 0,

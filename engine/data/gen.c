@@ -7,7 +7,7 @@
 
 #include <math.h>
 
-#include "engine/gen.h"
+#include "engine/data/gen.h"
 
 static uint64_t mix(uint64_t z)
 {

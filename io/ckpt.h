@@ -41,7 +41,7 @@
 #include <stdint.h>
 
 #include "common/err.h"
-#include "engine/safetensors.h"
+#include "io/safetensors.h"
 
 #define DT_CKPT_FORMAT "dt-checkpoint"
 #define DT_CKPT_VERSION 1

@@ -2,7 +2,7 @@
  *
  * Ring attention on GPUs: the transport (NCCL, or R ranks inside one
  * process on one device) and exact dense ring attention over it, forward
- * and backward, with the schedule of engine/attn.c: K/V (and in the
+ * and backward, with the schedule of engine/attn/attn.c: K/V (and in the
  * backward dK/dV, one step behind) move to the next rank on a
  * communication stream while the current block computes on the compute
  * stream; CUDA events order the two (compute of step s waits for the
@@ -29,7 +29,7 @@
  * (dtengine), so the GPU tests stay free of it.
  *
  * Tensors per local rank l (device, contiguous, layout order of
- * engine/layout.h, c = T / R rows): q (c, H, D), k and v (c, Hkv, D) of the
+ * spec/layout.h, c = T / R rows): q (c, H, D), k and v (c, Hkv, D) of the
  * given dtype; o (c, H, D) and lse (H, c) fp32; dout (c, H, D) dtype; dq
  * (c, H, D), dk and dv (c, Hkv, D) fp32, WRITTEN.
  *
@@ -49,7 +49,7 @@
 #include <stddef.h>
 
 #include "common/err.h"
-#include "engine/attn.h"
+#include "engine/attn/attn.h"
 #include "kernels/cuda/attn_cuda.h"
 
 typedef struct dt_ring dt_ring_t;
@@ -69,7 +69,7 @@ int dt_ring_nccl_new(int rank, int R, const void *id, int device, double timeout
 
 /* The same, with rank, size and the id from the PMIx server (Open MPI's
  * mpirun, srun --mpi=pmix, dtagentd); device = local rank modulo the
- * visible devices. In engine/ring_pmix.c, linked by dtengine only. */
+ * visible devices. In engine/comm/ring_pmix.c, linked by dtengine only. */
 int dt_ring_nccl_pmix_new(double timeout_s, dt_ring_t **out, dt_emsg_t *em);
 
 void dt_ring_free(dt_ring_t *r);

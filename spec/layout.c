@@ -6,7 +6,7 @@
 
 #include <string.h>
 
-#include "engine/layout.h"
+#include "spec/layout.h"
 
 const char *dt_layout_name(enum dt_layout l)
 {

@@ -40,54 +40,10 @@
 #include <stdint.h>
 
 #include "common/err.h"
-#include "engine/comm.h"
-#include "engine/layout.h"
+#include "engine/comm/comm.h"
+#include "spec/attn_spec.h"
+#include "spec/layout.h"
 
-#define DT_ATTN_MAXBRANCH 16
-
-typedef struct dt_attn_spec {
-    int64_t T;  /* sequence length */
-    int H;      /* query heads */
-    int Hkv;    /* key/value heads, divides H */
-    int D;      /* head dimension */
-    bool causal;
-    int nbranch;                        /* 0: dense attention */
-    int64_t seg[DT_ATTN_MAXBRANCH];     /* segment lengths w_i */
-    int64_t dil[DT_ATTN_MAXBRANCH];     /* dilation rates r_i, r_i divides w_i */
-    enum dt_layout layout;
-    float scale; /* 0: 1 / sqrt(D) */
-} dt_attn_spec_t;
-
-/* Validate a spec for R ranks: positive sizes, Hkv divides H, layout
- * divisibility, branch lists, w a multiple of r, distributed support.
- * DT_EINVAL / DT_ESHAPE / DT_ELAYOUT with a message naming the problem. */
-int dt_attn_check(const dt_attn_spec_t *s, int R, dt_emsg_t *em);
-
-/* Parse "w1,w2,..." and "r1,r2,..." into the spec's branch lists. */
-int dt_attn_parse_branches(dt_attn_spec_t *s, const char *segs, const char *dils,
-                           dt_emsg_t *em);
-
-/* A branch: segment w, dilation r (dense is branch -1: w = T, r = 1), hc
- * query heads per chunk (ceil(H / r)), nchunk chunks that have heads. */
-typedef struct dt_attn_branch {
-    int64_t w, r;
-    int hc;
-    int nchunk;
-} dt_attn_branch_t;
-
-/* Head chunk k of a branch: query heads [hlo, hlo + nh), reading kv heads
- * [kvlo, kvlo + nkv). */
-typedef struct dt_attn_chunk {
-    int hlo, nh;
-    int kvlo, nkv;
-} dt_attn_chunk_t;
-
-dt_attn_branch_t dt_attn_branch(const dt_attn_spec_t *s, int b);
-dt_attn_chunk_t dt_attn_chunk(const dt_attn_spec_t *s, const dt_attn_branch_t *br, int k);
-
-/* Floating-point operations of the forward (multiply-adds count 2) over all
- * ranks, counting only visible (query, key) pairs. Backward costs 2.5x. */
-double dt_attn_flops(const dt_attn_spec_t *s);
 
 /* Timing of the last call on this rank, for benchmarks and the summary. */
 typedef struct dt_attn_stats {

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT
  *
  * `dtengine attn --device cuda` (see attn_gpu.h): host fp32 -> device
- * bf16/fp16, the ring of engine/ring_cuda.h, device fp32 -> host. With more
+ * bf16/fp16, the ring of engine/attn/ring_cuda.h, device fp32 -> host. With more
  * than one rank the ring is NCCL, its unique id through PMIx
  * (dt_ring_nccl_pmix_new); alone it is a local ring of one.
  *
@@ -14,14 +14,14 @@
 #include <string.h>
 
 #include "common/mem.h"
-#include "engine/attn_gpu.h"
+#include "engine/attn/attn_gpu.h"
 
 #ifdef HAVE_CUDA
 
 #include <cuda_runtime_api.h>
 
-#include "engine/layout.h"
-#include "engine/ring_cuda.h"
+#include "spec/layout.h"
+#include "engine/attn/ring_cuda.h"
 #include "kernels/cuda/cuda_err.h"
 
 int dt_attn_gpu_built(void)

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT
  *
  * A LLaMA-3-style decoder on the CPU engine, context parallel: the sequence
- * is split over the job's ranks (engine/layout.h), every rank holds all
+ * is split over the job's ranks (spec/layout.h), every rank holds all
  * parameters, attention is the engine's ring or dilated attention, and the
  * parameter gradients are summed over the ranks. Token embedding; L blocks
  * of RMSNorm -> attention (RoPE with int64 positions, GQA) -> residual ->
@@ -22,8 +22,8 @@
 #include <stdint.h>
 
 #include "common/err.h"
-#include "engine/attn.h"
-#include "engine/comm.h"
+#include "engine/attn/attn.h"
+#include "engine/comm/comm.h"
 
 typedef struct dt_model_cfg {
     int dim, layers, heads, kv_heads, ffn, vocab;

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT
  *
- * The GPU ring's transports (engine/ring_cuda.h, engine/ring_impl.h):
+ * The GPU ring's transports (engine/attn/ring_cuda.h, engine/comm/ring_impl.h):
  * creating and freeing rings, the one-step exchange both schedules of
- * engine/ring_cuda.c are built from, the watchdog wait, abort, and the
+ * engine/attn/ring_cuda.c are built from, the watchdog wait, abort, and the
  * gradient all-reduce.
  *
  *   nccl:  one rank per process on its own device, a non-blocking NCCL
@@ -38,7 +38,7 @@
 
 #include "common/clock.h"
 #include "common/mem.h"
-#include "engine/ring_impl.h"
+#include "engine/comm/ring_impl.h"
 #include "kernels/cuda/cuda_err.h"
 
 _Static_assert(NCCL_UNIQUE_ID_BYTES == DT_RING_ID_BYTES, "DT_RING_ID_BYTES must match NCCL");

@@ -26,8 +26,8 @@
 
 #include "common/fileio.h"
 #include "common/mem.h"
-#include "engine/data.h"
-#include "engine/gen.h"
+#include "engine/data/data.h"
+#include "engine/data/gen.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "data.c reads header ints and tokens as they lie in memory");

@@ -7,7 +7,7 @@
  * start. It prints the loss over the task's targets and writes the logits of
  * the last N positions as .npy.
  *
- * Checkpoints (engine/ckpt.h): DIR/step-NNNNNNNN/ where NNNNNNNN is the
+ * Checkpoints (io/ckpt.h): DIR/step-NNNNNNNN/ where NNNNNNNN is the
  * number of finished layers; shard r holds rank r's hidden state as the
  * tensor "hidden" (c, d) float32 and its positions "positions" (c) int64,
  * with metadata "format" = "dt-prefill-1" and "layers_done". The manifest's
@@ -36,13 +36,13 @@
 
 #include "common/clock.h"
 #include "common/mem.h"
-#include "engine/attn.h"
-#include "engine/ckpt.h"
-#include "engine/cmd.h"
-#include "engine/data.h"
-#include "engine/model.h"
-#include "engine/npy.h"
-#include "engine/safetensors.h"
+#include "engine/attn/attn.h"
+#include "io/ckpt.h"
+#include "engine/cmd/cmd.h"
+#include "engine/data/data.h"
+#include "engine/model/model.h"
+#include "io/npy.h"
+#include "io/safetensors.h"
 
 #define PREFILL_FORMAT "dt-prefill-1"
 

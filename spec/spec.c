@@ -8,8 +8,8 @@
  * lists the same keys with the same help lines.
  *
  * Not here: what the values mean for a plan (presets, defaults that depend
- * on the cluster, divisibility): that is coordinator/planner.c. The branch
- * lists are parsed with engine/attn_spec.c's parser, so a list the engine
+ * on the cluster, divisibility): that is plan/planner.c. The branch
+ * lists are parsed with spec/attn_spec.c's parser, so a list the engine
  * would refuse is refused here too; that makes this file need
  * engine/libdtspec.
  */
@@ -23,8 +23,8 @@
 
 #include "common/fileio.h"
 #include "common/mem.h"
-#include "engine/spec.h"
-#include "engine/attn.h"
+#include "spec/spec.h"
+#include "spec/attn_spec.h"
 
 #define KEY(n, t, f, lo, hi, req, h)                                                          \
     {                                                                                         \

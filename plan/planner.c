@@ -13,8 +13,8 @@
  * Memory per rank. The engine replicates the weights on every rank (the
  * gradient all-reduce runs over the ring group; nothing is sharded), so they
  * do not shrink with R; everything else is per token and does.
- *  - attn: exactly what `dtengine attn` allocates (engine/attn.c,
- *    engine/cmd_attn.c): q (c, H, D) and k, v (c, Hkv, D) at elem; o
+ *  - attn: exactly what `dtengine attn` allocates (engine/attn/attn.c,
+ *    engine/cmd/attn.c): q (c, H, D) and k, v (c, Hkv, D) at elem; o
  *    (c, H, D) and lse (H, c) in fp32; per branch the ring buffers of packed
  *    K/V (two when the branch's group has more than one rank; a ring of one
  *    never receives, and the engine never touches its second buffer, so it
@@ -89,7 +89,7 @@
 
 #include "common/macros.h"
 #include "common/mem.h"
-#include "coordinator/planner.h"
+#include "plan/planner.h"
 
 #define GiB (1024.0 * 1024.0 * 1024.0)
 #define MiB (1024.0 * 1024.0)

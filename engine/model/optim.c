@@ -11,7 +11,7 @@
 
 #include <math.h>
 
-#include "engine/optim.h"
+#include "engine/model/optim.h"
 
 int dt_adamw_check(const dt_adamw_cfg_t *cfg, dt_emsg_t *em)
 {

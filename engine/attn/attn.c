@@ -29,7 +29,7 @@
 
 #include "common/clock.h"
 #include "common/mem.h"
-#include "engine/attn.h"
+#include "engine/attn/attn.h"
 #include "kernels/cpu/attn_cpu.h"
 
 #define TAG_KV 101

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
  *
- * `dtengine attn --device cuda`: the attention of engine/attn.h run on this
+ * `dtengine attn --device cuda`: the attention of engine/attn/attn.h run on this
  * rank's GPU over an NCCL ring (a one-rank local ring when the job has one
  * rank), with host fp32 tensors in and out, so the command's loading,
  * generation and writing stay what they are for the CPU path. The inputs
@@ -12,8 +12,8 @@
 #define DT_ENGINE_ATTN_GPU_H
 
 #include "common/err.h"
-#include "engine/attn.h"
-#include "engine/comm.h"
+#include "engine/attn/attn.h"
+#include "engine/comm/comm.h"
 
 /* 1 when this dtengine was built with the CUDA backend. */
 int dt_attn_gpu_built(void);

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/attn.h"
+#include "spec/attn_spec.h"
 
 /* ---- spec ------------------------------------------------------------ */
 
