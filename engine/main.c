@@ -44,12 +44,12 @@ int dt_cmd_model_option(int c, const char *value, dt_model_cfg_t *m, dt_emsg_t *
     double v;
     int rc;
 
-    if (c == 'm') {
-        if (strcmp(value, "tiny") != 0 && strcmp(value, "custom") != 0)
-            return dt_emsg_set(em, DT_EUSAGE, "--model '%s': tiny, or custom with --dim "
-                               "--layers --heads --kv-heads --ffn --vocab", value);
-        return 0;
-    }
+    if (c == 'm') /* the preset, from the table every binary shares (spec/model.h) */
+        return dt_model_preset(value, m, em) < 0
+                   ? dt_emsg_set(em, DT_EUSAGE, "--model '%s': tiny, llama3-8b, llama3-70b, or "
+                                 "custom with --dim --layers --heads --kv-heads --ffn --vocab",
+                                 value)
+                   : 0;
     if (c < 1 || c > 6)
         return dt_emsg_set(em, DT_EUSAGE, "not a model option");
     if ((rc = dt_cmd_number(names[c - 1], value, 1, 1 << 20, &v, em)) < 0)

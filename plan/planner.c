@@ -99,15 +99,6 @@
 
 /*-- presets -------------------------------------------------------------------*/
 
-/* tiny: a LLaMA-shaped model small enough to train on a few CPU cores in a
- * demo (3.1 M parameters): D = 32, GQA 4:1, tied head. The LLaMA 3
- * shapes are Meta's published configurations. */
-static const dt_model_t models[] = {
-    { "tiny", 256, 4, 8, 2, 768, 512, 10000, true },
-    { "llama3-8b", 4096, 32, 32, 8, 14336, 128256, 500000, false },
-    { "llama3-70b", 8192, 80, 64, 8, 28672, 128256, 500000, false },
-};
-
 /* peak_fp32: the same machine at fp32 (GPUs without TF32: the non-tensor
  * FP32 peak), used when a job asks for fp32. */
 static const struct cluster_preset {
@@ -133,20 +124,6 @@ static const struct cluster_preset {
     { { "cpu", 2, 0, 4.0 * GiB, 100e9, 0.5, 5e9, 1e9, 15.0 * MiB }, 100e9 },
 };
 
-
-int dt_model_preset(const char *name, dt_model_t *out, dt_emsg_t *em)
-{
-    for (size_t i = 0; i < DT_ARRAY_SIZE(models); i++) {
-        if (name != NULL && strcmp(name, models[i].name) == 0) {
-            *out = models[i];
-            return 0;
-        }
-    }
-    return dt_emsg_set(em, DT_EINVAL,
-                       "unknown model '%s' (known: tiny, llama3-8b, llama3-70b; "
-                       "or custom with every shape key)",
-                       name ? name : "(null)");
-}
 
 static const struct cluster_preset *find_cluster(const char *name)
 {
@@ -181,7 +158,7 @@ static const char *prec_name(enum dt_precision p)
 
 int dt_plan_req_from_spec(const dt_spec_t *s, dt_plan_req_t *out, dt_emsg_t *em)
 {
-    const char *model = s->model ? s->model : "tiny", *gpu = s->gpu ? s->gpu : "cpu";
+    const char *gpu = s->gpu ? s->gpu : "cpu";
     const struct cluster_preset *cp;
     dt_attn_spec_t a = { 0 };
     int rc;
@@ -191,28 +168,8 @@ int dt_plan_req_from_spec(const dt_spec_t *s, dt_plan_req_t *out, dt_emsg_t *em)
         return rc;
     out->tokens = s->tokens;
 
-    if (strcmp(model, "custom") == 0) {
-        snprintf(out->model.name, sizeof(out->model.name), "custom");
-        out->model.rope_theta = 500000;
-    } else if ((rc = dt_model_preset(model, &out->model, em)) < 0) {
+    if ((rc = dt_model_from_spec(s, &out->model, em)) < 0)
         return rc;
-    }
-    if (s->dim)
-        out->model.dim = s->dim;
-    if (s->layers)
-        out->model.layers = s->layers;
-    if (s->heads)
-        out->model.heads = s->heads;
-    if (s->kv_heads)
-        out->model.kv_heads = s->kv_heads;
-    if (s->ffn)
-        out->model.ffn = s->ffn;
-    if (s->vocab)
-        out->model.vocab = s->vocab;
-    if (s->rope_theta)
-        out->model.rope_theta = s->rope_theta;
-    if (s->tied)
-        out->model.tied = strcmp(s->tied, "yes") == 0;
 
     if ((cp = find_cluster(gpu)) == NULL)
         return dt_cluster_preset(gpu, &out->cluster, em);
@@ -334,7 +291,7 @@ static dt_attn_spec_t attn_spec(const dt_plan_req_t *q, int64_t T)
 }
 
 /* Parameters, and those that multiply every token (matrix products). */
-static void params(const dt_model_t *m, double *P, double *Pmm)
+static void params(const dt_model_cfg_t *m, double *P, double *Pmm)
 {
     double dim = (double)m->dim, kvdim = (double)(m->dim / m->heads * m->kv_heads);
     double attn = 2 * dim * dim + 2 * dim * kvdim, ffn = 3 * dim * (double)m->ffn;
@@ -345,7 +302,7 @@ static void params(const dt_model_t *m, double *P, double *Pmm)
 }
 
 /* Activations kept for the backward, per token per layer (see the top). */
-static double train_act_per_token_layer(const dt_model_t *m, double elem)
+static double train_act_per_token_layer(const dt_model_cfg_t *m, double elem)
 {
     double dim = (double)m->dim, kvdim = (double)(m->dim / m->heads * m->kv_heads);
     return elem * (6 * dim + 2 * kvdim + 4 * (double)m->ffn) + 4 * (double)m->heads;
@@ -355,7 +312,7 @@ static double train_act_per_token_layer(const dt_model_t *m, double elem)
  * memory, for where to start looking for R). */
 static double act_per_token(const dt_plan_req_t *q)
 {
-    const dt_model_t *m = &q->model;
+    const dt_model_cfg_t *m = &q->model;
     double e = elem_of(q->precision), dim = (double)m->dim, H = (double)m->heads;
     double kvdim = (double)(m->dim / m->heads * m->kv_heads);
 
@@ -460,7 +417,7 @@ static void branch_time(const dt_plan_req_t *q, const dt_attn_spec_t *a, int R, 
 /* Everything but the placement, for R ranks (T % R checked by the caller). */
 static void evaluate(const dt_plan_req_t *q, int64_t T, int R, ev_t *v)
 {
-    const dt_model_t *m = &q->model;
+    const dt_model_cfg_t *m = &q->model;
     const dt_cluster_t *cl = &q->cluster;
     dt_attn_spec_t a = attn_spec(q, T);
     double e = elem_of(q->precision), P = 0, Pmm = 0, pe = cl->peak_flops * cl->efficiency;
@@ -553,7 +510,7 @@ static int fail(dt_plan_t *p, dt_emsg_t *em, int rc, const char *fmt, ...)
 
 static int check_req(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
 {
-    const dt_model_t *m = &q->model;
+    const dt_model_cfg_t *m = &q->model;
     const dt_cluster_t *cl = &q->cluster;
 
     if (q->tokens <= 0 || q->tokens > TOKENS_MAX)
@@ -921,7 +878,7 @@ json_t *dt_plan_to_json(const dt_plan_req_t *q, const dt_plan_t *p)
     json_object_set_new(model, "kv_heads", json_integer(q->model.kv_heads));
     json_object_set_new(model, "ffn", json_integer(q->model.ffn));
     json_object_set_new(model, "vocab", json_integer(q->model.vocab));
-    json_object_set_new(model, "rope_theta", json_integer(q->model.rope_theta));
+    json_object_set_new(model, "rope_theta", json_integer((json_int_t)q->model.rope_theta));
     json_object_set_new(model, "tied", json_boolean(q->model.tied));
     json_object_set_new(o, "model", model);
     cl = json_object();

@@ -25,14 +25,9 @@
 #include <jansson.h>
 
 #include "common/err.h"
+#include "spec/model.h"
 #include "spec/spec.h"
 #include "engine/attn/attn.h"
-
-typedef struct dt_model {
-    char name[32];
-    int64_t dim, layers, heads, kv_heads, ffn, vocab, rope_theta;
-    bool tied;
-} dt_model_t;
 
 typedef struct dt_cluster {
     char name[32];
@@ -49,14 +44,13 @@ typedef struct dt_cluster {
 enum dt_job_kind { DT_KIND_ATTN = 0, DT_KIND_PREFILL, DT_KIND_TRAIN };
 enum dt_precision { DT_PREC_FP32 = 0, DT_PREC_BF16, DT_PREC_FP16 };
 
-/* Presets: tiny, llama3-8b, llama3-70b; h100-sxm, h200, cpu. DT_EINVAL with
+/* Cluster presets: h100-sxm, h200, cpu (model presets: spec/model.h). DT_EINVAL with
  * the list of known names otherwise. */
-int dt_model_preset(const char *name, dt_model_t *out, dt_emsg_t *em);
 int dt_cluster_preset(const char *name, dt_cluster_t *out, dt_emsg_t *em);
 
 typedef struct dt_plan_req {
     int64_t tokens;
-    dt_model_t model;
+    dt_model_cfg_t model;
     dt_cluster_t cluster;
     enum dt_job_kind kind;
     enum dt_precision precision;

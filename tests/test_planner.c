@@ -68,7 +68,7 @@ static void set_branches(dt_plan_req_t *q, int n, const int64_t *w, const int64_
 
 Test(planner, presets)
 {
-    dt_model_t m;
+    dt_model_cfg_t m;
     dt_cluster_t c;
     dt_emsg_t em = { "" };
 

@@ -9,6 +9,7 @@
 #include "config.h"
 
 #include <criterion/criterion.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 #include <unistd.h>
 
 #include "common/mem.h"
+#include "spec/model.h"
 #include "spec/spec.h"
 
 /* Every field equal (strings by value). */
@@ -569,4 +571,83 @@ Test(spec, fifo_and_directory_refused_without_blocking, .timeout = 20)
     cr_assert_eq(dt_spec_load("/dev/zero", &s, &em), DT_EINVAL, "%s", em.s);
     unlink(fifo);
     rmdir(dir);
+}
+
+/* The one model table (spec/model.h): a spec's model is its preset with the
+ * keys given on top, custom has theta 500000 and an untied head, and the
+ * table printed in dt-spec(5) is the table in the code. */
+static bool same_model(const dt_model_cfg_t *a, const dt_model_cfg_t *b)
+{
+    return strcmp(a->name, b->name) == 0 && a->dim == b->dim && a->layers == b->layers &&
+           a->heads == b->heads && a->kv_heads == b->kv_heads && a->ffn == b->ffn &&
+           a->vocab == b->vocab && a->rope_theta == b->rope_theta &&
+           a->norm_eps == b->norm_eps && a->tied == b->tied;
+}
+
+Test(spec, model_presets_resolve_once)
+{
+    static const char *const names[] = { "tiny", "llama3-8b", "llama3-70b" };
+    dt_model_cfg_t m, p;
+    dt_spec_t s = { 0 };
+    dt_emsg_t em = { "" };
+
+    cr_assert_eq(dt_model_from_spec(&s, &m, &em), 0, "%s", em.s);
+    cr_assert_str_eq(m.name, "tiny", "no model key: tiny");
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        s.model = (char *)names[i];
+        cr_assert_eq(dt_model_from_spec(&s, &m, &em), 0, "%s", em.s);
+        cr_assert_eq(dt_model_preset(names[i], &p, &em), 0, "%s", em.s);
+        cr_assert(same_model(&m, &p), "%s: spec and preset differ", names[i]);
+        cr_assert_eq(dt_model_cfg_check(&m, &em), 0, "%s: %s", names[i], em.s);
+    }
+    /* custom with llama3-8b's shape is llama3-8b but for its name */
+    s = (dt_spec_t){ .model = "custom", .dim = 4096, .layers = 32, .heads = 32, .kv_heads = 8,
+                     .ffn = 14336, .vocab = 128256 };
+    cr_assert_eq(dt_model_from_spec(&s, &m, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_model_preset("llama3-8b", &p, &em), 0);
+    strcpy(p.name, "custom");
+    cr_assert(same_model(&m, &p), "custom shaped like llama3-8b: theta %g tied %d",
+                 m.rope_theta, m.tied);
+    /* keys over a preset */
+    s = (dt_spec_t){ .model = "tiny", .layers = 1, .rope_theta = 20000, .tied = "no" };
+    cr_assert_eq(dt_model_from_spec(&s, &m, &em), 0, "%s", em.s);
+    cr_assert(m.layers == 1 && m.dim == 256 && m.rope_theta == 20000 && !m.tied);
+    s = (dt_spec_t){ .model = "llama3-7b" };
+    cr_assert_eq(dt_model_from_spec(&s, &m, &em), DT_EINVAL);
+    cr_assert(strstr(em.s, "unknown model 'llama3-7b'"), "%s", em.s);
+}
+
+Test(spec, model_table_in_dt_spec_5_is_the_code)
+{
+    const char *src = getenv("DT_SRCDIR");
+    char path[4096], line[256];
+    int rows = 0;
+    FILE *f;
+
+    cr_assert_not_null(src, "DT_SRCDIR is not set (run through make check)");
+    snprintf(path, sizeof(path), "%s/man/dt-spec.5", src);
+    cr_assert_not_null(f = fopen(path, "r"), "%s", path);
+    while (fgets(line, sizeof(line), f)) {
+        char name[32], tied[8];
+        int dim, layers, heads, kv, ffn, vocab;
+        double theta;
+        dt_model_cfg_t m;
+        dt_emsg_t em = { "" };
+
+        if (sscanf(line, "%31s %d %d %d %d %d %d %lf %7s", name, &dim, &layers, &heads, &kv,
+                   &ffn, &vocab, &theta, tied) != 9)
+            continue;
+        /* the page writes llama3\-8b (a groff hyphen) */
+        for (char *d = name, *q = name;; q++)
+            if (*q != '\\' && (*d++ = *q) == '\0')
+                break;
+        cr_assert_eq(dt_model_preset(name, &m, &em), 0, "dt-spec(5) row '%s': %s", name, em.s);
+        cr_assert(m.dim == dim && m.layers == layers && m.heads == heads && m.kv_heads == kv &&
+                      m.ffn == ffn && m.vocab == vocab && m.rope_theta == theta &&
+                      m.tied == (strcmp(tied, "yes") == 0),
+                  "dt-spec(5) row '%s' differs from spec/model.c", name);
+        rows++;
+    }
+    fclose(f);
+    cr_assert_eq(rows, 3, "dt-spec(5) has %d preset rows, the code 3", rows);
 }

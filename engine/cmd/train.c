@@ -103,19 +103,9 @@ static int apply_spec(topts_t *o, const char *path, dt_emsg_t *em)
     if (s->kind && strcmp(s->kind, "train") != 0)
         return dt_emsg_set(em, DT_EINVAL, "%s: kind = %s; dtengine train runs kind = train", path,
                            s->kind);
-    if (s->model && strcmp(s->model, "tiny") != 0 && strcmp(s->model, "custom") != 0)
-        return dt_emsg_set(em, DT_ENOTSUP, "%s: model = %s: dtengine train has the tiny preset "
-                           "(or custom with its shape)", path, s->model);
-    int64_t *shape[] = { &s->dim, &s->layers, &s->heads, &s->kv_heads, &s->ffn, &s->vocab };
-    int *dst[] = { &o->model.dim, &o->model.layers, &o->model.heads, &o->model.kv_heads,
-                   &o->model.ffn, &o->model.vocab };
-    for (int i = 0; i < 6; i++)
-        if (*shape[i] > 0)
-            *dst[i] = (int)*shape[i];
-    if (s->rope_theta > 0)
-        o->model.rope_theta = (double)s->rope_theta;
-    if (s->tied)
-        o->model.tied = strcmp(s->tied, "yes") == 0;
+    /* the model as dtctl plan and dtcoordd resolve it (spec/model.h) */
+    if ((rc = dt_model_from_spec(s, &o->model, em)) < 0)
+        return rc;
     if (s->tokens > 0)
         o->T = s->tokens;
     if (s->causal_set)

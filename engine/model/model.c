@@ -23,40 +23,6 @@
 #include "engine/model/model.h"
 #include "kernels/cpu/layers_cpu.h"
 
-int dt_model_preset(const char *name, dt_model_cfg_t *out, dt_emsg_t *em)
-{
-    static const dt_model_cfg_t tiny = {
-        .dim = 256, .layers = 4, .heads = 8, .kv_heads = 2, .ffn = 768, .vocab = 512,
-        .rope_theta = 10000.0, .norm_eps = 1e-5f, .tied = true,
-    };
-    if (strcmp(name, "tiny") != 0)
-        return dt_emsg_set(em, DT_EINVAL, "model '%s': the engine's preset is tiny (or give the "
-                           "shape)", name);
-    *out = tiny;
-    return 0;
-}
-
-int dt_model_cfg_check(const dt_model_cfg_t *c, dt_emsg_t *em)
-{
-    if (c->dim <= 0 || c->layers <= 0 || c->heads <= 0 || c->kv_heads <= 0 || c->ffn <= 0 ||
-        c->vocab <= 0)
-        return dt_emsg_set(em, DT_EINVAL, "model: dim %d, layers %d, heads %d, kv_heads %d, "
-                           "ffn %d and vocab %d must all be positive", c->dim, c->layers,
-                           c->heads, c->kv_heads, c->ffn, c->vocab);
-    if (c->dim % c->heads != 0)
-        return dt_emsg_set(em, DT_EINVAL, "model: heads %d do not divide dim %d", c->heads,
-                           c->dim);
-    if (c->heads % c->kv_heads != 0)
-        return dt_emsg_set(em, DT_EINVAL, "model: kv_heads %d do not divide heads %d",
-                           c->kv_heads, c->heads);
-    if ((c->dim / c->heads) % 2 != 0)
-        return dt_emsg_set(em, DT_EINVAL, "model: head dim %d must be even (RoPE pairs)",
-                           c->dim / c->heads);
-    if (!(c->rope_theta > 0) || !(c->norm_eps > 0))
-        return dt_emsg_set(em, DT_EINVAL, "model: rope_theta and norm_eps must be positive");
-    return 0;
-}
-
 void dt_model_layout_init(dt_model_layout_t *lo, const dt_model_cfg_t *c)
 {
     int64_t d = c->dim, D = c->dim / c->heads, off = 0;

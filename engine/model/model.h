@@ -24,22 +24,7 @@
 #include "common/err.h"
 #include "engine/attn/attn.h"
 #include "engine/comm/comm.h"
-
-typedef struct dt_model_cfg {
-    int dim, layers, heads, kv_heads, ffn, vocab;
-    double rope_theta;
-    float norm_eps;
-    bool tied;
-} dt_model_cfg_t;
-
-/* The engine's preset shapes: "tiny" (dim 256, 4 layers, 8 heads, 2 kv
- * heads, ffn 768, vocab 512, tied; the planner's tiny). DT_EINVAL naming
- * the known presets otherwise. */
-int dt_model_preset(const char *name, dt_model_cfg_t *out, dt_emsg_t *em);
-
-/* Validate: positive sizes, heads divide dim, kv_heads divide heads, head
- * dim even (RoPE pairs). DT_EINVAL naming the field. */
-int dt_model_cfg_check(const dt_model_cfg_t *cfg, dt_emsg_t *em);
+#include "spec/model.h"
 
 /* Offsets (in floats) of each tensor in the flat parameter array. */
 typedef struct dt_model_layer_off {

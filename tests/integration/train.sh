@@ -281,4 +281,28 @@ check "refuses a spec value that is not UTF-8, naming the line and key" \
 printf 'kind = train\ntokens = 256\ncolour = red\n' >"$TMPD/unknown.spec"
 check "refuses a spec with an unknown key with exit 2" bad "unknown.spec:3: unknown key 'colour'" \
     --spec "$TMPD/unknown.spec"
+# One model table (spec/model.h): for a spec's model, dtengine train and
+# dtctl plan resolve the same shape and the same defaults (custom: RoPE base
+# 500000, untied head, as dt-spec(5) says; the engine once ran 10000, tied).
+model_of_plan() { "$DT_BUILDDIR/cli/dtctl" plan "$1" --json | tr -d ' \n' | grep -o '"model":{[^}]*}' |
+    sed 's/"name":"[^"]*",//; s/"rope_theta":\([0-9]*\)\.0*/"rope_theta":\1/'; }
+model_of_ckpt() { tr -d ' \n' <"$1" | grep -o '"model":{[^}]*}' |
+    sed 's/"norm_eps":[^,]*,//; s/"rope_theta":\([0-9]*\)\.0*/"rope_theta":\1/'; }
+same_model() { # SPEC: the engine's checkpointed model equals the planner's
+    rm -rf "$TMPD/model"
+    "$DTENGINE" train --spec "$1" --steps 1 --ckpt-dir "$TMPD/model" --ckpt-every 1 \
+        >"$TMPD/model.log" 2>&1 || { cat "$TMPD/model.log"; return 1; }
+    _e=$(model_of_ckpt "$TMPD"/model/step-00000001/manifest.json)
+    _p=$(model_of_plan "$1")
+    echo "engine $_e"
+    echo "plan   $_p"
+    [ -n "$_e" ] && [ "$_e" = "$_p" ] && grep -q "$2" "$TMPD"/model/step-00000001/manifest.json
+}
+printf 'kind = train\ntokens = 256\nmodel = custom\ndim = 64\nlayers = 1\nheads = 4\nkv_heads = 2\nffn = 128\nvocab = 512\n' \
+    >"$TMPD/custom.spec"
+check "model = custom: engine and planner agree (rope_theta 500000, untied)" \
+    same_model "$TMPD/custom.spec" '"tied": false'
+printf 'kind = train\ntokens = 256\nmodel = tiny\nlayers = 1\n' >"$TMPD/tiny1.spec"
+check "model = tiny with a key over it: engine and planner agree (10000, tied)" \
+    same_model "$TMPD/tiny1.spec" '"tied": true'
 finish

@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * The model preset table and the resolution of a spec's model keys (see
+ * spec/model.h). The LLaMA 3 rows are Meta's published configurations;
+ * tiny is a LLaMA-shaped model of 3.1 M parameters (head dim 32, GQA 4:1,
+ * tied head) small enough to train on a few CPU cores in a demo.
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "common/macros.h"
+#include "spec/model.h"
+
+static const dt_model_cfg_t presets[] = {
+    { .name = "tiny", .dim = 256, .layers = 4, .heads = 8, .kv_heads = 2, .ffn = 768,
+      .vocab = 512, .rope_theta = 10000, .norm_eps = 1e-5f, .tied = true },
+    { .name = "llama3-8b", .dim = 4096, .layers = 32, .heads = 32, .kv_heads = 8,
+      .ffn = 14336, .vocab = 128256, .rope_theta = 500000, .norm_eps = 1e-5f, .tied = false },
+    { .name = "llama3-70b", .dim = 8192, .layers = 80, .heads = 64, .kv_heads = 8,
+      .ffn = 28672, .vocab = 128256, .rope_theta = 500000, .norm_eps = 1e-5f, .tied = false },
+    /* no shape: every shape key must be given (dt_spec_check says which) */
+    { .name = "custom", .rope_theta = 500000, .norm_eps = 1e-5f, .tied = false },
+};
+
+int dt_model_preset(const char *name, dt_model_cfg_t *out, dt_emsg_t *em)
+{
+    for (size_t i = 0; i < DT_ARRAY_SIZE(presets); i++) {
+        if (name != NULL && strcmp(name, presets[i].name) == 0) {
+            *out = presets[i];
+            return 0;
+        }
+    }
+    return dt_emsg_set(em, DT_EINVAL,
+                       "unknown model '%s' (known: tiny, llama3-8b, llama3-70b; "
+                       "or custom with every shape key)",
+                       name ? name : "(null)");
+}
+
+int dt_model_from_spec(const dt_spec_t *s, dt_model_cfg_t *out, dt_emsg_t *em)
+{
+    const int64_t *key[] = { &s->dim, &s->ffn, &s->heads, &s->kv_heads, &s->layers, &s->vocab };
+    int *field[] = { &out->dim, &out->ffn, &out->heads, &out->kv_heads, &out->layers, &out->vocab };
+    int rc;
+
+    if ((rc = dt_model_preset(s->model ? s->model : "tiny", out, em)) < 0)
+        return rc;
+    /* dt_spec_check bounds every shape key far below INT_MAX (dt-spec(5)) */
+    for (size_t i = 0; i < DT_ARRAY_SIZE(key); i++)
+        if (*key[i] > 0)
+            *field[i] = (int)*key[i];
+    if (s->rope_theta > 0)
+        out->rope_theta = (double)s->rope_theta;
+    if (s->tied)
+        out->tied = strcmp(s->tied, "yes") == 0;
+    return 0;
+}
+
+int dt_model_cfg_check(const dt_model_cfg_t *c, dt_emsg_t *em)
+{
+    if (c->dim <= 0 || c->layers <= 0 || c->heads <= 0 || c->kv_heads <= 0 || c->ffn <= 0 ||
+        c->vocab <= 0)
+        return dt_emsg_set(em, DT_EINVAL, "model: dim %d, layers %d, heads %d, kv_heads %d, "
+                           "ffn %d and vocab %d must all be positive", c->dim, c->layers,
+                           c->heads, c->kv_heads, c->ffn, c->vocab);
+    if (c->dim % c->heads != 0)
+        return dt_emsg_set(em, DT_EINVAL, "model: heads %d do not divide dim %d", c->heads,
+                           c->dim);
+    if (c->heads % c->kv_heads != 0)
+        return dt_emsg_set(em, DT_EINVAL, "model: kv_heads %d do not divide heads %d",
+                           c->kv_heads, c->heads);
+    if ((c->dim / c->heads) % 2 != 0)
+        return dt_emsg_set(em, DT_EINVAL, "model: head dim %d must be even (RoPE pairs)",
+                           c->dim / c->heads);
+    if (!(c->rope_theta > 0) || !(c->norm_eps > 0))
+        return dt_emsg_set(em, DT_EINVAL, "model: rope_theta and norm_eps must be positive");
+    return 0;
+}
