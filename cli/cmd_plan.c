@@ -121,7 +121,7 @@ static void report(const dtctl_t *ctl, const dt_spec_t *s, const dt_plan_req_t *
     printf("plan: %s of %s over %lld tokens on %s (%s, %s, %s layout, %s)\n", s->kind,
            q->model.name, (long long)q->tokens, q->cluster.name,
            s->precision                   ? s->precision
-           : q->precision == DT_PREC_FP32 ? "fp32"
+           : q->precision == DT_F32 ? "fp32"
                                           : "bf16",
            q->causal ? "causal" : "non-causal", dt_layout_name(q->layout),
            q->nbranch ? "dilated" : "dense attention");

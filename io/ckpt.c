@@ -838,7 +838,7 @@ int dt_ckpt_train_slice(const char *path, const dt_st_reader_t *r, int64_t n, in
                            " (not a checkpoint of this model)", path, np, n);
     if (t == NULL)
         return dt_emsg_set(em, DT_EFORMAT, "%s: no tensor 'params'", path);
-    if (t->dtype != DT_ST_F32 || t->ndim != 1)
+    if (t->dtype != DT_F32 || t->ndim != 1)
         return dt_emsg_set(em, DT_EFORMAT, "%s: 'params' is %s, not a 1-D F32 tensor", path,
                            tensor_str(t, a, sizeof(a)));
     for (int i = 0; i < 2; i++) {

@@ -38,41 +38,47 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 
 /*-- dtypes ---------------------------------------------------------------*/
 
-const char *dt_npy_dtype_name(enum dt_dtype t)
+const char *dt_npy_dtype_name(dt_dtype_t t)
 {
     switch (t) {
-    case DT_DTYPE_F32:
+    case DT_F32:
         return "float32";
-    case DT_DTYPE_F16:
+    case DT_F16:
         return "float16";
-    case DT_DTYPE_I64:
+    case DT_I64:
         return "int64";
+    case DT_BF16: case DT_I32: case DT_U8: /* not a .npy type of dt's */
+        break;
     }
     return "unknown";
 }
 
-size_t dt_npy_dtype_size(enum dt_dtype t)
+size_t dt_npy_dtype_size(dt_dtype_t t)
 {
     switch (t) {
-    case DT_DTYPE_F32:
+    case DT_F32:
         return 4;
-    case DT_DTYPE_F16:
+    case DT_F16:
         return 2;
-    case DT_DTYPE_I64:
+    case DT_I64:
         return 8;
+    case DT_BF16: case DT_I32: case DT_U8: /* not a .npy type of dt's */
+        break;
     }
     return 0;
 }
 
-static const char *dtype_descr(enum dt_dtype t)
+static const char *dtype_descr(dt_dtype_t t)
 {
     switch (t) {
-    case DT_DTYPE_F32:
+    case DT_F32:
         return "<f4";
-    case DT_DTYPE_F16:
+    case DT_F16:
         return "<f2";
-    case DT_DTYPE_I64:
+    case DT_I64:
         return "<i8";
+    case DT_BF16: case DT_I32: case DT_U8: /* not a .npy type of dt's */
+        break;
     }
     return NULL;
 }
@@ -378,11 +384,11 @@ static int parse_dict(const char *path, const char *text, size_t len, dt_npy_inf
 
     /* The header is well formed; now what it describes must be supported. */
     if (strcmp(descr, "<f4") == 0)
-        info->dtype = DT_DTYPE_F32;
+        info->dtype = DT_F32;
     else if (strcmp(descr, "<f2") == 0)
-        info->dtype = DT_DTYPE_F16;
+        info->dtype = DT_F16;
     else if (strcmp(descr, "<i8") == 0)
-        info->dtype = DT_DTYPE_I64;
+        info->dtype = DT_I64;
     else if (descr[0] == '>')
         return dt_emsg_set(em, DT_EDTYPE,
                            "%s: dtype '%s' is big-endian, only little-endian is supported",
@@ -589,7 +595,7 @@ int dt_npy_read_f32(const char *path, const dt_npy_info_t *info, int64_t first, 
     int64_t off;
     int fd, rc = 0;
 
-    if (info->dtype != DT_DTYPE_F32 && info->dtype != DT_DTYPE_F16)
+    if (info->dtype != DT_F32 && info->dtype != DT_F16)
         return dt_emsg_set(em, DT_EDTYPE, "%s: dtype is %s, expected float32 or float16", path,
                            dt_npy_dtype_name(info->dtype));
     if (first < 0 || count < 0 || first > info->count || count > info->count - first)
@@ -602,7 +608,7 @@ int dt_npy_read_f32(const char *path, const dt_npy_info_t *info, int64_t first, 
     if ((fd = dt_open_regular(path, NULL, em)) < 0)
         return fd;
     off = (int64_t)info->data_offset + first * (int64_t)dt_npy_dtype_size(info->dtype);
-    if (info->dtype == DT_DTYPE_F32) {
+    if (info->dtype == DT_F32) {
         rc = read_data(path, fd, dst, (size_t)count * sizeof(float), off, em);
     } else {
         size_t per = CHUNK_BYTES / 2;
@@ -624,7 +630,7 @@ int dt_npy_read_i64(const char *path, const dt_npy_info_t *info, int64_t *dst, d
 {
     int fd, rc = 0;
 
-    if (info->dtype != DT_DTYPE_I64)
+    if (info->dtype != DT_I64)
         return dt_emsg_set(em, DT_EDTYPE, "%s: dtype is %s, expected int64", path,
                            dt_npy_dtype_name(info->dtype));
     if (info->count == 0)
@@ -641,7 +647,7 @@ int dt_npy_read_i64(const char *path, const dt_npy_info_t *info, int64_t *dst, d
 
 struct dt_npy_writer {
     int fd;
-    enum dt_dtype dtype;
+    dt_dtype_t dtype;
     int64_t count;
     int64_t data_offset;
     int failed;   /* first pwrite error: commit refuses to publish the file */
@@ -661,7 +667,7 @@ static void writer_free(dt_npy_writer_t *w)
 
 /* Build the header: magic, version, length, dict, spaces, '\n', so that the
  * data starts at a multiple of ALIGN. Returns its length (<= sz). */
-static size_t build_header(enum dt_dtype dtype, int ndim, const int64_t *shape, char *out,
+static size_t build_header(dt_dtype_t dtype, int ndim, const int64_t *shape, char *out,
                            size_t sz)
 {
     char shp[256], dict[384];
@@ -690,7 +696,7 @@ static size_t build_header(enum dt_dtype dtype, int ndim, const int64_t *shape, 
     return total;
 }
 
-int dt_npy_writer_open(const char *path, enum dt_dtype dtype, int ndim, const int64_t *shape,
+int dt_npy_writer_open(const char *path, dt_dtype_t dtype, int ndim, const int64_t *shape,
                        dt_npy_writer_t **out, dt_emsg_t *em)
 {
     dt_npy_writer_t *w;
@@ -780,7 +786,7 @@ int dt_npy_writer_pwrite(dt_npy_writer_t *w, int64_t first, int64_t count, const
         goto out;
     }
     off = w->data_offset + first * (int64_t)isz;
-    if (w->dtype != DT_DTYPE_F16) {
+    if (w->dtype != DT_F16) {
         rc = dt_pwrite_full(w->fd, data, (size_t)count * isz, off);
     } else {
         /* float32 in, binary16 out, through a bounded buffer. */
@@ -863,7 +869,7 @@ void dt_npy_writer_abort(dt_npy_writer_t *w)
     writer_free(w);
 }
 
-int dt_npy_save(const char *path, enum dt_dtype dtype, int ndim, const int64_t *shape,
+int dt_npy_save(const char *path, dt_dtype_t dtype, int ndim, const int64_t *shape,
                 const void *data, dt_emsg_t *em)
 {
     dt_npy_writer_t *w;

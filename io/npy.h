@@ -22,21 +22,19 @@
 #include <stdint.h>
 
 #include "common/err.h"
+#include "spec/dtype.h"
 
 #define DT_NPY_MAXDIM 8
 
-enum dt_dtype {
-    DT_DTYPE_F32 = 0, /* '<f4' */
-    DT_DTYPE_F16,     /* '<f2', IEEE binary16 */
-    DT_DTYPE_I64,     /* '<i8' */
-};
+/* .npy files hold DT_F32 ('<f4'), DT_F16 ('<f2') and DT_I64 ('<i8')
+ * (spec/dtype.h). */
 
 /* "float32", "float16", "int64". */
-const char *dt_npy_dtype_name(enum dt_dtype t);
-size_t dt_npy_dtype_size(enum dt_dtype t);
+const char *dt_npy_dtype_name(dt_dtype_t t);
+size_t dt_npy_dtype_size(dt_dtype_t t);
 
 typedef struct dt_npy_info {
-    enum dt_dtype dtype;
+    dt_dtype_t dtype;
     int ndim;
     int64_t shape[DT_NPY_MAXDIM];
     int64_t count;      /* product of shape */
@@ -65,7 +63,7 @@ int dt_npy_read_i64(const char *path, const dt_npy_info_t *info, int64_t *dst,
 
 /* Atomic writer. open creates "<dir>/.<name>.tmp.<pid>" and writes the
  * header; pwrite places `count` elements (given in the writer's dtype; for
- * DT_DTYPE_F16 pass float32 values, they are rounded to nearest even) at flat
+ * DT_F16 pass float32 values, they are rounded to nearest even) at flat
  * element offset `first`, in any order (elements never written read as 0);
  * commit fsyncs, renames over PATH and fsyncs the directory, then frees the
  * writer; abort unlinks the temporary file and frees the writer. Exactly one
@@ -75,7 +73,7 @@ int dt_npy_read_i64(const char *path, const dt_npy_info_t *info, int64_t *dst,
  * the new file is in place and the message says so. */
 typedef struct dt_npy_writer dt_npy_writer_t;
 
-int dt_npy_writer_open(const char *path, enum dt_dtype dtype, int ndim,
+int dt_npy_writer_open(const char *path, dt_dtype_t dtype, int ndim,
                        const int64_t *shape, dt_npy_writer_t **out, dt_emsg_t *em);
 int dt_npy_writer_pwrite(dt_npy_writer_t *w, int64_t first, int64_t count,
                          const void *data, dt_emsg_t *em);
@@ -83,7 +81,7 @@ int dt_npy_writer_commit(dt_npy_writer_t *w, dt_emsg_t *em);
 void dt_npy_writer_abort(dt_npy_writer_t *w);
 
 /* Whole-array convenience: open, one pwrite of info count elements, commit. */
-int dt_npy_save(const char *path, enum dt_dtype dtype, int ndim, const int64_t *shape,
+int dt_npy_save(const char *path, dt_dtype_t dtype, int ndim, const int64_t *shape,
                 const void *data, dt_emsg_t *em);
 
 /* IEEE binary16 <-> binary32. f32 -> f16 rounds to nearest even, overflows to

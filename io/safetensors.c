@@ -41,26 +41,26 @@ static const struct {
     const char *name;
     size_t size;
 } dtypes[] = {
-    [DT_ST_F32] = { "F32", 4 }, [DT_ST_F16] = { "F16", 2 }, [DT_ST_BF16] = { "BF16", 2 },
-    [DT_ST_I64] = { "I64", 8 }, [DT_ST_I32] = { "I32", 4 }, [DT_ST_U8] = { "U8", 1 },
+    [DT_F32] = { "F32", 4 }, [DT_F16] = { "F16", 2 }, [DT_BF16] = { "BF16", 2 },
+    [DT_I64] = { "I64", 8 }, [DT_I32] = { "I32", 4 }, [DT_U8] = { "U8", 1 },
 };
 #define NDTYPES (sizeof(dtypes) / sizeof(dtypes[0]))
 
-const char *dt_st_dtype_name(enum dt_st_dtype t)
+const char *dt_st_dtype_name(dt_dtype_t t)
 {
     return (unsigned)t < NDTYPES ? dtypes[t].name : "?";
 }
 
-size_t dt_st_dtype_size(enum dt_st_dtype t)
+size_t dt_st_dtype_size(dt_dtype_t t)
 {
     return (unsigned)t < NDTYPES ? dtypes[t].size : 0;
 }
 
-int dt_st_dtype_parse(const char *s, enum dt_st_dtype *out)
+int dt_st_dtype_parse(const char *s, dt_dtype_t *out)
 {
     for (size_t i = 0; i < NDTYPES; i++) {
         if (strcmp(s, dtypes[i].name) == 0) {
-            *out = (enum dt_st_dtype)i;
+            *out = (dt_dtype_t)i;
             return 0;
         }
     }
@@ -181,7 +181,7 @@ static void *fsync_main(void *arg)
 
 typedef struct {
     char *name;
-    enum dt_st_dtype dtype;
+    dt_dtype_t dtype;
     int ndim;
     int64_t shape[DT_ST_MAXDIM];
     const void *data;
@@ -229,7 +229,7 @@ static bool valid_utf8(const char *s)
     return j != NULL;
 }
 
-int dt_st_writer_add(dt_st_writer_t *w, const char *name, enum dt_st_dtype dtype, int ndim,
+int dt_st_writer_add(dt_st_writer_t *w, const char *name, dt_dtype_t dtype, int ndim,
                      const int64_t *shape, const void *data, dt_emsg_t *em)
 {
     wtensor_t *t;

@@ -27,32 +27,27 @@
 #include <stdint.h>
 
 #include "common/err.h"
+#include "spec/dtype.h"
 
 #define DT_ST_MAXDIM 8
 /* Headers longer than this are refused before allocating (the reference
  * implementation uses the same 100 MiB limit). */
 #define DT_ST_HEADER_MAX (100u << 20)
 
-enum dt_st_dtype {
-    DT_ST_F32 = 0, /* "F32" */
-    DT_ST_F16,     /* "F16", IEEE binary16 */
-    DT_ST_BF16,    /* "BF16" */
-    DT_ST_I64,     /* "I64" */
-    DT_ST_I32,     /* "I32" */
-    DT_ST_U8,      /* "U8" */
-};
+/* safetensors tensors hold DT_F32 ("F32"), DT_F16 ("F16"), DT_BF16
+ * ("BF16"), DT_I64 ("I64"), DT_I32 ("I32") and DT_U8 ("U8"); spec/dtype.h. */
 
 /* "F32", ...; "?" for a value outside the enum. */
-const char *dt_st_dtype_name(enum dt_st_dtype t);
+const char *dt_st_dtype_name(dt_dtype_t t);
 /* Bytes per element; 0 for a value outside the enum. */
-size_t dt_st_dtype_size(enum dt_st_dtype t);
+size_t dt_st_dtype_size(dt_dtype_t t);
 /* The dtype named s; DT_EDTYPE if s names none of the six. */
-int dt_st_dtype_parse(const char *s, enum dt_st_dtype *out);
+int dt_st_dtype_parse(const char *s, dt_dtype_t *out);
 
 /* One tensor of a file. name is borrowed from the reader. */
 typedef struct dt_st_tensor {
     const char *name;
-    enum dt_st_dtype dtype;
+    dt_dtype_t dtype;
     int ndim;
     int64_t shape[DT_ST_MAXDIM];
     uint64_t begin, end; /* byte range relative to the start of the data */
@@ -77,7 +72,7 @@ void dt_st_writer_free(dt_st_writer_t *w);
  * unique, and not "__metadata__". Returns 0, DT_EINVAL (bad name, duplicate,
  * negative dimension, more than DT_ST_MAXDIM dimensions, size overflow),
  * DT_EDTYPE. */
-int dt_st_writer_add(dt_st_writer_t *w, const char *name, enum dt_st_dtype dtype, int ndim,
+int dt_st_writer_add(dt_st_writer_t *w, const char *name, dt_dtype_t dtype, int ndim,
                      const int64_t *shape, const void *data, dt_emsg_t *em);
 
 /* Add a metadata entry (both strings are copied; UTF-8; keys unique).

@@ -151,9 +151,9 @@ static const char *kind_name(enum dt_job_kind k)
     return k == DT_KIND_TRAIN ? "train" : k == DT_KIND_PREFILL ? "prefill" : "attn";
 }
 
-static const char *prec_name(enum dt_precision p)
+static const char *prec_name(dt_dtype_t p)
 {
-    return p == DT_PREC_FP32 ? "fp32" : p == DT_PREC_FP16 ? "fp16" : "bf16";
+    return p == DT_F32 ? "fp32" : p == DT_F16 ? "fp16" : "bf16";
 }
 
 int dt_plan_req_from_spec(const dt_spec_t *s, dt_plan_req_t *out, dt_emsg_t *em)
@@ -183,12 +183,12 @@ int dt_plan_req_from_spec(const dt_spec_t *s, dt_plan_req_t *out, dt_emsg_t *em)
                 : strcmp(s->kind, "prefill") == 0 ? DT_KIND_PREFILL
                                                   : DT_KIND_ATTN;
     if (s->precision == NULL)
-        out->precision = strcmp(gpu, "cpu") == 0 ? DT_PREC_FP32 : DT_PREC_BF16;
+        out->precision = strcmp(gpu, "cpu") == 0 ? DT_F32 : DT_BF16;
     else
-        out->precision = strcmp(s->precision, "fp32") == 0   ? DT_PREC_FP32
-                         : strcmp(s->precision, "fp16") == 0 ? DT_PREC_FP16
-                                                             : DT_PREC_BF16;
-    if (out->precision == DT_PREC_FP32)
+        out->precision = strcmp(s->precision, "fp32") == 0   ? DT_F32
+                         : strcmp(s->precision, "fp16") == 0 ? DT_F16
+                                                             : DT_BF16;
+    if (out->precision == DT_F32)
         out->cluster.peak_flops = cp->peak_fp32;
 
     out->causal = s->causal_set ? s->causal != 0 : true;
@@ -233,9 +233,9 @@ typedef struct ev {
     bool hidden;
 } ev_t;
 
-static double elem_of(enum dt_precision p)
+static double elem_of(dt_dtype_t p)
 {
-    return p == DT_PREC_FP32 ? 4.0 : 2.0;
+    return p == DT_F32 ? 4.0 : 2.0;
 }
 
 static int64_t imin(int64_t a, int64_t b)

@@ -25,9 +25,10 @@
 #include <jansson.h>
 
 #include "common/err.h"
+#include "spec/dtype.h"
 #include "spec/model.h"
 #include "spec/spec.h"
-#include "engine/attn/attn.h"
+#include "spec/attn_spec.h"
 
 typedef struct dt_cluster {
     char name[32];
@@ -42,7 +43,6 @@ typedef struct dt_cluster {
 } dt_cluster_t;
 
 enum dt_job_kind { DT_KIND_ATTN = 0, DT_KIND_PREFILL, DT_KIND_TRAIN };
-enum dt_precision { DT_PREC_FP32 = 0, DT_PREC_BF16, DT_PREC_FP16 };
 
 /* Cluster presets: h100-sxm, h200, cpu (model presets: spec/model.h). DT_EINVAL with
  * the list of known names otherwise. */
@@ -53,7 +53,7 @@ typedef struct dt_plan_req {
     dt_model_cfg_t model;
     dt_cluster_t cluster;
     enum dt_job_kind kind;
-    enum dt_precision precision;
+    dt_dtype_t precision;
     bool causal;
     int nbranch; /* 0: dense */
     int64_t seg[DT_ATTN_MAXBRANCH], dil[DT_ATTN_MAXBRANCH];

@@ -184,7 +184,7 @@ static int arr_load(struct arr *a, const char *path)
     rc = dt_npy_read_header(path, &a->info, &em);
     if (rc != 0)
         return file_error(rc, &em);
-    if (a->info.dtype != DT_DTYPE_F32 && a->info.dtype != DT_DTYPE_F16) {
+    if (a->info.dtype != DT_F32 && a->info.dtype != DT_F16) {
         fprintf(stderr, "%s: %s: dtype %s, want float32 or float16\n", cmdname, path,
                 dt_npy_dtype_name(a->info.dtype));
         return EXIT_USAGE;
@@ -208,7 +208,7 @@ static void arr_free(struct arr *a)
 static int save_f32(const char *path, int ndim, const int64_t *shape, const float *data)
 {
     dt_emsg_t em = { "" };
-    int rc = dt_npy_save(path, DT_DTYPE_F32, ndim, shape, data, &em);
+    int rc = dt_npy_save(path, DT_F32, ndim, shape, data, &em);
 
     return rc != 0 ? file_error(rc, &em) : 0;
 }
@@ -292,7 +292,7 @@ static int cmd_gen(int argc, char **argv)
 
     data = dt_xaligned((size_t)count, sizeof(float));
     ref_fill(seed, stream, count, data);
-    rc = dt_npy_save(out, f16 ? DT_DTYPE_F16 : DT_DTYPE_F32, ndim, shape, data, &em);
+    rc = dt_npy_save(out, f16 ? DT_F16 : DT_F32, ndim, shape, data, &em);
     free(data);
     return rc != 0 ? file_error(rc, &em) : 0;
 }

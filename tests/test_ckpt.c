@@ -82,8 +82,8 @@ static void write_rank(int64_t step, int rank, int ranks, dt_ckpt_shard_t *rec)
 
     for (int i = 0; i < (rank + 2) * 3; i++)
         wgt[i] = (float)(step + rank * 0.5 + i);
-    cr_assert_eq(dt_st_writer_add(w, "layers.0.wq", DT_ST_F32, 2, sw, wgt, &em), 0);
-    cr_assert_eq(dt_st_writer_add(w, "counter", DT_ST_I64, 1, sc, &counter, &em), 0);
+    cr_assert_eq(dt_st_writer_add(w, "layers.0.wq", DT_F32, 2, sw, wgt, &em), 0);
+    cr_assert_eq(dt_st_writer_add(w, "counter", DT_I64, 1, sc, &counter, &em), 0);
     cr_assert_eq(dt_ckpt_write_shard(root, step, rank, ranks, w, rec, &em), 0, "%s", em.s);
     dt_st_writer_free(w);
 }
@@ -623,7 +623,7 @@ Test(ckpt, truncated_shard_with_a_matching_manifest_fails_verify)
 typedef struct {
     const char *offset, *nparams;
     int64_t len;
-    enum dt_st_dtype dtype; /* of "params" */
+    dt_dtype_t dtype; /* of "params" */
     int ndim;               /* of "params": 1, or 2 as (len, 1) */
     int64_t mlen;           /* of "adam_m": len when 0 */
 } tshard_t;
@@ -644,8 +644,8 @@ static void write_train(int64_t step, int ranks, const tshard_t *sh)
         int64_t shape[2] = { sh[r].len, 1 }, mshape[1] = { sh[r].mlen ? sh[r].mlen : sh[r].len };
         cr_assert_eq(dt_st_writer_add(w, "params", sh[r].dtype, sh[r].ndim ? sh[r].ndim : 1,
                                       shape, buf, &em), 0, "%s", em.s);
-        cr_assert_eq(dt_st_writer_add(w, "adam_m", DT_ST_F32, 1, mshape, buf, &em), 0);
-        cr_assert_eq(dt_st_writer_add(w, "adam_v", DT_ST_F32, 1, shape, buf, &em), 0);
+        cr_assert_eq(dt_st_writer_add(w, "adam_m", DT_F32, 1, mshape, buf, &em), 0);
+        cr_assert_eq(dt_st_writer_add(w, "adam_v", DT_F32, 1, shape, buf, &em), 0);
         cr_assert_eq(dt_st_writer_meta(w, "format", "dt-train-1", &em), 0);
         if (sh[r].offset)
             cr_assert_eq(dt_st_writer_meta(w, "offset", sh[r].offset, &em), 0);
@@ -682,9 +682,9 @@ static int read_train(int64_t step, int64_t n, float *Pout, dt_emsg_t *em)
 
 Test(ckpt, train_shards_read_back_in_slices)
 {
-    tshard_t sh[3] = { { "0", "10", 3, DT_ST_F32, 1, 0 },
-                       { "3", "10", 3, DT_ST_F32, 1, 0 },
-                       { "6", "10", 4, DT_ST_F32, 1, 0 } };
+    tshard_t sh[3] = { { "0", "10", 3, DT_F32, 1, 0 },
+                       { "3", "10", 3, DT_F32, 1, 0 },
+                       { "6", "10", 4, DT_F32, 1, 0 } };
     float out[10];
     dt_emsg_t em = { "" };
 
@@ -699,7 +699,7 @@ Test(ckpt, train_shards_read_back_in_slices)
  * parameters (heap corruption: "corrupted size vs. prev_size", SIGABRT). */
 Test(ckpt, train_offset_near_int64_max_is_refused)
 {
-    tshard_t sh[1] = { { "9223372036854775802", "1000", 1000, DT_ST_F32, 1, 0 } };
+    tshard_t sh[1] = { { "9223372036854775802", "1000", 1000, DT_F32, 1, 0 } };
     int64_t n = 1000;
     float *buf = calloc((size_t)n + 64, sizeof(float)), *out = buf + 32;
     dt_emsg_t em = { "" };
@@ -723,24 +723,24 @@ Test(ckpt, train_shards_that_are_not_slices_are_refused)
         int ranks;
         const char *words;
     } cases[] = {
-        { { { "abc", "8", 8, DT_ST_F32, 1, 0 } }, 1, "'offset' is 'abc', not a decimal integer" },
-        { { { "0x0", "8", 8, DT_ST_F32, 1, 0 } }, 1, "'offset' is '0x0'" },
-        { { { " 0", "8", 8, DT_ST_F32, 1, 0 } }, 1, "'offset' is ' 0'" },
-        { { { "-1", "8", 8, DT_ST_F32, 1, 0 } }, 1, "'offset' is '-1'" },
-        { { { "99999999999999999999", "8", 8, DT_ST_F32, 1, 0 } }, 1, "'offset' is '9999" },
-        { { { NULL, "8", 8, DT_ST_F32, 1, 0 } }, 1, "no 'offset'" },
-        { { { "0", "8x", 8, DT_ST_F32, 1, 0 } }, 1, "'nparams' is '8x'" },
-        { { { "0", "9", 8, DT_ST_F32, 1, 0 } }, 1, "nparams 9, this model has 8" },
-        { { { "0", NULL, 8, DT_ST_F32, 1, 0 } }, 1, "no 'nparams'" },
-        { { { "1", "8", 8, DT_ST_F32, 1, 0 } }, 1, "[1, 9) is outside [0, 8)" },
-        { { { "0", "8", 8, DT_ST_U8, 1, 0 } }, 1, "'params' is U8 [8], not a 1-D F32 tensor" },
-        { { { "0", "8", 8, DT_ST_F32, 2, 0 } }, 1, "'params' is F32 [8, 1]" },
-        { { { "0", "8", 8, DT_ST_F32, 1, 7 } }, 1, "'adam_m'" },
-        { { { "0", "8", 4, DT_ST_F32, 1, 0 }, { "5", "8", 3, DT_ST_F32, 1, 0 } },
+        { { { "abc", "8", 8, DT_F32, 1, 0 } }, 1, "'offset' is 'abc', not a decimal integer" },
+        { { { "0x0", "8", 8, DT_F32, 1, 0 } }, 1, "'offset' is '0x0'" },
+        { { { " 0", "8", 8, DT_F32, 1, 0 } }, 1, "'offset' is ' 0'" },
+        { { { "-1", "8", 8, DT_F32, 1, 0 } }, 1, "'offset' is '-1'" },
+        { { { "99999999999999999999", "8", 8, DT_F32, 1, 0 } }, 1, "'offset' is '9999" },
+        { { { NULL, "8", 8, DT_F32, 1, 0 } }, 1, "no 'offset'" },
+        { { { "0", "8x", 8, DT_F32, 1, 0 } }, 1, "'nparams' is '8x'" },
+        { { { "0", "9", 8, DT_F32, 1, 0 } }, 1, "nparams 9, this model has 8" },
+        { { { "0", NULL, 8, DT_F32, 1, 0 } }, 1, "no 'nparams'" },
+        { { { "1", "8", 8, DT_F32, 1, 0 } }, 1, "[1, 9) is outside [0, 8)" },
+        { { { "0", "8", 8, DT_U8, 1, 0 } }, 1, "'params' is U8 [8], not a 1-D F32 tensor" },
+        { { { "0", "8", 8, DT_F32, 2, 0 } }, 1, "'params' is F32 [8, 1]" },
+        { { { "0", "8", 8, DT_F32, 1, 7 } }, 1, "'adam_m'" },
+        { { { "0", "8", 4, DT_F32, 1, 0 }, { "5", "8", 3, DT_F32, 1, 0 } },
           2, "starts at 5, the shard before it ends at 4" },
-        { { { "0", "8", 4, DT_ST_F32, 1, 0 }, { "3", "8", 5, DT_ST_F32, 1, 0 } },
+        { { { "0", "8", 4, DT_F32, 1, 0 }, { "3", "8", 5, DT_F32, 1, 0 } },
           2, "starts at 3, the shard before it ends at 4" },
-        { { { "0", "8", 4, DT_ST_F32, 1, 0 }, { "4", "8", 3, DT_ST_F32, 1, 0 } },
+        { { { "0", "8", 4, DT_F32, 1, 0 }, { "4", "8", 3, DT_F32, 1, 0 } },
           2, "the shards end at 7, this model has 8 parameters" },
     };
     dt_emsg_t em = { "" };

@@ -174,9 +174,9 @@ static dt_npy_info_t roundtrip_f32(const char *name, int ndim, const int64_t *sh
     y = malloc((size_t)n * sizeof(float) + 1);
     for (int64_t i = 0; i < n; i++)
         x[i] = (float)i * 0.37f - 11.0f + (i % 3 ? 1e-7f : -1e30f);
-    cr_assert_eq(dt_npy_save(P(name), DT_DTYPE_F32, ndim, shape, x, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_npy_save(P(name), DT_F32, ndim, shape, x, &em), 0, "%s", em.s);
     cr_assert_eq(dt_npy_read_header(P(name), &info, &em), 0, "%s", em.s);
-    cr_assert_eq(info.dtype, DT_DTYPE_F32);
+    cr_assert_eq(info.dtype, DT_F32);
     cr_assert_eq(info.ndim, ndim);
     for (int i = 0; i < ndim; i++)
         cr_assert_eq(info.shape[i], shape[i]);
@@ -229,7 +229,7 @@ Test(npy, roundtrip_scalar_and_empty)
     dt_emsg_t em = { "" };
     unsigned char buf[128];
 
-    cr_assert_eq(dt_npy_save(P("s.npy"), DT_DTYPE_F32, 0, NULL, &one, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_npy_save(P("s.npy"), DT_F32, 0, NULL, &one, &em), 0, "%s", em.s);
     read_bytes(P("s.npy"), buf, sizeof(buf));
     cr_assert_not_null(memmem(buf, sizeof(buf), "'shape': (), }", 14));
     cr_assert_eq(dt_npy_read_header(P("s.npy"), &info, &em), 0, "%s", em.s);
@@ -256,7 +256,7 @@ Test(npy, roundtrip_f16_exact_values)
     dt_npy_info_t info;
     dt_emsg_t em = { "" };
 
-    cr_assert_eq(dt_npy_save(P("h.npy"), DT_DTYPE_F16, 1, &n, x, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_npy_save(P("h.npy"), DT_F16, 1, &n, x, &em), 0, "%s", em.s);
     cr_assert_eq(read_bytes(P("h.npy"), buf, sizeof(buf)), 128 + 2 * (size_t)n);
     cr_assert_not_null(memmem(buf, 128, "{'descr': '<f2',", 16));
     for (int64_t i = 0; i < n; i++)
@@ -264,7 +264,7 @@ Test(npy, roundtrip_f16_exact_values)
                      "element %ld (%g): 0x%04x on disk, want 0x%04x", (long)i, x[i],
                      buf[128 + 2 * i] | buf[128 + 2 * i + 1] << 8, want[i]);
     cr_assert_eq(dt_npy_read_header(P("h.npy"), &info, &em), 0, "%s", em.s);
-    cr_assert_eq(info.dtype, DT_DTYPE_F16);
+    cr_assert_eq(info.dtype, DT_F16);
     cr_assert_eq(dt_npy_read_f32(P("h.npy"), &info, 0, n, y, &em), 0, "%s", em.s);
     for (int64_t i = 0; i < n; i++)
         cr_assert_eq(fbits(x[i]), fbits(y[i]), "element %ld: %a vs %a", (long)i, x[i], y[i]);
@@ -296,7 +296,7 @@ Test(npy, roundtrip_f16_rounding)
     dt_npy_info_t info;
     dt_emsg_t em = { "" };
 
-    cr_assert_eq(dt_npy_save(P("r.npy"), DT_DTYPE_F16, 1, &n, x, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_npy_save(P("r.npy"), DT_F16, 1, &n, x, &em), 0, "%s", em.s);
     cr_assert_eq(dt_npy_read_header(P("r.npy"), &info, &em), 0, "%s", em.s);
     cr_assert_eq(dt_npy_read_f32(P("r.npy"), &info, 0, n, y, &em), 0, "%s", em.s);
     for (int64_t i = 0; i < n; i++)
@@ -399,7 +399,7 @@ Test(npy, partial_reads_f32)
 
     for (int i = 0; i < 70; i++)
         x[i] = (float)i * 1.5f;
-    cr_assert_eq(dt_npy_save(P("p.npy"), DT_DTYPE_F32, 2, shape, x, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_npy_save(P("p.npy"), DT_F32, 2, shape, x, &em), 0, "%s", em.s);
     cr_assert_eq(dt_npy_read_header(P("p.npy"), &info, &em), 0, "%s", em.s);
     for (size_t k = 0; k < sizeof(r) / sizeof(r[0]); k++) {
         memset(y, 0xff, sizeof(y));
@@ -429,7 +429,7 @@ Test(npy, partial_reads_f16_across_chunks)
 
     for (int64_t i = 0; i < n; i++)
         x[i] = (float)(i % 2048 - 1024) * 0.25f; /* exact in binary16 */
-    cr_assert_eq(dt_npy_save(P("big.npy"), DT_DTYPE_F16, 1, &n, x, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_npy_save(P("big.npy"), DT_F16, 1, &n, x, &em), 0, "%s", em.s);
     cr_assert_eq(dt_npy_read_header(P("big.npy"), &info, &em), 0, "%s", em.s);
     cr_assert_eq(info.count, n);
     for (size_t k = 0; k < sizeof(r) / sizeof(r[0]); k++) {
@@ -453,12 +453,12 @@ Test(npy, read_i64)
     int64_t one = 1;
     float f = 0.5f;
 
-    cr_assert_eq(dt_npy_save(P("pos.npy"), DT_DTYPE_I64, 2, shape, x, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_npy_save(P("pos.npy"), DT_I64, 2, shape, x, &em), 0, "%s", em.s);
     read_bytes(P("pos.npy"), buf, sizeof(buf));
     cr_assert_not_null(memmem(buf, 128, "{'descr': '<i8', 'fortran_order': False, "
                                         "'shape': (2, 3), }", 59));
     cr_assert_eq(dt_npy_read_header(P("pos.npy"), &info, &em), 0, "%s", em.s);
-    cr_assert_eq(info.dtype, DT_DTYPE_I64);
+    cr_assert_eq(info.dtype, DT_I64);
     cr_assert_eq(info.count, 6);
     cr_assert_eq(dt_npy_read_i64(P("pos.npy"), &info, y, &em), 0, "%s", em.s);
     for (int i = 0; i < 6; i++)
@@ -467,7 +467,7 @@ Test(npy, read_i64)
     /* int64 is not read as float, nor float as int64. */
     cr_assert_eq(dt_npy_read_f32(P("pos.npy"), &info, 0, 1, &f, &em), DT_EDTYPE);
     cr_assert_not_null(strstr(em.s, "int64"), "%s", em.s);
-    cr_assert_eq(dt_npy_save(P("f.npy"), DT_DTYPE_F32, 1, &one, &f, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_npy_save(P("f.npy"), DT_F32, 1, &one, &f, &em), 0, "%s", em.s);
     cr_assert_eq(dt_npy_read_header(P("f.npy"), &info, &em), 0, "%s", em.s);
     cr_assert_eq(dt_npy_read_i64(P("f.npy"), &info, y, &em), DT_EDTYPE);
     cr_assert_not_null(strstr(em.s, "expected int64"), "%s", em.s);
@@ -475,12 +475,12 @@ Test(npy, read_i64)
 
 Test(npy, dtype_names)
 {
-    cr_assert_str_eq(dt_npy_dtype_name(DT_DTYPE_F32), "float32");
-    cr_assert_str_eq(dt_npy_dtype_name(DT_DTYPE_F16), "float16");
-    cr_assert_str_eq(dt_npy_dtype_name(DT_DTYPE_I64), "int64");
-    cr_assert_eq(dt_npy_dtype_size(DT_DTYPE_F32), 4);
-    cr_assert_eq(dt_npy_dtype_size(DT_DTYPE_F16), 2);
-    cr_assert_eq(dt_npy_dtype_size(DT_DTYPE_I64), 8);
+    cr_assert_str_eq(dt_npy_dtype_name(DT_F32), "float32");
+    cr_assert_str_eq(dt_npy_dtype_name(DT_F16), "float16");
+    cr_assert_str_eq(dt_npy_dtype_name(DT_I64), "int64");
+    cr_assert_eq(dt_npy_dtype_size(DT_F32), 4);
+    cr_assert_eq(dt_npy_dtype_size(DT_F16), 2);
+    cr_assert_eq(dt_npy_dtype_size(DT_I64), 8);
 }
 
 /*-- the atomic writer ------------------------------------------------------*/
@@ -497,7 +497,7 @@ Test(npy, pwrite_out_of_order)
     for (int i = 0; i < 100; i++)
         x[i] = (float)i + 0.5f;
     for (int d = 0; d < 2; d++) {
-        enum dt_dtype t = d ? DT_DTYPE_F16 : DT_DTYPE_F32;
+        dt_dtype_t t = d ? DT_F16 : DT_F32;
         const char *name = d ? "o16.npy" : "o32.npy";
 
         cr_assert_eq(dt_npy_writer_open(P(name), t, 2, shape, &w, &em), 0, "%s", em.s);
@@ -527,7 +527,7 @@ Test(npy, abort_leaves_no_file)
     dt_emsg_t em = { "" };
     char names[256];
 
-    cr_assert_eq(dt_npy_writer_open(P("new.npy"), DT_DTYPE_F32, 1, &n, &w, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_npy_writer_open(P("new.npy"), DT_F32, 1, &n, &w, &em), 0, "%s", em.s);
     cr_assert_eq(list_dir(tmpdir, names, sizeof(names)), 1, "files: %s", names);
     cr_assert_eq(names[0], '.', "temp file is hidden: %s", names);
     cr_assert_not_null(strstr(names, ".new.npy.tmp."), "temp file name: %s", names);
@@ -547,9 +547,9 @@ Test(npy, abort_keeps_existing_target)
     dt_emsg_t em = { "" };
     char names[256];
 
-    cr_assert_eq(dt_npy_save(P("t.npy"), DT_DTYPE_F32, 1, &n, old, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_npy_save(P("t.npy"), DT_F32, 1, &n, old, &em), 0, "%s", em.s);
     nb = read_bytes(P("t.npy"), before, sizeof(before));
-    cr_assert_eq(dt_npy_writer_open(P("t.npy"), DT_DTYPE_F16, 1, &n, &w, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_npy_writer_open(P("t.npy"), DT_F16, 1, &n, &w, &em), 0, "%s", em.s);
     cr_assert_eq(dt_npy_writer_pwrite(w, 0, 4, x, &em), 0, "%s", em.s);
     na = read_bytes(P("t.npy"), after, sizeof(after));
     cr_assert(na == nb && memcmp(before, after, nb) == 0, "target changed before commit");
@@ -568,8 +568,8 @@ Test(npy, commit_replaces_existing_target)
     dt_emsg_t em = { "" };
     char names[256];
 
-    cr_assert_eq(dt_npy_save(P("t.npy"), DT_DTYPE_F32, 1, &n, a, &em), 0, "%s", em.s);
-    cr_assert_eq(dt_npy_save(P("t.npy"), DT_DTYPE_F32, 1, &m, b, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_npy_save(P("t.npy"), DT_F32, 1, &n, a, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_npy_save(P("t.npy"), DT_F32, 1, &m, b, &em), 0, "%s", em.s);
     cr_assert_eq(dt_npy_read_header(P("t.npy"), &info, &em), 0, "%s", em.s);
     cr_assert_eq(info.count, 3);
     cr_assert_eq(dt_npy_read_f32(P("t.npy"), &info, 0, 3, y, &em), 0, "%s", em.s);
@@ -588,7 +588,7 @@ Test(npy, failed_commit_leaves_no_temp)
 
     cr_assert_eq(mkdir(P("d.npy"), 0700), 0);
     write_bytes(P("d.npy/keep"), "k", 1);
-    cr_assert_eq(dt_npy_writer_open(P("d.npy"), DT_DTYPE_F32, 1, &n, &w, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_npy_writer_open(P("d.npy"), DT_F32, 1, &n, &w, &em), 0, "%s", em.s);
     cr_assert_eq(dt_npy_writer_pwrite(w, 0, 4, x, &em), 0, "%s", em.s);
     cr_assert_lt(dt_npy_writer_commit(w, &em), 0);
     cr_assert_not_null(strstr(em.s, P("d.npy")), "%s", em.s);
@@ -606,7 +606,7 @@ Test(npy, failed_pwrite_refuses_commit)
     dt_emsg_t em = { "" };
     char names[256];
 
-    cr_assert_eq(dt_npy_writer_open(P("w.npy"), DT_DTYPE_F32, 1, &n, &w, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_npy_writer_open(P("w.npy"), DT_F32, 1, &n, &w, &em), 0, "%s", em.s);
     cr_assert_eq(dt_npy_writer_pwrite(w, 2, 3, x, &em), DT_EINVAL);
     cr_assert_not_null(strstr(em.s, "[2, 5) are outside [0, 4)"), "%s", em.s);
     cr_assert_eq(dt_npy_writer_pwrite(w, 0, 4, x, &em), 0, "%s", em.s);
@@ -624,7 +624,7 @@ Test(npy, failed_open_leaves_no_temp)
     struct rlimit old, lim = { 65536, 65536 };
     char names[256];
 
-    cr_assert_eq(dt_npy_writer_open(P("nodir/x.npy"), DT_DTYPE_F32, 1, &n, &w, &em), DT_ENOENT);
+    cr_assert_eq(dt_npy_writer_open(P("nodir/x.npy"), DT_F32, 1, &n, &w, &em), DT_ENOENT);
     cr_assert_null(w);
     cr_assert_not_null(strstr(em.s, P("nodir/x.npy")), "%s", em.s);
     cr_assert_eq(list_dir(tmpdir, names, sizeof(names)), 0, "files left: %s", names);
@@ -634,13 +634,13 @@ Test(npy, failed_open_leaves_no_temp)
     signal(SIGXFSZ, SIG_IGN);
     cr_assert_eq(getrlimit(RLIMIT_FSIZE, &old), 0);
     cr_assert_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
-    cr_assert_lt(dt_npy_writer_open(P("big.npy"), DT_DTYPE_F32, 1, &n, &w, &em), 0);
+    cr_assert_lt(dt_npy_writer_open(P("big.npy"), DT_F32, 1, &n, &w, &em), 0);
     setrlimit(RLIMIT_FSIZE, &old);
     cr_assert_not_null(strstr(em.s, P("big.npy")), "%s", em.s);
     cr_assert_eq(list_dir(tmpdir, names, sizeof(names)), 0, "files left: %s", names);
 
     /* Same through dt_npy_save. */
-    cr_assert_lt(dt_npy_save(P("nodir/y.npy"), DT_DTYPE_F16, 1, &n, NULL, &em), 0);
+    cr_assert_lt(dt_npy_save(P("nodir/y.npy"), DT_F16, 1, &n, NULL, &em), 0);
     cr_assert_eq(list_dir(tmpdir, names, sizeof(names)), 0, "files left: %s", names);
 }
 
@@ -761,7 +761,7 @@ Test(npy, refuses_header_too_long)
 Test(npy, refuses_short_data)
 {
     float y[10];
-    dt_npy_info_t info = { .dtype = DT_DTYPE_F32, .ndim = 1, .shape = { 10 }, .count = 10,
+    dt_npy_info_t info = { .dtype = DT_F32, .ndim = 1, .shape = { 10 }, .count = 10,
                            .data_offset = 128 };
     dt_emsg_t em = { "" };
 
@@ -808,7 +808,7 @@ Test(npy, written_file_is_private)
     struct stat st;
     mode_t old = umask(0);
 
-    cr_assert_eq(dt_npy_save(P("o.npy"), DT_DTYPE_F32, 1, shape, x, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_npy_save(P("o.npy"), DT_F32, 1, shape, x, &em), 0, "%s", em.s);
     umask(old);
     cr_assert_eq(stat(P("o.npy"), &st), 0);
     cr_assert_eq(st.st_mode & 07777, 0600, "mode %o", (unsigned)(st.st_mode & 07777));

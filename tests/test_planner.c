@@ -37,7 +37,7 @@ static dt_plan_req_t attn_req(int64_t T, int R, int H, int Hkv, int D, bool caus
     q.tokens = T;
     q.ranks = R;
     q.kind = DT_KIND_ATTN;
-    q.precision = DT_PREC_FP32;
+    q.precision = DT_F32;
     q.causal = causal;
     q.layout = layout;
     return q;
@@ -51,7 +51,7 @@ static dt_plan_req_t llama_req(const char *gpu, enum dt_job_kind kind, int64_t T
     cr_assert_eq(dt_cluster_preset(gpu, &q.cluster, NULL), 0);
     q.tokens = T;
     q.kind = kind;
-    q.precision = DT_PREC_BF16;
+    q.precision = DT_BF16;
     q.causal = true;
     q.layout = DT_LAYOUT_ZIGZAG;
     return q;
@@ -517,7 +517,7 @@ Test(planner, request_from_spec)
     cr_assert_eq(dt_plan_req_from_spec(&s, &q, &em), 0, "%s", em.s);
     cr_assert_str_eq(q.model.name, "tiny");
     cr_assert_str_eq(q.cluster.name, "cpu");
-    cr_assert_eq(q.precision, DT_PREC_FP32, "fp32 on the cpu");
+    cr_assert_eq(q.precision, DT_F32, "fp32 on the cpu");
     cr_assert(q.causal);
     cr_assert_eq(q.layout, DT_LAYOUT_ZIGZAG, "zigzag when causal");
     cr_assert_eq(q.tokens, 65536);
@@ -534,7 +534,7 @@ Test(planner, request_from_spec)
     cr_assert_eq(q.kind, DT_KIND_TRAIN);
     cr_assert_eq(q.model.layers, 2, "explicit keys override the preset");
     cr_assert_eq(q.model.dim, 4096);
-    cr_assert_eq(q.precision, DT_PREC_FP32);
+    cr_assert_eq(q.precision, DT_F32);
     cr_assert_eq(q.cluster.peak_flops, 67e12, "fp32 on an H100 runs at the FP32 peak");
     cr_assert_eq(q.cluster.nodes, 4);
     cr_assert(!q.causal);
@@ -555,7 +555,7 @@ Test(planner, request_from_spec)
     cr_assert_eq(dt_plan_req_from_spec(&s, &q, &em), 0, "%s", em.s);
     cr_assert_str_eq(q.model.name, "custom");
     cr_assert(q.model.tied);
-    cr_assert_eq(q.precision, DT_PREC_BF16, "bf16 on GPUs");
+    cr_assert_eq(q.precision, DT_BF16, "bf16 on GPUs");
     cr_assert_eq(q.cluster.peak_flops, 989e12);
     dt_spec_free(&s);
 }
@@ -572,7 +572,7 @@ Test(planner, training_memory_by_hand)
     cr_assert_eq(dt_model_preset("tiny", &q.model, NULL), 0);
     cr_assert_eq(dt_cluster_preset("cpu", &q.cluster, NULL), 0);
     q.kind = DT_KIND_TRAIN;
-    q.precision = DT_PREC_FP32;
+    q.precision = DT_F32;
     q.tokens = 4096;
     q.ranks = 1;
     q.causal = true;

@@ -155,15 +155,15 @@ Test(safetensors, round_trip_all_dtypes_and_metadata)
     int64_t bytes;
     struct stat st;
 
-    cr_assert_eq(dt_st_writer_add(w, "model.embed.weight", DT_ST_F32, 2, s23, f32, &em), 0, "%s",
+    cr_assert_eq(dt_st_writer_add(w, "model.embed.weight", DT_F32, 2, s23, f32, &em), 0, "%s",
                  em.s);
-    cr_assert_eq(dt_st_writer_add(w, "h16", DT_ST_F16, 1, s4, f16, &em), 0);
-    cr_assert_eq(dt_st_writer_add(w, "b16", DT_ST_BF16, 1, s3, bf16, &em), 0);
-    cr_assert_eq(dt_st_writer_add(w, "cursor", DT_ST_I64, 2, s21, i64, &em), 0);
-    cr_assert_eq(dt_st_writer_add(w, "ints", DT_ST_I32, 1, s5, i32, &em), 0);
-    cr_assert_eq(dt_st_writer_add(w, "bytes", DT_ST_U8, 3, s711, u8, &em), 0);
-    cr_assert_eq(dt_st_writer_add(w, "empty", DT_ST_F32, 2, s0, NULL, &em), 0);
-    cr_assert_eq(dt_st_writer_add(w, "scalar", DT_ST_F32, 0, NULL, &f32[0], &em), 0);
+    cr_assert_eq(dt_st_writer_add(w, "h16", DT_F16, 1, s4, f16, &em), 0);
+    cr_assert_eq(dt_st_writer_add(w, "b16", DT_BF16, 1, s3, bf16, &em), 0);
+    cr_assert_eq(dt_st_writer_add(w, "cursor", DT_I64, 2, s21, i64, &em), 0);
+    cr_assert_eq(dt_st_writer_add(w, "ints", DT_I32, 1, s5, i32, &em), 0);
+    cr_assert_eq(dt_st_writer_add(w, "bytes", DT_U8, 3, s711, u8, &em), 0);
+    cr_assert_eq(dt_st_writer_add(w, "empty", DT_F32, 2, s0, NULL, &em), 0);
+    cr_assert_eq(dt_st_writer_add(w, "scalar", DT_F32, 0, NULL, &f32[0], &em), 0);
     cr_assert_eq(dt_st_writer_meta(w, "format", "pt", &em), 0);
     cr_assert_eq(dt_st_writer_meta(w, "dt.step", "12", &em), 0);
     cr_assert_eq(dt_st_write(w, P("m.safetensors"), hex, &bytes, &em), 0, "%s", em.s);
@@ -193,7 +193,7 @@ Test(safetensors, round_trip_all_dtypes_and_metadata)
     {
         const dt_st_tensor_t *t = dt_st_find(r, "bytes");
         cr_assert_not_null(t);
-        cr_assert_eq(t->dtype, DT_ST_U8);
+        cr_assert_eq(t->dtype, DT_U8);
         cr_assert_eq(t->ndim, 3);
         cr_assert_eq(t->shape[0], 7);
         t = dt_st_find(r, "scalar");
@@ -256,7 +256,7 @@ Test(safetensors, exact_bytes_of_a_tiny_file)
     memcpy(want + 8, json, 80);
     memcpy(want + 88, "\x00\x00\x80\x3f\x00\x00\x00\x40", 8);
 
-    cr_assert_eq(dt_st_writer_add(w, "a", DT_ST_F32, 1, s2, data, &em), 0);
+    cr_assert_eq(dt_st_writer_add(w, "a", DT_F32, 1, s2, data, &em), 0);
     cr_assert_eq(dt_st_writer_meta(w, "k", "v", &em), 0);
     cr_assert_eq(dt_st_write(w, P("t.safetensors"), hex, &bytes, &em), 0, "%s", em.s);
     dt_st_writer_free(w);
@@ -292,14 +292,14 @@ Test(safetensors, write_replaces_atomically_and_refuses_bad_input)
     dt_st_writer_t *w = dt_st_writer_new();
     dt_emsg_t em = { "" };
 
-    cr_assert_eq(dt_st_writer_add(w, "x", DT_ST_F32, 1, s1, &x, &em), 0);
-    cr_assert_eq(dt_st_writer_add(w, "x", DT_ST_F32, 1, s1, &x, &em), DT_EINVAL);
+    cr_assert_eq(dt_st_writer_add(w, "x", DT_F32, 1, s1, &x, &em), 0);
+    cr_assert_eq(dt_st_writer_add(w, "x", DT_F32, 1, s1, &x, &em), DT_EINVAL);
     cr_assert(strstr(em.s, "'x' added twice") != NULL, "%s", em.s);
-    cr_assert_eq(dt_st_writer_add(w, "__metadata__", DT_ST_F32, 1, s1, &x, &em), DT_EINVAL);
-    cr_assert_eq(dt_st_writer_add(w, "", DT_ST_F32, 1, s1, &x, &em), DT_EINVAL);
-    cr_assert_eq(dt_st_writer_add(w, "bad\xff", DT_ST_F32, 1, s1, &x, &em), DT_EINVAL);
-    cr_assert_eq(dt_st_writer_add(w, "n", DT_ST_F32, 1, neg, &x, &em), DT_EINVAL);
-    cr_assert_eq(dt_st_writer_add(w, "d", (enum dt_st_dtype)42, 1, s1, &x, &em), DT_EDTYPE);
+    cr_assert_eq(dt_st_writer_add(w, "__metadata__", DT_F32, 1, s1, &x, &em), DT_EINVAL);
+    cr_assert_eq(dt_st_writer_add(w, "", DT_F32, 1, s1, &x, &em), DT_EINVAL);
+    cr_assert_eq(dt_st_writer_add(w, "bad\xff", DT_F32, 1, s1, &x, &em), DT_EINVAL);
+    cr_assert_eq(dt_st_writer_add(w, "n", DT_F32, 1, neg, &x, &em), DT_EINVAL);
+    cr_assert_eq(dt_st_writer_add(w, "d", (dt_dtype_t)42, 1, s1, &x, &em), DT_EDTYPE);
     cr_assert_eq(dt_st_writer_meta(w, "k", "v", &em), 0);
     cr_assert_eq(dt_st_writer_meta(w, "k", "w", &em), DT_EINVAL);
 
@@ -439,7 +439,7 @@ Test(safetensors, written_file_is_private)
     struct stat st;
     mode_t old = umask(0);
 
-    cr_assert_eq(dt_st_writer_add(w, "x", DT_ST_F32, 1, shape, x, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_st_writer_add(w, "x", DT_F32, 1, shape, x, &em), 0, "%s", em.s);
     cr_assert_eq(dt_st_write(w, P("w.safetensors"), NULL, NULL, &em), 0, "%s", em.s);
     umask(old);
     dt_st_writer_free(w);
@@ -460,7 +460,7 @@ Test(safetensors, hash_and_nofollow_refuse_links_fifos_devices, .timeout = 20)
     dt_emsg_t em = { "" };
     char hex[65];
 
-    cr_assert_eq(dt_st_writer_add(w, "x", DT_ST_F32, 1, shape, x, &em), 0);
+    cr_assert_eq(dt_st_writer_add(w, "x", DT_F32, 1, shape, x, &em), 0);
     cr_assert_eq(dt_st_write(w, P("real"), NULL, NULL, &em), 0, "%s", em.s);
     dt_st_writer_free(w);
     cr_assert_eq(symlink(P("real"), P("link")), 0);

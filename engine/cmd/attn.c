@@ -194,7 +194,7 @@ typedef struct input {
 
 static int check_3d(const char *path, const dt_npy_info_t *i, dt_emsg_t *em)
 {
-    if (i->dtype != DT_DTYPE_F32 && i->dtype != DT_DTYPE_F16)
+    if (i->dtype != DT_F32 && i->dtype != DT_F16)
         return dt_emsg_set(em, DT_EDTYPE, "%s: dtype %s; float32 or float16 expected", path,
                            dt_npy_dtype_name(i->dtype));
     if (i->ndim != 3)
@@ -393,9 +393,9 @@ static int write_gathered(dt_comm_t *comm, const dt_attn_spec_t *s, const outbuf
         if (rc == 0) {
             int64_t shape[3] = { s->T, obs[i].heads, s->D };
             if (obs[i].heads > 0)
-                rc = dt_npy_writer_open(obs[i].path, DT_DTYPE_F32, 3, shape, &w[i], em);
+                rc = dt_npy_writer_open(obs[i].path, DT_F32, 3, shape, &w[i], em);
             else
-                rc = dt_npy_writer_open(obs[i].path, DT_DTYPE_F32, 2,
+                rc = dt_npy_writer_open(obs[i].path, DT_F32, 2,
                                         (int64_t[]){ s->H, s->T }, &w[i], em);
         }
         if (rc == 0)
@@ -442,16 +442,16 @@ static int write_shards(dt_comm_t *comm, const dt_attn_spec_t *s, const char *di
     for (int i = 0; i <= nob && rc == 0; i++) {
         if (i == nob) {
             paths[i] = dt_xasprintf("%s/pos.%d.npy", dir, me);
-            rc = dt_npy_writer_open(paths[i], DT_DTYPE_I64, 1, &c, &w[i], em);
+            rc = dt_npy_writer_open(paths[i], DT_I64, 1, &c, &w[i], em);
             if (rc == 0)
                 rc = dt_npy_writer_pwrite(w[i], 0, c, pos, em);
         } else {
             paths[i] = dt_xasprintf("%s/%s.%d.npy", dir, obs[i].path, me);
             int64_t shape[3] = { c, obs[i].heads, s->D };
             if (obs[i].heads > 0)
-                rc = dt_npy_writer_open(paths[i], DT_DTYPE_F32, 3, shape, &w[i], em);
+                rc = dt_npy_writer_open(paths[i], DT_F32, 3, shape, &w[i], em);
             else
-                rc = dt_npy_writer_open(paths[i], DT_DTYPE_F32, 2, (int64_t[]){ s->H, c },
+                rc = dt_npy_writer_open(paths[i], DT_F32, 2, (int64_t[]){ s->H, c },
                                         &w[i], em);
             if (rc == 0)
                 rc = dt_npy_writer_pwrite(w[i], 0, (int64_t)local_floats(s, R, &obs[i]),

@@ -173,9 +173,9 @@ static int save(dt_comm_t *comm, const popts_t *o, int64_t done, int64_t c, cons
     if ((rc = dt_comm_agree(comm, rc, 0, &who)) < 0)
         goto out;
     dt_st_writer_t *w = dt_st_writer_new();
-    rc = dt_st_writer_add(w, "hidden", DT_ST_F32, 2, shape, hidden, em);
+    rc = dt_st_writer_add(w, "hidden", DT_F32, 2, shape, hidden, em);
     if (rc == 0)
-        rc = dt_st_writer_add(w, "positions", DT_ST_I64, 1, &c, pos, em);
+        rc = dt_st_writer_add(w, "positions", DT_I64, 1, &c, pos, em);
     if (rc == 0)
         rc = dt_st_writer_meta(w, "format", PREFILL_FORMAT, em);
     snprintf(buf, sizeof(buf), "%" PRId64, done);
@@ -296,8 +296,8 @@ static int load(const popts_t *o, int R, int me, int64_t done, int64_t c, const 
         if (!fmt || strcmp(fmt, PREFILL_FORMAT) != 0 || !ld || strcmp(ld, want) != 0)
             rc = dt_emsg_set(em, DT_EFORMAT, "%s: not a %s shard after %lld layers", path,
                              PREFILL_FORMAT, (long long)done);
-        else if (!h || h->dtype != DT_ST_F32 || h->ndim != 2 || h->shape[0] != c ||
-                 h->shape[1] != o->model.dim || !p || p->dtype != DT_ST_I64 || p->ndim != 1 ||
+        else if (!h || h->dtype != DT_F32 || h->ndim != 2 || h->shape[0] != c ||
+                 h->shape[1] != o->model.dim || !p || p->dtype != DT_I64 || p->ndim != 1 ||
                  p->shape[0] != c)
             rc = dt_emsg_set(em, DT_ESHAPE, "%s: want hidden (%lld, %d) F32 and positions "
                              "(%lld) I64", path, (long long)c, o->model.dim, (long long)c);
@@ -568,7 +568,7 @@ int dt_cmd_prefill(dt_comm_t *comm, int argc, char **argv)
     }
     if (me == 0 && o.logits) {
         int64_t shape[2] = { o.last, o.model.vocab };
-        rc = dt_npy_save(o.logits, DT_DTYPE_F32, 2, shape, last, &em);
+        rc = dt_npy_save(o.logits, DT_F32, 2, shape, last, &em);
     }
     if ((rc = dt_comm_agree(comm, rc, 0, &who)) < 0) {
         if (me == who)

@@ -345,9 +345,9 @@ static int save(dt_comm_t *comm, const topts_t *o, int64_t step, int64_t n, cons
         goto out;
     slice(n, R, me, &off, &len);
     dt_st_writer_t *w = dt_st_writer_new();
-    dt_st_writer_add(w, "params", DT_ST_F32, 1, &len, P + off, em);
-    dt_st_writer_add(w, "adam_m", DT_ST_F32, 1, &len, M + off, em);
-    dt_st_writer_add(w, "adam_v", DT_ST_F32, 1, &len, V + off, em);
+    dt_st_writer_add(w, "params", DT_F32, 1, &len, P + off, em);
+    dt_st_writer_add(w, "adam_m", DT_F32, 1, &len, M + off, em);
+    dt_st_writer_add(w, "adam_v", DT_F32, 1, &len, V + off, em);
     dt_st_writer_meta(w, "format", "dt-train-1", em);
     snprintf(buf, sizeof(buf), "%" PRId64, off);
     dt_st_writer_meta(w, "offset", buf, em);
@@ -785,7 +785,7 @@ int dt_cmd_train(dt_comm_t *comm, int argc, char **argv)
     if (stopped)
         goto out;
     if (me == 0 && o.params_out &&
-        (rc = dt_npy_save(o.params_out, DT_DTYPE_F32, 1, &n, P, &em)) < 0)
+        (rc = dt_npy_save(o.params_out, DT_F32, 1, &n, P, &em)) < 0)
         fprintf(stderr, "dtengine train: %s\n", em.s);
     if (rc == 0 && me == 0) {
         char hex[65];

@@ -49,23 +49,14 @@
 #include <cuda_runtime_api.h>
 
 #include "common/err.h"
+#include "spec/dtype.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* Element types on the device (the tag differs from io/npy.h's enum
- * dt_dtype, the file types). */
-typedef enum dt_elem {
-    DT_BF16 = 0,
-    DT_F16 = 1,
-    DT_F32 = 2, /* only where a function says so (casts, gathers) */
-} dt_dtype_t;
-
-/* Bytes per element. */
-size_t dt_dtype_size(dt_dtype_t t);
-/* "bf16", "fp16", "fp32". */
-const char *dt_dtype_name(dt_dtype_t t);
+/* Element types on the device (spec/dtype.h): DT_BF16 and DT_F16, DT_F32
+ * only where a function says so (casts, gathers). */
 
 /* Host side, for uploads from fp32 and for tests: f rounded to nearest
  * even in t (DT_BF16 or DT_F16), as the element's bits (NaN stays NaN, an

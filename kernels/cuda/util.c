@@ -41,24 +41,6 @@ int dt_cuda_devices(dt_emsg_t *em)
     return n;
 }
 
-size_t dt_dtype_size(dt_dtype_t t)
-{
-    return t == DT_F32 ? 4 : 2;
-}
-
-const char *dt_dtype_name(dt_dtype_t t)
-{
-    switch (t) {
-    case DT_BF16:
-        return "bf16";
-    case DT_F16:
-        return "fp16";
-    case DT_F32:
-        return "fp32";
-    }
-    return "?";
-}
-
 /*-- host rounding ----------------------------------------------------------*/
 
 static uint16_t bf16_bits(float f)
