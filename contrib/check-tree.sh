@@ -24,7 +24,7 @@ allowed() {
     io) echo "common spec" ;;
     db) echo "common spec" ;;
     plan) echo "common spec" ;;
-    kernels) echo "common" ;;
+    kernels) echo "common spec" ;; # spec/dtype.h
     engine) echo "common spec io kernels" ;;
     coordinator) echo "common spec plan io db" ;;
     agent) echo "common spec io" ;;
