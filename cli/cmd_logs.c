@@ -31,6 +31,7 @@
 #include "common/mem.h"
 #include "common/text.h"
 #include "common/proto.h"
+#include "spec/state.h"
 
 #define POLL_MS 250
 #define STATE_EVERY 4 /* ask for the job's state every STATE_EVERY polls */
@@ -172,9 +173,9 @@ static void sources(logs_t *L, const json_t *job)
 
 static int ended(const json_t *job)
 {
-    const char *st = json_string_value(json_object_get(job, "state"));
-    return st && (strcmp(st, "completed") == 0 || strcmp(st, "failed") == 0 ||
-                  strcmp(st, "cancelled") == 0);
+    enum dt_job_state s;
+    return dt_job_state_parse(json_string_value(json_object_get(job, "state")), &s) == 0 &&
+           dt_job_state_terminal(s);
 }
 
 static int show(logs_t *L, json_t **res)

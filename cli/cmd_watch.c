@@ -32,6 +32,7 @@
 #include "common/mem.h"
 #include "common/proto.h"
 #include "spec/spec.h"
+#include "spec/state.h"
 
 #define DEFAULT_GAP_S 30.0 /* the coordinator may be away this long */
 
@@ -90,13 +91,11 @@ typedef struct view {
 
 int dtctl_job_exit(const char *state)
 {
-    if (state == NULL)
+    enum dt_job_state s;
+
+    if (state == NULL || dt_job_state_parse(state, &s) < 0 || !dt_job_state_terminal(s))
         return -1;
-    if (strcmp(state, "completed") == 0)
-        return DTCTL_OK;
-    if (strcmp(state, "failed") == 0 || strcmp(state, "cancelled") == 0)
-        return DTCTL_JOBFAILED;
-    return -1;
+    return s == DT_JOB_COMPLETED ? DTCTL_OK : DTCTL_JOBFAILED;
 }
 
 static void read_view(dtctl_watch_t *w, const json_t *show, view_t *v)

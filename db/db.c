@@ -219,74 +219,6 @@ struct dt_db {
     sqlite3_stmt *st[S_COUNT];
 };
 
-/*-- job states and the transition table --------------------------------------*/
-
-static const char *const state_names[DT_JOB_NSTATES] = {
-#define STATE_NAME(name, str) [DT_JOB_##name] = str,
-    DT_JOB_STATES(STATE_NAME)
-#undef STATE_NAME
-};
-
-/* The legal transitions (also in dtctl(1)). A state never moves to itself.
- *
- *   from         to
- *   submitted    planned, failed, cancelled
- *   planned      queued, failed, cancelled
- *   queued       starting, failed, cancelled
- *   starting     running, recovering, failed, cancelled
- *   running      recovering, completed, failed, cancelled,
- *                queued (the Slurm job was requeued or preempted)
- *   recovering   running (same workers resumed), starting (a new
- *                generation), queued (requeue without the bad node),
- *                failed, cancelled
- *   failed       queued (resume)
- *   cancelled    queued (resume)
- *   completed    nothing: terminal
- */
-#define TO(s) (1u << DT_JOB_##s)
-static const unsigned legal_next[DT_JOB_NSTATES] = {
-    [DT_JOB_SUBMITTED] = TO(PLANNED) | TO(FAILED) | TO(CANCELLED),
-    [DT_JOB_PLANNED] = TO(QUEUED) | TO(FAILED) | TO(CANCELLED),
-    [DT_JOB_QUEUED] = TO(STARTING) | TO(FAILED) | TO(CANCELLED),
-    [DT_JOB_STARTING] = TO(RUNNING) | TO(RECOVERING) | TO(FAILED) | TO(CANCELLED),
-    [DT_JOB_RUNNING] = TO(RECOVERING) | TO(COMPLETED) | TO(FAILED) | TO(CANCELLED) | TO(QUEUED),
-    [DT_JOB_RECOVERING] = TO(RUNNING) | TO(STARTING) | TO(QUEUED) | TO(FAILED) | TO(CANCELLED),
-    [DT_JOB_COMPLETED] = 0,
-    [DT_JOB_FAILED] = TO(QUEUED),
-    [DT_JOB_CANCELLED] = TO(QUEUED),
-};
-#undef TO
-
-static bool state_valid(enum dt_job_state s)
-{
-    return (unsigned)s < DT_JOB_NSTATES;
-}
-
-const char *dt_job_state_name(enum dt_job_state s)
-{
-    return state_valid(s) ? state_names[s] : "unknown";
-}
-
-int dt_job_state_parse(const char *s, enum dt_job_state *out)
-{
-    for (int i = 0; i < DT_JOB_NSTATES; i++)
-        if (s != NULL && strcmp(s, state_names[i]) == 0) {
-            *out = (enum dt_job_state)i;
-            return 0;
-        }
-    return DT_EINVAL;
-}
-
-bool dt_job_transition_ok(enum dt_job_state from, enum dt_job_state to)
-{
-    return state_valid(from) && state_valid(to) && (legal_next[from] & (1u << to)) != 0;
-}
-
-bool dt_job_state_terminal(enum dt_job_state s)
-{
-    return s == DT_JOB_COMPLETED || s == DT_JOB_FAILED || s == DT_JOB_CANCELLED;
-}
-
 /* A transition that ends a generation of workers early. */
 static bool aborts_generation(enum dt_job_state from, enum dt_job_state to)
 {
@@ -782,7 +714,7 @@ static int event_insert(dt_db_t *db, int64_t job, int64_t at, const char *kind,
     bind_i64(st, 1, job, &rc);
     bind_i64(st, 2, at, &rc);
     bind_str(st, 3, kind, &rc);
-    bind_str(st, 4, state_names[state], &rc);
+    bind_str(st, 4, dt_job_state_name(state), &rc);
     bind_str(st, 5, detail, &rc);
     return run(db, st, rc, em, ctx);
 }
@@ -901,16 +833,16 @@ static int transition(dt_db_t *db, int64_t id, enum dt_job_state to, const char 
     char ctx[96], msg[128];
     int rc = SQLITE_OK, err;
 
-    if (!state_valid(to))
+    if (!dt_job_state_valid(to))
         return dt_emsg_set(em, DT_EINVAL, "job %" PRId64 ": no job state %d", id, (int)to);
-    snprintf(ctx, sizeof(ctx), "job %" PRId64 ": %s", id, state_names[to]);
+    snprintf(ctx, sizeof(ctx), "job %" PRId64 ": %s", id, dt_job_state_name(to));
     if ((err = tx_begin(db, em, ctx)) != 0)
         return err;
     if ((err = job_state(db, id, &from, em, ctx)) != 0)
         goto fail;
     if (!dt_job_transition_ok(from, to)) {
         snprintf(msg, sizeof(msg), "job %" PRId64 ": illegal transition %s -> %s", id,
-                 state_names[from], state_names[to]);
+                 dt_job_state_name(from), dt_job_state_name(to));
         if ((err = event_insert(db, id, t, "refused", from, msg, em, ctx)) != 0)
             goto fail;
         if ((err = tx_commit(db, em, ctx)) != 0)
@@ -918,7 +850,7 @@ static int transition(dt_db_t *db, int64_t id, enum dt_job_state to, const char 
         return dt_emsg_set(em, DT_EINVAL, "%s", msg);
     }
     bind_i64(st, 1, id, &rc);
-    bind_str(st, 2, state_names[to], &rc);
+    bind_str(st, 2, dt_job_state_name(to), &rc);
     bind_str(st, 3, detail, &rc);
     bind_i64(st, 4, t, &rc);
     bind_i64(st, 5, aborts_generation(from, to) ? 1 : 0, &rc);
@@ -932,7 +864,8 @@ static int transition(dt_db_t *db, int64_t id, enum dt_job_state to, const char 
         if ((err = run(db, st, rc, em, ctx)) != 0)
             goto fail;
     }
-    if ((err = event_insert(db, id, t, kind ? kind : state_names[to], to, detail, em, ctx)) != 0)
+    if ((err = event_insert(db, id, t, kind ? kind : dt_job_state_name(to), to, detail, em,
+                            ctx)) != 0)
         goto fail;
     return tx_commit(db, em, ctx);
 fail:
@@ -1203,11 +1136,6 @@ fail:
     return err;
 }
 
-static bool agent_state_known(const char *s)
-{
-    return strcmp(s, "registered") == 0 || strcmp(s, "lost") == 0 || strcmp(s, "gone") == 0;
-}
-
 int dt_db_agent_set_state(dt_db_t *db, int64_t agent, const char *state, int64_t seen_ms,
                           dt_emsg_t *em)
 {
@@ -1220,7 +1148,7 @@ int dt_db_agent_set_state(dt_db_t *db, int64_t agent, const char *state, int64_t
     assert(state != NULL);
     if ((err = need_v2(db, em)) != 0)
         return err;
-    if (!agent_state_known(state))
+    if (!dt_agent_state_known(state))
         return dt_emsg_set(em, DT_EINVAL,
                            "agent %" PRId64 ": unknown state '%s' (registered, lost or gone)",
                            agent, state);
@@ -1619,18 +1547,6 @@ int dt_db_shards(dt_db_t *db, int64_t job, int64_t stepno,
 
 /*-- generations and ranks ----------------------------------------------------*/
 
-static const char *const rank_states[] = {
-    "starting", "running", "exited", "failed", "hung", "killed", "lost",
-};
-
-static bool rank_state_known(const char *s)
-{
-    for (size_t i = 0; i < DT_ARRAY_SIZE(rank_states); i++)
-        if (strcmp(s, rank_states[i]) == 0)
-            return true;
-    return false;
-}
-
 void dt_gen_clear(dt_gen_t *g)
 {
     free(g->reason);
@@ -1896,7 +1812,7 @@ int dt_db_rank_set(dt_db_t *db, int64_t job, int gen, int rank, const char *stat
     assert(state != NULL);
     if ((err = need_v3(db, em)) != 0)
         return err;
-    if (!rank_state_known(state))
+    if (!dt_rank_state_known(state))
         return dt_emsg_set(em, DT_EINVAL,
                            "job %" PRId64 " gen %d rank %d: unknown state '%s' (starting, "
                            "running, exited, failed, hung, killed or lost)",
@@ -2138,7 +2054,7 @@ static int to_queued(dt_db_t *db, int64_t job, enum stmt which, bool failure, co
         ok = from == DT_JOB_FAILED || from == DT_JOB_CANCELLED;
     if (!ok) {
         snprintf(msg, sizeof(msg), "job %" PRId64 ": cannot be %s while %s", job,
-                 which == S_JOB_REQUEUE ? "requeued" : "resumed", state_names[from]);
+                 which == S_JOB_REQUEUE ? "requeued" : "resumed", dt_job_state_name(from));
         if ((err = event_insert(db, job, t, "refused", from, msg, em, ctx)) != 0)
             goto fail;
         if ((err = tx_commit(db, em, ctx)) != 0)

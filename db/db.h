@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "common/err.h"
+#include "spec/state.h"
 
 #define DT_DB_VERSION 5 /* the schema version this build writes */
 
@@ -49,31 +50,7 @@ void dt_db_rollback(dt_db_t *db);
 
 /* ---- jobs ---------------------------------------------------------------- */
 
-/* X(name, string) in lifecycle order. */
-#define DT_JOB_STATES(X)         \
-    X(SUBMITTED, "submitted")    \
-    X(PLANNED, "planned")        \
-    X(QUEUED, "queued")          \
-    X(STARTING, "starting")      \
-    X(RUNNING, "running")        \
-    X(RECOVERING, "recovering")  \
-    X(COMPLETED, "completed")    \
-    X(FAILED, "failed")          \
-    X(CANCELLED, "cancelled")
-
-enum dt_job_state {
-#define DT_JOB_STATE_ENUM(name, str) DT_JOB_##name,
-    DT_JOB_STATES(DT_JOB_STATE_ENUM)
-#undef DT_JOB_STATE_ENUM
-    DT_JOB_NSTATES
-};
-
-const char *dt_job_state_name(enum dt_job_state s);
-int dt_job_state_parse(const char *s, enum dt_job_state *out);
-/* The transition table (documented in dtctl(1)): is from -> to legal? */
-bool dt_job_transition_ok(enum dt_job_state from, enum dt_job_state to);
-/* completed, failed, cancelled */
-bool dt_job_state_terminal(enum dt_job_state s);
+/* Job states and their transitions: spec/state.h. */
 
 typedef struct dt_job {
     int64_t id;
