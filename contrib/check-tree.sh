@@ -61,7 +61,7 @@ fi
 find common spec io db plan kernels engine coordinator agent cli -type f \
     \( -name '*.c' -o -name '*.cu' \) 2>/dev/null | sort | while read -r f; do
     awk -v f="$f" '
-        /^(static|extern|typedef|#|[ \t])/ { next }
+        /^(static|extern|typedef|#|[ \t\/*}])/ { next }
         match($0, /[ *]dt_[a-z0-9_]+\(/) {
             name = substr($0, RSTART + 1, RLENGTH - 2)
             if (index($0, ";") == 0) print name, f ":" NR
@@ -84,7 +84,7 @@ for dir in $(find common spec io db plan kernels engine coordinator agent cli -t
     [ -n "$srcs" ] || continue
     for f in $srcs; do
         awk -v f="$f" '
-            /^(static|extern|typedef|#|[ \t])/ { next }
+            /^(static|extern|typedef|#|[ \t\/*}])/ { next }
             match($0, /[ *]dt_[a-z0-9_]+\(/) {
                 if (index($0, ";") == 0) print substr($0, RSTART + 1, RLENGTH - 2), f
             }' "$f"

@@ -15,6 +15,7 @@
 
 #include "common/log.h"
 #include "common/proto.h"
+#include "engine/cmd/agree.h"
 #include "engine/cmd/cmd.h"
 #include "engine/comm/comm.h"
 #include "engine/wlink.h"
@@ -37,67 +38,11 @@ static void usage(FILE *f)
     fprintf(f, "\n'dtengine COMMAND --help' for a command's options; see dtengine(1).\n");
 }
 
-int dt_cmd_model_option(int c, const char *value, dt_model_cfg_t *m, dt_emsg_t *em)
-{
-    static const char *const names[] = { "dim", "layers", "heads", "kv-heads", "ffn", "vocab" };
-    int *field[] = { &m->dim, &m->layers, &m->heads, &m->kv_heads, &m->ffn, &m->vocab };
-    double v;
-    int rc;
-
-    if (c == 'm') /* the preset, from the table every binary shares (spec/model.h) */
-        return dt_model_preset(value, m, em) < 0
-                   ? dt_emsg_set(em, DT_EUSAGE, "--model '%s': tiny, llama3-8b, llama3-70b, or "
-                                 "custom with --dim --layers --heads --kv-heads --ffn --vocab",
-                                 value)
-                   : 0;
-    if (c < 1 || c > 6)
-        return dt_emsg_set(em, DT_EUSAGE, "not a model option");
-    if ((rc = dt_cmd_number(names[c - 1], value, 1, 1 << 20, &v, em)) < 0)
-        return rc;
-    *field[c - 1] = (int)v;
-    return 0;
-}
-
-int dt_cmd_number(const char *name, const char *s, double lo, double hi, double *out,
-                  dt_emsg_t *em)
-{
-    char *end;
-    double v = strtod(s, &end);
-    if (*s == '\0' || *end != '\0' || !(v >= lo && v <= hi))
-        return dt_emsg_set(em, DT_EUSAGE, "--%s '%s': a number from %g to %g", name, s, lo, hi);
-    *out = v;
-    return 0;
-}
-
-int dt_exit_code(int rc)
-{
-    switch (rc) {
-    case DT_OK:
-        return DT_EXIT_OK;
-    case DT_EINVAL:
-    case DT_EUSAGE:
-    case DT_ECONF:
-    case DT_ENOENT:
-    case DT_EACCES:
-    case DT_EFORMAT:
-    case DT_ESHAPE:
-    case DT_EDTYPE:
-    case DT_ELAYOUT:
-    case DT_ERANGE:
-    case DT_ENOTSUP:
-        return DT_EXIT_INPUT;
-    case DT_ECKPT:
-        return DT_EXIT_CKPT;
-    default:
-        return DT_EXIT_FAILURE;
-    }
-}
-
 int main(int argc, char **argv)
 {
     dt_comm_t *comm = NULL;
     dt_emsg_t em = { "" };
-    int code, rc, who;
+    int code, rc;
 
     dt_log_init("dtengine", DT_LOG_INFO);
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
@@ -132,9 +77,7 @@ int main(int argc, char **argv)
     /* every rank learns whether any could not reach its agent, so none is
      * left waiting in a collective for a rank that gave up */
     rc = dt_wlink_open(dt_comm_rank(comm), &em);
-    if ((rc = dt_comm_agree(comm, rc, 0, &who)) < 0) {
-        if (dt_comm_rank(comm) == who)
-            fprintf(stderr, "dtengine: %s\n", em.s[0] ? em.s : dt_strerror(rc));
+    if ((rc = dt_agree_report(comm, rc, "dtengine", em.s, NULL)) < 0) {
         dt_wlink_close();
         dt_comm_free(comm);
         return dt_exit_code(rc);

@@ -5,7 +5,7 @@
  * rank), with host fp32 tensors in and out, so the command's loading,
  * generation and writing stay what they are for the CPU path. The inputs
  * are rounded to bf16 or fp16 on the way to the device; o, lse and the
- * gradients come back fp32. Free of CUDA types: cmd_attn.c includes this
+ * gradients come back fp32. Free of CUDA types: engine/cmd/attn.c includes this
  * in every build, and builds without CUDA get a clear refusal.
  */
 #ifndef DT_ENGINE_ATTN_GPU_H

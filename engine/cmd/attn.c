@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "common/mem.h"
+#include "engine/cmd/agree.h"
 #include "engine/attn/attn.h"
 #include "engine/attn/attn_gpu.h"
 #include "engine/cmd/cmd.h"
@@ -487,10 +488,12 @@ static double maxrss_mib(void)
     return (double)ru.ru_maxrss / 1024.0;
 }
 
-/* One line per rank on rank 0: timing split and memory, for benchmarks. */
-static void print_stats(dt_comm_t *comm, const char *what, const dt_attn_stats_t *st)
+/* One line per rank on rank 0: timing split and memory, for benchmarks.
+ * Every rank takes part in the sum; a failed one ends the command. */
+static int print_stats(dt_comm_t *comm, const char *what, const dt_attn_stats_t *st,
+                       dt_emsg_t *em)
 {
-    int R = dt_comm_size(comm), me = dt_comm_rank(comm);
+    int R = dt_comm_size(comm), me = dt_comm_rank(comm), rc;
     double *all = dt_xcalloc((size_t)R * 6, sizeof(double));
     double *mine = all + (size_t)me * 6;
 
@@ -500,8 +503,9 @@ static void print_stats(dt_comm_t *comm, const char *what, const dt_attn_stats_t
     mine[3] = st->bytes_sent;
     mine[4] = st->steps;
     mine[5] = maxrss_mib();
-    dt_comm_allreduce_sum_f64(comm, all, (size_t)R * 6);
-    if (me == 0)
+    if ((rc = dt_comm_allreduce_sum_f64(comm, all, (size_t)R * 6)) < 0)
+        rc = dt_emsg_set(em, rc, "gathering the %s statistics of every rank failed", what);
+    if (rc == 0 && me == 0)
         for (int q = 0; q < R; q++) {
             double *x = all + (size_t)q * 6;
             printf("stats: %s rank=%d total_s=%.6f compute_s=%.6f wait_s=%.6f bytes_sent=%.0f "
@@ -509,146 +513,219 @@ static void print_stats(dt_comm_t *comm, const char *what, const dt_attn_stats_t
                    what, q, x[0], x[1], x[2], x[3], x[4], x[5]);
         }
     free(all);
+    return rc;
 }
 
-/* Agree on rc; the rank holding the original failure prints it. A message
- * that starts with "rank " repeats another rank's failure. */
-static int report(dt_comm_t *comm, int rc, const dt_emsg_t *em)
-{
-    int relayed = strncmp(em->s, "rank ", 5) == 0;
-    int who, agreed = dt_comm_agree(comm, rc, relayed, &who);
+/* ---- the run ------------------------------------------------------------- */
 
-    if (agreed < 0 && who == dt_comm_rank(comm))
-        fprintf(stderr, "dtengine attn: error: %s\n", em->s[0] ? em->s : dt_strerror(rc));
-    return agreed;
-}
-
-int dt_cmd_attn(dt_comm_t *comm, int argc, char **argv)
-{
-    int R = dt_comm_size(comm), me = dt_comm_rank(comm), rc;
+/* One run of `dtengine attn` on this rank: options, the shapes, this
+ * rank's rows of every tensor and the timings. */
+typedef struct attn_run {
+    dt_comm_t *comm;
+    int R, me;
     opts_t o;
     input_t in;
-    dt_emsg_t em = { "" };
-    float *q = NULL, *k = NULL, *v = NULL, *out = NULL, *lse = NULL;
-    float *dout = NULL, *dq = NULL, *dk = NULL, *dv = NULL;
-    int64_t *pos = NULL;
-    dt_attn_stats_t fst = { 0 }, bst = { 0 };
+    dt_emsg_t em;
+    int64_t c; /* rows of this rank */
+    float *q, *k, *v, *out, *lse;
+    float *dout, *dq, *dk, *dv; /* the backward pass only */
+    int64_t *pos;
+    dt_attn_stats_t fst, bst;
+} attn_run_t;
 
-    rc = parse_opts(argc, argv, &o, &em);
-    if (rc == 1) {
-        if (me == 0)
-            usage(stdout);
-        return DT_EXIT_OK;
-    }
-    if (rc < 0) {
-        if (me == 0) {
-            fprintf(stderr, "dtengine attn: %s\n", em.s);
-            usage(stderr);
-        }
-        return DT_EXIT_INPUT;
-    }
-    openblas_set_num_threads(o.threads);
-    rc = prepare(&o, R, &in, &em);
-    if ((rc = report(comm, rc, &em)) < 0)
-        return dt_exit_code(rc);
+/* Agree on a phase's outcome; the rank holding the original failure
+ * prints it. */
+static int report(attn_run_t *a, int rc)
+{
+    return dt_agree_report(a->comm, rc, "dtengine attn: error", a->em.s, NULL);
+}
 
-    const dt_attn_spec_t *s = &in.spec;
-    int64_t c = dt_layout_local(s->T, R);
-    size_t nq = (size_t)c * s->H * s->D, nkv = (size_t)c * s->Hkv * s->D;
-    q = dt_xaligned(nq, sizeof(float));
-    k = dt_xaligned(nkv, sizeof(float));
-    v = dt_xaligned(nkv, sizeof(float));
-    out = dt_xaligned(nq, sizeof(float));
-    lse = dt_xaligned((size_t)c * s->H, sizeof(float));
-    rc = load_rows(o.q, &in.qi, o.seed, STREAM_Q, s, R, me, s->H, q, &em);
+/* Options: 0, 1 for --help, or DT_EUSAGE (every rank has the same argv,
+ * so nothing is agreed: rank 0 prints it). */
+static int attn_options(attn_run_t *a, dt_comm_t *comm, int argc, char **argv)
+{
+    memset(a, 0, sizeof(*a));
+    a->comm = comm;
+    a->R = dt_comm_size(comm);
+    a->me = dt_comm_rank(comm);
+    return parse_opts(argc, argv, &a->o, &a->em);
+}
+
+/* The shapes, from the inputs' headers or --generate. */
+static int attn_prepare(attn_run_t *a)
+{
+    openblas_set_num_threads(a->o.threads);
+    return report(a, prepare(&a->o, a->R, &a->in, &a->em));
+}
+
+/* This rank's rows of Q, K, V (and dO), read or generated. */
+static int attn_load(attn_run_t *a)
+{
+    const opts_t *o = &a->o;
+    const dt_attn_spec_t *s = &a->in.spec;
+    int R = a->R, me = a->me, rc;
+
+    a->c = dt_layout_local(s->T, R);
+    size_t nq = (size_t)a->c * s->H * s->D, nkv = (size_t)a->c * s->Hkv * s->D;
+    a->q = dt_xaligned(nq, sizeof(float));
+    a->k = dt_xaligned(nkv, sizeof(float));
+    a->v = dt_xaligned(nkv, sizeof(float));
+    a->out = dt_xaligned(nq, sizeof(float));
+    a->lse = dt_xaligned((size_t)a->c * s->H, sizeof(float));
+    rc = load_rows(o->q, &a->in.qi, o->seed, STREAM_Q, s, R, me, s->H, a->q, &a->em);
     if (rc == 0)
-        rc = load_rows(o.k, &in.ki, o.seed, STREAM_K, s, R, me, s->Hkv, k, &em);
+        rc = load_rows(o->k, &a->in.ki, o->seed, STREAM_K, s, R, me, s->Hkv, a->k, &a->em);
     if (rc == 0)
-        rc = load_rows(o.v, &in.vi, o.seed, STREAM_V, s, R, me, s->Hkv, v, &em);
-    if (rc == 0 && in.bwd) {
-        dout = dt_xaligned(nq, sizeof(float));
-        rc = load_rows(o.dout, &in.di, o.seed, STREAM_DOUT, s, R, me, s->H, dout, &em);
+        rc = load_rows(o->v, &a->in.vi, o->seed, STREAM_V, s, R, me, s->Hkv, a->v, &a->em);
+    if (rc == 0 && a->in.bwd) {
+        a->dout = dt_xaligned(nq, sizeof(float));
+        rc = load_rows(o->dout, &a->in.di, o->seed, STREAM_DOUT, s, R, me, s->H, a->dout,
+                       &a->em);
     }
-    if ((rc = report(comm, rc, &em)) < 0)
-        goto out;
+    if (a->in.bwd) {
+        a->dq = dt_xaligned(nq, sizeof(float));
+        a->dk = dt_xaligned(nkv, sizeof(float));
+        a->dv = dt_xaligned(nkv, sizeof(float));
+    }
+    return report(a, rc);
+}
 
-    dt_comm_barrier(comm);
-    if (in.bwd) {
-        dq = dt_xaligned(nq, sizeof(float));
-        dk = dt_xaligned(nkv, sizeof(float));
-        dv = dt_xaligned(nkv, sizeof(float));
-    }
-    if (o.cuda) {
-        rc = dt_attn_gpu_run(comm, s, o.fp16, q, k, v, out, lse, dout, dq, dk, dv, &fst, &bst,
-                             &em);
+/* The attention, forward and (asked for) backward. The barriers line the
+ * ranks up so the timings measure the attention alone; a failed one
+ * leaves the ranks out of step, so the run ends with it. */
+static int attn_compute(attn_run_t *a)
+{
+    const dt_attn_spec_t *s = &a->in.spec;
+    int rc;
+
+    if ((rc = dt_comm_barrier(a->comm)) < 0) {
+        dt_emsg_set(&a->em, rc, "the barrier before the forward pass failed");
+    } else if (a->o.cuda) {
+        rc = dt_attn_gpu_run(a->comm, s, a->o.fp16, a->q, a->k, a->v, a->out, a->lse, a->dout,
+                             a->dq, a->dk, a->dv, &a->fst, &a->bst, &a->em);
     } else {
-        rc = dt_attn_fwd(comm, s, q, k, v, out, lse, &fst, &em);
-        if (rc == 0 && in.bwd) {
-            dt_comm_barrier(comm);
-            rc = dt_attn_bwd(comm, s, q, k, v, out, lse, dout, dq, dk, dv, &bst, &em);
+        rc = dt_attn_fwd(a->comm, s, a->q, a->k, a->v, a->out, a->lse, &a->fst, &a->em);
+        if (rc == 0 && a->in.bwd) {
+            if ((rc = dt_comm_barrier(a->comm)) < 0)
+                dt_emsg_set(&a->em, rc, "the barrier before the backward pass failed");
+            else
+                rc = dt_attn_bwd(a->comm, s, a->q, a->k, a->v, a->out, a->lse, a->dout, a->dq,
+                                 a->dk, a->dv, &a->bst, &a->em);
         }
     }
-    if ((rc = report(comm, rc, &em)) < 0)
-        goto out;
+    return report(a, rc);
+}
 
+/* The outputs: every rank's shard (--out-dir) or whole files on rank 0. */
+static int attn_write(attn_run_t *a)
+{
+    const opts_t *o = &a->o;
+    const dt_attn_spec_t *s = &a->in.spec;
     outbuf_t obs[5];
-    int nob = 0;
-    if (o.out_dir) {
-        obs[nob++] = (outbuf_t){ "o", out, s->H };
-        obs[nob++] = (outbuf_t){ "lse", lse, 0 };
-        if (in.bwd) {
-            obs[nob++] = (outbuf_t){ "dq", dq, s->H };
-            obs[nob++] = (outbuf_t){ "dk", dk, s->Hkv };
-            obs[nob++] = (outbuf_t){ "dv", dv, s->Hkv };
-        }
-        pos = dt_xmallocarray((size_t)c, sizeof(*pos));
-        dt_layout_positions(s->layout, s->T, R, me, pos);
-        rc = write_shards(comm, s, o.out_dir, obs, nob, pos, &em);
-    } else if (o.out || o.lse || o.dq) {
-        if (o.out)
-            obs[nob++] = (outbuf_t){ o.out, out, s->H };
-        if (o.lse)
-            obs[nob++] = (outbuf_t){ o.lse, lse, 0 };
-        if (in.bwd && o.dq) {
-            obs[nob++] = (outbuf_t){ o.dq, dq, s->H };
-            obs[nob++] = (outbuf_t){ o.dk, dk, s->Hkv };
-            obs[nob++] = (outbuf_t){ o.dv, dv, s->Hkv };
-        }
-        rc = write_gathered(comm, s, obs, nob, &em);
-    }
-    if ((rc = report(comm, rc, &em)) < 0)
-        goto out;
+    int nob = 0, rc = 0;
 
-    double t[3] = { fst.total_s, bst.total_s, maxrss_mib() };
-    dt_comm_allreduce_max_f64(comm, t, 3);
-    if (o.stats) {
-        print_stats(comm, "fwd", &fst);
-        if (in.bwd)
-            print_stats(comm, "bwd", &bst);
+    if (o->out_dir) {
+        obs[nob++] = (outbuf_t){ "o", a->out, s->H };
+        obs[nob++] = (outbuf_t){ "lse", a->lse, 0 };
+        if (a->in.bwd) {
+            obs[nob++] = (outbuf_t){ "dq", a->dq, s->H };
+            obs[nob++] = (outbuf_t){ "dk", a->dk, s->Hkv };
+            obs[nob++] = (outbuf_t){ "dv", a->dv, s->Hkv };
+        }
+        a->pos = dt_xmallocarray((size_t)a->c, sizeof(*a->pos));
+        dt_layout_positions(s->layout, s->T, a->R, a->me, a->pos);
+        rc = write_shards(a->comm, s, o->out_dir, obs, nob, a->pos, &a->em);
+    } else if (o->out || o->lse || o->dq) {
+        if (o->out)
+            obs[nob++] = (outbuf_t){ o->out, a->out, s->H };
+        if (o->lse)
+            obs[nob++] = (outbuf_t){ o->lse, a->lse, 0 };
+        if (a->in.bwd && o->dq) {
+            obs[nob++] = (outbuf_t){ o->dq, a->dq, s->H };
+            obs[nob++] = (outbuf_t){ o->dk, a->dk, s->Hkv };
+            obs[nob++] = (outbuf_t){ o->dv, a->dv, s->Hkv };
+        }
+        rc = write_gathered(a->comm, s, obs, nob, &a->em);
     }
-    if (me == 0) {
+    return report(a, rc);
+}
+
+/* The slowest rank's times and the largest memory (all ranks take part),
+ * --stats lines, and rank 0's summary line. */
+static int attn_summary(attn_run_t *a)
+{
+    const dt_attn_spec_t *s = &a->in.spec;
+    double t[3] = { a->fst.total_s, a->bst.total_s, maxrss_mib() };
+    int rc;
+
+    if ((rc = dt_comm_allreduce_max_f64(a->comm, t, 3)) < 0)
+        dt_emsg_set(&a->em, rc, "agreeing on the timings failed");
+    if (rc == 0 && a->o.stats) {
+        rc = print_stats(a->comm, "fwd", &a->fst, &a->em);
+        if (rc == 0 && a->in.bwd)
+            rc = print_stats(a->comm, "bwd", &a->bst, &a->em);
+    }
+    if ((rc = report(a, rc)) < 0)
+        return rc;
+    if (a->me == 0) {
         double fl = dt_attn_flops(s);
         printf("dtengine attn: tokens=%lld ranks=%d device=%s layout=%s causal=%d heads=%d/%d "
                "dim=%d branches=%d seconds=%.4f gflops=%.2f",
-               (long long)s->T, R, o.cuda ? (o.fp16 ? "cuda/fp16" : "cuda/bf16") : "cpu",
+               (long long)s->T, a->R,
+               a->o.cuda ? (a->o.fp16 ? "cuda/fp16" : "cuda/bf16") : "cpu",
                dt_layout_name(s->layout), s->causal, s->H, s->Hkv, s->D,
                s->nbranch, t[0], t[0] > 0 ? fl / t[0] * 1e-9 : 0.0);
-        if (in.bwd)
+        if (a->in.bwd)
             printf(" bwd_seconds=%.4f bwd_gflops=%.2f", t[1],
                    t[1] > 0 ? 2.5 * fl / t[1] * 1e-9 : 0.0);
         printf(" maxrss_mib=%.1f\n", t[2]);
         fflush(stdout);
     }
-out:
-    free(pos);
-    free(q);
-    free(k);
-    free(v);
-    free(out);
-    free(lse);
-    free(dout);
-    free(dq);
-    free(dk);
-    free(dv);
+    return 0;
+}
+
+static void attn_close(attn_run_t *a)
+{
+    free(a->pos);
+    free(a->q);
+    free(a->k);
+    free(a->v);
+    free(a->out);
+    free(a->lse);
+    free(a->dout);
+    free(a->dq);
+    free(a->dk);
+    free(a->dv);
+}
+
+/* ---- the command ----------------------------------------------------------- */
+
+int dt_cmd_attn(dt_comm_t *comm, int argc, char **argv)
+{
+    attn_run_t a;
+    int rc = attn_options(&a, comm, argc, argv);
+
+    if (rc == 1) {
+        if (a.me == 0)
+            usage(stdout);
+        return DT_EXIT_OK;
+    }
+    if (rc < 0) {
+        if (a.me == 0) {
+            fprintf(stderr, "dtengine attn: %s\n", a.em.s);
+            usage(stderr);
+        }
+        return DT_EXIT_INPUT;
+    }
+    rc = attn_prepare(&a);
+    if (rc == 0)
+        rc = attn_load(&a);
+    if (rc == 0)
+        rc = attn_compute(&a);
+    if (rc == 0)
+        rc = attn_write(&a);
+    if (rc == 0)
+        rc = attn_summary(&a);
+    attn_close(&a);
     return dt_exit_code(rc);
 }

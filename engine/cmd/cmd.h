@@ -1,7 +1,11 @@
 /* SPDX-License-Identifier: MIT
  *
  * dtengine subcommands. Each takes the job's communicator and its own argv
- * (argv[0] is the subcommand name) and returns a process exit code.
+ * (argv[0] is the subcommand name) and returns a process exit code. Each
+ * (engine/cmd/attn.c, prefill.c, train.c) is a short sequence of
+ * named steps over one object of its run; what they share is in
+ * engine/cmd/common.c (below) and engine/cmd/agree.h (agree across ranks,
+ * report once). main.c dispatches to them; they never call it.
  */
 #ifndef DT_ENGINE_CMD_H
 #define DT_ENGINE_CMD_H

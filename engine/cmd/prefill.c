@@ -36,6 +36,7 @@
 
 #include "common/clock.h"
 #include "common/mem.h"
+#include "engine/cmd/agree.h"
 #include "engine/attn/attn.h"
 #include "io/ckpt.h"
 #include "engine/cmd/cmd.h"
@@ -426,175 +427,250 @@ static int fresh_dir(const popts_t *o, dt_emsg_t *em)
     return rc;
 }
 
-int dt_cmd_prefill(dt_comm_t *comm, int argc, char **argv)
-{
-    int R = dt_comm_size(comm), me = dt_comm_rank(comm), rc, who;
-    dt_emsg_t em = { "" };
+/* ---- the prefiller ------------------------------------------------------------ */
+
+/* One run of `dtengine prefill` on this rank: options, the sequence, the
+ * model and this rank's hidden state. */
+typedef struct prefiller {
+    dt_comm_t *comm;
+    int R, me;
     popts_t o;
-    dt_attn_spec_t attn = { 0 };
-    dt_model_layout_t lo = { 0 };
-    dt_model_t *m = NULL;
-    float *P = NULL, *hidden = NULL, *last = NULL;
-    int32_t *xs = NULL, *ys = NULL, *x = NULL, *y = NULL;
-    int64_t *pos = NULL, done = 0, c = 0;
-    int stopped = 0;
+    dt_emsg_t em;
+    dt_attn_spec_t attn;
+    dt_model_layout_t lo;
+    dt_model_t *m;
+    float *P, *hidden, *last; /* last: rank 0's gathered logits (N, V) */
+    int32_t *xs, *ys, *x, *y;
+    int64_t *pos;
+    int64_t c, done;          /* tokens of this rank; layers done */
+    double loss;
+    int stopped;              /* --stop-after-layer reached */
+} prefiller_t;
 
-    rc = parse(argc, argv, &o, &em);
-    if (rc == 1) {
-        if (me == 0)
-            usage(stdout);
-        return DT_EXIT_OK;
-    }
+/* Agree on a phase's outcome; the rank holding the original failure
+ * prints it. */
+static int report(prefiller_t *p, int rc)
+{
+    return dt_agree_report(p->comm, rc, "dtengine prefill", p->em.s, NULL);
+}
+
+/* Options, the attention spec and the sequence; on rank 0 without
+ * --resume, a check that --ckpt-dir holds no step this run would write.
+ * 1 for --help (every rank has the same argv), else agreed and reported,
+ * with the usage after a bad option. */
+static int prefiller_init(prefiller_t *p, dt_comm_t *comm, int argc, char **argv)
+{
+    popts_t *o = &p->o;
+    int rc, printed;
+
+    memset(p, 0, sizeof(*p));
+    p->comm = comm;
+    p->R = dt_comm_size(comm);
+    p->me = dt_comm_rank(comm);
+    if ((rc = parse(argc, argv, o, &p->em)) == 1)
+        return 1;
     if (rc == 0)
-        rc = dt_model_cfg_check(&o.model, &em);
-    if (rc == 0 && o.stop_after > o.model.layers)
-        rc = dt_emsg_set(&em, DT_EUSAGE, "--stop-after-layer %lld: the model has %d layers",
-                         (long long)o.stop_after, o.model.layers);
-    attn.T = o.T;
-    attn.H = o.model.heads;
-    attn.Hkv = o.model.kv_heads;
-    attn.D = o.model.dim / o.model.heads;
-    attn.causal = o.causal;
-    if (rc == 0 && dt_layout_parse(o.layout, &attn.layout) < 0)
-        rc = dt_emsg_set(&em, DT_EUSAGE, "--layout '%s': contiguous or zigzag", o.layout);
+        rc = dt_model_cfg_check(&o->model, &p->em);
+    if (rc == 0 && o->stop_after > o->model.layers)
+        rc = dt_emsg_set(&p->em, DT_EUSAGE, "--stop-after-layer %lld: the model has %d layers",
+                         (long long)o->stop_after, o->model.layers);
+    p->attn.T = o->T;
+    p->attn.H = o->model.heads;
+    p->attn.Hkv = o->model.kv_heads;
+    p->attn.D = o->model.dim / o->model.heads;
+    p->attn.causal = o->causal;
+    if (rc == 0 && dt_layout_parse(o->layout, &p->attn.layout) < 0)
+        rc = dt_emsg_set(&p->em, DT_EUSAGE, "--layout '%s': contiguous or zigzag", o->layout);
     if (rc == 0)
-        rc = dt_attn_parse_branches(&attn, o.segments, o.dilations, &em);
+        rc = dt_attn_parse_branches(&p->attn, o->segments, o->dilations, &p->em);
     if (rc == 0)
-        rc = dt_attn_check(&attn, R, &em);
+        rc = dt_attn_check(&p->attn, p->R, &p->em);
     if (rc == 0) {
-        xs = dt_xmallocarray((size_t)o.T, sizeof(int32_t));
-        ys = dt_xmallocarray((size_t)o.T, sizeof(int32_t));
-        rc = sequence(&o, xs, ys, &em);
+        p->xs = dt_xmallocarray((size_t)o->T, sizeof(int32_t));
+        p->ys = dt_xmallocarray((size_t)o->T, sizeof(int32_t));
+        rc = sequence(o, p->xs, p->ys, &p->em);
     }
-    if (rc == 0 && me == 0 && o.ckpt_dir && !o.resume)
-        rc = fresh_dir(&o, &em);
-    if ((rc = dt_comm_agree(comm, rc, 0, &who)) < 0) {
-        if (me == who) {
-            fprintf(stderr, "dtengine prefill: %s\n", em.s);
-            if (rc == DT_EUSAGE)
-                usage(stderr);
-        }
-        goto out;
-    }
+    if (rc == 0 && p->me == 0 && o->ckpt_dir && !o->resume)
+        rc = fresh_dir(o, &p->em);
+    rc = dt_agree_report(comm, rc, "dtengine prefill", p->em.s, &printed);
+    if (rc == DT_EUSAGE && printed)
+        usage(stderr);
+    return rc;
+}
 
-    c = dt_layout_local(o.T, R);
-    dt_model_layout_init(&lo, &o.model);
-    m = dt_model_new_forward(&o.model, c);
-    P = dt_xcalloc((size_t)lo.nparams, sizeof(float));
-    hidden = dt_xaligned((size_t)(c * o.model.dim), sizeof(float));
-    x = dt_xmallocarray((size_t)c, sizeof(int32_t));
-    y = dt_xmallocarray((size_t)c, sizeof(int32_t));
-    pos = dt_xmallocarray((size_t)c, sizeof(int64_t));
-    dt_layout_positions(attn.layout, o.T, R, me, pos);
-    for (int64_t i = 0; i < c; i++) {
-        x[i] = xs[pos[i]];
-        y[i] = ys[pos[i]];
-    }
-    dt_model_init(&o.model, &lo, o.seed, P);
+/* The model at dt_model_init(seed) and this rank's tokens and buffers. */
+static void prefiller_alloc(prefiller_t *p)
+{
+    const popts_t *o = &p->o;
 
-    /* resume: rank 0 picks the checkpoint, every rank reads its shard */
-    if (o.resume) {
-        rc = me == 0 ? find(&o, R, &done, &em) : 0;
-        if ((rc = dt_comm_agree(comm, rc, 0, &who)) < 0) {
-            if (me == who)
-                fprintf(stderr, "dtengine prefill: %s\n", em.s);
-            goto out;
-        }
-        int k = (int)done;
-        if ((rc = dt_comm_bcast_int(comm, &k)) < 0)
-            dt_emsg_set(&em, rc, "broadcasting the resume layer failed");
-        else if ((done = k) > 0)
-            rc = load(&o, R, me, done, c, pos, hidden, &em);
+    p->c = dt_layout_local(o->T, p->R);
+    dt_model_layout_init(&p->lo, &o->model);
+    p->m = dt_model_new_forward(&o->model, p->c);
+    p->P = dt_xcalloc((size_t)p->lo.nparams, sizeof(float));
+    p->hidden = dt_xaligned((size_t)(p->c * o->model.dim), sizeof(float));
+    p->x = dt_xmallocarray((size_t)p->c, sizeof(int32_t));
+    p->y = dt_xmallocarray((size_t)p->c, sizeof(int32_t));
+    p->pos = dt_xmallocarray((size_t)p->c, sizeof(int64_t));
+    dt_layout_positions(p->attn.layout, o->T, p->R, p->me, p->pos);
+    for (int64_t i = 0; i < p->c; i++) {
+        p->x[i] = p->xs[p->pos[i]];
+        p->y[i] = p->ys[p->pos[i]];
     }
-    if (rc == 0 && done == 0)
-        rc = dt_model_embed(m, P, x, hidden, &em);
-    if ((rc = dt_comm_agree(comm, rc, 0, &who)) < 0) {
-        if (me == who)
-            fprintf(stderr, "dtengine prefill: %s\n", em.s);
-        goto out;
+    dt_model_init(&o->model, &p->lo, o->seed, p->P);
+}
+
+/* The hidden state to start from: with --resume, rank 0 picks the
+ * checkpoint and every rank reads its shard; else (or when there is none)
+ * the embedding. Agreed and reported; rank 0 prints the header. */
+static int prefiller_load_or_resume(prefiller_t *p)
+{
+    const popts_t *o = &p->o;
+    int rc = 0;
+
+    if (o->resume) {
+        rc = p->me == 0 ? find(o, p->R, &p->done, &p->em) : 0;
+        if ((rc = report(p, rc)) < 0)
+            return rc;
+        int k = (int)p->done;
+        if ((rc = dt_comm_bcast_int(p->comm, &k)) < 0)
+            dt_emsg_set(&p->em, rc, "broadcasting the resume layer failed");
+        else if ((p->done = k) > 0)
+            rc = load(o, p->R, p->me, p->done, p->c, p->pos, p->hidden, &p->em);
     }
-    if (me == 0) {
+    if (rc == 0 && p->done == 0)
+        rc = dt_model_embed(p->m, p->P, p->x, p->hidden, &p->em);
+    if ((rc = report(p, rc)) < 0)
+        return rc;
+    if (p->me == 0) {
         printf("prefill: model dim=%d layers=%d heads=%d/%d ffn=%d vocab=%d params=%lld "
                "tokens=%lld ranks=%d layout=%s start_layer=%lld\n",
-               o.model.dim, o.model.layers, o.model.heads, o.model.kv_heads, o.model.ffn,
-               o.model.vocab, (long long)lo.nparams, (long long)o.T, R, o.layout,
-               (long long)done);
+               o->model.dim, o->model.layers, o->model.heads, o->model.kv_heads, o->model.ffn,
+               o->model.vocab, (long long)p->lo.nparams, (long long)o->T, p->R, o->layout,
+               (long long)p->done);
         fflush(stdout);
     }
+    return 0;
+}
 
-    for (int64_t l = done; l < o.model.layers; l++) {
-        double t0 = dt_clock_now();
-        if ((rc = dt_model_layer_fwd(m, comm, &attn, P, (int)l, pos, hidden, &em)) < 0)
-            break;
-        double secs = dt_clock_now() - t0;
-        if (o.ckpt_dir && (rc = save(comm, &o, l + 1, c, hidden, pos, &em)) < 0)
-            break;
-        if (me == 0) {
-            printf("layer %lld/%d seconds %.4f%s\n", (long long)(l + 1), o.model.layers, secs,
-                   o.ckpt_dir ? " checkpointed" : "");
-            fflush(stdout);
-        }
-        if (l + 1 == o.stop_after) {
-            stopped = 1;
-            break;
-        }
-    }
-    if ((rc = dt_comm_agree(comm, rc, 0, &who)) < 0) {
-        if (me == who)
-            fprintf(stderr, "dtengine prefill: %s\n", em.s);
-        goto out;
-    }
-    if (stopped) {
-        if (me == 0)
-            fprintf(stderr, "dtengine prefill: stopped after layer %lld (--stop-after-layer); "
-                    "--resume continues\n", (long long)o.stop_after);
-        goto out;
-    }
+/* One layer forward, and its checkpoint with --ckpt-dir. */
+static int prefiller_layer(prefiller_t *p, int64_t l)
+{
+    const popts_t *o = &p->o;
+    double t0 = dt_clock_now();
+    int rc;
 
-    double loss = 0;
-    rc = dt_model_head(m, comm, P, hidden, y, &loss, &em);
-    if ((rc = dt_comm_agree(comm, rc, 0, &who)) < 0) {
-        if (me == who)
-            fprintf(stderr, "dtengine prefill: %s\n", em.s);
-        goto out;
+    if ((rc = dt_model_layer_fwd(p->m, p->comm, &p->attn, p->P, (int)l, p->pos, p->hidden,
+                                 &p->em)) < 0)
+        return rc;
+    double secs = dt_clock_now() - t0;
+    if (o->ckpt_dir && (rc = save(p->comm, o, l + 1, p->c, p->hidden, p->pos, &p->em)) < 0)
+        return rc;
+    if (p->me == 0) {
+        printf("layer %lld/%d seconds %.4f%s\n", (long long)(l + 1), o->model.layers, secs,
+               o->ckpt_dir ? " checkpointed" : "");
+        fflush(stdout);
     }
-    if (me == 0)
-        last = dt_xaligned((size_t)(o.last * o.model.vocab), sizeof(float));
-    rc = gather_last(comm, &o, c, pos, dt_model_logits(m), last);
-    if ((rc = dt_comm_agree(comm, rc, 0, &who)) < 0) {
-        if (me == who)
-            fprintf(stderr, "dtengine prefill: gathering the last logits failed\n");
-        goto out;
+    return 0;
+}
+
+/* The layers left, up to --stop-after-layer; agreed and reported. */
+static int prefiller_layers(prefiller_t *p)
+{
+    const popts_t *o = &p->o;
+    int rc = 0;
+
+    for (int64_t l = p->done; l < o->model.layers; l++) {
+        if ((rc = prefiller_layer(p, l)) < 0)
+            break;
+        if (l + 1 == o->stop_after) {
+            p->stopped = 1;
+            break;
+        }
     }
-    if (me == 0 && o.logits) {
-        int64_t shape[2] = { o.last, o.model.vocab };
-        rc = dt_npy_save(o.logits, DT_F32, 2, shape, last, &em);
+    if ((rc = report(p, rc)) < 0)
+        return rc;
+    if (p->stopped && p->me == 0)
+        fprintf(stderr, "dtengine prefill: stopped after layer %lld (--stop-after-layer); "
+                "--resume continues\n", (long long)o->stop_after);
+    return 0;
+}
+
+/* The head: the loss over the task's targets, then the last positions'
+ * logits gathered on rank 0 and written (--logits). Each phase agreed
+ * and reported. */
+static int prefiller_head(prefiller_t *p)
+{
+    const popts_t *o = &p->o;
+    int rc;
+
+    rc = dt_model_head(p->m, p->comm, p->P, p->hidden, p->y, &p->loss, &p->em);
+    if ((rc = report(p, rc)) < 0)
+        return rc;
+    if (p->me == 0)
+        p->last = dt_xaligned((size_t)(o->last * o->model.vocab), sizeof(float));
+    rc = gather_last(p->comm, o, p->c, p->pos, dt_model_logits(p->m), p->last);
+    if ((rc = dt_agree_report(p->comm, rc, "dtengine prefill",
+                              "gathering the last logits failed", NULL)) < 0)
+        return rc;
+    if (p->me == 0 && o->logits) {
+        int64_t shape[2] = { o->last, o->model.vocab };
+        rc = dt_npy_save(o->logits, DT_F32, 2, shape, p->last, &p->em);
     }
-    if ((rc = dt_comm_agree(comm, rc, 0, &who)) < 0) {
-        if (me == who)
-            fprintf(stderr, "dtengine prefill: %s\n", em.s);
-        goto out;
+    return report(p, rc);
+}
+
+/* Rank 0: the loss and the digest of the last logits. */
+static void prefiller_finish(const prefiller_t *p)
+{
+    const popts_t *o = &p->o;
+    char hex[65];
+
+    if (p->me != 0)
+        return;
+    digest(p->last, o->last * o->model.vocab, hex);
+    printf("prefill: tokens=%lld layers=%d loss %.9f\n", (long long)o->T, o->model.layers,
+           p->loss);
+    printf("result: tokens=%lld layers=%d last=%lld logits_sha256=%s\n", (long long)o->T,
+           o->model.layers, (long long)o->last, hex);
+}
+
+static void prefiller_close(prefiller_t *p)
+{
+    dt_model_free(p->m);
+    dt_model_layout_close(&p->lo);
+    free(p->P);
+    free(p->hidden);
+    free(p->last);
+    free(p->xs);
+    free(p->ys);
+    free(p->x);
+    free(p->y);
+    free(p->pos);
+}
+
+/* ---- the command ------------------------------------------------------------ */
+
+int dt_cmd_prefill(dt_comm_t *comm, int argc, char **argv)
+{
+    prefiller_t p;
+    int rc = prefiller_init(&p, comm, argc, argv);
+
+    if (rc == 1) {
+        if (p.me == 0)
+            usage(stdout);
+        prefiller_close(&p);
+        return DT_EXIT_OK;
     }
-    if (me == 0) {
-        char hex[65];
-        digest(last, o.last * o.model.vocab, hex);
-        printf("prefill: tokens=%lld layers=%d loss %.9f\n", (long long)o.T, o.model.layers,
-               loss);
-        printf("result: tokens=%lld layers=%d last=%lld logits_sha256=%s\n", (long long)o.T,
-               o.model.layers, (long long)o.last, hex);
+    if (rc == 0) {
+        prefiller_alloc(&p);
+        rc = prefiller_load_or_resume(&p);
     }
-out:
-    dt_model_free(m);
-    dt_model_layout_close(&lo);
-    free(P);
-    free(hidden);
-    free(last);
-    free(xs);
-    free(ys);
-    free(x);
-    free(y);
-    free(pos);
+    if (rc == 0)
+        rc = prefiller_layers(&p);
+    if (rc == 0 && !p.stopped && (rc = prefiller_head(&p)) == 0)
+        prefiller_finish(&p);
+    prefiller_close(&p);
     if (rc < 0)
         return dt_exit_code(rc);
-    return stopped ? DT_EXIT_STOPPED : DT_EXIT_OK;
+    return p.stopped ? DT_EXIT_STOPPED : DT_EXIT_OK;
 }

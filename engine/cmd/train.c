@@ -45,7 +45,9 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/macros.h"
 #include "common/mem.h"
+#include "engine/cmd/agree.h"
 #include "engine/attn/attn.h"
 #include "io/ckpt.h"
 #include "engine/cmd/cmd.h"
@@ -536,6 +538,351 @@ out:
     return rc;
 }
 
+/* ---- the trainer ------------------------------------------------------------ */
+
+/* accuracy of the last ACC_WINDOW steps, for the result (one step's is a
+ * handful of answers) */
+enum { ACC_WINDOW = 50 };
+
+/* One run of `dtengine train` on this rank: options, data, model, the
+ * optimizer state and what the run has seen so far. */
+typedef struct trainer {
+    dt_comm_t *comm;
+    int R, me;
+    topts_t o;
+    dt_emsg_t em;
+    dt_attn_spec_t attn;
+    dt_recall_opts_t task;
+    dt_loader_t *loader; /* token shards; NULL: the recall task */
+    dt_model_layout_t lo;
+    dt_model_t *m;
+    int64_t n, c;        /* parameters; tokens of this rank */
+    float *P, *G, *Gb, *M, *V;
+    int32_t *xs, *ys, *x, *y;
+    int64_t *pos;
+    int64_t start;       /* the step this run starts at (a resume's) */
+    passed_t passed;     /* checkpoints --resume passed over */
+    dt_adamw_cfg_t acfg;
+    dt_lr_sched_t sched;
+    double last_loss;    /* of the last step this run took */
+    double acc_win[ACC_WINDOW];
+    int64_t acc_n;
+    int owed;            /* W_CHECKPOINTs already acted on before ours arrived */
+    int stopped;         /* W_STOP: exit DT_EXIT_STOPPED */
+} trainer_t;
+
+/* What the ranks agree on after every step, in the one all-reduce (a sum)
+ * the step does anyway: the recall hits and counted targets of each rank,
+ * and the agent's requests each rank has seen. Packed and unpacked here
+ * only (step_ctl_agree). */
+typedef struct step_ctl {
+    double hits, targets; /* summed over ranks: the step's accuracy */
+    int ckpt_requested;   /* in: this rank has an unmet W_CHECKPOINT; out: some rank has */
+    int stop_requested;   /* W_STOP: in this rank's, out any rank's */
+    int stop_ckpt;        /* W_STOP asking for a checkpoint first */
+} step_ctl_t;
+
+static int step_ctl_agree(dt_comm_t *comm, step_ctl_t *ctl)
+{
+    double v[5] = { ctl->hits, ctl->targets, ctl->ckpt_requested, ctl->stop_requested,
+                    ctl->stop_ckpt };
+    int rc = dt_comm_allreduce_sum_f64(comm, v, DT_ARRAY_SIZE(v));
+
+    if (rc < 0)
+        return rc;
+    ctl->hits = v[0];
+    ctl->targets = v[1];
+    ctl->ckpt_requested = v[2] > 0;
+    ctl->stop_requested = v[3] > 0;
+    ctl->stop_ckpt = v[4] > 0;
+    return 0;
+}
+
+/* Size the recall task for the sequence and the model's vocabulary. */
+static void size_task(trainer_t *t)
+{
+    const topts_t *o = &t->o;
+    dt_recall_opts_t *task = &t->task;
+
+    dt_recall_opts_default(task);
+    task->T = o->T;
+    task->seed = o->seed;
+    /* planted pairs must fit in 10% of the sequence: the default count
+     * shrinks to fit, a given one is checked */
+    int pairs = (int)((o->T + 1) / 10 - 1) / 3;
+    task->n_pairs = o->rpairs ? o->rpairs : pairs < task->n_pairs ? pairs : task->n_pairs;
+    task->n_queries = o->rqueries ? o->rqueries
+                      : task->n_pairs < task->n_queries ? task->n_pairs : task->n_queries;
+    task->n_keys = o->rkeys ? o->rkeys : task->n_keys;
+    task->n_values = o->rvalues ? o->rvalues : task->n_values;
+    /* the filler takes the rest of the model's vocabulary */
+    int64_t filler = (int64_t)o->model.vocab - DT_RECALL_NSPECIAL - task->n_keys -
+                     task->n_values;
+    task->n_filler = filler >= 1 ? (int)filler : 1;
+}
+
+/* Options, data and the attention spec; 1 for --help (nothing to agree:
+ * every rank has the same argv), else agreed and reported. */
+static int trainer_init(trainer_t *t, dt_comm_t *comm, int argc, char **argv)
+{
+    topts_t *o = &t->o;
+    int rc;
+
+    memset(t, 0, sizeof(*t));
+    t->comm = comm;
+    t->R = dt_comm_size(comm);
+    t->me = dt_comm_rank(comm);
+    t->last_loss = NAN;
+    t->passed.me = t->me;
+    if ((rc = parse(argc, argv, o, &t->em)) == 1)
+        return 1;
+    if (rc == 0)
+        rc = dt_model_cfg_check(&o->model, &t->em);
+    int recall = rc == 0 && strcmp(o->data, "recall") == 0;
+    size_task(t);
+    if (rc == 0 && !recall) {
+        dt_loader_opts_t lopt = { .T = o->T, .shuffle = 1, .seed = o->seed,
+                                  .vocab = o->model.vocab };
+        rc = dt_loader_new_glob(o->data, &lopt, &t->loader, &t->em);
+    }
+    if (rc == 0 && recall && t->task.n_pairs < 1)
+        rc = dt_emsg_set(&t->em, DT_EINVAL, "--seq-len %lld is too short for the recall task "
+                         "(at least 40)", (long long)o->T);
+    if (rc == 0 && recall && (rc = dt_recall_check(&t->task, &t->em)) == 0 &&
+        dt_recall_vocab(&t->task) > o->model.vocab)
+        rc = dt_emsg_set(&t->em, DT_EINVAL, "the recall task needs a vocabulary of %lld, the "
+                         "model has %d", (long long)dt_recall_vocab(&t->task), o->model.vocab);
+    t->attn.T = o->T;
+    t->attn.H = o->model.heads;
+    t->attn.Hkv = o->model.kv_heads;
+    t->attn.D = o->model.dim / o->model.heads;
+    t->attn.causal = o->causal;
+    if (rc == 0 && dt_layout_parse(o->layout, &t->attn.layout) < 0)
+        rc = dt_emsg_set(&t->em, DT_EUSAGE, "--layout '%s': contiguous or zigzag", o->layout);
+    if (rc == 0)
+        rc = dt_attn_parse_branches(&t->attn, o->segments, o->dilations, &t->em);
+    if (rc == 0)
+        rc = dt_attn_check(&t->attn, t->R, &t->em);
+    return dt_agree_report(comm, rc, "dtengine train", t->em.s, NULL);
+}
+
+/* The model, its parameters at step 0 and every buffer of the run. */
+static void trainer_alloc(trainer_t *t)
+{
+    const topts_t *o = &t->o;
+    size_t n;
+
+    t->c = dt_layout_local(o->T, t->R);
+    dt_model_layout_init(&t->lo, &o->model);
+    t->n = t->lo.nparams;
+    n = (size_t)t->n;
+    t->m = dt_model_new(&o->model, t->c);
+    t->P = dt_xcalloc(n, sizeof(float));
+    t->G = dt_xcalloc(n, sizeof(float));
+    if (o->batch > 1)
+        t->Gb = dt_xcalloc(n, sizeof(float));
+    t->M = dt_xcalloc(n, sizeof(float));
+    t->V = dt_xcalloc(n, sizeof(float));
+    t->xs = dt_xmallocarray((size_t)o->T, sizeof(int32_t));
+    t->ys = dt_xmallocarray((size_t)o->T, sizeof(int32_t));
+    t->x = dt_xmallocarray((size_t)t->c, sizeof(int32_t));
+    t->y = dt_xmallocarray((size_t)t->c, sizeof(int32_t));
+    t->pos = dt_xmallocarray((size_t)t->c, sizeof(int64_t));
+    dt_layout_positions(t->attn.layout, o->T, t->R, t->me, t->pos);
+    dt_model_init(&o->model, &t->lo, o->seed, t->P);
+    t->acfg = (dt_adamw_cfg_t){ .beta1 = 0.9, .beta2 = 0.95, .eps = o->eps,
+                                .weight_decay = o->wd };
+    t->sched = (dt_lr_sched_t){ .max_lr = o->lr, .min_lr = o->min_lr, .warmup = o->warmup,
+                                .total = o->steps };
+}
+
+/* With --resume or --resume-from, every rank loads the checkpoint; then
+ * rank 0 sets aside the ones passed over. Agreed and reported; rank 0
+ * prints the run's header. */
+static int trainer_load_or_resume(trainer_t *t)
+{
+    const topts_t *o = &t->o;
+    int rc = 0;
+
+    t->passed.external = o->external;
+    if (o->resume || o->resume_from)
+        rc = load(t->comm, o, t->n, t->P, t->M, t->V, t->loader, &t->start, &t->passed, &t->em);
+    if ((rc = dt_agree_report(t->comm, rc, "dtengine train", t->em.s, NULL)) < 0)
+        return rc;
+    /* every rank has chosen and read its checkpoint: only now are the
+     * ones passed over renamed */
+    if (t->me == 0)
+        rc = set_aside(o, &t->passed, &t->em);
+    if ((rc = dt_agree_report(t->comm, rc, "dtengine train", t->em.s, NULL)) < 0)
+        return rc;
+    if (t->me == 0)
+        printf("train: model dim=%d layers=%d heads=%d/%d ffn=%d vocab=%d params=%lld "
+               "tokens=%lld batch=%lld ranks=%d layout=%s steps=%lld start=%lld\n",
+               o->model.dim, o->model.layers, o->model.heads, o->model.kv_heads, o->model.ffn,
+               o->model.vocab, (long long)t->n, (long long)o->T, (long long)o->batch, t->R,
+               o->layout, (long long)o->steps, (long long)t->start);
+    return 0;
+}
+
+/* The B sequences of one step, forward and backward: G is the mean of
+ * their gradients, *loss of their losses; ctl gets this rank's recall
+ * hits and counted targets. */
+static int trainer_batch(trainer_t *t, int64_t step, double *loss, step_ctl_t *ctl)
+{
+    const topts_t *o = &t->o;
+    int rc = 0;
+
+    *loss = 0;
+    for (int64_t b = 0; b < o->batch; b++) {
+        double lb;
+        if (t->loader)
+            rc = dt_loader_next(t->loader, t->xs, t->ys, &t->em);
+        else
+            rc = dt_recall_xy(&t->task, (uint64_t)(step * o->batch + b), t->xs, t->ys, &t->em);
+        if (rc < 0)
+            return rc;
+        for (int64_t i = 0; i < t->c; i++) {
+            t->x[i] = t->xs[t->pos[i]];
+            t->y[i] = t->ys[t->pos[i]];
+        }
+        if ((rc = dt_model_step(t->m, t->comm, &t->attn, t->P, t->x, t->y, t->pos,
+                                o->batch > 1 ? t->Gb : t->G, &lb, &t->em)) < 0)
+            return rc;
+        *loss += lb / (double)o->batch;
+        if (o->batch > 1)
+            for (int64_t i = 0; i < t->n; i++)
+                t->G[i] = (b == 0 ? 0.0f : t->G[i]) + t->Gb[i] / (float)o->batch;
+        /* accuracy at this rank's counted targets, summed over ranks after */
+        const float *lg = dt_model_logits(t->m);
+        for (int64_t i = 0; i < t->c; i++) {
+            if (t->y[i] < 0)
+                continue;
+            const float *row = lg + i * o->model.vocab;
+            int best = 0;
+            for (int v = 1; v < o->model.vocab; v++)
+                best = row[v] > row[best] ? v : best;
+            ctl->hits += best == t->y[i];
+            ctl->targets += 1;
+        }
+    }
+    return 0;
+}
+
+/* The agent's requests, agreed with the step's metrics (step_ctl_t). The
+ * agent sends each request to every rank, and they arrive at different
+ * steps: any rank's request is acted on by all at once, and a rank whose
+ * copy comes later has it already done (owed). A failed all-reduce leaves
+ * the ranks out of step: the run ends with it. */
+static int trainer_agree_step(trainer_t *t, int64_t step, step_ctl_t *ctl)
+{
+    int req = dt_wlink_poll(), ask = (req & DT_WLINK_CHECKPOINT) != 0, rc;
+
+    if (ask && t->owed > 0) {
+        t->owed--;
+        ask = 0;
+    }
+    ctl->ckpt_requested = ask;
+    ctl->stop_requested = (req & DT_WLINK_STOP) != 0;
+    ctl->stop_ckpt = (req & DT_WLINK_STOP_CKPT) != 0;
+    if ((rc = step_ctl_agree(t->comm, ctl)) < 0)
+        return dt_emsg_set(&t->em, rc, "step %lld: agreeing on the step's metrics and requests "
+                           "failed", (long long)step);
+    if (ctl->ckpt_requested && !ask)
+        t->owed++;
+    ctl->ckpt_requested |= ctl->stop_requested && ctl->stop_ckpt;
+    return 0;
+}
+
+/* One step: the batch, the agreement, clipping, AdamW, and the step's
+ * line and progress report. */
+static int trainer_step(trainer_t *t, int64_t step, step_ctl_t *ctl)
+{
+    const topts_t *o = &t->o;
+    double t0 = dt_clock_now(), loss;
+    int rc;
+
+    if ((rc = trainer_batch(t, step, &loss, ctl)) < 0 ||
+        (rc = trainer_agree_step(t, step, ctl)) < 0)
+        return rc;
+    double norm = dt_grad_clip(t->n, t->G, o->clip);
+    if (!isfinite(loss) || !isfinite(norm))
+        /* every rank has the same loss and norm: all stop here. A run
+         * resumed from a checkpoint diverges again at the same step,
+         * which the coordinator takes for a deterministic failure */
+        return dt_emsg_set(&t->em, DT_EDIVERGED, "step %lld: loss %g, gradient norm %g: "
+                           "training diverged (a lower --lr, or more --warmup)",
+                           (long long)step, loss, norm);
+    double lr = dt_lr_at(&t->sched, step);
+    dt_adamw_step(&t->acfg, step + 1, lr, o->wd, t->n, t->P, t->G, t->M, t->V);
+    double dt = dt_clock_now() - t0;
+    double accuracy = ctl->targets > 0 ? ctl->hits / ctl->targets : 0.0;
+    int64_t done = step + 1;
+    if (t->me == 0) {
+        /* accuracy at the counted targets: recall accuracy for the recall
+         * task, next-token accuracy for token shards */
+        printf("step %lld loss %.9f tokens/s %.0f %s %.3f lr %.3g norm %.4g\n",
+               (long long)step, loss, (double)(o->T * o->batch) / dt,
+               t->loader ? "acc" : "recall", accuracy, lr, norm);
+        fflush(stdout);
+    }
+    t->last_loss = loss;
+    t->acc_win[t->acc_n++ % ACC_WINDOW] = accuracy;
+    dt_wlink_progress(done, o->steps, done * o->T * o->batch, loss,
+                      (double)(o->T * o->batch) / dt, accuracy);
+    return 0;
+}
+
+/* After step done: a checkpoint when it is due or was asked for. */
+static int trainer_checkpoint(trainer_t *t, int64_t done, int asked)
+{
+    const topts_t *o = &t->o;
+    dt_loader_cursor_t cursor = { 0 };
+    int rc;
+
+    if (asked && o->ckpt_dir == NULL && t->me == 0)
+        fprintf(stderr, "dtengine train: step %lld: the agent asked for a checkpoint, but "
+                "there is no --ckpt-dir: none written\n", (long long)done);
+    if (o->ckpt_dir == NULL || (done % o->ckpt_every != 0 && !asked))
+        return 0;
+    if (t->loader)
+        dt_loader_get_cursor(t->loader, &cursor);
+    double t1 = dt_clock_now();
+    if ((rc = save(t->comm, o, done, t->n, t->P, t->M, t->V, t->loader ? &cursor : NULL,
+                   &t->em)) < 0)
+        return rc;
+    /* parameters and both moments, written and fsynced by all ranks */
+    if (t->me == 0) {
+        printf("checkpoint step %lld bytes %lld seconds %.4f\n", (long long)done,
+               (long long)(3 * t->n * (int64_t)sizeof(float)), dt_clock_now() - t1);
+        fflush(stdout);
+    }
+    return 0;
+}
+
+/* The steps from start to --steps, or to a W_STOP; agreed and reported. */
+static int trainer_run(trainer_t *t)
+{
+    int rc = 0;
+
+    for (int64_t step = t->start; step < t->o.steps; step++) {
+        step_ctl_t ctl = { 0 };
+        int64_t done = step + 1;
+        if ((rc = trainer_step(t, step, &ctl)) < 0 ||
+            (rc = trainer_checkpoint(t, done, ctl.ckpt_requested)) < 0)
+            break;
+        /* a stop after the last step is a finished run */
+        if (ctl.stop_requested && done < t->o.steps) {
+            if (t->me == 0) {
+                printf("stopped at step %lld\n", (long long)done);
+                fflush(stdout);
+            }
+            t->stopped = 1;
+            break;
+        }
+    }
+    return dt_agree_report(t->comm, rc, "dtengine train", t->em.s, NULL);
+}
+
 static void digest(const float *p, int64_t n, char hex[65])
 {
     unsigned char md[32];
@@ -545,276 +892,74 @@ static void digest(const float *p, int64_t n, char hex[65])
         snprintf(hex + 2 * i, 3, "%02x", md[i]);
 }
 
+/* Rank 0: --params-out, the parameters' digest and the result line (for
+ * the agent too). A failed --params-out is rank 0's alone. */
+static int trainer_finish(trainer_t *t)
+{
+    const topts_t *o = &t->o;
+    char hex[65];
+    int rc;
+
+    if (t->me != 0)
+        return 0;
+    if (o->params_out &&
+        (rc = dt_npy_save(o->params_out, DT_F32, 1, &t->n, t->P, &t->em)) < 0) {
+        fprintf(stderr, "dtengine train: %s\n", t->em.s);
+        return rc;
+    }
+    digest(t->P, t->n, hex);
+    /* loss last: scripts read params_sha256 where it always was */
+    printf("result: steps=%lld params_sha256=%s loss=%.9f\n", (long long)o->steps, hex,
+           t->last_loss);
+    fflush(stdout);
+    double acc_mean = 0;
+    int64_t k = t->acc_n < ACC_WINDOW ? t->acc_n : ACC_WINDOW;
+    for (int64_t i = 0; i < k; i++)
+        acc_mean += t->acc_win[i] / (double)k;
+    dt_wlink_result(o->steps, t->last_loss, k ? acc_mean : NAN, hex);
+    return 0;
+}
+
+static void trainer_close(trainer_t *t)
+{
+    free(t->passed.steps);
+    dt_loader_free(t->loader);
+    dt_spec_free(&t->o.spec);
+    dt_model_free(t->m);
+    dt_model_layout_close(&t->lo);
+    free(t->P);
+    free(t->G);
+    free(t->Gb);
+    free(t->M);
+    free(t->V);
+    free(t->xs);
+    free(t->ys);
+    free(t->x);
+    free(t->y);
+    free(t->pos);
+}
+
 /* ---- the command ------------------------------------------------------------ */
 
 int dt_cmd_train(dt_comm_t *comm, int argc, char **argv)
 {
-    int R = dt_comm_size(comm), me = dt_comm_rank(comm), rc, who;
-    dt_emsg_t em = { "" };
-    topts_t o;
-    dt_attn_spec_t attn = { 0 };
-    dt_recall_opts_t task;
-    dt_model_layout_t lo = { 0 };
-    dt_model_t *m = NULL;
-    float *P = NULL, *G = NULL, *Gb = NULL, *M = NULL, *V = NULL;
-    int32_t *xs = NULL, *ys = NULL, *x = NULL, *y = NULL;
-    int64_t *pos = NULL, start = 0;
-    dt_loader_t *loader = NULL;
-    double last_loss = NAN; /* of the last step this run took */
-    /* accuracy of the last ACC_WINDOW steps, for the result (one step's is
-     * a handful of answers) */
-    enum { ACC_WINDOW = 50 };
-    double acc_win[ACC_WINDOW];
-    int64_t acc_n = 0;
-    int stopped = 0;        /* W_STOP: exit DT_EXIT_STOPPED */
-    passed_t passed = { .me = me };
-    int owed = 0;           /* W_CHECKPOINTs already acted on before ours arrived */
+    trainer_t t;
+    int rc = trainer_init(&t, comm, argc, argv);
 
-    rc = parse(argc, argv, &o, &em);
     if (rc == 1) {
-        if (me == 0)
+        if (t.me == 0)
             usage(stdout);
+        trainer_close(&t);
         return DT_EXIT_OK;
     }
+    if (rc == 0) {
+        trainer_alloc(&t);
+        rc = trainer_load_or_resume(&t);
+    }
     if (rc == 0)
-        rc = dt_model_cfg_check(&o.model, &em);
-    int recall = rc == 0 && strcmp(o.data, "recall") == 0;
-    dt_recall_opts_default(&task);
-    task.T = o.T;
-    task.seed = o.seed;
-    /* planted pairs must fit in 10% of the sequence: the default count
-     * shrinks to fit, a given one is checked */
-    int pairs = (int)((o.T + 1) / 10 - 1) / 3;
-    task.n_pairs = o.rpairs ? o.rpairs : pairs < task.n_pairs ? pairs : task.n_pairs;
-    task.n_queries = o.rqueries ? o.rqueries
-                     : task.n_pairs < task.n_queries ? task.n_pairs : task.n_queries;
-    task.n_keys = o.rkeys ? o.rkeys : task.n_keys;
-    task.n_values = o.rvalues ? o.rvalues : task.n_values;
-    /* the filler takes the rest of the model's vocabulary */
-    int64_t filler = (int64_t)o.model.vocab - DT_RECALL_NSPECIAL - task.n_keys - task.n_values;
-    task.n_filler = filler >= 1 ? (int)filler : 1;
-    if (rc == 0 && !recall) {
-        dt_loader_opts_t lopt = { .T = o.T, .shuffle = 1, .seed = o.seed, .vocab = o.model.vocab };
-        rc = dt_loader_new_glob(o.data, &lopt, &loader, &em);
-    }
-    if (rc == 0 && recall && task.n_pairs < 1)
-        rc = dt_emsg_set(&em, DT_EINVAL, "--seq-len %lld is too short for the recall task "
-                         "(at least 40)", (long long)o.T);
-    if (rc == 0 && recall && (rc = dt_recall_check(&task, &em)) == 0 &&
-        dt_recall_vocab(&task) > o.model.vocab)
-        rc = dt_emsg_set(&em, DT_EINVAL, "the recall task needs a vocabulary of %lld, the model "
-                         "has %d", (long long)dt_recall_vocab(&task), o.model.vocab);
-    attn.T = o.T;
-    attn.H = o.model.heads;
-    attn.Hkv = o.model.kv_heads;
-    attn.D = o.model.dim / o.model.heads;
-    attn.causal = o.causal;
-    if (rc == 0 && dt_layout_parse(o.layout, &attn.layout) < 0)
-        rc = dt_emsg_set(&em, DT_EUSAGE, "--layout '%s': contiguous or zigzag", o.layout);
-    if (rc == 0)
-        rc = dt_attn_parse_branches(&attn, o.segments, o.dilations, &em);
-    if (rc == 0)
-        rc = dt_attn_check(&attn, R, &em);
-    if ((rc = dt_comm_agree(comm, rc, 0, &who)) < 0) {
-        if (me == who)
-            fprintf(stderr, "dtengine train: %s\n", em.s);
-        dt_loader_free(loader);
-        dt_spec_free(&o.spec);
-        return dt_exit_code(rc);
-    }
-
-    int64_t c = dt_layout_local(o.T, R);
-    dt_model_layout_init(&lo, &o.model);
-    int64_t n = lo.nparams;
-    m = dt_model_new(&o.model, c);
-    P = dt_xcalloc((size_t)n, sizeof(float));
-    G = dt_xcalloc((size_t)n, sizeof(float));
-    if (o.batch > 1)
-        Gb = dt_xcalloc((size_t)n, sizeof(float));
-    M = dt_xcalloc((size_t)n, sizeof(float));
-    V = dt_xcalloc((size_t)n, sizeof(float));
-    xs = dt_xmallocarray((size_t)o.T, sizeof(int32_t));
-    ys = dt_xmallocarray((size_t)o.T, sizeof(int32_t));
-    x = dt_xmallocarray((size_t)c, sizeof(int32_t));
-    y = dt_xmallocarray((size_t)c, sizeof(int32_t));
-    pos = dt_xmallocarray((size_t)c, sizeof(int64_t));
-    dt_layout_positions(attn.layout, o.T, R, me, pos);
-    dt_model_init(&o.model, &lo, o.seed, P);
-    rc = 0;
-    passed.external = o.external;
-    if (o.resume || o.resume_from)
-        rc = load(comm, &o, n, P, M, V, loader, &start, &passed, &em);
-    if ((rc = dt_comm_agree(comm, rc, 0, &who)) < 0) {
-        if (me == who)
-            fprintf(stderr, "dtengine train: %s\n", em.s);
-        goto out;
-    }
-    /* every rank has chosen and read its checkpoint: only now are the
-     * ones passed over renamed */
-    if (me == 0)
-        rc = set_aside(&o, &passed, &em);
-    if ((rc = dt_comm_agree(comm, rc, 0, &who)) < 0) {
-        if (me == who)
-            fprintf(stderr, "dtengine train: %s\n", em.s);
-        goto out;
-    }
-    if (me == 0)
-        printf("train: model dim=%d layers=%d heads=%d/%d ffn=%d vocab=%d params=%lld "
-               "tokens=%lld batch=%lld ranks=%d layout=%s steps=%lld start=%lld\n",
-               o.model.dim, o.model.layers, o.model.heads, o.model.kv_heads, o.model.ffn,
-               o.model.vocab, (long long)n, (long long)o.T, (long long)o.batch, R, o.layout,
-               (long long)o.steps,
-               (long long)start);
-
-    dt_adamw_cfg_t acfg = { .beta1 = 0.9, .beta2 = 0.95, .eps = o.eps, .weight_decay = o.wd };
-    dt_lr_sched_t sched = { .max_lr = o.lr, .min_lr = o.min_lr, .warmup = o.warmup,
-                            .total = o.steps };
-    for (int64_t step = start; step < o.steps; step++) {
-        double t0 = dt_clock_now(), loss = 0;
-        /* recall hits and targets, then the agent's requests on this rank */
-        double acc[5] = { 0, 0, 0, 0, 0 };
-        /* B sequences per step: the gradient is the mean of theirs */
-        for (int64_t b = 0; b < o.batch && rc == 0; b++) {
-            double lb;
-            if (loader)
-                rc = dt_loader_next(loader, xs, ys, &em);
-            else
-                rc = dt_recall_xy(&task, (uint64_t)(step * o.batch + b), xs, ys, &em);
-            if (rc < 0)
-                break;
-            for (int64_t i = 0; i < c; i++) {
-                x[i] = xs[pos[i]];
-                y[i] = ys[pos[i]];
-            }
-            if ((rc = dt_model_step(m, comm, &attn, P, x, y, pos, o.batch > 1 ? Gb : G, &lb,
-                                    &em)) < 0)
-                break;
-            loss += lb / (double)o.batch;
-            if (o.batch > 1)
-                for (int64_t i = 0; i < n; i++)
-                    G[i] = (b == 0 ? 0.0f : G[i]) + Gb[i] / (float)o.batch;
-            /* accuracy at this rank's counted targets, summed over ranks below */
-            const float *lg = dt_model_logits(m);
-            for (int64_t i = 0; i < c; i++) {
-                if (y[i] < 0)
-                    continue;
-                const float *row = lg + i * o.model.vocab;
-                int best = 0;
-                for (int v = 1; v < o.model.vocab; v++)
-                    best = row[v] > row[best] ? v : best;
-                acc[0] += best == y[i];
-                acc[1] += 1;
-            }
-        }
-        if (rc < 0)
-            break;
-        /* The agent sends each request to every rank, and they arrive at
-         * different steps: any rank's request is acted on by all at once,
-         * and a rank whose copy comes later has it already done (owed). */
-        int req = dt_wlink_poll(), ask = (req & DT_WLINK_CHECKPOINT) != 0;
-        if (ask && owed > 0) {
-            owed--;
-            ask = 0;
-        }
-        acc[2] = ask;
-        acc[3] = (req & DT_WLINK_STOP) != 0;
-        acc[4] = (req & DT_WLINK_STOP_CKPT) != 0;
-        dt_comm_allreduce_sum_f64(comm, acc, 5);
-        int ckpt_asked = acc[2] > 0, stop = acc[3] > 0;
-        if (ckpt_asked && !ask)
-            owed++;
-        ckpt_asked |= stop && acc[4] > 0;
-        dt_loader_cursor_t cursor = { 0 };
-        if (loader)
-            dt_loader_get_cursor(loader, &cursor);
-        double norm = dt_grad_clip(n, G, o.clip);
-        if (!isfinite(loss) || !isfinite(norm)) {
-            /* every rank has the same loss and norm: all stop here. A run
-             * resumed from a checkpoint diverges again at the same step,
-             * which the coordinator takes for a deterministic failure */
-            rc = dt_emsg_set(&em, DT_EDIVERGED, "step %lld: loss %g, gradient norm %g: "
-                             "training diverged (a lower --lr, or more --warmup)",
-                             (long long)step, loss, norm);
-            break;
-        }
-        double lr = dt_lr_at(&sched, step);
-        dt_adamw_step(&acfg, step + 1, lr, o.wd, n, P, G, M, V);
-        double dt = dt_clock_now() - t0, accuracy = acc[1] > 0 ? acc[0] / acc[1] : 0.0;
-        int64_t done = step + 1;
-        if (me == 0) {
-            /* accuracy at the counted targets: recall accuracy for the recall
-             * task, next-token accuracy for token shards */
-            printf("step %lld loss %.9f tokens/s %.0f %s %.3f lr %.3g norm %.4g\n",
-                   (long long)step, loss, (double)(o.T * o.batch) / dt, loader ? "acc" : "recall",
-                   accuracy, lr, norm);
-            fflush(stdout);
-        }
-        last_loss = loss;
-        acc_win[acc_n++ % ACC_WINDOW] = accuracy;
-        dt_wlink_progress(done, o.steps, done * o.T * o.batch, loss,
-                          (double)(o.T * o.batch) / dt, accuracy);
-        if (ckpt_asked && o.ckpt_dir == NULL && me == 0)
-            fprintf(stderr, "dtengine train: step %lld: the agent asked for a checkpoint, but "
-                    "there is no --ckpt-dir: none written\n", (long long)done);
-        if (o.ckpt_dir && (done % o.ckpt_every == 0 || ckpt_asked)) {
-            double t1 = dt_clock_now();
-            if ((rc = save(comm, &o, done, n, P, M, V, loader ? &cursor : NULL, &em)) < 0)
-                break;
-            /* parameters and both moments, written and fsynced by all ranks */
-            if (me == 0) {
-                printf("checkpoint step %lld bytes %lld seconds %.4f\n", (long long)done,
-                       (long long)(3 * n * (int64_t)sizeof(float)), dt_clock_now() - t1);
-                fflush(stdout);
-            }
-        }
-        /* a stop after the last step is a finished run */
-        if (stop && done < o.steps) {
-            if (me == 0) {
-                printf("stopped at step %lld\n", (long long)done);
-                fflush(stdout);
-            }
-            stopped = 1;
-            break;
-        }
-    }
-    if ((rc = dt_comm_agree(comm, rc, 0, &who)) < 0) {
-        if (me == who)
-            fprintf(stderr, "dtengine train: %s\n", em.s);
-        goto out;
-    }
-    if (stopped)
-        goto out;
-    if (me == 0 && o.params_out &&
-        (rc = dt_npy_save(o.params_out, DT_F32, 1, &n, P, &em)) < 0)
-        fprintf(stderr, "dtengine train: %s\n", em.s);
-    if (rc == 0 && me == 0) {
-        char hex[65];
-        digest(P, n, hex);
-        /* loss last: scripts read params_sha256 where it always was */
-        printf("result: steps=%lld params_sha256=%s loss=%.9f\n", (long long)o.steps, hex,
-               last_loss);
-        fflush(stdout);
-        double acc_mean = 0;
-        int64_t k = acc_n < ACC_WINDOW ? acc_n : ACC_WINDOW;
-        for (int64_t i = 0; i < k; i++)
-            acc_mean += acc_win[i] / (double)k;
-        dt_wlink_result(o.steps, last_loss, k ? acc_mean : NAN, hex);
-    }
-out:
-    free(passed.steps);
-    dt_loader_free(loader);
-    dt_spec_free(&o.spec);
-    dt_model_free(m);
-    dt_model_layout_close(&lo);
-    free(P);
-    free(G);
-    free(Gb);
-    free(M);
-    free(V);
-    free(xs);
-    free(ys);
-    free(x);
-    free(y);
-    free(pos);
-    return rc == 0 && stopped ? DT_EXIT_STOPPED : dt_exit_code(rc);
+        rc = trainer_run(&t);
+    if (rc == 0 && !t.stopped)
+        rc = trainer_finish(&t);
+    trainer_close(&t);
+    return rc == 0 && t.stopped ? DT_EXIT_STOPPED : dt_exit_code(rc);
 }

@@ -16,6 +16,7 @@
 #include <stddef.h>
 
 #include "common/err.h"
+#include "common/macros.h"
 
 typedef struct dt_comm dt_comm_t;
 typedef struct dt_comm_op dt_comm_op_t;
@@ -35,8 +36,8 @@ const char *dt_comm_kind(const dt_comm_t *c);
 /* Start sending sbytes from sbuf to rank dst and receiving rbytes into rbuf
  * from rank src with this tag (either side may have 0 bytes and is then
  * skipped). Buffers must stay untouched until the op completes. */
-int dt_comm_start(dt_comm_t *c, const void *sbuf, size_t sbytes, int dst, void *rbuf,
-                  size_t rbytes, int src, int tag, dt_comm_op_t **out);
+DT_MUST_CHECK int dt_comm_start(dt_comm_t *c, const void *sbuf, size_t sbytes, int dst,
+                                void *rbuf, size_t rbytes, int src, int tag, dt_comm_op_t **out);
 /* Let MPI move data of an op in flight (call between compute tiles). NULL
  * is a no-op. Returns 1 when the op is complete, 0 when not. */
 int dt_comm_test(dt_comm_op_t *op);
@@ -44,24 +45,26 @@ int dt_comm_test(dt_comm_op_t *op);
 int dt_comm_wait(dt_comm_op_t *op);
 
 /* Blocking send and receive (rank 0 collecting results). */
-int dt_comm_send(dt_comm_t *c, const void *buf, size_t bytes, int dst, int tag);
-int dt_comm_recv(dt_comm_t *c, void *buf, size_t bytes, int src, int tag);
+DT_MUST_CHECK int dt_comm_send(dt_comm_t *c, const void *buf, size_t bytes, int dst, int tag);
+DT_MUST_CHECK int dt_comm_recv(dt_comm_t *c, void *buf, size_t bytes, int src, int tag);
 
-/* Collectives. */
-int dt_comm_barrier(dt_comm_t *c);
+/* Collectives. Every rank must call them in the same order; a failed one
+ * leaves the ranks out of step, so its result is never dropped
+ * (DT_MUST_CHECK): the caller ends the command with it. */
+DT_MUST_CHECK int dt_comm_barrier(dt_comm_t *c);
 /* In-place sum of n floats over all ranks. */
-int dt_comm_allreduce_sum_f32(dt_comm_t *c, float *buf, size_t n);
+DT_MUST_CHECK int dt_comm_allreduce_sum_f32(dt_comm_t *c, float *buf, size_t n);
 /* In-place max/sum of n doubles over all ranks. */
-int dt_comm_allreduce_max_f64(dt_comm_t *c, double *buf, size_t n);
-int dt_comm_allreduce_sum_f64(dt_comm_t *c, double *buf, size_t n);
+DT_MUST_CHECK int dt_comm_allreduce_max_f64(dt_comm_t *c, double *buf, size_t n);
+DT_MUST_CHECK int dt_comm_allreduce_sum_f64(dt_comm_t *c, double *buf, size_t n);
 /* Every rank gets rank 0's value of *code. */
-int dt_comm_bcast_int(dt_comm_t *c, int *code);
+DT_MUST_CHECK int dt_comm_bcast_int(dt_comm_t *c, int *code);
 /* Agree on an outcome: returns the smallest rc over all ranks (0 when every
  * rank succeeded) and sets *who to the rank that should report it, so
  * exactly one rank prints an error every rank shares. A rank passes
  * relayed = 1 when its rc only repeats another rank's failure; among equal
  * codes a rank with the original failure is chosen. A transport failure
  * returns DT_ECOMM. */
-int dt_comm_agree(dt_comm_t *c, int rc, int relayed, int *who);
+DT_MUST_CHECK int dt_comm_agree(dt_comm_t *c, int rc, int relayed, int *who);
 
 #endif /* DT_COMM_H */

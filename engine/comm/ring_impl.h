@@ -32,6 +32,7 @@
 #include <nccl.h>
 #pragma GCC diagnostic pop
 
+#include "common/macros.h"
 #include "engine/attn/ring_cuda.h"
 
 enum ring_kind {
@@ -93,7 +94,7 @@ struct dt_ring {
 /* Start of every call: select the device, refuse a dead ring, and turn a
  * pending dt_ring_abort into DT_ECOMM ("aborted: <why>"), aborting the
  * communicator. */
-int dt_ring_enter(dt_ring_t *r, dt_emsg_t *em);
+DT_MUST_CHECK int dt_ring_enter(dt_ring_t *r, dt_emsg_t *em);
 
 /* One ring step of one channel. For each local rank l, on l's
  * communication stream: send `bytes` of send[l] to the next rank and
@@ -103,8 +104,8 @@ int dt_ring_enter(dt_ring_t *r, dt_emsg_t *em);
  * overwritten. The transfer itself waits ev[sready] of the rank whose send
  * buffer it reads: its own (nccl) or the sending rank's (local, where the
  * receiver copies). A failure leaves the ring dead (NCCL aborted). */
-int dt_ring_xchg(dt_ring_t *r, void *const *send, void *const *recv, size_t bytes, int sready,
-                 int done, dt_emsg_t *em);
+DT_MUST_CHECK int dt_ring_xchg(dt_ring_t *r, void *const *send, void *const *recv, size_t bytes,
+                               int sready, int done, dt_emsg_t *em);
 
 /* The general step, for sub-rings (dilated segments held by some of the
  * ranks): local rank l sends sbytes of send to global rank `to` and
@@ -118,7 +119,8 @@ typedef struct dt_ring_xfer {
     size_t sbytes, rbytes;
 } dt_ring_xfer_t;
 
-int dt_ring_xchgv(dt_ring_t *r, const dt_ring_xfer_t *xf, int sready, int done, dt_emsg_t *em);
+DT_MUST_CHECK int dt_ring_xchgv(dt_ring_t *r, const dt_ring_xfer_t *xf, int sready, int done,
+                                dt_emsg_t *em);
 
 /* The event after which local rank l's send buffer of the exchange that
  * recorded `done` has been read completely: l's own (nccl: the group
@@ -131,7 +133,8 @@ cudaEvent_t dt_ring_sent_event(const dt_ring_t *r, int done, int l, int to);
  * asynchronous error, on dt_ring_abort, or after timeout_s without the
  * events completing (the ring is then dead and the communicator aborted),
  * DT_EDEVICE on a CUDA error. `what` names the wait in messages. */
-int dt_ring_wait(dt_ring_t *r, const int *slots, int nslot, const char *what, dt_emsg_t *em);
+DT_MUST_CHECK int dt_ring_wait(dt_ring_t *r, const int *slots, int nslot, const char *what,
+                               dt_emsg_t *em);
 
 /* After a failure with work in flight: abort the NCCL communicator when
  * `posted` (peers may be waiting on transfers that will never come; the
@@ -141,6 +144,6 @@ void dt_ring_drain(dt_ring_t *r, int posted, const dt_emsg_t *why);
 
 /* Grow local rank l's workspace to at least `bytes` (contents are lost);
  * only between calls' work (cudaFree synchronises the device). */
-int dt_ring_ws(dt_ring_t *r, int l, size_t bytes, void **out, dt_emsg_t *em);
+DT_MUST_CHECK int dt_ring_ws(dt_ring_t *r, int l, size_t bytes, void **out, dt_emsg_t *em);
 
 #endif /* DT_ENGINE_RING_IMPL_H */

@@ -1,0 +1,23 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * Agree across ranks, report once (engine/cmd/agree.h).
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/cmd/agree.h"
+
+int dt_agree_report(dt_comm_t *comm, int rc, const char *what, const char *msg, int *printed)
+{
+    int relayed = strncmp(msg, "rank ", 5) == 0;
+    int who, agreed = dt_comm_agree(comm, rc, relayed, &who);
+    int mine = agreed < 0 && who == dt_comm_rank(comm);
+
+    if (mine)
+        fprintf(stderr, "%s: %s\n", what, msg[0] ? msg : dt_strerror(agreed));
+    if (printed)
+        *printed = mine;
+    return agreed;
+}

@@ -1,0 +1,71 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * What the engine's three commands share besides agreeing on outcomes
+ * (engine/cmd/agree.h): option numbers, the model options of train and
+ * prefill, and the exit code of a dt error (engine/cmd/cmd.h). Here rather
+ * than in main.c, which dispatches to the commands: the commands call
+ * down into this file, never up into main.
+ */
+#include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/proto.h"
+#include "engine/cmd/cmd.h"
+
+int dt_cmd_model_option(int c, const char *value, dt_model_cfg_t *m, dt_emsg_t *em)
+{
+    static const char *const names[] = { "dim", "layers", "heads", "kv-heads", "ffn", "vocab" };
+    int *field[] = { &m->dim, &m->layers, &m->heads, &m->kv_heads, &m->ffn, &m->vocab };
+    double v;
+    int rc;
+
+    if (c == 'm') /* the preset, from the table every binary shares (spec/model.h) */
+        return dt_model_preset(value, m, em) < 0
+                   ? dt_emsg_set(em, DT_EUSAGE, "--model '%s': tiny, llama3-8b, llama3-70b, or "
+                                 "custom with --dim --layers --heads --kv-heads --ffn --vocab",
+                                 value)
+                   : 0;
+    if (c < 1 || c > 6)
+        return dt_emsg_set(em, DT_EUSAGE, "not a model option");
+    if ((rc = dt_cmd_number(names[c - 1], value, 1, 1 << 20, &v, em)) < 0)
+        return rc;
+    *field[c - 1] = (int)v;
+    return 0;
+}
+
+int dt_cmd_number(const char *name, const char *s, double lo, double hi, double *out,
+                  dt_emsg_t *em)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (*s == '\0' || *end != '\0' || !(v >= lo && v <= hi))
+        return dt_emsg_set(em, DT_EUSAGE, "--%s '%s': a number from %g to %g", name, s, lo, hi);
+    *out = v;
+    return 0;
+}
+
+int dt_exit_code(int rc)
+{
+    switch (rc) {
+    case DT_OK:
+        return DT_EXIT_OK;
+    case DT_EINVAL:
+    case DT_EUSAGE:
+    case DT_ECONF:
+    case DT_ENOENT:
+    case DT_EACCES:
+    case DT_EFORMAT:
+    case DT_ESHAPE:
+    case DT_EDTYPE:
+    case DT_ELAYOUT:
+    case DT_ERANGE:
+    case DT_ENOTSUP:
+        return DT_EXIT_INPUT;
+    case DT_ECKPT:
+        return DT_EXIT_CKPT;
+    default:
+        return DT_EXIT_FAILURE;
+    }
+}
