@@ -416,7 +416,7 @@ static int ring_bwd(ctx_t *x, const group_t *gr, const qside_t *qs, float *bufs[
 {
     const member_t *me = &gr->m[gr->me];
     int next = gr->m[(gr->me + 1) % gr->g].rank, prev = gr->m[(gr->me + gr->g - 1) % gr->g].rank;
-    int cur = 0, rc = 0;
+    int cur = 0, rc = 0, w;
     float *gin = gb[0], *gcur = gb[1], *gout = gb[2];
     dt_comm_op_t *grecv = NULL;
 
@@ -472,11 +472,14 @@ static int ring_bwd(ctx_t *x, const group_t *gr, const qside_t *qs, float *bufs[
             goto out;
     }
 out:
-    if (grecv)
-        dt_comm_wait(grecv);
+    /* only after a failure is anything still in flight: drain it, keeping
+     * the first error as the one reported */
+    if (grecv && (w = dt_comm_wait(grecv)) < 0 && rc == 0)
+        rc = w;
     for (int i = 0; i < 2; i++)
         if (x->inflight[i]) {
-            dt_comm_wait(x->inflight[i]);
+            if ((w = dt_comm_wait(x->inflight[i])) < 0 && rc == 0)
+                rc = w;
             x->inflight[i] = NULL;
         }
     return rc;

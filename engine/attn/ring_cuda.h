@@ -85,7 +85,7 @@ void dt_ring_abort(dt_ring_t *r, const char *why);
 
 /* In-place sum of n fp32 over all ranks (gradients); buf[l] for each local
  * rank. Synchronous: returns when the result is on the device. */
-int dt_ring_allreduce_sum_f32(dt_ring_t *r, float *const *buf, size_t n, dt_emsg_t *em);
+DT_MUST_CHECK int dt_ring_allreduce_sum_f32(dt_ring_t *r, float *const *buf, size_t n, dt_emsg_t *em);
 
 typedef struct dt_ring_io {
     const void *q, *k, *v;

@@ -42,7 +42,7 @@ DT_MUST_CHECK int dt_comm_start(dt_comm_t *c, const void *sbuf, size_t sbytes, i
  * is a no-op. Returns 1 when the op is complete, 0 when not. */
 int dt_comm_test(dt_comm_op_t *op);
 /* Wait for the op and free it. NULL is a no-op returning 0. */
-int dt_comm_wait(dt_comm_op_t *op);
+DT_MUST_CHECK int dt_comm_wait(dt_comm_op_t *op);
 
 /* Blocking send and receive (rank 0 collecting results). */
 DT_MUST_CHECK int dt_comm_send(dt_comm_t *c, const void *buf, size_t bytes, int dst, int tag);
