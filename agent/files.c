@@ -9,7 +9,7 @@
  * writes the step again. Each runs on the thread pool and is answered with CKPT_DONE.
  *
  * Not here: reading shards back after a worker wrote them (task.c), the
- * checkpoint format (io/ckpt.c).
+ * checkpoint format (io/ckpt.c), the link (reached through the hooks).
  */
 #include "config.h"
 
@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent/agent.h"
+#include "agent/files.h"
 #include "common/fileio.h"
 #include "common/log.h"
 #include "common/mem.h"
@@ -25,7 +25,7 @@
 
 typedef struct file_op {
     uv_work_t req;
-    dt_agent_t *ag;
+    const dt_agentd_hooks_t *up;
     int commit;       /* else prune */
     char *tag;        /* prune: set the steps aside as step-N.TAG instead of deleting them */
     char *root;
@@ -57,7 +57,7 @@ static void op_work(uv_work_t *req)
 static void op_done(uv_work_t *req, int status)
 {
     file_op_t *op = req->data;
-    dt_agent_t *ag = op->ag;
+    const dt_agentd_hooks_t *up = op->up;
     int64_t step = op->n ? op->steps[op->n - 1] : 0;
 
     if (status != 0) {
@@ -70,10 +70,10 @@ static void op_done(uv_work_t *req, int status)
     else
         dt_log_error("%s step=%lld: %s", op->commit ? "commit" : "prune", (long long)step,
                      op->why);
-    if (!ag->stopping || op->commit)
-        dt_link_send_reliable(ag, DT_MSG_CKPT_DONE,
+    if (!up->stopping(up->ud) || op->commit)
+        up->send_reliable(up->ud, DT_MSG_CKPT_DONE,
                               json_pack("{s:I, s:s, s:I, s:b, s:s?}", "agent",
-                                        (json_int_t)ag->agent_id, "op",
+                                        (json_int_t)up->agent_id(up->ud), "op",
                                         op->commit ? "commit" : "prune", "step",
                                         (json_int_t)step, "ok", op->ok, "error",
                                         op->ok ? NULL : op->why));
@@ -83,7 +83,7 @@ static void op_done(uv_work_t *req, int status)
     free(op);
 }
 
-void dt_files_ckpt(dt_agent_t *ag, const dt_msg_t *m)
+void dt_files_ckpt(uv_loop_t *loop, const dt_agentd_hooks_t *hooks, const dt_msg_t *m)
 {
     json_t *steps = json_object_get(m->body, "steps"), *v;
     const char *root = json_string_value(json_object_get(m->body, "dir"));
@@ -96,7 +96,7 @@ void dt_files_ckpt(dt_agent_t *ag, const dt_msg_t *m)
     }
     op = dt_xcalloc(1, sizeof(*op));
     op->req.data = op;
-    op->ag = ag;
+    op->up = hooks;
     op->commit = m->type == DT_MSG_CKPT_COMMIT;
     op->root = dt_xstrdup(root);
     const char *tag = json_string_value(json_object_get(m->body, "set_aside"));
@@ -127,6 +127,6 @@ void dt_files_ckpt(dt_agent_t *ag, const dt_msg_t *m)
         free(op);
         return;
     }
-    if (uv_queue_work(ag->loop, &op->req, op_work, op_done) < 0)
+    if (uv_queue_work(loop, &op->req, op_work, op_done) < 0)
         op_done(&op->req, UV_ECANCELED);
 }

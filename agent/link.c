@@ -6,10 +6,12 @@
  * must arrive (worker exits, shards, fences, generation ends) are queued
  * and sent again, in order, after every re-registration until the
  * coordinator has answered them; progress and heartbeats are simply dropped
- * while the link is down. Pushed messages from the coordinator (id 0) are
- * handed to task.c.
+ * while the link is down. Pushed messages from the coordinator go through
+ * the table of handlers main.c gave (link.h); frames are read with the
+ * common framed reader (common/uvframe.h).
  *
- * Not here: what the messages mean (task.c), the PMIx server.
+ * Not here: what the pushed messages mean (task.c, files.c, main.c), the
+ * PMIx server.
  */
 #include "config.h"
 
@@ -17,16 +19,63 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "agent/agent.h"
+#include "agent/link.h"
+#include "common/clock.h"
 #include "common/cred.h"
 #include "common/log.h"
 #include "common/mem.h"
+#include "common/uvframe.h"
 
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 5000
-#define READ_MAX (DT_MSG_MAX + DT_MSG_HDR)
 
-static void connect_now(dt_agent_t *ag);
+/* A message for the coordinator that must arrive: kept until answered
+ * (fences: until FENCE_DONE) and sent again after a reconnect. */
+typedef struct pending {
+    uint16_t type;
+    uint32_t id;             /* 0 until sent on the current connection */
+    json_t *body;
+    int until_done;          /* FENCE: dropped by FENCE_DONE, not by OK */
+    uint32_t gen, seq;
+    struct pending *next;
+} pending_t;
+
+struct dt_link {
+    uv_loop_t *loop;
+    dt_link_conf_t conf;
+    dt_link_hooks_t hooks;
+    union {
+        uv_handle_t handle;
+        uv_stream_t stream;
+        uv_pipe_t pipe;
+        uv_tcp_t tcp;
+    } conn;
+    uv_connect_t connect_req;
+    int conn_open;           /* the handle is initialised and not closed */
+    int connected, registered;
+    int closed;              /* dt_link_close ran: no reconnect */
+    int64_t agent_id, heartbeat_ms;
+    uint32_t next_id;
+    uint32_t register_id;
+    dt_uvframe_t rd;
+    int64_t backoff_ms;
+    int64_t lost_since_ms;   /* monotonic, when the link went down */
+    uv_timer_t reconnect_timer, heartbeat_timer;
+    pending_t *pending;      /* reliable messages, oldest first */
+};
+
+static void connect_now(dt_link_t *l);
+
+static int64_t mono_ms(void)
+{
+    return (int64_t)(dt_clock_now() * 1e3);
+}
+
+/* No reconnect once the link is closed or the agent is stopping. */
+static int winding_down(const dt_link_t *l)
+{
+    return l->closed || (l->hooks.stopping && l->hooks.stopping(l->hooks.ud));
+}
 
 static void write_done(uv_write_t *w, int status)
 {
@@ -35,12 +84,12 @@ static void write_done(uv_write_t *w, int status)
     free(w);
 }
 
-static void send_frame(dt_agent_t *ag, uint16_t type, uint32_t id, const json_t *body)
+static void send_frame(dt_link_t *l, uint16_t type, uint32_t id, const json_t *body)
 {
     uint8_t *buf;
     size_t len;
 
-    if (!ag->connected)
+    if (!l->connected)
         return;
     if (dt_msg_encode(type, id, body, &buf, &len) < 0) {
         dt_log_error("message %s too large or malformed: dropped", dt_msg_type_name(type));
@@ -49,36 +98,41 @@ static void send_frame(dt_agent_t *ag, uint16_t type, uint32_t id, const json_t 
     uv_write_t *w = dt_xmalloc(sizeof(*w));
     uv_buf_t b = uv_buf_init((char *)buf, (unsigned)len);
     w->data = buf;
-    if (uv_write(w, &ag->conn.stream, &b, 1, write_done) < 0) {
+    int rc = uv_write(w, &l->conn.stream, &b, 1, write_done);
+    if (rc < 0) {
+        /* the connection is failing: its read error reconnects, and what
+         * must arrive is queued and sent again then */
+        dt_log_debug("link to %s: %s dropped: %s", l->conf.coord, dt_msg_type_name(type),
+                     uv_strerror(rc));
         free(buf);
         free(w);
     }
 }
 
-static uint32_t new_id(dt_agent_t *ag)
+static uint32_t new_id(dt_link_t *l)
 {
-    if (++ag->next_id == 0)
-        ag->next_id = 1;
-    return ag->next_id;
+    if (++l->next_id == 0)
+        l->next_id = 1;
+    return l->next_id;
 }
 
-void dt_link_send(dt_agent_t *ag, uint16_t type, json_t *body)
+void dt_link_send(dt_link_t *l, uint16_t type, json_t *body)
 {
-    if (ag->registered)
-        send_frame(ag, type, new_id(ag), body);
+    if (l->registered)
+        send_frame(l, type, new_id(l), body);
     json_decref(body);
 }
 
-static void pending_send(dt_agent_t *ag, dt_pending_t *p)
+static void pending_send(dt_link_t *l, pending_t *p)
 {
-    p->id = new_id(ag);
-    json_object_set_new(p->body, "agent", json_integer(ag->agent_id));
-    send_frame(ag, p->type, p->id, p->body);
+    p->id = new_id(l);
+    json_object_set_new(p->body, "agent", json_integer(l->agent_id));
+    send_frame(l, p->type, p->id, p->body);
 }
 
-static dt_pending_t *pending_add(dt_agent_t *ag, uint16_t type, json_t *body)
+static pending_t *pending_add(dt_link_t *l, uint16_t type, json_t *body)
 {
-    dt_pending_t *p = dt_xcalloc(1, sizeof(*p)), **tail = &ag->pending;
+    pending_t *p = dt_xcalloc(1, sizeof(*p)), **tail = &l->pending;
     p->type = type;
     p->body = body;
     while (*tail)
@@ -87,26 +141,26 @@ static dt_pending_t *pending_add(dt_agent_t *ag, uint16_t type, json_t *body)
     return p;
 }
 
-void dt_link_send_reliable(dt_agent_t *ag, uint16_t type, json_t *body)
+void dt_link_send_reliable(dt_link_t *l, uint16_t type, json_t *body)
 {
-    dt_pending_t *p = pending_add(ag, type, body);
-    if (ag->registered)
-        pending_send(ag, p);
+    pending_t *p = pending_add(l, type, body);
+    if (l->registered)
+        pending_send(l, p);
 }
 
-void dt_link_send_fence(dt_agent_t *ag, uint32_t gen, uint32_t seq, json_t *body)
+void dt_link_send_fence(dt_link_t *l, uint32_t gen, uint32_t seq, json_t *body)
 {
-    dt_pending_t *p = pending_add(ag, DT_MSG_FENCE, body);
+    pending_t *p = pending_add(l, DT_MSG_FENCE, body);
     p->until_done = 1;
     p->gen = gen;
     p->seq = seq;
-    if (ag->registered)
-        pending_send(ag, p);
+    if (l->registered)
+        pending_send(l, p);
 }
 
-static void pending_drop(dt_agent_t *ag, dt_pending_t *victim)
+static void pending_drop(dt_link_t *l, pending_t *victim)
 {
-    for (dt_pending_t **pp = &ag->pending; *pp; pp = &(*pp)->next)
+    for (pending_t **pp = &l->pending; *pp; pp = &(*pp)->next)
         if (*pp == victim) {
             *pp = victim->next;
             json_decref(victim->body);
@@ -116,11 +170,11 @@ static void pending_drop(dt_agent_t *ag, dt_pending_t *victim)
 }
 
 /* FENCE_DONE arrived: the fence's request is no longer needed. */
-static void fence_settled(dt_agent_t *ag, uint32_t gen, uint32_t seq)
+static void fence_settled(dt_link_t *l, uint32_t gen, uint32_t seq)
 {
-    for (dt_pending_t *p = ag->pending; p; p = p->next)
+    for (pending_t *p = l->pending; p; p = p->next)
         if (p->until_done && p->gen == gen && p->seq == seq) {
-            pending_drop(ag, p);
+            pending_drop(l, p);
             return;
         }
 }
@@ -129,109 +183,109 @@ static void fence_settled(dt_agent_t *ag, uint32_t gen, uint32_t seq)
 
 static void reconnect_fire(uv_timer_t *t)
 {
-    connect_now(t->loop->data);
+    connect_now(t->data);
 }
 
 static void conn_closed(uv_handle_t *h)
 {
-    dt_agent_t *ag = h->loop->data;
-    ag->conn_open = 0;
-    if (ag->stopping)
+    dt_link_t *l = h->data;
+    l->conn_open = 0;
+    if (winding_down(l))
         return;
-    int64_t delay = ag->backoff_ms;
+    int64_t delay = l->backoff_ms;
     /* +-20% so that a thousand agents do not come back in step */
     delay += (int64_t)(rand() % (int)(delay * 2 / 5 + 1)) - delay / 5;
-    ag->backoff_ms = ag->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : ag->backoff_ms * 2;
-    uv_timer_start(&ag->reconnect_timer, reconnect_fire, (uint64_t)delay, 0);
+    l->backoff_ms = l->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : l->backoff_ms * 2;
+    uv_timer_start(&l->reconnect_timer, reconnect_fire, (uint64_t)delay, 0);
 }
 
-static void link_down(dt_agent_t *ag, const char *why)
+static void link_down(dt_link_t *l, const char *why)
 {
-    if (!ag->conn_open || uv_is_closing(&ag->conn.handle))
+    if (!l->conn_open || uv_is_closing(&l->conn.handle))
         return;
-    if (ag->registered)
-        dt_log_warn("agent=%lld link to %s lost: %s; reconnecting", (long long)ag->agent_id,
-                    ag->coord, why);
+    if (l->registered)
+        dt_log_warn("agent=%lld link to %s lost: %s; reconnecting", (long long)l->agent_id,
+                    l->conf.coord, why);
     else
-        dt_log_debug("link to %s: %s", ag->coord, why);
-    if (ag->connected || ag->registered)
-        ag->lost_since_ms = dt_agent_mono_ms();
-    ag->connected = ag->registered = 0;
-    uv_timer_stop(&ag->heartbeat_timer);
-    ag->rlen = 0;
-    for (dt_pending_t *p = ag->pending; p; p = p->next)
+        dt_log_debug("link to %s: %s", l->conf.coord, why);
+    if (l->connected || l->registered)
+        l->lost_since_ms = mono_ms();
+    l->connected = l->registered = 0;
+    uv_timer_stop(&l->heartbeat_timer);
+    dt_uvframe_close(&l->rd); /* what the old connection left is no frame */
+    for (pending_t *p = l->pending; p; p = p->next)
         p->id = 0;
-    uv_close(&ag->conn.handle, conn_closed);
+    uv_close(&l->conn.handle, conn_closed);
 }
 
 static void heartbeat_fire(uv_timer_t *t)
 {
-    dt_agent_t *ag = t->loop->data;
-    dt_link_send(ag, DT_MSG_HEARTBEAT, json_pack("{s:I}", "agent", (json_int_t)ag->agent_id));
+    dt_link_t *l = t->data;
+    dt_link_send(l, DT_MSG_HEARTBEAT, json_pack("{s:I}", "agent", (json_int_t)l->agent_id));
 }
 
-static void send_register(dt_agent_t *ag)
+static void send_register(dt_link_t *l)
 {
-    json_t *body = json_pack("{s:I, s:s, s:i, s:I}", "job", (json_int_t)ag->job, "node",
-                             ag->node, "slots", ag->slots, "pid", (json_int_t)getpid());
-    json_t *st = dt_task_status(ag);
+    json_t *body = json_pack("{s:I, s:s, s:i, s:I}", "job", (json_int_t)l->conf.job, "node",
+                             l->conf.node, "slots", l->conf.slots, "pid", (json_int_t)getpid());
+    json_t *st = l->hooks.status(l->hooks.ud);
     json_object_update(body, st);
-    if (ag->slurm_id > 0) {
-        json_object_set_new(body, "slurm_id", json_integer(ag->slurm_id));
-        json_object_set_new(body, "slurm_restart", json_integer(ag->slurm_restart));
+    if (l->conf.slurm_id > 0) {
+        json_object_set_new(body, "slurm_id", json_integer(l->conf.slurm_id));
+        json_object_set_new(body, "slurm_restart", json_integer(l->conf.slurm_restart));
     }
     json_decref(st);
-    ag->register_id = new_id(ag);
-    send_frame(ag, DT_MSG_REGISTER, ag->register_id, body);
+    l->register_id = new_id(l);
+    send_frame(l, DT_MSG_REGISTER, l->register_id, body);
     json_decref(body);
 }
 
-static void on_registered(dt_agent_t *ag, const dt_msg_t *m)
+static void on_registered(dt_link_t *l, const dt_msg_t *m)
 {
     json_t *id = json_object_get(m->body, "agent"), *hb = json_object_get(m->body, "heartbeat_ms");
 
-    ag->agent_id = json_integer_value(id);
-    ag->heartbeat_ms = json_is_integer(hb) && json_integer_value(hb) > 0
+    l->agent_id = json_integer_value(id);
+    l->heartbeat_ms = json_is_integer(hb) && json_integer_value(hb) > 0
                            ? json_integer_value(hb) : 1000;
-    ag->registered = 1;
-    ag->backoff_ms = BACKOFF_MIN_MS;
-    if (ag->lost_since_ms)
-        dt_log_info("agent=%lld node=%s registered again after %lld ms", (long long)ag->agent_id,
-                    ag->node, (long long)(dt_agent_mono_ms() - ag->lost_since_ms));
+    l->registered = 1;
+    l->backoff_ms = BACKOFF_MIN_MS;
+    if (l->lost_since_ms)
+        dt_log_info("agent=%lld node=%s registered again after %lld ms", (long long)l->agent_id,
+                    l->conf.node, (long long)(mono_ms() - l->lost_since_ms));
     else
-        dt_log_info("agent=%lld job=%lld node=%s slots=%d registered", (long long)ag->agent_id,
-                    (long long)ag->job, ag->node, ag->slots);
-    ag->lost_since_ms = 0;
-    uv_timer_start(&ag->heartbeat_timer, heartbeat_fire, (uint64_t)ag->heartbeat_ms,
-                   (uint64_t)ag->heartbeat_ms);
-    for (dt_pending_t *p = ag->pending; p; p = p->next)
-        pending_send(ag, p);
+        dt_log_info("agent=%lld job=%lld node=%s slots=%d registered", (long long)l->agent_id,
+                    (long long)l->conf.job, l->conf.node, l->conf.slots);
+    l->lost_since_ms = 0;
+    uv_timer_start(&l->heartbeat_timer, heartbeat_fire, (uint64_t)l->heartbeat_ms,
+                   (uint64_t)l->heartbeat_ms);
+    for (pending_t *p = l->pending; p; p = p->next)
+        pending_send(l, p);
 }
 
-static void on_reply(dt_agent_t *ag, const dt_msg_t *m)
+static void on_reply(dt_link_t *l, const dt_msg_t *m)
 {
     const char *err = json_string_value(json_object_get(m->body, "error"));
 
-    if (m->id == ag->register_id) {
+    if (m->id == l->register_id) {
         if (m->type == DT_MSG_OK) {
-            on_registered(ag, m);
+            on_registered(l, m);
             return;
         }
         int code = (int)json_integer_value(json_object_get(m->body, "code"));
-        dt_log_error("job=%lld node=%s: registration refused: %s", (long long)ag->job, ag->node,
-                     err ? err : "?");
+        dt_log_error("job=%lld node=%s: registration refused: %s", (long long)l->conf.job,
+                     l->conf.node, err ? err : "?");
         /* the job is over or not ours: nothing to wait for */
-        dt_agent_stop(ag, code == DT_ESTATE ? 0 : 1);
+        l->hooks.refused(l->hooks.ud, code);
         return;
     }
-    for (dt_pending_t *p = ag->pending; p; p = p->next) {
+    for (pending_t *p = l->pending; p; p = p->next) {
         if (p->id != m->id || p->id == 0)
             continue;
         if (m->type == DT_MSG_ERROR) {
             dt_log_warn("coordinator refused %s: %s", dt_msg_type_name(p->type), err ? err : "?");
-            pending_drop(ag, p);
+            pending_drop(l, p);
         } else if (!p->until_done) {
-            pending_drop(ag, p);
+            pending_drop(l, p);
         }
         return;
     }
@@ -239,94 +293,71 @@ static void on_reply(dt_agent_t *ag, const dt_msg_t *m)
         dt_log_debug("coordinator: %s", err ? err : "error");
 }
 
-static void dispatch(dt_agent_t *ag, const dt_msg_t *m)
+/* Replies to the link's own requests are the link's; everything else the
+ * coordinator pushes goes through the handler table. */
+static void dispatch(dt_link_t *l, const dt_msg_t *m)
 {
-    switch (m->type) {
-    case DT_MSG_OK:
-    case DT_MSG_ERROR: on_reply(ag, m); break;
-    case DT_MSG_GEN_START: dt_task_gen_start(ag, m); break;
-    case DT_MSG_GEN_ABORT: dt_task_gen_abort(ag, m); break;
-    case DT_MSG_FENCE_DONE: {
-        json_t *g = json_object_get(m->body, "gen"), *s = json_object_get(m->body, "seq");
-        fence_settled(ag, (uint32_t)json_integer_value(g), (uint32_t)json_integer_value(s));
-        dt_task_fence_done(ag, m);
-        break;
+    if (m->type == DT_MSG_OK || m->type == DT_MSG_ERROR) {
+        on_reply(l, m);
+        return;
     }
-    case DT_MSG_CKPT_REQUEST: dt_task_ckpt_request(ag, m); break;
-    case DT_MSG_CKPT_COMMIT:
-    case DT_MSG_CKPT_PRUNE: dt_files_ckpt(ag, m); break;
-    case DT_MSG_STOP: dt_task_stop(ag, m); break;
-    case DT_MSG_JOB_END: {
-        const char *st = json_string_value(json_object_get(m->body, "state"));
-        dt_log_info("job=%lld ended: %s", (long long)ag->job, st ? st : "?");
-        /* the exit status is the batch script's under Slurm: dtagentd(8) */
-        dt_agent_stop(ag, st && strcmp(st, "completed") == 0   ? 0
-                          : st && strcmp(st, "requeued") == 0 ? DT_EXIT_REQUEUE
-                                                              : 1);
-        break;
+    if (m->type == DT_MSG_FENCE_DONE) {
+        json_t *g = json_object_get(m->body, "gen"), *q = json_object_get(m->body, "seq");
+        fence_settled(l, (uint32_t)json_integer_value(g), (uint32_t)json_integer_value(q));
     }
-    default:
-        dt_log_warn("coordinator sent %s, which an agent does not take: ignored",
-                    dt_msg_type_name(m->type));
-    }
+    for (size_t i = 0; i < l->hooks.nhandlers; i++)
+        if (l->hooks.handlers[i].type == m->type) {
+            l->hooks.handlers[i].fn(l->hooks.ud, m);
+            return;
+        }
+    dt_log_warn("coordinator sent %s, which an agent does not take: ignored",
+                dt_msg_type_name(m->type));
 }
 
 static void alloc_cb(uv_handle_t *h, size_t hint, uv_buf_t *b)
 {
-    dt_agent_t *ag = h->loop->data;
+    dt_link_t *l = h->data;
     (void)hint;
-    if (ag->rcap - ag->rlen < 65536) {
-        ag->rcap = ag->rcap ? ag->rcap * 2 : 131072;
-        ag->rbuf = dt_xrealloc(ag->rbuf, ag->rcap);
-    }
-    *b = uv_buf_init((char *)ag->rbuf + ag->rlen, (unsigned)(ag->rcap - ag->rlen));
+    dt_uvframe_alloc(&l->rd, b);
+}
+
+/* Stop taking frames once a handler closed the link. */
+static int on_frame(void *ud, dt_msg_t *m)
+{
+    dt_link_t *l = ud;
+    dispatch(l, m);
+    return l->conn_open && !uv_is_closing(&l->conn.handle) ? 0 : 1;
 }
 
 static void read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *b)
 {
-    dt_agent_t *ag = s->loop->data;
+    dt_link_t *l = s->data;
     dt_emsg_t em = { "" };
     (void)b;
 
-    if (n < 0) {
-        link_down(ag, n == UV_EOF ? "closed by the coordinator" : uv_strerror((int)n));
-        return;
+    int rc = dt_uvframe_read(&l->rd, n, on_frame, l, &em);
+    if (n < 0)
+        link_down(l, n == UV_EOF ? "closed by the coordinator" : uv_strerror((int)n));
+    else if (rc == DT_ERANGE)
+        link_down(l, "oversized frame");
+    else if (rc < 0) {
+        dt_log_error("coordinator %s: %s", l->conf.coord, em.s);
+        link_down(l, "malformed frame");
     }
-    ag->rlen += (size_t)n;
-    size_t off = 0;
-    while (ag->conn_open && !uv_is_closing(&ag->conn.handle)) {
-        dt_msg_t m;
-        int used = dt_msg_decode(ag->rbuf + off, ag->rlen - off, &m, &em);
-        if (used < 0) {
-            dt_log_error("coordinator %s: %s", ag->coord, em.s);
-            link_down(ag, "malformed frame");
-            return;
-        }
-        if (used == 0)
-            break;
-        off += (size_t)used;
-        dispatch(ag, &m);
-        dt_msg_clear(&m);
-    }
-    if (ag->rlen - off > READ_MAX) {
-        link_down(ag, "oversized frame");
-        return;
-    }
-    memmove(ag->rbuf, ag->rbuf + off, ag->rlen - off);
-    ag->rlen -= off;
 }
 
-static int send_auth(dt_agent_t *ag)
+static int send_auth(dt_link_t *l)
 {
     dt_emsg_t em = { "" };
     char *cred = NULL;
 
-    if (dt_cred_new(ag->munge_socket, &cred, &em) < 0) {
+    int rc = dt_cred_new(l->conf.munge_socket, &cred, &em);
+    if (rc < 0) {
         dt_log_error("%s", em.s);
-        return -1;
+        return rc;
     }
     json_t *body = json_pack("{s:s}", "cred", cred);
-    send_frame(ag, DT_MSG_AUTH, new_id(ag), body);
+    send_frame(l, DT_MSG_AUTH, new_id(l), body);
     json_decref(body);
     free(cred);
     return 0;
@@ -334,75 +365,104 @@ static int send_auth(dt_agent_t *ag)
 
 static void connected_cb(uv_connect_t *req, int status)
 {
-    dt_agent_t *ag = req->handle->loop->data;
+    dt_link_t *l = req->handle->data;
+    int rc;
 
     if (status < 0) {
-        link_down(ag, uv_strerror(status));
+        link_down(l, uv_strerror(status));
         return;
     }
-    ag->connected = 1;
-    uv_read_start(&ag->conn.stream, alloc_cb, read_cb);
+    l->connected = 1;
+    if ((rc = uv_read_start(&l->conn.stream, alloc_cb, read_cb)) < 0) {
+        link_down(l, uv_strerror(rc)); /* a link we cannot read is no link: retry */
+        return;
+    }
     /* AUTH then REGISTER back to back: the coordinator answers in order */
-    if (ag->conn.handle.type == UV_TCP && send_auth(ag) < 0) {
-        link_down(ag, "no munge credential");
+    if (l->conn.handle.type == UV_TCP && send_auth(l) < 0) {
+        link_down(l, "no munge credential");
         return;
     }
-    send_register(ag);
+    send_register(l);
 }
 
-static void connect_now(dt_agent_t *ag)
+static void connect_now(dt_link_t *l)
 {
     int rc;
 
-    if (ag->stopping || ag->conn_open)
+    if (winding_down(l) || l->conn_open)
         return;
-    if (strncmp(ag->coord, "unix:", 5) == 0) {
-        uv_pipe_init(ag->loop, &ag->conn.pipe, 0);
-        ag->conn_open = 1;
-        uv_pipe_connect(&ag->connect_req, &ag->conn.pipe, ag->coord + 5, connected_cb);
+    if (strncmp(l->conf.coord, "unix:", 5) == 0) {
+        uv_pipe_init(l->loop, &l->conn.pipe, 0);
+        l->conn.handle.data = l;
+        l->conn_open = 1;
+        uv_pipe_connect(&l->connect_req, &l->conn.pipe, l->conf.coord + 5, connected_cb);
         return;
     }
     char host[256];
-    const char *colon = strrchr(ag->coord, ':');
+    const char *colon = strrchr(l->conf.coord, ':');
     struct sockaddr_storage sa;
-    snprintf(host, sizeof(host), "%.*s", colon ? (int)(colon - ag->coord) : 0, ag->coord);
+    snprintf(host, sizeof(host), "%.*s", colon ? (int)(colon - l->conf.coord) : 0, l->conf.coord);
     int port = colon ? atoi(colon + 1) : 0;
     if ((rc = uv_ip4_addr(host, port, (struct sockaddr_in *)&sa)) < 0 &&
         (rc = uv_ip6_addr(host, port, (struct sockaddr_in6 *)&sa)) < 0) {
         uv_getaddrinfo_t gai;
         struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
-        if ((rc = uv_getaddrinfo(ag->loop, &gai, NULL, host, colon + 1, &hints)) == 0) {
+        if ((rc = uv_getaddrinfo(l->loop, &gai, NULL, host, colon + 1, &hints)) == 0) {
             memcpy(&sa, gai.addrinfo->ai_addr, gai.addrinfo->ai_addrlen);
             uv_freeaddrinfo(gai.addrinfo);
         }
     }
-    uv_tcp_init(ag->loop, &ag->conn.tcp);
-    ag->conn_open = 1;
+    uv_tcp_init(l->loop, &l->conn.tcp);
+    l->conn.handle.data = l;
+    l->conn_open = 1;
     if (rc == 0)
-        rc = uv_tcp_connect(&ag->connect_req, &ag->conn.tcp, (struct sockaddr *)&sa,
+        rc = uv_tcp_connect(&l->connect_req, &l->conn.tcp, (struct sockaddr *)&sa,
                             connected_cb);
     if (rc < 0)
-        link_down(ag, uv_strerror(rc));
+        link_down(l, uv_strerror(rc));
 }
 
-void dt_link_start(dt_agent_t *ag)
+dt_link_t *dt_link_new(uv_loop_t *loop, const dt_link_conf_t *conf, const dt_link_hooks_t *hooks)
 {
-    ag->backoff_ms = BACKOFF_MIN_MS;
-    uv_timer_init(ag->loop, &ag->reconnect_timer);
-    uv_timer_init(ag->loop, &ag->heartbeat_timer);
-    connect_now(ag);
+    dt_link_t *l = dt_xcalloc(1, sizeof(*l));
+
+    l->loop = loop;
+    l->conf = *conf;
+    l->hooks = *hooks;
+    l->backoff_ms = BACKOFF_MIN_MS;
+    dt_uvframe_init(&l->rd, DT_MSG_MAX);
+    uv_timer_init(loop, &l->reconnect_timer);
+    uv_timer_init(loop, &l->heartbeat_timer);
+    l->reconnect_timer.data = l;
+    l->heartbeat_timer.data = l;
+    connect_now(l);
+    return l;
 }
 
-void dt_link_close(dt_agent_t *ag)
+int64_t dt_link_agent_id(const dt_link_t *l)
 {
-    uv_timer_stop(&ag->reconnect_timer);
-    uv_timer_stop(&ag->heartbeat_timer);
-    if (!uv_is_closing((uv_handle_t *)&ag->reconnect_timer))
-        uv_close((uv_handle_t *)&ag->reconnect_timer, NULL);
-    if (!uv_is_closing((uv_handle_t *)&ag->heartbeat_timer))
-        uv_close((uv_handle_t *)&ag->heartbeat_timer, NULL);
-    if (ag->conn_open && !uv_is_closing(&ag->conn.handle))
-        uv_close(&ag->conn.handle, conn_closed);
-    while (ag->pending)
-        pending_drop(ag, ag->pending);
+    return l->agent_id;
+}
+
+void dt_link_close(dt_link_t *l)
+{
+    l->closed = 1;
+    uv_timer_stop(&l->reconnect_timer);
+    uv_timer_stop(&l->heartbeat_timer);
+    if (!uv_is_closing((uv_handle_t *)&l->reconnect_timer))
+        uv_close((uv_handle_t *)&l->reconnect_timer, NULL);
+    if (!uv_is_closing((uv_handle_t *)&l->heartbeat_timer))
+        uv_close((uv_handle_t *)&l->heartbeat_timer, NULL);
+    if (l->conn_open && !uv_is_closing(&l->conn.handle))
+        uv_close(&l->conn.handle, conn_closed);
+    while (l->pending)
+        pending_drop(l, l->pending);
+}
+
+void dt_link_free(dt_link_t *l)
+{
+    if (l == NULL)
+        return;
+    dt_uvframe_close(&l->rd);
+    free(l);
 }

@@ -5,6 +5,13 @@
  * the coordinator, signals, the loop, teardown. It stays in the foreground:
  * srun (in the batch script) or `dtctl run --local` supervises it.
  *
+ * This file also wires the modules together, and is the only one that
+ * calls them by name: link.c (the coordinator link) gets the table of
+ * handlers for what the coordinator pushes; task.c (workers, with pmix.c)
+ * and files.c (checkpoint files) get the hooks of hooks.h. None of them
+ * calls another, or back into this file, by name. The agent's lifecycle
+ * (stopping, the exit status) is decided here.
+ *
  * Exit status: 0 when the coordinator said the job completed (or the job
  * was already over), 1 when the job ended otherwise or the agent failed,
  * 2 for bad options.
@@ -22,16 +29,36 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "agent/agent.h"
+#include "agent/files.h"
+#include "agent/hooks.h"
+#include "agent/link.h"
+#include "agent/pmix.h"
+#include "agent/task.h"
 #include "common/conf.h"
 #include "common/fileio.h"
 #include "common/log.h"
+#include "common/macros.h"
 #include "common/mem.h"
 
-int64_t dt_agent_mono_ms(void)
-{
-    return (int64_t)(uv_hrtime() / 1000000);
-}
+/* dtagentd's one context, reached through loop->data (signals) and the
+ * hooks' ud; touched by the loop thread only. The agent is one per node
+ * per job: it registers with the coordinator, heartbeats, and runs the
+ * ranks the coordinator places on it, one generation at a time; it keeps
+ * them running while the coordinator is away and re-registers (with the
+ * generation it runs) when it is back. */
+typedef struct dt_agentd {
+    uv_loop_t *loop;
+    dt_link_conf_t link_conf;
+    dt_task_conf_t task_conf;
+    dt_link_t *link;
+    dt_task_t *task;
+    dt_agentd_hooks_t up;    /* given to task and files */
+    uv_signal_t sig_term, sig_int;
+    uv_signal_t sig_usr[2];  /* USR1, USR2: the one that is warn_signal warns */
+    int warn_signal;         /* --signal: Slurm's warning signal (default SIGUSR1) */
+    int stopping;
+    int exit_code;
+} dt_agentd_t;
 
 static void usage(FILE *f)
 {
@@ -50,7 +77,11 @@ static void closed_walk(uv_handle_t *h, void *arg)
         uv_close(h, NULL);
 }
 
-void dt_agent_stop(dt_agent_t *ag, int code)
+/* End the agent with this exit code once the workers are gone: SIGTERM
+ * them, SIGKILL after the grace period; called again (workers_gone) until
+ * their handles have closed, then the link and the rest close and the loop
+ * ends. */
+static void agent_stop(dt_agentd_t *ag, int code)
 {
     if (!ag->stopping) {
         ag->stopping = 1;
@@ -59,22 +90,129 @@ void dt_agent_stop(dt_agent_t *ag, int code)
         uv_signal_stop(&ag->sig_int);
         uv_signal_stop(&ag->sig_usr[0]);
         uv_signal_stop(&ag->sig_usr[1]);
-        if (dt_task_terminate(ag))
-            return; /* back here from gen_maybe_ended when they are gone */
+        if (dt_task_terminate(ag->task))
+            return; /* back here from workers_gone when they are gone */
     }
-    for (int i = 0; i < ag->nworkers; i++)
-        if (ag->workers[i].proc_open || ag->workers[i].chan_open)
-            return;
-    dt_link_close(ag);
-    dt_task_close(ag);
+    if (dt_task_busy(ag->task))
+        return;
+    if (ag->link)
+        dt_link_close(ag->link);
+    dt_task_close(ag->task);
     uv_walk(ag->loop, closed_walk, NULL);
+}
+
+/*-- hooks: what task.c and files.c may ask ------------------------------------*/
+
+static void up_send(void *ud, uint16_t type, json_t *body)
+{
+    dt_agentd_t *ag = ud;
+    dt_link_send(ag->link, type, body);
+}
+
+static void up_send_reliable(void *ud, uint16_t type, json_t *body)
+{
+    dt_agentd_t *ag = ud;
+    dt_link_send_reliable(ag->link, type, body);
+}
+
+static void up_send_fence(void *ud, uint32_t gen, uint32_t seq, json_t *body)
+{
+    dt_agentd_t *ag = ud;
+    dt_link_send_fence(ag->link, gen, seq, body);
+}
+
+static int64_t up_agent_id(void *ud)
+{
+    dt_agentd_t *ag = ud;
+    return ag->link ? dt_link_agent_id(ag->link) : 0;
+}
+
+static int up_stopping(void *ud)
+{
+    dt_agentd_t *ag = ud;
+    return ag->stopping;
+}
+
+static void up_workers_gone(void *ud)
+{
+    dt_agentd_t *ag = ud;
+    if (ag->stopping)
+        agent_stop(ag, ag->exit_code);
+}
+
+/*-- the link's handler table: what the coordinator pushes --------------------*/
+
+static void on_gen_start(void *ud, const dt_msg_t *m)
+{
+    dt_task_gen_start(((dt_agentd_t *)ud)->task, m);
+}
+
+static void on_gen_abort(void *ud, const dt_msg_t *m)
+{
+    dt_task_gen_abort(((dt_agentd_t *)ud)->task, m);
+}
+
+static void on_fence_done(void *ud, const dt_msg_t *m)
+{
+    dt_task_fence_done(((dt_agentd_t *)ud)->task, m);
+}
+
+static void on_ckpt_request(void *ud, const dt_msg_t *m)
+{
+    dt_task_ckpt_request(((dt_agentd_t *)ud)->task, m);
+}
+
+static void on_ckpt_files(void *ud, const dt_msg_t *m)
+{
+    dt_agentd_t *ag = ud;
+    dt_files_ckpt(ag->loop, &ag->up, m);
+}
+
+static void on_stop(void *ud, const dt_msg_t *m)
+{
+    dt_task_stop(((dt_agentd_t *)ud)->task, m);
+}
+
+static void on_job_end(void *ud, const dt_msg_t *m)
+{
+    dt_agentd_t *ag = ud;
+    const char *st = json_string_value(json_object_get(m->body, "state"));
+
+    dt_log_info("job=%lld ended: %s", (long long)ag->link_conf.job, st ? st : "?");
+    /* the exit status is the batch script's under Slurm: dtagentd(8) */
+    agent_stop(ag, st && strcmp(st, "completed") == 0   ? 0
+                   : st && strcmp(st, "requeued") == 0 ? DT_EXIT_REQUEUE
+                                                       : 1);
+}
+
+static const dt_link_handler_t handlers[] = {
+    { .type = DT_MSG_GEN_START, .fn = on_gen_start },
+    { .type = DT_MSG_GEN_ABORT, .fn = on_gen_abort },
+    { .type = DT_MSG_FENCE_DONE, .fn = on_fence_done },
+    { .type = DT_MSG_CKPT_REQUEST, .fn = on_ckpt_request },
+    { .type = DT_MSG_CKPT_COMMIT, .fn = on_ckpt_files },
+    { .type = DT_MSG_CKPT_PRUNE, .fn = on_ckpt_files },
+    { .type = DT_MSG_STOP, .fn = on_stop },
+    { .type = DT_MSG_JOB_END, .fn = on_job_end },
+};
+
+static json_t *link_status(void *ud)
+{
+    dt_agentd_t *ag = ud;
+    return dt_task_status(ag->task);
+}
+
+/* The job is over (DT_ESTATE) or not ours: nothing to wait for. */
+static void link_refused(void *ud, int code)
+{
+    agent_stop(ud, code == DT_ESTATE ? 0 : 1);
 }
 
 static void on_signal(uv_signal_t *s, int sig)
 {
-    dt_agent_t *ag = s->loop->data;
+    dt_agentd_t *ag = s->loop->data;
     dt_log_info("signal %d: stopping the workers and exiting", sig);
-    dt_agent_stop(ag, 1);
+    agent_stop(ag, 1);
 }
 
 /* Slurm's warning before the time limit or a preemption (the batch
@@ -84,17 +222,19 @@ static void on_signal(uv_signal_t *s, int sig)
  * noted, not fatal. */
 static void on_usr(uv_signal_t *s, int sig)
 {
-    dt_agent_t *ag = s->loop->data;
+    dt_agentd_t *ag = s->loop->data;
     const char *name = sig == SIGUSR1 ? "USR1" : "USR2";
 
     if (sig != ag->warn_signal) {
-        dt_log_info("job=%lld SIG%s ignored: the job's warning signal is SIG%s", (long long)ag->job,
+        dt_log_info("job=%lld SIG%s ignored: the job's warning signal is SIG%s",
+                    (long long)ag->link_conf.job,
                     name, ag->warn_signal == SIGUSR1 ? "USR1" : "USR2");
         return;
     }
     dt_log_info("job=%lld SIG%s (Slurm's time limit or preemption warning): asking the "
-                "coordinator for a checkpoint and a requeue", (long long)ag->job, name);
-    dt_link_send_reliable(ag, DT_MSG_PREEMPT, json_pack("{s:s}", "signal", name));
+                "coordinator for a checkpoint and a requeue",
+                (long long)ag->link_conf.job, name);
+    dt_link_send_reliable(ag->link, DT_MSG_PREEMPT, json_pack("{s:s}", "signal", name));
 }
 
 static int64_t env_int(const char *name)
@@ -164,8 +304,13 @@ int main(int argc, char **argv)
         { "version", 0, NULL, 'v' },      { "help", 0, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
-    dt_agent_t ag = { .slots = 1, .hang_ms = 60000, .start_ms = 300000, .grace_ms = 5000,
-                      .warn_signal = SIGUSR1 };
+    dt_agentd_t ag = {
+        .link_conf = { .slots = 1 },
+        .task_conf = { .hang_ms = 60000, .start_ms = 300000, .grace_ms = 5000 },
+        .warn_signal = SIGUSR1,
+    };
+    dt_link_conf_t *lc = &ag.link_conf;
+    dt_task_conf_t *tc = &ag.task_conf;
     enum dt_log_level level = DT_LOG_INFO;
     char host[256] = "localhost", *engine = NULL, *state_dir = NULL;
     dt_emsg_t em = { "" };
@@ -176,23 +321,23 @@ int main(int argc, char **argv)
     gethostname(host, sizeof(host) - 1);
     /* under srun the node is Slurm's name for it (several slurmd may share
      * a host), else the host name */
-    ag.node = getenv("SLURMD_NODENAME") && *getenv("SLURMD_NODENAME") ? getenv("SLURMD_NODENAME")
+    lc->node = getenv("SLURMD_NODENAME") && *getenv("SLURMD_NODENAME") ? getenv("SLURMD_NODENAME")
                                                                        : host;
-    ag.slurm_id = env_int("SLURM_JOB_ID");
-    ag.slurm_restart = env_int("SLURM_RESTART_COUNT");
+    lc->slurm_id = env_int("SLURM_JOB_ID");
+    lc->slurm_restart = env_int("SLURM_RESTART_COUNT");
     while ((c = getopt_long(argc, argv, "vh", lo, NULL)) != -1) {
         rc = 0;
         switch (c) {
-        case 'c': ag.coord = optarg; break;
-        case 'j': rc = dt_conf_parse_int(optarg, 1, INT64_MAX, &ag.job); break;
-        case 'n': ag.node = optarg; break;
-        case 's': rc = dt_conf_parse_int(optarg, 1, 1 << 16, &v), ag.slots = (int)v; break;
-        case 'd': ag.state_dir = optarg; break;
-        case 'e': ag.engine = optarg; break;
-        case 'm': ag.munge_socket = optarg; break;
-        case 'H': rc = dt_conf_parse_duration(optarg, &ag.hang_ms); break;
-        case 'T': rc = dt_conf_parse_duration(optarg, &ag.start_ms); break;
-        case 'g': rc = dt_conf_parse_duration(optarg, &ag.grace_ms); break;
+        case 'c': lc->coord = optarg; break;
+        case 'j': rc = dt_conf_parse_int(optarg, 1, INT64_MAX, &lc->job); break;
+        case 'n': lc->node = optarg; break;
+        case 's': rc = dt_conf_parse_int(optarg, 1, 1 << 16, &v), lc->slots = (int)v; break;
+        case 'd': tc->state_dir = optarg; break;
+        case 'e': tc->engine = optarg; break;
+        case 'm': lc->munge_socket = optarg; break;
+        case 'H': rc = dt_conf_parse_duration(optarg, &tc->hang_ms); break;
+        case 'T': rc = dt_conf_parse_duration(optarg, &tc->start_ms); break;
+        case 'g': rc = dt_conf_parse_duration(optarg, &tc->grace_ms); break;
         case 'l': rc = dt_log_parse_level(optarg, &level); break;
         case 'S':
             ag.warn_signal = strcmp(optarg, "USR1") == 0   ? SIGUSR1
@@ -213,80 +358,116 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (optind < argc || ag.coord == NULL || ag.job == 0) {
+    if (optind < argc || lc->coord == NULL || lc->job == 0) {
         fprintf(stderr, "dtagentd: %s\n", optind < argc ? "unexpected argument"
                                                         : "--coord and --job are required");
         usage(stderr);
         return 2;
     }
-    if (*ag.node == '\0' || strlen(ag.node) > 255 || strchr(ag.node, ',')) {
-        fprintf(stderr, "dtagentd: --node '%s': 1 to 255 characters, no commas\n", ag.node);
+    if (*lc->node == '\0' || strlen(lc->node) > 255 || strchr(lc->node, ',')) {
+        fprintf(stderr, "dtagentd: --node '%s': 1 to 255 characters, no commas\n", lc->node);
         return 2;
     }
-    if (ag.hang_ms < 100 || ag.grace_ms < 0) {
+    if (tc->hang_ms < 100 || tc->grace_ms < 0) {
         fprintf(stderr, "dtagentd: --hang-timeout must be at least 100ms\n");
         return 2;
     }
     dt_log_set_level(level);
     dt_log_set_timestamps(1);
     char tag[300];
-    snprintf(tag, sizeof(tag), "node=%s", ag.node);
+    snprintf(tag, sizeof(tag), "node=%s", lc->node);
     dt_log_set_tag(tag);
 
     /* what the agent and its workers create is the job owner's alone
      * (checkpoints, rank logs, the PMIx rendezvous): dtagentd(8) */
     umask(077);
     /* state directory: generations' files, the PMIx server's rendezvous */
-    if (ag.state_dir == NULL)
-        ag.state_dir = state_dir = dt_xasprintf("/tmp/dtagentd-%u/%lld-%s", (unsigned)getuid(),
-                                                (long long)ag.job, ag.node);
-    if ((rc = dt_mkdirs(ag.state_dir, 0700)) < 0)
+    if (tc->state_dir == NULL)
+        tc->state_dir = state_dir = dt_xasprintf("/tmp/dtagentd-%u/%lld-%s", (unsigned)getuid(),
+                                                (long long)lc->job, lc->node);
+    if ((rc = dt_mkdirs(tc->state_dir, 0700)) < 0)
         dt_emsg_set(&em, rc, "%s", strerror(-rc));
     else
-        rc = own_dir(state_dir != NULL, ag.state_dir, &em);
+        rc = own_dir(state_dir != NULL, tc->state_dir, &em);
     if (rc < 0) {
-        fprintf(stderr, "dtagentd: state directory %s: %s\n", ag.state_dir, em.s);
+        fprintf(stderr, "dtagentd: state directory %s: %s\n", tc->state_dir, em.s);
         free(state_dir);
         return 1;
     }
-    if (ag.engine == NULL)
-        ag.engine = engine = find_engine();
+    if (tc->engine == NULL)
+        tc->engine = engine = find_engine();
 
     signal(SIGPIPE, SIG_IGN); /* children get the default back from uv_spawn */
     srand((unsigned)(getpid() ^ (unsigned)time(NULL)));
     ag.loop = uv_default_loop();
     ag.loop->data = &ag;
 
-    if ((rc = dt_task_init(&ag, &em)) < 0) {
+    /* signals before the workers can exist: an agent that could not be
+     * told to stop would leave them behind */
+    const struct {
+        uv_signal_t *h;
+        uv_signal_cb cb;
+        int sig;
+    } sigs[] = {
+        { .h = &ag.sig_term, .cb = on_signal, .sig = SIGTERM },
+        { .h = &ag.sig_int, .cb = on_signal, .sig = SIGINT },
+        { .h = &ag.sig_usr[0], .cb = on_usr, .sig = SIGUSR1 },
+        { .h = &ag.sig_usr[1], .cb = on_usr, .sig = SIGUSR2 },
+    };
+    for (size_t i = 0; i < DT_ARRAY_SIZE(sigs); i++)
+        if ((rc = uv_signal_init(ag.loop, sigs[i].h)) < 0 ||
+            (rc = uv_signal_start(sigs[i].h, sigs[i].cb, sigs[i].sig)) < 0) {
+            dt_log_error("signal %d: %s", sigs[i].sig, uv_strerror(rc));
+            free(engine);
+            free(state_dir);
+            return 1;
+        }
+
+    /* the modules, wired: task and files reach the link through ag.up,
+     * the link reaches them through its handler table */
+    tc->node = lc->node;
+    tc->job = lc->job;
+    ag.up = (dt_agentd_hooks_t){
+        .ud = &ag,
+        .send = up_send,
+        .send_reliable = up_send_reliable,
+        .send_fence = up_send_fence,
+        .agent_id = up_agent_id,
+        .stopping = up_stopping,
+        .workers_gone = up_workers_gone,
+    };
+    if ((rc = dt_task_new(ag.loop, tc, &ag.up, &ag.task, &em)) < 0) {
         dt_log_error("PMIx server: %s", em.s);
         free(engine);
         free(state_dir);
         return 1;
     }
-    dt_link_start(&ag);
-    uv_signal_init(ag.loop, &ag.sig_term);
-    uv_signal_init(ag.loop, &ag.sig_int);
-    uv_signal_start(&ag.sig_term, on_signal, SIGTERM);
-    uv_signal_start(&ag.sig_int, on_signal, SIGINT);
-    uv_signal_init(ag.loop, &ag.sig_usr[0]);
-    uv_signal_start(&ag.sig_usr[0], on_usr, SIGUSR1);
-    uv_signal_init(ag.loop, &ag.sig_usr[1]);
-    uv_signal_start(&ag.sig_usr[1], on_usr, SIGUSR2);
+    const dt_link_hooks_t link_hooks = {
+        .ud = &ag,
+        .handlers = handlers,
+        .nhandlers = DT_ARRAY_SIZE(handlers),
+        .status = link_status,
+        .refused = link_refused,
+        .stopping = up_stopping,
+    };
+    ag.link = dt_link_new(ag.loop, lc, &link_hooks);
     dt_log_info("job=%lld node=%s slots=%d coord=%s engine=%s state=%s started",
-                (long long)ag.job, ag.node, ag.slots, ag.coord, ag.engine, ag.state_dir);
+                (long long)lc->job, lc->node, lc->slots, lc->coord, tc->engine,
+                tc->state_dir);
 
     uv_run(ag.loop, UV_RUN_DEFAULT);
 
     uv_loop_close(ag.loop);
-    free(ag.rbuf);
-    free(engine);
-    free(state_dir);
     if (dt_pmix_abandoned()) {
         /* libpmix's threads may hold its locks: no exit handlers */
         dt_log_info("exiting with status %d (libpmix left running)", ag.exit_code);
         fflush(NULL);
         _exit(ag.exit_code);
     }
+    dt_link_free(ag.link);
+    dt_task_free(ag.task);
+    free(engine);
+    free(state_dir);
     dt_log_info("exiting with status %d", ag.exit_code);
     return ag.exit_code;
 }

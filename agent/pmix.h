@@ -53,6 +53,7 @@
 #include <uv.h>
 
 #include "common/err.h"
+#include "common/macros.h"
 
 #define DT_PMIX_CB_TIMEOUT_MS 10000
 /* A relayed fence waits for the slowest agent's ranks to get there (MPI_Init
@@ -103,8 +104,8 @@ typedef struct dt_pmix_gen {
  * a DT_E* code with a message naming the PMIx status; DT_ESTATE while
  * another dt_pmix_t lives in the process (libpmix's server is
  * process-wide). */
-int dt_pmix_new(uv_loop_t *loop, const char *tmpdir, const dt_pmix_ops_t *ops, void *ud,
-                dt_pmix_t **out, dt_emsg_t *em);
+DT_MUST_CHECK int dt_pmix_new(uv_loop_t *loop, const char *tmpdir, const dt_pmix_ops_t *ops,
+                              void *ud, dt_pmix_t **out, dt_emsg_t *em);
 
 /* Register a generation's namespace (PMIx_server_register_nspace with the
  * node map, proc map, job size, local peers and per-rank local/node ranks)
@@ -115,7 +116,7 @@ int dt_pmix_new(uv_loop_t *loop, const char *tmpdir, const dt_pmix_ops_t *ops, v
  * changed but the previous generation ended); nodes without ranks are left
  * out of the maps. Every rank gets PMIX_RANK, PMIX_LOCAL_RANK,
  * PMIX_NODE_RANK, PMIX_HOSTNAME and PMIX_NODEID. */
-int dt_pmix_gen_begin(dt_pmix_t *p, const dt_pmix_gen_t *g, dt_emsg_t *em);
+DT_MUST_CHECK int dt_pmix_gen_begin(dt_pmix_t *p, const dt_pmix_gen_t *g, dt_emsg_t *em);
 
 /* The fork environment of local `rank` of the current generation:
  * registers the client (PMIx_server_register_client, our uid/gid) and
@@ -132,7 +133,7 @@ int dt_pmix_gen_begin(dt_pmix_t *p, const dt_pmix_gen_t *g, dt_emsg_t *em);
  * OMPI_MCA_* and OMPI_ALLOW_RUN_AS_ROOT*, and OMPI_MCA_orte_* and
  * OMPI_MCA_ess_base_* are dropped too. DT_EINVAL for a rank not placed
  * here, DT_ESTATE without a generation. */
-int dt_pmix_worker_env(dt_pmix_t *p, int rank, char ***envp, dt_emsg_t *em);
+DT_MUST_CHECK int dt_pmix_worker_env(dt_pmix_t *p, int rank, char ***envp, dt_emsg_t *em);
 void dt_pmix_env_free(char **env);
 
 /* Answer fence (gen, seq) with the concatenated data of every agent (or a
@@ -152,7 +153,7 @@ void dt_pmix_set_fence_timeout(dt_pmix_t *p, int64_t ms);
  * Ranks on other agents count: the coordinator relays their deaths.
  * libpmix caches the event, so a rank that registers its handler later
  * still gets it. */
-int dt_pmix_notify_failure(dt_pmix_t *p, int rank, dt_emsg_t *em);
+DT_MUST_CHECK int dt_pmix_notify_failure(dt_pmix_t *p, int rank, dt_emsg_t *em);
 
 /* End the current generation: fail its pending fences, deregister its
  * clients and namespace, remove its directory (vader segments). Safe when

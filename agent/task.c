@@ -16,6 +16,9 @@
  * Checkpoint shards a worker reports are hashed again here, on the thread
  * pool, before they are reported: the coordinator commits a checkpoint only
  * from shards an agent has read back.
+ *
+ * Not here: the coordinator link (reached through the hooks, hooks.h), the
+ * PMIx server's internals (pmix.c), checkpoint commits and prunes (files.c).
  */
 #include "config.h"
 
@@ -30,15 +33,76 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "agent/agent.h"
+#include "agent/pmix.h"
+#include "agent/task.h"
+#include "common/clock.h"
 #include "common/fileio.h"
 #include "common/log.h"
 #include "common/mem.h"
+#include "common/uvframe.h"
 #include "io/ckpt.h"
 
 #define WATCH_MS 100
 
-static void gen_maybe_ended(dt_agent_t *ag);
+/* One worker process (one rank of the current generation). */
+typedef struct dt_worker {
+    struct dt_task *t;
+    int rank;
+    uv_process_t proc;
+    uv_pipe_t chan;          /* our end of the worker channel */
+    uv_pipe_t out;           /* the worker's stdout and stderr, when it has a rank log */
+    int proc_open, chan_open, out_open; /* handles not yet closed */
+    int log_fd;              /* LOG_DIR/rank-R.log (append), -1 without one */
+    char last[256];          /* the last line of its output, for WORKER_EXIT's error */
+    char line[256];          /* the line being read */
+    size_t line_len;
+    int exited;              /* the exit callback ran */
+    int64_t status;
+    int term_signal;
+    int64_t pid;
+    int64_t last_heard_ms;   /* monotonic: spawn, then every frame */
+    int heard;               /* a frame came: the hang timeout applies from now on */
+    int64_t step;
+    int hung;                /* killed for silence: 1, 2 when it was stopped (SIGSTOP) */
+    int stepping;            /* the first W_PROGRESS came */
+    json_t *result;          /* W_RESULT (rank 0) */
+    dt_uvframe_t rd;         /* the channel's unread bytes */
+} dt_worker_t;
+
+struct dt_task {
+    uv_loop_t *loop;
+    dt_task_conf_t conf;
+    dt_agentd_hooks_t hooks;
+    uint32_t gen;            /* 0: none */
+    char *nspace;
+    int nranks;
+    dt_worker_t *workers;
+    int nworkers;
+    int aborting;            /* notified and waiting out the grace period */
+    int ended_sent;
+    char *gen_dir;
+    char *log_dir;           /* GEN_START's log_dir: rank logs, the job owner's; NULL none */
+    uv_timer_t watch_timer;  /* hang checks */
+    uv_timer_t grace_timer;
+    dt_pmix_t *pmix;
+};
+
+static void gen_maybe_ended(dt_task_t *t);
+
+static int64_t mono_ms(void)
+{
+    return (int64_t)(dt_clock_now() * 1e3);
+}
+
+static int64_t agent_id(const dt_task_t *t)
+{
+    return t->hooks.agent_id(t->hooks.ud);
+}
+
+static void send_reliable(dt_task_t *t, uint16_t type, json_t *body)
+{
+    t->hooks.send_reliable(t->hooks.ud, type, body);
+}
 
 /*-- worker channel ----------------------------------------------------------*/
 
@@ -75,7 +139,7 @@ static void handle_closed(uv_handle_t *h)
         w->out_open = 0;
     else
         w->proc_open = 0;
-    gen_maybe_ended(w->ag);
+    gen_maybe_ended(w->t);
 }
 
 /*-- rank logs ------------------------------------------------------------------*/
@@ -108,7 +172,7 @@ static void out_bytes(dt_worker_t *w, const char *p, size_t n)
     keep_last_line(w, p, n);
     if (w->log_fd >= 0 && dt_write_full(w->log_fd, p, n) < 0) {
         dt_log_warn("gen=%u rank=%d: writing the rank log failed: %s; it stops here",
-                    w->ag->gen, w->rank, strerror(errno));
+                    w->t->gen, w->rank, strerror(errno));
         close(w->log_fd);
         w->log_fd = -1;
     }
@@ -163,19 +227,19 @@ static void out_drain(dt_worker_t *w)
 /* Open the rank's log and the pipe its output comes through; on failure
  * the worker inherits the agent's stdout and stderr as before (*out_fd
  * -1). */
-static void rank_log_open(dt_agent_t *ag, dt_worker_t *w, int *out_fd)
+static void rank_log_open(dt_task_t *t, dt_worker_t *w, int *out_fd)
 {
     int p[2];
 
     *out_fd = -1;
     w->log_fd = -1;
-    if (ag->log_dir == NULL)
+    if (t->log_dir == NULL)
         return;
-    if (mkdir(ag->log_dir, 0700) < 0 && errno != EEXIST) {
-        dt_log_warn("rank logs %s: %s", ag->log_dir, strerror(errno));
+    if (mkdir(t->log_dir, 0700) < 0 && errno != EEXIST) {
+        dt_log_warn("rank logs %s: %s", t->log_dir, strerror(errno));
         return;
     }
-    char *path = dt_xasprintf("%s/rank-%d.log", ag->log_dir, w->rank);
+    char *path = dt_xasprintf("%s/rank-%d.log", t->log_dir, w->rank);
     w->log_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (w->log_fd < 0) {
         dt_log_warn("rank log %s: %s", path, strerror(errno));
@@ -191,11 +255,20 @@ static void rank_log_open(dt_agent_t *ag, dt_worker_t *w, int *out_fd)
     }
     char head[512];
     int n = snprintf(head, sizeof(head), "dtagentd: job=%lld gen=%u rank=%d node=%s starting\n",
-                     (long long)ag->job, ag->gen, w->rank, ag->node);
-    (void)dt_write_full(w->log_fd, head, (size_t)n);
-    uv_pipe_init(ag->loop, &w->out, 0);
-    uv_pipe_open(&w->out, p[0]);
+                     (long long)t->conf.job, t->gen, w->rank, t->conf.node);
+    (void)dt_write_full(w->log_fd, head, (size_t)n); /* a failing log says so at the next write */
+    uv_pipe_init(t->loop, &w->out, 0);
     w->out.data = w;
+    int rc = uv_pipe_open(&w->out, p[0]);
+    if (rc < 0) {
+        /* as without a rank log: the worker writes to our stdout and stderr */
+        dt_log_warn("rank %d output pipe: %s", w->rank, uv_strerror(rc));
+        w->out_open = 1;
+        out_close(w); /* the handle, and the rank log */
+        close(p[0]);
+        close(p[1]);
+        return;
+    }
     w->out_open = 1;
     *out_fd = p[1];
 }
@@ -209,7 +282,7 @@ static void chan_close(dt_worker_t *w)
 /* A shard read back on the thread pool. */
 typedef struct verify {
     uv_work_t req;
-    dt_agent_t *ag;
+    dt_task_t *t;
     uint32_t gen;
     int rank, manifest, ok;
     int64_t step, bytes;
@@ -286,15 +359,15 @@ static void verify_work(uv_work_t *req)
 static void verify_done(uv_work_t *req, int status)
 {
     verify_t *v = req->data;
-    dt_agent_t *ag = v->ag;
+    dt_task_t *t = v->t;
 
     if (status == 0 && v->ok)
         dt_log_info("gen=%u rank=%d step=%lld %s verified: %lld bytes in %.1f ms", v->gen,
                     v->rank, (long long)v->step, v->manifest ? "manifest" : "shard",
                     (long long)v->bytes, (double)(v->t1 - v->t0) / 1e6);
-    if (status == 0 && v->ok && !ag->stopping) {
+    if (status == 0 && v->ok && !t->hooks.stopping(t->hooks.ud)) {
         json_t *body = json_pack("{s:I, s:I, s:I, s:i, s:s, s:I, s:s, s:s, s:b}", "agent",
-                                 (json_int_t)ag->agent_id, "gen", (json_int_t)v->gen, "step",
+                                 (json_int_t)agent_id(t), "gen", (json_int_t)v->gen, "step",
                                  (json_int_t)v->step, "rank", v->rank, "path", v->full, "bytes",
                                  (json_int_t)v->bytes, "sha256", v->sha, "dir", v->dir,
                                  "manifest", v->manifest);
@@ -304,7 +377,7 @@ static void verify_done(uv_work_t *req, int status)
                 json_array_append_new(shas, json_string(v->shards[i]));
             json_object_set_new(body, "shards", shas);
         }
-        dt_link_send_reliable(ag, DT_MSG_SHARD_WRITTEN, body);
+        send_reliable(t, DT_MSG_SHARD_WRITTEN, body);
     } else if (status == 0 && !v->ok)
         dt_log_error("gen=%u rank=%d step=%lld checkpoint file does not verify: %s", v->gen,
                      v->rank, (long long)v->step, v->why);
@@ -317,7 +390,7 @@ static void verify_done(uv_work_t *req, int status)
 
 static void on_shard(dt_worker_t *w, const dt_msg_t *m)
 {
-    dt_agent_t *ag = w->ag;
+    dt_task_t *t = w->t;
     dt_emsg_t em = { "" };
     const char *dir, *path, *sha;
     int64_t step, bytes;
@@ -328,14 +401,14 @@ static void on_shard(dt_worker_t *w, const dt_msg_t *m)
         dt_msg_get_str(m, "sha256", &sha, &em) < 0 ||
         dt_msg_opt_bool(m, "manifest", &manifest, &em) < 0 || strlen(sha) != 64 ||
         strchr(path, '/') != NULL) {
-        dt_log_error("gen=%u rank=%d: bad W_SHARD: %s", ag->gen, w->rank,
+        dt_log_error("gen=%u rank=%d: bad W_SHARD: %s", t->gen, w->rank,
                      em.s[0] ? em.s : "sha256 or file name");
         return;
     }
     verify_t *v = dt_xcalloc(1, sizeof(*v));
     v->req.data = v;
-    v->ag = ag;
-    v->gen = ag->gen;
+    v->t = t;
+    v->gen = t->gen;
     v->rank = w->rank;
     v->manifest = manifest;
     v->step = step;
@@ -344,22 +417,22 @@ static void on_shard(dt_worker_t *w, const dt_msg_t *m)
     v->path = dt_xstrdup(path);
     v->full = dt_xasprintf("%s/%s", dir, path);
     snprintf(v->sha, sizeof(v->sha), "%s", sha);
-    if (uv_queue_work(ag->loop, &v->req, verify_work, verify_done) < 0)
+    if (uv_queue_work(t->loop, &v->req, verify_work, verify_done) < 0)
         verify_done(&v->req, UV_ECANCELED);
 }
 
 static void on_worker_frame(dt_worker_t *w, const dt_msg_t *m)
 {
-    dt_agent_t *ag = w->ag;
+    dt_task_t *t = w->t;
 
-    w->last_heard_ms = dt_agent_mono_ms();
+    w->last_heard_ms = mono_ms();
     w->heard = 1;
     switch (m->type) {
     case DT_MSG_W_HELLO: {
         json_t *pid = json_object_get(m->body, "pid");
         if (json_is_integer(pid))
             w->pid = json_integer_value(pid);
-        dt_log_info("gen=%u rank=%d pid=%lld hello", ag->gen, w->rank, (long long)w->pid);
+        dt_log_info("gen=%u rank=%d pid=%lld hello", t->gen, w->rank, (long long)w->pid);
         break;
     }
     case DT_MSG_W_PROGRESS: {
@@ -367,14 +440,14 @@ static void on_worker_frame(dt_worker_t *w, const dt_msg_t *m)
         w->step = json_integer_value(json_object_get(b, "step"));
         if (!w->stepping) {
             w->stepping = 1;
-            dt_log_info("gen=%u rank=%d running: step %lld", ag->gen, w->rank,
+            dt_log_info("gen=%u rank=%d running: step %lld", t->gen, w->rank,
                         (long long)w->step);
         }
-        json_object_set_new(b, "agent", json_integer(ag->agent_id));
-        json_object_set_new(b, "gen", json_integer(ag->gen));
+        json_object_set_new(b, "agent", json_integer(agent_id(t)));
+        json_object_set_new(b, "gen", json_integer(t->gen));
         json_object_set_new(b, "rank", json_integer(w->rank));
         json_object_set_new(b, "pid", json_integer(w->pid));
-        dt_link_send(ag, DT_MSG_PROGRESS, b);
+        t->hooks.send(t->hooks.ud, DT_MSG_PROGRESS, b);
         break;
     }
     case DT_MSG_W_HEARTBEAT: break;
@@ -384,7 +457,7 @@ static void on_worker_frame(dt_worker_t *w, const dt_msg_t *m)
         w->result = json_deep_copy(m->body);
         break;
     default:
-        dt_log_warn("gen=%u rank=%d sent %s on the worker channel: ignored", ag->gen, w->rank,
+        dt_log_warn("gen=%u rank=%d sent %s on the worker channel: ignored", t->gen, w->rank,
                     dt_msg_type_name(m->type));
     }
 }
@@ -393,11 +466,13 @@ static void chan_alloc(uv_handle_t *h, size_t hint, uv_buf_t *b)
 {
     dt_worker_t *w = h->data;
     (void)hint;
-    if (w->cap - w->len < 16384) {
-        w->cap = w->cap ? w->cap * 2 : 65536;
-        w->buf = dt_xrealloc(w->buf, w->cap);
-    }
-    *b = uv_buf_init((char *)w->buf + w->len, (unsigned)(w->cap - w->len));
+    dt_uvframe_alloc(&w->rd, b);
+}
+
+static int on_chan_frame(void *ud, dt_msg_t *m)
+{
+    on_worker_frame(ud, m);
+    return 0;
 }
 
 static void chan_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b)
@@ -406,29 +481,13 @@ static void chan_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b)
     dt_emsg_t em = { "" };
     (void)b;
 
+    int rc = dt_uvframe_read(&w->rd, n, on_chan_frame, w, &em);
     if (n < 0) {
         chan_close(w); /* EOF: the process exit follows */
-        return;
+    } else if (rc < 0) {
+        dt_log_error("gen=%u rank=%d worker channel: %s; closing it", w->t->gen, w->rank, em.s);
+        chan_close(w);
     }
-    w->len += (size_t)n;
-    size_t off = 0;
-    for (;;) {
-        dt_msg_t m;
-        int used = dt_msg_decode(w->buf + off, w->len - off, &m, &em);
-        if (used < 0) {
-            dt_log_error("gen=%u rank=%d worker channel: %s; closing it", w->ag->gen, w->rank,
-                         em.s);
-            chan_close(w);
-            return;
-        }
-        if (used == 0)
-            break;
-        off += (size_t)used;
-        on_worker_frame(w, &m);
-        dt_msg_clear(&m);
-    }
-    memmove(w->buf, w->buf + off, w->len - off);
-    w->len -= off;
 }
 
 /*-- processes ------------------------------------------------------------------*/
@@ -444,50 +503,57 @@ static void kill_worker(dt_worker_t *w, int sig)
         uv_process_kill(&w->proc, sig);
 }
 
-static void grace_fire(uv_timer_t *t)
+/* Kill every worker now (SIGKILL). */
+static void kill_all(dt_task_t *t)
 {
-    dt_agent_t *ag = t->loop->data;
-    for (int i = 0; i < ag->nworkers; i++)
-        if (alive(&ag->workers[i])) {
-            dt_log_warn("gen=%u rank=%d still running after the grace period: killing", ag->gen,
-                        ag->workers[i].rank);
-            kill_worker(&ag->workers[i], SIGKILL);
+    for (int i = 0; i < t->nworkers; i++)
+        kill_worker(&t->workers[i], SIGKILL);
+}
+
+static void grace_fire(uv_timer_t *timer)
+{
+    dt_task_t *t = timer->data;
+    for (int i = 0; i < t->nworkers; i++)
+        if (alive(&t->workers[i])) {
+            dt_log_warn("gen=%u rank=%d still running after the grace period: killing", t->gen,
+                        t->workers[i].rank);
+            kill_worker(&t->workers[i], SIGKILL);
         }
 }
 
 /* Tell local survivors that `rank` failed, then kill them after the grace
  * period. Idempotent per generation. */
-static void begin_abort(dt_agent_t *ag, int rank, const char *why)
+static void begin_abort(dt_task_t *t, int rank, const char *why)
 {
     dt_emsg_t em = { "" };
 
-    if (rank >= 0 && dt_pmix_notify_failure(ag->pmix, rank, &em) < 0)
-        dt_log_warn("gen=%u: notifying rank %d's failure: %s", ag->gen, rank, em.s);
-    if (ag->aborting)
+    if (rank >= 0 && dt_pmix_notify_failure(t->pmix, rank, &em) < 0)
+        dt_log_warn("gen=%u: notifying rank %d's failure: %s", t->gen, rank, em.s);
+    if (t->aborting)
         return;
-    ag->aborting = 1;
-    dt_log_info("gen=%u aborting: %s; grace %lld ms", ag->gen, why, (long long)ag->grace_ms);
-    uv_timer_start(&ag->grace_timer, grace_fire, (uint64_t)ag->grace_ms, 0);
+    t->aborting = 1;
+    dt_log_info("gen=%u aborting: %s; grace %lld ms", t->gen, why, (long long)t->conf.grace_ms);
+    uv_timer_start(&t->grace_timer, grace_fire, (uint64_t)t->conf.grace_ms, 0);
 }
 
 static void on_exit_cb(uv_process_t *p, int64_t status, int sig)
 {
     dt_worker_t *w = p->data;
-    dt_agent_t *ag = w->ag;
+    dt_task_t *t = w->t;
     int failed = status != 0 || sig != 0;
 
     w->exited = 1;
     w->status = status;
     w->term_signal = sig;
     if (w->hung)
-        dt_log_warn("gen=%u rank=%d hung and killed", ag->gen, w->rank);
+        dt_log_warn("gen=%u rank=%d hung and killed", t->gen, w->rank);
     else if (failed)
-        dt_log_info("gen=%u rank=%d pid=%lld exited status=%lld signal=%d", ag->gen, w->rank,
+        dt_log_info("gen=%u rank=%d pid=%lld exited status=%lld signal=%d", t->gen, w->rank,
                     (long long)w->pid, (long long)status, sig);
     else
-        dt_log_debug("gen=%u rank=%d exited 0", ag->gen, w->rank);
+        dt_log_debug("gen=%u rank=%d exited 0", t->gen, w->rank);
     json_t *body = json_pack("{s:I, s:I, s:i, s:I, s:i, s:b, s:b, s:I}", "agent",
-                             (json_int_t)ag->agent_id, "gen", (json_int_t)ag->gen, "rank", w->rank,
+                             (json_int_t)agent_id(t), "gen", (json_int_t)t->gen, "rank", w->rank,
                              "status", (json_int_t)status, "signal", sig, "hung", w->hung != 0,
                              "stopped", w->hung == 2, "step", (json_int_t)w->step);
     out_drain(w); /* its last words first: they say why */
@@ -495,21 +561,21 @@ static void on_exit_cb(uv_process_t *p, int64_t status, int sig)
         json_object_set(body, "result", w->result);
     if (failed && !w->hung && sig == 0 && w->last[0])
         json_object_set_new(body, "error", json_string(w->last));
-    dt_link_send_reliable(ag, DT_MSG_WORKER_EXIT, body);
+    send_reliable(t, DT_MSG_WORKER_EXIT, body);
     /* a worker that stopped with a peer-failure code is a consequence, not
      * a cause; anything else bad starts the local abort */
-    if (failed && !ag->aborting && status != 4)
-        begin_abort(ag, w->rank, w->hung ? "a worker hung" : "a worker failed");
+    if (failed && !t->aborting && status != 4)
+        begin_abort(t, w->rank, w->hung ? "a worker hung" : "a worker failed");
     chan_close(w);
     uv_close((uv_handle_t *)&w->proc, handle_closed);
 }
 
-static char **build_env(dt_agent_t *ag, int rank, dt_emsg_t *em)
+static char **build_env(dt_task_t *t, int rank, dt_emsg_t *em)
 {
     char **env = NULL;
     size_t n = 0;
 
-    if (dt_pmix_worker_env(ag->pmix, rank, &env, em) < 0)
+    if (dt_pmix_worker_env(t->pmix, rank, &env, em) < 0)
         return NULL;
     while (env[n])
         n++;
@@ -535,10 +601,10 @@ static void free_strv(char **v)
     free(v);
 }
 
-static int spawn_worker(dt_agent_t *ag, dt_worker_t *w, char **args, dt_emsg_t *em)
+static int spawn_worker(dt_task_t *t, dt_worker_t *w, char **args, dt_emsg_t *em)
 {
     int sv[2], rc;
-    char **env = build_env(ag, w->rank, em);
+    char **env = build_env(t, w->rank, em);
 
     if (env == NULL)
         return DT_ECOMM;
@@ -547,7 +613,7 @@ static int spawn_worker(dt_agent_t *ag, dt_worker_t *w, char **args, dt_emsg_t *
         return dt_emsg_set(em, -errno, "socketpair: %s", strerror(errno));
     }
     int out_fd;
-    rank_log_open(ag, w, &out_fd);
+    rank_log_open(t, w, &out_fd);
     uv_stdio_container_t stdio[4] = {
         { .flags = UV_IGNORE },
         { .flags = UV_INHERIT_FD, .data.fd = out_fd >= 0 ? out_fd : 1 },
@@ -559,14 +625,14 @@ static int spawn_worker(dt_agent_t *ag, dt_worker_t *w, char **args, dt_emsg_t *
         .file = args[0],
         .args = args,
         .env = env,
-        .cwd = ag->gen_dir,
+        .cwd = t->gen_dir,
         .stdio_count = 4,
         .stdio = stdio,
     };
     w->proc.data = w;
     w->chan.data = w;
-    w->last_heard_ms = dt_agent_mono_ms();
-    rc = uv_spawn(ag->loop, &w->proc, &o);
+    w->last_heard_ms = mono_ms();
+    rc = uv_spawn(t->loop, &w->proc, &o);
     close(sv[1]);
     if (out_fd >= 0)
         close(out_fd);
@@ -583,57 +649,69 @@ static int spawn_worker(dt_agent_t *ag, dt_worker_t *w, char **args, dt_emsg_t *
     }
     w->proc_open = 1;
     w->pid = w->proc.pid;
-    uv_pipe_init(ag->loop, &w->chan, 0);
-    uv_pipe_open(&w->chan, sv[0]);
+    uv_pipe_init(t->loop, &w->chan, 0);
     w->chan_open = 1;
-    uv_read_start((uv_stream_t *)&w->chan, chan_alloc, chan_read);
-    if (w->out_open)
-        uv_read_start((uv_stream_t *)&w->out, out_alloc, out_read);
-    dt_log_info("gen=%u rank=%d pid=%d started", ag->gen, w->rank, w->proc.pid);
+    /* without its channel the worker is told at once (EOF) rather than
+     * left to the hang timeout */
+    if ((rc = uv_pipe_open(&w->chan, sv[0])) < 0)
+        close(sv[0]);
+    if (rc < 0 || (rc = uv_read_start((uv_stream_t *)&w->chan, chan_alloc, chan_read)) < 0) {
+        dt_log_error("gen=%u rank=%d worker channel: %s; closing it", t->gen, w->rank,
+                     uv_strerror(rc));
+        chan_close(w);
+    }
+    /* an unread output pipe would block the worker: closed, it fails
+     * with the reason logged here */
+    if (w->out_open && !uv_is_closing((uv_handle_t *)&w->out) &&
+        (rc = uv_read_start((uv_stream_t *)&w->out, out_alloc, out_read)) < 0) {
+        dt_log_error("gen=%u rank=%d output pipe: %s; closing it", t->gen, w->rank,
+                     uv_strerror(rc));
+        out_close(w);
+    }
+    dt_log_info("gen=%u rank=%d pid=%d started", t->gen, w->rank, w->proc.pid);
     return 0;
 }
 
 /*-- generations ---------------------------------------------------------------*/
 
-static void free_workers(dt_agent_t *ag)
+static void free_workers(dt_task_t *t)
 {
-    for (int i = 0; i < ag->nworkers; i++) {
-        free(ag->workers[i].buf);
-        json_decref(ag->workers[i].result);
+    for (int i = 0; i < t->nworkers; i++) {
+        dt_uvframe_close(&t->workers[i].rd);
+        json_decref(t->workers[i].result);
     }
-    free(ag->workers);
-    ag->workers = NULL;
-    ag->nworkers = 0;
+    free(t->workers);
+    t->workers = NULL;
+    t->nworkers = 0;
 }
 
 /* Every handle of the generation closed: end the namespace, tell the
  * coordinator, and, when stopping, let the loop end. */
-static void gen_maybe_ended(dt_agent_t *ag)
+static void gen_maybe_ended(dt_task_t *t)
 {
-    for (int i = 0; i < ag->nworkers; i++)
-        if (ag->workers[i].proc_open || ag->workers[i].chan_open || ag->workers[i].out_open)
+    for (int i = 0; i < t->nworkers; i++)
+        if (t->workers[i].proc_open || t->workers[i].chan_open || t->workers[i].out_open)
             return;
-    if (ag->nworkers > 0 || ag->gen_dir) {
-        uv_timer_stop(&ag->grace_timer);
-        dt_pmix_gen_end(ag->pmix);
-        free_workers(ag);
-        if (!ag->ended_sent && ag->gen) {
-            ag->ended_sent = 1;
-            dt_link_send_reliable(ag, DT_MSG_GEN_ENDED,
-                                  json_pack("{s:I, s:I}", "agent", (json_int_t)ag->agent_id,
-                                            "gen", (json_int_t)ag->gen));
-            dt_log_info("gen=%u ended here", ag->gen);
+    if (t->nworkers > 0 || t->gen_dir) {
+        uv_timer_stop(&t->grace_timer);
+        dt_pmix_gen_end(t->pmix);
+        free_workers(t);
+        if (!t->ended_sent && t->gen) {
+            t->ended_sent = 1;
+            send_reliable(t, DT_MSG_GEN_ENDED,
+                                  json_pack("{s:I, s:I}", "agent", (json_int_t)agent_id(t),
+                                            "gen", (json_int_t)t->gen));
+            dt_log_info("gen=%u ended here", t->gen);
         }
         /* the generation's directory (the spec its workers read, their
          * working directory) goes with it, as dtagentd(8) says */
         dt_emsg_t em = { "" };
-        if (ag->gen_dir && dt_rmtree(ag->gen_dir, &em) < 0)
-            dt_log_warn("gen=%u: %s", ag->gen, em.s);
-        free(ag->gen_dir);
-        ag->gen_dir = NULL;
+        if (t->gen_dir && dt_rmtree(t->gen_dir, &em) < 0)
+            dt_log_warn("gen=%u: %s", t->gen, em.s);
+        free(t->gen_dir);
+        t->gen_dir = NULL;
     }
-    if (ag->stopping)
-        dt_agent_stop(ag, ag->exit_code);
+    t->hooks.workers_gone(t->hooks.ud);
 }
 
 /* The state letter of /proc/PID/stat (R, S, D, T, t, Z, ...), '?' if unknown. */
@@ -651,21 +729,22 @@ static char proc_state(int64_t pid)
     return rp && rp[1] == ' ' && rp[2] ? rp[2] : '?';
 }
 
-static void watch_fire(uv_timer_t *t)
+static void watch_fire(uv_timer_t *timer)
 {
-    dt_agent_t *ag = t->loop->data;
-    int64_t now = dt_agent_mono_ms();
+    dt_task_t *t = timer->data;
+    int64_t now = mono_ms();
 
-    for (int i = 0; i < ag->nworkers; i++) {
-        dt_worker_t *w = &ag->workers[i];
+    for (int i = 0; i < t->nworkers; i++) {
+        dt_worker_t *w = &t->workers[i];
         /* until its first frame a worker is starting (MPI_Init, its
          * communicator, a wide job's wire-up): the start timeout applies */
-        int64_t limit = w->heard || ag->start_ms < ag->hang_ms ? ag->hang_ms : ag->start_ms;
-        if (!alive(w) || w->hung || ag->aborting || now - w->last_heard_ms <= limit)
+        int64_t limit = w->heard || t->conf.start_ms < t->conf.hang_ms ? t->conf.hang_ms
+                                                                        : t->conf.start_ms;
+        if (!alive(w) || w->hung || t->aborting || now - w->last_heard_ms <= limit)
             continue;
         char st = proc_state(w->pid);
         dt_log_warn("gen=%u rank=%d pid=%lld silent for %lld ms (%s timeout %lld ms)%s: hung, "
-                    "killing it", ag->gen, w->rank, (long long)w->pid,
+                    "killing it", t->gen, w->rank, (long long)w->pid,
                     (long long)(now - w->last_heard_ms), w->heard ? "hang" : "start",
                     (long long)limit, st == 'T' || st == 't' ? ", stopped by a signal" : "");
         w->hung = st == 'T' || st == 't' ? 2 : 1;
@@ -683,7 +762,7 @@ static int write_spec(const char *path, const char *text, dt_emsg_t *em)
     return rc < 0 ? dt_emsg_set(em, rc, "%s: write failed", path) : 0;
 }
 
-void dt_task_gen_start(dt_agent_t *ag, const dt_msg_t *m)
+void dt_task_gen_start(dt_task_t *t, const dt_msg_t *m)
 {
     dt_emsg_t em = { "" };
     json_t *b = m->body, *nodes = json_object_get(b, "nodes"), *procs = json_object_get(b, "procs"),
@@ -702,17 +781,17 @@ void dt_task_gen_start(dt_agent_t *ag, const dt_msg_t *m)
         dt_log_error("GEN_START with missing or bad fields: ignored");
         return;
     }
-    if ((uint32_t)gen == ag->gen)
+    if ((uint32_t)gen == t->gen)
         return; /* sent again after a reconnect: already running */
-    if (ag->nworkers > 0) {
+    if (t->nworkers > 0) {
         dt_log_error("GEN_START gen=%lld while gen=%u still has workers: killing them",
-                     (long long)gen, ag->gen);
-        dt_task_kill_all(ag);
+                     (long long)gen, t->gen);
+        kill_all(t);
     }
     names = dt_xcalloc(nn, sizeof(*names));
     for (size_t i = 0; i < nn; i++) {
         names[i] = json_string_value(json_array_get(nodes, i));
-        if (names[i] && strcmp(names[i], ag->node) == 0)
+        if (names[i] && strcmp(names[i], t->conf.node) == 0)
             self = (int)i;
     }
     node_of = dt_xcalloc((size_t)R, sizeof(*node_of));
@@ -725,72 +804,73 @@ void dt_task_gen_start(dt_agent_t *ag, const dt_msg_t *m)
     }
     if (rc < 0 || self < 0) {
         dt_log_error("GEN_START gen=%lld: bad node map (this node %s in it: %s)", (long long)gen,
-                     ag->node, self < 0 ? "no" : "yes");
+                     t->conf.node, self < 0 ? "no" : "yes");
         goto out;
     }
-    ag->gen = (uint32_t)gen;
-    ag->aborting = 0;
-    ag->ended_sent = 0;
-    ag->nranks = R;
-    free(ag->nspace);
-    ag->nspace = dt_xstrdup(nspace);
+    t->gen = (uint32_t)gen;
+    t->aborting = 0;
+    t->ended_sent = 0;
+    t->nranks = R;
+    free(t->nspace);
+    t->nspace = dt_xstrdup(nspace);
     const char *logs = json_string_value(json_object_get(b, "log_dir"));
-    free(ag->log_dir);
-    ag->log_dir = logs && logs[0] == '/' ? dt_xstrdup(logs) : NULL;
-    ag->gen_dir = dt_xasprintf("%s/gen-%lld", ag->state_dir, (long long)gen);
-    if (mkdir(ag->gen_dir, 0700) < 0 && errno != EEXIST) {
-        rc = dt_emsg_set(&em, -errno, "%s: %s", ag->gen_dir, strerror(errno));
+    free(t->log_dir);
+    t->log_dir = logs && logs[0] == '/' ? dt_xstrdup(logs) : NULL;
+    t->gen_dir = dt_xasprintf("%s/gen-%lld", t->conf.state_dir, (long long)gen);
+    if (mkdir(t->gen_dir, 0700) < 0 && errno != EEXIST) {
+        rc = dt_emsg_set(&em, -errno, "%s: %s", t->gen_dir, strerror(errno));
         goto fail;
     }
-    spec_path = dt_xasprintf("%s/job.spec", ag->gen_dir);
+    spec_path = dt_xasprintf("%s/job.spec", t->gen_dir);
     if ((rc = write_spec(spec_path, spec, &em)) < 0)
         goto fail;
     dt_pmix_gen_t pg = { .gen = (uint32_t)gen, .nspace = nspace, .nranks = R,
                          .nnodes = (int)nn, .nodes = names, .node_of = node_of,
-                         .self = ag->node };
-    if ((rc = dt_pmix_gen_begin(ag->pmix, &pg, &em)) < 0)
+                         .self = t->conf.node };
+    if ((rc = dt_pmix_gen_begin(t->pmix, &pg, &em)) < 0)
         goto fail;
     args = dt_xcalloc(na + 4, sizeof(*args));
-    args[0] = dt_xstrdup(ag->engine);
+    args[0] = dt_xstrdup(t->conf.engine);
     for (size_t i = 0; i < na; i++) {
         const char *a = json_string_value(json_array_get(argv, i));
         args[i + 1] = dt_xstrdup(a ? a : "");
     }
     args[na + 1] = dt_xstrdup("--spec");
     args[na + 2] = dt_xstrdup(spec_path);
-    ag->workers = dt_xcalloc((size_t)mine, sizeof(*ag->workers));
-    dt_log_info("gen=%u nspace=%s ranks=%d here=%d starting", ag->gen, nspace, R, mine);
+    t->workers = dt_xcalloc((size_t)mine, sizeof(*t->workers));
+    dt_log_info("gen=%u nspace=%s ranks=%d here=%d starting", t->gen, nspace, R, mine);
     for (int r = 0; r < R; r++) {
         if (node_of[r] != self)
             continue;
-        dt_worker_t *w = &ag->workers[ag->nworkers++];
-        w->ag = ag;
+        dt_worker_t *w = &t->workers[t->nworkers++];
+        w->t = t;
         w->rank = r;
-        if ((rc = spawn_worker(ag, w, args, &em)) < 0) {
-            dt_log_error("gen=%u: %s", ag->gen, em.s);
+        dt_uvframe_init(&w->rd, DT_MSG_MAX);
+        if ((rc = spawn_worker(t, w, args, &em)) < 0) {
+            dt_log_error("gen=%u: %s", t->gen, em.s);
             /* report it as that rank's failure: the coordinator decides */
-            dt_link_send_reliable(ag, DT_MSG_WORKER_EXIT,
+            send_reliable(t, DT_MSG_WORKER_EXIT,
                                   json_pack("{s:I, s:I, s:i, s:i, s:i, s:s}", "agent",
-                                            (json_int_t)ag->agent_id, "gen", (json_int_t)ag->gen,
+                                            (json_int_t)agent_id(t), "gen", (json_int_t)t->gen,
                                             "rank", r, "status", 127, "signal", 0, "error",
                                             em.s));
-            begin_abort(ag, r, "a worker could not be started");
+            begin_abort(t, r, "a worker could not be started");
             break;
         }
     }
-    if (!uv_is_active((uv_handle_t *)&ag->watch_timer))
-        uv_timer_start(&ag->watch_timer, watch_fire, WATCH_MS, WATCH_MS);
+    if (!uv_is_active((uv_handle_t *)&t->watch_timer))
+        uv_timer_start(&t->watch_timer, watch_fire, WATCH_MS, WATCH_MS);
     goto out;
 fail:
     dt_log_error("gen=%lld cannot start here: %s", (long long)gen, em.s);
     for (int r = 0; r < R; r++)
         if (node_of[r] == self)
-            dt_link_send_reliable(ag, DT_MSG_WORKER_EXIT,
+            send_reliable(t, DT_MSG_WORKER_EXIT,
                                   json_pack("{s:I, s:I, s:i, s:i, s:i, s:s}", "agent",
-                                            (json_int_t)ag->agent_id, "gen", (json_int_t)gen,
+                                            (json_int_t)agent_id(t), "gen", (json_int_t)gen,
                                             "rank", r, "status", 127, "signal", 0, "error",
                                             em.s));
-    gen_maybe_ended(ag);
+    gen_maybe_ended(t);
 out:
     free_strv(args);
     free(spec_path);
@@ -798,31 +878,31 @@ out:
     free(node_of);
 }
 
-void dt_task_gen_abort(dt_agent_t *ag, const dt_msg_t *m)
+void dt_task_gen_abort(dt_task_t *t, const dt_msg_t *m)
 {
     int64_t gen = json_integer_value(json_object_get(m->body, "gen"));
     json_t *rank = json_object_get(m->body, "rank");
     const char *why = json_string_value(json_object_get(m->body, "reason"));
     int any = 0;
 
-    if ((uint32_t)gen != ag->gen)
+    if ((uint32_t)gen != t->gen)
         return;
-    for (int i = 0; i < ag->nworkers; i++)
-        any |= alive(&ag->workers[i]);
+    for (int i = 0; i < t->nworkers; i++)
+        any |= alive(&t->workers[i]);
     if (!any) {
         /* nothing left here: say so again (the first GEN_ENDED may be the
          * one the coordinator is waiting for) */
-        if (!ag->nworkers)
-            dt_link_send_reliable(ag, DT_MSG_GEN_ENDED,
-                                  json_pack("{s:I, s:I}", "agent", (json_int_t)ag->agent_id,
+        if (!t->nworkers)
+            send_reliable(t, DT_MSG_GEN_ENDED,
+                                  json_pack("{s:I, s:I}", "agent", (json_int_t)agent_id(t),
                                             "gen", (json_int_t)gen));
         return;
     }
-    begin_abort(ag, json_is_integer(rank) ? (int)json_integer_value(rank) : -1,
+    begin_abort(t, json_is_integer(rank) ? (int)json_integer_value(rank) : -1,
                 why ? why : "aborted by the coordinator");
 }
 
-void dt_task_fence_done(dt_agent_t *ag, const dt_msg_t *m)
+void dt_task_fence_done(dt_task_t *t, const dt_msg_t *m)
 {
     int64_t gen = json_integer_value(json_object_get(m->body, "gen"));
     int64_t seq = json_integer_value(json_object_get(m->body, "seq"));
@@ -842,58 +922,52 @@ void dt_task_fence_done(dt_agent_t *ag, const dt_msg_t *m)
         len--;
     if (n >= 2 && data[n - 2] == '=')
         len--;
-    if ((uint32_t)gen == ag->gen)
-        dt_pmix_fence_done(ag->pmix, (uint32_t)gen, (uint32_t)seq, (int)status, raw,
+    if ((uint32_t)gen == t->gen)
+        dt_pmix_fence_done(t->pmix, (uint32_t)gen, (uint32_t)seq, (int)status, raw,
                            (size_t)(len > 0 ? len : 0));
     free(raw);
 }
 
-static void all_workers(dt_agent_t *ag, uint16_t type, json_t *body)
+static void all_workers(dt_task_t *t, uint16_t type, json_t *body)
 {
-    for (int i = 0; i < ag->nworkers; i++)
-        chan_send(&ag->workers[i], type, json_incref(body));
+    for (int i = 0; i < t->nworkers; i++)
+        chan_send(&t->workers[i], type, json_incref(body));
     json_decref(body);
 }
 
-void dt_task_ckpt_request(dt_agent_t *ag, const dt_msg_t *m)
+void dt_task_ckpt_request(dt_task_t *t, const dt_msg_t *m)
 {
-    if ((uint32_t)json_integer_value(json_object_get(m->body, "gen")) == ag->gen)
-        all_workers(ag, DT_MSG_W_CHECKPOINT, json_object());
+    if ((uint32_t)json_integer_value(json_object_get(m->body, "gen")) == t->gen)
+        all_workers(t, DT_MSG_W_CHECKPOINT, json_object());
 }
 
-void dt_task_stop(dt_agent_t *ag, const dt_msg_t *m)
+void dt_task_stop(dt_task_t *t, const dt_msg_t *m)
 {
     json_t *ck = json_object_get(m->body, "checkpoint");
-    if ((uint32_t)json_integer_value(json_object_get(m->body, "gen")) == ag->gen)
-        all_workers(ag, DT_MSG_W_STOP, json_pack("{s:b}", "checkpoint", json_is_true(ck)));
+    if ((uint32_t)json_integer_value(json_object_get(m->body, "gen")) == t->gen)
+        all_workers(t, DT_MSG_W_STOP, json_pack("{s:b}", "checkpoint", json_is_true(ck)));
 }
 
-json_t *dt_task_status(dt_agent_t *ag)
+json_t *dt_task_status(const dt_task_t *t)
 {
     json_t *ranks = json_array();
-    for (int i = 0; i < ag->nworkers; i++)
-        if (alive(&ag->workers[i]))
-            json_array_append_new(ranks, json_integer(ag->workers[i].rank));
-    return json_pack("{s:I, s:o}", "gen", (json_int_t)(json_array_size(ranks) ? ag->gen : 0),
+    for (int i = 0; i < t->nworkers; i++)
+        if (alive(&t->workers[i]))
+            json_array_append_new(ranks, json_integer(t->workers[i].rank));
+    return json_pack("{s:I, s:o}", "gen", (json_int_t)(json_array_size(ranks) ? t->gen : 0),
                      "ranks", ranks);
 }
 
-void dt_task_kill_all(dt_agent_t *ag)
-{
-    for (int i = 0; i < ag->nworkers; i++)
-        kill_worker(&ag->workers[i], SIGKILL);
-}
-
-int dt_task_terminate(dt_agent_t *ag)
+int dt_task_terminate(dt_task_t *t)
 {
     int any = 0;
-    for (int i = 0; i < ag->nworkers; i++)
-        if (alive(&ag->workers[i])) {
+    for (int i = 0; i < t->nworkers; i++)
+        if (alive(&t->workers[i])) {
             any = 1;
-            kill_worker(&ag->workers[i], SIGTERM);
+            kill_worker(&t->workers[i], SIGTERM);
         }
     if (any)
-        uv_timer_start(&ag->grace_timer, grace_fire, (uint64_t)ag->grace_ms, 0);
+        uv_timer_start(&t->grace_timer, grace_fire, (uint64_t)t->conf.grace_ms, 0);
     return any;
 }
 
@@ -901,19 +975,18 @@ int dt_task_terminate(dt_agent_t *ag)
 
 static void pm_fence(void *ud, uint32_t gen, uint32_t seq, const void *data, size_t len)
 {
-    dt_agent_t *ag = ud;
+    dt_task_t *t = ud;
     char *b64 = dt_xmalloc(4 * ((len + 2) / 3) + 1);
     EVP_EncodeBlock((unsigned char *)b64, data, (int)len);
-    dt_link_send_fence(ag, gen, seq,
-                       json_pack("{s:I, s:I, s:I, s:s}", "agent", (json_int_t)ag->agent_id, "gen",
+    t->hooks.send_fence(t->hooks.ud, gen, seq,
+                       json_pack("{s:I, s:I, s:I, s:s}", "agent", (json_int_t)agent_id(t), "gen",
                                  (json_int_t)gen, "seq", (json_int_t)seq, "data", b64));
     free(b64);
 }
 
 static void pm_connected(void *ud, uint32_t gen, int rank)
 {
-    dt_agent_t *ag = ud;
-    (void)ag;
+    (void)ud;
     dt_log_debug("gen=%u rank=%d connected to the PMIx server", gen, rank);
 }
 
@@ -930,7 +1003,8 @@ static void pm_aborted(void *ud, uint32_t gen, int rank, int status, const char 
                 msg ? msg : "");
 }
 
-int dt_task_init(dt_agent_t *ag, dt_emsg_t *em)
+int dt_task_new(uv_loop_t *loop, const dt_task_conf_t *conf, const dt_agentd_hooks_t *hooks,
+                dt_task_t **out, dt_emsg_t *em)
 {
     static const dt_pmix_ops_t ops = {
         .fence = pm_fence,
@@ -938,27 +1012,57 @@ int dt_task_init(dt_agent_t *ag, dt_emsg_t *em)
         .finalized = pm_finalized,
         .aborted = pm_aborted,
     };
-    char *tmp = dt_xasprintf("%s/pmix", ag->state_dir);
-    int rc = dt_pmix_new(ag->loop, tmp, &ops, ag, &ag->pmix, em);
+    dt_task_t *t = dt_xcalloc(1, sizeof(*t));
+    char *tmp = dt_xasprintf("%s/pmix", conf->state_dir);
+    int rc;
 
+    *out = NULL;
+    t->loop = loop;
+    t->conf = *conf;
+    t->hooks = *hooks;
+    rc = dt_pmix_new(loop, tmp, &ops, t, &t->pmix, em);
     free(tmp);
-    uv_timer_init(ag->loop, &ag->watch_timer);
-    uv_timer_init(ag->loop, &ag->grace_timer);
-    return rc;
+    if (rc < 0) {
+        free(t);
+        return rc;
+    }
+    uv_timer_init(loop, &t->watch_timer);
+    uv_timer_init(loop, &t->grace_timer);
+    t->watch_timer.data = t;
+    t->grace_timer.data = t;
+    *out = t;
+    return 0;
 }
 
-void dt_task_close(dt_agent_t *ag)
+int dt_task_busy(const dt_task_t *t)
 {
-    uv_timer_stop(&ag->watch_timer);
-    uv_timer_stop(&ag->grace_timer);
-    if (!uv_is_closing((uv_handle_t *)&ag->watch_timer))
-        uv_close((uv_handle_t *)&ag->watch_timer, NULL);
-    if (!uv_is_closing((uv_handle_t *)&ag->grace_timer))
-        uv_close((uv_handle_t *)&ag->grace_timer, NULL);
-    dt_pmix_free(ag->pmix);
-    ag->pmix = NULL;
-    free(ag->nspace);
-    ag->nspace = NULL;
-    free(ag->log_dir);
-    ag->log_dir = NULL;
+    for (int i = 0; i < t->nworkers; i++)
+        if (t->workers[i].proc_open || t->workers[i].chan_open)
+            return 1;
+    return 0;
+}
+
+void dt_task_close(dt_task_t *t)
+{
+    uv_timer_stop(&t->watch_timer);
+    uv_timer_stop(&t->grace_timer);
+    if (!uv_is_closing((uv_handle_t *)&t->watch_timer))
+        uv_close((uv_handle_t *)&t->watch_timer, NULL);
+    if (!uv_is_closing((uv_handle_t *)&t->grace_timer))
+        uv_close((uv_handle_t *)&t->grace_timer, NULL);
+    dt_pmix_free(t->pmix);
+    t->pmix = NULL;
+    free(t->nspace);
+    t->nspace = NULL;
+    free(t->log_dir);
+    t->log_dir = NULL;
+}
+
+void dt_task_free(dt_task_t *t)
+{
+    if (t == NULL)
+        return;
+    free_workers(t);
+    free(t->gen_dir);
+    free(t);
 }

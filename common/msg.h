@@ -16,6 +16,7 @@
 #include <jansson.h>
 
 #include "common/err.h"
+#include "common/macros.h"
 #include "common/proto.h"
 
 typedef struct dt_msg {
@@ -31,39 +32,44 @@ typedef struct dt_msg {
  * JSON object). On DT_EPROTO the stream cannot be resynchronised: close it.
  * Never reads past n, never allocates before the header is validated.
  * *out is zeroed on every call, so dt_msg_clear on it is always safe. */
-int dt_msg_decode(const uint8_t *buf, size_t n, dt_msg_t *out, dt_emsg_t *em);
+DT_MUST_CHECK int dt_msg_decode(const uint8_t *buf, size_t n, dt_msg_t *out, dt_emsg_t *em);
 
 /* Header only: 0 and the frame's total size (header + payload) in *need
  * once DT_MSG_HDR bytes are present and valid, 1 when fewer than DT_MSG_HDR
  * bytes are present, DT_EPROTO otherwise. */
-int dt_msg_peek(const uint8_t *buf, size_t n, size_t *need, dt_emsg_t *em);
+DT_MUST_CHECK int dt_msg_peek(const uint8_t *buf, size_t n, size_t *need, dt_emsg_t *em);
 
 /* Encode a frame into a new buffer (the caller frees it); body may be NULL
  * for {}. Returns 0, DT_ERANGE when the payload exceeds DT_MSG_MAX, or
  * DT_EINVAL for a type not in the table or a body that is not an object. */
-int dt_msg_encode(uint16_t type, uint32_t id, const json_t *body, uint8_t **out, size_t *len);
+DT_MUST_CHECK int dt_msg_encode(uint16_t type, uint32_t id, const json_t *body, uint8_t **out,
+                                size_t *len);
 
 /* Release the body and zero the message. */
 void dt_msg_clear(dt_msg_t *m);
 
 /* Field access for handlers: each returns 0, or DT_EPROTO with a message
- * naming the missing or mistyped field. */
-int dt_msg_get_int(const dt_msg_t *m, const char *field, int64_t *out, dt_emsg_t *em);
-int dt_msg_get_str(const dt_msg_t *m, const char *field, const char **out, dt_emsg_t *em);
+ * naming the missing or mistyped field. Results must be checked (also of
+ * the optional ones: a mistyped field is the peer's error to log or refuse,
+ * never to pass over in silence). */
+DT_MUST_CHECK int dt_msg_get_int(const dt_msg_t *m, const char *field, int64_t *out, dt_emsg_t *em);
+DT_MUST_CHECK int dt_msg_get_str(const dt_msg_t *m, const char *field, const char **out,
+                                 dt_emsg_t *em);
 /* Optional fields: leave *out unchanged when absent; a present field of
  * the wrong type (JSON null included) is still DT_EPROTO. */
-int dt_msg_opt_int(const dt_msg_t *m, const char *field, int64_t *out, dt_emsg_t *em);
-int dt_msg_opt_str(const dt_msg_t *m, const char *field, const char **out, dt_emsg_t *em);
-int dt_msg_opt_bool(const dt_msg_t *m, const char *field, int *out, dt_emsg_t *em);
+DT_MUST_CHECK int dt_msg_opt_int(const dt_msg_t *m, const char *field, int64_t *out, dt_emsg_t *em);
+DT_MUST_CHECK int dt_msg_opt_str(const dt_msg_t *m, const char *field, const char **out,
+                                 dt_emsg_t *em);
+DT_MUST_CHECK int dt_msg_opt_bool(const dt_msg_t *m, const char *field, int *out, dt_emsg_t *em);
 
 /* Text that is stored or shown (names, reasons, error texts): a string
  * field that must also pass dt_text_check (printable UTF-8 of at most max
  * bytes; max 0: no bound). DT_EPROTO for a missing or mistyped field,
  * DT_EINVAL naming the field and what is wrong in it otherwise. */
-int dt_msg_get_text(const dt_msg_t *m, const char *field, size_t max, const char **out,
-                    dt_emsg_t *em);
-int dt_msg_opt_text(const dt_msg_t *m, const char *field, size_t max, const char **out,
-                    dt_emsg_t *em);
+DT_MUST_CHECK int dt_msg_get_text(const dt_msg_t *m, const char *field, size_t max,
+                                  const char **out, dt_emsg_t *em);
+DT_MUST_CHECK int dt_msg_opt_text(const dt_msg_t *m, const char *field, size_t max,
+                                  const char **out, dt_emsg_t *em);
 
 /* Replace every string in v (in objects and arrays, recursively) that
  * dt_text_escape would change by its escaped form, for text that came from

@@ -25,6 +25,7 @@
 #include "common/log.h"
 #include "common/mem.h"
 #include "common/msg.h"
+#include "common/uvframe.h"
 #include "coordinator/auth.h"
 #include "coordinator/conn.h"
 #include "coordinator/rpc.h"
@@ -210,7 +211,7 @@ static void on_closed(uv_handle_t *h)
         k->closed = 1;
         return;
     }
-    free(k->buf);
+    dt_uvframe_close(&k->rd);
     free(k);
 }
 
@@ -243,7 +244,7 @@ static void on_written(uv_write_t *w, int status)
         dt_conn_close(k);
         return;
     }
-    if (k->len > 0 && may_serve(k))
+    if (dt_uvframe_buffered(&k->rd) > 0 && may_serve(k))
         dt_conn_process(k); /* requests held back while replies were unsent */
     else
         flow(k);
@@ -288,60 +289,50 @@ void dt_conn_error(dt_conn_t *k, uint32_t id, int code, const char *fmt, ...)
     dt_conn_reply(k, DT_MSG_ERROR, id, json_pack("{s:i, s:s}", "code", code, "error", msg));
 }
 
-/* The buffer exists only while bytes are in it: an idle peer holds none. */
+/* Requests are small. Big frames are refused from the header alone (the
+ * reader's cap): a JSON payload can cost ~80x its size once parsed, so the
+ * cap is far below the protocol's, and tighter before authentication. */
+static void read_cap(dt_conn_t *k)
+{
+    k->rd.max = k->authed ? DT_COORD_REQ_MAX : DT_COORD_PREAUTH_MAX;
+}
+
+/* The reader's buffer exists only while bytes are in it: an idle peer
+ * holds none. */
 static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *b)
 {
     dt_conn_t *k = h->data;
-    size_t want = 64 * 1024;
 
     (void)hint;
-    if (k->cap - k->len < want) {
-        k->cap = k->len + want;
-        k->buf = dt_xrealloc(k->buf, k->cap);
-    }
-    *b = uv_buf_init((char *)k->buf + k->len, (unsigned)(k->cap - k->len));
-}
-
-static void drop_buffer(dt_conn_t *k)
-{
-    free(k->buf);
-    k->buf = NULL;
-    k->cap = 0;
+    read_cap(k);
+    dt_uvframe_alloc(&k->rd, b);
 }
 
 void dt_conn_process(dt_conn_t *k)
 {
     dt_emsg_t em = { "" };
-    size_t off = 0;
 
-    /* frames are consumed from off; the rest moves down once, at the end */
-    while (k->len - off > 0 && may_serve(k)) {
-        const uint8_t *p = k->buf + off;
-        size_t n = k->len - off, need;
+    while (dt_uvframe_buffered(&k->rd) > 0 && may_serve(k)) {
         dt_msg_t m;
-        /* Requests are small. Refuse big frames from the header alone: a
-         * JSON payload can cost ~80x its size once parsed, so the cap is
-         * far below the protocol's, and tighter before authentication. */
-        if (dt_msg_peek(p, n, &need, &em) == 0 &&
-            need - DT_MSG_HDR > (k->authed ? DT_COORD_REQ_MAX : DT_COORD_PREAUTH_MAX)) {
-            dt_log_warn("peer=%s request of %zu bytes refused", k->peer, need - DT_MSG_HDR);
+        read_cap(k);
+        int rc = dt_uvframe_next(&k->rd, &m, &em);
+        if (rc == 0)
+            break;
+        if (rc == DT_ERANGE) {
+            dt_log_warn("peer=%s request of %zu bytes refused", k->peer, k->rd.refused);
             dt_conn_error(k, 0, DT_ERANGE, "request of %zu bytes exceeds the coordinator's limit "
-                          "of %u bytes%s", need - DT_MSG_HDR,
+                          "of %u bytes%s", k->rd.refused,
                           k->authed ? DT_COORD_REQ_MAX : DT_COORD_PREAUTH_MAX,
                           k->authed ? "" : " before authentication");
             dt_conn_close(k);
             return;
         }
-        int used = dt_msg_decode(p, n, &m, &em);
-        if (used == 0)
-            break;
-        if (used < 0) {
+        if (rc < 0) {
             dt_log_warn("peer=%s protocol error: %s", k->peer, em.s);
             dt_conn_error(k, 0, DT_EPROTO, "protocol error: %s", em.s);
             dt_conn_close(k);
             return;
         }
-        off += (size_t)used;
         if (!k->authed && ++k->preauth > DT_COORD_PREAUTH_FRAMES) {
             dt_log_warn("peer=%s closed: more than %d requests before authenticating", k->peer,
                         DT_COORD_PREAUTH_FRAMES);
@@ -356,12 +347,6 @@ void dt_conn_process(dt_conn_t *k)
     }
     if (k->closing)
         return;
-    if (off > 0) {
-        memmove(k->buf, k->buf + off, k->len - off);
-        k->len -= off;
-    }
-    if (k->len == 0)
-        drop_buffer(k);
     flow(k);
 }
 
@@ -376,13 +361,10 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b)
         dt_conn_close(k);
         return;
     }
-    if (n == 0) { /* nothing after all */
-        if (k->len == 0)
-            drop_buffer(k);
+    dt_uvframe_add(&k->rd, (size_t)n); /* n == 0: nothing after all */
+    if (n == 0)
         return;
-    }
     k->heard_ms = uv_now(k->coord->loop);
-    k->len += (size_t)n;
     dt_conn_process(k);
 }
 

@@ -24,6 +24,7 @@
 #include <sys/types.h>
 #include <uv.h>
 
+#include "common/uvframe.h"
 #include "coordinator/coord.h"
 
 /* Largest request payload accepted, after and before authentication. */
@@ -54,8 +55,7 @@ typedef struct dt_conn {
     uid_t uid;
     gid_t gid;
     char peer[64];       /* "uid=0 pid=42" or "127.0.0.1:5412" for logs */
-    uint8_t *buf;        /* received bytes not yet decoded; NULL when none */
-    size_t len, cap;
+    dt_uvframe_t rd;     /* received bytes not yet decoded (no buffer when none) */
     int closing;
     int reading;         /* uv_read_start is in effect */
     size_t writes;       /* replies handed to libuv whose callback has not run */

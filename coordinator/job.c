@@ -145,7 +145,11 @@ void dt_job_submit(dt_conn_t *k, const dt_msg_t *m)
     }
     json_t *pj = dt_plan_to_json(&req, &plan);
     int dry = 0;
-    dt_msg_opt_bool(m, "dry_run", &dry, &em);
+    if ((rc = dt_msg_opt_bool(m, "dry_run", &dry, &em)) < 0) { /* refused, not guessed */
+        json_decref(pj);
+        dt_conn_error(k, m->id, rc, "%s", em.s);
+        goto out;
+    }
     if (dry) {
         /* what would be submitted, nothing stored */
         dt_slurm_desc_t d = { 0 };
@@ -446,7 +450,8 @@ void dt_agent_register(dt_conn_t *k, const dt_msg_t *m)
     snprintf(a->node, sizeof(a->node), "%s", node);
     a->slots = (int)slots;
     a->pid = 0;
-    dt_msg_opt_int(m, "pid", &a->pid, &em);
+    if (dt_msg_opt_int(m, "pid", &a->pid, &em) < 0) /* only shown: the agent stays */
+        dt_log_warn("job=%lld node=%s REGISTER: %s; pid unknown", (long long)jid, node, em.s);
     k->agent = aid;
     dt_log_info("job=%lld agent=%lld node=%s slots=%lld registered", (long long)jid,
                 (long long)aid, node, (long long)slots);

@@ -35,7 +35,7 @@ static void auth_done(uv_work_t *w, int status)
     k->auth_cred = NULL;
     k->auth_pending = 0;
     if (k->closed) { /* the peer went away meanwhile */
-        free(k->buf);
+        dt_uvframe_close(&k->rd);
         free(k);
         return;
     }

@@ -790,7 +790,8 @@ void dt_run_registered(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
 
     if (r == NULL || r->phase == PH_DONE)
         return;
-    dt_msg_opt_int(m, "gen", &gen, &em);
+    if (dt_msg_opt_int(m, "gen", &gen, &em) < 0) /* as if it ran none: gen 0 */
+        dt_log_warn("agent=%lld REGISTER: %s", (long long)a->id, em.s);
     int gi = gen_index(r, a->id);
     if (r->phase == PH_WAITING && (r->spec.kind == NULL || strcmp(r->spec.kind, "train") != 0)) {
         /* only training runs under agents so far: say so once, leave the
@@ -896,11 +897,16 @@ void dt_run_worker_exit(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
     if (r == NULL || dt_msg_opt_int(m, "gen", &gen, &em) < 0 ||
         dt_msg_opt_int(m, "rank", &rank, &em) < 0 || gen != r->gen || rank < 0 || rank >= r->R)
         return;
-    dt_msg_opt_int(m, "status", &status, &em);
-    dt_msg_opt_int(m, "signal", &sig, &em);
-    dt_msg_opt_int(m, "step", &step, &em);
-    dt_msg_opt_bool(m, "hung", &hung, &em);
-    dt_msg_opt_str(m, "error", &err, &em);
+    if (dt_msg_opt_int(m, "status", &status, &em) < 0) /* the default stands */
+        dt_log_warn("agent=%lld WORKER_EXIT: %s", (long long)a->id, em.s);
+    if (dt_msg_opt_int(m, "signal", &sig, &em) < 0) /* the default stands */
+        dt_log_warn("agent=%lld WORKER_EXIT: %s", (long long)a->id, em.s);
+    if (dt_msg_opt_int(m, "step", &step, &em) < 0) /* the default stands */
+        dt_log_warn("agent=%lld WORKER_EXIT: %s", (long long)a->id, em.s);
+    if (dt_msg_opt_bool(m, "hung", &hung, &em) < 0) /* the default stands */
+        dt_log_warn("agent=%lld WORKER_EXIT: %s", (long long)a->id, em.s);
+    if (dt_msg_opt_str(m, "error", &err, &em) < 0) /* the default stands */
+        dt_log_warn("agent=%lld WORKER_EXIT: %s", (long long)a->id, em.s);
     /* the agent's text goes into an event: escaped, and cut to fit whole */
     char errt[300] = "";
     if (err) {
@@ -963,7 +969,8 @@ void dt_run_worker_exit(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
     if (r->phase != PH_STARTING && r->phase != PH_RUNNING)
         return;
     int stopped = 0;
-    dt_msg_opt_bool(m, "stopped", &stopped, &em);
+    if (dt_msg_opt_bool(m, "stopped", &stopped, &em) < 0) /* the default stands */
+        dt_log_warn("agent=%lld WORKER_EXIT: %s", (long long)a->id, em.s);
     worker_failure_t f = { .rank = (int)rank, .status = status, .sig = sig, .hung = hung,
                            .stopped = stopped, .step = ri->step };
     snprintf(f.node, sizeof(f.node), "%s", a->node);
@@ -1240,7 +1247,8 @@ void dt_run_preempt(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
     const char *sig = "USR1";
     char why[400];
 
-    dt_msg_opt_str(m, "signal", &sig, &em);
+    if (dt_msg_opt_str(m, "signal", &sig, &em) < 0) /* taken as USR1 */
+        dt_log_warn("agent=%lld PREEMPT: %s", (long long)a->id, em.s);
     if (r == NULL || r->phase == PH_DONE || r->phase == PH_STOPPING || r->phase == PH_WAITING)
         return; /* every agent sends it: the first one decides */
     if (!dt_alloc_is_slurm(c, r->job)) {
