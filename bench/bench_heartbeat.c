@@ -34,6 +34,7 @@
 
 #include "common/mem.h"
 #include "common/msg.h"
+#include "common/uvframe.h"
 
 #define WARMUP_S 2.0
 #define DRAIN_S 2.0
@@ -66,8 +67,7 @@ typedef struct agent {
     int64_t id;        /* agent id from REGISTER */
     uint32_t next_req; /* next heartbeat request id */
     int64_t slot;      /* next heartbeat slot (see slot_ns) */
-    uint8_t *rbuf;     /* streaming read buffer: rbuf[0..rlen) unparsed */
-    size_t rlen, rcap;
+    dt_uvframe_t rd;   /* the coordinator's replies (common/uvframe.h) */
     unsigned inflight;
     struct {
         uint32_t id;   /* 0: free */
@@ -451,51 +451,39 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
     agent_t *a = h->data;
 
     (void)hint;
-    if (a->rcap - a->rlen < 4096) {
-        a->rcap = a->rcap ? 2 * a->rcap : 8192;
-        a->rbuf = dt_xrealloc(a->rbuf, a->rcap);
-    }
-    *buf = uv_buf_init((char *)a->rbuf + a->rlen, (unsigned)(a->rcap - a->rlen));
+    dt_uvframe_alloc(&a->rd, buf);
+}
+
+static int on_frame(void *ud, dt_msg_t *m)
+{
+    agent_t *a = ud;
+
+    on_reply(a, m);
+    return a->state == A_DONE; /* stop reading once this agent is done */
 }
 
 static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 {
     agent_t *a = s->data;
     dt_emsg_t em = { "" };
-    size_t off = 0;
+    int rc;
 
     (void)buf;
-    if (n < 0) {
-        if (a->state != A_DONE && a->b->phase < P_DRAIN)
-            errlog(a->b, "agent %d: connection lost: %s", a->idx, uv_strerror((int)n));
-        if (a->state == A_LIVE)
-            live_failed(a);
-        else if (a->state != A_DONE)
-            setup_failed(a);
-        return;
-    }
-    a->rlen += (size_t)n;
-    while (a->state != A_DONE && off < a->rlen) {
-        dt_msg_t m;
-        int used = dt_msg_decode(a->rbuf + off, a->rlen - off, &m, &em);
-        if (used == 0)
-            break;
-        if (used < 0) {
-            errlog(a->b, "agent %d: bad frame from the coordinator: %s", a->idx, em.s);
-            if (a->state == A_LIVE)
-                live_failed(a);
-            else
-                setup_failed(a);
-            return;
-        }
-        on_reply(a, &m);
-        dt_msg_clear(&m);
-        off += (size_t)used;
-    }
     if (a->state == A_DONE)
         return;
-    memmove(a->rbuf, a->rbuf + off, a->rlen - off);
-    a->rlen -= off;
+    rc = dt_uvframe_read(&a->rd, n, on_frame, a, &em);
+    if (rc >= 0)
+        return;
+    if (n < 0) {
+        if (a->b->phase < P_DRAIN)
+            errlog(a->b, "agent %d: connection lost: %s", a->idx, uv_strerror((int)n));
+    } else {
+        errlog(a->b, "agent %d: bad frame from the coordinator: %s", a->idx, em.s);
+    }
+    if (a->state == A_LIVE)
+        live_failed(a);
+    else
+        setup_failed(a);
 }
 
 static void on_connect(uv_connect_t *req, int status)
@@ -842,6 +830,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < b.n; i++) {
         b.agents[i].b = &b;
         b.agents[i].idx = i;
+        dt_uvframe_init(&b.agents[i].rd, DT_MSG_MAX);
     }
     if (encode_creds(&b) < 0)
         goto out;
@@ -889,7 +878,7 @@ int main(int argc, char **argv)
 out:
     for (int i = 0; i < b.n; i++) {
         free(b.agents[i].cred);
-        free(b.agents[i].rbuf);
+        dt_uvframe_close(&b.agents[i].rd);
     }
     free(b.agents);
     free(b.lat_ms);
