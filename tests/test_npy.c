@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/half.h"
 #include "engine/npy.h"
 
 /*-- fixture: one temp dir per test -----------------------------------------*/
