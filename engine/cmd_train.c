@@ -37,7 +37,6 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +45,7 @@
 
 #include "common/clock.h"
 #include "common/mem.h"
+#include "common/sha256.h"
 #include "engine/attn.h"
 #include "engine/ckpt.h"
 #include "engine/cmd.h"
@@ -546,15 +546,6 @@ out:
     return rc;
 }
 
-static void digest(const float *p, int64_t n, char hex[65])
-{
-    unsigned char md[32];
-    unsigned int len = 0;
-    EVP_Digest(p, (size_t)n * sizeof(float), md, &len, EVP_sha256(), NULL);
-    for (int i = 0; i < 32; i++)
-        snprintf(hex + 2 * i, 3, "%02x", md[i]);
-}
-
 /* ---- the command ------------------------------------------------------------ */
 
 int dt_cmd_train(dt_comm_t *comm, int argc, char **argv)
@@ -799,7 +790,7 @@ int dt_cmd_train(dt_comm_t *comm, int argc, char **argv)
         fprintf(stderr, "dtengine train: %s\n", em.s);
     if (rc == 0 && me == 0) {
         char hex[65];
-        digest(P, n, hex);
+        dt_sha256_hex(P, (size_t)(n) * sizeof(float), hex);
         /* loss last: scripts read params_sha256 where it always was */
         printf("result: steps=%lld params_sha256=%s loss=%.9f\n", (long long)o.steps, hex,
                last_loss);

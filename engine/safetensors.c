@@ -4,9 +4,9 @@
  * the contract). The header is untrusted JSON: its length is capped before
  * allocating, jansson parses it with duplicate keys rejected, and every entry
  * is checked before the file is accepted, so later reads only bounds-check
- * against numbers already known to agree with the file size. SHA-256 comes
- * from OpenSSL's EVP interface (libcrypto), fed by the same buffers that are
- * written, so the digest is of the bytes that went out.
+ * against numbers already known to agree with the file size. SHA-256
+ * (common/sha256.h) is fed by the same buffers that are written, so the
+ * digest is of the bytes that went out.
  *
  * Not here: memory-mapping, conversions, the checkpoint layout (ckpt.c).
  */
@@ -15,7 +15,6 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
-#include <openssl/evp.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -27,13 +26,13 @@
 
 #include "common/fileio.h"
 #include "common/mem.h"
+#include "common/sha256.h"
 #include "safetensors.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "safetensors data is little-endian and is copied as it lies in memory");
 
 #define META_KEY "__metadata__"
-#define HASH_CHUNK (1 << 20)
 
 /*-- dtypes ---------------------------------------------------------------*/
 
@@ -91,79 +90,6 @@ static const char *shape_str(int ndim, const int64_t *shape, char *buf, size_t s
 }
 
 /*-- hashing and file helpers ---------------------------------------------*/
-
-static void hex_digest(const unsigned char *md, char hex[65])
-{
-    static const char digits[] = "0123456789abcdef";
-
-    for (int i = 0; i < 32; i++) {
-        hex[2 * i] = digits[md[i] >> 4];
-        hex[2 * i + 1] = digits[md[i] & 15];
-    }
-    hex[64] = '\0';
-}
-
-static EVP_MD_CTX *sha256_new(void)
-{
-    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-
-    /* Both fail only on allocation failure or a broken libcrypto. */
-    if (ctx == NULL || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
-        fprintf(stderr, "dt: cannot initialise SHA-256 in libcrypto\n");
-        abort();
-    }
-    return ctx;
-}
-
-static void sha256_update(EVP_MD_CTX *ctx, const void *p, size_t n)
-{
-    if (n > 0 && EVP_DigestUpdate(ctx, p, n) != 1) {
-        fprintf(stderr, "dt: SHA-256 update failed in libcrypto\n");
-        abort();
-    }
-}
-
-static void sha256_final(EVP_MD_CTX *ctx, char hex[65])
-{
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int len = 0;
-
-    if (EVP_DigestFinal_ex(ctx, md, &len) != 1 || len != 32) {
-        fprintf(stderr, "dt: SHA-256 final failed in libcrypto\n");
-        abort();
-    }
-    EVP_MD_CTX_free(ctx);
-    hex_digest(md, hex);
-}
-
-int dt_sha256_file(const char *path, char hex[65], dt_emsg_t *em)
-{
-    EVP_MD_CTX *ctx;
-    unsigned char *buf;
-    int64_t off = 0, got;
-    int fd, rc = 0;
-
-    /* a regular file, not through a link: a device would never end, and
-     * a planted link would make whoever hashes read another file */
-    if ((fd = dt_open_regular_flags(path, DT_OPEN_NOFOLLOW, NULL, em)) < 0)
-        return fd;
-    ctx = sha256_new();
-    buf = dt_xmalloc(HASH_CHUNK);
-    while ((got = dt_pread_full(fd, buf, HASH_CHUNK, off)) > 0) {
-        sha256_update(ctx, buf, (size_t)got);
-        off += got;
-    }
-    if (got < 0)
-        rc = dt_emsg_set(em, (int)got, "%s: cannot read: %s", path, dt_strerror((int)got));
-    free(buf);
-    close(fd);
-    if (rc < 0) {
-        EVP_MD_CTX_free(ctx);
-        return rc;
-    }
-    sha256_final(ctx, hex);
-    return 0;
-}
 
 /*-- writer ---------------------------------------------------------------*/
 
@@ -349,7 +275,7 @@ static char *dir_of(const char *path)
 int dt_st_write(dt_st_writer_t *w, const char *path, char hex[65], int64_t *bytes, dt_emsg_t *em)
 {
     const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
-    EVP_MD_CTX *ctx = NULL;
+    dt_sha256_t *ctx = NULL;
     char *hdr = NULL, *dir = NULL, *tmp = NULL, digest[65];
     unsigned char len8[8];
     size_t hlen;
@@ -398,12 +324,12 @@ int dt_st_write(dt_st_writer_t *w, const char *path, char hex[65], int64_t *byte
     fsync_job_t fj = { .fd = fd };
     pthread_t th;
     int threaded = pthread_create(&th, NULL, fsync_main, &fj) == 0;
-    ctx = sha256_new();
-    sha256_update(ctx, len8, 8);
-    sha256_update(ctx, hdr, hlen);
+    ctx = dt_sha256_new();
+    dt_sha256_update(ctx, len8, 8);
+    dt_sha256_update(ctx, hdr, hlen);
     for (size_t i = 0; i < w->nt; i++)
-        sha256_update(ctx, w->t[i].data, (size_t)w->t[i].nbytes);
-    sha256_final(ctx, digest);
+        dt_sha256_update(ctx, w->t[i].data, (size_t)w->t[i].nbytes);
+    dt_sha256_final(ctx, digest);
     ctx = NULL;
     if (threaded)
         pthread_join(th, NULL);
@@ -448,8 +374,7 @@ int dt_st_write(dt_st_writer_t *w, const char *path, char hex[65], int64_t *byte
 write_fail:
     rc = dt_emsg_set(em, rc, "%s: cannot write %s: %s", path, tmp, dt_strerror(rc));
 fail:
-    if (ctx)
-        EVP_MD_CTX_free(ctx);
+    dt_sha256_free(ctx);
     if (fd >= 0)
         close(fd);
     if (created)

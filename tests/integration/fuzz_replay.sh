@@ -91,7 +91,8 @@ sources() {
     _c="$DT_SRCDIR/common/err.c $DT_SRCDIR/common/mem.c $DT_SRCDIR/common/fileio.c"
     case $1 in
     msg) echo "$_c $DT_SRCDIR/common/msg.c $DT_SRCDIR/common/text.c" ;;
-    safetensors | manifest) echo "$_c $DT_SRCDIR/engine/safetensors.c $DT_SRCDIR/engine/ckpt.c" ;;
+    safetensors | manifest) echo "$_c $DT_SRCDIR/common/sha256.c" \
+        "$DT_SRCDIR/engine/safetensors.c $DT_SRCDIR/engine/ckpt.c" ;;
     npy) echo "$_c $DT_SRCDIR/common/half.c $DT_SRCDIR/engine/npy.c" ;;
     tokshard) echo "$_c $DT_SRCDIR/engine/data.c $DT_SRCDIR/engine/gen.c" ;;
     esac
