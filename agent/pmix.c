@@ -43,7 +43,6 @@
 #include "config.h"
 
 #include <errno.h>
-#include <ftw.h>
 #include <limits.h>
 #include <linux/inet_diag.h>
 #include <linux/netlink.h>
@@ -64,6 +63,7 @@
 #include <unistd.h>
 
 #include "agent/pmix.h"
+#include "common/fileio.h"
 #include "common/log.h"
 #include "common/mem.h"
 
@@ -551,17 +551,14 @@ static int mkdirs(const char *path, dt_emsg_t *em)
     return rc;
 }
 
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    if (remove(path) < 0 && errno != ENOENT)
-        dt_log_warn("cannot remove %s: %s", path, strerror(errno));
-    return 0;
-}
-
+/* rm -rf PATH; a failure is logged (what is left is in the agent's own
+ * temp directory, and only costs space). */
 static void rm_tree(const char *path)
 {
-    if (nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS) < 0 && errno != ENOENT)
-        dt_log_warn("cannot remove %s: %s", path, strerror(errno));
+    dt_emsg_t em = { "" };
+
+    if (dt_rmtree(path, &em) < 0)
+        dt_log_warn("%s", em.s);
 }
 
 /* The server's directory and every directory above it: only we (or root)

@@ -14,7 +14,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,28 +76,6 @@ static const char *base_name(const char *path)
 }
 
 /*-- file helpers ---------------------------------------------------------*/
-
-static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
-
-/* rm -r PATH; a missing PATH is success. */
-static int rm_tree(const char *path, dt_emsg_t *em)
-{
-    struct stat st;
-
-    if (lstat(path, &st) < 0 && errno == ENOENT)
-        return 0;
-    if (nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS) != 0) {
-        int e = errno;
-        return dt_emsg_set(em, dt_err_errno(e), "%s: cannot remove: %s", path, strerror(e));
-    }
-    return 0;
-}
 
 /* DIR opened as a directory, refusing a symbolic link in its place. */
 static int open_dir(const char *dir, dt_emsg_t *em)
@@ -409,7 +386,7 @@ int dt_ckpt_begin(const char *root, int64_t step, dt_emsg_t *em)
             dt_emsg_set(em, DT_EEXIST, "%s: step %" PRId64 " is already checkpointed", final, step);
         goto out;
     }
-    if ((rc = rm_tree(tmp, em)) < 0)
+    if ((rc = dt_rmtree(tmp, em)) < 0)
         goto out;
     if (mkdir(tmp, 0700) < 0) {
         e = errno;
@@ -700,7 +677,7 @@ int dt_ckpt_prune(const char *root, int keep, dt_emsg_t *em)
             int e = errno;
             rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot rename for deletion: %s", dir,
                              strerror(e));
-        } else if ((rc = dt_fsync_dir(root, em)) == 0 && (rc = rm_tree(del, em)) == 0) {
+        } else if ((rc = dt_fsync_dir(root, em)) == 0 && (rc = dt_rmtree(del, em)) == 0) {
             removed++;
         }
         free(del);

@@ -32,7 +32,6 @@
 #include "config.h"
 
 #include <cblas.h>
-#include <ftw.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -44,6 +43,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/fileio.h"
 #include "common/mem.h"
 #include "common/sha256.h"
 #include "engine/attn.h"
@@ -284,12 +284,6 @@ static json_t *cursor_json(const dt_loader_cursor_t *cur)
                      (json_int_t)cur->shard, "seq", (json_int_t)cur->seq);
 }
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st, (void)ftw;
-    return (flag == FTW_DP ? rmdir(path) : unlink(path)) < 0 ? -1 : 0;
-}
-
 /* --ckpt-commit external, rank 0, before step STEP is written: a step
  * directory already there is from an earlier generation of the job that
  * went past the checkpoint the coordinator resumed us from. With the
@@ -319,8 +313,9 @@ static int supersede(const char *root, int64_t step, int *skip, dt_emsg_t *em)
         goto out;
     }
     fprintf(stderr, "dtengine train: %s was never committed: writing it again\n", dir);
-    if (nftw(old, rm_entry, 16, FTW_DEPTH | FTW_PHYS) < 0)
-        fprintf(stderr, "dtengine train: %s: cannot remove: %s\n", old, strerror(errno));
+    dt_emsg_t sub = { "" };
+    if (dt_rmtree(old, &sub) < 0)
+        fprintf(stderr, "dtengine train: %s\n", sub.s);
 out:
     free(old);
     free(dir);

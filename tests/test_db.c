@@ -15,7 +15,6 @@
 
 #include <criterion/criterion.h>
 #include <errno.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <sqlite3.h>
@@ -28,6 +27,7 @@
 #include <unistd.h>
 
 #include "common/err.h"
+#include "common/fileio.h"
 #include "common/mem.h"
 #include "db/db.h"
 
@@ -43,18 +43,10 @@ static void setup(void)
     snprintf(dbpath, sizeof(dbpath), "%s/dt.db", tmpdir);
 }
 
-static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
-
 static void teardown(void)
 {
     if (tmpdir[0])
-        nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+        dt_rmtree(tmpdir, NULL);
 }
 
 TestSuite(db, .init = setup, .fini = teardown);
