@@ -63,6 +63,7 @@
 #include <unistd.h>
 
 #include "agent/pmix.h"
+#include "common/clock.h"
 #include "common/fileio.h"
 #include "common/log.h"
 #include "common/mem.h"
@@ -229,13 +230,7 @@ static int waiter_wait(waiter_t *w, pmix_status_t rc, const char *what, dt_emsg_
         waiter_unref(w, 2);
         return rc == PMIX_OPERATION_SUCCEEDED ? 0 : pmix_fail(em, rc, what);
     }
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += DT_PMIX_CB_TIMEOUT_MS / 1000;
-    until.tv_nsec += (long)(DT_PMIX_CB_TIMEOUT_MS % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    dt_clock_deadline(&until, DT_PMIX_CB_TIMEOUT_MS);
     pthread_mutex_lock(&w->mu);
     while (!w->done && !timedout)
         timedout = pthread_cond_timedwait(&w->cv, &w->mu, &until) == ETIMEDOUT;
@@ -882,13 +877,7 @@ static int finalize_within(int64_t ms)
         PMIx_server_finalize();
         return dt_err_errno(rc);
     }
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += (time_t)(ms / 1000);
-    until.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    dt_clock_deadline(&until, ms);
     pthread_mutex_lock(&fin.mu);
     while (!fin.done && pthread_cond_timedwait(&fin.cv, &fin.mu, &until) != ETIMEDOUT)
         ;

@@ -566,21 +566,16 @@ int dt_npy_read_i64(const char *path, const dt_npy_info_t *info, int64_t *dst, d
 /*-- atomic writer --------------------------------------------------------*/
 
 struct dt_npy_writer {
-    int fd;
+    dt_atomic_t af; /* the temp file (common/fileio.h) */
     enum dt_dtype dtype;
     int64_t count;
     int64_t data_offset;
-    int failed;   /* first pwrite error: commit refuses to publish the file */
-    bool created; /* tmp is ours to unlink */
+    int failed; /* first pwrite error: commit refuses to publish the file */
     char *path;
-    char *tmp;
-    char *dir;
 };
 
 static void writer_free(dt_npy_writer_t *w)
 {
-    free(w->dir);
-    free(w->tmp);
     free(w->path);
     free(w);
 }
@@ -641,48 +636,28 @@ int dt_npy_writer_open(const char *path, enum dt_dtype dtype, int ndim, const in
         return dt_emsg_set(em, DT_EINVAL, "%s: header does not fit", path);
 
     w = dt_xcalloc(1, sizeof(*w));
-    w->fd = -1;
+    w->af.fd = -1;
     w->dtype = dtype;
     w->data_offset = (int64_t)hlen;
     w->path = dt_xstrdup(path);
-    if (slash == path)
-        w->dir = dt_xstrdup("/");
-    else if (slash)
-        w->dir = dt_xasprintf("%.*s", (int)(slash - path), path);
-    else
-        w->dir = dt_xstrdup(".");
-    w->tmp = dt_xasprintf("%s/.%s.tmp.%ld", slash == path ? "" : w->dir, base,
-                          (long)getpid());
     if ((rc = shape_count(path, ndim, shape, dt_npy_dtype_size(dtype), w->data_offset, DT_EINVAL,
                           &w->count, em)) < 0)
         goto fail;
 
-    /* A temp file with our pid was left by a crashed process that had the
-     * same pid (containers reuse pids): garbage, replaced. (Two writers of
-     * one target at once in one process would collide here: a caller bug.) */
-    /* 0600: outputs are the job owner's alone (O_EXCL: a link planted at
-     * the temp name is not followed, it is refused or replaced) */
-    w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (w->fd < 0 && errno == EEXIST && unlink(w->tmp) == 0)
-        w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (w->fd < 0) {
-        int e = errno;
-        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot create %s: %s", path, w->tmp,
-                         strerror(e));
+    /* 0600: outputs are the job owner's alone */
+    if ((rc = dt_atomic_open(&w->af, path, 0600, 0, em)) < 0)
         goto fail;
-    }
-    w->created = true;
     /* Size the file now: elements never written read as zero, and a shape
      * the file system cannot hold fails here rather than halfway. */
     size = w->data_offset + w->count * (int64_t)dt_npy_dtype_size(dtype);
-    if (ftruncate(w->fd, (off_t)size) < 0) {
+    if (ftruncate(w->af.fd, (off_t)size) < 0) {
         int e = errno;
-        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot size %s: %s", path, w->tmp,
+        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot size %s: %s", path, w->af.tmp,
                          strerror(e));
         goto fail;
     }
-    if ((rc = dt_pwrite_full(w->fd, hdr, hlen, 0)) < 0) {
-        rc = dt_emsg_set(em, rc, "%s: cannot write %s: %s", path, w->tmp, dt_strerror(rc));
+    if ((rc = dt_pwrite_full(w->af.fd, hdr, hlen, 0)) < 0) {
+        rc = dt_emsg_set(em, rc, "%s: cannot write %s: %s", path, w->af.tmp, dt_strerror(rc));
         goto fail;
     }
     *out = w;
@@ -707,7 +682,7 @@ int dt_npy_writer_pwrite(dt_npy_writer_t *w, int64_t first, int64_t count, const
     }
     off = w->data_offset + first * (int64_t)isz;
     if (w->dtype != DT_DTYPE_F16) {
-        rc = dt_pwrite_full(w->fd, data, (size_t)count * isz, off);
+        rc = dt_pwrite_full(w->af.fd, data, (size_t)count * isz, off);
     } else {
         /* float32 in, binary16 out, through a bounded buffer. */
         const float *src = data;
@@ -722,12 +697,12 @@ int dt_npy_writer_pwrite(dt_npy_writer_t *w, int64_t first, int64_t count, const
                 buf[2 * j] = (unsigned char)(h & 0xff);
                 buf[2 * j + 1] = (unsigned char)(h >> 8);
             }
-            rc = dt_pwrite_full(w->fd, buf, n * 2, off + i * 2);
+            rc = dt_pwrite_full(w->af.fd, buf, n * 2, off + i * 2);
         }
         free(buf);
     }
     if (rc < 0)
-        rc = dt_emsg_set(em, rc, "%s: cannot write %s: %s", w->path, w->tmp, dt_strerror(rc));
+        rc = dt_emsg_set(em, rc, "%s: cannot write %s: %s", w->path, w->af.tmp, dt_strerror(rc));
 out:
     if (rc < 0 && w->failed == 0)
         w->failed = rc;
@@ -736,45 +711,16 @@ out:
 
 int dt_npy_writer_commit(dt_npy_writer_t *w, dt_emsg_t *em)
 {
-    int rc, e;
+    int rc;
 
     if (w->failed < 0) {
         rc = dt_emsg_set(em, w->failed, "%s: not written: an earlier write failed (%s)",
                          w->path, dt_strerror(w->failed));
-        goto fail;
+        dt_npy_writer_abort(w);
+        return rc;
     }
-    if (fsync(w->fd) < 0) {
-        e = errno;
-        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot fsync %s: %s", w->path, w->tmp,
-                         strerror(e));
-        goto fail;
-    }
-    /* close can report a deferred write error (NFS): it counts. */
-    rc = close(w->fd);
-    w->fd = -1;
-    if (rc < 0) {
-        e = errno;
-        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot close %s: %s", w->path, w->tmp,
-                         strerror(e));
-        goto fail;
-    }
-    if (rename(w->tmp, w->path) < 0) {
-        e = errno;
-        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot rename %s over it: %s", w->path,
-                         w->tmp, strerror(e));
-        goto fail;
-    }
-
-    /* The rename is done and the temp file is gone; what is left makes the
-     * rename itself durable. */
-    rc = 0;
-    dt_emsg_t sub = { "" };
-    if ((rc = dt_fsync_dir(w->dir, &sub)) < 0)
-        dt_emsg_set(em, rc, "%s: written, but %s", w->path, sub.s);
+    rc = dt_atomic_commit(&w->af, em);
     writer_free(w);
-    return rc;
-fail:
-    dt_npy_writer_abort(w);
     return rc;
 }
 
@@ -782,10 +728,7 @@ void dt_npy_writer_abort(dt_npy_writer_t *w)
 {
     if (w == NULL)
         return;
-    if (w->fd >= 0)
-        close(w->fd);
-    if (w->created) /* also after a failed commit, which closed the fd */
-        unlink(w->tmp);
+    dt_atomic_abort(&w->af);
     writer_free(w);
 }
 
