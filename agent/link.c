@@ -66,11 +66,6 @@ struct dt_link {
 
 static void connect_now(dt_link_t *l);
 
-static int64_t mono_ms(void)
-{
-    return (int64_t)(dt_clock_now() * 1e3);
-}
-
 /* No reconnect once the link is closed or the agent is stopping. */
 static int winding_down(const dt_link_t *l)
 {
@@ -209,7 +204,7 @@ static void link_down(dt_link_t *l, const char *why)
     else
         dt_log_debug("link to %s: %s", l->conf.coord, why);
     if (l->connected || l->registered)
-        l->lost_since_ms = mono_ms();
+        l->lost_since_ms = dt_clock_mono_ms();
     l->connected = l->registered = 0;
     uv_timer_stop(&l->heartbeat_timer);
     dt_uvframe_close(&l->rd); /* what the old connection left is no frame */
@@ -251,7 +246,7 @@ static void on_registered(dt_link_t *l, const dt_msg_t *m)
     l->backoff_ms = BACKOFF_MIN_MS;
     if (l->lost_since_ms)
         dt_log_info("agent=%lld node=%s registered again after %lld ms", (long long)l->agent_id,
-                    l->conf.node, (long long)(mono_ms() - l->lost_since_ms));
+                    l->conf.node, (long long)(dt_clock_mono_ms() - l->lost_since_ms));
     else
         dt_log_info("agent=%lld job=%lld node=%s slots=%d registered", (long long)l->agent_id,
                     (long long)l->conf.job, l->conf.node, l->conf.slots);

@@ -39,6 +39,7 @@
 #include "common/log.h"
 #include "common/macros.h"
 #include "common/mem.h"
+#include "common/path.h"
 
 /* dtagentd's one context, reached through loop->data (signals) and the
  * hooks' ud; touched by the loop thread only. The agent is one per node
@@ -249,23 +250,12 @@ static int64_t env_int(const char *name)
  * the bin directory beside sbin), else found in PATH by uv_spawn. */
 static char *find_engine(void)
 {
-    char self[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (n > 0) {
-        self[n] = '\0';
-        char *slash = strrchr(self, '/');
-        if (slash) {
-            *slash = '\0';
-            const char *rel[] = { "../engine/dtengine", "../bin/dtengine", "dtengine" };
-            for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
-                char *p = dt_xasprintf("%s/%s", self, rel[i]);
-                if (access(p, X_OK) == 0)
-                    return p;
-                free(p);
-            }
-        }
-    }
-    return dt_xstrdup("dtengine");
+    static const char *const rel[] = { "../engine/dtengine", "../bin/dtengine", "dtengine" };
+    char *dir = dt_path_self_dir();
+    char *p = dt_path_beside(dir, rel, DT_ARRAY_SIZE(rel), 0);
+
+    free(dir);
+    return p ? p : dt_xstrdup("dtengine");
 }
 
 /* The state directory must be ours and closed to others: in /tmp another

@@ -43,7 +43,6 @@
 #include "config.h"
 
 #include <errno.h>
-#include <ftw.h>
 #include <limits.h>
 #include <linux/inet_diag.h>
 #include <linux/netlink.h>
@@ -64,6 +63,8 @@
 #include <unistd.h>
 
 #include "agent/pmix.h"
+#include "common/clock.h"
+#include "common/fileio.h"
 #include "common/log.h"
 #include "common/mem.h"
 
@@ -229,13 +230,7 @@ static int waiter_wait(waiter_t *w, pmix_status_t rc, const char *what, dt_emsg_
         waiter_unref(w, 2);
         return rc == PMIX_OPERATION_SUCCEEDED ? 0 : pmix_fail(em, rc, what);
     }
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += DT_PMIX_CB_TIMEOUT_MS / 1000;
-    until.tv_nsec += (long)(DT_PMIX_CB_TIMEOUT_MS % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    dt_clock_deadline(&until, DT_PMIX_CB_TIMEOUT_MS);
     pthread_mutex_lock(&w->mu);
     while (!w->done && !timedout)
         timedout = pthread_cond_timedwait(&w->cv, &w->mu, &until) == ETIMEDOUT;
@@ -551,17 +546,14 @@ static int mkdirs(const char *path, dt_emsg_t *em)
     return rc;
 }
 
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    if (remove(path) < 0 && errno != ENOENT)
-        dt_log_warn("cannot remove %s: %s", path, strerror(errno));
-    return 0;
-}
-
+/* rm -rf PATH; a failure is logged (what is left is in the agent's own
+ * temp directory, and only costs space). */
 static void rm_tree(const char *path)
 {
-    if (nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS) < 0 && errno != ENOENT)
-        dt_log_warn("cannot remove %s: %s", path, strerror(errno));
+    dt_emsg_t em = { "" };
+
+    if (dt_rmtree(path, &em) < 0)
+        dt_log_warn("%s", em.s);
 }
 
 /* The server's directory and every directory above it: only we (or root)
@@ -885,13 +877,7 @@ static int finalize_within(int64_t ms)
         PMIx_server_finalize();
         return dt_err_errno(rc);
     }
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += (time_t)(ms / 1000);
-    until.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    dt_clock_deadline(&until, ms);
     pthread_mutex_lock(&fin.mu);
     while (!fin.done && pthread_cond_timedwait(&fin.cv, &fin.mu, &until) != ETIMEDOUT)
         ;

@@ -24,7 +24,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,10 +34,12 @@
 
 #include "agent/pmix.h"
 #include "agent/task.h"
+#include "common/base64.h"
 #include "common/clock.h"
 #include "common/fileio.h"
 #include "common/log.h"
 #include "common/mem.h"
+#include "common/sha256.h"
 #include "common/uvframe.h"
 #include "io/ckpt.h"
 
@@ -88,11 +89,6 @@ struct dt_task {
 };
 
 static void gen_maybe_ended(dt_task_t *t);
-
-static int64_t mono_ms(void)
-{
-    return (int64_t)(dt_clock_now() * 1e3);
-}
 
 static int64_t agent_id(const dt_task_t *t)
 {
@@ -316,8 +312,8 @@ static void verify_work(uv_work_t *req)
 {
     verify_t *v = req->data;
     dt_emsg_t em = { "" };
-    unsigned char md[32], *buf = dt_xmalloc(1 << 20);
-    int64_t size = 0, off = 0, n;
+    char hex[DT_SHA256_HEX];
+    int64_t size = 0, off;
     int fd;
 
     v->t0 = uv_hrtime();
@@ -325,24 +321,12 @@ static void verify_work(uv_work_t *req)
     v->ok = 0;
     if (fd < 0) {
         snprintf(v->why, sizeof(v->why), "%s", em.s);
-        free(buf);
         return;
     }
-    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-    EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
-    while ((n = dt_pread_full(fd, buf, 1 << 20, off)) > 0) {
-        EVP_DigestUpdate(ctx, buf, (size_t)n);
-        off += n;
-    }
-    EVP_DigestFinal_ex(ctx, md, NULL);
-    EVP_MD_CTX_free(ctx);
+    off = dt_sha256_fd(fd, hex);
     close(fd);
-    free(buf);
     v->t1 = uv_hrtime();
-    char hex[65];
-    for (int i = 0; i < 32; i++)
-        snprintf(hex + 2 * i, 3, "%02x", md[i]);
-    if (n < 0)
+    if (off < 0)
         snprintf(v->why, sizeof(v->why), "%s: read error", v->full);
     else if (off != v->bytes)
         snprintf(v->why, sizeof(v->why), "%s: %lld bytes, the worker reported %lld", v->full,
@@ -425,7 +409,7 @@ static void on_worker_frame(dt_worker_t *w, const dt_msg_t *m)
 {
     dt_task_t *t = w->t;
 
-    w->last_heard_ms = mono_ms();
+    w->last_heard_ms = dt_clock_mono_ms();
     w->heard = 1;
     switch (m->type) {
     case DT_MSG_W_HELLO: {
@@ -631,7 +615,7 @@ static int spawn_worker(dt_task_t *t, dt_worker_t *w, char **args, dt_emsg_t *em
     };
     w->proc.data = w;
     w->chan.data = w;
-    w->last_heard_ms = mono_ms();
+    w->last_heard_ms = dt_clock_mono_ms();
     rc = uv_spawn(t->loop, &w->proc, &o);
     close(sv[1]);
     if (out_fd >= 0)
@@ -732,7 +716,7 @@ static char proc_state(int64_t pid)
 static void watch_fire(uv_timer_t *timer)
 {
     dt_task_t *t = timer->data;
-    int64_t now = mono_ms();
+    int64_t now = dt_clock_mono_ms();
 
     for (int i = 0; i < t->nworkers; i++) {
         dt_worker_t *w = &t->workers[i];
@@ -909,19 +893,14 @@ void dt_task_fence_done(dt_task_t *t, const dt_msg_t *m)
     int64_t status = json_integer_value(json_object_get(m->body, "status"));
     const char *data = json_string_value(json_object_get(m->body, "data"));
     size_t n = data ? strlen(data) : 0;
-    unsigned char *raw = dt_xmalloc(n / 4 * 3 + 4);
-    int len = n ? EVP_DecodeBlock(raw, (const unsigned char *)data, (int)n) : 0;
+    unsigned char *raw = dt_xmalloc(DT_BASE64_DECODED_MAX(n));
+    int len = dt_base64_decode(data, n, raw);
 
     if (len < 0) {
         dt_log_error("gen=%lld fence %lld: data is not base64", (long long)gen, (long long)seq);
         status = -1;
         len = 0;
     }
-    /* EVP_DecodeBlock counts the padding as zero bytes: take them off */
-    if (n >= 1 && data[n - 1] == '=')
-        len--;
-    if (n >= 2 && data[n - 2] == '=')
-        len--;
     if ((uint32_t)gen == t->gen)
         dt_pmix_fence_done(t->pmix, (uint32_t)gen, (uint32_t)seq, (int)status, raw,
                            (size_t)(len > 0 ? len : 0));
@@ -976,8 +955,7 @@ int dt_task_terminate(dt_task_t *t)
 static void pm_fence(void *ud, uint32_t gen, uint32_t seq, const void *data, size_t len)
 {
     dt_task_t *t = ud;
-    char *b64 = dt_xmalloc(4 * ((len + 2) / 3) + 1);
-    EVP_EncodeBlock((unsigned char *)b64, data, (int)len);
+    char *b64 = dt_base64_encode(data, len);
     t->hooks.send_fence(t->hooks.ud, gen, seq,
                        json_pack("{s:I, s:I, s:I, s:s}", "agent", (json_int_t)agent_id(t), "gen",
                                  (json_int_t)gen, "seq", (json_int_t)seq, "data", b64));

@@ -32,6 +32,7 @@
 
 #include <uv.h>
 
+#include "common/clock.h"
 #include "common/mem.h"
 #include "common/msg.h"
 #include "common/uvframe.h"
@@ -111,13 +112,6 @@ struct bench {
 
 /* ---- small helpers -------------------------------------------------------------- */
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static void errlog(bench_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 static void errlog(bench_t *b, const char *fmt, ...)
@@ -195,7 +189,7 @@ static double self_cpu_s(void)
 
 static void cpu_sample(const bench_t *b, cpu_sample_t *s)
 {
-    s->wall_ns = now_ns();
+    s->wall_ns = (uint64_t)dt_clock_mono_ns();
     s->coord_s = b->pid > 0 ? proc_cpu_s(b->pid) : -1;
     s->self_s = self_cpu_s();
 }
@@ -297,7 +291,7 @@ static int agent_send(agent_t *a, uint16_t type, uint32_t id, json_t *body, uint
     uv_buf_t buf = uv_buf_init((char *)frame, (unsigned)len);
     w->data = frame;
     if (sent)
-        *sent = now_ns();
+        *sent = (uint64_t)dt_clock_mono_ns();
     if ((rc = uv_write(w, (uv_stream_t *)&a->tcp, &buf, 1, on_written)) < 0) {
         free(frame);
         free(w);
@@ -317,7 +311,7 @@ static void on_beat(uv_timer_t *t);
 
 static void schedule(agent_t *a)
 {
-    uint64_t now = now_ns(), at;
+    uint64_t now = (uint64_t)dt_clock_mono_ns(), at;
 
     while ((at = slot_ns(a, a->slot)) < now)
         a->slot++;
@@ -422,7 +416,7 @@ static void on_reply(agent_t *a, const dt_msg_t *m)
             live_failed(a);
             return;
         }
-        uint64_t t = now_ns();
+        uint64_t t = (uint64_t)dt_clock_mono_ns();
         if (a->ring[slot].measured) {
             if (m->type == DT_MSG_ERROR) {
                 b->err_replies++;
@@ -571,7 +565,7 @@ static void maybe_end_drain(bench_t *b)
 static void setup_finished(bench_t *b)
 {
     b->setup_done = 1;
-    b->setup_ns = now_ns() - b->origin_ns;
+    b->setup_ns = (uint64_t)dt_clock_mono_ns() - b->origin_ns;
     fprintf(stderr, "bench_heartbeat: %d of %d agents registered in %.2f s\n", b->registered, b->n,
             (double)b->setup_ns / 1e9);
     if (b->registered == 0) {
@@ -703,7 +697,7 @@ static int raise_nofile(int n)
 static int encode_creds(bench_t *b)
 {
     munge_ctx_t ctx = munge_ctx_create();
-    double t0 = (double)now_ns();
+    double t0 = (double)(uint64_t)dt_clock_mono_ns();
     int rc = 0;
 
     if (ctx == NULL) {
@@ -726,7 +720,7 @@ static int encode_creds(bench_t *b)
         }
     }
     fprintf(stderr, "bench_heartbeat: %d munge credentials in %.2f s\n", b->n,
-            ((double)now_ns() - t0) / 1e9);
+            ((double)(uint64_t)dt_clock_mono_ns() - t0) / 1e9);
 out:
     munge_ctx_destroy(ctx);
     return rc;
@@ -837,7 +831,7 @@ int main(int argc, char **argv)
     uv_loop_init(&loop);
     b.loop = &loop;
     b.period_ns = (uint64_t)(1e9 / b.rate);
-    b.origin_ns = now_ns();
+    b.origin_ns = (uint64_t)dt_clock_mono_ns();
     uv_timer_init(&loop, &b.phase_timer);
     b.phase_timer.data = &b;
     b.have_phase_timer = 1;

@@ -36,6 +36,7 @@
 #include "common/clock.h"
 #include "common/fileio.h"
 #include "common/mem.h"
+#include "common/path.h"
 #include "common/proto.h"
 #include "common/text.h"
 
@@ -382,28 +383,13 @@ void dtctl_super_log_tail(const char *path, int lines)
 
 /* ---- finding the programs --------------------------------------------------- */
 
-static char *self_dir(void)
-{
-    char self[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    char *slash;
-
-    if (n <= 0)
-        return NULL;
-    self[n] = '\0';
-    if ((slash = strrchr(self, '/')) == NULL)
-        return NULL;
-    *slash = '\0';
-    return dt_xstrdup(self);
-}
-
 /* $env if set; else beside dtctl (rel: paths relative to its directory,
  * the build tree's and the installed layout's); else in $PATH. */
 static char *find_prog(const char *env, const char *name, const char *const *rel, int nrel,
                        dt_emsg_t *em)
 {
     const char *v = getenv(env), *path = getenv("PATH");
-    char *dir = self_dir(), *p, real[PATH_MAX];
+    char *dir = dt_path_self_dir(), *p, real[PATH_MAX];
 
     if (v && *v) {
         free(dir);
@@ -412,14 +398,9 @@ static char *find_prog(const char *env, const char *name, const char *const *rel
         dt_emsg_set(em, DT_ENOENT, "%s=%s: %s", env, v, strerror(errno));
         return NULL;
     }
-    for (int i = 0; dir && i < nrel; i++) {
-        p = dt_xasprintf("%s/%s", dir, rel[i]);
-        if (access(p, X_OK) == 0 && realpath(p, real)) {
-            free(dir);
-            free(p);
-            return dt_xstrdup(real);
-        }
-        free(p);
+    if ((p = dt_path_beside(dir, rel, (size_t)nrel, DT_PATH_REAL)) != NULL) {
+        free(dir);
+        return p;
     }
     for (const char *s = path ? path : ""; *s;) {
         size_t len = strcspn(s, ":");
@@ -536,20 +517,16 @@ static void put_conf(FILE *f, const char *key, const char *val)
     fputs("\"\n", f);
 }
 
-/* DIR/dt.conf, written anew on every run (a temp file renamed over it). */
+/* DIR/dt.conf, written anew on every run (atomically: common/fileio.h). */
 static int write_conf(dtctl_super_t *s, dt_emsg_t *em)
 {
-    char *tmp = dt_xasprintf("%s.tmp", s->conf);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600), rc = 0;
-    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    int rc;
 
-    if (f == NULL) {
-        rc = dt_emsg_set(em, dt_err_errno(errno), "%s: %s", tmp, strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        free(tmp);
-        return rc;
-    }
+    if (f == NULL)
+        return dt_emsg_set(em, dt_err_errno(errno), "%s: %s", s->conf, strerror(errno));
     fprintf(f, "# dt.conf(5) of `dtctl run --local`, written anew by every run\n");
     put_conf(f, "state_dir", s->dir);
     put_conf(f, "socket", s->sock);
@@ -558,15 +535,12 @@ static int write_conf(dtctl_super_t *s, dt_emsg_t *em)
     fprintf(f, "log_level = info\n");
     /* a lost agent is noticed within seconds, not the default 10 s */
     fprintf(f, "heartbeat = 500ms\nagent_timeout = 5s\n");
-    if (fflush(f) != 0 || fsync(fileno(f)) < 0)
-        rc = dt_emsg_set(em, dt_err_errno(errno), "%s: %s", tmp, strerror(errno));
-    if (fclose(f) != 0 && rc == 0)
-        rc = dt_emsg_set(em, dt_err_errno(errno), "%s: %s", tmp, strerror(errno));
-    if (rc == 0 && rename(tmp, s->conf) < 0)
-        rc = dt_emsg_set(em, dt_err_errno(errno), "%s: %s", s->conf, strerror(errno));
-    if (rc < 0)
-        unlink(tmp);
-    free(tmp);
+    if (fclose(f) != 0) {
+        free(text);
+        return dt_emsg_set(em, DT_ENOMEM, "%s: %s", s->conf, strerror(ENOMEM));
+    }
+    rc = dt_file_write_atomic(s->conf, text, len, 0600, 0, em);
+    free(text);
     return rc;
 }
 

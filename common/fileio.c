@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT
  *
- * Full reads and writes, and directory fsync.
+ * Full reads and writes, directory fsync, atomic replacement of a file and
+ * recursive delete.
  */
 #include "config.h"
 
@@ -172,6 +173,187 @@ int dt_mkdirs(const char *path, mode_t mode)
         errno = -rc;
     return rc;
 }
+
+/*-- atomic replacement -----------------------------------------------------*/
+
+static void atomic_free(dt_atomic_t *af)
+{
+    if (af->fd >= 0)
+        close(af->fd);
+    if (af->dfd >= 0)
+        close(af->dfd);
+    free(af->path);
+    free(af->tmp);
+    free(af->dir);
+    free(af->name);
+    free(af->tmpname);
+    memset(af, 0, sizeof(*af));
+    af->fd = af->dfd = -1;
+}
+
+/* DIR opened as a directory, refusing a symbolic link in its place. */
+static int open_dir_nofollow(const char *dir, dt_emsg_t *em)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), e;
+    struct stat st;
+
+    if (fd >= 0)
+        return fd;
+    e = errno;
+    if ((e == ELOOP || e == ENOTDIR) && lstat(dir, &st) == 0 && S_ISLNK(st.st_mode))
+        return dt_emsg_set(em, DT_EINVAL, "%s: is a symbolic link (not followed here)", dir);
+    return dt_emsg_set(em, dt_err_errno(e), "%s: cannot open: %s", dir, strerror(e));
+}
+
+/* The temp file, relative to the directory descriptor or by name. */
+static int tmp_create(dt_atomic_t *af, mode_t mode)
+{
+    const int oflags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+
+    if (af->dfd >= 0)
+        return openat(af->dfd, af->tmpname, oflags, mode);
+    return open(af->tmp, oflags, mode);
+}
+
+static int tmp_unlink(const dt_atomic_t *af)
+{
+    return af->dfd >= 0 ? unlinkat(af->dfd, af->tmpname, 0) : unlink(af->tmp);
+}
+
+int dt_atomic_open(dt_atomic_t *af, const char *path, mode_t mode, unsigned flags,
+                   dt_emsg_t *em)
+{
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+    int rc, e;
+
+    memset(af, 0, sizeof(*af));
+    af->fd = af->dfd = -1;
+    if (*base == '\0')
+        return dt_emsg_set(em, DT_EINVAL, "%s: not a file name", path);
+    af->path = dt_xstrdup(path);
+    af->name = dt_xstrdup(base);
+    if (slash == path)
+        af->dir = dt_xstrdup("/");
+    else if (slash)
+        af->dir = dt_xasprintf("%.*s", (int)(slash - path), path);
+    else
+        af->dir = dt_xstrdup(".");
+    af->tmpname = dt_xasprintf(".%s.tmp.%ld", base, (long)getpid());
+    af->tmp = dt_xasprintf("%s/%s", slash == path ? "" : af->dir, af->tmpname);
+    if ((flags & DT_ATOMIC_DIRFD) && (rc = af->dfd = open_dir_nofollow(af->dir, em)) < 0) {
+        af->dfd = -1;
+        goto fail;
+    }
+    /* A temp file with our pid was left by a crashed process that had the
+     * same pid (containers reuse pids): garbage, replaced. (Two writers of
+     * one target at once in one process would collide here: a caller bug.) */
+    af->fd = tmp_create(af, mode);
+    if (af->fd < 0 && errno == EEXIST && tmp_unlink(af) == 0)
+        af->fd = tmp_create(af, mode);
+    if (af->fd < 0) {
+        e = errno;
+        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot create %s: %s", path, af->tmp,
+                         strerror(e));
+        goto fail;
+    }
+    return 0;
+fail:
+    atomic_free(af);
+    return rc;
+}
+
+int dt_atomic_write(dt_atomic_t *af, const void *buf, size_t n, dt_emsg_t *em)
+{
+    int rc = dt_write_full(af->fd, buf, n);
+
+    if (rc < 0)
+        dt_emsg_set(em, rc, "%s: cannot write %s: %s", af->path, af->tmp, dt_strerror(rc));
+    return rc;
+}
+
+int dt_atomic_sync(dt_atomic_t *af, dt_emsg_t *em)
+{
+    int e;
+
+    if (fsync(af->fd) < 0) {
+        e = errno;
+        return dt_emsg_set(em, dt_err_errno(e), "%s: cannot fsync %s: %s", af->path, af->tmp,
+                           strerror(e));
+    }
+    af->synced = 1;
+    return 0;
+}
+
+int dt_atomic_commit(dt_atomic_t *af, dt_emsg_t *em)
+{
+    dt_emsg_t sub = { "" };
+    int rc = 0, e;
+
+    if (!af->synced && (rc = dt_atomic_sync(af, em)) < 0)
+        goto fail;
+    /* close can report a deferred write error (NFS): it counts. */
+    rc = close(af->fd);
+    af->fd = -1;
+    if (rc < 0) {
+        e = errno;
+        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot close %s: %s", af->path, af->tmp,
+                         strerror(e));
+        goto fail;
+    }
+    if ((af->dfd >= 0 ? renameat(af->dfd, af->tmpname, af->dfd, af->name)
+                      : rename(af->tmp, af->path)) < 0) {
+        e = errno;
+        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot rename %s over it: %s", af->path,
+                         af->tmp, strerror(e));
+        goto fail;
+    }
+    /* The file is in place; what is left makes the rename durable. */
+    if (af->dfd >= 0) {
+        if (fsync(af->dfd) < 0 && errno != EINVAL && errno != ENOTSUP) {
+            e = errno;
+            rc = dt_emsg_set(&sub, dt_err_errno(e), "%s: fsync failed: %s", af->dir,
+                             strerror(e));
+        }
+    } else {
+        rc = dt_fsync_dir(af->dir, &sub);
+    }
+    if (rc < 0)
+        dt_emsg_set(em, rc, "%s: written, but %s", af->path, sub.s);
+    atomic_free(af);
+    return rc;
+fail:
+    dt_atomic_abort(af);
+    return rc;
+}
+
+void dt_atomic_abort(dt_atomic_t *af)
+{
+    if (af->tmp == NULL) /* released already */
+        return;
+    if (af->fd >= 0) {
+        close(af->fd);
+        af->fd = -1;
+    }
+    tmp_unlink(af);
+    atomic_free(af);
+}
+
+int dt_file_write_atomic(const char *path, const void *buf, size_t n, mode_t mode,
+                         unsigned flags, dt_emsg_t *em)
+{
+    dt_atomic_t af;
+    int rc;
+
+    if ((rc = dt_atomic_open(&af, path, mode, flags, em)) < 0)
+        return rc;
+    if ((rc = dt_atomic_write(&af, buf, n, em)) < 0) {
+        dt_atomic_abort(&af);
+        return rc;
+    }
+    return dt_atomic_commit(&af, em);
+}
+
+/*-- recursive delete -------------------------------------------------------*/
 
 static int rm_entry(const char *p, const struct stat *st, int flag, struct FTW *ftw)
 {

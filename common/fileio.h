@@ -47,6 +47,60 @@ int dt_fsync_dir(const char *dir, dt_emsg_t *em);
  * directory that could not be made. */
 int dt_mkdirs(const char *path, mode_t mode);
 
+/*-- atomic replacement of a file ------------------------------------------
+ *
+ * A file appears complete or not at all: written to a temp file beside it
+ * (DIR/.NAME.tmp.PID, created O_EXCL | O_NOFOLLOW with the caller's mode,
+ * so a link planted at the temp name is refused, not followed; one left by
+ * a crashed process with our pid is replaced), fsynced, closed (a deferred
+ * write error counts), renamed over PATH (which replaces whatever is there,
+ * a planted link included, rather than writing through it), then DIR is
+ * fsynced so the rename is durable. Messages name PATH first:
+ *   "PATH: cannot create TMP: ...", "PATH: cannot write TMP: ...",
+ *   "PATH: cannot fsync TMP: ...", "PATH: cannot close TMP: ...",
+ *   "PATH: cannot rename TMP over it: ...", "PATH: written, but DIR: ...".
+ * After a failure before the rename the temp file is gone; after a failed
+ * directory fsync the new file is in place (and the code is returned). */
+
+/* dt_atomic_open's flags. DT_ATOMIC_DIRFD: open DIR once, refusing a
+ * symbolic link in its place ("DIR: is a symbolic link (not followed
+ * here)"), and create, rename and fsync relative to it, so a process
+ * writing into a directory that another user controls cannot be sent
+ * elsewhere. */
+#define DT_ATOMIC_DIRFD 1u
+
+typedef struct dt_atomic {
+    int fd;     /* the temp file, open for writing: the caller writes here */
+    char *path; /* the target, as given */
+    char *tmp;  /* the temp file, for messages: DIR/.NAME.tmp.PID */
+    /* private */
+    int dfd; /* DIR, with DT_ATOMIC_DIRFD; else -1 */
+    char *dir;
+    char *name; /* NAME, and the temp file's name, relative to DIR */
+    char *tmpname;
+    int synced; /* dt_atomic_sync done */
+} dt_atomic_t;
+
+/* Start replacing PATH: af->fd is the temp file, empty, with mode MODE.
+ * A PATH that ends in '/' is refused ("PATH: not a file name", DT_EINVAL).
+ * On failure nothing is left open or created and *af needs no abort. */
+int dt_atomic_open(dt_atomic_t *af, const char *path, mode_t mode, unsigned flags,
+                   dt_emsg_t *em);
+/* All n bytes at the temp file's position (a message on failure; the
+ * caller still commits or aborts). */
+int dt_atomic_write(dt_atomic_t *af, const void *buf, size_t n, dt_emsg_t *em);
+/* fsync the temp file now (commit does it otherwise), e.g. on a thread
+ * while the caller hashes what it wrote. */
+int dt_atomic_sync(dt_atomic_t *af, dt_emsg_t *em);
+/* fsync, close, rename over PATH, fsync DIR; *af is released either way. */
+int dt_atomic_commit(dt_atomic_t *af, dt_emsg_t *em);
+/* Drop the temp file and release *af (after a failed open or commit too:
+ * then it does nothing). */
+void dt_atomic_abort(dt_atomic_t *af);
+/* The whole of PATH replaced by the n bytes at buf: open, write, commit. */
+int dt_file_write_atomic(const char *path, const void *buf, size_t n, mode_t mode,
+                         unsigned flags, dt_emsg_t *em);
+
 /* rm -rf PATH without following links (a link is removed, not its
  * target) or crossing into another file system. 0 also when PATH does not
  * exist; else a negative code naming the path. */

@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/fileio.h"
 #include "common/log.h"
 #include "common/mem.h"
@@ -319,16 +320,12 @@ void dt_coord_event(dt_coord_t *c, int64_t job, const char *kind, const char *fm
 
 int64_t dt_coord_mono_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return dt_clock_mono_ms();
 }
 
 int64_t dt_coord_wall_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return dt_clock_wall_ms();
 }
 
 /* ---- loop ----------------------------------------------------------------------- */

@@ -23,13 +23,13 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/base64.h"
 #include "common/fileio.h"
 #include "common/log.h"
 #include "common/mem.h"
@@ -1064,14 +1064,10 @@ void dt_run_ckpt_done(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
 static void b64_append(fence_t *f, const char *b64)
 {
     size_t n = strlen(b64);
-    f->data = dt_xrealloc(f->data, f->len + n / 4 * 3 + 4);
-    int len = n ? EVP_DecodeBlock(f->data + f->len, (const unsigned char *)b64, (int)n) : 0;
+    f->data = dt_xrealloc(f->data, f->len + DT_BASE64_DECODED_MAX(n));
+    int len = dt_base64_decode(b64, n, f->data + f->len);
     if (len < 0)
         return;
-    if (n >= 1 && b64[n - 1] == '=')
-        len--;
-    if (n >= 2 && b64[n - 2] == '=')
-        len--;
     f->len += (size_t)len;
 }
 
@@ -1116,8 +1112,7 @@ void dt_run_fence(dt_conn_t *k, dt_live_agent_t *a, const dt_msg_t *m)
     b64_append(f, data);
     if (f->n < r->ngen)
         return;
-    char *b64 = dt_xmalloc(4 * ((f->len + 2) / 3) + 1);
-    EVP_EncodeBlock((unsigned char *)b64, f->data, (int)f->len);
+    char *b64 = dt_base64_encode(f->data, f->len);
     json_t *done = json_pack("{s:i, s:i, s:s, s:i}", "gen", (int)gen, "seq", (int)seq, "data", b64,
                              "status", 0);
     for (int i = 0; i < r->ngen; i++)

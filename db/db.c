@@ -55,6 +55,7 @@
 
 #include <sqlite3.h>
 
+#include "common/clock.h"
 #include "common/err.h"
 #include "common/macros.h"
 #include "common/mem.h"
@@ -232,10 +233,7 @@ static bool aborts_generation(enum dt_job_state from, enum dt_job_state to)
  * and outlive the process, so not the monotonic clock). */
 static int64_t now_ms(void)
 {
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return dt_clock_wall_ms();
 }
 
 /* The one translation of SQLite result codes into dt's. */

@@ -14,7 +14,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,95 +77,16 @@ static const char *base_name(const char *path)
 
 /*-- file helpers ---------------------------------------------------------*/
 
-static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
-
-/* rm -r PATH; a missing PATH is success. */
-static int rm_tree(const char *path, dt_emsg_t *em)
-{
-    struct stat st;
-
-    if (lstat(path, &st) < 0 && errno == ENOENT)
-        return 0;
-    if (nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS) != 0) {
-        int e = errno;
-        return dt_emsg_set(em, dt_err_errno(e), "%s: cannot remove: %s", path, strerror(e));
-    }
-    return 0;
-}
-
-/* DIR opened as a directory, refusing a symbolic link in its place. */
-static int open_dir(const char *dir, dt_emsg_t *em)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), e;
-    struct stat st;
-
-    if (fd >= 0)
-        return fd;
-    e = errno;
-    if ((e == ELOOP || e == ENOTDIR) && lstat(dir, &st) == 0 && S_ISLNK(st.st_mode))
-        return dt_emsg_set(em, DT_EINVAL, "%s: is a symbolic link (not followed here)", dir);
-    return dt_emsg_set(em, dt_err_errno(e), "%s: cannot open: %s", dir, strerror(e));
-}
-
-/* Write len bytes to DIR/NAME through a temp file, fsync, rename, fsync
- * dir. Every step is relative to DIR opened once without following a link,
- * the temp file is created with O_EXCL | O_NOFOLLOW and mode 0600, and the
- * rename replaces whatever is at NAME (a planted link included) rather
- * than writing through it: a process running as another user than the
- * directory's owner cannot be made to write anywhere else. */
+/* DIR/NAME replaced by len bytes, atomically (common/fileio.h), relative
+ * to DIR opened once without following a link, mode 0600: a process
+ * running as another user than the directory's owner cannot be made to
+ * write anywhere else. */
 static int write_atomic(const char *dir, const char *name, const char *data, size_t len,
                         dt_emsg_t *em)
 {
     char *path = dt_xasprintf("%s/%s", dir, name);
-    char *tmp = dt_xasprintf(".%s.tmp.%ld", name, (long)getpid());
-    int dfd, fd = -1, rc = 0, e;
+    int rc = dt_file_write_atomic(path, data, len, 0600, DT_ATOMIC_DIRFD, em);
 
-    if ((dfd = open_dir(dir, em)) < 0) {
-        rc = dfd;
-        goto out;
-    }
-    fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0 && errno == EEXIST && unlinkat(dfd, tmp, 0) == 0)
-        fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        e = errno;
-        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot create %s/%s: %s", path, dir, tmp,
-                         strerror(e));
-        goto out;
-    }
-    if ((rc = dt_write_full(fd, data, len)) < 0)
-        rc = dt_emsg_set(em, rc, "%s: cannot write %s/%s: %s", path, dir, tmp, dt_strerror(rc));
-    if (rc == 0 && fsync(fd) < 0) {
-        e = errno;
-        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot fsync %s/%s: %s", path, dir, tmp,
-                         strerror(e));
-    }
-    if (close(fd) < 0 && rc == 0) {
-        e = errno;
-        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot close %s/%s: %s", path, dir, tmp,
-                         strerror(e));
-    }
-    if (rc == 0 && renameat(dfd, tmp, dfd, name) < 0) {
-        e = errno;
-        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot rename %s/%s over it: %s", path, dir,
-                         tmp, strerror(e));
-    }
-    if (rc < 0) {
-        unlinkat(dfd, tmp, 0);
-    } else if (fsync(dfd) < 0 && errno != EINVAL && errno != ENOTSUP) {
-        e = errno;
-        rc = dt_emsg_set(em, dt_err_errno(e), "%s: fsync failed: %s", dir, strerror(e));
-    }
-out:
-    if (dfd >= 0)
-        close(dfd);
-    free(tmp);
     free(path);
     return rc;
 }
@@ -409,7 +329,7 @@ int dt_ckpt_begin(const char *root, int64_t step, dt_emsg_t *em)
             dt_emsg_set(em, DT_EEXIST, "%s: step %" PRId64 " is already checkpointed", final, step);
         goto out;
     }
-    if ((rc = rm_tree(tmp, em)) < 0)
+    if ((rc = dt_rmtree(tmp, em)) < 0)
         goto out;
     if (mkdir(tmp, 0700) < 0) {
         e = errno;
@@ -700,7 +620,7 @@ int dt_ckpt_prune(const char *root, int keep, dt_emsg_t *em)
             int e = errno;
             rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot rename for deletion: %s", dir,
                              strerror(e));
-        } else if ((rc = dt_fsync_dir(root, em)) == 0 && (rc = rm_tree(del, em)) == 0) {
+        } else if ((rc = dt_fsync_dir(root, em)) == 0 && (rc = dt_rmtree(del, em)) == 0) {
             removed++;
         }
         free(del);

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "common/fileio.h"
+#include "common/half.h"
 #include "common/mem.h"
 #include "npy.h"
 
@@ -81,81 +82,6 @@ static const char *dtype_descr(dt_dtype_t t)
         break;
     }
     return NULL;
-}
-
-/*-- float16 --------------------------------------------------------------*/
-
-float dt_f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-    uint32_t exp = (h >> 10) & 0x1f;
-    uint32_t man = h & 0x3ff;
-    uint32_t bits;
-    float f;
-
-    if (exp == 0x1f) {
-        /* inf or NaN; the payload moves up intact so NaN stays NaN. */
-        bits = sign | 0x7f800000 | (man << 13);
-    } else if (exp != 0) {
-        bits = sign | ((exp + 112) << 23) | (man << 13);
-    } else if (man == 0) {
-        bits = sign;
-    } else {
-        /* Subnormal: man * 2^-24. Normalise so the leading 1 is bit 10. */
-        int e = 113;
-        while (!(man & 0x400)) {
-            man <<= 1;
-            e--;
-        }
-        bits = sign | ((uint32_t)e << 23) | ((man & 0x3ff) << 13);
-    }
-    memcpy(&f, &bits, sizeof(f));
-    return f;
-}
-
-/* m >> shift, rounded to nearest, ties to even (1 <= shift <= 31). */
-static uint32_t shift_rne(uint32_t m, unsigned shift)
-{
-    uint32_t q = m >> shift;
-    uint32_t rem = m & ((1u << shift) - 1);
-    uint32_t half = 1u << (shift - 1);
-
-    if (rem > half || (rem == half && (q & 1)))
-        q++;
-    return q;
-}
-
-uint16_t dt_f32_to_f16(float f)
-{
-    uint32_t x;
-    uint16_t sign;
-    uint32_t man, exp;
-
-    memcpy(&x, &f, sizeof(x));
-    sign = (uint16_t)((x >> 16) & 0x8000);
-    x &= 0x7fffffff;
-    man = x & 0x7fffff;
-    exp = x >> 23;
-
-    if (exp == 0xff) {
-        if (man == 0)
-            return sign | 0x7c00;
-        /* Keep the top payload bits; a payload only in the low 13 bits
-         * would become infinity, so set the quiet bit instead. */
-        man >>= 13;
-        return sign | 0x7c00 | (uint16_t)(man ? man : 0x200);
-    }
-    if (x >= 0x477ff000) /* 65520 and up round to infinity */
-        return sign | 0x7c00;
-    /* Normal in binary16 (2^-14 and up). A carry out of the rounded
-     * mantissa bumps the exponent, as it should. */
-    if (exp >= 113)
-        return sign | (uint16_t)(((exp - 112) << 10) + shift_rne(man, 13));
-    if (x <= 0x33000000) /* 2^-25 and below: zero (2^-25 ties to even 0) */
-        return sign;
-    /* Subnormal in binary16: (1.man) * 2^(exp-150) in units of 2^-24. A
-     * result of 0x400 is the smallest normal, encoded correctly as is. */
-    return sign | (uint16_t)shift_rne(man | 0x800000, 126 - exp);
 }
 
 /*-- file helpers ---------------------------------------------------------*/
@@ -646,21 +572,16 @@ int dt_npy_read_i64(const char *path, const dt_npy_info_t *info, int64_t *dst, d
 /*-- atomic writer --------------------------------------------------------*/
 
 struct dt_npy_writer {
-    int fd;
+    dt_atomic_t af; /* the temp file (common/fileio.h) */
     dt_dtype_t dtype;
     int64_t count;
     int64_t data_offset;
-    int failed;   /* first pwrite error: commit refuses to publish the file */
-    bool created; /* tmp is ours to unlink */
+    int failed; /* first pwrite error: commit refuses to publish the file */
     char *path;
-    char *tmp;
-    char *dir;
 };
 
 static void writer_free(dt_npy_writer_t *w)
 {
-    free(w->dir);
-    free(w->tmp);
     free(w->path);
     free(w);
 }
@@ -721,48 +642,28 @@ int dt_npy_writer_open(const char *path, dt_dtype_t dtype, int ndim, const int64
         return dt_emsg_set(em, DT_EINVAL, "%s: header does not fit", path);
 
     w = dt_xcalloc(1, sizeof(*w));
-    w->fd = -1;
+    w->af.fd = -1;
     w->dtype = dtype;
     w->data_offset = (int64_t)hlen;
     w->path = dt_xstrdup(path);
-    if (slash == path)
-        w->dir = dt_xstrdup("/");
-    else if (slash)
-        w->dir = dt_xasprintf("%.*s", (int)(slash - path), path);
-    else
-        w->dir = dt_xstrdup(".");
-    w->tmp = dt_xasprintf("%s/.%s.tmp.%ld", slash == path ? "" : w->dir, base,
-                          (long)getpid());
     if ((rc = shape_count(path, ndim, shape, dt_npy_dtype_size(dtype), w->data_offset, DT_EINVAL,
                           &w->count, em)) < 0)
         goto fail;
 
-    /* A temp file with our pid was left by a crashed process that had the
-     * same pid (containers reuse pids): garbage, replaced. (Two writers of
-     * one target at once in one process would collide here: a caller bug.) */
-    /* 0600: outputs are the job owner's alone (O_EXCL: a link planted at
-     * the temp name is not followed, it is refused or replaced) */
-    w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (w->fd < 0 && errno == EEXIST && unlink(w->tmp) == 0)
-        w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (w->fd < 0) {
-        int e = errno;
-        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot create %s: %s", path, w->tmp,
-                         strerror(e));
+    /* 0600: outputs are the job owner's alone */
+    if ((rc = dt_atomic_open(&w->af, path, 0600, 0, em)) < 0)
         goto fail;
-    }
-    w->created = true;
     /* Size the file now: elements never written read as zero, and a shape
      * the file system cannot hold fails here rather than halfway. */
     size = w->data_offset + w->count * (int64_t)dt_npy_dtype_size(dtype);
-    if (ftruncate(w->fd, (off_t)size) < 0) {
+    if (ftruncate(w->af.fd, (off_t)size) < 0) {
         int e = errno;
-        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot size %s: %s", path, w->tmp,
+        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot size %s: %s", path, w->af.tmp,
                          strerror(e));
         goto fail;
     }
-    if ((rc = dt_pwrite_full(w->fd, hdr, hlen, 0)) < 0) {
-        rc = dt_emsg_set(em, rc, "%s: cannot write %s: %s", path, w->tmp, dt_strerror(rc));
+    if ((rc = dt_pwrite_full(w->af.fd, hdr, hlen, 0)) < 0) {
+        rc = dt_emsg_set(em, rc, "%s: cannot write %s: %s", path, w->af.tmp, dt_strerror(rc));
         goto fail;
     }
     *out = w;
@@ -787,7 +688,7 @@ int dt_npy_writer_pwrite(dt_npy_writer_t *w, int64_t first, int64_t count, const
     }
     off = w->data_offset + first * (int64_t)isz;
     if (w->dtype != DT_F16) {
-        rc = dt_pwrite_full(w->fd, data, (size_t)count * isz, off);
+        rc = dt_pwrite_full(w->af.fd, data, (size_t)count * isz, off);
     } else {
         /* float32 in, binary16 out, through a bounded buffer. */
         const float *src = data;
@@ -802,12 +703,12 @@ int dt_npy_writer_pwrite(dt_npy_writer_t *w, int64_t first, int64_t count, const
                 buf[2 * j] = (unsigned char)(h & 0xff);
                 buf[2 * j + 1] = (unsigned char)(h >> 8);
             }
-            rc = dt_pwrite_full(w->fd, buf, n * 2, off + i * 2);
+            rc = dt_pwrite_full(w->af.fd, buf, n * 2, off + i * 2);
         }
         free(buf);
     }
     if (rc < 0)
-        rc = dt_emsg_set(em, rc, "%s: cannot write %s: %s", w->path, w->tmp, dt_strerror(rc));
+        rc = dt_emsg_set(em, rc, "%s: cannot write %s: %s", w->path, w->af.tmp, dt_strerror(rc));
 out:
     if (rc < 0 && w->failed == 0)
         w->failed = rc;
@@ -816,45 +717,16 @@ out:
 
 int dt_npy_writer_commit(dt_npy_writer_t *w, dt_emsg_t *em)
 {
-    int rc, e;
+    int rc;
 
     if (w->failed < 0) {
         rc = dt_emsg_set(em, w->failed, "%s: not written: an earlier write failed (%s)",
                          w->path, dt_strerror(w->failed));
-        goto fail;
+        dt_npy_writer_abort(w);
+        return rc;
     }
-    if (fsync(w->fd) < 0) {
-        e = errno;
-        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot fsync %s: %s", w->path, w->tmp,
-                         strerror(e));
-        goto fail;
-    }
-    /* close can report a deferred write error (NFS): it counts. */
-    rc = close(w->fd);
-    w->fd = -1;
-    if (rc < 0) {
-        e = errno;
-        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot close %s: %s", w->path, w->tmp,
-                         strerror(e));
-        goto fail;
-    }
-    if (rename(w->tmp, w->path) < 0) {
-        e = errno;
-        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot rename %s over it: %s", w->path,
-                         w->tmp, strerror(e));
-        goto fail;
-    }
-
-    /* The rename is done and the temp file is gone; what is left makes the
-     * rename itself durable. */
-    rc = 0;
-    dt_emsg_t sub = { "" };
-    if ((rc = dt_fsync_dir(w->dir, &sub)) < 0)
-        dt_emsg_set(em, rc, "%s: written, but %s", w->path, sub.s);
+    rc = dt_atomic_commit(&w->af, em);
     writer_free(w);
-    return rc;
-fail:
-    dt_npy_writer_abort(w);
     return rc;
 }
 
@@ -862,10 +734,7 @@ void dt_npy_writer_abort(dt_npy_writer_t *w)
 {
     if (w == NULL)
         return;
-    if (w->fd >= 0)
-        close(w->fd);
-    if (w->created) /* also after a failed commit, which closed the fd */
-        unlink(w->tmp);
+    dt_atomic_abort(&w->af);
     writer_free(w);
 }
 

@@ -84,9 +84,4 @@ void dt_npy_writer_abort(dt_npy_writer_t *w);
 int dt_npy_save(const char *path, dt_dtype_t dtype, int ndim, const int64_t *shape,
                 const void *data, dt_emsg_t *em);
 
-/* IEEE binary16 <-> binary32. f32 -> f16 rounds to nearest even, overflows to
- * infinity and keeps NaN a NaN. */
-float dt_f16_to_f32(uint16_t h);
-uint16_t dt_f32_to_f16(float f);
-
 #endif /* DT_NPY_H */

@@ -4,36 +4,33 @@
  * the contract). The header is untrusted JSON: its length is capped before
  * allocating, jansson parses it with duplicate keys rejected, and every entry
  * is checked before the file is accepted, so later reads only bounds-check
- * against numbers already known to agree with the file size. SHA-256 comes
- * from OpenSSL's EVP interface (libcrypto), fed by the same buffers that are
- * written, so the digest is of the bytes that went out.
+ * against numbers already known to agree with the file size. SHA-256
+ * (common/sha256.h) is fed by the same buffers that are written, so the
+ * digest is of the bytes that went out.
  *
  * Not here: memory-mapping, conversions, the checkpoint layout (ckpt.c).
  */
 #include "config.h"
 
-#include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
-#include <openssl/evp.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/fileio.h"
 #include "common/mem.h"
+#include "common/sha256.h"
 #include "safetensors.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "safetensors data is little-endian and is copied as it lies in memory");
 
 #define META_KEY "__metadata__"
-#define HASH_CHUNK (1 << 20)
 
 /*-- dtypes ---------------------------------------------------------------*/
 
@@ -92,90 +89,19 @@ static const char *shape_str(int ndim, const int64_t *shape, char *buf, size_t s
 
 /*-- hashing and file helpers ---------------------------------------------*/
 
-static void hex_digest(const unsigned char *md, char hex[65])
-{
-    static const char digits[] = "0123456789abcdef";
-
-    for (int i = 0; i < 32; i++) {
-        hex[2 * i] = digits[md[i] >> 4];
-        hex[2 * i + 1] = digits[md[i] & 15];
-    }
-    hex[64] = '\0';
-}
-
-static EVP_MD_CTX *sha256_new(void)
-{
-    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-
-    /* Both fail only on allocation failure or a broken libcrypto. */
-    if (ctx == NULL || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
-        fprintf(stderr, "dt: cannot initialise SHA-256 in libcrypto\n");
-        abort();
-    }
-    return ctx;
-}
-
-static void sha256_update(EVP_MD_CTX *ctx, const void *p, size_t n)
-{
-    if (n > 0 && EVP_DigestUpdate(ctx, p, n) != 1) {
-        fprintf(stderr, "dt: SHA-256 update failed in libcrypto\n");
-        abort();
-    }
-}
-
-static void sha256_final(EVP_MD_CTX *ctx, char hex[65])
-{
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int len = 0;
-
-    if (EVP_DigestFinal_ex(ctx, md, &len) != 1 || len != 32) {
-        fprintf(stderr, "dt: SHA-256 final failed in libcrypto\n");
-        abort();
-    }
-    EVP_MD_CTX_free(ctx);
-    hex_digest(md, hex);
-}
-
-int dt_sha256_file(const char *path, char hex[65], dt_emsg_t *em)
-{
-    EVP_MD_CTX *ctx;
-    unsigned char *buf;
-    int64_t off = 0, got;
-    int fd, rc = 0;
-
-    /* a regular file, not through a link: a device would never end, and
-     * a planted link would make whoever hashes read another file */
-    if ((fd = dt_open_regular_flags(path, DT_OPEN_NOFOLLOW, NULL, em)) < 0)
-        return fd;
-    ctx = sha256_new();
-    buf = dt_xmalloc(HASH_CHUNK);
-    while ((got = dt_pread_full(fd, buf, HASH_CHUNK, off)) > 0) {
-        sha256_update(ctx, buf, (size_t)got);
-        off += got;
-    }
-    if (got < 0)
-        rc = dt_emsg_set(em, (int)got, "%s: cannot read: %s", path, dt_strerror((int)got));
-    free(buf);
-    close(fd);
-    if (rc < 0) {
-        EVP_MD_CTX_free(ctx);
-        return rc;
-    }
-    sha256_final(ctx, hex);
-    return 0;
-}
-
 /*-- writer ---------------------------------------------------------------*/
 
+/* dt_atomic_sync on a thread while the caller hashes. */
 typedef struct fsync_job {
-    int fd, rc, err;
+    dt_atomic_t *af;
+    dt_emsg_t em;
+    int rc;
 } fsync_job_t;
 
 static void *fsync_main(void *arg)
 {
     fsync_job_t *j = arg;
-    j->rc = fsync(j->fd);
-    j->err = j->rc < 0 ? errno : 0;
+    j->rc = dt_atomic_sync(j->af, &j->em);
     return NULL;
 }
 
@@ -335,127 +261,69 @@ static char *build_header(const dt_st_writer_t *w, size_t *len)
     return out;
 }
 
-static char *dir_of(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-
-    if (slash == path)
-        return dt_xstrdup("/");
-    if (slash)
-        return dt_xasprintf("%.*s", (int)(slash - path), path);
-    return dt_xstrdup(".");
-}
-
 int dt_st_write(dt_st_writer_t *w, const char *path, char hex[65], int64_t *bytes, dt_emsg_t *em)
 {
-    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
-    EVP_MD_CTX *ctx = NULL;
-    char *hdr = NULL, *dir = NULL, *tmp = NULL, digest[65];
+    dt_sha256_t *ctx = NULL;
+    char *hdr = NULL, digest[65];
     unsigned char len8[8];
     size_t hlen;
-    bool created = false;
-    int fd = -1, rc, e;
+    dt_atomic_t af = { .fd = -1 };
+    int rc;
 
-    if (*base == '\0')
-        return dt_emsg_set(em, DT_EINVAL, "%s: not a file name", path);
     hdr = build_header(w, &hlen);
     if (hlen > DT_ST_HEADER_MAX) {
         rc = dt_emsg_set(em, DT_EINVAL, "%s: header of %zu bytes exceeds the limit of %u", path,
                          hlen, DT_ST_HEADER_MAX);
         goto fail;
     }
-    dir = dir_of(path);
-    tmp = dt_xasprintf("%s/.%s.tmp.%ld", slash == path ? "" : dir, base, (long)getpid());
-
-    /* A temp file with our pid is left by a crashed process with the same
-     * pid (containers reuse pids): garbage, replaced. */
-    /* 0600: checkpoint shards hold a model's weights, the owner's alone
-     * (O_EXCL: a link planted at the temp name is refused, not followed) */
-    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0 && errno == EEXIST && unlink(tmp) == 0)
-        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        e = errno;
-        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot create %s: %s", path, tmp, strerror(e));
+    /* 0600: checkpoint shards hold a model's weights, the owner's alone */
+    if ((rc = dt_atomic_open(&af, path, 0600, 0, em)) < 0)
         goto fail;
-    }
-    created = true;
-
     for (int i = 0; i < 8; i++)
         len8[i] = (unsigned char)(((uint64_t)hlen >> (8 * i)) & 0xff);
-    if ((rc = dt_write_full(fd, len8, 8)) < 0 || (rc = dt_write_full(fd, hdr, hlen)) < 0)
-        goto write_fail;
+    if ((rc = dt_atomic_write(&af, len8, 8, em)) < 0 ||
+        (rc = dt_atomic_write(&af, hdr, hlen, em)) < 0)
+        goto fail;
     for (size_t i = 0; i < w->nt; i++) {
         const wtensor_t *t = &w->t[i];
 
-        if (t->nbytes > 0 && (rc = dt_write_full(fd, t->data, (size_t)t->nbytes)) < 0)
-            goto write_fail;
+        if (t->nbytes > 0 && (rc = dt_atomic_write(&af, t->data, (size_t)t->nbytes, em)) < 0)
+            goto fail;
     }
     /* The bytes are in the page cache: the device writes them while this
      * thread hashes the same bytes from memory (the hash is of what was
      * written, byte for byte). Checkpoint writes ran at half the disk's
      * speed with the hash, write and fsync in sequence. */
-    fsync_job_t fj = { .fd = fd };
+    fsync_job_t fj = { .af = &af };
     pthread_t th;
     int threaded = pthread_create(&th, NULL, fsync_main, &fj) == 0;
-    ctx = sha256_new();
-    sha256_update(ctx, len8, 8);
-    sha256_update(ctx, hdr, hlen);
+    ctx = dt_sha256_new();
+    dt_sha256_update(ctx, len8, 8);
+    dt_sha256_update(ctx, hdr, hlen);
     for (size_t i = 0; i < w->nt; i++)
-        sha256_update(ctx, w->t[i].data, (size_t)w->t[i].nbytes);
-    sha256_final(ctx, digest);
+        dt_sha256_update(ctx, w->t[i].data, (size_t)w->t[i].nbytes);
+    dt_sha256_final(ctx, digest);
     ctx = NULL;
     if (threaded)
         pthread_join(th, NULL);
     else
         fsync_main(&fj);
     if (fj.rc < 0) {
-        e = fj.err;
-        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot fsync %s: %s", path, tmp, strerror(e));
+        rc = dt_emsg_set(em, fj.rc, "%s", fj.em.s);
         goto fail;
     }
-    /* close can report a deferred write error (NFS): it counts. */
-    rc = close(fd);
-    fd = -1;
-    if (rc < 0) {
-        e = errno;
-        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot close %s: %s", path, tmp, strerror(e));
-        goto fail;
-    }
-    if (rename(tmp, path) < 0) {
-        e = errno;
-        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot rename %s over it: %s", path, tmp,
-                         strerror(e));
-        goto fail;
-    }
-    created = false;
-
-    /* The file is in place; what is left makes the rename durable. */
-    rc = 0;
-    /* the file is in place; this makes the rename durable */
-    dt_emsg_t sub = { "" };
-    if ((rc = dt_fsync_dir(dir, &sub)) < 0)
-        dt_emsg_set(em, rc, "%s: written, but %s", path, sub.s);
+    /* close, rename, and the directory's fsync */
+    rc = dt_atomic_commit(&af, em);
     if (hex)
         memcpy(hex, digest, 65);
     if (bytes)
         *bytes = 8 + (int64_t)hlen + w->data_bytes;
-    free(tmp);
-    free(dir);
     free(hdr);
     return rc;
 
-write_fail:
-    rc = dt_emsg_set(em, rc, "%s: cannot write %s: %s", path, tmp, dt_strerror(rc));
 fail:
-    if (ctx)
-        EVP_MD_CTX_free(ctx);
-    if (fd >= 0)
-        close(fd);
-    if (created)
-        unlink(tmp);
-    free(tmp);
-    free(dir);
+    dt_sha256_free(ctx);
+    dt_atomic_abort(&af);
     free(hdr);
     return rc;
 }

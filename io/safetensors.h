@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "common/err.h"
+#include "common/sha256.h" /* dt_sha256_file: a shard's hash, as dt_st_write gives it */
 #include "spec/dtype.h"
 
 #define DT_ST_MAXDIM 8
@@ -128,12 +129,5 @@ int dt_st_read(const dt_st_reader_t *r, const char *name, void *dst, size_t dst_
 const char *dt_st_meta(const dt_st_reader_t *r, const char *key);
 size_t dt_st_meta_count(const dt_st_reader_t *r);
 void dt_st_meta_at(const dt_st_reader_t *r, size_t i, const char **key, const char **value);
-
-/*-- hashing --------------------------------------------------------------*/
-
-/* Lowercase hex SHA-256 of the regular file at PATH into hex; a symbolic
- * link, a directory, a FIFO or a device is refused (DT_EINVAL). Returns 0
- * or the errno-derived code with a message naming the file. */
-int dt_sha256_file(const char *path, char hex[65], dt_emsg_t *em);
 
 #endif /* DT_SAFETENSORS_H */

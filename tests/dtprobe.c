@@ -54,6 +54,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/mem.h"
 #include "common/msg.h"
 
@@ -281,13 +282,6 @@ static int send_frame(probe_t *p, uint16_t type, const json_t *body)
 
 /* ---- hostile peers ------------------------------------------------------------- */
 
-static long mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* The request `count` times in writes of about 1 MiB, never reading. */
 static int flood(probe_t *p, uint16_t type, const json_t *body, long count)
 {
@@ -331,7 +325,7 @@ static int flood(probe_t *p, uint16_t type, const json_t *body, long count)
 static int count_closed(const int *fds, int n, long wait_ms)
 {
     struct pollfd *pf = dt_xcalloc((size_t)n, sizeof(*pf));
-    long end = mono_ms() + wait_ms;
+    long end = (long)dt_clock_mono_ms() + wait_ms;
     int closed = 0;
 
     for (int i = 0; i < n; i++) {
@@ -339,7 +333,7 @@ static int count_closed(const int *fds, int n, long wait_ms)
         pf[i].events = POLLRDHUP;
     }
     for (;;) {
-        long left = end - mono_ms();
+        long left = end - (long)dt_clock_mono_ms();
         int r = poll(pf, (nfds_t)n, left > 0 ? (int)(left < 100 ? left : 100) : 0);
         if (r < 0 && errno != EINTR)
             break;
@@ -348,7 +342,7 @@ static int count_closed(const int *fds, int n, long wait_ms)
                 pf[i].fd = -1; /* counted; poll ignores it from now on */
                 closed++;
             }
-        if (closed == n || mono_ms() >= end)
+        if (closed == n || (long)dt_clock_mono_ms() >= end)
             break;
     }
     free(pf);
@@ -641,9 +635,10 @@ int main(int argc, char **argv)
         if (nidle > 0 && hold_ms > 0)
             sleep_ms(hold_ms);
         if (nidle > 0 && wait_s >= 0) {
-            long t0 = mono_ms();
+            long t0 = (long)dt_clock_mono_ms();
             int closed = count_closed(idle_fds, nidle, wait_s * 1000);
-            printf("IDLE closed=%d of %d after %ld ms\n", closed, nidle, mono_ms() - t0);
+            printf("IDLE closed=%d of %d after %ld ms\n", closed, nidle,
+                   (long)dt_clock_mono_ms() - t0);
             rc = closed == nidle ? PROBE_CLOSED : PROBE_TIMEOUT;
         }
         for (int i = 0; i < nidle; i++)
@@ -691,12 +686,12 @@ int main(int argc, char **argv)
         if (hold_ms > 0)
             sleep_ms(hold_ms);
         if (wait_s >= 0 && rc != PROBE_CLOSED) {
-            long t0 = mono_ms();
+            long t0 = (long)dt_clock_mono_ms();
             if (count_closed(&p.fd, 1, wait_s * 1000) == 1) {
-                printf("CLOSED after %ld ms\n", mono_ms() - t0);
+                printf("CLOSED after %ld ms\n", (long)dt_clock_mono_ms() - t0);
                 rc = PROBE_CLOSED;
             } else {
-                printf("OPEN after %ld ms\n", mono_ms() - t0);
+                printf("OPEN after %ld ms\n", (long)dt_clock_mono_ms() - t0);
                 rc = PROBE_TIMEOUT;
             }
         }

@@ -60,6 +60,7 @@
 
 #include "agent/pmix.h"
 #include "common/err.h"
+#include "common/fileio.h"
 #include "common/log.h"
 #include "common/mem.h"
 
@@ -248,13 +249,11 @@ static void answer_fire(uv_timer_t *t)
 static void write_part(host_t *h, uint32_t gen, uint32_t seq, const void *data, size_t len)
 {
     char *path = fence_file(h, gen, seq, h->self);
-    char *tmp = dt_xasprintf("%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
+    dt_emsg_t em = { "" };
 
-    if (f == NULL || (len && fwrite(data, 1, len, f) != len) || fclose(f) != 0 ||
-        rename(tmp, path) < 0)
-        printf("pmixhost: cannot write %s: %s\n", path, strerror(errno));
-    free(tmp);
+    /* whole or not at all: the other hosts poll for it */
+    if (dt_file_write_atomic(path, data, len, 0644, 0, &em) < 0)
+        printf("pmixhost: cannot write %s\n", em.s);
     free(path);
 }
 

@@ -11,12 +11,12 @@
  * an NCCL_PROXY_DUMP_SIGNAL equal to the warning signal is refused. No
  * Slurm is needed.
  */
+#include "common/fileio.h"
 #include "config.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -40,18 +40,10 @@ static void setup(void)
     cr_assert_not_null(mkdtemp(tmpdir), "mkdtemp: %s", strerror(errno));
 }
 
-static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
-
 static void teardown(void)
 {
     if (tmpdir[0])
-        nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+        dt_rmtree(tmpdir, NULL);
 }
 
 TestSuite(batch, .init = setup, .fini = teardown);

@@ -7,11 +7,11 @@
  * are on files on disk, return codes and the messages a user would see.
  * Every test works in its own directory under /tmp, removed afterwards.
  */
+#include "common/fileio.h"
 #include "config.h"
 
 #include <criterion/criterion.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,18 +34,10 @@ static void setup(void)
     snprintf(root, sizeof(root), "%s/ckpt", tmpdir);
 }
 
-static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
-
 static void teardown(void)
 {
     if (tmpdir[0])
-        nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+        dt_rmtree(tmpdir, NULL);
 }
 
 TestSuite(ckpt, .init = setup, .fini = teardown);

@@ -10,11 +10,11 @@
  * target layout,
  * the scorer). Every test works in its own directory under /tmp.
  */
+#include "common/fileio.h"
 #include "config.h"
 
 #include <criterion/criterion.h>
 #include <dirent.h>
-#include <ftw.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,18 +36,10 @@ static void setup(void)
     cr_assert_not_null(mkdtemp(tmpdir), "mkdtemp: %s", strerror(errno));
 }
 
-static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
-
 static void teardown(void)
 {
     if (tmpdir[0])
-        nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+        dt_rmtree(tmpdir, NULL);
 }
 
 TestSuite(data, .init = setup, .fini = teardown);

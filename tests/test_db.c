@@ -15,7 +15,6 @@
 
 #include <criterion/criterion.h>
 #include <errno.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <sqlite3.h>
@@ -27,7 +26,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/err.h"
+#include "common/fileio.h"
 #include "common/mem.h"
 #include "db/db.h"
 
@@ -43,18 +44,10 @@ static void setup(void)
     snprintf(dbpath, sizeof(dbpath), "%s/dt.db", tmpdir);
 }
 
-static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
-
 static void teardown(void)
 {
     if (tmpdir[0])
-        nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+        dt_rmtree(tmpdir, NULL);
 }
 
 TestSuite(db, .init = setup, .fini = teardown);
@@ -66,14 +59,6 @@ TestSuite(db, .init = setup, .fini = teardown);
 
 static const char sha_a[] = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 static const char sha_b[] = "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210";
-
-static int64_t wall_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static dt_db_t *open_ok(const char *path)
 {
@@ -1078,7 +1063,7 @@ Test(db, events_are_ordered_and_since_pages)
 {
     dt_db_t *db = open_ok(dbpath);
     dt_emsg_t em = { "" };
-    int64_t t0 = wall_ms();
+    int64_t t0 = dt_clock_wall_ms();
     int64_t a = job_new(db, "a", 1000), b = job_new(db, "b", 1000);
     struct events ev;
 
@@ -1086,7 +1071,7 @@ Test(db, events_are_ordered_and_since_pages)
     cr_assert_eq(dt_db_event_add(db, b, "note", "other job", &em), 0, "%s", em.s);
     cr_assert_eq(dt_db_job_transition(db, a, DT_JOB_FAILED, NULL, "rank 3 exited", &em), 0);
     cr_assert_eq(dt_db_event_add(db, a, "note", NULL, &em), 0, "%s", em.s);
-    int64_t t1 = wall_ms();
+    int64_t t1 = dt_clock_wall_ms();
 
     events_of(db, a, 0, &ev);
     static const char *const kinds[] = { "submitted", "worker_exit", "failed", "note" };
@@ -1225,7 +1210,7 @@ Test(db, shards_and_checkpoints)
     int64_t job = job_new(db, "c", 1000);
     struct ckpts v;
     struct events ev;
-    int64_t t0 = wall_ms();
+    int64_t t0 = dt_clock_wall_ms();
 
     cr_assert_eq(dt_db_shard_add(db, job, 100, 0, "/ck/100/r0", 10, sha_a, &em), 0, "%s", em.s);
     cr_assert_eq(dt_db_shard_add(db, job, 100, 1, "/ck/100/r1", 20, sha_a, &em), 0, "%s", em.s);
@@ -1360,7 +1345,7 @@ Test(db, generations_begin_end_and_last)
     dt_emsg_t em = { "" };
     int64_t job = job_new(db, "g", 1000);
     int64_t a1 = agent_new(db, job, "node01"), a2 = agent_new(db, job, "node02");
-    int64_t t0 = wall_ms(), t1;
+    int64_t t0 = dt_clock_wall_ms(), t1;
     const int64_t place1[] = { a1, a1, a2 }, place2[] = { a2, a1 };
     struct ranks vr;
     struct events ev;
@@ -1372,7 +1357,7 @@ Test(db, generations_begin_end_and_last)
     dt_gen_clear(&g);
 
     cr_assert_eq(dt_db_gen_begin(db, job, 1, 3, place1, 0, &em), 0, "%s", em.s);
-    t1 = wall_ms();
+    t1 = dt_clock_wall_ms();
     cr_assert_eq(dt_db_gen_last(db, job, &g, &em), 0, "%s", em.s);
     cr_assert_eq(g.job, job);
     cr_assert_eq(g.gen, 1);

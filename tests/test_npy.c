@@ -7,12 +7,12 @@
  * byte by byte, with the message the user would see. Every test works in its
  * own directory under /tmp, removed afterwards. No Python needed.
  */
+#include "common/fileio.h"
 #include "config.h"
 
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <math.h>
 #include <signal.h>
 #include <stdint.h>
@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/half.h"
 #include "io/npy.h"
 
 /*-- fixture: one temp dir per test -----------------------------------------*/
@@ -35,18 +36,10 @@ static void setup(void)
     cr_assert_not_null(mkdtemp(tmpdir), "mkdtemp: %s", strerror(errno));
 }
 
-static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
-
 static void teardown(void)
 {
     if (tmpdir[0])
-        nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+        dt_rmtree(tmpdir, NULL);
 }
 
 TestSuite(npy, .init = setup, .fini = teardown);

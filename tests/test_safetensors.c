@@ -7,12 +7,12 @@
  * message the user would see. Every test works in its own directory under
  * /tmp, removed afterwards. No Python needed.
  */
+#include "common/fileio.h"
 #include "config.h"
 
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,18 +32,10 @@ static void setup(void)
     cr_assert_not_null(mkdtemp(tmpdir), "mkdtemp: %s", strerror(errno));
 }
 
-static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
-
 static void teardown(void)
 {
     if (tmpdir[0])
-        nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+        dt_rmtree(tmpdir, NULL);
 }
 
 TestSuite(safetensors, .init = setup, .fini = teardown);

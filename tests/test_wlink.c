@@ -32,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/mem.h"
 #include "common/msg.h"
 #include "engine/cmd/cmd.h"
@@ -247,23 +248,16 @@ static void w_report(void)
     dt_wlink_result(10, 1.25, 0.5, SHA_B);
 }
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* Poll once (nothing has been sent yet), say so with a heartbeat, then
  * poll until W_STOP; exit with the flags seen (+64 if the first poll saw
  * anything). */
 static void w_poll_until_stop(void)
 {
     int first = dt_wlink_poll(), seen = 0;
-    double t0 = now();
+    double t0 = dt_clock_now();
 
     dt_wlink_heartbeat();
-    while (!(seen & DT_WLINK_STOP) && now() - t0 < 10) {
+    while (!(seen & DT_WLINK_STOP) && dt_clock_now() - t0 < 10) {
         seen |= dt_wlink_poll();
         usleep(200);
     }
@@ -273,9 +267,9 @@ static void w_poll_until_stop(void)
 /* Poll until something ends the process (exit 98 after 10 s). */
 static void w_poll_forever(void)
 {
-    double t0 = now();
+    double t0 = dt_clock_now();
 
-    while (now() - t0 < 10) {
+    while (dt_clock_now() - t0 < 10) {
         dt_wlink_poll();
         usleep(200);
     }
@@ -285,9 +279,9 @@ static void w_poll_forever(void)
 /* Heartbeats until writing fails (exit 98 after 10 s). */
 static void w_write_forever(void)
 {
-    double t0 = now();
+    double t0 = dt_clock_now();
 
-    while (now() - t0 < 10) {
+    while (dt_clock_now() - t0 < 10) {
         dt_wlink_heartbeat();
         usleep(1000);
     }

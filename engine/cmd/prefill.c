@@ -28,7 +28,6 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +35,7 @@
 
 #include "common/clock.h"
 #include "common/mem.h"
+#include "common/sha256.h"
 #include "engine/cmd/agree.h"
 #include "engine/attn/attn.h"
 #include "io/ckpt.h"
@@ -366,15 +366,6 @@ static int gather_last(dt_comm_t *comm, const popts_t *o, int64_t c, const int64
     return rc;
 }
 
-static void digest(const float *p, int64_t n, char hex[65])
-{
-    unsigned char md[32];
-    unsigned int len = 0;
-    EVP_Digest(p, (size_t)n * sizeof(float), md, &len, EVP_sha256(), NULL);
-    for (int i = 0; i < 32; i++)
-        snprintf(hex + 2 * i, 3, "%02x", md[i]);
-}
-
 /* ---- the command ------------------------------------------------------------ */
 
 /* The sequence train sees at step 0: recall sequence 0, or the first
@@ -627,7 +618,7 @@ static void prefiller_finish(const prefiller_t *p)
 
     if (p->me != 0)
         return;
-    digest(p->last, o->last * o->model.vocab, hex);
+    dt_sha256_hex(p->last, (size_t)(o->last * o->model.vocab) * sizeof(float), hex);
     printf("prefill: tokens=%lld layers=%d loss %.9f\n", (long long)o->T, o->model.layers,
            p->loss);
     printf("result: tokens=%lld layers=%d last=%lld logits_sha256=%s\n", (long long)o->T,

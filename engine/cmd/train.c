@@ -32,12 +32,10 @@
 #include "config.h"
 
 #include <cblas.h>
-#include <ftw.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,8 +43,10 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/fileio.h"
 #include "common/macros.h"
 #include "common/mem.h"
+#include "common/sha256.h"
 #include "engine/cmd/agree.h"
 #include "engine/attn/attn.h"
 #include "io/ckpt.h"
@@ -276,12 +276,6 @@ static json_t *cursor_json(const dt_loader_cursor_t *cur)
                      (json_int_t)cur->shard, "seq", (json_int_t)cur->seq);
 }
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st, (void)ftw;
-    return (flag == FTW_DP ? rmdir(path) : unlink(path)) < 0 ? -1 : 0;
-}
-
 /* --ckpt-commit external, rank 0, before step STEP is written: a step
  * directory already there is from an earlier generation of the job that
  * went past the checkpoint the coordinator resumed us from. With the
@@ -311,8 +305,9 @@ static int supersede(const char *root, int64_t step, int *skip, dt_emsg_t *em)
         goto out;
     }
     fprintf(stderr, "dtengine train: %s was never committed: writing it again\n", dir);
-    if (nftw(old, rm_entry, 16, FTW_DEPTH | FTW_PHYS) < 0)
-        fprintf(stderr, "dtengine train: %s: cannot remove: %s\n", old, strerror(errno));
+    dt_emsg_t sub = { "" };
+    if (dt_rmtree(old, &sub) < 0)
+        fprintf(stderr, "dtengine train: %s\n", sub.s);
 out:
     free(old);
     free(dir);
@@ -883,15 +878,6 @@ static int trainer_run(trainer_t *t)
     return dt_agree_report(t->comm, rc, "dtengine train", t->em.s, NULL);
 }
 
-static void digest(const float *p, int64_t n, char hex[65])
-{
-    unsigned char md[32];
-    unsigned int len = 0;
-    EVP_Digest(p, (size_t)n * sizeof(float), md, &len, EVP_sha256(), NULL);
-    for (int i = 0; i < 32; i++)
-        snprintf(hex + 2 * i, 3, "%02x", md[i]);
-}
-
 /* Rank 0: --params-out, the parameters' digest and the result line (for
  * the agent too). A failed --params-out is rank 0's alone. */
 static int trainer_finish(trainer_t *t)
@@ -907,7 +893,7 @@ static int trainer_finish(trainer_t *t)
         fprintf(stderr, "dtengine train: %s\n", t->em.s);
         return rc;
     }
-    digest(t->P, t->n, hex);
+    dt_sha256_hex(t->P, (size_t)t->n * sizeof(float), hex);
     /* loss last: scripts read params_sha256 where it always was */
     printf("result: steps=%lld params_sha256=%s loss=%.9f\n", (long long)o->steps, hex,
            t->last_loss);

@@ -13,7 +13,6 @@
 #include "config.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <glob.h>
 #include <inttypes.h>
 #include <stdbool.h>
@@ -215,29 +214,15 @@ int dt_tok_shard_read(const dt_tok_shard_t *s, int64_t first, int64_t n, int32_t
 
 /*-- atomic writer -------------------------------------------------------------*/
 
-/* The directory of path (caller frees) and the base name (borrowed). */
-static char *dir_of(const char *path, const char **base)
-{
-    const char *slash = strrchr(path, '/');
-
-    *base = slash ? slash + 1 : path;
-    if (slash == NULL)
-        return dt_xstrdup(".");
-    if (slash == path)
-        return dt_xstrdup("/");
-    return dt_xasprintf("%.*s", (int)(slash - path), path);
-}
-
 int dt_tok_save(const char *path, enum dt_tok_format fmt, const int32_t *tok, int64_t n,
                 dt_emsg_t *em)
 {
     int32_t hdr[DT_TOK_HEADER_INTS] = { 0 };
     int64_t maxtok = fmt == DT_TOK_U16 ? 65535 : INT32_MAX;
     size_t w = tok_size(fmt);
-    const char *base;
-    char *dir, *tmp = NULL;
     unsigned char *buf = NULL;
-    int fd = -1, rc = 0, e;
+    dt_atomic_t af;
+    int rc = 0;
 
     if (fmt != DT_TOK_U16 && fmt != DT_TOK_U32)
         return dt_emsg_set(em, DT_EINVAL, "%s: unknown token format %d", path, (int)fmt);
@@ -250,26 +235,13 @@ int dt_tok_save(const char *path, enum dt_tok_format fmt, const int32_t *tok, in
                                "%s: token %" PRId64 " is %" PRId32 ", outside 0..%" PRId64
                                " of %s tokens",
                                path, i, tok[i], maxtok, dt_tok_format_name(fmt));
-    dir = dir_of(path, &base);
-    if (*base == '\0') {
-        rc = dt_emsg_set(em, DT_EINVAL, "%s: not a file name", path);
-        goto out;
-    }
-    tmp = dt_xasprintf("%s/.%s.tmp.%ld", strcmp(dir, "/") == 0 ? "" : dir, base, (long)getpid());
-    /* 0600, and O_EXCL: a link planted at the temp name is not followed */
-    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0 && errno == EEXIST && unlink(tmp) == 0)
-        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        e = errno;
-        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot create %s: %s", path, tmp, strerror(e));
-        goto out;
-    }
+    /* 0600; a link planted at the temp name is not followed (fileio.h) */
+    if ((rc = dt_atomic_open(&af, path, 0600, 0, em)) < 0)
+        return rc;
     hdr[0] = fmt == DT_TOK_U16 ? DT_TOK_MAGIC_U16 : DT_TOK_MAGIC_U32;
     hdr[1] = fmt == DT_TOK_U16 ? DT_TOK_VERSION_U16 : DT_TOK_VERSION_U32;
     hdr[2] = (int32_t)n;
-    if ((rc = dt_write_full(fd, hdr, sizeof(hdr))) < 0)
-        goto werr;
+    rc = dt_atomic_write(&af, hdr, sizeof(hdr), em);
     buf = dt_xmallocarray(CHUNK_TOKENS, w);
     for (int64_t i = 0; i < n && rc == 0; i += CHUNK_TOKENS) {
         int64_t m = n - i < CHUNK_TOKENS ? n - i : CHUNK_TOKENS;
@@ -279,44 +251,14 @@ int dt_tok_save(const char *path, enum dt_tok_format fmt, const int32_t *tok, in
             else
                 ((uint32_t *)buf)[j] = (uint32_t)tok[i + j];
         }
-        rc = dt_write_full(fd, buf, (size_t)m * w);
+        rc = dt_atomic_write(&af, buf, (size_t)m * w, em);
     }
-    if (rc < 0)
-        goto werr;
-    if (fsync(fd) < 0) {
-        rc = dt_err_errno(errno);
-        goto werr;
-    }
-    /* close can report a deferred write error (NFS): it counts. */
-    e = close(fd);
-    fd = -1;
-    if (e < 0) {
-        rc = dt_err_errno(errno);
-        goto werr;
-    }
-    if (rename(tmp, path) < 0) {
-        e = errno;
-        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot rename %s over it: %s", path, tmp,
-                         strerror(e));
-        unlink(tmp);
-        goto out;
-    }
-    /* the file is in place; this makes the rename durable */
-    dt_emsg_t sub = { "" };
-    if ((rc = dt_fsync_dir(dir, &sub)) < 0)
-        dt_emsg_set(em, rc, "%s: written, but %s", path, sub.s);
-    goto out;
-werr:
-    dt_emsg_set(em, rc, "%s: cannot write %s: %s", path, tmp, dt_strerror(rc));
-    if (fd >= 0)
-        close(fd);
-    fd = -1;
-    unlink(tmp);
-out:
     free(buf);
-    free(tmp);
-    free(dir);
-    return rc;
+    if (rc < 0) {
+        dt_atomic_abort(&af);
+        return rc;
+    }
+    return dt_atomic_commit(&af, em);
 }
 
 /*-- loader -------------------------------------------------------------------*/

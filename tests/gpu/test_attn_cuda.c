@@ -36,6 +36,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "common/clock.h"
 #include "common/err.h"
 #include "common/mem.h"
 #include "kernels/cpu/attn_cpu.h"
@@ -1215,13 +1216,6 @@ static void run_invalid(void)
 
 /*-- main -------------------------------------------------------------------------*/
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 int main(void)
 {
     gc_require_device("test_attn_cuda");
@@ -1233,7 +1227,7 @@ int main(void)
     printf("device %d: %s, sm_%d%d, %d SMs, %.1f GiB\n", dev, p.name, p.major, p.minor,
            p.multiProcessorCount, (double)p.totalGlobalMem / (1 << 30));
     fflush(stdout);
-    double t0 = now_s();
+    double t0 = dt_clock_now();
 
     check_rounding();
     run_invalid();
@@ -1247,11 +1241,12 @@ int main(void)
                 run_case(&cases[c], dts[i], ds[j], seed++);
             run_future(dts[i], ds[j], 0);
             run_future(dts[i], ds[j], 1);
-            printf("-- %s d=%d done, %.1f s\n", dt_dtype_name(dts[i]), ds[j], now_s() - t0);
+            printf("-- %s d=%d done, %.1f s\n", dt_dtype_name(dts[i]), ds[j],
+                   dt_clock_now() - t0);
             fflush(stdout);
         }
     run_long(DT_BF16, 128, 4096);
     run_long(DT_F16, 64, 4096);
-    printf("-- done, %.1f s\n", now_s() - t0);
+    printf("-- done, %.1f s\n", dt_clock_now() - t0);
     return gc_done();
 }
