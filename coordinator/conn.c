@@ -27,7 +27,6 @@
 #include "common/msg.h"
 #include "coordinator/auth.h"
 #include "coordinator/conn.h"
-#include "coordinator/rpc.h"
 
 /* ---- limits --------------------------------------------------------------- */
 
@@ -351,7 +350,7 @@ void dt_conn_process(dt_conn_t *k)
             dt_conn_close(k);
             return;
         }
-        dt_rpc_dispatch(k, &m);
+        k->coord->hooks->dispatch(k, &m);
         dt_msg_clear(&m);
     }
     if (k->closing)
