@@ -133,6 +133,31 @@ static int transition(dt_coord_t *c, int64_t job, enum dt_job_state to, const ch
     return rc;
 }
 
+/* A rank's state in the database: shown by dtctl and read back after a
+ * coordinator restart (only its agent, written by dt_db_gen_begin,
+ * matters then). Not recorded: logged, the generation goes on. */
+static void rank_record(dt_coord_t *c, jobrun_t *r, int rank)
+{
+    dt_emsg_t em = { "" };
+    rank_info_t *ri = &r->ranks[rank];
+
+    if (dt_db_rank_set(c->db, r->job, r->gen, rank, ri->state, ri->step, ri->pid, &em) < 0)
+        dt_log_error("job=%lld gen=%d rank=%d %s: %s", (long long)r->job, r->gen, rank,
+                     ri->state, em.s);
+}
+
+/* A step found corrupt. Not recorded: logged; the step stays pending,
+ * which no generation resumes from, and an agent sets its directory
+ * aside all the same. */
+static void ckpt_corrupt(dt_coord_t *c, jobrun_t *r, int64_t step)
+{
+    dt_emsg_t em = { "" };
+
+    if (dt_db_checkpoint_set_state(c->db, r->job, step, "corrupt", &em) < 0)
+        dt_log_error("job=%lld step=%lld -> corrupt: %s", (long long)r->job, (long long)step,
+                     em.s);
+}
+
 static void push(dt_live_agent_t *a, uint16_t type, json_t *body)
 {
     if (a && a->conn)
@@ -369,7 +394,7 @@ static void try_commit(dt_coord_t *c, jobrun_t *r, int64_t step)
     if (x.bad || (size_t)x.n != json_array_size(x.man)) {
         dt_coord_event(c, r->job, "checkpoint_rejected", "step=%lld: a shard's sha256 differs from "
                        "the manifest's, or its ranks do not match", (long long)step);
-        dt_db_checkpoint_set_state(c->db, r->job, step, "corrupt", &em);
+        ckpt_corrupt(c, r, step);
         set_aside(c, r, step);
         goto out;
     }
@@ -702,7 +727,7 @@ void dt_run_progress(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
     if (!ri->reported) {
         ri->reported = 1;
         ri->state = "running";
-        dt_db_rank_set(c->db, r->job, r->gen, (int)rank, "running", ri->step, ri->pid, &em);
+        rank_record(c, r, (int)rank);
     }
     if (r->phase == PH_STARTING) {
         for (int i = 0; i < r->R; i++)
@@ -747,7 +772,7 @@ void dt_run_worker_exit(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
         ri->state = ri->ok ? "exited" : "failed";
         if (step > ri->step)
             ri->step = step;
-        dt_db_rank_set(c->db, r->job, r->gen, (int)rank, ri->state, ri->step, ri->pid, &em);
+        rank_record(c, r, (int)rank);
         int all = 1;
         for (int i = 0; i < r->R; i++)
             all &= r->ranks[i].exited;
@@ -771,7 +796,7 @@ void dt_run_worker_exit(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
     ri->state = ri->ok ? "exited" : hung ? "hung" : sig ? "killed" : "failed";
     if (step > ri->step)
         ri->step = step;
-    dt_db_rank_set(c->db, r->job, r->gen, (int)rank, ri->state, ri->step, ri->pid, &em);
+    rank_record(c, r, (int)rank);
     if (ri->ok) {
         json_t *res = json_object_get(m->body, "result");
         if (json_is_object(res)) {
@@ -784,7 +809,10 @@ void dt_run_worker_exit(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
             if (rt && dt_db_job_set_result(c->db, r->job, rt, &em) < 0)
                 dt_log_error("job=%lld result: %s", (long long)r->job, em.s);
             free(rt);
-            dt_db_gen_end(c->db, r->job, r->gen, "completed", &em);
+            /* not recorded: logged; the job completes all the same (its
+             * state is what counts, and a finished job is not reloaded) */
+            if (dt_db_gen_end(c->db, r->job, r->gen, "completed", &em) < 0)
+                dt_log_error("job=%lld gen=%d end: %s", (long long)r->job, r->gen, em.s);
             char d[200];
             snprintf(d, sizeof(d), "gen=%d: all %d ranks finished", r->gen, r->R);
             end_job(c, r, DT_JOB_COMPLETED, d);
@@ -874,7 +902,7 @@ void dt_run_ckpt_done(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
         dt_coord_event(c, r->job, "checkpoint_rejected", "step=%lld: agent %lld (%s) could not "
                        "write the commit marker: %s", (long long)step, (long long)a->id, a->node,
                        err ? err : "?");
-        dt_db_checkpoint_set_state(c->db, r->job, step, "corrupt", &em);
+        ckpt_corrupt(c, r, step);
         set_aside(c, r, step);
         return;
     }
@@ -1046,8 +1074,10 @@ void dt_run_requeued(dt_coord_t *c, int64_t job)
     }
     if (r == NULL)
         return;
-    if (dt_db_gen_last(c->db, job, &g, &em) == 0 && g.gen > 0 && g.ended_ms == 0)
-        dt_db_gen_end(c->db, job, g.gen, "requeued", &em);
+    /* not recorded: logged; the next run's generation supersedes it */
+    if (dt_db_gen_last(c->db, job, &g, &em) == 0 && g.gen > 0 && g.ended_ms == 0 &&
+        dt_db_gen_end(c->db, job, g.gen, "requeued", &em) < 0)
+        dt_log_error("job=%lld gen=%d end: %s", (long long)job, g.gen, em.s);
     dt_gen_clear(&g);
     gen_clear(r);
     free(r->lost_nodes);
@@ -1202,7 +1232,11 @@ static int reload_job_cb(const dt_job_t *j, void *arg)
     r->resume_step = g.resume_step;
     r->agent_of = dt_xcalloc((size_t)r->R, sizeof(*r->agent_of));
     r->ranks = dt_xcalloc((size_t)r->R, sizeof(*r->ranks));
-    dt_db_gen_ranks(c->db, j->id, g.gen, reload_rank_cb, r, &em);
+    /* ranks that cannot be read: no agent can reattach to them, so the
+     * generation is treated as ending (below) and the next one starts */
+    int ranks_ok = dt_db_gen_ranks(c->db, j->id, g.gen, reload_rank_cb, r, &em) == 0;
+    if (!ranks_ok)
+        dt_log_error("job=%lld gen=%d ranks: %s", (long long)j->id, g.gen, em.s);
     r->gen_agents = dt_xcalloc((size_t)r->R, sizeof(*r->gen_agents));
     r->ended = dt_xcalloc((size_t)r->R, sizeof(*r->ended));
     for (int i = 0; i < r->R; i++)
@@ -1210,7 +1244,7 @@ static int reload_job_cb(const dt_job_t *j, void *arg)
             r->gen_agents[r->ngen++] = r->agent_of[i];
     /* progress comes back with the agents; a generation that was ending
      * waits for their reports again */
-    if (g.ended_ms != 0 || j->state == DT_JOB_RECOVERING) {
+    if (g.ended_ms != 0 || j->state == DT_JOB_RECOVERING || !ranks_ok) {
         r->phase = PH_ABORTING;
         r->abort_ms = dt_coord_mono_ms();
         r->pending_reason = dt_xstrdup(g.reason ? g.reason : "aborted before a restart");
