@@ -121,7 +121,6 @@ void dt_agent_worker_exit(dt_conn_t *k, const dt_msg_t *m)
     dt_emsg_t em = { "" };
     dt_live_agent_t *a = own_agent(k, m);
     int64_t gen = 0, rank = 0, status = 0, sig = 0;
-    char detail[160];
     int rc;
 
     if (a == NULL)
@@ -133,14 +132,10 @@ void dt_agent_worker_exit(dt_conn_t *k, const dt_msg_t *m)
         dt_conn_error(k, m->id, rc, "%s", em.s);
         return;
     }
-    snprintf(detail, sizeof(detail), "agent=%lld gen=%lld rank=%lld status=%lld signal=%lld",
-             (long long)a->id, (long long)gen, (long long)rank, (long long)status,
-             (long long)sig);
-    if ((rc = dt_db_event_add(k->coord->db, a->job, "worker_exit", detail, &em)) < 0) {
+    if ((rc = dt_jobs_worker_exit(k->coord, a, gen, rank, status, sig, &em)) < 0) {
         dt_conn_error(k, m->id, rc, "%s", em.s);
         return;
     }
-    dt_log_info("job=%lld %s", (long long)a->job, detail);
     dt_conn_reply(k, DT_MSG_OK, m->id, NULL);
     dt_run_worker_exit(k->coord, a, m);
 }
@@ -192,11 +187,9 @@ void dt_agent_shard_written(dt_conn_t *k, const dt_msg_t *m)
                 return;
             }
         }
-        char *text = json_dumps(shards, JSON_COMPACT);
-        rc = dt_db_checkpoint_set_manifest(k->coord->db, a->job, step, text, &em);
-        free(text);
+        rc = dt_jobs_manifest(k->coord, a->job, step, shards, &em);
     } else {
-        rc = dt_db_shard_add(k->coord->db, a->job, step, (int)rank, path, bytes, sha, &em);
+        rc = dt_jobs_shard(k->coord, a->job, step, (int)rank, path, bytes, sha, &em);
     }
     if (rc < 0) {
         dt_conn_error(k, m->id, rc, "%s", em.s);

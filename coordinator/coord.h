@@ -5,9 +5,11 @@
  * file may call (coord.c: events, clocks, live agents). Reached through
  * loop->data; owned and touched by the loop thread only.
  *
- * The coordinator's files call downwards only (main > rpc > ctl_req,
- * agent_req > jobs > recovery > run, alloc > conn > coord); a lower file
- * reaches a higher one through the hooks below, which main.c sets.
+ * The coordinator's files call downwards only: main > rpc > ctl_req,
+ * agent_req > jobs, recovery > run, alloc > conn (listen > conn) > coord,
+ * beside the leaves auth, daemon, jobdir, slurm, batch and the planner. A
+ * lower file reaches a higher one only through the hooks below, which
+ * main.c sets.
  */
 #ifndef DT_COORD_H
 #define DT_COORD_H

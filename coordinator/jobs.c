@@ -400,6 +400,36 @@ out:
     return rc;
 }
 
+int dt_jobs_worker_exit(dt_coord_t *c, const dt_live_agent_t *a, int64_t gen, int64_t rank,
+                        int64_t status, int64_t sig, dt_emsg_t *em)
+{
+    char detail[160];
+    int rc;
+
+    snprintf(detail, sizeof(detail), "agent=%lld gen=%lld rank=%lld status=%lld signal=%lld",
+             (long long)a->id, (long long)gen, (long long)rank, (long long)status,
+             (long long)sig);
+    if ((rc = dt_db_event_add(c->db, a->job, "worker_exit", detail, em)) < 0)
+        return rc;
+    dt_log_info("job=%lld %s", (long long)a->job, detail);
+    return 0;
+}
+
+int dt_jobs_shard(dt_coord_t *c, int64_t job, int64_t step, int rank, const char *path,
+                  int64_t bytes, const char *sha256, dt_emsg_t *em)
+{
+    return dt_db_shard_add(c->db, job, step, rank, path, bytes, sha256, em);
+}
+
+int dt_jobs_manifest(dt_coord_t *c, int64_t job, int64_t step, json_t *shas, dt_emsg_t *em)
+{
+    char *text = json_dumps(shas, JSON_COMPACT);
+    int rc = dt_db_checkpoint_set_manifest(c->db, job, step, text, em);
+
+    free(text);
+    return rc;
+}
+
 /* Agents retry a lost link with a backoff that grows to 5 s, +-20%
  * (agent/link.c): one that saw the coordinator die may next try 6 s
  * later. */

@@ -99,6 +99,17 @@ int dt_jobs_agent_register(dt_coord_t *c, const dt_caller_t *who, int64_t jid,
                            const char *node, int slots, int64_t slurm_id, int64_t restart,
                            int64_t pid, dt_live_agent_t **out, dt_emsg_t *em);
 
+/* An agent reported a worker's exit: recorded as a worker_exit event
+ * before run.c hears of it (so the history has the report even when the
+ * decision fails). */
+int dt_jobs_worker_exit(dt_coord_t *c, const dt_live_agent_t *a, int64_t gen, int64_t rank,
+                        int64_t status, int64_t sig, dt_emsg_t *em);
+/* A rank's checkpoint shard as its agent read it back, and the step's
+ * manifest (the sha256 of each rank's shard, a JSON array of strings). */
+int dt_jobs_shard(dt_coord_t *c, int64_t job, int64_t step, int rank, const char *path,
+                  int64_t bytes, const char *sha256, dt_emsg_t *em);
+int dt_jobs_manifest(dt_coord_t *c, int64_t job, int64_t step, json_t *shas, dt_emsg_t *em);
+
 /* At start-up: agents registered before a restart are expected back. */
 int dt_jobs_reload_agents(dt_coord_t *c, dt_emsg_t *em);
 
