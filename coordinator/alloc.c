@@ -12,8 +12,13 @@
  * flight, when the dt job ended, whether it may have a Slurm job that was
  * never recorded.
  *
- * Not here: the batch script (batch.c), generations and the recovery
- * decisions inside an allocation (run.c).
+ * What Slurm says about a live dt job (its Slurm job ended, vanished, was
+ * requeued by Slurm itself, or a requeue would pend for ever) is reported
+ * through the coordinator's fault hook: the recovery policy (recovery.c)
+ * decides, and calls back dt_alloc_requeue when the job is requeued.
+ *
+ * Not here: the batch script (batch.c), generations (run.c), every
+ * recovery decision (recovery.c).
  */
 #include "config.h"
 
@@ -32,7 +37,7 @@
 #include "coordinator/alloc.h"
 #include "coordinator/jobdir.h"
 #include "coordinator/batch.h"
-#include "coordinator/run.h"
+#include "coordinator/recovery.h"
 #include "db/db.h"
 
 #define END_GRACE_MS 60000     /* a finished dt job's batch job ends by itself within this */
@@ -335,6 +340,16 @@ int dt_alloc_check(dt_coord_t *c, const dt_spec_t *s, const dt_plan_req_t *req,
     return rc;
 }
 
+/* A queued job whose batch job cannot be made fails. Not recorded: logged;
+ * the job stays queued, and the next submission (a restart) tries again. */
+static void refused(dt_coord_t *c, track_t *t, const char *why)
+{
+    dt_emsg_t em = { "" };
+
+    if (dt_db_job_transition(c->db, t->job, DT_JOB_FAILED, NULL, why, &em) < 0)
+        dt_log_error("job=%lld -> failed: %s", (long long)t->job, em.s);
+}
+
 /* Build and queue the submission of a queued job with no Slurm job. */
 static void submit(dt_alloc_t *al, track_t *t)
 {
@@ -353,7 +368,7 @@ static void submit(dt_alloc_t *al, track_t *t)
         (rc = dt_plan_req_from_spec(&s, &req, &em)) < 0 ||
         (rc = dt_plan_make(&req, &plan, &em)) < 0) {
         dt_coord_event(c, t->job, "slurm_refused", "the stored job no longer plans: %s", em.s);
-        dt_db_job_transition(c->db, t->job, DT_JOB_FAILED, NULL, em.s, &em);
+        refused(c, t, em.s);
         goto out;
     }
     dt_slurm_job_t old = { 0 };
@@ -367,7 +382,7 @@ static void submit(dt_alloc_t *al, track_t *t)
     if ((rc = dt_jobdir_ensure(c->jobs_fd, c->conf.jobs_dir, t->job, (uid_t)j.owner, &em)) < 0 &&
         al->output_dir == NULL) {
         dt_coord_event(c, t->job, "slurm_refused", "%s", em.s);
-        dt_db_job_transition(c->db, t->job, DT_JOB_FAILED, NULL, em.s, &em);
+        refused(c, t, em.s);
         goto out;
     }
     o = enqueue(al, OP_SUBMIT, t->job, 0);
@@ -382,7 +397,7 @@ static void submit(dt_alloc_t *al, track_t *t)
             }
         op_free(o);
         dt_coord_event(c, t->job, "slurm_refused", "%s", em.s);
-        dt_db_job_transition(c->db, t->job, DT_JOB_FAILED, NULL, em.s, &em);
+        refused(c, t, em.s);
         goto out;
     }
     o->exclude = o->desc.exclude ? dt_xstrdup(o->desc.exclude) : NULL;
@@ -529,49 +544,16 @@ bool dt_alloc_is_slurm(const dt_coord_t *c, int64_t job)
 
 /*-- following ----------------------------------------------------------------------*/
 
-/* max_restarts of the spec (default 5) against the restarts since the last
- * resume */
-static int restart_budget_left(dt_coord_t *c, int64_t job)
-{
-    dt_emsg_t em = { "" };
-    dt_spec_t s = { 0 };
-    dt_job_t j;
-    int requeues, base, max = 5, left = 1;
-
-    if (job_get(c, job, &j) < 0)
-        return 0;
-    if (dt_spec_parse("spec", j.spec ? j.spec : "", &s, &em) == 0 && s.max_restarts > 0)
-        max = (int)s.max_restarts;
-    if (dt_db_job_counts(c->db, job, &requeues, &base, &em) == 0)
-        left = j.restarts - base < max;
-    dt_spec_free(&s);
-    dt_job_clear(&j);
-    return left;
-}
-
-static int state_is(const dt_slurm_info_t *i, const char *name)
-{
-    return strcmp(i->state, name) == 0;
-}
-
 /* Slurm requeued the job without dt asking (its own node-failure requeue,
  * an admin's scontrol requeue): the running generation is gone. */
 static void outside_requeue(dt_alloc_t *al, track_t *t, int64_t restart, const char *how)
 {
-    dt_coord_t *c = al->c;
-    dt_emsg_t em = { "" };
-    char why[300];
+    dt_fault_t f = { .kind = DT_FAULT_SLURM_REQUEUED, .rank = -1, .slurm_id = t->slurm_id,
+                     .restart = restart, .how = how };
 
-    snprintf(why, sizeof(why), "slurm job %u was requeued by Slurm (%s, restart %lld): the "
-             "job resumes from its newest committed checkpoint", t->slurm_id, how,
-             (long long)restart);
     t->run_restart = restart;
     t->agents_seen = 0;
-    if (dt_db_job_requeue(c->db, t->job, true, "requeued", why, &em) < 0) {
-        dt_log_error("job=%lld: %s", (long long)t->job, em.s);
-        return;
-    }
-    dt_run_requeued(c, t->job);
+    al->c->hooks->fault(al->c, t->job, &f);
 }
 
 /* What slurmctld said about one job (rc 0, DT_ENOENT when it no longer
@@ -597,12 +579,9 @@ static void on_info(dt_alloc_t *al, track_t *t, uint32_t slurm_id, int rc,
         }
         if (!t->gone && job_get(c, t->job, &j) == 0) {
             if (!dt_job_state_terminal(j.state)) {
-                char why[200];
-                snprintf(why, sizeof(why), "slurm job %u is unknown to slurmctld (purged or "
-                         "lost): its agents cannot be running", t->slurm_id);
-                dt_coord_event(c, t->job, "slurm_lost", "%s", why);
-                dt_db_job_transition(c->db, t->job, DT_JOB_FAILED, NULL, why, &em);
-                dt_run_cancelled(c, t->job);
+                dt_fault_t f = { .kind = DT_FAULT_SLURM_LOST, .rank = -1,
+                                 .slurm_id = t->slurm_id };
+                c->hooks->fault(c, t->job, &f);
             }
             t->gone = 1;
             dt_job_clear(&j);
@@ -649,55 +628,20 @@ static void on_info(dt_alloc_t *al, track_t *t, uint32_t slurm_id, int rc,
     }
     if (in->requeued)
         goto out; /* ending now, pending again soon */
-    char why[1400];
-    if (state_is(in, "CANCELLED")) {
-        snprintf(why, sizeof(why), "slurm job %u was cancelled outside dt", t->slurm_id);
-        dt_coord_event(c, t->job, "slurm_cancelled", "%s", why);
-        if (dt_db_job_transition(c->db, t->job, DT_JOB_CANCELLED, NULL, why, &em) < 0)
-            dt_log_error("job=%lld: %s", (long long)t->job, em.s);
-        dt_run_cancelled(c, t->job);
+    /* the batch job's output, for a reason that points there */
+    dt_slurm_job_t rec = { 0 };
+    dt_emsg_t e2 = { "" };
+    if (dt_db_slurm_get(c->db, t->job, &rec, &e2) < 0)
+        dt_log_debug("job=%lld: no slurm record: %s", (long long)t->job, e2.s);
+    dt_fault_t f = { .kind = DT_FAULT_SLURM_ENDED, .rank = -1, .slurm_id = t->slurm_id,
+                     .state = in->state, .nodes = in->nodes, .output = rec.output,
+                     .exit_code = in->exit_code, .exit_signal = in->exit_signal,
+                     .agents_seen = t->agents_seen };
+    int action = c->hooks->fault(c, t->job, &f);
+    dt_slurm_job_clear(&rec);
+    /* a requeue keeps following it; an end is final */
+    if (action == DT_ACT_FAIL || action == DT_ACT_CANCEL)
         t->gone = 1;
-    } else if (state_is(in, "TIMEOUT") || state_is(in, "NODE_FAIL") ||
-               state_is(in, "PREEMPTED") || state_is(in, "BOOT_FAIL")) {
-        snprintf(why, sizeof(why), "slurm job %u ended %s%s%s%s", t->slurm_id, in->state,
-                 *in->nodes ? " on " : "", in->nodes,
-                 state_is(in, "TIMEOUT") ? " (no checkpoint before the time limit: is "
-                                           "signal_lead long enough?)" : "");
-        /* preemption is not the job's fault; the rest count as failures */
-        if (dt_alloc_requeue(c, t->job, NULL, !state_is(in, "PREEMPTED"), why, &em) < 0)
-            dt_log_error("job=%lld: %s", (long long)t->job, em.s);
-    } else if (t->agents_seen) {
-        /* the run had started: its srun or batch shell died under it (a
-         * killed srun, a node gone): a failure like a lost agent, bounded
-         * by the restart budget and the deterministic-failure rule */
-        snprintf(why, sizeof(why), "slurm job %u ended %s (exit %d, signal %d) under the running "
-                 "job", t->slurm_id, in->state, in->exit_code, in->exit_signal);
-        if (restart_budget_left(c, t->job)) {
-            if (dt_alloc_requeue(c, t->job, NULL, true, why, &em) < 0)
-                dt_log_error("job=%lld: %s", (long long)t->job, em.s);
-        } else {
-            char d[1500];
-            snprintf(d, sizeof(d), "%s; restart budget used up", why);
-            dt_coord_event(c, t->job, "slurm_ended", "%s", d);
-            dt_db_job_transition(c->db, t->job, DT_JOB_FAILED, NULL, d, &em);
-            dt_run_cancelled(c, t->job);
-            t->gone = 1;
-        }
-    } else {
-        dt_slurm_job_t rec = { 0 };
-        dt_emsg_t e2 = { "" };
-        dt_db_slurm_get(c->db, t->job, &rec, &e2);
-        snprintf(why, sizeof(why), "slurm job %u ended %s (exit %d, signal %d) before the job "
-                 "did: the batch script or its agents could not run; see %s", t->slurm_id,
-                 in->state, in->exit_code, in->exit_signal,
-                 rec.output && *rec.output ? rec.output : "the batch job's output");
-        dt_slurm_job_clear(&rec);
-        dt_coord_event(c, t->job, "slurm_ended", "%s", why);
-        if (dt_db_job_transition(c->db, t->job, DT_JOB_FAILED, NULL, why, &em) < 0)
-            dt_log_error("job=%lld: %s", (long long)t->job, em.s);
-        dt_run_cancelled(c, t->job);
-        t->gone = 1;
-    }
 out:
     dt_job_clear(&j);
 }
@@ -768,7 +712,6 @@ static void no_room(dt_alloc_t *al, op_t *o)
     dt_coord_t *c = al->c;
     track_t *t = track_find(al, o->job);
     const dt_slurm_room_t *r = &o->room;
-    dt_emsg_t em = { "" };
     dt_job_t j;
     char why[3000];
 
@@ -779,13 +722,10 @@ static void no_room(dt_alloc_t *al, op_t *o)
              o->slurm_id, r->need, *r->partition ? r->partition : "(default)", r->usable,
              r->excluded, r->in_partition, *r->unusable ? "; not usable: " : "", r->unusable,
              r->features_checked ? "" : "; its constraint was not evaluated");
-    dt_coord_event(c, o->job, "slurm_no_nodes", "%s", why);
-    if (!dt_job_state_terminal(j.state)) {
-        if (dt_db_job_transition(c->db, o->job, DT_JOB_FAILED, NULL, why, &em) < 0)
-            dt_log_error("job=%lld: %s", (long long)o->job, em.s);
-        dt_run_cancelled(c, o->job);
-    }
     dt_job_clear(&j);
+    dt_fault_t f = { .kind = DT_FAULT_SLURM_NO_ROOM, .rank = -1, .slurm_id = o->slurm_id,
+                     .detail = why };
+    c->hooks->fault(c, o->job, &f);
     t->ended_ms = dt_coord_mono_ms();
     if (!t->cancel_sent) {
         t->cancel_sent = 1;
@@ -823,12 +763,14 @@ int dt_alloc_requeue(dt_coord_t *c, int64_t job, const char *exclude, bool failu
             char *merged = list_join(s.exclude, exclude);
             free(s.exclude);
             s.exclude = merged;
-            dt_db_slurm_update(c->db, &s, &changed, &e2);
+            /* not recorded: logged; this requeue still excludes them, a
+             * later resubmission of the job would not */
+            if (dt_db_slurm_update(c->db, &s, &changed, &e2) < 0)
+                dt_log_error("job=%lld: exclusion not recorded: %s", (long long)job, e2.s);
         }
         dt_slurm_job_clear(&s);
     }
     pump(al);
-    dt_run_requeued(c, job);
     return 0;
 }
 

@@ -28,7 +28,6 @@
 #include "common/uvframe.h"
 #include "coordinator/auth.h"
 #include "coordinator/conn.h"
-#include "coordinator/rpc.h"
 
 /* ---- limits --------------------------------------------------------------- */
 
@@ -342,7 +341,7 @@ void dt_conn_process(dt_conn_t *k)
             dt_conn_close(k);
             return;
         }
-        dt_rpc_dispatch(k, &m);
+        k->coord->hooks->dispatch(k, &m);
         dt_msg_clear(&m);
     }
     if (k->closing)

@@ -1,20 +1,21 @@
 /* SPDX-License-Identifier: MIT
  *
  * One peer connection of dtcoordd (Unix socket or TCP): buffered reads fed
- * to the frame decoder, requests dispatched to the RPC table, replies
- * written back. A malformed frame gets an ERROR reply and the connection is
- * closed.
+ * to the frame decoder, requests dispatched through the coordinator's
+ * dispatch hook (coord.h; rpc.c's table), replies written back. A
+ * malformed frame gets an ERROR reply and the connection is closed.
  *
  * Every peer's memory is bounded (dtcoordd(8), LIMITS): at most one request
- * buffered (DT_COORD_REQ_MAX, 64 KiB before authentication); unsent replies
- * above output_soft_limit stop the reading of its requests until they
- * drain, and a peer above output_hard_limit, or above the soft limit for
- * output_timeout, is closed. Before AUTH a TCP peer has one request in
- * flight, DT_COORD_PREAUTH_FRAMES in all and auth_timeout to authenticate;
- * a peer silent for idle_timeout is closed (registered agents are judged by
- * their heartbeats instead). The number of connections is capped
- * (max_connections, max_connections_per_user), with a reserve for root on
- * the Unix socket so that root can always look and cancel.
+ * buffered (DT_COORD_REQ_MAX, 1 MiB; DT_COORD_PREAUTH_MAX, 64 KiB before
+ * authentication); unsent replies above output_soft_limit stop the reading
+ * of its requests until they drain, and a peer above output_hard_limit,
+ * or above the soft limit for output_timeout, is closed. Before AUTH a TCP
+ * peer has one request in flight, DT_COORD_PREAUTH_FRAMES in all and
+ * auth_timeout to authenticate; a peer silent for idle_timeout is closed
+ * (registered agents are judged by their heartbeats instead). The number
+ * of connections is capped (max_connections, max_connections_per_user),
+ * with a reserve for root on the Unix socket so that root can always look
+ * and cancel.
  */
 #ifndef DT_COORD_CONN_H
 #define DT_COORD_CONN_H

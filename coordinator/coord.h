@@ -1,8 +1,15 @@
 /* SPDX-License-Identifier: MIT
  *
  * dtcoordd's one context: configuration, the database, listeners, peers and
- * the in-memory view of live agents. Reached through loop->data; owned and
- * touched by the loop thread only.
+ * the in-memory view of live agents, with the functions every coordinator
+ * file may call (coord.c: events, clocks, live agents). Reached through
+ * loop->data; owned and touched by the loop thread only.
+ *
+ * The coordinator's files call downwards only: main > rpc > ctl_req,
+ * agent_req > jobs, recovery > run, alloc > conn (listen > conn) > coord,
+ * beside the leaves auth, daemon, jobdir, slurm, batch and the planner. A
+ * lower file reaches a higher one only through the hooks below, which
+ * main.c sets.
  */
 #ifndef DT_COORD_H
 #define DT_COORD_H
@@ -52,6 +59,20 @@ const dt_conf_key_t *dt_coord_conf_keys(void);
 
 struct dt_conn;
 struct dt_jobrun;
+struct dt_msg;
+struct dt_fault;
+struct dt_coord;
+
+/* The calls that go up the layers. */
+typedef struct dt_coord_hooks {
+    /* conn.c: a decoded request (rpc.c's table) */
+    void (*dispatch)(struct dt_conn *k, const struct dt_msg *m);
+    /* run.c, alloc.c: a fault of a job; the recovery policy decides and
+     * acts (recovery.c). Returns the action taken (enum dt_action). */
+    int (*fault)(struct dt_coord *c, int64_t job, const struct dt_fault *f);
+    /* run.c: the job reached a final state (alloc.c ends its Slurm job) */
+    void (*job_ended)(struct dt_coord *c, int64_t job, int cancelled);
+} dt_coord_hooks_t;
 
 /* A live agent: the database has the durable record, this the heartbeat. */
 typedef struct dt_live_agent {
@@ -69,6 +90,7 @@ typedef struct dt_live_agent {
 typedef struct dt_coord {
     uv_loop_t *loop;
     const char *conf_path;
+    const dt_coord_hooks_t *hooks;
     dt_coord_conf_t conf;
     dt_db_t *db;
     uv_pipe_t unix_srv;
@@ -102,9 +124,5 @@ void dt_coord_event(dt_coord_t *c, int64_t job, const char *kind, const char *fm
 dt_live_agent_t *dt_coord_agent_find(dt_coord_t *c, int64_t id);
 dt_live_agent_t *dt_coord_agent_add(dt_coord_t *c, int64_t id, int64_t job);
 void dt_coord_agent_remove(dt_coord_t *c, int64_t id);
-
-/* Begin an orderly stop: close listeners and connections, then the loop
- * ends. */
-void dt_coord_stop(dt_coord_t *c);
 
 #endif /* DT_COORD_H */

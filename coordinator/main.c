@@ -32,10 +32,12 @@
 #include "coordinator/alloc.h"
 #include "coordinator/coord.h"
 #include "coordinator/daemon.h"
-#include "coordinator/job.h"
 #include "coordinator/jobdir.h"
-#include "coordinator/run.h"
+#include "coordinator/jobs.h"
 #include "coordinator/listen.h"
+#include "coordinator/recovery.h"
+#include "coordinator/rpc.h"
+#include "coordinator/run.h"
 #include <sys/socket.h>
 
 /* ---- configuration --------------------------------------------------------- */
@@ -303,32 +305,9 @@ static void reload(dt_coord_t *c)
     dt_log_info("configuration reloaded from %s", c->conf_path);
 }
 
-/* ---- time and live agents ------------------------------------------------------- */
-
-void dt_coord_event(dt_coord_t *c, int64_t job, const char *kind, const char *fmt, ...)
-{
-    char detail[1024];
-    dt_emsg_t em = { "" };
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(detail, sizeof(detail), fmt, ap);
-    va_end(ap);
-    if (dt_db_event_add(c->db, job, kind, detail, &em) < 0)
-        dt_log_error("job=%lld event %s: %s", (long long)job, kind, em.s);
-    dt_log_info("job=%lld %s: %s", (long long)job, kind, detail);
-}
-
-int64_t dt_coord_mono_ms(void)
-{
-    return dt_clock_mono_ms();
-}
-
-int64_t dt_coord_wall_ms(void)
-{
-    return dt_clock_wall_ms();
-}
-
 /* ---- loop ----------------------------------------------------------------------- */
+
+static void stop(dt_coord_t *c);
 
 static void on_signal(uv_signal_t *s, int signum)
 {
@@ -339,16 +318,24 @@ static void on_signal(uv_signal_t *s, int signum)
         return;
     }
     dt_log_info("signal %d: stopping", signum);
-    dt_coord_stop(c);
+    stop(c);
 }
 
 static void on_sweep(uv_timer_t *t)
 {
-    dt_agent_sweep(t->data);
+    dt_recovery_sweep(t->data);
     dt_conn_sweep(t->data);
 }
 
-void dt_coord_stop(dt_coord_t *c)
+/* The calls up the layers (coord.h): requests to the RPC table, faults to
+ * the recovery policy. */
+static const dt_coord_hooks_t hooks = {
+    .dispatch = dt_rpc_dispatch,
+    .fault = dt_recovery_fault,
+    .job_ended = dt_recovery_job_ended,
+};
+
+static void stop(dt_coord_t *c)
 {
     if (c->stopping)
         return;
@@ -379,7 +366,7 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-    dt_coord_t c = { .lock_fd = -1, .jobs_fd = -1 };
+    dt_coord_t c = { .hooks = &hooks, .lock_fd = -1, .jobs_fd = -1 };
     dt_emsg_t em = { "" };
     int foreground = 0, status_fd = -1, opt, rc, code = 1, logfd = -1;
     const char *conf_path = DT_SYSCONFDIR "/dt.conf";
@@ -461,7 +448,7 @@ int main(int argc, char **argv)
     c.sig_term.data = c.sig_int.data = c.sig_hup.data = c.sweep.data = &c;
     if (dt_run_reload(&c, &em) < 0)
         dt_log_warn("reloading running jobs: %s", em.s);
-    if (dt_agent_reload(&c, &em) < 0)
+    if (dt_jobs_reload_agents(&c, &em) < 0)
         goto fail_loop;
     if (dt_listen_unix(&c, c.conf.socket, &em) < 0)
         goto fail_loop;
@@ -490,7 +477,7 @@ int main(int argc, char **argv)
     goto out_loop;
 
 fail_loop:
-    dt_coord_stop(&c);
+    stop(&c);
     uv_run(&loop, UV_RUN_DEFAULT);
 fail:
     dt_log_error("%s", em.s);

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT
  *
  * Dispatch: the table of request types, the authentication gate, AUTH and
- * PING themselves.
+ * PING themselves. Connections reach dt_rpc_dispatch through the
+ * coordinator's dispatch hook (coord.h), which main.c sets.
  */
 #include "config.h"
 
@@ -9,9 +10,11 @@
 #include <stdlib.h>
 
 #include "common/log.h"
+#include "common/macros.h"
 #include "common/mem.h"
 #include "coordinator/auth.h"
-#include "coordinator/job.h"
+#include "coordinator/agent_req.h"
+#include "coordinator/ctl_req.h"
 #include "coordinator/rpc.h"
 
 /* munge_decode asks munged over a socket and waits: run it on libuv's
@@ -111,12 +114,12 @@ static const struct rpc {
 } table[] = {
     { DT_MSG_AUTH, 0, rpc_auth },
     { DT_MSG_PING, 0, rpc_ping },
-    { DT_MSG_SUBMIT, 1, dt_job_submit },
-    { DT_MSG_LIST, 1, dt_job_list },
-    { DT_MSG_SHOW, 1, dt_job_show },
-    { DT_MSG_CANCEL, 1, dt_job_cancel },
-    { DT_MSG_EVENTS, 1, dt_job_events },
-    { DT_MSG_CHECKPOINTS, 1, dt_job_checkpoints },
+    { DT_MSG_SUBMIT, 1, dt_ctl_submit },
+    { DT_MSG_LIST, 1, dt_ctl_list },
+    { DT_MSG_SHOW, 1, dt_ctl_show },
+    { DT_MSG_CANCEL, 1, dt_ctl_cancel },
+    { DT_MSG_EVENTS, 1, dt_ctl_events },
+    { DT_MSG_CHECKPOINTS, 1, dt_ctl_checkpoints },
     { DT_MSG_REGISTER, 1, dt_agent_register },
     { DT_MSG_HEARTBEAT, 1, dt_agent_heartbeat },
     { DT_MSG_PROGRESS, 1, dt_agent_progress },
@@ -124,15 +127,15 @@ static const struct rpc {
     { DT_MSG_SHARD_WRITTEN, 1, dt_agent_shard_written },
     { DT_MSG_FENCE, 1, dt_agent_fence },
     { DT_MSG_GEN_ENDED, 1, dt_agent_gen_ended },
-    { DT_MSG_CHECKPOINT, 1, dt_job_checkpoint },
-    { DT_MSG_RESUME, 1, dt_job_resume },
+    { DT_MSG_CHECKPOINT, 1, dt_ctl_checkpoint },
+    { DT_MSG_RESUME, 1, dt_ctl_resume },
     { DT_MSG_PREEMPT, 1, dt_agent_preempt },
     { DT_MSG_CKPT_DONE, 1, dt_agent_ckpt_done },
 };
 
 void dt_rpc_dispatch(dt_conn_t *k, const dt_msg_t *m)
 {
-    for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
+    for (size_t i = 0; i < DT_ARRAY_SIZE(table); i++) {
         if (table[i].type != m->type)
             continue;
         if (table[i].need_auth && !k->authed) {

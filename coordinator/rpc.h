@@ -2,7 +2,8 @@
  *
  * The coordinator's request table: message type -> handler, with what the
  * peer must be (authenticated, or anyone for AUTH and PING). Every request
- * gets exactly one reply.
+ * gets exactly one reply. Set as the coordinator's dispatch hook: conn.c
+ * calls it through that pointer, never by name.
  */
 #ifndef DT_COORD_RPC_H
 #define DT_COORD_RPC_H

@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: MIT
  *
- * Generations of a job's workers on its agents, and the recovery policy
- * (run.h). One jobrun_t per job that has agents: the in-memory view of the
+ * Generations of a job's workers on its agents (run.h). One jobrun_t per job that has agents: the in-memory view of the
  * current generation (placement, per-rank progress, fences in flight, the
  * agents still to report its end). The database has the durable record:
  * job state and events, generations and ranks, checkpoints and shards.
@@ -14,10 +13,15 @@
  * back to an agent. A resume checkpoint is verified by the engine, which
  * exits DT_EXIT_CKPT when it does not verify.
  *
- * Not here: the wire handling of each message (job.c checks the sender
- * and the fields), checkpoint file formats (io/ckpt.c; only its path
- * names are used here), the plan itself (planner.c), the rule that calls
- * a repeated failure deterministic (recovery.c).
+ * Faults (a worker's failure, an agent lost or restarted, a generation
+ * that no longer fits, the end of a planned stop) are reported up through
+ * the coordinator's hooks; the recovery policy (recovery.c) decides and
+ * calls back the primitives at the end of this file.
+ *
+ * Not here: the wire handling of each message (agent_req.c checks the
+ * sender and the fields), checkpoint file formats (io/ckpt.c; only its
+ * path names are used here), every recovery decision (recovery.c), Slurm
+ * (alloc.c).
  */
 #include "config.h"
 
@@ -34,9 +38,7 @@
 #include "common/log.h"
 #include "common/mem.h"
 #include "common/text.h"
-#include "coordinator/alloc.h"
 #include "coordinator/jobdir.h"
-#include "plan/planner.h"
 #include "coordinator/recovery.h"
 #include "coordinator/run.h"
 #include "db/db.h"
@@ -44,11 +46,17 @@
 #include "spec/spec.h"
 
 /* A generation is aborting: what was sent, who has answered. */
-enum phase { PH_WAITING, PH_STARTING, PH_RUNNING, PH_ABORTING, PH_STOPPING, PH_DONE };
+enum phase {
+    PH_WAITING = DT_GEN_WAITING,
+    PH_STARTING = DT_GEN_STARTING,
+    PH_RUNNING = DT_GEN_RUNNING,
+    PH_ABORTING = DT_GEN_ABORTING,
+    PH_STOPPING = DT_GEN_STOPPING,
+    PH_DONE = DT_GEN_DONE,
+};
 
 #define ABORT_TIMEOUT_MS 30000 /* agents that never report the end are lost */
 #define STOP_TIMEOUT_MS 600000 /* a planned stop (checkpoint first) that never ends */
-#define DEFAULT_MAX_RESTARTS 5
 #define DEFAULT_CKPT_KEEP 3
 
 typedef struct rank_info {
@@ -103,9 +111,6 @@ typedef struct dt_jobrun {
     dt_fail_log_t fails;    /* failures seen, for the deterministic rule */
     worker_failure_t held;  /* a failure waiting for the report with its words */
     int64_t held_ms;
-    int max_restarts;
-    int restarts;
-    int restart_base;       /* restarts at the last resume */
     char *lost_nodes;       /* nodes whose agents were lost ("a,b"), for a Slurm requeue */
     int stop_requeue;       /* the planned stop ends in a requeue, not a cancel */
     int64_t abort_ms;
@@ -126,6 +131,31 @@ static int transition(dt_coord_t *c, int64_t job, enum dt_job_state to, const ch
     if (rc < 0)
         dt_log_error("job=%lld -> %s: %s", (long long)job, dt_job_state_name(to), em.s);
     return rc;
+}
+
+/* A rank's state in the database: shown by dtctl and read back after a
+ * coordinator restart (only its agent, written by dt_db_gen_begin,
+ * matters then). Not recorded: logged, the generation goes on. */
+static void rank_record(dt_coord_t *c, jobrun_t *r, int rank)
+{
+    dt_emsg_t em = { "" };
+    rank_info_t *ri = &r->ranks[rank];
+
+    if (dt_db_rank_set(c->db, r->job, r->gen, rank, ri->state, ri->step, ri->pid, &em) < 0)
+        dt_log_error("job=%lld gen=%d rank=%d %s: %s", (long long)r->job, r->gen, rank,
+                     ri->state, em.s);
+}
+
+/* A step found corrupt. Not recorded: logged; the step stays pending,
+ * which no generation resumes from, and an agent sets its directory
+ * aside all the same. */
+static void ckpt_corrupt(dt_coord_t *c, jobrun_t *r, int64_t step)
+{
+    dt_emsg_t em = { "" };
+
+    if (dt_db_checkpoint_set_state(c->db, r->job, step, "corrupt", &em) < 0)
+        dt_log_error("job=%lld step=%lld -> corrupt: %s", (long long)r->job, (long long)step,
+                     em.s);
 }
 
 static void push(dt_live_agent_t *a, uint16_t type, json_t *body)
@@ -199,9 +229,6 @@ static jobrun_t *run_get(dt_coord_t *c, int64_t job)
     r->commit_asked = -1;
     r->held.status = -1;
     r->spec_text = dt_xstrdup(j.spec ? j.spec : "");
-    r->restarts = j.restarts;
-    int requeues;
-    dt_db_job_counts(c->db, job, &requeues, &r->restart_base, &em);
     if (dt_spec_parse("spec", r->spec_text, &r->spec, &em) < 0)
         dt_log_error("job=%lld: stored spec does not parse: %s", (long long)job, em.s);
     json_t *plan = j.plan ? json_loads(j.plan, 0, NULL) : NULL;
@@ -224,8 +251,6 @@ static jobrun_t *run_get(dt_coord_t *c, int64_t job)
     int64_t steps = r->spec.steps > 0 ? r->spec.steps : 1;
     r->ckpt_every = r->spec.ckpt_every > 0 ? r->spec.ckpt_every : steps;
     r->ckpt_keep = r->spec.ckpt_keep > 0 ? r->spec.ckpt_keep : DEFAULT_CKPT_KEEP;
-    r->max_restarts = r->spec.max_restarts > 0 ? (int)r->spec.max_restarts
-                                               : DEFAULT_MAX_RESTARTS;
     r->phase = PH_WAITING;
     r->next = c->runs;
     c->runs = r;
@@ -369,7 +394,7 @@ static void try_commit(dt_coord_t *c, jobrun_t *r, int64_t step)
     if (x.bad || (size_t)x.n != json_array_size(x.man)) {
         dt_coord_event(c, r->job, "checkpoint_rejected", "step=%lld: a shard's sha256 differs from "
                        "the manifest's, or its ranks do not match", (long long)step);
-        dt_db_checkpoint_set_state(c->db, r->job, step, "corrupt", &em);
+        ckpt_corrupt(c, r, step);
         set_aside(c, r, step);
         goto out;
     }
@@ -424,44 +449,16 @@ static void end_job(dt_coord_t *c, jobrun_t *r, enum dt_job_state to, const char
             push(a, DT_MSG_JOB_END, json_pack("{s:I, s:s}", "job", (json_int_t)r->job, "state",
                                               name));
         }
+    /* not recorded: logged (transition); the agents were told, and the
+     * job's Slurm job ends all the same */
     transition(c, r->job, to, NULL, why);
-    dt_alloc_job_ended(c, r->job, to == DT_JOB_CANCELLED);
+    c->hooks->job_ended(c, r->job, to == DT_JOB_CANCELLED);
 }
 
-/* Under Slurm, a node set that must change is a requeue: the lost nodes
- * are excluded, the next run's agents resume from the newest committed
- * checkpoint. */
-static int requeue(dt_coord_t *c, jobrun_t *r, bool failure, const char *why)
+/* Report a fault of the job to the recovery policy. */
+static int fault(dt_coord_t *c, jobrun_t *r, dt_fault_t *f)
 {
-    dt_emsg_t em = { "" };
-    int rc = dt_alloc_requeue(c, r->job, r->lost_nodes, failure, why, &em);
-    if (rc < 0) {
-        char d[800];
-        snprintf(d, sizeof(d), "%s; and the requeue failed: %s", why, em.s);
-        end_job(c, r, DT_JOB_FAILED, d);
-    }
-    return rc;
-}
-
-/* Re-plan on R' < R ranks that fit in `slots`: the largest the planner
- * accepts; 0 when none. */
-static int replan(jobrun_t *r, int slots)
-{
-    for (int R = slots < r->R - 1 ? slots : r->R - 1; R >= 1; R--) {
-        dt_spec_t s = r->spec;
-        dt_plan_req_t req;
-        dt_plan_t plan = { 0 };
-        dt_emsg_t em = { "" };
-        s.ranks = R;
-        s.nodes = 0;
-        s.spares = 0;
-        int ok = dt_plan_req_from_spec(&s, &req, &em) == 0 && dt_plan_make(&req, &plan, &em) == 0 &&
-                 plan.ranks == R;
-        dt_plan_clear(&plan);
-        if (ok)
-            return R;
-    }
-    return 0;
+    return c->hooks->fault(c, r->job, f);
 }
 
 /* Start generation gen + 1 on the live agents: ranks in agent order, the
@@ -499,27 +496,13 @@ static void gen_start(dt_coord_t *c, jobrun_t *r)
         end_job(c, r, DT_JOB_FAILED, why);
         return;
     }
-    if (slots < r->R && dt_alloc_is_slurm(c, r->job)) {
-        char why[300];
-        snprintf(why, sizeof(why), "%d ranks need %d slots, %d on live agents", r->R, r->R,
-                 slots);
-        free(live);
-        requeue(c, r, true, why);
-        return;
-    }
     if (slots < r->R) {
-        int R = replan(r, slots);
-        if (R == 0) {
-            char why[200];
-            snprintf(why, sizeof(why), "%d ranks needed, %d slots on live agents, and no plan "
-                     "on fewer ranks fits", r->R, slots);
-            dt_coord_event(c, r->job, "replan_failed", "%s", why);
-            end_job(c, r, DT_JOB_FAILED, why);
-            free(live);
-            return;
-        }
-        dt_coord_event(c, r->job, "replanned", "ranks %d -> %d: %d slots on live agents", r->R, R, slots);
-        r->R = R;
+        /* requeue, re-plan or fail: recovery decides (dt_run_replan
+         * comes back here with fewer ranks) */
+        dt_fault_t f = { .kind = DT_FAULT_SHORT, .rank = -1, .slots = slots };
+        free(live);
+        fault(c, r, &f);
+        return;
     }
     gen_clear(r);
     r->gen++;
@@ -545,6 +528,9 @@ static void gen_start(dt_coord_t *c, jobrun_t *r)
     }
     pick_resume(c, r, &resume, &resume_step);
     r->resume_step = resume_step;
+    /* not recorded: logged, and the generation starts anyway; its ranks'
+     * states (dt_db_rank_set) then fail and are logged too, and a
+     * coordinator restart finds the previous generation */
     if (dt_db_gen_begin(c->db, r->job, r->gen, r->R, r->agent_of, resume_step, &em) < 0)
         dt_log_error("job=%lld gen=%d: %s", (long long)r->job, r->gen, em.s);
     char nspace[64];
@@ -614,75 +600,6 @@ static void abort_gen(dt_coord_t *c, jobrun_t *r, const char *why, int rank)
     }
 }
 
-/* Abort the generation without counting a restart (a resume checkpoint
- * that did not verify). */
-static void restart_gen(dt_coord_t *c, jobrun_t *r, const char *why)
-{
-    abort_gen(c, r, why, -1);
-    maybe_next(c, r);
-}
-
-static int64_t max_step(const jobrun_t *r);
-
-/* A failure of the running generation: abort it everywhere and decide
- * what comes next. RANK and CAUSE identify the failure for the
- * deterministic rule (recovery.h); why is the sentence users read. */
-static void fail_gen(dt_coord_t *c, jobrun_t *r, int rank, const char *cause, const char *why)
-{
-    dt_emsg_t em = { "" };
-    dt_job_t j;
-    int64_t step = max_step(r);
-    /* no rank has completed a step of this generation yet */
-    dt_failure_t f = { .rank = rank, .cause = cause, .step = step,
-                       .startup = step <= r->resume_step };
-
-    if (r->phase != PH_STARTING && r->phase != PH_RUNNING)
-        return;
-    abort_gen(c, r, why, rank);
-    enum dt_job_state st = DT_JOB_RUNNING;
-    if (dt_db_job_get(c->db, r->job, &j, &em) == 0) {
-        r->restarts = j.restarts;
-        st = j.state;
-        dt_job_clear(&j);
-    }
-    int requeues;
-    dt_db_job_counts(c->db, r->job, &requeues, &r->restart_base, &em);
-    int seen = dt_recovery_note(&r->fails, &f);
-    if (dt_recovery_deterministic(&f, seen, r->spec.repeat_failures,
-                                  r->spec.repeat_startup_failures)) {
-        char d[900], who[32], times[32];
-        if (rank >= 0)
-            snprintf(who, sizeof(who), "on rank %d", rank);
-        else
-            snprintf(who, sizeof(who), "on every rank");
-        if (seen == 2)
-            snprintf(times, sizeof(times), "twice");
-        else
-            snprintf(times, sizeof(times), "%d times", seen);
-        snprintf(d, sizeof(d), "deterministic failure: %s %s, %s at step %lld%s (%s)", cause, who,
-                 times, (long long)step, f.startup ? ", before the generation's first step" : "",
-                 why);
-        dt_coord_event(c, r->job, "deterministic_failure", "%s", d);
-        end_job(c, r, DT_JOB_FAILED, d);
-        return;
-    }
-    if (r->restarts - r->restart_base >= r->max_restarts) {
-        char d[800];
-        snprintf(d, sizeof(d), "restart budget of %d used up (%s)", r->max_restarts, why);
-        end_job(c, r, DT_JOB_FAILED, d);
-        return;
-    }
-    /* a generation that failed before the job was running again is one
-     * more restart too, or failures at start-up would never use the budget */
-    if (st == DT_JOB_RECOVERING) {
-        if (dt_db_job_restart_again(c->db, r->job, why, &em) < 0)
-            dt_log_error("job=%lld restart: %s", (long long)r->job, em.s);
-    } else {
-        transition(c, r->job, DT_JOB_RECOVERING, "recovering", why);
-    }
-    maybe_next(c, r);
-}
-
 static int64_t max_step(const jobrun_t *r)
 {
     int64_t s = r->resume_step;
@@ -701,22 +618,6 @@ static int first_rank(const jobrun_t *r, int64_t agent)
     return -1;
 }
 
-/* The engine found the resume checkpoint bad (DT_EXIT_CKPT): mark it
- * corrupt and start again from the one before, without counting a
- * restart: nothing failed but the file. */
-static void ckpt_bad(dt_coord_t *c, jobrun_t *r, const char *why)
-{
-    dt_emsg_t em = { "" };
-    int64_t step = r->resume_step;
-
-    dt_coord_event(c, r->job, "checkpoint_skipped", "step=%lld does not verify: %s",
-                   (long long)step, why);
-    if (dt_db_checkpoint_set_state(c->db, r->job, step, "corrupt", &em) < 0)
-        dt_log_error("job=%lld step=%lld: %s", (long long)r->job, (long long)step, em.s);
-    set_aside(c, r, step);
-    restart_gen(c, r, "the resume checkpoint does not verify");
-}
-
 /* Ranks of the generation whose exit has not been reported. */
 static int ranks_alive(const jobrun_t *r)
 {
@@ -726,57 +627,13 @@ static int ranks_alive(const jobrun_t *r)
     return n;
 }
 
-/* A worker's failure decides the generation: an event, then the job fails
- * (invalid input), starts from an older checkpoint (the resume checkpoint
- * does not verify), or recovers. */
-static void worker_failed(dt_coord_t *c, jobrun_t *r, const worker_failure_t *f)
+/* A worker's failure decides the generation: recovery.c says how. */
+static void worker_failed(dt_coord_t *c, jobrun_t *r, const worker_failure_t *w)
 {
-    char why[800];
-    const char *err = f->err[0] ? f->err : NULL;
-
-    if (f->hung && f->stopped)
-        snprintf(why, sizeof(why), "rank %d on %s hung: stopped by a signal, silent past the "
-                 "hang timeout at step %lld", f->rank, f->node, (long long)f->step);
-    else if (f->hung)
-        snprintf(why, sizeof(why), "rank %d on %s silent past the hang timeout at step %lld "
-                 "(the generation is stuck; the rank that stuck it may be another)",
-                 f->rank, f->node, (long long)f->step);
-    else if (f->sig)
-        snprintf(why, sizeof(why), "rank %d on %s killed by signal %lld at step %lld",
-                 f->rank, f->node, (long long)f->sig, (long long)f->step);
-    else if (f->status == 4)
-        snprintf(why, sizeof(why), "rank %d on %s stopped: a peer failed", f->rank, f->node);
-    else
-        snprintf(why, sizeof(why), "rank %d on %s exited with status %lld at step %lld%s%s",
-                 f->rank, f->node, (long long)f->status, (long long)f->step, err ? ": " : "",
-                 err ? err : "");
-    dt_coord_event(c, r->job, f->hung ? "worker_hung" : "worker_failed", "gen=%d %s", r->gen,
-                   why);
-    if (f->status == 2 && !f->sig) {
-        /* dtengine's exit 2: bad options or input, which no restart fixes */
-        char d[1000];
-        snprintf(d, sizeof(d), "invalid job: %s (dtengine exit 2; its output: dtctl logs %lld "
-                 "--rank %d)", why, (long long)r->job, f->rank);
-        end_job(c, r, DT_JOB_FAILED, d);
-        return;
-    }
-    if (f->status == DT_EXIT_CKPT && !f->sig && r->resume_step > 0) {
-        ckpt_bad(c, r, why);
-        return;
-    }
-    char cause[48];
-    if (f->hung)
-        snprintf(cause, sizeof(cause), "hung");
-    else if (f->sig)
-        snprintf(cause, sizeof(cause), "signal %lld", (long long)f->sig);
-    else if (f->status == 4)
-        snprintf(cause, sizeof(cause), "peer failed");
-    else
-        snprintf(cause, sizeof(cause), "exit %lld", (long long)f->status);
-    /* an exit status other than 4 and 5 is agreed by every rank
-     * (dtengine(1)): which rank's report came first is chance */
-    int who = !f->hung && !f->sig && f->status != 4 && f->status != 5 ? -1 : f->rank;
-    fail_gen(c, r, who, cause, why);
+    dt_fault_t f = { .kind = DT_FAULT_WORKER, .rank = w->rank, .status = w->status,
+                     .sig = w->sig, .step = w->step, .hung = w->hung, .stopped = w->stopped,
+                     .node = w->node, .err = w->err };
+    fault(c, r, &f);
 }
 
 /*-- handlers ---------------------------------------------------------------------*/
@@ -837,12 +694,10 @@ void dt_run_registered(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
         r->ended[gi] = 1;
         maybe_next(c, r);
     } else if (gen == 0 && r->phase == PH_RUNNING) {
-        char why[600];
-        snprintf(why, sizeof(why), "agent %lld (%s) came back without its workers",
-                 (long long)a->id, a->node);
-        dt_coord_event(c, r->job, "agent_restarted", "%s", why);
+        dt_fault_t f = { .kind = DT_FAULT_AGENT_RESTARTED, .rank = first_rank(r, a->id),
+                         .agent = a->id, .node = a->node };
         r->ended[gi] = 1;
-        fail_gen(c, r, first_rank(r, a->id), "agent restarted", why);
+        fault(c, r, &f);
     } else if (gen == 0 && r->phase == PH_STARTING) {
         /* GEN_START may not have reached it: send it again */
         abort_gen(c, r, "restarted: an agent missed the start", -1);
@@ -873,7 +728,7 @@ void dt_run_progress(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
     if (!ri->reported) {
         ri->reported = 1;
         ri->state = "running";
-        dt_db_rank_set(c->db, r->job, r->gen, (int)rank, "running", ri->step, ri->pid, &em);
+        rank_record(c, r, (int)rank);
     }
     if (r->phase == PH_STARTING) {
         for (int i = 0; i < r->R; i++)
@@ -923,7 +778,7 @@ void dt_run_worker_exit(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
         ri->state = ri->ok ? "exited" : "failed";
         if (step > ri->step)
             ri->step = step;
-        dt_db_rank_set(c->db, r->job, r->gen, (int)rank, ri->state, ri->step, ri->pid, &em);
+        rank_record(c, r, (int)rank);
         int all = 1;
         for (int i = 0; i < r->R; i++)
             all &= r->ranks[i].exited;
@@ -933,11 +788,12 @@ void dt_run_worker_exit(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
                      r->pending_reason ? r->pending_reason : "cancelled",
                      ri->ok ? "stopped after a checkpoint" : "the stop was interrupted by a failure",
                      (long long)max_step(r));
-            dt_db_gen_end(c->db, r->job, r->gen, "stopped", &em);
-            if (r->stop_requeue)
-                requeue(c, r, false, d); /* resumes from the newest committed checkpoint */
-            else
-                end_job(c, r, DT_JOB_CANCELLED, d);
+            /* not recorded: logged; the stop goes on (a requeue or the
+             * cancel ends the generation's record anyway) */
+            if (dt_db_gen_end(c->db, r->job, r->gen, "stopped", &em) < 0)
+                dt_log_error("job=%lld gen=%d end: %s", (long long)r->job, r->gen, em.s);
+            dt_fault_t f = { .kind = DT_FAULT_STOPPED, .rank = (int)rank, .detail = d };
+            fault(c, r, &f);
         }
         return;
     }
@@ -946,7 +802,7 @@ void dt_run_worker_exit(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
     ri->state = ri->ok ? "exited" : hung ? "hung" : sig ? "killed" : "failed";
     if (step > ri->step)
         ri->step = step;
-    dt_db_rank_set(c->db, r->job, r->gen, (int)rank, ri->state, ri->step, ri->pid, &em);
+    rank_record(c, r, (int)rank);
     if (ri->ok) {
         json_t *res = json_object_get(m->body, "result");
         if (json_is_object(res)) {
@@ -959,7 +815,10 @@ void dt_run_worker_exit(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
             if (rt && dt_db_job_set_result(c->db, r->job, rt, &em) < 0)
                 dt_log_error("job=%lld result: %s", (long long)r->job, em.s);
             free(rt);
-            dt_db_gen_end(c->db, r->job, r->gen, "completed", &em);
+            /* not recorded: logged; the job completes all the same (its
+             * state is what counts, and a finished job is not reloaded) */
+            if (dt_db_gen_end(c->db, r->job, r->gen, "completed", &em) < 0)
+                dt_log_error("job=%lld gen=%d end: %s", (long long)r->job, r->gen, em.s);
             char d[200];
             snprintf(d, sizeof(d), "gen=%d: all %d ranks finished", r->gen, r->R);
             end_job(c, r, DT_JOB_COMPLETED, d);
@@ -1050,7 +909,7 @@ void dt_run_ckpt_done(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
         dt_coord_event(c, r->job, "checkpoint_rejected", "step=%lld: agent %lld (%s) could not "
                        "write the commit marker: %s", (long long)step, (long long)a->id, a->node,
                        err ? err : "?");
-        dt_db_checkpoint_set_state(c->db, r->job, step, "corrupt", &em);
+        ckpt_corrupt(c, r, step);
         set_aside(c, r, step);
         return;
     }
@@ -1152,15 +1011,9 @@ void dt_run_agent_lost(dt_coord_t *c, int64_t job, int64_t agent)
         maybe_next(c, r);
         return;
     }
-    char why[160];
-    int first = -1;
-    for (int i = r->R - 1; i >= 0; i--)
-        if (r->agent_of[i] == agent)
-            first = i;
-    snprintf(why, sizeof(why), "agent %lld lost with its ranks", (long long)agent);
-    dt_coord_event(c, job, "agent_lost", "gen=%d agent=%lld hosted rank %d and up", r->gen,
-          (long long)agent, first);
-    fail_gen(c, r, first, "agent lost", why);
+    dt_fault_t f = { .kind = DT_FAULT_AGENT_LOST, .rank = first_rank(r, agent),
+                     .agent = agent, .node = r->gen_nodes ? r->gen_nodes[gi] : NULL };
+    fault(c, r, &f);
 }
 
 int dt_run_checkpoint(dt_coord_t *c, int64_t job, int *gen, dt_emsg_t *em)
@@ -1178,7 +1031,7 @@ int dt_run_checkpoint(dt_coord_t *c, int64_t job, int *gen, dt_emsg_t *em)
     return 0;
 }
 
-int dt_run_stop(dt_coord_t *c, int64_t job, const char *why, dt_emsg_t *em)
+int dt_run_stop(dt_coord_t *c, int64_t job, const char *why, bool requeue, dt_emsg_t *em)
 {
     jobrun_t *r = run_find(c, job);
 
@@ -1187,14 +1040,15 @@ int dt_run_stop(dt_coord_t *c, int64_t job, const char *why, dt_emsg_t *em)
                            (long long)job);
     free(r->pending_reason);
     r->pending_reason = dt_xstrdup(why);
-    r->stop_requeue = 0;
+    r->stop_requeue = requeue;
     r->phase = PH_STOPPING;
     r->abort_ms = dt_coord_mono_ms();
     for (int i = 0; i < r->ngen; i++)
         push(dt_coord_agent_find(c, r->gen_agents[i]), DT_MSG_STOP,
              json_pack("{s:i, s:b}", "gen", r->gen, "checkpoint", 1));
-    dt_coord_event(c, job, "stop_requested", "gen=%d at step %lld: checkpoint, then stop (%s)", r->gen,
-          (long long)max_step(r), why);
+    if (!requeue) /* a requeue's event is recovery's (preempt_requested) */
+        dt_coord_event(c, job, "stop_requested", "gen=%d at step %lld: checkpoint, then stop "
+                       "(%s)", r->gen, (long long)max_step(r), why);
     return 0;
 }
 
@@ -1222,8 +1076,10 @@ void dt_run_requeued(dt_coord_t *c, int64_t job)
     }
     if (r == NULL)
         return;
-    if (dt_db_gen_last(c->db, job, &g, &em) == 0 && g.gen > 0 && g.ended_ms == 0)
-        dt_db_gen_end(c->db, job, g.gen, "requeued", &em);
+    /* not recorded: logged; the next run's generation supersedes it */
+    if (dt_db_gen_last(c->db, job, &g, &em) == 0 && g.gen > 0 && g.ended_ms == 0 &&
+        dt_db_gen_end(c->db, job, g.gen, "requeued", &em) < 0)
+        dt_log_error("job=%lld gen=%d end: %s", (long long)job, g.gen, em.s);
     dt_gen_clear(&g);
     gen_clear(r);
     free(r->lost_nodes);
@@ -1233,43 +1089,6 @@ void dt_run_requeued(dt_coord_t *c, int64_t job)
     r->stop_requeue = 0;
     r->told = 0;
     r->phase = PH_WAITING;
-}
-
-void dt_run_preempt(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
-{
-    jobrun_t *r = run_find(c, a->job);
-    dt_emsg_t em = { "" };
-    const char *sig = "USR1";
-    char why[400];
-
-    if (dt_msg_opt_str(m, "signal", &sig, &em) < 0) /* taken as USR1 */
-        dt_log_warn("agent=%lld PREEMPT: %s", (long long)a->id, em.s);
-    if (r == NULL || r->phase == PH_DONE || r->phase == PH_STOPPING || r->phase == PH_WAITING)
-        return; /* every agent sends it: the first one decides */
-    if (!dt_alloc_is_slurm(c, r->job)) {
-        dt_coord_event(c, r->job, "signal_ignored", "agent %lld (%s) got SIG%s, which only means "
-              "something under Slurm", (long long)a->id, a->node, sig);
-        return;
-    }
-    snprintf(why, sizeof(why), "SIG%s from Slurm on %s (time limit or preemption near)", sig,
-             a->node);
-    if (r->phase == PH_RUNNING) {
-        r->stop_requeue = 1;
-        free(r->pending_reason);
-        r->pending_reason = dt_xstrdup(why);
-        r->phase = PH_STOPPING;
-        r->abort_ms = dt_coord_mono_ms();
-        for (int i = 0; i < r->ngen; i++)
-            push(dt_coord_agent_find(c, r->gen_agents[i]), DT_MSG_STOP,
-                 json_pack("{s:i, s:b}", "gen", r->gen, "checkpoint", 1));
-        dt_coord_event(c, r->job, "preempt_requested", "gen=%d at step %lld: %s: checkpoint, stop, "
-              "requeue", r->gen, (long long)max_step(r), why);
-        return;
-    }
-    /* starting or recovering: nothing new to save; requeue now */
-    dt_coord_event(c, r->job, "preempt_requested", "%s: not running, requeue from the newest committed "
-          "checkpoint", why);
-    requeue(c, r, false, why);
 }
 
 void dt_run_resumed(dt_coord_t *c, int64_t job)
@@ -1366,7 +1185,8 @@ void dt_run_tick(dt_coord_t *c)
                 worker_failed(c, r, &f);
         }
         if (r->phase == PH_STOPPING && now - r->abort_ms >= STOP_TIMEOUT_MS) {
-            end_job(c, r, DT_JOB_CANCELLED, "the planned stop did not finish in time");
+            dt_fault_t f = { .kind = DT_FAULT_STOP_TIMEOUT, .rank = -1 };
+            fault(c, r, &f);
             continue;
         }
         if (r->phase != PH_ABORTING || now - r->abort_ms < ABORT_TIMEOUT_MS)
@@ -1414,7 +1234,11 @@ static int reload_job_cb(const dt_job_t *j, void *arg)
     r->resume_step = g.resume_step;
     r->agent_of = dt_xcalloc((size_t)r->R, sizeof(*r->agent_of));
     r->ranks = dt_xcalloc((size_t)r->R, sizeof(*r->ranks));
-    dt_db_gen_ranks(c->db, j->id, g.gen, reload_rank_cb, r, &em);
+    /* ranks that cannot be read: no agent can reattach to them, so the
+     * generation is treated as ending (below) and the next one starts */
+    int ranks_ok = dt_db_gen_ranks(c->db, j->id, g.gen, reload_rank_cb, r, &em) == 0;
+    if (!ranks_ok)
+        dt_log_error("job=%lld gen=%d ranks: %s", (long long)j->id, g.gen, em.s);
     r->gen_agents = dt_xcalloc((size_t)r->R, sizeof(*r->gen_agents));
     r->ended = dt_xcalloc((size_t)r->R, sizeof(*r->ended));
     for (int i = 0; i < r->R; i++)
@@ -1422,7 +1246,7 @@ static int reload_job_cb(const dt_job_t *j, void *arg)
             r->gen_agents[r->ngen++] = r->agent_of[i];
     /* progress comes back with the agents; a generation that was ending
      * waits for their reports again */
-    if (g.ended_ms != 0 || j->state == DT_JOB_RECOVERING) {
+    if (g.ended_ms != 0 || j->state == DT_JOB_RECOVERING || !ranks_ok) {
         r->phase = PH_ABORTING;
         r->abort_ms = dt_coord_mono_ms();
         r->pending_reason = dt_xstrdup(g.reason ? g.reason : "aborted before a restart");
@@ -1451,4 +1275,61 @@ void dt_run_free_all(dt_coord_t *c)
         c->runs = r->next;
         run_free(r);
     }
+}
+
+/*-- primitives of the recovery policy ----------------------------------------------*/
+
+void dt_run_view(dt_coord_t *c, int64_t job, dt_job_view_t *v)
+{
+    jobrun_t *r = run_find(c, job);
+
+    if (r == NULL) {
+        v->phase = DT_GEN_NONE;
+        return;
+    }
+    v->phase = (enum dt_gen_phase)r->phase;
+    v->gen = r->gen;
+    v->ranks = r->R;
+    v->step = max_step(r);
+    v->resume_step = r->resume_step;
+    v->stop_requeue = r->stop_requeue;
+    v->lost_nodes = r->lost_nodes;
+    v->fails = &r->fails;
+}
+
+void dt_run_abort(dt_coord_t *c, int64_t job, const char *why, int rank)
+{
+    jobrun_t *r = run_find(c, job);
+    if (r)
+        abort_gen(c, r, why, rank);
+}
+
+void dt_run_next(dt_coord_t *c, int64_t job)
+{
+    jobrun_t *r = run_find(c, job);
+    if (r)
+        maybe_next(c, r);
+}
+
+void dt_run_replan(dt_coord_t *c, int64_t job, int ranks)
+{
+    jobrun_t *r = run_find(c, job);
+    if (r == NULL || ranks < 1 || ranks >= r->R)
+        return;
+    r->R = ranks;
+    gen_start(c, r);
+}
+
+void dt_run_end(dt_coord_t *c, int64_t job, enum dt_job_state to, const char *why)
+{
+    jobrun_t *r = run_find(c, job);
+    if (r)
+        end_job(c, r, to, why);
+}
+
+void dt_run_set_aside(dt_coord_t *c, int64_t job, int64_t step)
+{
+    jobrun_t *r = run_find(c, job);
+    if (r)
+        set_aside(c, r, step);
 }

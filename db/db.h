@@ -14,6 +14,10 @@
  * functions of later versions with DT_ENOTSUP: agents and checkpoints
  * need version 2, results, generations and ranks version 3.
  *
+ * Every function that returns a code is DT_MUST_CHECK: a state change
+ * whose failure is dropped is a lost transition, and a read that failed
+ * leaves its output unset. Callers say what a failure means.
+ *
  * Thread: a dt_db_t is used by one thread (the coordinator's loop).
  * Strings in returned rows are owned by the row; release with the matching
  * _clear function.
@@ -25,6 +29,7 @@
 #include <stdint.h>
 
 #include "common/err.h"
+#include "common/macros.h"
 #include "spec/state.h"
 
 #define DT_DB_VERSION 5 /* the schema version this build writes */
@@ -34,9 +39,9 @@ typedef struct dt_db dt_db_t;
 /* Open or create PATH and migrate it to DT_DB_VERSION (each migration in
  * its own transaction). DT_EFORMAT for corrupt or not-a-database,
  * DT_ENOTSUP for a newer schema, DT_EIO / DT_EACCES for file errors. */
-int dt_db_open(const char *path, dt_db_t **out, dt_emsg_t *em);
+DT_MUST_CHECK int dt_db_open(const char *path, dt_db_t **out, dt_emsg_t *em);
 /* Open and migrate only up to `version` (tests build old schemas). */
-int dt_db_open_at(const char *path, int version, dt_db_t **out, dt_emsg_t *em);
+DT_MUST_CHECK int dt_db_open_at(const char *path, int version, dt_db_t **out, dt_emsg_t *em);
 void dt_db_close(dt_db_t *db);
 int dt_db_version(dt_db_t *db);
 
@@ -44,8 +49,8 @@ int dt_db_version(dt_db_t *db);
  * commit every call below joins it instead of committing on its own (a
  * refused transition's "refused" event is then rolled back with the rest).
  * commit returns an error and rolls back if any call inside failed. */
-int dt_db_begin(dt_db_t *db, dt_emsg_t *em);
-int dt_db_commit(dt_db_t *db, dt_emsg_t *em);
+DT_MUST_CHECK int dt_db_begin(dt_db_t *db, dt_emsg_t *em);
+DT_MUST_CHECK int dt_db_commit(dt_db_t *db, dt_emsg_t *em);
 void dt_db_rollback(dt_db_t *db);
 
 /* ---- jobs ---------------------------------------------------------------- */
@@ -68,36 +73,36 @@ typedef struct dt_job {
 void dt_job_clear(dt_job_t *j);
 
 /* A new job in state submitted, with its "submitted" event. */
-int dt_db_job_create(dt_db_t *db, const char *name, uint32_t owner, const char *spec,
+DT_MUST_CHECK int dt_db_job_create(dt_db_t *db, const char *name, uint32_t owner, const char *spec,
                      int64_t *id, dt_emsg_t *em);
 /* DT_ENOENT when there is no such job. */
-int dt_db_job_get(dt_db_t *db, int64_t id, dt_job_t *out, dt_emsg_t *em);
+DT_MUST_CHECK int dt_db_job_get(dt_db_t *db, int64_t id, dt_job_t *out, dt_emsg_t *em);
 /* Jobs in id order; all jobs when owner is -1. The callback returns 0 to
  * go on, anything else stops the walk and is returned. */
-int dt_db_job_list(dt_db_t *db, int64_t owner, int (*cb)(const dt_job_t *j, void *arg),
+DT_MUST_CHECK int dt_db_job_list(dt_db_t *db, int64_t owner, int (*cb)(const dt_job_t *j, void *arg),
                    void *arg, dt_emsg_t *em);
 /* Move a job to `to` in one transaction with an event (kind defaults to the
  * new state's name when NULL; detail becomes the job's reason). An illegal
  * transition is refused with DT_EINVAL ("job 3: illegal transition running
  * -> submitted"), logged as an event of kind "refused", and changes nothing
  * else. DT_ENOENT for no such job. */
-int dt_db_job_transition(dt_db_t *db, int64_t id, enum dt_job_state to, const char *kind,
+DT_MUST_CHECK int dt_db_job_transition(dt_db_t *db, int64_t id, enum dt_job_state to, const char *kind,
                          const char *detail, dt_emsg_t *em);
 /* A generation started while recovering failed too: the job stays
  * recovering, its restart count goes up by one, with a "recovering" event
  * (DETAIL says why). DT_EINVAL when the job is not recovering. */
-int dt_db_job_restart_again(dt_db_t *db, int64_t id, const char *detail, dt_emsg_t *em);
+DT_MUST_CHECK int dt_db_job_restart_again(dt_db_t *db, int64_t id, const char *detail, dt_emsg_t *em);
 /* Store the plan and move submitted -> planned in one transaction. */
-int dt_db_job_plan(dt_db_t *db, int64_t id, const char *plan_json, dt_emsg_t *em);
+DT_MUST_CHECK int dt_db_job_plan(dt_db_t *db, int64_t id, const char *plan_json, dt_emsg_t *em);
 /* Store (or replace) the result of a finished job, a JSON object such as
  * {"steps":300,"loss":0.12,"checksum":"<hex>"}, with an event
  * "result_stored" whose detail is the JSON; the job's state is not changed.
  * DT_EINVAL when result_json is not a JSON object, DT_ENOENT for no such
  * job. */
-int dt_db_job_set_result(dt_db_t *db, int64_t id, const char *result_json, dt_emsg_t *em);
+DT_MUST_CHECK int dt_db_job_set_result(dt_db_t *db, int64_t id, const char *result_json, dt_emsg_t *em);
 /* The job's result: *out is the caller's to free, NULL when none has been
  * stored. DT_ENOENT for no such job (*out NULL). */
-int dt_db_job_result(dt_db_t *db, int64_t id, char **out, dt_emsg_t *em);
+DT_MUST_CHECK int dt_db_job_result(dt_db_t *db, int64_t id, char **out, dt_emsg_t *em);
 
 /* ---- events ------------------------------------------------------------- */
 
@@ -110,10 +115,10 @@ typedef struct dt_event {
 
 void dt_event_clear(dt_event_t *e);
 /* Append an event that changes no state. */
-int dt_db_event_add(dt_db_t *db, int64_t job, const char *kind, const char *detail,
+DT_MUST_CHECK int dt_db_event_add(dt_db_t *db, int64_t job, const char *kind, const char *detail,
                     dt_emsg_t *em);
 /* Events of a job with id > since, in order. */
-int dt_db_events(dt_db_t *db, int64_t job, int64_t since,
+DT_MUST_CHECK int dt_db_events(dt_db_t *db, int64_t job, int64_t since,
                  int (*cb)(const dt_event_t *e, void *arg), void *arg, dt_emsg_t *em);
 
 /* ---- agents ------------------------------------------------------------- */
@@ -129,13 +134,13 @@ typedef struct dt_agent {
 void dt_agent_clear(dt_agent_t *a);
 /* Register (or re-register: same job and node keeps its id) an agent, with
  * an "agent_registered" event. */
-int dt_db_agent_register(dt_db_t *db, int64_t job, const char *node, int slots,
+DT_MUST_CHECK int dt_db_agent_register(dt_db_t *db, int64_t job, const char *node, int slots,
                          int64_t *agent, dt_emsg_t *em);
 /* Set an agent's state and last-seen time, with an event "agent_<state>". */
-int dt_db_agent_set_state(dt_db_t *db, int64_t agent, const char *state, int64_t seen_ms,
+DT_MUST_CHECK int dt_db_agent_set_state(dt_db_t *db, int64_t agent, const char *state, int64_t seen_ms,
                           dt_emsg_t *em);
-int dt_db_agent_get(dt_db_t *db, int64_t agent, dt_agent_t *out, dt_emsg_t *em);
-int dt_db_agents(dt_db_t *db, int64_t job, int (*cb)(const dt_agent_t *a, void *arg),
+DT_MUST_CHECK int dt_db_agent_get(dt_db_t *db, int64_t agent, dt_agent_t *out, dt_emsg_t *em);
+DT_MUST_CHECK int dt_db_agents(dt_db_t *db, int64_t job, int (*cb)(const dt_agent_t *a, void *arg),
                  void *arg, dt_emsg_t *em);
 
 /* ---- checkpoints -------------------------------------------------------- */
@@ -151,22 +156,22 @@ typedef struct dt_checkpoint {
 void dt_checkpoint_clear(dt_checkpoint_t *c);
 /* Record one rank's shard of the checkpoint at `step` (created partial on
  * the first shard). A second report of the same rank replaces the first. */
-int dt_db_shard_add(dt_db_t *db, int64_t job, int64_t step, int rank, const char *path,
+DT_MUST_CHECK int dt_db_shard_add(dt_db_t *db, int64_t job, int64_t step, int rank, const char *path,
                     int64_t bytes, const char *sha256, dt_emsg_t *em);
 /* Mark a checkpoint committed (or corrupt, deleted), with an event. */
-int dt_db_checkpoint_set_state(dt_db_t *db, int64_t job, int64_t step, const char *state,
+DT_MUST_CHECK int dt_db_checkpoint_set_state(dt_db_t *db, int64_t job, int64_t step, const char *state,
                                dt_emsg_t *em);
 /* Record what the step's manifest lists: SHAS is a JSON array of one
  * sha256 per rank (checked by the caller), as the job's agent read it.
  * The checkpoint is created partial if it is new (or begun again if it was
  * corrupt or deleted); a committed one is refused (DT_EINVAL). Version 5. */
-int dt_db_checkpoint_set_manifest(dt_db_t *db, int64_t job, int64_t step, const char *shas,
+DT_MUST_CHECK int dt_db_checkpoint_set_manifest(dt_db_t *db, int64_t job, int64_t step, const char *shas,
                                   dt_emsg_t *em);
 /* The manifest recorded for the checkpoint at STEP: *shas is the caller's
  * (NULL when none was reported yet); DT_ENOENT for no such checkpoint. */
-int dt_db_checkpoint_manifest(dt_db_t *db, int64_t job, int64_t step, char **shas,
+DT_MUST_CHECK int dt_db_checkpoint_manifest(dt_db_t *db, int64_t job, int64_t step, char **shas,
                               dt_emsg_t *em);
-int dt_db_checkpoints(dt_db_t *db, int64_t job,
+DT_MUST_CHECK int dt_db_checkpoints(dt_db_t *db, int64_t job,
                       int (*cb)(const dt_checkpoint_t *c, void *arg), void *arg,
                       dt_emsg_t *em);
 
@@ -181,7 +186,7 @@ void dt_shard_clear(dt_shard_t *s);
 /* The shards recorded for the job's checkpoint at `step`, whatever its
  * state, in rank order (list semantics as dt_db_checkpoints). DT_ENOENT
  * when there is no such job or no checkpoint at that step. */
-int dt_db_shards(dt_db_t *db, int64_t job, int64_t step,
+DT_MUST_CHECK int dt_db_shards(dt_db_t *db, int64_t job, int64_t step,
                  int (*cb)(const dt_shard_t *s, void *arg), void *arg, dt_emsg_t *em);
 
 /* ---- generations and ranks ---------------------------------------------- */
@@ -206,16 +211,16 @@ void dt_gen_clear(dt_gen_t *g);
  * (1 when there is none); the newest has not ended; ranks < 1 or
  * resume_step < 0; an agent_of[r] is an agent of another job. DT_ENOENT
  * for no such job or no such agent. agent_of has `ranks` entries. */
-int dt_db_gen_begin(dt_db_t *db, int64_t job, int gen, int ranks, const int64_t *agent_of,
+DT_MUST_CHECK int dt_db_gen_begin(dt_db_t *db, int64_t job, int gen, int ranks, const int64_t *agent_of,
                     int64_t resume_step, dt_emsg_t *em);
 /* End a running generation (ended_ms now, reason) with an event
  * "generation_ended" detail "gen=G: REASON". DT_ENOENT when there is no
  * such job or generation, DT_EINVAL when it has already ended. The ranks'
  * rows are left as their agents last reported them. */
-int dt_db_gen_end(dt_db_t *db, int64_t job, int gen, const char *reason, dt_emsg_t *em);
+DT_MUST_CHECK int dt_db_gen_end(dt_db_t *db, int64_t job, int gen, const char *reason, dt_emsg_t *em);
 /* The newest generation of the job into *out (release with dt_gen_clear);
  * out->gen == 0 when the job has none. DT_ENOENT for no such job. */
-int dt_db_gen_last(dt_db_t *db, int64_t job, dt_gen_t *out, dt_emsg_t *em);
+DT_MUST_CHECK int dt_db_gen_last(dt_db_t *db, int64_t job, dt_gen_t *out, dt_emsg_t *em);
 
 typedef struct dt_rank {
     int rank;
@@ -228,12 +233,12 @@ typedef struct dt_rank {
 void dt_rank_clear(dt_rank_t *r);
 /* The ranks of a generation in rank order (list semantics as
  * dt_db_checkpoints). DT_ENOENT for no such job or generation. */
-int dt_db_gen_ranks(dt_db_t *db, int64_t job, int gen,
+DT_MUST_CHECK int dt_db_gen_ranks(dt_db_t *db, int64_t job, int gen,
                     int (*cb)(const dt_rank_t *r, void *arg), void *arg, dt_emsg_t *em);
 /* Set one rank's state, step and pid, with no event (progress is
  * frequent). DT_EINVAL for a state other than those of dt_rank_t or a
  * negative step or pid; DT_ENOENT for no such job, generation or rank. */
-int dt_db_rank_set(dt_db_t *db, int64_t job, int gen, int rank, const char *state, int64_t step,
+DT_MUST_CHECK int dt_db_rank_set(dt_db_t *db, int64_t job, int gen, int rank, const char *state, int64_t step,
                    int64_t pid, dt_emsg_t *em);
 
 /* ---- Slurm jobs (schema version 4) -------------------------------------- */
@@ -257,30 +262,30 @@ void dt_slurm_job_clear(dt_slurm_job_t *s);
  * "slurm_submitted" with detail "slurm job N: DETAIL". DT_EEXIST when that
  * Slurm id is already recorded, DT_ENOENT for no such job; DT_ENOTSUP
  * below version 4, as every call of this section. */
-int dt_db_slurm_submitted(dt_db_t *db, int64_t job, int64_t slurm_id, const char *output,
+DT_MUST_CHECK int dt_db_slurm_submitted(dt_db_t *db, int64_t job, int64_t slurm_id, const char *output,
                           const char *exclude, const char *detail, dt_emsg_t *em);
 /* The job's current Slurm job (jobs.slurm_id). DT_ENOENT when the job has
  * none (or no such job). */
-int dt_db_slurm_get(dt_db_t *db, int64_t job, dt_slurm_job_t *out, dt_emsg_t *em);
+DT_MUST_CHECK int dt_db_slurm_get(dt_db_t *db, int64_t job, dt_slurm_job_t *out, dt_emsg_t *em);
 /* Store what slurmctld said about s->slurm_id (state, reason, nodes,
  * exclude, restarts, exit_code). When the state, reason, nodes or
  * restart count changed, one event "slurm_state" on its dt job, detail
  * "slurm job N: STATE (REASON) on NODES [restart K]", and *changed = 1;
  * otherwise no event and *changed = 0. DT_ENOENT for an unknown Slurm id. */
-int dt_db_slurm_update(dt_db_t *db, const dt_slurm_job_t *s, int *changed, dt_emsg_t *em);
+DT_MUST_CHECK int dt_db_slurm_update(dt_db_t *db, const dt_slurm_job_t *s, int *changed, dt_emsg_t *em);
 /* A requeue of the job's Slurm job: the job moves to queued (from
  * starting, running or recovering; already queued is allowed and only
  * counted) with an event of `kind` (default "requeued") and `detail`,
  * requeues + 1, and restarts + 1 when `failure` (a planned requeue after
  * a checkpoint costs no restart). DT_EINVAL from any other state, with a
  * "refused" event as for transitions. */
-int dt_db_job_requeue(dt_db_t *db, int64_t job, bool failure, const char *kind,
+DT_MUST_CHECK int dt_db_job_requeue(dt_db_t *db, int64_t job, bool failure, const char *kind,
                       const char *detail, dt_emsg_t *em);
 /* `dtctl resume`: a failed or cancelled job moves to queued with an event
  * "resumed" (detail), restart_base = restarts and slurm_id = 0 (the next
  * submission is a new Slurm job). DT_EINVAL from another state. */
-int dt_db_job_resume(dt_db_t *db, int64_t job, const char *detail, dt_emsg_t *em);
+DT_MUST_CHECK int dt_db_job_resume(dt_db_t *db, int64_t job, const char *detail, dt_emsg_t *em);
 /* The job's requeue count and restart base (0 and 0 below version 4). */
-int dt_db_job_counts(dt_db_t *db, int64_t job, int *requeues, int *restart_base, dt_emsg_t *em);
+DT_MUST_CHECK int dt_db_job_counts(dt_db_t *db, int64_t job, int *requeues, int *restart_base, dt_emsg_t *em);
 
 #endif /* DT_DB_H */

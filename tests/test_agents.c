@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
  *
- * The coordinator's live-agent table (coordinator/agents.c): a randomised
+ * The coordinator's live-agent table (coordinator/coord.c): a randomised
  * run of adds and removes checked against a plain array, and a mass loss
  * of thousands of agents (what the sweep does when a rack goes away).
  */

@@ -1,16 +1,56 @@
 /* SPDX-License-Identifier: MIT
  *
- * The coordinator's table of live agents: open addressing with linear
- * probing on the agent id for lookups (every heartbeat), a doubly linked
- * list for walks (the sweep). Add, find and remove are O(1) on average;
- * the durable record of each agent is in the database, not here.
+ * The bottom of dtcoordd: what every other coordinator file may call and
+ * that calls none of them. Events on a job's history, the clocks, and the
+ * table of live agents (open addressing with linear probing on the agent
+ * id for lookups on every heartbeat, a doubly linked list for walks; add,
+ * find and remove are O(1) on average). The durable record of each agent
+ * is in the database, not here.
+ *
+ * Not here: the daemon's life cycle (main.c), anything that decides
+ * (recovery.c) or talks to a peer (conn.c).
  */
 #include "config.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
+#include "common/log.h"
 #include "common/mem.h"
 #include "coordinator/coord.h"
+
+/*-- events and clocks -------------------------------------------------------------*/
+
+void dt_coord_event(dt_coord_t *c, int64_t job, const char *kind, const char *fmt, ...)
+{
+    char detail[1024];
+    dt_emsg_t em = { "" };
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof(detail), fmt, ap);
+    va_end(ap);
+    if (dt_db_event_add(c->db, job, kind, detail, &em) < 0)
+        dt_log_error("job=%lld event %s: %s", (long long)job, kind, em.s);
+    dt_log_info("job=%lld %s: %s", (long long)job, kind, detail);
+}
+
+int64_t dt_coord_mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t dt_coord_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/*-- live agents -------------------------------------------------------------------*/
 
 /* Open addressing on the agent id; the list keeps iteration simple. */
 static size_t slot_of(const dt_coord_t *c, int64_t id)

@@ -1,0 +1,471 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * The domain operations on jobs (jobs.h). A submitted spec is parsed and
+ * planned before anything is stored: a job that cannot be planned is
+ * refused with the planner's reason and leaves no row. A planned job
+ * waits in `queued` until agents start it: agents started by hand or by
+ * `dtctl run --local`, or, with slurm = yes, the batch job alloc.c submits
+ * for it.
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/mem.h"
+#include "common/text.h"
+#include "coordinator/alloc.h"
+#include "coordinator/auth.h"
+#include "coordinator/jobdir.h"
+#include "coordinator/jobs.h"
+#include "plan/planner.h"
+#include "coordinator/run.h"
+#include "spec/spec.h"
+
+/* A stored string as JSON. One that is not valid UTF-8 (a row written by
+ * something else, or before names were checked) goes out escaped rather
+ * than not at all: jansson refuses it, and the whole reply would fail. */
+static json_t *jtext(const char *s)
+{
+    json_t *v = json_string(s ? s : "");
+
+    if (v == NULL) {
+        char *e = dt_text_escape(s, DT_TEXT_KEEP_LINES);
+        v = json_string(e);
+        free(e);
+    }
+    return v;
+}
+
+void dt_submitted_clear(dt_submitted_t *s)
+{
+    json_decref(s->plan);
+    dt_slurm_desc_clear(&s->desc);
+    memset(s, 0, sizeof(*s));
+}
+
+bool dt_jobs_is_admin(const dt_coord_t *c, const dt_caller_t *who)
+{
+    return dt_auth_is_admin(who->uid, who->gid, c->conf.admin_group);
+}
+
+/* The job's current Slurm job as dtctl shows it, or JSON null. */
+static json_t *slurm_json(dt_db_t *db, const dt_job_t *j)
+{
+    dt_slurm_job_t s;
+    dt_emsg_t em = { "" };
+
+    if (j->slurm_id == 0 || dt_db_slurm_get(db, j->id, &s, &em) < 0)
+        return json_null();
+    json_t *o = json_pack("{s:I, s:o, s:o, s:o, s:o, s:o, s:i, s:i, s:I}", "id",
+                          (json_int_t)s.slurm_id, "state", jtext(s.state), "reason",
+                          jtext(s.reason), "nodes", jtext(s.nodes), "exclude", jtext(s.exclude),
+                          "output", jtext(s.output), "restarts", s.restarts, "exit_code",
+                          s.exit_code, "updated_ms", (json_int_t)s.updated_ms);
+    dt_slurm_job_clear(&s);
+    return o;
+}
+
+static json_t *job_json(dt_db_t *db, const dt_job_t *j)
+{
+    json_t *o = json_pack("{s:I, s:o, s:i, s:s, s:I, s:i, s:I, s:I}", "id", (json_int_t)j->id,
+                          "name", jtext(j->name), "owner", (int)j->owner, "state",
+                          dt_job_state_name(j->state), "slurm_id", (json_int_t)j->slurm_id,
+                          "restarts", j->restarts, "created_ms", (json_int_t)j->created_ms,
+                          "updated_ms", (json_int_t)j->updated_ms);
+    json_object_set_new(o, "reason", j->reason ? jtext(j->reason) : json_null());
+    json_object_set_new(o, "slurm", slurm_json(db, j));
+    int requeues = 0, base = 0;
+    dt_emsg_t em = { "" };
+    /* shown as 0 when it cannot be counted: a display, logged */
+    if (dt_db_job_counts(db, j->id, &requeues, &base, &em) < 0)
+        dt_log_warn("job=%lld requeues: %s", (long long)j->id, em.s);
+    json_object_set_new(o, "requeues", json_integer(requeues));
+    return o;
+}
+
+int dt_jobs_get(dt_coord_t *c, const dt_caller_t *who, int64_t id, dt_job_t *j, dt_emsg_t *em)
+{
+    int rc;
+
+    if ((rc = dt_db_job_get(c->db, id, j, em)) < 0) {
+        if (rc == DT_ENOENT)
+            dt_emsg_set(em, rc, "job %lld not found", (long long)id);
+        return rc;
+    }
+    if (j->owner != who->uid && !dt_jobs_is_admin(c, who)) {
+        dt_job_clear(j);
+        return dt_emsg_set(em, DT_EPERM, "job %lld belongs to another user: permission denied",
+                           (long long)id);
+    }
+    return 0;
+}
+
+int dt_jobs_submit(dt_coord_t *c, const dt_caller_t *who, const char *text, const char *name,
+                   bool dry, dt_submitted_t *out, dt_emsg_t *em)
+{
+    dt_spec_t spec;
+    dt_plan_req_t req;
+    dt_plan_t plan = { 0 };
+    char *canon = NULL, *plan_text = NULL;
+    int64_t id = 0;
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    if ((rc = dt_spec_parse("spec", text, &spec, em)) < 0)
+        return rc;
+    if (name && *name) {
+        free(spec.name);
+        spec.name = dt_xstrdup(name);
+    }
+    if ((rc = dt_plan_req_from_spec(&spec, &req, em)) < 0 ||
+        (rc = dt_plan_make(&req, &plan, em)) < 0 ||
+        (rc = dt_alloc_check(c, &spec, &req, &plan, who->uid, em)) < 0) {
+        out->refused = true;
+        dt_log_info("uid=%u submit refused: %s", (unsigned)who->uid, em->s);
+        goto out;
+    }
+    out->plan = dt_plan_to_json(&req, &plan);
+    if (dry) {
+        /* what would be submitted, nothing stored */
+        rc = dt_alloc_describe(c, 0, &spec, &req, &plan, who->uid, &out->desc, em);
+        goto out;
+    }
+    plan_text = json_dumps(out->plan, JSON_COMPACT);
+    canon = dt_spec_format(&spec);
+    /* submitted, planned, queued: three events, one transaction */
+    if ((rc = dt_db_begin(c->db, em)) < 0)
+        goto fail;
+    if ((rc = dt_db_job_create(c->db, spec.name ? spec.name : "job", who->uid, canon, &id,
+                               em)) < 0 ||
+        (rc = dt_db_job_plan(c->db, id, plan_text, em)) < 0 ||
+        (rc = dt_db_job_transition(c->db, id, DT_JOB_QUEUED, NULL,
+                                   c->alloc ? "submitting to Slurm"
+                                            : "waiting for agents to register", em)) < 0) {
+        dt_db_rollback(c->db);
+        goto fail;
+    }
+    if ((rc = dt_db_commit(c->db, em)) < 0) {
+    fail:
+        dt_log_error("job=%lld submit failed: %s", (long long)id, em->s);
+        goto out;
+    }
+    out->id = id;
+    dt_log_info("job=%lld uid=%u ranks=%d tokens=%lld submitted and queued", (long long)id,
+                (unsigned)who->uid, plan.ranks, (long long)req.tokens);
+    dt_alloc_submit(c, id);
+out:
+    if (rc < 0 && !out->refused) {
+        json_decref(out->plan);
+        out->plan = NULL;
+    }
+    free(canon);
+    free(plan_text);
+    dt_plan_clear(&plan);
+    dt_spec_free(&spec);
+    return rc;
+}
+
+typedef struct list_ctx {
+    dt_db_t *db;
+    json_t *jobs;
+} list_ctx_t;
+
+static int list_cb(const dt_job_t *j, void *arg)
+{
+    list_ctx_t *x = arg;
+    json_array_append_new(x->jobs, job_json(x->db, j));
+    return 0;
+}
+
+int dt_jobs_list(dt_coord_t *c, const dt_caller_t *who, json_t **out, dt_emsg_t *em)
+{
+    list_ctx_t x = { c->db, json_array() };
+    int rc = dt_db_job_list(c->db, dt_jobs_is_admin(c, who) ? -1 : (int64_t)who->uid, list_cb,
+                            &x, em);
+
+    if (rc < 0) {
+        json_decref(x.jobs);
+        return rc;
+    }
+    *out = x.jobs;
+    return 0;
+}
+
+static int agent_cb(const dt_agent_t *a, void *arg)
+{
+    json_array_append_new(arg, json_pack("{s:I, s:o, s:i, s:o, s:I, s:I}", "id",
+                                         (json_int_t)a->id, "node", jtext(a->node), "slots",
+                                         a->slots, "state", jtext(a->state), "registered_ms",
+                                         (json_int_t)a->registered_ms, "last_seen_ms",
+                                         (json_int_t)a->last_seen_ms));
+    return 0;
+}
+
+json_t *dt_jobs_show(dt_coord_t *c, const dt_job_t *j)
+{
+    dt_emsg_t em = { "" };
+    json_t *agents = json_array();
+
+    /* shown without its agents when they cannot be read: a display, logged */
+    if (dt_db_agents(c->db, j->id, agent_cb, agents, &em) < 0)
+        dt_log_warn("job=%lld agents: %s", (long long)j->id, em.s);
+    /* live progress from the agents of this job */
+    json_t *prog = json_array();
+    for (dt_live_agent_t *a = c->agents; a; a = a->next)
+        if (a->job == j->id && a->step > 0)
+            json_array_append_new(prog, json_pack("{s:I, s:I, s:I, s:f}", "agent",
+                                                  (json_int_t)a->id, "step", (json_int_t)a->step,
+                                                  "tokens", (json_int_t)a->tokens, "loss",
+                                                  a->loss));
+    json_t *plan = j->plan ? json_loads(j->plan, 0, NULL) : NULL;
+    json_t *reply = json_pack("{s:o, s:o, s:o, s:o, s:o}", "job", job_json(c->db, j), "spec",
+                              jtext(j->spec), "plan", plan ? plan : json_null(), "agents", agents,
+                              "progress", prog);
+    /* the job's directory (its rank logs, its default checkpoints): a
+     * path for dtctl, which reads it as the user */
+    char *dir = dt_jobdir_path(c->conf.jobs_dir, j->id);
+    json_object_set_new(json_object_get(reply, "job"), "dir", json_string(dir));
+    free(dir);
+    dt_run_show(c, j->id, reply);
+    return reply;
+}
+
+int dt_jobs_cancel(dt_coord_t *c, const dt_caller_t *who, const dt_job_t *j, const char *why,
+                   bool checkpoint, bool *stopping, dt_emsg_t *em)
+{
+    char detail[512];
+    int rc;
+
+    *stopping = false;
+    if (dt_job_state_terminal(j->state))
+        return dt_emsg_set(em, DT_ESTATE, "job %lld is already %s", (long long)j->id,
+                           dt_job_state_name(j->state));
+    snprintf(detail, sizeof(detail), "cancelled by uid %u%s%s", (unsigned)who->uid,
+             why ? ": " : "", why ? why : "");
+    if (checkpoint) {
+        /* a planned stop: the job is cancelled once its workers have
+         * written a checkpoint and exited */
+        if ((rc = dt_run_stop(c, j->id, detail, false, em)) < 0)
+            return rc;
+        *stopping = true;
+        return 0;
+    }
+    if ((rc = dt_db_job_transition(c->db, j->id, DT_JOB_CANCELLED, NULL, detail, em)) < 0)
+        return rc;
+    dt_log_info("job=%lld uid=%u cancelled", (long long)j->id, (unsigned)who->uid);
+    dt_run_cancelled(c, j->id);
+    dt_alloc_job_ended(c, j->id, 1);
+    return 0;
+}
+
+static int newest_cb(const dt_checkpoint_t *ck, void *arg)
+{
+    if (strcmp(ck->state, "committed") == 0 && ck->step > *(int64_t *)arg)
+        *(int64_t *)arg = ck->step;
+    return 0;
+}
+
+int dt_jobs_resume(dt_coord_t *c, const dt_caller_t *who, const dt_job_t *j, int64_t *step,
+                   dt_emsg_t *em)
+{
+    char detail[300];
+    int rc;
+
+    *step = 0;
+    if (j->state != DT_JOB_FAILED && j->state != DT_JOB_CANCELLED)
+        return dt_emsg_set(em, DT_ESTATE, "job %lld is %s: only a failed or cancelled job "
+                           "resumes", (long long)j->id, dt_job_state_name(j->state));
+    /* the checkpoints cannot be read: refused, rather than a resume that
+     * says "from the start" and then resumes from a checkpoint */
+    if ((rc = dt_db_checkpoints(c->db, j->id, newest_cb, step, em)) < 0)
+        return rc;
+    if (*step > 0)
+        snprintf(detail, sizeof(detail), "resumed by uid %u from the checkpoint at step %lld",
+                 (unsigned)who->uid, (long long)*step);
+    else
+        snprintf(detail, sizeof(detail), "resumed by uid %u from the start (no committed "
+                 "checkpoint)", (unsigned)who->uid);
+    if ((rc = dt_db_job_resume(c->db, j->id, detail, em)) < 0)
+        return rc;
+    dt_run_resumed(c, j->id);
+    dt_log_info("job=%lld uid=%u %s", (long long)j->id, (unsigned)who->uid, detail);
+    dt_alloc_submit(c, j->id);
+    return 0;
+}
+
+int dt_jobs_checkpoint(dt_coord_t *c, int64_t job, int *gen, dt_emsg_t *em)
+{
+    return dt_run_checkpoint(c, job, gen, em);
+}
+
+static int event_cb(const dt_event_t *e, void *arg)
+{
+    json_t *o = json_pack("{s:I, s:I, s:o, s:o}", "id", (json_int_t)e->id, "at_ms",
+                          (json_int_t)e->at_ms, "kind", jtext(e->kind), "state", jtext(e->state));
+    json_object_set_new(o, "detail", e->detail ? jtext(e->detail) : json_null());
+    json_array_append_new(arg, o);
+    return 0;
+}
+
+int dt_jobs_events(dt_coord_t *c, int64_t job, int64_t since, json_t **out, dt_emsg_t *em)
+{
+    json_t *evs = json_array();
+    int rc = dt_db_events(c->db, job, since, event_cb, evs, em);
+
+    if (rc < 0) {
+        json_decref(evs);
+        return rc;
+    }
+    *out = evs;
+    return 0;
+}
+
+static int ckpt_cb(const dt_checkpoint_t *ck, void *arg)
+{
+    json_array_append_new(arg, json_pack("{s:I, s:o, s:i, s:I, s:I, s:I}", "step",
+                                         (json_int_t)ck->step, "state", jtext(ck->state), "shards",
+                                         ck->shards, "bytes", (json_int_t)ck->bytes,
+                                         "created_ms", (json_int_t)ck->created_ms,
+                                         "committed_ms", (json_int_t)ck->committed_ms));
+    return 0;
+}
+
+int dt_jobs_checkpoints(dt_coord_t *c, int64_t job, json_t **out, dt_emsg_t *em)
+{
+    json_t *cks = json_array();
+    int rc = dt_db_checkpoints(c->db, job, ckpt_cb, cks, em);
+
+    if (rc < 0) {
+        json_decref(cks);
+        return rc;
+    }
+    *out = cks;
+    return 0;
+}
+
+/*-- agents -------------------------------------------------------------------------*/
+
+int dt_jobs_agent_register(dt_coord_t *c, const dt_caller_t *who, int64_t jid,
+                           const char *node, int slots, int64_t slurm_id, int64_t restart,
+                           int64_t pid, dt_live_agent_t **out, dt_emsg_t *em)
+{
+    dt_job_t j;
+    int64_t aid;
+    int rc;
+
+    if ((rc = dt_db_job_get(c->db, jid, &j, em)) < 0) {
+        char msg[sizeof(em->s)];
+        snprintf(msg, sizeof(msg), "%s", rc == DT_ENOENT ? "not found" : em->s);
+        return dt_emsg_set(em, rc, "job %lld: %s", (long long)jid, msg);
+    }
+    if (j.owner != who->uid && !dt_jobs_is_admin(c, who)) {
+        rc = dt_emsg_set(em, DT_EPERM, "job %lld belongs to another user: permission denied",
+                         (long long)jid);
+        goto out;
+    }
+    if (j.owner != who->uid) {
+        /* an admin's agent would write the user's checkpoints and logs with
+         * the admin's rights: a job's agents run as its owner */
+        rc = dt_emsg_set(em, DT_EPERM, "job %lld belongs to uid %lld: its agents must run "
+                         "as that user, not as uid %u", (long long)jid, (long long)j.owner,
+                         (unsigned)who->uid);
+        goto out;
+    }
+    if (dt_job_state_terminal(j.state)) {
+        rc = dt_emsg_set(em, DT_ESTATE, "job %lld is %s", (long long)jid,
+                         dt_job_state_name(j.state));
+        goto out;
+    }
+    if ((rc = dt_alloc_agent(c, jid, slurm_id, restart, em)) < 0) {
+        dt_log_info("job=%lld node=%s: registration refused: %s", (long long)jid, node, em->s);
+        goto out;
+    }
+    if ((rc = dt_db_agent_register(c->db, jid, node, slots, &aid, em)) < 0)
+        goto out;
+    dt_live_agent_t *a = dt_coord_agent_find(c, aid);
+    if (a == NULL)
+        a = dt_coord_agent_add(c, aid, jid);
+    a->last_seen_ms = dt_coord_mono_ms();
+    snprintf(a->node, sizeof(a->node), "%s", node);
+    a->slots = slots;
+    a->pid = pid;
+    dt_log_info("job=%lld agent=%lld node=%s slots=%d registered", (long long)jid,
+                (long long)aid, node, slots);
+    *out = a;
+out:
+    dt_job_clear(&j);
+    return rc;
+}
+
+int dt_jobs_worker_exit(dt_coord_t *c, const dt_live_agent_t *a, int64_t gen, int64_t rank,
+                        int64_t status, int64_t sig, dt_emsg_t *em)
+{
+    char detail[160];
+    int rc;
+
+    snprintf(detail, sizeof(detail), "agent=%lld gen=%lld rank=%lld status=%lld signal=%lld",
+             (long long)a->id, (long long)gen, (long long)rank, (long long)status,
+             (long long)sig);
+    if ((rc = dt_db_event_add(c->db, a->job, "worker_exit", detail, em)) < 0)
+        return rc;
+    dt_log_info("job=%lld %s", (long long)a->job, detail);
+    return 0;
+}
+
+int dt_jobs_shard(dt_coord_t *c, int64_t job, int64_t step, int rank, const char *path,
+                  int64_t bytes, const char *sha256, dt_emsg_t *em)
+{
+    return dt_db_shard_add(c->db, job, step, rank, path, bytes, sha256, em);
+}
+
+int dt_jobs_manifest(dt_coord_t *c, int64_t job, int64_t step, json_t *shas, dt_emsg_t *em)
+{
+    char *text = json_dumps(shas, JSON_COMPACT);
+    int rc = dt_db_checkpoint_set_manifest(c->db, job, step, text, em);
+
+    free(text);
+    return rc;
+}
+
+/* Agents retry a lost link with a backoff that grows to 5 s, +-20%
+ * (agent/link.c): one that saw the coordinator die may next try 6 s
+ * later. */
+#define RECONNECT_MAX_MS 6000
+
+/* After a restart: every agent the database still calls registered gets a
+ * live entry as if heard from RECONNECT_MAX_MS from now, so it is marked
+ * lost unless it re-registers within agent_timeout after its next retry
+ * (with agent_timeout alone, under 6 s, agents were lost after a restart
+ * for retrying too late). */
+static int reload_agent_cb(const dt_agent_t *a, void *arg)
+{
+    dt_coord_t *c = arg;
+    if (strcmp(a->state, "registered") == 0 && dt_coord_agent_find(c, a->id) == NULL)
+        dt_coord_agent_add(c, a->id, a->job)->last_seen_ms =
+            dt_coord_mono_ms() + RECONNECT_MAX_MS;
+    return 0;
+}
+
+static int reload_job_cb(const dt_job_t *j, void *arg)
+{
+    dt_coord_t *c = arg;
+    dt_emsg_t em = { "" };
+    /* a job whose agents cannot be read: none are expected back; the ones
+     * that come register again (logged) */
+    if (!dt_job_state_terminal(j->state) &&
+        dt_db_agents(c->db, j->id, reload_agent_cb, c, &em) < 0)
+        dt_log_error("job=%lld agents: %s", (long long)j->id, em.s);
+    return 0;
+}
+
+int dt_jobs_reload_agents(dt_coord_t *c, dt_emsg_t *em)
+{
+    int rc = dt_db_job_list(c->db, -1, reload_job_cb, c, em);
+    if (rc == 0 && c->nagents > 0)
+        dt_log_info("agents=%zu from before the restart: waiting for them to re-register",
+                    c->nagents);
+    return rc;
+}
