@@ -80,6 +80,7 @@ struct dt_task {
     dt_worker_t *workers;
     int nworkers;
     int aborting;            /* notified and waiting out the grace period */
+    int fences_out;          /* fence relays sent to the coordinator, not answered yet */
     int ended_sent;
     char *gen_dir;
     char *log_dir;           /* GEN_START's log_dir: rank logs, the job owner's; NULL none */
@@ -724,6 +725,13 @@ static void watch_fire(uv_timer_t *timer)
          * communicator, a wide job's wire-up): the start timeout applies */
         int64_t limit = w->heard || t->conf.start_ms < t->conf.hang_ms ? t->conf.hang_ms
                                                                         : t->conf.start_ms;
+        /* while a fence waits on the coordinator (which may be away and
+         * restarting), every local rank is inside it and silent through no
+         * fault of its own: its silence counts from the fence's end. A rank
+         * that hangs elsewhere keeps the others' fence open, and is caught
+         * by its own agent's watch. */
+        if (t->fences_out > 0 && alive(w))
+            w->last_heard_ms = now;
         if (!alive(w) || w->hung || t->aborting || now - w->last_heard_ms <= limit)
             continue;
         char st = proc_state(w->pid);
@@ -793,6 +801,7 @@ void dt_task_gen_start(dt_task_t *t, const dt_msg_t *m)
     }
     t->gen = (uint32_t)gen;
     t->aborting = 0;
+    t->fences_out = 0;
     t->ended_sent = 0;
     t->nranks = R;
     free(t->nspace);
@@ -901,6 +910,8 @@ void dt_task_fence_done(dt_task_t *t, const dt_msg_t *m)
         status = -1;
         len = 0;
     }
+    if ((uint32_t)gen == t->gen && t->fences_out > 0)
+        t->fences_out--;
     if ((uint32_t)gen == t->gen)
         dt_pmix_fence_done(t->pmix, (uint32_t)gen, (uint32_t)seq, (int)status, raw,
                            (size_t)(len > 0 ? len : 0));
@@ -956,6 +967,8 @@ static void pm_fence(void *ud, uint32_t gen, uint32_t seq, const void *data, siz
 {
     dt_task_t *t = ud;
     char *b64 = dt_base64_encode(data, len);
+    if (gen == t->gen)
+        t->fences_out++;
     t->hooks.send_fence(t->hooks.ud, gen, seq,
                        json_pack("{s:I, s:I, s:I, s:s}", "agent", (json_int_t)agent_id(t), "gen",
                                  (json_int_t)gen, "seq", (json_int_t)seq, "data", b64));
