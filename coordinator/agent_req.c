@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "coordinator/agent_req.h"
 #include "coordinator/jobs.h"
@@ -82,7 +83,7 @@ static dt_live_agent_t *own_agent(dt_conn_t *k, const dt_msg_t *m)
                       "register again", (long long)aid);
         return NULL;
     }
-    a->last_seen_ms = dt_coord_mono_ms();
+    a->last_seen_ms = dt_clock_mono_ms();
     a->conn = k;
     return a;
 }

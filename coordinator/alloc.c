@@ -31,6 +31,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/fileio.h"
 #include "common/log.h"
 #include "common/mem.h"
@@ -456,7 +457,7 @@ static void adopt(dt_alloc_t *al, track_t *t, op_t *o)
         if (rc < 0) {
             dt_log_error("job=%lld: slurm job %u found but not recorded: %s", (long long)o->job,
                          o->found[i], em.s);
-            t->retry_at_ms = dt_coord_mono_ms() + 1000;
+            t->retry_at_ms = dt_clock_mono_ms() + 1000;
             return;
         }
         dt_coord_event(c, o->job, "slurm_adopted", "slurm job %u (%s) was submitted before "
@@ -484,7 +485,7 @@ static void on_submitted(dt_alloc_t *al, op_t *o)
         t->retry_ms = t->retry_ms ? t->retry_ms * 2 : 1000;
         if (t->retry_ms > RETRY_MAX_MS)
             t->retry_ms = RETRY_MAX_MS;
-        t->retry_at_ms = dt_coord_mono_ms() + t->retry_ms;
+        t->retry_at_ms = dt_clock_mono_ms() + t->retry_ms;
         if (!t->unreachable_told) {
             t->unreachable_told = 1;
             dt_coord_event(c, o->job, "slurm_unreachable", "%s: retrying", o->em.s);
@@ -608,7 +609,7 @@ static void on_info(dt_alloc_t *al, track_t *t, uint32_t slurm_id, int rc,
         if (in->final)
             t->gone = 1;
         else if (!t->cancel_sent && t->ended_ms &&
-                 dt_coord_mono_ms() - t->ended_ms >= END_GRACE_MS) {
+                 dt_clock_mono_ms() - t->ended_ms >= END_GRACE_MS) {
             t->cancel_sent = 1;
             dt_coord_event(c, t->job, "slurm_cancel", "slurm job %u still %s %d s after the job ended: "
                   "cancelling it", t->slurm_id, in->state, END_GRACE_MS / 1000);
@@ -665,7 +666,7 @@ static void on_polled(dt_alloc_t *al, op_t *o)
 static void on_poll(uv_timer_t *tm)
 {
     dt_alloc_t *al = tm->data;
-    int64_t now = dt_coord_mono_ms();
+    int64_t now = dt_clock_mono_ms();
     op_t *o = NULL;
 
     for (track_t *t = al->tracks, *next, **pp = &al->tracks; t; t = next) {
@@ -726,7 +727,7 @@ static void no_room(dt_alloc_t *al, op_t *o)
     dt_fault_t f = { .kind = DT_FAULT_SLURM_NO_ROOM, .rank = -1, .slurm_id = o->slurm_id,
                      .detail = why };
     c->hooks->fault(c, o->job, &f);
-    t->ended_ms = dt_coord_mono_ms();
+    t->ended_ms = dt_clock_mono_ms();
     if (!t->cancel_sent) {
         t->cancel_sent = 1;
         enqueue(al, OP_CANCEL, o->job, o->slurm_id);
@@ -781,7 +782,7 @@ void dt_alloc_job_ended(dt_coord_t *c, int64_t job, int cancelled)
 
     if (t == NULL)
         return;
-    t->ended_ms = dt_coord_mono_ms();
+    t->ended_ms = dt_clock_mono_ms();
     if (cancelled && t->slurm_id && !t->cancel_sent) {
         t->cancel_sent = 1;
         enqueue(al, OP_CANCEL, job, t->slurm_id);
@@ -833,7 +834,7 @@ static int reload_cb(const dt_job_t *j, void *arg)
             t->slurm_id = (uint32_t)j->slurm_id;
             t->run_restart = s.restarts;
             if (dt_job_state_terminal(j->state))
-                t->ended_ms = dt_coord_mono_ms();
+                t->ended_ms = dt_clock_mono_ms();
         }
     } else if (j->slurm_id == 0 && j->state == DT_JOB_QUEUED) {
         /* queued before a restart with no Slurm job recorded: dtcoordd may

@@ -15,7 +15,6 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "common/log.h"
 #include "common/mem.h"
@@ -34,20 +33,6 @@ void dt_coord_event(dt_coord_t *c, int64_t job, const char *kind, const char *fm
     if (dt_db_event_add(c->db, job, kind, detail, &em) < 0)
         dt_log_error("job=%lld event %s: %s", (long long)job, kind, em.s);
     dt_log_info("job=%lld %s: %s", (long long)job, kind, detail);
-}
-
-int64_t dt_coord_mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-int64_t dt_coord_wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /*-- live agents -------------------------------------------------------------------*/

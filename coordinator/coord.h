@@ -111,10 +111,6 @@ typedef struct dt_coord {
     int jobs_fd; /* conf.jobs_dir, open: job directories are made relative to it */
 } dt_coord_t;
 
-/* Monotonic and wall-clock milliseconds. */
-int64_t dt_coord_mono_ms(void);
-int64_t dt_coord_wall_ms(void);
-
 /* One event on the job's history (and the log), detail printf-style; a
  * database error is logged, not returned: the decision stands. */
 void dt_coord_event(dt_coord_t *c, int64_t job, const char *kind, const char *fmt, ...)

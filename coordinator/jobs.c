@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/mem.h"
 #include "common/text.h"
@@ -388,7 +389,7 @@ int dt_jobs_agent_register(dt_coord_t *c, const dt_caller_t *who, int64_t jid,
     dt_live_agent_t *a = dt_coord_agent_find(c, aid);
     if (a == NULL)
         a = dt_coord_agent_add(c, aid, jid);
-    a->last_seen_ms = dt_coord_mono_ms();
+    a->last_seen_ms = dt_clock_mono_ms();
     snprintf(a->node, sizeof(a->node), "%s", node);
     a->slots = slots;
     a->pid = pid;
@@ -445,7 +446,7 @@ static int reload_agent_cb(const dt_agent_t *a, void *arg)
     dt_coord_t *c = arg;
     if (strcmp(a->state, "registered") == 0 && dt_coord_agent_find(c, a->id) == NULL)
         dt_coord_agent_add(c, a->id, a->job)->last_seen_ms =
-            dt_coord_mono_ms() + RECONNECT_MAX_MS;
+            dt_clock_mono_ms() + RECONNECT_MAX_MS;
     return 0;
 }
 

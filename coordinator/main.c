@@ -440,7 +440,7 @@ int main(int argc, char **argv)
     uv_loop_init(&loop);
     loop.data = &c;
     c.loop = &loop;
-    c.started_ms = dt_coord_mono_ms();
+    c.started_ms = dt_clock_mono_ms();
     uv_signal_init(&loop, &c.sig_term);
     uv_signal_init(&loop, &c.sig_int);
     uv_signal_init(&loop, &c.sig_hup);

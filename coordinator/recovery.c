@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/macros.h"
 #include "common/mem.h"
@@ -500,7 +501,7 @@ void dt_recovery_job_ended(dt_coord_t *c, int64_t job, int cancelled)
 
 void dt_recovery_sweep(dt_coord_t *c)
 {
-    int64_t now = dt_coord_mono_ms();
+    int64_t now = dt_clock_mono_ms();
     dt_live_agent_t *a = c->agents, *next;
     dt_emsg_t em = { "" };
     int n = 0, open = 0;
@@ -518,7 +519,7 @@ void dt_recovery_sweep(dt_coord_t *c)
             open = 1;
         dt_log_warn("job=%lld agent=%lld lost: silent for %lld ms", (long long)a->job,
                     (long long)a->id, (long long)(now - a->last_seen_ms));
-        if (dt_db_agent_set_state(c->db, a->id, "lost", dt_coord_wall_ms(), &em) < 0)
+        if (dt_db_agent_set_state(c->db, a->id, "lost", dt_clock_wall_ms(), &em) < 0)
             dt_log_error("agent=%lld: %s", (long long)a->id, em.s);
         if (a->conn)
             a->conn->agent = 0;

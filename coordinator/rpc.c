@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/macros.h"
 #include "common/mem.h"
@@ -104,7 +105,7 @@ static void rpc_ping(dt_conn_t *k, const dt_msg_t *m)
     dt_conn_reply(k, DT_MSG_OK, m->id,
                   json_pack("{s:i, s:s, s:f}", "version", DT_PROTO_VERSION, "server", "dtcoordd",
                             "uptime_s",
-                            (double)(dt_coord_mono_ms() - c->started_ms) / 1000.0));
+                            (double)(dt_clock_mono_ms() - c->started_ms) / 1000.0));
 }
 
 static const struct rpc {

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "common/base64.h"
+#include "common/clock.h"
 #include "common/fileio.h"
 #include "common/log.h"
 #include "common/mem.h"
@@ -591,7 +592,7 @@ static void abort_gen(dt_coord_t *c, jobrun_t *r, const char *why, int rank)
     free(r->pending_reason);
     r->pending_reason = dt_xstrdup(why);
     r->phase = PH_ABORTING;
-    r->abort_ms = dt_coord_mono_ms();
+    r->abort_ms = dt_clock_mono_ms();
     for (int i = 0; i < r->ngen; i++) {
         json_t *b = json_pack("{s:i, s:s}", "gen", r->gen, "reason", why);
         if (rank >= 0)
@@ -849,7 +850,7 @@ void dt_run_worker_exit(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
         r->held.status = -1;
     } else if (agreed && !err && ranks_alive(r) > 0) {
         r->held = f;
-        r->held_ms = dt_coord_mono_ms();
+        r->held_ms = dt_clock_mono_ms();
         return;
     }
     worker_failed(c, r, &f);
@@ -1042,7 +1043,7 @@ int dt_run_stop(dt_coord_t *c, int64_t job, const char *why, bool requeue, dt_em
     r->pending_reason = dt_xstrdup(why);
     r->stop_requeue = requeue;
     r->phase = PH_STOPPING;
-    r->abort_ms = dt_coord_mono_ms();
+    r->abort_ms = dt_clock_mono_ms();
     for (int i = 0; i < r->ngen; i++)
         push(dt_coord_agent_find(c, r->gen_agents[i]), DT_MSG_STOP,
              json_pack("{s:i, s:b}", "gen", r->gen, "checkpoint", 1));
@@ -1068,7 +1069,7 @@ void dt_run_requeued(dt_coord_t *c, int64_t job)
                                                 "requeued"));
         push(a, DT_MSG_JOB_END, json_pack("{s:I, s:s}", "job", (json_int_t)job, "state",
                                           "requeued"));
-        if (dt_db_agent_set_state(c->db, a->id, "gone", dt_coord_wall_ms(), &em) < 0)
+        if (dt_db_agent_set_state(c->db, a->id, "gone", dt_clock_wall_ms(), &em) < 0)
             dt_log_warn("agent=%lld: %s", (long long)a->id, em.s);
         if (a->conn)
             a->conn->agent = 0;
@@ -1162,7 +1163,7 @@ void dt_run_show(dt_coord_t *c, int64_t job, json_t *reply)
 
 void dt_run_tick(dt_coord_t *c)
 {
-    int64_t now = dt_coord_mono_ms();
+    int64_t now = dt_clock_mono_ms();
     dt_emsg_t em = { "" };
 
     /* agents of finished jobs were told so: they are gone, not lost */
@@ -1171,7 +1172,7 @@ void dt_run_tick(dt_coord_t *c)
         jobrun_t *r = run_find(c, a->job);
         if (r == NULL || r->phase != PH_DONE)
             continue;
-        if (dt_db_agent_set_state(c->db, a->id, "gone", dt_coord_wall_ms(), &em) < 0)
+        if (dt_db_agent_set_state(c->db, a->id, "gone", dt_clock_wall_ms(), &em) < 0)
             dt_log_warn("agent=%lld: %s", (long long)a->id, em.s);
         if (a->conn)
             a->conn->agent = 0;
@@ -1248,7 +1249,7 @@ static int reload_job_cb(const dt_job_t *j, void *arg)
      * waits for their reports again */
     if (g.ended_ms != 0 || j->state == DT_JOB_RECOVERING || !ranks_ok) {
         r->phase = PH_ABORTING;
-        r->abort_ms = dt_coord_mono_ms();
+        r->abort_ms = dt_clock_mono_ms();
         r->pending_reason = dt_xstrdup(g.reason ? g.reason : "aborted before a restart");
     } else {
         r->phase = j->state == DT_JOB_RUNNING ? PH_RUNNING : PH_STARTING;

@@ -229,12 +229,8 @@ static bool aborts_generation(enum dt_job_state from, enum dt_job_state to)
 
 /*-- helpers: time, errors, binding -------------------------------------------*/
 
-/* Wall-clock time, unix epoch milliseconds (stored times are shown to users
- * and outlive the process, so not the monotonic clock). */
-static int64_t now_ms(void)
-{
-    return dt_clock_wall_ms();
-}
+/* Stored times are wall-clock milliseconds since the epoch (dt_clock_wall_ms):
+ * they are shown to users and outlive the process, so not the monotonic clock. */
 
 /* The one translation of SQLite result codes into dt's. */
 static int sq_code(sqlite3 *h, int rc)
@@ -751,7 +747,7 @@ int dt_db_job_create(dt_db_t *db, const char *name, uint32_t owner, const char *
 {
     sqlite3_stmt *st = db->st[S_JOB_INSERT];
     const char *ctx = "create job";
-    int64_t t = now_ms(), jid;
+    int64_t t = dt_clock_wall_ms(), jid;
     int rc = SQLITE_OK, err;
 
     assert(name != NULL && spec != NULL);
@@ -827,7 +823,7 @@ static int transition(dt_db_t *db, int64_t id, enum dt_job_state to, const char 
 {
     sqlite3_stmt *st = db->st[S_JOB_SET_STATE];
     enum dt_job_state from;
-    int64_t t = now_ms();
+    int64_t t = dt_clock_wall_ms();
     char ctx[96], msg[128];
     int rc = SQLITE_OK, err;
 
@@ -881,7 +877,7 @@ int dt_db_job_restart_again(dt_db_t *db, int64_t id, const char *detail, dt_emsg
 {
     sqlite3_stmt *st = db->st[S_JOB_RESTART_AGAIN];
     enum dt_job_state s;
-    int64_t t = now_ms();
+    int64_t t = dt_clock_wall_ms();
     char ctx[96];
     int rc = SQLITE_OK, err;
 
@@ -953,7 +949,7 @@ int dt_db_job_set_result(dt_db_t *db, int64_t id, const char *result_json, dt_em
     bind_i64(st, 1, id, &rc);
     bind_str(st, 2, result_json, &rc);
     if ((err = run(db, st, rc, em, ctx)) != 0 ||
-        (err = event_insert(db, id, now_ms(), "result_stored", s, result_json, em, ctx)) != 0)
+        (err = event_insert(db, id, dt_clock_wall_ms(), "result_stored", s, result_json, em, ctx)) != 0)
         goto fail;
     return tx_commit(db, em, ctx);
 fail:
@@ -1002,7 +998,7 @@ int dt_db_event_add(dt_db_t *db, int64_t job, const char *kind, const char *deta
     if ((err = tx_begin(db, em, ctx)) != 0)
         return err;
     if ((err = job_state(db, job, &s, em, ctx)) != 0 ||
-        (err = event_insert(db, job, now_ms(), kind, s, detail, em, ctx)) != 0) {
+        (err = event_insert(db, job, dt_clock_wall_ms(), kind, s, detail, em, ctx)) != 0) {
         tx_rollback(db);
         return err;
     }
@@ -1089,7 +1085,7 @@ int dt_db_agent_register(dt_db_t *db, int64_t job, const char *node, int slots, 
 {
     sqlite3_stmt *st = db->st[S_AGENT_UPSERT];
     enum dt_job_state s;
-    int64_t t = now_ms(), aid = 0;
+    int64_t t = dt_clock_wall_ms(), aid = 0;
     char ctx[96], *detail = NULL;
     int rc = SQLITE_OK, err;
 
@@ -1163,7 +1159,7 @@ int dt_db_agent_set_state(dt_db_t *db, int64_t agent, const char *state, int64_t
     if ((err = run(db, st, rc, em, ctx)) != 0)
         goto fail;
     detail = dt_xasprintf("node=%s", a.node);
-    if ((err = event_insert(db, a.job, now_ms(), kind, s, detail, em, ctx)) != 0)
+    if ((err = event_insert(db, a.job, dt_clock_wall_ms(), kind, s, detail, em, ctx)) != 0)
         goto fail;
     free(detail);
     dt_agent_clear(&a);
@@ -1246,7 +1242,7 @@ static int ckpt_start(dt_db_t *db, int64_t job, enum dt_job_state s, int64_t ste
                       dt_emsg_t *em, const char *ctx)
 {
     sqlite3_stmt *st;
-    int64_t t = now_ms();
+    int64_t t = dt_clock_wall_ms();
     char detail[48];
     int rc = SQLITE_OK, err;
 
@@ -1410,7 +1406,7 @@ int dt_db_checkpoint_set_state(dt_db_t *db, int64_t job, int64_t stepno, const c
 {
     sqlite3_stmt *st = db->st[S_CKPT_SET_STATE];
     enum dt_job_state s;
-    int64_t cid, t = now_ms();
+    int64_t cid, t = dt_clock_wall_ms();
     char ctx[96], from[16], kind[64], detail[48];
     int rc = SQLITE_OK, err;
 
@@ -1654,7 +1650,7 @@ int dt_db_gen_begin(dt_db_t *db, int64_t job, int gen, int ranks, const int64_t 
     enum dt_job_state s;
     dt_gen_t last = { 0 };
     bool ended;
-    int64_t t = now_ms();
+    int64_t t = dt_clock_wall_ms();
     char ctx[96], detail[96];
     int rc = SQLITE_OK, err;
 
@@ -1711,7 +1707,7 @@ int dt_db_gen_end(dt_db_t *db, int64_t job, int gen, const char *reason, dt_emsg
     sqlite3_stmt *st = db->st[S_GEN_END];
     enum dt_job_state s;
     bool ended = false;
-    int64_t t = now_ms();
+    int64_t t = dt_clock_wall_ms();
     char ctx[96], why[128], *detail = NULL;
     int rc = SQLITE_OK, err;
 
@@ -1871,7 +1867,7 @@ int dt_db_slurm_submitted(dt_db_t *db, int64_t job, int64_t slurm_id, const char
 {
     sqlite3_stmt *st;
     enum dt_job_state s;
-    int64_t t = now_ms();
+    int64_t t = dt_clock_wall_ms();
     char ctx[96], d[600];
     int rc = SQLITE_OK, err;
 
@@ -1964,7 +1960,7 @@ int dt_db_slurm_update(dt_db_t *db, const dt_slurm_job_t *s, int *changed, dt_em
 {
     sqlite3_stmt *st;
     enum dt_job_state js;
-    int64_t t = now_ms(), job = 0;
+    int64_t t = dt_clock_wall_ms(), job = 0;
     char ctx[96], d[1600];
     int rc = SQLITE_OK, err, diff = 0;
 
@@ -2033,7 +2029,7 @@ static int to_queued(dt_db_t *db, int64_t job, enum stmt which, bool failure, co
 {
     sqlite3_stmt *st = db->st[which];
     enum dt_job_state from;
-    int64_t t = now_ms();
+    int64_t t = dt_clock_wall_ms();
     char ctx[96], msg[160];
     int rc = SQLITE_OK, err;
     bool ok;
