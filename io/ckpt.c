@@ -652,6 +652,33 @@ static int rename_noreplace(const char *from, const char *to)
     return rename(from, to);
 }
 
+int dt_ckpt_supersede(const char *root, int64_t step, dt_emsg_t *warn, dt_emsg_t *em)
+{
+    char *dir = dt_ckpt_step_dir(root, step), *old = NULL;
+    struct stat st;
+    int rc = DT_CKPT_NONE;
+
+    if (lstat(dir, &st) < 0)
+        goto out;
+    if (dt_ckpt_is_committed(dir)) {
+        rc = DT_CKPT_KEEP;
+        goto out;
+    }
+    old = dt_xasprintf("%s/.step-%08lld.superseded.%ld", root, (long long)step, (long)getpid());
+    if (rename(dir, old) < 0) {
+        int e = errno;
+        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot move the uncommitted checkpoint "
+                         "aside: %s", dir, strerror(e));
+        goto out;
+    }
+    rc = DT_CKPT_REDONE;
+    (void)dt_rmtree(old, warn); /* out of step-*: left over, it harms nothing */
+out:
+    free(old);
+    free(dir);
+    return rc;
+}
+
 int dt_ckpt_set_aside(const char *root, int64_t step, const char *tag, char **out, dt_emsg_t *em)
 {
     char *from = dt_ckpt_step_dir(root, step), *to = NULL;

@@ -168,6 +168,24 @@ int dt_ckpt_prune(const char *root, int keep, dt_emsg_t *em);
  * verify and will write that step again. */
 int dt_ckpt_set_aside(const char *root, int64_t step, const char *tag, char **out, dt_emsg_t *em);
 
+/* What dt_ckpt_supersede found. */
+enum dt_ckpt_prior {
+    DT_CKPT_NONE = 0,  /* no step directory: write it */
+    DT_CKPT_KEEP,      /* committed: as good as the one about to be written; skip */
+    DT_CKPT_REDONE,    /* uncommitted: moved out of step-* and removed; write it */
+};
+
+/* Before step STEP of ROOT is written under external commits (the
+ * coordinator commits): a step directory already there is from an earlier
+ * generation that went past the checkpoint the coordinator resumed from.
+ * With its COMMITTED marker it is as good as the one about to be written
+ * (same step, same state). Without, the coordinator gave up on it: it is
+ * renamed out of the step-* namespace (ROOT/.step-NNNNNNNN.superseded.PID),
+ * so no reader can take it, and removed. Returns a dt_ckpt_prior, or a
+ * negative code when it cannot be moved aside; a renamed directory that
+ * cannot be removed is no error, and *warn says why (warn may be NULL). */
+int dt_ckpt_supersede(const char *root, int64_t step, dt_emsg_t *warn, dt_emsg_t *em);
+
 /* Training checkpoints (format "dt-train-1", written by dtengine train):
  * the flat float32 parameter array of n values and the two AdamW moments
  * are cut into R contiguous slices; shard r holds slice r as the 1-D F32

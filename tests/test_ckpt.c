@@ -11,6 +11,7 @@
 #include "config.h"
 
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -401,6 +402,33 @@ Test(ckpt, committed_marker_hook)
     cr_assert_eq(dt_ckpt_latest(root, 0, NULL, NULL, &dir, NULL, &em), 0);
     cr_assert_str_eq(dir, P("step-00000020"));
     free(dir);
+}
+
+/* Under external commits, a step an earlier generation left: committed is
+ * kept (and not written again), uncommitted is moved out of step-* and
+ * removed, none is none; another step is untouched. */
+Test(ckpt, supersede_keeps_committed_and_removes_uncommitted)
+{
+    dt_emsg_t em = { "" }, warn = { "" };
+    DIR *d;
+    struct dirent *e;
+    int left = 0;
+
+    write_step(10, 2);
+    write_step(20, 2);
+    cr_assert_eq(dt_ckpt_mark_committed(P("step-00000010"), &em), 0, "%s", em.s);
+    cr_assert_eq(dt_ckpt_supersede(root, 30, &warn, &em), DT_CKPT_NONE, "%s", em.s);
+    cr_assert_eq(dt_ckpt_supersede(root, 10, &warn, &em), DT_CKPT_KEEP, "%s", em.s);
+    cr_assert(exists(P("step-00000010/COMMITTED")), "a committed step stays");
+    cr_assert_eq(dt_ckpt_supersede(root, 20, &warn, &em), DT_CKPT_REDONE, "%s", em.s);
+    cr_assert_str_empty(warn.s, "%s", warn.s);
+    cr_assert(!exists(P("step-00000020")), "the uncommitted step is gone");
+    cr_assert_not_null(d = opendir(root));
+    while ((e = readdir(d)) != NULL)
+        left += strstr(e->d_name, "superseded") != NULL;
+    closedir(d);
+    cr_assert_eq(left, 0, "the renamed directory was removed");
+    cr_assert(exists(P("step-00000010/manifest.json")));
 }
 
 Test(ckpt, latest_without_checkpoints)

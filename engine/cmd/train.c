@@ -276,42 +276,23 @@ static json_t *cursor_json(const dt_loader_cursor_t *cur)
                      (json_int_t)cur->shard, "seq", (json_int_t)cur->seq);
 }
 
-/* --ckpt-commit external, rank 0, before step STEP is written: a step
- * directory already there is from an earlier generation of the job that
- * went past the checkpoint the coordinator resumed us from. With the
- * COMMITTED marker it is as good as the one we would write (same step,
- * same state): *skip = 1. Without, the coordinator gave up on it: it is
- * renamed out of the step-* namespace, so no reader can take it, and
- * removed. */
+/* --ckpt-commit external, rank 0, before step STEP is written: what an
+ * earlier generation left at that step (io/ckpt.h dt_ckpt_supersede). */
 static int supersede(const char *root, int64_t step, int *skip, dt_emsg_t *em)
 {
-    char *dir = dt_ckpt_step_dir(root, step), *old = NULL;
-    struct stat st;
-    int rc = 0;
+    dt_emsg_t warn = { "" };
+    char *dir = dt_ckpt_step_dir(root, step);
+    int rc = dt_ckpt_supersede(root, step, &warn, em);
 
-    *skip = 0;
-    if (lstat(dir, &st) < 0)
-        goto out;
-    if (dt_ckpt_is_committed(dir)) {
+    *skip = rc == DT_CKPT_KEEP;
+    if (rc == DT_CKPT_KEEP)
         fprintf(stderr, "dtengine train: %s is already committed: not written again\n", dir);
-        *skip = 1;
-        goto out;
-    }
-    old = dt_xasprintf("%s/.step-%08lld.superseded.%ld", root, (long long)step, (long)getpid());
-    if (rename(dir, old) < 0) {
-        int e = errno;
-        rc = dt_emsg_set(em, dt_err_errno(e), "%s: cannot move the uncommitted checkpoint "
-                         "aside: %s", dir, strerror(e));
-        goto out;
-    }
-    fprintf(stderr, "dtengine train: %s was never committed: writing it again\n", dir);
-    dt_emsg_t sub = { "" };
-    if (dt_rmtree(old, &sub) < 0)
-        fprintf(stderr, "dtengine train: %s\n", sub.s);
-out:
-    free(old);
+    if (rc == DT_CKPT_REDONE)
+        fprintf(stderr, "dtengine train: %s was never committed: writing it again\n", dir);
+    if (warn.s[0])
+        fprintf(stderr, "dtengine train: %s\n", warn.s);
     free(dir);
-    return rc;
+    return rc < 0 ? rc : 0;
 }
 
 /* The step directory's absolute path for the agent, which runs elsewhere. */
