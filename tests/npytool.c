@@ -27,7 +27,9 @@
 
 #include "common/err.h"
 #include "common/mem.h"
-#include "engine/data/data.h"
+#include "engine/data/loader.h"
+#include "engine/data/recall.h"
+#include "io/tokshard.h"
 #include "engine/data/gen.h"
 #include "io/npy.h"
 #include "tests/ref.h"

@@ -22,7 +22,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "engine/data/data.h"
+#include "engine/data/loader.h"
+#include "engine/data/recall.h"
+#include "io/tokshard.h"
 #include "spec/layout.h"
 #include "engine/data/gen.h"
 

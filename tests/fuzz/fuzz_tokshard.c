@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/data/data.h"
+#include "io/tokshard.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -94,7 +94,7 @@ sources() {
     safetensors | manifest) echo "$_c $DT_SRCDIR/common/sha256.c" \
         "$DT_SRCDIR/io/safetensors.c $DT_SRCDIR/io/ckpt.c" ;;
     npy) echo "$_c $DT_SRCDIR/common/half.c $DT_SRCDIR/io/npy.c" ;;
-    tokshard) echo "$_c $DT_SRCDIR/engine/data/data.c $DT_SRCDIR/engine/data/gen.c" ;;
+    tokshard) echo "$_c $DT_SRCDIR/io/tokshard.c" ;;
     esac
 }
 
