@@ -16,7 +16,7 @@
  * way a resumed run sees exactly the data the uninterrupted one would.
  *
  * Data: the generated recall task, or llm.c token shards (--data GLOB,
- * engine/data/data.h) read in a seeded shuffled order whose cursor is saved in
+ * io/tokshard.h, engine/data/loader.h) read in a seeded shuffled order whose cursor is saved in
  * the manifest. A job spec (--spec FILE, dt-spec(5)) sets the same options;
  * flags override it.
  *

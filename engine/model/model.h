@@ -13,7 +13,7 @@
  * Shapes use the glossary: c tokens on this rank, d = dim, H heads, Hkv kv
  * heads, D = d / H, f = ffn, V = vocab.
  *
- * Not here: the optimizer (optim.h), data (data.h), checkpoints (ckpt.h).
+ * Not here: the optimizer (optim.h), data (engine/data/), checkpoints (io/ckpt.h).
  */
 #ifndef DT_MODEL_H
 #define DT_MODEL_H
