@@ -2,7 +2,7 @@
  *
  * The recovery policy (recovery.h). Three parts, top to bottom: the
  * deterministic-failure rule and the decision, pure (no coordinator, no
- * database, no clock: tests/test_recovery.c runs them row by row); then
+ * database, no clock: tests/unit/test_recovery.c runs them row by row); then
  * the decision carried out, through run.c (generations) and alloc.c
  * (Slurm jobs), which report faults up through the coordinator's hooks;
  * then the sweep that finds lost agents.

@@ -10,7 +10,7 @@
  *
  * The decision itself is a pure function, dt_recovery_decide: a fault and
  * a view of the job in, an action with its events and reason out, so each
- * rule is tested row by row without a coordinator (tests/test_recovery.c).
+ * rule is tested row by row without a coordinator (tests/unit/test_recovery.c).
  * The policy, as dt-spec(5) and dtcoordd(8) describe it:
  *   - a worker that fails or hangs, or an agent lost or restarted: abort
  *     the generation on every agent, start the next one from the newest

@@ -20,7 +20,7 @@ case $# in
     exit 2
     ;;
 esac
-for b in engine/dtengine tests/npytool; do
+for b in engine/dtengine tests/tools/npytool; do
     [ -x "$builddir/$b" ] || {
         echo "bundle.sh: $builddir/$b is missing: make $b first" >&2
         exit 1
@@ -29,8 +29,8 @@ done
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/dt-bundle.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/gpu-bundle/lib"
-cp "$builddir/engine/dtengine" "$builddir/tests/npytool" "$tmp/gpu-bundle/"
-for b in engine/dtengine tests/npytool; do
+cp "$builddir/engine/dtengine" "$builddir/tests/tools/npytool" "$tmp/gpu-bundle/"
+for b in engine/dtengine tests/tools/npytool; do
     ldd "$builddir/$b" | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }'
 done | sort -u | while read -r name path; do
     case $name in

@@ -4,7 +4,7 @@
 # What another local user can do to a running dtagentd through its PMIx
 # server, end to end: a private munged and dtcoordd, an agent run by root
 # with two dtengine workers, and the user nobody as the other user, with
-# tests/pmixforeign. Everything nobody needs is public: the agent's pid
+# tests/tools/pmixforeign. Everything nobody needs is public: the agent's pid
 # (ps) names the server's namespace "pmix-server.PID", its TCP port on
 # 127.0.0.1 is in /proc/net/tcp, and a generation's namespace is
 # "dt.JOB.GEN". Checked, as the user sees it:
@@ -37,9 +37,9 @@ as_nobody() {
 need_mpirun
 
 DTAGENTD=$DT_BUILDDIR/agent/dtagentd
-PMIXFOREIGN=$DT_BUILDDIR/tests/pmixforeign
+PMIXFOREIGN=$DT_BUILDDIR/tests/tools/pmixforeign
 for _b in "$DTAGENTD" "$PMIXFOREIGN"; do
-    [ -x "$_b" ] || die "$_b is not built (make agent/dtagentd tests/pmixforeign)"
+    [ -x "$_b" ] || die "$_b is not built (make agent/dtagentd tests/tools/pmixforeign)"
 done
 as_nobody "$PMIXFOREIGN" --help >/dev/null 2>&1
 [ $? = 2 ] || skip "nobody cannot run $PMIXFOREIGN (a directory above it not searchable by all?)"

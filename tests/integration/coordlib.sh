@@ -13,10 +13,10 @@
 
 DTCOORDD=$DT_BUILDDIR/coordinator/dtcoordd
 DTCTL=$DT_BUILDDIR/cli/dtctl
-: "${DTPROBE:=$DT_BUILDDIR/tests/dtprobe}"
+: "${DTPROBE:=$DT_BUILDDIR/tests/tools/dtprobe}"
 for _cl_bin in "$DTCOORDD" "$DTCTL" "$DTPROBE"; do
     [ -x "$_cl_bin" ] ||
-        die "$_cl_bin is not built (make coordinator/dtcoordd cli/dtctl tests/dtprobe;" \
+        die "$_cl_bin is not built (make coordinator/dtcoordd cli/dtctl tests/tools/dtprobe;" \
             "DT_BUILDDIR=$DT_BUILDDIR)"
 done
 

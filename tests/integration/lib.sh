@@ -18,7 +18,7 @@ DT_TESTNAME=$(basename "$0" .sh)
 : "${DT_BUILDDIR:=$(cd "$DT_TESTDIR/../.." && pwd)}"
 : "${MPIRUN:=mpirun}"
 DTENGINE=$DT_BUILDDIR/engine/dtengine
-NPYTOOL=$DT_BUILDDIR/tests/npytool
+NPYTOOL=$DT_BUILDDIR/tests/tools/npytool
 
 # die MSG: the test could not run (missing binary, cannot make inputs)
 die() {
@@ -36,7 +36,7 @@ skip() {
 
 for _lib_bin in "$DTENGINE" "$NPYTOOL"; do
     [ -x "$_lib_bin" ] ||
-        die "$_lib_bin is not built (make engine/dtengine tests/npytool; DT_BUILDDIR=$DT_BUILDDIR)"
+        die "$_lib_bin is not built (make engine/dtengine tests/tools/npytool; DT_BUILDDIR=$DT_BUILDDIR)"
 done
 
 TMPD=$(mktemp -d "${TMPDIR:-/tmp}/dt-$DT_TESTNAME.XXXXXX") || die "mktemp -d failed"

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 #
 # The agent's PMIx server (agent/pmix.c) with real Open MPI ranks, through
-# tests/pmixhost (a libuv host like dtagentd) and tests/pmixworker (MPI_Init,
+# tests/tools/pmixhost (a libuv host like dtagentd) and tests/tools/pmixworker (MPI_Init,
 # a ring of MPI_Sendrecv, MPI_Allreduce, a PMIx failure-event handler). It
 # checks what the agent's users would see: every rank's sum, exit codes,
 # fences that reach the host (local-only optimisation off, and two agents of
@@ -23,10 +23,10 @@
 OMPI_MCA_btl_tcp_if_include=lo
 export OMPI_MCA_btl_tcp_if_include
 
-PMIXHOST=$DT_BUILDDIR/tests/pmixhost
-PMIXWORKER=$DT_BUILDDIR/tests/pmixworker
+PMIXHOST=$DT_BUILDDIR/tests/tools/pmixhost
+PMIXWORKER=$DT_BUILDDIR/tests/tools/pmixworker
 for _b in "$PMIXHOST" "$PMIXWORKER"; do
-    [ -x "$_b" ] || die "$_b is not built (make tests/pmixhost tests/pmixworker)"
+    [ -x "$_b" ] || die "$_b is not built (make tests/tools/pmixhost tests/tools/pmixworker)"
 done
 
 # host NAME ARGS...: pmixhost with its own files under $TMPD/NAME; stdout

@@ -2,7 +2,7 @@
  *
  * Tests of engine/attn/attn.h on one rank (a 'solo' communicator, no MPI):
  * dense and dilated attention, forward and backward, causal or not, GQA,
- * against the double-precision definition in tests/ref.h (the multiset
+ * against the double-precision definition in tests/ref/ref.h (the multiset
  * union of the branches' keys); the refusals of dt_attn_check and
  * dt_attn_parse_branches with the message the user would see; and
  * dt_attn_flops against closed forms, hand counts and a brute-force count
@@ -27,7 +27,7 @@
 #include "common/mem.h"
 #include "engine/attn/attn.h"
 #include "engine/comm/comm.h"
-#include "tests/ref.h"
+#include "tests/ref/ref.h"
 
 /* Element good iff |x - ref| <= ATOL + RTOL * |ref|: fp32 kernels against
  * a double reference. The forward's largest measured error is below 1e-6.
@@ -564,7 +564,7 @@ Test(attn, parse_branches_refuses)
 /*-- dt_attn_flops ----------------------------------------------------------*/
 
 /* Visible (query, key) pairs summed over heads, counted one by one from the
- * rule of engine/attn/attn.h (as tests/ref.c lists keys), times 4 D. */
+ * rule of engine/attn/attn.h (as tests/ref/ref.c lists keys), times 4 D. */
 static double brute_flops(const dt_attn_spec_t *s)
 {
     double pairs = 0.0;

@@ -2,7 +2,7 @@
  *
  * pmixhost: agent/pmix.c driven the way dtagentd drives it, without a
  * coordinator, for tests/integration/pmix.sh. A libuv loop, one PMIx server,
- * G generations of R ranks of tests/pmixworker spawned with uv_spawn in the
+ * G generations of R ranks of tests/tools/pmixworker spawned with uv_spawn in the
  * environment dt_pmix_worker_env builds. It plays the coordinator too: a
  * fence that reaches the host is answered with this agent's own data (with
  * one agent that is exactly what a coordinator would relay), on the next

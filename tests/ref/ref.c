@@ -17,7 +17,7 @@
 
 #include "common/mem.h"
 #include "engine/data/gen.h"
-#include "tests/ref.h"
+#include "tests/ref/ref.h"
 
 /* The problem, as passed to ref_attn_fwd / ref_attn_bwd. */
 struct prob {

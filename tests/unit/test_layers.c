@@ -27,7 +27,7 @@
 #include "common/err.h"
 #include "common/mem.h"
 #include "kernels/cpu/layers_cpu.h"
-#include "tests/ref.h"
+#include "tests/ref/ref.h"
 
 /* Fast vs reference: element good iff |x - ref| <= ATOL + RTOL * |ref|.
  * The fast paths accumulate in fp32 (sgemm, eight-lane partial sums) where

@@ -21,7 +21,7 @@
 #include "common/err.h"
 #include "common/mem.h"
 #include "engine/model/optim.h"
-#include "tests/ref.h"
+#include "tests/ref/ref.h"
 
 /* Stored values are fp32 rounded from double arithmetic: within half an
  * ulp of fp32 (6e-8 relative), so 2e-7 relative leaves room for one more

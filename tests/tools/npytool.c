@@ -2,7 +2,7 @@
  *
  * npytool: the test suite's helper for .npy files. It makes generated
  * inputs (the same values as dtengine --generate), computes reference
- * attention outputs and gradients with tests/ref.c, and compares arrays
+ * attention outputs and gradients with tests/ref/ref.c, and compares arrays
  * with |a - b| <= atol + rtol * |b|, so the integration scripts need no
  * Python.
  *
@@ -32,7 +32,7 @@
 #include "io/tokshard.h"
 #include "engine/data/gen.h"
 #include "io/npy.h"
-#include "tests/ref.h"
+#include "tests/ref/ref.h"
 
 #define EXIT_DIFF 1
 #define EXIT_USAGE 2

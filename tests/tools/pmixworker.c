@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
  *
- * pmixworker: the MPI rank that tests/pmixhost spawns under agent/pmix.c
+ * pmixworker: the MPI rank that tests/tools/pmixhost spawns under agent/pmix.c
  * (tests/integration/pmix.sh). It does what a dtengine rank does with its
  * PMIx server and no more: MPI_Init, a PMIx handler for process-failure
  * events (PMIx_Init is reference-counted and shares Open MPI's client), a

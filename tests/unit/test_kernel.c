@@ -3,7 +3,7 @@
  * Tests of the one-head CPU attention kernels of kernels/cpu/attn_cpu.h:
  * the tiled fast path and the plain `_ref` path against a naive dense
  * formula written here (two-pass softmax in double, from scratch, with
- * positions and strides) and against tests/ref.h; the accumulate contract
+ * positions and strides) and against tests/ref/ref.h; the accumulate contract
  * (key blocks in any order), the LSE merge (union, huge scores, empty
  * partials), the backward against `_ref` and against central finite
  * differences of a double forward, and the delta helper.
@@ -27,7 +27,7 @@
 #include "common/macros.h"
 #include "common/mem.h"
 #include "kernels/cpu/attn_cpu.h"
-#include "tests/ref.h"
+#include "tests/ref/ref.h"
 
 /* Forward tolerance: element good iff |x - ref| <= ATOL + RTOL * |ref|.
  * The kernels work in fp32 against a double reference; o is a convex
@@ -216,7 +216,7 @@ Test(kernel, fwd_fast_and_ref_match_naive)
     }
 }
 
-/* Anchor the naive formula of this file to tests/ref.h: the fast kernel
+/* Anchor the naive formula of this file to tests/ref/ref.h: the fast kernel
  * equals ref_attn_fwd with H = Hkv = 1. */
 Test(kernel, fwd_fast_matches_tests_ref)
 {
