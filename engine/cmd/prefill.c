@@ -61,12 +61,13 @@ typedef struct popts {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: dtengine prefill --model tiny [--dim N --layers N --heads N\n"
+    fprintf(f, "usage: dtengine prefill --model PRESET [--dim N --layers N --heads N\n"
                "                        --kv-heads N --ffn N --vocab N] --data recall|SHARDS\n"
                "                        --seq-len T [--seed S] [--layout contiguous|zigzag]\n"
                "                        [--segments w1,.. --dilations r1,..] [--no-causal]\n"
                "                        [--ckpt-dir DIR [--ckpt-keep N] [--resume]]\n"
-               "                        [--logits OUT.npy] [--last N] [--stop-after-layer K]\n");
+               "                        [--logits OUT.npy] [--last N] [--stop-after-layer K]\n"
+               "PRESET: tiny, llama3-8b, llama3-70b, or custom with every shape flag\n");
 }
 
 static int parse(int argc, char **argv, popts_t *o, dt_emsg_t *em)

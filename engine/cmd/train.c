@@ -80,7 +80,7 @@ typedef struct topts {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: dtengine train [--spec FILE] --model tiny [--dim N --layers N --heads N\n"
+    fprintf(f, "usage: dtengine train [--spec FILE] --model PRESET [--dim N --layers N --heads N\n"
                "                      --kv-heads N --ffn N --vocab N] --data recall|SHARDS\n"
                "                      --seq-len T --steps N\n"
                "                      [--ckpt-dir DIR --ckpt-every K [--ckpt-keep N]]\n"
@@ -90,7 +90,8 @@ static void usage(FILE *f)
                "                      [--segments w1,.. --dilations r1,..] [--no-causal]\n"
                "                      [--batch B] [--params-out FILE.npy]\n"
                "                      [--recall-keys K] [--recall-values V] [--recall-pairs P]\n"
-               "                      [--recall-queries Q]\n");
+               "                      [--recall-queries Q]\n"
+               "PRESET: tiny, llama3-8b, llama3-70b, or custom with every shape flag\n");
 }
 
 /* Take what a job spec says about training: model, sequence, attention,
