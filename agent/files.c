@@ -13,6 +13,7 @@
  */
 #include "config.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,63 +71,53 @@ static void op_done(uv_work_t *req, int status)
     else
         dt_log_error("%s step=%lld: %s", op->commit ? "commit" : "prune", (long long)step,
                      op->why);
-    if (!up->stopping(up->ud) || op->commit)
-        up->send_reliable(up->ud, DT_MSG_CKPT_DONE,
-                              json_pack("{s:I, s:s, s:I, s:b, s:s?}", "agent",
-                                        (json_int_t)up->agent_id(up->ud), "op",
-                                        op->commit ? "commit" : "prune", "step",
-                                        (json_int_t)step, "ok", op->ok, "error",
-                                        op->ok ? NULL : op->why));
+    if (!up->stopping(up->ud) || op->commit) {
+        dt_wire_ckpt_done_t d = { .agent = up->agent_id(up->ud),
+                                  .op = op->commit ? "commit" : "prune", .step = step,
+                                  .ok = op->ok, .error = op->ok ? NULL : op->why };
+        up->send_reliable(up->ud, DT_MSG_CKPT_DONE, dt_wire_ckpt_done_encode(&d));
+    }
     free(op->root);
     free(op->tag);
     free(op->steps);
     free(op);
 }
 
-void dt_files_ckpt(uv_loop_t *loop, const dt_agentd_hooks_t *hooks, const dt_msg_t *m)
+/* Queue the operation on the thread pool; root and tag are copied. */
+static void queue(uv_loop_t *loop, const dt_agentd_hooks_t *hooks, bool commit, const char *root,
+                  const int64_t *steps, size_t n, const char *tag)
 {
-    json_t *steps = json_object_get(m->body, "steps"), *v;
-    const char *root = json_string_value(json_object_get(m->body, "dir"));
-    file_op_t *op;
-    size_t i;
+    const char *what = commit ? "CKPT_COMMIT" : "CKPT_PRUNE";
 
-    if (root == NULL || root[0] != '/') {
-        dt_log_error("%s without an absolute 'dir': ignored", dt_msg_type_name(m->type));
+    if (root[0] != '/') {
+        dt_log_error("%s without an absolute 'dir': ignored", what);
         return;
     }
-    op = dt_xcalloc(1, sizeof(*op));
+    if (tag && (tag[0] == '\0' || strspn(tag, "abcdefghijklmnopqrstuvwxyz") != strlen(tag))) {
+        dt_log_error("%s set_aside '%.32s': not a lowercase word: ignored", what, tag);
+        return;
+    }
+    file_op_t *op = dt_xcalloc(1, sizeof(*op));
     op->req.data = op;
     op->up = hooks;
-    op->commit = m->type == DT_MSG_CKPT_COMMIT;
+    op->commit = commit;
     op->root = dt_xstrdup(root);
-    const char *tag = json_string_value(json_object_get(m->body, "set_aside"));
-    if (tag && (tag[0] == '\0' || strspn(tag, "abcdefghijklmnopqrstuvwxyz") != strlen(tag))) {
-        dt_log_error("CKPT_PRUNE set_aside '%.32s': not a lowercase word: ignored", tag);
-        free(op->root);
-        free(op);
-        return;
-    }
     op->tag = tag ? dt_xstrdup(tag) : NULL;
-    if (op->commit) {
-        json_t *s = json_object_get(m->body, "step");
-        op->steps = dt_xmalloc(sizeof(*op->steps));
-        op->steps[op->n++] = json_integer_value(s);
-        if (!json_is_integer(s) || op->steps[0] < 0)
-            op->n = 0;
-    } else {
-        op->steps = dt_xcalloc(json_array_size(steps) + 1, sizeof(*op->steps));
-        json_array_foreach(steps, i, v)
-            if (json_is_integer(v) && json_integer_value(v) >= 0)
-                op->steps[op->n++] = json_integer_value(v);
-    }
-    if (op->n == 0) {
-        dt_log_error("%s without steps: ignored", dt_msg_type_name(m->type));
-        free(op->root);
-        free(op->tag);
-        free(op->steps);
-        free(op);
-        return;
-    }
+    op->steps = dt_xcalloc(n, sizeof(*op->steps));
+    memcpy(op->steps, steps, n * sizeof(*op->steps));
+    op->n = n;
     if (uv_queue_work(loop, &op->req, op_work, op_done) < 0)
         op_done(&op->req, UV_ECANCELED);
+}
+
+void dt_files_commit(uv_loop_t *loop, const dt_agentd_hooks_t *hooks,
+                     const dt_wire_ckpt_commit_t *cm)
+{
+    queue(loop, hooks, true, cm->dir, &cm->step, 1, NULL);
+}
+
+void dt_files_prune(uv_loop_t *loop, const dt_agentd_hooks_t *hooks,
+                    const dt_wire_ckpt_prune_t *pr)
+{
+    queue(loop, hooks, false, pr->dir, pr->steps.v, pr->steps.n, pr->set_aside);
 }

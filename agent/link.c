@@ -216,20 +216,21 @@ static void link_down(dt_link_t *l, const char *why)
 static void heartbeat_fire(uv_timer_t *t)
 {
     dt_link_t *l = t->data;
-    dt_link_send(l, DT_MSG_HEARTBEAT, json_pack("{s:I}", "agent", (json_int_t)l->agent_id));
+    dt_wire_agent_ref_t hb = { .agent = l->agent_id };
+    dt_link_send(l, DT_MSG_HEARTBEAT, dt_wire_heartbeat_encode(&hb));
 }
 
 static void send_register(dt_link_t *l)
 {
-    json_t *body = json_pack("{s:I, s:s, s:i, s:I}", "job", (json_int_t)l->conf.job, "node",
-                             l->conf.node, "slots", l->conf.slots, "pid", (json_int_t)getpid());
-    json_t *st = l->hooks.status(l->hooks.ud);
-    json_object_update(body, st);
+    dt_wire_register_t reg = { .job = l->conf.job, .node = l->conf.node,
+                               .slots = l->conf.slots, .pid = getpid() };
+    l->hooks.status(l->hooks.ud, &reg);
     if (l->conf.slurm_id > 0) {
-        json_object_set_new(body, "slurm_id", json_integer(l->conf.slurm_id));
-        json_object_set_new(body, "slurm_restart", json_integer(l->conf.slurm_restart));
+        reg.slurm_id = l->conf.slurm_id;
+        reg.slurm_restart = l->conf.slurm_restart;
     }
-    json_decref(st);
+    json_t *body = dt_wire_register_encode(&reg);
+    free(reg.ranks.v);
     l->register_id = new_id(l);
     send_frame(l, DT_MSG_REGISTER, l->register_id, body);
     json_decref(body);
@@ -237,11 +238,17 @@ static void send_register(dt_link_t *l)
 
 static void on_registered(dt_link_t *l, const dt_msg_t *m)
 {
-    json_t *id = json_object_get(m->body, "agent"), *hb = json_object_get(m->body, "heartbeat_ms");
+    dt_wire_register_ok_t ok;
+    dt_emsg_t em = { "" };
+    int rc = dt_wire_register_ok_decode(m, &ok, &em);
 
-    l->agent_id = json_integer_value(id);
-    l->heartbeat_ms = json_is_integer(hb) && json_integer_value(hb) > 0
-                           ? json_integer_value(hb) : 1000;
+    if (rc < 0) {
+        dt_log_error("coordinator %s: registration reply: %s", l->conf.coord, em.s);
+        link_down(l, "malformed registration reply");
+        return;
+    }
+    l->agent_id = ok.agent;
+    l->heartbeat_ms = ok.heartbeat_ms > 0 ? ok.heartbeat_ms : 1000;
     l->registered = 1;
     l->backoff_ms = BACKOFF_MIN_MS;
     if (l->lost_since_ms)
@@ -259,14 +266,20 @@ static void on_registered(dt_link_t *l, const dt_msg_t *m)
 
 static void on_reply(dt_link_t *l, const dt_msg_t *m)
 {
-    const char *err = json_string_value(json_object_get(m->body, "error"));
+    dt_wire_error_t e = { .code = DT_EPROTO };
+    dt_emsg_t em = { "" };
+    const char *err = NULL;
 
+    if (m->type == DT_MSG_ERROR && dt_wire_error_decode(m, &e, &em) == 0)
+        err = e.error;
+    else if (m->type == DT_MSG_ERROR)
+        err = em.s; /* what was wrong with the refusal */
     if (m->id == l->register_id) {
         if (m->type == DT_MSG_OK) {
             on_registered(l, m);
             return;
         }
-        int code = (int)json_integer_value(json_object_get(m->body, "code"));
+        int code = (int)e.code;
         dt_log_error("job=%lld node=%s: registration refused: %s", (long long)l->conf.job,
                      l->conf.node, err ? err : "?");
         /* the job is over or not ours: nothing to wait for */
@@ -296,10 +309,10 @@ static void dispatch(dt_link_t *l, const dt_msg_t *m)
         on_reply(l, m);
         return;
     }
-    if (m->type == DT_MSG_FENCE_DONE) {
-        json_t *g = json_object_get(m->body, "gen"), *q = json_object_get(m->body, "seq");
-        fence_settled(l, (uint32_t)json_integer_value(g), (uint32_t)json_integer_value(q));
-    }
+    dt_wire_fence_done_t fd;
+    dt_emsg_t em = { "" };
+    if (m->type == DT_MSG_FENCE_DONE && dt_wire_fence_done_decode(m, &fd, &em) == 0)
+        fence_settled(l, (uint32_t)fd.gen, (uint32_t)fd.seq);
     for (size_t i = 0; i < l->hooks.nhandlers; i++)
         if (l->hooks.handlers[i].type == m->type) {
             l->hooks.handlers[i].fn(l->hooks.ud, m);
@@ -351,7 +364,8 @@ static int send_auth(dt_link_t *l)
         dt_log_error("%s", em.s);
         return rc;
     }
-    json_t *body = json_pack("{s:s}", "cred", cred);
+    dt_wire_auth_t a = { .cred = cred };
+    json_t *body = dt_wire_auth_encode(&a);
     send_frame(l, DT_MSG_AUTH, new_id(l), body);
     json_decref(body);
     free(cred);

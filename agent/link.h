@@ -17,6 +17,7 @@
 #include <uv.h>
 
 #include "common/msg.h"
+#include "common/wire.h"
 
 typedef struct dt_link dt_link_t;
 
@@ -41,8 +42,9 @@ typedef struct dt_link_hooks {
     void *ud;
     const dt_link_handler_t *handlers; /* borrowed for the link's life */
     size_t nhandlers;
-    /* The running generation for REGISTER: a new {gen, ranks} object. */
-    json_t *(*status)(void *ud);
+    /* The running generation for REGISTER: sets reg->gen and reg->ranks
+     * (ranks.v allocated; the link frees it). */
+    void (*status)(void *ud, dt_wire_register_t *reg);
     /* The coordinator refused the registration with this DT_E* code. */
     void (*refused)(void *ud, int code);
     /* 1 once the agent is stopping: no more reconnects. */

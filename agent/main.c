@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +41,7 @@
 #include "common/macros.h"
 #include "common/mem.h"
 #include "common/path.h"
+#include "common/wire.h"
 
 /* dtagentd's one context, reached through loop->data (signals) and the
  * hooks' ud; touched by the loop thread only. The agent is one per node
@@ -143,41 +145,89 @@ static void up_workers_gone(void *ud)
 
 /*-- the link's handler table: what the coordinator pushes --------------------*/
 
+/* Each decodes the push (common/wire.h); one that does not decode is the
+ * coordinator's bug or not the coordinator: logged and ignored. */
+static bool decoded(const dt_msg_t *m, int rc, const dt_emsg_t *em)
+{
+    if (rc < 0)
+        dt_log_error("coordinator sent a bad %s: %s: ignored", dt_msg_type_name(m->type), em->s);
+    return rc >= 0;
+}
+
 static void on_gen_start(void *ud, const dt_msg_t *m)
 {
-    dt_task_gen_start(((dt_agentd_t *)ud)->task, m);
+    dt_wire_gen_start_t gs;
+    dt_emsg_t em = { "" };
+
+    if (decoded(m, dt_wire_gen_start_decode(m, &gs, &em), &em))
+        dt_task_gen_start(((dt_agentd_t *)ud)->task, &gs);
+    dt_wire_gen_start_clear(&gs);
 }
 
 static void on_gen_abort(void *ud, const dt_msg_t *m)
 {
-    dt_task_gen_abort(((dt_agentd_t *)ud)->task, m);
+    dt_wire_gen_abort_t ga;
+    dt_emsg_t em = { "" };
+
+    if (decoded(m, dt_wire_gen_abort_decode(m, &ga, &em), &em))
+        dt_task_gen_abort(((dt_agentd_t *)ud)->task, &ga);
 }
 
 static void on_fence_done(void *ud, const dt_msg_t *m)
 {
-    dt_task_fence_done(((dt_agentd_t *)ud)->task, m);
+    dt_wire_fence_done_t fd;
+    dt_emsg_t em = { "" };
+
+    if (decoded(m, dt_wire_fence_done_decode(m, &fd, &em), &em))
+        dt_task_fence_done(((dt_agentd_t *)ud)->task, &fd);
 }
 
 static void on_ckpt_request(void *ud, const dt_msg_t *m)
 {
-    dt_task_ckpt_request(((dt_agentd_t *)ud)->task, m);
+    dt_wire_gen_ref_t g;
+    dt_emsg_t em = { "" };
+
+    if (decoded(m, dt_wire_ckpt_request_decode(m, &g, &em), &em))
+        dt_task_ckpt_request(((dt_agentd_t *)ud)->task, g.gen);
 }
 
-static void on_ckpt_files(void *ud, const dt_msg_t *m)
+static void on_ckpt_commit(void *ud, const dt_msg_t *m)
 {
     dt_agentd_t *ag = ud;
-    dt_files_ckpt(ag->loop, &ag->up, m);
+    dt_wire_ckpt_commit_t cm;
+    dt_emsg_t em = { "" };
+
+    if (decoded(m, dt_wire_ckpt_commit_decode(m, &cm, &em), &em))
+        dt_files_commit(ag->loop, &ag->up, &cm);
+}
+
+static void on_ckpt_prune(void *ud, const dt_msg_t *m)
+{
+    dt_agentd_t *ag = ud;
+    dt_wire_ckpt_prune_t pr;
+    dt_emsg_t em = { "" };
+
+    if (decoded(m, dt_wire_ckpt_prune_decode(m, &pr, &em), &em))
+        dt_files_prune(ag->loop, &ag->up, &pr);
+    dt_wire_ckpt_prune_clear(&pr);
 }
 
 static void on_stop(void *ud, const dt_msg_t *m)
 {
-    dt_task_stop(((dt_agentd_t *)ud)->task, m);
+    dt_wire_stop_t st;
+    dt_emsg_t em = { "" };
+
+    if (decoded(m, dt_wire_stop_decode(m, &st, &em), &em))
+        dt_task_stop(((dt_agentd_t *)ud)->task, &st);
 }
 
 static void on_job_end(void *ud, const dt_msg_t *m)
 {
     dt_agentd_t *ag = ud;
-    const char *st = json_string_value(json_object_get(m->body, "state"));
+    dt_wire_job_end_t je;
+    dt_emsg_t em = { "" };
+    /* a JOB_END that does not decode still ends the job here: failed */
+    const char *st = decoded(m, dt_wire_job_end_decode(m, &je, &em), &em) ? je.state : NULL;
 
     dt_log_info("job=%lld ended: %s", (long long)ag->link_conf.job, st ? st : "?");
     /* the exit status is the batch script's under Slurm: dtagentd(8) */
@@ -191,16 +241,16 @@ static const dt_link_handler_t handlers[] = {
     { .type = DT_MSG_GEN_ABORT, .fn = on_gen_abort },
     { .type = DT_MSG_FENCE_DONE, .fn = on_fence_done },
     { .type = DT_MSG_CKPT_REQUEST, .fn = on_ckpt_request },
-    { .type = DT_MSG_CKPT_COMMIT, .fn = on_ckpt_files },
-    { .type = DT_MSG_CKPT_PRUNE, .fn = on_ckpt_files },
+    { .type = DT_MSG_CKPT_COMMIT, .fn = on_ckpt_commit },
+    { .type = DT_MSG_CKPT_PRUNE, .fn = on_ckpt_prune },
     { .type = DT_MSG_STOP, .fn = on_stop },
     { .type = DT_MSG_JOB_END, .fn = on_job_end },
 };
 
-static json_t *link_status(void *ud)
+static void link_status(void *ud, dt_wire_register_t *reg)
 {
     dt_agentd_t *ag = ud;
-    return dt_task_status(ag->task);
+    dt_task_status(ag->task, reg);
 }
 
 /* The job is over (DT_ESTATE) or not ours: nothing to wait for. */
@@ -235,7 +285,8 @@ static void on_usr(uv_signal_t *s, int sig)
     dt_log_info("job=%lld SIG%s (Slurm's time limit or preemption warning): asking the "
                 "coordinator for a checkpoint and a requeue",
                 (long long)ag->link_conf.job, name);
-    dt_link_send_reliable(ag->link, DT_MSG_PREEMPT, json_pack("{s:s}", "signal", name));
+    dt_wire_preempt_t p = { .agent = dt_link_agent_id(ag->link), .signal = name };
+    dt_link_send_reliable(ag->link, DT_MSG_PREEMPT, dt_wire_preempt_encode(&p));
 }
 
 static int64_t env_int(const char *name)

@@ -351,18 +351,16 @@ static void verify_done(uv_work_t *req, int status)
                     v->rank, (long long)v->step, v->manifest ? "manifest" : "shard",
                     (long long)v->bytes, (double)(v->t1 - v->t0) / 1e6);
     if (status == 0 && v->ok && !t->hooks.stopping(t->hooks.ud)) {
-        json_t *body = json_pack("{s:I, s:I, s:I, s:i, s:s, s:I, s:s, s:s, s:b}", "agent",
-                                 (json_int_t)agent_id(t), "gen", (json_int_t)v->gen, "step",
-                                 (json_int_t)v->step, "rank", v->rank, "path", v->full, "bytes",
-                                 (json_int_t)v->bytes, "sha256", v->sha, "dir", v->dir,
-                                 "manifest", v->manifest);
-        if (v->manifest) {
-            json_t *shas = json_array();
-            for (int i = 0; i < v->nshards; i++)
-                json_array_append_new(shas, json_string(v->shards[i]));
-            json_object_set_new(body, "shards", shas);
-        }
-        send_reliable(t, DT_MSG_SHARD_WRITTEN, body);
+        const char **shas = dt_xcalloc((size_t)v->nshards + 1, sizeof(*shas));
+        for (int i = 0; v->manifest && i < v->nshards; i++)
+            shas[i] = v->shards[i];
+        dt_wire_shard_written_t sw = {
+            .agent = agent_id(t), .gen = v->gen, .step = v->step, .rank = v->rank,
+            .path = v->full, .bytes = v->bytes, .sha256 = v->sha, .dir = v->dir,
+            .manifest = v->manifest, .shards = { shas, v->manifest ? (size_t)v->nshards : 0 },
+        };
+        send_reliable(t, DT_MSG_SHARD_WRITTEN, dt_wire_shard_written_encode(&sw));
+        free(shas);
     } else if (status == 0 && !v->ok)
         dt_log_error("gen=%u rank=%d step=%lld checkpoint file does not verify: %s", v->gen,
                      v->rank, (long long)v->step, v->why);
@@ -377,19 +375,16 @@ static void on_shard(dt_worker_t *w, const dt_msg_t *m)
 {
     dt_task_t *t = w->t;
     dt_emsg_t em = { "" };
-    const char *dir, *path, *sha;
-    int64_t step, bytes;
-    int manifest = 0;
+    dt_wire_w_shard_t sh;
 
-    if (dt_msg_get_int(m, "step", &step, &em) < 0 || dt_msg_get_str(m, "dir", &dir, &em) < 0 ||
-        dt_msg_get_str(m, "path", &path, &em) < 0 || dt_msg_get_int(m, "bytes", &bytes, &em) < 0 ||
-        dt_msg_get_str(m, "sha256", &sha, &em) < 0 ||
-        dt_msg_opt_bool(m, "manifest", &manifest, &em) < 0 || strlen(sha) != 64 ||
-        strchr(path, '/') != NULL) {
+    if (dt_wire_w_shard_decode(m, &sh, &em) < 0 || strchr(sh.path, '/') != NULL) {
         dt_log_error("gen=%u rank=%d: bad W_SHARD: %s", t->gen, w->rank,
-                     em.s[0] ? em.s : "sha256 or file name");
+                     em.s[0] ? em.s : "the file name has a '/'");
         return;
     }
+    const char *dir = sh.dir, *path = sh.path, *sha = sh.sha256;
+    int64_t step = sh.step, bytes = sh.bytes;
+    int manifest = sh.manifest;
     verify_t *v = dt_xcalloc(1, sizeof(*v));
     v->req.data = v;
     v->t = t;
@@ -412,35 +407,51 @@ static void on_worker_frame(dt_worker_t *w, const dt_msg_t *m)
 
     w->last_heard_ms = dt_clock_mono_ms();
     w->heard = 1;
+    dt_emsg_t em = { "" };
     switch (m->type) {
     case DT_MSG_W_HELLO: {
-        json_t *pid = json_object_get(m->body, "pid");
-        if (json_is_integer(pid))
-            w->pid = json_integer_value(pid);
+        dt_wire_w_hello_t h;
+        if (dt_wire_w_hello_decode(m, &h, &em) < 0) {
+            dt_log_warn("gen=%u rank=%d: bad W_HELLO: %s", t->gen, w->rank, em.s);
+            break;
+        }
+        if (h.pid > 0)
+            w->pid = h.pid;
         dt_log_info("gen=%u rank=%d pid=%lld hello", t->gen, w->rank, (long long)w->pid);
         break;
     }
     case DT_MSG_W_PROGRESS: {
-        json_t *b = json_deep_copy(m->body);
-        w->step = json_integer_value(json_object_get(b, "step"));
+        dt_wire_w_progress_t wp;
+        if (dt_wire_w_progress_decode(m, &wp, &em) < 0) {
+            dt_log_warn("gen=%u rank=%d: bad W_PROGRESS: %s", t->gen, w->rank, em.s);
+            break;
+        }
+        w->step = wp.step;
         if (!w->stepping) {
             w->stepping = 1;
             dt_log_info("gen=%u rank=%d running: step %lld", t->gen, w->rank,
                         (long long)w->step);
         }
-        json_object_set_new(b, "agent", json_integer(agent_id(t)));
-        json_object_set_new(b, "gen", json_integer(t->gen));
-        json_object_set_new(b, "rank", json_integer(w->rank));
-        json_object_set_new(b, "pid", json_integer(w->pid));
-        t->hooks.send(t->hooks.ud, DT_MSG_PROGRESS, b);
+        dt_wire_progress_t p = { .agent = agent_id(t), .gen = t->gen, .rank = w->rank,
+                                 .pid = w->pid, .step = wp.step, .steps = wp.steps,
+                                 .tokens = wp.tokens, .loss = wp.loss,
+                                 .tokens_s = wp.tokens_s, .acc = wp.acc };
+        t->hooks.send(t->hooks.ud, DT_MSG_PROGRESS, dt_wire_progress_encode(&p));
         break;
     }
     case DT_MSG_W_HEARTBEAT: break;
     case DT_MSG_W_SHARD: on_shard(w, m); break;
-    case DT_MSG_W_RESULT:
+    case DT_MSG_W_RESULT: {
+        /* rank 0's summary: the coordinator stores it as the job's result */
+        dt_wire_w_result_t res;
+        if (dt_wire_w_result_decode(m, &res, &em) < 0) {
+            dt_log_warn("gen=%u rank=%d: bad W_RESULT: %s", t->gen, w->rank, em.s);
+            break;
+        }
         json_decref(w->result);
-        w->result = json_deep_copy(m->body);
+        w->result = dt_wire_w_result_encode(&res);
         break;
+    }
     default:
         dt_log_warn("gen=%u rank=%d sent %s on the worker channel: ignored", t->gen, w->rank,
                     dt_msg_type_name(m->type));
@@ -537,16 +548,13 @@ static void on_exit_cb(uv_process_t *p, int64_t status, int sig)
                     (long long)w->pid, (long long)status, sig);
     else
         dt_log_debug("gen=%u rank=%d exited 0", t->gen, w->rank);
-    json_t *body = json_pack("{s:I, s:I, s:i, s:I, s:i, s:b, s:b, s:I}", "agent",
-                             (json_int_t)agent_id(t), "gen", (json_int_t)t->gen, "rank", w->rank,
-                             "status", (json_int_t)status, "signal", sig, "hung", w->hung != 0,
-                             "stopped", w->hung == 2, "step", (json_int_t)w->step);
     out_drain(w); /* its last words first: they say why */
-    if (w->result)
-        json_object_set(body, "result", w->result);
-    if (failed && !w->hung && sig == 0 && w->last[0])
-        json_object_set_new(body, "error", json_string(w->last));
-    send_reliable(t, DT_MSG_WORKER_EXIT, body);
+    dt_wire_worker_exit_t x = {
+        .agent = agent_id(t), .gen = t->gen, .rank = w->rank, .status = status, .signal = sig,
+        .hung = w->hung != 0, .stopped = w->hung == 2, .step = w->step, .result = w->result,
+        .error = failed && !w->hung && sig == 0 && w->last[0] ? w->last : NULL,
+    };
+    send_reliable(t, DT_MSG_WORKER_EXIT, dt_wire_worker_exit_encode(&x));
     /* a worker that stopped with a peer-failure code is a consequence, not
      * a cause; anything else bad starts the local abort */
     if (failed && !t->aborting && status != 4)
@@ -659,6 +667,21 @@ static int spawn_worker(dt_task_t *t, dt_worker_t *w, char **args, dt_emsg_t *em
 
 /*-- generations ---------------------------------------------------------------*/
 
+static void send_gen_ended(dt_task_t *t, int64_t gen)
+{
+    dt_wire_agent_ref_t e = { .agent = agent_id(t), .gen = gen };
+    send_reliable(t, DT_MSG_GEN_ENDED, dt_wire_gen_ended_encode(&e));
+}
+
+/* Rank `rank` of generation gen could not be started here (status 127):
+ * reported as its failure, the coordinator decides. */
+static void send_start_failed(dt_task_t *t, int64_t gen, int rank, const char *why)
+{
+    dt_wire_worker_exit_t x = { .agent = agent_id(t), .gen = gen, .rank = rank, .status = 127,
+                                .step = -1, .error = why };
+    send_reliable(t, DT_MSG_WORKER_EXIT, dt_wire_worker_exit_encode(&x));
+}
+
 static void free_workers(dt_task_t *t)
 {
     for (int i = 0; i < t->nworkers; i++) {
@@ -683,9 +706,7 @@ static void gen_maybe_ended(dt_task_t *t)
         free_workers(t);
         if (!t->ended_sent && t->gen) {
             t->ended_sent = 1;
-            send_reliable(t, DT_MSG_GEN_ENDED,
-                                  json_pack("{s:I, s:I}", "agent", (json_int_t)agent_id(t),
-                                            "gen", (json_int_t)t->gen));
+            send_gen_ended(t, t->gen);
             dt_log_info("gen=%u ended here", t->gen);
         }
         /* the generation's directory (the spec its workers read, their
@@ -754,23 +775,20 @@ static int write_spec(const char *path, const char *text, dt_emsg_t *em)
     return rc < 0 ? dt_emsg_set(em, rc, "%s: write failed", path) : 0;
 }
 
-void dt_task_gen_start(dt_task_t *t, const dt_msg_t *m)
+void dt_task_gen_start(dt_task_t *t, const dt_wire_gen_start_t *gs)
 {
     dt_emsg_t em = { "" };
-    json_t *b = m->body, *nodes = json_object_get(b, "nodes"), *procs = json_object_get(b, "procs"),
-           *argv = json_object_get(b, "argv");
-    const char *nspace = json_string_value(json_object_get(b, "nspace")),
-               *spec = json_string_value(json_object_get(b, "spec"));
-    int64_t gen = json_integer_value(json_object_get(b, "gen"));
-    int R = (int)json_integer_value(json_object_get(b, "ranks")), self = -1, rc = 0;
+    const char *nspace = gs->nspace, *spec = gs->spec;
+    int64_t gen = gs->gen;
+    int R = (int)gs->ranks, self = -1, rc = 0;
     char **args = NULL, *spec_path = NULL;
     const char **names = NULL;
     int *node_of = NULL;
-    size_t nn = json_array_size(nodes), na = json_array_size(argv);
+    size_t nn = gs->nodes.n, na = gs->argv.n;
 
-    if (gen <= 0 || nspace == NULL || spec == NULL || R < 1 || nn < 1 ||
-        json_array_size(procs) != (size_t)R || na < 1) {
-        dt_log_error("GEN_START with missing or bad fields: ignored");
+    if (gs->procs.n != (size_t)R) {
+        dt_log_error("GEN_START gen=%lld: %zu entries in procs for %d ranks: ignored",
+                     (long long)gen, gs->procs.n, R);
         return;
     }
     if ((uint32_t)gen == t->gen)
@@ -782,16 +800,18 @@ void dt_task_gen_start(dt_task_t *t, const dt_msg_t *m)
     }
     names = dt_xcalloc(nn, sizeof(*names));
     for (size_t i = 0; i < nn; i++) {
-        names[i] = json_string_value(json_array_get(nodes, i));
-        if (names[i] && strcmp(names[i], t->conf.node) == 0)
+        names[i] = gs->nodes.v[i];
+        if (strcmp(names[i], t->conf.node) == 0)
             self = (int)i;
     }
     node_of = dt_xcalloc((size_t)R, sizeof(*node_of));
     int mine = 0;
     for (int r = 0; r < R; r++) {
-        node_of[r] = (int)json_integer_value(json_array_get(procs, (size_t)r));
-        if (node_of[r] < 0 || (size_t)node_of[r] >= nn)
+        if (gs->procs.v[r] < 0 || (size_t)gs->procs.v[r] >= nn) {
             rc = -1;
+            continue;
+        }
+        node_of[r] = (int)gs->procs.v[r];
         mine += node_of[r] == self;
     }
     if (rc < 0 || self < 0) {
@@ -806,7 +826,7 @@ void dt_task_gen_start(dt_task_t *t, const dt_msg_t *m)
     t->nranks = R;
     free(t->nspace);
     t->nspace = dt_xstrdup(nspace);
-    const char *logs = json_string_value(json_object_get(b, "log_dir"));
+    const char *logs = gs->log_dir;
     free(t->log_dir);
     t->log_dir = logs && logs[0] == '/' ? dt_xstrdup(logs) : NULL;
     t->gen_dir = dt_xasprintf("%s/gen-%lld", t->conf.state_dir, (long long)gen);
@@ -824,10 +844,8 @@ void dt_task_gen_start(dt_task_t *t, const dt_msg_t *m)
         goto fail;
     args = dt_xcalloc(na + 4, sizeof(*args));
     args[0] = dt_xstrdup(t->conf.engine);
-    for (size_t i = 0; i < na; i++) {
-        const char *a = json_string_value(json_array_get(argv, i));
-        args[i + 1] = dt_xstrdup(a ? a : "");
-    }
+    for (size_t i = 0; i < na; i++)
+        args[i + 1] = dt_xstrdup(gs->argv.v[i]);
     args[na + 1] = dt_xstrdup("--spec");
     args[na + 2] = dt_xstrdup(spec_path);
     t->workers = dt_xcalloc((size_t)mine, sizeof(*t->workers));
@@ -841,12 +859,7 @@ void dt_task_gen_start(dt_task_t *t, const dt_msg_t *m)
         dt_uvframe_init(&w->rd, DT_MSG_MAX);
         if ((rc = spawn_worker(t, w, args, &em)) < 0) {
             dt_log_error("gen=%u: %s", t->gen, em.s);
-            /* report it as that rank's failure: the coordinator decides */
-            send_reliable(t, DT_MSG_WORKER_EXIT,
-                                  json_pack("{s:I, s:I, s:i, s:i, s:i, s:s}", "agent",
-                                            (json_int_t)agent_id(t), "gen", (json_int_t)t->gen,
-                                            "rank", r, "status", 127, "signal", 0, "error",
-                                            em.s));
+            send_start_failed(t, t->gen, r, em.s);
             begin_abort(t, r, "a worker could not be started");
             break;
         }
@@ -858,11 +871,7 @@ fail:
     dt_log_error("gen=%lld cannot start here: %s", (long long)gen, em.s);
     for (int r = 0; r < R; r++)
         if (node_of[r] == self)
-            send_reliable(t, DT_MSG_WORKER_EXIT,
-                                  json_pack("{s:I, s:I, s:i, s:i, s:i, s:s}", "agent",
-                                            (json_int_t)agent_id(t), "gen", (json_int_t)gen,
-                                            "rank", r, "status", 127, "signal", 0, "error",
-                                            em.s));
+            send_start_failed(t, gen, r, em.s);
     gen_maybe_ended(t);
 out:
     free_strv(args);
@@ -871,14 +880,11 @@ out:
     free(node_of);
 }
 
-void dt_task_gen_abort(dt_task_t *t, const dt_msg_t *m)
+void dt_task_gen_abort(dt_task_t *t, const dt_wire_gen_abort_t *ga)
 {
-    int64_t gen = json_integer_value(json_object_get(m->body, "gen"));
-    json_t *rank = json_object_get(m->body, "rank");
-    const char *why = json_string_value(json_object_get(m->body, "reason"));
     int any = 0;
 
-    if ((uint32_t)gen != t->gen)
+    if ((uint32_t)ga->gen != t->gen)
         return;
     for (int i = 0; i < t->nworkers; i++)
         any |= alive(&t->workers[i]);
@@ -886,22 +892,18 @@ void dt_task_gen_abort(dt_task_t *t, const dt_msg_t *m)
         /* nothing left here: say so again (the first GEN_ENDED may be the
          * one the coordinator is waiting for) */
         if (!t->nworkers)
-            send_reliable(t, DT_MSG_GEN_ENDED,
-                                  json_pack("{s:I, s:I}", "agent", (json_int_t)agent_id(t),
-                                            "gen", (json_int_t)gen));
+            send_gen_ended(t, ga->gen);
         return;
     }
-    begin_abort(t, json_is_integer(rank) ? (int)json_integer_value(rank) : -1,
-                why ? why : "aborted by the coordinator");
+    begin_abort(t, ga->rank >= 0 && ga->rank < t->nranks ? (int)ga->rank : -1,
+                ga->reason ? ga->reason : "aborted by the coordinator");
 }
 
-void dt_task_fence_done(dt_task_t *t, const dt_msg_t *m)
+void dt_task_fence_done(dt_task_t *t, const dt_wire_fence_done_t *fd)
 {
-    int64_t gen = json_integer_value(json_object_get(m->body, "gen"));
-    int64_t seq = json_integer_value(json_object_get(m->body, "seq"));
-    int64_t status = json_integer_value(json_object_get(m->body, "status"));
-    const char *data = json_string_value(json_object_get(m->body, "data"));
-    size_t n = data ? strlen(data) : 0;
+    int64_t gen = fd->gen, seq = fd->seq, status = fd->status;
+    const char *data = fd->data;
+    size_t n = strlen(data);
     unsigned char *raw = dt_xmalloc(DT_BASE64_DECODED_MAX(n));
     int len = dt_base64_decode(data, n, raw);
 
@@ -925,27 +927,27 @@ static void all_workers(dt_task_t *t, uint16_t type, json_t *body)
     json_decref(body);
 }
 
-void dt_task_ckpt_request(dt_task_t *t, const dt_msg_t *m)
+void dt_task_ckpt_request(dt_task_t *t, int64_t gen)
 {
-    if ((uint32_t)json_integer_value(json_object_get(m->body, "gen")) == t->gen)
+    if ((uint32_t)gen == t->gen)
         all_workers(t, DT_MSG_W_CHECKPOINT, json_object());
 }
 
-void dt_task_stop(dt_task_t *t, const dt_msg_t *m)
+void dt_task_stop(dt_task_t *t, const dt_wire_stop_t *st)
 {
-    json_t *ck = json_object_get(m->body, "checkpoint");
-    if ((uint32_t)json_integer_value(json_object_get(m->body, "gen")) == t->gen)
-        all_workers(t, DT_MSG_W_STOP, json_pack("{s:b}", "checkpoint", json_is_true(ck)));
+    dt_wire_w_stop_t ws = { .checkpoint = st->checkpoint };
+    if ((uint32_t)st->gen == t->gen)
+        all_workers(t, DT_MSG_W_STOP, dt_wire_w_stop_encode(&ws));
 }
 
-json_t *dt_task_status(const dt_task_t *t)
+void dt_task_status(const dt_task_t *t, dt_wire_register_t *reg)
 {
-    json_t *ranks = json_array();
+    reg->ranks.v = dt_xcalloc((size_t)t->nworkers + 1, sizeof(*reg->ranks.v));
+    reg->ranks.n = 0;
     for (int i = 0; i < t->nworkers; i++)
         if (alive(&t->workers[i]))
-            json_array_append_new(ranks, json_integer(t->workers[i].rank));
-    return json_pack("{s:I, s:o}", "gen", (json_int_t)(json_array_size(ranks) ? t->gen : 0),
-                     "ranks", ranks);
+            reg->ranks.v[reg->ranks.n++] = t->workers[i].rank;
+    reg->gen = reg->ranks.n ? t->gen : 0;
 }
 
 int dt_task_terminate(dt_task_t *t)
@@ -969,9 +971,8 @@ static void pm_fence(void *ud, uint32_t gen, uint32_t seq, const void *data, siz
     char *b64 = dt_base64_encode(data, len);
     if (gen == t->gen)
         t->fences_out++;
-    t->hooks.send_fence(t->hooks.ud, gen, seq,
-                       json_pack("{s:I, s:I, s:I, s:s}", "agent", (json_int_t)agent_id(t), "gen",
-                                 (json_int_t)gen, "seq", (json_int_t)seq, "data", b64));
+    dt_wire_fence_t f = { .agent = agent_id(t), .gen = gen, .seq = seq, .data = b64 };
+    t->hooks.send_fence(t->hooks.ud, gen, seq, dt_wire_fence_encode(&f));
     free(b64);
 }
 

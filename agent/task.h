@@ -21,6 +21,7 @@
 #include "common/err.h"
 #include "common/macros.h"
 #include "common/msg.h"
+#include "common/wire.h"
 
 typedef struct dt_task dt_task_t;
 
@@ -41,16 +42,18 @@ typedef struct dt_task_conf {
 DT_MUST_CHECK int dt_task_new(uv_loop_t *loop, const dt_task_conf_t *conf,
                               const dt_agentd_hooks_t *hooks, dt_task_t **out, dt_emsg_t *em);
 
-/* Pushed messages from the coordinator. */
-void dt_task_gen_start(dt_task_t *t, const dt_msg_t *m);
-void dt_task_gen_abort(dt_task_t *t, const dt_msg_t *m);
-void dt_task_fence_done(dt_task_t *t, const dt_msg_t *m);
-void dt_task_ckpt_request(dt_task_t *t, const dt_msg_t *m);
-void dt_task_stop(dt_task_t *t, const dt_msg_t *m);
+/* Pushed messages from the coordinator, decoded (common/wire.h). */
+void dt_task_gen_start(dt_task_t *t, const dt_wire_gen_start_t *gs);
+void dt_task_gen_abort(dt_task_t *t, const dt_wire_gen_abort_t *ga);
+void dt_task_fence_done(dt_task_t *t, const dt_wire_fence_done_t *fd);
+/* CKPT_REQUEST, and STOP (stop true): to every worker of generation gen. */
+void dt_task_ckpt_request(dt_task_t *t, int64_t gen);
+void dt_task_stop(dt_task_t *t, const dt_wire_stop_t *st);
 
-/* The running generation's state for REGISTER: a new {gen, ranks: [...]}
- * object, {gen: 0} when none runs here. */
-json_t *dt_task_status(const dt_task_t *t);
+/* The running generation's state for REGISTER: reg->gen and reg->ranks
+ * (allocated: the caller frees ranks.v), gen 0 and no ranks when none
+ * runs here. */
+void dt_task_status(const dt_task_t *t, dt_wire_register_t *reg);
 /* For an agent stop: SIGTERM every worker now, SIGKILL after the grace
  * period; 1 if any was running (the hooks' workers_gone says when their
  * handles have closed), else 0. */

@@ -36,6 +36,7 @@
 #include "common/mem.h"
 #include "common/msg.h"
 #include "common/uvframe.h"
+#include "common/wire.h"
 
 #define WARMUP_S 2.0
 #define DRAIN_S 2.0
@@ -347,7 +348,8 @@ static void on_beat(uv_timer_t *t)
     a->inflight++;
     if (measured)
         b->sent++;
-    if (agent_send(a, DT_MSG_HEARTBEAT, id, json_pack("{s:I}", "agent", (json_int_t)a->id),
+    dt_wire_agent_ref_t hb = { .agent = a->id };
+    if (agent_send(a, DT_MSG_HEARTBEAT, id, dt_wire_heartbeat_encode(&hb),
                    &a->ring[slot].sent) < 0)
         live_failed(a);
 }
@@ -356,10 +358,11 @@ static void on_reply(agent_t *a, const dt_msg_t *m)
 {
     bench_t *b = a->b;
     const char *why = "";
+    dt_wire_error_t e;
+    dt_emsg_t em = { "" };
 
     if (m->type == DT_MSG_ERROR) {
-        json_t *e = json_object_get(m->body, "error");
-        why = e && json_is_string(e) ? json_string_value(e) : "(no message)";
+        why = dt_wire_error_decode(m, &e, &em) == 0 ? e.error : "(no message)";
     } else if (m->type != DT_MSG_OK) {
         errlog(b, "agent %d: unexpected %s frame from the coordinator", a->idx,
                dt_msg_type_name(m->type));
@@ -381,9 +384,8 @@ static void on_reply(agent_t *a, const dt_msg_t *m)
         {
             char node[32];
             snprintf(node, sizeof(node), "bench-%d", a->idx);
-            if (agent_send(a, DT_MSG_REGISTER, ID_REGISTER,
-                           json_pack("{s:I, s:s, s:i}", "job", (json_int_t)b->job, "node", node,
-                                     "slots", 1),
+            dt_wire_register_t reg = { .job = b->job, .node = node, .slots = 1 };
+            if (agent_send(a, DT_MSG_REGISTER, ID_REGISTER, dt_wire_register_encode(&reg),
                            NULL) < 0) {
                 errlog(b, "agent %d: cannot send REGISTER", a->idx);
                 setup_failed(a);
@@ -391,14 +393,15 @@ static void on_reply(agent_t *a, const dt_msg_t *m)
         }
         return;
     case A_REGISTER: {
-        json_t *aid = json_object_get(m->body, "agent");
-        if (m->id != ID_REGISTER || m->type == DT_MSG_ERROR || !json_is_integer(aid)) {
+        dt_wire_register_ok_t ok;
+        if (m->id != ID_REGISTER || m->type == DT_MSG_ERROR ||
+            dt_wire_register_ok_decode(m, &ok, &em) < 0) {
             errlog(b, "agent %d: REGISTER refused: %s", a->idx,
                    m->type == DT_MSG_ERROR ? why : "reply without an agent id");
             setup_failed(a);
             return;
         }
-        a->id = json_integer_value(aid);
+        a->id = ok.agent;
         a->state = A_LIVE;
         a->next_req = ID_REGISTER + 1;
         uv_timer_init(b->loop, &a->timer);
@@ -495,7 +498,8 @@ static void on_connect(uv_connect_t *req, int status)
     uv_tcp_nodelay(&a->tcp, 1);
     a->state = A_AUTH;
     if ((rc = uv_read_start((uv_stream_t *)&a->tcp, on_alloc, on_read)) < 0 ||
-        (rc = agent_send(a, DT_MSG_AUTH, ID_AUTH, json_pack("{s:s}", "cred", a->cred), NULL)) < 0) {
+        (rc = agent_send(a, DT_MSG_AUTH, ID_AUTH,
+                         dt_wire_auth_encode(&(dt_wire_auth_t){ .cred = a->cred }), NULL)) < 0) {
         errlog(a->b, "agent %d: cannot start AUTH: %s", a->idx, uv_strerror(rc));
         setup_failed(a);
         return;

@@ -7,6 +7,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,7 @@
 #include "common/mem.h"
 #include "common/msg.h"
 #include "common/text.h"
+#include "common/wire.h"
 
 #define REPLY_TIMEOUT_S 60
 
@@ -171,17 +173,18 @@ static int round_trip(int fd, uint16_t type, uint32_t id, json_t *body, json_t *
                 m.body = NULL;
                 return 0;
             }
-            json_t *code = json_object_get(m.body, "code"), *msg = json_object_get(m.body, "error");
-            rc = json_is_integer(code) ? (int)json_integer_value(code) : DT_EPROTO;
-            if (rc >= 0)
-                rc = DT_EPROTO;
+            dt_wire_error_t e;
+            dt_emsg_t bad = { "" };
+            if (dt_wire_error_decode(&m, &e, &bad) < 0)
+                e = (dt_wire_error_t){ .code = DT_EPROTO, .error = "error" };
+            rc = e.code < 0 && e.code > INT_MIN ? (int)e.code : DT_EPROTO;
             /* the message may quote what someone else stored: escaped here,
              * once, for every place that prints em */
-            char *text = dt_text_escape(json_is_string(msg) ? json_string_value(msg) : "error", 0);
+            char *text = dt_text_escape(e.error, 0);
             dt_emsg_set(em, rc, "%.*s", dt_text_fit(text, sizeof(em->s) - 1), text);
             free(text);
             /* a refusal by the planner is its own outcome */
-            if (json_is_true(json_object_get(m.body, "refused")))
+            if (e.refused)
                 rc = DT_ENOSPC == rc || rc == DT_ELAYOUT || rc == DT_ERANGE ? rc : DT_ENOSPC;
             dt_msg_clear(&m);
             return rc;
@@ -225,7 +228,8 @@ int dtctl_request(dtctl_t *ctl, uint16_t type, json_t *body, json_t **result, dt
             close(fd);
             return rc;
         }
-        rc = round_trip(fd, DT_MSG_AUTH, 1, json_pack("{s:s}", "cred", cred), &ok, em);
+        dt_wire_auth_t auth = { .cred = cred };
+        rc = round_trip(fd, DT_MSG_AUTH, 1, dt_wire_auth_encode(&auth), &ok, em);
         free(cred);
         json_decref(ok);
         if (rc < 0) {
@@ -269,6 +273,18 @@ int dtctl_fail(dtctl_t *ctl, const char *cmd, int rc, const dt_emsg_t *em)
     default:
         return DTCTL_ERROR;
     }
+}
+
+int dtctl_result(dtctl_t *ctl, const char *cmd, uint16_t type, const json_t *res, void *out)
+{
+    const dt_wire_schema_t *s = dt_wire_schema(type, true);
+    dt_emsg_t em = { "" };
+
+    if (s == NULL || dt_wire_decode(s, res, out, &em) < 0) {
+        dtctl_error(ctl, cmd, "the coordinator's reply: ", s ? em.s : "no result expected");
+        return DTCTL_ERROR;
+    }
+    return 0;
 }
 
 void dtctl_sanitize(const dtctl_t *ctl, json_t *reply)

@@ -17,6 +17,7 @@
 #include "cli/dtctl.h"
 #include "cli/table.h"
 #include "common/proto.h"
+#include "common/wire.h"
 
 static const char *str(const json_t *o, const char *k)
 {
@@ -176,13 +177,17 @@ static int job_request(dtctl_t *ctl, int argc, char **argv, uint16_t type, jobar
     *res = NULL;
     if (rc)
         return rc == 100 ? DTCTL_OK : rc;
-    json_t *body = json_pack("{s:I}", "id", (json_int_t)a->id);
-    if (type == DT_MSG_EVENTS)
-        json_object_set_new(body, "since", json_integer(a->since));
-    if (a->reason)
-        json_object_set_new(body, "reason", json_string(a->reason));
-    if (a->checkpoint)
-        json_object_set_new(body, "checkpoint", json_true());
+    json_t *body;
+    if (type == DT_MSG_EVENTS) {
+        dt_wire_events_t ev = { .id = a->id, .since = a->since };
+        body = dt_wire_events_encode(&ev);
+    } else if (type == DT_MSG_CANCEL) {
+        dt_wire_cancel_t cn = { .id = a->id, .reason = a->reason, .checkpoint = a->checkpoint };
+        body = dt_wire_cancel_encode(&cn);
+    } else {
+        dt_wire_job_ref_t ref = { .id = a->id };
+        body = dt_wire_encode(dt_wire_schema(type, false), &ref);
+    }
     return ask(ctl, argv[0], type, body, res);
 }
 
@@ -297,16 +302,19 @@ int dtctl_cancel(dtctl_t *ctl, int argc, char **argv)
 {
     jobargs_t a;
     json_t *res;
+    dt_wire_cancel_ok_t ok;
     int rc = job_request(ctl, argc, argv, DT_MSG_CANCEL, &a, &res);
     if (res == NULL)
         return rc;
-    if (json_is_true(json_object_get(res, "stopping")))
-        printf("job %lld stopping: checkpoint at the next step, then cancelled\n",
-               num(res, "id"));
-    else
-        printf("job %lld %s\n", num(res, "id"), str(res, "state"));
+    if ((rc = dtctl_result(ctl, argv[0], DT_MSG_CANCEL, res, &ok)) == 0) {
+        if (ok.stopping)
+            printf("job %lld stopping: checkpoint at the next step, then cancelled\n",
+                   (long long)ok.id);
+        else
+            printf("job %lld %s\n", (long long)ok.id, ok.state);
+    }
     json_decref(res);
-    return DTCTL_OK;
+    return rc;
 }
 
 int dtctl_events(dtctl_t *ctl, int argc, char **argv)
@@ -348,28 +356,31 @@ int dtctl_checkpoint(dtctl_t *ctl, int argc, char **argv)
 {
     jobargs_t a;
     json_t *res;
+    dt_wire_checkpoint_ok_t ok;
     int rc = job_request(ctl, argc, argv, DT_MSG_CHECKPOINT, &a, &res);
     if (res == NULL)
         return rc;
-    printf("job %lld: checkpoint requested (generation %lld)\n",
-           json_is_integer(json_object_get(res, "id")) ? num(res, "id") : a.id, num(res, "gen"));
+    if ((rc = dtctl_result(ctl, argv[0], DT_MSG_CHECKPOINT, res, &ok)) == 0)
+        printf("job %lld: checkpoint requested (generation %lld)\n", (long long)ok.id,
+               (long long)ok.gen);
     json_decref(res);
-    return DTCTL_OK;
+    return rc;
 }
 
 int dtctl_resume(dtctl_t *ctl, int argc, char **argv)
 {
     jobargs_t a;
     json_t *res;
+    dt_wire_resume_ok_t ok;
     int rc = job_request(ctl, argc, argv, DT_MSG_RESUME, &a, &res);
     if (res == NULL)
         return rc;
-    if (num(res, "step") > 0)
-        printf("job %lld %s: resumes from the checkpoint at step %lld\n", num(res, "id"),
-               str(res, "state"), num(res, "step"));
-    else
-        printf("job %lld %s: no committed checkpoint, starts over\n", num(res, "id"),
-               str(res, "state"));
+    if ((rc = dtctl_result(ctl, argv[0], DT_MSG_RESUME, res, &ok)) == 0 && ok.step > 0)
+        printf("job %lld %s: resumes from the checkpoint at step %lld\n", (long long)ok.id,
+               ok.state, (long long)ok.step);
+    else if (rc == 0)
+        printf("job %lld %s: no committed checkpoint, starts over\n", (long long)ok.id,
+               ok.state);
     json_decref(res);
-    return DTCTL_OK;
+    return rc;
 }

@@ -31,6 +31,7 @@
 #include "common/mem.h"
 #include "common/text.h"
 #include "common/proto.h"
+#include "common/wire.h"
 #include "spec/state.h"
 
 #define POLL_MS 250
@@ -181,7 +182,8 @@ static int ended(const json_t *job)
 static int show(logs_t *L, json_t **res)
 {
     dt_emsg_t em = { "" };
-    int rc = dtctl_request(L->ctl, DT_MSG_SHOW, json_pack("{s:I}", "id", (json_int_t)L->job), res,
+    dt_wire_job_ref_t ref = { .id = L->job };
+    int rc = dtctl_request(L->ctl, DT_MSG_SHOW, dt_wire_show_encode(&ref), res,
                            &em);
     return rc < 0 ? dtctl_fail(L->ctl, "logs", rc, &em) : DTCTL_OK;
 }

@@ -34,6 +34,7 @@
 #include "common/conf.h"
 #include "common/mem.h"
 #include "common/proto.h"
+#include "common/wire.h"
 #include "spec/spec.h"
 
 /* The job without a SPECFILE: a tiny LLaMA-style model learns a generated
@@ -151,11 +152,15 @@ static int submit(dtctl_super_t *sup, const dt_spec_t *s, dt_emsg_t *em)
     int rc;
 
     text = dt_spec_format(s);
-    rc = dtctl_request(&sup->local, DT_MSG_SUBMIT, json_pack("{s:s}", "spec", text), &res, em);
+    dt_wire_submit_t req = { .spec = text };
+    rc = dtctl_request(&sup->local, DT_MSG_SUBMIT, dt_wire_submit_encode(&req), &res, em);
     free(text);
     if (rc < 0)
         return rc;
-    sup->job = (long long)json_integer_value(json_object_get(res, "id"));
+    dt_wire_submit_ok_t ok;
+    dt_emsg_t bad = { "" };
+    sup->job = dt_wire_decode(dt_wire_schema(DT_MSG_SUBMIT, true), res, &ok, &bad) == 0 ? ok.id
+                                                                                         : 0;
     json_decref(res);
     if (sup->job <= 0)
         return dt_emsg_set(em, DT_EPROTO, "the coordinator's reply to SUBMIT has no job id");

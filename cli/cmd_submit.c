@@ -16,6 +16,7 @@
 #include "cli/dtctl.h"
 #include "common/mem.h"
 #include "common/proto.h"
+#include "common/wire.h"
 #include "spec/spec.h"
 
 static void usage(FILE *f)
@@ -131,27 +132,32 @@ int dtctl_submit(dtctl_t *ctl, int argc, char **argv)
     }
     char *text = dt_spec_format(&spec);
     dt_spec_free(&spec);
-    rc = dtctl_request(ctl, DT_MSG_SUBMIT, json_pack("{s:s, s:b}", "spec", text, "dry_run", dry),
-                       &res, &em);
+    dt_wire_submit_t req = { .spec = text, .dry_run = dry };
+    rc = dtctl_request(ctl, DT_MSG_SUBMIT, dt_wire_submit_encode(&req), &res, &em);
     free(text);
     if (rc < 0)
         return dtctl_fail(ctl, "submit", rc, &em);
     dtctl_sanitize(ctl, res);
+    dt_wire_submit_ok_t ok;
+    if ((rc = dtctl_result(ctl, "submit", DT_MSG_SUBMIT, res, &ok)) != 0) {
+        json_decref(res);
+        return rc;
+    }
     if (dry) {
         if (ctl->json)
             dtctl_print_json(res);
         else
-            fputs(json_string_value(json_object_get(res, "script")), stdout);
+            fputs(ok.script ? ok.script : "", stdout);
         json_decref(res);
         return DTCTL_OK;
     }
     if (ctl->json) {
-        json_t *out = json_pack("{s:O, s:O}", "id", json_object_get(res, "id"), "state",
-                                json_object_get(res, "state"));
+        dt_wire_submit_ok_t brief = { .id = ok.id, .state = ok.state };
+        json_t *out = dt_wire_submit_ok_encode(&brief);
         dtctl_print_json(out);
         json_decref(out);
     } else {
-        printf("%lld\n", (long long)json_integer_value(json_object_get(res, "id")));
+        printf("%lld\n", (long long)ok.id);
     }
     json_decref(res);
     return DTCTL_OK;

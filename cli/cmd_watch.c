@@ -31,6 +31,7 @@
 #include "common/conf.h"
 #include "common/mem.h"
 #include "common/proto.h"
+#include "common/wire.h"
 #include "spec/spec.h"
 #include "spec/state.h"
 
@@ -454,7 +455,8 @@ int dtctl_watch_job(dtctl_t *ctl, const char *cmd, long long id, int64_t interva
         dt_emsg_t em = { "" };
         json_t *res = NULL;
         view_t v;
-        int rc = dtctl_request(ctl, DT_MSG_SHOW, json_pack("{s:I}", "id", (json_int_t)id), &res,
+        dt_wire_job_ref_t ref = { .id = id };
+        int rc = dtctl_request(ctl, DT_MSG_SHOW, dt_wire_show_encode(&ref), &res,
                                &em);
         double now = dt_clock_now();
 

@@ -48,6 +48,12 @@ void dtctl_error(const dtctl_t *ctl, const char *cmd, const char *what, const ch
 /* The exit code for a request's failure, printing "dtctl CMD: MESSAGE". */
 int dtctl_fail(dtctl_t *ctl, const char *cmd, int rc, const dt_emsg_t *em);
 
+/* The result of a request of `type` decoded into out, the struct
+ * common/wire.h gives for it (SUBMIT, CANCEL, CHECKPOINT, RESUME): 0, or
+ * when it does not decode "dtctl CMD: the coordinator's reply: ..." on
+ * stderr and DTCTL_ERROR. */
+int dtctl_result(dtctl_t *ctl, const char *cmd, uint16_t type, const json_t *res, void *out);
+
 /* Print a JSON value to stdout (indented, one document, newline). */
 void dtctl_print_json(const json_t *v);
 

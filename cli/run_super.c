@@ -39,6 +39,7 @@
 #include "common/path.h"
 #include "common/proto.h"
 #include "common/text.h"
+#include "common/wire.h"
 
 #define START_TIMEOUT_S 15.0 /* dtcoordd must answer PING within this */
 #define AGENTS_STOP_S 8.0    /* agents stop their workers within this after TERM */
@@ -679,7 +680,8 @@ void dtctl_super_agents_registered(dtctl_super_t *s, int n)
         json_t *res = NULL;
         dt_emsg_t em = { "" };
         int gone = 0;
-        if (dtctl_request(&s->local, DT_MSG_SHOW, json_pack("{s:I}", "id", (json_int_t)s->job),
+        dt_wire_job_ref_t ref = { .id = s->job };
+        if (dtctl_request(&s->local, DT_MSG_SHOW, dt_wire_show_encode(&ref),
                           &res, &em) == 0) {
             size_t k = json_array_size(json_object_get(res, "agents"));
             json_decref(res);
@@ -827,7 +829,8 @@ void dtctl_super_teardown(dtctl_super_t *s, int ended, const char *why)
     if (s->job > 0 && !ended && alive(&s->coord)) {
         json_t *res = NULL;
         dt_emsg_t em = { "" };
-        json_t *body = json_pack("{s:I, s:s}", "id", (json_int_t)s->job, "reason", why);
+        dt_wire_cancel_t cn = { .id = s->job, .reason = why };
+        json_t *body = dt_wire_cancel_encode(&cn);
         if (dtctl_request(&s->local, DT_MSG_CANCEL, body, &res, &em) == 0) {
             fprintf(s->out, "job %lld cancelled (%s)\n", s->job, why);
             snprintf(s->state, sizeof(s->state), "cancelled");

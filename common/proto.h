@@ -22,9 +22,11 @@
  * agent hands each worker as the descriptor named by DT_AGENT_FD; see
  * dtagentd(8) and engine/wlink.h.
  *
- * The payload fields of each type are listed beside it. Unknown fields are
- * ignored (a newer peer may add some); missing required fields are an error
- * naming the field.
+ * The payload fields of each type are listed beside it, in brief; each
+ * payload is a C struct in wire.h, and its table in wire.c (types, which
+ * are required, ranges, caps) is the schema that every encoder and decoder
+ * uses. Unknown fields are ignored (a newer peer may add some); missing
+ * required fields are an error naming the field.
  */
 #ifndef DT_PROTO_H
 #define DT_PROTO_H
@@ -57,7 +59,7 @@
     X(SUBMIT, 20, "dtctl", "{spec, name?, dry_run?} -> {id, state, plan} or {plan, script, slurm}")                            \
     X(LIST, 21, "dtctl", "{} -> {jobs: [...]} (own jobs; admins all)")                                  \
     X(SHOW, 22, "dtctl", "{id} -> {job, spec, plan, agents, progress}")                              \
-    X(CANCEL, 23, "dtctl", "{id, reason?} -> {id, state}")                           \
+    X(CANCEL, 23, "dtctl", "{id, reason?, checkpoint?} -> {id, state, stopping?}")   \
     X(EVENTS, 24, "dtctl", "{id, since?} -> {events: [...]}")                        \
     X(CHECKPOINTS, 25, "dtctl", "{id} -> {checkpoints: [...]}")                      \
     /* dtagentd */                                                                   \

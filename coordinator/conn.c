@@ -26,6 +26,7 @@
 #include "common/mem.h"
 #include "common/msg.h"
 #include "common/uvframe.h"
+#include "common/wire.h"
 #include "coordinator/auth.h"
 #include "coordinator/conn.h"
 
@@ -285,7 +286,8 @@ void dt_conn_error(dt_conn_t *k, uint32_t id, int code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    dt_conn_reply(k, DT_MSG_ERROR, id, json_pack("{s:i, s:s}", "code", code, "error", msg));
+    dt_wire_error_t e = { .code = code, .error = msg };
+    dt_conn_reply(k, DT_MSG_ERROR, id, dt_wire_error_encode(&e));
 }
 
 /* Requests are small. Big frames are refused from the header alone (the

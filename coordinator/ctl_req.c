@@ -16,47 +16,57 @@ static dt_caller_t caller(const dt_conn_t *k)
     return (dt_caller_t){ .uid = k->uid, .gid = k->gid };
 }
 
-/* Load the job named by the request's "id" if the peer may see it; on
- * failure reply and return < 0. */
-static int load_visible(dt_conn_t *k, const dt_msg_t *m, dt_job_t *j)
+/* Load the job `id` if the peer may see it; on failure reply and return
+ * < 0. */
+static int load_visible(dt_conn_t *k, const dt_msg_t *m, int64_t id, dt_job_t *j)
 {
     dt_caller_t who = caller(k);
     dt_emsg_t em = { "" };
-    int64_t id;
     int rc;
 
-    if ((rc = dt_msg_get_int(m, "id", &id, &em)) < 0 ||
-        (rc = dt_jobs_get(k->coord, &who, id, j, &em)) < 0) {
+    if ((rc = dt_jobs_get(k->coord, &who, id, j, &em)) < 0) {
         dt_conn_error(k, m->id, rc, "%s", em.s);
         return rc;
     }
     return 0;
 }
 
+/* Decode a request that names a job, and load it; on failure reply and
+ * return < 0. */
+static int job_request(dt_conn_t *k, const dt_msg_t *m, dt_job_t *j)
+{
+    const dt_wire_schema_t *s = dt_wire_schema(m->type, false);
+    dt_wire_job_ref_t ref;
+    dt_emsg_t em = { "" };
+    int rc;
+
+    if ((rc = dt_wire_decode(s, m->body, &ref, &em)) < 0) {
+        dt_conn_error(k, m->id, rc, "%s", em.s);
+        return rc;
+    }
+    return load_visible(k, m, ref.id, j);
+}
+
 void dt_ctl_submit(dt_conn_t *k, const dt_msg_t *m)
 {
     dt_caller_t who = caller(k);
     dt_emsg_t em = { "" };
-    const char *text, *name = NULL;
+    dt_wire_submit_t req;
     dt_submitted_t s;
-    int dry = 0, rc;
+    int rc;
 
-    if ((rc = dt_msg_get_str(m, "spec", &text, &em)) < 0 ||
-        (rc = dt_msg_opt_text(m, "name", DT_JOBS_NAME_MAX, &name, &em)) < 0) {
+    /* a malformed dry_run reads as false, as it always has */
+    if ((rc = dt_wire_submit_decode(m, &req, &em)) < 0) {
         dt_conn_error(k, m->id, rc, "%s", em.s);
         return;
     }
-    /* a malformed dry_run reads as false, as it always has */
-    dt_emsg_t e2 = { "" };
-    if (dt_msg_opt_bool(m, "dry_run", &dry, &e2) < 0)
-        dry = 0;
-    rc = dt_jobs_submit(k->coord, &who, text, name, dry, &s, &em);
+    rc = dt_jobs_submit(k->coord, &who, req.spec, req.name, req.dry_run, &s, &em);
     if (rc < 0 && s.refused) {
-        dt_conn_reply(k, DT_MSG_ERROR, m->id,
-                      json_pack("{s:i, s:s, s:b}", "code", rc, "error", em.s, "refused", 1));
+        dt_wire_error_t e = { .code = rc, .error = em.s, .refused = true };
+        dt_conn_reply(k, DT_MSG_ERROR, m->id, dt_wire_error_encode(&e));
     } else if (rc < 0) {
         dt_conn_error(k, m->id, rc, "%s", em.s);
-    } else if (dry) {
+    } else if (req.dry_run) {
         const dt_slurm_desc_t *d = &s.desc;
         json_t *opts = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:s, s:s}", "name", d->name,
                                  "nodes", (int)d->nodes, "cpus_per_task", (int)d->cpus_per_task,
@@ -64,13 +74,12 @@ void dt_ctl_submit(dt_conn_t *k, const dt_msg_t *m)
                                  (int)d->time_min, "signal_lead_s", (int)d->signal_lead_s,
                                  "output", d->output ? d->output : "", "workdir",
                                  d->workdir ? d->workdir : "");
-        dt_conn_reply(k, DT_MSG_OK, m->id,
-                      json_pack("{s:O, s:s, s:o}", "plan", s.plan, "script", d->script, "slurm",
-                                opts));
+        dt_wire_submit_ok_t ok = { .plan = s.plan, .script = d->script, .slurm = opts };
+        dt_conn_reply(k, DT_MSG_OK, m->id, dt_wire_submit_ok_encode(&ok));
+        json_decref(opts);
     } else {
-        dt_conn_reply(k, DT_MSG_OK, m->id,
-                      json_pack("{s:I, s:s, s:O}", "id", (json_int_t)s.id, "state", "queued",
-                                "plan", s.plan));
+        dt_wire_submit_ok_t ok = { .id = s.id, .state = "queued", .plan = s.plan };
+        dt_conn_reply(k, DT_MSG_OK, m->id, dt_wire_submit_ok_encode(&ok));
     }
     dt_submitted_clear(&s);
 }
@@ -92,7 +101,7 @@ void dt_ctl_show(dt_conn_t *k, const dt_msg_t *m)
 {
     dt_job_t j;
 
-    if (load_visible(k, m, &j) < 0)
+    if (job_request(k, m, &j) < 0)
         return;
     dt_conn_reply(k, DT_MSG_OK, m->id, dt_jobs_show(k->coord, &j));
     dt_job_clear(&j);
@@ -102,39 +111,44 @@ void dt_ctl_cancel(dt_conn_t *k, const dt_msg_t *m)
 {
     dt_caller_t who = caller(k);
     dt_emsg_t em = { "" };
-    const char *why = NULL;
+    dt_wire_cancel_t req;
     bool stopping;
     dt_job_t j;
-    int ckpt = 0, rc;
+    int rc;
 
-    if (load_visible(k, m, &j) < 0)
-        return;
-    if ((rc = dt_msg_opt_text(m, "reason", DT_JOBS_REASON_MAX, &why, &em)) < 0 ||
-        (rc = dt_msg_opt_bool(m, "checkpoint", &ckpt, &em)) < 0 ||
-        (rc = dt_jobs_cancel(k->coord, &who, &j, why, ckpt, &stopping, &em)) < 0)
+    if ((rc = dt_wire_cancel_decode(m, &req, &em)) < 0) {
         dt_conn_error(k, m->id, rc, "%s", em.s);
-    else if (stopping)
-        dt_conn_reply(k, DT_MSG_OK, m->id,
-                      json_pack("{s:I, s:s, s:b}", "id", (json_int_t)j.id, "state",
-                                dt_job_state_name(j.state), "stopping", 1));
-    else
-        dt_conn_reply(k, DT_MSG_OK, m->id,
-                      json_pack("{s:I, s:s}", "id", (json_int_t)j.id, "state", "cancelled"));
+        return;
+    }
+    if (load_visible(k, m, req.id, &j) < 0)
+        return;
+    if ((rc = dt_jobs_cancel(k->coord, &who, &j, req.reason, req.checkpoint, &stopping,
+                             &em)) < 0) {
+        dt_conn_error(k, m->id, rc, "%s", em.s);
+    } else {
+        dt_wire_cancel_ok_t ok = { .id = j.id,
+                                   .state = stopping ? dt_job_state_name(j.state) : "cancelled",
+                                   .stopping = stopping };
+        dt_conn_reply(k, DT_MSG_OK, m->id, dt_wire_cancel_ok_encode(&ok));
+    }
     dt_job_clear(&j);
 }
 
 void dt_ctl_events(dt_conn_t *k, const dt_msg_t *m)
 {
     dt_emsg_t em = { "" };
-    int64_t since = 0;
+    dt_wire_events_t req;
     json_t *evs;
     dt_job_t j;
     int rc;
 
-    if (load_visible(k, m, &j) < 0)
+    if ((rc = dt_wire_events_decode(m, &req, &em)) < 0) {
+        dt_conn_error(k, m->id, rc, "%s", em.s);
         return;
-    if ((rc = dt_msg_opt_int(m, "since", &since, &em)) < 0 ||
-        (rc = dt_jobs_events(k->coord, j.id, since, &evs, &em)) < 0)
+    }
+    if (load_visible(k, m, req.id, &j) < 0)
+        return;
+    if ((rc = dt_jobs_events(k->coord, j.id, req.since, &evs, &em)) < 0)
         dt_conn_error(k, m->id, rc, "%s", em.s);
     else
         dt_conn_reply(k, DT_MSG_OK, m->id, json_pack("{s:o}", "events", evs));
@@ -148,7 +162,7 @@ void dt_ctl_checkpoints(dt_conn_t *k, const dt_msg_t *m)
     dt_job_t j;
     int rc;
 
-    if (load_visible(k, m, &j) < 0)
+    if (job_request(k, m, &j) < 0)
         return;
     if ((rc = dt_jobs_checkpoints(k->coord, j.id, &cks, &em)) < 0)
         dt_conn_error(k, m->id, rc, "%s", em.s);
@@ -163,13 +177,14 @@ void dt_ctl_checkpoint(dt_conn_t *k, const dt_msg_t *m)
     dt_job_t j;
     int gen = 0, rc;
 
-    if (load_visible(k, m, &j) < 0)
+    if (job_request(k, m, &j) < 0)
         return;
-    if ((rc = dt_jobs_checkpoint(k->coord, j.id, &gen, &em)) < 0)
+    if ((rc = dt_jobs_checkpoint(k->coord, j.id, &gen, &em)) < 0) {
         dt_conn_error(k, m->id, rc, "%s", em.s);
-    else
-        dt_conn_reply(k, DT_MSG_OK, m->id,
-                      json_pack("{s:I, s:i}", "id", (json_int_t)j.id, "gen", gen));
+    } else {
+        dt_wire_checkpoint_ok_t ok = { .id = j.id, .gen = gen };
+        dt_conn_reply(k, DT_MSG_OK, m->id, dt_wire_checkpoint_ok_encode(&ok));
+    }
     dt_job_clear(&j);
 }
 
@@ -181,13 +196,13 @@ void dt_ctl_resume(dt_conn_t *k, const dt_msg_t *m)
     dt_job_t j;
     int rc;
 
-    if (load_visible(k, m, &j) < 0)
+    if (job_request(k, m, &j) < 0)
         return;
-    if ((rc = dt_jobs_resume(k->coord, &who, &j, &step, &em)) < 0)
+    if ((rc = dt_jobs_resume(k->coord, &who, &j, &step, &em)) < 0) {
         dt_conn_error(k, m->id, rc, "%s", em.s);
-    else
-        dt_conn_reply(k, DT_MSG_OK, m->id,
-                      json_pack("{s:I, s:s, s:I}", "id", (json_int_t)j.id, "state", "queued",
-                                "step", (json_int_t)step));
+    } else {
+        dt_wire_resume_ok_t ok = { .id = j.id, .state = "queued", .step = step };
+        dt_conn_reply(k, DT_MSG_OK, m->id, dt_wire_resume_ok_encode(&ok));
+    }
     dt_job_clear(&j);
 }

@@ -422,11 +422,16 @@ int dt_jobs_shard(dt_coord_t *c, int64_t job, int64_t step, int rank, const char
     return dt_db_shard_add(c->db, job, step, rank, path, bytes, sha256, em);
 }
 
-int dt_jobs_manifest(dt_coord_t *c, int64_t job, int64_t step, json_t *shas, dt_emsg_t *em)
+int dt_jobs_manifest(dt_coord_t *c, int64_t job, int64_t step, const dt_wire_strs_t *shas,
+                     dt_emsg_t *em)
 {
-    char *text = json_dumps(shas, JSON_COMPACT);
+    json_t *a = json_array();
+    for (size_t i = 0; i < shas->n; i++)
+        json_array_append_new(a, json_string(shas->v[i]));
+    char *text = json_dumps(a, JSON_COMPACT);
     int rc = dt_db_checkpoint_set_manifest(c->db, job, step, text, em);
 
+    json_decref(a);
     free(text);
     return rc;
 }

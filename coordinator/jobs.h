@@ -23,14 +23,10 @@
 #include <sys/types.h>
 
 #include "common/err.h"
+#include "common/wire.h"
 #include "coordinator/coord.h"
 #include "coordinator/slurm.h"
 #include "db/db.h"
-
-/* Text that users and agents hand in, bounded where it enters. */
-#define DT_JOBS_NAME_MAX 255   /* job and node names */
-#define DT_JOBS_REASON_MAX 256 /* a cancel's reason */
-#define DT_JOBS_PATH_MAX 4096  /* a shard's path */
 
 /* Who asks. */
 typedef struct dt_caller {
@@ -108,7 +104,8 @@ int dt_jobs_worker_exit(dt_coord_t *c, const dt_live_agent_t *a, int64_t gen, in
  * manifest (the sha256 of each rank's shard, a JSON array of strings). */
 int dt_jobs_shard(dt_coord_t *c, int64_t job, int64_t step, int rank, const char *path,
                   int64_t bytes, const char *sha256, dt_emsg_t *em);
-int dt_jobs_manifest(dt_coord_t *c, int64_t job, int64_t step, json_t *shas, dt_emsg_t *em);
+int dt_jobs_manifest(dt_coord_t *c, int64_t job, int64_t step, const dt_wire_strs_t *shas,
+                     dt_emsg_t *em);
 
 /* At start-up: agents registered before a restart are expected back. */
 int dt_jobs_reload_agents(dt_coord_t *c, dt_emsg_t *em);

@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "common/macros.h"
 #include "common/mem.h"
+#include "common/wire.h"
 #include "coordinator/auth.h"
 #include "coordinator/agent_req.h"
 #include "coordinator/ctl_req.h"
@@ -65,26 +66,28 @@ static void auth_done(uv_work_t *w, int status)
         return;
     }
     dt_log_debug("peer=%s authenticated uid=%u", k->peer, (unsigned)k->uid);
-    dt_conn_reply(k, DT_MSG_OK, k->auth_id, json_pack("{s:i}", "uid", (int)k->uid));
+    dt_wire_auth_ok_t ok = { .uid = k->uid };
+    dt_conn_reply(k, DT_MSG_OK, k->auth_id, dt_wire_auth_ok_encode(&ok));
     dt_conn_process(k); /* requests that came in behind the AUTH; then reads again */
 }
 
 static void rpc_auth(dt_conn_t *k, const dt_msg_t *m)
 {
-    const char *cred;
+    dt_wire_auth_t req;
     dt_emsg_t em = { "" };
     int rc;
 
-    if ((rc = dt_msg_get_str(m, "cred", &cred, &em)) < 0) {
+    if ((rc = dt_wire_auth_decode(m, &req, &em)) < 0) {
         dt_conn_error(k, m->id, rc, "%s", em.s);
         dt_conn_close(k);
         return;
     }
     if (!k->tcp) { /* the kernel already told us who this is */
-        dt_conn_reply(k, DT_MSG_OK, m->id, json_pack("{s:i}", "uid", (int)k->uid));
+        dt_wire_auth_ok_t ok = { .uid = k->uid };
+        dt_conn_reply(k, DT_MSG_OK, m->id, dt_wire_auth_ok_encode(&ok));
         return;
     }
-    k->auth_cred = dt_xstrdup(cred);
+    k->auth_cred = dt_xstrdup(req.cred);
     k->auth_id = m->id;
     k->auth_work.data = k;
     k->auth_pending = 1;
@@ -102,10 +105,9 @@ static void rpc_auth(dt_conn_t *k, const dt_msg_t *m)
 static void rpc_ping(dt_conn_t *k, const dt_msg_t *m)
 {
     dt_coord_t *c = k->coord;
-    dt_conn_reply(k, DT_MSG_OK, m->id,
-                  json_pack("{s:i, s:s, s:f}", "version", DT_PROTO_VERSION, "server", "dtcoordd",
-                            "uptime_s",
-                            (double)(dt_clock_mono_ms() - c->started_ms) / 1000.0));
+    dt_wire_ping_ok_t ok = { .version = DT_PROTO_VERSION, .server = "dtcoordd",
+                             .uptime_s = (double)(dt_clock_mono_ms() - c->started_ms) / 1000.0 };
+    dt_conn_reply(k, DT_MSG_OK, m->id, dt_wire_ping_ok_encode(&ok));
 }
 
 static const struct rpc {

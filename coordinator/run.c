@@ -27,6 +27,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -165,6 +166,28 @@ static void push(dt_live_agent_t *a, uint16_t type, json_t *body)
         dt_conn_reply(a->conn, type, 0, body);
     else
         json_decref(body);
+}
+
+/* GEN_ABORT of generation gen (rank: the failed one, -1 none). */
+static void push_abort(dt_live_agent_t *a, int gen, const char *why, int rank)
+{
+    dt_wire_gen_abort_t b = { .gen = gen, .reason = why, .rank = rank };
+    push(a, DT_MSG_GEN_ABORT, dt_wire_gen_abort_encode(&b));
+}
+
+static void push_job_end(dt_live_agent_t *a, int64_t job, const char *state)
+{
+    dt_wire_job_end_t b = { .job = job, .state = state };
+    push(a, DT_MSG_JOB_END, dt_wire_job_end_encode(&b));
+}
+
+/* CKPT_PRUNE of the n steps under root: deleted, or renamed step-N.TAG
+ * when tag is not NULL. */
+static void push_prune(dt_live_agent_t *a, const char *root, int64_t *steps, size_t n,
+                       const char *tag)
+{
+    dt_wire_ckpt_prune_t b = { .dir = root, .steps = { steps, n }, .set_aside = tag };
+    push(a, DT_MSG_CKPT_PRUNE, dt_wire_ckpt_prune_encode(&b));
 }
 
 static jobrun_t *run_find(dt_coord_t *c, int64_t job)
@@ -320,28 +343,29 @@ static void prune(dt_coord_t *c, jobrun_t *r)
 {
     ck_list_t l = { 0 };
     dt_emsg_t em = { "" };
-    json_t *steps = json_array();
+    int64_t *steps = NULL;
+    size_t n = 0;
     int kept = 0;
 
     if (dt_db_checkpoints(c->db, r->job, ck_cb, &l, &em) < 0)
         goto out;
+    steps = dt_xcalloc((size_t)l.n + 1, sizeof(*steps));
     for (int i = l.n - 1; i >= 0; i--) {
         if (strcmp(l.states[i], "committed") != 0 || ++kept <= r->ckpt_keep)
             continue;
         if (dt_db_checkpoint_set_state(c->db, r->job, l.steps[i], "deleted", &em) == 0)
-            json_array_append_new(steps, json_integer(l.steps[i]));
+            steps[n++] = l.steps[i];
     }
-    if (json_array_size(steps) > 0) {
+    if (n > 0) {
         dt_live_agent_t *a = file_agent(c, r);
         if (a)
-            push(a, DT_MSG_CKPT_PRUNE, json_pack("{s:s, s:O}", "dir", r->ckpt_root, "steps",
-                                                 steps));
+            push_prune(a, r->ckpt_root, steps, n, NULL);
         else
             dt_log_warn("job=%lld: no agent connected to remove %zu old checkpoints",
-                        (long long)r->job, json_array_size(steps));
+                        (long long)r->job, n);
     }
 out:
-    json_decref(steps);
+    free(steps);
     ck_list_free(&l);
 }
 
@@ -354,8 +378,7 @@ static void set_aside(dt_coord_t *c, jobrun_t *r, int64_t step)
     dt_live_agent_t *a = r->ckpt_root ? file_agent(c, r) : NULL;
 
     if (a)
-        push(a, DT_MSG_CKPT_PRUNE, json_pack("{s:s, s:[I], s:s}", "dir", r->ckpt_root, "steps",
-                                             (json_int_t)step, "set_aside", "corrupt"));
+        push_prune(a, r->ckpt_root, &step, 1, "corrupt");
 }
 
 typedef struct shard_cmp {
@@ -406,8 +429,8 @@ static void try_commit(dt_coord_t *c, jobrun_t *r, int64_t step)
         goto out;
     }
     r->commit_asked = step;
-    push(a, DT_MSG_CKPT_COMMIT, json_pack("{s:s, s:I}", "dir", r->ckpt_root, "step",
-                                          (json_int_t)step));
+    dt_wire_ckpt_commit_t cm = { .dir = r->ckpt_root, .step = step };
+    push(a, DT_MSG_CKPT_COMMIT, dt_wire_ckpt_commit_encode(&cm));
 out:
     json_decref(x.man);
     free(text);
@@ -446,9 +469,8 @@ static void end_job(dt_coord_t *c, jobrun_t *r, enum dt_job_state to, const char
     for (dt_live_agent_t *a = c->agents; a; a = a->next)
         if (a->job == r->job) {
             if (to != DT_JOB_COMPLETED && r->gen)
-                push(a, DT_MSG_GEN_ABORT, json_pack("{s:i, s:s}", "gen", r->gen, "reason", why));
-            push(a, DT_MSG_JOB_END, json_pack("{s:I, s:s}", "job", (json_int_t)r->job, "state",
-                                              name));
+                push_abort(a, r->gen, why, -1);
+            push_job_end(a, r->job, name);
         }
     /* not recorded: logged (transition); the agents were told, and the
      * job's Slurm job ends all the same */
@@ -512,18 +534,15 @@ static void gen_start(dt_coord_t *c, jobrun_t *r)
     r->gen_agents = dt_xcalloc((size_t)nlive, sizeof(*r->gen_agents));
     r->gen_nodes = dt_xcalloc((size_t)nlive, sizeof(*r->gen_nodes));
     r->ended = dt_xcalloc((size_t)nlive, sizeof(*r->ended));
-    int *node_of = dt_xcalloc((size_t)r->R, sizeof(*node_of));
-    json_t *nodes = json_array(), *procs = json_array();
+    int64_t *node_of = dt_xcalloc((size_t)r->R, sizeof(*node_of));
     for (int i = 0, rank = 0; i < nlive && rank < r->R; i++) {
         r->gen_agents[r->ngen] = live[i]->id;
         r->gen_nodes[r->ngen] = dt_xstrdup(live[i]->node);
-        json_array_append_new(nodes, json_string(live[i]->node));
         for (int s = 0; s < live[i]->slots && rank < r->R; s++, rank++) {
             r->agent_of[rank] = live[i]->id;
             r->ranks[rank].agent = live[i]->id;
             r->ranks[rank].state = "starting";
             node_of[rank] = r->ngen;
-            json_array_append_new(procs, json_integer(r->ngen));
         }
         r->ngen++;
     }
@@ -538,27 +557,24 @@ static void gen_start(dt_coord_t *c, jobrun_t *r)
     snprintf(nspace, sizeof(nspace), "dt.%lld.%d", (long long)r->job, r->gen);
     char every[32];
     snprintf(every, sizeof(every), "%lld", (long long)r->ckpt_every);
-    json_t *argv = json_pack("[s, s, s, s, s, s, s]", "train", "--ckpt-commit", "external",
-                             "--ckpt-dir", r->ckpt_root, "--ckpt-every", every);
     /* the coordinator keeps the checkpoints: the engine never prunes them */
-    json_array_append_new(argv, json_string("--ckpt-keep"));
-    json_array_append_new(argv, json_string("1000000"));
-    if (resume) {
-        json_array_append_new(argv, json_string("--resume-from"));
-        json_array_append_new(argv, json_string(resume));
-    }
+    const char *argv[] = { "train", "--ckpt-commit", "external", "--ckpt-dir",
+                           r->ckpt_root ? r->ckpt_root : "", "--ckpt-every", every,
+                           "--ckpt-keep", "1000000", "--resume-from", resume };
     char *logs = r->job_dir ? dt_xasprintf("%s/logs", r->job_dir) : NULL;
-    json_t *start = json_pack("{s:I, s:i, s:s, s:i, s:O, s:O, s:s, s:O, s:s?, s:s?}", "job",
-                              (json_int_t)r->job, "gen", r->gen, "nspace", nspace, "ranks", r->R,
-                              "nodes", nodes, "procs", procs, "spec", r->spec_text, "argv", argv,
-                              "resume", resume, "log_dir", logs);
+    dt_wire_gen_start_t gs = {
+        .job = r->job, .gen = r->gen, .nspace = nspace, .ranks = r->R,
+        .nodes = { (const char **)r->gen_nodes, (size_t)r->ngen },
+        .procs = { node_of, (size_t)r->R },
+        .spec = r->spec_text,
+        .argv = { argv, DT_ARRAY_SIZE(argv) - (resume ? 0 : 2) },
+        .resume = resume, .log_dir = logs,
+    };
+    json_t *start = dt_wire_gen_start_encode(&gs);
     free(logs);
     for (int i = 0; i < r->ngen; i++)
         push(dt_coord_agent_find(c, r->gen_agents[i]), DT_MSG_GEN_START, json_incref(start));
     json_decref(start);
-    json_decref(argv);
-    json_decref(nodes);
-    json_decref(procs);
     r->phase = PH_STARTING;
     dt_log_info("job=%lld gen=%d ranks=%d agents=%d resume_step=%lld started", (long long)r->job,
                 r->gen, r->R, r->ngen, (long long)resume_step);
@@ -593,12 +609,8 @@ static void abort_gen(dt_coord_t *c, jobrun_t *r, const char *why, int rank)
     r->pending_reason = dt_xstrdup(why);
     r->phase = PH_ABORTING;
     r->abort_ms = dt_clock_mono_ms();
-    for (int i = 0; i < r->ngen; i++) {
-        json_t *b = json_pack("{s:i, s:s}", "gen", r->gen, "reason", why);
-        if (rank >= 0)
-            json_object_set_new(b, "rank", json_integer(rank));
-        push(dt_coord_agent_find(c, r->gen_agents[i]), DT_MSG_GEN_ABORT, b);
-    }
+    for (int i = 0; i < r->ngen; i++)
+        push_abort(dt_coord_agent_find(c, r->gen_agents[i]), r->gen, why, rank);
 }
 
 static int64_t max_step(const jobrun_t *r)
@@ -639,17 +651,15 @@ static void worker_failed(dt_coord_t *c, jobrun_t *r, const worker_failure_t *w)
 
 /*-- handlers ---------------------------------------------------------------------*/
 
-void dt_run_registered(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
+void dt_run_registered(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_register_t *reg)
 {
     jobrun_t *r = run_get(c, a->job);
     dt_emsg_t em = { "" };
     dt_job_t j;
-    int64_t gen = 0;
+    int64_t gen = reg->gen; /* a malformed one reads as none: gen 0 */
 
     if (r == NULL || r->phase == PH_DONE)
         return;
-    if (dt_msg_opt_int(m, "gen", &gen, &em) < 0) /* as if it ran none: gen 0 */
-        dt_log_warn("agent=%lld REGISTER: %s", (long long)a->id, em.s);
     int gi = gen_index(r, a->id);
     if (r->phase == PH_WAITING && (r->spec.kind == NULL || strcmp(r->spec.kind, "train") != 0)) {
         /* only training runs under agents so far: say so once, leave the
@@ -685,9 +695,7 @@ void dt_run_registered(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
         dt_coord_event(c, r->job, "agent_reattached", "agent %lld (%s) came back with gen=%d's "
                        "workers running: they go on", (long long)a->id, a->node, r->gen);
         if (r->phase == PH_ABORTING) /* it may have missed the abort */
-            push(a, DT_MSG_GEN_ABORT, json_pack("{s:i, s:s}", "gen", r->gen, "reason",
-                                                r->pending_reason ? r->pending_reason
-                                                                  : "aborted"));
+            push_abort(a, r->gen, r->pending_reason ? r->pending_reason : "aborted", -1);
         return;
     }
     /* it runs nothing of the current generation: its workers are gone */
@@ -707,25 +715,27 @@ void dt_run_registered(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
     }
 }
 
-void dt_run_progress(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
+/* what SHOW prints of a number the worker did not know (NaN): 0 */
+static double known(double v)
+{
+    return isfinite(v) ? v : 0.0;
+}
+
+void dt_run_progress(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_progress_t *p)
 {
     jobrun_t *r = run_find(c, a->job);
-    dt_emsg_t em = { "" };
-    int64_t gen = 0, rank = -1;
+    int64_t rank = p->rank;
 
-    if (r == NULL || dt_msg_opt_int(m, "gen", &gen, &em) < 0 ||
-        dt_msg_opt_int(m, "rank", &rank, &em) < 0 || gen != r->gen || rank < 0 || rank >= r->R ||
-        r->agent_of[rank] != a->id)
+    if (r == NULL || p->gen != r->gen || rank < 0 || rank >= r->R || r->agent_of[rank] != a->id)
         return;
     rank_info_t *ri = &r->ranks[rank];
-    json_t *b = m->body;
-    ri->step = json_integer_value(json_object_get(b, "step"));
-    ri->steps = json_integer_value(json_object_get(b, "steps"));
-    ri->tokens = json_integer_value(json_object_get(b, "tokens"));
-    ri->pid = json_integer_value(json_object_get(b, "pid"));
-    ri->loss = json_number_value(json_object_get(b, "loss"));
-    ri->tokens_s = json_number_value(json_object_get(b, "tokens_s"));
-    ri->acc = json_number_value(json_object_get(b, "acc"));
+    ri->step = p->step;
+    ri->steps = p->steps;
+    ri->tokens = p->tokens;
+    ri->pid = p->pid;
+    ri->loss = known(p->loss);
+    ri->tokens_s = known(p->tokens_s);
+    ri->acc = known(p->acc);
     if (!ri->reported) {
         ri->reported = 1;
         ri->state = "running";
@@ -742,27 +752,16 @@ void dt_run_progress(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
     }
 }
 
-void dt_run_worker_exit(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
+void dt_run_worker_exit(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_worker_exit_t *x)
 {
     jobrun_t *r = run_find(c, a->job);
     dt_emsg_t em = { "" };
-    int64_t gen = 0, rank = -1, status = 0, sig = 0, step = -1;
-    int hung = 0;
-    const char *err = NULL;
+    int64_t rank = x->rank, status = x->status, sig = x->signal, step = x->step;
+    int hung = x->hung;
+    const char *err = x->error;
 
-    if (r == NULL || dt_msg_opt_int(m, "gen", &gen, &em) < 0 ||
-        dt_msg_opt_int(m, "rank", &rank, &em) < 0 || gen != r->gen || rank < 0 || rank >= r->R)
+    if (r == NULL || x->gen != r->gen || rank < 0 || rank >= r->R)
         return;
-    if (dt_msg_opt_int(m, "status", &status, &em) < 0) /* the default stands */
-        dt_log_warn("agent=%lld WORKER_EXIT: %s", (long long)a->id, em.s);
-    if (dt_msg_opt_int(m, "signal", &sig, &em) < 0) /* the default stands */
-        dt_log_warn("agent=%lld WORKER_EXIT: %s", (long long)a->id, em.s);
-    if (dt_msg_opt_int(m, "step", &step, &em) < 0) /* the default stands */
-        dt_log_warn("agent=%lld WORKER_EXIT: %s", (long long)a->id, em.s);
-    if (dt_msg_opt_bool(m, "hung", &hung, &em) < 0) /* the default stands */
-        dt_log_warn("agent=%lld WORKER_EXIT: %s", (long long)a->id, em.s);
-    if (dt_msg_opt_str(m, "error", &err, &em) < 0) /* the default stands */
-        dt_log_warn("agent=%lld WORKER_EXIT: %s", (long long)a->id, em.s);
     /* the agent's text goes into an event: escaped, and cut to fit whole */
     char errt[300] = "";
     if (err) {
@@ -805,10 +804,9 @@ void dt_run_worker_exit(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
         ri->step = step;
     rank_record(c, r, (int)rank);
     if (ri->ok) {
-        json_t *res = json_object_get(m->body, "result");
-        if (json_is_object(res)) {
+        if (x->result) {
             json_decref(r->result);
-            r->result = json_deep_copy(res);
+            r->result = json_deep_copy(x->result);
             dt_msg_escape_strings(r->result, NULL); /* stored, and shown by watch */
         }
         if (++r->nok == r->R && (r->phase == PH_RUNNING || r->phase == PH_STARTING)) {
@@ -828,11 +826,8 @@ void dt_run_worker_exit(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
     }
     if (r->phase != PH_STARTING && r->phase != PH_RUNNING)
         return;
-    int stopped = 0;
-    if (dt_msg_opt_bool(m, "stopped", &stopped, &em) < 0) /* the default stands */
-        dt_log_warn("agent=%lld WORKER_EXIT: %s", (long long)a->id, em.s);
     worker_failure_t f = { .rank = (int)rank, .status = status, .sig = sig, .hung = hung,
-                           .stopped = stopped, .step = ri->step };
+                           .stopped = x->stopped, .step = ri->step };
     snprintf(f.node, sizeof(f.node), "%s", a->node);
     snprintf(f.err, sizeof(f.err), "%s", errt);
     /* An exit status the ranks agree on is printed by one rank only
@@ -856,13 +851,11 @@ void dt_run_worker_exit(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
     worker_failed(c, r, &f);
 }
 
-void dt_run_gen_ended(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
+void dt_run_gen_ended(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_agent_ref_t *e)
 {
     jobrun_t *r = run_find(c, a->job);
-    dt_emsg_t em = { "" };
-    int64_t gen = 0;
 
-    if (r == NULL || dt_msg_opt_int(m, "gen", &gen, &em) < 0 || gen != r->gen)
+    if (r == NULL || e->gen != r->gen)
         return;
     int gi = gen_index(r, a->id);
     if (gi < 0)
@@ -876,27 +869,23 @@ void dt_run_gen_ended(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
     maybe_next(c, r);
 }
 
-void dt_run_shard(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
+void dt_run_shard(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_shard_written_t *s)
 {
     jobrun_t *r = run_find(c, a->job);
-    dt_emsg_t em = { "" };
-    int64_t step = 0;
 
-    if (r == NULL || dt_msg_get_int(m, "step", &step, &em) < 0)
-        return;
-    try_commit(c, r, step);
+    if (r)
+        try_commit(c, r, s->step);
 }
 
-void dt_run_ckpt_done(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m)
+void dt_run_ckpt_done(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_ckpt_done_t *d)
 {
     jobrun_t *r = run_get(c, a->job);
     dt_emsg_t em = { "" };
-    const char *op = json_string_value(json_object_get(m->body, "op")),
-               *err = json_string_value(json_object_get(m->body, "error"));
-    int64_t step = json_integer_value(json_object_get(m->body, "step"));
-    int ok = json_is_true(json_object_get(m->body, "ok"));
+    const char *op = d->op, *err = d->error;
+    int64_t step = d->step;
+    int ok = d->ok;
 
-    if (r == NULL || op == NULL)
+    if (r == NULL)
         return;
     if (strcmp(op, "prune") == 0) {
         if (!ok)
@@ -931,25 +920,16 @@ static void b64_append(fence_t *f, const char *b64)
     f->len += (size_t)len;
 }
 
-void dt_run_fence(dt_conn_t *k, dt_live_agent_t *a, const dt_msg_t *m)
+void dt_run_fence(dt_conn_t *k, dt_live_agent_t *a, uint32_t id, const dt_wire_fence_t *fm)
 {
     dt_coord_t *c = k->coord;
     jobrun_t *r = run_find(c, a->job);
-    dt_emsg_t em = { "" };
-    int64_t gen, seq;
-    const char *data;
-    int rc;
+    int64_t gen = fm->gen, seq = fm->seq;
 
-    if ((rc = dt_msg_get_int(m, "gen", &gen, &em)) < 0 ||
-        (rc = dt_msg_get_int(m, "seq", &seq, &em)) < 0 ||
-        (rc = dt_msg_get_str(m, "data", &data, &em)) < 0) {
-        dt_conn_error(k, m->id, rc, "%s", em.s);
-        return;
-    }
     /* a stopping generation still fences: MPI_Finalize does */
     if (r == NULL || gen != r->gen || gen_index(r, a->id) < 0 ||
         (r->phase != PH_STARTING && r->phase != PH_RUNNING && r->phase != PH_STOPPING)) {
-        dt_conn_error(k, m->id, DT_ESTATE, "fence %lld of generation %lld: not running",
+        dt_conn_error(k, id, DT_ESTATE, "fence %lld of generation %lld: not running",
                       (long long)seq, (long long)gen);
         return;
     }
@@ -964,17 +944,17 @@ void dt_run_fence(dt_conn_t *k, dt_live_agent_t *a, const dt_msg_t *m)
         f->next = r->fences;
         r->fences = f;
     }
-    dt_conn_reply(k, DT_MSG_OK, m->id, NULL);
+    dt_conn_reply(k, DT_MSG_OK, id, NULL);
     for (int i = 0; i < f->n; i++)
         if (f->from[i] == a->id)
             return; /* sent again after a reconnect */
     f->from[f->n++] = a->id;
-    b64_append(f, data);
+    b64_append(f, fm->data);
     if (f->n < r->ngen)
         return;
     char *b64 = dt_base64_encode(f->data, f->len);
-    json_t *done = json_pack("{s:i, s:i, s:s, s:i}", "gen", (int)gen, "seq", (int)seq, "data", b64,
-                             "status", 0);
+    dt_wire_fence_done_t fd = { .gen = (uint32_t)gen, .seq = (uint32_t)seq, .data = b64 };
+    json_t *done = dt_wire_fence_done_encode(&fd);
     for (int i = 0; i < r->ngen; i++)
         push(dt_coord_agent_find(c, r->gen_agents[i]), DT_MSG_FENCE_DONE, json_incref(done));
     json_decref(done);
@@ -1024,9 +1004,10 @@ int dt_run_checkpoint(dt_coord_t *c, int64_t job, int *gen, dt_emsg_t *em)
     if (r == NULL || r->phase != PH_RUNNING)
         return dt_emsg_set(em, DT_ESTATE, "job %lld has no running generation",
                            (long long)job);
+    dt_wire_gen_ref_t ck = { .gen = r->gen };
     for (int i = 0; i < r->ngen; i++)
         push(dt_coord_agent_find(c, r->gen_agents[i]), DT_MSG_CKPT_REQUEST,
-             json_pack("{s:i}", "gen", r->gen));
+             dt_wire_ckpt_request_encode(&ck));
     dt_coord_event(c, job, "checkpoint_requested", "gen=%d at step %lld", r->gen, (long long)max_step(r));
     *gen = r->gen;
     return 0;
@@ -1044,9 +1025,9 @@ int dt_run_stop(dt_coord_t *c, int64_t job, const char *why, bool requeue, dt_em
     r->stop_requeue = requeue;
     r->phase = PH_STOPPING;
     r->abort_ms = dt_clock_mono_ms();
+    dt_wire_stop_t st = { .gen = r->gen, .checkpoint = true };
     for (int i = 0; i < r->ngen; i++)
-        push(dt_coord_agent_find(c, r->gen_agents[i]), DT_MSG_STOP,
-             json_pack("{s:i, s:b}", "gen", r->gen, "checkpoint", 1));
+        push(dt_coord_agent_find(c, r->gen_agents[i]), DT_MSG_STOP, dt_wire_stop_encode(&st));
     if (!requeue) /* a requeue's event is recovery's (preempt_requested) */
         dt_coord_event(c, job, "stop_requested", "gen=%d at step %lld: checkpoint, then stop "
                        "(%s)", r->gen, (long long)max_step(r), why);
@@ -1065,10 +1046,8 @@ void dt_run_requeued(dt_coord_t *c, int64_t job)
         if (a->job != job)
             continue;
         if (r && r->gen && gen_index(r, a->id) >= 0 && r->phase != PH_WAITING)
-            push(a, DT_MSG_GEN_ABORT, json_pack("{s:i, s:s}", "gen", r->gen, "reason",
-                                                "requeued"));
-        push(a, DT_MSG_JOB_END, json_pack("{s:I, s:s}", "job", (json_int_t)job, "state",
-                                          "requeued"));
+            push_abort(a, r->gen, "requeued", -1);
+        push_job_end(a, job, "requeued");
         if (dt_db_agent_set_state(c->db, a->id, "gone", dt_clock_wall_ms(), &em) < 0)
             dt_log_warn("agent=%lld: %s", (long long)a->id, em.s);
         if (a->conn)
@@ -1109,10 +1088,8 @@ void dt_run_cancelled(dt_coord_t *c, int64_t job)
     for (dt_live_agent_t *a = c->agents; a; a = a->next)
         if (a->job == job) {
             if (r && r->gen)
-                push(a, DT_MSG_GEN_ABORT, json_pack("{s:i, s:s}", "gen", r->gen, "reason",
-                                                    "cancelled"));
-            push(a, DT_MSG_JOB_END, json_pack("{s:I, s:s}", "job", (json_int_t)job, "state",
-                                              "cancelled"));
+                push_abort(a, r->gen, "cancelled", -1);
+            push_job_end(a, job, "cancelled");
         }
     if (r)
         r->phase = PH_DONE;

@@ -25,21 +25,24 @@
 #include <stdint.h>
 
 #include "common/msg.h"
+#include "common/wire.h"
 #include "coordinator/conn.h"
 #include "coordinator/coord.h"
 #include "coordinator/recovery.h"
 
-/* Handlers for agents' messages (after own_agent has checked the sender). */
-void dt_run_registered(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m);
-void dt_run_progress(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m);
-void dt_run_worker_exit(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m);
-void dt_run_shard(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m);
-/* CKPT_DONE {op, step, ok, error?}: the agent wrote a commit marker (the
- * step is committed, old ones pruned) or could not (the step is corrupt),
- * or removed old step directories. */
-void dt_run_ckpt_done(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m);
-void dt_run_fence(dt_conn_t *k, dt_live_agent_t *a, const dt_msg_t *m);
-void dt_run_gen_ended(dt_coord_t *c, dt_live_agent_t *a, const dt_msg_t *m);
+/* Handlers for agents' reports, decoded (common/wire.h), after
+ * agent_req.c has checked the sender. */
+void dt_run_registered(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_register_t *reg);
+void dt_run_progress(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_progress_t *p);
+void dt_run_worker_exit(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_worker_exit_t *x);
+void dt_run_shard(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_shard_written_t *s);
+/* CKPT_DONE: the agent wrote a commit marker (the step is committed, old
+ * ones pruned) or could not (the step is corrupt), or removed old step
+ * directories. */
+void dt_run_ckpt_done(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_ckpt_done_t *d);
+/* FENCE, request `id` on k: replied to here. */
+void dt_run_fence(dt_conn_t *k, dt_live_agent_t *a, uint32_t id, const dt_wire_fence_t *f);
+void dt_run_gen_ended(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_agent_ref_t *e);
 void dt_run_agent_lost(dt_coord_t *c, int64_t job, int64_t agent);
 
 /* dtctl: CHECKPOINT; 0 and the generation, or a DT_E* code with a message. */

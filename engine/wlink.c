@@ -38,6 +38,7 @@
 
 #include "common/mem.h"
 #include "common/msg.h"
+#include "common/wire.h"
 #include "engine/cmd/cmd.h"
 #include "engine/wlink.h"
 
@@ -133,39 +134,23 @@ static void send_frame(uint16_t type, json_t *body)
     free(frame);
 }
 
-/* JSON has no NaN or infinity: such a value goes out as null. */
-static json_t *num(double v)
-{
-    return isfinite(v) ? json_real(v) : json_null();
-}
-
-static json_t *with_rank(void)
-{
-    json_t *o = json_object();
-
-    json_object_set_new(o, "rank", json_integer(wl.rank));
-    return o;
-}
-
+/* Each frame's body is the struct common/wire.h gives for it (a real that
+ * is not finite goes out as null: JSON has no NaN). */
 void dt_wlink_progress(int64_t step, int64_t steps, int64_t tokens, double loss, double tokens_s,
                        double acc)
 {
     if (wl.fd < 0)
         return;
-    json_t *o = with_rank();
-    json_object_set_new(o, "step", json_integer(step));
-    json_object_set_new(o, "steps", json_integer(steps));
-    json_object_set_new(o, "tokens", json_integer(tokens));
-    json_object_set_new(o, "loss", num(loss));
-    json_object_set_new(o, "tokens_s", num(tokens_s));
-    json_object_set_new(o, "acc", num(acc));
-    send_frame(DT_MSG_W_PROGRESS, o);
+    dt_wire_w_progress_t p = { .rank = wl.rank, .step = step, .steps = steps, .tokens = tokens,
+                               .loss = loss, .tokens_s = tokens_s, .acc = acc };
+    send_frame(DT_MSG_W_PROGRESS, dt_wire_w_progress_encode(&p));
 }
 
 void dt_wlink_heartbeat(void)
 {
+    dt_wire_w_hello_t hb = { .rank = wl.rank };
     if (wl.fd >= 0)
-        send_frame(DT_MSG_W_HEARTBEAT, with_rank());
+        send_frame(DT_MSG_W_HEARTBEAT, dt_wire_w_heartbeat_encode(&hb));
 }
 
 void dt_wlink_shard(int64_t step, const char *dir, const char *path, int64_t bytes,
@@ -173,26 +158,18 @@ void dt_wlink_shard(int64_t step, const char *dir, const char *path, int64_t byt
 {
     if (wl.fd < 0)
         return;
-    json_t *o = with_rank();
-    json_object_set_new(o, "step", json_integer(step));
-    json_object_set_new(o, "dir", json_string(dir));
-    json_object_set_new(o, "path", json_string(path));
-    json_object_set_new(o, "bytes", json_integer(bytes));
-    json_object_set_new(o, "sha256", json_string(sha256));
-    json_object_set_new(o, "manifest", json_boolean(manifest));
-    send_frame(DT_MSG_W_SHARD, o);
+    dt_wire_w_shard_t sh = { .rank = wl.rank, .step = step, .dir = dir, .path = path,
+                             .bytes = bytes, .sha256 = sha256, .manifest = manifest };
+    send_frame(DT_MSG_W_SHARD, dt_wire_w_shard_encode(&sh));
 }
 
 void dt_wlink_result(int64_t steps, double loss, double acc, const char *checksum)
 {
     if (wl.fd < 0)
         return;
-    json_t *o = with_rank();
-    json_object_set_new(o, "steps", json_integer(steps));
-    json_object_set_new(o, "loss", num(loss));
-    json_object_set_new(o, "acc", num(acc));
-    json_object_set_new(o, "checksum", json_string(checksum));
-    send_frame(DT_MSG_W_RESULT, o);
+    dt_wire_w_result_t r = { .rank = wl.rank, .steps = steps, .loss = loss, .acc = acc,
+                             .checksum = checksum };
+    send_frame(DT_MSG_W_RESULT, dt_wire_w_result_encode(&r));
 }
 
 /* ---- frames from the agent ------------------------------------------------- */
@@ -205,8 +182,8 @@ static void malformed(const char *why)
 static void take(const dt_msg_t *m)
 {
     dt_emsg_t em = { "" };
+    dt_wire_w_stop_t st;
     char why[128];
-    int ck = 0;
 
     if (m->id != 0) {
         snprintf(why, sizeof(why), "%s with id %" PRIu32 " (pushed frames carry 0)",
@@ -218,11 +195,11 @@ static void take(const dt_msg_t *m)
         wl.flags |= DT_WLINK_CHECKPOINT;
         break;
     case DT_MSG_W_STOP:
-        if (dt_msg_opt_bool(m, "checkpoint", &ck, &em) < 0) {
+        if (dt_wire_w_stop_decode(m, &st, &em) < 0) {
             snprintf(why, sizeof(why), "W_STOP: %s", em.s);
             malformed(why);
         }
-        wl.flags |= DT_WLINK_STOP | (ck ? DT_WLINK_STOP_CKPT : 0);
+        wl.flags |= DT_WLINK_STOP | (st.checkpoint ? DT_WLINK_STOP_CKPT : 0);
         break;
     default:
         snprintf(why, sizeof(why), "%s (a worker takes only W_CHECKPOINT and W_STOP)",
@@ -488,10 +465,8 @@ static int channel(int rank, dt_emsg_t *em)
 
 static void hello(void)
 {
-    json_t *o = with_rank();
-
-    json_object_set_new(o, "pid", json_integer((json_int_t)getpid()));
-    send_frame(DT_MSG_W_HELLO, o);
+    dt_wire_w_hello_t h = { .rank = wl.rank, .pid = getpid() };
+    send_frame(DT_MSG_W_HELLO, dt_wire_w_hello_encode(&h));
 }
 
 int dt_wlink_open_channel(int rank, dt_emsg_t *em)

@@ -90,7 +90,7 @@ done
 sources() {
     _c="$DT_SRCDIR/common/err.c $DT_SRCDIR/common/mem.c $DT_SRCDIR/common/fileio.c"
     case $1 in
-    msg) echo "$_c $DT_SRCDIR/common/msg.c $DT_SRCDIR/common/text.c" ;;
+    msg) echo "$_c $DT_SRCDIR/common/msg.c $DT_SRCDIR/common/wire.c $DT_SRCDIR/common/text.c" ;;
     safetensors | manifest) echo "$_c $DT_SRCDIR/common/sha256.c" \
         "$DT_SRCDIR/io/safetensors.c $DT_SRCDIR/io/ckpt.c" ;;
     npy) echo "$_c $DT_SRCDIR/common/half.c $DT_SRCDIR/io/npy.c" ;;
