@@ -229,6 +229,12 @@ static void send_register(dt_link_t *l)
         reg.slurm_id = l->conf.slurm_id;
         reg.slurm_restart = l->conf.slurm_restart;
     }
+    if (l->conf.gpus) {
+        const dt_gpus_t *g = l->conf.gpus;
+        reg.gpus = (dt_wire_strs_t){ (const char **)g->uuid, (size_t)g->n };
+        reg.gpu_memory_bytes = g->mem_min;
+        reg.gpu_why = g->n == 0 ? g->why : NULL;
+    }
     json_t *body = dt_wire_register_encode(&reg);
     free(reg.ranks.v);
     l->register_id = new_id(l);

@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "agent/gpus.h"
 #include "common/msg.h"
 #include "common/wire.h"
 
@@ -29,6 +30,7 @@ typedef struct dt_link_conf {
     int64_t job;
     int slots;
     int64_t slurm_id, slurm_restart; /* 0 outside Slurm */
+    const dt_gpus_t *gpus;           /* the node's GPUs, registered */
 } dt_link_conf_t;
 
 /* One row of the dispatch table: a pushed message of `type` goes to fn,

@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "agent/files.h"
+#include "agent/gpus.h"
 #include "agent/hooks.h"
 #include "agent/link.h"
 #include "agent/pmix.h"
@@ -49,6 +50,10 @@
  * ranks the coordinator places on it, one generation at a time; it keeps
  * them running while the coordinator is away and re-registers (with the
  * generation it runs) when it is back. */
+/* How long dtengine devices may take before the node counts as having no
+ * GPU: a CUDA runtime and driver start in well under a second. */
+#define GPU_PROBE_MS 30000
+
 typedef struct dt_agentd {
     uv_loop_t *loop;
     dt_link_conf_t link_conf;
@@ -61,6 +66,7 @@ typedef struct dt_agentd {
     int warn_signal;         /* --signal: Slurm's warning signal (default SIGUSR1) */
     int stopping;
     int exit_code;
+    dt_gpus_t gpus;          /* the node's, from dtengine devices */
 } dt_agentd_t;
 
 static void usage(FILE *f)
@@ -437,6 +443,10 @@ int main(int argc, char **argv)
     }
     if (tc->engine == NULL)
         tc->engine = engine = find_engine();
+    /* the node's GPUs, as the engine sees them: registered, and a cuda
+     * generation's workers take one each */
+    dt_gpus_probe(tc->engine, GPU_PROBE_MS, &ag.gpus);
+    tc->gpus = lc->gpus = &ag.gpus;
 
     signal(SIGPIPE, SIG_IGN); /* children get the default back from uv_spawn */
     srand((unsigned)(getpid() ^ (unsigned)time(NULL)));
@@ -492,8 +502,13 @@ int main(int argc, char **argv)
         .stopping = up_stopping,
     };
     ag.link = dt_link_new(ag.loop, lc, &link_hooks);
-    dt_log_info("job=%lld node=%s slots=%d coord=%s engine=%s state=%s started",
-                (long long)lc->job, lc->node, lc->slots, lc->coord, tc->engine,
+    char gpus[320];
+    if (ag.gpus.n)
+        snprintf(gpus, sizeof(gpus), "%d", ag.gpus.n);
+    else
+        snprintf(gpus, sizeof(gpus), "0 (%s)", ag.gpus.why);
+    dt_log_info("job=%lld node=%s slots=%d gpus=%s coord=%s engine=%s state=%s started",
+                (long long)lc->job, lc->node, lc->slots, gpus, lc->coord, tc->engine,
                 tc->state_dir);
 
     uv_run(ag.loop, UV_RUN_DEFAULT);
@@ -509,6 +524,7 @@ int main(int argc, char **argv)
     dt_task_free(ag.task);
     free(engine);
     free(state_dir);
+    dt_gpus_free(&ag.gpus);
     dt_log_info("exiting with status %d", ag.exit_code);
     return ag.exit_code;
 }

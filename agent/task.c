@@ -25,6 +25,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,6 +69,7 @@ typedef struct dt_worker {
     int stepping;            /* the first W_PROGRESS came */
     json_t *result;          /* W_RESULT (rank 0) */
     dt_uvframe_t rd;         /* the channel's unread bytes */
+    int gpu;                 /* a cuda generation: its index in conf.gpus; -1 none */
 } dt_worker_t;
 
 struct dt_task {
@@ -563,7 +565,7 @@ static void on_exit_cb(uv_process_t *p, int64_t status, int sig)
     uv_close((uv_handle_t *)&w->proc, handle_closed);
 }
 
-static char **build_env(dt_task_t *t, int rank, dt_emsg_t *em)
+static char **build_env(dt_task_t *t, int rank, int gpu, dt_emsg_t *em)
 {
     char **env = NULL;
     size_t n = 0;
@@ -572,13 +574,24 @@ static char **build_env(dt_task_t *t, int rank, dt_emsg_t *em)
         return NULL;
     while (env[n])
         n++;
-    char **out = dt_xcalloc(n + 5, sizeof(*out));
+    char **out = dt_xcalloc(n + 7, sizeof(*out));
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
-        if (strncmp(env[i], "DT_AGENT_", 9) != 0)
+        if (strncmp(env[i], "DT_AGENT_", 9) != 0 &&
+            (gpu < 0 || (strncmp(env[i], "CUDA_VISIBLE_DEVICES=", 21) != 0 &&
+                         strncmp(env[i], "DT_CPUS=", 8) != 0)))
             out[k++] = dt_xstrdup(env[i]);
     out[k++] = dt_xstrdup("DT_AGENT_FD=3");
     out[k++] = dt_xasprintf("DT_AGENT_PID=%ld", (long)getpid());
+    /* a cuda worker sees its own GPU only (by UUID: indices change with
+     * the node's CUDA_VISIBLE_DEVICES), and runs on the CPUs near it where
+     * the node says which (dtengine pins itself to DT_CPUS) */
+    if (gpu >= 0) {
+        const dt_gpus_t *g = t->conf.gpus;
+        out[k++] = dt_xasprintf("CUDA_VISIBLE_DEVICES=%s", g->uuid[gpu]);
+        if (g->cpus[gpu])
+            out[k++] = dt_xasprintf("DT_CPUS=%s", g->cpus[gpu]);
+    }
     if (getenv("OPENBLAS_NUM_THREADS") == NULL)
         out[k++] = dt_xstrdup("OPENBLAS_NUM_THREADS=1");
     out[k] = NULL;
@@ -597,7 +610,7 @@ static void free_strv(char **v)
 static int spawn_worker(dt_task_t *t, dt_worker_t *w, char **args, dt_emsg_t *em)
 {
     int sv[2], rc;
-    char **env = build_env(t, w->rank, em);
+    char **env = build_env(t, w->rank, w->gpu, em);
 
     if (env == NULL)
         return DT_ECOMM;
@@ -786,9 +799,16 @@ void dt_task_gen_start(dt_task_t *t, const dt_wire_gen_start_t *gs)
     int *node_of = NULL;
     size_t nn = gs->nodes.n, na = gs->argv.n;
 
+    bool cuda = gs->device != NULL && strcmp(gs->device, "cuda") == 0;
+
     if (gs->procs.n != (size_t)R) {
         dt_log_error("GEN_START gen=%lld: %zu entries in procs for %d ranks: ignored",
                      (long long)gen, gs->procs.n, R);
+        return;
+    }
+    if (gs->device != NULL && !cuda && strcmp(gs->device, "cpu") != 0) {
+        dt_log_error("GEN_START gen=%lld: device '%.16s' is neither cpu nor cuda: ignored",
+                     (long long)gen, gs->device);
         return;
     }
     if ((uint32_t)gen == t->gen)
@@ -842,6 +862,16 @@ void dt_task_gen_start(dt_task_t *t, const dt_wire_gen_start_t *gs)
                          .self = t->conf.node };
     if ((rc = dt_pmix_gen_begin(t->pmix, &pg, &em)) < 0)
         goto fail;
+    int ngpus = t->conf.gpus ? t->conf.gpus->n : 0;
+    if (cuda && mine > ngpus) {
+        /* the coordinator refuses such an agent at registration; this one
+         * says so as its ranks' failure, none started */
+        rc = dt_emsg_set(&em, DT_EDEVICE, "device = cuda: %d rank%s here for %d GPU%s%s%s", mine,
+                         mine == 1 ? "" : "s", ngpus, ngpus == 1 ? "" : "s",
+                         ngpus == 0 ? ": " : "", ngpus == 0 && t->conf.gpus ? t->conf.gpus->why
+                                                                           : "");
+        goto fail;
+    }
     args = dt_xcalloc(na + 4, sizeof(*args));
     args[0] = dt_xstrdup(t->conf.engine);
     for (size_t i = 0; i < na; i++)
@@ -853,7 +883,9 @@ void dt_task_gen_start(dt_task_t *t, const dt_wire_gen_start_t *gs)
     for (int r = 0; r < R; r++) {
         if (node_of[r] != self)
             continue;
-        dt_worker_t *w = &t->workers[t->nworkers++];
+        dt_worker_t *w = &t->workers[t->nworkers];
+        w->gpu = cuda ? t->nworkers : -1;
+        t->nworkers++;
         w->t = t;
         w->rank = r;
         dt_uvframe_init(&w->rd, DT_MSG_MAX);

@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "agent/gpus.h"
 #include "agent/hooks.h"
 #include "common/err.h"
 #include "common/macros.h"
@@ -34,6 +35,7 @@ typedef struct dt_task_conf {
     int64_t hang_ms;        /* a worker silent this long after its first frame is hung */
     int64_t start_ms;       /* ... and before it (MPI_Init) */
     int64_t grace_ms;       /* between SIGTERM (or a failure) and SIGKILL */
+    const dt_gpus_t *gpus;  /* the node's GPUs: a cuda generation's workers take one each */
 } dt_task_conf_t;
 
 /* Start the PMIx server and the module's timers. 0, or a DT_E* code with

@@ -30,10 +30,11 @@ static void usage(FILE *f)
     fprintf(
         f,
         "usage: dtctl plan [SPECFILE] --tokens N [--kind attn|prefill|train]\n"
-        "                  [--model tiny|llama3-8b|llama3-70b|custom] [--gpu h100-sxm|h200|cpu]\n"
-        "                  [--ranks R] [--nodes N] [--gpus-per-node G] [--spares S]\n"
-        "                  [--causal|--no-causal] [--segments w1,.. --dilations r1,..]\n"
-        "                  [--layout contiguous|zigzag] [--precision fp32|bf16|fp16]\n"
+        "                  [--model tiny|llama3-8b|llama3-70b|custom] [--device cpu|cuda]\n"
+        "                  [--gpu h100-sxm|h200|cpu] [--dtype fp32|bf16|fp16]\n"
+        "                  [--ranks R] [--nodes N] [--gpus-per-node G] [--cpus-per-gpu C]\n"
+        "                  [--spares S] [--causal|--no-causal] [--segments w1,.. --dilations r1,..]\n"
+        "                  [--layout contiguous|zigzag]\n"
         "                  [--dim N --layers N --heads N --kv-heads N --ffn N --vocab N\n"
         "                   --rope-theta N --tied yes|no] [--steps N] [--json]\n"
         "N accepts K, M, G suffixes (powers of 1024). The kind defaults to attn (one\n"
@@ -48,6 +49,9 @@ static const struct flag {
     { "kind", "kind", NULL },
     { "model", "model", NULL },
     { "gpu", "gpu", NULL },
+    { "device", "device", NULL },
+    { "dtype", "dtype", NULL },
+    { "cpus-per-gpu", "cpus_per_gpu", NULL },
     { "ranks", "ranks", NULL },
     { "nodes", "nodes", NULL },
     { "gpus-per-node", "gpus_per_node", NULL },
@@ -118,12 +122,9 @@ static void report(const dtctl_t *ctl, const dt_spec_t *s, const dt_plan_req_t *
     int gpn = q->cluster.gpus_per_node;
 
     (void)ctl;
-    printf("plan: %s of %s over %lld tokens on %s (%s, %s, %s layout, %s)\n", s->kind,
-           q->model.name, (long long)q->tokens, q->cluster.name,
-           s->precision                   ? s->precision
-           : q->precision == DT_F32 ? "fp32"
-                                          : "bf16",
-           q->causal ? "causal" : "non-causal", dt_layout_name(q->layout),
+    printf("plan: %s of %s over %lld tokens on %s (%s, %s, %s, %s layout, %s)\n", s->kind,
+           q->model.name, (long long)q->tokens, q->cluster.name, dt_spec_device(s),
+           dt_spec_dtype(s), q->causal ? "causal" : "non-causal", dt_layout_name(q->layout),
            q->nbranch ? "dilated" : "dense attention");
     printf("%-16s %d on %d node%s (%d per node%s%s)\n", "ranks", p->ranks, p->nodes,
            p->nodes == 1 ? "" : "s", gpn, q->spares ? ", spares included" : "",

@@ -697,6 +697,32 @@ void dtctl_super_agents_registered(dtctl_super_t *s, int n)
     }
 }
 
+/* The coordinator's last word on why it refused the job's agents (an
+ * agent_refused event: a cuda job on a node without GPUs), when it said
+ * one: agents that exit for that reason all exit the same way. */
+static void say_refusal(dtctl_super_t *s)
+{
+    dt_wire_events_t req = { .id = s->job };
+    dt_emsg_t ignored = { "" };
+    json_t *res = NULL, *ev;
+    const char *why = NULL;
+    size_t i;
+
+    if (dtctl_request(&s->local, DT_MSG_EVENTS, dt_wire_events_encode(&req), &res, &ignored) < 0)
+        return;
+    json_array_foreach(json_object_get(res, "events"), i, ev) {
+        const char *kind = json_string_value(json_object_get(ev, "kind"));
+        if (kind && strcmp(kind, "agent_refused") == 0)
+            why = json_string_value(json_object_get(ev, "detail"));
+    }
+    if (why) {
+        char *e = dt_text_escape(why, 0);
+        fprintf(stderr, "%s run: the coordinator refused the agents: %s\n", s->ctl->prog, e);
+        free(e);
+    }
+    json_decref(res);
+}
+
 /* Our live agent named node, or NULL. */
 static dtctl_proc_t *agent_named(dtctl_super_t *s, const char *node)
 {
@@ -791,6 +817,7 @@ int dtctl_super_poll(void *arg, dtctl_watch_t *w, const json_t *show)
     } else if (dt_clock_now() - s->agents_gone_since > (s->registered ? AGENTS_GONE_S : 1.0)) {
         fprintf(stderr, "%s run: every agent has exited and job %lld has not ended; their logs "
                 "are in %s/agents\n", s->ctl->prog, s->job, s->dir);
+        say_refusal(s);
         return DTCTL_ERROR;
     }
     return -1;

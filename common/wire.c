@@ -119,6 +119,9 @@ static const field_t f_register[] = {
     INTS(T, ranks, F_LAX | F_OUT, 0, 0),
     INT(T, slurm_id, 0),
     INT(T, slurm_restart, 0),
+    STRS(T, gpus, 0, 0),
+    INT_R(T, gpu_memory_bytes, 0, 0, INT64_MAX),
+    TEXT(T, gpu_why, F_LAX, 0, 256),
 };
 #undef T
 #define T dt_wire_register_ok_t
@@ -187,6 +190,7 @@ static const field_t f_gen_start[] = {
     STRS(T, argv, F_REQ, 1),
     STR(T, resume, 0),
     STR(T, log_dir, 0),
+    STR(T, device, 0),
 };
 #undef T
 #define T dt_wire_gen_abort_t

@@ -154,6 +154,9 @@ typedef struct dt_wire_register {
     int64_t gen;      /* lenient: the generation whose workers run here, 0 none */
     dt_wire_ints_t ranks; /* lenient: their ranks */
     int64_t slurm_id, slurm_restart;
+    dt_wire_strs_t gpus;     /* the node's GPUs' UUIDs (dtengine devices) */
+    int64_t gpu_memory_bytes; /* the smallest one's memory */
+    const char *gpu_why;     /* lenient, shown: why there are none */
 } dt_wire_register_t;
 
 typedef struct dt_wire_register_ok {
@@ -223,6 +226,7 @@ typedef struct dt_wire_gen_start {
     const char *spec;     /* the job spec's text */
     dt_wire_strs_t argv;  /* dtengine's arguments */
     const char *resume, *log_dir;
+    const char *device; /* "cpu" (NULL reads so) or "cuda": one GPU per worker */
 } dt_wire_gen_start_t;
 
 typedef struct dt_wire_gen_abort {

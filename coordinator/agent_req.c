@@ -41,8 +41,7 @@ void dt_agent_register(dt_conn_t *k, const dt_msg_t *m)
      * account of its workers: malformed, they read as none */
     if (rc > 0)
         dt_log_warn("peer=%s REGISTER: %s", k->peer, em.s);
-    if ((rc = dt_jobs_agent_register(c, &who, reg.job, reg.node, (int)reg.slots, reg.slurm_id,
-                                     reg.slurm_restart, reg.pid, &a, &em)) < 0) {
+    if ((rc = dt_jobs_agent_register(c, &who, &reg, &a, &em)) < 0) {
         dt_conn_error(k, m->id, rc, "%s", em.s);
         dt_wire_register_clear(&reg);
         return;

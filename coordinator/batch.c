@@ -289,6 +289,8 @@ static void sbatch_lines(sb_t *b, const dt_slurm_desc_t *d)
         sb_printf(b, "#SBATCH --cpus-per-task=%u\n", d->cpus_per_task);
     if (d->gpus_per_node > 0)
         sb_printf(b, "#SBATCH --gpus-per-node=%u\n", d->gpus_per_node);
+    if (d->gpus_per_node > 0 && d->cpus_per_gpu > 0)
+        sb_printf(b, "#SBATCH --cpus-per-gpu=%u\n", d->cpus_per_gpu);
     if (d->time_min > 0)
         sb_printf(b, "#SBATCH --time=%u\n", d->time_min);
     if (d->signal_lead_s > 0)
@@ -431,14 +433,17 @@ static char *make_script(int64_t job, int ranks_per_node, const dt_batch_conf_t 
 
 /* ---- dt_batch_make ------------------------------------------------------- */
 
-static int gpu_preset(const char *gpu, int *is_gpu, dt_emsg_t *em)
+
+/* A cuda job asks Slurm for one GPU per rank, a cpu job for one CPU each. */
+static int device_of(const dt_spec_t *s, int *is_gpu, dt_emsg_t *em)
 {
-    if (gpu == NULL || strcmp(gpu, "cpu") == 0)
-        *is_gpu = 0;
-    else if (strcmp(gpu, "h100-sxm") == 0 || strcmp(gpu, "h200") == 0)
-        *is_gpu = 1;
-    else
+    const char *gpu = dt_spec_gpu(s), *dev = dt_spec_device(s);
+
+    if (strcmp(gpu, "cpu") != 0 && strcmp(gpu, "h100-sxm") != 0 && strcmp(gpu, "h200") != 0)
         return dt_emsg_set(em, DT_EINVAL, "gpu: unknown preset '%s' (h100-sxm, h200 or cpu)", gpu);
+    if (strcmp(dev, "cpu") != 0 && strcmp(dev, "cuda") != 0)
+        return dt_emsg_set(em, DT_EINVAL, "device: unknown device '%s' (cpu or cuda)", dev);
+    *is_gpu = strcmp(dev, "cuda") == 0;
     return 0;
 }
 
@@ -523,7 +528,7 @@ int dt_batch_make(int64_t job, const dt_spec_t *s, int nodes, int ranks_per_node
 
     memset(d, 0, sizeof(*d));
     if ((rc = check_inputs(job, s, nodes, ranks_per_node, exclude, bc, em)) < 0 ||
-        (rc = gpu_preset(s->gpu, &is_gpu, em)) < 0 || (rc = warn_signal(s, bc, &sig, em)) < 0)
+        (rc = device_of(s, &is_gpu, em)) < 0 || (rc = warn_signal(s, bc, &sig, em)) < 0)
         return rc;
     spare_nodes = (s->spares + ranks_per_node - 1) / ranks_per_node;
     if ((int64_t)nodes + spare_nodes > UINT32_MAX / 2)
@@ -539,6 +544,7 @@ int dt_batch_make(int64_t job, const dt_spec_t *s, int nodes, int ranks_per_node
     d->nodes = (uint32_t)(nodes + spare_nodes);
     d->cpus_per_task = is_gpu ? 0 : (uint32_t)ranks_per_node;
     d->gpus_per_node = is_gpu ? (uint32_t)ranks_per_node : 0;
+    d->cpus_per_gpu = is_gpu ? (uint32_t)s->cpus_per_gpu : 0;
     d->time_min = s->time_limit_ms > 0 ? (uint32_t)((s->time_limit_ms + 59999) / 60000) : 0;
     lead_s = s->signal_lead_ms > 0 ? (s->signal_lead_ms + 999) / 1000 : DT_BATCH_SIGNAL_LEAD_S;
     if (d->time_min > 0 && lead_s > (int64_t)d->time_min * 60 / 2)

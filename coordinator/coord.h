@@ -83,6 +83,7 @@ typedef struct dt_live_agent {
     double loss;
     char node[256];
     int slots;
+    int gpus; /* the node's GPUs, as it registered them */
     int64_t pid;
     struct dt_live_agent *next, *prev;
 } dt_live_agent_t;

@@ -9,6 +9,7 @@
  */
 #include "config.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -349,10 +350,38 @@ int dt_jobs_checkpoints(dt_coord_t *c, int64_t job, json_t **out, dt_emsg_t *em)
 
 /*-- agents -------------------------------------------------------------------------*/
 
-int dt_jobs_agent_register(dt_coord_t *c, const dt_caller_t *who, int64_t jid,
-                           const char *node, int slots, int64_t slurm_id, int64_t restart,
-                           int64_t pid, dt_live_agent_t **out, dt_emsg_t *em)
+/* A cuda job runs one worker per GPU: an agent with fewer GPUs than slots
+ * cannot run its share, and is refused saying so (with an event), rather
+ * than started half. */
+static int gpus_enough(dt_coord_t *c, const dt_job_t *j, const dt_wire_register_t *reg,
+                       dt_emsg_t *em)
 {
+    dt_spec_t s;
+    dt_emsg_t e2 = { "" };
+    char detail[512];
+
+    if (dt_spec_parse("job", j->spec, &s, &e2) < 0)
+        return 0; /* stored by submit, so parsed once already: the start says more */
+    bool cuda = strcmp(dt_spec_device(&s), "cuda") == 0;
+    dt_spec_free(&s);
+    if (!cuda || (int64_t)reg->gpus.n >= reg->slots)
+        return 0;
+    snprintf(detail, sizeof(detail), "node %s: device = cuda needs a GPU per slot: %zu GPU%s "
+             "for %lld slots%s%s", reg->node, reg->gpus.n, reg->gpus.n == 1 ? "" : "s",
+             (long long)reg->slots, reg->gpus.n == 0 && reg->gpu_why ? ": " : "",
+             reg->gpus.n == 0 && reg->gpu_why ? reg->gpu_why : "");
+    if (dt_db_event_add(c->db, j->id, "agent_refused", detail, &e2) < 0)
+        dt_log_warn("job=%lld agent_refused: %s", (long long)j->id, e2.s);
+    dt_log_warn("job=%lld registration refused: %s", (long long)j->id, detail);
+    return dt_emsg_set(em, DT_ENOSPC, "job %lld: %s", (long long)j->id, detail);
+}
+
+int dt_jobs_agent_register(dt_coord_t *c, const dt_caller_t *who, const dt_wire_register_t *reg,
+                           dt_live_agent_t **out, dt_emsg_t *em)
+{
+    int64_t jid = reg->job, slurm_id = reg->slurm_id, restart = reg->slurm_restart;
+    const char *node = reg->node;
+    int slots = (int)reg->slots;
     dt_job_t j;
     int64_t aid;
     int rc;
@@ -380,6 +409,8 @@ int dt_jobs_agent_register(dt_coord_t *c, const dt_caller_t *who, int64_t jid,
                          dt_job_state_name(j.state));
         goto out;
     }
+    if ((rc = gpus_enough(c, &j, reg, em)) < 0)
+        goto out;
     if ((rc = dt_alloc_agent(c, jid, slurm_id, restart, em)) < 0) {
         dt_log_info("job=%lld node=%s: registration refused: %s", (long long)jid, node, em->s);
         goto out;
@@ -392,9 +423,10 @@ int dt_jobs_agent_register(dt_coord_t *c, const dt_caller_t *who, int64_t jid,
     a->last_seen_ms = dt_clock_mono_ms();
     snprintf(a->node, sizeof(a->node), "%s", node);
     a->slots = slots;
-    a->pid = pid;
-    dt_log_info("job=%lld agent=%lld node=%s slots=%d registered", (long long)jid,
-                (long long)aid, node, slots);
+    a->gpus = (int)reg->gpus.n;
+    a->pid = reg->pid;
+    dt_log_info("job=%lld agent=%lld node=%s slots=%d gpus=%zu registered", (long long)jid,
+                (long long)aid, node, slots, reg->gpus.n);
     *out = a;
 out:
     dt_job_clear(&j);

@@ -86,14 +86,14 @@ int dt_jobs_checkpoint(dt_coord_t *c, int64_t job, int *gen, dt_emsg_t *em);
 int dt_jobs_events(dt_coord_t *c, int64_t job, int64_t since, json_t **out, dt_emsg_t *em);
 int dt_jobs_checkpoints(dt_coord_t *c, int64_t job, json_t **out, dt_emsg_t *em);
 
-/* An agent registers for job JID: the caller must own the job (an
+/* An agent registers for job reg->job: the caller must own the job (an
  * admin's agent is refused: it would write the user's files with the
- * admin's rights), the job must not have ended, and a Slurm job's agent
- * must belong to its current run. Returns its live entry (new or found
- * again), with node, slots and pid set. */
-int dt_jobs_agent_register(dt_coord_t *c, const dt_caller_t *who, int64_t jid,
-                           const char *node, int slots, int64_t slurm_id, int64_t restart,
-                           int64_t pid, dt_live_agent_t **out, dt_emsg_t *em);
+ * admin's rights), the job must not have ended, a Slurm job's agent must
+ * belong to its current run, and a cuda job's agent must have a GPU per
+ * slot (DT_ENOSPC otherwise, with an agent_refused event). Returns its
+ * live entry (new or found again), with node, slots, gpus and pid set. */
+int dt_jobs_agent_register(dt_coord_t *c, const dt_caller_t *who, const dt_wire_register_t *reg,
+                           dt_live_agent_t **out, dt_emsg_t *em);
 
 /* An agent reported a worker's exit: recorded as a worker_exit event
  * before run.c hears of it (so the history has the report even when the

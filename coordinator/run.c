@@ -568,7 +568,7 @@ static void gen_start(dt_coord_t *c, jobrun_t *r)
         .procs = { node_of, (size_t)r->R },
         .spec = r->spec_text,
         .argv = { argv, DT_ARRAY_SIZE(argv) - (resume ? 0 : 2) },
-        .resume = resume, .log_dir = logs,
+        .resume = resume, .log_dir = logs, .device = dt_spec_device(&r->spec),
     };
     json_t *start = dt_wire_gen_start_encode(&gs);
     free(logs);
@@ -819,6 +819,16 @@ void dt_run_worker_exit(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_worker_
             if (dt_db_gen_end(c->db, r->job, r->gen, "completed", &em) < 0)
                 dt_log_error("job=%lld gen=%d end: %s", (long long)r->job, r->gen, em.s);
             char d[200];
+            /* a generation that resumed at the last step has nothing to
+             * run: its ranks finish before any reports progress, and the
+             * job (starting or recovering) passes through running, the
+             * only state a job completes from */
+            if (r->phase == PH_STARTING) {
+                snprintf(d, sizeof(d), "gen=%d: all %d ranks resumed at the last step",
+                         r->gen, r->R);
+                r->phase = PH_RUNNING;
+                transition(c, r->job, DT_JOB_RUNNING, NULL, d);
+            }
             snprintf(d, sizeof(d), "gen=%d: all %d ranks finished", r->gen, r->R);
             end_job(c, r, DT_JOB_COMPLETED, d);
         }

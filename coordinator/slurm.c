@@ -239,7 +239,7 @@ int dt_slurm_submit(const dt_slurm_desc_t *d, uint32_t *id, dt_emsg_t *em)
 {
     submit_response_msg_t *resp = NULL;
     job_desc_msg_t jd;
-    char *tres = NULL;
+    char *tres = NULL, *cpt = NULL;
     uint32_t env_n = 0;
     int rc;
 
@@ -273,11 +273,14 @@ int dt_slurm_submit(const dt_slurm_desc_t *d, uint32_t *id, dt_emsg_t *em)
         jd.cpus_per_task = (uint16_t)d->cpus_per_task;
     if (d->gpus_per_node > 0) /* --gpus-per-node=N */
         jd.tres_per_node = tres = dt_xasprintf("gres:gpu:%u", d->gpus_per_node);
+    if (d->gpus_per_node > 0 && d->cpus_per_gpu > 0) /* --cpus-per-gpu=C */
+        jd.cpus_per_tres = cpt = dt_xasprintf("gres:gpu:%u", d->cpus_per_gpu);
     if (d->time_min > 0)
         jd.time_limit = d->time_min;
     if (d->signal_lead_s > 0) { /* --signal=B:SIG@lead */
         if (d->warn_signal != SIGUSR1 && d->warn_signal != SIGUSR2) {
             free(tres);
+            free(cpt);
             return dt_emsg_set(em, DT_EINVAL,
                                "slurm_submit_batch_job: warning signal %d is not "
                                "USR1 or USR2",
@@ -324,6 +327,7 @@ int dt_slurm_submit(const dt_slurm_desc_t *d, uint32_t *id, dt_emsg_t *em)
         slurm_free_submit_response_response_msg(resp);
     pthread_mutex_unlock(&lock);
     free(tres);
+    free(cpt);
     return rc;
 }
 

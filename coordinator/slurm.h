@@ -33,6 +33,7 @@ typedef struct dt_slurm_desc {
     uint32_t nodes;         /* --nodes (min = max): the job's nodes plus spares */
     uint32_t cpus_per_task; /* --cpus-per-task; 0: Slurm's default */
     uint32_t gpus_per_node; /* --gpus-per-node; 0: none asked */
+    uint32_t cpus_per_gpu;  /* --cpus-per-gpu; 0: Slurm's default */
     uint32_t time_min;      /* --time in minutes; 0: the partition's default */
     uint32_t signal_lead_s; /* --signal=B:SIG@lead; 0: none */
     int warn_signal;        /* SIG: SIGUSR1 or SIGUSR2, with signal_lead_s */

@@ -9,6 +9,8 @@
 #include "config.h"
 
 #include <cblas.h>
+#include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,11 +32,51 @@ static const struct command {
     { "train", dt_cmd_train, "train the LLaMA-3 model, sequence split over the ranks" },
 };
 
+/* DT_CPUS ("0-31,64-95", the kernel's cpulist format): dtagentd's CPUs
+ * near this worker's GPU. Pinned to them before any thread starts; a
+ * list that does not parse, or names no CPU this process may use, leaves
+ * the affinity as it is, with a warning. */
+static void pin_cpus(void)
+{
+    const char *v = getenv("DT_CPUS"), *p = v;
+    cpu_set_t set;
+
+    if (v == NULL || *v == '\0')
+        return;
+    CPU_ZERO(&set);
+    while (*p) {
+        char *end;
+        long a = strtol(p, &end, 10), b = a;
+        if (end == p || a < 0 || a >= CPU_SETSIZE)
+            goto bad;
+        p = end;
+        if (*p == '-') {
+            b = strtol(p + 1, &end, 10);
+            if (end == p + 1 || b < a || b >= CPU_SETSIZE)
+                goto bad;
+            p = end;
+        }
+        for (long c = a; c <= b; c++)
+            CPU_SET((int)c, &set);
+        if (*p == ',')
+            p++;
+        else if (*p != '\0')
+            goto bad;
+    }
+    if (sched_setaffinity(0, sizeof(set), &set) == 0)
+        return;
+    dt_log_warn("DT_CPUS=%s: %s; the affinity stays as it is", v, strerror(errno));
+    return;
+bad:
+    dt_log_warn("DT_CPUS=%s: not a CPU list such as 0-31,64-95; the affinity stays as it is", v);
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: dtengine COMMAND [OPTIONS]\n\ncommands:\n");
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
         fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "  %-8s %s\n", "devices", "the GPUs this process can see (joins no job)");
     fprintf(f, "\n'dtengine COMMAND --help' for a command's options; see dtengine(1).\n");
 }
 
@@ -53,6 +95,8 @@ int main(int argc, char **argv)
         printf("dtengine %s\n", PACKAGE_VERSION);
         return DT_EXIT_OK;
     }
+    if (strcmp(argv[1], "devices") == 0)
+        return dt_cmd_devices(argc - 1, argv + 1);
     const struct command *cmd = NULL;
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
         if (strcmp(argv[1], commands[i].name) == 0)
@@ -63,6 +107,7 @@ int main(int argc, char **argv)
         return DT_EXIT_INPUT;
     }
 
+    pin_cpus();
     /* one BLAS thread per rank unless a command says otherwise */
     openblas_set_num_threads(1);
     if (dt_comm_new(&argc, &argv, &comm, &em) < 0) {

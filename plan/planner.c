@@ -158,7 +158,7 @@ static const char *prec_name(dt_dtype_t p)
 
 int dt_plan_req_from_spec(const dt_spec_t *s, dt_plan_req_t *out, dt_emsg_t *em)
 {
-    const char *gpu = s->gpu ? s->gpu : "cpu";
+    const char *gpu;
     const struct cluster_preset *cp;
     dt_attn_spec_t a = { 0 };
     int rc;
@@ -166,6 +166,8 @@ int dt_plan_req_from_spec(const dt_spec_t *s, dt_plan_req_t *out, dt_emsg_t *em)
     memset(out, 0, sizeof(*out));
     if ((rc = dt_spec_check(s, em)) < 0)
         return rc;
+    gpu = dt_spec_gpu(s);
+    out->cuda = strcmp(dt_spec_device(s), "cuda") == 0;
     out->tokens = s->tokens;
 
     if ((rc = dt_model_from_spec(s, &out->model, em)) < 0)
@@ -182,12 +184,8 @@ int dt_plan_req_from_spec(const dt_spec_t *s, dt_plan_req_t *out, dt_emsg_t *em)
     out->kind = strcmp(s->kind, "train") == 0     ? DT_KIND_TRAIN
                 : strcmp(s->kind, "prefill") == 0 ? DT_KIND_PREFILL
                                                   : DT_KIND_ATTN;
-    if (s->precision == NULL)
-        out->precision = strcmp(gpu, "cpu") == 0 ? DT_F32 : DT_BF16;
-    else
-        out->precision = strcmp(s->precision, "fp32") == 0   ? DT_F32
-                         : strcmp(s->precision, "fp16") == 0 ? DT_F16
-                                                             : DT_BF16;
+    const char *dt = dt_spec_dtype(s);
+    out->precision = strcmp(dt, "fp32") == 0 ? DT_F32 : strcmp(dt, "fp16") == 0 ? DT_F16 : DT_BF16;
     if (out->precision == DT_F32)
         out->cluster.peak_flops = cp->peak_fp32;
 
@@ -867,6 +865,8 @@ json_t *dt_plan_to_json(const dt_plan_req_t *q, const dt_plan_t *p)
     /* the request */
     json_object_set_new(o, "tokens", json_integer(q->tokens));
     json_object_set_new(o, "kind", json_string(kind_name(q->kind)));
+    json_object_set_new(o, "device", json_string(q->cuda ? "cuda" : "cpu"));
+    json_object_set_new(o, "dtype", json_string(prec_name(q->precision)));
     json_object_set_new(o, "precision", json_string(prec_name(q->precision)));
     json_object_set_new(o, "causal", json_boolean(q->causal));
     json_object_set_new(o, "layout", json_string(dt_layout_name(q->layout)));

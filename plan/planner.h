@@ -54,6 +54,7 @@ typedef struct dt_plan_req {
     dt_cluster_t cluster;
     enum dt_job_kind kind;
     dt_dtype_t precision;
+    bool cuda;   /* device = cuda: the cluster preset is a GPU's */
     bool causal;
     int nbranch; /* 0: dense */
     int64_t seg[DT_ATTN_MAXBRANCH], dil[DT_ATTN_MAXBRANCH];

@@ -16,6 +16,7 @@
 #include "config.h"
 
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,12 +57,18 @@ static const dt_conf_key_t keys[] = {
     STR("segments", segments, 0, "dilated segment lengths w1,w2,... (with dilations)"),
     STR("dilations", dilations, 0, "dilation rates r1,r2,... (with segments)"),
     STR("layout", layout, 0, "contiguous or zigzag (default zigzag when causal)"),
-    STR("precision", precision, 0, "fp32, bf16 or fp16 (default bf16 on GPUs, fp32 on cpu)"),
-    STR("gpu", gpu, 0, "cluster preset: h100-sxm, h200 or cpu (default cpu)"),
+    STR("dtype", dtype, 0,
+        "compute dtype: bf16 or fp16 on cuda (default bf16), fp32 on cpu (the default there)"),
+    STR("precision", precision, 0, "the old name of dtype (both given: they must agree)"),
+    STR("device", device, 0, "cpu or cuda (default cuda when gpu is a GPU preset, else cpu)"),
+    STR("gpu", gpu, 0, "cluster preset: h100-sxm, h200 or cpu (default h100-sxm on cuda, "
+        "else cpu)"),
     KEY("ranks", DT_CONF_INT, ranks, 1, 1000000, 0, "ranks R (default: the fewest that fit)"),
     KEY("nodes", DT_CONF_INT, nodes, 1, 1000000, 0, "nodes available (default: as many as needed)"),
     KEY("gpus_per_node", DT_CONF_INT, gpus_per_node, 1, 1024, 0,
         "GPUs (or CPU ranks) per node (overrides the preset)"),
+    KEY("cpus_per_gpu", DT_CONF_INT, cpus_per_gpu, 1, 1024, 0,
+        "cuda: CPU cores Slurm gives each GPU's rank (default: the site's)"),
     KEY("spares", DT_CONF_INT, spares, 0, 1000000, 0, "hot spare ranks held back"),
     KEY("time_limit", DT_CONF_DURATION, time_limit_ms, 1000, 366 * DAY_MS, 0,
         "wall-clock limit such as 90m or 2h"),
@@ -112,6 +119,7 @@ static const char *const yesno[] = { "yes", "no", NULL };
 static const char *const layouts[] = { "contiguous", "zigzag", NULL };
 static const char *const precisions[] = { "fp32", "bf16", "fp16", NULL };
 static const char *const gpus[] = { "h100-sxm", "h200", "cpu", NULL };
+static const char *const devices[] = { "cpu", "cuda", NULL };
 /* Only the two srun passes on unchanged: it turns TERM, INT, HUP and QUIT
  * into a kill of the step and does not forward the others (dt-spec(5)). */
 static const char *const signals[] = { "USR1", "USR2", NULL };
@@ -121,8 +129,8 @@ static const struct {
     const char *const *set;
 } sets[] = {
     { "kind", kinds },     { "model", models },         { "tied", yesno },
-    { "layout", layouts }, { "precision", precisions }, { "gpu", gpus },
-    { "signal", signals },
+    { "layout", layouts }, { "dtype", precisions },     { "precision", precisions },
+    { "device", devices }, { "gpu", gpus },             { "signal", signals },
 };
 
 static void *field(const dt_spec_t *s, const dt_conf_key_t *k)
@@ -378,6 +386,57 @@ static int check_key(const dt_spec_t *s, const dt_conf_key_t *k, dt_emsg_t *em)
     return 0;
 }
 
+const char *dt_spec_device(const dt_spec_t *s)
+{
+    if (s->device != NULL)
+        return s->device;
+    return s->gpu != NULL && strcmp(s->gpu, "cpu") != 0 ? "cuda" : "cpu";
+}
+
+const char *dt_spec_gpu(const dt_spec_t *s)
+{
+    if (s->gpu != NULL)
+        return s->gpu;
+    return strcmp(dt_spec_device(s), "cuda") == 0 ? "h100-sxm" : "cpu";
+}
+
+const char *dt_spec_dtype(const dt_spec_t *s)
+{
+    const char *d = s->dtype ? s->dtype : s->precision;
+
+    if (d != NULL)
+        return d;
+    return strcmp(dt_spec_device(s), "cuda") == 0 ? "bf16" : "fp32";
+}
+
+/* device, gpu and dtype agree: a cpu job on the cpu preset computing in
+ * fp32, a cuda job on a GPU preset. */
+static int check_device(const dt_spec_t *s, dt_emsg_t *em)
+{
+    const char *dev = dt_spec_device(s), *gpu = dt_spec_gpu(s);
+    const char *dt = s->dtype ? s->dtype : s->precision;
+    bool cuda = strcmp(dev, "cuda") == 0;
+
+    if (s->dtype != NULL && s->precision != NULL && strcmp(s->dtype, s->precision) != 0)
+        return dt_emsg_set(em, DT_EINVAL, "keys 'dtype' = %s and 'precision' = %s differ: they "
+                           "are one setting (precision is the old name)", s->dtype,
+                           s->precision);
+    if (cuda && strcmp(gpu, "cpu") == 0)
+        return dt_emsg_set(em, DT_EINVAL, "device = cuda with gpu = cpu: name the GPUs' "
+                           "preset (gpu = h100-sxm or h200), or leave gpu out for h100-sxm");
+    if (!cuda && strcmp(gpu, "cpu") != 0)
+        return dt_emsg_set(em, DT_EINVAL, "device = cpu with gpu = %s: a cpu job plans and "
+                           "runs on the cpu preset (leave gpu out), or set device = cuda", gpu);
+    if (!cuda && dt != NULL && strcmp(dt, "fp32") != 0)
+        return dt_emsg_set(em, DT_EINVAL, "key '%s' = %s: device = cpu computes in fp32 only "
+                           "(bf16 and fp16 are for device = cuda)",
+                           s->dtype ? "dtype" : "precision", dt);
+    if (!cuda && s->cpus_per_gpu != 0)
+        return dt_emsg_set(em, DT_EINVAL, "key 'cpus_per_gpu' is for device = cuda (a cpu "
+                           "job's node gets one CPU per rank)");
+    return 0;
+}
+
 int dt_spec_check(const dt_spec_t *s, dt_emsg_t *em)
 {
     static const char *const shape[] = { "dim", "layers", "heads", "kv_heads", "ffn", "vocab" };
@@ -392,6 +451,8 @@ int dt_spec_check(const dt_spec_t *s, dt_emsg_t *em)
     for (const dt_conf_key_t *k = keys; k->name != NULL; k++)
         if ((rc = check_key(s, k, em)) < 0)
             return rc;
+    if ((rc = check_device(s, em)) < 0)
+        return rc;
     if (s->model != NULL && strcmp(s->model, "custom") == 0) {
         for (size_t i = 0; i < sizeof(shape) / sizeof(shape[0]); i++)
             if (*(int64_t *)field(s, find_key(shape[i])) == 0)

@@ -31,11 +31,15 @@ typedef struct dt_spec {
     char *segments;  /* "w1,w2,..." */
     char *dilations; /* "r1,r2,..." */
     char *layout;    /* contiguous | zigzag (default zigzag when causal) */
-    char *precision; /* fp32 | bf16 | fp16 (default bf16 on GPUs, fp32 on cpu) */
+    /* compute dtype: fp32 | bf16 | fp16 (default bf16 on cuda, fp32 on cpu,
+     * which computes in fp32 only); `precision` is its old name, kept */
+    char *dtype, *precision;
     /* resources */
-    char *gpu;       /* cluster preset: h100-sxm | h200 | cpu (default cpu) */
+    char *device;    /* cpu | cuda (default: cuda when gpu is a GPU preset) */
+    char *gpu;       /* cluster preset: h100-sxm | h200 | cpu (default: h100-sxm on
+                      * cuda, else cpu) */
     int64_t ranks;   /* 0: the planner chooses */
-    int64_t nodes, gpus_per_node, spares;
+    int64_t nodes, gpus_per_node, cpus_per_gpu, spares;
     int64_t time_limit_ms;
     int64_t signal_lead_ms; /* checkpoint and requeue this long before the limit */
     char *signal;           /* Slurm's warning signal: USR1 | USR2 (NULL: dt.conf's) */
@@ -53,6 +57,14 @@ typedef struct dt_spec {
      * (0: the defaults, 2 and 3; coordinator/recovery.h) */
     int64_t repeat_failures, repeat_startup_failures;
 } dt_spec_t;
+
+/* Resolved settings (the spec must have passed dt_spec_check): the device
+ * ("cpu" or "cuda"), the cluster preset ("cpu", "h100-sxm", "h200"), and
+ * the compute dtype ("fp32", "bf16" or "fp16"), each from its key or its
+ * default as dt-spec(5) gives it. */
+const char *dt_spec_device(const dt_spec_t *s);
+const char *dt_spec_gpu(const dt_spec_t *s);
+const char *dt_spec_dtype(const dt_spec_t *s);
 
 /* The key table (NULL-name-terminated) over dt_spec_t. */
 const dt_conf_key_t *dt_spec_keys(void);

@@ -24,6 +24,10 @@ enum {
     /* 6, DT_EXIT_CKPT (common/proto.h): the --resume-from checkpoint does not verify */
 };
 
+/* `dtengine devices [--json]`: the GPUs this process sees; a local query
+ * that joins no job (engine/cmd/devices.c). */
+int dt_cmd_devices(int argc, char **argv);
+
 /* Parse option --name's value s as a number in [lo, hi]; DT_EUSAGE with a
  * message naming the option otherwise. */
 int dt_cmd_number(const char *name, const char *s, double lo, double hi, double *out,

@@ -108,6 +108,12 @@ static int apply_spec(topts_t *o, const char *path, dt_emsg_t *em)
     if (s->kind && strcmp(s->kind, "train") != 0)
         return dt_emsg_set(em, DT_EINVAL, "%s: kind = %s; dtengine train runs kind = train", path,
                            s->kind);
+    /* refused rather than run on the CPU in its place: the job asked for
+     * GPUs, and its plan, its checkpoints' dtype and its Slurm request
+     * say so */
+    if (strcmp(dt_spec_device(s), "cuda") == 0)
+        return dt_emsg_set(em, DT_ENOTSUP, "%s: device = cuda: dtengine train has no CUDA path "
+                           "yet; run the job with device = cpu (dtengine(1) BUGS)", path);
     /* the model as dtctl plan and dtcoordd resolve it (spec/model.h) */
     if ((rc = dt_model_from_spec(s, &o->model, em)) < 0)
         return rc;

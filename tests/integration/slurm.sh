@@ -51,7 +51,7 @@ need_mpirun
 DTAGENTD=$DT_BUILDDIR/agent/dtagentd
 [ -x "$DTAGENTD" ] || die "$DTAGENTD is not built"
 
-slurm_up 3 16900 --preempt
+slurm_up 3 16900 --preempt --gpus 2
 # the cluster's munged serves dt too: agents authenticate with it
 MUNGE_SOCKET=$DT_MUNGE_SOCKET
 # A batch job's environment is slurm_env, not this shell's: pass on this
@@ -565,6 +565,33 @@ t_time_limit() {
 }
 echo " ${DT_SLURM_CHECKS:-} " | grep -q " time_limit " &&
     check "a real 1-minute time limit: Slurm's USR2, checkpoint, requeue until done" t_time_limit
+
+# ---- device = cuda: GPUs asked of Slurm ---------------------------------------
+
+# The cluster declares 2 GPUs per node (dt-cluster --gpus 2: Slurm counts
+# them, none is there). A cuda job asks Slurm for a GPU per rank and
+# cpus_per_gpu cores each; Slurm gives them; the agents find no GPU
+# (dtengine devices: no driver) and are refused saying so; the job fails
+# without a worker started, and its Slurm job ends.
+t_cuda() {
+    job_spec gpus "device = cuda" "cpus_per_gpu = 2" "max_restarts = 1" |
+        sed '/^gpu = cpu$/d' >"$TMPD/gpus.spec"
+    J=$(submit "$TMPD/gpus.spec")
+    [ -n "$J" ] || { echo "submit failed"; return 1; }
+    wait_for 30 eval '[ -n "$(slurm_id_of "$J")" ]' || { echo "no Slurm job"; return 1; }
+    SID=$(slurm_id_of "$J")
+    scontrol show job "$SID" >"$TMPD/sjob"
+    grep -q "TresPerNode=gres:gpu:2" "$TMPD/sjob" && grep -q "CpusPerTres=gres:gpu:2" "$TMPD/sjob" ||
+        { echo "Slurm job $SID:"; cat "$TMPD/sjob"; return 1; }
+    wait_done "$J" 180 || return 1
+    events_have "agent_refused .*device = cuda needs a GPU per slot: 0 GPUs for 2 slots: " \
+        "the refusal with its cause" || return 1
+    [ "$(state_of "$J")" = failed ] || { echo "job $J is $(state_of "$J")"; return 1; }
+    ! grep -q "worker_exit\|generation_started" "$TMPD/ev" ||
+        { echo "a worker was started"; return 1; }
+    grep -m 1 agent_refused "$TMPD/ev" | sed 's/^ *//'
+}
+only cuda && check "device = cuda: GPUs and cores per GPU asked of Slurm; GPU-less agents refused, no worker" t_cuda
 
 # this coordinator's agents and workers only (other tests may run beside)
 nothing_of_ours() {

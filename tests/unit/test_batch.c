@@ -198,6 +198,40 @@ Test(batch, gpu_job_asks_one_gpu_per_rank)
     }
 }
 
+/* device = cuda asks for the GPUs, and cpus_per_gpu for their cores;
+ * without cpus_per_gpu the site's default stands. */
+Test(batch, cuda_job_asks_gpus_and_cpus_per_gpu)
+{
+    dt_spec_t s = spec(NULL);
+    dt_batch_conf_t bc = conf();
+    dt_slurm_desc_t d;
+
+    s.device = (char *)"cuda";
+    s.cpus_per_gpu = 6;
+    make_ok(1, &s, 2, 4, NULL, &bc, &d);
+    cr_assert_eq(d.gpus_per_node, 4);
+    cr_assert_eq(d.cpus_per_gpu, 6);
+    cr_assert_eq(d.cpus_per_task, 0);
+    assert_has(d.script, "#SBATCH --gpus-per-node=4\n");
+    assert_has(d.script, "#SBATCH --cpus-per-gpu=6\n");
+    dt_slurm_desc_clear(&d);
+
+    s.cpus_per_gpu = 0;
+    make_ok(1, &s, 2, 4, NULL, &bc, &d);
+    cr_assert_eq(d.cpus_per_gpu, 0);
+    assert_lacks(d.script, "--cpus-per-gpu");
+    dt_slurm_desc_clear(&d);
+
+    /* a cpu job never asks for GPUs, whatever cpus_per_gpu says */
+    s.device = (char *)"cpu";
+    s.cpus_per_gpu = 6;
+    make_ok(1, &s, 1, 2, NULL, &bc, &d);
+    cr_assert_eq(d.gpus_per_node, 0);
+    cr_assert_eq(d.cpus_per_gpu, 0);
+    assert_lacks(d.script, "--gpus-per-node");
+    dt_slurm_desc_clear(&d);
+}
+
 Test(batch, unknown_gpu_preset_is_refused)
 {
     dt_spec_t s = spec("a100");
@@ -608,6 +642,8 @@ static int desc_options(const dt_slurm_desc_t *d, char want[MAX_OPTS][1024])
         WANT("--cpus-per-task=%u", d->cpus_per_task);
     if (d->gpus_per_node)
         WANT("--gpus-per-node=%u", d->gpus_per_node);
+    if (d->cpus_per_gpu)
+        WANT("--cpus-per-gpu=%u", d->cpus_per_gpu);
     if (d->time_min)
         WANT("--time=%u", d->time_min);
     if (d->signal_lead_s)
@@ -672,6 +708,7 @@ Test(batch, sbatch_lines_agree_with_the_desc)
         s.exclude = (char *)"n[1-3]";
         s.spares = 2;
         s.signal_lead_ms = 300000;
+        s.cpus_per_gpu = 12;
         make_ok(9, &s, 2, 8, "n7", &bc, &d);
         assert_sbatch_agrees(&d);
         dt_slurm_desc_clear(&d);

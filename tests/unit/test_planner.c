@@ -557,6 +557,30 @@ Test(planner, request_from_spec)
     cr_assert(q.model.tied);
     cr_assert_eq(q.precision, DT_BF16, "bf16 on GPUs");
     cr_assert_eq(q.cluster.peak_flops, 989e12);
+    cr_assert(q.cuda, "a GPU preset runs on cuda");
+    dt_spec_free(&s);
+
+    /* device = cuda alone plans on the H100 preset, bf16 */
+    cr_assert_eq(dt_spec_parse("s", "kind = train\ntokens = 64K\ndevice = cuda\n", &s, &em), 0,
+                 "%s", em.s);
+    cr_assert_eq(dt_plan_req_from_spec(&s, &q, &em), 0, "%s", em.s);
+    cr_assert(q.cuda);
+    cr_assert_str_eq(q.cluster.name, "h100-sxm");
+    cr_assert_eq(q.precision, DT_BF16);
+    dt_plan_t p;
+    cr_assert_eq(dt_plan_make(&q, &p, &em), 0, "%s", em.s);
+    json_t *j = dt_plan_to_json(&q, &p);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "device")), "cuda");
+    cr_assert_str_eq(json_string_value(json_object_get(j, "dtype")), "bf16");
+    json_decref(j);
+    dt_spec_free(&s);
+
+    /* and a cpu job on the cpu preset, fp32 */
+    cr_assert_eq(dt_spec_parse("s", "kind = train\ntokens = 4096\n", &s, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_plan_req_from_spec(&s, &q, &em), 0, "%s", em.s);
+    cr_assert(!q.cuda);
+    cr_assert_str_eq(q.cluster.name, "cpu");
+    cr_assert_eq(q.precision, DT_F32);
     dt_spec_free(&s);
 }
 

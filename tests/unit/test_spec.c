@@ -121,11 +121,14 @@ static const char full_text[] = "name = \"long # context\"\n"
                                 "segments = 2048,8192,32768\n"
                                 "dilations = 1,2,8\n"
                                 "layout = contiguous\n"
+                                "dtype = bf16\n"
                                 "precision = bf16\n"
+                                "device = cuda\n"
                                 "gpu = h100-sxm\n"
                                 "ranks = 64\n"
                                 "nodes = 8\n"
                                 "gpus_per_node = 8\n"
+                                "cpus_per_gpu = 12\n"
                                 "spares = 2\n"
                                 "time_limit = 90m\n"
                                 "signal_lead = 5m\n"
@@ -210,11 +213,14 @@ Test(spec, set_builds_what_parse_reads)
         { "segments", "2048,8192,32768" },
         { "dilations", "1,2,8" },
         { "layout", "contiguous" },
+        { "dtype", "bf16" },
         { "precision", "bf16" },
+        { "device", "cuda" },
         { "gpu", "h100-sxm" },
         { "ranks", "64" },
         { "nodes", "8" },
         { "gpus_per_node", "8" },
+        { "cpus_per_gpu", "12" },
         { "spares", "2" },
         { "time_limit", "90m" },
         { "signal_lead", "5m" },
@@ -318,7 +324,67 @@ static const struct refusal {
     { "kind = attn\ntokens = 64\nwidth = 3\n", DT_ECONF, { "unknown key 'width'", NULL } },
     { "kind = attn\ntokens = 64\nkind = train\n", DT_ECONF, { "duplicate key 'kind'", NULL } },
     { "kind = attn\ntokens = 64\ndata =\n", DT_EINVAL, { "key 'data'", "empty" } },
+    { "kind = attn\ntokens = 64\ndevice = rocm\n", DT_EINVAL, { "key 'device'", "cpu or cuda" } },
+    { "kind = attn\ntokens = 64\ndtype = fp8\n", DT_EINVAL, { "key 'dtype'", "bf16" } },
+    { "kind = attn\ntokens = 64\ndevice = cuda\ngpu = cpu\n",
+      DT_EINVAL,
+      { "device = cuda with gpu = cpu", "h100-sxm" } },
+    { "kind = attn\ntokens = 64\ndevice = cpu\ngpu = h200\n",
+      DT_EINVAL,
+      { "device = cpu with gpu = h200", "device = cuda" } },
+    { "kind = attn\ntokens = 64\ndtype = bf16\n",
+      DT_EINVAL,
+      { "key 'dtype' = bf16", "fp32 only" } },
+    { "kind = attn\ntokens = 64\ndevice = cpu\nprecision = fp16\n",
+      DT_EINVAL,
+      { "key 'precision' = fp16", "fp32 only" } },
+    { "kind = attn\ntokens = 64\ndevice = cuda\ndtype = bf16\nprecision = fp16\n",
+      DT_EINVAL,
+      { "keys 'dtype' = bf16 and 'precision' = fp16 differ", NULL } },
+    { "kind = attn\ntokens = 64\ncpus_per_gpu = 4\n",
+      DT_EINVAL,
+      { "key 'cpus_per_gpu' is for device = cuda", NULL } },
+    { "kind = attn\ntokens = 64\ndevice = cuda\ncpus_per_gpu = 0\n",
+      DT_ECONF,
+      { "key 'cpus_per_gpu'", "out of range" } },
 };
+
+/* device, gpu and dtype default from one another as dt-spec(5) says. */
+Test(spec, device_gpu_and_dtype_defaults)
+{
+    static const struct {
+        const char *keys, *device, *gpu, *dtype;
+    } cases[] = {
+        { "", "cpu", "cpu", "fp32" },
+        { "gpu = cpu\n", "cpu", "cpu", "fp32" },
+        { "device = cpu\n", "cpu", "cpu", "fp32" },
+        { "gpu = h100-sxm\n", "cuda", "h100-sxm", "bf16" },
+        { "gpu = h200\ndtype = fp16\n", "cuda", "h200", "fp16" },
+        { "device = cuda\n", "cuda", "h100-sxm", "bf16" },
+        { "device = cuda\ngpu = h200\nprecision = fp16\n", "cuda", "h200", "fp16" },
+        { "device = cuda\ndtype = fp32\n", "cuda", "h100-sxm", "fp32" },
+        { "device = cpu\ndtype = fp32\n", "cpu", "cpu", "fp32" },
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char text[256];
+        dt_spec_t s;
+        dt_emsg_t em = { "" };
+
+        snprintf(text, sizeof(text), "kind = train\ntokens = 64\n%s", cases[i].keys);
+        cr_assert_eq(dt_spec_parse("d", text, &s, &em), 0, "%s: %s", text, em.s);
+        cr_assert_str_eq(dt_spec_device(&s), cases[i].device, "%s", text);
+        cr_assert_str_eq(dt_spec_gpu(&s), cases[i].gpu, "%s", text);
+        cr_assert_str_eq(dt_spec_dtype(&s), cases[i].dtype, "%s", text);
+        char *f = dt_spec_format(&s);
+        dt_spec_t again;
+        cr_assert_eq(dt_spec_parse("f", f, &again, &em), 0, "%s", em.s);
+        cr_assert_str_eq(dt_spec_device(&again), cases[i].device);
+        cr_assert_str_eq(dt_spec_dtype(&again), cases[i].dtype);
+        free(f);
+        dt_spec_free(&again);
+        dt_spec_free(&s);
+    }
+}
 
 Test(spec, every_refusal_names_the_key_and_leaves_out_zeroed)
 {
@@ -399,7 +465,7 @@ Test(spec, every_key_has_help)
         cr_assert_not_null(k->help, "key %s", k->name);
         cr_assert(strlen(k->help) > 4, "key %s", k->name);
     }
-    cr_assert_eq(n, 45, "45 keys, one per dt_spec_t field (dt-spec(5) lists them)");
+    cr_assert_eq(n, 48, "48 keys, one per dt_spec_t field (dt-spec(5) lists them)");
     dt_spec_free(NULL);
 }
 
