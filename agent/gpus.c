@@ -139,6 +139,7 @@ int dt_gpus_parse(const char *text, dt_gpus_t *g, dt_emsg_t *em)
     }
     const char *why = json_string_value(json_object_get(o, "error"));
     if (g->n == 0) {
+        dt_gpus_free(g); /* nothing held for a node without GPUs */
         char *e = dt_text_escape(why ? why : "none found", 0);
         snprintf(g->why, sizeof(g->why), "%s", e);
         free(e);

@@ -471,6 +471,7 @@ int main(int argc, char **argv)
             dt_log_error("signal %d: %s", sigs[i].sig, uv_strerror(rc));
             free(engine);
             free(state_dir);
+            dt_gpus_free(&ag.gpus);
             return 1;
         }
 
@@ -491,6 +492,7 @@ int main(int argc, char **argv)
         dt_log_error("PMIx server: %s", em.s);
         free(engine);
         free(state_dir);
+        dt_gpus_free(&ag.gpus);
         return 1;
     }
     const dt_link_hooks_t link_hooks = {

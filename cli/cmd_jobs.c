@@ -276,8 +276,8 @@ int dtctl_show(dtctl_t *ctl, int argc, char **argv)
     }
     static const col_t agent_cols[] = {
         { "AGENT", "id", C_INT },       { "-NODE", "node", C_STR },
-        { "SLOTS", "slots", C_INT },    { "-STATE", "state", C_STR },
-        { "-LAST SEEN", "last_seen_ms", C_TIME },
+        { "SLOTS", "slots", C_INT },    { "GPUS", "gpus", C_INT },
+        { "-STATE", "state", C_STR },   { "-LAST SEEN", "last_seen_ms", C_TIME },
     };
     static const col_t progress_cols[] = {
         { "AGENT", "agent", C_INT },
@@ -287,7 +287,7 @@ int dtctl_show(dtctl_t *ctl, int argc, char **argv)
     };
     if (json_array_size(json_object_get(res, "agents")) > 0) {
         printf("\n");
-        print_rows(json_object_get(res, "agents"), agent_cols, 5);
+        print_rows(json_object_get(res, "agents"), agent_cols, 6);
     }
     if (json_array_size(json_object_get(res, "progress")) > 0) {
         printf("\nprogress:\n");

@@ -250,8 +250,9 @@ static void agents_line(const view_t *v, FILE *f)
     fputs("agents", f);
     json_array_foreach(v->agents, i, a) {
         const char *node = jstr(a, "node"), *state = jstr(a, "state");
-        fprintf(f, "  %s %s%s", node ? node : "?", state ? state : "?",
-                json_is_true(json_object_get(a, "spare")) ? " (spare)" : "");
+        fprintf(f, "  %s %s%s%s", node ? node : "?", state ? state : "?",
+                json_is_true(json_object_get(a, "spare")) ? " (spare)" : "",
+                json_is_true(json_object_get(a, "suspect")) ? " (suspect: a GPU failed)" : "");
     }
     fputc('\n', f);
 }

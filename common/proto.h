@@ -46,6 +46,10 @@
  * --resume-from does not verify: the coordinator marks it corrupt and
  * starts again from the one before, without counting a restart. */
 #define DT_EXIT_CKPT 6
+/* dtengine's exit status when its GPU failed (a CUDA error that poisons
+ * the context, an XID, an uncorrectable ECC error): the coordinator treats
+ * the node as suspect and runs the next generation without it. */
+#define DT_EXIT_DEVICE 7
 
 /* X(name, value, direction, payload) */
 #define DT_MSG_TYPES(X)                                                              \

@@ -84,6 +84,7 @@ typedef struct dt_live_agent {
     char node[256];
     int slots;
     int gpus; /* the node's GPUs, as it registered them */
+    int suspect; /* a GPU of it failed (recovery): no more ranks on it */
     int64_t pid;
     struct dt_live_agent *next, *prev;
 } dt_live_agent_t;

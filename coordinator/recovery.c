@@ -186,6 +186,14 @@ static enum dt_action worker(const dt_fault_t *f, const dt_job_view_t *v, dt_dec
         return act(d, DT_ACT_RETRY, "the resume checkpoint does not verify");
     }
     char cause[48];
+    if (f->status == DT_EXIT_DEVICE && !f->sig && !f->hung) {
+        /* its GPU failed: restarting onto it would fail again, or worse */
+        event(d, "device_fault", "gen=%d rank %d on %s: its GPU failed; %s is suspect, no "
+              "later generation runs on it", v->gen, f->rank, node, node);
+        d->suspect = true;
+        d->suspect_agent = f->agent;
+        return fail_gen(v, d, f->rank, "device fault", why);
+    }
     if (f->hung)
         snprintf(cause, sizeof(cause), "hung");
     else if (f->sig)
@@ -415,6 +423,8 @@ int dt_recovery_fault(dt_coord_t *c, int64_t job, const dt_fault_t *f)
                  dt_action_name(d.action));
     for (int i = 0; i < d.nev; i++)
         dt_coord_event(c, job, d.ev[i].kind, "%s", d.ev[i].detail);
+    if (d.suspect)
+        dt_run_suspect(c, job, d.suspect_agent);
     if (d.abort)
         dt_run_abort(c, job, d.abort_why, d.rank);
     switch (d.action) {

@@ -12,6 +12,10 @@
  * a view of the job in, an action with its events and reason out, so each
  * rule is tested row by row without a coordinator (tests/unit/test_recovery.c).
  * The policy, as dt-spec(5) and dtcoordd(8) describe it:
+ *   - a worker whose GPU failed (dtengine's exit 7, DT_EXIT_DEVICE): as
+ *     any failure, and its node is suspect: no later generation of this
+ *     run is placed on it (a spare takes its ranks; without one, a re-plan
+ *     or, under Slurm, a requeue excluding it);
  *   - a worker that fails or hangs, or an agent lost or restarted: abort
  *     the generation on every agent, start the next one from the newest
  *     committed checkpoint, counting a restart; dtengine's exit 2 (invalid
@@ -183,6 +187,8 @@ typedef struct dt_decision {
     bool failure;      /* REQUEUE: counts against the restart budget */
     bool exclude_lost; /* REQUEUE: the lost agents' nodes are excluded */
     bool ckpt_corrupt; /* RETRY: the resume checkpoint is marked corrupt and set aside */
+    bool suspect;      /* the failed worker's node is suspect: no more ranks on it */
+    int64_t suspect_agent; /* ... its agent */
     int ranks;         /* REPLAN */
     char abort_why[800]; /* the GEN_ABORT's reason when `abort` */
     int nev;           /* events, written before the action */

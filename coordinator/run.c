@@ -80,6 +80,7 @@ typedef struct fence {
 /* A worker's failure as its agent reported it. */
 typedef struct worker_failure {
     int rank;
+    int64_t agent;
     int64_t status, sig, step; /* status -1: none (the hold is empty) */
     int hung, stopped;
     char node[256];
@@ -292,7 +293,7 @@ static int gen_index(const jobrun_t *r, int64_t agent)
 
 static int live_usable(const dt_live_agent_t *a, int64_t job)
 {
-    return a->job == job && a->conn != NULL && a->slots > 0;
+    return a->job == job && a->conn != NULL && a->slots > 0 && !a->suspect;
 }
 
 /*-- checkpoints -----------------------------------------------------------------*/
@@ -643,7 +644,8 @@ static int ranks_alive(const jobrun_t *r)
 /* A worker's failure decides the generation: recovery.c says how. */
 static void worker_failed(dt_coord_t *c, jobrun_t *r, const worker_failure_t *w)
 {
-    dt_fault_t f = { .kind = DT_FAULT_WORKER, .rank = w->rank, .status = w->status,
+    dt_fault_t f = { .kind = DT_FAULT_WORKER, .rank = w->rank, .agent = w->agent,
+                     .status = w->status,
                      .sig = w->sig, .step = w->step, .hung = w->hung, .stopped = w->stopped,
                      .node = w->node, .err = w->err };
     fault(c, r, &f);
@@ -834,16 +836,27 @@ void dt_run_worker_exit(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_worker_
         }
         return;
     }
-    if (r->phase != PH_STARTING && r->phase != PH_RUNNING)
+    if (r->phase != PH_STARTING && r->phase != PH_RUNNING) {
+        /* a GPU that failed after another rank's failure began the abort
+         * still makes its node suspect: recovery decides, nothing else
+         * is left to do */
+        if (status == DT_EXIT_DEVICE && !sig && !hung && r->phase == PH_ABORTING) {
+            worker_failure_t dev = { .rank = (int)rank, .agent = a->id, .status = status,
+                                     .step = ri->step };
+            snprintf(dev.node, sizeof(dev.node), "%s", a->node);
+            snprintf(dev.err, sizeof(dev.err), "%s", errt);
+            worker_failed(c, r, &dev);
+        }
         return;
-    worker_failure_t f = { .rank = (int)rank, .status = status, .sig = sig, .hung = hung,
-                           .stopped = x->stopped, .step = ri->step };
+    }
+    worker_failure_t f = { .rank = (int)rank, .agent = a->id, .status = status, .sig = sig,
+                           .hung = hung, .stopped = x->stopped, .step = ri->step };
     snprintf(f.node, sizeof(f.node), "%s", a->node);
     snprintf(f.err, sizeof(f.err), "%s", errt);
     /* An exit status the ranks agree on is printed by one rank only
      * (dtengine(1)): when this report does not carry the words, wait a
      * moment for the one that does (dt_run_tick ends the wait). */
-    int agreed = !hung && !sig && status != 4 && status != 5;
+    int agreed = !hung && !sig && status != 4 && status != 5 && status != DT_EXIT_DEVICE;
     if (r->held.status >= 0) {
         if (agreed && err && status == r->held.status)
             r->held = f; /* the same failure, with its reason */
@@ -1126,6 +1139,8 @@ void dt_run_show(dt_coord_t *c, int64_t job, json_t *reply)
         json_object_set_new(ag, "pid", json_integer(a ? a->pid : 0));
         json_object_set_new(ag, "connected", json_boolean(a && a->conn));
         json_object_set_new(ag, "spare", json_boolean(r && r->gen && gen_index(r, id) < 0));
+        json_object_set_new(ag, "gpus", json_integer(a ? a->gpus : 0));
+        json_object_set_new(ag, "suspect", json_boolean(a && a->suspect));
     }
     if (r == NULL || r->gen == 0 || r->ranks == NULL) {
         json_object_set_new(reply, "gen", json_null());
@@ -1313,6 +1328,24 @@ void dt_run_end(dt_coord_t *c, int64_t job, enum dt_job_state to, const char *wh
     jobrun_t *r = run_find(c, job);
     if (r)
         end_job(c, r, to, why);
+}
+
+void dt_run_suspect(dt_coord_t *c, int64_t job, int64_t agent)
+{
+    jobrun_t *r = run_find(c, job);
+    dt_live_agent_t *a = dt_coord_agent_find(c, agent);
+
+    if (a == NULL || a->job != job || a->suspect)
+        return;
+    a->suspect = 1;
+    if (r) {
+        char *l = r->lost_nodes ? dt_xasprintf("%s,%s", r->lost_nodes, a->node)
+                                : dt_xstrdup(a->node);
+        free(r->lost_nodes);
+        r->lost_nodes = l;
+    }
+    dt_log_warn("job=%lld agent=%lld node=%s suspect: no more ranks on it", (long long)job,
+                (long long)agent, a->node);
 }
 
 void dt_run_set_aside(dt_coord_t *c, int64_t job, int64_t step)

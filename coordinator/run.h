@@ -85,5 +85,8 @@ void dt_run_replan(dt_coord_t *c, int64_t job, int ranks);
 void dt_run_end(dt_coord_t *c, int64_t job, enum dt_job_state to, const char *why);
 /* An agent renames a corrupt step's directory step-N.corrupt. */
 void dt_run_set_aside(dt_coord_t *c, int64_t job, int64_t step);
+/* The agent's node is suspect (its GPU failed): no later generation of
+ * the job places ranks on it, and a requeue excludes it. */
+void dt_run_suspect(dt_coord_t *c, int64_t job, int64_t agent);
 
 #endif /* DT_COORD_RUN_H */

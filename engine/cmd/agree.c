@@ -19,5 +19,10 @@ int dt_agree_report(dt_comm_t *comm, int rc, const char *what, const char *msg, 
         fprintf(stderr, "%s: %s\n", what, msg[0] ? msg : dt_strerror(agreed));
     if (printed)
         *printed = mine;
+    /* a GPU that failed is its own rank's: the others' are fine, and they
+     * must not exit 7 too (the coordinator would take every node for
+     * suspect), so they end as after any peer's failure */
+    if (agreed == DT_EDEVICE && rc != DT_EDEVICE)
+        return DT_ECOMM;
     return agreed;
 }

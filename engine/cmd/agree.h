@@ -21,7 +21,9 @@
  * original is chosen. *printed (may be NULL) is 1 on the rank that
  * printed, 0 elsewhere. Returns the agreed code: 0 when every rank
  * succeeded, DT_ECOMM when the agreement itself failed (every rank then
- * reports its own message). */
+ * reports its own message). An agreed DT_EDEVICE (a GPU failed) is
+ * returned only to the ranks that brought it; the others get DT_ECOMM, so
+ * that only a rank whose own GPU failed exits 7 (dtengine(1)). */
 DT_MUST_CHECK int dt_agree_report(dt_comm_t *comm, int rc, const char *what, const char *msg,
                                   int *printed);
 

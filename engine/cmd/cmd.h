@@ -22,6 +22,7 @@ enum {
     DT_EXIT_PEER = 4,    /* another rank of the job failed (PMIx event): restart helps */
     DT_EXIT_AGENT_LOST = 5, /* the channel to dtagentd broke */
     /* 6, DT_EXIT_CKPT (common/proto.h): the --resume-from checkpoint does not verify */
+    /* 7, DT_EXIT_DEVICE (common/proto.h): this rank's GPU failed */
 };
 
 /* `dtengine devices [--json]`: the GPUs this process sees; a local query

@@ -65,6 +65,8 @@ int dt_exit_code(int rc)
         return DT_EXIT_INPUT;
     case DT_ECKPT:
         return DT_EXIT_CKPT;
+    case DT_EDEVICE:
+        return DT_EXIT_DEVICE;
     default:
         return DT_EXIT_FAILURE;
     }

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT
  *
- * CUDA runtime errors, translated once at the edge into DT_EDEVICE with a
- * message naming the call, the file and line, and CUDA's own words:
+ * CUDA runtime errors, translated once at the edge into DT_EDEVICE (the
+ * GPU failed or cannot be used: dtengine exits 7 and its node becomes
+ * suspect) or, for out of memory, DT_ENOMEM, with a message naming the
+ * call, the file and line, and CUDA's own words:
  *     "attn_cuda.cu:412: cudaMalloc(&ws, n): cudaErrorMemoryAllocation:
  *      out of memory"
  * Usable from C (gcc) and from the .cu launchers (nvcc). Kernel launches

@@ -21,8 +21,12 @@ int dt_cuda_err(dt_emsg_t *em, cudaError_t e, const char *call, const char *file
                            int line)
 {
     const char *base = strrchr(file, '/');
+    /* out of device memory is the job's size, not the GPU's fault: it
+     * would fail the same on any node (not DT_EDEVICE, which makes the
+     * node suspect: dtengine(1) exit 7) */
+    int code = e == cudaErrorMemoryAllocation ? DT_ENOMEM : DT_EDEVICE;
 
-    return dt_emsg_set(em, DT_EDEVICE, "%s:%d: %s: %s: %s", base ? base + 1 : file, line, call,
+    return dt_emsg_set(em, code, "%s:%d: %s: %s: %s", base ? base + 1 : file, line, call,
                        cudaGetErrorName(e), cudaGetErrorString(e));
 }
 

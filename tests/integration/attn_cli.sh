@@ -177,16 +177,17 @@ check "unknown dtype" expect_bad 1 dtype $Q $KV --device cuda --dtype fp8
 
 # --device cuda where no GPU can run it: a dtengine built without CUDA says
 # so (exit 2); one built with CUDA on a machine without a usable device
-# fails naming the CUDA error (exit 1). Either way nothing is written.
+# fails naming the CUDA error, as a device fault (exit 7, dtengine(1): under
+# an agent the node is suspect). Either way nothing is written.
 expect_no_gpu() {
     _ng_dir=$TMPD/nogpu
     mkdir "$_ng_dir" || return 99
     run_attn 1 "$_ng_dir" $Q $KV --device cuda --out "$_ng_dir/o.npy"
     _ng_rc=$?
     case $_ng_rc in
-    1) _ng_word="cuda" ;;
+    7) _ng_word="cuda" ;;
     2) _ng_word="built without CUDA" ;;
-    *) echo "exit status $_ng_rc, want 1 or 2"; return 1 ;;
+    *) echo "exit status $_ng_rc, want 7 or 2"; return 1 ;;
     esac
     if ! grep -qi -e "$_ng_word" "$_ng_dir.stderr"; then
         echo "exit $_ng_rc but stderr does not mention '$_ng_word':"

@@ -448,6 +448,45 @@ t_checkpoint_running() {
 }
 check "checkpoint JOB while it runs: requested, and the result is unchanged" t_checkpoint_running
 
+# A worker whose GPU fails (dtengine's exit 7, here from a wrapper that
+# kills the real engine two seconds in and exits 7 with a CUDA error's
+# words, once): its node is suspect, the spare takes its ranks, and the job
+# completes with the fault-free checksum; no later generation runs there.
+t_device_fault() {
+    need_agent || return 1
+    _df=$TMPD/devfault
+    mkdir -p "$_df"
+    cat >"$_df/dtengine" <<EOF
+#!/bin/sh
+if [ "\$1" = train ] && mkdir "$_df/failed" 2>/dev/null; then
+    "$DTENGINE" "\$@" &
+    sleep 2
+    kill -9 \$! 2>/dev/null
+    echo "dtengine: CUDA error: an illegal memory access was encountered (test)" >&2
+    exit 7
+fi
+exec "$DTENGINE" "\$@"
+EOF
+    chmod +x "$_df/dtengine"
+    DT_ENGINE=$_df/dtengine e2e devfault "$TMPD/small.spec" --spares 1 || return 1
+    [ "$CHECKSUM" = "$BASE_SUM" ] || { echo "checksum $CHECKSUM, fault-free run $BASE_SUM"; return 1; }
+    _db=$TMPD/e2e-devfault/dt.db
+    _bad=$(sqlite3 "$_db" "SELECT detail FROM events WHERE kind = 'device_fault'" |
+        sed -n 's/.* on \([a-z0-9]*\): its GPU failed.*/\1/p' | head -n 1)
+    [ -n "$_bad" ] || { sqlite3 "$_db" "SELECT kind, detail FROM events"; return 1; }
+    _last=$(sqlite3 "$_db" "SELECT MAX(gen) FROM ranks")
+    _nodes=$(sqlite3 "$_db" "SELECT DISTINCT a.node FROM ranks r JOIN agents a ON a.id = r.agent_id
+        WHERE r.gen = $_last ORDER BY a.node" | tr '\n' ' ')
+    case " $_nodes" in
+    *" $_bad "*) echo "generation $_last ran on the suspect $_bad: $_nodes"; return 1 ;;
+    esac
+    sqlite3 "$_db" "SELECT detail FROM events WHERE kind = 'worker_failed'" |
+        grep -q "exited with status 7 at step [0-9]*: dtengine: CUDA error" || return 1
+    echo "$_bad suspect; generation $_last on $_nodes"
+}
+check "a worker's GPU fails (exit 7): its node suspect, the spare takes over, same checksum" \
+    t_device_fault
+
 # ---- device = cuda: the agents' GPUs -------------------------------------------
 
 sed 's/^gpu = cpu$/device = cuda/' "$TMPD/small.spec" >"$TMPD/cuda.spec"

@@ -573,6 +573,7 @@ Test(planner, request_from_spec)
     cr_assert_str_eq(json_string_value(json_object_get(j, "device")), "cuda");
     cr_assert_str_eq(json_string_value(json_object_get(j, "dtype")), "bf16");
     json_decref(j);
+    dt_plan_clear(&p);
     dt_spec_free(&s);
 
     /* and a cpu job on the cpu preset, fp32 */

@@ -120,7 +120,7 @@ typedef struct decide_row {
     enum dt_action action;
     bool abort;             /* the generation is aborted first ... */
     int rank;               /* ... naming this rank (-1 none) */
-    bool failure, exclude_lost, ckpt_corrupt;
+    bool failure, exclude_lost, ckpt_corrupt, suspect;
     int ranks;              /* REPLAN */
     const char *ev[DT_DECISION_EVENTS]; /* event kinds, in order */
     const char *why;        /* in the reason */
@@ -156,6 +156,17 @@ static const decide_row_t decide_rows[] = {
       .v = { RUNNING }, .action = DT_ACT_RETRY, .rank = -1, .ckpt_corrupt = true,
       .ev = { "worker_failed", "checkpoint_skipped" },
       .why = "the resume checkpoint does not verify" },
+    { .name = "a worker whose GPU failed: restart, its node suspect",
+      .f = { .kind = DT_FAULT_WORKER, .rank = 1, .agent = 21, .status = DT_EXIT_DEVICE,
+             .step = 120, .node = "g2", .err = "CUDA error: an illegal memory access" },
+      .v = { RUNNING }, .action = DT_ACT_RESTART, .abort = true, .rank = 1, .suspect = true,
+      .ev = { "worker_failed", "device_fault" },
+      .why = "rank 1 on g2 exited with status 7 at step 120: CUDA error" },
+    { .name = "a GPU that failed while the generation aborts: no action, its node suspect",
+      .f = { .kind = DT_FAULT_WORKER, .rank = 3, .agent = 22, .status = DT_EXIT_DEVICE,
+             .step = 121, .node = "g3" },
+      .v = { RUNNING, .phase = DT_GEN_ABORTING }, .action = DT_ACT_NONE, .rank = -1,
+      .suspect = true, .ev = { "worker_failed", "device_fault" } },
     { .name = "a worker failure with the restart budget used up",
       .f = { .kind = DT_FAULT_WORKER, .rank = 2, .sig = 9, .step = 120, .node = "n1" },
       .v = { RUNNING, .restarts = 7, .restart_base = 2 }, .action = DT_ACT_FAIL, .abort = true,
@@ -293,6 +304,9 @@ Test(recovery, decision_row_by_row)
         cr_expect_eq(d.exclude_lost, row->exclude_lost, "%s: exclude_lost %d", row->name,
                      d.exclude_lost);
         cr_expect_eq(d.ckpt_corrupt, row->ckpt_corrupt, "%s: ckpt_corrupt", row->name);
+        cr_expect_eq(d.suspect, row->suspect, "%s: suspect", row->name);
+        if (row->suspect)
+            cr_expect_eq(d.suspect_agent, row->f.agent, "%s: suspect_agent", row->name);
         if (row->action == DT_ACT_REPLAN)
             cr_expect_eq(d.ranks, row->ranks, "%s: ranks %d", row->name, d.ranks);
         int nev = 0;
