@@ -265,6 +265,21 @@ int dtctl_show(dtctl_t *ctl, int argc, char **argv)
     if (num(j, "requeues"))
         printf("  (requeues %lld)", num(j, "requeues"));
     printf("\n");
+    json_t *result = json_object_get(j, "result");
+    if (json_is_object(result)) {
+        json_t *loss = json_object_get(result, "loss"), *acc = json_object_get(result, "acc");
+        printf("  result    steps=%lld", num(result, "steps"));
+        if (json_is_number(loss))
+            printf(" loss=%.6f", json_number_value(loss));
+        if (json_is_number(acc))
+            printf(" acc=%.4f", json_number_value(acc));
+        printf(" checksum=%s\n", *str(result, "checksum") ? str(result, "checksum") : "-");
+        size_t i;
+        json_t *o;
+        json_array_foreach(json_object_get(result, "outputs"), i, o)
+            if (json_is_string(o))
+                printf("  outputs   %s\n", json_string_value(o));
+    }
     if (json_is_object(plan)) {
         json_t *sec = json_object_get(plan, "seconds");
         printf("  plan      ranks=%lld tokens_per_rank=%lld memory_per_rank=%.2f GiB "

@@ -35,6 +35,7 @@
 #include "common/mem.h"
 #include "common/proto.h"
 #include "common/wire.h"
+#include "spec/model.h"
 #include "spec/spec.h"
 
 /* The job without a SPECFILE: a tiny LLaMA-style model learns a generated
@@ -98,6 +99,19 @@ static int set_int(dt_spec_t *s, const char *key, long long v, dt_emsg_t *em)
  * none; K spare agents (--spares, else the spec's spares over M). The spec
  * then says nodes = N+K, gpus_per_node = M, spares = K*M, so that the
  * planner places the ranks on these agents. */
+/* What a job's ranks count as steps in their progress: training steps,
+ * prefill's layers, attn's one call. */
+static long long job_steps(const dt_spec_t *s)
+{
+    dt_model_cfg_t m;
+
+    if (strcmp(s->kind, "train") == 0)
+        return s->steps > 0 ? s->steps : 1;
+    if (strcmp(s->kind, "prefill") == 0 && dt_model_from_spec(s, &m, NULL) == 0)
+        return m.layers;
+    return 1;
+}
+
 static int make_spec(dtctl_super_t *sup, const opts_t *o, dt_spec_t *s, dt_emsg_t *em)
 {
     int rc;
@@ -289,7 +303,7 @@ int dtctl_run(dtctl_t *ctl, int argc, char **argv)
     sup.local = (dtctl_t){ .prog = ctl->prog, .json = ctl->json };
     sup.hang_ms = o.hang_ms;
     if (make_spec(&sup, &o, &spec, &em) < 0 ||
-        (o.inject && dtctl_inject_parse(&inj, o.inject, spec.steps, &em) < 0)) {
+        (o.inject && dtctl_inject_parse(&inj, o.inject, job_steps(&spec), &em) < 0)) {
         fprintf(stderr, "dtctl run: %s\n", em.s);
         dt_spec_free(&spec);
         return DTCTL_USAGE;

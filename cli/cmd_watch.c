@@ -403,6 +403,9 @@ static void summary(dtctl_watch_t *w, const view_t *v, double now)
                             v->result && jstr(v->result, "checksum")
                                 ? json_string(jstr(v->result, "checksum"))
                                 : json_null());
+        json_t *outs = v->result ? json_object_get(v->result, "outputs") : NULL;
+        json_object_set_new(o, "outputs", json_is_array(outs) ? json_deep_copy(outs)
+                                                              : json_array());
         dtctl_print_json(o);
         json_decref(o);
         return;
@@ -424,6 +427,11 @@ static void summary(dtctl_watch_t *w, const view_t *v, double now)
     if (v->result && jreal(v->result, "acc", &acc))
         printf("  accuracy   %.4f (mean of the last steps: recall at the answers, or "
                "next-token)\n", acc);
+    size_t i;
+    const json_t *out;
+    json_array_foreach(v->result ? json_object_get(v->result, "outputs") : NULL, i, out)
+        if (json_is_string(out))
+            printf("  output     %s\n", json_string_value(out));
     dtctl_print_result(stdout, w->id, v->state, v->result);
 }
 

@@ -35,13 +35,13 @@ int dtctl_inject_parse(dtctl_inject_t *inj, const char *arg, long long steps, dt
     if (inj->kind == DTCTL_INJ_NONE)
         return dt_emsg_set(em, DT_EUSAGE, "--inject-failure '%s': expected worker, hang, agent "
                            "or coordinator, optionally @STEP", arg);
-    inj->step = steps / 2 > 0 ? steps / 2 : 1;
+    inj->step = steps / 2;
     if (at) {
         char *end;
         inj->step = strtoll(at + 1, &end, 10);
-        if (at[1] == '\0' || *end || inj->step < 1)
-            return dt_emsg_set(em, DT_EUSAGE, "--inject-failure '%s': STEP must be a positive "
-                               "integer", arg);
+        if (at[1] == '\0' || *end || inj->step < 0)
+            return dt_emsg_set(em, DT_EUSAGE, "--inject-failure '%s': STEP must be a "
+                               "non-negative integer", arg);
     }
     if (inj->step >= steps)
         return dt_emsg_set(em, DT_EUSAGE, "--inject-failure '%s': the job has %lld steps, so "

@@ -100,7 +100,7 @@
     X(W_PROGRESS, 61, "worker", "{rank, step, steps, tokens, loss, tokens_s, acc}")    \
     X(W_HEARTBEAT, 62, "worker", "{rank}: alive in a long phase")                      \
     X(W_SHARD, 63, "worker", "{rank, step, dir, path, bytes, sha256, manifest?}")      \
-    X(W_RESULT, 64, "worker", "{rank, steps, loss, acc, checksum}: rank 0, at the end")  \
+    X(W_RESULT, 64, "worker", "{rank, steps, loss, acc, checksum, outputs}: rank 0, at the end")  \
     /* dtagentd -> dtengine over the worker channel */                               \
     X(W_CHECKPOINT, 70, "agent", "{}: write a checkpoint at the next step boundary")  \
     X(W_STOP, 71, "agent", "{checkpoint}: stop at the next step boundary, exit 3")

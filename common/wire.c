@@ -239,7 +239,8 @@ static const field_t f_w_shard[] = { INT(T, rank, F_OUT),
 #define T dt_wire_w_result_t
 static const field_t f_w_result[] = { INT(T, rank, F_OUT), INT(T, steps, F_OUT),
                                       NUM(T, loss, F_LAX), NUM(T, acc, F_LAX),
-                                      STR(T, checksum, 0) };
+                                      STR(T, checksum, 0),
+                                      FLD(T, outputs, K_STRS, 0, 0, DT_WIRE_OUTPUTS_MAX, 0, 0) };
 #undef T
 #define T dt_wire_w_stop_t
 static const field_t f_w_stop[] = { BOOL(T, checkpoint, F_OUT) };

@@ -285,10 +285,14 @@ typedef struct dt_wire_w_shard {
     bool manifest;
 } dt_wire_w_shard_t;
 
+/* outputs: at most this many paths (the files a user reads first) */
+#define DT_WIRE_OUTPUTS_MAX 16
+
 typedef struct dt_wire_w_result {
     int64_t rank, steps;
     double loss, acc;
     const char *checksum;
+    dt_wire_strs_t outputs; /* absolute paths of the job's outputs (attn, prefill) */
 } dt_wire_w_result_t;
 
 typedef struct dt_wire_w_stop {

@@ -107,6 +107,7 @@ typedef struct dt_jobrun {
     fence_t *fences;
     char *job_dir;          /* JOBS_DIR/ID, the owner's; NULL when it could not be made */
     char *ckpt_root;        /* NULL: no directory for checkpoints (why in dir_error) */
+    char *out_dir;          /* attn and prefill outputs; NULL as ckpt_root */
     char *dir_error;
     int64_t commit_asked;   /* the step a CKPT_COMMIT was last sent for, -1 none */
     int64_t ckpt_every, ckpt_keep;
@@ -119,7 +120,6 @@ typedef struct dt_jobrun {
     int64_t abort_ms;
     json_t *result;
     char *pending_reason;   /* why the generation is being aborted */
-    int told;               /* the not_started event was written */
     struct dt_jobrun *next;
 } jobrun_t;
 
@@ -231,6 +231,7 @@ static void run_free(jobrun_t *r)
     dt_spec_free(&r->spec);
     free(r->spec_text);
     free(r->ckpt_root);
+    free(r->out_dir);
     free(r->job_dir);
     free(r->dir_error);
     free(r->pending_reason);
@@ -273,6 +274,10 @@ static jobrun_t *run_get(dt_coord_t *c, int64_t job)
         r->ckpt_root = dt_xstrdup(r->spec.ckpt_dir);
     else if (r->job_dir)
         r->ckpt_root = dt_xasprintf("%s/ckpt", r->job_dir);
+    if (r->spec.output_dir)
+        r->out_dir = dt_xstrdup(r->spec.output_dir);
+    else if (r->job_dir)
+        r->out_dir = dt_xasprintf("%s/output", r->job_dir);
     int64_t steps = r->spec.steps > 0 ? r->spec.steps : 1;
     r->ckpt_every = r->spec.ckpt_every > 0 ? r->spec.ckpt_every : steps;
     r->ckpt_keep = r->spec.ckpt_keep > 0 ? r->spec.ckpt_keep : DEFAULT_CKPT_KEEP;
@@ -512,6 +517,11 @@ static void gen_start(dt_coord_t *c, jobrun_t *r)
         }
     for (int i = 0; i < nlive; i++)
         slots += live[i]->slots;
+    if (r->spec.kind == NULL) {
+        free(live);
+        end_job(c, r, DT_JOB_FAILED, "the stored spec does not parse (dtcoordd's log says why)");
+        return;
+    }
     if (r->ckpt_root == NULL) {
         char why[700];
         snprintf(why, sizeof(why), "no checkpoint directory: %s",
@@ -543,6 +553,7 @@ static void gen_start(dt_coord_t *c, jobrun_t *r)
             r->agent_of[rank] = live[i]->id;
             r->ranks[rank].agent = live[i]->id;
             r->ranks[rank].state = "starting";
+            r->ranks[rank].loss = r->ranks[rank].acc = NAN; /* none yet */
             node_of[rank] = r->ngen;
         }
         r->ngen++;
@@ -558,17 +569,34 @@ static void gen_start(dt_coord_t *c, jobrun_t *r)
     snprintf(nspace, sizeof(nspace), "dt.%lld.%d", (long long)r->job, r->gen);
     char every[32];
     snprintf(every, sizeof(every), "%lld", (long long)r->ckpt_every);
-    /* the coordinator keeps the checkpoints: the engine never prunes them */
-    const char *argv[] = { "train", "--ckpt-commit", "external", "--ckpt-dir",
-                           r->ckpt_root ? r->ckpt_root : "", "--ckpt-every", every,
-                           "--ckpt-keep", "1000000", "--resume-from", resume };
+    /* dtengine KIND, the spec (the agent adds --spec), and what the
+     * coordinator decides: where checkpoints and outputs go, which
+     * checkpoint to resume from. It keeps the checkpoints: the engine never
+     * prunes them. attn has no checkpoint: a new generation runs it again. */
+    const char *argv[16];
+    size_t na = 0;
+    argv[na++] = r->spec.kind;
+    if (strcmp(r->spec.kind, "attn") != 0) {
+        const char *ck[] = { "--ckpt-commit", "external", "--ckpt-dir", r->ckpt_root,
+                             "--ckpt-every", every, "--ckpt-keep", "1000000" };
+        for (size_t i = 0; i < DT_ARRAY_SIZE(ck); i++)
+            argv[na++] = ck[i];
+        if (resume) {
+            argv[na++] = "--resume-from";
+            argv[na++] = resume;
+        }
+    }
+    if (strcmp(r->spec.kind, "train") != 0 && r->out_dir) {
+        argv[na++] = "--out-dir";
+        argv[na++] = r->out_dir;
+    }
     char *logs = r->job_dir ? dt_xasprintf("%s/logs", r->job_dir) : NULL;
     dt_wire_gen_start_t gs = {
         .job = r->job, .gen = r->gen, .nspace = nspace, .ranks = r->R,
         .nodes = { (const char **)r->gen_nodes, (size_t)r->ngen },
         .procs = { node_of, (size_t)r->R },
         .spec = r->spec_text,
-        .argv = { argv, DT_ARRAY_SIZE(argv) - (resume ? 0 : 2) },
+        .argv = { argv, na },
         .resume = resume, .log_dir = logs, .device = dt_spec_device(&r->spec),
     };
     json_t *start = dt_wire_gen_start_encode(&gs);
@@ -663,17 +691,6 @@ void dt_run_registered(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_register
     if (r == NULL || r->phase == PH_DONE)
         return;
     int gi = gen_index(r, a->id);
-    if (r->phase == PH_WAITING && (r->spec.kind == NULL || strcmp(r->spec.kind, "train") != 0)) {
-        /* only training runs under agents so far: say so once, leave the
-         * job where it is (the user may cancel it) */
-        if (!r->told) {
-            r->told = 1;
-            dt_coord_event(c, r->job, "not_started", "kind = %s: the agents run train jobs; run %s "
-                  "with dtengine under srun or mpirun", r->spec.kind ? r->spec.kind : "?",
-                  r->spec.kind ? r->spec.kind : "it");
-        }
-        return;
-    }
     if (r->phase == PH_WAITING) {
         int slots = 0;
         for (dt_live_agent_t *b = c->agents; b; b = b->next)
@@ -723,6 +740,13 @@ static double known(double v)
     return isfinite(v) ? v : 0.0;
 }
 
+/* A real for a reply; null when not finite (an attn or prefill rank has no
+ * loss or accuracy while it runs). */
+static json_t *real_or_null(double v)
+{
+    return isfinite(v) ? json_real(v) : json_null();
+}
+
 void dt_run_progress(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_progress_t *p)
 {
     jobrun_t *r = run_find(c, a->job);
@@ -735,9 +759,9 @@ void dt_run_progress(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_progress_t
     ri->steps = p->steps;
     ri->tokens = p->tokens;
     ri->pid = p->pid;
-    ri->loss = known(p->loss);
+    ri->loss = p->loss;
     ri->tokens_s = known(p->tokens_s);
-    ri->acc = known(p->acc);
+    ri->acc = p->acc;
     if (!ri->reported) {
         ri->reported = 1;
         ri->state = "running";
@@ -1090,7 +1114,6 @@ void dt_run_requeued(dt_coord_t *c, int64_t job)
     free(r->pending_reason);
     r->pending_reason = NULL;
     r->stop_requeue = 0;
-    r->told = 0;
     r->phase = PH_WAITING;
 }
 
@@ -1154,11 +1177,12 @@ void dt_run_show(dt_coord_t *c, int64_t job, json_t *reply)
         rank_info_t *ri = &r->ranks[k];
         dt_live_agent_t *a = dt_coord_agent_find(c, ri->agent);
         json_array_append_new(
-            ranks, json_pack("{s:i, s:I, s:s, s:s, s:I, s:I, s:I, s:f, s:f, s:f}", "rank", k,
+            ranks, json_pack("{s:i, s:I, s:s, s:s, s:I, s:I, s:I, s:o, s:f, s:o}", "rank", k,
                              "agent", (json_int_t)ri->agent, "node", a ? a->node : "?", "state",
                              ri->state ? ri->state : "starting", "pid", (json_int_t)ri->pid,
                              "step", (json_int_t)ri->step, "steps", (json_int_t)ri->steps, "loss",
-                             ri->loss, "tokens_s", ri->tokens_s, "acc", ri->acc));
+                             real_or_null(ri->loss), "tokens_s", ri->tokens_s, "acc",
+                             real_or_null(ri->acc)));
     }
     json_object_set_new(reply, "ranks", ranks);
 }
@@ -1214,6 +1238,7 @@ static int reload_rank_cb(const dt_rank_t *rk, void *arg)
         r->ranks[rk->rank].step = rk->step;
         r->ranks[rk->rank].pid = rk->pid;
         r->ranks[rk->rank].state = "starting";
+        r->ranks[rk->rank].loss = r->ranks[rk->rank].acc = NAN;
     }
     return 0;
 }

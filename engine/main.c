@@ -17,6 +17,7 @@
 
 #include "common/log.h"
 #include "common/proto.h"
+#include "engine/attn/attn.h"
 #include "engine/cmd/agree.h"
 #include "engine/cmd/cmd.h"
 #include "engine/comm/comm.h"
@@ -127,6 +128,8 @@ int main(int argc, char **argv)
         dt_comm_free(comm);
         return dt_exit_code(rc);
     }
+    /* a long ring step keeps the agent hearing from us */
+    dt_attn_set_tick(dt_wlink_tick);
     code = cmd->fn(comm, argc - 1, argv + 1);
     dt_wlink_close();
     dt_comm_free(comm);

@@ -36,6 +36,7 @@
 #include <sys/prctl.h>
 #endif
 
+#include "common/clock.h"
 #include "common/mem.h"
 #include "common/msg.h"
 #include "common/wire.h"
@@ -55,6 +56,7 @@ static struct {
     int evreg; /* the event handler is registered */
     size_t evref;
     pmix_proc_t me;
+    int64_t sent_ms; /* monotonic: the last frame sent (dt_wlink_tick) */
 } wl = { .fd = -1 };
 
 /* ---- leaving --------------------------------------------------------------- */
@@ -132,6 +134,7 @@ static void send_frame(uint16_t type, json_t *body)
     json_decref(body);
     send_all(frame, len, dt_msg_type_name(type));
     free(frame);
+    wl.sent_ms = dt_clock_mono_ms();
 }
 
 /* Each frame's body is the struct common/wire.h gives for it (a real that
@@ -153,6 +156,12 @@ void dt_wlink_heartbeat(void)
         send_frame(DT_MSG_W_HEARTBEAT, dt_wire_w_heartbeat_encode(&hb));
 }
 
+void dt_wlink_tick(void)
+{
+    if (wl.fd >= 0 && dt_clock_mono_ms() - wl.sent_ms >= DT_WLINK_TICK_MS)
+        dt_wlink_heartbeat();
+}
+
 void dt_wlink_shard(int64_t step, const char *dir, const char *path, int64_t bytes,
                     const char *sha256, int manifest)
 {
@@ -163,12 +172,14 @@ void dt_wlink_shard(int64_t step, const char *dir, const char *path, int64_t byt
     send_frame(DT_MSG_W_SHARD, dt_wire_w_shard_encode(&sh));
 }
 
-void dt_wlink_result(int64_t steps, double loss, double acc, const char *checksum)
+void dt_wlink_result(int64_t steps, double loss, double acc, const char *checksum,
+                     const char *const *outputs, size_t noutputs)
 {
     if (wl.fd < 0)
         return;
     dt_wire_w_result_t r = { .rank = wl.rank, .steps = steps, .loss = loss, .acc = acc,
-                             .checksum = checksum };
+                             .checksum = checksum,
+                             .outputs = { (const char **)outputs, noutputs } };
     send_frame(DT_MSG_W_RESULT, dt_wire_w_result_encode(&r));
 }
 

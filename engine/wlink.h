@@ -81,13 +81,22 @@ int dt_wlink_active(void);
 void dt_wlink_progress(int64_t step, int64_t steps, int64_t tokens, double loss, double tokens_s,
                        double acc);
 void dt_wlink_heartbeat(void);
+/* A heartbeat when no frame went to the agent for DT_WLINK_TICK_MS: cheap
+ * enough (a clock read) for inner loops that may run longer than the
+ * agent's hang timeout, such as one ring step of a long attention. */
+enum { DT_WLINK_TICK_MS = 1000 };
+void dt_wlink_tick(void);
 /* A checkpoint file written: dir is the step directory (give it absolute:
  * the agent runs in another directory), path the file name inside it;
  * manifest is 1 for the manifest (rank 0). */
 void dt_wlink_shard(int64_t step, const char *dir, const char *path, int64_t bytes,
                     const char *sha256, int manifest);
-/* acc: the accuracy averaged over the last steps (see dtengine(1)). */
-void dt_wlink_result(int64_t steps, double loss, double acc, const char *checksum);
+/* acc: the accuracy averaged over the last steps (see dtengine(1)), NaN
+ * when the command has none; outputs: the absolute paths of the files a
+ * user reads first (attn's manifest, prefill's logits), noutputs of them,
+ * at most DT_WIRE_OUTPUTS_MAX. */
+void dt_wlink_result(int64_t steps, double loss, double acc, const char *checksum,
+                     const char *const *outputs, size_t noutputs);
 
 /* Requests that arrived since the last call (DT_WLINK_* bits; 0 when none
  * or not under an agent); several of one kind read as one. W_STOP sets

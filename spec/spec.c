@@ -96,6 +96,9 @@ static const dt_conf_key_t keys[] = {
     KEY("ckpt_every", DT_CONF_INT, ckpt_every, 1, INT64_C(1) << 40, 0, "steps between checkpoints"),
     KEY("ckpt_keep", DT_CONF_INT, ckpt_keep, 1, 1000000, 0, "checkpoints kept"),
     STR("ckpt_dir", ckpt_dir, 0, "checkpoint directory"),
+    STR("output_dir", output_dir, 0,
+        "where attn and prefill write their outputs, an absolute path (default: under agents, "
+        "the job's directory's output/)"),
     KEY("max_restarts", DT_CONF_INT, max_restarts, 1, 1000000, 0,
         "recoveries before the job fails (default 5)"),
     KEY("repeat_failures", DT_CONF_INT, repeat_failures, 1, 1000000, 0,
@@ -461,6 +464,9 @@ int dt_spec_check(const dt_spec_t *s, dt_emsg_t *em)
                                    "needs dim, layers, heads, kv_heads, ffn and vocab)",
                                    shape[i]);
     }
+    if (s->output_dir != NULL && s->output_dir[0] != '/')
+        return dt_emsg_set(em, DT_EINVAL, "key 'output_dir' = '%s': an absolute path is needed "
+                           "(the workers run in another directory)", s->output_dir);
     if (s->lr != NULL) {
         char *end;
         double v = strtod(s->lr, &end);

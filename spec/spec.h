@@ -51,6 +51,7 @@ typedef struct dt_spec {
     int64_t recall_keys, recall_values, recall_pairs, recall_queries; /* 0: defaults */
     int64_t ckpt_every, ckpt_keep;
     char *ckpt_dir;
+    char *output_dir; /* attn and prefill outputs (absolute; NULL: the job's output/) */
     int64_t max_restarts; /* recoveries before the job fails (0: the default, 5) */
     /* a failure seen this often (same rank, cause and step) is deterministic
      * and fails the job: mid-run, and before a generation's first step

@@ -283,9 +283,18 @@ typedef struct ctx {
     dt_comm_op_t *inflight[2]; /* polled between tiles */
 } ctx_t;
 
+static void (*tick)(void);
+
+void dt_attn_set_tick(void (*fn)(void))
+{
+    tick = fn;
+}
+
 static void poll_ops(void *arg)
 {
     ctx_t *x = arg;
+    if (tick)
+        tick();
     for (int i = 0; i < 2; i++)
         if (x->inflight[i])
             dt_comm_test(x->inflight[i]);

@@ -54,6 +54,12 @@ typedef struct dt_attn_stats {
     int steps;         /* ring steps (blocks computed) */
 } dt_attn_stats_t;
 
+/* A hook the ring calls often (between tiles of the kernels, on the
+ * calling thread), e.g. dtengine's heartbeat to its agent, so that one
+ * long ring step is not taken for a hang; NULL (the default) for none.
+ * Process-wide: set it once, before the first call. */
+void dt_attn_set_tick(void (*fn)(void));
+
 /* Forward over this rank's rows. Every rank of comm must call it with the
  * same spec. o and lse are overwritten. */
 int dt_attn_fwd(dt_comm_t *comm, const dt_attn_spec_t *s, const float *q, const float *k,

@@ -22,15 +22,27 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <dirent.h>
+#include <jansson.h>
+
+#include "common/fileio.h"
 #include "common/mem.h"
+#include "common/sha256.h"
 #include "engine/cmd/agree.h"
 #include "engine/attn/attn.h"
 #include "engine/attn/attn_gpu.h"
 #include "engine/cmd/cmd.h"
 #include "engine/data/gen.h"
+#include "engine/wlink.h"
 #include "io/npy.h"
+#include "spec/model.h"
+#include "spec/spec.h"
 
-enum { TAG_OUT = 201 };
+enum { TAG_OUT = 201, TAG_SHA };
+
+/* --out-dir's manifest, written last by rank 0 */
+#define ATTN_MANIFEST "attn.json"
+#define ATTN_FORMAT "dt-attn-1"
 
 /* generated tensors: the stream number of each */
 enum { STREAM_Q = 1, STREAM_K = 2, STREAM_V = 3, STREAM_DOUT = 4 };
@@ -43,6 +55,8 @@ typedef struct opts {
     int causal, stats, threads, backward;
     int cuda, fp16; /* --device cuda, --dtype fp16 */
     float scale;
+    dt_spec_t spec;   /* --spec FILE: the strings above may point into it */
+    char gen[128];    /* --generate's value made from the spec */
 } opts_t;
 
 static void usage(FILE *f)
@@ -55,15 +69,48 @@ static void usage(FILE *f)
             "                     [--backward] [--out-dir DIR] [--threads N] [--stats]\n"
             "                     [--device cpu|cuda [--dtype bf16|fp16]]\n"
             "       dtengine attn --generate T,H,Hkv,D --seed S [...]\n"
+            "       dtengine attn --spec JOB.spec [--out-dir DIR] [...]\n"
             "Q is (T, H, D), K and V (T, Hkv, D), float32 or float16; O is written\n"
             "(T, H, D) float32 and LSE (H, T) float32. See dtengine(1).\n");
+}
+
+/* A job spec of kind attn (dt-spec(5)): the generated inputs' shape from
+ * tokens and the model (H = heads, Hkv = kv_heads, D = dim / heads), the
+ * attention (causal, layout, segments and dilations), the seed, the device
+ * and dtype, and output_dir as --out-dir. Flags given too override it. */
+static int apply_spec(opts_t *o, const char *path, dt_emsg_t *em)
+{
+    dt_spec_t *s = &o->spec;
+    dt_model_cfg_t m;
+    int rc;
+
+    dt_spec_free(s);
+    if ((rc = dt_spec_load(path, s, em)) < 0)
+        return rc;
+    if (strcmp(s->kind, "attn") != 0)
+        return dt_emsg_set(em, DT_EINVAL, "%s: kind = %s; dtengine attn runs kind = attn", path,
+                           s->kind);
+    if ((rc = dt_model_from_spec(s, &m, em)) < 0)
+        return rc;
+    snprintf(o->gen, sizeof(o->gen), "%lld,%d,%d,%d", (long long)s->tokens, m.heads, m.kv_heads,
+             m.dim / m.heads);
+    o->generate = o->gen;
+    o->causal = s->causal;
+    o->layout = s->layout ? s->layout : s->causal ? "zigzag" : "contiguous";
+    o->segments = s->segments;
+    o->dilations = s->dilations;
+    o->seed = (unsigned long long)s->seed;
+    o->cuda = strcmp(dt_spec_device(s), "cuda") == 0;
+    o->fp16 = strcmp(dt_spec_dtype(s), "fp16") == 0;
+    o->out_dir = s->output_dir;
+    return 0;
 }
 
 static int parse_opts(int argc, char **argv, opts_t *o, dt_emsg_t *em)
 {
     enum { O_Q = 256, O_K, O_V, O_OUT, O_LSE, O_OUTDIR, O_DOUT, O_DQ, O_DK, O_DV, O_SEG, O_DIL,
            O_LAYOUT, O_GEN, O_SEED, O_CAUSAL, O_STATS, O_THREADS, O_SCALE, O_BACKWARD,
-           O_DEVICE, O_DTYPE, O_HELP };
+           O_DEVICE, O_DTYPE, O_SPEC, O_HELP };
     static const struct option lo[] = {
         { "q", required_argument, NULL, O_Q },
         { "k", required_argument, NULL, O_K },
@@ -87,6 +134,7 @@ static int parse_opts(int argc, char **argv, opts_t *o, dt_emsg_t *em)
         { "backward", no_argument, NULL, O_BACKWARD },
         { "device", required_argument, NULL, O_DEVICE },
         { "dtype", required_argument, NULL, O_DTYPE },
+        { "spec", required_argument, NULL, O_SPEC },
         { "help", no_argument, NULL, O_HELP },
         { NULL, 0, NULL, 0 },
     };
@@ -97,6 +145,10 @@ static int parse_opts(int argc, char **argv, opts_t *o, dt_emsg_t *em)
     memset(o, 0, sizeof(*o));
     o->layout = "contiguous";
     o->threads = 1;
+    /* a spec file first, flags on top of it */
+    for (int i = 1; i + 1 < argc; i++)
+        if (strcmp(argv[i], "--spec") == 0 && (c = apply_spec(o, argv[i + 1], em)) < 0)
+            return c;
     opterr = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -118,6 +170,7 @@ static int parse_opts(int argc, char **argv, opts_t *o, dt_emsg_t *em)
         case O_CAUSAL: o->causal = 1; break;
         case O_STATS: o->stats = 1; break;
         case O_BACKWARD: o->backward = 1; break;
+        case O_SPEC: break; /* applied above */
         case O_DEVICE:
             if (strcmp(optarg, "cpu") != 0 && strcmp(optarg, "cuda") != 0)
                 return dt_emsg_set(em, DT_EUSAGE, "--device '%s': cpu or cuda", optarg);
@@ -434,7 +487,7 @@ static int write_shards(dt_comm_t *comm, const dt_attn_spec_t *s, const char *di
     dt_npy_writer_t *w[9] = { NULL };
 
     /* 0700 when made here: outputs are the job owner's alone */
-    if (me == 0 && mkdir(dir, 0700) < 0 && errno != EEXIST)
+    if (me == 0 && dt_mkdirs(dir, 0700) < 0)
         rc = dt_emsg_set(em, dt_err_errno(errno), "%s: cannot create directory: %s", dir,
                          strerror(errno));
     if ((rc = dt_comm_agree(comm, rc, 0, &who)) < 0)
@@ -476,6 +529,107 @@ static int write_shards(dt_comm_t *comm, const dt_attn_spec_t *s, const char *di
     }
     if (agreed < 0 && rc == 0)
         rc = dt_emsg_set(em, agreed, "rank %d failed to write its shard", who);
+    return rc;
+}
+
+/* Rank 0, after the shards: remove NAME.N.npy for N >= R in dir, left by
+ * an earlier run on more ranks (the manifest names this run's only). */
+static void drop_stale(const char *dir, const outbuf_t *obs, int nob, int R)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+
+    while (d && (e = readdir(d)) != NULL) {
+        const char *dot = strchr(e->d_name, '.');
+        char *end;
+        if (dot == NULL)
+            continue;
+        long n = strtol(dot + 1, &end, 10);
+        if (end == dot + 1 || strcmp(end, ".npy") != 0 || n < R)
+            continue;
+        size_t len = (size_t)(dot - e->d_name);
+        for (int i = 0; i <= nob; i++) {
+            const char *name = i == nob ? "pos" : obs[i].path;
+            if (strlen(name) == len && strncmp(e->d_name, name, len) == 0) {
+                char *p = dt_xasprintf("%s/%s", dir, e->d_name);
+                if (unlink(p) == 0)
+                    fprintf(stderr, "dtengine attn: removed %s (an earlier run's rank)\n", p);
+                free(p);
+            }
+        }
+    }
+    if (d)
+        closedir(d);
+}
+
+/* --out-dir: every rank hashes its shards, rank 0 writes DIR/attn.json
+ * naming them (format, shapes, layout, each tensor's files with their
+ * SHA-256, in rank order) and, into hex, the manifest's own SHA-256: the
+ * run's checksum. Agreed. */
+static int write_manifest(dt_comm_t *comm, const dt_attn_spec_t *s, const char *dir,
+                          const outbuf_t *obs, int nob, char hex[65], dt_emsg_t *em)
+{
+    int R = dt_comm_size(comm), me = dt_comm_rank(comm), rc = 0, who;
+    size_t nf = (size_t)nob + 1;
+    char(*sha)[65] = dt_xcalloc(nf * (size_t)(me == 0 ? R : 1), sizeof(*sha));
+
+    for (size_t i = 0; i < nf && rc == 0; i++) {
+        char *p = dt_xasprintf("%s/%s.%d.npy", dir, i == (size_t)nob ? "pos" : obs[i].path, me);
+        rc = dt_sha256_file(p, sha[i], em);
+        free(p);
+    }
+    if ((rc = dt_comm_agree(comm, rc, 0, &who)) < 0)
+        goto out;
+    if (me != 0) {
+        rc = dt_comm_send(comm, sha, nf * sizeof(*sha), 0, TAG_SHA);
+    } else {
+        for (int q = 1; q < R && rc == 0; q++)
+            rc = dt_comm_recv(comm, sha + (size_t)q * nf, nf * sizeof(*sha), q, TAG_SHA);
+        if (rc < 0)
+            dt_emsg_set(em, rc, "gathering the shards' SHA-256 failed");
+    }
+    if (rc == 0 && me == 0) {
+        json_t *t = json_object();
+        for (size_t i = 0; i < nf; i++) {
+            const char *name = i == (size_t)nob ? "pos" : obs[i].path;
+            json_t *files = json_array();
+            for (int q = 0; q < R; q++) {
+                char *f = dt_xasprintf("%s.%d.npy", name, q);
+                json_array_append_new(files, json_pack("{s:s, s:s}", "file", f, "sha256",
+                                                       sha[(size_t)q * nf + i]));
+                free(f);
+            }
+            json_object_set_new(t, name, files);
+        }
+        json_t *m = json_pack("{s:s, s:I, s:i, s:i, s:i, s:i, s:s, s:b, s:o}", "format",
+                              ATTN_FORMAT, "tokens", (json_int_t)s->T, "heads", s->H, "kv_heads",
+                              s->Hkv, "dim", s->D, "ranks", R, "layout",
+                              dt_layout_name(s->layout), "causal", s->causal, "tensors", t);
+        if (s->nbranch > 0) {
+            json_t *br = json_array();
+            for (int b = 0; b < s->nbranch; b++)
+                json_array_append_new(br, json_pack("{s:I, s:I}", "segment",
+                                                    (json_int_t)s->seg[b], "dilation",
+                                                    (json_int_t)s->dil[b]));
+            json_object_set_new(m, "branches", br);
+        }
+        char *text = json_dumps(m, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+        char *path = dt_xasprintf("%s/%s", dir, ATTN_MANIFEST);
+        size_t len = strlen(text);
+        text = dt_xrealloc(text, len + 2);
+        text[len++] = '\n';
+        rc = dt_file_write_atomic(path, text, len, 0600, DT_ATOMIC_DIRFD, em);
+        if (rc == 0)
+            dt_sha256_hex(text, len, hex);
+        if (rc == 0)
+            drop_stale(dir, obs, nob, R);
+        free(path);
+        free(text);
+        json_decref(m);
+    }
+    rc = dt_comm_agree(comm, rc, 0, &who);
+out:
+    free(sha);
     return rc;
 }
 
@@ -531,6 +685,7 @@ typedef struct attn_run {
     float *dout, *dq, *dk, *dv; /* the backward pass only */
     int64_t *pos;
     dt_attn_stats_t fst, bst;
+    char checksum[65]; /* --out-dir: the manifest's SHA-256 */
 } attn_run_t;
 
 /* Agree on a phase's outcome; the rank holding the original failure
@@ -587,7 +742,9 @@ static int attn_load(attn_run_t *a)
         a->dk = dt_xaligned(nkv, sizeof(float));
         a->dv = dt_xaligned(nkv, sizeof(float));
     }
-    return report(a, rc);
+    if ((rc = report(a, rc)) == 0)
+        dt_wlink_progress(0, 1, 0, NAN, 0, NAN); /* under an agent: running */
+    return rc;
 }
 
 /* The attention, forward and (asked for) backward. The barriers line the
@@ -613,7 +770,11 @@ static int attn_compute(attn_run_t *a)
                                  a->dk, a->dv, &a->bst, &a->em);
         }
     }
-    return report(a, rc);
+    if ((rc = report(a, rc)) == 0) {
+        double secs = a->fst.total_s + a->bst.total_s;
+        dt_wlink_progress(1, 1, s->T, NAN, secs > 0 ? (double)s->T / secs : 0, NAN);
+    }
+    return rc;
 }
 
 /* The outputs: every rank's shard (--out-dir) or whole files on rank 0. */
@@ -635,6 +796,8 @@ static int attn_write(attn_run_t *a)
         a->pos = dt_xmallocarray((size_t)a->c, sizeof(*a->pos));
         dt_layout_positions(s->layout, s->T, a->R, a->me, a->pos);
         rc = write_shards(a->comm, s, o->out_dir, obs, nob, a->pos, &a->em);
+        if (rc == 0)
+            rc = write_manifest(a->comm, s, o->out_dir, obs, nob, a->checksum, &a->em);
     } else if (o->out || o->lse || o->dq) {
         if (o->out)
             obs[nob++] = (outbuf_t){ o->out, a->out, s->H };
@@ -679,13 +842,26 @@ static int attn_summary(attn_run_t *a)
             printf(" bwd_seconds=%.4f bwd_gflops=%.2f", t[1],
                    t[1] > 0 ? 2.5 * fl / t[1] * 1e-9 : 0.0);
         printf(" maxrss_mib=%.1f\n", t[2]);
+        if (a->o.out_dir)
+            printf("output: %s/%s sha256=%s\n", a->o.out_dir, ATTN_MANIFEST, a->checksum);
         fflush(stdout);
+        if (a->o.out_dir) {
+            char *dir = realpath(a->o.out_dir, NULL);
+            char *man = dt_xasprintf("%s/%s", dir ? dir : a->o.out_dir, ATTN_MANIFEST);
+            const char *outs[] = { man };
+            dt_wlink_result(1, NAN, NAN, a->checksum, outs, 1);
+            free(man);
+            free(dir);
+        } else {
+            dt_wlink_result(1, NAN, NAN, NULL, NULL, 0);
+        }
     }
     return 0;
 }
 
 static void attn_close(attn_run_t *a)
 {
+    dt_spec_free(&a->o.spec);
     free(a->pos);
     free(a->q);
     free(a->k);
@@ -708,14 +884,17 @@ int dt_cmd_attn(dt_comm_t *comm, int argc, char **argv)
     if (rc == 1) {
         if (a.me == 0)
             usage(stdout);
+        attn_close(&a);
         return DT_EXIT_OK;
     }
     if (rc < 0) {
         if (a.me == 0) {
             fprintf(stderr, "dtengine attn: %s\n", a.em.s);
-            usage(stderr);
+            if (rc == DT_EUSAGE)
+                usage(stderr);
         }
-        return DT_EXIT_INPUT;
+        attn_close(&a);
+        return rc == DT_EUSAGE ? DT_EXIT_INPUT : dt_exit_code(rc);
     }
     rc = attn_prepare(&a);
     if (rc == 0)

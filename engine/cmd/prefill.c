@@ -28,46 +28,100 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "common/clock.h"
+#include "common/fileio.h"
+#include "common/macros.h"
 #include "common/mem.h"
 #include "common/sha256.h"
 #include "engine/cmd/agree.h"
 #include "engine/attn/attn.h"
 #include "io/ckpt.h"
 #include "engine/cmd/cmd.h"
+#include "engine/cmd/save.h"
 #include "engine/data/loader.h"
 #include "engine/data/recall.h"
 #include "io/tokshard.h"
 #include "engine/model/model.h"
 #include "io/npy.h"
 #include "io/safetensors.h"
+#include "engine/wlink.h"
+#include "spec/spec.h"
 
 #define PREFILL_FORMAT "dt-prefill-1"
 
-enum { TAG_SHARD = 311, TAG_COUNT, TAG_POS, TAG_ROWS };
+enum { TAG_COUNT = 312, TAG_POS, TAG_ROWS };
 
 typedef struct popts {
     dt_model_cfg_t model;
-    int64_t T, last, ckpt_keep, stop_after;
+    int64_t T, last, ckpt_keep, ckpt_every, stop_after;
     uint64_t seed;
-    const char *ckpt_dir, *data, *layout, *segments, *dilations, *logits;
+    const char *ckpt_dir, *data, *layout, *segments, *dilations, *logits, *out_dir;
+    const char *resume_from; /* a step directory, or NULL */
     int resume, causal;
+    int external;  /* --ckpt-commit external: the coordinator commits and prunes */
+    char *logits_path; /* --out-dir's logits.npy (owned) */
+    dt_spec_t spec; /* --spec FILE, whose strings the options above may point into */
 } popts_t;
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: dtengine prefill --model PRESET [--dim N --layers N --heads N\n"
-               "                        --kv-heads N --ffn N --vocab N] --data recall|SHARDS\n"
-               "                        --seq-len T [--seed S] [--layout contiguous|zigzag]\n"
-               "                        [--segments w1,.. --dilations r1,..] [--no-causal]\n"
-               "                        [--ckpt-dir DIR [--ckpt-keep N] [--resume]]\n"
-               "                        [--logits OUT.npy] [--last N] [--stop-after-layer K]\n"
+    fprintf(f, "usage: dtengine prefill [--spec FILE] --model PRESET [--dim N --layers N\n"
+               "                        --heads N --kv-heads N --ffn N --vocab N]\n"
+               "                        --data recall|SHARDS --seq-len T [--seed S]\n"
+               "                        [--layout contiguous|zigzag] [--no-causal]\n"
+               "                        [--segments w1,.. --dilations r1,..]\n"
+               "                        [--ckpt-dir DIR [--ckpt-every K] [--ckpt-keep N]\n"
+               "                        [--ckpt-commit self|external]\n"
+               "                        [--resume | --resume-from STEPDIR]]\n"
+               "                        [--logits OUT.npy | --out-dir DIR] [--last N]\n"
+               "                        [--stop-after-layer K]\n"
                "PRESET: tiny, llama3-8b, llama3-70b, or custom with every shape flag\n");
+}
+
+/* A job spec of kind prefill (dt-spec(5)): model, sequence, attention,
+ * seed, data, checkpoints and output_dir (as --out-dir). Keys about
+ * resources and Slurm are not the engine's. Flags override it. */
+static int apply_spec(popts_t *o, const char *path, dt_emsg_t *em)
+{
+    dt_spec_t *s = &o->spec;
+    int rc;
+
+    dt_spec_free(s);
+    if ((rc = dt_spec_load(path, s, em)) < 0)
+        return rc;
+    if (strcmp(s->kind, "prefill") != 0)
+        return dt_emsg_set(em, DT_EINVAL, "%s: kind = %s; dtengine prefill runs kind = prefill",
+                           path, s->kind);
+    /* refused rather than run on the CPU in its place, as train does */
+    if (strcmp(dt_spec_device(s), "cuda") == 0)
+        return dt_emsg_set(em, DT_ENOTSUP, "%s: device = cuda: dtengine prefill has no CUDA "
+                           "path yet; run the job with device = cpu (dtengine(1) BUGS)", path);
+    if ((rc = dt_model_from_spec(s, &o->model, em)) < 0)
+        return rc;
+    o->T = s->tokens;
+    o->causal = s->causal;
+    o->layout = s->layout ? s->layout : s->causal ? "zigzag" : "contiguous";
+    if (s->segments)
+        o->segments = s->segments, o->dilations = s->dilations;
+    if (s->seed > 0)
+        o->seed = (uint64_t)s->seed;
+    if (s->data)
+        o->data = s->data;
+    if (s->ckpt_dir)
+        o->ckpt_dir = s->ckpt_dir;
+    if (s->ckpt_every > 0)
+        o->ckpt_every = s->ckpt_every;
+    if (s->ckpt_keep > 0)
+        o->ckpt_keep = s->ckpt_keep;
+    if (s->output_dir)
+        o->out_dir = s->output_dir;
+    return 0;
 }
 
 static int parse(int argc, char **argv, popts_t *o, dt_emsg_t *em)
@@ -80,6 +134,8 @@ static int parse(int argc, char **argv, popts_t *o, dt_emsg_t *em)
         { "dilations", 1, NULL, 'D' }, { "no-causal", 0, NULL, 'N' },   { "ckpt-dir", 1, NULL, 'c' },
         { "ckpt-keep", 1, NULL, 'K' }, { "resume", 0, NULL, 'r' },      { "logits", 1, NULL, 'o' },
         { "last", 1, NULL, 'l' },      { "stop-after-layer", 1, NULL, 'X' },
+        { "spec", 1, NULL, 'S' },      { "ckpt-commit", 1, NULL, 11 },  { "resume-from", 1, NULL, 12 },
+        { "out-dir", 1, NULL, 13 },    { "ckpt-every", 1, NULL, 'k' },
         { "help", 0, NULL, 'h' },      { NULL, 0, NULL, 0 },
     };
     double v;
@@ -94,6 +150,11 @@ static int parse(int argc, char **argv, popts_t *o, dt_emsg_t *em)
     o->seed = 1;
     o->last = 1;
     o->ckpt_keep = 2;
+    o->ckpt_every = 1;
+    /* a spec file first (dt-spec(5)), flags on top of it */
+    for (int i = 1; i + 1 < argc; i++)
+        if (strcmp(argv[i], "--spec") == 0 && (rc = apply_spec(o, argv[i + 1], em)) < 0)
+            return rc;
     opterr = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -114,6 +175,17 @@ static int parse(int argc, char **argv, popts_t *o, dt_emsg_t *em)
         case 'K': rc = dt_cmd_number("ckpt-keep", optarg, 1, 1e6, &v, em), o->ckpt_keep = (int64_t)v; break;
         case 'r': o->resume = 1; break;
         case 'o': o->logits = optarg; break;
+        case 'S': break; /* applied above */
+        case 11:
+            if (strcmp(optarg, "self") != 0 && strcmp(optarg, "external") != 0)
+                return dt_emsg_set(em, DT_EUSAGE, "--ckpt-commit '%s': self or external", optarg);
+            o->external = strcmp(optarg, "external") == 0;
+            break;
+        case 12: o->resume_from = optarg; break;
+        case 13: o->out_dir = optarg; break;
+        case 'k':
+            rc = dt_cmd_number("ckpt-every", optarg, 1, 1 << 20, &v, em), o->ckpt_every = (int64_t)v;
+            break;
         case 'l': rc = dt_cmd_number("last", optarg, 1, 1e12, &v, em), o->last = (int64_t)v; break;
         case 'X':
             rc = dt_cmd_number("stop-after-layer", optarg, 1, 1 << 20, &v, em), o->stop_after = (int64_t)v;
@@ -130,6 +202,18 @@ static int parse(int argc, char **argv, popts_t *o, dt_emsg_t *em)
         return dt_emsg_set(em, DT_EUSAGE, "unexpected argument '%s'", argv[optind]);
     if (o->resume && o->ckpt_dir == NULL)
         return dt_emsg_set(em, DT_EUSAGE, "--resume needs --ckpt-dir");
+    if (o->resume_from && o->ckpt_dir == NULL)
+        return dt_emsg_set(em, DT_EUSAGE, "--resume-from needs --ckpt-dir (where the next "
+                           "layers' checkpoints go)");
+    if (o->resume && o->resume_from)
+        return dt_emsg_set(em, DT_EUSAGE, "--resume and --resume-from exclude each other");
+    if (o->logits && o->out_dir)
+        return dt_emsg_set(em, DT_EUSAGE, "--out-dir writes DIR/logits.npy: do not also give "
+                           "--logits");
+    if (o->out_dir) {
+        o->logits_path = dt_xasprintf("%s/logits.npy", o->out_dir);
+        o->logits = o->logits_path;
+    }
     if (o->stop_after > 0 && o->ckpt_dir == NULL)
         return dt_emsg_set(em, DT_EUSAGE, "--stop-after-layer needs --ckpt-dir");
     if (o->last > o->T)
@@ -163,56 +247,39 @@ static json_t *rng_json(const popts_t *o)
     return json_pack("{s:I, s:s}", "seed", (json_int_t)o->seed, "data", o->data);
 }
 
-/* Checkpoint "step" K = K layers done: every rank's hidden state. */
+/* Checkpoint "step" K = K layers done: every rank's hidden state
+ * (engine/cmd/save.h does the rest). */
 static int save(dt_comm_t *comm, const popts_t *o, int64_t done, int64_t c, const float *hidden,
                 const int64_t *pos, dt_emsg_t *em)
 {
-    int R = dt_comm_size(comm), me = dt_comm_rank(comm), rc = 0, who;
-    dt_ckpt_shard_t *recs = me == 0 ? dt_xcalloc((size_t)R, sizeof(*recs)) : NULL, mine;
     int64_t shape[2] = { c, o->model.dim };
+    int skipped, rc;
     char buf[32];
 
-    if (me == 0)
-        rc = dt_ckpt_begin(o->ckpt_dir, done, em);
-    if ((rc = dt_comm_agree(comm, rc, 0, &who)) < 0)
-        goto out;
     dt_st_writer_t *w = dt_st_writer_new();
+    snprintf(buf, sizeof(buf), "%" PRId64, done);
     rc = dt_st_writer_add(w, "hidden", DT_F32, 2, shape, hidden, em);
     if (rc == 0)
         rc = dt_st_writer_add(w, "positions", DT_I64, 1, &c, pos, em);
     if (rc == 0)
         rc = dt_st_writer_meta(w, "format", PREFILL_FORMAT, em);
-    snprintf(buf, sizeof(buf), "%" PRId64, done);
     if (rc == 0)
         rc = dt_st_writer_meta(w, "layers_done", buf, em);
-    if (rc == 0)
-        rc = dt_ckpt_write_shard(o->ckpt_dir, done, me, R, w, &mine, em);
-    dt_st_writer_free(w);
-    if ((rc = dt_comm_agree(comm, rc, 0, &who)) < 0)
-        goto out;
-    if (me != 0) {
-        rc = dt_comm_send(comm, &mine, sizeof(mine), 0, TAG_SHARD);
-    } else {
-        recs[0] = mine;
-        for (int q = 1; q < R && rc == 0; q++)
-            rc = dt_comm_recv(comm, &recs[q], sizeof(recs[q]), q, TAG_SHARD);
-        if (rc == 0) {
-            dt_ckpt_manifest_t man = { .step = done, .ranks = R, .model = model_json(&o->model),
-                                       .plan = plan_json(o), .rng = rng_json(o),
-                                       .data_cursor = 0, .shards = recs };
-            rc = dt_ckpt_write_manifest(o->ckpt_dir, &man, em);
-            if (rc == 0)
-                rc = dt_ckpt_commit(o->ckpt_dir, done, NULL, em);
-            if (rc == 0 && dt_ckpt_prune(o->ckpt_dir, (int)o->ckpt_keep, em) < 0)
-                rc = 0; /* pruning is housekeeping: the checkpoint is safe */
-            json_decref(man.model);
-            json_decref(man.plan);
-            json_decref(man.rng);
-        }
+    /* the writer holds names and pointers: a failure here is a bug */
+    if (rc < 0)
+        abort();
+    dt_cmd_save_t sv = { .cmd = "dtengine prefill", .root = o->ckpt_dir, .step = done,
+                         .external = o->external, .keep = (int)o->ckpt_keep };
+    if (dt_comm_rank(comm) == 0) {
+        sv.model = model_json(&o->model);
+        sv.plan = plan_json(o);
+        sv.rng = rng_json(o);
     }
-    rc = dt_comm_agree(comm, rc, 0, &who);
-out:
-    free(recs);
+    rc = dt_cmd_save(comm, &sv, w, &skipped, em);
+    json_decref(sv.model);
+    json_decref(sv.plan);
+    json_decref(sv.rng);
+    dt_st_writer_free(w);
     return rc;
 }
 
@@ -223,23 +290,15 @@ static void skipped(const char *dir, int err, const char *why, void *ud)
     (void)ud;
 }
 
-/* Rank 0: the newest checkpoint that verifies and belongs to this job (its
- * model, plan, seed, data and rank count); *done = its layer count, 0 when
- * there is none. Newer step directories that did not verify are renamed to
- * step-NNNNNNNN.rejected (out of the step-* namespace, kept for inspection),
- * since this run will write those steps again. */
-static int find(const popts_t *o, int R, int64_t *done, dt_emsg_t *em)
+/* Whether the checkpoint in dir belongs to this job (its model, plan, seed
+ * and data): *done its layer count, *ranks the ranks that wrote it. */
+static int match(const popts_t *o, const char *dir, int64_t *done, int *ranks, dt_emsg_t *em)
 {
-    char *dir = NULL;
-    int64_t s = 0;
     dt_ckpt_manifest_t man = { 0 };
     json_t *want[3] = { model_json(&o->model), plan_json(o), rng_json(o) };
-    int rc = dt_ckpt_latest(o->ckpt_dir, 0, skipped, NULL, &dir, &s, em);
+    int rc = dt_ckpt_manifest_read(dir, &man, em);
 
-    *done = 0;
-    if (rc < 0 || dir == NULL)
-        goto out;
-    if ((rc = dt_ckpt_manifest_read(dir, &man, em)) < 0)
+    if (rc < 0)
         goto out;
     if (!json_equal(want[0], man.model))
         rc = dt_emsg_set(em, DT_EINVAL, "%s: written for another model shape", dir);
@@ -248,15 +307,50 @@ static int find(const popts_t *o, int R, int64_t *done, dt_emsg_t *em)
                          "attention (not a prefill checkpoint of this job)", dir);
     else if (!json_equal(want[2], man.rng))
         rc = dt_emsg_set(em, DT_EINVAL, "%s: written for another seed or data", dir);
-    else if (man.ranks != R)
-        rc = dt_emsg_set(em, DT_ENOTSUP, "%s: written by %d ranks; a prefill resumes on the "
-                         "same number of ranks (this job has %d)", dir, man.ranks, R);
     else if (man.step < 1 || man.step > o->model.layers)
         rc = dt_emsg_set(em, DT_EFORMAT, "%s: %lld layers done, the model has %d", dir,
                          (long long)man.step, o->model.layers);
-    if (rc < 0)
-        goto out;
-    for (int64_t k = man.step + 1; k <= o->model.layers; k++) {
+    *done = man.step;
+    *ranks = man.ranks;
+out:
+    for (int i = 0; i < 3; i++)
+        json_decref(want[i]);
+    dt_ckpt_manifest_close(&man);
+    return rc;
+}
+
+/* Rank 0: the checkpoint to resume from. --resume-from names it (it must
+ * verify and belong to this job); --resume takes the newest under
+ * --ckpt-dir that verifies and belongs to this job, and renames newer step
+ * directories to step-NNNNNNNN.rejected (out of the step-* namespace,
+ * kept for inspection), since this run writes those steps again. *dir
+ * (the caller frees), *done and the *ranks that wrote it, or NULL and 0
+ * when there is none. */
+static int find(const popts_t *o, char **dir, int64_t *done, int *ranks, dt_emsg_t *em)
+{
+    int64_t s = 0;
+    int rc;
+
+    *done = 0;
+    *dir = NULL;
+    if (o->resume_from) {
+        /* the coordinator picked it without reading it (the files are the
+         * job owner's): DT_ECKPT (exit 6) tells it to take the one before */
+        if ((rc = dt_ckpt_verify(o->resume_from, em)) < 0) {
+            dt_emsg_t why = *em;
+            return dt_emsg_set(em, DT_ECKPT, "--resume-from: %s", why.s);
+        }
+        *dir = dt_xstrdup(o->resume_from);
+    } else if ((rc = dt_ckpt_latest(o->ckpt_dir, o->external ? DT_CKPT_REQUIRE_COMMITTED : 0,
+                                    skipped, NULL, dir, &s, em)) < 0 ||
+               *dir == NULL) {
+        return rc;
+    }
+    if ((rc = match(o, *dir, done, ranks, em)) < 0) {
+        dt_emsg_t why = *em;
+        return o->resume_from ? dt_emsg_set(em, DT_ECKPT, "--resume-from: %s", why.s) : rc;
+    }
+    for (int64_t k = *done + 1; !o->external && k <= o->model.layers; k++) {
         char *bad = dt_ckpt_step_dir(o->ckpt_dir, k), *to = NULL;
         struct stat st;
         /* .rejected, or .rejected.2, ... when an earlier attempt left one */
@@ -266,57 +360,98 @@ static int find(const popts_t *o, int R, int64_t *done, dt_emsg_t *em)
         free(bad);
         free(to);
         if (rc < 0)
-            goto out;
+            return rc;
     }
-    *done = man.step;
-    fprintf(stderr, "dtengine prefill: resuming from %s after layer %lld of %d\n", dir,
-            (long long)man.step, o->model.layers);
-out:
-    for (int i = 0; i < 3; i++)
-        json_decref(want[i]);
-    dt_ckpt_manifest_close(&man);
-    free(dir);
-    return rc;
+    fprintf(stderr, "dtengine prefill: resuming from %s after layer %lld of %d (written by %d "
+            "ranks)\n", *dir, (long long)*done, o->model.layers, *ranks);
+    return 0;
 }
 
-/* Every rank: read its own shard of checkpoint `done` into hidden (c, d). */
-static int load(const popts_t *o, int R, int me, int64_t done, int64_t c, const int64_t *pos,
-                float *hidden, dt_emsg_t *em)
+/* One shard of checkpoint `done` opened and checked: the format and layer
+ * count, hidden (n, dim) F32 and positions (n) I64; *n its rows. */
+static int shard_open(const popts_t *o, const char *path, int64_t done, dt_st_reader_t **r,
+                      int64_t *n, dt_emsg_t *em)
 {
-    char name[64];
-    char *dir = dt_ckpt_step_dir(o->ckpt_dir, done);
-    dt_ckpt_shard_name(me, R, name);
-    char *path = dt_xasprintf("%s/%s", dir, name);
-    int64_t *have = dt_xmallocarray((size_t)c, sizeof(int64_t));
-    dt_st_reader_t *r = NULL;
-    int rc = dt_st_open_nofollow(path, &r, em);
+    int rc = dt_st_open_nofollow(path, r, em);
+    char want[32];
 
-    if (rc == 0) {
-        const char *fmt = dt_st_meta(r, "format"), *ld = dt_st_meta(r, "layers_done");
-        const dt_st_tensor_t *h = dt_st_find(r, "hidden"), *p = dt_st_find(r, "positions");
-        char want[32];
-        snprintf(want, sizeof(want), "%lld", (long long)done);
-        /* layers_done exactly as written ("3", not "3abc" or " 3") */
-        if (!fmt || strcmp(fmt, PREFILL_FORMAT) != 0 || !ld || strcmp(ld, want) != 0)
-            rc = dt_emsg_set(em, DT_EFORMAT, "%s: not a %s shard after %lld layers", path,
-                             PREFILL_FORMAT, (long long)done);
-        else if (!h || h->dtype != DT_F32 || h->ndim != 2 || h->shape[0] != c ||
-                 h->shape[1] != o->model.dim || !p || p->dtype != DT_I64 || p->ndim != 1 ||
-                 p->shape[0] != c)
-            rc = dt_emsg_set(em, DT_ESHAPE, "%s: want hidden (%lld, %d) F32 and positions "
-                             "(%lld) I64", path, (long long)c, o->model.dim, (long long)c);
-        if (rc == 0)
-            rc = dt_st_read(r, "positions", have, (size_t)c * sizeof(int64_t), em);
-        if (rc == 0 && memcmp(have, pos, (size_t)c * sizeof(int64_t)) != 0)
-            rc = dt_emsg_set(em, DT_ELAYOUT, "%s: holds other positions than rank %d's", path,
-                             me);
-        if (rc == 0)
-            rc = dt_st_read(r, "hidden", hidden, (size_t)(c * o->model.dim) * sizeof(float), em);
+    if (rc < 0)
+        return rc;
+    const char *fmt = dt_st_meta(*r, "format"), *ld = dt_st_meta(*r, "layers_done");
+    const dt_st_tensor_t *h = dt_st_find(*r, "hidden"), *p = dt_st_find(*r, "positions");
+    snprintf(want, sizeof(want), "%lld", (long long)done);
+    /* layers_done exactly as written ("3", not "3abc" or " 3") */
+    if (!fmt || strcmp(fmt, PREFILL_FORMAT) != 0 || !ld || strcmp(ld, want) != 0)
+        return dt_emsg_set(em, DT_EFORMAT, "%s: not a %s shard after %lld layers", path,
+                           PREFILL_FORMAT, (long long)done);
+    if (!p || p->dtype != DT_I64 || p->ndim != 1 || !h || h->dtype != DT_F32 || h->ndim != 2 ||
+        h->shape[0] != p->shape[0] || h->shape[1] != o->model.dim)
+        return dt_emsg_set(em, DT_ESHAPE, "%s: want hidden (n, %d) F32 and positions (n) I64",
+                           path, o->model.dim);
+    *n = p->shape[0];
+    return 0;
+}
+
+/* Every rank: its rows of checkpoint `done` (in dir, written by `ranks`
+ * ranks) into hidden (c, d). Written by this many ranks, the rank reads its
+ * own shard, whose positions must be its own; by another number (a job
+ * re-planned on fewer ranks), it takes the rows of its positions from every
+ * shard, whichever rank wrote them. */
+static int load(const popts_t *o, const dt_attn_spec_t *a, int R, int me, const char *dir,
+                int64_t done, int ranks, int64_t c, const int64_t *pos, float *hidden,
+                dt_emsg_t *em)
+{
+    const int64_t d = o->model.dim;
+    dt_run_t runs[DT_LAYOUT_MAXRUNS];
+    int nr = dt_layout_runs(a->layout, o->T, R, me, runs), rc = 0;
+    int64_t got = 0;
+
+    for (int q = ranks == R ? me : 0; q < (ranks == R ? me + 1 : ranks) && rc == 0; q++) {
+        char name[64];
+        dt_ckpt_shard_name(q, ranks, name);
+        char *path = dt_xasprintf("%s/%s", dir, name);
+        dt_st_reader_t *r = NULL;
+        int64_t n = 0;
+        int64_t *have = NULL;
+        float *rows = NULL;
+        if ((rc = shard_open(o, path, done, &r, &n, em)) == 0 && ranks == R && n != c)
+            rc = dt_emsg_set(em, DT_ESHAPE, "%s: %lld rows; rank %d holds %lld", path,
+                             (long long)n, me, (long long)c);
+        if (rc == 0) {
+            have = dt_xmallocarray((size_t)(n > 0 ? n : 1), sizeof(int64_t));
+            rc = dt_st_read(r, "positions", have, (size_t)n * sizeof(int64_t), em);
+        }
+        if (rc == 0 && ranks == R) {
+            if (memcmp(have, pos, (size_t)c * sizeof(int64_t)) != 0)
+                rc = dt_emsg_set(em, DT_ELAYOUT, "%s: holds other positions than rank %d's",
+                                 path, me);
+            else if ((rc = dt_st_read(r, "hidden", hidden, (size_t)(c * d) * sizeof(float),
+                                      em)) == 0)
+                got = c;
+        } else if (rc == 0) {
+            rows = dt_xaligned((size_t)(n > 0 ? n : 1) * (size_t)d, sizeof(float));
+            rc = dt_st_read(r, "hidden", rows, (size_t)(n * d) * sizeof(float), em);
+            for (int64_t i = 0; i < n && rc == 0; i++) {
+                /* the local row of position have[i], if this rank holds it */
+                int64_t off = 0;
+                for (int k = 0; k < nr; off += runs[k].len, k++)
+                    if (have[i] >= runs[k].start && have[i] < runs[k].start + runs[k].len) {
+                        memcpy(hidden + (off + have[i] - runs[k].start) * d, rows + i * d,
+                               (size_t)d * sizeof(float));
+                        got++;
+                        break;
+                    }
+            }
+            dt_wlink_heartbeat();
+        }
+        free(rows);
+        free(have);
+        dt_st_close(r);
+        free(path);
     }
-    dt_st_close(r);
-    free(have);
-    free(path);
-    free(dir);
+    if (rc == 0 && got != c)
+        rc = dt_emsg_set(em, DT_EFORMAT, "%s: its %d shards hold %lld of rank %d's %lld "
+                         "positions", dir, ranks, (long long)got, me, (long long)c);
     return rc;
 }
 
@@ -438,7 +573,7 @@ typedef struct prefiller {
     int64_t *pos;
     int64_t c, done;          /* tokens of this rank; layers done */
     double loss;
-    int stopped;              /* --stop-after-layer reached */
+    int stopped;              /* the layers done at a stop (--stop-after-layer, W_STOP) */
 } prefiller_t;
 
 /* Agree on a phase's outcome; the rank holding the original failure
@@ -484,7 +619,9 @@ static int prefiller_init(prefiller_t *p, dt_comm_t *comm, int argc, char **argv
         p->ys = dt_xmallocarray((size_t)o->T, sizeof(int32_t));
         rc = sequence(o, p->xs, p->ys, &p->em);
     }
-    if (rc == 0 && p->me == 0 && o->ckpt_dir && !o->resume)
+    /* external commits: the coordinator's earlier generations may have
+     * left steps, which dt_cmd_save supersedes or keeps */
+    if (rc == 0 && p->me == 0 && o->ckpt_dir && !o->resume && !o->resume_from && !o->external)
         rc = fresh_dir(o, &p->em);
     rc = dt_agree_report(comm, rc, "dtengine prefill", p->em.s, &printed);
     if (rc == DT_EUSAGE && printed)
@@ -521,15 +658,26 @@ static int prefiller_load_or_resume(prefiller_t *p)
     const popts_t *o = &p->o;
     int rc = 0;
 
-    if (o->resume) {
-        rc = p->me == 0 ? find(o, p->R, &p->done, &p->em) : 0;
+    if (o->resume || o->resume_from) {
+        char *dir = NULL;
+        int ranks = 0;
+        if (p->me == 0)
+            rc = find(o, &dir, &p->done, &ranks, &p->em);
+        free(dir);
         if ((rc = report(p, rc)) < 0)
             return rc;
-        int k = (int)p->done;
-        if ((rc = dt_comm_bcast_int(p->comm, &k)) < 0)
+        int k[2] = { (int)p->done, ranks };
+        if ((rc = dt_comm_bcast_int(p->comm, &k[0])) < 0 ||
+            (rc = dt_comm_bcast_int(p->comm, &k[1])) < 0) {
             dt_emsg_set(&p->em, rc, "broadcasting the resume layer failed");
-        else if ((p->done = k) > 0)
-            rc = load(o, p->R, p->me, p->done, p->c, p->pos, p->hidden, &p->em);
+        } else if ((p->done = k[0]) > 0) {
+            /* every rank names the directory as rank 0 found it */
+            char *sdir = o->resume_from ? dt_xstrdup(o->resume_from)
+                                        : dt_ckpt_step_dir(o->ckpt_dir, p->done);
+            rc = load(o, &p->attn, p->R, p->me, sdir, p->done, k[1], p->c, p->pos, p->hidden,
+                      &p->em);
+            free(sdir);
+        }
     }
     if (rc == 0 && p->done == 0)
         rc = dt_model_embed(p->m, p->P, p->x, p->hidden, &p->em);
@@ -543,49 +691,66 @@ static int prefiller_load_or_resume(prefiller_t *p)
                (long long)p->done);
         fflush(stdout);
     }
+    dt_wlink_progress(p->done, o->model.layers, o->T, NAN, 0, NAN); /* under an agent: running */
     return 0;
 }
 
-/* One layer forward, and its checkpoint with --ckpt-dir. */
-static int prefiller_layer(prefiller_t *p, int64_t l)
+/* One layer forward; then the agent's requests, agreed over the ranks,
+ * and with --ckpt-dir the layer's checkpoint when it is due (every
+ * --ckpt-every layers), asked for, or the last before a stop. *stop: the
+ * agent asked every rank to stop (not after the last layer: that is a
+ * finished run). */
+static int prefiller_layer(prefiller_t *p, int64_t l, int *stop)
 {
     const popts_t *o = &p->o;
     double t0 = dt_clock_now();
-    int rc;
+    int64_t done = l + 1;
+    int rc, req;
 
     if ((rc = dt_model_layer_fwd(p->m, p->comm, &p->attn, p->P, (int)l, p->pos, p->hidden,
                                  &p->em)) < 0)
         return rc;
     double secs = dt_clock_now() - t0;
-    if (o->ckpt_dir && (rc = save(p->comm, o, l + 1, p->c, p->hidden, p->pos, &p->em)) < 0)
+    req = dt_wlink_poll();
+    double v[2] = { (req & DT_WLINK_CHECKPOINT) != 0, (req & DT_WLINK_STOP) != 0 };
+    if ((rc = dt_comm_allreduce_sum_f64(p->comm, v, DT_ARRAY_SIZE(v))) < 0)
+        return dt_emsg_set(&p->em, rc, "layer %lld: agreeing on the agent's requests failed",
+                           (long long)done);
+    *stop = v[1] > 0 && done < o->model.layers;
+    int save_now = o->ckpt_dir && (done % o->ckpt_every == 0 || v[0] > 0 || *stop ||
+                                   done == o->stop_after || done == o->model.layers);
+    if (save_now && (rc = save(p->comm, o, done, p->c, p->hidden, p->pos, &p->em)) < 0)
         return rc;
     if (p->me == 0) {
-        printf("layer %lld/%d seconds %.4f%s\n", (long long)(l + 1), o->model.layers, secs,
-               o->ckpt_dir ? " checkpointed" : "");
+        printf("layer %lld/%d seconds %.4f%s\n", (long long)done, o->model.layers, secs,
+               save_now ? " checkpointed" : "");
         fflush(stdout);
     }
+    dt_wlink_progress(done, o->model.layers, o->T, NAN, secs > 0 ? (double)o->T / secs : 0,
+                      NAN);
     return 0;
 }
 
-/* The layers left, up to --stop-after-layer; agreed and reported. */
+/* The layers left, up to --stop-after-layer or the agent's W_STOP; agreed
+ * and reported. */
 static int prefiller_layers(prefiller_t *p)
 {
     const popts_t *o = &p->o;
-    int rc = 0;
+    int rc = 0, stop = 0;
 
     for (int64_t l = p->done; l < o->model.layers; l++) {
-        if ((rc = prefiller_layer(p, l)) < 0)
+        if ((rc = prefiller_layer(p, l, &stop)) < 0)
             break;
-        if (l + 1 == o->stop_after) {
-            p->stopped = 1;
+        if (l + 1 == o->stop_after || stop) {
+            p->stopped = (int)(l + 1);
             break;
         }
     }
     if ((rc = report(p, rc)) < 0)
         return rc;
     if (p->stopped && p->me == 0)
-        fprintf(stderr, "dtengine prefill: stopped after layer %lld (--stop-after-layer); "
-                "--resume continues\n", (long long)o->stop_after);
+        fprintf(stderr, "dtengine prefill: stopped after layer %d (%s); --resume continues\n",
+                p->stopped, stop ? "the agent asked" : "--stop-after-layer");
     return 0;
 }
 
@@ -606,7 +771,10 @@ static int prefiller_head(prefiller_t *p)
     if ((rc = dt_agree_report(p->comm, rc, "dtengine prefill",
                               "gathering the last logits failed", NULL)) < 0)
         return rc;
-    if (p->me == 0 && o->logits) {
+    if (p->me == 0 && o->out_dir && dt_mkdirs(o->out_dir, 0700) < 0)
+        rc = dt_emsg_set(&p->em, dt_err_errno(errno), "%s: cannot create directory: %s",
+                         o->out_dir, strerror(errno));
+    if (rc == 0 && p->me == 0 && o->logits) {
         int64_t shape[2] = { o->last, o->model.vocab };
         rc = dt_npy_save(o->logits, DT_F32, 2, shape, p->last, &p->em);
     }
@@ -626,10 +794,18 @@ static void prefiller_finish(const prefiller_t *p)
            p->loss);
     printf("result: tokens=%lld layers=%d last=%lld logits_sha256=%s\n", (long long)o->T,
            o->model.layers, (long long)o->last, hex);
+    fflush(stdout);
+    /* for the agent: the loss, the logits' digest and where they are */
+    char *path = o->logits ? realpath(o->logits, NULL) : NULL;
+    const char *outs[] = { path ? path : o->logits };
+    dt_wlink_result(o->model.layers, p->loss, NAN, hex, outs, o->logits ? 1 : 0);
+    free(path);
 }
 
 static void prefiller_close(prefiller_t *p)
 {
+    dt_spec_free(&p->o.spec);
+    free(p->o.logits_path);
     dt_model_free(p->m);
     dt_model_layout_close(&p->lo);
     free(p->P);

@@ -51,6 +51,7 @@
 #include "engine/attn/attn.h"
 #include "io/ckpt.h"
 #include "engine/cmd/cmd.h"
+#include "engine/cmd/save.h"
 #include "engine/data/loader.h"
 #include "engine/data/recall.h"
 #include "io/tokshard.h"
@@ -61,7 +62,6 @@
 #include "spec/spec.h"
 #include "engine/wlink.h"
 
-enum { TAG_SHARD = 301 };
 
 typedef struct topts {
     dt_model_cfg_t model;
@@ -285,114 +285,49 @@ static json_t *cursor_json(const dt_loader_cursor_t *cur)
                      (json_int_t)cur->shard, "seq", (json_int_t)cur->seq);
 }
 
-/* --ckpt-commit external, rank 0, before step STEP is written: what an
- * earlier generation left at that step (io/ckpt.h dt_ckpt_supersede). */
-static int supersede(const char *root, int64_t step, int *skip, dt_emsg_t *em)
-{
-    dt_emsg_t warn = { "" };
-    char *dir = dt_ckpt_step_dir(root, step);
-    int rc = dt_ckpt_supersede(root, step, &warn, em);
-
-    *skip = rc == DT_CKPT_KEEP;
-    if (rc == DT_CKPT_KEEP)
-        fprintf(stderr, "dtengine train: %s is already committed: not written again\n", dir);
-    if (rc == DT_CKPT_REDONE)
-        fprintf(stderr, "dtengine train: %s was never committed: writing it again\n", dir);
-    if (warn.s[0])
-        fprintf(stderr, "dtengine train: %s\n", warn.s);
-    free(dir);
-    return rc < 0 ? rc : 0;
-}
-
-/* The step directory's absolute path for the agent, which runs elsewhere. */
-static char *abs_dir(const char *dir)
-{
-    char *p = realpath(dir, NULL);
-
-    return p ? p : dt_xstrdup(dir);
-}
-
-/* Write checkpoint STEP (all ranks). Under an agent, every rank then
- * reports its shard, and rank 0 the manifest. */
+/* Write checkpoint STEP (all ranks): each rank's slice of the parameters
+ * and both moments (engine/cmd/save.h does the rest). */
 static int save(dt_comm_t *comm, const topts_t *o, int64_t step, int64_t n, const float *P,
                 const float *M, const float *V, const dt_loader_cursor_t *cur, dt_emsg_t *em)
 {
-    int R = dt_comm_size(comm), me = dt_comm_rank(comm), rc = 0, who, skip = 0;
-    dt_ckpt_shard_t *recs = me == 0 ? dt_xcalloc((size_t)R, sizeof(*recs)) : NULL, mine;
-    int64_t off, len, man_bytes = 0;
-    char buf[32], man_sha[65] = "", *dir = NULL;
+    int R = dt_comm_size(comm), me = dt_comm_rank(comm), skipped, rc = 0;
+    int64_t off, len;
+    char buf[32];
 
-    dt_wlink_heartbeat();
-    if (me == 0 && o->external)
-        rc = supersede(o->ckpt_dir, step, &skip, em);
-    if (me == 0 && rc == 0 && !skip)
-        rc = dt_ckpt_begin(o->ckpt_dir, step, em);
-    if ((rc = dt_comm_agree(comm, rc, 0, &who)) < 0 ||
-        (rc = dt_comm_bcast_int(comm, &skip)) < 0 || skip)
-        goto out;
     slice(n, R, me, &off, &len);
     dt_st_writer_t *w = dt_st_writer_new();
-    dt_st_writer_add(w, "params", DT_F32, 1, &len, P + off, em);
-    dt_st_writer_add(w, "adam_m", DT_F32, 1, &len, M + off, em);
-    dt_st_writer_add(w, "adam_v", DT_F32, 1, &len, V + off, em);
-    dt_st_writer_meta(w, "format", "dt-train-1", em);
+    if (rc == 0)
+        rc = dt_st_writer_add(w, "params", DT_F32, 1, &len, P + off, em);
+    if (rc == 0)
+        rc = dt_st_writer_add(w, "adam_m", DT_F32, 1, &len, M + off, em);
+    if (rc == 0)
+        rc = dt_st_writer_add(w, "adam_v", DT_F32, 1, &len, V + off, em);
+    if (rc == 0)
+        rc = dt_st_writer_meta(w, "format", "dt-train-1", em);
     snprintf(buf, sizeof(buf), "%" PRId64, off);
-    dt_st_writer_meta(w, "offset", buf, em);
+    if (rc == 0)
+        rc = dt_st_writer_meta(w, "offset", buf, em);
     snprintf(buf, sizeof(buf), "%" PRId64, n);
-    dt_st_writer_meta(w, "nparams", buf, em);
-    rc = dt_ckpt_write_shard(o->ckpt_dir, step, me, R, w, &mine, em);
-    dt_st_writer_free(w);
-    dt_wlink_heartbeat();
-    if ((rc = dt_comm_agree(comm, rc, 0, &who)) < 0)
-        goto out;
-    if (me != 0) {
-        rc = dt_comm_send(comm, &mine, sizeof(mine), 0, TAG_SHARD);
-    } else {
-        recs[0] = mine;
-        for (int q = 1; q < R && rc == 0; q++)
-            rc = dt_comm_recv(comm, &recs[q], sizeof(recs[q]), q, TAG_SHARD);
-        if (rc == 0) {
-            dt_ckpt_manifest_t man = { .step = step, .ranks = R, .model = model_json(&o->model),
-                                       .plan = json_pack("{s:s, s:I, s:I}", "layout", o->layout,
-                                                         "seq_len", (json_int_t)o->T, "batch",
-                                                         (json_int_t)o->batch),
-                                       .rng = json_pack("{s:I, s:s, s:o}", "seed",
-                                                        (json_int_t)o->seed, "data", o->data,
-                                                        "cursor", cursor_json(cur)),
-                                       .data_cursor = step, .shards = recs };
-            rc = dt_ckpt_write_manifest(o->ckpt_dir, &man, em);
-            if (rc == 0)
-                rc = dt_ckpt_commit(o->ckpt_dir, step, NULL, em);
-            /* external: the coordinator decides what to keep */
-            if (rc == 0 && !o->external && dt_ckpt_prune(o->ckpt_dir, (int)o->ckpt_keep, em) < 0)
-                rc = 0; /* pruning is housekeeping: the checkpoint is safe */
-            json_decref(man.model);
-            json_decref(man.plan);
-            json_decref(man.rng);
-        }
-        if (rc == 0 && dt_wlink_active()) {
-            char *sdir = dt_ckpt_step_dir(o->ckpt_dir, step);
-            char *path = dt_xasprintf("%s/%s", sdir, DT_CKPT_MANIFEST);
-            struct stat st;
-            if ((rc = dt_sha256_file(path, man_sha, em)) == 0 && stat(path, &st) == 0)
-                man_bytes = (int64_t)st.st_size;
-            free(path);
-            free(sdir);
-        }
-        dt_wlink_heartbeat();
+    if (rc == 0)
+        rc = dt_st_writer_meta(w, "nparams", buf, em);
+    /* the writer holds names and pointers: a failure here is a bug */
+    if (rc < 0)
+        abort();
+    dt_cmd_save_t sv = { .cmd = "dtengine train", .root = o->ckpt_dir, .step = step,
+                         .external = o->external, .keep = (int)o->ckpt_keep,
+                         .data_cursor = step };
+    if (me == 0) {
+        sv.model = model_json(&o->model);
+        sv.plan = json_pack("{s:s, s:I, s:I}", "layout", o->layout, "seq_len", (json_int_t)o->T,
+                            "batch", (json_int_t)o->batch);
+        sv.rng = json_pack("{s:I, s:s, s:o}", "seed", (json_int_t)o->seed, "data", o->data,
+                           "cursor", cursor_json(cur));
     }
-    if ((rc = dt_comm_agree(comm, rc, 0, &who)) < 0 || !dt_wlink_active())
-        goto out;
-    /* renamed into place: only now do the files have their final names */
-    char *sdir = dt_ckpt_step_dir(o->ckpt_dir, step);
-    dir = abs_dir(sdir);
-    free(sdir);
-    dt_wlink_shard(step, dir, mine.file, mine.bytes, mine.sha256, 0);
-    if (me == 0)
-        dt_wlink_shard(step, dir, DT_CKPT_MANIFEST, man_bytes, man_sha, 1);
-out:
-    free(dir);
-    free(recs);
+    rc = dt_cmd_save(comm, &sv, w, &skipped, em);
+    json_decref(sv.model);
+    json_decref(sv.plan);
+    json_decref(sv.rng);
+    dt_st_writer_free(w);
     return rc;
 }
 
@@ -892,7 +827,7 @@ static int trainer_finish(trainer_t *t)
     int64_t k = t->acc_n < ACC_WINDOW ? t->acc_n : ACC_WINDOW;
     for (int64_t i = 0; i < k; i++)
         acc_mean += t->acc_win[i] / (double)k;
-    dt_wlink_result(o->steps, t->last_loss, k ? acc_mean : NAN, hex);
+    dt_wlink_result(o->steps, t->last_loss, k ? acc_mean : NAN, hex, NULL, 0);
     return 0;
 }
 

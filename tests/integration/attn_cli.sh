@@ -256,9 +256,10 @@ zigzag_pos() {
     }'
 }
 
-# shard_files DIR R: exactly o, lse, pos for each rank; nothing else
+# shard_files DIR R: exactly o, lse, pos for each rank and the manifest; nothing else
 shard_files() {
     _sf_want=$(awk -v R="$2" 'BEGIN {
+        print "attn.json"
         for (r = 0; r < R; r++) printf "lse.%d.npy\no.%d.npy\npos.%d.npy\n", r, r, r }' | sort)
     _sf_got=$(ls -A "$1" | sort)
     [ "$_sf_got" = "$_sf_want" ] || {
@@ -323,7 +324,7 @@ unshard() {
 SH=$TMPD/shards
 check "--out-dir R=2 zigzag run" run_attn 2 "$SH" $Q $KV --causal --layout zigzag \
     --out-dir "$SH"
-check "--out-dir R=2 zigzag: o, lse, pos per rank, no temporary files" shard_files "$SH" 2
+check "--out-dir R=2 zigzag: o, lse, pos per rank, attn.json, no temporary files" shard_files "$SH" 2
 check "--out-dir R=2 zigzag: the directory 0700, every file 0600 (outputs are private)" \
     sh -c "test \"\$(stat -c %a '$SH' '$SH'/*.npy | sort -u | tr '\n' ' ')\" = '600 700 '"
 check "--out-dir R=2 zigzag: pos.0 is zigzag" shard_pos "$SH" 2 0

@@ -227,9 +227,10 @@ coord_ping || finish
 # ---- agents over TCP ------------------------------------------------------------
 
 t_agent_heartbeat() {
-    # 8 heartbeats 200 ms apart span 1.6 s, more than agent_timeout
+    # 8 heartbeats 200 ms apart span 1.6 s, more than agent_timeout; one
+    # slot of the 2 ranks the job needs, so nothing is started on it
     run_rc 0 probe_tcp --auth --pause 200 \
-        REGISTER "{\"job\": $JOB1, \"node\": \"node-a\", \"slots\": 2}" \
+        REGISTER "{\"job\": $JOB1, \"node\": \"node-a\", \"slots\": 1}" \
         HEARTBEAT '{"agent":"$agent"}' HEARTBEAT '{"agent":"$agent"}' \
         HEARTBEAT '{"agent":"$agent"}' HEARTBEAT '{"agent":"$agent"}' \
         HEARTBEAT '{"agent":"$agent"}' HEARTBEAT '{"agent":"$agent"}' \

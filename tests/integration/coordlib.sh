@@ -386,3 +386,64 @@ recall_pairs = 4
 recall_queries = 4
 SPEC
 }
+
+# ---- jobs on real agents (needs DTAGENTD, munge_start, coord_start) ----------
+
+# agent NAME SLOTS JOB [tcp]: start dtagentd NAME in the background, its
+# pid in AGENT_NAME and AGENT_PIDS; HANG is its hang timeout (default 2s)
+AGENT_PIDS=
+agent() {
+    _ag_coord="unix:$COORD_SOCK"
+    [ "${4:-}" = tcp ] && _ag_coord="127.0.0.1:$COORD_PORT"
+    mkdir -p "$TMPD/agents"
+    "$DTAGENTD" --coord "$_ag_coord" --munge-socket "$MUNGE_SOCKET" --job "$3" --node "$1" \
+        --slots "$2" --state-dir "$TMPD/agents/$3-$1" --hang-timeout "${HANG:-2s}" --grace 1s \
+        >"$TMPD/agents/$3-$1.log" 2>&1 &
+    eval "AGENT_$1=$!"
+    track $!
+    AGENT_PIDS="$AGENT_PIDS $!"
+}
+
+submit() { # SPEC: prints the job id
+    ctl submit "$1" --json | json_num id | head -n 1
+}
+
+# max step any rank of JOB reported
+step_of() {
+    ctl show "$1" --json | json_num step | sort -n | tail -n 1
+}
+
+step_at_least() {
+    _sa=$(step_of "$1")
+    [ -n "$_sa" ] && [ "$_sa" -ge "$2" ]
+}
+
+checksum_of() {
+    ctl show "$1" --json | json_str checksum | head -n 1
+}
+
+# the loss of JOB's result (empty until it has one)
+loss_of() {
+    ctl show "$1" --json |
+        sed -n '/"result": {/,/}/s/^ *"loss": \([-0-9.e+]*\),\{0,1\}$/\1/p' | head -n 1
+}
+
+# near A B TOL: numbers A and B (neither empty) differ by at most TOL
+near() {
+    awk -v a="$1" -v b="$2" -v t="$3" \
+        'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && b != "" && d <= t) }'
+}
+
+# a worker of agent NAME of job JOB: its pid
+worker_of() {
+    pgrep -f "$TMPD/agents/$2-$1/gen-" | head -n 1
+}
+
+has_event() { # JOB KIND [ERE]
+    ctl events "$1" >"$TMPD/ev.out" 2>&1 || return 1
+    grep -E "$2.*${3:-}" "$TMPD/ev.out" >/dev/null && return 0
+    echo "no event $2 ${3:-} in:"
+    sed 's/^/  | /' "$TMPD/ev.out" | tail -n 30
+    return 1
+}
+

@@ -37,64 +37,14 @@ STEPS=40
     echo "gpus_per_node = 2"
 } >"$TMPD/job.spec"
 
-AGENT_PIDS=
 # a worker silent this long is hung; sanitized workers (tests/sanrun.sh)
 # take seconds to get through MPI_Init to their first step
 HANG=2s
 [ -n "${DT_SANITIZERS:-}" ] && HANG=15s
-# agent NAME SLOTS JOB [tcp]: start dtagentd NAME in the background
-agent() {
-    _ag_coord="unix:$COORD_SOCK"
-    [ "${4:-}" = tcp ] && _ag_coord="127.0.0.1:$COORD_PORT"
-    mkdir -p "$TMPD/agents"
-    "$DTAGENTD" --coord "$_ag_coord" --munge-socket "$MUNGE_SOCKET" --job "$3" --node "$1" \
-        --slots "$2" --state-dir "$TMPD/agents/$3-$1" --hang-timeout "$HANG" --grace 1s \
-        >"$TMPD/agents/$3-$1.log" 2>&1 &
-    eval "AGENT_$1=$!"
-    track $!
-    AGENT_PIDS="$AGENT_PIDS $!"
-}
-
-submit() { # SPEC: prints the job id
-    ctl submit "$1" --json | json_num id | head -n 1
-}
-
-
-# max step any rank of JOB reported
-step_of() {
-    ctl show "$1" --json | json_num step | sort -n | tail -n 1
-}
-
-step_at_least() {
-    _sa=$(step_of "$1")
-    [ -n "$_sa" ] && [ "$_sa" -ge "$2" ]
-}
-
-checksum_of() {
-    ctl show "$1" --json | json_str checksum | head -n 1
-}
-
-loss_of() {
-    ctl show "$1" --json | sed -n 's/^ *"loss": \([-0-9.e+]*\),\{0,1\}$/\1/p' | tail -n 1
-}
-
-
-# a worker of agent NAME of job JOB: its pid
-worker_of() {
-    pgrep -f "$TMPD/agents/$2-$1/gen-" | head -n 1
-}
 
 no_workers_left() {
     _nw=$(pgrep -f "dtengine train.*$TMPD" || true)
     [ -z "$_nw" ] || { echo "workers left: $_nw"; return 1; }
-}
-
-has_event() { # JOB KIND [ERE]
-    ctl events "$1" >"$TMPD/ev.out" 2>&1 || return 1
-    grep -E "$2.*${3:-}" "$TMPD/ev.out" >/dev/null && return 0
-    echo "no event $2 ${3:-} in:"
-    sed 's/^/  | /' "$TMPD/ev.out" | tail -n 30
-    return 1
 }
 
 same_checksum() { # JOB

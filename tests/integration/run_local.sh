@@ -120,7 +120,7 @@ t_bad_spec() {
 check "a bad SPECFILE (missing, bad key): exit 2 naming the file" t_bad_spec
 
 t_bad_inject() {
-    for _v in disk worker@0 worker@x worker@ hang@600 coordinator@1000; do
+    for _v in disk worker@-1 worker@x worker@ hang@600 coordinator@1000; do
         run_rc 2 "$DTCTL" run --local --inject-failure "$_v" --state-dir "$TMPD/s2" &&
             out_has "inject-failure '$_v'" || return 1
     done

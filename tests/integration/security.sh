@@ -69,7 +69,7 @@ check "nobody: show/cancel/events/checkpoints of root's job exit 5; the job is u
     t_nobody_denied
 
 t_nobody_submit() {
-    run_rc 0 nctl submit --kind attn --model tiny --tokens 2048 --ranks 1 --gpu cpu \
+    run_rc 0 nctl submit --kind attn --model tiny --tokens 2048 --ranks 2 --gpu cpu \
         --name nobodyjob || return 1
     NOBJOB=$(cat "$TMPD/out")
     case $NOBJOB in

@@ -593,10 +593,48 @@ t_cuda() {
 }
 only cuda && check "device = cuda: GPUs and cores per GPU asked of Slurm; GPU-less agents refused, no worker" t_cuda
 
+# attn and prefill jobs through Slurm: each completes, its outputs in the job
+# directory are named by dtctl show, and its checksum is that of `mpirun
+# -np 4 dtengine KIND --spec` on the same spec (the manifest's SHA-256;
+# the last logits' digest)
+t_kinds() {
+    for _k in attn prefill; do
+        {
+            echo "kind = $_k"
+            echo "name = $_k"
+            echo "tokens = 1024"
+            echo "seed = 5"
+            echo "ranks = 4"
+            echo "gpu = cpu"
+            echo "nodes = 2"
+            echo "gpus_per_node = 2"
+            echo "time_limit = 30m"
+        } >"$TMPD/$_k.spec"
+    done
+    _ja=$(submit "$TMPD/attn.spec")
+    _jp=$(submit "$TMPD/prefill.spec")
+    [ -n "$_ja" ] && [ -n "$_jp" ] || { echo "submit failed"; return 1; }
+    mpirun_np 4 "$DTENGINE" attn --spec "$TMPD/attn.spec" --out-dir "$TMPD/attn-direct" \
+        >"$TMPD/attn-direct.log" 2>&1 || { cat "$TMPD/attn-direct.log"; return 1; }
+    mpirun_np 4 "$DTENGINE" prefill --spec "$TMPD/prefill.spec" >"$TMPD/prefill-direct.log" 2>&1 ||
+        { cat "$TMPD/prefill-direct.log"; return 1; }
+    _sa=$(sed -n 's/^output: .* sha256=\([0-9a-f]*\)$/\1/p' "$TMPD/attn-direct.log")
+    _sp=$(sed -n 's/^result: .* logits_sha256=\([0-9a-f]*\)$/\1/p' "$TMPD/prefill-direct.log")
+    wait_done "$_ja" 180 && completed_with "$_ja" "$_sa" || return 1
+    wait_done "$_jp" 180 && completed_with "$_jp" "$_sp" || return 1
+    run_rc 0 ctl show "$_ja" && out_has "^  outputs   $COORD_STATE/jobs/$_ja/output/attn\.json\$" &&
+        run_rc 0 ctl show "$_jp" &&
+        out_has "^  outputs   $COORD_STATE/jobs/$_jp/output/logits\.npy\$" || return 1
+    SID=$(slurm_id_of "$_jp")
+    wait_for 20 slurm_final "$SID" COMPLETED || { scontrol show job "$SID"; return 1; }
+    echo "attn $_sa, prefill $_sp"
+}
+only kinds && check "attn and prefill jobs under Slurm complete as mpirun's, outputs named" t_kinds
+
 # this coordinator's agents and workers only (other tests may run beside)
 nothing_of_ours() {
     [ -z "$(agents_of '[0-9]*')" ] &&
-        ! pgrep -f "dtengine train .*$COORD_STATE/jobs" >/dev/null 2>&1
+        ! pgrep -f "dtengine (train|attn|prefill) .*$COORD_STATE/jobs" >/dev/null 2>&1
 }
 check "no agents or workers left" wait_for 30 nothing_of_ours
 coord_stop

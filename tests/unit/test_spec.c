@@ -150,6 +150,7 @@ static const char full_text[] = "name = \"long # context\"\n"
                                 "ckpt_every = 100\n"
                                 "ckpt_keep = 3\n"
                                 "ckpt_dir = /scratch/ckpt\n"
+                                "output_dir = /scratch/out\n"
                                 "max_restarts = 2\n"
                                 "repeat_failures = 3\n"
                                 "repeat_startup_failures = 4\n";
@@ -242,6 +243,7 @@ Test(spec, set_builds_what_parse_reads)
         { "ckpt_every", "100" },
         { "ckpt_keep", "3" },
         { "ckpt_dir", "/scratch/ckpt" },
+        { "output_dir", "/scratch/out" },
         { "max_restarts", "2" },
         { "repeat_failures", "3" },
         { "repeat_startup_failures", "4" },
@@ -347,6 +349,9 @@ static const struct refusal {
     { "kind = attn\ntokens = 64\ndevice = cuda\ncpus_per_gpu = 0\n",
       DT_ECONF,
       { "key 'cpus_per_gpu'", "out of range" } },
+    { "kind = attn\ntokens = 64\noutput_dir = out/attn\n",
+      DT_EINVAL,
+      { "key 'output_dir' = 'out/attn'", "an absolute path" } },
 };
 
 /* device, gpu and dtype default from one another as dt-spec(5) says. */
@@ -465,7 +470,7 @@ Test(spec, every_key_has_help)
         cr_assert_not_null(k->help, "key %s", k->name);
         cr_assert(strlen(k->help) > 4, "key %s", k->name);
     }
-    cr_assert_eq(n, 48, "48 keys, one per dt_spec_t field (dt-spec(5) lists them)");
+    cr_assert_eq(n, 49, "49 keys, one per dt_spec_t field (dt-spec(5) lists them)");
     dt_spec_free(NULL);
 }
 

@@ -146,6 +146,39 @@ Test(wire, manifest_shards)
             "field 'shards': element 1 is not a sha256 (64 lowercase hex digits)");
 }
 
+/* W_RESULT's outputs: absolute paths of attn and prefill outputs, at most
+ * DT_WIRE_OUTPUTS_MAX, none for train. */
+Test(wire, w_result_outputs)
+{
+    const char *outs[] = { "/jobs/3/output/attn.json" };
+    dt_wire_w_result_t in = { .rank = 0, .steps = 1, .loss = NAN, .acc = NAN, .checksum = SHA,
+                              .outputs = { outs, 1 } }, out;
+    dt_emsg_t em = { "" };
+    dt_msg_t m;
+
+    framed(DT_MSG_W_RESULT, dt_wire_w_result_encode(&in), &m);
+    cr_assert_eq(dt_wire_w_result_decode(&m, &out, &em), 0, "%s", em.s);
+    cr_assert_eq(out.outputs.n, 1);
+    cr_assert_str_eq(out.outputs.v[0], "/jobs/3/output/attn.json");
+    cr_assert(isnan(out.loss), "no loss: null on the wire, NaN again");
+    dt_wire_w_result_clear(&out);
+    dt_msg_clear(&m);
+
+    from_text(DT_MSG_W_RESULT, "{\"rank\": 0, \"steps\": 5}", &m);
+    cr_assert_eq(dt_wire_w_result_decode(&m, &out, &em), 0, "%s", em.s);
+    cr_assert_eq(out.outputs.n, 0, "train sends none");
+    dt_wire_w_result_clear(&out);
+    dt_msg_clear(&m);
+
+    char body[1024] = "{\"rank\": 0, \"outputs\": [";
+    for (int i = 0; i <= DT_WIRE_OUTPUTS_MAX; i++)
+        strcat(body, i ? ", \"/o\"" : "\"/o\"");
+    strcat(body, "]}");
+    refused(DT_MSG_W_RESULT, body, DT_EINVAL, "field 'outputs': 17 elements, not 0 to 16");
+    refused(DT_MSG_W_RESULT, "{\"rank\": 0, \"outputs\": [\"/o\", 3]}", DT_EPROTO,
+            "field 'outputs': element 1 must be a string");
+}
+
 /* Lenient fields read as their defaults, and the decoder says which. */
 Test(wire, lenient_fields)
 {

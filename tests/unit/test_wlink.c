@@ -243,9 +243,13 @@ static void w_report(void)
     dt_wlink_progress(5, 10, 1280, 2.5, 1000.0, 0.25);
     dt_wlink_progress(6, 10, 1536, NAN, INFINITY, 0.5);
     dt_wlink_heartbeat();
+    dt_wlink_tick(); /* a frame just went: nothing */
     dt_wlink_shard(6, "/ck/step-00000006", "shard-00003-of-00004.safetensors", 123456, SHA_A, 0);
     dt_wlink_shard(6, "/ck/step-00000006", "manifest.json", 789, SHA_B, 1);
-    dt_wlink_result(10, 1.25, 0.5, SHA_B);
+    const char *outs[] = { "/jobs/7/output/attn.json", "/jobs/7/output/logits.npy" };
+    dt_wlink_result(10, 1.25, 0.5, SHA_B, outs, 2);
+    usleep((DT_WLINK_TICK_MS + 100) * 1000);
+    dt_wlink_tick(); /* silent for longer than a tick: a heartbeat */
 }
 
 /* Poll once (nothing has been sent yet), say so with a heartbeat, then
@@ -315,7 +319,8 @@ Test(wlink, without_agent_fd_everything_is_a_noop)
     dt_wlink_progress(1, 2, 3, 4.0, 5.0, 0.5);
     dt_wlink_heartbeat();
     dt_wlink_shard(1, "/d", "f", 1, SHA_A, 0);
-    dt_wlink_result(2, 1.0, 0.25, SHA_A);
+    dt_wlink_result(2, 1.0, 0.25, SHA_A, NULL, 0);
+    dt_wlink_tick();
     cr_assert_eq(dt_wlink_poll(), 0);
     cr_assert_eq(count_fds(), before, "no descriptor opened (no PMIx, no socket)");
     dt_wlink_close();
@@ -379,6 +384,12 @@ Test(wlink, hello_progress_shard_result_arrive_with_their_fields, .timeout = 30)
     cr_assert_eq(geti(&m, "steps"), 10);
     cr_assert_float_eq(getd(&m, "loss"), 1.25, 1e-12);
     cr_assert_str_eq(gets_(&m, "checksum"), SHA_B);
+    json_t *outs = json_object_get(m.body, "outputs");
+    cr_assert_eq(json_array_size(outs), 2);
+    cr_assert_str_eq(json_string_value(json_array_get(outs, 1)), "/jobs/7/output/logits.npy");
+    dt_msg_clear(&m);
+
+    expect_frame(&a, &m, DT_MSG_W_HEARTBEAT); /* the tick after a silence, only */
     dt_msg_clear(&m);
 
     cr_assert_eq(next_frame(&a, &m), 0, "end of file after dt_wlink_close");
