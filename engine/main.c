@@ -14,10 +14,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "common/proto.h"
 #include "engine/attn/attn.h"
+#ifdef HAVE_CUDA
+#include "engine/attn/ring_cuda.h"
+#endif
 #include "engine/cmd/agree.h"
 #include "engine/cmd/cmd.h"
 #include "engine/comm/comm.h"
@@ -130,7 +134,17 @@ int main(int argc, char **argv)
     }
     /* a long ring step keeps the agent hearing from us */
     dt_attn_set_tick(dt_wlink_tick);
+#ifdef HAVE_CUDA
+    dt_ring_set_tick(dt_wlink_tick);
+#endif
     code = cmd->fn(comm, argc - 1, argv + 1);
+    if (code == DT_EXIT_DEVICE) {
+        /* our GPU failed and we did not wait for the peers (agree.h):
+         * MPI_Finalize would wait for them */
+        fflush(NULL);
+        dt_wlink_close();
+        _exit(code);
+    }
     dt_wlink_close();
     dt_comm_free(comm);
     return code;

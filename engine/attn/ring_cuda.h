@@ -72,6 +72,11 @@ int dt_ring_nccl_new(int rank, int R, const void *id, int device, double timeout
  * visible devices. In engine/comm/ring_pmix.c, linked by dtengine only. */
 int dt_ring_nccl_pmix_new(double timeout_s, dt_ring_t **out, dt_emsg_t *em);
 
+/* A hook every wait of every ring calls between its polls (e.g. dtengine's
+ * heartbeat to its agent, so that waiting on a slow peer is not a hang);
+ * NULL for none. Process-wide: set it once, before the first ring. */
+void dt_ring_set_tick(void (*fn)(void));
+
 void dt_ring_free(dt_ring_t *r);
 
 int dt_ring_size(const dt_ring_t *r);   /* R */

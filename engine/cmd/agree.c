@@ -12,6 +12,16 @@
 int dt_agree_report(dt_comm_t *comm, int rc, const char *what, const char *msg, int *printed)
 {
     int relayed = strncmp(msg, "rank ", 5) == 0;
+
+    /* this rank's GPU failed: the others may be blocked in a transfer with
+     * it, and would never join the agreement; say why and go (the agent's
+     * failure event ends them) */
+    if (rc == DT_EDEVICE && !relayed) {
+        fprintf(stderr, "%s: %s\n", what, msg[0] ? msg : dt_strerror(rc));
+        if (printed)
+            *printed = 1;
+        return rc;
+    }
     int who, agreed = dt_comm_agree(comm, rc, relayed, &who);
     int mine = agreed < 0 && who == dt_comm_rank(comm);
 

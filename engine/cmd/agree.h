@@ -21,9 +21,14 @@
  * original is chosen. *printed (may be NULL) is 1 on the rank that
  * printed, 0 elsewhere. Returns the agreed code: 0 when every rank
  * succeeded, DT_ECOMM when the agreement itself failed (every rank then
- * reports its own message). An agreed DT_EDEVICE (a GPU failed) is
- * returned only to the ranks that brought it; the others get DT_ECOMM, so
- * that only a rank whose own GPU failed exits 7 (dtengine(1)). */
+ * reports its own message). A rank whose own GPU failed (rc DT_EDEVICE,
+ * not relayed) does not take part: the others may be blocked in a
+ * transfer with it and never come to the agreement. It prints its message
+ * and gets DT_EDEVICE back at once (dtengine then exits 7 without waiting
+ * for its peers, whom the failure event of its exit ends). Should an
+ * agreement still see DT_EDEVICE (relayed), it is returned only to the
+ * ranks that brought it; the others get DT_ECOMM, so that only a rank
+ * whose own GPU failed exits 7 (dtengine(1)). */
 DT_MUST_CHECK int dt_agree_report(dt_comm_t *comm, int rc, const char *what, const char *msg,
                                   int *printed);
 

@@ -107,8 +107,18 @@ static __attribute__((format(printf, 5, 6))) int fail(dt_ring_t *r, int rc, cons
 /* ---- polling ------------------------------------------------------------ */
 
 /* Sleep *us microseconds, then back off up to 200 us. */
+static void (*tick)(void);
+
+void dt_ring_set_tick(void (*fn)(void))
+{
+    tick = fn;
+}
+
+/* Between polls of a wait: a short sleep, growing, and the caller's tick. */
 static void nap(unsigned *us)
 {
+    if (tick)
+        tick();
     struct timespec ts = { 0, (long)*us * 1000L };
 
     nanosleep(&ts, NULL);

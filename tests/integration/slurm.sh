@@ -42,7 +42,14 @@
 #     checksum;
 #   - a job of a higher-priority partition preempts the job: Slurm's USR2,
 #     checkpoint, requeue, the preemptor runs, the job completes, same
-#     checksum.
+#     checksum;
+#   - a device = cuda job asks Slurm for GPUs and CPUs per GPU; where the
+#     engine on simulated GPUs is built (tests/gpu/dtengine-sim, then the
+#     engine of every job here) an attn job runs on the GPUs Slurm gives
+#     and completes as `mpirun dtengine-sim` does, else the GPU-less agents
+#     are refused and no worker starts;
+#   - attn and prefill jobs complete as `mpirun dtengine KIND --spec` does,
+#     their outputs named by dtctl show.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/coordlib.sh"
 . "$(dirname "$0")/slurmlib.sh"
@@ -59,10 +66,17 @@ MUNGE_SOCKET=$DT_MUNGE_SOCKET
 # so the last bits of a matrix product), or the jobs' checksums differ from
 # that of `dtctl run --local`, which runs with them.
 BLAS_ENV=$(env | grep -E '^OPENBLAS_[A-Z0-9_]+=[^ ]*$' | tr '\n' ' ')
+# The engine on simulated GPUs where it is built (tests/gpu/sim): the CPU
+# path is the real engine's, and a GPU job's workers see the GPUs Slurm
+# gives them (CUDA_VISIBLE_DEVICES) as simulated devices; else the real
+# one, whose agents have no GPU here
+SIM=$DT_BUILDDIR/tests/gpu/dtengine-sim
+JOB_ENGINE=$DTENGINE
+[ -x "$SIM" ] && JOB_ENGINE=$SIM
 COORD_CONF_EXTRA="slurm = yes
 slurm_conf = $SLURM_CONF
 slurm_agent = $DTAGENTD
-slurm_engine = $DTENGINE
+slurm_engine = $JOB_ENGINE
 slurm_poll = 300ms
 slurm_hang_timeout = 10s
 slurm_env = OMPI_MCA_btl_tcp_if_include=lo OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1 NCCL_PROXY_DUMP_SIGNAL=10 $BLAS_ENV"
@@ -103,7 +117,7 @@ agents_of() {
     done
 }
 agent_count() { [ "$(agents_of "$1" | wc -l)" -eq "$2" ]; }
-no_workers_of() { ! pgrep -f "dtengine train .*jobs/$1/ckpt" >/dev/null 2>&1; }
+no_workers_of() { ! pgrep -f "dtengine(-sim)? train .*jobs/$1/ckpt" >/dev/null 2>&1; }
 squeue_empty() { [ -z "$(squeue -h -o %i 2>/dev/null)" ]; }
 slurm_recorded() { [ "$(slurm_state_of "$1")" = "$2" ]; }
 slurm_final() { # SLURMID STATE: scontrol says STATE
@@ -574,8 +588,15 @@ echo " ${DT_SLURM_CHECKS:-} " | grep -q " time_limit " &&
 # (dtengine devices: no driver) and are refused saying so; the job fails
 # without a worker started, and its Slurm job ends.
 t_cuda() {
-    job_spec gpus "device = cuda" "cpus_per_gpu = 2" "max_restarts = 1" |
-        sed '/^gpu = cpu$/d' >"$TMPD/gpus.spec"
+    if [ -x "$SIM" ]; then
+        # an attention whose head dimension the CUDA kernels take (64)
+        job_spec gpus "device = cuda" "cpus_per_gpu = 2" "kind = attn" "dim = 256" \
+            "tokens = 2048" | sed '/^gpu = cpu$/d; /^kind = train$/d; /^dim = 64$/d;
+            /^tokens = 256$/d' >"$TMPD/gpus.spec"
+    else
+        job_spec gpus "device = cuda" "cpus_per_gpu = 2" "max_restarts = 1" |
+            sed '/^gpu = cpu$/d' >"$TMPD/gpus.spec"
+    fi
     J=$(submit "$TMPD/gpus.spec")
     [ -n "$J" ] || { echo "submit failed"; return 1; }
     wait_for 30 eval '[ -n "$(slurm_id_of "$J")" ]' || { echo "no Slurm job"; return 1; }
@@ -584,6 +605,22 @@ t_cuda() {
     grep -q "TresPerNode=gres:gpu:2" "$TMPD/sjob" && grep -q "CpusPerTres=gres:gpu:2" "$TMPD/sjob" ||
         { echo "Slurm job $SID:"; cat "$TMPD/sjob"; return 1; }
     wait_done "$J" 180 || return 1
+    if [ -x "$SIM" ]; then
+        # on the GPUs Slurm gave each node, as the direct run computes
+        mpirun_np 4 "$SIM" attn --spec "$TMPD/gpus.spec" --out-dir "$TMPD/gpus-direct" \
+            >"$TMPD/gpus-direct.log" 2>&1 || { cat "$TMPD/gpus-direct.log"; return 1; }
+        _sg=$(sed -n 's/^output: .* sha256=\([0-9a-f]*\)$/\1/p' "$TMPD/gpus-direct.log")
+        completed_with "$J" "$_sg" || return 1
+        grep -q "device=cuda/bf16" "$COORD_STATE/jobs/$J/logs/rank-0.log" ||
+            { echo "rank 0 did not run on a (simulated) GPU"; return 1; }
+        # each agent found the 2 GPUs Slurm gave its node (its log, in the
+        # batch job's output)
+        [ "$(grep -c "slots=2 gpus=2 " "$COORD_STATE/jobs/$J/dt-$J.out")" -ge 2 ] ||
+            { echo "the agents did not register 2 GPUs each:"; grep "gpus=" \
+                "$COORD_STATE/jobs/$J/dt-$J.out"; return 1; }
+        echo "completed on simulated GPUs, checksum $_sg"
+        return 0
+    fi
     events_have "agent_refused .*device = cuda needs a GPU per slot: 0 GPUs for 2 slots: " \
         "the refusal with its cause" || return 1
     [ "$(state_of "$J")" = failed ] || { echo "job $J is $(state_of "$J")"; return 1; }
@@ -591,7 +628,7 @@ t_cuda() {
         { echo "a worker was started"; return 1; }
     grep -m 1 agent_refused "$TMPD/ev" | sed 's/^ *//'
 }
-only cuda && check "device = cuda: GPUs and cores per GPU asked of Slurm; GPU-less agents refused, no worker" t_cuda
+only cuda && check "device = cuda: GPUs and cores per GPU asked of Slurm; on simulated GPUs the job completes as mpirun's (without them: refused, no worker)" t_cuda
 
 # attn and prefill jobs through Slurm: each completes, its outputs in the job
 # directory are named by dtctl show, and its checksum is that of `mpirun
@@ -634,7 +671,7 @@ only kinds && check "attn and prefill jobs under Slurm complete as mpirun's, out
 # this coordinator's agents and workers only (other tests may run beside)
 nothing_of_ours() {
     [ -z "$(agents_of '[0-9]*')" ] &&
-        ! pgrep -f "dtengine (train|attn|prefill) .*$COORD_STATE/jobs" >/dev/null 2>&1
+        ! pgrep -f "dtengine(-sim)? (train|attn|prefill) .*$COORD_STATE/jobs" >/dev/null 2>&1
 }
 check "no agents or workers left" wait_for 30 nothing_of_ours
 coord_stop

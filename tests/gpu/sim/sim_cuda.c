@@ -19,7 +19,18 @@
  * are matched by their unique id, one rank per thread: a send and its
  * receive complete together, whichever group reaches them first, and a
  * thread that can make no progress for about 10 s aborts with "deadlock".
- * The simulator reports one device, so the tests that use it never skip.
+ * The simulator reports one device (or DT_SIM_GPUS, filtered by
+ * CUDA_VISIBLE_DEVICES: see sim_devices), so the tests that use it never
+ * skip.
+ *
+ * Built with SIM_NET (tests/gpu/dtengine-sim: the whole engine on
+ * simulated GPUs) a communicator's peers are other processes of the host,
+ * reached through sim_net.c: sends leave as copies when their group
+ * starts, receives complete when the frame arrives, a peer that closes
+ * or cannot be reached is an asynchronous NCCL error, and the deadlock
+ * check is off (a peer may compute for long; the engine's watchdog and
+ * PMIx notice a dead one). DT_SIM_DEVICE_FAULT injects a device fault
+ * (maybe_poison).
  *
  * What it is not: not the GPU, not CUDA's memory model, and not a test of
  * the kernels' accuracy: its kernels are the CPU reference
@@ -43,6 +54,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cuda_runtime_api.h>
@@ -57,6 +69,11 @@
 #include "kernels/cuda/attn_cuda.h"
 #include "kernels/cuda/cuda_err.h"
 #include "tests/gpu/sim/sim_cuda.h"
+#ifdef SIM_NET
+#include <sys/random.h>
+
+#include "tests/gpu/sim/sim_net.h"
+#endif
 
 /* One lock for all simulator state; the host work of an operation runs
  * under it, so operations never overlap. */
@@ -66,6 +83,11 @@ static long fake_clock; /* event timestamps: +1 per record, +3 per kernel */
 static long ops_run, max_queue;
 
 static int eager = 8, trace, stall_prob = 6, stall_len = 400, policy;
+#ifdef SIM_NET
+static const int net_mode = 1;
+#else
+static const int net_mode = 0;
+#endif
 
 static int rnd(int n)
 {
@@ -184,6 +206,9 @@ struct ncclComm {
     unsigned long *sseq, *rseq; /* next send / receive number, per peer */
     int inprog;                 /* ncclInProgress answers still to give */
     int aborted;                /* ncclCommAbort/Destroy: its groups drop */
+#ifdef SIM_NET
+    sim_net_t *net; /* the peers are other processes (sim_net.h) */
+#endif
 };
 
 /* find the started xchg op of comm (key, rank) holding a send to `dst` with seq */
@@ -208,6 +233,26 @@ static op_t *find_send(unsigned long key, int src, int dst, unsigned long seq, i
 static int xchg_progress(op_t *o)
 {
     int all = 1;
+#ifdef SIM_NET
+    if (o->comm->net) {
+        /* sends leave as copies at once; receives complete on arrival */
+        for (int j = 0; j < o->nx; j++) {
+            if (o->x[j].done)
+                continue;
+            if (o->issend[j]) {
+                sim_net_send(o->comm->net, o->x[j].peer, o->x[j].seq, o->x[j].buf,
+                             o->x[j].bytes);
+                o->x[j].done = 1;
+            } else if (sim_net_recv(o->comm->net, o->x[j].peer, o->x[j].seq, o->x[j].buf,
+                                    o->x[j].bytes) == 1) {
+                o->x[j].done = 1;
+            }
+        }
+        for (int j = 0; j < o->nx; j++)
+            all &= o->x[j].done;
+        return all;
+    }
+#endif
     for (int j = 0; j < o->nx; j++) {
         if (o->issend[j] || o->x[j].done)
             continue;
@@ -390,7 +435,9 @@ static void drain_mine(const char *why)
             pthread_mutex_unlock(&mu);
             usleep(50);
             pthread_mutex_lock(&mu);
-            if (++idle > 200000) {
+            /* across processes (SIM_NET) a peer may compute for long:
+             * its watchdog and PMIx, not the simulator, notice a dead one */
+            if (++idle > 200000 && !net_mode) {
                 fprintf(stderr, "sim: deadlock draining (%s)\n", why);
                 dump();
                 abort();
@@ -429,26 +476,137 @@ static void strict_idle(const char *what)
 
 /* ---- CUDA runtime ---- */
 
+/* Simulated devices: DT_SIM_GPUS of them, each with a UUID
+ * GPU-d7510000-0000-0000-0000-0000000000NN (NN its index, in hex),
+ * DT_SIM_GPU_MEMORY bytes (default 80 GiB) and PCI address 0000:1N:00.0
+ * (where sysfs says nothing: no CPUs near it). CUDA_VISIBLE_DEVICES picks
+ * among them by index or UUID, as the runtime does (an entry that names
+ * none ends the list), so Slurm's and dtagentd's settings work unchanged.
+ * Without DT_SIM_GPUS: 64 when CUDA_VISIBLE_DEVICES is set (it decides),
+ * else 1. */
+static int sim_visible[64], sim_nvisible = -1;
+
+static void sim_uuid(int i, unsigned char b[16])
+{
+    memset(b, 0, 16);
+    b[0] = 0xd7;
+    b[1] = 0x51;
+    b[15] = (unsigned char)i;
+}
+
+static void sim_devices(void)
+{
+    const char *g = getenv("DT_SIM_GPUS"), *cvd = getenv("CUDA_VISIBLE_DEVICES");
+    int total = g ? atoi(g) : cvd ? 64 : 1;
+
+    if (sim_nvisible >= 0)
+        return;
+    total = total < 0 ? 0 : total > 64 ? 64 : total;
+    sim_nvisible = 0;
+    if (cvd == NULL) {
+        for (int i = 0; i < total; i++)
+            sim_visible[sim_nvisible++] = i;
+        return;
+    }
+    char *list = strdup(cvd), *save = NULL;
+    for (char *e = strtok_r(list, ",", &save); e && sim_nvisible < 64;
+         e = strtok_r(NULL, ",", &save)) {
+        int found = -1;
+        for (int i = 0; i < total && found < 0; i++) {
+            unsigned char b[16];
+            char u[48];
+            int o = snprintf(u, sizeof(u), "GPU-");
+            sim_uuid(i, b);
+            for (int k = 0; k < 16; k++) {
+                o += snprintf(u + o, sizeof(u) - (size_t)o, "%02x", b[k]);
+                if (k == 3 || k == 5 || k == 7 || k == 9)
+                    u[o++] = '-';
+            }
+            u[o] = '\0';
+            char *end;
+            long idx = strtol(e, &end, 10);
+            if ((*end == '\0' && end != e && idx == i) || strcmp(e, u) == 0)
+                found = i;
+        }
+        if (found < 0)
+            break;
+        sim_visible[sim_nvisible++] = found;
+    }
+    free(list);
+}
+
 cudaError_t cudaGetDeviceCount(int *n)
 {
-    *n = 1;
+    sim_devices();
+    *n = sim_nvisible;
+    return sim_nvisible > 0 ? cudaSuccess : cudaErrorNoDevice;
+}
+
+cudaError_t cudaDriverGetVersion(int *v)
+{
+    *v = 13000;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d)
+{
+    const char *m = getenv("DT_SIM_GPU_MEMORY");
+
+    sim_devices();
+    if (d < 0 || d >= sim_nvisible)
+        return cudaErrorInvalidDevice;
+    memset(p, 0, sizeof(*p));
+    snprintf(p->name, sizeof(p->name), "dt simulated GPU (tests/gpu/sim)");
+    sim_uuid(sim_visible[d], (unsigned char *)p->uuid.bytes);
+    p->totalGlobalMem = m ? (size_t)strtoull(m, NULL, 10) : (size_t)80 << 30;
+    p->pciBusID = 0x10 + sim_visible[d];
+    p->major = 9;
     return cudaSuccess;
 }
 
 cudaError_t cudaSetDevice(int d)
 {
-    (void)d;
-    return cudaSuccess;
+    int n;
+    return cudaGetDeviceCount(&n) != cudaSuccess || d < 0 || d >= n ? cudaErrorInvalidDevice
+                                                                     : cudaSuccess;
 }
 
 const char *cudaGetErrorString(cudaError_t e)
 {
-    return e == cudaSuccess ? "no error" : "sim error";
+    return e == cudaSuccess                  ? "no error"
+           : e == cudaErrorECCUncorrectable ? "uncorrectable ECC error encountered (simulated)"
+                                             : "sim error";
 }
 
 const char *cudaGetErrorName(cudaError_t e)
 {
-    return e == cudaSuccess ? "cudaSuccess" : "cudaErrorSim";
+    return e == cudaSuccess                  ? "cudaSuccess"
+           : e == cudaErrorECCUncorrectable ? "cudaErrorECCUncorrectable"
+                                             : "cudaErrorSim";
+}
+
+/* A device fault, once: with DT_SIM_DEVICE_FAULT=RANK:FILE, the process of
+ * that rank (PMIX_RANK) that first launches a kernel while FILE does not
+ * exist creates FILE and from then on its device answers every query and
+ * copy with cudaErrorECCUncorrectable, as a GPU with an uncorrectable
+ * memory error poisons its context. Later processes of that rank (a
+ * restarted generation) find FILE and run normally. */
+static int poisoned;
+
+static void maybe_poison(void)
+{
+    static int checked;
+    const char *f = getenv("DT_SIM_DEVICE_FAULT"), *r = getenv("PMIX_RANK"), *colon;
+
+    if (checked++ || f == NULL || r == NULL || (colon = strchr(f, ':')) == NULL ||
+        atoi(f) != atoi(r))
+        return;
+    FILE *mark = fopen(colon + 1, "wx");
+    if (mark == NULL)
+        return;
+    fclose(mark);
+    poisoned = 1;
+    fprintf(stderr, "sim: rank %s: a simulated uncorrectable ECC error on the device\n", r);
 }
 
 cudaError_t cudaGetLastError(void)
@@ -547,6 +705,8 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flag
 
 cudaError_t cudaEventQuery(cudaEvent_t e)
 {
+    if (poisoned)
+        return cudaErrorECCUncorrectable;
     ENTER();
     progress(1 + rnd(8));
     LEAVE(e->done >= e->recorded ? cudaSuccess : cudaErrorNotReady);
@@ -640,6 +800,8 @@ cudaError_t cudaFree(void *p)
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind k)
 {
+    if (poisoned)
+        return cudaErrorECCUncorrectable;
     (void)k;
     ENTER();
     strict_idle("cudaMemcpy");
@@ -747,6 +909,7 @@ int dt_attn_fwd_cuda(const dt_attn_cuda_t *a, int accumulate, float *o, int64_t 
         fprintf(stderr, "sim: fwd strides\n");
         abort();
     }
+    maybe_poison();
     ENTER();
     kfwd_t *k = malloc(sizeof(*k));
     k->a = *a;
@@ -999,6 +1162,10 @@ const char *ncclGetErrorString(ncclResult_t r)
 
 const char *ncclGetLastError(ncclComm_t c)
 {
+#ifdef SIM_NET
+    if (c && c->net && sim_net_error(c->net))
+        return sim_net_error(c->net);
+#endif
     (void)c;
     return "sim last error";
 }
@@ -1010,6 +1177,11 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
     pthread_mutex_lock(&mu);
     unsigned long key = ++k;
     pthread_mutex_unlock(&mu);
+#ifdef SIM_NET
+    /* unique across the processes of the host */
+    if (getrandom(&key, sizeof(key), 0) != (ssize_t)sizeof(key))
+        key ^= (unsigned long)getpid() << 20 ^ (unsigned long)time(NULL);
+#endif
     memcpy(id->internal, &key, sizeof(key));
     return ncclSuccess;
 }
@@ -1029,6 +1201,14 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int n, ncclUniqueId id, in
     c->sseq = calloc((size_t)n, sizeof(unsigned long));
     c->rseq = calloc((size_t)n, sizeof(unsigned long));
     c->inprog = rnd(5);
+#ifdef SIM_NET
+    if ((c->net = sim_net_open(c->key, rank, n)) == NULL) {
+        free(c->sseq);
+        free(c->rseq);
+        free(c);
+        LEAVE(ncclSystemError);
+    }
+#endif
     *comm = c;
     LEAVE(c->inprog ? ncclInProgress : ncclSuccess);
 }
@@ -1036,6 +1216,15 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int n, ncclUniqueId id, in
 ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *st)
 {
     ENTER();
+#ifdef SIM_NET
+    if (c->net && !c->aborted) {
+        sim_net_pump(c->net);
+        if (sim_net_error(c->net)) {
+            *st = ncclRemoteError;
+            LEAVE(ncclSuccess);
+        }
+    }
+#endif
     if (c->inprog > 0) {
         c->inprog--;
         *st = ncclInProgress;
@@ -1148,9 +1337,32 @@ ncclResult_t ncclCommFinalize(ncclComm_t c)
     LEAVE(c->inprog ? ncclInProgress : ncclSuccess);
 }
 
+/* Across processes: what is queued for the peers is written out first (a
+ * send's group completed when it was queued), for at most
+ * SIM_NET_CONNECT_S seconds. */
+static void net_end(ncclComm_t c, int flush)
+{
+#ifdef SIM_NET
+    for (int i = 0; flush && c->net && !sim_net_flushed(c->net) && !sim_net_error(c->net) &&
+                    i < SIM_NET_CONNECT_S * 1000;
+         i++) {
+        sim_net_pump(c->net);
+        pthread_mutex_unlock(&mu);
+        usleep(1000);
+        pthread_mutex_lock(&mu);
+    }
+    sim_net_close(c->net);
+    c->net = NULL;
+#else
+    (void)c;
+    (void)flush;
+#endif
+}
+
 ncclResult_t ncclCommDestroy(ncclComm_t c)
 {
     ENTER();
+    net_end(c, 1);
     c->aborted = 1;
     LEAVE(ncclSuccess);
 }
@@ -1158,6 +1370,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t c)
 ncclResult_t ncclCommAbort(ncclComm_t c)
 {
     ENTER();
+    net_end(c, 0);
     c->aborted = 1;
     LEAVE(ncclSuccess);
 }

@@ -1,0 +1,215 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+#
+# The GPU path without a GPU: tests/gpu/dtengine-sim is dtengine built
+# against the host simulator of the CUDA runtime, NCCL and the kernels
+# (tests/gpu/sim: its kernels are the CPU reference computing on the
+# bf16/fp16-rounded inputs the real kernels would see, its streams run in
+# random legal orders, its NCCL joins the processes of one host over Unix
+# sockets). It says so in every device name. Checked:
+#   - `devices`: the simulated GPUs with their UUIDs, CUDA_VISIBLE_DEVICES
+#     choosing among them by index and by UUID (as Slurm and dtagentd set
+#     it), none at all;
+#   - `attn --device cuda` on 1 rank and on 4 ranks under mpirun (the real
+#     NCCL ring code, one rank per process), dense and dilated, forward and
+#     backward, bf16 and fp16: within the dtype's tolerance of the CPU path
+#     (`dtengine attn` in fp32 on the unrounded inputs);
+#   - `dtctl run --local` of a device = cuda attn job on simulated GPUs:
+#     agents register them, one worker per GPU; the outputs equal the direct
+#     mpirun run's byte for byte; mid-attention, a worker killed, a worker
+#     hung, an agent lost with a spare, the coordinator killed: recovered,
+#     the same checksum; an agent lost without a spare: re-planned on 2
+#     ranks, the checksum of a direct 2-rank run; a simulated uncorrectable
+#     ECC error on one device: that worker exits 7 through the engine's
+#     CUDA error path, its node is suspect, the spare takes over, the same
+#     checksum;
+#   - train and prefill with device = cuda: refused (no CUDA path yet,
+#     dtengine(1) BUGS), exit 2.
+# Skipped where the simulated build does not exist (configured without
+# CUDA headers).
+. "$(dirname "$0")/lib.sh"
+need_mpirun
+
+SIM=$DT_BUILDDIR/tests/gpu/dtengine-sim
+DTCTL=$DT_BUILDDIR/cli/dtctl
+DTAGENTD=$DT_BUILDDIR/agent/dtagentd
+[ -x "$SIM" ] || skip "$SIM is not built (configure found no CUDA toolkit)"
+[ -x "$DTAGENTD" ] && [ -x "$DTCTL" ] || die "dtagentd and dtctl are not built"
+unset DT_COORDD DT_AGENTD DT_ENGINE DT_SOCKET DT_COORD CUDA_VISIBLE_DEVICES DT_SIM_GPUS
+
+UUID1=GPU-d7510000-0000-0000-0000-000000000001
+
+# ---- devices ---------------------------------------------------------------------
+t_devices() {
+    run_rc 0 env DT_SIM_GPUS=3 "$SIM" devices --json && out_has '"cuda": true' &&
+        out_has '"uuid": "GPU-d7510000-0000-0000-0000-000000000002"' &&
+        out_has '"memory_bytes": 85899345920' || return 1
+    run_rc 0 env DT_SIM_GPUS=3 CUDA_VISIBLE_DEVICES=2,0 "$SIM" devices &&
+        out_has "^0  GPU-d7510000-0000-0000-0000-000000000002  dt simulated GPU" &&
+        out_has "^1  GPU-d7510000-0000-0000-0000-000000000000 " || return 1
+    run_rc 0 env CUDA_VISIBLE_DEVICES="$UUID1" "$SIM" devices &&
+        out_has "^0  $UUID1 " && [ "$(wc -l <"$TMPD/out")" = 1 ] || return 1
+    run_rc 0 env DT_SIM_GPUS=0 "$SIM" devices && out_has "^no GPU: cudaGetDeviceCount"
+}
+check "devices: simulated GPUs, chosen by CUDA_VISIBLE_DEVICES (index, UUID), or none" t_devices
+
+# ---- attn --device cuda against the CPU path --------------------------------------------
+# vs R NAME DTYPE TOL ARGS...: dtengine-sim attn --device cuda --dtype DTYPE
+# ARGS on R ranks and dtengine attn ARGS (CPU, fp32) on R ranks, both
+# --out-dir; every shard within |a - b| <= TOL + TOL |b|
+vs() {
+    _r=$1 _n=$2 _dt=$3 _tol=$4
+    shift 4
+    mpirun_np "$_r" "$SIM" attn --device cuda --dtype "$_dt" "$@" --out-dir "$TMPD/$_n.gpu" \
+        >"$TMPD/$_n.gpu.log" 2>&1 ||
+        { cat "$TMPD/$_n.gpu.log"; return 1; }
+    mpirun_np "$_r" "$DTENGINE" attn "$@" --out-dir "$TMPD/$_n.cpu" >"$TMPD/$_n.cpu.log" 2>&1 ||
+        { cat "$TMPD/$_n.cpu.log"; return 1; }
+    grep -q "device=cuda/" "$TMPD/$_n.gpu.log" || { cat "$TMPD/$_n.gpu.log"; return 1; }
+    _worst=0
+    for _f in "$TMPD/$_n.cpu"/*.npy; do
+        case $_f in */pos.*) cmp "$_f" "$TMPD/$_n.gpu/${_f##*/}" || return 1; continue ;; esac
+        "$NPYTOOL" cmp "$TMPD/$_n.gpu/${_f##*/}" "$_f" --atol "$_tol" --rtol "$_tol" \
+            >"$TMPD/cmp.out" 2>&1 || { echo "${_f##*/}: $(cat "$TMPD/cmp.out")"; return 1; }
+        _e=$(sed -n 's/^max_abs_err=\([^ ]*\) .*/\1/p' "$TMPD/cmp.out")
+        _worst=$(awk -v a="$_worst" -v b="$_e" 'BEGIN { print (b + 0 > a + 0) ? b : a }')
+    done
+    echo "largest |gpu - cpu| $_worst (tolerance $_tol)"
+}
+check "attn --device cuda, 1 rank, causal, bf16: within 3e-2 of the CPU path" \
+    vs 1 one bf16 3e-2 --generate 1024,4,2,64 --seed 3 --causal
+check "attn --device cuda, 4 ranks (NCCL between processes), zigzag, bf16, forward and backward" \
+    vs 4 ring bf16 3e-2 --generate 2048,4,2,64 --seed 5 --causal --layout zigzag --backward
+check "attn --device cuda, 4 ranks, dilated (segments cross ranks), fp16, backward: within 1e-2" \
+    vs 4 dil fp16 1e-2 --generate 2048,8,2,128 --seed 7 --causal --layout zigzag \
+    --segments 512,2048 --dilations 1,4 --backward
+
+# ---- device = cuda jobs through the agents ------------------------------------------------
+cat >"$TMPD/gpu.spec" <<SPEC
+kind = attn
+model = custom
+dim = 256
+layers = 1
+heads = 4
+kv_heads = 2
+ffn = 128
+vocab = 64
+tokens = 8192
+seed = 5
+ranks = 4
+device = cuda
+SPEC
+
+RESULT_RE='^result: job=1 state=completed loss=- checksum=[0-9a-f]{64}$'
+
+# local NAME ARGS...: dtctl run --local on simulated GPUs (2 per agent); exit 0,
+# a result line; sets SUM
+local_run() {
+    _lr=$TMPD/local-$1
+    shift
+    run_rc 0 env DT_ENGINE="$SIM" DT_SIM_GPUS=2 "$DTCTL" run --local "$TMPD/gpu.spec" \
+        --state-dir "$_lr" --interval 250ms "$@" || return 1
+    out_has "$RESULT_RE" || return 1
+    SUM=$(sed -n 's/^result: .* checksum=\([0-9a-f]*\)$/\1/p' "$TMPD/out")
+}
+
+mpirun_np 4 env DT_SIM_GPUS=1 "$SIM" attn --spec "$TMPD/gpu.spec" --out-dir "$TMPD/direct" \
+    >"$TMPD/direct.log" 2>&1
+REF=$(sed -n 's/^output: .* sha256=\([0-9a-f]*\)$/\1/p' "$TMPD/direct.log")
+
+t_local() {
+    local_run plain || return 1
+    [ -n "$REF" ] && [ "$SUM" = "$REF" ] || { echo "checksum $SUM, direct run '$REF'"; return 1; }
+    for _f in "$TMPD/direct"/*; do
+        cmp "$_f" "$TMPD/local-plain/jobs/1/output/${_f##*/}" || return 1
+    done
+    grep -q "gpus=2 " "$TMPD/local-plain/agents/local1.log" ||
+        { echo "the agent did not register 2 GPUs"; return 1; }
+    # one GPU each: the workers' logs name the device they ran on
+    grep -l "device=cuda/bf16" "$TMPD/local-plain/jobs/1/logs"/rank-0.log >/dev/null ||
+        { echo "rank 0 did not run on the device"; return 1; }
+    echo "checksum $SUM"
+}
+check "run --local, device = cuda on simulated GPUs: completes as the direct run, byte for byte" \
+    t_local
+
+t_worker() {
+    local_run worker --inject-failure worker@0 && out_has "^injected failure at step 0: " &&
+        out_has "restarts +[1-9]" || return 1
+    [ "$SUM" = "$REF" ] || { echo "checksum $SUM, fault-free $REF"; return 1; }
+}
+check "run --local, device = cuda: a worker killed during the attention, recovered, same checksum" \
+    t_worker
+
+t_agent() {
+    local_run agent --inject-failure agent@0 --spares 1 && out_has "spare agent local3" &&
+        out_has "restarts +[1-9]" || return 1
+    [ "$SUM" = "$REF" ] || { echo "checksum $SUM, fault-free $REF"; return 1; }
+}
+check "run --local, device = cuda: an agent lost with a spare, recovered on its GPUs, same checksum" \
+    t_agent
+
+t_hang() {
+    local_run hang --inject-failure hang@0 && out_has "SIGSTOP to the worker" &&
+        out_has "restarts +[1-9]" || return 1
+    [ "$SUM" = "$REF" ] || { echo "checksum $SUM, fault-free $REF"; return 1; }
+}
+check "run --local, device = cuda: a worker hung (no heartbeat), recovered, same checksum" t_hang
+
+t_coordinator() {
+    local_run coord --inject-failure coordinator@0 && out_has "dtcoordd started again" || return 1
+    [ "$SUM" = "$REF" ] || { echo "checksum $SUM, fault-free $REF"; return 1; }
+}
+check "run --local, device = cuda: the coordinator killed and restarted, same checksum" \
+    t_coordinator
+
+# without a spare the job is re-planned on the 2 ranks left: it computes
+# what a direct run on 2 ranks does
+t_nospare() {
+    mpirun_np 2 env DT_SIM_GPUS=1 "$SIM" attn --spec "$TMPD/gpu.spec" --out-dir "$TMPD/direct2" \
+        >"$TMPD/direct2.log" 2>&1 || { cat "$TMPD/direct2.log"; return 1; }
+    _r2=$(sed -n 's/^output: .* sha256=\([0-9a-f]*\)$/\1/p' "$TMPD/direct2.log")
+    local_run nospare --inject-failure agent@0 && out_has "restarts +[1-9]" || return 1
+    sqlite3 "$TMPD/local-nospare/dt.db" "SELECT detail FROM events WHERE kind = 'replanned'" |
+        grep -q "ranks 4 -> 2" || { echo "not re-planned on 2 ranks"; return 1; }
+    [ "$SUM" = "$_r2" ] || { echo "checksum $SUM, direct 2-rank run $_r2"; return 1; }
+}
+check "run --local, device = cuda: an agent lost without a spare, re-planned on 2 GPUs, as a 2-rank run" \
+    t_nospare
+
+# A simulated uncorrectable ECC error on rank 3's device (once): the
+# engine's CUDA error handling makes that worker exit 7, its node is
+# suspect, the spare's GPUs take its ranks, and the result is unchanged.
+t_device_fault() {
+    DT_SIM_DEVICE_FAULT="3:$TMPD/ecc.mark" local_run ecc --spares 1 || return 1
+    [ -f "$TMPD/ecc.mark" ] || { echo "the fault was not injected"; return 1; }
+    [ "$SUM" = "$REF" ] || { echo "checksum $SUM, fault-free $REF"; return 1; }
+    _db=$TMPD/local-ecc/dt.db
+    sqlite3 "$_db" "SELECT detail FROM events WHERE kind = 'worker_failed'" |
+        grep -q "exited with status 7 .*cudaErrorECCUncorrectable" ||
+        { sqlite3 "$_db" "SELECT kind, detail FROM events"; return 1; }
+    _bad=$(sqlite3 "$_db" "SELECT detail FROM events WHERE kind = 'device_fault'" |
+        sed -n 's/.* on \([a-z0-9]*\): its GPU failed.*/\1/p' | head -n 1)
+    _last=$(sqlite3 "$_db" "SELECT MAX(gen) FROM ranks")
+    _nodes=$(sqlite3 "$_db" "SELECT DISTINCT a.node FROM ranks r JOIN agents a ON a.id = r.agent_id
+        WHERE r.gen = $_last ORDER BY a.node" | tr '\n' ' ')
+    [ -n "$_bad" ] || { echo "no device_fault event"; return 1; }
+    case " $_nodes" in
+    *" $_bad "*) echo "generation $_last ran on the suspect $_bad: $_nodes"; return 1 ;;
+    esac
+    echo "$_bad suspect; generation $_last on $_nodes"
+}
+check "run --local, device = cuda: an uncorrectable ECC error (exit 7): node suspect, spare, same checksum" \
+    t_device_fault
+
+# ---- what has no CUDA path yet -----------------------------------------------------------
+t_refused() {
+    for _k in train prefill; do
+        printf 'kind = %s\ntokens = 256\ndevice = cuda\n' "$_k" >"$TMPD/$_k.spec"
+        run_rc 2 "$SIM" "$_k" --spec "$TMPD/$_k.spec" &&
+            out_has "device = cuda: dtengine $_k has no CUDA path yet" || return 1
+    done
+}
+check "train and prefill with device = cuda: refused, exit 2 (no CUDA path yet)" t_refused
+
+finish
