@@ -555,6 +555,7 @@ static void on_exit_cb(uv_process_t *p, int64_t status, int sig)
         .agent = agent_id(t), .gen = t->gen, .rank = w->rank, .status = status, .signal = sig,
         .hung = w->hung != 0, .stopped = w->hung == 2, .step = w->step, .result = w->result,
         .error = failed && !w->hung && sig == 0 && w->last[0] ? w->last : NULL,
+        .gpu = w->gpu >= 0 && t->conf.gpus ? t->conf.gpus->uuid[w->gpu] : NULL,
     };
     send_reliable(t, DT_MSG_WORKER_EXIT, dt_wire_worker_exit_encode(&x));
     /* a worker that stopped with a peer-failure code is a consequence, not

@@ -150,6 +150,7 @@ static const field_t f_worker_exit[] = {
     BOOL(T, stopped, F_LAX | F_OUT),
     STR(T, error, F_LAX),
     OBJ(T, result, F_LAX),
+    TEXT(T, gpu, F_LAX, 1, 64),
 };
 #undef T
 #define T dt_wire_shard_written_t

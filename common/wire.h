@@ -185,6 +185,7 @@ typedef struct dt_wire_worker_exit {
     bool hung, stopped;  /* lenient */
     const char *error;   /* lenient: the worker's last words */
     const json_t *result; /* lenient: the worker's W_RESULT body */
+    const char *gpu;     /* lenient: the UUID of the GPU it ran on (cuda) */
 } dt_wire_worker_exit_t;
 
 typedef struct dt_wire_shard_written {

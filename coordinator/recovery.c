@@ -149,8 +149,12 @@ static enum dt_action fail_gen(const dt_job_view_t *v, dt_decision_t *d, int ran
  * generation fails. */
 static enum dt_action worker(const dt_fault_t *f, const dt_job_view_t *v, dt_decision_t *d)
 {
-    char why[800];
-    const char *err = f->err && f->err[0] ? f->err : NULL, *node = f->node ? f->node : "?";
+    char why[800], at[400];
+    const char *err = f->err && f->err[0] ? f->err : NULL, *node = at;
+
+    /* where: the node, and the GPU of a cuda worker */
+    snprintf(at, sizeof(at), "%s%s%s%s", f->node ? f->node : "?", f->gpu && f->gpu[0] ? " (" : "",
+             f->gpu && f->gpu[0] ? f->gpu : "", f->gpu && f->gpu[0] ? ")" : "");
 
     if (f->hung && f->stopped)
         snprintf(why, sizeof(why), "rank %d on %s hung: stopped by a signal, silent past the "
@@ -189,7 +193,8 @@ static enum dt_action worker(const dt_fault_t *f, const dt_job_view_t *v, dt_dec
     if (f->status == DT_EXIT_DEVICE && !f->sig && !f->hung) {
         /* its GPU failed: restarting onto it would fail again, or worse */
         event(d, "device_fault", "gen=%d rank %d on %s: its GPU failed; %s is suspect, no "
-              "later generation runs on it", v->gen, f->rank, node, node);
+              "later generation runs on it", v->gen, f->rank, f->node ? f->node : "?",
+              f->node ? f->node : "?");
         d->suspect = true;
         d->suspect_agent = f->agent;
         return fail_gen(v, d, f->rank, "device fault", why);

@@ -135,6 +135,7 @@ typedef struct dt_fault {
     bool hung, stopped; /* WORKER: silent past the hang timeout (stopped by a signal) */
     const char *node;   /* the agent's node */
     const char *err;    /* WORKER: the engine's words, escaped; "" or NULL none */
+    const char *gpu;    /* WORKER: the UUID of its GPU (cuda); "" or NULL none */
     int slots;          /* SHORT: slots on the live agents */
     const char *signal; /* PREEMPT: USR1, ... */
     const char *detail; /* STOPPED, SLURM_NO_ROOM: the sentence that says what happened */

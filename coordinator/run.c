@@ -85,6 +85,7 @@ typedef struct worker_failure {
     int hung, stopped;
     char node[256];
     char err[300];  /* escaped (common/text.h) */
+    char gpu[72];   /* the GPU's UUID (cuda), or "" */
 } worker_failure_t;
 
 #define HOLD_MS 2000 /* how long an agreed failure waits for its reason */
@@ -675,7 +676,7 @@ static void worker_failed(dt_coord_t *c, jobrun_t *r, const worker_failure_t *w)
     dt_fault_t f = { .kind = DT_FAULT_WORKER, .rank = w->rank, .agent = w->agent,
                      .status = w->status,
                      .sig = w->sig, .step = w->step, .hung = w->hung, .stopped = w->stopped,
-                     .node = w->node, .err = w->err };
+                     .node = w->node, .err = w->err, .gpu = w->gpu };
     fault(c, r, &f);
 }
 
@@ -869,6 +870,7 @@ void dt_run_worker_exit(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_worker_
                                      .step = ri->step };
             snprintf(dev.node, sizeof(dev.node), "%s", a->node);
             snprintf(dev.err, sizeof(dev.err), "%s", errt);
+            snprintf(dev.gpu, sizeof(dev.gpu), "%s", x->gpu ? x->gpu : "");
             worker_failed(c, r, &dev);
         }
         return;
@@ -877,6 +879,7 @@ void dt_run_worker_exit(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_worker_
                            .hung = hung, .stopped = x->stopped, .step = ri->step };
     snprintf(f.node, sizeof(f.node), "%s", a->node);
     snprintf(f.err, sizeof(f.err), "%s", errt);
+    snprintf(f.gpu, sizeof(f.gpu), "%s", x->gpu ? x->gpu : "");
     /* An exit status the ranks agree on is printed by one rank only
      * (dtengine(1)): when this report does not carry the words, wait a
      * moment for the one that does (dt_run_tick ends the wait). */

@@ -22,7 +22,9 @@
 #     ranks, the checksum of a direct 2-rank run; a simulated uncorrectable
 #     ECC error on one device: that worker exits 7 through the engine's
 #     CUDA error path, its node is suspect, the spare takes over, the same
-#     checksum;
+#     checksum; out of device memory: the job fails as deterministic, the
+#     event naming the node, the GPU and the cause; CUDA_VISIBLE_DEVICES
+#     naming a device the node lacks: agents refused, saying why;
 #   - train and prefill with device = cuda: refused (no CUDA path yet,
 #     dtengine(1) BUGS), exit 2.
 # Skipped where the simulated build does not exist (configured without
@@ -201,6 +203,35 @@ t_device_fault() {
 }
 check "run --local, device = cuda: an uncorrectable ECC error (exit 7): node suspect, spare, same checksum" \
     t_device_fault
+
+# Out of device memory (a simulated GPU of 1 MB): every generation fails
+# alike at its start, so the job fails as deterministic; the event names
+# the node, the GPU and CUDA's words.
+t_oom() {
+    run_rc 7 env DT_ENGINE="$SIM" DT_SIM_GPUS=2 DT_SIM_GPU_MEMORY=1000000 "$DTCTL" run --local \
+        "$TMPD/gpu.spec" --state-dir "$TMPD/local-oom" --interval 250ms || return 1
+    out_has "^job 1 [a-z-]+ failed\$" || return 1
+    sqlite3 "$TMPD/local-oom/dt.db" "SELECT detail FROM events WHERE kind = 'deterministic_failure'" |
+        grep -E "on local[12] \(GPU-d7510000-[0-9a-f-]+\) exited with status 1 .*cudaMalloc.*out of memory" ||
+        { sqlite3 "$TMPD/local-oom/dt.db" "SELECT kind, detail FROM events"; return 1; }
+}
+check "run --local, device = cuda: out of device memory fails the job, naming node, GPU and cause" \
+    t_oom
+
+# The agents' CUDA_VISIBLE_DEVICES names a device the node does not have:
+# they find no GPU, and the coordinator refuses them, saying why; nothing
+# starts.
+t_missing_device() {
+    run_rc 1 env DT_ENGINE="$SIM" DT_SIM_GPUS=2 CUDA_VISIBLE_DEVICES=7 "$DTCTL" run --local \
+        "$TMPD/gpu.spec" --state-dir "$TMPD/local-cvd" --interval 250ms || return 1
+    sqlite3 "$TMPD/local-cvd/dt.db" "SELECT detail FROM events WHERE kind = 'agent_refused'" |
+        grep -m 1 "0 GPUs for 2 slots: cudaGetDeviceCount: no CUDA-capable device" ||
+        { sqlite3 "$TMPD/local-cvd/dt.db" "SELECT kind, detail FROM events"; return 1; }
+    [ -z "$(sqlite3 "$TMPD/local-cvd/dt.db" "SELECT 1 FROM events WHERE kind = 'generation_started'")" ] ||
+        { echo "a generation started"; return 1; }
+}
+check "run --local, device = cuda: CUDA_VISIBLE_DEVICES naming a missing device: agents refused, why" \
+    t_missing_device
 
 # ---- what has no CUDA path yet -----------------------------------------------------------
 t_refused() {

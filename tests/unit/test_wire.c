@@ -200,6 +200,20 @@ Test(wire, lenient_fields)
     cr_assert_null(x.result);
     dt_msg_clear(&m);
 
+    /* the GPU a cuda worker ran on: printable text, else none */
+    from_text(DT_MSG_WORKER_EXIT,
+              "{\"agent\": 1, \"rank\": 2, \"status\": 7, "
+              "\"gpu\": \"GPU-d7510000-0000-0000-0000-000000000001\"}",
+              &m);
+    cr_assert_eq(dt_wire_worker_exit_decode(&m, &x, &em), 0, "%s", em.s);
+    cr_assert_str_eq(x.gpu, "GPU-d7510000-0000-0000-0000-000000000001");
+    dt_msg_clear(&m);
+    from_text(DT_MSG_WORKER_EXIT,
+              "{\"agent\": 1, \"rank\": 2, \"status\": 7, \"gpu\": \"GPU-\\u001b[2J\"}", &m);
+    cr_assert_eq(dt_wire_worker_exit_decode(&m, &x, &em), 1);
+    cr_assert_null(x.gpu, "an escape sequence is not a GPU's name");
+    dt_msg_clear(&m);
+
     /* a strict field still refuses, lenient ones or not */
     refused(DT_MSG_WORKER_EXIT, "{\"agent\": 1, \"rank\": 2, \"status\": \"1\", \"step\": \"7\"}",
             DT_EPROTO, "field 'status' must be an integer");

@@ -575,6 +575,9 @@ const char *cudaGetErrorString(cudaError_t e)
 {
     return e == cudaSuccess                  ? "no error"
            : e == cudaErrorECCUncorrectable ? "uncorrectable ECC error encountered (simulated)"
+           : e == cudaErrorMemoryAllocation ? "out of memory (simulated)"
+           : e == cudaErrorNoDevice         ? "no CUDA-capable device is detected (simulated)"
+           : e == cudaErrorInvalidDevice    ? "invalid device ordinal (simulated)"
                                              : "sim error";
 }
 
@@ -582,6 +585,9 @@ const char *cudaGetErrorName(cudaError_t e)
 {
     return e == cudaSuccess                  ? "cudaSuccess"
            : e == cudaErrorECCUncorrectable ? "cudaErrorECCUncorrectable"
+           : e == cudaErrorMemoryAllocation ? "cudaErrorMemoryAllocation"
+           : e == cudaErrorNoDevice         ? "cudaErrorNoDevice"
+           : e == cudaErrorInvalidDevice    ? "cudaErrorInvalidDevice"
                                              : "cudaErrorSim";
 }
 
@@ -783,9 +789,30 @@ cudaError_t cudaMemsetAsync(void *dst, int v, size_t n, cudaStream_t s)
     LEAVE(cudaSuccess);
 }
 
+/* Device memory: every allocation carries its size in front of it, and
+ * the total may not pass the device's (DT_SIM_GPU_MEMORY, default 80 GiB):
+ * beyond it cudaMalloc fails as the runtime does. */
+static size_t allocated;
+
 cudaError_t cudaMalloc(void **p, size_t n)
 {
-    *p = aligned_alloc(256, (n + 255) / 256 * 256 + 256);
+    const char *m = getenv("DT_SIM_GPU_MEMORY");
+    size_t cap = m ? (size_t)strtoull(m, NULL, 10) : (size_t)80 << 30;
+    size_t size = (n + 255) / 256 * 256 + 256;
+
+    if (poisoned)
+        return cudaErrorECCUncorrectable;
+    pthread_mutex_lock(&mu);
+    if (allocated + size > cap) {
+        pthread_mutex_unlock(&mu);
+        *p = NULL;
+        return cudaErrorMemoryAllocation;
+    }
+    allocated += size;
+    pthread_mutex_unlock(&mu);
+    unsigned char *base = aligned_alloc(256, size + 256);
+    memcpy(base, &size, sizeof(size));
+    *p = base + 256;
     memset(*p, 0xa5, n); /* garbage */
     return cudaSuccess;
 }
@@ -794,7 +821,13 @@ cudaError_t cudaFree(void *p)
 {
     ENTER();
     strict_idle("cudaFree");
-    free(p);
+    if (p) {
+        unsigned char *base = (unsigned char *)p - 256;
+        size_t size;
+        memcpy(&size, base, sizeof(size));
+        allocated -= size;
+        free(base);
+    }
     LEAVE(cudaSuccess);
 }
 
