@@ -452,6 +452,7 @@ static void on_worker_frame(dt_worker_t *w, const dt_msg_t *m)
         }
         json_decref(w->result);
         w->result = dt_wire_w_result_encode(&res);
+        dt_wire_w_result_clear(&res); /* the outputs list */
         break;
     }
     default:

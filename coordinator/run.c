@@ -1047,13 +1047,27 @@ void dt_run_agent_lost(dt_coord_t *c, int64_t job, int64_t agent)
     fault(c, r, &f);
 }
 
+/* An attn job writes no checkpoint: a failed generation runs the call
+ * again. */
+static int no_checkpoints(const jobrun_t *r, const char *what, dt_emsg_t *em)
+{
+    if (r->spec.kind == NULL || strcmp(r->spec.kind, "attn") != 0)
+        return 0;
+    return dt_emsg_set(em, DT_ENOTSUP, "job %lld is kind = attn, which has no checkpoints (a "
+                       "failed generation runs the attention again): %s", (long long)r->job,
+                       what);
+}
+
 int dt_run_checkpoint(dt_coord_t *c, int64_t job, int *gen, dt_emsg_t *em)
 {
     jobrun_t *r = run_find(c, job);
+    int rc;
 
     if (r == NULL || r->phase != PH_RUNNING)
         return dt_emsg_set(em, DT_ESTATE, "job %lld has no running generation",
                            (long long)job);
+    if ((rc = no_checkpoints(r, "nothing to write", em)) < 0)
+        return rc;
     dt_wire_gen_ref_t ck = { .gen = r->gen };
     for (int i = 0; i < r->ngen; i++)
         push(dt_coord_agent_find(c, r->gen_agents[i]), DT_MSG_CKPT_REQUEST,
@@ -1066,10 +1080,15 @@ int dt_run_checkpoint(dt_coord_t *c, int64_t job, int *gen, dt_emsg_t *em)
 int dt_run_stop(dt_coord_t *c, int64_t job, const char *why, bool requeue, dt_emsg_t *em)
 {
     jobrun_t *r = run_find(c, job);
+    int rc;
 
     if (r == NULL || r->phase != PH_RUNNING)
         return dt_emsg_set(em, DT_ESTATE, "job %lld has no running generation to stop",
                            (long long)job);
+    /* a requeue stops an attn job all the same (its workers are ended at
+     * the agents' grace); a user's planned stop would wait for nothing */
+    if (!requeue && (rc = no_checkpoints(r, "cancel it without --checkpoint", em)) < 0)
+        return rc;
     free(r->pending_reason);
     r->pending_reason = dt_xstrdup(why);
     r->stop_requeue = requeue;

@@ -45,12 +45,14 @@ void dt_run_fence(dt_conn_t *k, dt_live_agent_t *a, uint32_t id, const dt_wire_f
 void dt_run_gen_ended(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_agent_ref_t *e);
 void dt_run_agent_lost(dt_coord_t *c, int64_t job, int64_t agent);
 
-/* dtctl: CHECKPOINT; 0 and the generation, or a DT_E* code with a message. */
+/* dtctl: CHECKPOINT; 0 and the generation, or a DT_E* code with a message
+ * (DT_ENOTSUP for an attn job, which has no checkpoints). */
 int dt_run_checkpoint(dt_coord_t *c, int64_t job, int *gen, dt_emsg_t *em);
 /* A planned stop: the workers checkpoint at the next step boundary and
  * exit; then (a DT_FAULT_STOPPED decides) the job is cancelled with `why`
  * and the step, or requeued when `requeue`. DT_ESTATE when no generation
- * is running. */
+ * is running; DT_ENOTSUP for a user's stop (not `requeue`) of an attn job,
+ * which has no checkpoint to stop at. */
 int dt_run_stop(dt_coord_t *c, int64_t job, const char *why, bool requeue, dt_emsg_t *em);
 /* The job was cancelled: stop its workers and release its agents. */
 void dt_run_cancelled(dt_coord_t *c, int64_t job);

@@ -51,7 +51,11 @@
 #include "io/npy.h"
 #include "io/safetensors.h"
 #include "engine/wlink.h"
+#include "kernels/cpu/layers_cpu.h"
 #include "spec/spec.h"
+#ifdef HAVE_CUDA
+#include "engine/model/model_cuda.h"
+#endif
 
 #define PREFILL_FORMAT "dt-prefill-1"
 
@@ -65,6 +69,8 @@ typedef struct popts {
     const char *resume_from; /* a step directory, or NULL */
     int resume, causal;
     int external;  /* --ckpt-commit external: the coordinator commits and prunes */
+    int cuda;      /* --device cuda: the layers and the head on this rank's GPU */
+    dt_dtype_t dtype; /* its compute dtype: DT_BF16 or DT_F16 */
     char *logits_path; /* --out-dir's logits.npy (owned) */
     dt_spec_t spec; /* --spec FILE, whose strings the options above may point into */
 } popts_t;
@@ -81,6 +87,7 @@ static void usage(FILE *f)
                "                        [--resume | --resume-from STEPDIR]]\n"
                "                        [--logits OUT.npy | --out-dir DIR] [--last N]\n"
                "                        [--stop-after-layer K]\n"
+               "                        [--device cpu|cuda [--dtype bf16|fp16]]\n"
                "PRESET: tiny, llama3-8b, llama3-70b, or custom with every shape flag\n");
 }
 
@@ -98,10 +105,8 @@ static int apply_spec(popts_t *o, const char *path, dt_emsg_t *em)
     if (strcmp(s->kind, "prefill") != 0)
         return dt_emsg_set(em, DT_EINVAL, "%s: kind = %s; dtengine prefill runs kind = prefill",
                            path, s->kind);
-    /* refused rather than run on the CPU in its place, as train does */
-    if (strcmp(dt_spec_device(s), "cuda") == 0)
-        return dt_emsg_set(em, DT_ENOTSUP, "%s: device = cuda: dtengine prefill has no CUDA "
-                           "path yet; run the job with device = cpu (dtengine(1) BUGS)", path);
+    o->cuda = strcmp(dt_spec_device(s), "cuda") == 0;
+    o->dtype = strcmp(dt_spec_dtype(s), "fp16") == 0 ? DT_F16 : DT_BF16;
     if ((rc = dt_model_from_spec(s, &o->model, em)) < 0)
         return rc;
     o->T = s->tokens;
@@ -136,10 +141,11 @@ static int parse(int argc, char **argv, popts_t *o, dt_emsg_t *em)
         { "last", 1, NULL, 'l' },      { "stop-after-layer", 1, NULL, 'X' },
         { "spec", 1, NULL, 'S' },      { "ckpt-commit", 1, NULL, 11 },  { "resume-from", 1, NULL, 12 },
         { "out-dir", 1, NULL, 13 },    { "ckpt-every", 1, NULL, 'k' },
+        { "device", 1, NULL, 14 },     { "dtype", 1, NULL, 15 },
         { "help", 0, NULL, 'h' },      { NULL, 0, NULL, 0 },
     };
     double v;
-    int c, rc;
+    int c, rc, dtype_given = 0;
 
     memset(o, 0, sizeof(*o));
     dt_model_preset("tiny", &o->model, NULL);
@@ -151,6 +157,7 @@ static int parse(int argc, char **argv, popts_t *o, dt_emsg_t *em)
     o->last = 1;
     o->ckpt_keep = 2;
     o->ckpt_every = 1;
+    o->dtype = DT_BF16;
     /* a spec file first (dt-spec(5)), flags on top of it */
     for (int i = 1; i + 1 < argc; i++)
         if (strcmp(argv[i], "--spec") == 0 && (rc = apply_spec(o, argv[i + 1], em)) < 0)
@@ -183,6 +190,17 @@ static int parse(int argc, char **argv, popts_t *o, dt_emsg_t *em)
             break;
         case 12: o->resume_from = optarg; break;
         case 13: o->out_dir = optarg; break;
+        case 14:
+            if (strcmp(optarg, "cpu") != 0 && strcmp(optarg, "cuda") != 0)
+                return dt_emsg_set(em, DT_EUSAGE, "--device '%s': cpu or cuda", optarg);
+            o->cuda = strcmp(optarg, "cuda") == 0;
+            break;
+        case 15:
+            if (strcmp(optarg, "bf16") != 0 && strcmp(optarg, "fp16") != 0)
+                return dt_emsg_set(em, DT_EUSAGE, "--dtype '%s': bf16 or fp16", optarg);
+            o->dtype = strcmp(optarg, "fp16") == 0 ? DT_F16 : DT_BF16;
+            dtype_given = 1;
+            break;
         case 'k':
             rc = dt_cmd_number("ckpt-every", optarg, 1, 1 << 20, &v, em), o->ckpt_every = (int64_t)v;
             break;
@@ -207,6 +225,13 @@ static int parse(int argc, char **argv, popts_t *o, dt_emsg_t *em)
                            "layers' checkpoints go)");
     if (o->resume && o->resume_from)
         return dt_emsg_set(em, DT_EUSAGE, "--resume and --resume-from exclude each other");
+    if (dtype_given && !o->cuda)
+        return dt_emsg_set(em, DT_EUSAGE, "--dtype is for --device cuda (the CPU path is fp32)");
+#ifndef HAVE_CUDA
+    if (o->cuda)
+        return dt_emsg_set(em, DT_EUSAGE, "device cuda: this dtengine was built without CUDA "
+                           "(configure --with-cuda)");
+#endif
     if (o->logits && o->out_dir)
         return dt_emsg_set(em, DT_EUSAGE, "--out-dir writes DIR/logits.npy: do not also give "
                            "--logits");
@@ -574,6 +599,13 @@ typedef struct prefiller {
     int64_t c, done;          /* tokens of this rank; layers done */
     double loss;
     int stopped;              /* the layers done at a stop (--stop-after-layer, W_STOP) */
+#ifdef HAVE_CUDA
+    /* --device cuda: the ring and the model on this rank's GPU; the host
+     * keeps the hidden state only to checkpoint it, and the logits */
+    dt_ring_t *ring;
+    dt_gmodel_t *gm;
+    float *logits; /* (c, V) */
+#endif
 } prefiller_t;
 
 /* Agree on a phase's outcome; the rank holding the original failure
@@ -636,7 +668,8 @@ static void prefiller_alloc(prefiller_t *p)
 
     p->c = dt_layout_local(o->T, p->R);
     dt_model_layout_init(&p->lo, &o->model);
-    p->m = dt_model_new_forward(&o->model, p->c);
+    /* the GPU path runs the layers and the head on the device */
+    p->m = o->cuda ? NULL : dt_model_new_forward(&o->model, p->c);
     p->P = dt_xcalloc((size_t)p->lo.nparams, sizeof(float));
     p->hidden = dt_xaligned((size_t)(p->c * o->model.dim), sizeof(float));
     p->x = dt_xmallocarray((size_t)p->c, sizeof(int32_t));
@@ -679,16 +712,36 @@ static int prefiller_load_or_resume(prefiller_t *p)
             free(sdir);
         }
     }
-    if (rc == 0 && p->done == 0)
+    if (rc == 0 && p->done == 0 && p->m)
         rc = dt_model_embed(p->m, p->P, p->x, p->hidden, &p->em);
+    else if (rc == 0 && p->done == 0 &&
+             (rc = dt_tokens_check(p->c, o->model.vocab, p->x, 0, &p->em)) == 0)
+        dt_embed_fwd_cpu(p->c, o->model.vocab, o->model.dim, p->x, p->P + p->lo.tok_emb,
+                         p->hidden);
     if ((rc = report(p, rc)) < 0)
         return rc;
+#ifdef HAVE_CUDA
+    /* every rank joins the ring (its NCCL id through PMIx), then its GPU
+     * takes the weights and the hidden state */
+    if (o->cuda) {
+        rc = p->R == 1 ? dt_ring_local_new(1, 0, &p->ring, &p->em)
+                       : dt_ring_nccl_pmix_new(0, &p->ring, &p->em);
+        if (rc == 0)
+            rc = dt_gmodel_new(&o->model, &p->lo, p->c, o->dtype, p->ring, p->P, p->pos, &p->gm,
+                               &p->em);
+        if (rc == 0)
+            rc = dt_gmodel_put_hidden(p->gm, p->hidden, &p->em);
+        if ((rc = report(p, rc)) < 0)
+            return rc;
+    }
+#endif
     if (p->me == 0) {
         printf("prefill: model dim=%d layers=%d heads=%d/%d ffn=%d vocab=%d params=%lld "
-               "tokens=%lld ranks=%d layout=%s start_layer=%lld\n",
+               "tokens=%lld ranks=%d layout=%s start_layer=%lld device=%s\n",
                o->model.dim, o->model.layers, o->model.heads, o->model.kv_heads, o->model.ffn,
                o->model.vocab, (long long)p->lo.nparams, (long long)o->T, p->R, o->layout,
-               (long long)p->done);
+               (long long)p->done,
+               !o->cuda ? "cpu" : o->dtype == DT_F16 ? "cuda/fp16" : "cuda/bf16");
         fflush(stdout);
     }
     dt_wlink_progress(p->done, o->model.layers, o->T, NAN, 0, NAN); /* under an agent: running */
@@ -707,8 +760,14 @@ static int prefiller_layer(prefiller_t *p, int64_t l, int *stop)
     int64_t done = l + 1;
     int rc, req;
 
-    if ((rc = dt_model_layer_fwd(p->m, p->comm, &p->attn, p->P, (int)l, p->pos, p->hidden,
-                                 &p->em)) < 0)
+#ifdef HAVE_CUDA
+    if (p->gm)
+        rc = dt_gmodel_layer_fwd(p->gm, &p->attn, (int)l, &p->em);
+    else
+#endif
+        rc = dt_model_layer_fwd(p->m, p->comm, &p->attn, p->P, (int)l, p->pos, p->hidden,
+                                &p->em);
+    if (rc < 0)
         return rc;
     double secs = dt_clock_now() - t0;
     req = dt_wlink_poll();
@@ -719,6 +778,11 @@ static int prefiller_layer(prefiller_t *p, int64_t l, int *stop)
     *stop = v[1] > 0 && done < o->model.layers;
     int save_now = o->ckpt_dir && (done % o->ckpt_every == 0 || v[0] > 0 || *stop ||
                                    done == o->stop_after || done == o->model.layers);
+#ifdef HAVE_CUDA
+    /* the checkpoint is the host's copy of the device's hidden state */
+    if (save_now && p->gm && (rc = dt_gmodel_get_hidden(p->gm, p->hidden, &p->em)) < 0)
+        return rc;
+#endif
     if (save_now && (rc = save(p->comm, o, done, p->c, p->hidden, p->pos, &p->em)) < 0)
         return rc;
     if (p->me == 0) {
@@ -762,12 +826,27 @@ static int prefiller_head(prefiller_t *p)
     const popts_t *o = &p->o;
     int rc;
 
-    rc = dt_model_head(p->m, p->comm, p->P, p->hidden, p->y, &p->loss, &p->em);
+    const float *logits;
+#ifdef HAVE_CUDA
+    if (p->gm) {
+        p->logits = dt_xaligned((size_t)(p->c * o->model.vocab), sizeof(float));
+        rc = dt_gmodel_head(p->gm, p->logits, &p->em);
+        /* a device failure is this rank's alone (agree.h) */
+        if ((rc = report(p, rc)) < 0)
+            return rc;
+        rc = dt_model_xent(p->comm, p->c, o->model.vocab, p->logits, p->y, &p->loss, &p->em);
+        logits = p->logits;
+    } else
+#endif
+    {
+        rc = dt_model_head(p->m, p->comm, p->P, p->hidden, p->y, &p->loss, &p->em);
+        logits = dt_model_logits(p->m);
+    }
     if ((rc = report(p, rc)) < 0)
         return rc;
     if (p->me == 0)
         p->last = dt_xaligned((size_t)(o->last * o->model.vocab), sizeof(float));
-    rc = gather_last(p->comm, o, p->c, p->pos, dt_model_logits(p->m), p->last);
+    rc = gather_last(p->comm, o, p->c, p->pos, logits, p->last);
     if ((rc = dt_agree_report(p->comm, rc, "dtengine prefill",
                               "gathering the last logits failed", NULL)) < 0)
         return rc;
@@ -804,6 +883,11 @@ static void prefiller_finish(const prefiller_t *p)
 
 static void prefiller_close(prefiller_t *p)
 {
+#ifdef HAVE_CUDA
+    dt_gmodel_free(p->gm);
+    dt_ring_free(p->ring);
+    free(p->logits);
+#endif
     dt_spec_free(&p->o.spec);
     free(p->o.logits_path);
     dt_model_free(p->m);

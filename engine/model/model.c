@@ -276,14 +276,24 @@ int dt_model_layer_fwd(dt_model_t *m, dt_comm_t *comm, const dt_attn_spec_t *att
 int dt_model_head(dt_model_t *m, dt_comm_t *comm, const float *P, const float *hidden,
                   const int32_t *y, double *loss, dt_emsg_t *em)
 {
-    int64_t count = 0;
     int rc;
 
     if ((rc = dt_tokens_check(m->c, m->cfg.vocab, y, 1, em)) < 0)
         return rc;
     head_fwd(m, P, hidden);
+    return dt_model_xent(comm, m->c, m->cfg.vocab, m->logits, y, loss, em);
+}
+
+int dt_model_xent(dt_comm_t *comm, int64_t c, int V, const float *logits, const int32_t *y,
+                  double *loss, dt_emsg_t *em)
+{
+    int64_t count = 0;
+    int rc;
+
+    if ((rc = dt_tokens_check(c, V, y, 1, em)) < 0)
+        return rc;
     /* as dt_model_step: the local mean times the local count, summed */
-    double local = dt_xent_cpu(m->c, m->cfg.vocab, m->logits, y, NULL, &count);
+    double local = dt_xent_cpu(c, V, logits, y, NULL, &count);
     double tot[2] = { local * (double)count, (double)count };
     if ((rc = dt_comm_allreduce_sum_f64(comm, tot, 2)) < 0)
         return dt_emsg_set(em, rc, "loss all-reduce failed");

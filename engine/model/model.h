@@ -100,4 +100,11 @@ int dt_model_layer_fwd(dt_model_t *m, dt_comm_t *comm, const dt_attn_spec_t *att
 int dt_model_head(dt_model_t *m, dt_comm_t *comm, const float *params, const float *hidden,
                   const int32_t *y, double *loss, dt_emsg_t *em);
 
+/* *loss = the mean cross-entropy of logits (c, V) over every counted
+ * target (y (c), DT_IGNORE ignored) of every rank, as dt_model_head
+ * computes it from its own logits (one all-reduce; every rank calls it).
+ * For logits made elsewhere (the GPU model). */
+int dt_model_xent(dt_comm_t *comm, int64_t c, int V, const float *logits, const int32_t *y,
+                  double *loss, dt_emsg_t *em);
+
 #endif /* DT_MODEL_H */

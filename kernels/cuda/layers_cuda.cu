@@ -456,6 +456,31 @@ extern "C" int dt_swiglu_bwd_cuda(int64_t T, int f, const float *a, const float 
     return 0;
 }
 
+/*-- the residual stream ----------------------------------------------------------*/
+
+/* y (n) += x (n), fp32. */
+static __global__ void add_f32_kernel(int64_t n, const float *x, float *y)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        y[i] += x[i];
+}
+
+extern "C" int dt_add_f32_cuda(int64_t n, const float *x, float *y, cudaStream_t st,
+                               dt_emsg_t *em)
+{
+    if (n < 0)
+        return dt_emsg_set(em, DT_EINVAL, "dt_add_f32_cuda: n=%lld < 0", (long long)n);
+    if (n == 0)
+        return 0;
+    if (x == NULL || y == NULL)
+        return dt_emsg_set(em, DT_EINVAL, "dt_add_f32_cuda: NULL tensor with n=%lld",
+                           (long long)n);
+    add_f32_kernel<<<grid_for(n, THREADS), THREADS, 0, st>>>(n, x, y);
+    DT_CUDA_TRY(em, cudaGetLastError());
+    return 0;
+}
+
 /*-- linear layers on cuBLASLt ----------------------------------------------------
  * cuBLASLt is column-major. A row-major matrix M (r, c) with row stride c is
  * the column-major matrix M^T (c x r) with leading dimension c, so every

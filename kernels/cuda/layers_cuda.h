@@ -59,6 +59,11 @@ int dt_swiglu_fwd_cuda(int64_t T, int f, const float *a, const float *b, float *
 int dt_swiglu_bwd_cuda(int64_t T, int f, const float *a, const float *b, const float *dh,
                        float *da, float *db, cudaStream_t st, dt_emsg_t *em);
 
+/*-- the residual stream ------------------------------------------------------*/
+
+/* y (n) += x (n), fp32 (x + attention, x + MLP). */
+int dt_add_f32_cuda(int64_t n, const float *x, float *y, cudaStream_t st, dt_emsg_t *em);
+
 /*-- linear layers on cuBLASLt: y = x W^T -------------------------------------*/
 
 /* A cuBLASLt handle with its workspace (one per stream that runs linear

@@ -632,6 +632,32 @@ static void test_swiglu(void)
     test_swiglu_case(257, 1000);
 }
 
+/*-- the residual add ------------------------------------------------------------*/
+
+/* y += x in fp32: one rounding per element, as the CPU's; exact. */
+static void test_add(void)
+{
+    dt_emsg_t em = { "" };
+    const size_t n = 100003;
+    float *x = fill_normal(n, 1.0f), *y = fill_normal(n, 1.0f), *want = copy_floats(y, n);
+    float *got = hfloats(n);
+
+    for (size_t i = 0; i < n; i++)
+        want[i] += x[i];
+    float *dx = dev_upload(x, n * sizeof(float)), *dy = dev_upload(y, n * sizeof(float));
+    GC_OK(dt_add_f32_cuda((int64_t)n, dx, dy, st, &em), em);
+    dev_get(got, dy, n * sizeof(float));
+    check_exact(got, want, n * sizeof(float), "add n=%zu", n);
+    GC_OK(dt_add_f32_cuda(0, NULL, NULL, st, &em), em);
+    gc_check(dt_add_f32_cuda(-1, dx, dy, st, &em) == DT_EINVAL, "add n=-1 refused: %s", em.s);
+    cudaFree(dx);
+    cudaFree(dy);
+    free(x);
+    free(y);
+    free(want);
+    free(got);
+}
+
 /*-- linear layers on cuBLASLt --------------------------------------------------*/
 
 /* Inputs uniform in [-1, 1] and rounded to t on the host, so the reference
@@ -1061,6 +1087,7 @@ int main(void)
     test_rmsnorm();
     test_rope();
     test_swiglu();
+    test_add();
     test_linear();
     test_attn_aux();
     test_dilate();

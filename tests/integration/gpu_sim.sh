@@ -25,8 +25,15 @@
 #     checksum; out of device memory: the job fails as deterministic, the
 #     event naming the node, the GPU and the cause; CUDA_VISIBLE_DEVICES
 #     naming a device the node lacks: agents refused, saying why;
-#   - train and prefill with device = cuda: refused (no CUDA path yet,
-#     dtengine(1) BUGS), exit 2.
+#   - `prefill --device cuda` (the model's layers and head on the device:
+#     casts, RMSNorm, RoPE, SwiGLU, linear layers as cuBLASLt, residual
+#     adds, the ring) on 1 and 4 ranks: loss and logits within the dtype's
+#     tolerance of the CPU path; a checkpoint written on GPUs resumes on
+#     CPUs and the other way round; a device = cuda prefill job through
+#     agents completes with the direct run's logits, also after a worker
+#     is killed mid-run (it resumes at a committed layer);
+#   - train with device = cuda: refused (no CUDA path yet, dtengine(1)
+#     BUGS), exit 2.
 # Skipped where the simulated build does not exist (configured without
 # CUDA headers).
 . "$(dirname "$0")/lib.sh"
@@ -233,14 +240,103 @@ t_missing_device() {
 check "run --local, device = cuda: CUDA_VISIBLE_DEVICES naming a missing device: agents refused, why" \
     t_missing_device
 
-# ---- what has no CUDA path yet -----------------------------------------------------------
-t_refused() {
-    for _k in train prefill; do
-        printf 'kind = %s\ntokens = 256\ndevice = cuda\n' "$_k" >"$TMPD/$_k.spec"
-        run_rc 2 "$SIM" "$_k" --spec "$TMPD/$_k.spec" &&
-            out_has "device = cuda: dtengine $_k has no CUDA path yet" || return 1
+# ---- prefill --device cuda ----------------------------------------------------------------
+# a 3-layer model whose heads the CUDA kernels take (D = 64) over 1024
+# tokens of the recall task, the last 8 logits
+pf() { # cpu|gpu R DIR ARGS...: prefill on R ranks, logits to DIR/logits.npy, its log DIR.log
+    _dev=$1 _r=$2 _d=$3
+    shift 3
+    if [ "$_dev" = gpu ]; then
+        set -- env DT_SIM_GPUS=1 "$SIM" prefill --device cuda "$@"
+    else
+        set -- "$DTENGINE" prefill "$@"
+    fi
+    mpirun_np "$_r" "$@" --model custom --dim 256 --layers 3 --heads 4 --kv-heads 2 --ffn 512 \
+        --vocab 512 --data recall --seq-len 1024 --seed 5 --last 8 --out-dir "$_d" \
+        >"$_d.log" 2>&1 || { cat "$_d.log"; return 1; }
+}
+pf_loss() { sed -n 's/^prefill: tokens=.* loss \([-0-9.e+]*\)$/\1/p' "$1.log"; }
+
+# pf_vs NAME R DTYPE TOL: the GPU prefill against the CPU one: loss within
+# TOL (relative), logits within TOL absolute and relative
+pf_vs() {
+    pf cpu "$2" "$TMPD/pf-$1.cpu" || return 1
+    pf gpu "$2" "$TMPD/pf-$1.gpu" --dtype "$3" || return 1
+    grep -q "device=cuda/$3" "$TMPD/pf-$1.gpu.log" || { cat "$TMPD/pf-$1.gpu.log"; return 1; }
+    _lc=$(pf_loss "$TMPD/pf-$1.cpu") _lg=$(pf_loss "$TMPD/pf-$1.gpu")
+    awk -v a="$_lg" -v b="$_lc" -v t="$4" \
+        'BEGIN { d = (a - b) / b; if (d < 0) d = -d; exit !(a != "" && d <= t) }' ||
+        { echo "loss $_lg on the GPU, $_lc on the CPU"; return 1; }
+    "$NPYTOOL" cmp "$TMPD/pf-$1.gpu/logits.npy" "$TMPD/pf-$1.cpu/logits.npy" --atol "$4" \
+        --rtol "$4" || return 1
+    echo "loss $_lg (GPU) vs $_lc (CPU)"
+}
+check "prefill --device cuda, 1 rank, bf16: loss and logits within 2e-2 of the CPU path" \
+    pf_vs one 1 bf16 2e-2
+check "prefill --device cuda, 4 ranks (NCCL between processes), fp16: within 5e-3 of the CPU path" \
+    pf_vs four 4 fp16 5e-3
+
+# a checkpoint written on the GPU resumes on the CPU, and the other way round
+t_pf_cross() {
+    pf gpu 4 "$TMPD/x1" --ckpt-dir "$TMPD/x1.ck" --stop-after-layer 2 ||
+        [ -d "$TMPD/x1.ck/step-00000002" ] || return 1
+    pf cpu 4 "$TMPD/x1" --ckpt-dir "$TMPD/x1.ck" --resume || return 1
+    grep -q "after layer 2 of 3" "$TMPD/x1.log" || { cat "$TMPD/x1.log"; return 1; }
+    pf cpu 4 "$TMPD/x2" --ckpt-dir "$TMPD/x2.ck" --stop-after-layer 2 ||
+        [ -d "$TMPD/x2.ck/step-00000002" ] || return 1
+    pf gpu 4 "$TMPD/x2" --ckpt-dir "$TMPD/x2.ck" --resume || return 1
+    grep -q "after layer 2 of 3" "$TMPD/x2.log" || { cat "$TMPD/x2.log"; return 1; }
+    for _x in x1 x2; do
+        "$NPYTOOL" cmp "$TMPD/$_x/logits.npy" "$TMPD/pf-four.cpu/logits.npy" --atol 2e-2 \
+            --rtol 2e-2 || return 1
     done
 }
-check "train and prefill with device = cuda: refused, exit 2 (no CUDA path yet)" t_refused
+check "prefill: a GPU checkpoint resumes on the CPU, a CPU one on the GPU (logits within 2e-2)" \
+    t_pf_cross
+
+cat >"$TMPD/pf.spec" <<SPEC
+kind = prefill
+model = custom
+dim = 256
+layers = 3
+heads = 4
+kv_heads = 2
+ffn = 512
+vocab = 512
+tokens = 4096
+seed = 3
+ranks = 4
+device = cuda
+SPEC
+mpirun_np 4 env DT_SIM_GPUS=1 "$SIM" prefill --spec "$TMPD/pf.spec" >"$TMPD/pf-direct.log" 2>&1
+PF_REF=$(sed -n 's/^result: .* logits_sha256=\([0-9a-f]*\)$/\1/p' "$TMPD/pf-direct.log")
+
+# pf_local NAME ARGS...: the prefill job through agents on simulated GPUs;
+# completes with the direct run's digest
+pf_local() {
+    _pl=$TMPD/pfl-$1
+    shift
+    run_rc 0 env DT_ENGINE="$SIM" DT_SIM_GPUS=2 "$DTCTL" run --local "$TMPD/pf.spec" \
+        --state-dir "$_pl" --interval 250ms "$@" || return 1
+    [ -n "$PF_REF" ] && out_has "^result: job=1 state=completed loss=[0-9.]+ checksum=$PF_REF\$" ||
+        { echo "direct run: '$PF_REF'"; return 1; }
+}
+check "run --local, prefill with device = cuda: completes with the direct run's logits" \
+    pf_local plain
+t_pf_worker() {
+    pf_local worker --inject-failure worker@1 && out_has "restarts +[1-9]" &&
+        sqlite3 "$TMPD/pfl-worker/dt.db" "SELECT detail FROM events WHERE kind = 'generation_started'" |
+        grep -q "resume_step=[12]"
+}
+check "run --local, prefill on GPUs: a worker killed after layer 1 resumes at a committed layer, same logits" \
+    t_pf_worker
+
+# ---- what has no CUDA path yet -----------------------------------------------------------
+t_refused() {
+    printf 'kind = train\ntokens = 256\ndevice = cuda\n' >"$TMPD/train.spec"
+    run_rc 2 "$SIM" train --spec "$TMPD/train.spec" &&
+        out_has "device = cuda: dtengine train has no CUDA path yet"
+}
+check "train with device = cuda: refused, exit 2 (no CUDA path yet)" t_refused
 
 finish

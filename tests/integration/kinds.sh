@@ -10,7 +10,8 @@
 #   - attn: the same files byte for byte (o, lse, pos per rank and the
 #     attn.json manifest, whose SHA-256 is the job's checksum); output_dir
 #     in the spec; a worker killed during the attention (the generation
-#     runs it again, same files);
+#     runs it again, same files); `dtctl checkpoint` and `cancel
+#     --checkpoint` refused (it has no checkpoints);
 #   - prefill: the loss and the last logits' digest; a checkpoint per layer
 #     committed by the coordinator; a worker killed after layer 2 (resumes
 #     at the newest committed layer: the same digest bit for bit); an
@@ -136,6 +137,13 @@ agent a1 2 "$J"
 wait_for 120 step_at_least "$J" 0
 sleep 1
 check "attn, long: running when the worker is killed" test "$(state_of "$J")" = running
+t_attn_no_ckpt() {
+    run_rc 1 ctl checkpoint "$J" && out_has "kind = attn, which has no checkpoints" &&
+        run_rc 1 ctl cancel "$J" --checkpoint && out_has "cancel it without --checkpoint" &&
+        [ "$(state_of "$J")" = running ]
+}
+check "attn, long: checkpoint and cancel --checkpoint refused (no checkpoints), it runs on" \
+    t_attn_no_ckpt
 kill -KILL "$(worker_of a1 "$J")"
 finish_job "$J"
 check "attn, long: the job completed" test "$(state_of "$J")" = completed

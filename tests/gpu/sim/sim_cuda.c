@@ -26,11 +26,12 @@
  * Built with SIM_NET (tests/gpu/dtengine-sim: the whole engine on
  * simulated GPUs) a communicator's peers are other processes of the host,
  * reached through sim_net.c: sends leave as copies when their group
- * starts, receives complete when the frame arrives, a peer that closes
- * or cannot be reached is an asynchronous NCCL error, and the deadlock
- * check is off (a peer may compute for long; the engine's watchdog and
- * PMIx notice a dead one). DT_SIM_DEVICE_FAULT injects a device fault
- * (maybe_poison).
+ * starts and complete once written out, receives when the frame arrives,
+ * a peer that closes or cannot be reached is an asynchronous NCCL error,
+ * and the deadlock check is off (a peer may compute for long; the
+ * engine's watchdog and PMIx notice a dead one). DT_SIM_DEVICE_FAULT
+ * injects a device fault (maybe_poison); sim_layers.c stands in for the
+ * layer kernels.
  *
  * What it is not: not the GPU, not CUDA's memory model, and not a test of
  * the kernels' accuracy: its kernels are the CPU reference
@@ -235,21 +236,30 @@ static int xchg_progress(op_t *o)
     int all = 1;
 #ifdef SIM_NET
     if (o->comm->net) {
-        /* sends leave as copies at once; receives complete on arrival */
+        /* a send leaves as a copy (queued: done = 2) and completes when it
+         * is written out, as NCCL's completes on delivery: until then the
+         * group holds the stream, so the rank keeps moving the bytes on
+         * (a rank that went on to MPI with them still queued would leave
+         * its peer waiting); a receive completes on arrival */
         for (int j = 0; j < o->nx; j++) {
-            if (o->x[j].done)
+            if (o->x[j].done == 1)
                 continue;
-            if (o->issend[j]) {
+            if (o->issend[j] && o->x[j].done == 0) {
                 sim_net_send(o->comm->net, o->x[j].peer, o->x[j].seq, o->x[j].buf,
                              o->x[j].bytes);
-                o->x[j].done = 1;
+                o->x[j].done = 2;
+            }
+            if (o->issend[j]) {
+                sim_net_pump(o->comm->net);
+                if (sim_net_sent(o->comm->net, o->x[j].peer, o->x[j].seq))
+                    o->x[j].done = 1;
             } else if (sim_net_recv(o->comm->net, o->x[j].peer, o->x[j].seq, o->x[j].buf,
                                     o->x[j].bytes) == 1) {
                 o->x[j].done = 1;
             }
         }
         for (int j = 0; j < o->nx; j++)
-            all &= o->x[j].done;
+            all &= o->x[j].done == 1;
         return all;
     }
 #endif
@@ -642,6 +652,36 @@ cudaError_t cudaStreamCreateWithPriority(cudaStream_t *ps, unsigned int flags, i
     LEAVE(cudaSuccess);
 }
 
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *ps, unsigned int flags)
+{
+    return cudaStreamCreateWithPriority(ps, flags, 0);
+}
+
+/* Run work until s is empty (other streams' work runs too, as it must). */
+cudaError_t cudaStreamSynchronize(cudaStream_t s)
+{
+    long idle = 0;
+
+    if (poisoned)
+        return cudaErrorECCUncorrectable;
+    ENTER();
+    while (s->head) {
+        if (progress(64) == 0) {
+            pthread_mutex_unlock(&mu);
+            usleep(50);
+            pthread_mutex_lock(&mu);
+            if (++idle > 200000 && !net_mode) {
+                fprintf(stderr, "sim: deadlock in cudaStreamSynchronize\n");
+                dump();
+                abort();
+            }
+        } else {
+            idle = 0;
+        }
+    }
+    LEAVE(cudaSuccess);
+}
+
 cudaError_t cudaStreamDestroy(cudaStream_t s)
 {
     ENTER();
@@ -739,6 +779,13 @@ static void enqueue_fn(cudaStream_t s, void (*fn)(void *), void *arg, const char
     o->arg = arg;
     o->what = what;
     push(s, o);
+}
+
+void sim_enqueue(cudaStream_t s, void (*fn)(void *), void *arg, const char *what)
+{
+    pthread_mutex_lock(&mu);
+    enqueue_fn(s, fn, arg, what);
+    pthread_mutex_unlock(&mu);
 }
 
 static void do_cpy(void *a)

@@ -16,4 +16,10 @@ void sim_seed(unsigned seed, int policy);
 /* Operations run since the start, and the longest stream queue seen. */
 void sim_stats(long *ops, long *max_queue);
 
+/* Queue fn(arg) on stream s as a kernel: it runs when the scheduler
+ * reaches it, in stream order; arg is a single malloc'd block, freed
+ * after it ran. For the stand-ins of sim_layers.c. */
+#include <cuda_runtime_api.h>
+void sim_enqueue(cudaStream_t s, void (*fn)(void *), void *arg, const char *what);
+
 #endif

@@ -291,6 +291,14 @@ int sim_net_recv(sim_net_t *t, int peer, uint64_t seq, void *buf, size_t bytes)
     return t->err[0] ? -1 : 0;
 }
 
+int sim_net_sent(const sim_net_t *t, int peer, uint64_t seq)
+{
+    for (const frame_t *f = t->out_head[peer]; f; f = f->next)
+        if (f->seq == seq)
+            return 0;
+    return 1;
+}
+
 int sim_net_flushed(sim_net_t *t)
 {
     for (int p = 0; p < t->n; p++)

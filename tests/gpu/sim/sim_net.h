@@ -7,9 +7,9 @@
  * Each rank of a communicator listens on an abstract Unix socket named by
  * the communicator's unique id and its rank, so ranks meet on one host
  * only (the simulated cluster is one machine). A send is copied and
- * queued when its NCCL group starts, and written without blocking; a
- * receive completes when the frame with its peer and sequence number has
- * arrived. Every call moves the I/O on (sim_net_pump); nothing here
+ * queued when its NCCL group starts, written without blocking, and
+ * complete once written out; a receive completes when the frame with its
+ * peer and sequence number has arrived. Every call moves the I/O on (sim_net_pump); nothing here
  * blocks. A peer that closes its end, or that cannot be reached for
  * SIM_NET_CONNECT_S seconds, puts the communicator in error, which
  * ncclCommGetAsyncError then reports, as a real NCCL reports a dead peer.
@@ -36,8 +36,10 @@ void sim_net_send(sim_net_t *t, int peer, uint64_t seq, const void *buf, size_t 
 int sim_net_recv(sim_net_t *t, int peer, uint64_t seq, void *buf, size_t bytes);
 /* Move the I/O on: connect, accept, read, write what can be. */
 void sim_net_pump(sim_net_t *t);
-/* Whether every queued send has been written out. */
+/* Whether every queued send has been written out; whether the one to peer
+ * with sequence number seq has (it is no longer queued). */
 int sim_net_flushed(sim_net_t *t);
+int sim_net_sent(const sim_net_t *t, int peer, uint64_t seq);
 /* NULL, or why the communicator is in error. */
 const char *sim_net_error(const sim_net_t *t);
 /* Close every socket (peers see the end) and free. NULL is a no-op. */
