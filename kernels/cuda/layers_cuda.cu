@@ -14,7 +14,9 @@
  */
 #include "config.h"
 
+#include <dlfcn.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -500,6 +502,99 @@ extern "C" int dt_add_f32_cuda(int64_t n, const float *x, float *y, cudaStream_t
  *     m = din, n = dout, k = T.
  */
 
+/* cuBLASLt is loaded when the first handle is made (dlopen), not linked:
+ * every dtengine would otherwise map it at start (about 150 MB of resident
+ * memory and 0.1 s), also the CPU ranks and the attention, which never
+ * use it. The calls below go through these pointers (the macros keep their
+ * names). */
+static struct {
+    decltype(&cublasLtCreate) Create;
+    decltype(&cublasLtDestroy) Destroy;
+    decltype(&cublasLtGetStatusName) GetStatusName;
+    decltype(&cublasLtGetStatusString) GetStatusString;
+    decltype(&cublasLtMatmul) Matmul;
+    decltype(&cublasLtMatmulAlgoGetHeuristic) MatmulAlgoGetHeuristic;
+    decltype(&cublasLtMatmulDescCreate) MatmulDescCreate;
+    decltype(&cublasLtMatmulDescDestroy) MatmulDescDestroy;
+    decltype(&cublasLtMatmulDescSetAttribute) MatmulDescSetAttribute;
+    decltype(&cublasLtMatmulPreferenceCreate) MatmulPreferenceCreate;
+    decltype(&cublasLtMatmulPreferenceDestroy) MatmulPreferenceDestroy;
+    decltype(&cublasLtMatmulPreferenceSetAttribute) MatmulPreferenceSetAttribute;
+    decltype(&cublasLtMatrixLayoutCreate) MatrixLayoutCreate;
+    decltype(&cublasLtMatrixLayoutDestroy) MatrixLayoutDestroy;
+} lt;
+static pthread_mutex_t lt_mu = PTHREAD_MUTEX_INITIALIZER;
+static int lt_loaded;
+
+#define cublasLtCreate (*lt.Create)
+#define cublasLtDestroy (*lt.Destroy)
+#define cublasLtGetStatusName (*lt.GetStatusName)
+#define cublasLtGetStatusString (*lt.GetStatusString)
+#define cublasLtMatmul (*lt.Matmul)
+#define cublasLtMatmulAlgoGetHeuristic (*lt.MatmulAlgoGetHeuristic)
+#define cublasLtMatmulDescCreate (*lt.MatmulDescCreate)
+#define cublasLtMatmulDescDestroy (*lt.MatmulDescDestroy)
+#define cublasLtMatmulDescSetAttribute (*lt.MatmulDescSetAttribute)
+#define cublasLtMatmulPreferenceCreate (*lt.MatmulPreferenceCreate)
+#define cublasLtMatmulPreferenceDestroy (*lt.MatmulPreferenceDestroy)
+#define cublasLtMatmulPreferenceSetAttribute (*lt.MatmulPreferenceSetAttribute)
+#define cublasLtMatrixLayoutCreate (*lt.MatrixLayoutCreate)
+#define cublasLtMatrixLayoutDestroy (*lt.MatrixLayoutDestroy)
+
+/* Open libcublasLt (its soname of this CUDA major, else the unversioned
+ * name) and fill every entry point. DT_ENOTSUP naming what is missing. */
+static int lt_open(dt_emsg_t *em)
+{
+#define LT_STR2(x) #x
+#define LT_STR(x) LT_STR2(x)
+    static const char *const names[] = { "libcublasLt.so." LT_STR(CUBLAS_VER_MAJOR),
+                                         "libcublasLt.so" };
+    void *h = NULL;
+
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && h == NULL; i++)
+        h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (h == NULL)
+        return dt_emsg_set(em, DT_ENOTSUP, "cuBLASLt, which the linear layers need, cannot be "
+                           "loaded: %s (install libcublas for CUDA %d)", dlerror(),
+                           (int)CUBLAS_VER_MAJOR);
+    const struct {
+        void **slot;
+        const char *sym;
+    } syms[] = {
+        { (void **)&lt.Create, "cublasLtCreate" },
+        { (void **)&lt.Destroy, "cublasLtDestroy" },
+        { (void **)&lt.GetStatusName, "cublasLtGetStatusName" },
+        { (void **)&lt.GetStatusString, "cublasLtGetStatusString" },
+        { (void **)&lt.Matmul, "cublasLtMatmul" },
+        { (void **)&lt.MatmulAlgoGetHeuristic, "cublasLtMatmulAlgoGetHeuristic" },
+        { (void **)&lt.MatmulDescCreate, "cublasLtMatmulDescCreate" },
+        { (void **)&lt.MatmulDescDestroy, "cublasLtMatmulDescDestroy" },
+        { (void **)&lt.MatmulDescSetAttribute, "cublasLtMatmulDescSetAttribute" },
+        { (void **)&lt.MatmulPreferenceCreate, "cublasLtMatmulPreferenceCreate" },
+        { (void **)&lt.MatmulPreferenceDestroy, "cublasLtMatmulPreferenceDestroy" },
+        { (void **)&lt.MatmulPreferenceSetAttribute, "cublasLtMatmulPreferenceSetAttribute" },
+        { (void **)&lt.MatrixLayoutCreate, "cublasLtMatrixLayoutCreate" },
+        { (void **)&lt.MatrixLayoutDestroy, "cublasLtMatrixLayoutDestroy" },
+    };
+    for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++)
+        if ((*syms[i].slot = dlsym(h, syms[i].sym)) == NULL)
+            return dt_emsg_set(em, DT_ENOTSUP, "cuBLASLt has no %s: %s", syms[i].sym,
+                               dlerror());
+    return 0;
+}
+
+/* lt_open, once per process. */
+static int lt_load(dt_emsg_t *em)
+{
+    int rc = 0;
+
+    pthread_mutex_lock(&lt_mu);
+    if (!lt_loaded && (rc = lt_open(em)) == 0)
+        lt_loaded = 1;
+    pthread_mutex_unlock(&lt_mu);
+    return rc;
+}
+
 struct dt_blas {
     cublasLtHandle_t lt;
     void *ws; /* device workspace of ws_size bytes */
@@ -528,10 +623,13 @@ static int lt_err(dt_emsg_t *em, cublasStatus_t s, const char *call, const char 
 
 extern "C" int dt_blas_new(dt_blas_t **out, dt_emsg_t *em)
 {
-    dt_blas_t *b = (dt_blas_t *)dt_xcalloc(1, sizeof(*b));
-    int rc = 0;
+    dt_blas_t *b;
+    int rc;
 
     *out = NULL;
+    if ((rc = lt_load(em)) < 0)
+        return rc;
+    b = (dt_blas_t *)dt_xcalloc(1, sizeof(*b));
     LT_GOTO(em, rc, fail, cublasLtCreate(&b->lt));
     b->ws_size = DT_BLAS_WORKSPACE;
     DT_CUDA_GOTO(em, rc, fail, cudaMalloc(&b->ws, b->ws_size));
