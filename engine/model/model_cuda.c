@@ -59,7 +59,8 @@ static int upload_w(dt_gmodel_t *g, const float *x, int64_t n, void **dst, float
 
     if ((rc = dalloc(dst, (size_t)n * 2, em)) < 0)
         return rc;
-    DT_CUDA_TRY(em, cudaMemcpy(stage, x, (size_t)n * sizeof(float), cudaMemcpyHostToDevice));
+    DT_CUDA_TRY(em, cudaMemcpyAsync(stage, x, (size_t)n * sizeof(float), cudaMemcpyHostToDevice,
+                                    g->st));
     if ((rc = dt_cast_from_f32_cuda(g->dt, n, stage, *dst, g->st, em)) < 0)
         return rc;
     DT_CUDA_TRY(em, cudaStreamSynchronize(g->st));
@@ -135,7 +136,9 @@ int dt_gmodel_new(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, int64_
     g->c = c;
     g->dt = dtype;
     g->ring = ring;
-    DT_CUDA_GOTO(em, rc, fail, cudaStreamCreateWithFlags(&g->st, cudaStreamNonBlocking));
+    /* a blocking stream: its kernels wait for the synchronous copies
+     * (cudaMemcpy from pageable memory returns before its DMA lands) */
+    DT_CUDA_GOTO(em, rc, fail, cudaStreamCreateWithFlags(&g->st, cudaStreamDefault));
     if ((rc = dt_blas_new(&g->blas, em)) < 0 || (rc = upload(g, lo, P, em)) < 0)
         goto fail;
     if ((rc = dalloc(&g->pos, (size_t)c * sizeof(int64_t), em)) < 0)
@@ -192,8 +195,9 @@ void dt_gmodel_free(dt_gmodel_t *g)
 
 int dt_gmodel_put_hidden(dt_gmodel_t *g, const float *hidden, dt_emsg_t *em)
 {
-    DT_CUDA_TRY(em, cudaMemcpy(g->x, hidden, (size_t)(g->c * g->cfg.dim) * sizeof(float),
-                               cudaMemcpyHostToDevice));
+    DT_CUDA_TRY(em, cudaMemcpyAsync(g->x, hidden, (size_t)(g->c * g->cfg.dim) * sizeof(float),
+                                    cudaMemcpyHostToDevice, g->st));
+    DT_CUDA_TRY(em, cudaStreamSynchronize(g->st));
     return 0;
 }
 

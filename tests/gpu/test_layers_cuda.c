@@ -1064,7 +1064,7 @@ static void test_invalid(void)
     check_einval(rc, &em, "dt_swiglu_fwd_cuda", "T=-2");
     GC_OK(dt_blas_new(&bl, &em), em);
     rc = dt_linear_fwd_cuda(bl, DT_F32, 4, 8, 8, NULL, NULL, DT_F32, NULL, st, &em);
-    check_einval(rc, &em, "dt_linear_fwd_cuda", "dtype=2");
+    check_einval(rc, &em, "dt_linear_fwd_cuda", "dtype=0");
     rc = dt_linear_fwd_cuda(bl, DT_BF16, 4, 8, 8, NULL, NULL, DT_F16, NULL, st, &em);
     check_einval(rc, &em, "dt_linear_fwd_cuda", "ydtype=fp16");
     dt_blas_free(bl);
