@@ -30,9 +30,14 @@
  *    half (normed x, gate, up and their product at elem); the ring buffers
  *    and workspace as for attn. No KV cache is kept: the output is the last
  *    hidden states.
- *  - train: weights P elem, grads P elem, AdamW's two moments in fp32 (8 P)
- *    plus an fp32 master copy when elem < 4 (4 P): 16 bytes per parameter
- *    either way. Activations kept for the backward, per token per layer:
+ *  - train on GPUs (elem < 4): what dtengine train --device cuda allocates,
+ *    from the one account both use (dt_model_gpu_train_bytes, spec/model.h):
+ *    the dtype weights (elem P), fp32 gradient (4 P), master copy and
+ *    moments (12 P); every layer's kept activations per token; the
+ *    backward's scratch per token and the LM head's chunk of logits
+ *    (workspace).
+ *  - train on CPUs: weights P elem, grads P elem, AdamW's two moments in
+ *    fp32 (8 P). Activations kept for the backward, per token per layer:
  *        elem (6 dim + 2 Hkv D + 4 ffn) + 4 H bytes,
  *    after Korthikanti et al., "Reducing Activation Recomputation in Large
  *    Transformer Models" (2022), sec. 4.1, whose 34 h bytes per token per
@@ -323,6 +328,9 @@ static double act_per_token(const dt_plan_req_t *q)
         return dim * e + dmax(attn, ffn);
     }
     case DT_KIND_TRAIN:
+        /* on GPUs (16-bit compute): what dtengine train --device cuda keeps */
+        if (e < 4)
+            return (double)m->layers * dt_model_gpu_train_bytes(m, (int)e).per_token_layer;
         return (double)m->layers * train_act_per_token_layer(m, e) + dim * e;
     }
     return 0;
@@ -458,9 +466,17 @@ static void evaluate(const dt_plan_req_t *q, int64_t T, int R, ev_t *v)
     mm->activations = c * act_per_token(q);
     mm->kv_buffers = buffers;
     mm->workspace = work;
-    if (q->kind == DT_KIND_TRAIN) {
+    if (q->kind == DT_KIND_TRAIN && e < 4) {
+        /* the GPU engine's own accounting (spec/model.h): an fp32
+         * gradient, master copy and moments beside the dtype weights;
+         * the head in chunks of rows */
+        dt_gpu_train_bytes_t gb = dt_model_gpu_train_bytes(m, (int)e);
+        mm->grads = 4 * P;
+        mm->optimizer = 12 * P;
+        mm->workspace += c * gb.per_token + gb.fixed;
+    } else if (q->kind == DT_KIND_TRAIN) {
         mm->grads = P * e;
-        mm->optimizer = 8 * P + (e < 4 ? 4 * P : 0);
+        mm->optimizer = 8 * P;
         mm->workspace +=
             c * (double)m->vocab * 4 + c * train_act_per_token_layer(m, e) + c * dim * 4;
     }

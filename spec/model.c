@@ -77,3 +77,27 @@ int dt_model_cfg_check(const dt_model_cfg_t *c, dt_emsg_t *em)
         return dt_emsg_set(em, DT_EINVAL, "model: rope_theta and norm_eps must be positive");
     return 0;
 }
+
+dt_gpu_train_bytes_t dt_model_gpu_train_bytes(const dt_model_cfg_t *m, int elem)
+{
+    const double F = 4, e = elem, d = m->dim, H = m->heads, D = (double)(m->dim / m->heads),
+                 qd = H * D, kd = m->kv_heads * D, f = m->ffn, V = m->vocab;
+    const double wide = d > qd ? (d > f ? d : f) : (qd > f ? qd : f);
+    dt_gpu_train_bytes_t b;
+
+    b.per_param = 4 * F + e;
+    /* kept: the inputs of both norms, their rstd, o and lse (fp32), the
+     * SwiGLU inputs (fp32); the inputs of the products and of the
+     * attention in the dtype: both normed inputs, q k v, o, the product */
+    b.per_token_layer = F * (2 * d + 2 + qd + H + 2 * f) + e * (2 * d + 2 * qd + 2 * kd + f);
+    /* the forward's scratch (x h t, q k v, the SwiGLU output), the
+     * backward's (dx dh, dq dk dv, do, da db dg; dy and do in the dtype),
+     * the head's normed input (dtype) and rstd, the per-row loss (double)
+     * and the token arrays (five int32, two int64: positions, grouping) */
+    b.per_token = F * (3 * d + qd + 2 * kd + f) + F * (2 * d + 2 * qd + 2 * kd + 3 * f) +
+                  e * (wide + qd) + e * d + F + 8 + 5 * 4 + 2 * 8;
+    /* a chunk of fp32 logits and its gradient in the dtype; the norm's
+     * partial sums */
+    b.fixed = (double)DT_GPU_HEAD_ROWS * V * (F + e) + 512 * 8;
+    return b;
+}

@@ -38,4 +38,20 @@ int dt_model_from_spec(const dt_spec_t *s, dt_model_cfg_t *out, dt_emsg_t *em);
  * naming the field. */
 int dt_model_cfg_check(const dt_model_cfg_t *cfg, dt_emsg_t *em);
 
+/* What `dtengine train --device cuda` allocates on each GPU, in bytes
+ * (engine/model/model_cuda.c allocates exactly these; the planner plans
+ * with them): per parameter (fp32 master, gradient and both AdamW moments,
+ * and the compute-dtype copy: 16 + elem), per token per layer (the
+ * activations kept for the backward), per token outside the layers (the
+ * residual stream, the backward's scratch, the head's normed input and
+ * the token arrays), and fixed (the LM head's chunk of logits and their
+ * gradient, HEAD_ROWS rows). elem is the compute dtype's size (2). The
+ * ring's buffers, cuBLASLt's workspace and the CUDA context are not in
+ * it. */
+#define DT_GPU_HEAD_ROWS 1024
+typedef struct dt_gpu_train_bytes {
+    double per_param, per_token_layer, per_token, fixed;
+} dt_gpu_train_bytes_t;
+dt_gpu_train_bytes_t dt_model_gpu_train_bytes(const dt_model_cfg_t *cfg, int elem);
+
 #endif /* DT_SPEC_MODEL_H */

@@ -84,12 +84,8 @@ static int apply_spec(opts_t *o, const char *path, dt_emsg_t *em)
     dt_model_cfg_t m;
     int rc;
 
-    dt_spec_free(s);
-    if ((rc = dt_spec_load(path, s, em)) < 0)
+    if ((rc = dt_cmd_spec_load(path, "attn", s, em)) < 0)
         return rc;
-    if (strcmp(s->kind, "attn") != 0)
-        return dt_emsg_set(em, DT_EINVAL, "%s: kind = %s; dtengine attn runs kind = attn", path,
-                           s->kind);
     if ((rc = dt_model_from_spec(s, &m, em)) < 0)
         return rc;
     snprintf(o->gen, sizeof(o->gen), "%lld,%d,%d,%d", (long long)s->tokens, m.heads, m.kv_heads,

@@ -12,6 +12,7 @@
 
 #include "engine/comm/comm.h"
 #include "engine/model/model.h"
+#include "spec/dtype.h"
 
 /* Exit codes of dtengine (documented in dtengine(1)). */
 enum {
@@ -39,6 +40,20 @@ int dt_cmd_number(const char *name, const char *s, double lo, double hi, double 
  * --ffn --vocab (each 1 to 2^20), stored into m. 0, or DT_EUSAGE with a
  * message naming the option. */
 int dt_cmd_model_option(int c, const char *value, dt_model_cfg_t *m, dt_emsg_t *em);
+
+/* A job spec for `dtengine KIND --spec path`: loaded into s (freed first)
+ * and its kind checked (a spec without a kind is a train job's). 0, or
+ * the error naming the file. */
+struct dt_spec;
+int dt_cmd_spec_load(const char *path, const char *kind, struct dt_spec *s, dt_emsg_t *em);
+
+/* --device cpu|cuda and --dtype bf16|fp16 of train and prefill: value of
+ * option --name into *cuda or *dtype.
+ * dt_cmd_device_check: after parsing, a --dtype without --device cuda, or
+ * cuda in a dtengine built without it, is DT_EUSAGE. */
+int dt_cmd_device_option(const char *name, const char *value, int *cuda, dt_dtype_t *dtype,
+                         dt_emsg_t *em);
+int dt_cmd_device_check(int cuda, int dtype_given, dt_emsg_t *em);
 
 /* The exit code for a dt error code. */
 int dt_exit_code(int rc);

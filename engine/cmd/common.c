@@ -13,6 +13,8 @@
 
 #include "common/proto.h"
 #include "engine/cmd/cmd.h"
+#include "spec/dtype.h"
+#include "spec/spec.h"
 
 int dt_cmd_model_option(int c, const char *value, dt_model_cfg_t *m, dt_emsg_t *em)
 {
@@ -43,6 +45,46 @@ int dt_cmd_number(const char *name, const char *s, double lo, double hi, double 
     if (*s == '\0' || *end != '\0' || !(v >= lo && v <= hi))
         return dt_emsg_set(em, DT_EUSAGE, "--%s '%s': a number from %g to %g", name, s, lo, hi);
     *out = v;
+    return 0;
+}
+
+int dt_cmd_spec_load(const char *path, const char *kind, struct dt_spec *s, dt_emsg_t *em)
+{
+    int rc;
+
+    dt_spec_free(s);
+    if ((rc = dt_spec_load(path, s, em)) < 0)
+        return rc;
+    if (strcmp(s->kind ? s->kind : "train", kind) != 0)
+        return dt_emsg_set(em, DT_EINVAL, "%s: kind = %s; dtengine %s runs kind = %s", path,
+                           s->kind ? s->kind : "train", kind, kind);
+    return 0;
+}
+
+int dt_cmd_device_option(const char *name, const char *value, int *cuda, dt_dtype_t *dtype,
+                         dt_emsg_t *em)
+{
+    if (strcmp(name, "device") == 0) {
+        if (strcmp(value, "cpu") != 0 && strcmp(value, "cuda") != 0)
+            return dt_emsg_set(em, DT_EUSAGE, "--device '%s': cpu or cuda", value);
+        *cuda = strcmp(value, "cuda") == 0;
+        return 0;
+    }
+    if (strcmp(value, "bf16") != 0 && strcmp(value, "fp16") != 0)
+        return dt_emsg_set(em, DT_EUSAGE, "--dtype '%s': bf16 or fp16", value);
+    *dtype = strcmp(value, "fp16") == 0 ? DT_F16 : DT_BF16;
+    return 0;
+}
+
+int dt_cmd_device_check(int cuda, int dtype_given, dt_emsg_t *em)
+{
+    if (dtype_given && !cuda)
+        return dt_emsg_set(em, DT_EUSAGE, "--dtype is for --device cuda (the CPU path is fp32)");
+#ifndef HAVE_CUDA
+    if (cuda)
+        return dt_emsg_set(em, DT_EUSAGE, "device cuda: this dtengine was built without CUDA "
+                           "(configure --with-cuda)");
+#endif
     return 0;
 }
 

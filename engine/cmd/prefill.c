@@ -99,12 +99,8 @@ static int apply_spec(popts_t *o, const char *path, dt_emsg_t *em)
     dt_spec_t *s = &o->spec;
     int rc;
 
-    dt_spec_free(s);
-    if ((rc = dt_spec_load(path, s, em)) < 0)
+    if ((rc = dt_cmd_spec_load(path, "prefill", s, em)) < 0)
         return rc;
-    if (strcmp(s->kind, "prefill") != 0)
-        return dt_emsg_set(em, DT_EINVAL, "%s: kind = %s; dtengine prefill runs kind = prefill",
-                           path, s->kind);
     o->cuda = strcmp(dt_spec_device(s), "cuda") == 0;
     o->dtype = strcmp(dt_spec_dtype(s), "fp16") == 0 ? DT_F16 : DT_BF16;
     if ((rc = dt_model_from_spec(s, &o->model, em)) < 0)
@@ -190,15 +186,9 @@ static int parse(int argc, char **argv, popts_t *o, dt_emsg_t *em)
             break;
         case 12: o->resume_from = optarg; break;
         case 13: o->out_dir = optarg; break;
-        case 14:
-            if (strcmp(optarg, "cpu") != 0 && strcmp(optarg, "cuda") != 0)
-                return dt_emsg_set(em, DT_EUSAGE, "--device '%s': cpu or cuda", optarg);
-            o->cuda = strcmp(optarg, "cuda") == 0;
-            break;
+        case 14: rc = dt_cmd_device_option("device", optarg, &o->cuda, &o->dtype, em); break;
         case 15:
-            if (strcmp(optarg, "bf16") != 0 && strcmp(optarg, "fp16") != 0)
-                return dt_emsg_set(em, DT_EUSAGE, "--dtype '%s': bf16 or fp16", optarg);
-            o->dtype = strcmp(optarg, "fp16") == 0 ? DT_F16 : DT_BF16;
+            rc = dt_cmd_device_option("dtype", optarg, &o->cuda, &o->dtype, em);
             dtype_given = 1;
             break;
         case 'k':
@@ -225,13 +215,8 @@ static int parse(int argc, char **argv, popts_t *o, dt_emsg_t *em)
                            "layers' checkpoints go)");
     if (o->resume && o->resume_from)
         return dt_emsg_set(em, DT_EUSAGE, "--resume and --resume-from exclude each other");
-    if (dtype_given && !o->cuda)
-        return dt_emsg_set(em, DT_EUSAGE, "--dtype is for --device cuda (the CPU path is fp32)");
-#ifndef HAVE_CUDA
-    if (o->cuda)
-        return dt_emsg_set(em, DT_EUSAGE, "device cuda: this dtengine was built without CUDA "
-                           "(configure --with-cuda)");
-#endif
+    if ((rc = dt_cmd_device_check(o->cuda, dtype_given, em)) < 0)
+        return rc;
     if (o->logits && o->out_dir)
         return dt_emsg_set(em, DT_EUSAGE, "--out-dir writes DIR/logits.npy: do not also give "
                            "--logits");

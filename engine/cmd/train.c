@@ -56,6 +56,9 @@
 #include "engine/data/recall.h"
 #include "io/tokshard.h"
 #include "engine/model/model.h"
+#ifdef HAVE_CUDA
+#include "engine/model/model_cuda.h"
+#endif
 #include "io/npy.h"
 #include "engine/model/optim.h"
 #include "io/safetensors.h"
@@ -75,6 +78,8 @@ typedef struct topts {
     int64_t warmup;
     int rkeys, rvalues, rpairs, rqueries; /* recall task sizes; 0: defaults */
     int every_from_spec;                 /* ckpt_every came from --spec */
+    int cuda;                            /* --device cuda: the step on this rank's GPU */
+    dt_dtype_t dtype;                    /* its compute dtype: DT_BF16 or DT_F16 */
     dt_spec_t spec; /* --spec FILE, whose strings the options above may point into */
 } topts_t;
 
@@ -90,7 +95,7 @@ static void usage(FILE *f)
                "                      [--segments w1,.. --dilations r1,..] [--no-causal]\n"
                "                      [--batch B] [--params-out FILE.npy]\n"
                "                      [--recall-keys K] [--recall-values V] [--recall-pairs P]\n"
-               "                      [--recall-queries Q]\n"
+               "                      [--recall-queries Q] [--device cpu|cuda [--dtype bf16|fp16]]\n"
                "PRESET: tiny, llama3-8b, llama3-70b, or custom with every shape flag\n");
 }
 
@@ -102,18 +107,10 @@ static int apply_spec(topts_t *o, const char *path, dt_emsg_t *em)
     dt_spec_t *s = &o->spec;
     int rc;
 
-    dt_spec_free(s);
-    if ((rc = dt_spec_load(path, s, em)) < 0)
+    if ((rc = dt_cmd_spec_load(path, "train", s, em)) < 0)
         return rc;
-    if (s->kind && strcmp(s->kind, "train") != 0)
-        return dt_emsg_set(em, DT_EINVAL, "%s: kind = %s; dtengine train runs kind = train", path,
-                           s->kind);
-    /* refused rather than run on the CPU in its place: the job asked for
-     * GPUs, and its plan, its checkpoints' dtype and its Slurm request
-     * say so */
-    if (strcmp(dt_spec_device(s), "cuda") == 0)
-        return dt_emsg_set(em, DT_ENOTSUP, "%s: device = cuda: dtengine train has no CUDA path "
-                           "yet; run the job with device = cpu (dtengine(1) BUGS)", path);
+    o->cuda = strcmp(dt_spec_device(s), "cuda") == 0;
+    o->dtype = strcmp(dt_spec_dtype(s), "fp16") == 0 ? DT_F16 : DT_BF16;
     /* the model as dtctl plan and dtcoordd resolve it (spec/model.h) */
     if ((rc = dt_model_from_spec(s, &o->model, em)) < 0)
         return rc;
@@ -163,16 +160,17 @@ static int parse(int argc, char **argv, topts_t *o, dt_emsg_t *em)
         { "params-out", 1, NULL, 'P' }, { "batch", 1, NULL, 'B' },     { "spec", 1, NULL, 'S' },     { "adam-eps", 1, NULL, 'E' },
         { "recall-keys", 1, NULL, 7 },  { "recall-values", 1, NULL, 8 }, { "recall-pairs", 1, NULL, 9 },
         { "recall-queries", 1, NULL, 10 }, { "ckpt-commit", 1, NULL, 11 },
-        { "resume-from", 1, NULL, 12 },
+        { "resume-from", 1, NULL, 12 }, { "device", 1, NULL, 13 }, { "dtype", 1, NULL, 14 },
         { "help", 0, NULL, 'h' },     { NULL, 0, NULL, 0 },
     };
     static const char *const tasknames[] = { "recall-keys", "recall-values", "recall-pairs",
                                              "recall-queries" };
     double v;
-    int c, rc;
+    int c, rc, dtype_given = 0;
 
     memset(o, 0, sizeof(*o));
     dt_model_preset("tiny", &o->model, NULL);
+    o->dtype = DT_BF16;
     o->data = "recall";
     o->layout = "zigzag";
     o->causal = 1;
@@ -211,6 +209,11 @@ static int parse(int argc, char **argv, topts_t *o, dt_emsg_t *em)
             o->external = strcmp(optarg, "external") == 0;
             break;
         case 12: o->resume_from = optarg; break;
+        case 13: rc = dt_cmd_device_option("device", optarg, &o->cuda, &o->dtype, em); break;
+        case 14:
+            rc = dt_cmd_device_option("dtype", optarg, &o->cuda, &o->dtype, em);
+            dtype_given = 1;
+            break;
         case 'd': o->data = optarg; break;
         case 'T': rc = dt_cmd_number("seq-len", optarg, 2, 1e9, &v, em), o->T = (int64_t)v; break;
         case 'n': rc = dt_cmd_number("steps", optarg, 0, 1e9, &v, em), o->steps = (int64_t)v; break;
@@ -256,6 +259,8 @@ static int parse(int argc, char **argv, topts_t *o, dt_emsg_t *em)
         return dt_emsg_set(em, DT_EUSAGE, "--resume needs --ckpt-dir");
     if (o->resume && o->resume_from)
         return dt_emsg_set(em, DT_EUSAGE, "--resume and --resume-from exclude each other");
+    if ((rc = dt_cmd_device_check(o->cuda, dtype_given, em)) < 0)
+        return rc;
     if (o->warmup < 0)
         o->warmup = o->steps / 10;
     return 0;
@@ -489,6 +494,17 @@ typedef struct trainer {
     int64_t acc_n;
     int owed;            /* W_CHECKPOINTs already acted on before ours arrived */
     int stopped;         /* W_STOP: exit DT_EXIT_STOPPED */
+#ifdef HAVE_CUDA
+    /* --device cuda: the ring and the training model on this rank's GPU,
+     * which holds the parameters, gradient and moments; P, M, V here are
+     * the host copies for checkpoints and the result (page-locked when
+     * the runtime gives it), refreshed by a copy that overlaps the next
+     * step (dt_gtrain_copy_start) */
+    dt_ring_t *ring;
+    dt_gmodel_t *gm;
+    int pinned;
+    int64_t pending;     /* the step whose copy is in flight, to be saved; 0 none */
+#endif
 } trainer_t;
 
 /* What the ranks agree on after every step, in the one all-reduce (a sum)
@@ -497,6 +513,7 @@ typedef struct trainer {
  * only (step_ctl_agree). */
 typedef struct step_ctl {
     double hits, targets; /* summed over ranks: the step's accuracy */
+    double loss;          /* the GPU path's share of the mean loss, summed over ranks */
     int ckpt_requested;   /* in: this rank has an unmet W_CHECKPOINT; out: some rank has */
     int stop_requested;   /* W_STOP: in this rank's, out any rank's */
     int stop_ckpt;        /* W_STOP asking for a checkpoint first */
@@ -504,8 +521,8 @@ typedef struct step_ctl {
 
 static int step_ctl_agree(dt_comm_t *comm, step_ctl_t *ctl)
 {
-    double v[5] = { ctl->hits, ctl->targets, ctl->ckpt_requested, ctl->stop_requested,
-                    ctl->stop_ckpt };
+    double v[6] = { ctl->hits, ctl->targets, ctl->ckpt_requested, ctl->stop_requested,
+                    ctl->stop_ckpt, ctl->loss };
     int rc = dt_comm_allreduce_sum_f64(comm, v, DT_ARRAY_SIZE(v));
 
     if (rc < 0)
@@ -515,6 +532,7 @@ static int step_ctl_agree(dt_comm_t *comm, step_ctl_t *ctl)
     ctl->ckpt_requested = v[2] > 0;
     ctl->stop_requested = v[3] > 0;
     ctl->stop_ckpt = v[4] > 0;
+    ctl->loss = v[5];
     return 0;
 }
 
@@ -596,13 +614,33 @@ static void trainer_alloc(trainer_t *t)
     dt_model_layout_init(&t->lo, &o->model);
     t->n = t->lo.nparams;
     n = (size_t)t->n;
-    t->m = dt_model_new(&o->model, t->c);
-    t->P = dt_xcalloc(n, sizeof(float));
-    t->G = dt_xcalloc(n, sizeof(float));
-    if (o->batch > 1)
-        t->Gb = dt_xcalloc(n, sizeof(float));
-    t->M = dt_xcalloc(n, sizeof(float));
-    t->V = dt_xcalloc(n, sizeof(float));
+#ifdef HAVE_CUDA
+    if (o->cuda) {
+        /* the step's buffers are on the device; the host keeps the
+         * parameters and moments, page-locked for the overlapped copy */
+        t->P = dt_gtrain_host_alloc(t->n);
+        t->M = dt_gtrain_host_alloc(t->n);
+        t->V = dt_gtrain_host_alloc(t->n);
+        t->pinned = t->P && t->M && t->V;
+        if (!t->pinned) {
+            dt_gtrain_host_free(t->P);
+            dt_gtrain_host_free(t->M);
+            dt_gtrain_host_free(t->V);
+            t->P = t->M = t->V = NULL;
+        }
+    }
+#endif
+    if (!o->cuda) {
+        t->m = dt_model_new(&o->model, t->c);
+        t->G = dt_xcalloc(n, sizeof(float));
+        if (o->batch > 1)
+            t->Gb = dt_xcalloc(n, sizeof(float));
+    }
+    if (t->P == NULL) {
+        t->P = dt_xcalloc(n, sizeof(float));
+        t->M = dt_xcalloc(n, sizeof(float));
+        t->V = dt_xcalloc(n, sizeof(float));
+    }
     t->xs = dt_xmallocarray((size_t)o->T, sizeof(int32_t));
     t->ys = dt_xmallocarray((size_t)o->T, sizeof(int32_t));
     t->x = dt_xmallocarray((size_t)t->c, sizeof(int32_t));
@@ -635,12 +673,27 @@ static int trainer_load_or_resume(trainer_t *t)
         rc = set_aside(o, &t->passed, &t->em);
     if ((rc = dt_agree_report(t->comm, rc, "dtengine train", t->em.s, NULL)) < 0)
         return rc;
+#ifdef HAVE_CUDA
+    /* every rank joins the ring (its NCCL id through PMIx), then its GPU
+     * takes the parameters and moments */
+    if (o->cuda) {
+        rc = t->R == 1 ? dt_ring_local_new(1, 0, &t->ring, &t->em)
+                       : dt_ring_nccl_pmix_new(0, &t->ring, &t->em);
+        if (rc == 0)
+            rc = dt_gtrain_new(&o->model, &t->lo, t->c, o->dtype, t->ring, t->P, t->M, t->V,
+                               t->pos, &t->gm, &t->em);
+        /* a device failure is this rank's alone (agree.h) */
+        if ((rc = dt_agree_report(t->comm, rc, "dtengine train", t->em.s, NULL)) < 0)
+            return rc;
+    }
+#endif
     if (t->me == 0)
         printf("train: model dim=%d layers=%d heads=%d/%d ffn=%d vocab=%d params=%lld "
-               "tokens=%lld batch=%lld ranks=%d layout=%s steps=%lld start=%lld\n",
+               "tokens=%lld batch=%lld ranks=%d layout=%s steps=%lld start=%lld device=%s\n",
                o->model.dim, o->model.layers, o->model.heads, o->model.kv_heads, o->model.ffn,
                o->model.vocab, (long long)t->n, (long long)o->T, (long long)o->batch, t->R,
-               o->layout, (long long)o->steps, (long long)t->start);
+               o->layout, (long long)o->steps, (long long)t->start,
+               !o->cuda ? "cpu" : o->dtype == DT_F16 ? "cuda/fp16" : "cuda/bf16");
     return 0;
 }
 
@@ -665,6 +718,26 @@ static int trainer_batch(trainer_t *t, int64_t step, double *loss, step_ctl_t *c
             t->x[i] = t->xs[t->pos[i]];
             t->y[i] = t->ys[t->pos[i]];
         }
+#ifdef HAVE_CUDA
+        if (o->cuda) {
+            /* every rank holds the whole sequence: the count of its
+             * targets needs no communication; the loss's share and the
+             * hits are summed over the ranks in the step's agreement */
+            int64_t count = 0, hits = 0;
+            double sum = 0;
+            for (int64_t i = 0; i < o->T; i++)
+                count += t->ys[i] >= 0;
+            const double w = count > 0 ? 1.0 / ((double)count * (double)o->batch) : 0.0;
+            if ((rc = dt_gtrain_fwd_bwd(t->gm, &t->attn, t->x, t->y, (float)w, b == 0, &sum,
+                                        &hits, &t->em)) < 0)
+                return rc;
+            ctl->loss += sum * w;
+            ctl->hits += (double)hits;
+            for (int64_t i = 0; i < t->c; i++)
+                ctl->targets += t->y[i] >= 0;
+            continue;
+        }
+#endif
         if ((rc = dt_model_step(t->m, t->comm, &t->attn, t->P, t->x, t->y, t->pos,
                                 o->batch > 1 ? t->Gb : t->G, &lb, &t->em)) < 0)
             return rc;
@@ -713,6 +786,8 @@ static int trainer_agree_step(trainer_t *t, int64_t step, step_ctl_t *ctl)
     return 0;
 }
 
+static int trainer_save_pending(trainer_t *t);
+
 /* One step: the batch, the agreement, clipping, AdamW, and the step's
  * line and progress report. */
 static int trainer_step(trainer_t *t, int64_t step, step_ctl_t *ctl)
@@ -724,7 +799,27 @@ static int trainer_step(trainer_t *t, int64_t step, step_ctl_t *ctl)
     if ((rc = trainer_batch(t, step, &loss, ctl)) < 0 ||
         (rc = trainer_agree_step(t, step, ctl)) < 0)
         return rc;
-    double norm = dt_grad_clip(t->n, t->G, o->clip);
+    double norm;
+    float gscale = 1.0f;
+#ifdef HAVE_CUDA
+    if (o->cuda) {
+        /* the gradient summed over the ranks (NCCL), its norm; the
+         * clipping as dt_grad_clip does it, folded into the update */
+        loss = ctl->loss;
+        if ((rc = dt_gtrain_reduce(t->gm, &norm, &t->em)) < 0)
+            return rc;
+        if (o->clip > 0.0 && isfinite(norm) && norm > o->clip)
+            gscale = (float)(o->clip / norm);
+        /* the last checkpoint's copy overlapped this step's compute: save
+         * it (its writing is not the step's time: tokens/s leaves it out,
+         * as it does the CPU path's checkpoints) */
+        double w0 = dt_clock_now();
+        if ((rc = trainer_save_pending(t)) < 0)
+            return rc;
+        t0 += dt_clock_now() - w0;
+    } else
+#endif
+        norm = dt_grad_clip(t->n, t->G, o->clip);
     if (!isfinite(loss) || !isfinite(norm))
         /* every rank has the same loss and norm: all stop here. A run
          * resumed from a checkpoint diverges again at the same step,
@@ -733,7 +828,13 @@ static int trainer_step(trainer_t *t, int64_t step, step_ctl_t *ctl)
                            "training diverged (a lower --lr, or more --warmup)",
                            (long long)step, loss, norm);
     double lr = dt_lr_at(&t->sched, step);
-    dt_adamw_step(&t->acfg, step + 1, lr, o->wd, t->n, t->P, t->G, t->M, t->V);
+#ifdef HAVE_CUDA
+    if (o->cuda) {
+        if ((rc = dt_gtrain_adamw(t->gm, &t->acfg, step + 1, lr, o->wd, gscale, &t->em)) < 0)
+            return rc;
+    } else
+#endif
+        dt_adamw_step(&t->acfg, step + 1, lr, o->wd, t->n, t->P, t->G, t->M, t->V);
     double dt = dt_clock_now() - t0;
     double accuracy = ctl->targets > 0 ? ctl->hits / ctl->targets : 0.0;
     int64_t done = step + 1;
@@ -752,31 +853,78 @@ static int trainer_step(trainer_t *t, int64_t step, step_ctl_t *ctl)
     return 0;
 }
 
-/* After step done: a checkpoint when it is due or was asked for. */
-static int trainer_checkpoint(trainer_t *t, int64_t done, int asked)
+/* Write the checkpoint of step done from the host's P, M, V; stall_s:
+ * how long the host waited for their copy off the GPU (< 0: none made). */
+static int trainer_write(trainer_t *t, int64_t done, double t1, double stall_s)
 {
     const topts_t *o = &t->o;
     dt_loader_cursor_t cursor = { 0 };
     int rc;
+
+    if (t->loader)
+        dt_loader_get_cursor(t->loader, &cursor);
+    if ((rc = save(t->comm, o, done, t->n, t->P, t->M, t->V, t->loader ? &cursor : NULL,
+                   &t->em)) < 0)
+        return rc;
+    /* parameters and both moments, written and fsynced by all ranks */
+    if (t->me == 0) {
+        printf("checkpoint step %lld bytes %lld seconds %.4f", (long long)done,
+               (long long)(3 * t->n * (int64_t)sizeof(float)), dt_clock_now() - t1);
+        if (stall_s >= 0)
+            printf(" copy_stall %.6f", stall_s);
+        printf("\n");
+        fflush(stdout);
+    }
+    return 0;
+}
+
+/* The GPU path's checkpoint whose copy was started after step pending:
+ * wait for the copy (the stall: normally none, the step's compute
+ * covered it) and write it. Nothing pending: nothing. */
+static int trainer_save_pending(trainer_t *t)
+{
+#ifdef HAVE_CUDA
+    double t1 = dt_clock_now(), stall;
+    int64_t done = t->pending;
+    int rc;
+
+    if (done == 0)
+        return 0;
+    t->pending = 0;
+    if ((rc = dt_gtrain_copy_wait(t->gm, &stall, &t->em)) < 0)
+        return rc;
+    return trainer_write(t, done, t1, stall);
+#else
+    (void)t;
+    return 0;
+#endif
+}
+
+/* After step done: a checkpoint when it is due or was asked for. On the
+ * GPU its copy to the host starts now and the files are written during
+ * the next step (trainer_save_pending), or at once when the run ends
+ * here (now = 1: the last step, or a stop). */
+static int trainer_checkpoint(trainer_t *t, int64_t done, int asked, int now)
+{
+    const topts_t *o = &t->o;
 
     if (asked && o->ckpt_dir == NULL && t->me == 0)
         fprintf(stderr, "dtengine train: step %lld: the agent asked for a checkpoint, but "
                 "there is no --ckpt-dir: none written\n", (long long)done);
     if (o->ckpt_dir == NULL || (done % o->ckpt_every != 0 && !asked))
         return 0;
-    if (t->loader)
-        dt_loader_get_cursor(t->loader, &cursor);
-    double t1 = dt_clock_now();
-    if ((rc = save(t->comm, o, done, t->n, t->P, t->M, t->V, t->loader ? &cursor : NULL,
-                   &t->em)) < 0)
-        return rc;
-    /* parameters and both moments, written and fsynced by all ranks */
-    if (t->me == 0) {
-        printf("checkpoint step %lld bytes %lld seconds %.4f\n", (long long)done,
-               (long long)(3 * t->n * (int64_t)sizeof(float)), dt_clock_now() - t1);
-        fflush(stdout);
+#ifdef HAVE_CUDA
+    if (o->cuda) {
+        int rc = dt_gtrain_copy_start(t->gm, t->P, t->M, t->V, &t->em);
+        if (rc < 0)
+            return rc;
+        t->pending = done;
+        return now ? trainer_save_pending(t) : 0;
     }
-    return 0;
+#else
+    (void)now;
+#endif
+    return trainer_write(t, done, dt_clock_now(), -1);
 }
 
 /* The steps from start to --steps, or to a W_STOP; agreed and reported. */
@@ -788,7 +936,8 @@ static int trainer_run(trainer_t *t)
         step_ctl_t ctl = { 0 };
         int64_t done = step + 1;
         if ((rc = trainer_step(t, step, &ctl)) < 0 ||
-            (rc = trainer_checkpoint(t, done, ctl.ckpt_requested)) < 0)
+            (rc = trainer_checkpoint(t, done, ctl.ckpt_requested,
+                                     done == t->o.steps || ctl.stop_requested)) < 0)
             break;
         /* a stop after the last step is a finished run */
         if (ctl.stop_requested && done < t->o.steps) {
@@ -811,6 +960,15 @@ static int trainer_finish(trainer_t *t)
     char hex[65];
     int rc;
 
+#ifdef HAVE_CUDA
+    /* the trained parameters are on the GPU */
+    if (o->cuda && t->me == 0 &&
+        ((rc = dt_gtrain_copy_start(t->gm, t->P, NULL, NULL, &t->em)) < 0 ||
+         (rc = dt_gtrain_copy_wait(t->gm, NULL, &t->em)) < 0)) {
+        fprintf(stderr, "dtengine train: %s\n", t->em.s);
+        return rc;
+    }
+#endif
     if (t->me != 0)
         return 0;
     if (o->params_out &&
@@ -838,6 +996,16 @@ static void trainer_close(trainer_t *t)
     dt_spec_free(&t->o.spec);
     dt_model_free(t->m);
     dt_model_layout_close(&t->lo);
+#ifdef HAVE_CUDA
+    dt_gmodel_free(t->gm);
+    dt_ring_free(t->ring);
+    if (t->pinned) {
+        dt_gtrain_host_free(t->P);
+        dt_gtrain_host_free(t->M);
+        dt_gtrain_host_free(t->V);
+        t->P = t->M = t->V = NULL;
+    }
+#endif
     free(t->P);
     free(t->G);
     free(t->Gb);

@@ -13,8 +13,19 @@
  * accumulation and fp32 outputs. The weights are uploaded once, rounded,
  * from the fp32 parameter array of engine/model/model.h's layout.
  *
- * Not here: the embedding (the caller uploads the embedded rows), the
- * loss (the caller computes it from the logits: dt_model_xent), training.
+ * Training (dt_gtrain_*): the whole step on the device as dt_model_step
+ * runs it on the CPU: the embedding, every layer's forward with its
+ * activations kept, the LM head and cross-entropy in row chunks with their
+ * gradient, the backward of every layer (the ring's backward for the
+ * attention), the embedding's gradient; fp32 master parameters, gradients
+ * and AdamW moments on the device, the compute-dtype copy of the weights
+ * remade after every update; gradients summed over the ring (NCCL), the
+ * norm for clipping, AdamW (kernels/cuda/train_cuda.h). The caller keeps
+ * the host copies (checkpoints) and does the MPI agreement.
+ *
+ * Not here: the prefill's embedding (the caller uploads the embedded
+ * rows), its loss (the caller computes it from the logits: dt_model_xent),
+ * data, checkpoints' files.
  */
 #ifndef DT_ENGINE_MODEL_CUDA_H
 #define DT_ENGINE_MODEL_CUDA_H
@@ -24,6 +35,7 @@
 #include "common/err.h"
 #include "engine/attn/ring_cuda.h"
 #include "engine/model/model.h"
+#include "engine/model/optim.h"
 
 typedef struct dt_gmodel dt_gmodel_t;
 
@@ -47,5 +59,56 @@ int dt_gmodel_layer_fwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, int l, dt_em
 /* Final RMSNorm and LM head into logits (c, V) fp32 on the host, computed
  * in row chunks so that the device holds one chunk of logits at a time. */
 int dt_gmodel_head(dt_gmodel_t *g, float *logits, dt_emsg_t *em);
+
+/* ---- training -------------------------------------------------------------
+ * A training model: parameters P and moments M, V (nparams, fp32, host;
+ * NULL M/V for zeros) uploaded; every layer's activations for c tokens
+ * at positions pos (c). DT_ENOMEM when the device cannot hold it. Free
+ * with dt_gmodel_free. */
+int dt_gtrain_new(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, int64_t c,
+                  dt_dtype_t dtype, dt_ring_t *ring, const float *P, const float *M,
+                  const float *V, const int64_t *pos, dt_gmodel_t **out, dt_emsg_t *em);
+
+/* Device bytes dt_gtrain_new allocates (the planner's and the benchmarks'
+ * number; the ring's buffers are dt_ring_attn_bytes). */
+size_t dt_gtrain_bytes(const dt_model_cfg_t *cfg, int64_t nparams, int64_t c);
+
+/* One sequence forward and backward: x, y (c, host) this rank's tokens and
+ * targets (DT_IGNORE = -1 ignored); the gradient of scale * (the sum of
+ * this rank's token losses) is ADDED to the device gradient (zero = 1
+ * clears it first). scale is 1 / (counted targets of the whole sequence,
+ * over every rank, times the batch) for the mean dt_model_step takes.
+ * *loss_sum = the sum of this rank's token losses (double), *hits = its
+ * counted targets whose logits' argmax is the target. Every rank of the
+ * ring calls it. */
+int dt_gtrain_fwd_bwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, const int32_t *x,
+                      const int32_t *y, float scale, int zero, double *loss_sum, int64_t *hits,
+                      dt_emsg_t *em);
+
+/* Sum the gradient over the ring's ranks (ncclAllReduce), then *norm = its
+ * global L2 norm (the same on every rank: the sum of squares in a fixed
+ * order). Every rank calls it. */
+int dt_gtrain_reduce(dt_gmodel_t *g, double *norm, dt_emsg_t *em);
+
+/* One AdamW update (step counts from 1) with learning rate lr and weight
+ * decay wd, the gradient multiplied by gscale (the clipping's scale, 1 for
+ * none) as dt_grad_scale would; then the compute-dtype weights are remade. */
+int dt_gtrain_adamw(dt_gmodel_t *g, const dt_adamw_cfg_t *cfg, int64_t step, double lr,
+                    double wd, float gscale, dt_emsg_t *em);
+
+/* The parameters and moments back to the host (any may be NULL). The copy
+ * is queued on a copy stream after the last update (dt_gtrain_copy_start,
+ * which returns at once; the next step's forward and backward overlap it,
+ * its update waits for it on the device) and waited for with
+ * dt_gtrain_copy_wait, which says how long the host waited (*stall_s). P,
+ * M, V must stay valid and untouched until then; page-locked memory
+ * (dt_gtrain_host_alloc) makes the copy truly asynchronous. */
+int dt_gtrain_copy_start(dt_gmodel_t *g, float *P, float *M, float *V, dt_emsg_t *em);
+int dt_gtrain_copy_wait(dt_gmodel_t *g, double *stall_s, dt_emsg_t *em);
+
+/* n floats of page-locked host memory (NULL when it cannot be had: the
+ * caller uses malloc'd memory instead), and its release. */
+float *dt_gtrain_host_alloc(int64_t n);
+void dt_gtrain_host_free(float *p);
 
 #endif /* DT_ENGINE_MODEL_CUDA_H */

@@ -11,11 +11,14 @@
 #include "config.h"
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/half.h"
+#include "common/mem.h"
 #include "kernels/cuda/attn_cuda.h"
 #include "kernels/cuda/cuda_err.h"
+#include "kernels/cuda/train_cuda.h"
 
 int dt_cuda_err(dt_emsg_t *em, cudaError_t e, const char *call, const char *file,
                            int line)
@@ -56,4 +59,35 @@ uint16_t dt_half_bits(dt_dtype_t t, float f)
 float dt_half_value(dt_dtype_t t, uint16_t h)
 {
     return t == DT_BF16 ? dt_bf16_to_f32(h) : dt_f16_to_f32(h);
+}
+
+/* ---- the embedding's grouping (train_cuda.h) ---- */
+
+static int cmp_pair(const void *a, const void *b)
+{
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+void dt_embed_groups(int64_t T, const int32_t *tok, int64_t *nu, int32_t *tok_out,
+                     int64_t *start, int32_t *rows)
+{
+    /* (token, row) packed in one int64 sorts by token, then row */
+    int64_t *key = dt_xmallocarray((size_t)(T > 0 ? T : 1), sizeof(int64_t));
+    int64_t u = 0;
+
+    for (int64_t t = 0; t < T; t++)
+        key[t] = ((int64_t)tok[t] << 32) | t;
+    qsort(key, (size_t)T, sizeof(int64_t), cmp_pair);
+    for (int64_t i = 0; i < T; i++) {
+        const int32_t k = (int32_t)(key[i] >> 32);
+        if (i == 0 || k != tok_out[u - 1]) {
+            tok_out[u] = k;
+            start[u++] = i;
+        }
+        rows[i] = (int32_t)(key[i] & 0xffffffff);
+    }
+    start[u] = T;
+    *nu = u;
+    free(key);
 }

@@ -13,7 +13,8 @@
 # libnccl.so.2 resolve, saying what it found; checks every program with ldd
 # (a library "not found" fails that program, named); runs the GPU tests
 # (exit 0 passed, 77 skipped: no usable device, else failed); then, with
-# --bench or --quick, bench/gpu.sh (the benchmark against PyTorch). It ends
+# --bench or --quick, bench/gpu.sh (attention against PyTorch) and
+# bench/train_gpu.sh (training tokens/s and MFU against PyTorch). It ends
 # with "gpu tests: N passed, N failed, N skipped".
 #
 # usage: sh tests/gpu/device.sh [--bench | --quick] [BUILDDIR]
@@ -284,7 +285,7 @@ if [ -d "$builddir/gpu-bundle" ]; then
     saved=$LD_LIBRARY_PATH
     export LD_LIBRARY_PATH="$builddir/gpu-bundle/lib:$LD_LIBRARY_PATH"
     if check_bin dtengine-bundle "$builddir/gpu-bundle/dtengine"; then
-        step "dtengine --device cuda" 180 sh tests/gpu/e2e.sh "$builddir/gpu-bundle" "$tmp/e2e"
+        step "dtengine --device cuda" 300 sh tests/gpu/e2e.sh "$builddir/gpu-bundle" "$tmp/e2e"
     fi
     export LD_LIBRARY_PATH="$saved"
 else
@@ -305,11 +306,22 @@ if [ -n "$bench" ]; then
     fi
 fi
 
+# training tokens/s and MFU against PyTorch (bench/train_gpu.sh), with the
+# bundle's dtengine
+if [ -n "$bench" ] && [ -x "$builddir/gpu-bundle/dtengine" ]; then
+    left=$((deadline - ($(date +%s) - t0)))
+    saved=$LD_LIBRARY_PATH
+    export LD_LIBRARY_PATH="$builddir/gpu-bundle/lib:$LD_LIBRARY_PATH"
+    step "bench/train_gpu.sh $quick" "$left" env DT_BENCH_BUDGET="$((left - 30))" \
+        sh bench/train_gpu.sh $quick "$builddir/gpu-bundle/dtengine"
+    export LD_LIBRARY_PATH="$saved"
+fi
+
 # a tuning sweep on the quick shapes, to compare with the default in the
 # tables above: the forward with 8 warps per block (DT_ATTN_FWD_WARPS=8) and
 # the sm_90 warpgroup forward (DT_ATTN_FWD_KERNEL=wgmma; see
-# kernels/cuda/attn_fwd.cu)
-if [ -n "$bench" ]; then
+# kernels/cuda/attn_fwd.cu); not with --quick
+if [ -n "$bench" ] && [ -z "$quick" ]; then
     bin=$builddir/bench/bench_attn_cuda
     if [ -x "$bin" ]; then
         step "bench fwd DT_ATTN_FWD_KERNEL=wgmma" 120 env DT_ATTN_FWD_KERNEL=wgmma "$bin" --quick \

@@ -9,8 +9,10 @@
 # output. The tolerances cover rounding the inputs to bf16 / fp16 on the
 # way to the device; the kernels' own accuracy against the double-precision
 # reference is what test_attn_cuda checks. Then `dtengine prefill --device
-# cuda` (bf16, fp16) against the CPU prefill: loss and last logits. Prints
-# ok/FAIL per output and
+# cuda` (bf16, fp16) against the CPU prefill: loss and last logits; and
+# `dtengine train --device cuda` against the CPU training: every step's
+# loss, the parameters, its checkpoints (resumed on the GPU to the bit, on
+# the CPU within the tolerance). Prints ok/FAIL per check and
 # "N passed, N failed".
 #
 # usage: sh tests/gpu/e2e.sh BUNDLEDIR WORKDIR   (LD_LIBRARY_PATH set by the caller)
@@ -87,6 +89,70 @@ for dt in bf16 fp16; do
         echo "FAIL $what > $tol"
         failed=$((failed + 1))
     fi
+done
+
+# train --device cuda (the whole step on the GPU) against the CPU path: the
+# same model, 2048 tokens, 4 steps; every step's loss and the trained
+# parameters; then the checkpoints: copied off the device during the next
+# step (copy_stall), a resume on the GPU equal to the uninterrupted run to
+# the bit, a GPU checkpoint resumed on the CPU
+tm="--model custom --dim 512 --layers 3 --heads 4 --kv-heads 2 --ffn 1024 --vocab 512"
+tm="$tm --data recall --seq-len 2048 --seed 5 --steps 4"
+rm -rf "$dir/tcpu.npy"
+# shellcheck disable=SC2086
+"$b/dtengine" train $tm --params-out "$dir/tcpu.npy" >"$dir/tcpu.log" || exit 1
+# verdict WHAT OK: one line, counted
+verdict() {
+    if [ "$2" = 1 ]; then
+        echo "ok   $1"
+        passed=$((passed + 1))
+    else
+        echo "FAIL $1"
+        failed=$((failed + 1))
+    fi
+}
+for dt in bf16 fp16; do
+    case $dt in bf16) tol=1e-2 ;; fp16) tol=5e-3 ;; esac
+    rm -rf "$dir/tgpu.npy" "$dir/tck"
+    # shellcheck disable=SC2086
+    "$b/dtengine" train $tm --params-out "$dir/tgpu.npy" --device cuda --dtype "$dt" \
+        --ckpt-dir "$dir/tck" --ckpt-every 2 >"$dir/tgpu.log" 2>&1 || {
+        echo "FAIL train --device cuda --dtype $dt: exit $?"
+        sed 's/^/  | /' "$dir/tgpu.log"
+        failed=$((failed + 1))
+        continue
+    }
+    grep '^step \|^checkpoint ' "$dir/tgpu.log" | sed 's/^/  | /'
+    grep '^step ' "$dir/tgpu.log" >"$dir/tgpu.steps"
+    grep '^step ' "$dir/tcpu.log" >"$dir/tcpu.steps"
+    worst=$(paste "$dir/tgpu.steps" "$dir/tcpu.steps" | awk '
+        { g = $4; c = $(NF / 2 + 4); d = (g - c) / c; if (d < 0) d = -d; if (d > w) w = d }
+        END { printf "%.2e", w }')
+    ok=$(awk -v w="$worst" -v t="$tol" 'BEGIN { print (w != "" && w <= t) ? 1 : 0 }')
+    verdict "train --device cuda --dtype $dt: losses within $worst of the CPU's (<= $tol)" "$ok"
+    err=$("$b/npytool" maxerr "$dir/tgpu.npy" "$dir/tcpu.npy")
+    ok=0
+    "$b/npytool" cmp "$dir/tgpu.npy" "$dir/tcpu.npy" --atol "$tol" --rtol "$tol" >/dev/null && ok=1
+    verdict "train --device cuda --dtype $dt: parameters max err $err (<= $tol)" "$ok"
+    ok=0
+    grep -q '^checkpoint step 2 .* copy_stall [0-9.]*$' "$dir/tgpu.log" && ok=1
+    verdict "train --device cuda --dtype $dt: checkpoint copied during the next step" "$ok"
+    [ "$dt" = bf16 ] || continue
+    # shellcheck disable=SC2086
+    "$b/dtengine" train $tm --params-out "$dir/tre.npy" --device cuda --ckpt-dir "$dir/tre" \
+        --ckpt-every 2 --resume-from "$dir/tck/step-00000002" >"$dir/tre.log" 2>&1
+    a=$(sed -n 's/^result: .*params_sha256=\([0-9a-f]*\) .*/\1/p' "$dir/tgpu.log")
+    r=$(sed -n 's/^result: .*params_sha256=\([0-9a-f]*\) .*/\1/p' "$dir/tre.log")
+    ok=0
+    [ -n "$a" ] && [ "$a" = "$r" ] && ok=1
+    verdict "train --device cuda: resumed at step 2 on the GPU: $r, uninterrupted $a" "$ok"
+    # shellcheck disable=SC2086
+    "$b/dtengine" train $tm --params-out "$dir/tgc.npy" --ckpt-dir "$dir/tgc" --ckpt-every 2 \
+        --resume-from "$dir/tck/step-00000002" >"$dir/tgc.log" 2>&1
+    err=$("$b/npytool" maxerr "$dir/tgc.npy" "$dir/tcpu.npy")
+    ok=0
+    "$b/npytool" cmp "$dir/tgc.npy" "$dir/tcpu.npy" --atol "$tol" --rtol "$tol" >/dev/null && ok=1
+    verdict "train: a GPU checkpoint resumed on the CPU: parameters max err $err (<= $tol)" "$ok"
 done
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -32,8 +32,16 @@
 #     CPUs and the other way round; a device = cuda prefill job through
 #     agents completes with the direct run's logits, also after a worker
 #     is killed mid-run (it resumes at a committed layer);
-#   - train with device = cuda: refused (no CUDA path yet, dtengine(1)
-#     BUGS), exit 2.
+#   - `train --device cuda` (the whole step on the device: embedding,
+#     layers and their backward, the ring's backward, the loss, the
+#     gradient over NCCL, its norm, AdamW) on 1 and 4 ranks: every step's
+#     loss and the trained parameters within the dtype's tolerance of the
+#     CPU path; checkpoints copied off the device during the next step; a
+#     GPU resume equal to the uninterrupted run to the bit; checkpoints
+#     across devices both ways; a device = cuda train job through agents
+#     with the direct run's parameters, also after a worker killed, a
+#     worker hung, an agent lost (spare), the coordinator killed and an
+#     uncorrectable ECC error.
 # Skipped where the simulated build does not exist (configured without
 # CUDA headers).
 . "$(dirname "$0")/lib.sh"
@@ -243,17 +251,25 @@ check "run --local, device = cuda: CUDA_VISIBLE_DEVICES naming a missing device:
 # ---- prefill --device cuda ----------------------------------------------------------------
 # a 3-layer model whose heads the CUDA kernels take (D = 64) over 1024
 # tokens of the recall task, the last 8 logits
-pf() { # cpu|gpu R DIR ARGS...: prefill on R ranks, logits to DIR/logits.npy, its log DIR.log
-    _dev=$1 _r=$2 _d=$3
-    shift 3
+# on cpu|gpu R LOG COMMAND ARGS...: dtengine COMMAND ARGS on R ranks, on the
+# CPU or on simulated GPUs (--device cuda), its output in LOG
+on() {
+    _dev=$1 _r=$2 _log=$3 _cmd=$4
+    shift 4
     if [ "$_dev" = gpu ]; then
-        set -- env DT_SIM_GPUS=1 "$SIM" prefill --device cuda "$@"
+        set -- env DT_SIM_GPUS=1 "$SIM" "$_cmd" --device cuda "$@"
     else
-        set -- "$DTENGINE" prefill "$@"
+        set -- "$DTENGINE" "$_cmd" "$@"
     fi
-    mpirun_np "$_r" "$@" --model custom --dim 256 --layers 3 --heads 4 --kv-heads 2 --ffn 512 \
-        --vocab 512 --data recall --seq-len 1024 --seed 5 --last 8 --out-dir "$_d" \
-        >"$_d.log" 2>&1 || { cat "$_d.log"; return 1; }
+    mpirun_np "$_r" "$@" >"$_log" 2>&1 || { cat "$_log"; return 1; }
+}
+pf() { # cpu|gpu R DIR ARGS...: prefill on R ranks, logits to DIR/logits.npy, its log DIR.log
+    _pd=$3
+    _pa="$1 $2"
+    shift 3
+    # shellcheck disable=SC2086
+    on $_pa "$_pd.log" prefill "$@" --model custom --dim 256 --layers 3 --heads 4 --kv-heads 2 \
+        --ffn 512 --vocab 512 --data recall --seq-len 1024 --seed 5 --last 8 --out-dir "$_pd"
 }
 pf_loss() { sed -n 's/^prefill: tokens=.* loss \([-0-9.e+]*\)$/\1/p' "$1.log"; }
 
@@ -331,12 +347,143 @@ t_pf_worker() {
 check "run --local, prefill on GPUs: a worker killed after layer 1 resumes at a committed layer, same logits" \
     t_pf_worker
 
-# ---- what has no CUDA path yet -----------------------------------------------------------
-t_refused() {
-    printf 'kind = train\ntokens = 256\ndevice = cuda\n' >"$TMPD/train.spec"
-    run_rc 2 "$SIM" train --spec "$TMPD/train.spec" &&
-        out_has "device = cuda: dtengine train has no CUDA path yet"
+# ---- train --device cuda --------------------------------------------------------------------
+# the same model as the prefill's, 2 layers, 1024 tokens of the recall task, 6 steps
+tr() { # cpu|gpu R NAME ARGS...: train on R ranks; its log NAME.log, parameters NAME.npy
+    _td=$TMPD/$3
+    _ta="$1 $2"
+    shift 3
+    # shellcheck disable=SC2086
+    on $_ta "$_td.log" train "$@" --model custom --dim 256 --layers 2 --heads 4 --kv-heads 2 \
+        --ffn 512 --vocab 512 --data recall --seq-len 1024 --seed 3 --steps 6 \
+        --params-out "$_td.npy"
 }
-check "train with device = cuda: refused, exit 2 (no CUDA path yet)" t_refused
+tr_sum() { sed -n 's/^result: .*params_sha256=\([0-9a-f]*\) .*/\1/p' "$TMPD/$1.log"; }
+
+# tr_vs NAME R DTYPE TOL: every step's loss within TOL (relative) of the
+# CPU path's, the trained parameters within TOL (absolute and relative)
+tr_vs() {
+    tr cpu "$2" "tr-$1.cpu" || return 1
+    tr gpu "$2" "tr-$1.gpu" --dtype "$3" || return 1
+    grep -q "device=cuda/$3" "$TMPD/tr-$1.gpu.log" || { cat "$TMPD/tr-$1.gpu.log"; return 1; }
+    grep '^step ' "$TMPD/tr-$1.cpu.log" >"$TMPD/tr-$1.cpu.steps"
+    grep '^step ' "$TMPD/tr-$1.gpu.log" >"$TMPD/tr-$1.gpu.steps"
+    [ "$(wc -l <"$TMPD/tr-$1.gpu.steps")" = 6 ] || { cat "$TMPD/tr-$1.gpu.log"; return 1; }
+    paste "$TMPD/tr-$1.gpu.steps" "$TMPD/tr-$1.cpu.steps" | awk -v t="$4" '
+        { g = $4; c = $(NF / 2 + 4); d = (g - c) / c; if (d < 0) d = -d
+          if (d > w) w = d; if (d > t) { print "step " $2 ": loss " g " on the GPU, " c " on the CPU"; bad = 1 } }
+        END { printf "largest relative loss difference %.2e (tolerance %s)\n", w, t; exit bad }' ||
+        return 1
+    "$NPYTOOL" cmp "$TMPD/tr-$1.gpu.npy" "$TMPD/tr-$1.cpu.npy" --atol "$4" --rtol "$4"
+}
+check "train --device cuda, 1 rank, bf16: losses and parameters within 1e-2 of the CPU path" \
+    tr_vs one 1 bf16 1e-2
+check "train --device cuda, 4 ranks (gradients summed over NCCL between processes), fp16: within 5e-3" \
+    tr_vs four 4 fp16 5e-3
+
+# checkpoints: copied off the device while the next step runs; a resume on
+# the GPU repeats the uninterrupted run to the bit; a GPU checkpoint resumes
+# on the CPU, a CPU one on the GPU
+t_tr_ckpt() {
+    tr gpu 2 tr-ck --ckpt-dir "$TMPD/tr-ck.d" --ckpt-every 2 || return 1
+    grep -q "^checkpoint step 2 bytes 17316864 seconds [0-9.]* copy_stall [0-9.]*$" \
+        "$TMPD/tr-ck.log" || { cat "$TMPD/tr-ck.log"; return 1; }
+    [ -f "$TMPD/tr-ck.d/step-00000004/manifest.json" ] || return 1
+    tr gpu 2 tr-re --ckpt-dir "$TMPD/tr-re.d" --ckpt-every 2 \
+        --resume-from "$TMPD/tr-ck.d/step-00000002" || return 1
+    grep -q "start=2 device=cuda/bf16" "$TMPD/tr-re.log" || return 1
+    [ "$(tr_sum tr-re)" = "$(tr_sum tr-ck)" ] ||
+        { echo "resumed on the GPU: $(tr_sum tr-re), uninterrupted: $(tr_sum tr-ck)"; return 1; }
+    tr cpu 2 tr-gc --ckpt-dir "$TMPD/tr-gc.d" --ckpt-every 2 \
+        --resume-from "$TMPD/tr-ck.d/step-00000004" || return 1
+    grep -q "start=4 device=cpu" "$TMPD/tr-gc.log" || return 1
+    tr cpu 2 tr-c --ckpt-dir "$TMPD/tr-c.d" --ckpt-every 2 || return 1
+    tr gpu 2 tr-cg --ckpt-dir "$TMPD/tr-cg.d" --ckpt-every 2 \
+        --resume-from "$TMPD/tr-c.d/step-00000002" || return 1
+    for _x in tr-gc tr-cg; do
+        "$NPYTOOL" cmp "$TMPD/$_x.npy" "$TMPD/tr-c.npy" --atol 1e-2 --rtol 1e-2 || return 1
+    done
+}
+check "train --device cuda: checkpoints copied during the next step; GPU resume bit-identical; GPU <-> CPU" \
+    t_tr_ckpt
+
+# the planner's memory for a cuda train job (dtctl plan: its total less the
+# cluster's fixed allowance for the CUDA context and libraries) against what
+# the engine allocates on the simulated device (its peak): never below it,
+# at most 10 % above
+t_tr_memory() {
+    DTCTL_PLAN="$DTCTL plan --tokens 4096 --kind train --model custom --dim 256 --layers 2"
+    DTCTL_PLAN="$DTCTL_PLAN --heads 4 --kv-heads 2 --ffn 512 --vocab 512 --tied no"
+    DTCTL_PLAN="$DTCTL_PLAN --device cuda --causal --json"
+    for _r in 1 2; do
+        # shellcheck disable=SC2086
+        run_rc 0 $DTCTL_PLAN --ranks "$_r" || return 1
+        _total=$(sed -n 's/.*"memory_per_rank_bytes": *\([0-9]*\).*/\1/p' "$TMPD/out")
+        _fixed=$(sed -n 's/.*"fixed": *\([0-9]*\).*/\1/p' "$TMPD/out" | head -n 1)
+        mpirun_np "$_r" env DT_SIM_GPUS=1 DT_SIM_MEMSTAT=1 "$SIM" train --device cuda \
+            --model custom --dim 256 --layers 2 --heads 4 --kv-heads 2 --ffn 512 --vocab 512 \
+            --seq-len 4096 --steps 1 >"$TMPD/mem.log" 2>&1 || { cat "$TMPD/mem.log"; return 1; }
+        _peak=$(sed -n 's/^sim: device memory peak \([0-9]*\) bytes$/\1/p' "$TMPD/mem.log" |
+            sort -n | tail -n 1)
+        awk -v p="$_total" -v f="$_fixed" -v e="$_peak" -v r="$_r" 'BEGIN {
+            q = (p - f) / e
+            printf "R=%d: planned %d bytes, allocated %d (x%.3f)\n", r, p - f, e, q
+            exit !(e > 0 && q >= 1 && q <= 1.1) }' || return 1
+    done
+}
+check "plan: a cuda train job's memory per GPU covers the engine's, within 10 % (1 and 2 ranks)" \
+    t_tr_memory
+
+cat >"$TMPD/tr.spec" <<SPEC
+kind = train
+model = custom
+dim = 256
+layers = 2
+heads = 4
+kv_heads = 2
+ffn = 512
+vocab = 512
+tokens = 2048
+seed = 3
+steps = 8
+ckpt_every = 2
+ranks = 4
+device = cuda
+SPEC
+mpirun_np 4 env DT_SIM_GPUS=1 "$SIM" train --spec "$TMPD/tr.spec" >"$TMPD/tr-direct.log" 2>&1
+TR_REF=$(sed -n 's/^result: .*params_sha256=\([0-9a-f]*\) .*/\1/p' "$TMPD/tr-direct.log")
+
+# tr_local NAME ARGS...: the train job through agents on simulated GPUs (2
+# per agent); completes with the direct run's parameters
+tr_local() {
+    _tl=$TMPD/trl-$1
+    shift
+    run_rc 0 env DT_ENGINE="$SIM" DT_SIM_GPUS=2 "$DTCTL" run --local "$TMPD/tr.spec" \
+        --state-dir "$_tl" --interval 250ms "$@" || return 1
+    [ -n "$TR_REF" ] && out_has "^result: job=1 state=completed loss=[0-9.]+ checksum=$TR_REF\$" ||
+        { echo "direct run: '$TR_REF'"; return 1; }
+}
+t_tr_local() {
+    tr_local plain || return 1
+    grep -q "device=cuda/bf16" "$TMPD/trl-plain/jobs/1/logs/rank-0.log" ||
+        { echo "rank 0 did not train on the device"; return 1; }
+}
+check "run --local, train with device = cuda: completes with the direct run's parameters" t_tr_local
+check "run --local, train on GPUs: a worker killed at step 3, resumed, the same parameters" \
+    tr_local worker --inject-failure worker@3
+check "run --local, train on GPUs: a worker hung, resumed, the same parameters" \
+    tr_local hang --inject-failure hang@3
+check "run --local, train on GPUs: an agent lost with a spare, the same parameters" \
+    tr_local agent --inject-failure agent@3 --spares 1
+check "run --local, train on GPUs: the coordinator killed and restarted, the same parameters" \
+    tr_local coord --inject-failure coordinator@3
+t_tr_ecc() {
+    DT_SIM_DEVICE_FAULT="2:$TMPD/tr-ecc.mark" tr_local ecc --spares 1 || return 1
+    [ -f "$TMPD/tr-ecc.mark" ] || { echo "the fault was not injected"; return 1; }
+    sqlite3 "$TMPD/trl-ecc/dt.db" "SELECT detail FROM events WHERE kind = 'device_fault'" |
+        grep -q "its GPU failed; local[0-9] is suspect" || { sqlite3 "$TMPD/trl-ecc/dt.db" "SELECT kind, detail FROM events"; return 1; }
+}
+check "run --local, train on GPUs: an uncorrectable ECC error, node suspect, spare, the same parameters" \
+    t_tr_ecc
 
 finish

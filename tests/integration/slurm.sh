@@ -668,6 +668,53 @@ t_kinds() {
 }
 only kinds && check "attn and prefill jobs under Slurm complete as mpirun's, outputs named" t_kinds
 
+# device = cuda train and prefill jobs through Slurm on simulated GPUs:
+# each completes with the checksum of the direct mpirun run of the same
+# spec on simulated GPUs (train: the parameters' digest; prefill: the last
+# logits')
+t_cuda_kinds() {
+    for _k in train prefill; do
+        {
+            echo "kind = $_k"
+            echo "name = cuda-$_k"
+            echo "model = custom"
+            echo "dim = 256"
+            echo "layers = 2"
+            echo "heads = 4"
+            echo "kv_heads = 2"
+            echo "ffn = 512"
+            echo "vocab = 512"
+            echo "tokens = 1024"
+            echo "seed = 3"
+            echo "ranks = 4"
+            echo "device = cuda"
+            echo "nodes = 2"
+            echo "gpus_per_node = 2"
+            echo "time_limit = 30m"
+            [ "$_k" = train ] && printf 'steps = 4\nckpt_every = 2\n'
+        } >"$TMPD/cuda-$_k.spec"
+    done
+    _jt=$(submit "$TMPD/cuda-train.spec")
+    _jp=$(submit "$TMPD/cuda-prefill.spec")
+    [ -n "$_jt" ] && [ -n "$_jp" ] || { echo "submit failed"; return 1; }
+    mpirun_np 4 env DT_SIM_GPUS=1 "$SIM" train --spec "$TMPD/cuda-train.spec" \
+        >"$TMPD/cuda-train-direct.log" 2>&1 || { cat "$TMPD/cuda-train-direct.log"; return 1; }
+    mpirun_np 4 env DT_SIM_GPUS=1 "$SIM" prefill --spec "$TMPD/cuda-prefill.spec" \
+        >"$TMPD/cuda-prefill-direct.log" 2>&1 || { cat "$TMPD/cuda-prefill-direct.log"; return 1; }
+    _st=$(sed -n 's/^result: .*params_sha256=\([0-9a-f]*\) .*/\1/p' "$TMPD/cuda-train-direct.log")
+    _sp=$(sed -n 's/^result: .* logits_sha256=\([0-9a-f]*\)$/\1/p' "$TMPD/cuda-prefill-direct.log")
+    wait_done "$_jt" 240 && completed_with "$_jt" "$_st" || return 1
+    wait_done "$_jp" 240 && completed_with "$_jp" "$_sp" || return 1
+    for _j in "$_jt" "$_jp"; do
+        grep -q "device=cuda/bf16" "$COORD_STATE/jobs/$_j/logs/rank-0.log" ||
+            { echo "job $_j: rank 0 did not run on a (simulated) GPU"; return 1; }
+    done
+    echo "train $_st, prefill $_sp"
+}
+# (where the simulated-GPU engine is built: configured with CUDA headers)
+[ -x "$SIM" ] && only cuda_kinds && check "device = cuda train and prefill jobs under Slurm on simulated GPUs complete as mpirun's" \
+    t_cuda_kinds
+
 # this coordinator's agents and workers only (other tests may run beside)
 nothing_of_ours() {
     [ -z "$(agents_of '[0-9]*')" ] &&

@@ -585,23 +585,32 @@ Test(planner, request_from_spec)
     dt_spec_free(&s);
 }
 
+/* tiny trained over 4096 tokens on one rank of the cluster preset, causal,
+ * zigzag, at the given dtype. */
+static dt_plan_req_t tiny_train(const char *cluster, dt_dtype_t precision)
+{
+    dt_plan_req_t q = { 0 };
+
+    cr_assert_eq(dt_model_preset("tiny", &q.model, NULL), 0);
+    cr_assert_eq(dt_cluster_preset(cluster, &q.cluster, NULL), 0);
+    q.kind = DT_KIND_TRAIN;
+    q.precision = precision;
+    q.tokens = 4096;
+    q.ranks = 1;
+    q.causal = true;
+    q.layout = DT_LAYOUT_ZIGZAG;
+    return q;
+}
+
 /* Training memory by hand for the tiny model on one cpu rank (fp32):
  * P = 4 (2 d^2 + 2 d kv + 3 d f + 2 d) + v d + d (tied), 16 bytes each;
  * activations c (L (4 (6 d + 2 kv + 4 f) + 4 H) + 4 d). */
 Test(planner, training_memory_by_hand)
 {
-    dt_plan_req_t q = { 0 };
+    dt_plan_req_t q = tiny_train("cpu", DT_F32);
     dt_plan_t p;
     dt_emsg_t em;
 
-    cr_assert_eq(dt_model_preset("tiny", &q.model, NULL), 0);
-    cr_assert_eq(dt_cluster_preset("cpu", &q.cluster, NULL), 0);
-    q.kind = DT_KIND_TRAIN;
-    q.precision = DT_F32;
-    q.tokens = 4096;
-    q.ranks = 1;
-    q.causal = true;
-    q.layout = DT_LAYOUT_ZIGZAG;
     cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
     double d = 256, L = 4, H = 8, kv = 64, f = 768, v = 512, c = 4096;
     double P = L * (2 * d * d + 2 * d * kv + 3 * d * f + 2 * d) + v * d + d;
@@ -614,5 +623,29 @@ Test(planner, training_memory_by_hand)
     double Pmm = L * (2 * d * d + 2 * d * kv + 3 * d * f) + v * d;
     double attn = 4 * H * 32 * c * (c + 1) / 2;
     cr_assert_float_eq(p.flops, 6 * Pmm * c + L * 3.5 * attn, 1e-6 * p.flops);
+    dt_plan_clear(&p);
+}
+
+/* The same model trained on an H100 in bf16 is planned with what dtengine
+ * train --device cuda allocates (spec/model.h): dtype weights, an fp32
+ * gradient, an fp32 master copy and moments; per token per layer the
+ * activations it keeps, fp32 (both norms' inputs and rstd, o, lse, the
+ * SwiGLU inputs) and bf16 (both normed inputs, q, k, v, o, the product);
+ * the LM head's 1024-row chunk of logits (fp32 and its bf16 gradient). */
+Test(planner, gpu_training_memory_by_hand)
+{
+    dt_plan_req_t q = tiny_train("h100-sxm", DT_BF16);
+    dt_plan_t p;
+    dt_emsg_t em;
+
+    cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
+    double d = 256, L = 4, H = 8, kv = 64, f = 768, v = 512, c = 4096;
+    double P = L * (2 * d * d + 2 * d * kv + 3 * d * f + 2 * d) + v * d + d;
+    cr_assert_eq(p.mem.weights, 2 * P);
+    cr_assert_eq(p.mem.grads, 4 * P);
+    cr_assert_eq(p.mem.optimizer, 12 * P);
+    cr_assert_eq(p.mem.activations,
+                 c * L * (4 * (2 * d + 2 + d + H + 2 * f) + 2 * (2 * d + 2 * d + 2 * kv + f)));
+    cr_assert_geq(p.mem.workspace, 1024 * v * (4 + 2), "the head's chunk");
     dt_plan_clear(&p);
 }

@@ -138,6 +138,10 @@ typedef struct xfer {
 
 struct ncclComm;
 
+/* Transfers of one op: a group of sends and receives, or an all-reduce's
+ * (one send and one receive per peer: up to 9 ranks). */
+#define MAXX 16
+
 typedef struct op {
     enum opkind kind;
     struct op *next;
@@ -149,8 +153,8 @@ typedef struct op {
     struct ncclComm *comm;
     int started;
     int nx;
-    xfer_t x[4]; /* sends (kind 0) then recvs */
-    int issend[4];
+    xfer_t x[MAXX]; /* sends (kind 0) then recvs */
+    int issend[MAXX];
     const char *what;
 } op_t;
 
@@ -749,6 +753,22 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flag
     LEAVE(cudaSuccess);
 }
 
+/* Run work until e's last record has happened. */
+cudaError_t cudaEventSynchronize(cudaEvent_t e)
+{
+    if (poisoned)
+        return cudaErrorECCUncorrectable;
+    ENTER();
+    while (e->done < e->recorded) {
+        if (progress(64) == 0) {
+            pthread_mutex_unlock(&mu);
+            usleep(50);
+            pthread_mutex_lock(&mu);
+        }
+    }
+    LEAVE(cudaSuccess);
+}
+
 cudaError_t cudaEventQuery(cudaEvent_t e)
 {
     if (poisoned)
@@ -805,7 +825,10 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
     c->staged = k == cudaMemcpyHostToDevice; /* pageable: staged at the call */
     if (c->staged)
         memcpy(c->data, src, n);
-    else if (k != cudaMemcpyDeviceToDevice) {
+    /* device to host runs when the stream reaches it (as into page-locked
+     * memory; from pageable memory the runtime is stricter, returning
+     * after it): the host may read it only after a synchronisation */
+    else if (k != cudaMemcpyDeviceToDevice && k != cudaMemcpyDeviceToHost) {
         fprintf(stderr, "sim: memcpy kind %d async\n", (int)k);
         abort();
     }
@@ -839,7 +862,14 @@ cudaError_t cudaMemsetAsync(void *dst, int v, size_t n, cudaStream_t s)
 /* Device memory: every allocation carries its size in front of it, and
  * the total may not pass the device's (DT_SIM_GPU_MEMORY, default 80 GiB):
  * beyond it cudaMalloc fails as the runtime does. */
-static size_t allocated;
+static size_t allocated, peak;
+
+/* DT_SIM_MEMSTAT set: the most device memory held at once, said at exit
+ * (what the planner's memory model is checked against). */
+static void memstat(void)
+{
+    fprintf(stderr, "sim: device memory peak %zu bytes\n", peak);
+}
 
 cudaError_t cudaMalloc(void **p, size_t n)
 {
@@ -856,6 +886,11 @@ cudaError_t cudaMalloc(void **p, size_t n)
         return cudaErrorMemoryAllocation;
     }
     allocated += size;
+    if (allocated > peak) {
+        if (peak == 0 && getenv("DT_SIM_MEMSTAT"))
+            atexit(memstat);
+        peak = allocated;
+    }
     pthread_mutex_unlock(&mu);
     unsigned char *base = aligned_alloc(256, size + 256);
     memcpy(base, &size, sizeof(size));
@@ -876,6 +911,20 @@ cudaError_t cudaFree(void *p)
         free(base);
     }
     LEAVE(cudaSuccess);
+}
+
+/* Page-locked host memory is plain memory here. */
+cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int flags)
+{
+    (void)flags;
+    *p = malloc(n ? n : 1);
+    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
+cudaError_t cudaFreeHost(void *p)
+{
+    free(p);
+    return cudaSuccess;
 }
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind k)
@@ -1333,7 +1382,7 @@ ncclResult_t ncclGroupStart(void)
 static ncclResult_t add_xfer(void *buf, size_t bytes, int peer, ncclComm_t c, cudaStream_t s,
                              int send)
 {
-    if (!in_group || group_op->nx == 4 || (group_comm && group_comm != c) ||
+    if (!in_group || group_op->nx == MAXX || (group_comm && group_comm != c) ||
         (group_stream && group_stream != s)) {
         fprintf(stderr, "sim: nccl p2p outside a group or mixed\n");
         abort();
@@ -1390,22 +1439,64 @@ ncclResult_t ncclGroupEnd(void)
 }
 #pragma GCC diagnostic pop
 
+/* An all-reduce (fp32 sum) over n ranks: every rank sends its buffer to
+ * every peer and receives theirs (one exchange op), then sums the n
+ * buffers in rank order (one kernel), so that every rank gets the same
+ * bits, as NCCL's do. */
+typedef struct ared {
+    const float *sb;
+    float *rb;
+    size_t count;
+    int n, me;
+    float data[]; /* n slots of count: slot r from rank r (the own one unused) */
+} ared_t;
+
+static void do_ared(void *arg)
+{
+    const ared_t *a = arg;
+
+    for (size_t i = 0; i < a->count; i++) {
+        float s = 0.0f;
+        for (int r = 0; r < a->n; r++)
+            s += r == a->me ? a->sb[i] : a->data[(size_t)r * a->count + i];
+        a->rb[i] = s;
+    }
+}
+
 ncclResult_t ncclAllReduce(const void *sb, void *rb, size_t count, ncclDataType_t t,
                            ncclRedOp_t op, ncclComm_t c, cudaStream_t s)
 {
-    (void)t;
-    (void)op;
-    if (c->n != 1 || sb != rb) {
-        fprintf(stderr, "sim: allreduce only for one rank in place\n");
+    if (t != ncclFloat32 || op != ncclSum || 2 * (c->n - 1) > MAXX) {
+        fprintf(stderr, "sim: allreduce only sums fp32 over at most %d ranks\n", MAXX / 2 + 1);
         abort();
     }
     ENTER();
-    mset_t *m = malloc(sizeof(*m)); /* a no-op on the stream */
-    m->dst = rb;
-    m->n = 0;
-    m->v = 0;
-    enqueue_fn(s, do_mset, m, "allreduce");
-    (void)count;
+    check_stream(s, "ncclAllReduce");
+    ared_t *a = malloc(sizeof(*a) + (size_t)c->n * count * sizeof(float));
+    a->sb = sb;
+    a->rb = rb;
+    a->count = count;
+    a->n = c->n;
+    a->me = c->rank;
+    if (c->n > 1) {
+        op_t *o = calloc(1, sizeof(*o));
+        o->kind = OP_XCHG;
+        o->what = "allreduce exchange";
+        o->comm = c;
+        for (int send = 1; send >= 0; send--)
+            for (int p = 0; p < c->n; p++) {
+                if (p == c->rank)
+                    continue;
+                xfer_t *x = &o->x[o->nx];
+                o->issend[o->nx++] = send;
+                x->buf = send ? (void *)sb : (void *)(a->data + (size_t)p * count);
+                x->bytes = count * sizeof(float);
+                x->peer = p;
+                x->seq = send ? c->sseq[p]++ : c->rseq[p]++;
+            }
+        push(s, o);
+    }
+    enqueue_fn(s, do_ared, a, "allreduce sum");
     c->inprog = rnd(3);
     LEAVE(c->inprog ? ncclInProgress : ncclSuccess);
 }

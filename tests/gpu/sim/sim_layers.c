@@ -235,3 +235,117 @@ int dt_linear_fwd_cuda(dt_blas_t *b, dt_dtype_t dtype, int64_t T, int din, int d
     sim_enqueue(st, do_linear, k, "linear");
     return 0;
 }
+
+/*-- the backward of the layers ----------------------------------------------------*/
+
+typedef struct kbwd {
+    int op; /* 0 rmsnorm, 1 rope, 2 swiglu */
+    int64_t T;
+    int a, b;
+    double theta;
+    const float *x, *g, *r, *dy;
+    float *dx, *dg, *db;
+    const int64_t *pos;
+} kbwd_t;
+
+static void do_bwd(void *arg)
+{
+    const kbwd_t *k = arg;
+
+    switch (k->op) {
+    case 0:
+        dt_rmsnorm_bwd_cpu(k->T, k->a, k->x, k->g, k->r, k->dy, k->dx, k->dg);
+        break;
+    case 1:
+        dt_rope_bwd_cpu(k->T, k->a, k->b, k->pos, k->theta, k->dx);
+        break;
+    default:
+        dt_swiglu_bwd_cpu(k->T, k->a, k->x, k->g, k->dy, k->dx, k->db);
+    }
+}
+
+static int bwd(const kbwd_t *k, cudaStream_t st, const char *what)
+{
+    kbwd_t *c = dt_xmalloc(sizeof(*c));
+    *c = *k;
+    sim_enqueue(st, do_bwd, c, what);
+    return 0;
+}
+
+int dt_rmsnorm_bwd_cuda(int64_t T, int d, const float *x, const float *g, const float *rstd,
+                        const float *dy, float *dx, float *dg, cudaStream_t st, dt_emsg_t *em)
+{
+    if (T < 0 || d < 1)
+        return dt_emsg_set(em, DT_EINVAL, "dt_rmsnorm_bwd_cuda: T=%lld d=%d", (long long)T, d);
+    if (T > 0 && (!x || !g || !rstd || !dy || !dx))
+        return dt_emsg_set(em, DT_EINVAL, "dt_rmsnorm_bwd_cuda: NULL tensor");
+    kbwd_t k = { .op = 0, .T = T, .a = d, .x = x, .g = g, .r = rstd, .dy = dy, .dx = dx,
+                 .dg = dg };
+    return T ? bwd(&k, st, "rmsnorm_bwd") : 0;
+}
+
+int dt_rope_bwd_cuda(int64_t T, int H, int D, const int64_t *pos, double theta, float *dx,
+                     cudaStream_t st, dt_emsg_t *em)
+{
+    if (T < 0 || H < 1 || D < 2 || D % 2 || !(theta > 0))
+        return dt_emsg_set(em, DT_EINVAL, "dt_rope_bwd_cuda: T=%lld H=%d D=%d theta=%g",
+                           (long long)T, H, D, theta);
+    if (T > 0 && (!pos || !dx))
+        return dt_emsg_set(em, DT_EINVAL, "dt_rope_bwd_cuda: NULL tensor");
+    kbwd_t k = { .op = 1, .T = T, .a = H, .b = D, .theta = theta, .pos = pos, .dx = dx };
+    return T ? bwd(&k, st, "rope_bwd") : 0;
+}
+
+int dt_swiglu_bwd_cuda(int64_t T, int f, const float *a, const float *b, const float *dh,
+                       float *da, float *db, cudaStream_t st, dt_emsg_t *em)
+{
+    if (T < 0 || f < 1)
+        return dt_emsg_set(em, DT_EINVAL, "dt_swiglu_bwd_cuda: T=%lld f=%d", (long long)T, f);
+    if (T > 0 && (!a || !b || !dh || !da || !db))
+        return dt_emsg_set(em, DT_EINVAL, "dt_swiglu_bwd_cuda: NULL tensor");
+    kbwd_t k = { .op = 2, .T = T, .a = f, .x = a, .g = b, .dy = dh, .dx = da, .db = db };
+    return T ? bwd(&k, st, "swiglu_bwd") : 0;
+}
+
+typedef struct klinb {
+    dt_dtype_t dt;
+    int64_t T;
+    int din, dout;
+    const void *x, *w, *dy;
+    float *dx, *dw;
+} klinb_t;
+
+static void do_linear_bwd(void *arg)
+{
+    const klinb_t *k = arg;
+    float *x = widen(k->dt, k->x, k->T * k->din), *w = widen(k->dt, k->w, (int64_t)k->dout * k->din);
+    float *dy = widen(k->dt, k->dy, k->T * k->dout);
+
+    dt_linear_bwd_cpu(k->T, k->din, k->dout, x, w, dy, k->dx, k->dw);
+    free(x);
+    free(w);
+    free(dy);
+}
+
+int dt_linear_bwd_cuda(dt_blas_t *b, dt_dtype_t dtype, int64_t T, int din, int dout,
+                       const void *x, const void *w, const void *dy, float *dx, float *dw,
+                       cudaStream_t st, dt_emsg_t *em)
+{
+    const char *fn = "dt_linear_bwd_cuda";
+
+    if (b == NULL)
+        return dt_emsg_set(em, DT_EINVAL, "%s: no cuBLASLt handle", fn);
+    if (dtype != DT_BF16 && dtype != DT_F16)
+        return dt_emsg_set(em, DT_EINVAL, "%s: inputs must be bf16 or fp16", fn);
+    if (T < 0 || din < 1 || dout < 1)
+        return dt_emsg_set(em, DT_EINVAL, "%s: T=%lld din=%d dout=%d", fn, (long long)T, din,
+                           dout);
+    if (T == 0)
+        return 0;
+    if (!x || !w || !dy)
+        return dt_emsg_set(em, DT_EINVAL, "%s: NULL tensor", fn);
+    klinb_t *k = dt_xmalloc(sizeof(*k));
+    *k = (klinb_t){ dtype, T, din, dout, x, w, dy, dx, dw };
+    sim_enqueue(st, do_linear_bwd, k, "linear_bwd");
+    return 0;
+}

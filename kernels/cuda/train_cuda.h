@@ -1,0 +1,81 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * The CUDA kernels of a training step that are not a layer: the token
+ * embedding forward and backward, the cross-entropy loss with its gradient
+ * and the row argmax, the squared norm of a gradient, and AdamW. The GPU
+ * side of kernels/cpu/layers_cpu.h (embedding, loss) and
+ * engine/model/optim.h (norm, AdamW), with the same arithmetic where it
+ * matters for agreement with the CPU path:
+ *   - the loss of a row is m + log(sum exp(x - m)) - x[y] with the sum in
+ *     double, the gradient (softmax - onehot) * scale as dt_xent_cpu forms it;
+ *   - AdamW works in double per element and stores fp32, exactly the
+ *     formula of dt_adamw_step (the host passes the bias corrections);
+ *   - every reduction has a fixed order (fixed launch shape, tree sums), so
+ *     the same inputs give the same bits, run after run: no atomics. The
+ *     embedding's backward adds each token's rows in increasing row order
+ *     from a grouping the host makes (dt_embed_groups).
+ * Pointers are device pointers unless said otherwise; launches are
+ * asynchronous on the stream. Launchers return 0, DT_EINVAL (named in em)
+ * or DT_EDEVICE.
+ */
+#ifndef DT_KERNELS_CUDA_TRAIN_H
+#define DT_KERNELS_CUDA_TRAIN_H
+
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#include "common/err.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* out (T, d) fp32 = table[tok[t]] for table (V, d) fp32. The tokens must be
+ * in [0, V) (the host checks them: dt_tokens_check). */
+int dt_embed_fwd_cuda(int64_t T, int d, const int32_t *tok, const float *table, float *out,
+                      cudaStream_t st, dt_emsg_t *em);
+
+/* dtable (V, d) += the rows of dout (T, d), ADDED: for group u (0 <= u <
+ * nu), token tok[u] gets rows[start[u] .. start[u + 1]) in that order. */
+int dt_embed_bwd_cuda(int64_t nu, int d, const int32_t *tok, const int64_t *start,
+                      const int32_t *rows, const float *dout, float *dtable, cudaStream_t st,
+                      dt_emsg_t *em);
+
+/* Host: the grouping dt_embed_bwd_cuda takes, for T tokens tok (host): on
+ * return *nu groups, tok_out[u] the token of group u (ascending), its rows
+ * rows[start[u] .. start[u + 1]) ascending. tok_out, rows (T) and start
+ * (T + 1) are the caller's. */
+void dt_embed_groups(int64_t T, const int32_t *tok, int64_t *nu, int32_t *tok_out,
+                     int64_t *start, int32_t *rows);
+
+/* Cross-entropy over n rows of logits (n, V) fp32, in place: row t with
+ * target y[t] in [0, V) gets loss[t] = -log softmax(x)[y] (double) and its
+ * logits become (softmax - onehot) * scale; a row with y[t] < 0 (ignored)
+ * gets loss 0 and zeros. amax[t] (may be NULL) = the first index of the
+ * row's maximum, taken before the overwrite. One block per row. */
+int dt_xent_cuda(int64_t n, int V, float *logits, const int32_t *y, float scale, double *loss,
+                 int32_t *amax, cudaStream_t st, dt_emsg_t *em);
+
+/* Partial sums of g[i]^2 in double: part (DT_SUMSQ_PARTS) device doubles,
+ * whose sum in index order (on the host) is the squared norm. */
+#define DT_SUMSQ_PARTS 512
+int dt_sumsq_cuda(int64_t n, const float *g, double *part, cudaStream_t st, dt_emsg_t *em);
+
+/* One AdamW update of n parameters, as dt_adamw_step with the gradient
+ * taken as (float)(g[i] * gscale) (the clipping's scale; 1 for none):
+ *     m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
+ *     p = p * decay - step_size * m / (sqrt(v) * rbc2 + eps)
+ * with decay = 1 - lr * wd, step_size = lr / (1 - b1^step), rbc2 = 1 /
+ * sqrt(1 - b2^step), all in double (the host forms them as optim.c does). */
+typedef struct dt_adamw_k {
+    double b1, b2, eps, decay, step_size, rbc2;
+} dt_adamw_k_t;
+int dt_adamw_cuda(int64_t n, float *p, const float *g, float *m, float *v, float gscale,
+                  const dt_adamw_k_t *k, cudaStream_t st, dt_emsg_t *em);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DT_KERNELS_CUDA_TRAIN_H */
