@@ -590,6 +590,8 @@ typedef struct prefiller {
     dt_ring_t *ring;
     dt_gmodel_t *gm;
     float *logits; /* (c, V) */
+    int pinned;      /* hidden is page-locked (dt_gmodel_host_alloc) */
+    int64_t pending; /* the layers done whose hidden state is being copied; 0 none */
 #endif
 } prefiller_t;
 
@@ -656,7 +658,13 @@ static void prefiller_alloc(prefiller_t *p)
     /* the GPU path runs the layers and the head on the device */
     p->m = o->cuda ? NULL : dt_model_new_forward(&o->model, p->c);
     p->P = dt_xcalloc((size_t)p->lo.nparams, sizeof(float));
-    p->hidden = dt_xaligned((size_t)(p->c * o->model.dim), sizeof(float));
+#ifdef HAVE_CUDA
+    /* page-locked on the GPU path: its checkpoints' copies overlap compute */
+    if (o->cuda && (p->hidden = dt_gmodel_host_alloc(p->c * o->model.dim)) != NULL)
+        p->pinned = 1;
+    else
+#endif
+        p->hidden = dt_xaligned((size_t)(p->c * o->model.dim), sizeof(float));
     p->x = dt_xmallocarray((size_t)p->c, sizeof(int32_t));
     p->y = dt_xmallocarray((size_t)p->c, sizeof(int32_t));
     p->pos = dt_xmallocarray((size_t)p->c, sizeof(int64_t));
@@ -733,6 +741,32 @@ static int prefiller_load_or_resume(prefiller_t *p)
     return 0;
 }
 
+/* On the GPU path: wait for the copy of the hidden state started after
+ * layer p->pending and write its checkpoint (rank 0 says how long the
+ * host waited for the copy). Nothing pending: nothing. */
+static int prefiller_save_pending(prefiller_t *p)
+{
+#ifdef HAVE_CUDA
+    int64_t done = p->pending;
+    double stall;
+    int rc;
+
+    if (done == 0)
+        return 0;
+    p->pending = 0;
+    if ((rc = dt_gmodel_copy_wait(p->gm, &stall, &p->em)) < 0 ||
+        (rc = save(p->comm, &p->o, done, p->c, p->hidden, p->pos, &p->em)) < 0)
+        return rc;
+    if (p->me == 0) {
+        printf("checkpoint layer %lld copy_stall %.6f\n", (long long)done, stall);
+        fflush(stdout);
+    }
+#else
+    (void)p;
+#endif
+    return 0;
+}
+
 /* One layer forward; then the agent's requests, agreed over the ranks,
  * and with --ckpt-dir the layer's checkpoint when it is due (every
  * --ckpt-every layers), asked for, or the last before a stop. *stop: the
@@ -761,14 +795,26 @@ static int prefiller_layer(prefiller_t *p, int64_t l, int *stop)
         return dt_emsg_set(&p->em, rc, "layer %lld: agreeing on the agent's requests failed",
                            (long long)done);
     *stop = v[1] > 0 && done < o->model.layers;
-    int save_now = o->ckpt_dir && (done % o->ckpt_every == 0 || v[0] > 0 || *stop ||
-                                   done == o->stop_after || done == o->model.layers);
+    int last = *stop || done == o->stop_after || done == o->model.layers;
+    int save_now = o->ckpt_dir && (done % o->ckpt_every == 0 || v[0] > 0 || last);
 #ifdef HAVE_CUDA
-    /* the checkpoint is the host's copy of the device's hidden state */
-    if (save_now && p->gm && (rc = dt_gmodel_get_hidden(p->gm, p->hidden, &p->em)) < 0)
-        return rc;
+    if (p->gm) {
+        /* the checkpoint is the host's copy of the device's hidden state:
+         * the last one's copy overlapped this layer, so it is written now;
+         * this one's is started and overlaps the next layer (written at
+         * once when the run ends or stops here) */
+        if ((rc = prefiller_save_pending(p)) < 0)
+            return rc;
+        if (save_now) {
+            if ((rc = dt_gmodel_hidden_copy_start(p->gm, p->hidden, &p->em)) < 0)
+                return rc;
+            p->pending = done;
+            if (last && (rc = prefiller_save_pending(p)) < 0)
+                return rc;
+        }
+    } else
 #endif
-    if (save_now && (rc = save(p->comm, o, done, p->c, p->hidden, p->pos, &p->em)) < 0)
+        if (save_now && (rc = save(p->comm, o, done, p->c, p->hidden, p->pos, &p->em)) < 0)
         return rc;
     if (p->me == 0) {
         printf("layer %lld/%d seconds %.4f%s\n", (long long)done, o->model.layers, secs,
@@ -872,6 +918,10 @@ static void prefiller_close(prefiller_t *p)
     dt_gmodel_free(p->gm);
     dt_ring_free(p->ring);
     free(p->logits);
+    if (p->pinned) {
+        dt_gmodel_host_free(p->hidden);
+        p->hidden = NULL;
+    }
 #endif
     dt_spec_free(&p->o.spec);
     free(p->o.logits_path);

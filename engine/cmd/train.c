@@ -618,14 +618,14 @@ static void trainer_alloc(trainer_t *t)
     if (o->cuda) {
         /* the step's buffers are on the device; the host keeps the
          * parameters and moments, page-locked for the overlapped copy */
-        t->P = dt_gtrain_host_alloc(t->n);
-        t->M = dt_gtrain_host_alloc(t->n);
-        t->V = dt_gtrain_host_alloc(t->n);
+        t->P = dt_gmodel_host_alloc(t->n);
+        t->M = dt_gmodel_host_alloc(t->n);
+        t->V = dt_gmodel_host_alloc(t->n);
         t->pinned = t->P && t->M && t->V;
         if (!t->pinned) {
-            dt_gtrain_host_free(t->P);
-            dt_gtrain_host_free(t->M);
-            dt_gtrain_host_free(t->V);
+            dt_gmodel_host_free(t->P);
+            dt_gmodel_host_free(t->M);
+            dt_gmodel_host_free(t->V);
             t->P = t->M = t->V = NULL;
         }
     }
@@ -891,7 +891,7 @@ static int trainer_save_pending(trainer_t *t)
     if (done == 0)
         return 0;
     t->pending = 0;
-    if ((rc = dt_gtrain_copy_wait(t->gm, &stall, &t->em)) < 0)
+    if ((rc = dt_gmodel_copy_wait(t->gm, &stall, &t->em)) < 0)
         return rc;
     return trainer_write(t, done, t1, stall);
 #else
@@ -964,7 +964,7 @@ static int trainer_finish(trainer_t *t)
     /* the trained parameters are on the GPU */
     if (o->cuda && t->me == 0 &&
         ((rc = dt_gtrain_copy_start(t->gm, t->P, NULL, NULL, &t->em)) < 0 ||
-         (rc = dt_gtrain_copy_wait(t->gm, NULL, &t->em)) < 0)) {
+         (rc = dt_gmodel_copy_wait(t->gm, NULL, &t->em)) < 0)) {
         fprintf(stderr, "dtengine train: %s\n", t->em.s);
         return rc;
     }
@@ -1000,9 +1000,9 @@ static void trainer_close(trainer_t *t)
     dt_gmodel_free(t->gm);
     dt_ring_free(t->ring);
     if (t->pinned) {
-        dt_gtrain_host_free(t->P);
-        dt_gtrain_host_free(t->M);
-        dt_gtrain_host_free(t->V);
+        dt_gmodel_host_free(t->P);
+        dt_gmodel_host_free(t->M);
+        dt_gmodel_host_free(t->V);
         t->P = t->M = t->V = NULL;
     }
 #endif

@@ -47,6 +47,11 @@ struct dt_gmodel {
     void *hb, *qb, *kb, *vb; /* dtype copies: matrix and attention inputs */
     float *logits;           /* (HEAD_ROWS, V) */
     struct gtrain *tr;       /* training state (dt_gtrain_new), or NULL */
+    /* copies to the host that overlap compute (dt_gmodel_copy_*): their
+     * stream, the event marking what they copy, their completion */
+    cudaStream_t cst;
+    cudaEvent_t ev_mark, ev_copy;
+    int copying;
 };
 
 /* One layer's activations kept for the backward. */
@@ -74,10 +79,6 @@ typedef struct gtrain {
     /* backward scratch */
     float *dx, *dh, *dq, *dk, *dv, *do_, *da, *db, *dg;
     void *dyb, *dob;
-    /* the copy to the host (dt_gtrain_copy_*) */
-    cudaStream_t cst;
-    cudaEvent_t ev_upd, ev_copy;
-    int copying;
 } gtrain_t;
 
 /* Allocate n bytes on the device into *p. */
@@ -129,11 +130,11 @@ static int gmodel_begin(const dt_model_cfg_t *cfg, int64_t c, dt_dtype_t dtype, 
         struct gtrain *T = g->tr = dt_xcalloc(1, sizeof(*g->tr));
         dt_model_layout_init(&T->lo, cfg);
         T->n = T->lo.nparams;
-        DT_CUDA_GOTO(em, rc, fail, cudaStreamCreateWithFlags(&T->cst, cudaStreamNonBlocking));
-        DT_CUDA_GOTO(em, rc, fail, cudaEventCreateWithFlags(&T->ev_upd, cudaEventDisableTiming));
-        DT_CUDA_GOTO(em, rc, fail, cudaEventCreateWithFlags(&T->ev_copy, cudaEventDisableTiming));
     }
     DT_CUDA_GOTO(em, rc, fail, cudaStreamCreateWithFlags(&g->st, cudaStreamDefault));
+    DT_CUDA_GOTO(em, rc, fail, cudaStreamCreateWithFlags(&g->cst, cudaStreamNonBlocking));
+    DT_CUDA_GOTO(em, rc, fail, cudaEventCreateWithFlags(&g->ev_mark, cudaEventDisableTiming));
+    DT_CUDA_GOTO(em, rc, fail, cudaEventCreateWithFlags(&g->ev_copy, cudaEventDisableTiming));
     if ((rc = dt_blas_new(&g->blas, em)) < 0)
         goto fail;
     *out = g;
@@ -254,6 +255,8 @@ void dt_gmodel_free(dt_gmodel_t *g)
         return;
     if (g->st)
         (void)cudaStreamSynchronize(g->st);
+    if (g->cst)
+        (void)cudaStreamSynchronize(g->cst);
     if (g->tr) {
         /* the layers' pointers are into the training state's arrays */
         gtrain_free(g);
@@ -276,6 +279,12 @@ void dt_gmodel_free(dt_gmodel_t *g)
     dt_blas_free(g->blas);
     if (g->st)
         cudaStreamDestroy(g->st);
+    if (g->cst)
+        cudaStreamDestroy(g->cst);
+    if (g->ev_mark)
+        cudaEventDestroy(g->ev_mark);
+    if (g->ev_copy)
+        cudaEventDestroy(g->ev_copy);
     free(g);
 }
 
@@ -284,14 +293,6 @@ int dt_gmodel_put_hidden(dt_gmodel_t *g, const float *hidden, dt_emsg_t *em)
     DT_CUDA_TRY(em, cudaMemcpyAsync(g->x, hidden, (size_t)(g->c * g->cfg.dim) * sizeof(float),
                                     cudaMemcpyHostToDevice, g->st));
     DT_CUDA_TRY(em, cudaStreamSynchronize(g->st));
-    return 0;
-}
-
-int dt_gmodel_get_hidden(dt_gmodel_t *g, float *hidden, dt_emsg_t *em)
-{
-    DT_CUDA_TRY(em, cudaStreamSynchronize(g->st));
-    DT_CUDA_TRY(em, cudaMemcpy(hidden, g->x, (size_t)(g->c * g->cfg.dim) * sizeof(float),
-                               cudaMemcpyDeviceToHost));
     return 0;
 }
 
@@ -342,6 +343,10 @@ int dt_gmodel_layer_fwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, int l, dt_em
     dt_ring_io_t io = { .q = g->qb, .k = g->kb, .v = g->vb, .o = g->o, .lse = g->lse };
     if ((rc = dt_ring_attn_fwd(g->ring, attn, g->dt, &io, NULL, em)) < 0)
         return rc;
+    /* the hidden state's copy to the host (a checkpoint) reads it until
+     * here: the first write into it waits for the copy */
+    if (g->copying)
+        DT_CUDA_TRY(em, cudaStreamWaitEvent(g->st, g->ev_copy, 0));
     if ((rc = linear(g, c, (int)qd, (int)d, g->o, L->wo, g->t, em)) < 0 ||
         (rc = dt_add_f32_cuda(c * d, g->t, g->x, g->st, em)) < 0)
         return rc;
@@ -390,8 +395,6 @@ static void gtrain_free(dt_gmodel_t *g)
 {
     gtrain_t *T = g->tr;
 
-    if (T->cst)
-        (void)cudaStreamSynchronize(T->cst);
     for (int l = 0; T->act && l < g->cfg.layers; l++) {
         tact_t *A = &T->act[l];
         void *ps[] = { A->xin, A->rstd1, A->o, A->lse, A->x2, A->rstd2, A->a, A->b,
@@ -410,23 +413,9 @@ static void gtrain_free(dt_gmodel_t *g)
     free(T->h_estart);
     free(T->h_amax);
     free(T->h_loss);
-    if (T->ev_upd)
-        cudaEventDestroy(T->ev_upd);
-    if (T->ev_copy)
-        cudaEventDestroy(T->ev_copy);
-    if (T->cst)
-        cudaStreamDestroy(T->cst);
     dt_model_layout_close(&T->lo);
     free(T);
     g->tr = NULL;
-}
-
-size_t dt_gtrain_bytes(const dt_model_cfg_t *cf, int64_t nparams, int64_t c)
-{
-    const dt_gpu_train_bytes_t b = dt_model_gpu_train_bytes(cf, 2);
-
-    return (size_t)(b.per_param * (double)nparams +
-                    (b.per_token_layer * cf->layers + b.per_token) * (double)c + b.fixed);
 }
 
 int dt_gtrain_new(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, int64_t c,
@@ -451,14 +440,8 @@ int dt_gtrain_new(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, int64_
     if ((rc = dalloc_all(big, sizeof(big) / sizeof(big[0]), em)) < 0)
         goto fail;
     DT_CUDA_GOTO(em, rc, fail, cudaMemcpy(T->P, P, nb, cudaMemcpyHostToDevice));
-    if (M)
-        DT_CUDA_GOTO(em, rc, fail, cudaMemcpy(T->M, M, nb, cudaMemcpyHostToDevice));
-    else
-        DT_CUDA_GOTO(em, rc, fail, cudaMemset(T->M, 0, nb));
-    if (V)
-        DT_CUDA_GOTO(em, rc, fail, cudaMemcpy(T->V, V, nb, cudaMemcpyHostToDevice));
-    else
-        DT_CUDA_GOTO(em, rc, fail, cudaMemset(T->V, 0, nb));
+    DT_CUDA_GOTO(em, rc, fail, cudaMemcpy(T->M, M, nb, cudaMemcpyHostToDevice));
+    DT_CUDA_GOTO(em, rc, fail, cudaMemcpy(T->V, V, nb, cudaMemcpyHostToDevice));
     if ((rc = dt_cast_from_f32_cuda(dtype, T->n, T->P, T->W, g->st, em)) < 0)
         goto fail;
     /* the layers' weights: views into P (norms) and W (matrices) */
@@ -776,12 +759,31 @@ int dt_gtrain_adamw(dt_gmodel_t *g, const dt_adamw_cfg_t *cfg, int64_t step, dou
     int rc;
 
     /* a copy of the last update's values to the host must be done first */
-    if (T->copying)
-        DT_CUDA_TRY(em, cudaStreamWaitEvent(g->st, T->ev_copy, 0));
+    if (g->copying)
+        DT_CUDA_TRY(em, cudaStreamWaitEvent(g->st, g->ev_copy, 0));
     if ((rc = dt_adamw_cuda(T->n, T->P, T->G, T->M, T->V, gscale, &k, g->st, em)) < 0 ||
         (rc = dt_cast_from_f32_cuda(g->dt, T->n, T->P, T->W, g->st, em)) < 0)
         return rc;
-    DT_CUDA_TRY(em, cudaEventRecord(T->ev_upd, g->st));
+    return 0;
+}
+
+/* Start a copy on the copy stream after everything queued so far on the
+ * model's stream (an earlier copy waited for first). */
+static int copy_begin(dt_gmodel_t *g, dt_emsg_t *em)
+{
+    int rc;
+
+    if (g->copying && (rc = dt_gmodel_copy_wait(g, NULL, em)) < 0)
+        return rc;
+    DT_CUDA_TRY(em, cudaEventRecord(g->ev_mark, g->st));
+    DT_CUDA_TRY(em, cudaStreamWaitEvent(g->cst, g->ev_mark, 0));
+    return 0;
+}
+
+static int copy_end(dt_gmodel_t *g, dt_emsg_t *em)
+{
+    DT_CUDA_TRY(em, cudaEventRecord(g->ev_copy, g->cst));
+    g->copying = 1;
     return 0;
 }
 
@@ -791,30 +793,36 @@ int dt_gtrain_copy_start(dt_gmodel_t *g, float *P, float *M, float *V, dt_emsg_t
     const size_t nb = (size_t)T->n * sizeof(float);
     int rc;
 
-    if (T->copying && (rc = dt_gtrain_copy_wait(g, NULL, em)) < 0)
+    if ((rc = copy_begin(g, em)) < 0)
         return rc;
-    DT_CUDA_TRY(em, cudaEventRecord(T->ev_upd, g->st));
-    DT_CUDA_TRY(em, cudaStreamWaitEvent(T->cst, T->ev_upd, 0));
     if (P)
-        DT_CUDA_TRY(em, cudaMemcpyAsync(P, T->P, nb, cudaMemcpyDeviceToHost, T->cst));
+        DT_CUDA_TRY(em, cudaMemcpyAsync(P, T->P, nb, cudaMemcpyDeviceToHost, g->cst));
     if (M)
-        DT_CUDA_TRY(em, cudaMemcpyAsync(M, T->M, nb, cudaMemcpyDeviceToHost, T->cst));
+        DT_CUDA_TRY(em, cudaMemcpyAsync(M, T->M, nb, cudaMemcpyDeviceToHost, g->cst));
     if (V)
-        DT_CUDA_TRY(em, cudaMemcpyAsync(V, T->V, nb, cudaMemcpyDeviceToHost, T->cst));
-    DT_CUDA_TRY(em, cudaEventRecord(T->ev_copy, T->cst));
-    T->copying = 1;
-    return 0;
+        DT_CUDA_TRY(em, cudaMemcpyAsync(V, T->V, nb, cudaMemcpyDeviceToHost, g->cst));
+    return copy_end(g, em);
 }
 
-int dt_gtrain_copy_wait(dt_gmodel_t *g, double *stall_s, dt_emsg_t *em)
+int dt_gmodel_hidden_copy_start(dt_gmodel_t *g, float *hidden, dt_emsg_t *em)
 {
-    gtrain_t *T = g->tr;
+    int rc;
+
+    if ((rc = copy_begin(g, em)) < 0)
+        return rc;
+    DT_CUDA_TRY(em, cudaMemcpyAsync(hidden, g->x, (size_t)(g->c * g->cfg.dim) * sizeof(float),
+                                    cudaMemcpyDeviceToHost, g->cst));
+    return copy_end(g, em);
+}
+
+int dt_gmodel_copy_wait(dt_gmodel_t *g, double *stall_s, dt_emsg_t *em)
+{
     struct timespec a, b;
 
     clock_gettime(CLOCK_MONOTONIC, &a);
-    if (T->copying) {
-        T->copying = 0;
-        DT_CUDA_TRY(em, cudaEventSynchronize(T->ev_copy));
+    if (g->copying) {
+        g->copying = 0;
+        DT_CUDA_TRY(em, cudaEventSynchronize(g->ev_copy));
     }
     clock_gettime(CLOCK_MONOTONIC, &b);
     if (stall_s)
@@ -822,7 +830,7 @@ int dt_gtrain_copy_wait(dt_gmodel_t *g, double *stall_s, dt_emsg_t *em)
     return 0;
 }
 
-float *dt_gtrain_host_alloc(int64_t n)
+float *dt_gmodel_host_alloc(int64_t n)
 {
     void *p = NULL;
 
@@ -835,7 +843,7 @@ float *dt_gtrain_host_alloc(int64_t n)
     return p;
 }
 
-void dt_gtrain_host_free(float *p)
+void dt_gmodel_host_free(float *p)
 {
     if (p)
         cudaFreeHost(p);

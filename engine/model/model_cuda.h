@@ -48,9 +48,9 @@ int dt_gmodel_new(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, int64_
                   dt_gmodel_t **out, dt_emsg_t *em);
 void dt_gmodel_free(dt_gmodel_t *g);
 
-/* The hidden state (c, d) fp32, host <-> device (synchronous). */
+/* The hidden state (c, d) fp32 onto the device (synchronous); back with
+ * dt_gmodel_hidden_copy_start and dt_gmodel_copy_wait. */
 int dt_gmodel_put_hidden(dt_gmodel_t *g, const float *hidden, dt_emsg_t *em);
-int dt_gmodel_get_hidden(dt_gmodel_t *g, float *hidden, dt_emsg_t *em);
 
 /* Block l on the device's hidden state, in place. Every rank of the ring
  * calls it (ring attention); attn as for dt_model_layer_fwd. */
@@ -61,17 +61,14 @@ int dt_gmodel_layer_fwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, int l, dt_em
 int dt_gmodel_head(dt_gmodel_t *g, float *logits, dt_emsg_t *em);
 
 /* ---- training -------------------------------------------------------------
- * A training model: parameters P and moments M, V (nparams, fp32, host;
- * NULL M/V for zeros) uploaded; every layer's activations for c tokens
- * at positions pos (c). DT_ENOMEM when the device cannot hold it. Free
- * with dt_gmodel_free. */
+ * A training model: parameters P and moments M, V (nparams, fp32, host)
+ * uploaded; every layer's activations for c tokens at positions pos (c).
+ * It allocates what dt_model_gpu_train_bytes (spec/model.h) counts, and
+ * the planner plans with that. DT_ENOMEM when the device cannot hold it.
+ * Free with dt_gmodel_free. */
 int dt_gtrain_new(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, int64_t c,
                   dt_dtype_t dtype, dt_ring_t *ring, const float *P, const float *M,
                   const float *V, const int64_t *pos, dt_gmodel_t **out, dt_emsg_t *em);
-
-/* Device bytes dt_gtrain_new allocates (the planner's and the benchmarks'
- * number; the ring's buffers are dt_ring_attn_bytes). */
-size_t dt_gtrain_bytes(const dt_model_cfg_t *cfg, int64_t nparams, int64_t c);
 
 /* One sequence forward and backward: x, y (c, host) this rank's tokens and
  * targets (DT_IGNORE = -1 ignored); the gradient of scale * (the sum of
@@ -96,19 +93,23 @@ int dt_gtrain_reduce(dt_gmodel_t *g, double *norm, dt_emsg_t *em);
 int dt_gtrain_adamw(dt_gmodel_t *g, const dt_adamw_cfg_t *cfg, int64_t step, double lr,
                     double wd, float gscale, dt_emsg_t *em);
 
-/* The parameters and moments back to the host (any may be NULL). The copy
- * is queued on a copy stream after the last update (dt_gtrain_copy_start,
- * which returns at once; the next step's forward and backward overlap it,
- * its update waits for it on the device) and waited for with
- * dt_gtrain_copy_wait, which says how long the host waited (*stall_s). P,
- * M, V must stay valid and untouched until then; page-locked memory
- * (dt_gtrain_host_alloc) makes the copy truly asynchronous. */
+/* Copies to the host that overlap compute. dt_gtrain_copy_start: the
+ * parameters and moments (any may be NULL); dt_gmodel_hidden_copy_start:
+ * the hidden state (c, d). Each is queued on a copy stream after
+ * everything queued so far on the model's stream and returns at once; the
+ * next step's (or layer's) compute overlaps it, and what would overwrite
+ * the source (the next update; the next layer's first residual add) waits
+ * for it on the device. dt_gmodel_copy_wait waits for the last one and
+ * says how long the host waited (*stall_s, may be NULL). The host buffer
+ * must stay valid and untouched until then; page-locked memory
+ * (dt_gmodel_host_alloc) makes the copy truly asynchronous. */
 int dt_gtrain_copy_start(dt_gmodel_t *g, float *P, float *M, float *V, dt_emsg_t *em);
-int dt_gtrain_copy_wait(dt_gmodel_t *g, double *stall_s, dt_emsg_t *em);
+int dt_gmodel_hidden_copy_start(dt_gmodel_t *g, float *hidden, dt_emsg_t *em);
+int dt_gmodel_copy_wait(dt_gmodel_t *g, double *stall_s, dt_emsg_t *em);
 
-/* n floats of page-locked host memory (NULL when it cannot be had: the
- * caller uses malloc'd memory instead), and its release. */
-float *dt_gtrain_host_alloc(int64_t n);
-void dt_gtrain_host_free(float *p);
+/* n floats of page-locked host memory, zeroed (NULL when it cannot be had:
+ * the caller uses malloc'd memory instead), and its release. */
+float *dt_gmodel_host_alloc(int64_t n);
+void dt_gmodel_host_free(float *p);
 
 #endif /* DT_ENGINE_MODEL_CUDA_H */

@@ -90,6 +90,28 @@ for dt in bf16 fp16; do
         failed=$((failed + 1))
     fi
 done
+# prefill checkpoints on the GPU: copied off the device while the next layer
+# runs (copy_stall); a prefill stopped after layer 2 and resumed there on
+# the GPU gives the uninterrupted run's logits to the bit
+rm -rf "$dir/pck" "$dir/pres"
+# shellcheck disable=SC2086
+"$b/dtengine" prefill $pm --out-dir "$dir/pgpu" --device cuda --ckpt-dir "$dir/pck" \
+    --ckpt-every 1 --stop-after-layer 2 >"$dir/pck.log" 2>&1
+# shellcheck disable=SC2086
+"$b/dtengine" prefill $pm --out-dir "$dir/pres" --device cuda --ckpt-dir "$dir/pck" \
+    --ckpt-every 1 --resume >"$dir/pres.log" 2>&1
+"$b/dtengine" prefill $pm --out-dir "$dir/pgpu" --device cuda >"$dir/pgpu.log" 2>&1
+ok=0
+grep -q '^checkpoint layer 1 copy_stall [0-9.]*$' "$dir/pck.log" &&
+    cmp -s "$dir/pres/logits.npy" "$dir/pgpu/logits.npy" && ok=1
+if [ "$ok" = 1 ]; then
+    echo "ok   prefill --device cuda: checkpoints copied during the next layer; resumed at layer 2, the same logits"
+    passed=$((passed + 1))
+else
+    echo "FAIL prefill --device cuda: checkpoint copy or resume at layer 2"
+    sed 's/^/  | /' "$dir/pck.log" "$dir/pres.log" | tail -n 20
+    failed=$((failed + 1))
+fi
 
 # train --device cuda (the whole step on the GPU) against the CPU path: the
 # same model, 2048 tokens, 4 steps; every step's loss and the trained

@@ -41,7 +41,9 @@
 #     across devices both ways; a device = cuda train job through agents
 #     with the direct run's parameters, also after a worker killed, a
 #     worker hung, an agent lost (spare), the coordinator killed and an
-#     uncorrectable ECC error.
+#     uncorrectable ECC error; out of device memory fails it, naming the
+#     node, the GPU and the cause; the planner's memory for it covers what
+#     the engine allocates (the simulated device's peak), within 10 %.
 # Skipped where the simulated build does not exist (configured without
 # CUDA headers).
 . "$(dirname "$0")/lib.sh"
@@ -360,11 +362,17 @@ tr() { # cpu|gpu R NAME ARGS...: train on R ranks; its log NAME.log, parameters 
 }
 tr_sum() { sed -n 's/^result: .*params_sha256=\([0-9a-f]*\) .*/\1/p' "$TMPD/$1.log"; }
 
-# tr_vs NAME R DTYPE TOL: every step's loss within TOL (relative) of the
-# CPU path's, the trained parameters within TOL (absolute and relative)
+# tr_vs NAME R DTYPE TOL [ARGS...]: every step's loss within TOL (relative)
+# of the CPU path's, the trained parameters within TOL (absolute and
+# relative)
 tr_vs() {
-    tr cpu "$2" "tr-$1.cpu" || return 1
-    tr gpu "$2" "tr-$1.gpu" --dtype "$3" || return 1
+    _tn=$1 _tr=$2 _tt=$3
+    shift 3
+    _tol=$1
+    shift
+    tr cpu "$_tr" "tr-$_tn.cpu" "$@" || return 1
+    tr gpu "$_tr" "tr-$_tn.gpu" --dtype "$_tt" "$@" || return 1
+    set -- "$_tn" "$_tr" "$_tt" "$_tol"
     grep -q "device=cuda/$3" "$TMPD/tr-$1.gpu.log" || { cat "$TMPD/tr-$1.gpu.log"; return 1; }
     grep '^step ' "$TMPD/tr-$1.cpu.log" >"$TMPD/tr-$1.cpu.steps"
     grep '^step ' "$TMPD/tr-$1.gpu.log" >"$TMPD/tr-$1.gpu.steps"
@@ -380,6 +388,8 @@ check "train --device cuda, 1 rank, bf16: losses and parameters within 1e-2 of t
     tr_vs one 1 bf16 1e-2
 check "train --device cuda, 4 ranks (gradients summed over NCCL between processes), fp16: within 5e-3" \
     tr_vs four 4 fp16 5e-3
+check "train --device cuda, 2 ranks, dilated attention (segments cross ranks), bf16: within 1e-2" \
+    tr_vs dil 2 bf16 1e-2 --segments 256,1024 --dilations 1,4
 
 # checkpoints: copied off the device while the next step runs; a resume on
 # the GPU repeats the uninterrupted run to the bit; a GPU checkpoint resumes
@@ -485,5 +495,15 @@ t_tr_ecc() {
 }
 check "run --local, train on GPUs: an uncorrectable ECC error, node suspect, spare, the same parameters" \
     t_tr_ecc
+t_tr_oom() {
+    run_rc 7 env DT_ENGINE="$SIM" DT_SIM_GPUS=2 DT_SIM_GPU_MEMORY=20000000 "$DTCTL" run --local \
+        "$TMPD/tr.spec" --state-dir "$TMPD/trl-oom" --interval 250ms || return 1
+    out_has "^job 1 [a-z-]+ failed\$" || return 1
+    sqlite3 "$TMPD/trl-oom/dt.db" "SELECT detail FROM events WHERE kind = 'deterministic_failure'" |
+        grep -E "on local[12] \(GPU-d7510000-[0-9a-f-]+\) exited with status 1 .*cudaMalloc.*out of memory" ||
+        { sqlite3 "$TMPD/trl-oom/dt.db" "SELECT kind, detail FROM events"; return 1; }
+}
+check "run --local, train on GPUs: out of device memory fails the job, naming node, GPU and cause" \
+    t_tr_oom
 
 finish

@@ -701,15 +701,15 @@ t_cuda_kinds() {
         >"$TMPD/cuda-train-direct.log" 2>&1 || { cat "$TMPD/cuda-train-direct.log"; return 1; }
     mpirun_np 4 env DT_SIM_GPUS=1 "$SIM" prefill --spec "$TMPD/cuda-prefill.spec" \
         >"$TMPD/cuda-prefill-direct.log" 2>&1 || { cat "$TMPD/cuda-prefill-direct.log"; return 1; }
-    _st=$(sed -n 's/^result: .*params_sha256=\([0-9a-f]*\) .*/\1/p' "$TMPD/cuda-train-direct.log")
+    _ts=$(sed -n 's/^result: .*params_sha256=\([0-9a-f]*\) .*/\1/p' "$TMPD/cuda-train-direct.log")
     _sp=$(sed -n 's/^result: .* logits_sha256=\([0-9a-f]*\)$/\1/p' "$TMPD/cuda-prefill-direct.log")
-    wait_done "$_jt" 240 && completed_with "$_jt" "$_st" || return 1
+    wait_done "$_jt" 240 && completed_with "$_jt" "$_ts" || return 1
     wait_done "$_jp" 240 && completed_with "$_jp" "$_sp" || return 1
     for _j in "$_jt" "$_jp"; do
         grep -q "device=cuda/bf16" "$COORD_STATE/jobs/$_j/logs/rank-0.log" ||
             { echo "job $_j: rank 0 did not run on a (simulated) GPU"; return 1; }
     done
-    echo "train $_st, prefill $_sp"
+    echo "train $_ts, prefill $_sp"
 }
 # (where the simulated-GPU engine is built: configured with CUDA headers)
 [ -x "$SIM" ] && only cuda_kinds && check "device = cuda train and prefill jobs under Slurm on simulated GPUs complete as mpirun's" \
