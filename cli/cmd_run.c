@@ -79,7 +79,7 @@ static const char default_spec[] =
 /* ---- the job -------------------------------------------------------------------- */
 
 typedef struct opts {
-    const char *spec_file, *state_dir, *steps, *inject;
+    const char *spec_file, *state_dir, *steps, *inject, *device, *dtype;
     int agents, workers, spares; /* -1: not given */
     int64_t interval_ms, hang_ms;
     int local, json, print_spec;
@@ -124,6 +124,27 @@ static int make_spec(dtctl_super_t *sup, const opts_t *o, dt_spec_t *s, dt_emsg_
     if (rc < 0)
         return rc;
     if (o->steps && (rc = dt_spec_set(s, "steps", o->steps, em)) < 0)
+        return rc;
+    if (o->device) {
+        int cuda = strcmp(o->device, "cuda") == 0;
+        if ((rc = dt_spec_set(s, "device", o->device, em)) < 0)
+            return rc;
+        /* the cluster preset follows the device: a GPU job plans on the
+         * default GPU preset where the spec named the CPU's, and back */
+        if (cuda && s->gpu && strcmp(s->gpu, "cpu") == 0 &&
+            (rc = dt_spec_set(s, "gpu", "h100-sxm", em)) < 0)
+            return rc;
+        if (!cuda && s->gpu && strcmp(s->gpu, "cpu") != 0 &&
+            (rc = dt_spec_set(s, "gpu", "cpu", em)) < 0)
+            return rc;
+        /* the built-in job's 4 heads of 32 become 2 heads of 64 on GPUs,
+         * the smallest head the CUDA attention kernels take */
+        if (cuda && !o->spec_file &&
+            ((rc = dt_spec_set(s, "heads", "2", em)) < 0 ||
+             (rc = dt_spec_set(s, "kv_heads", "1", em)) < 0))
+            return rc;
+    }
+    if (o->dtype && (rc = dt_spec_set(s, "dtype", o->dtype, em)) < 0)
         return rc;
     sup->workers = o->workers > 0           ? o->workers
                    : s->gpus_per_node > 0 ? (int)s->gpus_per_node
@@ -197,6 +218,9 @@ static void usage(FILE *f)
             "                       one fault when a rank reaches STEP (default steps/2)\n"
             "  --hang-timeout DUR   agents' hang timeout (default theirs; 10s with hang)\n"
             "  --interval DUR       display refresh (default 500ms)\n"
+            "  --device cpu|cuda    where the ranks compute (default: the spec's; the\n"
+            "                       built-in job on cuda has 2 heads of 64)\n"
+            "  --dtype bf16|fp16    the GPUs' compute dtype (default bf16)\n"
             "  --print-spec         print the job spec it would submit, and exit\n"
             "See dtctl(1).\n");
 }
@@ -227,6 +251,8 @@ static int parse_opts(int argc, char **argv, opts_t *o)
         { "interval", required_argument, NULL, 'i' },
         { "json", no_argument, NULL, 'j' },
         { "print-spec", no_argument, NULL, 'P' },
+        { "device", required_argument, NULL, 'D' },
+        { "dtype", required_argument, NULL, 'T' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -255,6 +281,8 @@ static int parse_opts(int argc, char **argv, opts_t *o)
         }
         case 'j': o->json = 1; break;
         case 'P': o->print_spec = 1; break;
+        case 'D': o->device = optarg; break;
+        case 'T': o->dtype = optarg; break;
         case 'h': usage(stdout); return -1;
         default:
             fprintf(stderr, "dtctl run: unknown option or missing value '%s'\n",

@@ -32,6 +32,8 @@
 #     CPUs and the other way round; a device = cuda prefill job through
 #     agents completes with the direct run's logits, also after a worker
 #     is killed mid-run (it resumes at a committed layer);
+#   - `dtctl run --local --device cuda`: the built-in job on simulated GPUs,
+#     a worker killed, the fault-free checksum;
 #   - `train --device cuda` (the whole step on the device: embedding,
 #     layers and their backward, the ring's backward, the loss, the
 #     gradient over NCCL, its norm, AdamW) on 1 and 4 ranks: every step's
@@ -341,13 +343,36 @@ pf_local() {
 }
 check "run --local, prefill with device = cuda: completes with the direct run's logits" \
     pf_local plain
+# (a GPU layer's checkpoint is written while the next layer runs: when
+# layer 2 is reported done, layer 1's is committed)
 t_pf_worker() {
-    pf_local worker --inject-failure worker@1 && out_has "restarts +[1-9]" &&
+    pf_local worker --inject-failure worker@2 && out_has "restarts +[1-9]" &&
         sqlite3 "$TMPD/pfl-worker/dt.db" "SELECT detail FROM events WHERE kind = 'generation_started'" |
         grep -q "resume_step=[12]"
 }
-check "run --local, prefill on GPUs: a worker killed after layer 1 resumes at a committed layer, same logits" \
+check "run --local, prefill on GPUs: a worker killed after layer 2 resumes at a committed layer, same logits" \
     t_pf_worker
+
+# ---- dtctl run --local --device cuda: the built-in job on simulated GPUs ------------------
+t_builtin() {
+    for _b in plain worker; do
+        _x=
+        [ "$_b" = worker ] && _x="--inject-failure worker@10"
+        # shellcheck disable=SC2086
+        run_rc 0 env DT_ENGINE="$SIM" DT_SIM_GPUS=2 "$DTCTL" run --local --device cuda \
+            --steps 20 --state-dir "$TMPD/builtin-$_b" --interval 250ms $_x || return 1
+        out_has "$RESULT_RE_TRAIN" || return 1
+        eval "_sum_$_b=\$(sed -n 's/^result: .* checksum=\([0-9a-f]*\)\$/\1/p' \"\$TMPD/out\")"
+    done
+    out_has "restarts +[1-9]" || return 1
+    grep -q "device=cuda/bf16" "$TMPD/builtin-plain/jobs/1/logs/rank-0.log" || return 1
+    [ "$_sum_plain" = "$_sum_worker" ] ||
+        { echo "checksum $_sum_worker after the fault, $_sum_plain without"; return 1; }
+    echo "checksum $_sum_plain"
+}
+RESULT_RE_TRAIN='^result: job=1 state=completed loss=[0-9.]+ checksum=[0-9a-f]{64}$'
+check "run --local --device cuda: the built-in job on simulated GPUs, a worker killed: the same checksum" \
+    t_builtin
 
 # ---- train --device cuda --------------------------------------------------------------------
 # the same model as the prefill's, 2 layers, 1024 tokens of the recall task, 6 steps
