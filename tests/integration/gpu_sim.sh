@@ -331,15 +331,22 @@ SPEC
 mpirun_np 4 env DT_SIM_GPUS=1 "$SIM" prefill --spec "$TMPD/pf.spec" >"$TMPD/pf-direct.log" 2>&1
 PF_REF=$(sed -n 's/^result: .* logits_sha256=\([0-9a-f]*\)$/\1/p' "$TMPD/pf-direct.log")
 
-# pf_local NAME ARGS...: the prefill job through agents on simulated GPUs;
-# completes with the direct run's digest
+# job_local SPEC REF DIR ARGS...: the job of SPEC through agents on
+# simulated GPUs (2 per agent), state in DIR; completes with checksum REF
+# (the direct run's)
+job_local() {
+    _js=$1 _jr=$2 _jd=$3
+    shift 3
+    run_rc 0 env DT_ENGINE="$SIM" DT_SIM_GPUS=2 "$DTCTL" run --local "$_js" \
+        --state-dir "$_jd" --interval 250ms "$@" || return 1
+    [ -n "$_jr" ] && out_has "^result: job=1 state=completed loss=[0-9.]+ checksum=$_jr\$" ||
+        { echo "direct run: '$_jr'"; return 1; }
+}
+# pf_local NAME ARGS...: the prefill job, with the direct run's digest
 pf_local() {
     _pl=$TMPD/pfl-$1
     shift
-    run_rc 0 env DT_ENGINE="$SIM" DT_SIM_GPUS=2 "$DTCTL" run --local "$TMPD/pf.spec" \
-        --state-dir "$_pl" --interval 250ms "$@" || return 1
-    [ -n "$PF_REF" ] && out_has "^result: job=1 state=completed loss=[0-9.]+ checksum=$PF_REF\$" ||
-        { echo "direct run: '$PF_REF'"; return 1; }
+    job_local "$TMPD/pf.spec" "$PF_REF" "$_pl" "$@"
 }
 check "run --local, prefill with device = cuda: completes with the direct run's logits" \
     pf_local plain
@@ -488,15 +495,11 @@ SPEC
 mpirun_np 4 env DT_SIM_GPUS=1 "$SIM" train --spec "$TMPD/tr.spec" >"$TMPD/tr-direct.log" 2>&1
 TR_REF=$(sed -n 's/^result: .*params_sha256=\([0-9a-f]*\) .*/\1/p' "$TMPD/tr-direct.log")
 
-# tr_local NAME ARGS...: the train job through agents on simulated GPUs (2
-# per agent); completes with the direct run's parameters
+# tr_local NAME ARGS...: the train job, with the direct run's parameters
 tr_local() {
     _tl=$TMPD/trl-$1
     shift
-    run_rc 0 env DT_ENGINE="$SIM" DT_SIM_GPUS=2 "$DTCTL" run --local "$TMPD/tr.spec" \
-        --state-dir "$_tl" --interval 250ms "$@" || return 1
-    [ -n "$TR_REF" ] && out_has "^result: job=1 state=completed loss=[0-9.]+ checksum=$TR_REF\$" ||
-        { echo "direct run: '$TR_REF'"; return 1; }
+    job_local "$TMPD/tr.spec" "$TR_REF" "$_tl" "$@"
 }
 t_tr_local() {
     tr_local plain || return 1
