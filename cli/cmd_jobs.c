@@ -9,6 +9,7 @@
 #include <getopt.h>
 #include <limits.h>
 #include <pwd.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -226,6 +227,27 @@ int dtctl_list(dtctl_t *ctl, int argc, char **argv)
     return DTCTL_OK;
 }
 
+/* A prefill's perplexity.json (io/nll.h), read as the user: its
+ * per-bucket perplexity. Silent when path is another output or cannot be
+ * read (the outputs are listed above). */
+static void print_perplexity(const char *path)
+{
+    size_t n = strlen(path), i;
+    const char *tail = "/perplexity.json";
+    json_t *j, *b;
+
+    if (n < strlen(tail) || strcmp(path + n - strlen(tail), tail) != 0)
+        return;
+    if ((j = json_load_file(path, 0, NULL)) == NULL)
+        return;
+    printf("  perplexity by position:\n");
+    json_array_foreach(json_object_get(j, "buckets"), i, b)
+        printf("    [%lld, %lld)  targets=%lld nll=%.6f ppl=%.4f\n", num(b, "from"),
+               num(b, "to"), num(b, "targets"), json_number_value(json_object_get(b, "nll")),
+               json_number_value(json_object_get(b, "ppl")));
+    json_decref(j);
+}
+
 int dtctl_show(dtctl_t *ctl, int argc, char **argv)
 {
     jobargs_t a;
@@ -268,9 +290,13 @@ int dtctl_show(dtctl_t *ctl, int argc, char **argv)
     json_t *result = json_object_get(j, "result");
     if (json_is_object(result)) {
         json_t *loss = json_object_get(result, "loss"), *acc = json_object_get(result, "acc");
+        const char *kind = json_is_object(plan) ? str(plan, "kind") : "";
         printf("  result    steps=%lld", num(result, "steps"));
         if (json_is_number(loss))
             printf(" loss=%.6f", json_number_value(loss));
+        /* a prefill's loss is the mean NLL of the sequence's targets */
+        if (json_is_number(loss) && strcmp(kind, "prefill") == 0)
+            printf(" ppl=%.4f", exp(json_number_value(loss)));
         if (json_is_number(acc))
             printf(" acc=%.4f", json_number_value(acc));
         printf(" checksum=%s\n", *str(result, "checksum") ? str(result, "checksum") : "-");
@@ -279,6 +305,9 @@ int dtctl_show(dtctl_t *ctl, int argc, char **argv)
         json_array_foreach(json_object_get(result, "outputs"), i, o)
             if (json_is_string(o))
                 printf("  outputs   %s\n", json_string_value(o));
+        json_array_foreach(json_object_get(result, "outputs"), i, o)
+            if (json_is_string(o))
+                print_perplexity(json_string_value(o));
     }
     if (json_is_object(plan)) {
         json_t *sec = json_object_get(plan, "seconds");

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "cli/dtctl.h"
+#include "io/hfspec.h"
 #include "cli/table.h"
 #include "common/mem.h"
 #include "spec/spec.h"
@@ -30,13 +31,17 @@ static void usage(FILE *f)
     fprintf(
         f,
         "usage: dtctl plan [SPECFILE] --tokens N [--kind attn|prefill|train]\n"
-        "                  [--model tiny|llama3-8b|llama3-70b|custom] [--device cpu|cuda]\n"
+        "                  [--model tiny|llama3-8b|llama3-70b|custom|HFDIR] [--device cpu|cuda]\n"
         "                  [--gpu h100-sxm|h200|cpu] [--dtype fp32|bf16|fp16]\n"
         "                  [--ranks R] [--nodes N] [--gpus-per-node G] [--cpus-per-gpu C]\n"
         "                  [--spares S] [--causal|--no-causal] [--segments w1,.. --dilations r1,..]\n"
         "                  [--layout contiguous|zigzag]\n"
         "                  [--dim N --layers N --heads N --kv-heads N --ffn N --vocab N\n"
-        "                   --rope-theta N --tied yes|no] [--steps N] [--json]\n"
+        "                   --rope-theta N --tied yes|no --head-dim D --norm-eps E\n"
+        "                   --rope-scaling none|llama3 --rope-factor F --rope-low-freq-factor L\n"
+        "                   --rope-high-freq-factor H --rope-original-max-pos N]\n"
+        "                  [--init-from HFDIR] [--steps N] [--json]\n"
+        "HFDIR: a Hugging Face LLaMA directory (config.json); --model DIR is the same.\n"
         "N accepts K, M, G suffixes (powers of 1024). The kind defaults to attn (one\n"
         "attention call, as dtengine attn runs it). See dtctl(1) and dt-spec(5).\n");
 }
@@ -69,7 +74,15 @@ static const struct flag {
     { "ffn", "ffn", NULL },
     { "vocab", "vocab", NULL },
     { "rope-theta", "rope_theta", NULL },
+    { "head-dim", "head_dim", NULL },
     { "tied", "tied", NULL },
+    { "norm-eps", "norm_eps", NULL },
+    { "rope-scaling", "rope_scaling", NULL },
+    { "rope-factor", "rope_factor", NULL },
+    { "rope-low-freq-factor", "rope_low_freq_factor", NULL },
+    { "rope-high-freq-factor", "rope_high_freq_factor", NULL },
+    { "rope-original-max-pos", "rope_original_max_pos", NULL },
+    { "init-from", "init_from", NULL },
     { "steps", "steps", NULL },
 };
 
@@ -264,14 +277,14 @@ int dtctl_plan(dtctl_t *ctl, int argc, char **argv)
         goto out;
     }
     for (int i = 0; i < nset; i++) {
-        if ((rc = dt_spec_set(&spec, keys[i], vals[i], &em)) < 0) {
+        if ((rc = dt_spec_set(&spec, dtctl_spec_key(keys[i], vals[i]), vals[i], &em)) < 0) {
             dtctl_error(ctl, "plan", NULL, em.s);
             goto out;
         }
     }
     if (spec.kind == NULL && (rc = dt_spec_set(&spec, "kind", "attn", &em)) < 0)
         goto out;
-    if ((rc = dt_spec_check(&spec, &em)) < 0 ||
+    if ((rc = dt_spec_check(&spec, &em)) < 0 || (rc = dt_hf_spec_fill(&spec, &em)) < 0 ||
         (rc = dt_plan_req_from_spec(&spec, &req, &em)) < 0) {
         dtctl_error(ctl, "plan", NULL, em.s);
         goto out;

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "cli/dtctl.h"
+#include "io/hfspec.h"
 #include "cli/run_inject.h"
 #include "cli/run_super.h"
 #include "common/conf.h"
@@ -174,7 +175,9 @@ static int make_spec(dtctl_super_t *sup, const opts_t *o, dt_spec_t *s, dt_emsg_
     if ((s->spares > 0 || sup->nspares > 0) &&
         (rc = set_int(s, "spares", (long long)sup->nspares * sup->workers, em)) < 0)
         return rc;
-    return dt_spec_check(s, em);
+    if ((rc = dt_spec_check(s, em)) < 0)
+        return rc;
+    return dt_hf_spec_fill(s, em);
 }
 
 

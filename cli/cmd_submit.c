@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "cli/dtctl.h"
+#include "io/hfspec.h"
 #include "common/mem.h"
 #include "common/proto.h"
 #include "common/wire.h"
@@ -115,7 +116,7 @@ int dtctl_submit(dtctl_t *ctl, int argc, char **argv)
         char *key = NULL;
         const char *val;
         int used = flag(argc, argv, i, &key, &val, &em);
-        if (used < 0 || (rc = dt_spec_set(&spec, key, val, &em)) < 0) {
+        if (used < 0 || (rc = dt_spec_set(&spec, dtctl_spec_key(key, val), val, &em)) < 0) {
             dtctl_error(ctl, "submit", NULL, em.s);
             usage(stderr);
             free(key);
@@ -125,7 +126,7 @@ int dtctl_submit(dtctl_t *ctl, int argc, char **argv)
         free(key);
         i += used - 1;
     }
-    if ((rc = dt_spec_check(&spec, &em)) < 0) {
+    if ((rc = dt_spec_check(&spec, &em)) < 0 || (rc = dt_hf_spec_fill(&spec, &em)) < 0) {
         dtctl_error(ctl, "submit", NULL, em.s);
         dt_spec_free(&spec);
         return DTCTL_USAGE;

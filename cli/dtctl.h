@@ -13,6 +13,7 @@
 #include <stdio.h>
 
 #include "common/err.h"
+#include "spec/spec.h"
 
 /* Exit codes of dtctl (documented in dtctl(1)). */
 enum {
@@ -72,6 +73,12 @@ int dtctl_parse_coord(const char *hostport, char *host, size_t hostlen, char por
 
 /* A job id: decimal digits only, 1 to 2^63-1. 0 or DT_EUSAGE. */
 int dtctl_parse_id(const char *s, long long *out);
+/* The spec key a flag's key stands for with that value: `--model DIR` (a
+ * value with a '/') is init_from = DIR, a Hugging Face model directory.
+ * (plan, submit and run then fill the model keys from its config.json on
+ * the user's side, io/hfspec.h: the coordinator plans that very model and
+ * never reads the user's files.) */
+const char *dtctl_spec_key(const char *key, const char *value);
 
 int dtctl_plan(dtctl_t *ctl, int argc, char **argv);
 int dtctl_submit(dtctl_t *ctl, int argc, char **argv);
@@ -85,6 +92,8 @@ int dtctl_resume(dtctl_t *ctl, int argc, char **argv);
 int dtctl_watch(dtctl_t *ctl, int argc, char **argv);
 int dtctl_logs(dtctl_t *ctl, int argc, char **argv);
 int dtctl_run(dtctl_t *ctl, int argc, char **argv);
+int dtctl_nll(dtctl_t *ctl, int argc, char **argv);
+int dtctl_export(dtctl_t *ctl, int argc, char **argv);
 
 /* ---- the live display of a job (cmd_watch.c), shared by watch and run --- */
 

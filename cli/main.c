@@ -37,6 +37,10 @@ static const struct command {
     { "logs", dtctl_logs, "JOB [--rank N] [-f]", "a job's output: a rank's log, or all" },
     { "run", dtctl_run, "--local [SPECFILE] [options]",
       "run a job on this machine: private coordinator and agents" },
+    { "nll", dtctl_nll, "DIR [--out FILE.npy]",
+      "a prefill's perplexity by position, from its --out-dir (local)" },
+    { "export", dtctl_export, "SRC --hf DIR [--dtype D] [--shard-size S]",
+      "a training checkpoint's parameters as a Hugging Face model directory" },
 };
 
 static void usage(FILE *f)

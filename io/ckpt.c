@@ -14,7 +14,10 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <float.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +27,157 @@
 #include "ckpt.h"
 #include "common/fileio.h"
 #include "common/mem.h"
+
+/*-- the model object -----------------------------------------------------*/
+
+/* A metadata value or key for a message: at most 32 bytes, anything but
+ * printable ASCII shown as '?' (it comes from a file). */
+static const char *meta_shown(char buf[40], const char *v)
+{
+    size_t i;
+
+    for (i = 0; v[i] != '\0' && i < 32; i++)
+        buf[i] = (unsigned char)v[i] >= 0x20 && (unsigned char)v[i] < 0x7f ? v[i] : '?';
+    if (v[i] != '\0') {
+        memcpy(buf + i, "...", 3);
+        i += 3;
+    }
+    buf[i] = '\0';
+    return buf;
+}
+
+json_t *dt_ckpt_model_json(const dt_model_cfg_t *m)
+{
+    json_t *j = json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:b}", "dim", m->dim,
+                          "layers", m->layers, "heads", m->heads, "kv_heads", m->kv_heads,
+                          "ffn", m->ffn, "vocab", m->vocab, "rope_theta", m->rope.theta,
+                          "norm_eps", (double)m->norm_eps, "tied", m->tied);
+
+    /* settings older checkpoints did not record, only when they differ
+     * from what those checkpoints ran with: their manifests still match */
+    if (m->head_dim > 0 && m->head_dim * m->heads != m->dim)
+        json_object_set_new(j, "head_dim", json_integer(m->head_dim));
+    if (m->rope.factor > 0)
+        json_object_set_new(j, "rope_scaling",
+                            json_pack("{s:s, s:f, s:f, s:f, s:f}", "rope_type", "llama3",
+                                      "factor", m->rope.factor, "low_freq_factor",
+                                      m->rope.low_freq_factor, "high_freq_factor",
+                                      m->rope.high_freq_factor, "original_max_pos",
+                                      m->rope.original_max_pos));
+    return j;
+}
+
+/* Key `key` of the model object o (where: "model" or "model.rope_scaling")
+ * as an int or a number. */
+static int model_int(const json_t *o, const char *where, const char *key, int *out,
+                     dt_emsg_t *em)
+{
+    json_t *v = json_object_get(o, key);
+
+    if (v == NULL)
+        return dt_emsg_set(em, DT_EFORMAT, "%s: '%s' is missing", where, key);
+    if (!json_is_integer(v) || json_integer_value(v) < INT_MIN || json_integer_value(v) > INT_MAX)
+        return dt_emsg_set(em, DT_EFORMAT, "%s: '%s' is not an integer (of at most %d)", where,
+                           key, INT_MAX);
+    *out = (int)json_integer_value(v);
+    return 0;
+}
+
+static int model_num(const json_t *o, const char *where, const char *key, double *out,
+                     dt_emsg_t *em)
+{
+    json_t *v = json_object_get(o, key);
+
+    if (v == NULL)
+        return dt_emsg_set(em, DT_EFORMAT, "%s: '%s' is missing", where, key);
+    if (!json_is_number(v))
+        return dt_emsg_set(em, DT_EFORMAT, "%s: '%s' is not a number", where, key);
+    *out = json_number_value(v);
+    return 0;
+}
+
+/* Every key of o is one of known (n of them). */
+static int model_keys(const json_t *o, const char *where, const char *const *known, size_t n,
+                      dt_emsg_t *em)
+{
+    const char *key;
+    json_t *v;
+
+    json_object_foreach((json_t *)o, key, v) {
+        size_t i;
+        for (i = 0; i < n && strcmp(key, known[i]) != 0; i++)
+            ;
+        if (i == n) {
+            char shown[40];
+            return dt_emsg_set(em, DT_EFORMAT, "%s: unknown key '%s' (written by a newer dt?)",
+                               where, meta_shown(shown, key));
+        }
+    }
+    return 0;
+}
+
+int dt_ckpt_model_parse(const json_t *model, dt_model_cfg_t *cfg, dt_emsg_t *em)
+{
+    static const char *const keys[] = { "dim", "layers", "heads", "kv_heads", "ffn", "vocab",
+                                        "rope_theta", "norm_eps", "tied", "head_dim",
+                                        "rope_scaling" };
+    static const char *const rkeys[] = { "rope_type", "factor", "low_freq_factor",
+                                         "high_freq_factor", "original_max_pos" };
+    const char *const sizes[] = { "dim", "layers", "heads", "kv_heads", "ffn", "vocab" };
+    int *fields[] = { &cfg->dim, &cfg->layers, &cfg->heads, &cfg->kv_heads, &cfg->ffn,
+                      &cfg->vocab };
+    json_t *v, *rs;
+    double eps;
+    int rc;
+
+    memset(cfg, 0, sizeof(*cfg));
+    snprintf(cfg->name, sizeof(cfg->name), "custom");
+    if (!json_is_object(model))
+        return dt_emsg_set(em, DT_EFORMAT, "model: not a JSON object");
+    if ((rc = model_keys(model, "model", keys, sizeof(keys) / sizeof(keys[0]), em)) < 0)
+        return rc;
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+        if ((rc = model_int(model, "model", sizes[i], fields[i], em)) < 0)
+            return rc;
+    if ((rc = model_num(model, "model", "rope_theta", &cfg->rope.theta, em)) < 0 ||
+        (rc = model_num(model, "model", "norm_eps", &eps, em)) < 0)
+        return rc;
+    /* written as the double of a float: back to that float */
+    if (!(fabs(eps) <= FLT_MAX))
+        return dt_emsg_set(em, DT_EFORMAT, "model: 'norm_eps' %g is out of a float's range",
+                           eps);
+    cfg->norm_eps = (float)eps;
+    v = json_object_get(model, "tied");
+    if (!json_is_boolean(v))
+        return dt_emsg_set(em, DT_EFORMAT, "model: 'tied' is %s", v ? "not a boolean" : "missing");
+    cfg->tied = json_is_true(v);
+    if (json_object_get(model, "head_dim") != NULL &&
+        (rc = model_int(model, "model", "head_dim", &cfg->head_dim, em)) < 0)
+        return rc;
+    rs = json_object_get(model, "rope_scaling");
+    if (rs != NULL) {
+        const char *w = "model.rope_scaling";
+        dt_rope_t *r = &cfg->rope;
+
+        if (!json_is_object(rs))
+            return dt_emsg_set(em, DT_EFORMAT, "%s: not a JSON object", w);
+        if ((rc = model_keys(rs, w, rkeys, sizeof(rkeys) / sizeof(rkeys[0]), em)) < 0)
+            return rc;
+        v = json_object_get(rs, "rope_type");
+        if (!json_is_string(v) || strcmp(json_string_value(v), "llama3") != 0)
+            return dt_emsg_set(em, DT_EFORMAT, "%s: 'rope_type' is %s", w,
+                               v ? "not \"llama3\"" : "missing");
+        if ((rc = model_num(rs, w, "factor", &r->factor, em)) < 0 ||
+            (rc = model_num(rs, w, "low_freq_factor", &r->low_freq_factor, em)) < 0 ||
+            (rc = model_num(rs, w, "high_freq_factor", &r->high_freq_factor, em)) < 0 ||
+            (rc = model_num(rs, w, "original_max_pos", &r->original_max_pos, em)) < 0)
+            return rc;
+        /* the writer leaves the object out without a scaling */
+        if (!(r->factor > 0))
+            return dt_emsg_set(em, DT_EFORMAT, "%s: 'factor' %g is not positive", w, r->factor);
+    }
+    return dt_model_cfg_check(cfg, em);
+}
 
 /*-- names ----------------------------------------------------------------*/
 
@@ -714,22 +868,6 @@ int dt_ckpt_set_aside(const char *root, int64_t step, const char *tag, char **ou
 
 /*-- training checkpoints (dt-train-1) ------------------------------------*/
 
-/* A metadata value for a message: at most 32 bytes, anything but
- * printable ASCII shown as '?' (it comes from a file). */
-static const char *meta_shown(char buf[40], const char *v)
-{
-    size_t i;
-
-    for (i = 0; v[i] != '\0' && i < 32; i++)
-        buf[i] = (unsigned char)v[i] >= 0x20 && (unsigned char)v[i] < 0x7f ? v[i] : '?';
-    if (v[i] != '\0') {
-        memcpy(buf + i, "...", 3);
-        i += 3;
-    }
-    buf[i] = '\0';
-    return buf;
-}
-
 /* Metadata KEY of shard PATH: a decimal integer in [0, INT64_MAX], digits
  * only (strtoll read "abc" as 0 and " 12" as 12). */
 static int meta_int(const char *path, const dt_st_reader_t *r, const char *key, int64_t *out,
@@ -820,6 +958,8 @@ int dt_ckpt_read_train(const char *dir, const dt_ckpt_manifest_t *man, int64_t n
 
     if (n < 0)
         return dt_emsg_set(em, DT_EINVAL, "%s: %" PRId64 " parameters", dir, n);
+    if ((M == NULL) != (V == NULL))
+        return dt_emsg_set(em, DT_EINVAL, "%s: both moments or neither", dir);
     for (int i = 0; i < man->ranks && rc == 0; i++) {
         dt_st_reader_t *r = NULL;
         int64_t off = 0, len = 0;
@@ -838,8 +978,8 @@ int dt_ckpt_read_train(const char *dir, const dt_ckpt_manifest_t *man, int64_t n
         if (rc == 0) {
             /* the bounds are checked: off + len <= n */
             size_t bytes = (size_t)len * sizeof(float);
-            if ((rc = dt_st_read(r, "params", P + off, bytes, em)) == 0 &&
-                (rc = dt_st_read(r, "adam_m", M + off, bytes, em)) == 0)
+            if ((rc = dt_st_read(r, "params", P + off, bytes, em)) == 0 && M != NULL &&
+                (rc = dt_st_read(r, "adam_m", M + off, bytes, em)) == 0 && V != NULL)
                 rc = dt_st_read(r, "adam_v", V + off, bytes, em);
             end = off + len;
         }

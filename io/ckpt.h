@@ -17,7 +17,9 @@
  *      "model": {...}, "plan": {...}, "rng": {...}, "data_cursor": N,
  *      "shards": [{"rank": r, "file": "...", "bytes": n, "sha256": "..."}, ...]}
  *
- * where model, plan (the layout) and rng are free JSON objects of the caller.
+ * where model is the model's shape and settings (dt_ckpt_model_json, read
+ * back by dt_ckpt_model_parse), plan (the layout) and rng free JSON objects
+ * of the caller.
  * Modes: root (when created here) and step directories 0700, every file
  * 0600, whatever the umask: a checkpoint holds a model's weights, and a
  * shared ckpt_dir must not show them to other users.
@@ -42,6 +44,7 @@
 
 #include "common/err.h"
 #include "io/safetensors.h"
+#include "spec/model.h"
 
 #define DT_CKPT_FORMAT "dt-checkpoint"
 #define DT_CKPT_VERSION 1
@@ -71,6 +74,28 @@ typedef struct dt_ckpt_manifest {
     int64_t data_cursor;
     dt_ckpt_shard_t *shards;
 } dt_ckpt_manifest_t;
+
+/* The manifest's "model" object for cfg (new reference): dim, layers,
+ * heads, kv_heads, ffn, vocab, rope_theta, norm_eps, tied; "head_dim" only
+ * when it differs from dim / heads and "rope_scaling" ({"rope_type":
+ * "llama3", "factor", "low_freq_factor", "high_freq_factor",
+ * "original_max_pos"}) only with a scaling, so the manifests of checkpoints
+ * written before those settings existed still compare equal. A resume into
+ * another shape or other settings is refused by comparing these
+ * (json_equal), so the object must not change for a given cfg. */
+json_t *dt_ckpt_model_json(const dt_model_cfg_t *cfg);
+
+/* The inverse: a manifest's "model" object into *cfg (name "custom"),
+ * strictly. Every key above is required but head_dim and rope_scaling,
+ * with its JSON type (sizes integers that fit an int, rope_theta and
+ * norm_eps numbers, tied a boolean, rope_scaling an object of exactly
+ * those five keys with rope_type "llama3"); an unknown key (a newer dt's
+ * setting this one would ignore) is refused too. Then
+ * dt_model_cfg_check. Returns 0; DT_EFORMAT naming the key that is
+ * missing, of the wrong type or unknown ("model: ..."; the caller adds the
+ * file), or dt_model_cfg_check's DT_EINVAL. *cfg is undefined on
+ * failure. */
+int dt_ckpt_model_parse(const json_t *model, dt_model_cfg_t *cfg, dt_emsg_t *em);
 
 /* "<root>/step-%08d" and "<root>/.step-%08d.tmp"; the caller frees. */
 char *dt_ckpt_step_dir(const char *root, int64_t step);
@@ -193,8 +218,10 @@ int dt_ckpt_supersede(const char *root, int64_t step, dt_emsg_t *warn, dt_emsg_t
  * "dt-train-1", "offset" (the slice's first index) and "nparams" (n), in
  * decimal. dt_ckpt_read_train reads every shard of the checkpoint DIR
  * (manifest man) into P, M and V (n floats each), calling tick (may be
- * NULL) after each shard. DT_EFORMAT with the shard named when a shard is
- * not a slice of n parameters. */
+ * NULL) after each shard. M and V may both be NULL: the parameters alone
+ * are read (an export needs no moments), the moments' headers are still
+ * checked. DT_EFORMAT with the shard named when a shard is not a slice of
+ * n parameters. */
 typedef void (*dt_ckpt_tick_fn)(void *ud);
 /* One shard's slice as dt_ckpt_read_train checks it, from its header alone
  * (r from dt_st_open or dt_st_parse; path names it in messages): "offset"

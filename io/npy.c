@@ -48,7 +48,11 @@ const char *dt_npy_dtype_name(dt_dtype_t t)
         return "float16";
     case DT_I64:
         return "int64";
-    case DT_BF16: case DT_I32: case DT_U8: /* not a .npy type of dt's */
+    case DT_I32:
+        return "int32";
+    case DT_F64:
+        return "float64";
+    case DT_BF16: case DT_U8: /* not a .npy type of dt's */
         break;
     }
     return "unknown";
@@ -63,7 +67,11 @@ size_t dt_npy_dtype_size(dt_dtype_t t)
         return 2;
     case DT_I64:
         return 8;
-    case DT_BF16: case DT_I32: case DT_U8: /* not a .npy type of dt's */
+    case DT_I32:
+        return 4;
+    case DT_F64:
+        return 8;
+    case DT_BF16: case DT_U8: /* not a .npy type of dt's */
         break;
     }
     return 0;
@@ -78,7 +86,11 @@ static const char *dtype_descr(dt_dtype_t t)
         return "<f2";
     case DT_I64:
         return "<i8";
-    case DT_BF16: case DT_I32: case DT_U8: /* not a .npy type of dt's */
+    case DT_I32:
+        return "<i4";
+    case DT_F64:
+        return "<f8";
+    case DT_BF16: case DT_U8: /* not a .npy type of dt's */
         break;
     }
     return NULL;
@@ -268,7 +280,7 @@ static int parse_dict(const char *path, const char *text, size_t len, dt_npy_inf
             if (c.p < c.e && *c.p == '[')
                 return dt_emsg_set(em, DT_EDTYPE,
                                    "%s: structured dtypes are not supported "
-                                   "(float32, float16 or int64)",
+                                   "(float32, float16, int32 or int64)",
                                    path);
             if ((rc = parse_str(&c, descr, sizeof(descr), "a dtype string for 'descr'")) < 0)
                 return rc;
@@ -315,14 +327,19 @@ static int parse_dict(const char *path, const char *text, size_t len, dt_npy_inf
         info->dtype = DT_F16;
     else if (strcmp(descr, "<i8") == 0)
         info->dtype = DT_I64;
+    else if (strcmp(descr, "<i4") == 0)
+        info->dtype = DT_I32;
+    else if (strcmp(descr, "<f8") == 0)
+        info->dtype = DT_F64;
     else if (descr[0] == '>')
         return dt_emsg_set(em, DT_EDTYPE,
                            "%s: dtype '%s' is big-endian, only little-endian is supported",
                            path, descr);
     else
         return dt_emsg_set(em, DT_EDTYPE,
-                           "%s: dtype '%s' is not supported (float32, float16 or int64)", path,
-                           descr);
+                           "%s: dtype '%s' is not supported (float32, float16, float64, int32 "
+                           "or int64)",
+                           path, descr);
     if (fortran)
         return dt_emsg_set(em, DT_EDTYPE,
                            "%s: Fortran order is not supported (C order only)", path);
@@ -435,30 +452,66 @@ static int parse_rest(const char *path, const char *text, int64_t hlen, size_t p
     return 0;
 }
 
-int dt_npy_parse_header(const char *name, const void *file, size_t n, dt_npy_info_t *info,
-                        dt_emsg_t *em)
+int dt_npy_header_len(const char *name, const void *head, size_t n, int64_t file_size,
+                      size_t *len, dt_emsg_t *em)
 {
-    const unsigned char *p = file;
+    size_t prelen = 0;
+    int64_t hlen = 0;
+    int rc;
+
+    *len = 0;
+    if (file_size < 0)
+        file_size = 0;
+    if (n > INT64_MAX || (int64_t)n > file_size) /* bytes past the end do not exist */
+        n = (size_t)file_size;
+    if ((rc = parse_pre(name, head, n < 12 ? (int64_t)n : 12, file_size, &prelen, &hlen, em)) < 0)
+        return rc;
+    *len = prelen + (size_t)hlen;
+    return 0;
+}
+
+int dt_npy_parse_head(const char *name, const void *head, size_t n, int64_t file_size,
+                      dt_npy_info_t *info, dt_emsg_t *em)
+{
+    const unsigned char *p = head;
     size_t prelen = 0;
     int64_t hlen = 0;
     char *text;
     int rc;
 
     memset(info, 0, sizeof(*info));
-    if (n > INT64_MAX)
-        return dt_emsg_set(em, DT_EFORMAT, "%s: too large", name);
-    if ((rc = parse_pre(name, p, n < 12 ? (int64_t)n : 12, (int64_t)n, &prelen, &hlen, em)) < 0)
+    if (file_size < 0)
+        file_size = 0;
+    if (n > INT64_MAX || (int64_t)n > file_size) /* bytes past the end do not exist */
+        n = (size_t)file_size;
+    if ((rc = parse_pre(name, p, n < 12 ? (int64_t)n : 12, file_size, &prelen, &hlen, em)) < 0)
         return rc;
+    /* parse_pre checked that the file holds the header; the caller must
+     * have passed all of it (dt_npy_header_len says how much that is) */
+    if ((int64_t)n < (int64_t)prelen + hlen)
+        return dt_emsg_set(em, DT_EFORMAT,
+                           "%s: header is truncated (it needs %" PRId64 " bytes, %zu were read)",
+                           name, (int64_t)prelen + hlen, n);
     /* a copy of exactly hlen bytes: what the file reader parses, and what
      * a fuzzer's bounds checks see */
     text = dt_xmalloc((size_t)hlen + 1);
     memcpy(text, p + prelen, (size_t)hlen);
     text[hlen] = '\0';
-    rc = parse_rest(name, text, hlen, prelen, (int64_t)n, info, em);
+    rc = parse_rest(name, text, hlen, prelen, file_size, info, em);
     free(text);
     if (rc < 0)
         memset(info, 0, sizeof(*info));
     return rc;
+}
+
+int dt_npy_parse_header(const char *name, const void *file, size_t n, dt_npy_info_t *info,
+                        dt_emsg_t *em)
+{
+    if (n > INT64_MAX) {
+        memset(info, 0, sizeof(*info));
+        return dt_emsg_set(em, DT_EFORMAT, "%s: too large", name);
+    }
+    return dt_npy_parse_head(name, file, n, (int64_t)n, info, em);
 }
 
 int dt_npy_read_header(const char *path, dt_npy_info_t *info, dt_emsg_t *em)
@@ -521,9 +574,9 @@ int dt_npy_read_f32(const char *path, const dt_npy_info_t *info, int64_t first, 
     int64_t off;
     int fd, rc = 0;
 
-    if (info->dtype != DT_F32 && info->dtype != DT_F16)
-        return dt_emsg_set(em, DT_EDTYPE, "%s: dtype is %s, expected float32 or float16", path,
-                           dt_npy_dtype_name(info->dtype));
+    if (info->dtype != DT_F32 && info->dtype != DT_F16 && info->dtype != DT_F64)
+        return dt_emsg_set(em, DT_EDTYPE, "%s: dtype is %s, expected float32, float16 or "
+                           "float64", path, dt_npy_dtype_name(info->dtype));
     if (first < 0 || count < 0 || first > info->count || count > info->count - first)
         return dt_emsg_set(em, DT_EINVAL,
                            "%s: elements [%" PRId64 ", %" PRId64 ") are outside [0, %" PRId64
@@ -536,6 +589,17 @@ int dt_npy_read_f32(const char *path, const dt_npy_info_t *info, int64_t first, 
     off = (int64_t)info->data_offset + first * (int64_t)dt_npy_dtype_size(info->dtype);
     if (info->dtype == DT_F32) {
         rc = read_data(path, fd, dst, (size_t)count * sizeof(float), off, em);
+    } else if (info->dtype == DT_F64) {
+        size_t per = CHUNK_BYTES / 8;
+        double *buf = dt_xmalloc(CHUNK_BYTES);
+
+        for (int64_t i = 0; i < count && rc == 0; i += (int64_t)per) {
+            size_t n = (size_t)(count - i) < per ? (size_t)(count - i) : per;
+            rc = read_data(path, fd, buf, n * 8, off + i * 8, em);
+            for (size_t j = 0; j < n && rc == 0; j++)
+                dst[i + (int64_t)j] = (float)buf[j]; /* little-endian host, as the file */
+        }
+        free(buf);
     } else {
         size_t per = CHUNK_BYTES / 2;
         unsigned char *buf = dt_xmalloc(CHUNK_BYTES);

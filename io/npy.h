@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT
  *
  * NumPy .npy files (format versions 1.0, 2.0 and 3.0), the tensor exchange
- * format of dtengine. Reading accepts little-endian float32 ('<f4') and
- * float16 ('<f2') in C order and converts to float32; int64 ('<i8') is read
- * for position arrays. Anything else (other dtypes, big-endian, Fortran
+ * format of dtengine. Reading accepts little-endian float32 ('<f4'),
+ * float16 ('<f2') and float64 ('<f8': reference values, such as golden
+ * logits) in C order and converts to float32; int64 ('<i8') is read for
+ * position arrays; int32 ('<i4') and int64 headers are parsed for token id
+ * arrays, whose data io/tokshard.c reads. Anything else (other dtypes, big-endian, Fortran
  * order, a header that does not parse, a file shorter than its header says)
  * is refused with a message naming the file and the problem; so is a file
  * longer than its header and data (trailing bytes).
@@ -26,10 +28,10 @@
 
 #define DT_NPY_MAXDIM 8
 
-/* .npy files hold DT_F32 ('<f4'), DT_F16 ('<f2') and DT_I64 ('<i8')
- * (spec/dtype.h). */
+/* .npy files hold DT_F32 ('<f4'), DT_F16 ('<f2'), DT_F64 ('<f8'), DT_I32
+ * ('<i4') and DT_I64 ('<i8') (spec/dtype.h). */
 
-/* "float32", "float16", "int64". */
+/* "float32", "float16", "float64", "int32", "int64". */
 const char *dt_npy_dtype_name(dt_dtype_t t);
 size_t dt_npy_dtype_size(dt_dtype_t t);
 
@@ -51,9 +53,24 @@ int dt_npy_read_header(const char *path, dt_npy_info_t *info, dt_emsg_t *em);
  * function, for the fuzzer (tests/fuzz/fuzz_npy.c). */
 int dt_npy_parse_header(const char *name, const void *file, size_t n, dt_npy_info_t *info,
                         dt_emsg_t *em);
+/* The same checks when only the file's first n bytes are in memory: head
+ * must hold the whole header (magic to the end of the dict), file_size is
+ * the size of the whole file, checked against the shape. Bytes of head
+ * beyond file_size are ignored. DT_EFORMAT also when head stops inside
+ * the header. Pure, like dt_npy_parse_header. */
+int dt_npy_parse_head(const char *name, const void *head, size_t n, int64_t file_size,
+                      dt_npy_info_t *info, dt_emsg_t *em);
+/* How many bytes that header is (*len, from the magic to where the data
+ * starts), from the first n bytes of a file of file_size bytes (the first
+ * 12 are enough): 0, or DT_EFORMAT for no .npy magic, an unknown format
+ * version, a header over the length limit or longer than the file. For a
+ * reader that reads the header alone before dt_npy_parse_head. */
+int dt_npy_header_len(const char *name, const void *head, size_t n, int64_t file_size,
+                      size_t *len, dt_emsg_t *em);
 
-/* Read elements [first, first + count) (flat C-order index) of a float32 or
- * float16 file into dst as float32. dst holds count floats. */
+/* Read elements [first, first + count) (flat C-order index) of a float32,
+ * float16 or float64 file into dst as float32 (float64 rounded to
+ * nearest). dst holds count floats. */
 int dt_npy_read_f32(const char *path, const dt_npy_info_t *info, int64_t first,
                     int64_t count, float *dst, dt_emsg_t *em);
 

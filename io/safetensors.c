@@ -263,6 +263,13 @@ static char *build_header(const dt_st_writer_t *w, size_t *len)
 
 int dt_st_write(dt_st_writer_t *w, const char *path, char hex[65], int64_t *bytes, dt_emsg_t *em)
 {
+    /* 0600: checkpoint shards hold a model's weights, the owner's alone */
+    return dt_st_write_mode(w, path, 0600, hex, bytes, em);
+}
+
+int dt_st_write_mode(dt_st_writer_t *w, const char *path, mode_t mode, char hex[65],
+                     int64_t *bytes, dt_emsg_t *em)
+{
     dt_sha256_t *ctx = NULL;
     char *hdr = NULL, digest[65];
     unsigned char len8[8];
@@ -276,8 +283,7 @@ int dt_st_write(dt_st_writer_t *w, const char *path, char hex[65], int64_t *byte
                          hlen, DT_ST_HEADER_MAX);
         goto fail;
     }
-    /* 0600: checkpoint shards hold a model's weights, the owner's alone */
-    if ((rc = dt_atomic_open(&af, path, 0600, 0, em)) < 0)
+    if ((rc = dt_atomic_open(&af, path, mode, 0, em)) < 0)
         goto fail;
     for (int i = 0; i < 8; i++)
         len8[i] = (unsigned char)(((uint64_t)hlen >> (8 * i)) & 0xff);

@@ -13,9 +13,10 @@
  * overlapping or gapped ranges, a file shorter or longer than its header
  * says are all refused with a message naming the file and the problem).
  *
- * Writing is atomic (temp file beside the target, created with mode 0600,
- * fsync, rename, fsync of the directory) and yields the SHA-256 of the whole file, computed while the
- * bytes go out, for checkpoint manifests.
+ * Writing is atomic (temp file beside the target, created with mode 0600
+ * unless told otherwise, fsync, rename, fsync of the directory) and yields
+ * the SHA-256 of the whole file, computed while the bytes go out, for
+ * checkpoint manifests.
  *
  * Not here: memory-mapping, dtype conversion, byte swapping (every target of
  * dt is little-endian, as the format is), dtypes other than the six below.
@@ -25,6 +26,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "common/err.h"
 #include "common/sha256.h" /* dt_sha256_file: a shard's hash, as dt_st_write gives it */
@@ -86,6 +88,11 @@ int dt_st_writer_meta(dt_st_writer_t *w, const char *key, const char *value, dt_
  * except when only the final fsync of the directory failed: then the file is
  * in place and the message says so. The writer stays usable either way. */
 int dt_st_write(dt_st_writer_t *w, const char *path, char hex[65], int64_t *bytes, dt_emsg_t *em);
+/* dt_st_write with the file created with mode (less the umask) instead of
+ * 0600: for files meant to be shared (a Hugging Face export, 0644), where
+ * dt_st_write's mode is for checkpoint shards, the owner's alone. */
+int dt_st_write_mode(dt_st_writer_t *w, const char *path, mode_t mode, char hex[65],
+                     int64_t *bytes, dt_emsg_t *em);
 
 /*-- reader ---------------------------------------------------------------*/
 

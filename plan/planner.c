@@ -284,7 +284,7 @@ static dt_attn_spec_t attn_spec(const dt_plan_req_t *q, int64_t T)
     a.T = T;
     a.H = (int)q->model.heads;
     a.Hkv = (int)q->model.kv_heads;
-    a.D = (int)(q->model.dim / q->model.heads);
+    a.D = dt_model_head_dim(&q->model);
     a.causal = q->causal;
     a.nbranch = q->nbranch;
     memcpy(a.seg, q->seg, sizeof(a.seg));
@@ -296,8 +296,9 @@ static dt_attn_spec_t attn_spec(const dt_plan_req_t *q, int64_t T)
 /* Parameters, and those that multiply every token (matrix products). */
 static void params(const dt_model_cfg_t *m, double *P, double *Pmm)
 {
-    double dim = (double)m->dim, kvdim = (double)(m->dim / m->heads * m->kv_heads);
-    double attn = 2 * dim * dim + 2 * dim * kvdim, ffn = 3 * dim * (double)m->ffn;
+    double dim = (double)m->dim, kvdim = (double)(dt_model_head_dim(m) * m->kv_heads);
+    double qdim = (double)dt_model_head_dim(m) * (double)m->heads;
+    double attn = 2 * dim * qdim + 2 * dim * kvdim, ffn = 3 * dim * (double)m->ffn;
     double vd = (double)m->vocab * dim;
 
     *P = (double)m->layers * (attn + ffn + 2 * dim) + vd + dim + (m->tied ? 0 : vd);
@@ -307,7 +308,7 @@ static void params(const dt_model_cfg_t *m, double *P, double *Pmm)
 /* Activations kept for the backward, per token per layer (see the top). */
 static double train_act_per_token_layer(const dt_model_cfg_t *m, double elem)
 {
-    double dim = (double)m->dim, kvdim = (double)(m->dim / m->heads * m->kv_heads);
+    double dim = (double)m->dim, kvdim = (double)(dt_model_head_dim(m) * m->kv_heads);
     return elem * (6 * dim + 2 * kvdim + 4 * (double)m->ffn) + 4 * (double)m->heads;
 }
 
@@ -317,7 +318,7 @@ static double act_per_token(const dt_plan_req_t *q)
 {
     const dt_model_cfg_t *m = &q->model;
     double e = elem_of(q->precision), dim = (double)m->dim, H = (double)m->heads;
-    double kvdim = (double)(m->dim / m->heads * m->kv_heads);
+    double kvdim = (double)(dt_model_head_dim(m) * m->kv_heads);
 
     switch (q->kind) {
     case DT_KIND_ATTN:
@@ -540,10 +541,11 @@ static int check_req(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
                     "model %s: kv_heads=%lld must divide heads=%lld "
                     "(grouped-query attention)",
                     m->name, (long long)m->kv_heads, (long long)m->heads);
-    if (m->dim % m->heads != 0 || m->dim / m->heads > 65536)
+    if ((m->head_dim <= 0 && m->dim % m->heads != 0) || dt_model_head_dim(m) > 65536 ||
+        dt_model_head_dim(m) < 1)
         return fail(p, em, DT_EINVAL,
                     "model %s: dim=%lld must be a multiple of heads=%lld "
-                    "(head dimension D = dim / heads)",
+                    "(head dimension D = dim / heads), or give head_dim",
                     m->name, (long long)m->dim, (long long)m->heads);
     if (q->kind != DT_KIND_ATTN && (m->layers <= 0 || m->ffn <= 0 || m->vocab <= 0))
         return fail(p, em, DT_EINVAL,
@@ -894,7 +896,11 @@ json_t *dt_plan_to_json(const dt_plan_req_t *q, const dt_plan_t *p)
     json_object_set_new(model, "kv_heads", json_integer(q->model.kv_heads));
     json_object_set_new(model, "ffn", json_integer(q->model.ffn));
     json_object_set_new(model, "vocab", json_integer(q->model.vocab));
-    json_object_set_new(model, "rope_theta", json_integer((json_int_t)q->model.rope_theta));
+    json_object_set_new(model, "head_dim", json_integer(dt_model_head_dim(&q->model)));
+    json_object_set_new(model, "rope_theta", json_integer((json_int_t)q->model.rope.theta));
+    json_object_set_new(model, "rope_scaling",
+                        json_string(q->model.rope.factor > 0 ? "llama3" : "none"));
+    json_object_set_new(model, "norm_eps", json_real(q->model.norm_eps));
     json_object_set_new(model, "tied", json_boolean(q->model.tied));
     json_object_set_new(o, "model", model);
     cl = json_object();

@@ -23,11 +23,12 @@ typedef enum dt_dtype {
     DT_I64,
     DT_I32,
     DT_U8,
+    DT_F64, /* IEEE binary64: read from .npy files (reference values), never computed in */
 } dt_dtype_t;
 
 /* Bytes per element; 0 for a value outside the enum. */
 size_t dt_dtype_size(dt_dtype_t t);
-/* "fp32", "fp16", "bf16", "i64", "i32", "u8" (the spelling of specs and
+/* "fp32", "fp16", "bf16", "i64", "i32", "u8", "fp64" (the spelling of specs and
  * messages); "?" for a value outside the enum. */
 const char *dt_dtype_name(dt_dtype_t t);
 

@@ -8,20 +8,22 @@
 #include "config.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/macros.h"
+#include "common/mem.h"
 #include "spec/model.h"
 
 static const dt_model_cfg_t presets[] = {
     { .name = "tiny", .dim = 256, .layers = 4, .heads = 8, .kv_heads = 2, .ffn = 768,
-      .vocab = 512, .rope_theta = 10000, .norm_eps = 1e-5f, .tied = true },
+      .vocab = 512, .rope = { .theta = 10000 }, .norm_eps = 1e-5f, .tied = true },
     { .name = "llama3-8b", .dim = 4096, .layers = 32, .heads = 32, .kv_heads = 8,
-      .ffn = 14336, .vocab = 128256, .rope_theta = 500000, .norm_eps = 1e-5f, .tied = false },
+      .ffn = 14336, .vocab = 128256, .rope = { .theta = 500000 }, .norm_eps = 1e-5f, .tied = false },
     { .name = "llama3-70b", .dim = 8192, .layers = 80, .heads = 64, .kv_heads = 8,
-      .ffn = 28672, .vocab = 128256, .rope_theta = 500000, .norm_eps = 1e-5f, .tied = false },
+      .ffn = 28672, .vocab = 128256, .rope = { .theta = 500000 }, .norm_eps = 1e-5f, .tied = false },
     /* no shape: every shape key must be given (dt_spec_check says which) */
-    { .name = "custom", .rope_theta = 500000, .norm_eps = 1e-5f, .tied = false },
+    { .name = "custom", .rope = { .theta = 500000 }, .norm_eps = 1e-5f, .tied = false },
 };
 
 int dt_model_preset(const char *name, dt_model_cfg_t *out, dt_emsg_t *em)
@@ -50,10 +52,23 @@ int dt_model_from_spec(const dt_spec_t *s, dt_model_cfg_t *out, dt_emsg_t *em)
     for (size_t i = 0; i < DT_ARRAY_SIZE(key); i++)
         if (*key[i] > 0)
             *field[i] = (int)*key[i];
+    if (s->head_dim > 0)
+        out->head_dim = (int)s->head_dim;
     if (s->rope_theta > 0)
-        out->rope_theta = (double)s->rope_theta;
+        out->rope.theta = (double)s->rope_theta;
     if (s->tied)
         out->tied = strcmp(s->tied, "yes") == 0;
+    /* dt_spec_check has checked the numbers' text and ranges */
+    if (s->norm_eps)
+        out->norm_eps = strtof(s->norm_eps, NULL);
+    if (s->rope_scaling && strcmp(s->rope_scaling, "none") == 0) {
+        out->rope.factor = 0;
+    } else if (s->rope_scaling) {
+        out->rope.factor = strtod(s->rope_factor, NULL);
+        out->rope.low_freq_factor = strtod(s->rope_low_freq_factor, NULL);
+        out->rope.high_freq_factor = strtod(s->rope_high_freq_factor, NULL);
+        out->rope.original_max_pos = (double)s->rope_original_max_pos;
+    }
     return 0;
 }
 
@@ -64,23 +79,71 @@ int dt_model_cfg_check(const dt_model_cfg_t *c, dt_emsg_t *em)
         return dt_emsg_set(em, DT_EINVAL, "model: dim %d, layers %d, heads %d, kv_heads %d, "
                            "ffn %d and vocab %d must all be positive", c->dim, c->layers,
                            c->heads, c->kv_heads, c->ffn, c->vocab);
-    if (c->dim % c->heads != 0)
-        return dt_emsg_set(em, DT_EINVAL, "model: heads %d do not divide dim %d", c->heads,
-                           c->dim);
+    if (c->head_dim < 0)
+        return dt_emsg_set(em, DT_EINVAL, "model: head_dim %d must be positive", c->head_dim);
+    if (c->head_dim == 0 && c->dim % c->heads != 0)
+        return dt_emsg_set(em, DT_EINVAL, "model: heads %d do not divide dim %d (or give "
+                           "head_dim)", c->heads, c->dim);
     if (c->heads % c->kv_heads != 0)
         return dt_emsg_set(em, DT_EINVAL, "model: kv_heads %d do not divide heads %d",
                            c->kv_heads, c->heads);
-    if ((c->dim / c->heads) % 2 != 0)
+    if (dt_model_head_dim(c) % 2 != 0)
         return dt_emsg_set(em, DT_EINVAL, "model: head dim %d must be even (RoPE pairs)",
-                           c->dim / c->heads);
-    if (!(c->rope_theta > 0) || !(c->norm_eps > 0))
+                           dt_model_head_dim(c));
+    if (!(c->rope.theta > 0) || !(c->norm_eps > 0))
         return dt_emsg_set(em, DT_EINVAL, "model: rope_theta and norm_eps must be positive");
+    if (c->rope.factor != 0 &&
+        !(c->rope.factor >= 1 && c->rope.low_freq_factor > 0 &&
+          c->rope.low_freq_factor < c->rope.high_freq_factor && c->rope.original_max_pos >= 1))
+        return dt_emsg_set(em, DT_EINVAL, "model: rope scaling llama3 needs rope_factor >= 1 "
+                           "(%g), 0 < rope_low_freq_factor (%g) < rope_high_freq_factor (%g) "
+                           "and rope_original_max_pos >= 1 (%g)", c->rope.factor,
+                           c->rope.low_freq_factor, c->rope.high_freq_factor,
+                           c->rope.original_max_pos);
     return 0;
+}
+
+void dt_model_layout_init(dt_model_layout_t *lo, const dt_model_cfg_t *c)
+{
+    int64_t d = c->dim, D = dt_model_head_dim(c), off = 0;
+
+    lo->layer = dt_xcalloc((size_t)c->layers, sizeof(*lo->layer));
+    lo->layers = c->layers;
+    lo->tok_emb = off;
+    off += (int64_t)c->vocab * d;
+    for (int l = 0; l < c->layers; l++) {
+        dt_model_layer_off_t *L = &lo->layer[l];
+        L->attn_norm = off, off += d;
+        L->wq = off, off += (int64_t)c->heads * D * d;
+        L->wk = off, off += (int64_t)c->kv_heads * D * d;
+        L->wv = off, off += (int64_t)c->kv_heads * D * d;
+        L->wo = off, off += d * (int64_t)c->heads * D;
+        L->mlp_norm = off, off += d;
+        L->w1 = off, off += (int64_t)c->ffn * d;
+        L->w3 = off, off += (int64_t)c->ffn * d;
+        L->w2 = off, off += d * (int64_t)c->ffn;
+    }
+    lo->final_norm = off;
+    off += d;
+    if (c->tied) {
+        lo->lm_head = lo->tok_emb;
+    } else {
+        lo->lm_head = off;
+        off += (int64_t)c->vocab * d;
+    }
+    lo->nparams = off;
+}
+
+void dt_model_layout_close(dt_model_layout_t *lo)
+{
+    free(lo->layer);
+    lo->layer = NULL;
+    lo->layers = 0;
 }
 
 dt_gpu_train_bytes_t dt_model_gpu_train_bytes(const dt_model_cfg_t *m, int elem)
 {
-    const double F = 4, e = elem, d = m->dim, H = m->heads, D = (double)(m->dim / m->heads),
+    const double F = 4, e = elem, d = m->dim, H = m->heads, D = (double)dt_model_head_dim(m),
                  qd = H * D, kd = m->kv_heads * D, f = m->ffn, V = m->vocab;
     const double wide = d > qd ? (d > f ? d : f) : (qd > f ? qd : f);
     dt_gpu_train_bytes_t b;

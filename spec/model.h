@@ -5,23 +5,44 @@
  * through, so a preset or a default is written once (dt-spec(5) prints the
  * same table). A model is a preset with any shape key given overriding it;
  * `custom` starts from no shape (every shape key must be given), RoPE base
- * 500000 and an untied head. No weights here: engine/model/ holds those.
+ * 500000 and an untied head. Also the offsets of every tensor in the flat
+ * parameter array. No weights here: engine/model/ holds those.
  */
 #ifndef DT_SPEC_MODEL_H
 #define DT_SPEC_MODEL_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "common/err.h"
 #include "spec/spec.h"
 
+/* Rotary position embedding: the base, and LLaMA 3.1's frequency scaling
+ * (Hugging Face's rope_scaling of rope_type "llama3"): with factor > 0, a
+ * pair whose wavelength 2 pi / f exceeds original_max_pos / low_freq_factor
+ * turns factor times slower, one shorter than original_max_pos /
+ * high_freq_factor is unchanged, and those between are interpolated
+ * (kernels/cpu/layers_ref.c dt_rope_freq). factor 0: no scaling. */
+typedef struct dt_rope {
+    double theta;
+    double factor, low_freq_factor, high_freq_factor, original_max_pos;
+} dt_rope_t;
+
 typedef struct dt_model_cfg {
     char name[32]; /* the preset, or "custom" */
     int dim, layers, heads, kv_heads, ffn, vocab;
-    double rope_theta;
+    int head_dim;  /* D; 0: dim / heads (dt_model_head_dim) */
+    dt_rope_t rope;
     float norm_eps;
     bool tied; /* the LM head shares the embedding's weights */
 } dt_model_cfg_t;
+
+/* D, the width of one attention head: head_dim when set, else dim / heads.
+ * The query projection is (heads * D, dim), which need not be dim x dim. */
+static inline int dt_model_head_dim(const dt_model_cfg_t *c)
+{
+    return c->head_dim > 0 ? c->head_dim : c->heads > 0 ? c->dim / c->heads : 0;
+}
 
 /* The preset NAME (tiny, llama3-8b, llama3-70b, or custom: no shape, theta
  * 500000, untied). DT_EINVAL naming the known presets otherwise. */
@@ -33,10 +54,36 @@ int dt_model_preset(const char *name, dt_model_cfg_t *out, dt_emsg_t *em);
  * (dt_model_cfg_check for the engine, the planner's own with its words). */
 int dt_model_from_spec(const dt_spec_t *s, dt_model_cfg_t *out, dt_emsg_t *em);
 
-/* Validate: positive sizes, heads divide dim, kv_heads divide heads, head
- * dim even (RoPE pairs), positive rope_theta and norm_eps. DT_EINVAL
- * naming the field. */
+/* Validate: positive sizes, heads divide dim (unless head_dim is given),
+ * kv_heads divide heads, head dim even (RoPE pairs), positive rope theta and
+ * norm_eps, a rope scaling with factor >= 1, 0 < low_freq_factor <
+ * high_freq_factor and original_max_pos >= 1. DT_EINVAL naming the key. */
 int dt_model_cfg_check(const dt_model_cfg_t *cfg, dt_emsg_t *em);
+
+/* The flat parameter array: every parameter of the model, fp32, in one
+ * fixed order (the embedding; per layer attn_norm, wq, wk, wv, wo,
+ * mlp_norm, w1, w3, w2; the final norm; the LM head unless tied), so the
+ * optimizer, the gradient all-reduce, checkpoints (io/ckpt.h) and the
+ * Hugging Face export (io/hf.h) see one buffer. Pure arithmetic on the
+ * shape: no weights here (engine/model/ holds those).
+ * Offsets (in floats) of each tensor in the flat parameter array. */
+typedef struct dt_model_layer_off {
+    int64_t attn_norm, wq, wk, wv, wo, mlp_norm, w1, w3, w2;
+} dt_model_layer_off_t;
+
+typedef struct dt_model_layout {
+    int64_t tok_emb;           /* (V, d) */
+    dt_model_layer_off_t *layer; /* [layers] */
+    int layers;                /* entries of layer */
+    int64_t final_norm;        /* (d) */
+    int64_t lm_head;           /* (V, d); equals tok_emb when tied */
+    int64_t nparams;
+} dt_model_layout_t;
+
+/* The offsets of cfg (its sizes positive: dt_model_cfg_check) into lo,
+ * which holds an allocation until dt_model_layout_close. */
+void dt_model_layout_init(dt_model_layout_t *lo, const dt_model_cfg_t *cfg);
+void dt_model_layout_close(dt_model_layout_t *lo);
 
 /* What `dtengine train --device cuda` allocates on each GPU, in bytes
  * (engine/model/model_cuda.c allocates exactly these; the planner plans

@@ -50,9 +50,27 @@ static const dt_conf_key_t keys[] = {
     KEY("ffn", DT_CONF_INT, ffn, 1, 1 << 22, 0, "SwiGLU hidden width"),
     KEY("vocab", DT_CONF_INT, vocab, 1, 1 << 24, 0, "vocabulary size"),
     KEY("rope_theta", DT_CONF_INT, rope_theta, 1, INT64_MAX, 0, "RoPE base"),
+    KEY("head_dim", DT_CONF_INT, head_dim, 2, 65536, 0,
+        "width D of one attention head (default dim / heads)"),
     STR("tied", tied, 0, "yes or no: the LM head shares the embedding"),
+    STR("norm_eps", norm_eps, 0, "RMSNorm epsilon, a number in (0, 1) (default 1e-5)"),
+    STR("rope_scaling", rope_scaling, 0,
+        "none or llama3 (LLaMA 3.1's frequency scaling; default none)"),
+    STR("rope_factor", rope_factor, 0, "llama3 scaling: how much slower the low "
+        "frequencies turn, a number >= 1"),
+    STR("rope_low_freq_factor", rope_low_freq_factor, 0,
+        "llama3 scaling: wavelengths above original_max_pos / this are scaled"),
+    STR("rope_high_freq_factor", rope_high_freq_factor, 0,
+        "llama3 scaling: wavelengths below original_max_pos / this are kept"),
+    KEY("rope_original_max_pos", DT_CONF_INT, rope_original_max_pos, 1, INT64_C(1) << 40, 0,
+        "llama3 scaling: the context length the model was trained at"),
+    STR("init_from", init_from, 0,
+        "a Hugging Face LLaMA directory (config.json, safetensors): shape, settings and "
+        "weights"),
     KEY("tokens", DT_CONF_SIZE, tokens, 1, TOKENS_MAX, 1,
         "sequence length T; K, M, G, T suffixes are powers of 1024"),
+    KEY("pos_offset", DT_CONF_INT, pos_offset, 0, INT64_C(1) << 52, 0,
+        "position of the first token, for a window of a longer sequence (default 0)"),
     KEY("causal", DT_CONF_BOOL, causal, 0, 0, 0, "causal attention (default yes)"),
     STR("segments", segments, 0, "dilated segment lengths w1,w2,... (with dilations)"),
     STR("dilations", dilations, 0, "dilation rates r1,r2,... (with segments)"),
@@ -85,7 +103,7 @@ static const dt_conf_key_t keys[] = {
     KEY("seed", DT_CONF_INT, seed, 0, INT64_MAX, 0, "random seed (default 0)"),
     KEY("batch", DT_CONF_INT, batch, 1, 1 << 20, 0, "sequences per training step (default 1)"),
     STR("lr", lr, 0, "peak learning rate, a number in (0, 10] (default 3e-3)"),
-    STR("data", data, 0, "recall (generated task) or a token shard path"),
+    STR("data", data, 0, "recall (generated task), or token files: llm.c shards or .npy ids"),
     KEY("recall_keys", DT_CONF_INT, recall_keys, 1, 1 << 20, 0, "recall task: distinct keys"),
     KEY("recall_values", DT_CONF_INT, recall_values, 1, 1 << 20, 0,
         "recall task: distinct values (chance is 1/values)"),
@@ -119,6 +137,7 @@ const dt_conf_key_t *dt_spec_keys(void)
 static const char *const kinds[] = { "attn", "prefill", "train", NULL };
 static const char *const models[] = { "tiny", "llama3-8b", "llama3-70b", "custom", NULL };
 static const char *const yesno[] = { "yes", "no", NULL };
+static const char *const scalings[] = { "none", "llama3", NULL };
 static const char *const layouts[] = { "contiguous", "zigzag", NULL };
 static const char *const precisions[] = { "fp32", "bf16", "fp16", NULL };
 static const char *const gpus[] = { "h100-sxm", "h200", "cpu", NULL };
@@ -134,6 +153,7 @@ static const struct {
     { "kind", kinds },     { "model", models },         { "tied", yesno },
     { "layout", layouts }, { "dtype", precisions },     { "precision", precisions },
     { "device", devices }, { "gpu", gpus },             { "signal", signals },
+    { "rope_scaling", scalings },
 };
 
 static void *field(const dt_spec_t *s, const dt_conf_key_t *k)
@@ -440,6 +460,75 @@ static int check_device(const dt_spec_t *s, dt_emsg_t *em)
     return 0;
 }
 
+/* A number key given as text: in (lo, hi] (norm_eps: (lo, hi)); NULL is
+ * "not given". */
+static int check_number(const char *key, const char *text, double lo, double hi,
+                        const char *range, dt_emsg_t *em)
+{
+    char *end;
+    double v;
+
+    if (text == NULL)
+        return 0;
+    v = strtod(text, &end);
+    if (end == text || *end != '\0' || !(v > lo && v <= hi) || (hi == 1 && v == 1))
+        return dt_emsg_set(em, DT_EINVAL, "key '%s' = '%s': a number in %s", key, text, range);
+    return 0;
+}
+
+/* rope_scaling = llama3 needs its four numbers, which mean nothing
+ * without it; the numbers agree with each other. */
+static int check_rope(const dt_spec_t *s, dt_emsg_t *em)
+{
+    static const char *const names[] = { "rope_factor", "rope_low_freq_factor",
+                                         "rope_high_freq_factor" };
+    const char *vals[] = { s->rope_factor, s->rope_low_freq_factor, s->rope_high_freq_factor };
+    bool llama3 = s->rope_scaling != NULL && strcmp(s->rope_scaling, "llama3") == 0;
+    int rc;
+
+    for (int i = 0; i < 3; i++) {
+        if ((rc = check_number(names[i], vals[i], 0, 1e6, "(0, 1e6]", em)) < 0)
+            return rc;
+        if (llama3 && vals[i] == NULL)
+            return dt_emsg_set(em, DT_EINVAL, "rope_scaling = llama3 needs key '%s' (and "
+                               "rope_factor, rope_low_freq_factor, rope_high_freq_factor, "
+                               "rope_original_max_pos)", names[i]);
+        if (!llama3 && vals[i] != NULL)
+            return dt_emsg_set(em, DT_EINVAL, "key '%s' is for rope_scaling = llama3", names[i]);
+    }
+    if (llama3 && s->rope_original_max_pos == 0)
+        return dt_emsg_set(em, DT_EINVAL, "rope_scaling = llama3 needs key "
+                           "'rope_original_max_pos'");
+    if (!llama3 && s->rope_original_max_pos != 0)
+        return dt_emsg_set(em, DT_EINVAL, "key 'rope_original_max_pos' is for rope_scaling = "
+                           "llama3");
+    if (llama3 && strtod(s->rope_factor, NULL) < 1)
+        return dt_emsg_set(em, DT_EINVAL, "key 'rope_factor' = '%s': at least 1",
+                           s->rope_factor);
+    if (llama3 && !(strtod(s->rope_low_freq_factor, NULL) < strtod(s->rope_high_freq_factor,
+                                                                    NULL)))
+        return dt_emsg_set(em, DT_EINVAL, "rope_low_freq_factor %s must be below "
+                           "rope_high_freq_factor %s", s->rope_low_freq_factor,
+                           s->rope_high_freq_factor);
+    return 0;
+}
+
+int dt_spec_check_model(const dt_spec_t *s, dt_emsg_t *em)
+{
+    int rc;
+
+    if ((rc = check_number("norm_eps", s->norm_eps, 0, 1, "(0, 1), such as 1e-5", em)) < 0 ||
+        (rc = check_rope(s, em)) < 0)
+        return rc;
+    if (s->init_from != NULL && s->model != NULL && strcmp(s->model, "custom") != 0)
+        return dt_emsg_set(em, DT_EINVAL, "keys 'init_from' and 'model' = %s: the model is "
+                           "the one in %s (leave model out)", s->model, s->init_from);
+    if (s->init_from != NULL && s->init_from[0] == '\0')
+        return dt_emsg_set(em, DT_EINVAL, "key 'init_from' is empty: a Hugging Face model "
+                           "directory");
+    return 0;
+}
+
 int dt_spec_check(const dt_spec_t *s, dt_emsg_t *em)
 {
     static const char *const shape[] = { "dim", "layers", "heads", "kv_heads", "ffn", "vocab" };
@@ -456,7 +545,7 @@ int dt_spec_check(const dt_spec_t *s, dt_emsg_t *em)
             return rc;
     if ((rc = check_device(s, em)) < 0)
         return rc;
-    if (s->model != NULL && strcmp(s->model, "custom") == 0) {
+    if (s->model != NULL && strcmp(s->model, "custom") == 0 && s->init_from == NULL) {
         for (size_t i = 0; i < sizeof(shape) / sizeof(shape[0]); i++)
             if (*(int64_t *)field(s, find_key(shape[i])) == 0)
                 return dt_emsg_set(em, DT_EINVAL,
@@ -467,13 +556,9 @@ int dt_spec_check(const dt_spec_t *s, dt_emsg_t *em)
     if (s->output_dir != NULL && s->output_dir[0] != '/')
         return dt_emsg_set(em, DT_EINVAL, "key 'output_dir' = '%s': an absolute path is needed "
                            "(the workers run in another directory)", s->output_dir);
-    if (s->lr != NULL) {
-        char *end;
-        double v = strtod(s->lr, &end);
-        if (end == s->lr || *end != '\0' || !(v > 0 && v <= 10))
-            return dt_emsg_set(em, DT_EINVAL, "key 'lr' = '%s': a number in (0, 10], such as "
-                               "3e-3", s->lr);
-    }
+    if ((rc = check_number("lr", s->lr, 0, 10, "(0, 10], such as 3e-3", em)) < 0 ||
+        (rc = dt_spec_check_model(s, em)) < 0)
+        return rc;
     if (s->segments != NULL || s->dilations != NULL) {
         dt_attn_spec_t a = { 0 };
         dt_emsg_t sub = { "" };

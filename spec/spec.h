@@ -23,7 +23,18 @@ typedef struct dt_spec {
     /* model: a preset, with any explicit field overriding it */
     char *model;     /* tiny | llama3-8b | llama3-70b | custom (default tiny) */
     int64_t dim, layers, heads, kv_heads, ffn, vocab, rope_theta;
+    int64_t head_dim; /* D (default dim / heads) */
     char *tied;      /* yes | no: tie the LM head to the embedding */
+    char *norm_eps;  /* RMSNorm epsilon, a number in (0, 1) (default 1e-5) */
+    char *rope_scaling; /* none | llama3 (default none) */
+    /* llama3 scaling: factor >= 1, low < high frequency factors, the
+     * context length the model was trained at; numbers as text */
+    char *rope_factor, *rope_low_freq_factor, *rope_high_freq_factor;
+    int64_t rope_original_max_pos;
+    /* a Hugging Face model directory (config.json + safetensors): the
+     * model's shape, settings and weights (io/hf.h) */
+    char *init_from;
+    int64_t pos_offset; /* the window's first position P (default 0) */
     /* sequence and attention */
     int64_t tokens;  /* sequence length T (required) */
     int causal;      /* default yes (1); 0 only when set to no: see causal_set */
@@ -91,6 +102,10 @@ int dt_spec_load_partial(const char *path, dt_spec_t *s, dt_emsg_t *em);
  * the file's: sizes accept K/M/G). Checks as dt_spec_parse does for that
  * key. */
 int dt_spec_set(dt_spec_t *s, const char *key, const char *value, dt_emsg_t *em);
+/* The checks of dt_spec_check that concern the model keys only (numbers
+ * given as text, rope scaling complete, init_from without a preset): for
+ * a spec that is not a whole job (dtengine's options). */
+int dt_spec_check_model(const dt_spec_t *s, dt_emsg_t *em);
 /* Check a spec built with dt_spec_set (the same checks as parse). */
 int dt_spec_check(const dt_spec_t *s, dt_emsg_t *em);
 /* Canonical text: one `key = value` line per set key, in table order,

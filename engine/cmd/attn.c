@@ -89,7 +89,7 @@ static int apply_spec(opts_t *o, const char *path, dt_emsg_t *em)
     if ((rc = dt_model_from_spec(s, &m, em)) < 0)
         return rc;
     snprintf(o->gen, sizeof(o->gen), "%lld,%d,%d,%d", (long long)s->tokens, m.heads, m.kv_heads,
-             m.dim / m.heads);
+             dt_model_head_dim(&m));
     o->generate = o->gen;
     o->causal = s->causal;
     o->layout = s->layout ? s->layout : s->causal ? "zigzag" : "contiguous";

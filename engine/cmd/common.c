@@ -12,28 +12,57 @@
 #include <string.h>
 
 #include "common/proto.h"
+#include "io/hfspec.h"
 #include "engine/cmd/cmd.h"
 #include "spec/dtype.h"
 #include "spec/spec.h"
 
-int dt_cmd_model_option(int c, const char *value, dt_model_cfg_t *m, dt_emsg_t *em)
+int dt_cmd_spec_option(const char *name, const char *value, dt_spec_t *s, dt_emsg_t *em)
 {
-    static const char *const names[] = { "dim", "layers", "heads", "kv-heads", "ffn", "vocab" };
-    int *field[] = { &m->dim, &m->layers, &m->heads, &m->kv_heads, &m->ffn, &m->vocab };
-    double v;
+    char key[64];
+    dt_emsg_t why = { "" };
+    size_t i;
+
+    for (i = 0; name[i] != '\0' && i + 1 < sizeof(key); i++)
+        key[i] = name[i] == '-' ? '_' : name[i];
+    key[i] = '\0';
+    if (dt_spec_set(s, key, value, &why) < 0)
+        return dt_emsg_set(em, DT_EUSAGE, "--%s: %s", name, why.s);
+    return 0;
+}
+
+int dt_cmd_model_resolve(dt_spec_t *s, dt_model_cfg_t *m, dt_emsg_t *em)
+{
     int rc;
 
-    if (c == 'm') /* the preset, from the table every binary shares (spec/model.h) */
-        return dt_model_preset(value, m, em) < 0
-                   ? dt_emsg_set(em, DT_EUSAGE, "--model '%s': tiny, llama3-8b, llama3-70b, or "
-                                 "custom with --dim --layers --heads --kv-heads --ffn --vocab",
-                                 value)
-                   : 0;
-    if (c < 1 || c > 6)
-        return dt_emsg_set(em, DT_EUSAGE, "not a model option");
-    if ((rc = dt_cmd_number(names[c - 1], value, 1, 1 << 20, &v, em)) < 0)
+    if ((rc = dt_spec_check_model(s, em)) < 0)
         return rc;
-    *field[c - 1] = (int)v;
+    if (s->init_from != NULL && (rc = dt_hf_spec_fill(s, em)) < 0)
+        return rc;
+    if ((rc = dt_model_from_spec(s, m, em)) < 0)
+        return rc;
+    return dt_model_cfg_check(m, em);
+}
+
+void dt_cmd_plan_pos_offset(json_t *plan, int64_t pos_offset)
+{
+    if (pos_offset != 0)
+        json_object_set_new(plan, "pos_offset", json_integer((json_int_t)pos_offset));
+}
+
+int dt_cmd_check_pos_offset(const char *dir, const json_t *plan, int64_t pos_offset,
+                            dt_emsg_t *em)
+{
+    json_t *v = json_object_get(plan, "pos_offset");
+    json_int_t have = json_is_integer(v) ? json_integer_value(v) : 0;
+
+    if (v != NULL && !json_is_integer(v))
+        return dt_emsg_set(em, DT_EFORMAT, "%s: the manifest's pos_offset is not an integer",
+                           dir);
+    if (have != pos_offset)
+        return dt_emsg_set(em, DT_EINVAL, "%s: written for the window at position %lld "
+                           "(pos_offset), this run's starts at %lld: a resume continues the "
+                           "same positions", dir, (long long)have, (long long)pos_offset);
     return 0;
 }
 

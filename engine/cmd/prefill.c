@@ -4,8 +4,10 @@
  * sequence split over the job's ranks (context parallel), one layer at a
  * time, with a checkpoint of the hidden state after every layer, so that an
  * interrupted prefill resumes at the last finished layer instead of at the
- * start. It prints the loss over the task's targets and writes the logits of
- * the last N positions as .npy.
+ * start. It prints the loss over the sequence's targets and its perplexity by
+ * position bucket, writes the logits of the last N positions as .npy and,
+ * with --out-dir, every position's negative log-likelihood (each rank its
+ * own rows, with their positions) and perplexity.json.
  *
  * Checkpoints (io/ckpt.h): DIR/step-NNNNNNNN/ where NNNNNNNN is the
  * number of finished layers; shard r holds rank r's hidden state as the
@@ -17,10 +19,12 @@
  * logits of an uninterrupted one. A resume needs the rank count and layout
  * that wrote the checkpoint (the hidden state is not resharded).
  *
- * The parameters are those of dt_model_init(seed), the state of `dtengine
- * train` at step 0, and the sequence is the one train sees at step 0, so
- * the prefill loss equals train's step-0 loss. Not here: loading trained
- * parameters, a KV cache for generation, batching.
+ * The parameters are a Hugging Face model's (--init-from, io/hf.h) or those
+ * of dt_model_init(seed), the state of `dtengine train` at step 0. The
+ * sequence is a document (the first T tokens of one token file) or the
+ * recall task's sequence 0, the one train sees at step 0 (so the prefill
+ * loss equals train's step-0 loss). Positions start at pos_offset. Not
+ * here: a KV cache for generation, batching.
  */
 #include "config.h"
 
@@ -48,6 +52,7 @@
 #include "engine/data/recall.h"
 #include "io/tokshard.h"
 #include "engine/model/model.h"
+#include "io/nll.h"
 #include "io/npy.h"
 #include "io/safetensors.h"
 #include "engine/wlink.h"
@@ -64,6 +69,7 @@ enum { TAG_COUNT = 312, TAG_POS, TAG_ROWS };
 typedef struct popts {
     dt_model_cfg_t model;
     int64_t T, last, ckpt_keep, ckpt_every, stop_after;
+    int64_t pos_offset; /* the first token's position (spec key pos_offset) */
     uint64_t seed;
     const char *ckpt_dir, *data, *layout, *segments, *dilations, *logits, *out_dir;
     const char *resume_from; /* a step directory, or NULL */
@@ -77,9 +83,14 @@ typedef struct popts {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: dtengine prefill [--spec FILE] --model PRESET [--dim N --layers N\n"
-               "                        --heads N --kv-heads N --ffn N --vocab N]\n"
-               "                        --data recall|SHARDS --seq-len T [--seed S]\n"
+    fprintf(f, "usage: dtengine prefill [--spec FILE] [--init-from HFDIR | --model PRESET\n"
+               "                        [--dim N --layers N --heads N --kv-heads N --ffn N\n"
+               "                        --vocab N --head-dim D --rope-theta B --tied yes|no\n"
+               "                        --norm-eps E --rope-scaling none|llama3 --rope-factor F\n"
+               "                        --rope-low-freq-factor L --rope-high-freq-factor H\n"
+               "                        --rope-original-max-pos N]]\n"
+               "                        --data recall|TOKENFILE --seq-len T [--pos-offset P]\n"
+               "                        [--seed S]\n"
                "                        [--layout contiguous|zigzag] [--no-causal]\n"
                "                        [--segments w1,.. --dilations r1,..]\n"
                "                        [--ckpt-dir DIR [--ckpt-every K] [--ckpt-keep N]\n"
@@ -103,8 +114,6 @@ static int apply_spec(popts_t *o, const char *path, dt_emsg_t *em)
         return rc;
     o->cuda = strcmp(dt_spec_device(s), "cuda") == 0;
     o->dtype = strcmp(dt_spec_dtype(s), "fp16") == 0 ? DT_F16 : DT_BF16;
-    if ((rc = dt_model_from_spec(s, &o->model, em)) < 0)
-        return rc;
     o->T = s->tokens;
     o->causal = s->causal;
     o->layout = s->layout ? s->layout : s->causal ? "zigzag" : "contiguous";
@@ -128,9 +137,8 @@ static int apply_spec(popts_t *o, const char *path, dt_emsg_t *em)
 static int parse(int argc, char **argv, popts_t *o, dt_emsg_t *em)
 {
     static const struct option lo[] = {
-        { "model", 1, NULL, 'm' },     { "dim", 1, NULL, 1 },           { "layers", 1, NULL, 2 },
-        { "heads", 1, NULL, 3 },       { "kv-heads", 1, NULL, 4 },      { "ffn", 1, NULL, 5 },
-        { "vocab", 1, NULL, 6 },       { "data", 1, NULL, 'd' },        { "seq-len", 1, NULL, 'T' },
+        DT_CMD_SPEC_OPTIONS,
+        { "data", 1, NULL, 'd' },        { "seq-len", 1, NULL, 'T' },
         { "seed", 1, NULL, 's' },      { "layout", 1, NULL, 'y' },      { "segments", 1, NULL, 'g' },
         { "dilations", 1, NULL, 'D' }, { "no-causal", 0, NULL, 'N' },   { "ckpt-dir", 1, NULL, 'c' },
         { "ckpt-keep", 1, NULL, 'K' }, { "resume", 0, NULL, 'r' },      { "logits", 1, NULL, 'o' },
@@ -141,10 +149,9 @@ static int parse(int argc, char **argv, popts_t *o, dt_emsg_t *em)
         { "help", 0, NULL, 'h' },      { NULL, 0, NULL, 0 },
     };
     double v;
-    int c, rc, dtype_given = 0;
+    int c, li, rc, dtype_given = 0;
 
     memset(o, 0, sizeof(*o));
-    dt_model_preset("tiny", &o->model, NULL);
     o->data = "recall";
     o->layout = "zigzag";
     o->causal = 1;
@@ -160,13 +167,10 @@ static int parse(int argc, char **argv, popts_t *o, dt_emsg_t *em)
             return rc;
     opterr = 0;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "", lo, &li)) != -1) {
         rc = 0;
         switch (c) {
-        case 'm': case 1: case 2: case 3: case 4: case 5: case 6:
-            if ((rc = dt_cmd_model_option(c, optarg, &o->model, em)) < 0)
-                return rc;
-            break;
+        case DT_OPT_SPEC: rc = dt_cmd_spec_option(lo[li].name, optarg, &o->spec, em); break;
         case 'd': o->data = optarg; break;
         case 'T': rc = dt_cmd_number("seq-len", optarg, 2, 1e12, &v, em), o->T = (int64_t)v; break;
         case 's': rc = dt_cmd_number("seed", optarg, 0, 9e15, &v, em), o->seed = (uint64_t)v; break;
@@ -208,6 +212,9 @@ static int parse(int argc, char **argv, popts_t *o, dt_emsg_t *em)
     }
     if (optind < argc)
         return dt_emsg_set(em, DT_EUSAGE, "unexpected argument '%s'", argv[optind]);
+    if ((rc = dt_cmd_model_resolve(&o->spec, &o->model, em)) < 0)
+        return rc;
+    o->pos_offset = o->spec.pos_offset;
     if (o->resume && o->ckpt_dir == NULL)
         return dt_emsg_set(em, DT_EUSAGE, "--resume needs --ckpt-dir");
     if (o->resume_from && o->ckpt_dir == NULL)
@@ -234,22 +241,17 @@ static int parse(int argc, char **argv, popts_t *o, dt_emsg_t *em)
 
 /* ---- checkpoints ------------------------------------------------------------ */
 
-static json_t *model_json(const dt_model_cfg_t *m)
-{
-    return json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:b}", "dim", m->dim, "layers",
-                     m->layers, "heads", m->heads, "kv_heads", m->kv_heads, "ffn", m->ffn,
-                     "vocab", m->vocab, "rope_theta", m->rope_theta, "norm_eps",
-                     (double)m->norm_eps, "tied", m->tied);
-}
-
 /* Everything besides the model and the seed that the hidden state depends
  * on. */
 static json_t *plan_json(const popts_t *o)
 {
-    return json_pack("{s:s, s:I, s:b, s:s, s:s}", "layout", o->layout, "seq_len",
-                     (json_int_t)o->T, "causal", o->causal, "segments",
-                     o->segments ? o->segments : "", "dilations",
-                     o->dilations ? o->dilations : "");
+    json_t *j = json_pack("{s:s, s:I, s:b, s:s, s:s}", "layout", o->layout, "seq_len",
+                          (json_int_t)o->T, "causal", o->causal, "segments",
+                          o->segments ? o->segments : "", "dilations",
+                          o->dilations ? o->dilations : "");
+    /* only when set: checkpoints from before pos_offset existed match */
+    dt_cmd_plan_pos_offset(j, o->pos_offset);
+    return j;
 }
 
 static json_t *rng_json(const popts_t *o)
@@ -281,7 +283,7 @@ static int save(dt_comm_t *comm, const popts_t *o, int64_t done, int64_t c, cons
     dt_cmd_save_t sv = { .cmd = "dtengine prefill", .root = o->ckpt_dir, .step = done,
                          .external = o->external, .keep = (int)o->ckpt_keep };
     if (dt_comm_rank(comm) == 0) {
-        sv.model = model_json(&o->model);
+        sv.model = dt_ckpt_model_json(&o->model);
         sv.plan = plan_json(o);
         sv.rng = rng_json(o);
     }
@@ -305,13 +307,15 @@ static void skipped(const char *dir, int err, const char *why, void *ud)
 static int match(const popts_t *o, const char *dir, int64_t *done, int *ranks, dt_emsg_t *em)
 {
     dt_ckpt_manifest_t man = { 0 };
-    json_t *want[3] = { model_json(&o->model), plan_json(o), rng_json(o) };
+    json_t *want[3] = { dt_ckpt_model_json(&o->model), plan_json(o), rng_json(o) };
     int rc = dt_ckpt_manifest_read(dir, &man, em);
 
     if (rc < 0)
         goto out;
     if (!json_equal(want[0], man.model))
         rc = dt_emsg_set(em, DT_EINVAL, "%s: written for another model shape", dir);
+    else if ((rc = dt_cmd_check_pos_offset(dir, man.plan, o->pos_offset, em)) < 0)
+        ;
     else if (!json_equal(want[1], man.plan))
         rc = dt_emsg_set(em, DT_EINVAL, "%s: written for another sequence length, layout or "
                          "attention (not a prefill checkpoint of this job)", dir);
@@ -516,22 +520,47 @@ static int gather_last(dt_comm_t *comm, const popts_t *o, int64_t c, const int64
 
 /* ---- the command ------------------------------------------------------------ */
 
-/* The sequence train sees at step 0: recall sequence 0, or the first
- * sequence of the shuffled token shards. */
+/* A document: the first T tokens of one token file (io/tokshard.h: an
+ * llm.c shard or a .npy array of ids) as the input, each position's target
+ * the token after it; the last position's is the file's token T when there
+ * is one, else none (DT_IGNORE). */
+static int document(const popts_t *o, int32_t *xs, int32_t *ys, dt_emsg_t *em)
+{
+    dt_tok_shard_t *f = NULL;
+    int64_t n, T = o->T;
+    int rc;
+
+    if ((rc = dt_tok_shard_new(o->data, &f, em)) < 0)
+        return rc;
+    n = dt_tok_shard_ntok(f);
+    if (n < T) {
+        rc = dt_emsg_set(em, DT_EINVAL, "%s: %lld tokens, fewer than the sequence length %lld "
+                         "(a prefill reads the file's first T tokens)", o->data, (long long)n,
+                         (long long)T);
+    } else if ((rc = dt_tok_shard_read(f, 0, T, xs, em)) == 0) {
+        memcpy(ys, xs + 1, (size_t)(T - 1) * sizeof(int32_t));
+        ys[T - 1] = DT_IGNORE;
+        if (n > T)
+            rc = dt_tok_shard_read(f, T, 1, ys + T - 1, em);
+    }
+    for (int64_t i = 0; i < T && rc == 0; i++)
+        if (xs[i] >= o->model.vocab || ys[i] >= o->model.vocab)
+            rc = dt_emsg_set(em, DT_ERANGE, "%s: token %lld is %d, outside the vocabulary "
+                             "of %d", o->data, (long long)(xs[i] >= o->model.vocab ? i : i + 1),
+                             xs[i] >= o->model.vocab ? xs[i] : ys[i], o->model.vocab);
+    dt_tok_shard_free(f);
+    return rc;
+}
+
+/* The sequence: a document (a token file), or the recall task's sequence
+ * 0, the one train sees at step 0. */
 static int sequence(const popts_t *o, int32_t *xs, int32_t *ys, dt_emsg_t *em)
 {
     dt_recall_opts_t task;
-    dt_loader_t *loader = NULL;
     int rc;
 
-    if (strcmp(o->data, "recall") != 0) {
-        dt_loader_opts_t lopt = { .T = o->T, .shuffle = 1, .seed = o->seed,
-                                  .vocab = o->model.vocab };
-        if ((rc = dt_loader_new_glob(o->data, &lopt, &loader, em)) == 0)
-            rc = dt_loader_next(loader, xs, ys, em);
-        dt_loader_free(loader);
-        return rc;
-    }
+    if (strcmp(o->data, "recall") != 0)
+        return document(o, xs, ys, em);
     dt_recall_opts_default(&task);
     task.T = o->T;
     task.seed = o->seed;
@@ -579,8 +608,11 @@ typedef struct prefiller {
     dt_model_layout_t lo;
     dt_model_t *m;
     float *P, *hidden, *last; /* last: rank 0's gathered logits (N, V) */
+    float *nll;               /* (c) each row's -log p(target), NaN without one */
+    dt_nll_sums_t sums;       /* by position bucket, over every rank */
     int32_t *xs, *ys, *x, *y;
-    int64_t *pos;
+    int64_t *pos;             /* (c) this rank's tokens' indices in the window */
+    int64_t *rpos;            /* (c) their positions, pos + pos_offset (RoPE's) */
     int64_t c, done;          /* tokens of this rank; layers done */
     double loss;
     int stopped;              /* the layers done at a stop (--stop-after-layer, W_STOP) */
@@ -625,7 +657,7 @@ static int prefiller_init(prefiller_t *p, dt_comm_t *comm, int argc, char **argv
     p->attn.T = o->T;
     p->attn.H = o->model.heads;
     p->attn.Hkv = o->model.kv_heads;
-    p->attn.D = o->model.dim / o->model.heads;
+    p->attn.D = dt_model_head_dim(&o->model);
     p->attn.causal = o->causal;
     if (rc == 0 && dt_layout_parse(o->layout, &p->attn.layout) < 0)
         rc = dt_emsg_set(&p->em, DT_EUSAGE, "--layout '%s': contiguous or zigzag", o->layout);
@@ -668,10 +700,12 @@ static void prefiller_alloc(prefiller_t *p)
     p->x = dt_xmallocarray((size_t)p->c, sizeof(int32_t));
     p->y = dt_xmallocarray((size_t)p->c, sizeof(int32_t));
     p->pos = dt_xmallocarray((size_t)p->c, sizeof(int64_t));
+    p->rpos = dt_xmallocarray((size_t)p->c, sizeof(int64_t));
     dt_layout_positions(p->attn.layout, o->T, p->R, p->me, p->pos);
     for (int64_t i = 0; i < p->c; i++) {
         p->x[i] = p->xs[p->pos[i]];
         p->y[i] = p->ys[p->pos[i]];
+        p->rpos[i] = p->pos[i] + o->pos_offset;
     }
     dt_model_init(&o->model, &p->lo, o->seed, p->P);
 }
@@ -684,6 +718,11 @@ static int prefiller_load_or_resume(prefiller_t *p)
     const popts_t *o = &p->o;
     int rc = 0;
 
+    /* the weights of init_from (the seeded ones otherwise, set up above) */
+    if (o->spec.init_from != NULL)
+        rc = dt_model_init_hf(&o->model, &p->lo, o->spec.init_from, p->P, &p->em);
+    if ((rc = report(p, rc)) < 0)
+        return rc;
     if (o->resume || o->resume_from) {
         char *dir = NULL;
         int ranks = 0;
@@ -720,8 +759,8 @@ static int prefiller_load_or_resume(prefiller_t *p)
         rc = p->R == 1 ? dt_ring_local_new(1, 0, &p->ring, &p->em)
                        : dt_ring_nccl_pmix_new(0, &p->ring, &p->em);
         if (rc == 0)
-            rc = dt_gmodel_new(&o->model, &p->lo, p->c, o->dtype, p->ring, p->P, p->pos, &p->gm,
-                               &p->em);
+            rc = dt_gmodel_new(&o->model, &p->lo, p->c, o->dtype, p->ring, p->P, p->rpos,
+                               &p->gm, &p->em);
         if (rc == 0)
             rc = dt_gmodel_put_hidden(p->gm, p->hidden, &p->em);
         if ((rc = report(p, rc)) < 0)
@@ -784,7 +823,7 @@ static int prefiller_layer(prefiller_t *p, int64_t l, int *stop)
         rc = dt_gmodel_layer_fwd(p->gm, &p->attn, (int)l, &p->em);
     else
 #endif
-        rc = dt_model_layer_fwd(p->m, p->comm, &p->attn, p->P, (int)l, p->pos, p->hidden,
+        rc = dt_model_layer_fwd(p->m, p->comm, &p->attn, p->P, (int)l, p->rpos, p->hidden,
                                 &p->em);
     if (rc < 0)
         return rc;
@@ -849,6 +888,40 @@ static int prefiller_layers(prefiller_t *p)
     return 0;
 }
 
+/* ---- likelihood over the sequence --------------------------------------------- */
+
+/* Each row's negative log-likelihood of its target (the loss's own
+ * kernel, one row at a time, in double), and their sums by position
+ * bucket over every rank (io/nll.h; one all-reduce). */
+static int nll_rows(prefiller_t *p, const float *logits)
+{
+    const int V = p->o.model.vocab;
+    dt_nll_sums_t *s = &p->sums;
+    int rc;
+
+    memset(s, 0, sizeof(*s));
+    p->nll = dt_xmallocarray((size_t)(p->c > 0 ? p->c : 1), sizeof(float));
+    for (int64_t i = 0; i < p->c; i++) {
+        double v = p->y[i] < 0 ? NAN : dt_xent_cpu(1, V, logits + i * V, &p->y[i], NULL, NULL);
+        p->nll[i] = (float)v;
+        dt_nll_add(s, p->rpos[i], v);
+    }
+    /* sum and count side by side: one all-reduce of both */
+    if ((rc = dt_comm_allreduce_sum_f64(p->comm, s->sum, 2 * DT_NLL_BUCKETS)) < 0)
+        return dt_emsg_set(&p->em, rc, "the likelihood all-reduce failed");
+    return 0;
+}
+
+/* --out-dir: every rank its rows' likelihood, rank 0 the summary. */
+static int write_nll(prefiller_t *p)
+{
+    int rc = dt_nll_write_shard(p->o.out_dir, p->me, p->c, p->nll, p->rpos, &p->em);
+
+    if (rc == 0 && p->me == 0)
+        rc = dt_nll_write_summary(p->o.out_dir, &p->sums, p->o.T, p->o.pos_offset, &p->em);
+    return rc;
+}
+
 /* The head: the loss over the task's targets, then the last positions'
  * logits gathered on rank 0 and written (--logits). Each phase agreed
  * and reported. */
@@ -875,6 +948,8 @@ static int prefiller_head(prefiller_t *p)
     }
     if ((rc = report(p, rc)) < 0)
         return rc;
+    if ((rc = report(p, nll_rows(p, logits))) < 0)
+        return rc;
     if (p->me == 0)
         p->last = dt_xaligned((size_t)(o->last * o->model.vocab), sizeof(float));
     rc = gather_last(p->comm, o, p->c, p->pos, logits, p->last);
@@ -888,7 +963,9 @@ static int prefiller_head(prefiller_t *p)
         int64_t shape[2] = { o->last, o->model.vocab };
         rc = dt_npy_save(o->logits, DT_F32, 2, shape, p->last, &p->em);
     }
-    return report(p, rc);
+    if ((rc = report(p, rc)) < 0 || o->out_dir == NULL)
+        return rc;
+    return report(p, write_nll(p));
 }
 
 /* Rank 0: the loss and the digest of the last logits. */
@@ -902,13 +979,29 @@ static void prefiller_finish(const prefiller_t *p)
     dt_sha256_hex(p->last, (size_t)(o->last * o->model.vocab) * sizeof(float), hex);
     printf("prefill: tokens=%lld layers=%d loss %.9f\n", (long long)o->T, o->model.layers,
            p->loss);
+    dt_nll_print(stdout, &p->sums, o->T, o->pos_offset);
     printf("result: tokens=%lld layers=%d last=%lld logits_sha256=%s\n", (long long)o->T,
            o->model.layers, (long long)o->last, hex);
     fflush(stdout);
-    /* for the agent: the loss, the logits' digest and where they are */
+    /* for the agent: the loss, the logits' digest and where they are (and
+     * the perplexity summary, beside the likelihood shards) */
     char *path = o->logits ? realpath(o->logits, NULL) : NULL;
-    const char *outs[] = { path ? path : o->logits };
-    dt_wlink_result(o->model.layers, p->loss, NAN, hex, outs, o->logits ? 1 : 0);
+    char *ppl = NULL;
+    const char *outs[2];
+    int nout = 0;
+    if (o->logits)
+        outs[nout++] = path ? path : o->logits;
+    if (o->out_dir) {
+        char *f = dt_xasprintf("%s/perplexity.json", o->out_dir);
+        ppl = realpath(f, NULL);
+        outs[nout++] = ppl ? ppl : f;
+        if (ppl)
+            free(f);
+        else
+            ppl = f;
+    }
+    dt_wlink_result(o->model.layers, p->loss, NAN, hex, outs, nout);
+    free(ppl);
     free(path);
 }
 
@@ -935,6 +1028,8 @@ static void prefiller_close(prefiller_t *p)
     free(p->x);
     free(p->y);
     free(p->pos);
+    free(p->rpos);
+    free(p->nll);
 }
 
 /* ---- the command ------------------------------------------------------------ */

@@ -69,6 +69,7 @@
 typedef struct topts {
     dt_model_cfg_t model;
     int64_t T, steps, ckpt_every, ckpt_keep, batch;
+    int64_t pos_offset; /* the first token's position (spec key pos_offset) */
     uint64_t seed;
     const char *ckpt_dir, *data, *layout, *segments, *dilations, *params_out;
     const char *resume_from; /* a step directory, or NULL */
@@ -85,9 +86,14 @@ typedef struct topts {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: dtengine train [--spec FILE] --model PRESET [--dim N --layers N --heads N\n"
-               "                      --kv-heads N --ffn N --vocab N] --data recall|SHARDS\n"
-               "                      --seq-len T --steps N\n"
+    fprintf(f, "usage: dtengine train [--spec FILE] [--init-from HFDIR | --model PRESET\n"
+               "                      [--dim N --layers N --heads N --kv-heads N --ffn N\n"
+               "                      --vocab N --head-dim D --rope-theta B --tied yes|no\n"
+               "                      --norm-eps E --rope-scaling none|llama3 --rope-factor F\n"
+               "                      --rope-low-freq-factor L --rope-high-freq-factor H\n"
+               "                      --rope-original-max-pos N]]\n"
+               "                      --data recall|TOKENFILES --seq-len T --steps N\n"
+               "                      [--pos-offset P]\n"
                "                      [--ckpt-dir DIR --ckpt-every K [--ckpt-keep N]]\n"
                "                      [--ckpt-commit self|external] [--resume | --resume-from DIR]\n"
                "                      [--seed S] [--lr X] [--min-lr X] [--warmup N]\n"
@@ -111,9 +117,8 @@ static int apply_spec(topts_t *o, const char *path, dt_emsg_t *em)
         return rc;
     o->cuda = strcmp(dt_spec_device(s), "cuda") == 0;
     o->dtype = strcmp(dt_spec_dtype(s), "fp16") == 0 ? DT_F16 : DT_BF16;
-    /* the model as dtctl plan and dtcoordd resolve it (spec/model.h) */
-    if ((rc = dt_model_from_spec(s, &o->model, em)) < 0)
-        return rc;
+    /* the model keys stay in the spec: options may add to them, then
+     * dt_cmd_model_resolve resolves them as dtctl plan and dtcoordd do */
     if (s->tokens > 0)
         o->T = s->tokens;
     if (s->causal_set)
@@ -149,9 +154,8 @@ static int apply_spec(topts_t *o, const char *path, dt_emsg_t *em)
 static int parse(int argc, char **argv, topts_t *o, dt_emsg_t *em)
 {
     static const struct option lo[] = {
-        { "model", 1, NULL, 'm' },      { "dim", 1, NULL, 1 },         { "layers", 1, NULL, 2 },
-        { "heads", 1, NULL, 3 },        { "kv-heads", 1, NULL, 4 },    { "ffn", 1, NULL, 5 },
-        { "vocab", 1, NULL, 6 },        { "data", 1, NULL, 'd' },      { "seq-len", 1, NULL, 'T' },
+        DT_CMD_SPEC_OPTIONS,
+        { "data", 1, NULL, 'd' },      { "seq-len", 1, NULL, 'T' },
         { "steps", 1, NULL, 'n' },      { "ckpt-dir", 1, NULL, 'c' },  { "ckpt-every", 1, NULL, 'k' },
         { "ckpt-keep", 1, NULL, 'K' },  { "resume", 0, NULL, 'r' },    { "seed", 1, NULL, 's' },
         { "lr", 1, NULL, 'l' },         { "min-lr", 1, NULL, 'L' },    { "warmup", 1, NULL, 'w' },
@@ -166,10 +170,9 @@ static int parse(int argc, char **argv, topts_t *o, dt_emsg_t *em)
     static const char *const tasknames[] = { "recall-keys", "recall-values", "recall-pairs",
                                              "recall-queries" };
     double v;
-    int c, rc, dtype_given = 0;
+    int c, li, rc, dtype_given = 0;
 
     memset(o, 0, sizeof(*o));
-    dt_model_preset("tiny", &o->model, NULL);
     o->dtype = DT_BF16;
     o->data = "recall";
     o->layout = "zigzag";
@@ -191,13 +194,10 @@ static int parse(int argc, char **argv, topts_t *o, dt_emsg_t *em)
             return rc;
     opterr = 0;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "", lo, &li)) != -1) {
         rc = 0;
         switch (c) {
-        case 'm': case 1: case 2: case 3: case 4: case 5: case 6:
-            if ((rc = dt_cmd_model_option(c, optarg, &o->model, em)) < 0)
-                return rc;
-            break;
+        case DT_OPT_SPEC: rc = dt_cmd_spec_option(lo[li].name, optarg, &o->spec, em); break;
         case 7: case 8: case 9: case 10:
             if ((rc = dt_cmd_number(tasknames[c - 7], optarg, 1, 1 << 20, &v, em)) < 0)
                 return rc;
@@ -249,6 +249,9 @@ static int parse(int argc, char **argv, topts_t *o, dt_emsg_t *em)
     }
     if (optind < argc)
         return dt_emsg_set(em, DT_EUSAGE, "unexpected argument '%s'", argv[optind]);
+    if ((rc = dt_cmd_model_resolve(&o->spec, &o->model, em)) < 0)
+        return rc;
+    o->pos_offset = o->spec.pos_offset;
     /* a spec names the interval for whoever runs it; without a directory
      * (the coordinator gives one) there is nowhere to write: none */
     if (o->ckpt_dir == NULL && o->every_from_spec)
@@ -272,14 +275,6 @@ static void slice(int64_t n, int R, int r, int64_t *off, int64_t *len)
 {
     *off = n * r / R;
     *len = n * (r + 1) / R - *off;
-}
-
-static json_t *model_json(const dt_model_cfg_t *m)
-{
-    return json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:b}", "dim", m->dim, "layers",
-                     m->layers, "heads", m->heads, "kv_heads", m->kv_heads, "ffn", m->ffn,
-                     "vocab", m->vocab, "rope_theta", m->rope_theta, "norm_eps",
-                     (double)m->norm_eps, "tied", m->tied);
 }
 
 static json_t *cursor_json(const dt_loader_cursor_t *cur)
@@ -322,9 +317,10 @@ static int save(dt_comm_t *comm, const topts_t *o, int64_t step, int64_t n, cons
                          .external = o->external, .keep = (int)o->ckpt_keep,
                          .data_cursor = step };
     if (me == 0) {
-        sv.model = model_json(&o->model);
+        sv.model = dt_ckpt_model_json(&o->model);
         sv.plan = json_pack("{s:s, s:I, s:I}", "layout", o->layout, "seq_len", (json_int_t)o->T,
                             "batch", (json_int_t)o->batch);
+        dt_cmd_plan_pos_offset(sv.plan, o->pos_offset);
         sv.rng = json_pack("{s:I, s:s, s:o}", "seed", (json_int_t)o->seed, "data", o->data,
                            "cursor", cursor_json(cur));
     }
@@ -423,13 +419,15 @@ static int load(dt_comm_t *comm, const topts_t *o, int64_t n, float *P, float *M
     dt_wlink_heartbeat();
     if ((rc = dt_ckpt_manifest_read(dir, &man, em)) < 0)
         goto out;
-    json_t *want = model_json(&o->model);
+    json_t *want = dt_ckpt_model_json(&o->model);
     if (!json_equal(want, man.model)) {
         rc = dt_emsg_set(em, DT_EINVAL, "%s: written for another model shape", dir);
         json_decref(want);
         goto out;
     }
     json_decref(want);
+    if ((rc = dt_cmd_check_pos_offset(dir, man.plan, o->pos_offset, em)) < 0)
+        goto out;
     rc = dt_ckpt_read_train(dir, &man, n, P, M, V, heartbeat, NULL, em);
     if (rc == 0 && loader) {
         json_t *cj = json_object_get(man.rng, "cursor");
@@ -484,7 +482,8 @@ typedef struct trainer {
     int64_t n, c;        /* parameters; tokens of this rank */
     float *P, *G, *Gb, *M, *V;
     int32_t *xs, *ys, *x, *y;
-    int64_t *pos;
+    int64_t *pos;  /* (c) this rank's tokens' indices in the sequence */
+    int64_t *rpos; /* (c) their positions: pos + pos_offset (RoPE's) */
     int64_t start;       /* the step this run starts at (a resume's) */
     passed_t passed;     /* checkpoints --resume passed over */
     dt_adamw_cfg_t acfg;
@@ -593,7 +592,7 @@ static int trainer_init(trainer_t *t, dt_comm_t *comm, int argc, char **argv)
     t->attn.T = o->T;
     t->attn.H = o->model.heads;
     t->attn.Hkv = o->model.kv_heads;
-    t->attn.D = o->model.dim / o->model.heads;
+    t->attn.D = dt_model_head_dim(&o->model);
     t->attn.causal = o->causal;
     if (rc == 0 && dt_layout_parse(o->layout, &t->attn.layout) < 0)
         rc = dt_emsg_set(&t->em, DT_EUSAGE, "--layout '%s': contiguous or zigzag", o->layout);
@@ -646,7 +645,10 @@ static void trainer_alloc(trainer_t *t)
     t->x = dt_xmallocarray((size_t)t->c, sizeof(int32_t));
     t->y = dt_xmallocarray((size_t)t->c, sizeof(int32_t));
     t->pos = dt_xmallocarray((size_t)t->c, sizeof(int64_t));
+    t->rpos = dt_xmallocarray((size_t)t->c, sizeof(int64_t));
     dt_layout_positions(t->attn.layout, o->T, t->R, t->me, t->pos);
+    for (int64_t i = 0; i < t->c; i++)
+        t->rpos[i] = t->pos[i] + o->pos_offset;
     dt_model_init(&o->model, &t->lo, o->seed, t->P);
     t->acfg = (dt_adamw_cfg_t){ .beta1 = 0.9, .beta2 = 0.95, .eps = o->eps,
                                 .weight_decay = o->wd };
@@ -665,6 +667,10 @@ static int trainer_load_or_resume(trainer_t *t)
     t->passed.external = o->external;
     if (o->resume || o->resume_from)
         rc = load(t->comm, o, t->n, t->P, t->M, t->V, t->loader, &t->start, &t->passed, &t->em);
+    /* no checkpoint to continue: the weights of init_from, every rank its
+     * own copy (each reads only the tensors' byte ranges) */
+    if (rc == 0 && t->start == 0 && o->spec.init_from != NULL)
+        rc = dt_model_init_hf(&o->model, &t->lo, o->spec.init_from, t->P, &t->em);
     if ((rc = dt_agree_report(t->comm, rc, "dtengine train", t->em.s, NULL)) < 0)
         return rc;
     /* every rank has chosen and read its checkpoint: only now are the
@@ -681,7 +687,7 @@ static int trainer_load_or_resume(trainer_t *t)
                        : dt_ring_nccl_pmix_new(0, &t->ring, &t->em);
         if (rc == 0)
             rc = dt_gtrain_new(&o->model, &t->lo, t->c, o->dtype, t->ring, t->P, t->M, t->V,
-                               t->pos, &t->gm, &t->em);
+                               t->rpos, &t->gm, &t->em);
         /* a device failure is this rank's alone (agree.h) */
         if ((rc = dt_agree_report(t->comm, rc, "dtengine train", t->em.s, NULL)) < 0)
             return rc;
@@ -738,7 +744,7 @@ static int trainer_batch(trainer_t *t, int64_t step, double *loss, step_ctl_t *c
             continue;
         }
 #endif
-        if ((rc = dt_model_step(t->m, t->comm, &t->attn, t->P, t->x, t->y, t->pos,
+        if ((rc = dt_model_step(t->m, t->comm, &t->attn, t->P, t->x, t->y, t->rpos,
                                 o->batch > 1 ? t->Gb : t->G, &lb, &t->em)) < 0)
             return rc;
         *loss += lb / (double)o->batch;
@@ -1016,6 +1022,7 @@ static void trainer_close(trainer_t *t)
     free(t->x);
     free(t->y);
     free(t->pos);
+    free(t->rpos);
 }
 
 /* ---- the command ------------------------------------------------------------ */

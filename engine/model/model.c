@@ -21,43 +21,8 @@
 #include "common/mem.h"
 #include "engine/data/gen.h"
 #include "engine/model/model.h"
+#include "io/hf.h"
 #include "kernels/cpu/layers_cpu.h"
-
-void dt_model_layout_init(dt_model_layout_t *lo, const dt_model_cfg_t *c)
-{
-    int64_t d = c->dim, D = c->dim / c->heads, off = 0;
-
-    lo->layer = dt_xcalloc((size_t)c->layers, sizeof(*lo->layer));
-    lo->tok_emb = off;
-    off += (int64_t)c->vocab * d;
-    for (int l = 0; l < c->layers; l++) {
-        dt_model_layer_off_t *L = &lo->layer[l];
-        L->attn_norm = off, off += d;
-        L->wq = off, off += (int64_t)c->heads * D * d;
-        L->wk = off, off += (int64_t)c->kv_heads * D * d;
-        L->wv = off, off += (int64_t)c->kv_heads * D * d;
-        L->wo = off, off += d * (int64_t)c->heads * D;
-        L->mlp_norm = off, off += d;
-        L->w1 = off, off += (int64_t)c->ffn * d;
-        L->w3 = off, off += (int64_t)c->ffn * d;
-        L->w2 = off, off += d * (int64_t)c->ffn;
-    }
-    lo->final_norm = off;
-    off += d;
-    if (c->tied) {
-        lo->lm_head = lo->tok_emb;
-    } else {
-        lo->lm_head = off;
-        off += (int64_t)c->vocab * d;
-    }
-    lo->nparams = off;
-}
-
-void dt_model_layout_close(dt_model_layout_t *lo)
-{
-    free(lo->layer);
-    lo->layer = NULL;
-}
 
 static void fill(uint64_t seed, uint64_t stream, float *p, int64_t n, float stddev)
 {
@@ -75,7 +40,7 @@ static void ones(float *p, int64_t n)
 void dt_model_init(const dt_model_cfg_t *c, const dt_model_layout_t *lo, uint64_t seed,
                    float *params)
 {
-    int64_t d = c->dim, D = c->dim / c->heads;
+    int64_t d = c->dim, D = dt_model_head_dim(c);
     float s = 0.02f, sr = 0.02f / sqrtf(2.0f * (float)c->layers);
     uint64_t stream = 100;
 
@@ -95,6 +60,37 @@ void dt_model_init(const dt_model_cfg_t *c, const dt_model_layout_t *lo, uint64_
     ones(params + lo->final_norm, d);
     if (!c->tied)
         fill(seed, stream++, params + lo->lm_head, (int64_t)c->vocab * d, s);
+}
+
+int dt_model_init_hf(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, const char *dir,
+                     float *params, dt_emsg_t *em)
+{
+    dt_hf_t *h = NULL;
+    const dt_model_cfg_t *hc;
+    int rc;
+
+    if ((rc = dt_hf_open(dir, &h, em)) < 0)
+        return rc;
+    hc = dt_hf_cfg(h);
+    if (hc->dim != cfg->dim || hc->layers != cfg->layers || hc->heads != cfg->heads ||
+        hc->kv_heads != cfg->kv_heads || hc->ffn != cfg->ffn || hc->vocab != cfg->vocab ||
+        dt_model_head_dim(hc) != dt_model_head_dim(cfg) || hc->tied != cfg->tied) {
+        dt_hf_close(h);
+        return dt_emsg_set(em, DT_EINVAL, "%s: the model's shape is not this run's (dim %d, "
+                           "layers %d, heads %d, kv_heads %d, ffn %d, vocab %d)", dir,
+                           cfg->dim, cfg->layers, cfg->heads, cfg->kv_heads, cfg->ffn,
+                           cfg->vocab);
+    }
+    for (int t = 0; t < DT_HF_NTENSORS && rc == 0; t++) {
+        if (t == DT_HF_LM_HEAD && cfg->tied)
+            continue;
+        int n = dt_hf_per_layer((dt_hf_tensor_t)t) ? cfg->layers : 1;
+        for (int l = 0; l < n && rc == 0; l++)
+            rc = dt_hf_read(h, (dt_hf_tensor_t)t, l,
+                            params + dt_hf_offset(lo, (dt_hf_tensor_t)t, l), em);
+    }
+    dt_hf_close(h);
+    return rc;
 }
 
 /* ---- working state -------------------------------------------------------- */
@@ -124,7 +120,7 @@ static float *buf(int64_t n)
 static dt_model_t *model_alloc(const dt_model_cfg_t *cfg, int64_t c, int nact)
 {
     dt_model_t *m = dt_xcalloc(1, sizeof(*m));
-    int64_t d = cfg->dim, D = cfg->dim / cfg->heads, qd = (int64_t)cfg->heads * D,
+    int64_t d = cfg->dim, D = dt_model_head_dim(cfg), qd = (int64_t)cfg->heads * D,
             kd = (int64_t)cfg->kv_heads * D, f = cfg->ffn;
 
     m->cfg = *cfg;
@@ -149,7 +145,7 @@ static dt_model_t *model_alloc(const dt_model_cfg_t *cfg, int64_t c, int nact)
 dt_model_t *dt_model_new(const dt_model_cfg_t *cfg, int64_t c)
 {
     dt_model_t *m = model_alloc(cfg, c, cfg->layers);
-    int64_t d = cfg->dim, D = cfg->dim / cfg->heads, qd = (int64_t)cfg->heads * D,
+    int64_t d = cfg->dim, D = dt_model_head_dim(cfg), qd = (int64_t)cfg->heads * D,
             kd = (int64_t)cfg->kv_heads * D, f = cfg->ffn;
 
     m->dx = buf(c * d), m->dh = buf(c * d);
@@ -199,7 +195,7 @@ static void add(float *y, const float *x, int64_t n)
 static int check_attn(const dt_model_t *m, const dt_attn_spec_t *attn, dt_emsg_t *em)
 {
     const dt_model_cfg_t *cf = &m->cfg;
-    const int64_t D = cf->dim / cf->heads, H = cf->heads, Hkv = cf->kv_heads;
+    const int64_t D = dt_model_head_dim(cf), H = cf->heads, Hkv = cf->kv_heads;
 
     if (attn->H != H || attn->Hkv != Hkv || attn->D != D)
         return dt_emsg_set(em, DT_ESHAPE, "attention (H=%d, Hkv=%d, D=%d) does not match the "
@@ -214,7 +210,7 @@ static int layer_fwd(dt_model_t *m, dt_comm_t *comm, const dt_attn_spec_t *attn,
 {
     const dt_model_cfg_t *cf = &m->cfg;
     const dt_model_layer_off_t *L = &m->lo.layer[l];
-    const int64_t c = m->c, d = cf->dim, D = cf->dim / cf->heads, H = cf->heads,
+    const int64_t c = m->c, d = cf->dim, D = dt_model_head_dim(cf), H = cf->heads,
                   Hkv = cf->kv_heads, qd = H * D, kd = Hkv * D, f = cf->ffn;
     int rc;
 
@@ -223,8 +219,8 @@ static int layer_fwd(dt_model_t *m, dt_comm_t *comm, const dt_attn_spec_t *attn,
     dt_linear_fwd_cpu(c, cf->dim, (int)qd, A->h1, P + L->wq, A->q);
     dt_linear_fwd_cpu(c, cf->dim, (int)kd, A->h1, P + L->wk, A->k);
     dt_linear_fwd_cpu(c, cf->dim, (int)kd, A->h1, P + L->wv, A->v);
-    dt_rope_fwd_cpu(c, (int)H, (int)D, pos, cf->rope_theta, A->q);
-    dt_rope_fwd_cpu(c, (int)Hkv, (int)D, pos, cf->rope_theta, A->k);
+    dt_rope_fwd_cpu(c, (int)H, (int)D, pos, &cf->rope, A->q);
+    dt_rope_fwd_cpu(c, (int)Hkv, (int)D, pos, &cf->rope, A->k);
     if ((rc = dt_attn_fwd(comm, attn, A->q, A->k, A->v, A->o, A->lse, NULL, em)) < 0)
         return rc;
     dt_linear_fwd_cpu(c, (int)qd, cf->dim, A->o, P + L->wo, m->dt);
@@ -309,7 +305,7 @@ int dt_model_step(dt_model_t *m, dt_comm_t *comm, const dt_attn_spec_t *attn,
 {
     const dt_model_cfg_t *cf = &m->cfg;
     const dt_model_layout_t *lo = &m->lo;
-    const int64_t c = m->c, d = cf->dim, D = cf->dim / cf->heads, H = cf->heads,
+    const int64_t c = m->c, d = cf->dim, D = dt_model_head_dim(cf), H = cf->heads,
                   Hkv = cf->kv_heads, qd = H * D, kd = Hkv * D, f = cf->ffn, V = cf->vocab;
     int rc;
 
@@ -370,8 +366,8 @@ int dt_model_step(dt_model_t *m, dt_comm_t *comm, const dt_attn_spec_t *attn,
         if ((rc = dt_attn_bwd(comm, attn, A->q, A->k, A->v, A->o, A->lse, m->do_, m->dq, m->dk,
                               m->dv, NULL, em)) < 0)
             return rc;
-        dt_rope_bwd_cpu(c, (int)H, (int)D, pos, cf->rope_theta, m->dq);
-        dt_rope_bwd_cpu(c, (int)Hkv, (int)D, pos, cf->rope_theta, m->dk);
+        dt_rope_bwd_cpu(c, (int)H, (int)D, pos, &cf->rope, m->dq);
+        dt_rope_bwd_cpu(c, (int)Hkv, (int)D, pos, &cf->rope, m->dk);
         dt_linear_bwd_cpu(c, cf->dim, (int)qd, A->h1, P + L->wq, m->dq, m->dh, G + L->wq);
         dt_linear_bwd_cpu(c, cf->dim, (int)kd, A->h1, P + L->wk, m->dk, m->dt, G + L->wk);
         add(m->dh, m->dt, c * d);

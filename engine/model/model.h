@@ -8,8 +8,9 @@
  * RMSNorm -> SwiGLU MLP -> residual; final RMSNorm; LM head (tied to the
  * embedding or not); cross-entropy.
  *
- * Parameters live in one flat fp32 array in a fixed order (dt_model_layout)
- * so the optimizer, the gradient all-reduce and checkpoints see one buffer.
+ * Parameters live in one flat fp32 array in a fixed order (dt_model_layout_t,
+ * spec/model.h) so the optimizer, the gradient all-reduce and checkpoints
+ * see one buffer.
  * Shapes use the glossary: c tokens on this rank, d = dim, H heads, Hkv kv
  * heads, D = d / H, f = ffn, V = vocab.
  *
@@ -26,26 +27,23 @@
 #include "engine/comm/comm.h"
 #include "spec/model.h"
 
-/* Offsets (in floats) of each tensor in the flat parameter array. */
-typedef struct dt_model_layer_off {
-    int64_t attn_norm, wq, wk, wv, wo, mlp_norm, w1, w3, w2;
-} dt_model_layer_off_t;
-
-typedef struct dt_model_layout {
-    int64_t tok_emb;           /* (V, d) */
-    dt_model_layer_off_t *layer; /* [layers] */
-    int64_t final_norm;        /* (d) */
-    int64_t lm_head;           /* (V, d); equals tok_emb when tied */
-    int64_t nparams;
-} dt_model_layout_t;
-
-void dt_model_layout_init(dt_model_layout_t *lo, const dt_model_cfg_t *cfg);
-void dt_model_layout_close(dt_model_layout_t *lo);
+/* The flat layout (dt_model_layout_t, dt_model_layout_init) is spec/model.h's:
+ * checkpoints and the Hugging Face export read the same offsets. */
 
 /* Deterministic initialisation from a seed: linear weights N(0, 0.02), the
  * residual projections (wo, w2) N(0, 0.02 / sqrt(2 L)), norm gains 1. */
 void dt_model_init(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, uint64_t seed,
                    float *params);
+
+/* The parameters of a Hugging Face model directory (io/hf.h) instead of
+ * the seeded initialisation: every tensor read (pread, converted to fp32,
+ * q and k rows permuted to dt's RoPE pairs) into its place of params. The
+ * directory's config must be cfg (the run resolved it from the same file):
+ * DT_EINVAL naming the directory otherwise. Errors of dt_hf_open and
+ * dt_hf_read, naming the file and the tensor. */
+struct dt_hf;
+int dt_model_init_hf(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, const char *dir,
+                     float *params, dt_emsg_t *em);
 
 /* Per-rank working state: activations for c local tokens. */
 typedef struct dt_model dt_model_t;

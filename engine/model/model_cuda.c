@@ -181,7 +181,7 @@ static int64_t max3(int64_t a, int64_t b, int64_t c)
 static int upload(dt_gmodel_t *g, const dt_model_layout_t *lo, const float *P, dt_emsg_t *em)
 {
     const dt_model_cfg_t *cf = &g->cfg;
-    const int64_t d = cf->dim, D = cf->dim / cf->heads, qd = cf->heads * D,
+    const int64_t d = cf->dim, D = dt_model_head_dim(cf), qd = cf->heads * D,
                   kd = cf->kv_heads * D, f = cf->ffn, V = cf->vocab;
     float *stage = NULL;
     int rc;
@@ -213,7 +213,7 @@ int dt_gmodel_new(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, int64_
                   dt_dtype_t dtype, dt_ring_t *ring, const float *P, const int64_t *pos,
                   dt_gmodel_t **out, dt_emsg_t *em)
 {
-    const int64_t d = cfg->dim, D = cfg->dim / cfg->heads, qd = cfg->heads * D,
+    const int64_t d = cfg->dim, D = dt_model_head_dim(cfg), qd = cfg->heads * D,
                   kd = cfg->kv_heads * D, f = cfg->ffn, V = cfg->vocab;
     const size_t F = sizeof(float), half = 2;
     dt_gmodel_t *g;
@@ -311,7 +311,7 @@ static int linear(dt_gmodel_t *g, int64_t rows, int din, int dout, const float *
 int dt_gmodel_layer_fwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, int l, dt_emsg_t *em)
 {
     const dt_model_cfg_t *cf = &g->cfg;
-    const int64_t c = g->c, d = cf->dim, D = cf->dim / cf->heads, H = cf->heads,
+    const int64_t c = g->c, d = cf->dim, D = dt_model_head_dim(cf), H = cf->heads,
                   Hkv = cf->kv_heads, qd = H * D, kd = Hkv * D, f = cf->ffn;
     const glayer_t *L;
     int rc;
@@ -332,8 +332,8 @@ int dt_gmodel_layer_fwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, int l, dt_em
                                  g->st, em)) < 0 ||
         (rc = dt_linear_fwd_cuda(g->blas, g->dt, c, (int)d, (int)kd, g->hb, L->wv, DT_F32, g->v,
                                  g->st, em)) < 0 ||
-        (rc = dt_rope_fwd_cuda(c, (int)H, (int)D, g->pos, cf->rope_theta, g->q, g->st, em)) < 0 ||
-        (rc = dt_rope_fwd_cuda(c, (int)Hkv, (int)D, g->pos, cf->rope_theta, g->k, g->st, em)) < 0 ||
+        (rc = dt_rope_fwd_cuda(c, (int)H, (int)D, g->pos, &cf->rope, g->q, g->st, em)) < 0 ||
+        (rc = dt_rope_fwd_cuda(c, (int)Hkv, (int)D, g->pos, &cf->rope, g->k, g->st, em)) < 0 ||
         (rc = dt_cast_from_f32_cuda(g->dt, c * qd, g->q, g->qb, g->st, em)) < 0 ||
         (rc = dt_cast_from_f32_cuda(g->dt, c * kd, g->k, g->kb, g->st, em)) < 0 ||
         (rc = dt_cast_from_f32_cuda(g->dt, c * kd, g->v, g->vb, g->st, em)) < 0)
@@ -422,7 +422,7 @@ int dt_gtrain_new(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, int64_
                   dt_dtype_t dtype, dt_ring_t *ring, const float *P, const float *M,
                   const float *V, const int64_t *pos, dt_gmodel_t **out, dt_emsg_t *em)
 {
-    const int64_t d = cfg->dim, D = cfg->dim / cfg->heads, qd = cfg->heads * D,
+    const int64_t d = cfg->dim, D = dt_model_head_dim(cfg), qd = cfg->heads * D,
                   kd = cfg->kv_heads * D, f = cfg->ffn, Vv = cfg->vocab;
     const size_t F = sizeof(float), half = 2;
     dt_gmodel_t *g;
@@ -537,7 +537,7 @@ static int mm_bwd(dt_gmodel_t *g, int64_t rows, int din, int dout, const void *x
 static int tlayer_fwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, int l, dt_emsg_t *em)
 {
     const dt_model_cfg_t *cf = &g->cfg;
-    const int64_t c = g->c, d = cf->dim, D = cf->dim / cf->heads, H = cf->heads,
+    const int64_t c = g->c, d = cf->dim, D = dt_model_head_dim(cf), H = cf->heads,
                   Hkv = cf->kv_heads, qd = H * D, kd = Hkv * D, f = cf->ffn;
     const size_t F = sizeof(float);
     const glayer_t *L = &g->layer[l];
@@ -553,8 +553,8 @@ static int tlayer_fwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, int l, dt_emsg
         (rc = mm(g, c, (int)d, (int)qd, A->h1b, L->wq, g->q, em)) < 0 ||
         (rc = mm(g, c, (int)d, (int)kd, A->h1b, L->wk, g->k, em)) < 0 ||
         (rc = mm(g, c, (int)d, (int)kd, A->h1b, L->wv, g->v, em)) < 0 ||
-        (rc = dt_rope_fwd_cuda(c, (int)H, (int)D, g->pos, cf->rope_theta, g->q, g->st, em)) < 0 ||
-        (rc = dt_rope_fwd_cuda(c, (int)Hkv, (int)D, g->pos, cf->rope_theta, g->k, g->st, em)) < 0 ||
+        (rc = dt_rope_fwd_cuda(c, (int)H, (int)D, g->pos, &cf->rope, g->q, g->st, em)) < 0 ||
+        (rc = dt_rope_fwd_cuda(c, (int)Hkv, (int)D, g->pos, &cf->rope, g->k, g->st, em)) < 0 ||
         (rc = dt_cast_from_f32_cuda(dt, c * qd, g->q, A->qb, g->st, em)) < 0 ||
         (rc = dt_cast_from_f32_cuda(dt, c * kd, g->k, A->kb, g->st, em)) < 0 ||
         (rc = dt_cast_from_f32_cuda(dt, c * kd, g->v, A->vb, g->st, em)) < 0)
@@ -589,7 +589,7 @@ static int tlayer_bwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, int l, dt_emsg
     const dt_model_cfg_t *cf = &g->cfg;
     gtrain_t *T = g->tr;
     const dt_model_layer_off_t *O = &T->lo.layer[l];
-    const int64_t c = g->c, d = cf->dim, D = cf->dim / cf->heads, H = cf->heads,
+    const int64_t c = g->c, d = cf->dim, D = dt_model_head_dim(cf), H = cf->heads,
                   Hkv = cf->kv_heads, qd = H * D, kd = Hkv * D, f = cf->ffn;
     const glayer_t *L = &g->layer[l];
     const tact_t *A = &T->act[l];
@@ -615,8 +615,8 @@ static int tlayer_bwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, int l, dt_emsg
                         .dout = T->dob, .dq = T->dq, .dk = T->dk, .dv = T->dv };
     if ((rc = dt_ring_attn_bwd(g->ring, attn, g->dt, &io, NULL, em)) < 0)
         return rc;
-    if ((rc = dt_rope_bwd_cuda(c, (int)H, (int)D, g->pos, cf->rope_theta, T->dq, g->st, em)) < 0 ||
-        (rc = dt_rope_bwd_cuda(c, (int)Hkv, (int)D, g->pos, cf->rope_theta, T->dk, g->st, em)) < 0 ||
+    if ((rc = dt_rope_bwd_cuda(c, (int)H, (int)D, g->pos, &cf->rope, T->dq, g->st, em)) < 0 ||
+        (rc = dt_rope_bwd_cuda(c, (int)Hkv, (int)D, g->pos, &cf->rope, T->dk, g->st, em)) < 0 ||
         (rc = mm_bwd(g, c, (int)d, (int)qd, A->h1b, L->wq, T->dq, T->dh, G + O->wq, em)) < 0 ||
         (rc = mm_bwd(g, c, (int)d, (int)kd, A->h1b, L->wk, T->dk, g->t, G + O->wk, em)) < 0 ||
         (rc = dt_add_f32_cuda(c * d, g->t, T->dh, g->st, em)) < 0 ||
@@ -670,7 +670,7 @@ int dt_gtrain_fwd_bwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, const int32_t 
     if (T == NULL)
         return dt_emsg_set(em, DT_EINVAL, "a forward-only GPU model (dt_gmodel_new) cannot "
                            "take a step");
-    if (attn->H != cf->heads || attn->Hkv != cf->kv_heads || attn->D != cf->dim / cf->heads)
+    if (attn->H != cf->heads || attn->Hkv != cf->kv_heads || attn->D != dt_model_head_dim(cf))
         return dt_emsg_set(em, DT_ESHAPE, "attention (H=%d, Hkv=%d, D=%d) does not match the "
                            "model", attn->H, attn->Hkv, attn->D);
     if ((rc = dt_tokens_check(c, cf->vocab, x, 0, em)) < 0 ||

@@ -138,8 +138,8 @@ void dt_rmsnorm_bwd_cpu(int64_t T, int d, const float *x, const float *g, const 
 
 /* Rotate every pair of x (T, H, D) by sign * angle. The cos/sin of a row
  * are shared by its H heads, so they are computed once per row. */
-static void rope_apply_cpu(int64_t T, int H, int D, const int64_t *pos, double theta, double sign,
-                           float *x)
+static void rope_apply_cpu(int64_t T, int H, int D, const int64_t *pos, const dt_rope_t *rope,
+                           double sign, float *x)
 {
     const int half = D / 2;
     double *fh = dt_xmallocarray((size_t)(half > 0 ? half : 1), 2 * sizeof(double));
@@ -149,7 +149,7 @@ static void rope_apply_cpu(int64_t T, int H, int D, const int64_t *pos, double t
 
     assert(D % 2 == 0);
     for (int i = 0; i < half; i++)
-        dt_rope_freq(i, D, theta, &fh[i], &fl[i]);
+        dt_rope_freq(i, D, rope, &fh[i], &fl[i]);
     for (int64_t t = 0; t < T; t++) {
         for (int i = 0; i < half; i++) {
             double a = sign * dt_rope_reduce(pos[t], fh[i], fl[i]);
@@ -169,14 +169,16 @@ static void rope_apply_cpu(int64_t T, int H, int D, const int64_t *pos, double t
     free(fh);
 }
 
-void dt_rope_fwd_cpu(int64_t T, int H, int D, const int64_t *pos, double theta, float *x)
+void dt_rope_fwd_cpu(int64_t T, int H, int D, const int64_t *pos, const dt_rope_t *rope,
+                     float *x)
 {
-    rope_apply_cpu(T, H, D, pos, theta, 1.0, x);
+    rope_apply_cpu(T, H, D, pos, rope, 1.0, x);
 }
 
-void dt_rope_bwd_cpu(int64_t T, int H, int D, const int64_t *pos, double theta, float *dx)
+void dt_rope_bwd_cpu(int64_t T, int H, int D, const int64_t *pos, const dt_rope_t *rope,
+                     float *dx)
 {
-    rope_apply_cpu(T, H, D, pos, theta, -1.0, dx);
+    rope_apply_cpu(T, H, D, pos, rope, -1.0, dx);
 }
 
 void dt_swiglu_fwd_cpu(int64_t T, int f, const float *a, const float *b, float *h)

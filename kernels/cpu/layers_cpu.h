@@ -35,6 +35,7 @@
 #include <stdint.h>
 
 #include "common/err.h"
+#include "spec/model.h" /* dt_rope_t */
 
 #ifdef __cplusplus
 extern "C" {
@@ -94,7 +95,8 @@ void dt_rmsnorm_bwd_ref(int64_t T, int d, const float *x, const float *g, const 
 
 /* x (T, H, D) in place, D even, pos (T) int64. For each row t, head h and
  * i < D/2 the pair (x[2i], x[2i+1]) is rotated by the angle
- *     a = pos[t] * theta^(-2i/D):   x0' = x0 cos a - x1 sin a,
+ *     a = pos[t] * f_i, f_i = theta^(-2i/D) (llama3-scaled when rope asks):
+ *                                   x0' = x0 cos a - x1 sin a,
  *                                   x1' = x0 sin a + x1 cos a
  * (the interleaved pairing of Meta's reference code; HF checkpoints pair i
  * with i + D/2 and need their q/k rows permuted on load).
@@ -110,23 +112,28 @@ void dt_rmsnorm_bwd_ref(int64_t T, int d, const float *x, const float *g, const 
  * (error <= 3e-8), so a position of 1e9 rotates as exactly as position 1.
  * Where long double is no wider than double, fl is 0 and f carries the
  * rounding of pow (relative 1e-16, 1e-7 rad at pos = 1e9). */
-void dt_rope_fwd_cpu(int64_t T, int H, int D, const int64_t *pos, double theta, float *x);
-void dt_rope_fwd_ref(int64_t T, int H, int D, const int64_t *pos, double theta, float *x);
+void dt_rope_fwd_cpu(int64_t T, int H, int D, const int64_t *pos, const dt_rope_t *rope,
+                     float *x);
+void dt_rope_fwd_ref(int64_t T, int H, int D, const int64_t *pos, const dt_rope_t *rope,
+                     float *x);
 
 /* Backward, dx (T, H, D) in place: the rotation by -a (the transpose of the
  * forward's rotation, hence also its inverse). */
-void dt_rope_bwd_cpu(int64_t T, int H, int D, const int64_t *pos, double theta, float *dx);
-void dt_rope_bwd_ref(int64_t T, int H, int D, const int64_t *pos, double theta, float *dx);
+void dt_rope_bwd_cpu(int64_t T, int H, int D, const int64_t *pos, const dt_rope_t *rope,
+                     float *dx);
+void dt_rope_bwd_ref(int64_t T, int H, int D, const int64_t *pos, const dt_rope_t *rope,
+                     float *dx);
 
 /* The reduced angle of pair i at position pos, in (-pi - 1e-15, pi + 1e-15]
  * (the value the rotations above use; exposed for tests and the CUDA
  * kernels, which take cos/sin tables built from it). */
-double dt_rope_angle(int64_t pos, int i, int D, double theta);
+double dt_rope_angle(int64_t pos, int i, int D, const dt_rope_t *rope);
 
-/* The two halves of dt_rope_angle: theta^(-2i/D) as a double-double
+/* The two halves of dt_rope_angle: theta^(-2i/D) (llama3-scaled when
+ * rope->factor > 0; spec/model.h) as a double-double
  * fh + fl (formed in long double; the CUDA kernels take these from the host,
  * devices have no long double), and pos * (fh + fl) reduced modulo 2 pi. */
-void dt_rope_freq(int i, int D, double theta, double *fh, double *fl);
+void dt_rope_freq(int i, int D, const dt_rope_t *rope, double *fh, double *fl);
 double dt_rope_reduce(int64_t pos, double fh, double fl);
 
 /*-- SwiGLU: h = silu(a) * b, silu(a) = a * sigmoid(a) -----------------------*/

@@ -26,11 +26,28 @@
 #define TWO_PI_C3 -0x1.f1976b7ed8fbcp-108
 #define INV_TWO_PI 0x1.45f306dc9c883p-3
 
-/* theta^(-2i/D) as a double-double fh + fl (fl = 0 where long double is
- * double). */
-void dt_rope_freq(int i, int D, double theta, double *fh, double *fl)
+/* theta^(-2i/D), scaled as LLaMA 3.1 does when rope->factor > 0, as a
+ * double-double fh + fl (fl = 0 where long double is double). The scaling
+ * follows Meta's apply_scaling (and transformers' llama3 rope init): by
+ * wavelength 2 pi / f against original_max_pos / high_freq_factor (shorter:
+ * kept) and original_max_pos / low_freq_factor (longer: divided by factor),
+ * linearly in original_max_pos / wavelength between the two. */
+void dt_rope_freq(int i, int D, const dt_rope_t *rope, double *fh, double *fl)
 {
-    long double f = powl((long double)theta, -(long double)(2 * i) / (long double)D);
+    long double f = powl((long double)rope->theta, -(long double)(2 * i) / (long double)D);
+
+    if (rope->factor > 0) {
+        const long double two_pi = 6.283185307179586476925286766559L;
+        long double wl = two_pi / f, orig = rope->original_max_pos;
+        long double lo = rope->low_freq_factor, hi = rope->high_freq_factor;
+
+        if (wl > orig / lo) {
+            f /= rope->factor;
+        } else if (!(wl < orig / hi)) {
+            long double s = (orig / wl - lo) / (hi - lo);
+            f = (1 - s) * f / rope->factor + s * f;
+        }
+    }
     *fh = (double)f;
     *fl = (double)(f - (long double)*fh);
 }
@@ -48,11 +65,11 @@ double dt_rope_reduce(int64_t pos, double fh, double fl)
     return r + lo;
 }
 
-double dt_rope_angle(int64_t pos, int i, int D, double theta)
+double dt_rope_angle(int64_t pos, int i, int D, const dt_rope_t *rope)
 {
     double fh, fl;
 
-    dt_rope_freq(i, D, theta, &fh, &fl);
+    dt_rope_freq(i, D, rope, &fh, &fl);
     return dt_rope_reduce(pos, fh, fl);
 }
 
@@ -150,14 +167,14 @@ void dt_rmsnorm_bwd_ref(int64_t T, int d, const float *x, const float *g, const 
     }
 }
 
-static void rope_apply_ref(int64_t T, int H, int D, const int64_t *pos, double theta, double sign,
-                           float *x)
+static void rope_apply_ref(int64_t T, int H, int D, const int64_t *pos, const dt_rope_t *rope,
+                           double sign, float *x)
 {
     assert(D % 2 == 0);
     for (int64_t t = 0; t < T; t++)
         for (int h = 0; h < H; h++)
             for (int i = 0; i < D / 2; i++) {
-                double a = sign * dt_rope_angle(pos[t], i, D, theta);
+                double a = sign * dt_rope_angle(pos[t], i, D, rope);
                 float *p = x + (t * H + h) * D + 2 * i;
                 double x0 = p[0], x1 = p[1];
                 p[0] = (float)(x0 * cos(a) - x1 * sin(a));
@@ -165,14 +182,16 @@ static void rope_apply_ref(int64_t T, int H, int D, const int64_t *pos, double t
             }
 }
 
-void dt_rope_fwd_ref(int64_t T, int H, int D, const int64_t *pos, double theta, float *x)
+void dt_rope_fwd_ref(int64_t T, int H, int D, const int64_t *pos, const dt_rope_t *rope,
+                     float *x)
 {
-    rope_apply_ref(T, H, D, pos, theta, 1.0, x);
+    rope_apply_ref(T, H, D, pos, rope, 1.0, x);
 }
 
-void dt_rope_bwd_ref(int64_t T, int H, int D, const int64_t *pos, double theta, float *dx)
+void dt_rope_bwd_ref(int64_t T, int H, int D, const int64_t *pos, const dt_rope_t *rope,
+                     float *dx)
 {
-    rope_apply_ref(T, H, D, pos, theta, -1.0, dx);
+    rope_apply_ref(T, H, D, pos, rope, -1.0, dx);
 }
 
 static double sigmoid(double a)

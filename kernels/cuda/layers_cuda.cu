@@ -298,7 +298,8 @@ out:
 
 enum { ROPE_MAX_HALF = 128 }; /* D <= 256 */
 
-/* theta^(-2i/D) = fh[i] + fl[i] for i < D/2, from dt_rope_freq on the host
+/* theta^(-2i/D) (llama3-scaled as rope asks) = fh[i] + fl[i] for i < D/2,
+ * from dt_rope_freq on the host
  * (devices have no long double); passed by value as a kernel parameter. */
 struct rope_freqs {
     double fh[ROPE_MAX_HALF];
@@ -346,8 +347,8 @@ static __global__ void rope_kernel(int64_t T, int H, int D, const int64_t *pos,
     }
 }
 
-static int rope_run(const char *fn, int64_t T, int H, int D, const int64_t *pos, double theta,
-                    float sign, float *x, cudaStream_t st, dt_emsg_t *em)
+static int rope_run(const char *fn, int64_t T, int H, int D, const int64_t *pos,
+                    const dt_rope_t *rope, float sign, float *x, cudaStream_t st, dt_emsg_t *em)
 {
     rope_freqs f;
 
@@ -359,30 +360,31 @@ static int rope_run(const char *fn, int64_t T, int H, int D, const int64_t *pos,
         return dt_emsg_set(em, DT_EINVAL, "%s: D=%d is odd", fn, D);
     if (D < 2 || D > 2 * ROPE_MAX_HALF)
         return dt_emsg_set(em, DT_EINVAL, "%s: D=%d outside [2, %d]", fn, D, 2 * ROPE_MAX_HALF);
-    if (!(theta > 0.0) || isinf(theta))
-        return dt_emsg_set(em, DT_EINVAL, "%s: theta=%g is not a positive number", fn, theta);
+    if (rope == NULL || !(rope->theta > 0.0) || isinf(rope->theta))
+        return dt_emsg_set(em, DT_EINVAL, "%s: theta=%g is not a positive number", fn,
+                           rope ? rope->theta : 0.0);
     if (T > 0 && (pos == NULL || x == NULL))
         return dt_emsg_set(em, DT_EINVAL, "%s: NULL tensor with T=%lld", fn, (long long)T);
     if (T == 0)
         return 0;
     memset(&f, 0, sizeof f);
     for (int i = 0; i < D / 2; i++)
-        dt_rope_freq(i, D, theta, &f.fh[i], &f.fl[i]);
+        dt_rope_freq(i, D, rope, &f.fh[i], &f.fl[i]);
     rope_kernel<<<grid_for(T * (D / 2), THREADS), THREADS, 0, st>>>(T, H, D, pos, f, sign, x);
     DT_CUDA_TRY(em, cudaGetLastError());
     return 0;
 }
 
-extern "C" int dt_rope_fwd_cuda(int64_t T, int H, int D, const int64_t *pos, double theta, float *x,
-                                cudaStream_t st, dt_emsg_t *em)
+extern "C" int dt_rope_fwd_cuda(int64_t T, int H, int D, const int64_t *pos,
+                                const dt_rope_t *rope, float *x, cudaStream_t st, dt_emsg_t *em)
 {
-    return rope_run("dt_rope_fwd_cuda", T, H, D, pos, theta, 1.0f, x, st, em);
+    return rope_run("dt_rope_fwd_cuda", T, H, D, pos, rope, 1.0f, x, st, em);
 }
 
-extern "C" int dt_rope_bwd_cuda(int64_t T, int H, int D, const int64_t *pos, double theta,
-                                float *dx, cudaStream_t st, dt_emsg_t *em)
+extern "C" int dt_rope_bwd_cuda(int64_t T, int H, int D, const int64_t *pos,
+                                const dt_rope_t *rope, float *dx, cudaStream_t st, dt_emsg_t *em)
 {
-    return rope_run("dt_rope_bwd_cuda", T, H, D, pos, theta, -1.0f, dx, st, em);
+    return rope_run("dt_rope_bwd_cuda", T, H, D, pos, rope, -1.0f, dx, st, em);
 }
 
 /*-- SwiGLU -------------------------------------------------------------------*/

@@ -24,6 +24,7 @@
 
 #include "common/err.h"
 #include "kernels/cuda/attn_cuda.h" /* dt_dtype_t */
+#include "spec/model.h"            /* dt_rope_t */
 
 #ifdef __cplusplus
 extern "C" {
@@ -47,10 +48,10 @@ int dt_rmsnorm_bwd_cuda(int64_t T, int d, const float *x, const float *g, const 
 
 /*-- RoPE (pos is a device array of T int64) --------------------------------*/
 
-int dt_rope_fwd_cuda(int64_t T, int H, int D, const int64_t *pos, double theta, float *x,
-                     cudaStream_t st, dt_emsg_t *em);
-int dt_rope_bwd_cuda(int64_t T, int H, int D, const int64_t *pos, double theta, float *dx,
-                     cudaStream_t st, dt_emsg_t *em);
+int dt_rope_fwd_cuda(int64_t T, int H, int D, const int64_t *pos, const dt_rope_t *rope,
+                     float *x, cudaStream_t st, dt_emsg_t *em);
+int dt_rope_bwd_cuda(int64_t T, int H, int D, const int64_t *pos, const dt_rope_t *rope,
+                     float *dx, cudaStream_t st, dt_emsg_t *em);
 
 /*-- SwiGLU ------------------------------------------------------------------*/
 

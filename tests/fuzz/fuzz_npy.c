@@ -41,8 +41,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         CHECK(info.ndim == 0 && info.count == 0);
         return 0;
     }
-    CHECK(info.dtype == DT_F32 || info.dtype == DT_F16 ||
-          info.dtype == DT_I64);
+    CHECK(info.dtype == DT_F32 || info.dtype == DT_F16 || info.dtype == DT_F64 ||
+          info.dtype == DT_I32 || info.dtype == DT_I64);
     CHECK(info.ndim >= 0 && info.ndim <= DT_NPY_MAXDIM);
     for (int d = 0; d < info.ndim; d++) {
         CHECK(info.shape[d] >= 0);

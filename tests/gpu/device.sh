@@ -23,6 +23,8 @@
 # Time: the whole run stops starting steps at DT_GPU_DEADLINE seconds
 # (default 540; 270 with --quick) and every step is killed at its own limit
 # when timeout(1) exists, so one hung program cannot take the session.
+# DT_GPU_ONLY: an extended regular expression; only the steps whose name
+# matches run (a device session short of time reruns what changed);
 # DT_GPU_LOGDIR: keep each step's output there (one .log per step);
 # the failed checks of all steps are repeated before the summary.
 # Exit: 0 all passed; 1 a failure; 77 nothing ran (all skipped); 2 usage.
@@ -224,6 +226,10 @@ step() {
     name=$1
     limit=$2
     shift 2
+    if [ -n "${DT_GPU_ONLY:-}" ] && ! printf '%s\n' "$name" | grep -Eq -- "$DT_GPU_ONLY"; then
+        echo "== $name: not run (DT_GPU_ONLY=$DT_GPU_ONLY)"
+        return
+    fi
     now=$(date +%s)
     left=$((deadline - (now - t0)))
     if [ "$left" -lt 15 ]; then
@@ -286,6 +292,8 @@ if [ -d "$builddir/gpu-bundle" ]; then
     export LD_LIBRARY_PATH="$builddir/gpu-bundle/lib:$LD_LIBRARY_PATH"
     if check_bin dtengine-bundle "$builddir/gpu-bundle/dtengine"; then
         step "dtengine --device cuda" 300 sh tests/gpu/e2e.sh "$builddir/gpu-bundle" "$tmp/e2e"
+        step "a Hugging Face model on the GPU" 120 sh tests/gpu/hf.sh "$builddir/gpu-bundle" \
+            "$tmp/hf"
     fi
     export LD_LIBRARY_PATH="$saved"
 else

@@ -476,28 +476,29 @@ static int64_t *rope_positions(int64_t T)
     return pos;
 }
 
-static void test_rope_case(int64_t T, int H, int D, double theta)
+static void test_rope_case(int64_t T, int H, int D, dt_rope_t rope)
 {
+    const dt_rope_t *r = &rope; /* the base, with LLaMA 3.1's scaling when factor > 0 */
     const size_t n = (size_t)T * H * D;
     dt_emsg_t em = { { 0 } };
     int64_t *pos = rope_positions(T);
     float *x = fill_uniform(n, -1.0f, 1.0f), *fref = copy_floats(x, n), *bref = copy_floats(x, n);
     float *got = hfloats(n);
 
-    dt_rope_fwd_ref(T, H, D, pos, theta, fref);
-    dt_rope_bwd_ref(T, H, D, pos, theta, bref);
+    dt_rope_fwd_ref(T, H, D, pos, r, fref);
+    dt_rope_bwd_ref(T, H, D, pos, r, bref);
     int64_t *dpos = dev_upload(pos, (size_t)T * sizeof(int64_t));
     float *dxv = dev_upload(x, n * sizeof(float));
 
-    GC_OK(dt_rope_fwd_cuda(T, H, D, dpos, theta, dxv, st, &em), em);
+    GC_OK(dt_rope_fwd_cuda(T, H, D, dpos, r, dxv, st, &em), em);
     dev_get(got, dxv, n * sizeof(float));
-    check_close(got, fref, n, 1e-6, 0.0, "rope fwd T=%lld H=%d D=%d theta=%g pos to 2^40",
-                (long long)T, H, D, theta);
-    GC_OK(dt_rope_bwd_cuda(T, H, D, dpos, theta, dxv, st, &em), em);
+    check_close(got, fref, n, 1e-6, 0.0, "rope fwd T=%lld H=%d D=%d theta=%g scale %g pos to 2^40",
+                (long long)T, H, D, rope.theta, rope.factor);
+    GC_OK(dt_rope_bwd_cuda(T, H, D, dpos, r, dxv, st, &em), em);
     dev_get(got, dxv, n * sizeof(float));
     check_close(got, x, n, 1e-6, 0.0, "rope bwd(fwd(x)) = x T=%lld H=%d D=%d", (long long)T, H, D);
     dev_put(dxv, x, n * sizeof(float));
-    GC_OK(dt_rope_bwd_cuda(T, H, D, dpos, theta, dxv, st, &em), em);
+    GC_OK(dt_rope_bwd_cuda(T, H, D, dpos, r, dxv, st, &em), em);
     dev_get(got, dxv, n * sizeof(float));
     check_close(got, bref, n, 1e-6, 0.0, "rope bwd T=%lld H=%d D=%d", (long long)T, H, D);
 
@@ -517,7 +518,8 @@ static void test_rope_case(int64_t T, int H, int D, double theta)
 static void test_rope_angle(void)
 {
     enum { T = 16, D = 128 };
-    const double theta = 500000.0;
+    const dt_rope_t rope = { .theta = 500000.0 };
+    const double theta = rope.theta;
     const size_t n = (size_t)T * D;
     dt_emsg_t em = { { 0 } };
     int64_t pos[T];
@@ -528,7 +530,7 @@ static void test_rope_angle(void)
         pos[t] = 1000000000 + 12345 * t;
     for (int t = 0; t < T; t++)
         for (int i = 0; i < D / 2; i++) {
-            double a = dt_rope_angle(pos[t], i, D, theta);
+            double a = dt_rope_angle(pos[t], i, D, &rope);
             float an = (float)pos[t] * powf((float)theta, -2.0f * (float)i / (float)D);
             x[t * D + 2 * i] = 1.0f;
             x[t * D + 2 * i + 1] = 0.0f;
@@ -539,7 +541,7 @@ static void test_rope_angle(void)
         }
     int64_t *dpos = dev_upload(pos, sizeof pos);
     float *dxv = dev_upload(x, n * sizeof(float));
-    GC_OK(dt_rope_fwd_cuda(T, 1, D, dpos, theta, dxv, st, &em), em);
+    GC_OK(dt_rope_fwd_cuda(T, 1, D, dpos, &rope, dxv, st, &em), em);
     dev_get(got, dxv, n * sizeof(float));
     check_close(got, want, n, 1e-6, 0.0,
                 "rope angle at pos ~1e9 D=%d: (cos a, sin a) vs dt_rope_angle (an fp32 angle "
@@ -555,10 +557,15 @@ static void test_rope_angle(void)
 
 static void test_rope(void)
 {
-    test_rope_case(257, 3, 128, 500000.0);
-    test_rope_case(1, 1, 2, 10000.0);
-    test_rope_case(33, 2, 6, 10000.0);
-    test_rope_case(16, 4, 256, 1e6);
+    /* LLaMA 3.1's scaling: every kind of pair (kept, interpolated, slowed) */
+    const dt_rope_t l31 = { .theta = 500000.0, .factor = 8, .low_freq_factor = 1,
+                            .high_freq_factor = 4, .original_max_pos = 8192 };
+
+    test_rope_case(257, 3, 128, (dt_rope_t){ .theta = 500000.0 });
+    test_rope_case(129, 2, 128, l31);
+    test_rope_case(1, 1, 2, (dt_rope_t){ .theta = 10000.0 });
+    test_rope_case(33, 2, 6, (dt_rope_t){ .theta = 10000.0 });
+    test_rope_case(16, 4, 256, (dt_rope_t){ .theta = 1e6 });
     test_rope_angle();
 }
 
@@ -1051,10 +1058,10 @@ static void test_invalid(void)
     dt_emsg_t em = { { 0 } };
     dt_blas_t *bl = NULL;
     int rc;
-
-    rc = dt_rope_fwd_cuda(1, 1, 7, NULL, 10000.0, NULL, st, &em);
+    const dt_rope_t r10k = { .theta = 10000.0 };
+    rc = dt_rope_fwd_cuda(1, 1, 7, NULL, &r10k, NULL, st, &em);
     check_einval(rc, &em, "dt_rope_fwd_cuda", "D=7");
-    rc = dt_rope_bwd_cuda(1, 1, 258, NULL, 10000.0, NULL, st, &em);
+    rc = dt_rope_bwd_cuda(1, 1, 258, NULL, &r10k, NULL, st, &em);
     check_einval(rc, &em, "dt_rope_bwd_cuda", "D=258");
     rc = dt_rmsnorm_fwd_cuda(4, 0, 1e-5f, NULL, NULL, NULL, NULL, st, &em);
     check_einval(rc, &em, "dt_rmsnorm_fwd_cuda", "d=0");

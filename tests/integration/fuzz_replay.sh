@@ -4,7 +4,8 @@
 # Every parser of untrusted bytes against its fuzz corpus: the protocol's
 # frame decoder (msg, corpus tests/fuzz/corpus) and the engine's file
 # readers (safetensors header with the training-shard slice check,
-# checkpoint manifest, .npy header, llm.c token shard header; corpora
+# checkpoint manifest, .npy header, token file header (llm.c shard or
+# .npy token ids); corpora
 # tests/fuzz/corpus-TARGET). Every seed is replayed through
 # tests/fuzz/fuzz_TARGET.c built as a plain program
 # (tests/fuzz/fuzz_TARGET_replay); then, where
@@ -92,9 +93,9 @@ sources() {
     case $1 in
     msg) echo "$_c $DT_SRCDIR/common/msg.c $DT_SRCDIR/common/wire.c $DT_SRCDIR/common/text.c" ;;
     safetensors | manifest) echo "$_c $DT_SRCDIR/common/sha256.c" \
-        "$DT_SRCDIR/io/safetensors.c $DT_SRCDIR/io/ckpt.c" ;;
+        "$DT_SRCDIR/io/safetensors.c $DT_SRCDIR/io/ckpt.c $DT_SRCDIR/spec/model.c" ;;
     npy) echo "$_c $DT_SRCDIR/common/half.c $DT_SRCDIR/io/npy.c" ;;
-    tokshard) echo "$_c $DT_SRCDIR/io/tokshard.c" ;;
+    tokshard) echo "$_c $DT_SRCDIR/common/half.c $DT_SRCDIR/io/npy.c $DT_SRCDIR/io/tokshard.c" ;;
     esac
 }
 

@@ -179,6 +179,42 @@ check "prefill: a checkpoint per layer, committed by the coordinator" \
     sh -c "'$DTCTL' --socket '$COORD_SOCK' checkpoints $J | grep -cE '^ *[1-4] +committed' | grep -qx 3"
 check "prefill: no worker left" no_workers_left
 
+# ---- a Hugging Face model's prefill of a document, at 1,000,000 ----------------
+# dtctl reads the model directory's config.json (the coordinator plans with
+# the keys it sends); the workers read its weights and the token file
+FIX=$DT_SRCDIR/tests/fixtures/hf_llama
+cat >"$TMPD/hf.spec" <<SPEC
+kind = prefill
+init_from = $FIX/llama3
+data = $FIX/tokens.npy
+tokens = 48
+pos_offset = 1000000
+ranks = 4
+gpu = cpu
+nodes = 2
+gpus_per_node = 2
+SPEC
+run_job "$TMPD/hf.spec"
+check "hf prefill: the job completed" test "$(state_of "$J")" = completed
+t_hf_direct() {
+    mpirun_np 4 "$DTENGINE" prefill --spec "$TMPD/hf.spec" >"$TMPD/hf-direct.log" 2>&1 ||
+        { cat "$TMPD/hf-direct.log"; return 1; }
+    _r=$(sed -n 's/^result: .*logits_sha256=\([0-9a-f]*\)$/\1/p' "$TMPD/hf-direct.log")
+    [ -n "$_r" ] && [ "$(checksum_of "$J")" = "$_r" ] ||
+        { echo "job $(checksum_of "$J"), direct '$_r'"; return 1; }
+}
+check "hf prefill: the logits' digest equals mpirun -np 4 dtengine prefill's" t_hf_direct
+t_hf_show() {
+    ctl show "$J" >"$TMPD/show.out" 2>&1
+    grep -q "^  result    steps=2 loss=[0-9.]* ppl=[0-9.]* " "$TMPD/show.out" &&
+        grep -q "^  outputs   $COORD_STATE/jobs/$J/output/perplexity.json\$" "$TMPD/show.out" &&
+        grep -q "^    \[524288, 1048576)  targets=47 nll=[0-9.]* ppl=" "$TMPD/show.out" ||
+        { sed 's/^/  | /' "$TMPD/show.out"; return 1; }
+    grep -E 'ppl|targets=' "$TMPD/show.out"
+}
+check "hf prefill: dtctl show reports the perplexity, by position bucket too" t_hf_show
+check "hf prefill: no worker left" no_workers_left
+
 same_checksum() { # JOB
     _sc=$(checksum_of "$1")
     [ -n "$_sc" ] && [ "$_sc" = "$REF" ] && { echo "$_sc"; return 0; }

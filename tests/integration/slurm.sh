@@ -120,8 +120,8 @@ agent_count() { [ "$(agents_of "$1" | wc -l)" -eq "$2" ]; }
 no_workers_of() { ! pgrep -f "dtengine(-sim)? train .*jobs/$1/ckpt" >/dev/null 2>&1; }
 squeue_empty() { [ -z "$(squeue -h -o %i 2>/dev/null)" ]; }
 slurm_recorded() { [ "$(slurm_state_of "$1")" = "$2" ]; }
-slurm_final() { # SLURMID STATE: scontrol says STATE
-    scontrol show job "$1" 2>/dev/null | grep -q "JobState=$2 "
+slurm_final() { # SLURMID STATE: scontrol says STATE (an ERE: A|B for either)
+    scontrol show job "$1" 2>/dev/null | grep -Eq "JobState=($2) "
 }
 
 # run_until SPECFILE STEP: submit it and wait (60 s at most) until a rank
@@ -554,7 +554,10 @@ t_no_room() {
     [ "$(state_of "$J")" = failed ] || { echo "job $J is $(state_of "$J")"; return 1; }
     _why="slurm job $SID needs 3 nodes, but partition debug has only 2 usable with $_victim"
     events_have "slurm_no_nodes .*$_why excluded \\(3 nodes in it\\)" "the reason" || return 1
-    wait_for 30 slurm_final "$SID" CANCELLED || { scontrol show job "$SID"; return 1; }
+    # dt cancels it; or the batch script ends first (srun's 137 for the
+    # killed agent, once the other agents have stopped) and Slurm says
+    # FAILED: either way it has ended and is not pending
+    wait_for 30 slurm_final "$SID" "CANCELLED|FAILED" || { scontrol show job "$SID"; return 1; }
     sed -n 's/.* slurm_no_nodes *[a-z]* *//p' "$TMPD/ev" | head -n 1
 }
 only no_room && check "3 nodes needed, one lost on a 3-node cluster: failed at once, not pending for ever" \

@@ -2,9 +2,9 @@
  *
  * npytool: the test suite's helper for .npy files. It makes generated
  * inputs (the same values as dtengine --generate), computes reference
- * attention outputs and gradients with tests/ref/ref.c, and compares arrays
- * with |a - b| <= atol + rtol * |b|, so the integration scripts need no
- * Python.
+ * attention outputs and gradients with tests/ref/ref.c, compares arrays
+ * with |a - b| <= atol + rtol * |b|, and lists the tensors of safetensors
+ * files with their digests, so the integration scripts need no Python.
  *
  * Not installed and not a user tool: no streaming (whole arrays are held in
  * memory, and `ref` is O(T^2)), float32 output only (float16 for `gen`).
@@ -27,11 +27,13 @@
 
 #include "common/err.h"
 #include "common/mem.h"
+#include "common/sha256.h"
 #include "engine/data/loader.h"
 #include "engine/data/recall.h"
 #include "io/tokshard.h"
 #include "engine/data/gen.h"
 #include "io/npy.h"
+#include "io/safetensors.h"
 #include "tests/ref/ref.h"
 
 #define EXIT_DIFF 1
@@ -186,8 +188,8 @@ static int arr_load(struct arr *a, const char *path)
     rc = dt_npy_read_header(path, &a->info, &em);
     if (rc != 0)
         return file_error(rc, &em);
-    if (a->info.dtype != DT_F32 && a->info.dtype != DT_F16) {
-        fprintf(stderr, "%s: %s: dtype %s, want float32 or float16\n", cmdname, path,
+    if (a->info.dtype != DT_F32 && a->info.dtype != DT_F16 && a->info.dtype != DT_F64) {
+        fprintf(stderr, "%s: %s: dtype %s, want float32, float16 or float64\n", cmdname, path,
                 dt_npy_dtype_name(a->info.dtype));
         return EXIT_USAGE;
     }
@@ -217,7 +219,11 @@ static int save_f32(const char *path, int ndim, const int64_t *shape, const floa
 
 /* Load A and B for a comparison: 0, EXIT_USAGE, or EXIT_DIFF for shapes
  * that differ (nothing is left loaded unless 0). */
-static int load_pair(const char *pa, const char *pb, struct arr *a, struct arr *b)
+/* Both files; with head > 0 only their first head elements are compared
+ * (shapes may differ then), else their shapes must be equal. *n: the
+ * elements to compare. */
+static int load_pair(const char *pa, const char *pb, int64_t head, struct arr *a, struct arr *b,
+                     int64_t *n)
 {
     char sa[256], sb[256];
     int rc;
@@ -228,7 +234,15 @@ static int load_pair(const char *pa, const char *pb, struct arr *a, struct arr *
         arr_free(a);
         return rc;
     }
-    if (!same_shape(&a->info, &b->info)) {
+    *n = head > 0 ? head : a->info.count;
+    if (head > 0 && (a->info.count < head || b->info.count < head)) {
+        fprintf(stderr, "%s: --head %lld: %s has %lld elements, %s %lld\n", cmdname,
+                (long long)head, pa, (long long)a->info.count, pb, (long long)b->info.count);
+        arr_free(b);
+        arr_free(a);
+        return EXIT_DIFF;
+    }
+    if (head == 0 && !same_shape(&a->info, &b->info)) {
         shape_str(&a->info, sa, sizeof(sa));
         shape_str(&b->info, sb, sizeof(sb));
         fprintf(stderr, "%s: %s has shape %s but %s has shape %s\n", cmdname, pa, sa, pb, sb);
@@ -491,16 +505,25 @@ out:
 
 /* ---- cmp and maxerr --------------------------------------------------- */
 
+/* --head's count: a whole number >= 1, or 0 when it is not one. */
+static int64_t parse_head(const char *s)
+{
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    return end != s && *end == '\0' && v >= 1 ? (int64_t)v : 0;
+}
+
 static int cmd_cmp(int argc, char **argv)
 {
     static const struct option opts[] = {
         { "atol", required_argument, NULL, 'a' },
         { "rtol", required_argument, NULL, 'r' },
+        { "head", required_argument, NULL, 'H' },
         { NULL, 0, NULL, 0 },
     };
     float atol = 1e-5f, rtol = 0.0f;
     struct arr a, b;
-    int64_t nbad = 0, n;
+    int64_t nbad = 0, n, head = 0;
     double abs_err, rel_err;
     int c, rc;
 
@@ -514,15 +537,18 @@ static int cmd_cmp(int argc, char **argv)
             if (!parse_float(optarg, &rtol) || rtol < 0.0f)
                 return usage_error("--rtol '%s' is not a number >= 0", optarg);
             break;
+        case 'H':
+            if ((head = parse_head(optarg)) < 1)
+                return usage_error("--head '%s' is not a count >= 1", optarg);
+            break;
         default:
             return EXIT_USAGE;
         }
     }
     if (optind != argc - 2)
         return usage_error("needs two files, A.npy B.npy");
-    if ((rc = load_pair(argv[optind], argv[optind + 1], &a, &b)) != 0)
+    if ((rc = load_pair(argv[optind], argv[optind + 1], head, &a, &b, &n)) != 0)
         return rc;
-    n = a.info.count;
     abs_err = ref_max_abs_err(a.data, b.data, n, atol, rtol, &nbad, NULL);
     rel_err = ref_max_rel_err(a.data, b.data, n);
     printf("max_abs_err=%.3e max_rel_err=%.3e bad=%" PRId64 " of %" PRId64 "\n", abs_err, rel_err,
@@ -538,40 +564,64 @@ static int cmd_cmp(int argc, char **argv)
 static int cmd_maxerr(int argc, char **argv)
 {
     static const struct option opts[] = {
+        { "head", required_argument, NULL, 'H' },
         { NULL, 0, NULL, 0 },
     };
     struct arr a, b;
-    int rc;
+    int64_t head = 0, n;
+    int c, rc;
 
-    if (next_opt(argc, argv, opts) != -1)
-        return EXIT_USAGE;
+    while ((c = next_opt(argc, argv, opts)) != -1) {
+        if (c != 'H')
+            return EXIT_USAGE;
+        if ((head = parse_head(optarg)) < 1)
+            return usage_error("--head '%s' is not a count >= 1", optarg);
+    }
     if (optind != argc - 2)
         return usage_error("needs two files, A.npy B.npy");
-    if ((rc = load_pair(argv[optind], argv[optind + 1], &a, &b)) != 0)
+    if ((rc = load_pair(argv[optind], argv[optind + 1], head, &a, &b, &n)) != 0)
         return rc;
-    printf("%.3e\n", ref_max_abs_err(a.data, b.data, a.info.count, 0.0f, 0.0f, NULL, NULL));
+    printf("%.3e\n", ref_max_abs_err(a.data, b.data, n, 0.0f, 0.0f, NULL, NULL));
     arr_free(&b);
     arr_free(&a);
     return 0;
 }
 
-/* tokbin OUT.bin --n N --vocab V --seed S: N tokens in [0, V) as an llm.c
- * uint16 shard, each a function of (seed, index) (engine/data/gen.h). */
+/* tokbin OUT --n N --vocab V --seed S [--format F]: N tokens in [0, V),
+ * each a function of (seed, index) (engine/data/gen.h), as an llm.c uint16
+ * shard (u16, the default) or a 1-D .npy array of int32 or int64 ids
+ * (npy-i32, npy-i64): the same seed gives the same tokens in every format. */
 static int cmd_tokbin(int argc, char **argv)
 {
     static const struct option opts[] = {
         { "n", required_argument, NULL, 'n' },
         { "vocab", required_argument, NULL, 'v' },
         { "seed", required_argument, NULL, 's' },
+        { "format", required_argument, NULL, 'f' },
         { NULL, 0, NULL, 0 },
     };
     long long n = 0, vocab = 0, seed = 0;
+    enum dt_tok_format fmt = DT_TOK_U16;
     dt_emsg_t em = { "" };
     int c;
 
     while ((c = next_opt(argc, argv, opts)) != -1) {
         char *end;
-        long long v = strtoll(optarg, &end, 10);
+        long long v;
+
+        if (c == 'f') {
+            if (strcmp(optarg, "u16") == 0)
+                fmt = DT_TOK_U16;
+            else if (strcmp(optarg, "npy-i32") == 0)
+                fmt = DT_TOK_NPY_I32;
+            else if (strcmp(optarg, "npy-i64") == 0)
+                fmt = DT_TOK_NPY_I64;
+            else
+                return usage_error("tokbin: --format is u16, npy-i32 or npy-i64, not '%s'",
+                                   optarg);
+            continue;
+        }
+        v = c == '?' ? -1 : strtoll(optarg, &end, 10);
         if (c == '?' || *end != '\0' || v < 0)
             return usage_error("tokbin: --n, --vocab and --seed take non-negative integers");
         if (c == 'n')
@@ -581,20 +631,84 @@ static int cmd_tokbin(int argc, char **argv)
         else
             seed = v;
     }
-    if (optind != argc - 1 || n <= 0 || vocab <= 0 || vocab > 65536)
-        return usage_error("tokbin: OUT.bin --n N --vocab V (V <= 65536) [--seed S]");
+    if (optind != argc - 1 || n <= 0 || vocab <= 0 || vocab > INT32_MAX ||
+        (fmt == DT_TOK_U16 && vocab > 65536))
+        return usage_error("tokbin: OUT --n N --vocab V (V <= 65536 for u16) [--seed S] "
+                           "[--format u16|npy-i32|npy-i64]");
     int32_t *tok = malloc((size_t)n * sizeof(*tok));
     if (tok == NULL)
         return EXIT_USAGE;
     for (long long i = 0; i < n; i++)
         tok[i] = (int32_t)(dt_gen_uniform((uint64_t)seed, 9, (uint64_t)i) * (double)vocab);
-    int rc = dt_tok_save(argv[optind], DT_TOK_U16, tok, n, &em);
+    int rc = dt_tok_save(argv[optind], fmt, tok, n, &em);
     free(tok);
     if (rc < 0) {
         fprintf(stderr, "npytool tokbin: %s\n", em.s);
         return EXIT_USAGE;
     }
     return 0;
+}
+
+/* ---- sttensors --------------------------------------------------------- */
+
+static int by_line(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* sttensors FILE.safetensors...: one line per tensor of all the files,
+ * "NAME DTYPE [SHAPE] SHA256-OF-ITS-BYTES", sorted by name, so that two
+ * models (one file or shards, any tensor order, any metadata) compare
+ * with cmp: the same tensors, bit for bit. */
+static int cmd_sttensors(int argc, char **argv)
+{
+    char **lines = NULL;
+    size_t n = 0;
+    int rc = 0;
+
+    if (argc < 2)
+        return usage_error("sttensors: FILE.safetensors...");
+    for (int f = 1; f < argc && rc == 0; f++) {
+        dt_st_reader_t *r = NULL;
+        dt_emsg_t em = { "" };
+
+        if ((rc = dt_st_open(argv[f], &r, &em)) < 0) {
+            rc = file_error(rc, &em);
+            break;
+        }
+        for (size_t i = 0; i < dt_st_count(r) && rc == 0; i++) {
+            const dt_st_tensor_t *t = dt_st_tensor(r, i);
+            size_t nb = (size_t)(t->end - t->begin), k;
+            void *buf = dt_xmalloc(nb > 0 ? nb : 1);
+            char hex[DT_SHA256_HEX], shape[160];
+
+            if ((rc = dt_st_read(r, t->name, buf, nb, &em)) < 0) {
+                rc = file_error(rc, &em);
+            } else {
+                dt_sha256_hex(buf, nb, hex);
+                k = (size_t)snprintf(shape, sizeof(shape), "[");
+                for (int d = 0; d < t->ndim && k < sizeof(shape); d++)
+                    k += (size_t)snprintf(shape + k, sizeof(shape) - k, "%s%" PRId64,
+                                          d ? "," : "", t->shape[d]);
+                if (k < sizeof(shape))
+                    snprintf(shape + k, sizeof(shape) - k, "]");
+                lines = dt_xrealloc(lines, (n + 1) * sizeof(*lines));
+                lines[n++] = dt_xasprintf("%s %s %s %s", t->name, dt_st_dtype_name(t->dtype),
+                                          shape, hex);
+            }
+            free(buf);
+        }
+        dt_st_close(r);
+    }
+    if (n > 1)
+        qsort(lines, n, sizeof(*lines), by_line);
+    for (size_t i = 0; i < n; i++) {
+        if (rc == 0)
+            printf("%s\n", lines[i]);
+        free(lines[i]);
+    }
+    free(lines);
+    return rc;
 }
 
 /* ---- main ------------------------------------------------------------- */
@@ -613,11 +727,16 @@ static const struct cmd {
       "        [--dout dO.npy --dq dQ.npy --dk dK.npy --dv dV.npy]",
       "reference attention: o (T, H, D), lse (H, T) and gradients, float32;\n"
       "        q (T, H, D), k and v (T, Hkv, D); scale defaults to 1/sqrt(D)" },
-    { "cmp", cmd_cmp, "A.npy B.npy [--atol X] [--rtol Y]",
-      "check |A - B| <= atol + rtol |B| (defaults 1e-5, 0); exit 1 if not" },
-    { "maxerr", cmd_maxerr, "A.npy B.npy", "print max |A - B| as %.3e" },
-    { "tokbin", cmd_tokbin, "OUT.bin --n N --vocab V [--seed S]",
-      "write N generated tokens in [0, V) as an llm.c uint16 token shard" },
+    { "cmp", cmd_cmp, "A.npy B.npy [--atol X] [--rtol Y] [--head N]",
+      "check |A - B| <= atol + rtol |B| (defaults 1e-5, 0) over the whole arrays, or\n"
+      "        their first N elements; float32, float16 or float64; exit 1 if not" },
+    { "maxerr", cmd_maxerr, "A.npy B.npy [--head N]",
+      "print max |A - B| as %.3e (of the first N elements)" },
+    { "tokbin", cmd_tokbin, "OUT --n N --vocab V [--seed S] [--format u16|npy-i32|npy-i64]",
+      "write N generated tokens in [0, V) as an llm.c uint16 token shard (u16),\n"
+      "        or as a 1-D .npy array of int32 or int64 token ids" },
+    { "sttensors", cmd_sttensors, "FILE.safetensors...",
+      "each tensor of the files as NAME DTYPE [SHAPE] SHA256, sorted by name" },
 };
 
 static void usage(FILE *f)

@@ -3,7 +3,8 @@
  * Tests of engine/ckpt: a 4-rank step written shard by shard, its manifest
  * and commit, verified and read back; what resume does with a corrupted
  * byte, a missing shard, a leftover temp directory, an unparsable or
- * foreign manifest, and the COMMITTED marker; keep-last-N pruning. Checks
+ * foreign manifest, and the COMMITTED marker; keep-last-N pruning; the
+ * manifest's model object, written and parsed back strictly. Checks
  * are on files on disk, return codes and the messages a user would see.
  * Every test works in its own directory under /tmp, removed afterwards.
  */
@@ -773,5 +774,168 @@ Test(ckpt, train_shards_that_are_not_slices_are_refused)
         cr_assert(strstr(em.s, "shard-0000"), "case %zu: no shard named: %s", i, em.s);
         cr_assert(strstr(em.s, cases[i].words), "case %zu: '%s' not in: %s", i, cases[i].words,
                   em.s);
+    }
+}
+
+/* The parameters alone (an export): M and V NULL, the moments unread. */
+Test(ckpt, train_params_read_without_the_moments)
+{
+    tshard_t sh[2] = { { "0", "7", 3, DT_F32, 1, 0 }, { "3", "7", 4, DT_F32, 1, 0 } };
+    dt_ckpt_manifest_t m;
+    dt_emsg_t em = { "" };
+    float out[7];
+    const char *dir = P("step-%08d", 1);
+
+    write_train(1, 2, sh);
+    cr_assert_eq(dt_ckpt_manifest_read(dir, &m, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_ckpt_read_train(dir, &m, 7, out, NULL, NULL, NULL, NULL, &em), 0, "%s", em.s);
+    cr_assert(out[0] == 0 && out[2] == 2 && out[3] == 0 && out[6] == 3);
+    cr_assert_eq(dt_ckpt_read_train(dir, &m, 7, out, out, NULL, NULL, NULL, &em), DT_EINVAL);
+    dt_ckpt_manifest_close(&m);
+}
+
+/*-- the manifest's model object ------------------------------------------*/
+
+static dt_model_cfg_t scaled_model(void)
+{
+    dt_model_cfg_t c = { .name = "custom", .dim = 48, .layers = 3, .heads = 4, .kv_heads = 2,
+                         .ffn = 96, .vocab = 100, .head_dim = 16, .norm_eps = 1e-6f,
+                         .tied = false,
+                         .rope = { .theta = 500000, .factor = 8, .low_freq_factor = 1,
+                                   .high_freq_factor = 4, .original_max_pos = 8192 } };
+    return c;
+}
+
+/* What manifests have always held, byte for byte: a resume compares the
+ * object with json_equal, so a checkpoint written before the move to
+ * io/ckpt must still match. */
+Test(ckpt, model_json_is_what_manifests_hold)
+{
+    dt_model_cfg_t c;
+    dt_emsg_t em = { "" };
+    char *text;
+    json_t *j;
+
+    cr_assert_eq(dt_model_preset("tiny", &c, &em), 0, "%s", em.s);
+    j = dt_ckpt_model_json(&c);
+    text = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    cr_assert_str_eq(text, "{\"dim\":256,\"layers\":4,\"heads\":8,\"kv_heads\":2,\"ffn\":768,"
+                           "\"vocab\":512,\"rope_theta\":10000.0,"
+                           "\"norm_eps\":9.9999997473787516e-6,\"tied\":true}");
+    free(text);
+    json_decref(j);
+    c = scaled_model();
+    j = dt_ckpt_model_json(&c);
+    text = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    cr_assert(strstr(text, ",\"tied\":false,\"head_dim\":16,\"rope_scaling\":{\"rope_type\":"
+                           "\"llama3\",\"factor\":8.0,\"low_freq_factor\":1.0,"
+                           "\"high_freq_factor\":4.0,\"original_max_pos\":8192.0}}"),
+              "%s", text);
+    free(text);
+    json_decref(j);
+}
+
+/* parse(json(cfg)) is cfg, and its JSON the same object again. */
+Test(ckpt, model_parse_inverts_model_json)
+{
+    const char *presets[] = { "tiny", "llama3-8b", "llama3-70b" };
+    dt_model_cfg_t cfgs[4], back;
+    dt_emsg_t em = { "" };
+
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(dt_model_preset(presets[i], &cfgs[i], &em), 0, "%s", em.s);
+    cfgs[3] = scaled_model();
+    for (int i = 0; i < 4; i++) {
+        const dt_model_cfg_t *c = &cfgs[i];
+        json_t *j = dt_ckpt_model_json(c), *j2;
+        char *text = json_dumps(j, JSON_COMPACT);
+        json_t *reread = json_loads(text, 0, NULL); /* as a manifest is read */
+
+        cr_assert_eq(dt_ckpt_model_parse(reread, &back, &em), 0, "%d: %s", i, em.s);
+        cr_assert(back.dim == c->dim && back.layers == c->layers && back.heads == c->heads &&
+                      back.kv_heads == c->kv_heads && back.ffn == c->ffn &&
+                      back.vocab == c->vocab && back.tied == c->tied,
+                  "%d: shape", i);
+        cr_assert_eq(dt_model_head_dim(&back), dt_model_head_dim(c), "%d", i);
+        cr_assert(back.norm_eps == c->norm_eps, "%d: norm_eps %.9g, want %.9g", i,
+                  (double)back.norm_eps, (double)c->norm_eps);
+        cr_assert(back.rope.theta == c->rope.theta && back.rope.factor == c->rope.factor &&
+                      back.rope.low_freq_factor == c->rope.low_freq_factor &&
+                      back.rope.high_freq_factor == c->rope.high_freq_factor &&
+                      back.rope.original_max_pos == c->rope.original_max_pos,
+                  "%d: rope", i);
+        j2 = dt_ckpt_model_json(&back);
+        cr_assert(json_equal(j, j2), "%d: %s", i, text);
+        json_decref(j2);
+        json_decref(reread);
+        json_decref(j);
+        free(text);
+    }
+}
+
+/* Strict: each bad object refused with DT_EFORMAT naming the key. */
+Test(ckpt, model_parse_refuses_bad_objects_naming_the_key)
+{
+#define BASE "\"dim\":32,\"layers\":2,\"heads\":4,\"kv_heads\":2,\"ffn\":64,\"vocab\":128,"
+#define TAIL "\"rope_theta\":500000.0,\"norm_eps\":1e-5,\"tied\":false"
+#define RS(x) "{" BASE TAIL ",\"rope_scaling\":" x "}"
+    static const struct {
+        const char *json, *words;
+        int rc;
+    } cases[] = {
+        { "[1, 2]", "model: not a JSON object", DT_EFORMAT },
+        { "{\"layers\":2,\"heads\":4,\"kv_heads\":2,\"ffn\":64,\"vocab\":128," TAIL "}",
+          "'dim' is missing", DT_EFORMAT },
+        { "{\"dim\":\"32\",\"layers\":2,\"heads\":4,\"kv_heads\":2,\"ffn\":64,\"vocab\":128," TAIL
+          "}", "'dim' is not an integer", DT_EFORMAT },
+        { "{\"dim\":32.0,\"layers\":2,\"heads\":4,\"kv_heads\":2,\"ffn\":64,\"vocab\":128," TAIL
+          "}", "'dim' is not an integer", DT_EFORMAT },
+        { "{\"dim\":32,\"layers\":2,\"heads\":4,\"kv_heads\":2,\"ffn\":64,\"vocab\":4294967296,"
+          TAIL "}", "'vocab' is not an integer", DT_EFORMAT },
+        { "{" BASE "\"norm_eps\":1e-5,\"tied\":false}", "'rope_theta' is missing", DT_EFORMAT },
+        { "{" BASE "\"rope_theta\":\"big\",\"norm_eps\":1e-5,\"tied\":false}",
+          "'rope_theta' is not a number", DT_EFORMAT },
+        { "{" BASE "\"rope_theta\":500000.0,\"norm_eps\":1e300,\"tied\":false}",
+          "'norm_eps' 1e+300 is out of a float's range", DT_EFORMAT },
+        { "{" BASE "\"rope_theta\":500000.0,\"norm_eps\":1e-5,\"tied\":0}",
+          "'tied' is not a boolean", DT_EFORMAT },
+        { "{" BASE "\"rope_theta\":500000.0,\"norm_eps\":1e-5}", "'tied' is missing",
+          DT_EFORMAT },
+        { "{" BASE TAIL ",\"head_dim\":8.5}", "'head_dim' is not an integer", DT_EFORMAT },
+        { "{" BASE TAIL ",\"dropout\":0.1}", "unknown key 'dropout'", DT_EFORMAT },
+        { RS("\"llama3\""), "model.rope_scaling: not a JSON object", DT_EFORMAT },
+        { RS("{\"rope_type\":\"yarn\",\"factor\":8.0,\"low_freq_factor\":1.0,"
+             "\"high_freq_factor\":4.0,\"original_max_pos\":8192.0}"),
+          "'rope_type' is not \"llama3\"", DT_EFORMAT },
+        { RS("{\"rope_type\":\"llama3\",\"low_freq_factor\":1.0,"
+             "\"high_freq_factor\":4.0,\"original_max_pos\":8192.0}"),
+          "model.rope_scaling: 'factor' is missing", DT_EFORMAT },
+        { RS("{\"rope_type\":\"llama3\",\"factor\":8.0,\"low_freq_factor\":1.0,"
+             "\"high_freq_factor\":4.0,\"original_max_pos\":8192.0,\"beta\":1}"),
+          "model.rope_scaling: unknown key 'beta'", DT_EFORMAT },
+        { RS("{\"rope_type\":\"llama3\",\"factor\":0.0,\"low_freq_factor\":1.0,"
+             "\"high_freq_factor\":4.0,\"original_max_pos\":8192.0}"),
+          "'factor' 0 is not positive", DT_EFORMAT },
+        /* well-formed, but not a model: dt_model_cfg_check's words */
+        { "{\"dim\":32,\"layers\":2,\"heads\":3,\"kv_heads\":1,\"ffn\":64,\"vocab\":128," TAIL
+          "}", "heads 3 do not divide dim 32", DT_EINVAL },
+        { "{\"dim\":32,\"layers\":0,\"heads\":4,\"kv_heads\":2,\"ffn\":64,\"vocab\":128," TAIL
+          "}", "must all be positive", DT_EINVAL },
+    };
+#undef RS
+#undef TAIL
+#undef BASE
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        json_error_t jerr;
+        json_t *j = json_loads(cases[i].json, JSON_DECODE_ANY, &jerr);
+        dt_model_cfg_t c;
+        dt_emsg_t em = { "" };
+
+        cr_assert_not_null(j, "case %zu: %s", i, jerr.text);
+        int rc = dt_ckpt_model_parse(j, &c, &em);
+        cr_assert_eq(rc, cases[i].rc, "case %zu: rc %d: %s", i, rc, em.s);
+        cr_assert(strstr(em.s, cases[i].words), "case %zu: '%s' not in: %s", i, cases[i].words,
+                  em.s);
+        json_decref(j);
     }
 }

@@ -1,11 +1,15 @@
 /* SPDX-License-Identifier: MIT
  *
- * Tests of engine/data: .bin token shards written by the atomic writer and
- * read back in both formats (uint16 and uint32), shards written byte by byte
- * that must be refused with the message a user would see (bad magic, bad
- * version, short header, a count larger than the file, trailing data), the
+ * Tests of engine/data and the token files under it (io/tokshard.h): .bin
+ * token shards written by the atomic writer and read back in both formats
+ * (uint16 and uint32), shards written byte by byte that must be refused
+ * with the message a user would see (bad magic, bad version, short header,
+ * a count larger than the file, trailing data); .npy token ids (int32,
+ * int64, 1-D and 2-D, told by the magic) read back, refused for every
+ * dtype, order, rank and size they must not have, and for bad ids; the
  * loader's windows, order, shuffle and cursor (a restored cursor gives the
- * same batches), and the generated recall task (determinism, answers that
+ * same batches; .npy files give the sequences their shard twins give), and
+ * the generated recall task (determinism, answers that
  * match the planted pairs, the pairs on other ranks than the queries, the
  * target layout,
  * the scorer). Every test works in its own directory under /tmp.
@@ -24,6 +28,7 @@
 
 #include "engine/data/loader.h"
 #include "engine/data/recall.h"
+#include "io/npy.h"
 #include "io/tokshard.h"
 #include "spec/layout.h"
 #include "engine/data/gen.h"
@@ -284,6 +289,243 @@ Test(data, refuses_u32_token_beyond_int32)
     cr_assert_eq(dt_tok_shard_read(s, 0, 3, back, &em), DT_EFORMAT);
     cr_assert(strstr(em.s, "token 1 is 2147483648, larger than the int32 range"), "%s", em.s);
     dt_tok_shard_free(s);
+}
+
+/*-- .npy token ids ---------------------------------------------------------------*/
+
+/* A .npy file written by hand: header dict `dict` (padded so the data is
+ * 64-byte aligned, hpad extra spaces first), then nbytes of data. */
+static void write_npy_raw(const char *path, const char *dict, size_t hpad, const void *data,
+                          size_t nbytes)
+{
+    size_t dlen = strlen(dict), total = (10 + dlen + hpad + 1 + 63) / 64 * 64;
+    size_t hlen = total - 10;
+    unsigned char pre[10] = { 0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0 };
+    FILE *f = fopen(path, "wb");
+
+    cr_assert(hlen <= 65535);
+    pre[8] = (unsigned char)(hlen & 0xff);
+    pre[9] = (unsigned char)(hlen >> 8);
+    cr_assert_not_null(f);
+    cr_assert_eq(fwrite(pre, 1, 10, f), 10);
+    cr_assert_eq(fwrite(dict, 1, dlen, f), dlen);
+    for (size_t i = dlen; i < hlen - 1; i++)
+        fputc(' ', f);
+    fputc('\n', f);
+    if (nbytes)
+        cr_assert_eq(fwrite(data, 1, nbytes, f), nbytes);
+    cr_assert_eq(fclose(f), 0);
+}
+
+/* Read all tokens of PATH; they must be want[0..n). */
+static void expect_tokens(const char *path, enum dt_tok_format fmt, const int32_t *want,
+                          int64_t n)
+{
+    int32_t *back = malloc((size_t)(n ? n : 1) * sizeof(*back));
+    dt_tok_shard_t *s;
+    dt_emsg_t em = { "" };
+
+    cr_assert_eq(dt_tok_shard_new(path, &s, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_tok_shard_format(s), fmt, "format %s", dt_tok_format_name(fmt));
+    cr_assert_eq(dt_tok_shard_ntok(s), n);
+    cr_assert_eq(dt_tok_shard_read(s, 0, n, back, &em), 0, "%s", em.s);
+    for (int64_t i = 0; i < n; i++)
+        cr_assert_eq(back[i], want[i], "%s: token %lld is %d, want %d", path, (long long)i,
+                     back[i], want[i]);
+    dt_tok_shard_free(s);
+    free(back);
+}
+
+Test(data, npy_roundtrip_int32_and_int64)
+{
+    enum { N = 150000 }; /* more than two read chunks */
+    int32_t *tok = malloc(N * sizeof(*tok)), back[100];
+    const enum dt_tok_format fmts[] = { DT_TOK_NPY_I32, DT_TOK_NPY_I64 };
+    const char *names[] = { "t32.npy", "t64.npy" };
+    dt_emsg_t em = { "" };
+
+    for (int i = 0; i < N; i++)
+        tok[i] = (int32_t)((i * 2654435761u) % 200000u); /* ids above 65535 too */
+    tok[0] = INT32_MAX;
+    tok[N - 1] = 0;
+    for (int k = 0; k < 2; k++) {
+        const char *path = P(names[k]);
+        dt_tok_shard_t *s;
+        unsigned char magic[6];
+        FILE *f;
+
+        cr_assert_eq(dt_tok_save(path, fmts[k], tok, N, &em), 0, "%s", em.s);
+        f = fopen(path, "rb");
+        cr_assert_eq(fread(magic, 1, 6, f), 6);
+        fclose(f);
+        cr_assert_eq(memcmp(magic, "\x93NUMPY", 6), 0);
+        cr_assert_eq(file_size(path), 128 + (k ? 8 : 4) * (int64_t)N);
+        expect_tokens(path, fmts[k], tok, N);
+        /* a window across a chunk boundary, one at the end, one outside */
+        cr_assert_eq(dt_tok_shard_new(path, &s, &em), 0, "%s", em.s);
+        cr_assert_eq(dt_tok_shard_read(s, 65500, 100, back, &em), 0, "%s", em.s);
+        cr_assert_eq(memcmp(tok + 65500, back, sizeof(back)), 0);
+        cr_assert_eq(dt_tok_shard_read(s, N, 0, back, &em), 0);
+        cr_assert_eq(dt_tok_shard_read(s, N - 5, 6, back, &em), DT_EINVAL);
+        cr_assert(strstr(em.s, "tokens [149995, 150001) are outside [0, 150000)"), "%s", em.s);
+        dt_tok_shard_free(s);
+    }
+    cr_assert_eq(dir_entries(), 2, "temporary file left behind");
+    free(tok);
+}
+
+/* The kind is told by the magic, not the name; NumPy's own layouts (a
+ * format 2.0 header, one longer than the first read) parse as well. */
+Test(data, npy_recognised_by_magic_not_name)
+{
+    int32_t tok[] = { 3, 1, 4, 1, 5, 9, 2, 6 };
+    int64_t t64[] = { 3, 1, 4, 1, 5, 9, 2, 6 };
+    dt_emsg_t em = { "" };
+
+    cr_assert_eq(dt_tok_save(P("tokens.bin"), DT_TOK_NPY_I32, tok, 8, &em), 0, "%s", em.s);
+    expect_tokens(P("tokens.bin"), DT_TOK_NPY_I32, tok, 8);
+    cr_assert_eq(dt_tok_save(P("tokens.npy"), DT_TOK_U16, tok, 8, &em), 0, "%s", em.s);
+    expect_tokens(P("tokens.npy"), DT_TOK_U16, tok, 8);
+    /* a header of 3008 bytes: more than the 1024 read first */
+    write_npy_raw(P("long.npy"), "{'descr': '<i8', 'fortran_order': False, 'shape': (8,), }",
+                  2900, t64, sizeof(t64));
+    expect_tokens(P("long.npy"), DT_TOK_NPY_I64, tok, 8);
+}
+
+Test(data, npy_2d_is_read_in_c_order)
+{
+    int32_t tok[12];
+    int64_t shape[2] = { 3, 4 };
+    dt_emsg_t em = { "" };
+
+    for (int i = 0; i < 12; i++)
+        tok[i] = 100 + i;
+    cr_assert_eq(dt_npy_save(P("m.npy"), DT_I32, 2, shape, tok, &em), 0, "%s", em.s);
+    expect_tokens(P("m.npy"), DT_TOK_NPY_I32, tok, 12);
+}
+
+/* Bad ids are found when read, naming the file and the token's flat index. */
+Test(data, npy_refuses_bad_ids_when_read)
+{
+    int32_t neg32[] = { 1, 2, -7, 4 };
+    int64_t neg64[] = { 1, 2, 3, -1 }, big64[] = { 1, 2147483648LL, 3, 4 };
+    int64_t huge64[] = { 0, 0, 0, INT64_MIN };
+    int64_t shape[1] = { 4 };
+    int32_t back[4];
+    dt_tok_shard_t *s;
+    dt_emsg_t em = { "" };
+    const struct {
+        const char *name;
+        dt_dtype_t dtype;
+        const void *data;
+        const char *want;
+    } cases[] = {
+        { "n32.npy", DT_I32, neg32, "n32.npy: token 2 is -7, a negative token id" },
+        { "n64.npy", DT_I64, neg64, "n64.npy: token 3 is -1, a negative token id" },
+        { "b64.npy", DT_I64, big64, "b64.npy: token 1 is 2147483648, larger than the int32 range" },
+        { "h64.npy", DT_I64, huge64, "token 3 is -9223372036854775808, a negative token id" },
+    };
+
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        cr_assert_eq(dt_npy_save(P(cases[k].name), cases[k].dtype, 1, shape, cases[k].data, &em),
+                     0, "%s", em.s);
+        cr_assert_eq(dt_tok_shard_new(P(cases[k].name), &s, &em), 0, "%s", em.s);
+        cr_assert_eq(dt_tok_shard_read(s, 0, 1, back, &em), 0, "%s", em.s);
+        cr_assert_eq(back[0], k == 3 ? 0 : 1);
+        cr_assert_eq(dt_tok_shard_read(s, 0, 4, back, &em), DT_EFORMAT, "%s", cases[k].name);
+        cr_assert(strstr(em.s, cases[k].want), "'%s' lacks '%s'", em.s, cases[k].want);
+        cr_assert(strstr(em.s, tmpdir), "'%s' does not name the file", em.s);
+        dt_tok_shard_free(s);
+    }
+}
+
+Test(data, npy_refusals)
+{
+    static const unsigned char data[64];
+    const struct {
+        const char *dict;
+        size_t nbytes;
+        int err;
+        const char *want;
+    } cases[] = {
+        { "{'descr': '<f4', 'fortran_order': False, 'shape': (4,), }", 16, DT_EDTYPE,
+          "dtype is float32; token ids need int32 ('<i4') or int64 ('<i8')" },
+        { "{'descr': '<f2', 'fortran_order': False, 'shape': (4,), }", 8, DT_EDTYPE,
+          "dtype is float16; token ids need int32" },
+        { "{'descr': '<f8', 'fortran_order': False, 'shape': (4,), }", 32, DT_EDTYPE,
+          "dtype is float64; token ids need int32" },
+        { "{'descr': '|b1', 'fortran_order': False, 'shape': (4,), }", 4, DT_EDTYPE,
+          "dtype '|b1' is not supported" },
+        { "{'descr': '<u2', 'fortran_order': False, 'shape': (4,), }", 8, DT_EDTYPE,
+          "dtype '<u2' is not supported" },
+        { "{'descr': '>i4', 'fortran_order': False, 'shape': (4,), }", 16, DT_EDTYPE,
+          "'>i4' is big-endian" },
+        { "{'descr': '>i8', 'fortran_order': False, 'shape': (4,), }", 32, DT_EDTYPE,
+          "'>i8' is big-endian" },
+        { "{'descr': '<i4', 'fortran_order': True, 'shape': (2, 2), }", 16, DT_EDTYPE,
+          "Fortran order is not supported" },
+        { "{'descr': '<i8', 'fortran_order': False, 'shape': (), }", 8, DT_EFORMAT,
+          "0 dimensions; token ids are 1-D (n,) or 2-D (n, m)" },
+        { "{'descr': '<i4', 'fortran_order': False, 'shape': (2, 2, 2), }", 32, DT_EFORMAT,
+          "3 dimensions; token ids are 1-D (n,) or 2-D (n, m)" },
+        { "{'descr': '<i4', 'fortran_order': False, 'shape': (10,), }", 36, DT_EFORMAT,
+          "data is truncated: shape (10,) int32 needs 40 bytes" },
+        { "{'descr': '<i8', 'fortran_order': False, 'shape': (4,), }", 33, DT_EFORMAT,
+          "1 bytes after the data" },
+        { "{'descr': '<i8', 'fortran_order': False, 'shape': (4), }", 32, DT_EFORMAT,
+          "malformed header: 'shape' (4) is not a tuple" },
+    };
+    char name[32];
+
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        snprintf(name, sizeof(name), "bad%zu.npy", k);
+        write_npy_raw(P(name), cases[k].dict, 0, data, cases[k].nbytes);
+        expect_refused(P(name), cases[k].err, cases[k].want);
+    }
+    /* the dtype messages say what token ids need */
+    expect_refused(P("bad3.npy"), DT_EDTYPE, "; token ids need int32 or int64, C order");
+    expect_refused(P("bad7.npy"), DT_EDTYPE, "; token ids need int32 or int64, C order");
+    /* a truncated header: the magic alone, and a length past the end */
+    {
+        FILE *f = fopen(P("magic.npy"), "wb");
+        cr_assert_eq(fwrite("\x93NUMPY\x01\x00\x76\x00{'descr'", 1, 17, f), 17);
+        fclose(f);
+    }
+    expect_refused(P("magic.npy"), DT_EFORMAT, "header is truncated");
+    {
+        FILE *f = fopen(P("six.npy"), "wb");
+        cr_assert_eq(fwrite("\x93NUMPY", 1, 6, f), 6);
+        fclose(f);
+    }
+    expect_refused(P("six.npy"), DT_EFORMAT, "header is truncated");
+}
+
+/* The pure header check the fuzzer drives: what it says of a .npy image. */
+Test(data, npy_parse_header_pure)
+{
+    int32_t tok[] = { 7, 8, 9 };
+    dt_tok_info_t info;
+    dt_emsg_t em = { "" };
+    unsigned char img[128 + 12];
+    FILE *f;
+
+    cr_assert_eq(dt_tok_save(P("p.npy"), DT_TOK_NPY_I32, tok, 3, &em), 0, "%s", em.s);
+    f = fopen(P("p.npy"), "rb");
+    cr_assert_eq(fread(img, 1, sizeof(img), f), sizeof(img));
+    fclose(f);
+    cr_assert_eq(dt_tok_parse_header("mem", img, sizeof(img), sizeof(img), &info, &em), 0,
+                 "%s", em.s);
+    cr_assert_eq(info.fmt, DT_TOK_NPY_I32);
+    cr_assert_eq(info.ntok, 3);
+    cr_assert_eq(info.data_offset, 128);
+    /* the header alone, the file size given */
+    cr_assert_eq(dt_tok_parse_header("mem", img, 128, sizeof(img), &info, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_tok_parse_header("mem", img, 128, sizeof(img) + 4, &info, &em), DT_EFORMAT);
+    cr_assert(strstr(em.s, "mem: 4 bytes after the data"), "%s", em.s);
+    cr_assert_eq(info.ntok, 0);
+    /* a header cut short in memory */
+    cr_assert_eq(dt_tok_parse_header("mem", img, 100, sizeof(img), &info, &em), DT_EFORMAT);
+    cr_assert(strstr(em.s, "mem: header is truncated"), "%s", em.s);
 }
 
 /*-- loader ---------------------------------------------------------------------*/
@@ -584,6 +826,75 @@ Test(data, loader_notices_a_changed_shard)
     dt_loader_free(l);
 }
 
+/* The same tokens as an llm.c shard and as .npy int32 and int64 give the
+ * same sequences, shuffled, over two epochs; a glob may mix the kinds. */
+Test(data, loader_npy_matches_shard)
+{
+    enum { N = 1000, T = 16 };
+    const enum dt_tok_format fmts[] = { DT_TOK_U16, DT_TOK_NPY_I32, DT_TOK_NPY_I64 };
+    const char *dirs[] = { "bin", "i32", "i64", "mix" };
+    int32_t tok[2][N], x[4][T], y[4][T];
+    dt_loader_opts_t o = { .T = T, .shuffle = 1, .seed = 42, .vocab = 50257 };
+    dt_loader_t *l[4];
+    dt_emsg_t em = { "" };
+    char name[64];
+
+    for (int f = 0; f < 2; f++)
+        for (int i = 0; i < N; i++)
+            tok[f][i] = (int32_t)((i * 7919u + (unsigned)f * 31u) % 50257u);
+    for (int d = 0; d < 4; d++) {
+        cr_assert_eq(mkdir(P(dirs[d]), 0700), 0);
+        for (int f = 0; f < 2; f++) {
+            /* "mix": a.bin (uint16) and b.npy (int64): the same sorted order */
+            enum dt_tok_format fmt = d < 3 ? fmts[d] : f == 0 ? DT_TOK_U16 : DT_TOK_NPY_I64;
+            snprintf(name, sizeof(name), "%s/%c.%s", dirs[d], 'a' + f,
+                     fmt == DT_TOK_U16 ? "bin" : "npy");
+            cr_assert_eq(dt_tok_save(P(name), fmt, tok[f], N, &em), 0, "%s", em.s);
+        }
+        snprintf(name, sizeof(name), "%s/*", dirs[d]);
+        cr_assert_eq(dt_loader_new_glob(P(name), &o, &l[d], &em), 0, "%s", em.s);
+        cr_assert_eq(dt_loader_nshards(l[d]), 2);
+        cr_assert_eq(dt_loader_ntok(l[d]), 2 * N);
+        cr_assert_eq(dt_loader_nseq(l[d]), 2 * ((N - 1) / T));
+    }
+    for (int64_t step = 0; step < 2 * dt_loader_nseq(l[0]) + 3; step++) {
+        for (int d = 0; d < 4; d++)
+            cr_assert_eq(dt_loader_next(l[d], x[d], y[d], &em), 0, "%s", em.s);
+        for (int d = 1; d < 4; d++) {
+            cr_assert_eq(memcmp(x[0], x[d], sizeof(x[0])), 0, "%s: step %lld", dirs[d],
+                         (long long)step);
+            cr_assert_eq(memcmp(y[0], y[d], sizeof(y[0])), 0, "%s: step %lld", dirs[d],
+                         (long long)step);
+        }
+    }
+    for (int d = 0; d < 4; d++)
+        dt_loader_free(l[d]);
+}
+
+/* The loader's vocabulary check covers .npy ids above 65535. */
+Test(data, loader_npy_vocab)
+{
+    int32_t tok[40];
+    dt_loader_opts_t o = { .T = 8, .vocab = 100000 };
+    const char *paths[] = { P("v.npy") };
+    dt_loader_t *l;
+    dt_emsg_t em = { "" };
+    int32_t x[8], y[8];
+
+    for (int i = 0; i < 40; i++)
+        tok[i] = 99990 + i % 10;
+    tok[20] = 100000;
+    cr_assert_eq(dt_tok_save(P("v.npy"), DT_TOK_NPY_I64, tok, 40, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_loader_new(paths, 1, &o, &l, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_loader_next(l, x, y, &em), 0, "%s", em.s);
+    cr_assert_eq(x[1], 99991);
+    cr_assert_eq(dt_loader_next(l, x, y, &em), 0, "%s", em.s); /* tokens 8..16 */
+    cr_assert_eq(dt_loader_next(l, x, y, &em), DT_EFORMAT);
+    cr_assert(strstr(em.s, "v.npy: token 20 is 100000, outside the vocabulary of 100000"), "%s",
+              em.s);
+    dt_loader_free(l);
+}
+
 /*-- generated recall -----------------------------------------------------------*/
 
 Test(data, recall_defaults_fit_the_tiny_model)
@@ -827,16 +1138,15 @@ Test(data, save_is_private_and_does_not_follow_a_planted_link)
 
     /* the header checks from memory, as the fuzzer runs them */
     unsigned char img[DT_TOK_HEADER_BYTES + 8];
-    enum dt_tok_format fmt;
-    int64_t ntok;
+    dt_tok_info_t info;
     f = fopen(P("t.bin"), "rb");
     cr_assert_eq(fread(img, 1, sizeof(img), f), sizeof(img));
     fclose(f);
-    cr_assert_eq(dt_tok_parse_header("m", img, sizeof(img), sizeof(img), &fmt, &ntok, &em), 0);
-    cr_assert(fmt == DT_TOK_U16 && ntok == 4);
-    cr_assert_eq(dt_tok_parse_header("m", img, sizeof(img), sizeof(img) + 2, &fmt, &ntok, &em),
+    cr_assert_eq(dt_tok_parse_header("m", img, sizeof(img), sizeof(img), &info, &em), 0);
+    cr_assert(info.fmt == DT_TOK_U16 && info.ntok == 4 && info.data_offset == 1024);
+    cr_assert_eq(dt_tok_parse_header("m", img, sizeof(img), sizeof(img) + 2, &info, &em),
                  DT_EFORMAT);
     cr_assert(strstr(em.s, "2 bytes of trailing data"), "%s", em.s);
-    cr_assert_eq(dt_tok_parse_header("m", img, 100, 100, &fmt, &ntok, &em), DT_EFORMAT);
+    cr_assert_eq(dt_tok_parse_header("m", img, 100, 100, &info, &em), DT_EFORMAT);
     cr_assert(strstr(em.s, "m: header is truncated: the file has 100 bytes"), "%s", em.s);
 }

@@ -50,6 +50,7 @@
 
 #define SEED 20250117u
 #define LLAMA3_THETA 500000.0
+static const dt_rope_t LLAMA3_ROPE = { .theta = LLAMA3_THETA };
 
 /*-- helpers ----------------------------------------------------------------*/
 
@@ -296,11 +297,11 @@ Test(layers, rope_fast_matches_ref)
         pos[t] = t * t * t * 997 + (t % 3 == 0 ? 1000000000 : 0);
     float *x1 = randn(60, T * H * D), *x2 = copy(x1, T * H * D);
 
-    dt_rope_fwd_cpu(T, H, D, pos, LLAMA3_THETA, x1);
-    dt_rope_fwd_ref(T, H, D, pos, LLAMA3_THETA, x2);
+    dt_rope_fwd_cpu(T, H, D, pos, &LLAMA3_ROPE, x1);
+    dt_rope_fwd_ref(T, H, D, pos, &LLAMA3_ROPE, x2);
     cr_assert(ref_allclose("rope fwd", x1, x2, T * H * D, ATOL, RTOL));
-    dt_rope_bwd_cpu(T, H, D, pos, LLAMA3_THETA, x1);
-    dt_rope_bwd_ref(T, H, D, pos, LLAMA3_THETA, x2);
+    dt_rope_bwd_cpu(T, H, D, pos, &LLAMA3_ROPE, x1);
+    dt_rope_bwd_ref(T, H, D, pos, &LLAMA3_ROPE, x2);
     cr_assert(ref_allclose("rope bwd", x1, x2, T * H * D, ATOL, RTOL));
     free(x1), free(x2);
 }
@@ -333,8 +334,8 @@ static void rope_vs_longdouble(int64_t pos)
     if (LDBL_MANT_DIG < 64)
         cr_skip_test("long double has %d mantissa bits; this check needs 64", LDBL_MANT_DIG);
     rope_longdouble(H, D, pos, LLAMA3_THETA, x, y);
-    dt_rope_fwd_cpu(1, H, D, &pos, LLAMA3_THETA, xf);
-    dt_rope_fwd_ref(1, H, D, &pos, LLAMA3_THETA, xr);
+    dt_rope_fwd_cpu(1, H, D, &pos, &LLAMA3_ROPE, xf);
+    dt_rope_fwd_ref(1, H, D, &pos, &LLAMA3_ROPE, xr);
     snprintf(label, sizeof(label), "rope cpu pos=%lld", (long long)pos);
     cr_assert(ref_allclose(label, xf, y, H * D, ROPE_TOL, 0.0f));
     snprintf(label, sizeof(label), "rope ref pos=%lld", (long long)pos);
@@ -346,7 +347,7 @@ static void rope_vs_longdouble(int64_t pos)
     for (int i = 0; i < D / 2; i++) {
         long double f = powl((long double)LLAMA3_THETA, -(long double)(2 * i) / (long double)D);
         long double a = fmodl((long double)pos * f, two_pi);
-        double r = dt_rope_angle(pos, i, D, LLAMA3_THETA);
+        double r = dt_rope_angle(pos, i, D, &LLAMA3_ROPE);
         cr_assert(fabs(sin(r) - (double)sinl(a)) <= 1e-6 && fabs(cos(r) - (double)cosl(a)) <= 1e-6,
                   "pos=%lld i=%d: angle %.17g, long double %.17Lg", (long long)pos, i, r, a);
     }
@@ -375,13 +376,54 @@ Test(layers, rope_angle_of_pair_0_is_the_position)
         { 16777217, 0.10583256734754363973, 0.99438396391365223977 },
     };
     for (size_t j = 0; j < sizeof(k) / sizeof(k[0]); j++) {
-        double r = dt_rope_angle(k[j].pos, 0, 128, LLAMA3_THETA);
+        double r = dt_rope_angle(k[j].pos, 0, 128, &LLAMA3_ROPE);
         cr_assert(fabs(r) <= M_PI + 1e-12, "angle %.17g not reduced", r);
         cr_assert(fabs(sin(r) - k[j].s) <= 1e-12, "sin(%lld): %.17g want %.17g",
                   (long long)k[j].pos, sin(r), k[j].s);
         cr_assert(fabs(cos(r) - k[j].c) <= 1e-12, "cos(%lld): %.17g want %.17g",
                   (long long)k[j].pos, cos(r), k[j].c);
     }
+}
+
+/* LLaMA 3.1's scaling (theta 500000, factor 8, low 1, high 4, 8192
+ * positions, head dim 128, as Meta's 3.1 configs give it): pairs whose
+ * wavelength is under 8192 / 4 = 2048 positions keep their frequency, those
+ * over 8192 turn 8 times slower, those between are interpolated. Checked
+ * region by region against the unscaled frequency, the boundaries by the
+ * wavelength in plain double arithmetic, and the interpolation by its
+ * endpoints' continuity. */
+Test(layers, rope_llama3_scaling_by_region)
+{
+    const dt_rope_t sc = { .theta = LLAMA3_THETA, .factor = 8, .low_freq_factor = 1,
+                           .high_freq_factor = 4, .original_max_pos = 8192 };
+    int kept = 0, slowed = 0, between = 0;
+
+    for (int i = 0; i < 64; i++) {
+        double fh, fl, uh, ul;
+        dt_rope_freq(i, 128, &sc, &fh, &fl);
+        dt_rope_freq(i, 128, &LLAMA3_ROPE, &uh, &ul);
+        double f = fh + fl, u = uh + ul, wl = 2 * M_PI / u;
+        if (wl < 2048) {
+            cr_assert(f == u, "pair %d (wavelength %.1f): %.17g, unscaled %.17g", i, wl, f, u);
+            kept++;
+        } else if (wl > 8192) {
+            cr_assert(fabs(f - u / 8) <= 1e-16 * u, "pair %d (wavelength %.1f): %.17g, want "
+                      "%.17g", i, wl, f, u / 8);
+            slowed++;
+        } else {
+            double s = (8192 / wl - 1) / (4 - 1);
+            cr_assert(fabs(f - ((1 - s) * u / 8 + s * u)) <= 1e-15 * u && f < u && f > u / 8,
+                      "pair %d (wavelength %.1f, smooth %.3f): %.17g", i, wl, s, f);
+            between++;
+        }
+    }
+    cr_assert(kept > 0 && slowed > 0 && between > 0, "regions %d %d %d", kept, slowed, between);
+    /* and the rotation uses it: pair 63 at position 1e6 turns by 1e6 f */
+    double fh, fl;
+    dt_rope_freq(63, 128, &sc, &fh, &fl);
+    double a = dt_rope_angle(1000000, 63, 128, &sc);
+    double want = remainder(1e6 * (fh + fl), 2 * M_PI);
+    cr_assert(fabs(a - want) <= 1e-9, "angle %.17g want %.17g", a, want);
 }
 
 Test(layers, rope_then_backward_is_identity)
@@ -393,11 +435,11 @@ Test(layers, rope_then_backward_is_identity)
         pos[t] = (t << 40) + t * 12345; /* up to ~1.1e13 */
     float *x = randn(80, T * H * D), *y = copy(x, T * H * D), *z = copy(x, T * H * D);
 
-    dt_rope_fwd_cpu(T, H, D, pos, LLAMA3_THETA, y);
-    dt_rope_bwd_cpu(T, H, D, pos, LLAMA3_THETA, y);
+    dt_rope_fwd_cpu(T, H, D, pos, &LLAMA3_ROPE, y);
+    dt_rope_bwd_cpu(T, H, D, pos, &LLAMA3_ROPE, y);
     cr_assert(ref_allclose("rope cpu round trip", y, x, T * H * D, 1e-6f, 1e-6f));
-    dt_rope_fwd_ref(T, H, D, pos, LLAMA3_THETA, z);
-    dt_rope_bwd_ref(T, H, D, pos, LLAMA3_THETA, z);
+    dt_rope_fwd_ref(T, H, D, pos, &LLAMA3_ROPE, z);
+    dt_rope_bwd_ref(T, H, D, pos, &LLAMA3_ROPE, z);
     cr_assert(ref_allclose("rope ref round trip", z, x, T * H * D, 1e-6f, 1e-6f));
     free(x), free(y), free(z);
 }
@@ -414,7 +456,7 @@ static double rope_obj(void *p)
     rope_ctx *c = p;
     const int64_t n = c->T * c->H * c->D;
     memcpy(c->y, c->x, (size_t)n * sizeof(float));
-    dt_rope_fwd_ref(c->T, c->H, c->D, c->pos, LLAMA3_THETA, c->y);
+    dt_rope_fwd_ref(c->T, c->H, c->D, c->pos, &LLAMA3_ROPE, c->y);
     return dot(c->dy, c->y, n);
 }
 
@@ -426,7 +468,7 @@ Test(layers, rope_bwd_matches_finite_differences)
     c.x = randn(90, n), c.dy = randn(91, n), c.y = filled(n, 0);
     float *dx = copy(c.dy, n);
 
-    dt_rope_bwd_ref(c.T, c.H, c.D, pos, LLAMA3_THETA, dx);
+    dt_rope_bwd_ref(c.T, c.H, c.D, pos, &LLAMA3_ROPE, dx);
     cr_assert(fd_check("rope dx fd", rope_obj, &c, c.x, n, dx));
     free(c.x), free(c.dy), free(c.y), free(dx);
 }

@@ -17,7 +17,7 @@
 
 static const dt_model_cfg_t small = {
     .dim = 16, .layers = 2, .heads = 4, .kv_heads = 2, .ffn = 24, .vocab = 11,
-    .rope_theta = 10000.0, .norm_eps = 1e-5f, .tied = false,
+    .rope = { .theta = 10000.0 }, .norm_eps = 1e-5f, .tied = false,
 };
 
 typedef struct fixture {
@@ -43,7 +43,7 @@ static void setup(fixture_t *f, const dt_model_cfg_t *cfg, int64_t T, int64_t po
     cr_assert_eq(dt_comm_new(NULL, NULL, &f->comm, &em), 0, "%s", em.s);
     dt_model_layout_init(&f->lo, cfg);
     f->attn = (dt_attn_spec_t){ .T = T, .H = cfg->heads, .Hkv = cfg->kv_heads,
-                                .D = cfg->dim / cfg->heads, .causal = true, .nbranch = nb };
+                                .D = dt_model_head_dim(cfg), .causal = true, .nbranch = nb };
     for (int b = 0; b < nb; b++) {
         f->attn.seg[b] = seg[b];
         f->attn.dil[b] = dil[b];

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT
  *
  * Tests of engine/npy: round trips of float32, float16 and int64 files,
+ * int32 headers (token ids), the header parsed from a file's first bytes,
  * partial reads, the float16 conversions (every bit pattern, every rounding
  * boundary), the atomic writer (out-of-order writes, abort, failed writes
  * leave no temporary file), and the refusal of malformed files, each written
@@ -466,13 +467,77 @@ Test(npy, read_i64)
     cr_assert_not_null(strstr(em.s, "expected int64"), "%s", em.s);
 }
 
+/* int32 ('<i4', token ids) is written and its header parsed; its data is
+ * io/tokshard.c's to read, not the float reader's. */
+Test(npy, int32_header)
+{
+    int64_t shape[] = { 3 };
+    int32_t x[] = { 0, -1, INT32_MAX };
+    unsigned char buf[256];
+    dt_npy_info_t info;
+    dt_emsg_t em = { "" };
+    float f;
+
+    cr_assert_eq(dt_npy_save(P("ids.npy"), DT_I32, 1, shape, x, &em), 0, "%s", em.s);
+    read_bytes(P("ids.npy"), buf, sizeof(buf));
+    cr_assert_not_null(memmem(buf, 128, "{'descr': '<i4', 'fortran_order': False, "
+                                        "'shape': (3,), }", 57));
+    cr_assert_eq(memcmp(buf + 128, x, sizeof(x)), 0);
+    cr_assert_eq(dt_npy_read_header(P("ids.npy"), &info, &em), 0, "%s", em.s);
+    cr_assert_eq(info.dtype, DT_I32);
+    cr_assert_eq(info.count, 3);
+    cr_assert_eq(info.data_offset, 128);
+    cr_assert_eq(dt_npy_read_f32(P("ids.npy"), &info, 0, 1, &f, &em), DT_EDTYPE);
+    cr_assert_not_null(strstr(em.s, "dtype is int32"), "%s", em.s);
+}
+
+/* The header from the first bytes of a file whose size is given: what a
+ * reader that does not load the file passes (io/tokshard.c). */
+Test(npy, parse_head_and_header_len)
+{
+    int64_t shape[] = { 4 };
+    int64_t x[] = { 1, 2, 3, 4 };
+    unsigned char buf[128 + 32];
+    dt_npy_info_t info;
+    dt_emsg_t em = { "" };
+    size_t len = 1;
+
+    cr_assert_eq(dt_npy_save(P("h.npy"), DT_I64, 1, shape, x, &em), 0, "%s", em.s);
+    cr_assert_eq(read_bytes(P("h.npy"), buf, sizeof(buf)), sizeof(buf));
+    cr_assert_eq(dt_npy_header_len("mem", buf, 12, sizeof(buf), &len, &em), 0, "%s", em.s);
+    cr_assert_eq(len, 128);
+    cr_assert_eq(dt_npy_parse_head("mem", buf, 128, sizeof(buf), &info, &em), 0, "%s", em.s);
+    cr_assert_eq(info.count, 4);
+    cr_assert_eq(info.data_offset, 128);
+    /* the size is checked against the shape, the bytes past it ignored */
+    cr_assert_eq(dt_npy_parse_head("mem", buf, 128, sizeof(buf) - 8, &info, &em), DT_EFORMAT);
+    cr_assert(strstr(em.s, "mem: data is truncated"), "%s", em.s);
+    cr_assert_eq(info.count, 0);
+    cr_assert_eq(dt_npy_parse_head("mem", buf, sizeof(buf), 100, &info, &em), DT_EFORMAT);
+    cr_assert(strstr(em.s, "header is truncated (header needs 128 bytes, file has 100)"), "%s",
+              em.s);
+    /* a head that stops inside the header */
+    cr_assert_eq(dt_npy_parse_head("mem", buf, 64, sizeof(buf), &info, &em), DT_EFORMAT);
+    cr_assert(strstr(em.s, "mem: header is truncated (it needs 128 bytes, 64 were read)"), "%s",
+              em.s);
+    /* not a .npy file, or a length past the end */
+    cr_assert_eq(dt_npy_header_len("mem", "\x93NUMPZ\x01\x00\x76\x00", 10, 1000, &len, &em),
+                 DT_EFORMAT);
+    cr_assert(strstr(em.s, "bad magic"), "%s", em.s);
+    cr_assert_eq(len, 0);
+    cr_assert_eq(dt_npy_header_len("mem", buf, 12, 50, &len, &em), DT_EFORMAT);
+    cr_assert(strstr(em.s, "header needs 128 bytes, file has 50"), "%s", em.s);
+}
+
 Test(npy, dtype_names)
 {
     cr_assert_str_eq(dt_npy_dtype_name(DT_F32), "float32");
     cr_assert_str_eq(dt_npy_dtype_name(DT_F16), "float16");
+    cr_assert_str_eq(dt_npy_dtype_name(DT_I32), "int32");
     cr_assert_str_eq(dt_npy_dtype_name(DT_I64), "int64");
     cr_assert_eq(dt_npy_dtype_size(DT_F32), 4);
     cr_assert_eq(dt_npy_dtype_size(DT_F16), 2);
+    cr_assert_eq(dt_npy_dtype_size(DT_I32), 4);
     cr_assert_eq(dt_npy_dtype_size(DT_I64), 8);
 }
 
@@ -691,11 +756,26 @@ Test(npy, refuses_fortran_order)
     refused(P("f.npy"), DT_EDTYPE, "Fortran order is not supported", NULL);
 }
 
-Test(npy, refuses_f8_dtype)
+/* float64 (reference values) is read, rounded to float32 */
+Test(npy, reads_f8_as_f32)
 {
-    write_npy(P("q.npy"), 1, "{'descr': '<f8', 'fortran_order': False, 'shape': (3,), }", 1,
-              24);
-    refused(P("q.npy"), DT_EDTYPE, "dtype '<f8' is not supported", "float32");
+    const double v[3] = { 1.0 / 3.0, -2.5, 1e-40 };
+    int64_t n = 3;
+    dt_npy_info_t info;
+    dt_emsg_t em = { "" };
+    float got[3];
+
+    cr_assert_eq(dt_npy_save(P("d.npy"), DT_F64, 1, &n, v, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_npy_read_header(P("d.npy"), &info, &em), 0, "%s", em.s);
+    cr_assert_eq(info.dtype, DT_F64);
+    cr_assert_eq(info.count, 3);
+    cr_assert_eq(dt_npy_read_f32(P("d.npy"), &info, 0, 3, got, &em), 0, "%s", em.s);
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(got[i], (float)v[i], "element %d: %a, want %a", i, got[i], (float)v[i]);
+}
+
+Test(npy, refuses_other_dtypes)
+{
     write_npy(P("u.npy"), 1, "{'descr': '|u1', 'fortran_order': False, 'shape': (3,), }", 1,
               3);
     refused(P("u.npy"), DT_EDTYPE, "dtype '|u1' is not supported", NULL);

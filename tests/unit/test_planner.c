@@ -79,7 +79,7 @@ Test(planner, presets)
     cr_assert_eq(m.kv_heads, 8);
     cr_assert_eq(m.ffn, 14336);
     cr_assert_eq(m.vocab, 128256);
-    cr_assert_eq(m.rope_theta, 500000);
+    cr_assert_eq(m.rope.theta, 500000);
     cr_assert_eq(dt_model_preset("llama3-70b", &m, &em), 0);
     cr_assert_eq(m.dim, 8192);
     cr_assert_eq(m.layers, 80);

@@ -115,8 +115,17 @@ static const char full_text[] = "name = \"long # context\"\n"
                                 "ffn = 8192\n"
                                 "vocab = 128256\n"
                                 "rope_theta = 500000\n"
+                                "head_dim = 64\n"
                                 "tied = yes\n"
+                                "norm_eps = 1e-6\n"
+                                "rope_scaling = llama3\n"
+                                "rope_factor = 8\n"
+                                "rope_low_freq_factor = 1\n"
+                                "rope_high_freq_factor = 4\n"
+                                "rope_original_max_pos = 8192\n"
+                                "init_from = /models/llama\n"
                                 "tokens = 1M\n"
+                                "pos_offset = 1000000\n"
                                 "causal = no\n"
                                 "segments = 2048,8192,32768\n"
                                 "dilations = 1,2,8\n"
@@ -209,7 +218,16 @@ Test(spec, set_builds_what_parse_reads)
         { "ffn", "8192" },
         { "vocab", "128256" },
         { "rope_theta", "500000" },
+        { "head_dim", "64" },
         { "tied", "yes" },
+        { "norm_eps", "1e-6" },
+        { "rope_scaling", "llama3" },
+        { "rope_factor", "8" },
+        { "rope_low_freq_factor", "1" },
+        { "rope_high_freq_factor", "4" },
+        { "rope_original_max_pos", "8192" },
+        { "init_from", "/models/llama" },
+        { "pos_offset", "1000000" },
         { "causal", "no" },
         { "segments", "2048,8192,32768" },
         { "dilations", "1,2,8" },
@@ -298,6 +316,26 @@ static const struct refusal {
     { "kind = attn\ntokens = 2048T\n", DT_ECONF, { "key 'tokens'", "out of range" } },
     { "kind = attn\ntokens = 64\nmodel = gpt2\n", DT_EINVAL, { "key 'model'", "llama3-8b" } },
     { "kind = attn\ntokens = 64\nmodel = custom\n", DT_EINVAL, { "key 'dim'", "custom" } },
+    { "kind = prefill\ntokens = 64\nnorm_eps = 0\n", DT_EINVAL, { "key 'norm_eps'", "(0, 1)" } },
+    { "kind = prefill\ntokens = 64\nnorm_eps = 1\n", DT_EINVAL, { "key 'norm_eps'", "(0, 1)" } },
+    { "kind = prefill\ntokens = 64\nnorm_eps = tiny\n", DT_EINVAL, { "key 'norm_eps'", NULL } },
+    { "kind = prefill\ntokens = 64\nrope_scaling = yarn\n", DT_EINVAL,
+      { "key 'rope_scaling'", "llama3" } },
+    { "kind = prefill\ntokens = 64\nrope_scaling = llama3\nrope_factor = 8\n", DT_EINVAL,
+      { "rope_low_freq_factor", "llama3" } },
+    { "kind = prefill\ntokens = 64\nrope_factor = 8\n", DT_EINVAL,
+      { "key 'rope_factor'", "rope_scaling = llama3" } },
+    { "kind = prefill\ntokens = 64\nrope_scaling = llama3\nrope_factor = 0.5\n"
+      "rope_low_freq_factor = 1\nrope_high_freq_factor = 4\nrope_original_max_pos = 8192\n",
+      DT_EINVAL, { "key 'rope_factor'", "at least 1" } },
+    { "kind = prefill\ntokens = 64\nrope_scaling = llama3\nrope_factor = 8\n"
+      "rope_low_freq_factor = 4\nrope_high_freq_factor = 1\nrope_original_max_pos = 8192\n",
+      DT_EINVAL, { "rope_low_freq_factor 4", "below" } },
+    { "kind = prefill\ntokens = 64\nrope_scaling = llama3\nrope_factor = 8\n"
+      "rope_low_freq_factor = 1\nrope_high_freq_factor = 4\n", DT_EINVAL,
+      { "rope_original_max_pos", NULL } },
+    { "kind = prefill\ntokens = 64\npos_offset = -1\n", DT_ECONF, { "key 'pos_offset'", NULL } },
+    { "kind = prefill\ntokens = 64\nhead_dim = 1\n", DT_ECONF, { "key 'head_dim'", NULL } },
     { "kind = attn\ntokens = 64\nmodel = custom\ndim = 64\nlayers = 1\nheads = 4\nkv_heads = 2\n"
       "ffn = 128\n",
       DT_EINVAL,
@@ -470,7 +508,7 @@ Test(spec, every_key_has_help)
         cr_assert_not_null(k->help, "key %s", k->name);
         cr_assert(strlen(k->help) > 4, "key %s", k->name);
     }
-    cr_assert_eq(n, 49, "49 keys, one per dt_spec_t field (dt-spec(5) lists them)");
+    cr_assert_eq(n, 58, "58 keys, one per dt_spec_t field (dt-spec(5) lists them)");
     dt_spec_free(NULL);
 }
 
@@ -651,7 +689,7 @@ static bool same_model(const dt_model_cfg_t *a, const dt_model_cfg_t *b)
 {
     return strcmp(a->name, b->name) == 0 && a->dim == b->dim && a->layers == b->layers &&
            a->heads == b->heads && a->kv_heads == b->kv_heads && a->ffn == b->ffn &&
-           a->vocab == b->vocab && a->rope_theta == b->rope_theta &&
+           a->vocab == b->vocab && a->rope.theta == b->rope.theta &&
            a->norm_eps == b->norm_eps && a->tied == b->tied;
 }
 
@@ -678,11 +716,24 @@ Test(spec, model_presets_resolve_once)
     cr_assert_eq(dt_model_preset("llama3-8b", &p, &em), 0);
     strcpy(p.name, "custom");
     cr_assert(same_model(&m, &p), "custom shaped like llama3-8b: theta %g tied %d",
-                 m.rope_theta, m.tied);
+                 m.rope.theta, m.tied);
     /* keys over a preset */
     s = (dt_spec_t){ .model = "tiny", .layers = 1, .rope_theta = 20000, .tied = "no" };
     cr_assert_eq(dt_model_from_spec(&s, &m, &em), 0, "%s", em.s);
-    cr_assert(m.layers == 1 && m.dim == 256 && m.rope_theta == 20000 && !m.tied);
+    cr_assert(m.layers == 1 && m.dim == 256 && m.rope.theta == 20000 && !m.tied);
+    /* the settings: head_dim, norm_eps, LLaMA 3.1's rope scaling */
+    s = (dt_spec_t){ .model = "tiny", .head_dim = 64, .norm_eps = "1e-6",
+                     .rope_scaling = "llama3", .rope_factor = "8", .rope_low_freq_factor = "1",
+                     .rope_high_freq_factor = "4", .rope_original_max_pos = 8192 };
+    cr_assert_eq(dt_model_from_spec(&s, &m, &em), 0, "%s", em.s);
+    cr_assert(m.head_dim == 64 && dt_model_head_dim(&m) == 64 && m.norm_eps == 1e-6f);
+    cr_assert(m.rope.factor == 8 && m.rope.low_freq_factor == 1 &&
+              m.rope.high_freq_factor == 4 && m.rope.original_max_pos == 8192);
+    cr_assert_eq(dt_model_cfg_check(&m, &em), 0, "head_dim 64 x 8 heads over dim 256: %s",
+                 em.s);
+    m.head_dim = 7;
+    cr_assert_eq(dt_model_cfg_check(&m, &em), DT_EINVAL);
+    cr_assert(strstr(em.s, "head dim 7 must be even"), "%s", em.s);
     s = (dt_spec_t){ .model = "llama3-7b" };
     cr_assert_eq(dt_model_from_spec(&s, &m, &em), DT_EINVAL);
     cr_assert(strstr(em.s, "unknown model 'llama3-7b'"), "%s", em.s);
@@ -714,7 +765,7 @@ Test(spec, model_table_in_dt_spec_5_is_the_code)
                 break;
         cr_assert_eq(dt_model_preset(name, &m, &em), 0, "dt-spec(5) row '%s': %s", name, em.s);
         cr_assert(m.dim == dim && m.layers == layers && m.heads == heads && m.kv_heads == kv &&
-                      m.ffn == ffn && m.vocab == vocab && m.rope_theta == theta &&
+                      m.ffn == ffn && m.vocab == vocab && m.rope.theta == theta &&
                       m.tied == (strcmp(tied, "yes") == 0),
                   "dt-spec(5) row '%s' differs from spec/model.c", name);
         rows++;

@@ -82,7 +82,7 @@ typedef struct kelem {
     int64_t T;
     int a, b; /* rmsnorm d; rope H, D; swiglu f */
     float eps;
-    double theta;
+    dt_rope_t rope; /* by value: the kernel runs after the launcher returns */
     const float *x, *g;
     float *y, *z;
     const int64_t *pos;
@@ -97,7 +97,7 @@ static void do_elem(void *arg)
         dt_rmsnorm_fwd_cpu(k->T, k->a, k->eps, k->x, k->g, k->y, k->z);
         break;
     case 1:
-        dt_rope_fwd_cpu(k->T, k->a, k->b, k->pos, k->theta, k->y);
+        dt_rope_fwd_cpu(k->T, k->a, k->b, k->pos, &k->rope, k->y);
         break;
     case 2:
         dt_swiglu_fwd_cpu(k->T, k->a, k->x, k->g, k->y);
@@ -127,15 +127,15 @@ int dt_rmsnorm_fwd_cuda(int64_t T, int d, float eps, const float *x, const float
     return T ? elem(&k, st, "rmsnorm") : 0;
 }
 
-int dt_rope_fwd_cuda(int64_t T, int H, int D, const int64_t *pos, double theta, float *x,
+int dt_rope_fwd_cuda(int64_t T, int H, int D, const int64_t *pos, const dt_rope_t *rope, float *x,
                      cudaStream_t st, dt_emsg_t *em)
 {
-    if (T < 0 || H < 1 || D < 2 || D % 2 || !(theta > 0))
+    if (T < 0 || H < 1 || D < 2 || D % 2 || rope == NULL || !(rope->theta > 0))
         return dt_emsg_set(em, DT_EINVAL, "dt_rope_fwd_cuda: T=%lld H=%d D=%d theta=%g",
-                           (long long)T, H, D, theta);
+                           (long long)T, H, D, rope ? rope->theta : 0.0);
     if (T > 0 && (!pos || !x))
         return dt_emsg_set(em, DT_EINVAL, "dt_rope_fwd_cuda: NULL tensor");
-    kelem_t k = { .op = 1, .T = T, .a = H, .b = D, .theta = theta, .pos = pos, .y = x };
+    kelem_t k = { .op = 1, .T = T, .a = H, .b = D, .rope = *rope, .pos = pos, .y = x };
     return T ? elem(&k, st, "rope") : 0;
 }
 
@@ -242,7 +242,7 @@ typedef struct kbwd {
     int op; /* 0 rmsnorm, 1 rope, 2 swiglu */
     int64_t T;
     int a, b;
-    double theta;
+    dt_rope_t rope; /* by value: the kernel runs after the launcher returns */
     const float *x, *g, *r, *dy;
     float *dx, *dg, *db;
     const int64_t *pos;
@@ -257,7 +257,7 @@ static void do_bwd(void *arg)
         dt_rmsnorm_bwd_cpu(k->T, k->a, k->x, k->g, k->r, k->dy, k->dx, k->dg);
         break;
     case 1:
-        dt_rope_bwd_cpu(k->T, k->a, k->b, k->pos, k->theta, k->dx);
+        dt_rope_bwd_cpu(k->T, k->a, k->b, k->pos, &k->rope, k->dx);
         break;
     default:
         dt_swiglu_bwd_cpu(k->T, k->a, k->x, k->g, k->dy, k->dx, k->db);
@@ -284,15 +284,15 @@ int dt_rmsnorm_bwd_cuda(int64_t T, int d, const float *x, const float *g, const 
     return T ? bwd(&k, st, "rmsnorm_bwd") : 0;
 }
 
-int dt_rope_bwd_cuda(int64_t T, int H, int D, const int64_t *pos, double theta, float *dx,
+int dt_rope_bwd_cuda(int64_t T, int H, int D, const int64_t *pos, const dt_rope_t *rope, float *dx,
                      cudaStream_t st, dt_emsg_t *em)
 {
-    if (T < 0 || H < 1 || D < 2 || D % 2 || !(theta > 0))
+    if (T < 0 || H < 1 || D < 2 || D % 2 || rope == NULL || !(rope->theta > 0))
         return dt_emsg_set(em, DT_EINVAL, "dt_rope_bwd_cuda: T=%lld H=%d D=%d theta=%g",
-                           (long long)T, H, D, theta);
+                           (long long)T, H, D, rope ? rope->theta : 0.0);
     if (T > 0 && (!pos || !dx))
         return dt_emsg_set(em, DT_EINVAL, "dt_rope_bwd_cuda: NULL tensor");
-    kbwd_t k = { .op = 1, .T = T, .a = H, .b = D, .theta = theta, .pos = pos, .dx = dx };
+    kbwd_t k = { .op = 1, .T = T, .a = H, .b = D, .rope = *rope, .pos = pos, .dx = dx };
     return T ? bwd(&k, st, "rope_bwd") : 0;
 }
 
