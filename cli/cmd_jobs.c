@@ -317,6 +317,9 @@ int dtctl_show(dtctl_t *ctl, int argc, char **argv)
                json_number_value(json_object_get(plan, "memory_per_rank_bytes")) / 1073741824.0,
                json_number_value(sec), json_is_true(json_object_get(plan, "comm_hidden")) ? "yes"
                                                                                          : "no");
+        /* why the planner chose what the user did not (recompute) */
+        if (*str(plan, "note"))
+            printf("  note      %s\n", str(plan, "note"));
     }
     static const col_t agent_cols[] = {
         { "AGENT", "id", C_INT },       { "-NODE", "node", C_STR },

@@ -40,7 +40,8 @@ static void usage(FILE *f)
         "                   --rope-theta N --tied yes|no --head-dim D --norm-eps E\n"
         "                   --rope-scaling none|llama3 --rope-factor F --rope-low-freq-factor L\n"
         "                   --rope-high-freq-factor H --rope-original-max-pos N]\n"
-        "                  [--init-from HFDIR] [--steps N] [--json]\n"
+        "                  [--init-from HFDIR] [--steps N] [--recompute none|layer]\n"
+        "                  [--shard none|optimizer] [--json]\n"
         "HFDIR: a Hugging Face LLaMA directory (config.json); --model DIR is the same.\n"
         "N accepts K, M, G suffixes (powers of 1024). The kind defaults to attn (one\n"
         "attention call, as dtengine attn runs it). See dtctl(1) and dt-spec(5).\n");
@@ -84,6 +85,8 @@ static const struct flag {
     { "rope-original-max-pos", "rope_original_max_pos", NULL },
     { "init-from", "init_from", NULL },
     { "steps", "steps", NULL },
+    { "recompute", "recompute", NULL },
+    { "shard", "shard", NULL },
 };
 
 #define NFLAG ((int)(sizeof(flags) / sizeof(flags[0])))
@@ -143,6 +146,17 @@ static void report(const dtctl_t *ctl, const dt_spec_t *s, const dt_plan_req_t *
            p->nodes == 1 ? "" : "s", gpn, q->spares ? ", spares included" : "",
            q->cluster.nodes ? "" : "; nodes not limited");
     printf("%-16s %lld\n", "tokens per rank", (long long)p->tokens_per_rank);
+    if (q->kind == DT_KIND_TRAIN)
+        printf("%-16s %s (%s)\n", "recompute", p->recompute ? "layer" : "none",
+               q->recompute != DT_RECOMPUTE_AUTO ? "as asked"
+               : p->recompute                    ? "chosen by the planner"
+                                                 : "not needed");
+    if (q->kind == DT_KIND_TRAIN)
+        printf("%-16s %s\n", "shard", q->shard_optimizer ? "optimizer (the AdamW moments, "
+                                                             "1/R per rank)"
+                                                           : "none");
+    if (p->note[0])
+        printf("%-16s %s\n", "note", p->note);
     human_time(t1, sizeof(t1), p->seconds);
     if (q->kind == DT_KIND_TRAIN) {
         int64_t steps = s->steps > 0 ? s->steps : 1;
@@ -305,6 +319,9 @@ int dtctl_plan(dtctl_t *ctl, int argc, char **argv)
     }
     if (rc < 0) {
         dtctl_error(ctl, "plan", "refused: ", em.s[0] ? em.s : dt_strerror(rc));
+        /* the report (with the note) was not printed: the note goes with the reason */
+        if (!ctl->json && plan.ranks == 0 && plan.note[0])
+            dtctl_error(ctl, "plan", "note: ", plan.note);
         ret = DTCTL_REFUSED;
         goto out;
     }

@@ -366,6 +366,10 @@ int dt_recovery_replan(const dt_spec_t *spec, int ranks, int slots)
         s.ranks = R;
         s.nodes = 0;
         s.spares = 0;
+        /* the workers run the stored spec: unset there is none (a submit
+         * that chose layer stored it), so the planner must not pick it */
+        if (s.recompute == NULL)
+            s.recompute = "none";
         int ok = dt_plan_req_from_spec(&s, &req, &em) == 0 &&
                  dt_plan_make(&req, &plan, &em) == 0 && plan.ranks == R;
         dt_plan_clear(&plan);

@@ -31,28 +31,52 @@
  *    and workspace as for attn. No KV cache is kept: the output is the last
  *    hidden states.
  *  - train on GPUs (elem < 4): what dtengine train --device cuda allocates,
- *    from the one account both use (dt_model_gpu_train_bytes, spec/model.h):
- *    the dtype weights (elem P), fp32 gradient (4 P), master copy and
- *    moments (12 P); every layer's kept activations per token; the
- *    backward's scratch per token and the LM head's chunk of logits
- *    (workspace).
- *  - train on CPUs: weights P elem, grads P elem, AdamW's two moments in
- *    fp32 (8 P). Activations kept for the backward, per token per layer:
- *        elem (6 dim + 2 Hkv D + 4 ffn) + 4 H bytes,
+ *    from the one account both use (dt_model_gpu_train_bytes, spec/model.h,
+ *    with the plan's recompute): the dtype weights (elem P), fp32 gradient
+ *    (4 P), master copy and moments (12 P); every layer's kept activations
+ *    per token (with recompute = layer its fp32 input only, 4 dim); the
+ *    backward's scratch per token (with recompute one layer's activations
+ *    too) and the LM head's chunk of logits (workspace).
+ *  - train on CPUs (fp32): what dtengine train allocates
+ *    (engine/model/model.c, engine/cmd/train.c). Weights, gradient and
+ *    AdamW's two moments, 4 P each (weights 4 P, grads 4 P, optimizer 8 P).
+ *    Activations kept for the backward, per token per layer:
+ *        A = 4 (4 dim + 2 H D + 2 Hkv D + 3 ffn + H + 2) bytes,
  *    after Korthikanti et al., "Reducing Activation Recomputation in Large
  *    Transformer Models" (2022), sec. 4.1, whose 34 h bytes per token per
- *    layer (GPT, 16-bit) we redo for LLaMA: the attention half keeps its
- *    input x, the normed x, q and the attention output (4 dim), k and v
- *    (2 Hkv D) and the fp32 LSE (4 H); the FFN half keeps its input, the
- *    normed x (2 dim), gate, up, silu(gate) and the product (4 ffn). There
- *    is no dropout in LLaMA, and with flash attention no (T x T) score
- *    matrix is stored, so the 5 a s / h term of the paper is gone. Plus the
- *    final hidden state (dim elem). Workspace: fp32 logits for c tokens
- *    (c vocab 4; their gradient overwrites them), one layer's activation
- *    gradients (the per-layer size above), the fp32 gradient of the
- *    residual stream (c dim 4), the attention workspace; ring
+ *    layer (GPT, 16-bit) we redo for this LLaMA: the attention half keeps
+ *    its input x and the normed x (2 dim), q and the attention output
+ *    (2 H D), k and v (2 Hkv D), the LSE (H) and the norm's 1 / rms (1);
+ *    the FFN half its input and the normed x (2 dim), gate, up and
+ *    silu(gate) up (3 ffn: SwiGLU is one kernel) and 1 / rms (1). There is
+ *    no dropout in LLaMA, and with flash attention no (T x T) score matrix
+ *    is stored, so the 5 a s / h term of the paper is gone. With
+ *    recompute = layer a layer keeps its input only (4 dim) and the
+ *    backward makes its activations again, one layer at a time (below).
+ *    Plus the final norm's input, output and 1 / rms (4 (2 dim + 1)).
+ *    Workspace, per token: fp32 logits and their gradient (2 4 vocab), the
+ *    residual stream, the branch output and two residual gradients
+ *    (4 4 dim), the backward's dq, d(attention output), dk, dv and the
+ *    three FFN gradients (4 (2 H D + 2 Hkv D + 3 ffn)), token ids and
+ *    positions (24); with recompute one layer's activations (A) and the
+ *    input it is recomputed from (4 dim); then every rank's copy of the T
+ *    input and target ids (8 T) and the attention workspace. Ring
  *    buffers: the forward's plus four fp32 gradient packs (dK/dV travel one
- *    step behind K/V and come home; two when the ring is one rank).
+ *    step behind K/V and come home; two when the ring is one rank). On the
+ *    cpu preset this is tested against dtengine train's max RSS, with and
+ *    without recompute (tests/integration/plan_memory.sh).
+ *
+ * Recompute (train; spec key recompute, dt_plan_req_t.recompute). With
+ * none every layer's activations stay until its backward; with layer only
+ * each layer's input does, and its forward runs again just before its
+ * backward. Unset, the planner plans with none, and when that fits at no
+ * rank count for want of memory (at the user's R, or at every R the
+ * cluster has that divides T) plans again with layer and says so in note,
+ * with the activations none would need at the plan's R; a refusal for
+ * another cause stays as it is. It never recomputes when the parts that do
+ * not shrink with R (weights, grads, optimizer) are what does not fit: that
+ * needs sharding, which the engine does not do. The user's none or layer
+ * is always honoured, fitting or not.
  *
  * FLOPs. Attention from dt_attn_flops (visible (query, key) pairs only;
  * 4 D per pair per head); the backward costs 2.5 times the forward
@@ -60,7 +84,8 @@
  * Matrix products: 2 flops per parameter per token that multiplies (every
  * layer's Wq, Wk, Wv, Wo, W1, W2, W3 and the LM head; not the embedding
  * lookup), 6 for training. Prefill and train run every layer; attn is one
- * attention call.
+ * attention call. These are the model's useful FLOPs: recompute's second
+ * forward is not in them, only in the time.
  *
  * Ring steps. For each branch (w, r) (dense: (T, 1)) the ranks holding one
  * segment form a group: the most blocks one segment touches (a block is
@@ -79,7 +104,11 @@
  * Time: per rank, compute + exposed communication, summed over layers and
  * branches, plus the matrix products, plus for training the gradient
  * all-reduce (ring: 2 (R - 1) / R P elem bytes at the slowest link, not
- * overlapped). attn and prefill: one forward; train: one step.
+ * overlapped). attn and prefill: one forward; train: one step. With
+ * recompute = layer a step also runs every layer's forward once more: its
+ * attention forward (compute and the forward's exposed communication) and
+ * its matrix products, 2 Pmm_layers c (Pmm less the LM head's vocab dim,
+ * which is not recomputed).
  *
  * Placement: ranks in contiguous blocks of gpus_per_node, so consecutive
  * ring hops stay inside a node.
@@ -206,6 +235,11 @@ int dt_plan_req_from_spec(const dt_spec_t *s, dt_plan_req_t *out, dt_emsg_t *em)
     memcpy(out->dil, a.dil, sizeof(out->dil));
     out->ranks = (int)s->ranks;
     out->spares = (int)s->spares;
+    /* checked against none | layer by dt_spec_check */
+    out->recompute = s->recompute == NULL                 ? DT_RECOMPUTE_AUTO
+                     : strcmp(s->recompute, "layer") == 0 ? DT_RECOMPUTE_LAYER
+                                                          : DT_RECOMPUTE_NONE;
+    out->shard_optimizer = s->shard != NULL && strcmp(s->shard, "optimizer") == 0;
     return 0;
 }
 
@@ -221,6 +255,7 @@ typedef struct bev {
     double compute_s;                   /* per rank, one attention forward */
     double step_compute_s, step_comm_s; /* forward, per ring step */
     double exposed_s;                   /* per rank, one attention forward (train: fwd + bwd) */
+    double exposed_fwd_s;               /* per rank, the forward's part of exposed_s */
     bool hidden;
     double buffers, work; /* bytes */
 } bev_t;
@@ -271,6 +306,13 @@ static int64_t ceil_div(int64_t a, int64_t b)
     return (a + b - 1) / b;
 }
 
+/* Train with recompute = layer (AUTO is planned as none; dt_plan_make
+ * decides). */
+static bool recomp(const dt_plan_req_t *q)
+{
+    return q->kind == DT_KIND_TRAIN && q->recompute == DT_RECOMPUTE_LAYER;
+}
+
 static bool zig(const dt_plan_req_t *q, int R)
 {
     return q->layout == DT_LAYOUT_ZIGZAG && R > 1;
@@ -293,8 +335,9 @@ static dt_attn_spec_t attn_spec(const dt_plan_req_t *q, int64_t T)
     return a;
 }
 
-/* Parameters, and those that multiply every token (matrix products). */
-static void params(const dt_model_cfg_t *m, double *P, double *Pmm)
+/* Parameters, those that multiply every token (matrix products), and of
+ * those the layers' (what a recomputed forward multiplies again). */
+static void params(const dt_model_cfg_t *m, double *P, double *Pmm, double *Pmm_layers)
 {
     double dim = (double)m->dim, kvdim = (double)(dt_model_head_dim(m) * m->kv_heads);
     double qdim = (double)dt_model_head_dim(m) * (double)m->heads;
@@ -302,14 +345,24 @@ static void params(const dt_model_cfg_t *m, double *P, double *Pmm)
     double vd = (double)m->vocab * dim;
 
     *P = (double)m->layers * (attn + ffn + 2 * dim) + vd + dim + (m->tied ? 0 : vd);
-    *Pmm = (double)m->layers * (attn + ffn) + vd;
+    *Pmm_layers = (double)m->layers * (attn + ffn);
+    *Pmm = *Pmm_layers + vd;
 }
 
-/* Activations kept for the backward, per token per layer (see the top). */
-static double train_act_per_token_layer(const dt_model_cfg_t *m, double elem)
+/* The CPU engine (fp32): what one layer keeps for its backward, per token
+ * (see the top). */
+static double train_act_per_token_layer(const dt_model_cfg_t *m)
 {
-    double dim = (double)m->dim, kvdim = (double)(dt_model_head_dim(m) * m->kv_heads);
-    return elem * (6 * dim + 2 * kvdim + 4 * (double)m->ffn) + 4 * (double)m->heads;
+    double dim = (double)m->dim, D = (double)dt_model_head_dim(m);
+    double qdim = D * (double)m->heads, kvdim = D * (double)m->kv_heads;
+    return 4 * (4 * dim + 2 * qdim + 2 * kvdim + 3 * (double)m->ffn + (double)m->heads + 2);
+}
+
+/* The CPU engine: activations kept per token per layer, the whole layer's
+ * or with recompute its input only. */
+static double train_kept_per_token_layer(const dt_plan_req_t *q)
+{
+    return recomp(q) ? 4 * (double)q->model.dim : train_act_per_token_layer(&q->model);
 }
 
 /* Bytes per token that grow with c for sure (a lower bound of the per-token
@@ -331,8 +384,9 @@ static double act_per_token(const dt_plan_req_t *q)
     case DT_KIND_TRAIN:
         /* on GPUs (16-bit compute): what dtengine train --device cuda keeps */
         if (e < 4)
-            return (double)m->layers * dt_model_gpu_train_bytes(m, (int)e).per_token_layer;
-        return (double)m->layers * train_act_per_token_layer(m, e) + dim * e;
+            return (double)m->layers *
+                   dt_model_gpu_train_bytes(m, (int)e, recomp(q)).per_token_layer;
+        return (double)m->layers * train_kept_per_token_layer(q) + 4 * (2 * dim + 1);
     }
     return 0;
 }
@@ -403,6 +457,7 @@ static void branch_time(const dt_plan_req_t *q, const dt_attn_spec_t *a, int R, 
     o->step_compute_s = o->compute_s / (o->segs * o->group);
     o->step_comm_s = 0;
     o->exposed_s = 0;
+    o->exposed_fwd_s = 0;
     o->hidden = true;
     if (o->group > 1) {
         int gpn = cl->gpus_per_node;
@@ -411,6 +466,7 @@ static void branch_time(const dt_plan_req_t *q, const dt_attn_spec_t *a, int R, 
 
         o->step_comm_s = o->pack / bw;
         o->exposed_s = transfers * dmax(0, o->step_comm_s - o->step_compute_s);
+        o->exposed_fwd_s = o->exposed_s;
         o->hidden = o->step_comm_s <= o->step_compute_s;
         if (q->kind == DT_KIND_TRAIN) {
             /* backward: 2.5x the compute; K/V again plus their fp32 gradients */
@@ -427,7 +483,8 @@ static void evaluate(const dt_plan_req_t *q, int64_t T, int R, ev_t *v)
     const dt_model_cfg_t *m = &q->model;
     const dt_cluster_t *cl = &q->cluster;
     dt_attn_spec_t a = attn_spec(q, T);
-    double e = elem_of(q->precision), P = 0, Pmm = 0, pe = cl->peak_flops * cl->efficiency;
+    double e = elem_of(q->precision), P = 0, Pmm = 0, Pmm_layers = 0;
+    double pe = cl->peak_flops * cl->efficiency;
     double layers = q->kind == DT_KIND_ATTN ? 1 : (double)m->layers;
     double attn_s = 0, worst = -1;
 
@@ -446,6 +503,8 @@ static void evaluate(const dt_plan_req_t *q, int64_t T, int R, ev_t *v)
         work = dmax(work, o->work);
         v->attn_flops += o->flops;
         attn_s += (q->kind == DT_KIND_TRAIN ? 3.5 : 1.0) * o->compute_s + o->exposed_s;
+        if (recomp(q)) /* the layer's forward once more, its ring included */
+            attn_s += o->compute_s + o->exposed_fwd_s;
         v->hidden = v->hidden && o->hidden;
         /* the plan's ring step is its least hidden branch's */
         if (o->group > 1 && o->step_comm_s / o->step_compute_s > worst) {
@@ -462,7 +521,7 @@ static void evaluate(const dt_plan_req_t *q, int64_t T, int R, ev_t *v)
     double c = (double)v->c, dim = (double)m->dim;
     dt_plan_mem_t *mm = &v->mem;
     if (q->kind != DT_KIND_ATTN)
-        params(m, &P, &Pmm);
+        params(m, &P, &Pmm, &Pmm_layers);
     mm->weights = P * e;
     mm->activations = c * act_per_token(q);
     mm->kv_buffers = buffers;
@@ -471,15 +530,22 @@ static void evaluate(const dt_plan_req_t *q, int64_t T, int R, ev_t *v)
         /* the GPU engine's own accounting (spec/model.h): an fp32
          * gradient, master copy and moments beside the dtype weights;
          * the head in chunks of rows */
-        dt_gpu_train_bytes_t gb = dt_model_gpu_train_bytes(m, (int)e);
+        dt_gpu_train_bytes_t gb = dt_model_gpu_train_bytes(m, (int)e, recomp(q));
         mm->grads = 4 * P;
         mm->optimizer = 12 * P;
         mm->workspace += c * gb.per_token + gb.fixed;
     } else if (q->kind == DT_KIND_TRAIN) {
-        mm->grads = P * e;
-        mm->optimizer = 8 * P;
-        mm->workspace +=
-            c * (double)m->vocab * 4 + c * train_act_per_token_layer(m, e) + c * dim * 4;
+        /* the CPU engine, fp32 (see the top) */
+        double D = (double)dt_model_head_dim(m), qdim = D * (double)m->heads;
+        double kvdim = D * (double)m->kv_heads;
+        mm->grads = 4 * P;
+        /* shard = optimizer: the moments of this rank's slice only */
+        mm->optimizer = 8 * P / (q->shard_optimizer ? (double)R : 1.0);
+        mm->workspace += c * (2 * 4 * (double)m->vocab + 4 * 4 * dim +
+                              4 * (2 * qdim + 2 * kvdim + 3 * (double)m->ffn) + 24) +
+                         8 * (double)T;
+        if (recomp(q))
+            mm->workspace += c * (train_act_per_token_layer(m) + 4 * dim);
     }
     mm->fixed = cl->fixed_bytes;
     mm->total = mm->weights + mm->grads + mm->optimizer + mm->activations + mm->kv_buffers +
@@ -499,8 +565,13 @@ static void evaluate(const dt_plan_req_t *q, int64_t T, int R, ev_t *v)
     case DT_KIND_TRAIN: {
         int gpn = cl->gpus_per_node;
         double bw = R <= gpn ? cl->nvlink_bps : cl->net_bps;
+        /* the useful FLOPs; recompute's forward is in the time (attn_s and
+         * the layers' matrix products once more), not in them */
         v->flops = layers * 3.5 * v->attn_flops + 6 * Pmm * Tt;
-        v->seconds = layers * attn_s + 6 * Pmm * c / pe + 2.0 * (R - 1) / R * P * e / bw;
+        /* the gradient all-reduce; shard = optimizer gathers the updated
+         * parameters as well */
+        v->seconds = layers * attn_s + (6 * Pmm + (recomp(q) ? 2 * Pmm_layers : 0)) * c / pe +
+                     (q->shard_optimizer ? 3.0 : 2.0) * (R - 1) / R * P * e / bw;
         break;
     }
     }
@@ -527,6 +598,10 @@ static int check_req(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
 {
     const dt_model_cfg_t *m = &q->model;
     const dt_cluster_t *cl = &q->cluster;
+
+    if (q->shard_optimizer && (q->kind != DT_KIND_TRAIN || q->cuda))
+        return fail(p, em, DT_EINVAL, "shard = optimizer is for train jobs on device = cpu "
+                    "so far (a cuda job keeps the whole optimizer state on every GPU)");
 
     if (q->tokens <= 0 || q->tokens > TOKENS_MAX)
         return fail(p, em, DT_EINVAL, "tokens=%lld: the sequence length must be 1 to 2^50",
@@ -713,7 +788,16 @@ static void fill(const dt_plan_req_t *q, const ev_t *v, dt_plan_t *p)
     p->min_c_hidden = min_c_hidden(q, v->R);
 }
 
-int dt_plan_make(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
+/* What a refusal of plan_one is about. */
+enum bound {
+    BOUND_NONE = 0,  /* it fits, or the refusal is not about memory */
+    BOUND_PER_TOKEN, /* no rank count the planner may use holds the per-token part */
+    BOUND_WHOLE,     /* the parts no R shrinks (weights, grads, optimizer) fill a rank */
+};
+
+/* The plan at the request's recompute (AUTO as none); *bound says what a
+ * refusal is about. */
+static int plan_one(const dt_plan_req_t *q, dt_plan_t *p, enum bound *bound, dt_emsg_t *em)
 {
     int64_t T = q->tokens;
     int cap, R, rc;
@@ -721,6 +805,8 @@ int dt_plan_make(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
     ev_t v;
 
     memset(p, 0, sizeof(*p));
+    *bound = BOUND_NONE;
+    p->recompute = recomp(q);
     if ((rc = check_req(q, p, em)) < 0)
         return rc;
     cap = capacity(q);
@@ -750,6 +836,7 @@ int dt_plan_make(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
             p->mem.fixed = v.mem.fixed;
             p->mem.total = constant;
             largest(&p->mem, big, sizeof(big));
+            *bound = BOUND_WHOLE;
             return fail(p, em, DT_ENOSPC,
                         "memory: weights, grads, optimizer and fixed alone "
                         "need %.2f GiB per rank, more than the %.2f GiB of a %s rank (largest: "
@@ -770,6 +857,7 @@ int dt_plan_make(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
                 break;
             }
         }
+        *bound = BOUND_PER_TOKEN; /* unless it fits below */
         if (R == 0 && last == 0) {
             if (start > limit && limit < MAX_RANKS)
                 return fail(p, em, DT_ENOSPC,
@@ -795,6 +883,9 @@ int dt_plan_make(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
         fill(q, &v, p);
     }
 
+    /* the user's R: memory is the question only when it does not fit */
+    if (q->ranks > 0 && p->mem.total > q->cluster.mem_bytes)
+        *bound = BOUND_PER_TOKEN;
     if (p->ranks > cap) {
         if (q->cluster.nodes > 0)
             return fail(p, em, DT_ERANGE,
@@ -808,8 +899,54 @@ int dt_plan_make(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
     }
     if (p->mem.total > q->cluster.mem_bytes)
         return fail_memory(q, p, em);
+    *bound = BOUND_NONE;
     p->fits = true;
     return 0;
+}
+
+int dt_plan_make(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
+{
+    dt_plan_req_t none = *q, layer = *q;
+    dt_plan_t lp;
+    dt_emsg_t lem = { "" };
+    enum bound bound, lbound;
+    ev_t v;
+    int rc, lrc;
+
+    rc = plan_one(q, p, &bound, em);
+    if (rc == 0 || q->kind != DT_KIND_TRAIN || q->recompute != DT_RECOMPUTE_AUTO ||
+        bound == BOUND_NONE)
+        return rc;
+    /* AUTO, and nowhere without recomputation for want of memory: plan
+     * with it */
+    layer.recompute = DT_RECOMPUTE_LAYER;
+    if (bound == BOUND_WHOLE) {
+        snprintf(p->note, sizeof(p->note),
+                 "recompute = layer would not help: it shrinks the activations (%.0f to %.0f "
+                 "KiB per token), not the %.2f GiB of weights, grads and optimizer each rank "
+                 "holds",
+                 act_per_token(q) / 1024, act_per_token(&layer) / 1024,
+                 (p->mem.weights + p->mem.grads + p->mem.optimizer) / GiB);
+        return rc;
+    }
+    lrc = plan_one(&layer, &lp, &lbound, &lem);
+    dt_plan_clear(p);
+    *p = lp;
+    /* what the activations would be without, at the ranks it came to */
+    none.recompute = DT_RECOMPUTE_NONE;
+    if (p->ranks > 0) {
+        evaluate(&none, q->tokens, p->ranks, &v);
+        snprintf(p->note, sizeof(p->note),
+                 "recompute = layer%s: without it the activations need %.2f GiB per rank at "
+                 "R=%d (%.2f GiB in all, %.2f GiB available)",
+                 lrc == 0 ? "" : " does not fit either", v.mem.activations / GiB, p->ranks,
+                 v.mem.total / GiB, q->cluster.mem_bytes / GiB);
+    } else {
+        snprintf(p->note, sizeof(p->note), "recompute = layer does not fit either");
+    }
+    if (lrc < 0)
+        dt_emsg_set(em, lrc, "%s", lem.s);
+    return lrc;
 }
 
 void dt_plan_clear(dt_plan_t *p)
@@ -834,6 +971,10 @@ json_t *dt_plan_to_json(const dt_plan_req_t *q, const dt_plan_t *p)
     json_object_set_new(o, "fits", json_boolean(p->fits));
     if (!p->fits)
         json_object_set_new(o, "reason", json_string(p->reason));
+    json_object_set_new(o, "recompute", json_string(p->recompute ? "layer" : "none"));
+    json_object_set_new(o, "shard", json_string(q->shard_optimizer ? "optimizer" : "none"));
+    if (p->note[0])
+        json_object_set_new(o, "note", json_string(p->note));
     json_object_set_new(o, "ranks", json_integer(p->ranks));
     json_object_set_new(o, "nodes", json_integer(p->nodes));
     json_object_set_new(o, "spares", json_integer(q->spares));

@@ -44,6 +44,11 @@ typedef struct dt_cluster {
 
 enum dt_job_kind { DT_KIND_ATTN = 0, DT_KIND_PREFILL, DT_KIND_TRAIN };
 
+/* Activation recomputation in training (spec key recompute): AUTO (the
+ * spec leaves it unset) plans without it and, when the job then fits at no
+ * rank count, with it; NONE and LAYER are the user's and always honoured. */
+enum dt_recompute { DT_RECOMPUTE_AUTO = 0, DT_RECOMPUTE_NONE, DT_RECOMPUTE_LAYER };
+
 /* Cluster presets: h100-sxm, h200, cpu (model presets: spec/model.h). DT_EINVAL with
  * the list of known names otherwise. */
 int dt_cluster_preset(const char *name, dt_cluster_t *out, dt_emsg_t *em);
@@ -61,6 +66,8 @@ typedef struct dt_plan_req {
     enum dt_layout layout;
     int ranks;   /* 0: the planner chooses the fewest that fit */
     int spares;
+    enum dt_recompute recompute; /* train only; AUTO when the spec leaves it unset */
+    bool shard_optimizer; /* train, CPU: the AdamW moments sharded over the ranks */
 } dt_plan_req_t;
 
 /* Build a request from a spec (presets, overrides, defaults). */
@@ -80,6 +87,9 @@ typedef struct dt_plan_mem {
 typedef struct dt_plan {
     bool fits;
     char reason[256];    /* why not, when !fits */
+    bool recompute;      /* train: planned with recompute = layer */
+    char note[256];      /* why the planner chose recompute = layer itself (or why
+                          * it would not help); "" when the request decided */
     int ranks, nodes;
     int64_t tokens_per_rank;
     int nbranch;
@@ -101,12 +111,20 @@ typedef struct dt_plan {
  * DT_ELAYOUT (indivisible lengths), DT_EINVAL (w not a multiple of r, bad
  * shape), DT_ERANGE (needs more GPUs than the cluster has), each with the
  * reason in em and in out->reason; out is filled as far as it could be
- * computed in every case. */
+ * computed in every case. A train request with recompute AUTO that fits
+ * at no rank count without recomputation for want of memory (DT_ENOSPC;
+ * DT_ERANGE or DT_ELAYOUT when the ranks it would need are more than the
+ * cluster has or none of them divides T) is planned again with recompute
+ * = layer: out is then that plan, fitting or not (out->recompute; out->note
+ * says why, with the activations it would need without). The caller that
+ * runs the job must hand the engine out->recompute. */
 int dt_plan_make(const dt_plan_req_t *req, dt_plan_t *out, dt_emsg_t *em);
 void dt_plan_clear(dt_plan_t *p);
 
 /* The plan as JSON: at least ranks, tokens_per_rank, memory_per_rank_bytes,
  * memory_breakdown, flops, seconds, comm_hidden, fits, branches, placement,
+ * recompute ("none" or "layer"; "none" for attn and prefill), note (when
+ * there is one),
  * plus the request's echo. New reference. */
 json_t *dt_plan_to_json(const dt_plan_req_t *req, const dt_plan_t *p);
 

@@ -141,7 +141,7 @@ void dt_model_layout_close(dt_model_layout_t *lo)
     lo->layers = 0;
 }
 
-dt_gpu_train_bytes_t dt_model_gpu_train_bytes(const dt_model_cfg_t *m, int elem)
+dt_gpu_train_bytes_t dt_model_gpu_train_bytes(const dt_model_cfg_t *m, int elem, int recompute)
 {
     const double F = 4, e = elem, d = m->dim, H = m->heads, D = (double)dt_model_head_dim(m),
                  qd = H * D, kd = m->kv_heads * D, f = m->ffn, V = m->vocab;
@@ -162,5 +162,10 @@ dt_gpu_train_bytes_t dt_model_gpu_train_bytes(const dt_model_cfg_t *m, int elem)
     /* a chunk of fp32 logits and its gradient in the dtype; the norm's
      * partial sums */
     b.fixed = (double)DT_GPU_HEAD_ROWS * V * (F + e) + 512 * 8;
+    if (recompute) {
+        /* the layers' inputs, saved in fp32; one layer's activations */
+        b.per_token += b.per_token_layer;
+        b.per_token_layer = F * d;
+    }
     return b;
 }

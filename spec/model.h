@@ -92,13 +92,16 @@ void dt_model_layout_close(dt_model_layout_t *lo);
  * activations kept for the backward), per token outside the layers (the
  * residual stream, the backward's scratch, the head's normed input and
  * the token arrays), and fixed (the LM head's chunk of logits and their
- * gradient, HEAD_ROWS rows). elem is the compute dtype's size (2). The
+ * gradient, HEAD_ROWS rows). elem is the compute dtype's size (2). With
+ * recompute (recompute = layer) a layer keeps only its input (fp32) per
+ * token, and one layer's activations move to the per-token scratch. The
  * ring's buffers, cuBLASLt's workspace and the CUDA context are not in
  * it. */
 #define DT_GPU_HEAD_ROWS 1024
 typedef struct dt_gpu_train_bytes {
     double per_param, per_token_layer, per_token, fixed;
 } dt_gpu_train_bytes_t;
-dt_gpu_train_bytes_t dt_model_gpu_train_bytes(const dt_model_cfg_t *cfg, int elem);
+dt_gpu_train_bytes_t dt_model_gpu_train_bytes(const dt_model_cfg_t *cfg, int elem,
+                                              int recompute);
 
 #endif /* DT_SPEC_MODEL_H */

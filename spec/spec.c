@@ -102,6 +102,12 @@ static const dt_conf_key_t keys[] = {
     KEY("steps", DT_CONF_INT, steps, 1, INT64_C(1) << 40, 0, "training steps (default 1)"),
     KEY("seed", DT_CONF_INT, seed, 0, INT64_MAX, 0, "random seed (default 0)"),
     KEY("batch", DT_CONF_INT, batch, 1, 1 << 20, 0, "sequences per training step (default 1)"),
+    STR("shard", shard, 0,
+        "none or optimizer: each rank keeps and updates the AdamW state of 1/R of the "
+        "parameters, which are then gathered (default none)"),
+    STR("recompute", recompute, 0,
+        "none or layer: keep each layer's input only and recompute the layer in the "
+        "backward (default none)"),
     STR("lr", lr, 0, "peak learning rate, a number in (0, 10] (default 3e-3)"),
     STR("data", data, 0, "recall (generated task), or token files: llm.c shards or .npy ids"),
     KEY("recall_keys", DT_CONF_INT, recall_keys, 1, 1 << 20, 0, "recall task: distinct keys"),
@@ -138,6 +144,8 @@ static const char *const kinds[] = { "attn", "prefill", "train", NULL };
 static const char *const models[] = { "tiny", "llama3-8b", "llama3-70b", "custom", NULL };
 static const char *const yesno[] = { "yes", "no", NULL };
 static const char *const scalings[] = { "none", "llama3", NULL };
+static const char *const recomputes[] = { "none", "layer", NULL };
+static const char *const shards[] = { "none", "optimizer", NULL };
 static const char *const layouts[] = { "contiguous", "zigzag", NULL };
 static const char *const precisions[] = { "fp32", "bf16", "fp16", NULL };
 static const char *const gpus[] = { "h100-sxm", "h200", "cpu", NULL };
@@ -153,7 +161,7 @@ static const struct {
     { "kind", kinds },     { "model", models },         { "tied", yesno },
     { "layout", layouts }, { "dtype", precisions },     { "precision", precisions },
     { "device", devices }, { "gpu", gpus },             { "signal", signals },
-    { "rope_scaling", scalings },
+    { "rope_scaling", scalings }, { "recompute", recomputes }, { "shard", shards },
 };
 
 static void *field(const dt_spec_t *s, const dt_conf_key_t *k)

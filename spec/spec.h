@@ -57,6 +57,9 @@ typedef struct dt_spec {
     char *partition, *account, *qos, *constraint, *exclude;
     /* training and data */
     int64_t steps, seed, batch;
+    char *recompute; /* none | layer: keep each layer's input only, recompute it in the
+                      * backward (default none) */
+    char *shard;     /* none | optimizer: the AdamW state sharded over the ranks */
     char *lr;        /* peak learning rate, a number in (0, 10] (default 3e-3) */
     char *data;      /* "recall" or a token shard path */
     int64_t recall_keys, recall_values, recall_pairs, recall_queries; /* 0: defaults */

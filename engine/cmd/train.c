@@ -79,6 +79,8 @@ typedef struct topts {
     int64_t warmup;
     int rkeys, rvalues, rpairs, rqueries; /* recall task sizes; 0: defaults */
     int every_from_spec;                 /* ckpt_every came from --spec */
+    int recompute;                       /* --recompute layer (spec recompute) */
+    int shard;                           /* --shard optimizer (spec shard) */
     int cuda;                            /* --device cuda: the step on this rank's GPU */
     dt_dtype_t dtype;                    /* its compute dtype: DT_BF16 or DT_F16 */
     dt_spec_t spec; /* --spec FILE, whose strings the options above may point into */
@@ -99,7 +101,8 @@ static void usage(FILE *f)
                "                      [--seed S] [--lr X] [--min-lr X] [--warmup N]\n"
                "                      [--weight-decay X] [--clip X] [--adam-eps X] [--layout contiguous|zigzag]\n"
                "                      [--segments w1,.. --dilations r1,..] [--no-causal]\n"
-               "                      [--batch B] [--params-out FILE.npy]\n"
+               "                      [--batch B] [--recompute none|layer] [--shard none|optimizer]\n"
+               "                      [--params-out FILE.npy]\n"
                "                      [--recall-keys K] [--recall-values V] [--recall-pairs P]\n"
                "                      [--recall-queries Q] [--device cpu|cuda [--dtype bf16|fp16]]\n"
                "PRESET: tiny, llama3-8b, llama3-70b, or custom with every shape flag\n");
@@ -143,6 +146,10 @@ static int apply_spec(topts_t *o, const char *path, dt_emsg_t *em)
         o->batch = s->batch;
     if (s->lr)
         o->lr = strtod(s->lr, NULL); /* checked by dt_spec_load */
+    if (s->recompute)
+        o->recompute = strcmp(s->recompute, "layer") == 0;
+    if (s->shard)
+        o->shard = strcmp(s->shard, "optimizer") == 0;
     int64_t *task[] = { &s->recall_keys, &s->recall_values, &s->recall_pairs, &s->recall_queries };
     int *tdst[] = { &o->rkeys, &o->rvalues, &o->rpairs, &o->rqueries };
     for (int i = 0; i < 4; i++)
@@ -165,6 +172,7 @@ static int parse(int argc, char **argv, topts_t *o, dt_emsg_t *em)
         { "recall-keys", 1, NULL, 7 },  { "recall-values", 1, NULL, 8 }, { "recall-pairs", 1, NULL, 9 },
         { "recall-queries", 1, NULL, 10 }, { "ckpt-commit", 1, NULL, 11 },
         { "resume-from", 1, NULL, 12 }, { "device", 1, NULL, 13 }, { "dtype", 1, NULL, 14 },
+        { "recompute", 1, NULL, 15 }, { "shard", 1, NULL, 16 },
         { "help", 0, NULL, 'h' },     { NULL, 0, NULL, 0 },
     };
     static const char *const tasknames[] = { "recall-keys", "recall-values", "recall-pairs",
@@ -209,6 +217,16 @@ static int parse(int argc, char **argv, topts_t *o, dt_emsg_t *em)
             o->external = strcmp(optarg, "external") == 0;
             break;
         case 12: o->resume_from = optarg; break;
+        case 16:
+            if (strcmp(optarg, "none") != 0 && strcmp(optarg, "optimizer") != 0)
+                return dt_emsg_set(em, DT_EUSAGE, "--shard '%s': none or optimizer", optarg);
+            o->shard = strcmp(optarg, "optimizer") == 0;
+            break;
+        case 15:
+            if (strcmp(optarg, "none") != 0 && strcmp(optarg, "layer") != 0)
+                return dt_emsg_set(em, DT_EUSAGE, "--recompute '%s': none or layer", optarg);
+            o->recompute = strcmp(optarg, "layer") == 0;
+            break;
         case 13: rc = dt_cmd_device_option("device", optarg, &o->cuda, &o->dtype, em); break;
         case 14:
             rc = dt_cmd_device_option("dtype", optarg, &o->cuda, &o->dtype, em);
@@ -264,6 +282,9 @@ static int parse(int argc, char **argv, topts_t *o, dt_emsg_t *em)
         return dt_emsg_set(em, DT_EUSAGE, "--resume and --resume-from exclude each other");
     if ((rc = dt_cmd_device_check(o->cuda, dtype_given, em)) < 0)
         return rc;
+    if (o->cuda && o->shard)
+        return dt_emsg_set(em, DT_EUSAGE, "--shard optimizer is for the CPU path so far "
+                           "(device cuda keeps the whole optimizer state on every GPU)");
     if (o->warmup < 0)
         o->warmup = o->steps / 10;
     return 0;
@@ -286,22 +307,26 @@ static json_t *cursor_json(const dt_loader_cursor_t *cur)
 }
 
 /* Write checkpoint STEP (all ranks): each rank's slice of the parameters
- * and both moments (engine/cmd/save.h does the rest). */
+ * and both moments (engine/cmd/save.h does the rest). M and V are whole,
+ * or (sharded) only this rank's slice: the same files either way. */
 static int save(dt_comm_t *comm, const topts_t *o, int64_t step, int64_t n, const float *P,
-                const float *M, const float *V, const dt_loader_cursor_t *cur, dt_emsg_t *em)
+                const float *M, const float *V, int sharded, const dt_loader_cursor_t *cur,
+                dt_emsg_t *em)
 {
     int R = dt_comm_size(comm), me = dt_comm_rank(comm), skipped, rc = 0;
     int64_t off, len;
     char buf[32];
 
     slice(n, R, me, &off, &len);
+    if (!sharded)
+        M += off, V += off;
     dt_st_writer_t *w = dt_st_writer_new();
     if (rc == 0)
         rc = dt_st_writer_add(w, "params", DT_F32, 1, &len, P + off, em);
     if (rc == 0)
-        rc = dt_st_writer_add(w, "adam_m", DT_F32, 1, &len, M + off, em);
+        rc = dt_st_writer_add(w, "adam_m", DT_F32, 1, &len, M, em);
     if (rc == 0)
-        rc = dt_st_writer_add(w, "adam_v", DT_F32, 1, &len, V + off, em);
+        rc = dt_st_writer_add(w, "adam_v", DT_F32, 1, &len, V, em);
     if (rc == 0)
         rc = dt_st_writer_meta(w, "format", "dt-train-1", em);
     snprintf(buf, sizeof(buf), "%" PRId64, off);
@@ -393,7 +418,7 @@ static void heartbeat(void *ud)
  * --ckpt-dir (with a COMMITTED marker under --ckpt-commit external);
  * *step = 0 when there is none. */
 static int load(dt_comm_t *comm, const topts_t *o, int64_t n, float *P, float *M, float *V,
-                dt_loader_t *loader, int64_t *step, passed_t *passed, dt_emsg_t *em)
+                int sharded, dt_loader_t *loader, int64_t *step, passed_t *passed, dt_emsg_t *em)
 {
     int rc;
     char *dir = NULL;
@@ -428,7 +453,22 @@ static int load(dt_comm_t *comm, const topts_t *o, int64_t n, float *P, float *M
     json_decref(want);
     if ((rc = dt_cmd_check_pos_offset(dir, man.plan, o->pos_offset, em)) < 0)
         goto out;
-    rc = dt_ckpt_read_train(dir, &man, n, P, M, V, heartbeat, NULL, em);
+    if (sharded) {
+        /* this rank's slice of the moments, whatever the writer's split:
+         * read whole, then kept in part (the parameters are whole anyway) */
+        int64_t off, len;
+        float *m = dt_xcalloc((size_t)n, sizeof(float)), *v = dt_xcalloc((size_t)n, sizeof(float));
+        slice(n, dt_comm_size(comm), dt_comm_rank(comm), &off, &len);
+        rc = dt_ckpt_read_train(dir, &man, n, P, m, v, heartbeat, NULL, em);
+        if (rc == 0) {
+            memcpy(M, m + off, (size_t)len * sizeof(float));
+            memcpy(V, v + off, (size_t)len * sizeof(float));
+        }
+        free(v);
+        free(m);
+    } else {
+        rc = dt_ckpt_read_train(dir, &man, n, P, M, V, heartbeat, NULL, em);
+    }
     if (rc == 0 && loader) {
         json_t *cj = json_object_get(man.rng, "cursor");
         static const char *const fields[] = { "epoch", "shard", "seq" };
@@ -480,6 +520,7 @@ typedef struct trainer {
     dt_model_layout_t lo;
     dt_model_t *m;
     int64_t n, c;        /* parameters; tokens of this rank */
+    int64_t moff, mlen;  /* the moments this rank keeps: [moff, moff + mlen) of n */
     float *P, *G, *Gb, *M, *V;
     int32_t *xs, *ys, *x, *y;
     int64_t *pos;  /* (c) this rank's tokens' indices in the sequence */
@@ -630,15 +671,22 @@ static void trainer_alloc(trainer_t *t)
     }
 #endif
     if (!o->cuda) {
-        t->m = dt_model_new(&o->model, t->c);
+        t->m = o->recompute ? dt_model_new_recompute(&o->model, t->c)
+                            : dt_model_new(&o->model, t->c);
         t->G = dt_xcalloc(n, sizeof(float));
         if (o->batch > 1)
             t->Gb = dt_xcalloc(n, sizeof(float));
     }
+    /* shard = optimizer: this rank keeps and updates the moments of its
+     * slice of the parameters only (the checkpoints' slices) */
+    t->moff = 0;
+    t->mlen = t->n;
+    if (o->shard)
+        slice(t->n, t->R, t->me, &t->moff, &t->mlen);
     if (t->P == NULL) {
         t->P = dt_xcalloc(n, sizeof(float));
-        t->M = dt_xcalloc(n, sizeof(float));
-        t->V = dt_xcalloc(n, sizeof(float));
+        t->M = dt_xcalloc((size_t)(t->mlen > 0 ? t->mlen : 1), sizeof(float));
+        t->V = dt_xcalloc((size_t)(t->mlen > 0 ? t->mlen : 1), sizeof(float));
     }
     t->xs = dt_xmallocarray((size_t)o->T, sizeof(int32_t));
     t->ys = dt_xmallocarray((size_t)o->T, sizeof(int32_t));
@@ -666,7 +714,8 @@ static int trainer_load_or_resume(trainer_t *t)
 
     t->passed.external = o->external;
     if (o->resume || o->resume_from)
-        rc = load(t->comm, o, t->n, t->P, t->M, t->V, t->loader, &t->start, &t->passed, &t->em);
+        rc = load(t->comm, o, t->n, t->P, t->M, t->V, o->shard, t->loader, &t->start, &t->passed,
+                  &t->em);
     /* no checkpoint to continue: the weights of init_from, every rank its
      * own copy (each reads only the tensors' byte ranges) */
     if (rc == 0 && t->start == 0 && o->spec.init_from != NULL)
@@ -686,8 +735,8 @@ static int trainer_load_or_resume(trainer_t *t)
         rc = t->R == 1 ? dt_ring_local_new(1, 0, &t->ring, &t->em)
                        : dt_ring_nccl_pmix_new(0, &t->ring, &t->em);
         if (rc == 0)
-            rc = dt_gtrain_new(&o->model, &t->lo, t->c, o->dtype, t->ring, t->P, t->M, t->V,
-                               t->rpos, &t->gm, &t->em);
+            rc = dt_gtrain_new(&o->model, &t->lo, t->c, o->dtype, o->recompute, t->ring, t->P,
+                               t->M, t->V, t->rpos, &t->gm, &t->em);
         /* a device failure is this rank's alone (agree.h) */
         if ((rc = dt_agree_report(t->comm, rc, "dtengine train", t->em.s, NULL)) < 0)
             return rc;
@@ -840,7 +889,14 @@ static int trainer_step(trainer_t *t, int64_t step, step_ctl_t *ctl)
             return rc;
     } else
 #endif
-        dt_adamw_step(&t->acfg, step + 1, lr, o->wd, t->n, t->P, t->G, t->M, t->V);
+    {
+        /* element by element: a slice updates as the whole would, and the
+         * gather copies the bits, so shard = optimizer is bit-identical */
+        dt_adamw_step(&t->acfg, step + 1, lr, o->wd, t->mlen, t->P + t->moff, t->G + t->moff,
+                      t->M, t->V);
+        if (o->shard && (rc = dt_comm_allgather_slices_f32(t->comm, t->P, t->n)) < 0)
+            return dt_emsg_set(&t->em, rc, "gathering the updated parameters failed");
+    }
     double dt = dt_clock_now() - t0;
     double accuracy = ctl->targets > 0 ? ctl->hits / ctl->targets : 0.0;
     int64_t done = step + 1;
@@ -869,7 +925,7 @@ static int trainer_write(trainer_t *t, int64_t done, double t1, double stall_s)
 
     if (t->loader)
         dt_loader_get_cursor(t->loader, &cursor);
-    if ((rc = save(t->comm, o, done, t->n, t->P, t->M, t->V, t->loader ? &cursor : NULL,
+    if ((rc = save(t->comm, o, done, t->n, t->P, t->M, t->V, o->shard, t->loader ? &cursor : NULL,
                    &t->em)) < 0)
         return rc;
     /* parameters and both moments, written and fsynced by all ranks */

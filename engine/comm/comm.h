@@ -14,6 +14,7 @@
 #define DT_COMM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "common/err.h"
 #include "common/macros.h"
@@ -57,6 +58,11 @@ DT_MUST_CHECK int dt_comm_allreduce_sum_f32(dt_comm_t *c, float *buf, size_t n);
 /* In-place max/sum of n doubles over all ranks. */
 DT_MUST_CHECK int dt_comm_allreduce_max_f64(dt_comm_t *c, double *buf, size_t n);
 DT_MUST_CHECK int dt_comm_allreduce_sum_f64(dt_comm_t *c, double *buf, size_t n);
+/* buf (n floats) is split into the ranks' slices, rank r's the elements
+ * [n r / R, n (r + 1) / R) (the slices of a checkpoint, io/ckpt.h): every
+ * rank gets every rank's slice, in place (shard = optimizer's gather of
+ * the updated parameters). */
+DT_MUST_CHECK int dt_comm_allgather_slices_f32(dt_comm_t *c, float *buf, int64_t n);
 /* Every rank gets rank 0's value of *code. */
 DT_MUST_CHECK int dt_comm_bcast_int(dt_comm_t *c, int *code);
 /* Agree on an outcome: returns the smallest rc over all ranks (0 when every

@@ -217,6 +217,25 @@ int dt_comm_allreduce_sum_f64(dt_comm_t *c, double *buf, size_t n)
     return allreduce(c, buf, n, MPI_DOUBLE, MPI_SUM, sizeof(double));
 }
 
+int dt_comm_allgather_slices_f32(dt_comm_t *c, float *buf, int64_t n)
+{
+    /* one broadcast per owner, in chunks whose count fits MPI's int:
+     * simple, and safe for slices of any size */
+    const int64_t chunk = INT64_C(1) << 28;
+
+    if (!c->mpi || c->size == 1)
+        return 0;
+    for (int r = 0; r < c->size; r++) {
+        int64_t off = n * r / c->size, len = n * (r + 1) / c->size - off;
+        for (int64_t i = 0; i < len; i += chunk) {
+            int k = (int)(len - i < chunk ? len - i : chunk);
+            if (MPI_Bcast(buf + off + i, k, MPI_FLOAT, r, MPI_COMM_WORLD) != MPI_SUCCESS)
+                return DT_ECOMM;
+        }
+    }
+    return 0;
+}
+
 int dt_comm_bcast_int(dt_comm_t *c, int *code)
 {
     if (!c->mpi)

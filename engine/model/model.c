@@ -103,8 +103,11 @@ struct dt_model {
     dt_model_cfg_t cfg;
     dt_model_layout_t lo;
     int64_t c;
-    int nact;                     /* layers, or 1 for a forward-only model */
+    int nact;                     /* layers, or 1 (forward only, or recompute) */
+    int backward;                 /* dt_model_step may run: the backward's buffers exist */
     acts_t *act;                  /* [nact] */
+    float *saved;                 /* recompute: every layer's input (layers, c, d) */
+    float *xr;                    /* recompute: the layer being recomputed (c, d) */
     float *x, *xf, *hf, *rstdf, *logits;
     /* backward scratch */
     float *dx, *dh, *dt, *dq, *dk, *dv, *do_, *da, *db, *dg;
@@ -142,16 +145,32 @@ static dt_model_t *model_alloc(const dt_model_cfg_t *cfg, int64_t c, int nact)
     return m;
 }
 
-dt_model_t *dt_model_new(const dt_model_cfg_t *cfg, int64_t c)
+/* The backward's buffers (and with recompute the layers' inputs). */
+static dt_model_t *model_train(const dt_model_cfg_t *cfg, int64_t c, int recompute)
 {
-    dt_model_t *m = model_alloc(cfg, c, cfg->layers);
+    dt_model_t *m = model_alloc(cfg, c, recompute ? 1 : cfg->layers);
     int64_t d = cfg->dim, D = dt_model_head_dim(cfg), qd = (int64_t)cfg->heads * D,
             kd = (int64_t)cfg->kv_heads * D, f = cfg->ffn;
 
+    m->backward = 1;
+    if (recompute) {
+        m->saved = buf((int64_t)cfg->layers * c * d);
+        m->xr = buf(c * d);
+    }
     m->dx = buf(c * d), m->dh = buf(c * d);
     m->dq = buf(c * qd), m->dk = buf(c * kd), m->dv = buf(c * kd), m->do_ = buf(c * qd);
     m->da = buf(c * f), m->db = buf(c * f), m->dg = buf(c * f);
     return m;
+}
+
+dt_model_t *dt_model_new(const dt_model_cfg_t *cfg, int64_t c)
+{
+    return model_train(cfg, c, 0);
+}
+
+dt_model_t *dt_model_new_recompute(const dt_model_cfg_t *cfg, int64_t c)
+{
+    return model_train(cfg, c, 1);
 }
 
 dt_model_t *dt_model_new_forward(const dt_model_cfg_t *cfg, int64_t c)
@@ -171,7 +190,7 @@ void dt_model_free(dt_model_t *m)
             free(p[i]);
     }
     float *p[] = { m->x, m->xf, m->hf, m->rstdf, m->logits, m->dx, m->dh, m->dt,
-                   m->dq, m->dk, m->dv, m->do_, m->da, m->db, m->dg };
+                   m->dq, m->dk, m->dv, m->do_, m->da, m->db, m->dg, m->saved, m->xr };
     for (size_t i = 0; i < sizeof(p) / sizeof(p[0]); i++)
         free(p[i]);
     free(m->act);
@@ -309,7 +328,7 @@ int dt_model_step(dt_model_t *m, dt_comm_t *comm, const dt_attn_spec_t *attn,
                   Hkv = cf->kv_heads, qd = H * D, kd = Hkv * D, f = cf->ffn, V = cf->vocab;
     int rc;
 
-    if (m->nact != cf->layers)
+    if (!m->backward)
         return dt_emsg_set(em, DT_EINVAL, "a forward-only model (dt_model_new_forward) "
                            "cannot take a step");
     if ((rc = check_attn(m, attn, em)) < 0)
@@ -320,9 +339,14 @@ int dt_model_step(dt_model_t *m, dt_comm_t *comm, const dt_attn_spec_t *attn,
 
     /* forward */
     dt_embed_fwd_cpu(c, cf->vocab, cf->dim, x, P + lo->tok_emb, m->x);
-    for (int l = 0; l < cf->layers; l++)
-        if ((rc = layer_fwd(m, comm, attn, P, l, &m->act[l], pos, m->x, em)) < 0)
+    for (int l = 0; l < cf->layers; l++) {
+        /* recompute: only the layer's input is kept, its activations are
+         * made again in the backward */
+        if (m->saved)
+            memcpy(m->saved + l * c * d, m->x, (size_t)(c * d) * sizeof(float));
+        if ((rc = layer_fwd(m, comm, attn, P, l, &m->act[l % m->nact], pos, m->x, em)) < 0)
             return rc;
+    }
     head_fwd(m, P, m->x);
 
     /* the loss over every rank's counted targets */
@@ -351,7 +375,15 @@ int dt_model_step(dt_model_t *m, dt_comm_t *comm, const dt_attn_spec_t *attn,
                        G + lo->final_norm);
     for (int l = cf->layers - 1; l >= 0; l--) {
         const dt_model_layer_off_t *L = &lo->layer[l];
-        acts_t *A = &m->act[l];
+        acts_t *A = &m->act[l % m->nact];
+        /* the same forward on the same input, so the same activations to
+         * the bit (the ring attention is deterministic), then its backward;
+         * every rank recomputes layer l here, in the same order */
+        if (m->saved) {
+            memcpy(m->xr, m->saved + l * c * d, (size_t)(c * d) * sizeof(float));
+            if ((rc = layer_fwd(m, comm, attn, P, l, A, pos, m->xr, em)) < 0)
+                return rc;
+        }
         /* MLP: x = x2 + W2 swiglu(W1 h2, W3 h2), h2 = norm(x2) */
         dt_linear_bwd_cpu(c, (int)f, cf->dim, A->g, P + L->w2, m->dx, m->dg, G + L->w2);
         dt_swiglu_bwd_cpu(c, (int)f, A->a, A->b, m->dg, m->da, m->db);

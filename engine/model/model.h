@@ -62,6 +62,14 @@ int dt_model_step(dt_model_t *m, dt_comm_t *comm, const dt_attn_spec_t *attn,
                   const float *params, const int32_t *x, const int32_t *y, const int64_t *pos,
                   float *grads, double *loss, dt_emsg_t *em);
 
+/* dt_model_new, recomputing activations (recompute = layer): the forward
+ * keeps only each layer's input (c, d), and the backward runs each layer's
+ * forward again from it just before that layer's backward. The same
+ * kernels on the same inputs: the loss and gradients are bit-identical to
+ * dt_model_new's, for one more forward's compute (its ring attention
+ * included) and activations of one layer instead of all. */
+dt_model_t *dt_model_new_recompute(const dt_model_cfg_t *cfg, int64_t c);
+
 /* The logits (c, V) of the last dt_model_step or dt_model_head (valid
  * until the next call). */
 const float *dt_model_logits(const dt_model_t *m);

@@ -65,7 +65,9 @@ typedef struct gtrain {
     int64_t n;
     float *P, *G, *M, *V;
     void *W;
-    tact_t *act;
+    tact_t *act;  /* [nact] */
+    int nact;     /* layers, or 1 with recompute */
+    float *saved; /* recompute: every layer's input (layers, c, d) fp32 */
     /* the head: final norm output (compute dtype), its rstd, per-row
      * losses and argmaxes, the logits' gradient in the compute dtype */
     void *hfb, *dlb;
@@ -395,14 +397,14 @@ static void gtrain_free(dt_gmodel_t *g)
 {
     gtrain_t *T = g->tr;
 
-    for (int l = 0; T->act && l < g->cfg.layers; l++) {
+    for (int l = 0; T->act && l < T->nact; l++) {
         tact_t *A = &T->act[l];
         void *ps[] = { A->xin, A->rstd1, A->o, A->lse, A->x2, A->rstd2, A->a, A->b,
                        A->h1b, A->qb, A->kb, A->vb, A->ob, A->h2b, A->gb };
         for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++)
             cudaFree(ps[i]);
     }
-    void *ps[] = { T->P, T->G, T->M, T->V, T->W, T->hfb, T->dlb, T->rstdf, T->rowloss,
+    void *ps[] = { T->P, T->G, T->M, T->V, T->W, T->saved, T->hfb, T->dlb, T->rstdf, T->rowloss,
                    T->part, T->tok, T->tgt, T->amax, T->etok, T->erows, T->estart, T->dx,
                    T->dh, T->dq, T->dk, T->dv, T->do_, T->da, T->db, T->dg, T->dyb, T->dob };
     for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++)
@@ -419,8 +421,9 @@ static void gtrain_free(dt_gmodel_t *g)
 }
 
 int dt_gtrain_new(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, int64_t c,
-                  dt_dtype_t dtype, dt_ring_t *ring, const float *P, const float *M,
-                  const float *V, const int64_t *pos, dt_gmodel_t **out, dt_emsg_t *em)
+                  dt_dtype_t dtype, int recompute, dt_ring_t *ring, const float *P,
+                  const float *M, const float *V, const int64_t *pos, dt_gmodel_t **out,
+                  dt_emsg_t *em)
 {
     const int64_t d = cfg->dim, D = dt_model_head_dim(cfg), qd = cfg->heads * D,
                   kd = cfg->kv_heads * D, f = cfg->ffn, Vv = cfg->vocab;
@@ -462,8 +465,14 @@ int dt_gtrain_new(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, int64_
         goto fail;
     DT_CUDA_GOTO(em, rc, fail, cudaMemcpyAsync(g->pos, pos, (size_t)c * sizeof(int64_t),
                                                cudaMemcpyHostToDevice, g->st));
-    T->act = dt_xcalloc((size_t)cfg->layers, sizeof(*T->act));
-    for (int l = 0; l < cfg->layers; l++) {
+    /* recompute: the layers' inputs, and one layer's activations made
+     * again before its backward */
+    T->nact = recompute ? 1 : cfg->layers;
+    if (recompute &&
+        (rc = dalloc(&T->saved, (size_t)cfg->layers * (size_t)(c * d) * F, em)) < 0)
+        goto fail;
+    T->act = dt_xcalloc((size_t)T->nact, sizeof(*T->act));
+    for (int l = 0; l < T->nact; l++) {
         tact_t *A = &T->act[l];
         const dbuf_t a[] = {
             { &A->xin, (size_t)(c * d) * F },  { &A->rstd1, (size_t)c * F },
@@ -541,7 +550,7 @@ static int tlayer_fwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, int l, dt_emsg
                   Hkv = cf->kv_heads, qd = H * D, kd = Hkv * D, f = cf->ffn;
     const size_t F = sizeof(float);
     const glayer_t *L = &g->layer[l];
-    tact_t *A = &g->tr->act[l];
+    tact_t *A = &g->tr->act[l % g->tr->nact];
     dt_dtype_t dt = g->dt;
     int rc;
 
@@ -592,7 +601,7 @@ static int tlayer_bwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, int l, dt_emsg
     const int64_t c = g->c, d = cf->dim, D = dt_model_head_dim(cf), H = cf->heads,
                   Hkv = cf->kv_heads, qd = H * D, kd = Hkv * D, f = cf->ffn;
     const glayer_t *L = &g->layer[l];
-    const tact_t *A = &T->act[l];
+    const tact_t *A = &T->act[l % T->nact];
     float *G = T->G;
     int rc;
 
@@ -698,14 +707,29 @@ int dt_gtrain_fwd_bwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, const int32_t 
         DT_CUDA_TRY(em, cudaMemsetAsync(T->G, 0, (size_t)T->n * sizeof(float), g->st));
     if ((rc = dt_embed_fwd_cuda(c, (int)d, T->tok, T->P + T->lo.tok_emb, g->x, g->st, em)) < 0)
         return rc;
-    for (int l = 0; l < cf->layers; l++)
+    const size_t row = (size_t)(c * d) * sizeof(float);
+    for (int l = 0; l < cf->layers; l++) {
+        if (T->saved)
+            DT_CUDA_TRY(em, cudaMemcpyAsync((char *)T->saved + (size_t)l * row, g->x, row,
+                                            cudaMemcpyDeviceToDevice, g->st));
         if ((rc = tlayer_fwd(g, attn, l, em)) < 0)
             return rc;
+    }
     if ((rc = thead(g, scale, em)) < 0)
         return rc;
-    for (int l = cf->layers - 1; l >= 0; l--)
+    for (int l = cf->layers - 1; l >= 0; l--) {
+        /* recompute: layer l's forward again from its saved input (the
+         * same kernels on the same input: the same activations to the
+         * bit), on g->x, which the backward no longer needs */
+        if (T->saved) {
+            DT_CUDA_TRY(em, cudaMemcpyAsync(g->x, (char *)T->saved + (size_t)l * row, row,
+                                            cudaMemcpyDeviceToDevice, g->st));
+            if ((rc = tlayer_fwd(g, attn, l, em)) < 0)
+                return rc;
+        }
         if ((rc = tlayer_bwd(g, attn, l, em)) < 0)
             return rc;
+    }
     if ((rc = dt_embed_bwd_cuda(nu, (int)d, T->etok, T->estart, T->erows, T->dx,
                                 T->G + T->lo.tok_emb, g->st, em)) < 0)
         return rc;

@@ -62,13 +62,17 @@ int dt_gmodel_head(dt_gmodel_t *g, float *logits, dt_emsg_t *em);
 
 /* ---- training -------------------------------------------------------------
  * A training model: parameters P and moments M, V (nparams, fp32, host)
- * uploaded; every layer's activations for c tokens at positions pos (c).
- * It allocates what dt_model_gpu_train_bytes (spec/model.h) counts, and
- * the planner plans with that. DT_ENOMEM when the device cannot hold it.
- * Free with dt_gmodel_free. */
+ * uploaded; every layer's activations for c tokens at positions pos (c),
+ * or with recompute (recompute = layer) every layer's input and one
+ * layer's activations, made again from that input before the layer's
+ * backward (bit-identical to keeping them: the same kernels on the same
+ * input). It allocates what dt_model_gpu_train_bytes (spec/model.h)
+ * counts, and the planner plans with that. DT_ENOMEM when the device
+ * cannot hold it. Free with dt_gmodel_free. */
 int dt_gtrain_new(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, int64_t c,
-                  dt_dtype_t dtype, dt_ring_t *ring, const float *P, const float *M,
-                  const float *V, const int64_t *pos, dt_gmodel_t **out, dt_emsg_t *em);
+                  dt_dtype_t dtype, int recompute, dt_ring_t *ring, const float *P,
+                  const float *M, const float *V, const int64_t *pos, dt_gmodel_t **out,
+                  dt_emsg_t *em);
 
 /* One sequence forward and backward: x, y (c, host) this rank's tokens and
  * targets (DT_IGNORE = -1 ignored); the gradient of scale * (the sum of

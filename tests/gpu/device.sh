@@ -294,6 +294,8 @@ if [ -d "$builddir/gpu-bundle" ]; then
         step "dtengine --device cuda" 300 sh tests/gpu/e2e.sh "$builddir/gpu-bundle" "$tmp/e2e"
         step "a Hugging Face model on the GPU" 120 sh tests/gpu/hf.sh "$builddir/gpu-bundle" \
             "$tmp/hf"
+        step "activation recomputation on the GPU" 120 sh tests/gpu/recompute.sh \
+            "$builddir/gpu-bundle" "$tmp/recompute"
     fi
     export LD_LIBRARY_PATH="$saved"
 else

@@ -16,15 +16,7 @@
 # "N passed, N failed".
 #
 # usage: sh tests/gpu/e2e.sh BUNDLEDIR WORKDIR   (LD_LIBRARY_PATH set by the caller)
-set -u
-[ $# -eq 2 ] || {
-    echo "usage: sh tests/gpu/e2e.sh BUNDLEDIR WORKDIR" >&2
-    exit 2
-}
-b=$1 dir=$2
-mkdir -p "$dir" || exit 1
-passed=0
-failed=0
+. "$(dirname "$0")/checks.sh"
 for causal in "" --causal "--causal --segments 256,2048 --dilations 1,4"; do
     gen="--generate 2048,8,2,128 --seed 5 $causal --backward"
     rm -rf "$dir/cpu"
@@ -123,16 +115,6 @@ tm="$tm --data recall --seq-len 2048 --seed 5 --steps 4"
 rm -rf "$dir/tcpu.npy"
 # shellcheck disable=SC2086
 "$b/dtengine" train $tm --params-out "$dir/tcpu.npy" >"$dir/tcpu.log" || exit 1
-# verdict WHAT OK: one line, counted
-verdict() {
-    if [ "$2" = 1 ]; then
-        echo "ok   $1"
-        passed=$((passed + 1))
-    else
-        echo "FAIL $1"
-        failed=$((failed + 1))
-    fi
-}
 for dt in bf16 fp16; do
     case $dt in bf16) tol=1e-2 ;; fp16) tol=5e-3 ;; esac
     rm -rf "$dir/tgpu.npy" "$dir/tck"
@@ -176,5 +158,4 @@ for dt in bf16 fp16; do
     "$b/npytool" cmp "$dir/tgc.npy" "$dir/tcpu.npy" --atol "$tol" --rtol "$tol" >/dev/null && ok=1
     verdict "train: a GPU checkpoint resumed on the CPU: parameters max err $err (<= $tol)" "$ok"
 done
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+summary

@@ -14,24 +14,7 @@
 # Prints ok/FAIL per check and "N passed, N failed".
 #
 # usage: sh tests/gpu/hf.sh BUNDLEDIR WORKDIR   (LD_LIBRARY_PATH set by the caller)
-set -u
-[ $# -eq 2 ] || {
-    echo "usage: sh tests/gpu/hf.sh BUNDLEDIR WORKDIR" >&2
-    exit 2
-}
-b=$1 dir=$2
-mkdir -p "$dir" || exit 1
-passed=0
-failed=0
-verdict() {
-    if [ "$2" = 1 ]; then
-        echo "ok   $1"
-        passed=$((passed + 1))
-    else
-        echo "FAIL $1"
-        failed=$((failed + 1))
-    fi
-}
+. "$(dirname "$0")/checks.sh"
 rm -rf "$dir/hf"
 "$b/hfgen" "$dir/hf" --dim 256 --layers 2 --heads 4 --kv-heads 2 --ffn 512 --vocab 512 \
     --llama3 8,1,4,64 --dtype bf16 --seed 3 || exit 1
@@ -71,5 +54,4 @@ worst=$(paste "$dir/tgpu.steps" "$dir/tcpu.steps" | awk '
     END { if (n == 3) printf "%.2e", w }')
 ok=$(awk -v w="$worst" -v r="$rc" 'BEGIN { print (r == 0 && w != "" && w <= 1e-2) ? 1 : 0 }')
 verdict "train --init-from at 1,000,000 on the GPU: 3 step losses within ${worst:-?} of the CPU's (<= 1e-2)" "$ok"
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+summary

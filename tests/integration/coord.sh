@@ -129,6 +129,29 @@ t_refused() {
 }
 check "a job that cannot be planned is refused (exit 6) and leaves no job" t_refused
 
+# 64K tokens of tiny on one cpu rank (4 GiB) fit only with recompute: unset,
+# the planner chooses it and the stored spec (what the agents hand dtengine
+# train) says so; the user's none is honoured and refused
+t_recompute() {
+    run_rc 0 ctl submit --kind train --model tiny --tokens 64K --ranks 1 --gpu cpu || return 1
+    _j=$(cat "$TMPD/out")
+    run_rc 0 ctl show "$_j" && out_has "^recompute = layer$" &&
+        out_has "note +recompute = layer: without it the activations need" || return 1
+    run_rc 0 ctl --json show "$_j" && [ "$(json_str recompute <"$TMPD/out")" = layer ] ||
+        { cat "$TMPD/out"; return 1; }
+    run_rc 0 ctl cancel "$_j" >/dev/null || return 1
+    _before=$(njobs)
+    run_rc 6 ctl submit --kind train --model tiny --tokens 64K --ranks 1 --gpu cpu \
+        --recompute none && out_has "memory: .* at R=1" || return 1
+    [ "$(njobs)" = "$_before" ] || { echo "a job was created"; return 1; }
+    # fits without: nothing is added to the spec
+    run_rc 0 ctl submit --kind train --model tiny --tokens 4096 --ranks 1 --gpu cpu || return 1
+    _j=$(cat "$TMPD/out")
+    run_rc 0 ctl show "$_j" && out_lacks "recompute" && run_rc 0 ctl cancel "$_j" >/dev/null
+}
+check "recompute: chosen by the planner reaches the stored spec; the user's none is refused" \
+    t_recompute
+
 t_bad_key() {
     _before=$(njobs)
     run_rc 2 ctl submit --kind attn --tokens 4096 --frobnicate 3 && out_has "frobnicate" || return 1

@@ -453,10 +453,11 @@ check "train --device cuda: checkpoints copied during the next step; GPU resume 
 # cluster's fixed allowance for the CUDA context and libraries) against what
 # the engine allocates on the simulated device (its peak): never below it,
 # at most 10 % above
-t_tr_memory() {
+t_tr_memory() { # [none|layer]: the recompute setting of both
+    _rc=${1:-none}
     DTCTL_PLAN="$DTCTL plan --tokens 4096 --kind train --model custom --dim 256 --layers 2"
     DTCTL_PLAN="$DTCTL_PLAN --heads 4 --kv-heads 2 --ffn 512 --vocab 512 --tied no"
-    DTCTL_PLAN="$DTCTL_PLAN --device cuda --causal --json"
+    DTCTL_PLAN="$DTCTL_PLAN --device cuda --causal --json --recompute $_rc"
     for _r in 1 2; do
         # shellcheck disable=SC2086
         run_rc 0 $DTCTL_PLAN --ranks "$_r" || return 1
@@ -464,7 +465,8 @@ t_tr_memory() {
         _fixed=$(sed -n 's/.*"fixed": *\([0-9]*\).*/\1/p' "$TMPD/out" | head -n 1)
         mpirun_np "$_r" env DT_SIM_GPUS=1 DT_SIM_MEMSTAT=1 "$SIM" train --device cuda \
             --model custom --dim 256 --layers 2 --heads 4 --kv-heads 2 --ffn 512 --vocab 512 \
-            --seq-len 4096 --steps 1 >"$TMPD/mem.log" 2>&1 || { cat "$TMPD/mem.log"; return 1; }
+            --seq-len 4096 --steps 1 --recompute "$_rc" >"$TMPD/mem.log" 2>&1 ||
+            { cat "$TMPD/mem.log"; return 1; }
         _peak=$(sed -n 's/^sim: device memory peak \([0-9]*\) bytes$/\1/p' "$TMPD/mem.log" |
             sort -n | tail -n 1)
         awk -v p="$_total" -v f="$_fixed" -v e="$_peak" -v r="$_r" 'BEGIN {
@@ -475,6 +477,32 @@ t_tr_memory() {
 }
 check "plan: a cuda train job's memory per GPU covers the engine's, within 10 % (1 and 2 ranks)" \
     t_tr_memory
+check "plan, recompute = layer: a cuda train job's memory covers the engine's, within 10 %" \
+    t_tr_memory layer
+
+# recompute = layer on simulated GPUs: every layer's input kept, the layer
+# made again before its backward: the same losses and parameters to the
+# bit, on 1 and 2 ranks, in less device memory
+t_tr_recompute() {
+    for _r in 1 2; do
+        for _rc in none layer; do
+            mpirun_np "$_r" env DT_SIM_GPUS=1 DT_SIM_MEMSTAT=1 "$SIM" train --device cuda \
+                --model custom --dim 256 --layers 4 --heads 4 --kv-heads 2 --ffn 512 \
+                --vocab 512 --seq-len 2048 --steps 2 --recompute "$_rc" >"$TMPD/rc-$_rc.log" 2>&1 ||
+                { cat "$TMPD/rc-$_rc.log"; return 1; }
+        done
+        _a=$(sed -n 's/^result: .*params_sha256=\([0-9a-f]*\) .*/\1/p' "$TMPD/rc-none.log")
+        _b=$(sed -n 's/^result: .*params_sha256=\([0-9a-f]*\) .*/\1/p' "$TMPD/rc-layer.log")
+        _pa=$(sed -n 's/^sim: device memory peak \([0-9]*\) bytes$/\1/p' "$TMPD/rc-none.log" |
+            sort -n | tail -n 1)
+        _pb=$(sed -n 's/^sim: device memory peak \([0-9]*\) bytes$/\1/p' "$TMPD/rc-layer.log" |
+            sort -n | tail -n 1)
+        echo "R=$_r: $_b (none $_a), device peak $_pb bytes (none $_pa)"
+        [ -n "$_a" ] && [ "$_a" = "$_b" ] && [ "$_pb" -lt "$_pa" ] || return 1
+    done
+}
+check "train --device cuda --recompute layer: bit-identical, less device memory (1 and 2 ranks)" \
+    t_tr_recompute
 
 cat >"$TMPD/tr.spec" <<SPEC
 kind = train

@@ -243,6 +243,79 @@ same_run() { # A B: the same losses, exactly, and bit-identical parameters
 }
 check ".npy token ids (int32, int64): the losses and parameters of the llm.c shards" \
     same_run "$TMPD/shards.log" "$TMPD/npy.log"
+# recompute = layer: only each layer's input kept, the layer made again in
+# the backward: the same losses and parameters to the bit, on 1, 2 and 4
+# ranks, both layouts, dense and dilated
+t_recompute() { # R ARGS...
+    _r=$1
+    shift
+    mpirun_np "$_r" "$DTENGINE" train --model tiny --data recall --seq-len 256 --steps 3 \
+        --seed 5 "$@" >"$TMPD/rc-none.log" 2>&1 || { cat "$TMPD/rc-none.log"; return 1; }
+    mpirun_np "$_r" "$DTENGINE" train --model tiny --data recall --seq-len 256 --steps 3 \
+        --seed 5 --recompute layer "$@" >"$TMPD/rc-layer.log" 2>&1 ||
+        { cat "$TMPD/rc-layer.log"; return 1; }
+    same_losses "$TMPD/rc-none.log" "$TMPD/rc-layer.log" 0 >/dev/null || return 1
+    [ -n "$(sha "$TMPD/rc-none.log")" ] && [ "$(sha "$TMPD/rc-none.log")" = "$(sha "$TMPD/rc-layer.log")" ] ||
+        { echo "parameters $(sha "$TMPD/rc-none.log") vs $(sha "$TMPD/rc-layer.log")"; return 1; }
+    sha "$TMPD/rc-layer.log"
+}
+check "recompute = layer, R=1: bit-identical losses and parameters" t_recompute 1
+check "recompute = layer, R=2 zigzag: bit-identical" t_recompute 2
+check "recompute = layer, R=4 contiguous: bit-identical" t_recompute 4 --layout contiguous
+check "recompute = layer, R=2 dilated: bit-identical" t_recompute 2 --segments 64,256 \
+    --dilations 1,4
+
+# shard = optimizer: each rank keeps and updates the AdamW moments of 1/R
+# of the parameters, then the parameters are gathered: the same losses and
+# parameters to the bit (AdamW is element by element; the gather copies)
+t_shard() { # R ARGS...
+    _r=$1
+    shift
+    for _s in none optimizer; do
+        mpirun_np "$_r" "$DTENGINE" train --model tiny --data recall --seq-len 256 --steps 3 \
+            --seed 5 --shard $_s "$@" >"$TMPD/sh-$_s.log" 2>&1 || { cat "$TMPD/sh-$_s.log"; return 1; }
+    done
+    same_losses "$TMPD/sh-none.log" "$TMPD/sh-optimizer.log" 0 >/dev/null || return 1
+    [ -n "$(sha "$TMPD/sh-none.log")" ] &&
+        [ "$(sha "$TMPD/sh-none.log")" = "$(sha "$TMPD/sh-optimizer.log")" ] ||
+        { echo "parameters $(sha "$TMPD/sh-none.log") vs $(sha "$TMPD/sh-optimizer.log")"; return 1; }
+    sha "$TMPD/sh-optimizer.log"
+}
+check "shard = optimizer, R=2 zigzag: bit-identical losses and parameters" t_shard 2
+check "shard = optimizer, R=4 contiguous, recompute = layer: bit-identical" t_shard 4 \
+    --layout contiguous --recompute layer
+check "shard = optimizer, R=2 dilated: bit-identical" t_shard 2 --segments 64,256 --dilations 1,4
+
+# its checkpoints are the unsharded ones (every rank writes its slice of
+# the parameters and moments either way): 4 ranks sharded -> 2 ranks
+# unsharded resumes as from an unsharded checkpoint, and an unsharded
+# checkpoint -> 4 ranks sharded ends as the uninterrupted run
+t_shard_resume() {
+    for _s in none optimizer; do
+        rm -rf "$TMPD/shck-$_s"
+        train 4 "$TMPD/shck-$_s" --shard $_s >"$TMPD/shck-$_s.log" 2>&1 ||
+            { cat "$TMPD/shck-$_s.log"; return 1; }
+    done
+    [ "$(sha "$TMPD/shck-none.log")" = "$(sha "$TMPD/shck-optimizer.log")" ] ||
+        { echo "uninterrupted: $(sha "$TMPD/shck-none.log") vs $(sha "$TMPD/shck-optimizer.log")"; return 1; }
+    for _s in none optimizer; do
+        rm -rf "$TMPD/shto2-$_s"
+        train 2 "$TMPD/shto2-$_s" --resume-from "$TMPD/shck-$_s/step-00000003" \
+            >"$TMPD/shto2-$_s.log" 2>&1 || { cat "$TMPD/shto2-$_s.log"; return 1; }
+    done
+    [ -n "$(sha "$TMPD/shto2-none.log")" ] &&
+        [ "$(sha "$TMPD/shto2-none.log")" = "$(sha "$TMPD/shto2-optimizer.log")" ] ||
+        { echo "4 sharded -> 2: $(sha "$TMPD/shto2-optimizer.log"), 4 -> 2: $(sha "$TMPD/shto2-none.log")"; return 1; }
+    rm -rf "$TMPD/shback"
+    train 4 "$TMPD/shback" --shard optimizer --resume-from "$TMPD/shck-none/step-00000003" \
+        >"$TMPD/shback.log" 2>&1 || { cat "$TMPD/shback.log"; return 1; }
+    [ "$(sha "$TMPD/shback.log")" = "$(sha "$TMPD/shck-none.log")" ] ||
+        { echo "unsharded -> 4 sharded: $(sha "$TMPD/shback.log"), uninterrupted $(sha "$TMPD/shck-none.log")"; return 1; }
+    echo "4 sharded -> 2: $(sha "$TMPD/shto2-optimizer.log"); back to 4 sharded: $(sha "$TMPD/shback.log")"
+}
+check "shard = optimizer checkpoints: 4 sharded -> 2 unsharded, unsharded -> 4 sharded, exact" \
+    t_shard_resume
+
 cat >"$TMPD/job.spec" <<SPEC
 kind = train
 model = tiny
@@ -270,6 +343,8 @@ check "refuses --resume without --ckpt-dir" bad 'needs --ckpt-dir' --resume
 check "refuses a sequence too short for the task" bad 'too short' --seq-len 20
 check "refuses heads that do not divide dim" bad 'do not divide dim' --heads 3
 check "refuses an unknown option" bad 'unknown option' --bogus 1
+check "refuses --recompute other than none or layer" bad 'none or layer' --recompute all
+check "refuses --shard other than none or optimizer" bad 'none or optimizer' --shard parameters
 check "refuses an unknown --ckpt-commit" bad 'self or external' --ckpt-commit later
 check "refuses --resume with --resume-from" bad 'exclude each other' --resume-from "$TMPD" \
     --resume --ckpt-dir "$TMPD/x" --ckpt-every 3

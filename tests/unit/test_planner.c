@@ -5,8 +5,10 @@
  * bytes per ring step, sub-ring sizes); every refusal with its code and
  * reason; the headline numbers (dense causal attention over 2^30 tokens of
  * llama3-8b takes days on H100s, the dilated configuration does not);
- * min_c_hidden agreeing with the plan at that c; placement; the JSON; and
- * requests built from specs. Pure computation: nothing to start.
+ * min_c_hidden agreeing with the plan at that c; placement; the JSON;
+ * requests built from specs; training memory with and without recompute
+ * by hand, the planner's own choice of recompute and the user's honoured.
+ * Pure computation: nothing to start.
  */
 #include "config.h"
 
@@ -522,7 +524,22 @@ Test(planner, request_from_spec)
     cr_assert_eq(q.layout, DT_LAYOUT_ZIGZAG, "zigzag when causal");
     cr_assert_eq(q.tokens, 65536);
     cr_assert_eq(q.nbranch, 0);
+    cr_assert_eq(q.recompute, DT_RECOMPUTE_AUTO, "unset: the planner decides");
     dt_spec_free(&s);
+
+    const struct {
+        const char *text;
+        enum dt_recompute want;
+    } rcs[] = {
+        { "kind = train\ntokens = 4096\nrecompute = layer\n", DT_RECOMPUTE_LAYER },
+        { "kind = train\ntokens = 4096\nrecompute = none\n", DT_RECOMPUTE_NONE },
+    };
+    for (size_t i = 0; i < sizeof(rcs) / sizeof(rcs[0]); i++) {
+        cr_assert_eq(dt_spec_parse("s", rcs[i].text, &s, &em), 0, "%s", em.s);
+        cr_assert_eq(dt_plan_req_from_spec(&s, &q, &em), 0, "%s", em.s);
+        cr_assert_eq(q.recompute, rcs[i].want, "%s", rcs[i].text);
+        dt_spec_free(&s);
+    }
 
     cr_assert_eq(dt_spec_parse("s",
                                "kind = train\ntokens = 1M\nmodel = llama3-8b\nlayers = 2\n"
@@ -602,9 +619,35 @@ static dt_plan_req_t tiny_train(const char *cluster, dt_dtype_t precision)
     return q;
 }
 
-/* Training memory by hand for the tiny model on one cpu rank (fp32):
- * P = 4 (2 d^2 + 2 d kv + 3 d f + 2 d) + v d + d (tied), 16 bytes each;
- * activations c (L (4 (6 d + 2 kv + 4 f) + 4 H) + 4 d). */
+/* Training memory by hand for the tiny model on one cpu rank (fp32), as
+ * engine/model/model.c allocates it: P = 4 (2 d^2 + 2 d kv + 3 d f + 2 d)
+ * + v d + d (tied), 16 bytes each; per token per layer the layer's
+ * activations A = 4 (4 d + 2 d + 2 kv + 3 f + H + 2) (xin, h1, x2, h2; q,
+ * o; k, v; a, b, g; lse; two 1/rms), beside them the final norm's
+ * 4 (2 d + 1); workspace per token the logits and their gradient (2 4 v),
+ * four residual-sized buffers (16 d), the backward's gradients
+ * 4 (2 d + 2 kv + 3 f), token ids and positions (24); 8 T for every
+ * rank's ids; the attention's index arrays 8 (3 c) + 48. With recompute =
+ * layer a layer keeps 4 d, and the workspace holds one layer's A and the
+ * recomputed layer's input 4 d. */
+#define TINY_D 256.0
+#define TINY_L 4.0
+#define TINY_H 8.0
+#define TINY_KV 64.0
+#define TINY_F 768.0
+#define TINY_V 512.0
+static double tiny_cpu_layer_act(void)
+{
+    double d = TINY_D, kv = TINY_KV, f = TINY_F, H = TINY_H;
+    return 4 * (4 * d + 2 * d + 2 * kv + 3 * f + H + 2);
+}
+
+static double tiny_cpu_workspace(double c, double T)
+{
+    double d = TINY_D, kv = TINY_KV, f = TINY_F, v = TINY_V;
+    return c * (2 * 4 * v + 16 * d + 4 * (2 * d + 2 * kv + 3 * f) + 24) + 8 * T + 8 * 3 * c + 48;
+}
+
 Test(planner, training_memory_by_hand)
 {
     dt_plan_req_t q = tiny_train("cpu", DT_F32);
@@ -617,13 +660,44 @@ Test(planner, training_memory_by_hand)
     cr_assert_eq(p.mem.weights, 4 * P);
     cr_assert_eq(p.mem.grads, 4 * P);
     cr_assert_eq(p.mem.optimizer, 8 * P, "fp32: no master copy");
-    cr_assert_eq(p.mem.activations, c * (L * (4 * (6 * d + 2 * kv + 4 * f) + 4 * H) + 4 * d));
+    cr_assert_eq(p.mem.activations, c * (L * tiny_cpu_layer_act() + 4 * (2 * d + 1)));
+    cr_assert_eq(p.mem.workspace, tiny_cpu_workspace(c, c));
+    cr_assert(!p.recompute, "fits without: not recomputed");
+    cr_assert_str_eq(p.note, "");
     /* flops: 6 per matmul parameter per token (LM head included, embedding
      * lookup not) + 3.5 x the causal attention of every layer */
     double Pmm = L * (2 * d * d + 2 * d * kv + 3 * d * f) + v * d;
     double attn = 4 * H * 32 * c * (c + 1) / 2;
     cr_assert_float_eq(p.flops, 6 * Pmm * c + L * 3.5 * attn, 1e-6 * p.flops);
     dt_plan_clear(&p);
+}
+
+/* shard = optimizer on the CPU: each rank keeps the AdamW moments of 1/R
+ * of the parameters (engine/cmd/train.c), everything else as unsharded;
+ * a cuda job or an attention refuses it (not there yet). */
+Test(planner, shard_optimizer_memory)
+{
+    dt_plan_req_t q = tiny_train("cpu", DT_F32);
+    dt_plan_t none, sh;
+    dt_emsg_t em;
+
+    q.ranks = 4;
+    cr_assert_eq(make(&q, &none, &em), 0, "%s", em.s);
+    q.shard_optimizer = true;
+    cr_assert_eq(make(&q, &sh, &em), 0, "%s", em.s);
+    cr_assert_eq(sh.mem.optimizer, none.mem.optimizer / 4);
+    cr_assert_eq(sh.mem.weights, none.mem.weights);
+    cr_assert_eq(sh.mem.grads, none.mem.grads);
+    cr_assert_eq(sh.mem.total, none.mem.total - 3 * none.mem.optimizer / 4);
+    cr_assert(sh.seconds > none.seconds, "the gather of the parameters takes time");
+    dt_plan_clear(&sh);
+    dt_plan_clear(&none);
+    q = tiny_train("h100-sxm", DT_BF16);
+    q.cuda = true;
+    q.shard_optimizer = true;
+    cr_assert_eq(make(&q, &sh, &em), DT_EINVAL);
+    cr_assert(strstr(em.s, "shard = optimizer is for train jobs on device = cpu"), "%s", em.s);
+    dt_plan_clear(&sh);
 }
 
 /* The same model trained on an H100 in bf16 is planned with what dtengine
@@ -647,5 +721,150 @@ Test(planner, gpu_training_memory_by_hand)
     cr_assert_eq(p.mem.activations,
                  c * L * (4 * (2 * d + 2 + d + H + 2 * f) + 2 * (2 * d + 2 * d + 2 * kv + f)));
     cr_assert_geq(p.mem.workspace, 1024 * v * (4 + 2), "the head's chunk");
+    dt_plan_clear(&p);
+}
+
+/* recompute = layer on one cpu rank, by hand: the layers keep their
+ * inputs (4 d per token each), the workspace gains one layer's
+ * activations and the recomputed layer's input; the FLOPs stay the
+ * model's, the time gains one forward of every layer (attention forward
+ * and 2 Pmm_layers c), weights and the rest unchanged. */
+Test(planner, recompute_memory_and_time_by_hand)
+{
+    dt_plan_req_t q = tiny_train("cpu", DT_F32);
+    dt_plan_t none, layer;
+    dt_emsg_t em;
+
+    q.recompute = DT_RECOMPUTE_NONE;
+    cr_assert_eq(make(&q, &none, &em), 0, "%s", em.s);
+    q.recompute = DT_RECOMPUTE_LAYER;
+    cr_assert_eq(make(&q, &layer, &em), 0, "%s", em.s);
+    cr_assert(layer.recompute && !none.recompute);
+    cr_assert_str_eq(layer.note, "", "the user's choice needs no note");
+
+    double d = TINY_D, L = TINY_L, H = TINY_H, kv = TINY_KV, f = TINY_F, c = 4096;
+    cr_assert_eq(layer.mem.activations, c * (L * 4 * d + 4 * (2 * d + 1)));
+    cr_assert_eq(layer.mem.workspace,
+                 tiny_cpu_workspace(c, c) + c * (tiny_cpu_layer_act() + 4 * d));
+    cr_assert_eq(layer.mem.weights, none.mem.weights);
+    cr_assert_eq(layer.mem.optimizer, none.mem.optimizer);
+    cr_assert_eq(layer.mem.kv_buffers, none.mem.kv_buffers);
+    cr_assert_lt(layer.mem.total, 0.6 * none.mem.total);
+
+    cr_assert_eq(layer.flops, none.flops, "useful FLOPs: the recompute is not counted");
+    double Pmm_layers = L * (2 * d * d + 2 * d * kv + 3 * d * f);
+    double attn = 4 * H * 32 * c * (c + 1) / 2; /* causal, one layer's forward */
+    double pe = q.cluster.peak_flops * q.cluster.efficiency;
+    cr_assert_float_eq(layer.seconds - none.seconds, (L * attn + 2 * Pmm_layers * c) / pe,
+                       1e-9 * layer.seconds);
+    dt_plan_clear(&none);
+    dt_plan_clear(&layer);
+
+    /* on an H100 in bf16 the GPU engine's account with recompute
+     * (spec/model.h): a layer keeps its fp32 input; its activations move
+     * to the per-token workspace */
+    dt_plan_req_t g = tiny_train("h100-sxm", DT_BF16);
+    g.recompute = DT_RECOMPUTE_NONE;
+    cr_assert_eq(make(&g, &none, &em), 0, "%s", em.s);
+    g.recompute = DT_RECOMPUTE_LAYER;
+    cr_assert_eq(make(&g, &layer, &em), 0, "%s", em.s);
+    dt_gpu_train_bytes_t b0 = dt_model_gpu_train_bytes(&g.model, 2, 0);
+    cr_assert_eq(layer.mem.activations, c * L * 4 * d);
+    cr_assert_eq(layer.mem.workspace - none.mem.workspace, c * b0.per_token_layer);
+    dt_plan_clear(&none);
+    dt_plan_clear(&layer);
+}
+
+/* Unset, the planner recomputes when nothing fits without: 64K tokens of
+ * tiny on one cpu rank (4 GiB) need 5.4 GiB with every layer's
+ * activations, 2.8 with recompute. The plan says so, in the note and the
+ * JSON; the user's none is honoured and refused with the memory reason;
+ * where none fits, unset plans none. */
+Test(planner, recompute_auto_pick)
+{
+    dt_plan_req_t q = tiny_train("cpu", DT_F32);
+    dt_plan_t p, none;
+    dt_emsg_t em;
+
+    q.tokens = 65536;
+    q.recompute = DT_RECOMPUTE_AUTO;
+    cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
+    cr_assert(p.fits && p.recompute, "planned with recompute = layer");
+    cr_assert_eq(p.ranks, 1);
+    cr_assert_leq(p.mem.total, q.cluster.mem_bytes);
+
+    q.recompute = DT_RECOMPUTE_NONE;
+    cr_assert_eq(make(&q, &none, &em), DT_ENOSPC, "the user's none is honoured");
+    cr_assert(!none.fits && !none.recompute);
+    cr_assert_str_eq(none.note, "");
+    cr_assert(strstr(em.s, "memory:") && strstr(em.s, "at R=1"), "%s", em.s);
+    cr_assert_str_eq(none.reason, em.s);
+    cr_assert_gt(none.mem.total, q.cluster.mem_bytes);
+
+    /* the note: what none would need at the plan's R */
+    char want[256];
+    snprintf(want, sizeof(want),
+             "recompute = layer: without it the activations need %.2f GiB per rank at R=1 "
+             "(%.2f GiB in all, 4.00 GiB available)",
+             none.mem.activations / GiB, none.mem.total / GiB);
+    cr_assert_str_eq(p.note, want);
+    json_t *j = dt_plan_to_json(&q, &p);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "recompute")), "layer");
+    cr_assert_str_eq(json_string_value(json_object_get(j, "note")), want);
+    cr_assert(json_is_true(json_object_get(j, "fits")));
+    json_decref(j);
+    j = dt_plan_to_json(&q, &none);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "recompute")), "none");
+    cr_assert_null(json_object_get(j, "note"));
+    json_decref(j);
+    dt_plan_clear(&p);
+    dt_plan_clear(&none);
+
+    /* the planner's choice of R comes first: with R free, none fits on more
+     * ranks and is planned */
+    q.ranks = 0;
+    q.recompute = DT_RECOMPUTE_AUTO;
+    cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
+    cr_assert(!p.recompute);
+    cr_assert_gt(p.ranks, 1);
+    cr_assert_str_eq(p.note, "");
+    dt_plan_clear(&p);
+
+    /* and no cluster is big enough: 4 ranks at most (2 nodes of 2) */
+    q.tokens = 262144;
+    q.cluster.nodes = 2;
+    cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
+    cr_assert(p.recompute && p.ranks <= 4, "R=%d", p.ranks);
+    cr_assert(strstr(p.note, "recompute = layer: without it"), "%s", p.note);
+    dt_plan_clear(&p);
+    q.recompute = DT_RECOMPUTE_NONE;
+    cr_assert_eq(make(&q, &p, &em), DT_ERANGE, "%s", em.s);
+    cr_assert(!p.recompute);
+    dt_plan_clear(&p);
+
+    /* a refusal that is not about memory is left alone: 8 ranks asked of
+     * a cluster of 4 */
+    q.tokens = 4096;
+    q.ranks = 8;
+    q.recompute = DT_RECOMPUTE_AUTO;
+    cr_assert_eq(make(&q, &p, &em), DT_ERANGE, "%s", em.s);
+    cr_assert(!p.recompute);
+    cr_assert_str_eq(p.note, "");
+    dt_plan_clear(&p);
+}
+
+/* llama3-8b trained on H100s: every rank holds the whole model (weights,
+ * grads, optimizer 134.6 GiB), so recompute cannot help and the plan says
+ * so rather than choosing it. */
+Test(planner, recompute_does_not_help_the_whole_model)
+{
+    dt_plan_req_t q = llama_req("h100-sxm", DT_KIND_TRAIN, 1 << 20);
+    dt_plan_t p;
+    dt_emsg_t em;
+
+    cr_assert_eq(make(&q, &p, &em), DT_ENOSPC);
+    cr_assert(!p.recompute);
+    cr_assert(strstr(em.s, "every rank holds the whole model"), "%s", em.s);
+    cr_assert(strstr(p.note, "recompute = layer would not help"), "%s", p.note);
     dt_plan_clear(&p);
 }
