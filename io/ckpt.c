@@ -949,40 +949,86 @@ int dt_ckpt_train_slice(const char *path, const dt_st_reader_t *r, int64_t n, in
     return 0;
 }
 
-int dt_ckpt_read_train(const char *dir, const dt_ckpt_manifest_t *man, int64_t n, float *P,
-                       float *M, float *V, dt_ckpt_tick_fn tick, void *ud, dt_emsg_t *em)
+/* The part of [off, off + len) inside [lo, lo + n) read from tensor NAME
+ * (whose elements start at off) into dst (whose elements start at lo). */
+static int read_part(dt_st_reader_t *r, const char *name, int64_t off, int64_t len, float *dst,
+                     int64_t lo, int64_t n, dt_emsg_t *em)
+{
+    int64_t a = off > lo ? off : lo, b = off + len < lo + n ? off + len : lo + n;
+
+    if (dst == NULL || b <= a)
+        return 0;
+    return dt_st_read_range(r, name, (uint64_t)(a - off) * sizeof(float), dst + (a - lo),
+                            (size_t)(b - a) * sizeof(float), em);
+}
+
+int dt_ckpt_read_train_range(const char *dir, const dt_ckpt_manifest_t *man, int64_t n,
+                             float *P, int64_t plo, int64_t pn, float *M, float *V, int64_t mlo,
+                             int64_t mn, dt_ckpt_tick_fn tick, void *ud, dt_emsg_t *em)
 {
     int64_t end = 0; /* where the slices so far end: the next one starts there */
+    int64_t *off = NULL, *len = NULL;
+    int *order = NULL;
     char *path = NULL;
-    int rc = 0;
+    int rc = 0, k = man->ranks;
 
     if (n < 0)
         return dt_emsg_set(em, DT_EINVAL, "%s: %" PRId64 " parameters", dir, n);
     if ((M == NULL) != (V == NULL))
         return dt_emsg_set(em, DT_EINVAL, "%s: both moments or neither", dir);
-    for (int i = 0; i < man->ranks && rc == 0; i++) {
+    if (plo < 0 || pn < 0 || plo + pn > n || mlo < 0 || mn < 0 || mlo + mn > n)
+        return dt_emsg_set(em, DT_EINVAL, "%s: a range outside the %" PRId64 " parameters", dir,
+                           n);
+    /* the slices first, from the headers: they tile [0, n), in whatever
+     * order the shards list them (dp writes them out of rank order) */
+    off = dt_xcalloc((size_t)(k > 0 ? k : 1), sizeof(*off));
+    len = dt_xcalloc((size_t)(k > 0 ? k : 1), sizeof(*len));
+    order = dt_xcalloc((size_t)(k > 0 ? k : 1), sizeof(*order));
+    for (int i = 0; i < k && rc == 0; i++) {
         dt_st_reader_t *r = NULL;
-        int64_t off = 0, len = 0;
-
         free(path);
         path = dt_xasprintf("%s/%s", dir, man->shards[i].file);
         if ((rc = dt_st_open_nofollow(path, &r, em)) < 0)
             break;
-        if ((rc = dt_ckpt_train_slice(path, r, n, &off, &len, em)) == 0 && off != end)
-            rc = i == 0 ? dt_emsg_set(em, DT_EFORMAT, "%s: the first slice starts at %" PRId64
-                                      ", not 0", path, off)
+        rc = dt_ckpt_train_slice(path, r, n, &off[i], &len[i], em);
+        dt_st_close(r);
+        /* insertion by offset; equal offsets keep the listed order */
+        int j = i;
+        while (j > 0 && off[order[j - 1]] > off[i]) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = i;
+    }
+    for (int q = 0; q < k && rc == 0; q++) {
+        int i = order[q];
+        dt_st_reader_t *r = NULL;
+
+        free(path);
+        path = dt_xasprintf("%s/%s", dir, man->shards[i].file);
+        if (off[i] != end) {
+            rc = q == 0 ? dt_emsg_set(em, DT_EFORMAT, "%s: the first slice starts at %" PRId64
+                                      ", not 0", path, off[i])
                         : dt_emsg_set(em, DT_EFORMAT,
                                       "%s: its slice starts at %" PRId64 ", the shard before it "
-                                      "ends at %" PRId64 " (slices are contiguous, in rank order)",
-                                      path, off, end);
-        if (rc == 0) {
-            /* the bounds are checked: off + len <= n */
-            size_t bytes = (size_t)len * sizeof(float);
-            if ((rc = dt_st_read(r, "params", P + off, bytes, em)) == 0 && M != NULL &&
-                (rc = dt_st_read(r, "adam_m", M + off, bytes, em)) == 0 && V != NULL)
-                rc = dt_st_read(r, "adam_v", V + off, bytes, em);
-            end = off + len;
+                                      "ends at %" PRId64 " (slices tile the parameters)",
+                                      path, off[i], end);
+            break;
         }
+        if ((rc = dt_st_open_nofollow(path, &r, em)) < 0)
+            break;
+        int64_t o2, l2;
+        /* the file may have changed between the passes: its header again */
+        if ((rc = dt_ckpt_train_slice(path, r, n, &o2, &l2, em)) == 0 &&
+            (o2 != off[i] || l2 != len[i]))
+            rc = dt_emsg_set(em, DT_EFORMAT, "%s: its slice changed while it was read", path);
+        if (rc == 0)
+            rc = read_part(r, "params", off[i], len[i], P, plo, pn, em);
+        if (rc == 0)
+            rc = read_part(r, "adam_m", off[i], len[i], M, mlo, mn, em);
+        if (rc == 0)
+            rc = read_part(r, "adam_v", off[i], len[i], V, mlo, mn, em);
+        end = off[i] + len[i];
         dt_st_close(r);
         if (tick)
             tick(ud);
@@ -990,6 +1036,15 @@ int dt_ckpt_read_train(const char *dir, const dt_ckpt_manifest_t *man, int64_t n
     if (rc == 0 && end != n)
         rc = dt_emsg_set(em, DT_EFORMAT, "%s: the shards end at %" PRId64 ", this model has %"
                          PRId64 " parameters (a slice is missing)", path ? path : dir, end, n);
+    free(order);
+    free(len);
+    free(off);
     free(path);
     return rc;
+}
+
+int dt_ckpt_read_train(const char *dir, const dt_ckpt_manifest_t *man, int64_t n, float *P,
+                       float *M, float *V, dt_ckpt_tick_fn tick, void *ud, dt_emsg_t *em)
+{
+    return dt_ckpt_read_train_range(dir, man, n, P, 0, n, M, V, 0, n, tick, ud, em);
 }

@@ -232,5 +232,13 @@ int dt_ckpt_train_slice(const char *path, const dt_st_reader_t *r, int64_t n, in
                         int64_t *len, dt_emsg_t *em);
 int dt_ckpt_read_train(const char *dir, const dt_ckpt_manifest_t *man, int64_t n, float *P,
                        float *M, float *V, dt_ckpt_tick_fn tick, void *ud, dt_emsg_t *em);
+/* The same, keeping parts only (sharded training state): the parameters
+ * [plo, plo + pn) into P (pn floats) and the moments [mlo, mlo + mn) into
+ * M and V, each read straight from the shards that hold them. The shards
+ * may list their slices in any order; they must tile [0, n). A range
+ * outside [0, n): DT_EINVAL. */
+int dt_ckpt_read_train_range(const char *dir, const dt_ckpt_manifest_t *man, int64_t n,
+                             float *P, int64_t plo, int64_t pn, float *M, float *V, int64_t mlo,
+                             int64_t mn, dt_ckpt_tick_fn tick, void *ud, dt_emsg_t *em);
 
 #endif /* DT_CKPT_H */

@@ -697,6 +697,30 @@ int dt_st_read(const dt_st_reader_t *r, const char *name, void *dst, size_t dst_
     return 0;
 }
 
+int dt_st_read_range(const dt_st_reader_t *r, const char *name, uint64_t from, void *dst,
+                     size_t bytes, dt_emsg_t *em)
+{
+    const dt_st_tensor_t *t = dt_st_find(r, name);
+    int64_t got;
+
+    if (t == NULL)
+        return dt_emsg_set(em, DT_ENOENT, "%s: no tensor '%s'", r->path, name);
+    if (r->fd < 0)
+        return dt_emsg_set(em, DT_EINVAL, "%s: a header parsed from memory has no data", r->path);
+    if (from > t->end - t->begin || bytes > t->end - t->begin - from)
+        return dt_emsg_set(em, DT_ESHAPE, "%s: bytes [%" PRIu64 ", +%zu) are outside tensor "
+                           "'%s' (%" PRIu64 " bytes)", r->path, from, bytes, name,
+                           t->end - t->begin);
+    got = dt_pread_full(r->fd, dst, bytes, r->data_start + (int64_t)(t->begin + from));
+    if (got < 0)
+        return dt_emsg_set(em, (int)got, "%s: cannot read tensor '%s': %s", r->path, name,
+                           dt_strerror((int)got));
+    if ((uint64_t)got < bytes)
+        return dt_emsg_set(em, DT_EFORMAT, "%s: tensor '%s' is truncated (file shrank?)", r->path,
+                           name);
+    return 0;
+}
+
 const char *dt_st_meta(const dt_st_reader_t *r, const char *key)
 {
     for (size_t i = 0; i < r->nm; i++)

@@ -131,6 +131,11 @@ const dt_st_tensor_t *dt_st_find(const dt_st_reader_t *r, const char *name);
 int dt_st_read(const dt_st_reader_t *r, const char *name, void *dst, size_t dst_bytes,
                dt_emsg_t *em);
 
+/* Bytes [from, from + bytes) of tensor NAME into dst: DT_ESHAPE when they
+ * are not inside the tensor; otherwise as dt_st_read. */
+int dt_st_read_range(const dt_st_reader_t *r, const char *name, uint64_t from, void *dst,
+                     size_t bytes, dt_emsg_t *em);
+
 /* Metadata: the value for key (borrowed) or NULL; and by index, in header
  * order, for 0 <= i < dt_st_meta_count(r). */
 const char *dt_st_meta(const dt_st_reader_t *r, const char *key);

@@ -66,6 +66,18 @@
 #include "engine/wlink.h"
 
 
+/* spec key shard: what each rank keeps of the training state (dt-spec(5)) */
+enum { SHARD_NONE = 0, SHARD_OPTIMIZER, SHARD_GRADIENTS, SHARD_PARAMETERS };
+static const char *const shard_names[] = { "none", "optimizer", "gradients", "parameters", NULL };
+
+static int shard_parse(const char *s)
+{
+    for (int k = 0; shard_names[k]; k++)
+        if (strcmp(s, shard_names[k]) == 0)
+            return k;
+    return -1;
+}
+
 typedef struct topts {
     dt_model_cfg_t model;
     int64_t T, steps, ckpt_every, ckpt_keep, batch;
@@ -80,7 +92,8 @@ typedef struct topts {
     int rkeys, rvalues, rpairs, rqueries; /* recall task sizes; 0: defaults */
     int every_from_spec;                 /* ckpt_every came from --spec */
     int recompute;                       /* --recompute layer (spec recompute) */
-    int shard;                           /* --shard optimizer (spec shard) */
+    int shard;                           /* --shard (spec shard): SHARD_* */
+    int dp;                              /* --dp N (spec dp): N rings of R ranks */
     int cuda;                            /* --device cuda: the step on this rank's GPU */
     dt_dtype_t dtype;                    /* its compute dtype: DT_BF16 or DT_F16 */
     dt_spec_t spec; /* --spec FILE, whose strings the options above may point into */
@@ -101,7 +114,8 @@ static void usage(FILE *f)
                "                      [--seed S] [--lr X] [--min-lr X] [--warmup N]\n"
                "                      [--weight-decay X] [--clip X] [--adam-eps X] [--layout contiguous|zigzag]\n"
                "                      [--segments w1,.. --dilations r1,..] [--no-causal]\n"
-               "                      [--batch B] [--recompute none|layer] [--shard none|optimizer]\n"
+               "                      [--batch B] [--recompute none|layer] [--dp N]\n"
+               "                      [--shard none|optimizer|gradients|parameters]\n"
                "                      [--params-out FILE.npy]\n"
                "                      [--recall-keys K] [--recall-values V] [--recall-pairs P]\n"
                "                      [--recall-queries Q] [--device cpu|cuda [--dtype bf16|fp16]]\n"
@@ -149,7 +163,7 @@ static int apply_spec(topts_t *o, const char *path, dt_emsg_t *em)
     if (s->recompute)
         o->recompute = strcmp(s->recompute, "layer") == 0;
     if (s->shard)
-        o->shard = strcmp(s->shard, "optimizer") == 0;
+        o->shard = shard_parse(s->shard) > 0 ? shard_parse(s->shard) : 0; /* checked there */
     int64_t *task[] = { &s->recall_keys, &s->recall_values, &s->recall_pairs, &s->recall_queries };
     int *tdst[] = { &o->rkeys, &o->rvalues, &o->rpairs, &o->rqueries };
     for (int i = 0; i < 4; i++)
@@ -173,6 +187,7 @@ static int parse(int argc, char **argv, topts_t *o, dt_emsg_t *em)
         { "recall-queries", 1, NULL, 10 }, { "ckpt-commit", 1, NULL, 11 },
         { "resume-from", 1, NULL, 12 }, { "device", 1, NULL, 13 }, { "dtype", 1, NULL, 14 },
         { "recompute", 1, NULL, 15 }, { "shard", 1, NULL, 16 },
+        { "dp", 1, NULL, 17 },
         { "help", 0, NULL, 'h' },     { NULL, 0, NULL, 0 },
     };
     static const char *const tasknames[] = { "recall-keys", "recall-values", "recall-pairs",
@@ -196,6 +211,7 @@ static int parse(int argc, char **argv, topts_t *o, dt_emsg_t *em)
     o->warmup = -1;
     o->ckpt_keep = 3;
     o->batch = 1;
+    o->dp = 1;
     /* a spec file first (dt-spec(5)), flags on top of it */
     for (int i = 1; i + 1 < argc; i++)
         if (strcmp(argv[i], "--spec") == 0 && (rc = apply_spec(o, argv[i + 1], em)) < 0)
@@ -218,9 +234,13 @@ static int parse(int argc, char **argv, topts_t *o, dt_emsg_t *em)
             break;
         case 12: o->resume_from = optarg; break;
         case 16:
-            if (strcmp(optarg, "none") != 0 && strcmp(optarg, "optimizer") != 0)
-                return dt_emsg_set(em, DT_EUSAGE, "--shard '%s': none or optimizer", optarg);
-            o->shard = strcmp(optarg, "optimizer") == 0;
+            if ((o->shard = shard_parse(optarg)) < 0)
+                return dt_emsg_set(em, DT_EUSAGE, "--shard '%s': none, optimizer, gradients "
+                                   "or parameters", optarg);
+            break;
+        case 17:
+            rc = dt_cmd_number("dp", optarg, 1, 65536, &v, em);
+            o->dp = (int)v;
             break;
         case 15:
             if (strcmp(optarg, "none") != 0 && strcmp(optarg, "layer") != 0)
@@ -283,20 +303,17 @@ static int parse(int argc, char **argv, topts_t *o, dt_emsg_t *em)
     if ((rc = dt_cmd_device_check(o->cuda, dtype_given, em)) < 0)
         return rc;
     if (o->cuda && o->shard)
-        return dt_emsg_set(em, DT_EUSAGE, "--shard optimizer is for the CPU path so far "
-                           "(device cuda keeps the whole optimizer state on every GPU)");
+        return dt_emsg_set(em, DT_EUSAGE, "--shard %s is for the CPU path so far (device cuda "
+                           "keeps the whole training state on every GPU)", shard_names[o->shard]);
+    if (o->cuda && o->dp > 1)
+        return dt_emsg_set(em, DT_EUSAGE, "--dp %d is for the CPU path so far (device cuda "
+                           "runs one ring)", o->dp);
     if (o->warmup < 0)
         o->warmup = o->steps / 10;
     return 0;
 }
 
 /* ---- checkpoints ------------------------------------------------------------ */
-
-static void slice(int64_t n, int R, int r, int64_t *off, int64_t *len)
-{
-    *off = n * r / R;
-    *len = n * (r + 1) / R - *off;
-}
 
 static json_t *cursor_json(const dt_loader_cursor_t *cur)
 {
@@ -306,23 +323,19 @@ static json_t *cursor_json(const dt_loader_cursor_t *cur)
                      (json_int_t)cur->shard, "seq", (json_int_t)cur->seq);
 }
 
-/* Write checkpoint STEP (all ranks): each rank's slice of the parameters
- * and both moments (engine/cmd/save.h does the rest). M and V are whole,
- * or (sharded) only this rank's slice: the same files either way. */
-static int save(dt_comm_t *comm, const topts_t *o, int64_t step, int64_t n, const float *P,
-                const float *M, const float *V, int sharded, const dt_loader_cursor_t *cur,
-                dt_emsg_t *em)
+/* Write checkpoint STEP (all ranks): each rank's slice [off, off + len)
+ * of the parameters and both moments, P, M and V pointing at its first
+ * element (engine/cmd/save.h does the rest). Sharded or not, the same
+ * files: a slice per rank, which any run reads back whatever its split. */
+static int save(dt_comm_t *comm, const topts_t *o, int64_t step, int64_t n, int64_t off,
+                int64_t len, const float *P, const float *M, const float *V,
+                const dt_loader_cursor_t *cur, dt_emsg_t *em)
 {
-    int R = dt_comm_size(comm), me = dt_comm_rank(comm), skipped, rc = 0;
-    int64_t off, len;
+    int me = dt_comm_rank(comm), skipped, rc = 0;
     char buf[32];
-
-    slice(n, R, me, &off, &len);
-    if (!sharded)
-        M += off, V += off;
     dt_st_writer_t *w = dt_st_writer_new();
     if (rc == 0)
-        rc = dt_st_writer_add(w, "params", DT_F32, 1, &len, P + off, em);
+        rc = dt_st_writer_add(w, "params", DT_F32, 1, &len, P, em);
     if (rc == 0)
         rc = dt_st_writer_add(w, "adam_m", DT_F32, 1, &len, M, em);
     if (rc == 0)
@@ -343,8 +356,11 @@ static int save(dt_comm_t *comm, const topts_t *o, int64_t step, int64_t n, cons
                          .data_cursor = step };
     if (me == 0) {
         sv.model = dt_ckpt_model_json(&o->model);
-        sv.plan = json_pack("{s:s, s:I, s:I}", "layout", o->layout, "seq_len", (json_int_t)o->T,
-                            "batch", (json_int_t)o->batch);
+        /* the sharding it was written under: informative (a resume reads
+         * the slices whatever its own split) */
+        sv.plan = json_pack("{s:s, s:I, s:I, s:s, s:I}", "layout", o->layout, "seq_len",
+                            (json_int_t)o->T, "batch", (json_int_t)o->batch, "shard",
+                            shard_names[o->shard], "dp", (json_int_t)o->dp);
         dt_cmd_plan_pos_offset(sv.plan, o->pos_offset);
         sv.rng = json_pack("{s:I, s:s, s:o}", "seed", (json_int_t)o->seed, "data", o->data,
                            "cursor", cursor_json(cur));
@@ -417,8 +433,9 @@ static void heartbeat(void *ud)
 /* Load --resume-from's directory, or the newest valid checkpoint under
  * --ckpt-dir (with a COMMITTED marker under --ckpt-commit external);
  * *step = 0 when there is none. */
-static int load(dt_comm_t *comm, const topts_t *o, int64_t n, float *P, float *M, float *V,
-                int sharded, dt_loader_t *loader, int64_t *step, passed_t *passed, dt_emsg_t *em)
+static int load(const topts_t *o, int64_t n, float *P, int64_t plo, int64_t pn, float *M,
+                float *V, int64_t mlo, int64_t mn, dt_loader_t *loader, int64_t *step,
+                passed_t *passed, dt_emsg_t *em)
 {
     int rc;
     char *dir = NULL;
@@ -453,22 +470,9 @@ static int load(dt_comm_t *comm, const topts_t *o, int64_t n, float *P, float *M
     json_decref(want);
     if ((rc = dt_cmd_check_pos_offset(dir, man.plan, o->pos_offset, em)) < 0)
         goto out;
-    if (sharded) {
-        /* this rank's slice of the moments, whatever the writer's split:
-         * read whole, then kept in part (the parameters are whole anyway) */
-        int64_t off, len;
-        float *m = dt_xcalloc((size_t)n, sizeof(float)), *v = dt_xcalloc((size_t)n, sizeof(float));
-        slice(n, dt_comm_size(comm), dt_comm_rank(comm), &off, &len);
-        rc = dt_ckpt_read_train(dir, &man, n, P, m, v, heartbeat, NULL, em);
-        if (rc == 0) {
-            memcpy(M, m + off, (size_t)len * sizeof(float));
-            memcpy(V, v + off, (size_t)len * sizeof(float));
-        }
-        free(v);
-        free(m);
-    } else {
-        rc = dt_ckpt_read_train(dir, &man, n, P, M, V, heartbeat, NULL, em);
-    }
+    /* this rank's parts (sharded: its slice), read from the shards that
+     * hold them, whatever the writer's split */
+    rc = dt_ckpt_read_train_range(dir, &man, n, P, plo, pn, M, V, mlo, mn, heartbeat, NULL, em);
     if (rc == 0 && loader) {
         json_t *cj = json_object_get(man.rng, "cursor");
         static const char *const fields[] = { "epoch", "shard", "seq" };
@@ -510,8 +514,11 @@ enum { ACC_WINDOW = 50 };
 /* One run of `dtengine train` on this rank: options, data, model, the
  * optimizer state and what the run has seen so far. */
 typedef struct trainer {
-    dt_comm_t *comm;
-    int R, me;
+    dt_comm_t *comm;     /* the job: agreement, reports */
+    int R, me;           /* ranks per ring, this rank in the job */
+    int W, r, N, i;      /* ranks in the job; ring rank r; replica i of N (dp) */
+    dt_comm_t *cring;    /* this rank's ring: attention, the loss (comm when dp = 1) */
+    dt_comm_t *crep;     /* the replicas at ring rank r (dp > 1), else NULL */
     topts_t o;
     dt_emsg_t em;
     dt_attn_spec_t attn;
@@ -520,7 +527,9 @@ typedef struct trainer {
     dt_model_layout_t lo;
     dt_model_t *m;
     int64_t n, c;        /* parameters; tokens of this rank */
-    int64_t moff, mlen;  /* the moments this rank keeps: [moff, moff + mlen) of n */
+    int64_t moff, mlen;  /* the moments this rank keeps: [moff, moff + mlen) of n
+                          * (its slice, dt_model_slice; all of n unsharded) */
+    int64_t pn, gn;      /* floats in P and in G: n, or mlen where sharded */
     float *P, *G, *Gb, *M, *V;
     int32_t *xs, *ys, *x, *y;
     int64_t *pos;  /* (c) this rank's tokens' indices in the sequence */
@@ -608,14 +617,27 @@ static int trainer_init(trainer_t *t, dt_comm_t *comm, int argc, char **argv)
 
     memset(t, 0, sizeof(*t));
     t->comm = comm;
-    t->R = dt_comm_size(comm);
-    t->me = dt_comm_rank(comm);
+    t->W = t->R = dt_comm_size(comm);
+    t->me = t->r = dt_comm_rank(comm);
+    t->N = 1;
+    t->cring = comm;
     t->last_loss = NAN;
     t->passed.me = t->me;
     if ((rc = parse(argc, argv, o, &t->em)) == 1)
         return 1;
     if (rc == 0)
         rc = dt_model_cfg_check(&o->model, &t->em);
+    /* dp = N: N rings of R ranks, ring i the job's ranks [i R, (i + 1) R)
+     * (consecutive ranks share a node) */
+    if (rc == 0 && t->W % o->dp != 0)
+        rc = dt_emsg_set(&t->em, DT_EUSAGE, "--dp %d does not divide the job's %d ranks (dp "
+                         "rings of ranks / dp ranks each)", o->dp, t->W);
+    if (rc == 0) {
+        t->N = o->dp;
+        t->R = t->W / t->N;
+        t->r = t->me % t->R;
+        t->i = t->me / t->R;
+    }
     int recall = rc == 0 && strcmp(o->data, "recall") == 0;
     size_task(t);
     if (rc == 0 && !recall) {
@@ -641,6 +663,13 @@ static int trainer_init(trainer_t *t, dt_comm_t *comm, int argc, char **argv)
         rc = dt_attn_parse_branches(&t->attn, o->segments, o->dilations, &t->em);
     if (rc == 0)
         rc = dt_attn_check(&t->attn, t->R, &t->em);
+    if ((rc = dt_agree_report(comm, rc, "dtengine train", t->em.s, NULL)) < 0 || t->N == 1)
+        return rc;
+    /* the rings, and across them the replicas at each ring rank */
+    t->cring = NULL;
+    rc = dt_comm_split(comm, t->i, t->r, &t->cring, &t->em);
+    if (rc == 0)
+        rc = dt_comm_split(comm, t->r, t->i, &t->crep, &t->em);
     return dt_agree_report(comm, rc, "dtengine train", t->em.s, NULL);
 }
 
@@ -648,12 +677,10 @@ static int trainer_init(trainer_t *t, dt_comm_t *comm, int argc, char **argv)
 static void trainer_alloc(trainer_t *t)
 {
     const topts_t *o = &t->o;
-    size_t n;
 
     t->c = dt_layout_local(o->T, t->R);
     dt_model_layout_init(&t->lo, &o->model);
     t->n = t->lo.nparams;
-    n = (size_t)t->n;
 #ifdef HAVE_CUDA
     if (o->cuda) {
         /* the step's buffers are on the device; the host keeps the
@@ -670,21 +697,28 @@ static void trainer_alloc(trainer_t *t)
         }
     }
 #endif
-    if (!o->cuda) {
-        t->m = o->recompute ? dt_model_new_recompute(&o->model, t->c)
-                            : dt_model_new(&o->model, t->c);
-        t->G = dt_xcalloc(n, sizeof(float));
-        if (o->batch > 1)
-            t->Gb = dt_xcalloc(n, sizeof(float));
-    }
-    /* shard = optimizer: this rank keeps and updates the moments of its
-     * slice of the parameters only (the checkpoints' slices) */
+    /* sharded: this rank keeps and updates the moments of its slice of
+     * the parameters only (shard = optimizer), its gradient too
+     * (gradients), and its parameters too (parameters) */
     t->moff = 0;
-    t->mlen = t->n;
-    if (o->shard)
-        slice(t->n, t->R, t->me, &t->moff, &t->mlen);
+    t->mlen = t->pn = t->gn = t->n;
+    if (o->shard != SHARD_NONE)
+        dt_model_slice(t->n, t->R, t->r, t->N, t->i, &t->moff, &t->mlen);
+    if (o->shard >= SHARD_GRADIENTS)
+        t->gn = t->mlen;
+    if (o->shard == SHARD_PARAMETERS)
+        t->pn = t->mlen;
+    if (!o->cuda) {
+        int ms = o->shard == SHARD_GRADIENTS    ? DT_MODEL_SHARD_GRADIENTS
+                 : o->shard == SHARD_PARAMETERS ? DT_MODEL_SHARD_PARAMETERS
+                                                : DT_MODEL_SHARD_NONE;
+        t->m = dt_model_new_train(&o->model, t->c, o->recompute, ms, t->crep);
+        t->G = dt_xcalloc((size_t)(t->gn > 0 ? t->gn : 1), sizeof(float));
+        if (o->batch > 1)
+            t->Gb = dt_xcalloc((size_t)(t->gn > 0 ? t->gn : 1), sizeof(float));
+    }
     if (t->P == NULL) {
-        t->P = dt_xcalloc(n, sizeof(float));
+        t->P = dt_xcalloc((size_t)(t->pn > 0 ? t->pn : 1), sizeof(float));
         t->M = dt_xcalloc((size_t)(t->mlen > 0 ? t->mlen : 1), sizeof(float));
         t->V = dt_xcalloc((size_t)(t->mlen > 0 ? t->mlen : 1), sizeof(float));
     }
@@ -694,10 +728,11 @@ static void trainer_alloc(trainer_t *t)
     t->y = dt_xmallocarray((size_t)t->c, sizeof(int32_t));
     t->pos = dt_xmallocarray((size_t)t->c, sizeof(int64_t));
     t->rpos = dt_xmallocarray((size_t)t->c, sizeof(int64_t));
-    dt_layout_positions(t->attn.layout, o->T, t->R, t->me, t->pos);
+    dt_layout_positions(t->attn.layout, o->T, t->R, t->r, t->pos);
     for (int64_t i = 0; i < t->c; i++)
         t->rpos[i] = t->pos[i] + o->pos_offset;
-    dt_model_init(&o->model, &t->lo, o->seed, t->P);
+    /* this rank's part only: a sharded rank never holds the whole */
+    dt_model_init_range(&o->model, &t->lo, o->seed, t->pn == t->n ? 0 : t->moff, t->pn, t->P);
     t->acfg = (dt_adamw_cfg_t){ .beta1 = 0.9, .beta2 = 0.95, .eps = o->eps,
                                 .weight_decay = o->wd };
     t->sched = (dt_lr_sched_t){ .max_lr = o->lr, .min_lr = o->min_lr, .warmup = o->warmup,
@@ -714,12 +749,22 @@ static int trainer_load_or_resume(trainer_t *t)
 
     t->passed.external = o->external;
     if (o->resume || o->resume_from)
-        rc = load(t->comm, o, t->n, t->P, t->M, t->V, o->shard, t->loader, &t->start, &t->passed,
-                  &t->em);
+        rc = load(o, t->n, t->P, t->pn == t->n ? 0 : t->moff, t->pn, t->M, t->V, t->moff,
+                  t->mlen, t->loader, &t->start, &t->passed, &t->em);
     /* no checkpoint to continue: the weights of init_from, every rank its
      * own copy (each reads only the tensors' byte ranges) */
-    if (rc == 0 && t->start == 0 && o->spec.init_from != NULL)
-        rc = dt_model_init_hf(&o->model, &t->lo, o->spec.init_from, t->P, &t->em);
+    if (rc == 0 && t->start == 0 && o->spec.init_from != NULL) {
+        if (t->pn == t->n) {
+            rc = dt_model_init_hf(&o->model, &t->lo, o->spec.init_from, t->P, &t->em);
+        } else {
+            /* read whole, kept in part (the model directory's tensors are
+             * whole; a rank has the whole model for a moment) */
+            float *all = dt_xcalloc((size_t)t->n, sizeof(float));
+            rc = dt_model_init_hf(&o->model, &t->lo, o->spec.init_from, all, &t->em);
+            memcpy(t->P, all + t->moff, (size_t)t->mlen * sizeof(float));
+            free(all);
+        }
+    }
     if ((rc = dt_agree_report(t->comm, rc, "dtengine train", t->em.s, NULL)) < 0)
         return rc;
     /* every rank has chosen and read its checkpoint: only now are the
@@ -744,31 +789,41 @@ static int trainer_load_or_resume(trainer_t *t)
 #endif
     if (t->me == 0)
         printf("train: model dim=%d layers=%d heads=%d/%d ffn=%d vocab=%d params=%lld "
-               "tokens=%lld batch=%lld ranks=%d layout=%s steps=%lld start=%lld device=%s\n",
+               "tokens=%lld batch=%lld ranks=%d layout=%s steps=%lld start=%lld device=%s "
+               "shard=%s dp=%d recompute=%s\n",
                o->model.dim, o->model.layers, o->model.heads, o->model.kv_heads, o->model.ffn,
-               o->model.vocab, (long long)t->n, (long long)o->T, (long long)o->batch, t->R,
+               o->model.vocab, (long long)t->n, (long long)o->T, (long long)o->batch, t->W,
                o->layout, (long long)o->steps, (long long)t->start,
-               !o->cuda ? "cpu" : o->dtype == DT_F16 ? "cuda/fp16" : "cuda/bf16");
+               !o->cuda ? "cpu" : o->dtype == DT_F16 ? "cuda/fp16" : "cuda/bf16",
+               shard_names[o->shard], t->N, o->recompute ? "layer" : "none");
     return 0;
 }
 
 /* The B sequences of one step, forward and backward: G is the mean of
  * their gradients, *loss of their losses; ctl gets this rank's recall
- * hits and counted targets. */
+ * hits and counted targets. With dp = N a step takes N B sequences,
+ * sequences i B .. i B + B - 1 on ring i (a batch of N B sequences on one
+ * ring takes the same ones, in the same order). */
 static int trainer_batch(trainer_t *t, int64_t step, double *loss, step_ctl_t *ctl)
 {
     const topts_t *o = &t->o;
     int rc = 0;
 
     *loss = 0;
-    for (int64_t b = 0; b < o->batch; b++) {
+    for (int64_t k = 0; k < o->batch * t->N; k++) {
         double lb;
+        int64_t b = k - t->i * o->batch; /* this ring's b-th sequence, when in [0, B) */
         if (t->loader)
+            /* every ring reads the step's N B sequences and keeps its
+             * own: the cursor moves alike on every rank */
             rc = dt_loader_next(t->loader, t->xs, t->ys, &t->em);
-        else
-            rc = dt_recall_xy(&t->task, (uint64_t)(step * o->batch + b), t->xs, t->ys, &t->em);
+        else if (b >= 0 && b < o->batch)
+            rc = dt_recall_xy(&t->task, (uint64_t)(step * o->batch * t->N + k), t->xs, t->ys,
+                              &t->em);
         if (rc < 0)
             return rc;
+        if (b < 0 || b >= o->batch)
+            continue;
         for (int64_t i = 0; i < t->c; i++) {
             t->x[i] = t->xs[t->pos[i]];
             t->y[i] = t->ys[t->pos[i]];
@@ -793,12 +848,12 @@ static int trainer_batch(trainer_t *t, int64_t step, double *loss, step_ctl_t *c
             continue;
         }
 #endif
-        if ((rc = dt_model_step(t->m, t->comm, &t->attn, t->P, t->x, t->y, t->rpos,
+        if ((rc = dt_model_step(t->m, t->cring, &t->attn, t->P, t->x, t->y, t->rpos,
                                 o->batch > 1 ? t->Gb : t->G, &lb, &t->em)) < 0)
             return rc;
         *loss += lb / (double)o->batch;
         if (o->batch > 1)
-            for (int64_t i = 0; i < t->n; i++)
+            for (int64_t i = 0; i < t->gn; i++)
                 t->G[i] = (b == 0 ? 0.0f : t->G[i]) + t->Gb[i] / (float)o->batch;
         /* accuracy at this rank's counted targets, summed over ranks after */
         const float *lg = dt_model_logits(t->m);
@@ -843,6 +898,24 @@ static int trainer_agree_step(trainer_t *t, int64_t step, step_ctl_t *ctl)
 
 static int trainer_save_pending(trainer_t *t);
 
+/* Every rank's slice of the parameters into the whole array all (n; this
+ * rank's slice already there): across the replicas (dp), then around the
+ * ring. */
+static int trainer_gather(trainer_t *t, float *all)
+{
+    int64_t n = t->n;
+    int rc = 0;
+
+    if (t->crep) {
+        dt_comm_slicing_t dsl = { n, t->R * t->N, t->r * t->N };
+        rc = dt_comm_allgather_slices_f32(t->crep, &dsl, all);
+    }
+    dt_comm_slicing_t rsl = { n, t->R, 0 };
+    if (rc == 0)
+        rc = dt_comm_allgather_slices_f32(t->cring, &rsl, all);
+    return rc;
+}
+
 /* One step: the batch, the agreement, clipping, AdamW, and the step's
  * line and progress report. */
 static int trainer_step(trainer_t *t, int64_t step, step_ctl_t *ctl)
@@ -851,9 +924,15 @@ static int trainer_step(trainer_t *t, int64_t step, step_ctl_t *ctl)
     double t0 = dt_clock_now(), loss;
     int rc;
 
-    if ((rc = trainer_batch(t, step, &loss, ctl)) < 0 ||
-        (rc = trainer_agree_step(t, step, ctl)) < 0)
+    if ((rc = trainer_batch(t, step, &loss, ctl)) < 0)
         return rc;
+    /* dp: the step's loss is the replicas' mean, from each ring's rank 0 */
+    if (!o->cuda && t->N > 1)
+        ctl->loss = t->r == 0 ? loss / (double)t->N : 0.0;
+    if ((rc = trainer_agree_step(t, step, ctl)) < 0)
+        return rc;
+    if (!o->cuda && t->N > 1)
+        loss = ctl->loss;
     double norm;
     float gscale = 1.0f;
 #ifdef HAVE_CUDA
@@ -874,7 +953,19 @@ static int trainer_step(trainer_t *t, int64_t step, step_ctl_t *ctl)
         t0 += dt_clock_now() - w0;
     } else
 #endif
+    if (t->gn == t->n) {
         norm = dt_grad_clip(t->n, t->G, o->clip);
+    } else {
+        /* each rank holds its slice of the gradient: the norm's square
+         * summed over the slices, then dt_grad_clip's rule on each */
+        double ss = dt_grad_sumsq(t->gn, t->G);
+        if ((rc = dt_comm_allreduce_sum_f64(t->comm, &ss, 1)) < 0)
+            return dt_emsg_set(&t->em, rc, "step %lld: summing the gradient's norm failed",
+                               (long long)step);
+        norm = sqrt(ss);
+        if (o->clip > 0.0 && isfinite(norm) && norm > o->clip)
+            dt_grad_scale(t->gn, t->G, o->clip / norm);
+    }
     if (!isfinite(loss) || !isfinite(norm))
         /* every rank has the same loss and norm: all stop here. A run
          * resumed from a checkpoint diverges again at the same step,
@@ -892,9 +983,11 @@ static int trainer_step(trainer_t *t, int64_t step, step_ctl_t *ctl)
     {
         /* element by element: a slice updates as the whole would, and the
          * gather copies the bits, so shard = optimizer is bit-identical */
-        dt_adamw_step(&t->acfg, step + 1, lr, o->wd, t->mlen, t->P + t->moff, t->G + t->moff,
-                      t->M, t->V);
-        if (o->shard && (rc = dt_comm_allgather_slices_f32(t->comm, t->P, t->n)) < 0)
+        float *p = t->pn == t->n ? t->P + t->moff : t->P;
+        float *g = t->gn == t->n ? t->G + t->moff : t->G;
+        dt_adamw_step(&t->acfg, step + 1, lr, o->wd, t->mlen, p, g, t->M, t->V);
+        if (o->shard != SHARD_NONE && t->pn == t->n &&
+            (rc = trainer_gather(t, t->P)) < 0)
             return dt_emsg_set(&t->em, rc, "gathering the updated parameters failed");
     }
     double dt = dt_clock_now() - t0;
@@ -904,14 +997,15 @@ static int trainer_step(trainer_t *t, int64_t step, step_ctl_t *ctl)
         /* accuracy at the counted targets: recall accuracy for the recall
          * task, next-token accuracy for token shards */
         printf("step %lld loss %.9f tokens/s %.0f %s %.3f lr %.3g norm %.4g\n",
-               (long long)step, loss, (double)(o->T * o->batch) / dt,
+               (long long)step, loss, (double)(o->T * o->batch * t->N) / dt,
                t->loader ? "acc" : "recall", accuracy, lr, norm);
         fflush(stdout);
     }
     t->last_loss = loss;
     t->acc_win[t->acc_n++ % ACC_WINDOW] = accuracy;
-    dt_wlink_progress(done, o->steps, done * o->T * o->batch, loss,
-                      (double)(o->T * o->batch) / dt, accuracy);
+    /* every ring's sequences: N B of T tokens a step */
+    dt_wlink_progress(done, o->steps, done * o->T * o->batch * t->N, loss,
+                      (double)(o->T * o->batch * t->N) / dt, accuracy);
     return 0;
 }
 
@@ -925,7 +1019,18 @@ static int trainer_write(trainer_t *t, int64_t done, double t1, double stall_s)
 
     if (t->loader)
         dt_loader_get_cursor(t->loader, &cursor);
-    if ((rc = save(t->comm, o, done, t->n, t->P, t->M, t->V, o->shard, t->loader ? &cursor : NULL,
+    /* unsharded every rank holds everything and writes its share of it;
+     * sharded, the slice it keeps */
+    int64_t off = t->moff, len = t->mlen;
+    const float *p = t->P, *m = t->M, *v = t->V;
+    if (o->shard == SHARD_NONE) {
+        off = t->n * t->me / t->W;
+        len = t->n * (t->me + 1) / t->W - off;
+        m += off, v += off;
+    }
+    if (t->pn == t->n)
+        p += off;
+    if ((rc = save(t->comm, o, done, t->n, off, len, p, m, v, t->loader ? &cursor : NULL,
                    &t->em)) < 0)
         return rc;
     /* parameters and both moments, written and fsynced by all ranks */
@@ -1014,14 +1119,17 @@ static int trainer_run(trainer_t *t)
     return dt_agree_report(t->comm, rc, "dtengine train", t->em.s, NULL);
 }
 
+static int trainer_report(trainer_t *t, const float *P);
+
 /* Rank 0: --params-out, the parameters' digest and the result line (for
  * the agent too). A failed --params-out is rank 0's alone. */
 static int trainer_finish(trainer_t *t)
 {
-    const topts_t *o = &t->o;
-    char hex[65];
     int rc;
 
+#ifdef HAVE_CUDA
+    const topts_t *o = &t->o;
+#endif
 #ifdef HAVE_CUDA
     /* the trained parameters are on the GPU */
     if (o->cuda && t->me == 0 &&
@@ -1031,14 +1139,39 @@ static int trainer_finish(trainer_t *t)
         return rc;
     }
 #endif
+    /* shard = parameters: the whole array for the digest, gathered */
+    float *all = t->P;
+    if (t->pn != t->n) {
+        all = dt_xcalloc((size_t)t->n, sizeof(float));
+        memcpy(all + t->moff, t->P, (size_t)t->mlen * sizeof(float));
+        if ((rc = trainer_gather(t, all)) < 0) {
+            free(all);
+            if (t->me == 0)
+                fprintf(stderr, "dtengine train: gathering the parameters failed\n");
+            return rc;
+        }
+    }
+    rc = trainer_report(t, all);
+    if (all != t->P)
+        free(all);
+    return rc;
+}
+
+/* Rank 0's part of trainer_finish, with the whole parameters P. */
+static int trainer_report(trainer_t *t, const float *P)
+{
+    const topts_t *o = &t->o;
+    char hex[65];
+    int rc;
+
     if (t->me != 0)
         return 0;
     if (o->params_out &&
-        (rc = dt_npy_save(o->params_out, DT_F32, 1, &t->n, t->P, &t->em)) < 0) {
+        (rc = dt_npy_save(o->params_out, DT_F32, 1, &t->n, P, &t->em)) < 0) {
         fprintf(stderr, "dtengine train: %s\n", t->em.s);
         return rc;
     }
-    dt_sha256_hex(t->P, (size_t)t->n * sizeof(float), hex);
+    dt_sha256_hex(P, (size_t)t->n * sizeof(float), hex);
     /* loss last: scripts read params_sha256 where it always was */
     printf("result: steps=%lld params_sha256=%s loss=%.9f\n", (long long)o->steps, hex,
            t->last_loss);
@@ -1053,6 +1186,9 @@ static int trainer_finish(trainer_t *t)
 
 static void trainer_close(trainer_t *t)
 {
+    if (t->cring != t->comm)
+        dt_comm_free(t->cring);
+    dt_comm_free(t->crep);
     free(t->passed.steps);
     dt_loader_free(t->loader);
     dt_spec_free(&t->o.spec);

@@ -24,7 +24,14 @@ typedef struct dt_comm_op dt_comm_op_t;
 
 /* Join the job. Returns 0 and a new communicator, or DT_ECOMM. */
 int dt_comm_new(int *argc, char ***argv, dt_comm_t **out, dt_emsg_t *em);
-/* Leave the job (MPI_Finalize when it was initialised). NULL is a no-op. */
+/* Groups of the job's ranks (dp = N: the rings, and the replicas across
+ * them): ranks passing the same color form one group, ordered by key.
+ * Every rank must call it. *out is freed with dt_comm_free (before the
+ * communicator it came from); a solo process gets a group of one.
+ * DT_ECOMM. */
+int dt_comm_split(dt_comm_t *c, int color, int key, dt_comm_t **out, dt_emsg_t *em);
+/* Leave the job (MPI_Finalize when it was initialised), or free a group.
+ * NULL is a no-op. */
 void dt_comm_free(dt_comm_t *c);
 /* Abort every rank of the job with this exit code (does not return). */
 void dt_comm_abort(dt_comm_t *c, int code) __attribute__((noreturn));
@@ -58,11 +65,33 @@ DT_MUST_CHECK int dt_comm_allreduce_sum_f32(dt_comm_t *c, float *buf, size_t n);
 /* In-place max/sum of n doubles over all ranks. */
 DT_MUST_CHECK int dt_comm_allreduce_max_f64(dt_comm_t *c, double *buf, size_t n);
 DT_MUST_CHECK int dt_comm_allreduce_sum_f64(dt_comm_t *c, double *buf, size_t n);
-/* buf (n floats) is split into the ranks' slices, rank r's the elements
- * [n r / R, n (r + 1) / R) (the slices of a checkpoint, io/ckpt.h): every
- * rank gets every rank's slice, in place (shard = optimizer's gather of
- * the updated parameters). */
-DT_MUST_CHECK int dt_comm_allgather_slices_f32(dt_comm_t *c, float *buf, int64_t n);
+/* Ranges of a flat array of n floats cut into S slices, slice k the
+ * elements [n k / S, n (k + 1) / S) (sharded training state: with dp = 1
+ * S = R and rank r keeps slice r; with dp = N the state is in R N slices
+ * and the groups of dt_comm_split see consecutive runs of them). Member j
+ * of c owns slice s0 + j; its part of a range [a, b) is the range within
+ * that slice. [a, b) must lie inside the members' slices. */
+typedef struct dt_comm_slicing {
+    int64_t n;
+    int S, s0;
+} dt_comm_slicing_t;
+/* buf is the whole flat array (sl->n floats), this rank's slice filled
+ * in: every member gets every member's slice, in place (the updated
+ * parameters of shard = optimizer and gradients). */
+DT_MUST_CHECK int dt_comm_allgather_slices_f32(dt_comm_t *c, const dt_comm_slicing_t *sl,
+                                               float *buf);
+/* mine holds this rank's part of [a, b) (possibly empty); every member gets
+ * the whole range into out (b - a floats): a unit of shard = parameters
+ * gathered before use. One member alone: a copy. */
+DT_MUST_CHECK int dt_comm_gather_range_f32(dt_comm_t *c, const dt_comm_slicing_t *sl, int64_t a,
+                                           int64_t b, const float *mine, float *out);
+/* in (b - a floats) is this rank's addend for [a, b); the sum over the
+ * members of this rank's part is written to mine (a unit's gradient under
+ * shard = gradients). MPI's reduce-scatter: with 2 members the sum is an
+ * all-reduce's to the bit (one addition), with more its order may differ. */
+DT_MUST_CHECK int dt_comm_reduce_scatter_range_f32(dt_comm_t *c, const dt_comm_slicing_t *sl,
+                                                   int64_t a, int64_t b, const float *in,
+                                                   float *mine);
 /* Every rank gets rank 0's value of *code. */
 DT_MUST_CHECK int dt_comm_bcast_int(dt_comm_t *c, int *code);
 /* Agree on an outcome: returns the smallest rc over all ranks (0 when every

@@ -21,7 +21,9 @@
 #define MAXREQ 64 /* 32 GiB per direction per op */
 
 struct dt_comm {
-    int mpi; /* MPI_Init was called by us */
+    int mpi;     /* MPI is initialised: the operations go through mc */
+    int owner;   /* MPI_Init was called for this one: dt_comm_free finalises */
+    MPI_Comm mc; /* MPI_COMM_WORLD, or a group of it (dt_comm_split) */
     int rank, size;
 };
 
@@ -50,7 +52,8 @@ int dt_comm_new(int *argc, char ***argv, dt_comm_t **out, dt_emsg_t *em)
             free(c);
             return dt_emsg_set(em, DT_ECOMM, "MPI_Init failed (error %d)", rc);
         }
-        c->mpi = 1;
+        c->mpi = c->owner = 1;
+        c->mc = MPI_COMM_WORLD;
         MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
         MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);
         MPI_Comm_size(MPI_COMM_WORLD, &c->size);
@@ -63,15 +66,17 @@ void dt_comm_free(dt_comm_t *c)
 {
     if (c == NULL)
         return;
-    if (c->mpi)
+    if (c->mpi && !c->owner)
+        MPI_Comm_free(&c->mc);
+    if (c->owner)
         MPI_Finalize();
     free(c);
 }
 
 void dt_comm_abort(dt_comm_t *c, int code)
 {
-    if (c != NULL && c->mpi && c->size > 1)
-        MPI_Abort(MPI_COMM_WORLD, code);
+    if (c != NULL && c->mpi)
+        MPI_Abort(MPI_COMM_WORLD, code); /* the whole job, whatever group c is */
     exit(code);
 }
 
@@ -114,13 +119,13 @@ int dt_comm_start(dt_comm_t *c, const void *sbuf, size_t sbytes, int dst, void *
     op = dt_xcalloc(1, sizeof(*op));
     for (size_t off = 0; off < rbytes; off += PIECE) {
         size_t n = rbytes - off < PIECE ? rbytes - off : PIECE;
-        if (MPI_Irecv((char *)rbuf + off, (int)n, MPI_BYTE, src, tag, MPI_COMM_WORLD,
+        if (MPI_Irecv((char *)rbuf + off, (int)n, MPI_BYTE, src, tag, c->mc,
                       &op->req[op->n++]) != MPI_SUCCESS)
             goto fail;
     }
     for (size_t off = 0; off < sbytes; off += PIECE) {
         size_t n = sbytes - off < PIECE ? sbytes - off : PIECE;
-        if (MPI_Isend((const char *)sbuf + off, (int)n, MPI_BYTE, dst, tag, MPI_COMM_WORLD,
+        if (MPI_Isend((const char *)sbuf + off, (int)n, MPI_BYTE, dst, tag, c->mc,
                       &op->req[op->n++]) != MPI_SUCCESS)
             goto fail;
     }
@@ -161,7 +166,7 @@ int dt_comm_send(dt_comm_t *c, const void *buf, size_t bytes, int dst, int tag)
         return DT_EINVAL;
     for (size_t off = 0; off < bytes; off += PIECE) {
         size_t n = bytes - off < PIECE ? bytes - off : PIECE;
-        if (MPI_Send((const char *)buf + off, (int)n, MPI_BYTE, dst, tag, MPI_COMM_WORLD) !=
+        if (MPI_Send((const char *)buf + off, (int)n, MPI_BYTE, dst, tag, c->mc) !=
             MPI_SUCCESS)
             return DT_ECOMM;
     }
@@ -174,7 +179,7 @@ int dt_comm_recv(dt_comm_t *c, void *buf, size_t bytes, int src, int tag)
         return DT_EINVAL;
     for (size_t off = 0; off < bytes; off += PIECE) {
         size_t n = bytes - off < PIECE ? bytes - off : PIECE;
-        if (MPI_Recv((char *)buf + off, (int)n, MPI_BYTE, src, tag, MPI_COMM_WORLD,
+        if (MPI_Recv((char *)buf + off, (int)n, MPI_BYTE, src, tag, c->mc,
                      MPI_STATUS_IGNORE) != MPI_SUCCESS)
             return DT_ECOMM;
     }
@@ -185,7 +190,7 @@ int dt_comm_barrier(dt_comm_t *c)
 {
     if (!c->mpi)
         return 0;
-    return MPI_Barrier(MPI_COMM_WORLD) == MPI_SUCCESS ? 0 : DT_ECOMM;
+    return MPI_Barrier(c->mc) == MPI_SUCCESS ? 0 : DT_ECOMM;
 }
 
 static int allreduce(dt_comm_t *c, void *buf, size_t n, MPI_Datatype t, MPI_Op op, size_t esz)
@@ -196,7 +201,7 @@ static int allreduce(dt_comm_t *c, void *buf, size_t n, MPI_Datatype t, MPI_Op o
     for (size_t off = 0; off < n; off += step) {
         size_t k = n - off < step ? n - off : step;
         if (MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * esz, (int)k, t, op,
-                          MPI_COMM_WORLD) != MPI_SUCCESS)
+                          c->mc) != MPI_SUCCESS)
             return DT_ECOMM;
     }
     return 0;
@@ -217,19 +222,19 @@ int dt_comm_allreduce_sum_f64(dt_comm_t *c, double *buf, size_t n)
     return allreduce(c, buf, n, MPI_DOUBLE, MPI_SUM, sizeof(double));
 }
 
-int dt_comm_allgather_slices_f32(dt_comm_t *c, float *buf, int64_t n)
+int dt_comm_allgather_slices_f32(dt_comm_t *c, const dt_comm_slicing_t *sl, float *buf)
 {
-    /* one broadcast per owner, in chunks whose count fits MPI's int:
+    /* one broadcast per member, in chunks whose count fits MPI's int:
      * simple, and safe for slices of any size */
-    const int64_t chunk = INT64_C(1) << 28;
+    const int64_t chunk = INT64_C(1) << 28, n = sl->n;
 
     if (!c->mpi || c->size == 1)
         return 0;
-    for (int r = 0; r < c->size; r++) {
-        int64_t off = n * r / c->size, len = n * (r + 1) / c->size - off;
+    for (int j = 0; j < c->size; j++) {
+        int64_t k = sl->s0 + j, off = n * k / sl->S, len = n * (k + 1) / sl->S - off;
         for (int64_t i = 0; i < len; i += chunk) {
-            int k = (int)(len - i < chunk ? len - i : chunk);
-            if (MPI_Bcast(buf + off + i, k, MPI_FLOAT, r, MPI_COMM_WORLD) != MPI_SUCCESS)
+            int m = (int)(len - i < chunk ? len - i : chunk);
+            if (MPI_Bcast(buf + off + i, m, MPI_FLOAT, j, c->mc) != MPI_SUCCESS)
                 return DT_ECOMM;
         }
     }
@@ -240,7 +245,7 @@ int dt_comm_bcast_int(dt_comm_t *c, int *code)
 {
     if (!c->mpi)
         return 0;
-    return MPI_Bcast(code, 1, MPI_INT, 0, MPI_COMM_WORLD) == MPI_SUCCESS ? 0 : DT_ECOMM;
+    return MPI_Bcast(code, 1, MPI_INT, 0, c->mc) == MPI_SUCCESS ? 0 : DT_ECOMM;
 }
 
 int dt_comm_agree(dt_comm_t *c, int rc, int relayed, int *who)
@@ -253,8 +258,95 @@ int dt_comm_agree(dt_comm_t *c, int rc, int relayed, int *who)
     *who = c->rank;
     if (!c->mpi)
         return rc;
-    if (MPI_Allreduce(&in, &out, 1, MPI_2INT, MPI_MINLOC, MPI_COMM_WORLD) != MPI_SUCCESS)
+    if (MPI_Allreduce(&in, &out, 1, MPI_2INT, MPI_MINLOC, c->mc) != MPI_SUCCESS)
         return DT_ECOMM;
     *who = out.rank;
     return (out.key - (out.key & 1)) / 2;
+}
+
+int dt_comm_split(dt_comm_t *c, int color, int key, dt_comm_t **out, dt_emsg_t *em)
+{
+    dt_comm_t *g = dt_xcalloc(1, sizeof(*g));
+
+    g->size = 1;
+    if (c->mpi) {
+        if (MPI_Comm_split(c->mc, color, key, &g->mc) != MPI_SUCCESS) {
+            free(g);
+            return dt_emsg_set(em, DT_ECOMM, "splitting the job's ranks into groups failed");
+        }
+        g->mpi = 1;
+        MPI_Comm_set_errhandler(g->mc, MPI_ERRORS_RETURN);
+        MPI_Comm_rank(g->mc, &g->rank);
+        MPI_Comm_size(g->mc, &g->size);
+    }
+    *out = g;
+    return 0;
+}
+
+/* The part of [a, b) in slice k of n split S ways. */
+static void part(int64_t n, int S, int k, int64_t a, int64_t b, int64_t *lo, int64_t *len)
+{
+    int64_t s0 = n * k / S, s1 = n * (k + 1) / S;
+    *lo = a > s0 ? a : s0;
+    int64_t hi = b < s1 ? b : s1;
+    *len = hi > *lo ? hi - *lo : 0;
+}
+
+/* [a, b) is cut into pieces whose counts fit MPI's int; for each piece
+ * every member's part, as counts and displacements from the piece's start. */
+#define RANGE_PIECE (INT64_C(1) << 28)
+
+static void piece_counts(const dt_comm_t *c, const dt_comm_slicing_t *sl, int64_t a, int64_t b,
+                         int *cnt, int *dsp)
+{
+    for (int j = 0; j < c->size; j++) {
+        int64_t lo, len;
+        part(sl->n, sl->S, sl->s0 + j, a, b, &lo, &len);
+        cnt[j] = (int)len;
+        dsp[j] = (int)(len > 0 ? lo - a : 0);
+    }
+}
+
+/* gather (reduce = 0) or reduce-scatter (1) of [a, b), piece by piece */
+static int range_op(dt_comm_t *c, const dt_comm_slicing_t *sl, int64_t a, int64_t b,
+                    const float *in, float *out, int reduce)
+{
+    int64_t lo0, len0;
+    int rc = 0;
+
+    part(sl->n, sl->S, sl->s0 + c->rank, a, b, &lo0, &len0);
+    if (!c->mpi || c->size == 1) {
+        memcpy(out, in, (size_t)(reduce ? b - a : len0) * sizeof(float));
+        return 0;
+    }
+    int *cnt = dt_xcalloc((size_t)c->size, sizeof(int));
+    int *dsp = dt_xcalloc((size_t)c->size, sizeof(int));
+    for (int64_t p = a; p < b && rc == 0; p += RANGE_PIECE) {
+        int64_t q = b - p < RANGE_PIECE ? b : p + RANGE_PIECE, lo, len;
+        float dummy = 0;
+        piece_counts(c, sl, p, q, cnt, dsp);
+        part(sl->n, sl->S, sl->s0 + c->rank, p, q, &lo, &len);
+        if (reduce)
+            rc = MPI_Reduce_scatter(in + (p - a), len > 0 ? out + (lo - lo0) : &dummy, cnt,
+                                    MPI_FLOAT, MPI_SUM, c->mc);
+        else
+            rc = MPI_Allgatherv(len > 0 ? in + (lo - lo0) : &dummy, (int)len, MPI_FLOAT,
+                                out + (p - a), cnt, dsp, MPI_FLOAT, c->mc);
+        rc = rc == MPI_SUCCESS ? 0 : DT_ECOMM;
+    }
+    free(dsp);
+    free(cnt);
+    return rc;
+}
+
+int dt_comm_gather_range_f32(dt_comm_t *c, const dt_comm_slicing_t *sl, int64_t a, int64_t b,
+                             const float *mine, float *out)
+{
+    return range_op(c, sl, a, b, mine, out, 0);
+}
+
+int dt_comm_reduce_scatter_range_f32(dt_comm_t *c, const dt_comm_slicing_t *sl, int64_t a,
+                                     int64_t b, const float *in, float *mine)
+{
+    return range_op(c, sl, a, b, in, mine, 1);
 }

@@ -35,6 +35,11 @@
 void dt_model_init(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, uint64_t seed,
                    float *params);
 
+/* The part [off, off + len) of dt_model_init's array into dst (len
+ * floats), to the bit (a sharded rank initialises its slice alone). */
+void dt_model_init_range(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, uint64_t seed,
+                         int64_t off, int64_t len, float *dst);
+
 /* The parameters of a Hugging Face model directory (io/hf.h) instead of
  * the seeded initialisation: every tensor read (pread, converted to fp32,
  * q and k rows permuted to dt's RoPE pairs) into its place of params. The
@@ -69,6 +74,39 @@ int dt_model_step(dt_model_t *m, dt_comm_t *comm, const dt_attn_spec_t *attn,
  * dt_model_new's, for one more forward's compute (its ring attention
  * included) and activations of one layer instead of all. */
 dt_model_t *dt_model_new_recompute(const dt_model_cfg_t *cfg, int64_t c);
+
+/* Sharded training state (spec key shard; shard = optimizer is the
+ * trainer's alone: the model sees whole parameters and gradients).
+ * The flat array is cut into R N slices (dt_model_slice): the rank at
+ * ring position r of replica i (dp = N rings, i = 0 for dp = 1) keeps slice
+ * r N + i, so the replicas at one ring position hold one ring slice
+ * between them. The model works unit by unit: the embedding, each layer,
+ * the final norm with the LM head.
+ *  - GRADIENTS: dt_model_step's grads is this rank's slice only: each
+ *    unit's gradient is reduce-scattered as soon as its backward is done
+ *    (around the ring, then across the replicas), so no rank holds a whole
+ *    gradient; params are whole.
+ *  - PARAMETERS: params is this rank's slice too: each unit's weights are
+ *    gathered (across the replicas, then around the ring) just before its
+ *    forward and again before its backward, into one unit's buffer (a tied
+ *    head keeps the embedding apart).
+ * The local arithmetic is the unsharded model's, in the same order; only
+ * the sums over ranks change from all-reduce to reduce-scatter (the same
+ * bits on two ranks, within rounding otherwise). With dp the gradient is
+ * summed around each ring, divided by N and summed across the replicas:
+ * the mean of the replicas' sequences, as a batch of N would give it. */
+enum { DT_MODEL_SHARD_NONE = 0, DT_MODEL_SHARD_GRADIENTS, DT_MODEL_SHARD_PARAMETERS };
+
+/* This rank's slice [*off, *off + *len) of n parameters: ring rank r of R,
+ * replica i of N. */
+void dt_model_slice(int64_t n, int R, int r, int N, int i, int64_t *off, int64_t *len);
+
+/* A model for training: recompute as dt_model_new_recompute, shard one of
+ * the above, dp the replicas' group (dt_comm_split: the ranks at this
+ * ring position, one per ring; NULL or a group of one for dp = 1), which
+ * must outlive the model. dt_model_step's comm is then the ring. */
+dt_model_t *dt_model_new_train(const dt_model_cfg_t *cfg, int64_t c, int recompute, int shard,
+                               dt_comm_t *dp);
 
 /* The logits (c, V) of the last dt_model_step or dt_model_head (valid
  * until the next call). */

@@ -265,56 +265,156 @@ check "recompute = layer, R=4 contiguous: bit-identical" t_recompute 4 --layout 
 check "recompute = layer, R=2 dilated: bit-identical" t_recompute 2 --segments 64,256 \
     --dilations 1,4
 
-# shard = optimizer: each rank keeps and updates the AdamW moments of 1/R
-# of the parameters, then the parameters are gathered: the same losses and
-# parameters to the bit (AdamW is element by element; the gather copies)
-t_shard() { # R ARGS...
+# shard: each rank keeps 1/R of the AdamW moments (optimizer), of the
+# gradient too (gradients: reduce-scatter instead of all-reduce), of the
+# parameters too (parameters: each layer gathered before its forward and
+# its backward). Against none: optimizer to the bit everywhere (AdamW is
+# element by element, the gather copies); gradients and parameters to the
+# bit on 2 ranks (a sum of two is one addition whatever the algorithm),
+# within 1e-6 relative on 4 (reduce-scatter may sum in another order).
+# The parameters of a 1e-6 case: |a - b| <= 1e-6 + 1e-6 |b|.
+t_shard() { # R MODE TOL ARGS...
     _r=$1
-    shift
-    for _s in none optimizer; do
+    _m=$2
+    _tol=$3
+    shift 3
+    for _s in none $_m; do
         mpirun_np "$_r" "$DTENGINE" train --model tiny --data recall --seq-len 256 --steps 3 \
-            --seed 5 --shard $_s "$@" >"$TMPD/sh-$_s.log" 2>&1 || { cat "$TMPD/sh-$_s.log"; return 1; }
+            --seed 5 --shard $_s --params-out "$TMPD/sh-$_s.npy" "$@" >"$TMPD/sh-$_s.log" 2>&1 ||
+            { cat "$TMPD/sh-$_s.log"; return 1; }
     done
-    same_losses "$TMPD/sh-none.log" "$TMPD/sh-optimizer.log" 0 >/dev/null || return 1
-    [ -n "$(sha "$TMPD/sh-none.log")" ] &&
-        [ "$(sha "$TMPD/sh-none.log")" = "$(sha "$TMPD/sh-optimizer.log")" ] ||
-        { echo "parameters $(sha "$TMPD/sh-none.log") vs $(sha "$TMPD/sh-optimizer.log")"; return 1; }
-    sha "$TMPD/sh-optimizer.log"
+    same_losses "$TMPD/sh-none.log" "$TMPD/sh-$_m.log" "$_tol" || return 1
+    if [ "$_tol" = 0 ]; then
+        [ -n "$(sha "$TMPD/sh-none.log")" ] &&
+            [ "$(sha "$TMPD/sh-none.log")" = "$(sha "$TMPD/sh-$_m.log")" ] ||
+            { echo "parameters $(sha "$TMPD/sh-none.log") vs $(sha "$TMPD/sh-$_m.log")"; return 1; }
+        sha "$TMPD/sh-$_m.log"
+    else
+        "$NPYTOOL" cmp "$TMPD/sh-$_m.npy" "$TMPD/sh-none.npy" --atol 1e-6 --rtol 1e-6 &&
+            echo "parameters: max |difference| $("$NPYTOOL" maxerr "$TMPD/sh-$_m.npy" "$TMPD/sh-none.npy")"
+    fi
 }
-check "shard = optimizer, R=2 zigzag: bit-identical losses and parameters" t_shard 2
-check "shard = optimizer, R=4 contiguous, recompute = layer: bit-identical" t_shard 4 \
+check "shard = optimizer, R=2 zigzag: bit-identical losses and parameters" t_shard 2 optimizer 0
+check "shard = optimizer, R=4 contiguous, recompute = layer: bit-identical" t_shard 4 optimizer 0 \
     --layout contiguous --recompute layer
-check "shard = optimizer, R=2 dilated: bit-identical" t_shard 2 --segments 64,256 --dilations 1,4
+check "shard = optimizer, R=2 dilated: bit-identical" t_shard 2 optimizer 0 --segments 64,256 \
+    --dilations 1,4
+check "shard = gradients, R=2 zigzag: bit-identical" t_shard 2 gradients 0
+check "shard = gradients, R=2 dilated, untied head: bit-identical" t_shard 2 gradients 0 \
+    --segments 64,256 --dilations 1,4 --tied no
+check "shard = gradients, R=4 contiguous: within 1e-6" t_shard 4 gradients 1e-6 --layout contiguous
+check "shard = parameters, R=2 zigzag: bit-identical" t_shard 2 parameters 0
+check "shard = parameters, R=2 contiguous, untied head, recompute = layer: bit-identical" \
+    t_shard 2 parameters 0 --layout contiguous --tied no --recompute layer
+check "shard = parameters, R=2 dilated: bit-identical" t_shard 2 parameters 0 \
+    --segments 64,256 --dilations 1,4
+check "shard = parameters, R=4 zigzag, recompute = layer: within 1e-6" t_shard 4 parameters 1e-6 \
+    --recompute layer
+check "shard = parameters, R=4 dilated, untied head: within 1e-6" t_shard 4 parameters 1e-6 \
+    --segments 64,256 --dilations 1,4 --tied no
 
-# its checkpoints are the unsharded ones (every rank writes its slice of
-# the parameters and moments either way): 4 ranks sharded -> 2 ranks
-# unsharded resumes as from an unsharded checkpoint, and an unsharded
-# checkpoint -> 4 ranks sharded ends as the uninterrupted run
-t_shard_resume() {
-    for _s in none optimizer; do
+# checkpoints are the same files whatever the sharding (every rank writes
+# the slice it keeps, or its share of what it holds): 4 ranks sharded ->
+# 2 ranks unsharded resumes as from an unsharded checkpoint, and an
+# unsharded checkpoint -> 4 ranks sharded ends as the uninterrupted run
+t_shard_resume() { # MODE
+    _m=$1
+    for _s in none $_m; do
         rm -rf "$TMPD/shck-$_s"
         train 4 "$TMPD/shck-$_s" --shard $_s >"$TMPD/shck-$_s.log" 2>&1 ||
             { cat "$TMPD/shck-$_s.log"; return 1; }
     done
-    [ "$(sha "$TMPD/shck-none.log")" = "$(sha "$TMPD/shck-optimizer.log")" ] ||
-        { echo "uninterrupted: $(sha "$TMPD/shck-none.log") vs $(sha "$TMPD/shck-optimizer.log")"; return 1; }
-    for _s in none optimizer; do
+    grep -q '"shard": "'$_m'"' "$TMPD/shck-$_m/step-00000003/manifest.json" ||
+        { echo "the manifest does not say shard = $_m"; return 1; }
+    # the same model state (optimizer: to the bit; else within rounding)
+    # from either 4-rank checkpoint, resumed on 2 ranks unsharded and
+    # sharded: to the bit among themselves (R=2)
+    for _s in none $_m; do
         rm -rf "$TMPD/shto2-$_s"
-        train 2 "$TMPD/shto2-$_s" --resume-from "$TMPD/shck-$_s/step-00000003" \
+        train 2 "$TMPD/shto2-$_s" --resume-from "$TMPD/shck-$_m/step-00000003" --shard $_s \
             >"$TMPD/shto2-$_s.log" 2>&1 || { cat "$TMPD/shto2-$_s.log"; return 1; }
     done
     [ -n "$(sha "$TMPD/shto2-none.log")" ] &&
-        [ "$(sha "$TMPD/shto2-none.log")" = "$(sha "$TMPD/shto2-optimizer.log")" ] ||
-        { echo "4 sharded -> 2: $(sha "$TMPD/shto2-optimizer.log"), 4 -> 2: $(sha "$TMPD/shto2-none.log")"; return 1; }
+        [ "$(sha "$TMPD/shto2-none.log")" = "$(sha "$TMPD/shto2-$_m.log")" ] ||
+        { echo "4 sharded -> 2 unsharded $(sha "$TMPD/shto2-none.log"), -> 2 sharded $(sha "$TMPD/shto2-$_m.log")"; return 1; }
+    # and the 4-rank sharded run resumed on 4 sharded: the uninterrupted run
+    rm -rf "$TMPD/shagain"
+    train 4 "$TMPD/shagain" --shard $_m --resume-from "$TMPD/shck-$_m/step-00000003" \
+        >"$TMPD/shagain.log" 2>&1 || { cat "$TMPD/shagain.log"; return 1; }
+    [ "$(sha "$TMPD/shagain.log")" = "$(sha "$TMPD/shck-$_m.log")" ] ||
+        { echo "4 sharded resumed: $(sha "$TMPD/shagain.log"), uninterrupted $(sha "$TMPD/shck-$_m.log")"; return 1; }
+    # back: the unsharded 4-rank checkpoint on 4 sharded ranks
     rm -rf "$TMPD/shback"
-    train 4 "$TMPD/shback" --shard optimizer --resume-from "$TMPD/shck-none/step-00000003" \
+    train 4 "$TMPD/shback" --shard $_m --resume-from "$TMPD/shck-none/step-00000003" \
         >"$TMPD/shback.log" 2>&1 || { cat "$TMPD/shback.log"; return 1; }
-    [ "$(sha "$TMPD/shback.log")" = "$(sha "$TMPD/shck-none.log")" ] ||
-        { echo "unsharded -> 4 sharded: $(sha "$TMPD/shback.log"), uninterrupted $(sha "$TMPD/shck-none.log")"; return 1; }
-    echo "4 sharded -> 2: $(sha "$TMPD/shto2-optimizer.log"); back to 4 sharded: $(sha "$TMPD/shback.log")"
+    if [ "$_m" = optimizer ]; then
+        [ "$(sha "$TMPD/shback.log")" = "$(sha "$TMPD/shck-none.log")" ] ||
+            { echo "unsharded -> 4 sharded: $(sha "$TMPD/shback.log"), uninterrupted $(sha "$TMPD/shck-none.log")"; return 1; }
+    else
+        same_losses "$TMPD/shck-none.log" "$TMPD/shback.log" 1e-6 >/dev/null || return 1
+    fi
+    echo "4 sharded -> 2: $(sha "$TMPD/shto2-$_m.log"); unsharded -> 4 sharded: $(sha "$TMPD/shback.log")"
 }
 check "shard = optimizer checkpoints: 4 sharded -> 2 unsharded, unsharded -> 4 sharded, exact" \
-    t_shard_resume
+    t_shard_resume optimizer
+check "shard = parameters checkpoints: 4 sharded -> 2 unsharded and sharded alike, resumed exactly, back to 4" \
+    t_shard_resume parameters
+
+# dp = N: N rings of R ranks, ring i takes the step's sequences i B to
+# i B + B - 1, the gradient is summed around each ring, divided by N and
+# summed across: the job of one ring with a batch of N B, to the bit for
+# N = 2 (one addition across), whatever the sharding
+t_dp() { # R N MODE ARGS...
+    _r=$1
+    _n=$2
+    _m=$3
+    shift 3
+    mpirun_np "$_r" "$DTENGINE" train --model tiny --data recall --seq-len 256 --steps 3 \
+        --seed 5 --batch "$_n" "$@" >"$TMPD/dp-batch.log" 2>&1 || { cat "$TMPD/dp-batch.log"; return 1; }
+    mpirun_np $((_r * _n)) "$DTENGINE" train --model tiny --data recall --seq-len 256 --steps 3 \
+        --seed 5 --dp "$_n" --shard "$_m" "$@" >"$TMPD/dp-$_m.log" 2>&1 || { cat "$TMPD/dp-$_m.log"; return 1; }
+    grep -q "ranks=$((_r * _n)) .* dp=$_n" "$TMPD/dp-$_m.log" || { head -n 1 "$TMPD/dp-$_m.log"; return 1; }
+    same_losses "$TMPD/dp-batch.log" "$TMPD/dp-$_m.log" 0 >/dev/null || return 1
+    [ -n "$(sha "$TMPD/dp-batch.log")" ] && [ "$(sha "$TMPD/dp-batch.log")" = "$(sha "$TMPD/dp-$_m.log")" ] ||
+        { echo "batch $_n: $(sha "$TMPD/dp-batch.log"), dp $_n: $(sha "$TMPD/dp-$_m.log")"; return 1; }
+    sha "$TMPD/dp-$_m.log"
+}
+check "dp = 2 x R = 2 zigzag = one ring with batch 2, bit-identical" t_dp 2 2 none
+check "dp = 2 x R = 2 contiguous, shard = parameters: bit-identical to batch 2" t_dp 2 2 parameters \
+    --layout contiguous
+check "dp = 2 x R = 2 dilated, shard = gradients: bit-identical to batch 2" t_dp 2 2 gradients \
+    --segments 64,256 --dilations 1,4
+check "dp = 2 x R = 1, shard = optimizer, recompute: bit-identical to batch 2" t_dp 1 2 optimizer \
+    --recompute layer
+t_dp4() {
+    mpirun_np 1 "$DTENGINE" train --model tiny --data recall --seq-len 256 --steps 3 --seed 5 \
+        --batch 4 >"$TMPD/dp4-batch.log" 2>&1 || { cat "$TMPD/dp4-batch.log"; return 1; }
+    mpirun_np 4 "$DTENGINE" train --model tiny --data recall --seq-len 256 --steps 3 --seed 5 \
+        --dp 4 --shard parameters >"$TMPD/dp4.log" 2>&1 || { cat "$TMPD/dp4.log"; return 1; }
+    same_losses "$TMPD/dp4-batch.log" "$TMPD/dp4.log" 1e-6
+}
+check "dp = 4 x R = 1, shard = parameters: batch 4 within 1e-6" t_dp4
+
+# a dp job's sharded checkpoint (slices listed out of offset order: rank
+# i R + r keeps slice r N + i) resumes on one ring with batch N, and a
+# token-shard job's cursor carries over: exactly the uninterrupted run
+t_dp_resume() {
+    rm -rf "$TMPD/dpck" "$TMPD/dpb2" "$TMPD/dpr"
+    "$NPYTOOL" tokbin "$TMPD/dptok.bin" --n 20000 --vocab 512 --seed 3 || return 1
+    train 4 "$TMPD/dpck" --dp 2 --shard parameters --data "$TMPD/dptok.bin" >"$TMPD/dpck.log" 2>&1 ||
+        { cat "$TMPD/dpck.log"; return 1; }
+    train 2 "$TMPD/dpb2" --batch 2 --data "$TMPD/dptok.bin" >"$TMPD/dpb2.log" 2>&1 ||
+        { cat "$TMPD/dpb2.log"; return 1; }
+    train 2 "$TMPD/dpr" --batch 2 --data "$TMPD/dptok.bin" \
+        --resume-from "$TMPD/dpck/step-00000003" >"$TMPD/dpr.log" 2>&1 || { cat "$TMPD/dpr.log"; return 1; }
+    grep -q '"dp": 2' "$TMPD/dpck/step-00000003/manifest.json" || { echo "no dp in the manifest"; return 1; }
+    for _l in dpb2 dpr; do
+        [ -n "$(sha "$TMPD/dpck.log")" ] && [ "$(sha "$TMPD/dpck.log")" = "$(sha "$TMPD/$_l.log")" ] ||
+            { echo "dp run $(sha "$TMPD/dpck.log"), $_l $(sha "$TMPD/$_l.log")"; return 1; }
+    done
+    sha "$TMPD/dpr.log"
+}
+check "dp = 2 sharded checkpoint with token shards -> one ring, batch 2: exact" t_dp_resume
 
 cat >"$TMPD/job.spec" <<SPEC
 kind = train
@@ -344,7 +444,11 @@ check "refuses a sequence too short for the task" bad 'too short' --seq-len 20
 check "refuses heads that do not divide dim" bad 'do not divide dim' --heads 3
 check "refuses an unknown option" bad 'unknown option' --bogus 1
 check "refuses --recompute other than none or layer" bad 'none or layer' --recompute all
-check "refuses --shard other than none or optimizer" bad 'none or optimizer' --shard parameters
+check "refuses --shard other than the four modes" bad 'none, optimizer, gradients or parameters' \
+    --shard everything
+check "refuses a --dp that does not divide the ranks" bad 'dp 2 does not divide the job.s 1 ranks' \
+    --dp 2
+check "refuses --dp 0" bad 'dp' --dp 0
 check "refuses an unknown --ckpt-commit" bad 'self or external' --ckpt-commit later
 check "refuses --resume with --resume-from" bad 'exclude each other' --resume-from "$TMPD" \
     --resume --ckpt-dir "$TMPD/x" --ckpt-every 3
