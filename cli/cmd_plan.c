@@ -40,8 +40,8 @@ static void usage(FILE *f)
         "                   --rope-theta N --tied yes|no --head-dim D --norm-eps E\n"
         "                   --rope-scaling none|llama3 --rope-factor F --rope-low-freq-factor L\n"
         "                   --rope-high-freq-factor H --rope-original-max-pos N]\n"
-        "                  [--init-from HFDIR] [--steps N] [--recompute none|layer]\n"
-        "                  [--shard none|optimizer] [--json]\n"
+        "                  [--init-from HFDIR] [--steps N] [--batch B] [--recompute none|layer]\n"
+        "                  [--shard none|optimizer|gradients|parameters] [--json]\n"
         "HFDIR: a Hugging Face LLaMA directory (config.json); --model DIR is the same.\n"
         "N accepts K, M, G suffixes (powers of 1024). The kind defaults to attn (one\n"
         "attention call, as dtengine attn runs it). See dtctl(1) and dt-spec(5).\n");
@@ -85,6 +85,7 @@ static const struct flag {
     { "rope-original-max-pos", "rope_original_max_pos", NULL },
     { "init-from", "init_from", NULL },
     { "steps", "steps", NULL },
+    { "batch", "batch", NULL },
     { "recompute", "recompute", NULL },
     { "shard", "shard", NULL },
 };
@@ -152,9 +153,10 @@ static void report(const dtctl_t *ctl, const dt_spec_t *s, const dt_plan_req_t *
                : p->recompute                    ? "chosen by the planner"
                                                  : "not needed");
     if (q->kind == DT_KIND_TRAIN)
-        printf("%-16s %s\n", "shard", q->shard_optimizer ? "optimizer (the AdamW moments, "
-                                                             "1/R per rank)"
-                                                           : "none");
+        printf("%-16s %s (%s)\n", "shard", dt_shard_name(p->shard),
+               q->shard != DT_SHARD_AUTO   ? "as asked"
+               : p->shard != DT_SHARD_NONE ? "chosen by the planner"
+                                           : "not needed");
     if (p->note[0])
         printf("%-16s %s\n", "note", p->note);
     human_time(t1, sizeof(t1), p->seconds);
@@ -169,6 +171,22 @@ static void report(const dtctl_t *ctl, const dt_spec_t *s, const dt_plan_req_t *
         printf("%-16s %s, one forward\n", "time", t1);
     }
     printf("%-16s %.3g (%.3g per token)\n", "FLOPs", p->flops, p->flops_per_token);
+    if (q->kind == DT_KIND_TRAIN && p->ranks > 1) {
+        static const char *const what[] = {
+            [DT_SHARD_NONE] = "gradient all-reduce after the backward",
+            [DT_SHARD_OPTIMIZER] = "gradient all-reduce and parameter gather after the backward",
+            [DT_SHARD_GRADIENTS] = "a reduce-scatter per unit in the backward, a parameter "
+                                   "gather after it",
+            [DT_SHARD_PARAMETERS] = "a gather per unit in the forward and the backward, a "
+                                    "reduce-scatter per unit",
+        };
+        human_time(t1, sizeof(t1), p->shard_comm_s);
+        printf("%-16s %s per step (%s)%s\n", "state comm", t1, what[p->shard],
+               p->shard < DT_SHARD_GRADIENTS ? ""
+               : !q->cuda                    ? ": in line, not overlapped on the CPU"
+               : p->shard_hidden             ? ": hidden behind each unit's compute"
+                                             : ": NOT hidden behind each unit's compute");
+    }
     if (p->bytes_per_step > 0) {
         human_bytes(t1, sizeof(t1), p->bytes_per_step);
         human_time(t2, sizeof(t2), p->step_compute_s);

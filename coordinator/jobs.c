@@ -129,11 +129,15 @@ int dt_jobs_submit(dt_coord_t *c, const dt_caller_t *who, const char *text, cons
         dt_log_info("uid=%u submit refused: %s", (unsigned)who->uid, em->s);
         goto out;
     }
-    /* the planner's recompute reaches the workers through the stored spec
-     * (the agents hand it to dtengine with --spec); a user's value is
-     * already there, and a replan of the stored spec decides the same */
+    /* the planner's recompute and shard reach the workers through the
+     * stored spec (the agents hand it to dtengine with --spec); a user's
+     * value is already there, and a replan of the stored spec decides the
+     * same */
     if (plan.recompute && spec.recompute == NULL &&
         (rc = dt_spec_set(&spec, "recompute", "layer", em)) < 0)
+        goto out;
+    if (plan.shard > DT_SHARD_NONE && spec.shard == NULL &&
+        (rc = dt_spec_set(&spec, "shard", dt_shard_name(plan.shard), em)) < 0)
         goto out;
     out->plan = dt_plan_to_json(&req, &plan);
     if (dry) {

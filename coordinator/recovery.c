@@ -370,6 +370,8 @@ int dt_recovery_replan(const dt_spec_t *spec, int ranks, int slots)
          * that chose layer stored it), so the planner must not pick it */
         if (s.recompute == NULL)
             s.recompute = "none";
+        if (s.shard == NULL)
+            s.shard = "none";
         int ok = dt_plan_req_from_spec(&s, &req, &em) == 0 &&
                  dt_plan_make(&req, &plan, &em) == 0 && plan.ranks == R;
         dt_plan_clear(&plan);

@@ -10,9 +10,10 @@
  *
  * What each number means, and where it comes from:
  *
- * Memory per rank. The engine replicates the weights on every rank (the
- * gradient all-reduce runs over the ring group; nothing is sharded), so they
- * do not shrink with R; everything else is per token and does.
+ * Memory per rank. Unsharded, every rank holds the whole training state
+ * (weights, gradients, optimizer; the gradient all-reduce runs over the ring
+ * group), which does not shrink with R; with shard (below) a part of it
+ * does, as 1 / R; everything else is per token and shrinks with c.
  *  - attn: exactly what `dtengine attn` allocates (engine/attn/attn.c,
  *    engine/cmd/attn.c): q (c, H, D) and k, v (c, Hkv, D) at elem; o
  *    (c, H, D) and lse (H, c) in fp32; per branch the ring buffers of packed
@@ -33,13 +34,15 @@
  *  - train on GPUs (elem < 4): what dtengine train --device cuda allocates,
  *    from the one account both use (dt_model_gpu_train_bytes, spec/model.h,
  *    with the plan's recompute): the dtype weights (elem P), fp32 gradient
- *    (4 P), master copy and moments (12 P); every layer's kept activations
- *    per token (with recompute = layer its fp32 input only, 4 dim); the
- *    backward's scratch per token (with recompute one layer's activations
- *    too) and the LM head's chunk of logits (workspace).
+ *    (4 P), master copy and moments (12 P; sharded: below); every layer's
+ *    kept activations per token (with recompute = layer its fp32 input
+ *    only, 4 dim); the backward's scratch per token (with recompute one
+ *    layer's activations too) and the LM head's chunk of logits
+ *    (workspace).
  *  - train on CPUs (fp32): what dtengine train allocates
  *    (engine/model/model.c, engine/cmd/train.c). Weights, gradient and
- *    AdamW's two moments, 4 P each (weights 4 P, grads 4 P, optimizer 8 P).
+ *    AdamW's two moments, 4 P each (weights 4 P, grads 4 P, optimizer 8 P;
+ *    with batch > 1 a sequence's gradient beside the step's, grads 8 P).
  *    Activations kept for the backward, per token per layer:
  *        A = 4 (4 dim + 2 H D + 2 Hkv D + 3 ffn + H + 2) bytes,
  *    after Korthikanti et al., "Reducing Activation Recomputation in Large
@@ -66,17 +69,61 @@
  *    cpu preset this is tested against dtengine train's max RSS, with and
  *    without recompute (tests/integration/plan_memory.sh).
  *
+ * Shard (train; spec key shard, dt_plan_req_t.shard). The flat parameters
+ * (spec/model.h) are split into W = R contiguous slices, rank r keeping
+ * about [P r / W, P (r + 1) / W), and gathered and reduced in units: the
+ * embedding (V dim), each layer, the final norm with the LM head (V dim +
+ * dim; dim when tied). U is the largest unit's parameters
+ * (dt_model_unit_max), E = V dim when the head is tied to the embedding,
+ * else 0. Per rank, CPU (fp32; g = 4 P, 8 P with batch > 1):
+ *    none        weights 4 P          grads g                 optimizer 8 P
+ *    optimizer   weights 4 P          grads g                 optimizer 8 P / W
+ *    gradients   weights 4 P          grads g / W + 4 (U + E) optimizer 8 P / W
+ *    parameters  weights 4 P / W + 4 (U + E), grads and optimizer as gradients
+ * the 4 U being the unit gathered (parameters) or reduce-scattered
+ * (gradients), 4 E the tied embedding, gathered for the head and its
+ * gradient alive through the backward. GPU (the dtype copy elem P, fp32
+ * gradient 4 P, master 4 P, moments 8 P):
+ *    none        (16 + elem) P
+ *    optimizer   (8 + elem) P + 8 P / W                 (the moments)
+ *    gradients   (4 + elem) P + 12 P / W + 4 (U + E)    (and the gradient)
+ *    parameters  (16 + elem) P / W + 2 elem U + 4 U + (elem + 4) E
+ * the 2 elem U being two gathered units in the dtype, one in use and one
+ * prefetched, 4 U the unit's gradient. The per-token parts do not change.
+ * So the memory no R shrinks is the state kept whole, a, and the search
+ * for the fewest R starts from R (mem - a) >= T act + b, b the sharded
+ * state at R = 1; no R helps when a (with fixed) fills a rank.
+ *
  * Recompute (train; spec key recompute, dt_plan_req_t.recompute). With
  * none every layer's activations stay until its backward; with layer only
  * each layer's input does, and its forward runs again just before its
- * backward. Unset, the planner plans with none, and when that fits at no
- * rank count for want of memory (at the user's R, or at every R the
- * cluster has that divides T) plans again with layer and says so in note,
- * with the activations none would need at the plan's R; a refusal for
- * another cause stays as it is. It never recomputes when the parts that do
- * not shrink with R (weights, grads, optimizer) are what does not fit: that
- * needs sharding, which the engine does not do. The user's none or layer
- * is always honoured, fitting or not.
+ * backward.
+ *
+ * The planner's pick, when the spec leaves shard or recompute unset (the
+ * user's values are always honoured, fitting or not). The planner has
+ * always taken the fewest ranks that fit, and recomputed only when nothing
+ * fits without; sharding is a third way to fit, the one that saves ranks
+ * where the state kept whole is what fills a rank. So: at recompute none,
+ * each shard level is planned at its fewest ranks and the level with the
+ * fewest is taken, the least sharding among equals (at the user's R: the
+ * least sharding that fits there); only when no level fits without
+ * recompute for want of memory (at the user's R, or at every R the cluster
+ * has that divides T) the same with layer. In the order of least change:
+ * (none, none), optimizer, gradients, parameters at recompute none, then
+ * the four with layer, a later one taken only for fewer ranks. Sharding
+ * comes before recomputation because it costs communication, a gather and
+ * a reduce per unit that mostly hide behind a layer's compute (reported),
+ * where recompute costs a third more compute every step; and fewest ranks
+ * before least sharding because a less sharded level whose state kept
+ * whole nearly fills a rank fits only at absurd R (llama3-8b on H100s at
+ * shard = optimizer keeps 74.8 GiB whole, 75.8 of 76 GiB with the fixed
+ * part). A level at which the state kept whole fills a rank is not tried
+ * with recompute, which cannot help there. The note says why: the state
+ * none would need per rank, or the ranks the least sharding that fits
+ * needs; the activations without recompute. When nothing fits, the plan is
+ * the last tried (the most sharding and recomputation the request leaves
+ * open), refused, and the note says so; a refusal for another cause than
+ * memory stays as it is.
  *
  * FLOPs. Attention from dt_attn_flops (visible (query, key) pairs only;
  * 4 D per pair per head); the backward costs 2.5 times the forward
@@ -102,9 +149,23 @@
  * min_c_hidden, found by bisection over c with R fixed.
  *
  * Time: per rank, compute + exposed communication, summed over layers and
- * branches, plus the matrix products, plus for training the gradient
- * all-reduce (ring: 2 (R - 1) / R P elem bytes at the slowest link, not
- * overlapped). attn and prefill: one forward; train: one step. With
+ * branches, plus the matrix products, plus for training the collectives
+ * over the training state at the slowest link (f = (R - 1) / R, e = elem
+ * on GPUs, 4 on the CPU): none all-reduces the gradient, 2 f P e bytes;
+ * optimizer also gathers the updated parameters, f P e more; gradients
+ * reduce-scatters the fp32 gradient unit by unit in the backward (f P 4)
+ * and gathers the updated parameters (f P e); parameters gathers every
+ * unit in the forward and again in the backward (2 f P e) and
+ * reduce-scatters its gradient (f P 4). What runs after the backward is
+ * not overlapped, nor is anything on the CPU engine, which runs the
+ * per-unit transfers in line (dtengine(1)). On GPUs they are prefetched
+ * beside a neighbouring unit, so each hides behind one layer's compute on
+ * the rank (its matrix products for c tokens and its attention; the
+ * backward's 2 and 2.5 times the forward's, with recompute plus a
+ * forward), and only the excess counts, except the embedding's, which
+ * has no compute beside it. shard_comm_s is all of it, shard_hidden
+ * whether every per-unit transfer hides. attn and prefill: one forward;
+ * train: one step. With
  * recompute = layer a step also runs every layer's forward once more: its
  * attention forward (compute and the forward's exposed communication) and
  * its matrix products, 2 Pmm_layers c (Pmm less the LM head's vocab dim,
@@ -190,6 +251,23 @@ static const char *prec_name(dt_dtype_t p)
     return p == DT_F32 ? "fp32" : p == DT_F16 ? "fp16" : "bf16";
 }
 
+const char *dt_shard_name(enum dt_shard_level s)
+{
+    switch (s) {
+    case DT_SHARD_AUTO:
+        return "auto";
+    case DT_SHARD_NONE:
+        return "none";
+    case DT_SHARD_OPTIMIZER:
+        return "optimizer";
+    case DT_SHARD_GRADIENTS:
+        return "gradients";
+    case DT_SHARD_PARAMETERS:
+        return "parameters";
+    }
+    return "none";
+}
+
 int dt_plan_req_from_spec(const dt_spec_t *s, dt_plan_req_t *out, dt_emsg_t *em)
 {
     const char *gpu;
@@ -239,7 +317,12 @@ int dt_plan_req_from_spec(const dt_spec_t *s, dt_plan_req_t *out, dt_emsg_t *em)
     out->recompute = s->recompute == NULL                 ? DT_RECOMPUTE_AUTO
                      : strcmp(s->recompute, "layer") == 0 ? DT_RECOMPUTE_LAYER
                                                           : DT_RECOMPUTE_NONE;
-    out->shard_optimizer = s->shard != NULL && strcmp(s->shard, "optimizer") == 0;
+    /* checked against the four levels by dt_spec_check */
+    out->shard = DT_SHARD_AUTO;
+    for (enum dt_shard_level l = DT_SHARD_NONE; s->shard != NULL && l <= DT_SHARD_PARAMETERS; l++)
+        if (strcmp(s->shard, dt_shard_name(l)) == 0)
+            out->shard = l;
+    out->batch = s->batch > 0 ? s->batch : 1;
     return 0;
 }
 
@@ -269,6 +352,8 @@ typedef struct ev {
     double attn_flops, flops, seconds, bytes_per_step;
     double step_compute_s, step_comm_s;
     bool hidden;
+    double shard_comm_s; /* train */
+    bool shard_hidden;
 } ev_t;
 
 static double elem_of(dt_dtype_t p)
@@ -311,6 +396,13 @@ static int64_t ceil_div(int64_t a, int64_t b)
 static bool recomp(const dt_plan_req_t *q)
 {
     return q->kind == DT_KIND_TRAIN && q->recompute == DT_RECOMPUTE_LAYER;
+}
+
+/* The shard level planned (AUTO as none; dt_plan_make decides), none
+ * unless training. */
+static enum dt_shard_level shard_of(const dt_plan_req_t *q)
+{
+    return q->kind != DT_KIND_TRAIN || q->shard == DT_SHARD_AUTO ? DT_SHARD_NONE : q->shard;
 }
 
 static bool zig(const dt_plan_req_t *q, int R)
@@ -363,6 +455,37 @@ static double train_act_per_token_layer(const dt_model_cfg_t *m)
 static double train_kept_per_token_layer(const dt_plan_req_t *q)
 {
     return recomp(q) ? 4 * (double)q->model.dim : train_act_per_token_layer(&q->model);
+}
+
+/* The training state per rank (weights, grads, optimizer in mm) at the
+ * request's shard level over W ranks, inv_w = 1 / W; inv_w = 0 gives the
+ * part that no W shrinks. See the top: U is the largest unit, E the
+ * embedding when the head shares it (kept gathered for the head, its
+ * gradient alive through the backward). */
+static void train_state(const dt_plan_req_t *q, double inv_w, dt_plan_mem_t *mm)
+{
+    const dt_model_cfg_t *m = &q->model;
+    double e = elem_of(q->precision), P, Pmm, Pmm_layers;
+    double U = (double)dt_model_unit_max(m), E = m->tied ? (double)m->vocab * m->dim : 0;
+    enum dt_shard_level sh = shard_of(q);
+
+    params(m, &P, &Pmm, &Pmm_layers);
+    if (e < 4) {
+        /* the GPU engine: dtype weights (e P), fp32 gradient (4 P), fp32
+         * master copy (4 P, whole until parameters) and moments (8 P) */
+        mm->weights = sh == DT_SHARD_PARAMETERS ? e * P * inv_w + 2 * e * U + e * E : e * P;
+        mm->grads = sh >= DT_SHARD_GRADIENTS ? 4 * P * inv_w + 4 * (U + E) : 4 * P;
+        mm->optimizer = sh == DT_SHARD_PARAMETERS  ? 12 * P * inv_w
+                        : sh >= DT_SHARD_OPTIMIZER ? 4 * P + 8 * P * inv_w
+                                                   : 12 * P;
+        return;
+    }
+    /* the CPU engine, fp32: the weights are the master copy; with batch > 1
+     * a sequence's gradient beside the step's sum */
+    double copies = q->batch > 1 ? 2 : 1;
+    mm->weights = sh == DT_SHARD_PARAMETERS ? 4 * P * inv_w + 4 * (U + E) : 4 * P;
+    mm->grads = sh >= DT_SHARD_GRADIENTS ? 4 * copies * P * inv_w + 4 * (U + E) : 4 * copies * P;
+    mm->optimizer = sh >= DT_SHARD_OPTIMIZER ? 8 * P * inv_w : 8 * P;
 }
 
 /* Bytes per token that grow with c for sure (a lower bound of the per-token
@@ -477,6 +600,54 @@ static void branch_time(const dt_plan_req_t *q, const dt_attn_spec_t *a, int R, 
     }
 }
 
+/* The step's collectives over the training state on R ranks at bw (see
+ * the top): their time in all and whether those of each unit hide behind
+ * its compute in v; returns the part that does not hide. c tokens per
+ * rank; attn_fwd_s one layer's attention forward on this rank. */
+static double state_comm(const dt_plan_req_t *q, int R, double c, double bw, double attn_fwd_s,
+                         ev_t *v)
+{
+    const dt_model_cfg_t *m = &q->model;
+    double P, Pmm, Pmm_layers, e = elem_of(q->precision), f = (R - 1.0) / R;
+    double pe = q->cluster.peak_flops * q->cluster.efficiency, L = (double)m->layers;
+    double vd = (double)m->vocab * m->dim;
+    enum dt_shard_level sh = shard_of(q);
+
+    params(m, &P, &Pmm, &Pmm_layers);
+    /* the units: the embedding, L layers, the final norm with the head */
+    double Ue = vd, Ul = Pmm_layers / L + 2.0 * m->dim, Uh = m->dim + (m->tied ? 0 : vd);
+    /* bytes sent per unit byte in the forward and the backward (gathers
+     * of the dtype copy, reduce-scatters of the fp32 gradient), and after
+     * the backward per parameter: none all-reduces, optimizer all-reduces
+     * and gathers the updated parameters, gradients gathers them */
+    double fwd = sh == DT_SHARD_PARAMETERS ? e : 0;
+    double bwd = sh == DT_SHARD_PARAMETERS ? e + 4 : sh == DT_SHARD_GRADIENTS ? 4 : 0;
+    double after = sh == DT_SHARD_NONE        ? 2 * e
+                   : sh == DT_SHARD_OPTIMIZER ? 3 * e
+                   : sh == DT_SHARD_GRADIENTS ? e
+                                              : 0;
+    /* one unit is prefetched while its neighbour computes, so a unit's
+     * transfers hide behind a layer's compute on this rank: its matrix
+     * products and attention (the backward 2x and 2.5x the forward, with
+     * recompute one forward more). The embedding's have none to hide
+     * behind: its gather starts the step, its gradient ends the backward. */
+    double lf = 2 * (Pmm_layers / L) * c / pe + attn_fwd_s;
+    double lb = 4 * (Pmm_layers / L) * c / pe + 2.5 * attn_fwd_s + (recomp(q) ? lf : 0);
+    double tl_f = f * fwd * Ul / bw, tl_b = f * bwd * Ul / bw;
+    double th_f = f * fwd * Uh / bw, th_b = f * bwd * Uh / bw;
+
+    v->shard_comm_s = f * ((fwd + bwd) * P + after * P) / bw;
+    if (!q->cuda) {
+        /* the CPU engine runs them in line: nothing hides */
+        v->shard_hidden = v->shard_comm_s == 0;
+        return v->shard_comm_s;
+    }
+    v->shard_hidden = v->shard_comm_s == 0 || (sh >= DT_SHARD_GRADIENTS && tl_f <= lf &&
+                                               tl_b <= lb && th_f <= lf && th_b <= lb);
+    return f * ((fwd + bwd) * Ue + after * P) / bw + L * (dmax(0, tl_f - lf) + dmax(0, tl_b - lb)) +
+           dmax(0, th_f - lf) + dmax(0, th_b - lb);
+}
+
 /* Everything but the placement, for R ranks (T % R checked by the caller). */
 static void evaluate(const dt_plan_req_t *q, int64_t T, int R, ev_t *v)
 {
@@ -486,7 +657,7 @@ static void evaluate(const dt_plan_req_t *q, int64_t T, int R, ev_t *v)
     double e = elem_of(q->precision), P = 0, Pmm = 0, Pmm_layers = 0;
     double pe = cl->peak_flops * cl->efficiency;
     double layers = q->kind == DT_KIND_ATTN ? 1 : (double)m->layers;
-    double attn_s = 0, worst = -1;
+    double attn_s = 0, attn_fwd_s = 0, worst = -1;
 
     memset(v, 0, sizeof(*v));
     v->T = T;
@@ -494,6 +665,7 @@ static void evaluate(const dt_plan_req_t *q, int64_t T, int R, ev_t *v)
     v->c = T / R;
     v->nb = q->nbranch > 0 ? q->nbranch : 1;
     v->hidden = true;
+    v->shard_hidden = true; /* nothing to send unless training on R > 1 */
     double buffers = 0, work = 0;
     for (int b = 0; b < v->nb; b++) {
         bev_t *o = &v->b[b];
@@ -502,6 +674,7 @@ static void evaluate(const dt_plan_req_t *q, int64_t T, int R, ev_t *v)
         buffers = dmax(buffers, o->buffers);
         work = dmax(work, o->work);
         v->attn_flops += o->flops;
+        attn_fwd_s += o->compute_s;
         attn_s += (q->kind == DT_KIND_TRAIN ? 3.5 : 1.0) * o->compute_s + o->exposed_s;
         if (recomp(q)) /* the layer's forward once more, its ring included */
             attn_s += o->compute_s + o->exposed_fwd_s;
@@ -526,21 +699,17 @@ static void evaluate(const dt_plan_req_t *q, int64_t T, int R, ev_t *v)
     mm->activations = c * act_per_token(q);
     mm->kv_buffers = buffers;
     mm->workspace = work;
+    if (q->kind == DT_KIND_TRAIN)
+        train_state(q, 1.0 / R, mm);
     if (q->kind == DT_KIND_TRAIN && e < 4) {
-        /* the GPU engine's own accounting (spec/model.h): an fp32
-         * gradient, master copy and moments beside the dtype weights;
-         * the head in chunks of rows */
+        /* the GPU engine's own accounting (spec/model.h); the head in
+         * chunks of rows */
         dt_gpu_train_bytes_t gb = dt_model_gpu_train_bytes(m, (int)e, recomp(q));
-        mm->grads = 4 * P;
-        mm->optimizer = 12 * P;
         mm->workspace += c * gb.per_token + gb.fixed;
     } else if (q->kind == DT_KIND_TRAIN) {
         /* the CPU engine, fp32 (see the top) */
         double D = (double)dt_model_head_dim(m), qdim = D * (double)m->heads;
         double kvdim = D * (double)m->kv_heads;
-        mm->grads = 4 * P;
-        /* shard = optimizer: the moments of this rank's slice only */
-        mm->optimizer = 8 * P / (q->shard_optimizer ? (double)R : 1.0);
         mm->workspace += c * (2 * 4 * (double)m->vocab + 4 * 4 * dim +
                               4 * (2 * qdim + 2 * kvdim + 3 * (double)m->ffn) + 24) +
                          8 * (double)T;
@@ -568,10 +737,10 @@ static void evaluate(const dt_plan_req_t *q, int64_t T, int R, ev_t *v)
         /* the useful FLOPs; recompute's forward is in the time (attn_s and
          * the layers' matrix products once more), not in them */
         v->flops = layers * 3.5 * v->attn_flops + 6 * Pmm * Tt;
-        /* the gradient all-reduce; shard = optimizer gathers the updated
-         * parameters as well */
+        /* plus the collectives over the training state, as far as they
+         * do not hide */
         v->seconds = layers * attn_s + (6 * Pmm + (recomp(q) ? 2 * Pmm_layers : 0)) * c / pe +
-                     (q->shard_optimizer ? 3.0 : 2.0) * (R - 1) / R * P * e / bw;
+                     state_comm(q, R, c, bw, attn_fwd_s, v);
         break;
     }
     }
@@ -599,9 +768,11 @@ static int check_req(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
     const dt_model_cfg_t *m = &q->model;
     const dt_cluster_t *cl = &q->cluster;
 
-    if (q->shard_optimizer && (q->kind != DT_KIND_TRAIN || q->cuda))
-        return fail(p, em, DT_EINVAL, "shard = optimizer is for train jobs on device = cpu "
-                    "so far (a cuda job keeps the whole optimizer state on every GPU)");
+    if (q->kind != DT_KIND_TRAIN && q->shard > DT_SHARD_NONE)
+        return fail(p, em, DT_EINVAL,
+                    "shard = %s is for train jobs: kind %s keeps no gradients or optimizer "
+                    "state, and its weights are not sharded",
+                    dt_shard_name(q->shard), kind_name(q->kind));
 
     if (q->tokens <= 0 || q->tokens > TOKENS_MAX)
         return fail(p, em, DT_EINVAL, "tokens=%lld: the sequence length must be 1 to 2^50",
@@ -777,6 +948,8 @@ static void fill(const dt_plan_req_t *q, const ev_t *v, dt_plan_t *p)
     p->step_compute_s = v->step_compute_s;
     p->step_comm_s = v->step_comm_s;
     p->comm_hidden = v->hidden;
+    p->shard_comm_s = v->shard_comm_s;
+    p->shard_hidden = v->shard_hidden;
     p->seconds = v->seconds;
     free(p->placement);
     p->placement = dt_xmallocarray((size_t)v->R, sizeof(int));
@@ -792,12 +965,50 @@ static void fill(const dt_plan_req_t *q, const ev_t *v, dt_plan_t *p)
 enum bound {
     BOUND_NONE = 0,  /* it fits, or the refusal is not about memory */
     BOUND_PER_TOKEN, /* no rank count the planner may use holds the per-token part */
-    BOUND_WHOLE,     /* the parts no R shrinks (weights, grads, optimizer) fill a rank */
+    BOUND_WHOLE,     /* the parts no R shrinks (the state kept whole, fixed) fill a rank */
 };
 
-/* The plan at the request's recompute (AUTO as none); *bound says what a
- * refusal is about. */
-static int plan_one(const dt_plan_req_t *q, dt_plan_t *p, enum bound *bound, dt_emsg_t *em)
+/* The memory no R shrinks (*a: the training state kept whole, or a
+ * prefill's weights, and fixed; its parts in *whole) and the part that
+ * shrinks as 1 / R (*b: the sharded state at R = 1). */
+static void constant_parts(const dt_plan_req_t *q, dt_plan_mem_t *whole, double *a, double *b)
+{
+    dt_plan_mem_t one = { 0 };
+    double P, Pmm, Pmm_layers;
+
+    memset(whole, 0, sizeof(*whole));
+    if (q->kind == DT_KIND_TRAIN) {
+        train_state(q, 0, whole);
+        train_state(q, 1, &one);
+    } else if (q->kind == DT_KIND_PREFILL) {
+        params(&q->model, &P, &Pmm, &Pmm_layers);
+        whole->weights = one.weights = P * elem_of(q->precision);
+    }
+    whole->fixed = q->cluster.fixed_bytes;
+    *a = whole->weights + whole->grads + whole->optimizer + whole->fixed;
+    *b = one.weights + one.grads + one.optimizer - (*a - whole->fixed);
+}
+
+/* What every rank still holds whole at the request's shard level. */
+static const char *held_whole(const dt_plan_req_t *q)
+{
+    switch (shard_of(q)) {
+    case DT_SHARD_OPTIMIZER:
+        return "with shard = optimizer every rank still holds the whole weights and gradients";
+    case DT_SHARD_GRADIENTS:
+        return "with shard = gradients every rank still holds the whole weights";
+    case DT_SHARD_PARAMETERS:
+        return "with shard = parameters every rank still holds its largest units whole";
+    default:
+        return "every rank holds the whole model";
+    }
+}
+
+/* The plan at the request's shard level and recompute (AUTO as none);
+ * *bound says what a refusal is about. With R free, rmax > 0 bounds the
+ * ranks looked at (dt_plan_make wants fewer than a plan it has). */
+static int plan_one(const dt_plan_req_t *q, int rmax, dt_plan_t *p, enum bound *bound,
+                    dt_emsg_t *em)
 {
     int64_t T = q->tokens;
     int cap, R, rc;
@@ -807,6 +1018,7 @@ static int plan_one(const dt_plan_req_t *q, dt_plan_t *p, enum bound *bound, dt_
     memset(p, 0, sizeof(*p));
     *bound = BOUND_NONE;
     p->recompute = recomp(q);
+    p->shard = shard_of(q);
     if ((rc = check_req(q, p, em)) < 0)
         return rc;
     cap = capacity(q);
@@ -820,30 +1032,31 @@ static int plan_one(const dt_plan_req_t *q, dt_plan_t *p, enum bound *bound, dt_
         evaluate(q, T, R, &v);
         fill(q, &v, p);
     } else {
-        /* the fewest ranks that fit: start where the per-token part alone
-         * would fill the memory left after the constant part */
+        /* the fewest ranks that fit: start where the per-token part and
+         * the sharded state alone would fill the memory the parts no R
+         * shrinks leave: R (mem - a) >= T act + b */
         int64_t limit = imin(MAX_RANKS, q->layout == DT_LAYOUT_ZIGZAG ? imax2(T / 2, 1) : T);
         int64_t start = 1, last = 0;
+        dt_plan_mem_t whole;
+        double a, b;
 
-        evaluate(q, T, 1, &v);
-        double constant = v.mem.weights + v.mem.grads + v.mem.optimizer + v.mem.fixed;
-        if (constant >= q->cluster.mem_bytes) {
+        if (rmax > 0)
+            limit = imin(limit, rmax);
+        constant_parts(q, &whole, &a, &b);
+        if (a >= q->cluster.mem_bytes) {
             /* no R helps: report the parts that do not shrink */
             char big[64];
-            p->mem.weights = v.mem.weights;
-            p->mem.grads = v.mem.grads;
-            p->mem.optimizer = v.mem.optimizer;
-            p->mem.fixed = v.mem.fixed;
-            p->mem.total = constant;
+            p->mem = whole;
+            p->mem.total = a;
             largest(&p->mem, big, sizeof(big));
             *bound = BOUND_WHOLE;
             return fail(p, em, DT_ENOSPC,
                         "memory: weights, grads, optimizer and fixed alone "
                         "need %.2f GiB per rank, more than the %.2f GiB of a %s rank (largest: "
-                        "%s; every rank holds the whole model)",
-                        constant / GiB, q->cluster.mem_bytes / GiB, q->cluster.name, big);
+                        "%s; %s)",
+                        a / GiB, q->cluster.mem_bytes / GiB, q->cluster.name, big, held_whole(q));
         }
-        double need = (double)T * act_per_token(q) / (q->cluster.mem_bytes - constant);
+        double need = ((double)T * act_per_token(q) + b) / (q->cluster.mem_bytes - a);
         if (need > 1)
             start = need >= (double)MAX_RANKS + 1 ? MAX_RANKS + 1 : (int64_t)ceil(need);
         R = 0;
@@ -904,49 +1117,192 @@ static int plan_one(const dt_plan_req_t *q, dt_plan_t *p, enum bound *bound, dt_
     return 0;
 }
 
-int dt_plan_make(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
+/* "shard = gradients, recompute = layer": what the planner itself chose
+ * of p (the request's AUTO keys), "" when nothing. */
+static void chosen(const dt_plan_req_t *q, const dt_plan_t *p, char *buf, size_t n)
 {
-    dt_plan_req_t none = *q, layer = *q;
-    dt_plan_t lp;
-    dt_emsg_t lem = { "" };
-    enum bound bound, lbound;
-    ev_t v;
-    int rc, lrc;
+    bool sa = q->shard == DT_SHARD_AUTO && p->shard != DT_SHARD_NONE;
+    bool ra = q->recompute == DT_RECOMPUTE_AUTO && p->recompute;
 
-    rc = plan_one(q, p, &bound, em);
-    if (rc == 0 || q->kind != DT_KIND_TRAIN || q->recompute != DT_RECOMPUTE_AUTO ||
-        bound == BOUND_NONE)
-        return rc;
-    /* AUTO, and nowhere without recomputation for want of memory: plan
-     * with it */
+    snprintf(buf, n, "%s%s%s%s", sa ? "shard = " : "", sa ? dt_shard_name(p->shard) : "",
+             sa && ra ? ", " : "", ra ? "recompute = layer" : "");
+}
+
+/* p at its shard level without recompute, at its ranks. */
+static void without_recompute(const dt_plan_req_t *q, const dt_plan_t *p, ev_t *v)
+{
+    dt_plan_req_t t = *q;
+
+    t.shard = p->shard;
+    t.recompute = DT_RECOMPUTE_NONE;
+    evaluate(&t, q->tokens, p->ranks, v);
+}
+
+/* The note of a plan that fits, where the planner chose: why. least and
+ * least_ranks: the least sharded plan that fit at p's recompute. */
+static void note_fit(const dt_plan_req_t *q, dt_plan_t *p, enum dt_shard_level least,
+                     int least_ranks)
+{
+    bool sa = q->shard == DT_SHARD_AUTO && p->shard != DT_SHARD_NONE;
+    bool ra = q->recompute == DT_RECOMPUTE_AUTO && p->recompute;
+    char what[64];
+    size_t len;
+    ev_t v;
+
+    if (!ra && !sa)
+        return;
+    without_recompute(q, p, &v);
+    if (!sa) {
+        snprintf(p->note, sizeof(p->note),
+                 "recompute = layer: without it the activations need %.2f GiB per rank at "
+                 "R=%d (%.2f GiB in all, %.2f GiB available)",
+                 v.mem.activations / GiB, p->ranks, v.mem.total / GiB, q->cluster.mem_bytes / GiB);
+        return;
+    }
+    chosen(q, p, what, sizeof(what));
+    if (least != p->shard) {
+        len = (size_t)snprintf(p->note, sizeof(p->note),
+                               "%s: fits on %d ranks; the least sharding that fits, shard = %s, "
+                               "needs %d",
+                               what, p->ranks, dt_shard_name(least), least_ranks);
+    } else {
+        dt_plan_req_t t = *q;
+        dt_plan_mem_t whole;
+        double a, b;
+        t.shard = DT_SHARD_NONE;
+        constant_parts(&t, &whole, &a, &b);
+        len = (size_t)snprintf(p->note, sizeof(p->note),
+                               "%s: without sharding the weights, gradients and optimizer need "
+                               "%.2f GiB per rank (%.2f GiB available)",
+                               what, (a - whole.fixed) / GiB, q->cluster.mem_bytes / GiB);
+    }
+    if (ra && len < sizeof(p->note))
+        snprintf(p->note + len, sizeof(p->note) - len,
+                 "; without recompute the activations need %.2f GiB per rank at R=%d "
+                 "(%.2f GiB in all)",
+                 v.mem.activations / GiB, p->ranks, v.mem.total / GiB);
+}
+
+/* The note of a refusal after the planner tried more than one plan (p is
+ * the last); skipped_layer: recompute = layer was not tried at p's shard
+ * level, the state kept whole being what does not fit. */
+static void note_refused(const dt_plan_req_t *q, dt_plan_t *p, bool skipped_layer)
+{
+    dt_plan_req_t layer = *q;
+    char what[64];
+    ev_t v;
+
+    layer.shard = p->shard;
     layer.recompute = DT_RECOMPUTE_LAYER;
-    if (bound == BOUND_WHOLE) {
+    if (skipped_layer) {
         snprintf(p->note, sizeof(p->note),
                  "recompute = layer would not help: it shrinks the activations (%.0f to %.0f "
                  "KiB per token), not the %.2f GiB of weights, grads and optimizer each rank "
-                 "holds",
+                 "holds%s",
                  act_per_token(q) / 1024, act_per_token(&layer) / 1024,
-                 (p->mem.weights + p->mem.grads + p->mem.optimizer) / GiB);
-        return rc;
+                 (p->mem.weights + p->mem.grads + p->mem.optimizer) / GiB,
+                 p->shard < DT_SHARD_PARAMETERS ? " (shard = parameters divides them over the "
+                                                  "ranks)"
+                                                : "");
+        return;
     }
-    lrc = plan_one(&layer, &lp, &lbound, &lem);
-    dt_plan_clear(p);
-    *p = lp;
-    /* what the activations would be without, at the ranks it came to */
-    none.recompute = DT_RECOMPUTE_NONE;
-    if (p->ranks > 0) {
-        evaluate(&none, q->tokens, p->ranks, &v);
+    chosen(q, p, what, sizeof(what));
+    if (p->ranks > 0 && p->recompute) {
+        without_recompute(q, p, &v);
         snprintf(p->note, sizeof(p->note),
-                 "recompute = layer%s: without it the activations need %.2f GiB per rank at "
-                 "R=%d (%.2f GiB in all, %.2f GiB available)",
-                 lrc == 0 ? "" : " does not fit either", v.mem.activations / GiB, p->ranks,
-                 v.mem.total / GiB, q->cluster.mem_bytes / GiB);
+                 "%s does not fit either: without recompute the activations need %.2f GiB per "
+                 "rank at R=%d (%.2f GiB in all, %.2f GiB available)",
+                 what, v.mem.activations / GiB, p->ranks, v.mem.total / GiB,
+                 q->cluster.mem_bytes / GiB);
+        if (q->shard != DT_SHARD_AUTO) /* the wording of recompute alone */
+            snprintf(p->note, sizeof(p->note),
+                     "%s does not fit either: without it the activations need %.2f GiB per rank "
+                     "at R=%d (%.2f GiB in all, %.2f GiB available)",
+                     what, v.mem.activations / GiB, p->ranks, v.mem.total / GiB,
+                     q->cluster.mem_bytes / GiB);
     } else {
-        snprintf(p->note, sizeof(p->note), "recompute = layer does not fit either");
+        snprintf(p->note, sizeof(p->note), "%s does not fit either", what);
     }
-    if (lrc < 0)
-        dt_emsg_set(em, lrc, "%s", lem.s);
-    return lrc;
+}
+
+int dt_plan_make(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
+{
+    static const enum dt_shard_level levels[] = { DT_SHARD_NONE, DT_SHARD_OPTIMIZER,
+                                                  DT_SHARD_GRADIENTS, DT_SHARD_PARAMETERS };
+    static const enum dt_recompute settings[] = { DT_RECOMPUTE_NONE, DT_RECOMPUTE_LAYER };
+    /* on the user's one rank every level keeps the whole state */
+    bool auto_shard = q->kind == DT_KIND_TRAIN && q->shard == DT_SHARD_AUTO && q->ranks != 1;
+    bool auto_rc = q->kind == DT_KIND_TRAIN && q->recompute == DT_RECOMPUTE_AUTO;
+    int nsh = auto_shard ? (int)DT_ARRAY_SIZE(levels) : 1;
+    int nrc = auto_rc ? (int)DT_ARRAY_SIZE(settings) : 1;
+    bool whole[DT_SHARD_PARAMETERS + 1] = { false };
+    dt_plan_t best = { 0 }, last = { 0 }, cur;
+    dt_emsg_t cem, last_em = { "" };
+    enum dt_shard_level least = DT_SHARD_NONE;
+    int tried = 0, last_rc = 0, least_ranks = 0;
+    bool have_best = false;
+    enum bound bound;
+
+    if (!auto_shard && !auto_rc)
+        return plan_one(q, 0, p, &bound, em);
+    /* sharding first, recompute after: at each recompute setting (none,
+     * then layer) the shard level with the fewest ranks, the least
+     * sharding among equals; layer only when no level fits without */
+    for (int i = 0; i < nrc && !have_best; i++) {
+        for (int j = 0; j < nsh; j++) {
+            dt_plan_req_t t = *q;
+            if (auto_shard)
+                t.shard = levels[j];
+            if (auto_rc)
+                t.recompute = settings[i];
+            /* recompute cannot help where the state kept whole does not fit */
+            if (whole[shard_of(&t)])
+                continue;
+            /* a later level is taken for fewer ranks only */
+            if (have_best && (q->ranks > 0 || best.ranks == 1))
+                break;
+            memset(&cem, 0, sizeof(cem));
+            int rc = plan_one(&t, have_best ? best.ranks - 1 : 0, &cur, &bound, &cem);
+            tried++;
+            if (rc == 0) {
+                if (!have_best) {
+                    least = cur.shard;
+                    least_ranks = cur.ranks;
+                }
+                dt_plan_clear(&best);
+                best = cur;
+                have_best = true;
+                continue;
+            }
+            if (tried == 1 && bound == BOUND_NONE) {
+                /* not about memory: no other plan changes that */
+                *p = cur;
+                return dt_emsg_set(em, rc, "%s", cem.s);
+            }
+            if (bound == BOUND_WHOLE)
+                whole[shard_of(&t)] = true;
+            if (have_best) {
+                dt_plan_clear(&cur);
+                continue;
+            }
+            dt_plan_clear(&last);
+            last = cur;
+            last_rc = rc;
+            last_em = cem;
+        }
+    }
+    if (have_best) {
+        dt_plan_clear(&last);
+        *p = best;
+        note_fit(q, p, least, least_ranks);
+        return 0;
+    }
+    /* nothing fits: the last plan tried, the most sharding and
+     * recomputation the request leaves open */
+    *p = last;
+    if (tried > 1 || (auto_rc && whole[p->shard]))
+        note_refused(q, p, auto_rc && whole[p->shard] && !p->recompute);
+    return dt_emsg_set(em, last_rc, "%s", last_em.s);
 }
 
 void dt_plan_clear(dt_plan_t *p)
@@ -972,7 +1328,8 @@ json_t *dt_plan_to_json(const dt_plan_req_t *q, const dt_plan_t *p)
     if (!p->fits)
         json_object_set_new(o, "reason", json_string(p->reason));
     json_object_set_new(o, "recompute", json_string(p->recompute ? "layer" : "none"));
-    json_object_set_new(o, "shard", json_string(q->shard_optimizer ? "optimizer" : "none"));
+    json_object_set_new(o, "shard",
+                        json_string(dt_shard_name(p->shard ? p->shard : DT_SHARD_NONE)));
     if (p->note[0])
         json_object_set_new(o, "note", json_string(p->note));
     json_object_set_new(o, "ranks", json_integer(p->ranks));
@@ -997,6 +1354,8 @@ json_t *dt_plan_to_json(const dt_plan_req_t *q, const dt_plan_t *p)
     json_object_set_new(o, "seconds", json_real(p->seconds));
     json_object_set_new(o, "comm_hidden", json_boolean(p->comm_hidden));
     json_object_set_new(o, "min_c_hidden", json_integer(p->min_c_hidden));
+    json_object_set_new(o, "shard_comm_s", json_real(p->shard_comm_s));
+    json_object_set_new(o, "shard_hidden", json_boolean(p->shard_hidden));
     for (int b = 0; b < p->nbranch; b++) {
         json_t *x = json_object();
         json_object_set_new(x, "segment", json_integer(p->branch[b].w));
@@ -1029,6 +1388,8 @@ json_t *dt_plan_to_json(const dt_plan_req_t *q, const dt_plan_t *p)
     json_object_set_new(o, "precision", json_string(prec_name(q->precision)));
     json_object_set_new(o, "causal", json_boolean(q->causal));
     json_object_set_new(o, "layout", json_string(dt_layout_name(q->layout)));
+    if (q->kind == DT_KIND_TRAIN)
+        json_object_set_new(o, "batch", json_integer(q->batch > 1 ? q->batch : 1));
     model = json_object();
     json_object_set_new(model, "name", json_string(q->model.name));
     json_object_set_new(model, "dim", json_integer(q->model.dim));

@@ -49,6 +49,24 @@ enum dt_job_kind { DT_KIND_ATTN = 0, DT_KIND_PREFILL, DT_KIND_TRAIN };
  * rank count, with it; NONE and LAYER are the user's and always honoured. */
 enum dt_recompute { DT_RECOMPUTE_AUTO = 0, DT_RECOMPUTE_NONE, DT_RECOMPUTE_LAYER };
 
+/* Sharded training state (spec key shard), each level adding to the one
+ * before: OPTIMIZER the AdamW state, GRADIENTS the gradients, PARAMETERS
+ * the parameters themselves (gathered one unit at a time), each rank
+ * keeping a slice of about 1/R. AUTO (the spec leaves it unset, train
+ * only): the planner picks the least that fits (planner.c's top comment);
+ * the others are the user's and always honoured. */
+enum dt_shard_level {
+    DT_SHARD_AUTO = 0,
+    DT_SHARD_NONE,
+    DT_SHARD_OPTIMIZER,
+    DT_SHARD_GRADIENTS,
+    DT_SHARD_PARAMETERS,
+};
+
+/* "none", "optimizer", "gradients", "parameters" (the spec's words);
+ * "auto" for DT_SHARD_AUTO. */
+const char *dt_shard_name(enum dt_shard_level s);
+
 /* Cluster presets: h100-sxm, h200, cpu (model presets: spec/model.h). DT_EINVAL with
  * the list of known names otherwise. */
 int dt_cluster_preset(const char *name, dt_cluster_t *out, dt_emsg_t *em);
@@ -67,7 +85,8 @@ typedef struct dt_plan_req {
     int ranks;   /* 0: the planner chooses the fewest that fit */
     int spares;
     enum dt_recompute recompute; /* train only; AUTO when the spec leaves it unset */
-    bool shard_optimizer; /* train, CPU: the AdamW moments sharded over the ranks */
+    enum dt_shard_level shard;   /* train only; AUTO when the spec leaves it unset */
+    int64_t batch;               /* train: sequences per step (spec batch); 0 is 1 */
 } dt_plan_req_t;
 
 /* Build a request from a spec (presets, overrides, defaults). */
@@ -88,8 +107,10 @@ typedef struct dt_plan {
     bool fits;
     char reason[256];    /* why not, when !fits */
     bool recompute;      /* train: planned with recompute = layer */
-    char note[256];      /* why the planner chose recompute = layer itself (or why
-                          * it would not help); "" when the request decided */
+    enum dt_shard_level shard; /* train: the shard level planned (never AUTO); NONE otherwise */
+    char note[512];      /* why the planner chose a shard level or recompute = layer
+                          * itself (or why they would not help, or that nothing fits
+                          * with them either); "" when the request decided */
     int ranks, nodes;
     int64_t tokens_per_rank;
     int nbranch;
@@ -102,6 +123,13 @@ typedef struct dt_plan {
     double step_compute_s, step_comm_s;
     bool comm_hidden;
     int64_t min_c_hidden; /* smallest c for which comm hides; 0 if never */
+    /* train: the step's collectives over the training state (all-reduce;
+     * with sharding reduce-scatters and gathers), all of them at the
+     * plan's bandwidth; shard_hidden: those inside the forward and
+     * backward (gradients, parameters: one unit at a time) hide behind
+     * their unit's compute, or there is nothing to send (R = 1) */
+    double shard_comm_s;
+    bool shard_hidden;
     double seconds;
     int *placement;      /* [ranks] node of each rank; owned */
     double intra_node_frac; /* ring hops inside a node */
@@ -109,22 +137,25 @@ typedef struct dt_plan {
 
 /* Plan. Returns 0 when the job fits; DT_ENOSPC (does not fit in memory),
  * DT_ELAYOUT (indivisible lengths), DT_EINVAL (w not a multiple of r, bad
- * shape), DT_ERANGE (needs more GPUs than the cluster has), each with the
- * reason in em and in out->reason; out is filled as far as it could be
- * computed in every case. A train request with recompute AUTO that fits
- * at no rank count without recomputation for want of memory (DT_ENOSPC;
+ * shape, shard asked of an attn or prefill job), DT_ERANGE (needs more
+ * GPUs than the cluster has), each with the reason in em and in
+ * out->reason; out is filled as far as it could be computed in every case.
+ * A train request with shard or recompute AUTO is planned at each shard
+ * level and recompute setting it leaves open, in the order of planner.c's
+ * top comment, while the refusals are for want of memory (DT_ENOSPC;
  * DT_ERANGE or DT_ELAYOUT when the ranks it would need are more than the
- * cluster has or none of them divides T) is planned again with recompute
- * = layer: out is then that plan, fitting or not (out->recompute; out->note
- * says why, with the activations it would need without). The caller that
- * runs the job must hand the engine out->recompute. */
+ * cluster has or none of them divides T): out is the plan picked
+ * (out->shard, out->recompute; out->note says why), or when none fits the
+ * one with the most sharding and recomputation tried, refused. The caller
+ * that runs the job must hand the engine out->shard and out->recompute. */
 int dt_plan_make(const dt_plan_req_t *req, dt_plan_t *out, dt_emsg_t *em);
 void dt_plan_clear(dt_plan_t *p);
 
 /* The plan as JSON: at least ranks, tokens_per_rank, memory_per_rank_bytes,
  * memory_breakdown, flops, seconds, comm_hidden, fits, branches, placement,
- * recompute ("none" or "layer"; "none" for attn and prefill), note (when
- * there is one),
+ * recompute ("none" or "layer"; "none" for attn and prefill), shard
+ * ("none", "optimizer", "gradients" or "parameters"; "none" for attn and
+ * prefill), shard_comm_s and shard_hidden, note (when there is one),
  * plus the request's echo. New reference. */
 json_t *dt_plan_to_json(const dt_plan_req_t *req, const dt_plan_t *p);
 

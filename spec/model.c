@@ -169,3 +169,15 @@ dt_gpu_train_bytes_t dt_model_gpu_train_bytes(const dt_model_cfg_t *m, int elem,
     }
     return b;
 }
+
+int64_t dt_model_unit_max(const dt_model_cfg_t *c)
+{
+    int64_t d = c->dim, D = dt_model_head_dim(c), vd = (int64_t)c->vocab * d;
+    int64_t layer = 2 * d + 2 * (int64_t)c->heads * D * d + 2 * (int64_t)c->kv_heads * D * d +
+                    3 * (int64_t)c->ffn * d;
+    int64_t last = d + (c->tied ? 0 : vd), max = vd;
+
+    if (layer > max)
+        max = layer;
+    return last > max ? last : max;
+}

@@ -104,4 +104,10 @@ typedef struct dt_gpu_train_bytes {
 dt_gpu_train_bytes_t dt_model_gpu_train_bytes(const dt_model_cfg_t *cfg, int elem,
                                               int recompute);
 
+/* Sharded training gathers and reduces the flat parameters in units: the
+ * embedding (V d), each layer (attn_norm, wq, wk, wv, wo, mlp_norm, w1,
+ * w3, w2), and last the final norm with the LM head (V d + d; d alone when
+ * tied). The parameters of the largest unit (cfg's sizes positive). */
+int64_t dt_model_unit_max(const dt_model_cfg_t *cfg);
+
 #endif /* DT_SPEC_MODEL_H */

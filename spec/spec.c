@@ -102,9 +102,13 @@ static const dt_conf_key_t keys[] = {
     KEY("steps", DT_CONF_INT, steps, 1, INT64_C(1) << 40, 0, "training steps (default 1)"),
     KEY("seed", DT_CONF_INT, seed, 0, INT64_MAX, 0, "random seed (default 0)"),
     KEY("batch", DT_CONF_INT, batch, 1, 1 << 20, 0, "sequences per training step (default 1)"),
+    KEY("dp", DT_CONF_INT, dp, 1, 65536, 0,
+        "data parallel: dp rings of `ranks` ranks, each ring its own sequences, the gradient "
+        "reduced over all (train; default 1)"),
     STR("shard", shard, 0,
-        "none or optimizer: each rank keeps and updates the AdamW state of 1/R of the "
-        "parameters, which are then gathered (default none)"),
+        "none, optimizer, gradients or parameters: each rank keeps 1/R of the AdamW "
+        "state, then of the gradients too, then of the parameters too (default: the "
+        "planner picks the least that fits)"),
     STR("recompute", recompute, 0,
         "none or layer: keep each layer's input only and recompute the layer in the "
         "backward (default none)"),
@@ -145,7 +149,7 @@ static const char *const models[] = { "tiny", "llama3-8b", "llama3-70b", "custom
 static const char *const yesno[] = { "yes", "no", NULL };
 static const char *const scalings[] = { "none", "llama3", NULL };
 static const char *const recomputes[] = { "none", "layer", NULL };
-static const char *const shards[] = { "none", "optimizer", NULL };
+static const char *const shards[] = { "none", "optimizer", "gradients", "parameters", NULL };
 static const char *const layouts[] = { "contiguous", "zigzag", NULL };
 static const char *const precisions[] = { "fp32", "bf16", "fp16", NULL };
 static const char *const gpus[] = { "h100-sxm", "h200", "cpu", NULL };
@@ -561,6 +565,9 @@ int dt_spec_check(const dt_spec_t *s, dt_emsg_t *em)
                                    "needs dim, layers, heads, kv_heads, ffn and vocab)",
                                    shape[i]);
     }
+    if (s->dp > 1 && strcmp(s->kind, "train") != 0)
+        return dt_emsg_set(em, DT_EINVAL, "key 'dp' = %lld: data parallel is for kind train "
+                           "(kind %s has no gradient to reduce)", (long long)s->dp, s->kind);
     if (s->output_dir != NULL && s->output_dir[0] != '/')
         return dt_emsg_set(em, DT_EINVAL, "key 'output_dir' = '%s': an absolute path is needed "
                            "(the workers run in another directory)", s->output_dir);

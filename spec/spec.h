@@ -49,7 +49,7 @@ typedef struct dt_spec {
     char *device;    /* cpu | cuda (default: cuda when gpu is a GPU preset) */
     char *gpu;       /* cluster preset: h100-sxm | h200 | cpu (default: h100-sxm on
                       * cuda, else cpu) */
-    int64_t ranks;   /* 0: the planner chooses */
+    int64_t ranks;   /* ranks per ring R (the job runs dp x ranks); 0: the planner chooses */
     int64_t nodes, gpus_per_node, cpus_per_gpu, spares;
     int64_t time_limit_ms;
     int64_t signal_lead_ms; /* checkpoint and requeue this long before the limit */
@@ -57,9 +57,13 @@ typedef struct dt_spec {
     char *partition, *account, *qos, *constraint, *exclude;
     /* training and data */
     int64_t steps, seed, batch;
+    int64_t dp;      /* data parallel: dp rings of `ranks` ranks, each its own sequences
+                      * (0: not given, 1) */
     char *recompute; /* none | layer: keep each layer's input only, recompute it in the
                       * backward (default none) */
-    char *shard;     /* none | optimizer: the AdamW state sharded over the ranks */
+    char *shard;     /* none | optimizer | gradients | parameters: the training state
+                      * sharded over the ranks, each level adding to the one before
+                      * (NULL: the planner picks) */
     char *lr;        /* peak learning rate, a number in (0, 10] (default 3e-3) */
     char *data;      /* "recall" or a token shard path */
     int64_t recall_keys, recall_values, recall_pairs, recall_queries; /* 0: defaults */

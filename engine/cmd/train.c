@@ -158,6 +158,8 @@ static int apply_spec(topts_t *o, const char *path, dt_emsg_t *em)
         o->ckpt_keep = s->ckpt_keep;
     if (s->batch > 0)
         o->batch = s->batch;
+    if (s->dp > 0)
+        o->dp = (int)s->dp;
     if (s->lr)
         o->lr = strtod(s->lr, NULL); /* checked by dt_spec_load */
     if (s->recompute)
@@ -1119,7 +1121,7 @@ static int trainer_run(trainer_t *t)
     return dt_agree_report(t->comm, rc, "dtengine train", t->em.s, NULL);
 }
 
-static int trainer_report(trainer_t *t, const float *P);
+static int trainer_report(trainer_t *t, const float *P, const char *digest);
 
 /* Rank 0: --params-out, the parameters' digest and the result line (for
  * the agent too). A failed --params-out is rank 0's alone. */
@@ -1139,26 +1141,41 @@ static int trainer_finish(trainer_t *t)
         return rc;
     }
 #endif
-    /* shard = parameters: the whole array for the digest, gathered */
-    float *all = t->P;
-    if (t->pn != t->n) {
+    if (t->pn == t->n)
+        return trainer_report(t, t->P, NULL);
+    /* shard = parameters: no rank holds the whole array; its digest is
+     * taken a unit's length at a time as the pieces are gathered (and
+     * --params-out gathers the whole on rank 0) */
+    int64_t u = dt_model_gather_max(t->m);
+    float *piece = dt_xcalloc((size_t)u, sizeof(float)), *all = NULL;
+    dt_sha256_t *h = dt_sha256_new();
+    char hex[65];
+    if (t->me == 0 && t->o.params_out)
         all = dt_xcalloc((size_t)t->n, sizeof(float));
-        memcpy(all + t->moff, t->P, (size_t)t->mlen * sizeof(float));
-        if ((rc = trainer_gather(t, all)) < 0) {
-            free(all);
-            if (t->me == 0)
-                fprintf(stderr, "dtengine train: gathering the parameters failed\n");
-            return rc;
-        }
+    rc = 0;
+    for (int64_t a = 0; a < t->n && rc == 0; a += u) {
+        int64_t b = t->n - a < u ? t->n : a + u;
+        if ((rc = dt_model_gather(t->m, t->cring, t->P, a, b, piece, &t->em)) < 0)
+            break;
+        dt_sha256_update(h, piece, (size_t)(b - a) * sizeof(float));
+        if (all)
+            memcpy(all + a, piece, (size_t)(b - a) * sizeof(float));
     }
-    rc = trainer_report(t, all);
-    if (all != t->P)
-        free(all);
+    dt_sha256_final(h, hex); /* frees h */
+    free(piece);
+    if (rc < 0) {
+        if (t->me == 0)
+            fprintf(stderr, "dtengine train: %s\n", t->em.s);
+    } else {
+        rc = trainer_report(t, all, hex);
+    }
+    free(all);
     return rc;
 }
 
-/* Rank 0's part of trainer_finish, with the whole parameters P. */
-static int trainer_report(trainer_t *t, const float *P)
+/* Rank 0's part of trainer_finish, with the whole parameters P (or NULL
+ * without --params-out when digest, their sha256, is given). */
+static int trainer_report(trainer_t *t, const float *P, const char *digest)
 {
     const topts_t *o = &t->o;
     char hex[65];
@@ -1171,7 +1188,10 @@ static int trainer_report(trainer_t *t, const float *P)
         fprintf(stderr, "dtengine train: %s\n", t->em.s);
         return rc;
     }
-    dt_sha256_hex(P, (size_t)t->n * sizeof(float), hex);
+    if (digest)
+        memcpy(hex, digest, sizeof(hex));
+    else
+        dt_sha256_hex(P, (size_t)t->n * sizeof(float), hex);
     /* loss last: scripts read params_sha256 where it always was */
     printf("result: steps=%lld params_sha256=%s loss=%.9f\n", (long long)o->steps, hex,
            t->last_loss);

@@ -391,20 +391,6 @@ static void unit_range(const dt_model_t *m, int u, int64_t *a, int64_t *b)
     }
 }
 
-static int64_t unit_max(const dt_model_cfg_t *cfg)
-{
-    dt_model_t m = { .cfg = *cfg };
-    int64_t best = 0, a, b;
-
-    dt_model_layout_init(&m.lo, cfg);
-    for (int u = 0; u <= cfg->layers + 1; u++) {
-        unit_range(&m, u, &a, &b);
-        best = b - a > best ? b - a : best;
-    }
-    dt_model_layout_close(&m.lo);
-    return best;
-}
-
 void dt_model_slice(int64_t n, int R, int r, int N, int i, int64_t *off, int64_t *len)
 {
     int64_t S = (int64_t)R * N, s = (int64_t)r * N + i;
@@ -554,6 +540,23 @@ static int unit_g_done(dt_model_t *m, dt_comm_t *comm, const place_t *pl, int u,
     return reduce_unit(m, comm, pl, buf, a, b, G, em);
 }
 
+int64_t dt_model_gather_max(const dt_model_t *m)
+{
+    return m->umax;
+}
+
+int dt_model_gather(dt_model_t *m, dt_comm_t *comm, const float *P, int64_t a, int64_t b,
+                    float *dst, dt_emsg_t *em)
+{
+    const place_t pl = place_of(m, comm);
+
+    if (a < 0 || b < a || b > m->lo.nparams || b - a > m->umax)
+        return dt_emsg_set(em, DT_EINVAL, "gathering [%lld, %lld): not a range of at most %lld "
+                           "of the %lld parameters", (long long)a, (long long)b,
+                           (long long)m->umax, (long long)m->lo.nparams);
+    return gather_unit(m, comm, &pl, P, a, b, dst, em);
+}
+
 dt_model_t *dt_model_new_train(const dt_model_cfg_t *cfg, int64_t c, int recompute, int shard,
                                dt_comm_t *dp)
 {
@@ -562,7 +565,9 @@ dt_model_t *dt_model_new_train(const dt_model_cfg_t *cfg, int64_t c, int recompu
 
     m->shard = shard;
     m->dp = dp != NULL && dt_comm_size(dp) > 1 ? dp : NULL;
-    m->umax = unit_max(cfg);
+    m->umax = dt_model_unit_max(cfg);
+    if (m->dp && shard == DT_MODEL_SHARD_NONE)
+        m->tbuf = buf(m->umax); /* dt_model_gather's ring part */
     if (shard == DT_MODEL_SHARD_PARAMETERS) {
         m->wbuf = buf(m->umax);
         if (cfg->tied)

@@ -108,6 +108,18 @@ void dt_model_slice(int64_t n, int R, int r, int N, int i, int64_t *off, int64_t
 dt_model_t *dt_model_new_train(const dt_model_cfg_t *cfg, int64_t c, int recompute, int shard,
                                dt_comm_t *dp);
 
+/* The longest range dt_model_gather takes: the largest unit
+ * (dt_model_unit_max), in parameters. */
+int64_t dt_model_gather_max(const dt_model_t *m);
+
+/* [a, b) of the flat array (at most dt_model_gather_max long) gathered
+ * from every rank's slice P (dt_model_slice) into dst (b - a floats), as
+ * shard = parameters gathers a unit: for a digest or an export that no
+ * rank holds whole. Every rank of the ring comm, and of the model's
+ * replicas, must call it alike. DT_EINVAL for a bad range. */
+int dt_model_gather(dt_model_t *m, dt_comm_t *comm, const float *P, int64_t a, int64_t b,
+                    float *dst, dt_emsg_t *em);
+
 /* The logits (c, V) of the last dt_model_step or dt_model_head (valid
  * until the next call). */
 const float *dt_model_logits(const dt_model_t *m);

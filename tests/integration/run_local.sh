@@ -424,6 +424,41 @@ t_coordinator() {
 }
 check "--inject-failure coordinator@25: restarted, agents reattach, same checksum" t_coordinator
 
+# the same matrix for a sharded job: shard = parameters with recompute =
+# layer (every rank keeps a quarter of the parameters, gradient and
+# moments, and each layer's input only), checkpoints of slices: after
+# each fault the checksum of its own fault-free run
+{
+    cat "$TMPD/small.spec"
+    echo "shard = parameters"
+    echo "recompute = layer"
+} >"$TMPD/sharded.spec"
+t_sharded_base() {
+    e2e sharded "$TMPD/sharded.spec" || return 1
+    SHARD_SUM=$CHECKSUM
+    out_has "restarts +0" && grep -q '"shard": "parameters"' \
+        "$TMPD/e2e-sharded/jobs/1/ckpt/step-00000010/manifest.json" 2>/dev/null ||
+        ls "$TMPD/e2e-sharded"/jobs/1/* 2>&1 | head -n 5
+}
+check "run --local, shard = parameters, recompute = layer: completes (its reference checksum)" \
+    t_sharded_base
+: "${SHARD_SUM:=none}"
+sharded_fault() { # KIND [ARGS...]
+    _sf_kind=$1
+    shift
+    e2e "sharded-$_sf_kind" "$TMPD/sharded.spec" --inject-failure "$_sf_kind@25" "$@" || return 1
+    out_has "^injected failure at step [0-9]+: " && out_has "restarts +[1-9]|dtcoordd started again" ||
+        return 1
+    [ "$CHECKSUM" = "$SHARD_SUM" ] || {
+        echo "checksum $CHECKSUM, fault-free sharded run $SHARD_SUM"
+        return 1
+    }
+}
+check "sharded: --inject-failure worker@25 recovers, same checksum" sharded_fault worker
+check "sharded: --inject-failure agent@25 with a spare recovers on it, same checksum" \
+    sharded_fault agent --spares 1
+check "sharded: --inject-failure coordinator@25: same checksum" sharded_fault coordinator
+
 t_checkpoint_running() {
     need_agent || return 1
     _cr_dir=$TMPD/e2e-ckpt

@@ -7,7 +7,10 @@
  * llama3-8b takes days on H100s, the dilated configuration does not);
  * min_c_hidden agreeing with the plan at that c; placement; the JSON;
  * requests built from specs; training memory with and without recompute
- * by hand, the planner's own choice of recompute and the user's honoured.
+ * by hand, the planner's own choice of recompute and the user's honoured;
+ * sharded training state (memory and communication per level by hand, the
+ * planner's pick of shard and recompute, llama3-8b and -70b fitting over
+ * 1M tokens, the refusal outside training).
  * Pure computation: nothing to start.
  */
 #include "config.h"
@@ -272,8 +275,10 @@ Test(planner, refusals)
     cr_assert(p.mem.total > q.cluster.mem_bytes);
     dt_plan_clear(&p);
 
-    /* memory at any R: the replicated model does not fit */
+    /* memory at any R: the replicated model does not fit (unsharded, as
+     * the user asks) */
     q = llama_req("h100-sxm", DT_KIND_TRAIN, INT64_C(1) << 20);
+    q.shard = DT_SHARD_NONE;
     cr_assert_eq(make(&q, &p, &em), DT_ENOSPC);
     cr_assert_not_null(strstr(em.s, "largest: optimizer"), "%s", em.s);
     cr_assert_not_null(strstr(em.s, "every rank holds the whole model"), "%s", em.s);
@@ -525,7 +530,30 @@ Test(planner, request_from_spec)
     cr_assert_eq(q.tokens, 65536);
     cr_assert_eq(q.nbranch, 0);
     cr_assert_eq(q.recompute, DT_RECOMPUTE_AUTO, "unset: the planner decides");
+    cr_assert_eq(q.shard, DT_SHARD_AUTO, "unset: the planner decides");
+    cr_assert_eq(q.batch, 1);
     dt_spec_free(&s);
+
+    const struct {
+        const char *text;
+        enum dt_shard_level want;
+    } shs[] = {
+        { "kind = train\ntokens = 4096\nshard = none\n", DT_SHARD_NONE },
+        { "kind = train\ntokens = 4096\nshard = optimizer\n", DT_SHARD_OPTIMIZER },
+        { "kind = train\ntokens = 4096\nshard = gradients\nbatch = 3\n", DT_SHARD_GRADIENTS },
+        { "kind = train\ntokens = 4096\nshard = parameters\n", DT_SHARD_PARAMETERS },
+    };
+    for (size_t i = 0; i < sizeof(shs) / sizeof(shs[0]); i++) {
+        cr_assert_eq(dt_spec_parse("s", shs[i].text, &s, &em), 0, "%s", em.s);
+        cr_assert_eq(dt_plan_req_from_spec(&s, &q, &em), 0, "%s", em.s);
+        cr_assert_eq(q.shard, shs[i].want, "%s", shs[i].text);
+        cr_assert_str_eq(dt_shard_name(q.shard), s.shard);
+        cr_assert_eq(q.batch, shs[i].want == DT_SHARD_GRADIENTS ? 3 : 1);
+        dt_spec_free(&s);
+    }
+    cr_assert_eq(dt_spec_parse("s", "kind = train\ntokens = 4096\nshard = zero3\n", &s, &em),
+                 DT_EINVAL);
+    cr_assert(strstr(em.s, "none, optimizer, gradients or parameters"), "%s", em.s);
 
     const struct {
         const char *text;
@@ -672,32 +700,427 @@ Test(planner, training_memory_by_hand)
     dt_plan_clear(&p);
 }
 
-/* shard = optimizer on the CPU: each rank keeps the AdamW moments of 1/R
- * of the parameters (engine/cmd/train.c), everything else as unsharded;
- * a cuda job or an attention refuses it (not there yet). */
-Test(planner, shard_optimizer_memory)
+/* A small model for the shard tests, trained over 4096 tokens on R = 4
+ * ranks of the cluster preset (fp32 on the cpu, bf16 on cuda), unsharded,
+ * no recompute: dim 256, 2 layers, 4 heads of 64, 2 kv heads, ffn 512,
+ * vocab 1000. Its units: the embedding (V d = 256000), two layers (2 d +
+ * 2 d 4 64 + 2 d 2 64 + 3 d f = 590336 each: the largest, U), the final
+ * norm with the head (d + V d = 256256; d when tied). */
+#define SM_D 256.0
+#define SM_V 1000.0
+#define SM_LAYER (2 * SM_D + 2 * SM_D * 256 + 2 * SM_D * 128 + 3 * SM_D * 512)
+static dt_plan_req_t small_train(const char *cluster, dt_dtype_t precision, bool tied)
 {
-    dt_plan_req_t q = tiny_train("cpu", DT_F32);
-    dt_plan_t none, sh;
+    dt_plan_req_t q = { 0 };
+
+    cr_assert_eq(dt_model_preset("custom", &q.model, NULL), 0);
+    cr_assert_eq(dt_cluster_preset(cluster, &q.cluster, NULL), 0);
+    q.model.dim = 256;
+    q.model.layers = 2;
+    q.model.heads = 4;
+    q.model.kv_heads = 2;
+    q.model.ffn = 512;
+    q.model.vocab = 1000;
+    q.model.tied = tied;
+    q.kind = DT_KIND_TRAIN;
+    q.precision = precision;
+    q.cuda = precision != DT_F32;
+    q.tokens = 4096;
+    q.ranks = 4;
+    q.causal = true;
+    q.layout = DT_LAYOUT_ZIGZAG;
+    q.shard = DT_SHARD_NONE;
+    q.recompute = DT_RECOMPUTE_NONE;
+    return q;
+}
+
+static double small_params(bool tied)
+{
+    return 2 * SM_LAYER + SM_V * SM_D + SM_D + (tied ? 0 : SM_V * SM_D);
+}
+
+static double state(const dt_plan_t *p)
+{
+    return p->mem.weights + p->mem.grads + p->mem.optimizer;
+}
+
+/* The training state per rank at W = 4 by hand, CPU (fp32): the weights
+ * are the master copy, 4 P; the gradient 4 P (8 P with batch > 1: a
+ * sequence's beside the step's); the AdamW moments 8 P. optimizer
+ * divides the moments by W, gradients the gradient too (plus the unit
+ * being reduce-scattered, 4 U, and a tied embedding's gradient, 4 V d),
+ * parameters the weights too (plus one gathered unit and a tied
+ * embedding). Everything per token is the same at every level. */
+Test(planner, shard_memory_by_hand_cpu)
+{
+    for (int tied = 0; tied < 2; tied++) {
+        for (int batch = 1; batch <= 2; batch++) {
+            dt_plan_req_t q = small_train("cpu", DT_F32, tied);
+            double P = small_params(tied), U = SM_LAYER, E = tied ? SM_V * SM_D : 0, W = 4;
+            double g = batch > 1 ? 8 * P : 4 * P;
+            const struct {
+                enum dt_shard_level sh;
+                double w, g, o;
+            } want[] = {
+                { DT_SHARD_NONE, 4 * P, g, 8 * P },
+                { DT_SHARD_OPTIMIZER, 4 * P, g, 8 * P / W },
+                { DT_SHARD_GRADIENTS, 4 * P, g / W + 4 * (U + E), 8 * P / W },
+                { DT_SHARD_PARAMETERS, 4 * P / W + 4 * (U + E), g / W + 4 * (U + E), 8 * P / W },
+            };
+            dt_plan_t base, p;
+            dt_emsg_t em;
+
+            cr_assert_eq(dt_model_unit_max(&q.model), (int64_t)U);
+            q.batch = batch;
+            cr_assert_eq(make(&q, &base, &em), 0, "%s", em.s);
+            for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+                q.shard = want[i].sh;
+                cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
+                cr_assert_eq(p.shard, want[i].sh);
+                cr_assert_eq(p.mem.weights, want[i].w, "tied %d batch %d %s", tied, batch,
+                             dt_shard_name(want[i].sh));
+                cr_assert_eq(p.mem.grads, want[i].g, "tied %d batch %d %s: %.0f vs %.0f", tied,
+                             batch, dt_shard_name(want[i].sh), p.mem.grads, want[i].g);
+                cr_assert_eq(p.mem.optimizer, want[i].o, "tied %d batch %d %s", tied, batch,
+                             dt_shard_name(want[i].sh));
+                cr_assert_float_eq(p.mem.total - state(&p), base.mem.total - state(&base), 1e-6,
+                                   "the per-token parts do not change");
+                dt_plan_clear(&p);
+            }
+            dt_plan_clear(&base);
+        }
+    }
+}
+
+/* The same on an H100 in bf16 (elem 2), the GPU engine's state: the dtype
+ * copy 2 P, an fp32 gradient 4 P, master copy 4 P and moments 8 P (18 P):
+ *   none        (16 + 2) P
+ *   optimizer   (4 + 4 + 2) P + 8 P / W
+ *   gradients   (4 + 2) P + 12 P / W + 4 U (+ 4 V d tied)
+ *   parameters  (16 + 2) P / W + 2 2 U + 4 U (+ (2 + 4) V d tied) */
+Test(planner, shard_memory_by_hand_gpu)
+{
+    for (int tied = 0; tied < 2; tied++) {
+        dt_plan_req_t q = small_train("h100-sxm", DT_BF16, tied);
+        double P = small_params(tied), U = SM_LAYER, E = tied ? SM_V * SM_D : 0, W = 4;
+        const struct {
+            enum dt_shard_level sh;
+            double w, g, o, sum;
+        } want[] = {
+            { DT_SHARD_NONE, 2 * P, 4 * P, 12 * P, 18 * P },
+            { DT_SHARD_OPTIMIZER, 2 * P, 4 * P, 4 * P + 8 * P / W, 10 * P + 8 * P / W },
+            { DT_SHARD_GRADIENTS, 2 * P, 4 * P / W + 4 * (U + E), 4 * P + 8 * P / W,
+              6 * P + 12 * P / W + 4 * U + 4 * E },
+            { DT_SHARD_PARAMETERS, 2 * P / W + 4 * U + 2 * E, 4 * P / W + 4 * (U + E), 12 * P / W,
+              18 * P / W + 4 * U + 4 * U + 6 * E },
+        };
+        dt_plan_t base, p;
+        dt_emsg_t em;
+
+        cr_assert_eq(make(&q, &base, &em), 0, "%s", em.s);
+        for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+            q.shard = want[i].sh;
+            cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
+            cr_assert_eq(p.mem.weights, want[i].w, "tied %d %s", tied, dt_shard_name(want[i].sh));
+            cr_assert_eq(p.mem.grads, want[i].g, "tied %d %s", tied, dt_shard_name(want[i].sh));
+            cr_assert_eq(p.mem.optimizer, want[i].o, "tied %d %s", tied, dt_shard_name(want[i].sh));
+            cr_assert_float_eq(state(&p), want[i].sum, 1e-9 * want[i].sum, "tied %d %s", tied,
+                               dt_shard_name(want[i].sh));
+            cr_assert_float_eq(p.mem.total - state(&p), base.mem.total - state(&base), 1e-6);
+            dt_plan_clear(&p);
+        }
+        dt_plan_clear(&base);
+    }
+}
+
+/* The collectives over the training state per step, by hand at R = 4
+ * (f = 3/4): none all-reduces the gradient (2 f P e), optimizer also
+ * gathers the updated parameters (+ f P e), gradients reduce-scatters the
+ * fp32 gradient and gathers the parameters (f P 4 + f P e), parameters
+ * gathers every unit twice and reduce-scatters the gradient (2 f P e +
+ * f P 4); e = 4 on the cpu (its link between machines, 1 GB/s: R = 4 is
+ * two of them), the dtype's 2 on an H100 (NVLink, 450 GB/s). What follows
+ * the backward adds to the step's time, and on the cpu all of it (the CPU
+ * engine does not overlap them); on one rank nothing is sent. */
+Test(planner, shard_communication_by_hand)
+{
+    const struct {
+        const char *cluster;
+        dt_dtype_t prec;
+        double e, bw;
+    } cases[] = { { "cpu", DT_F32, 4, 1e9 }, { "h100-sxm", DT_BF16, 2, 450e9 } };
+
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        dt_plan_req_t q = small_train(cases[k].cluster, cases[k].prec, false);
+        double P = small_params(false), f = 0.75, e = cases[k].e, bw = cases[k].bw;
+        const struct {
+            enum dt_shard_level sh;
+            double bytes;
+        } want[] = {
+            { DT_SHARD_NONE, 2 * f * P * e },
+            { DT_SHARD_OPTIMIZER, 3 * f * P * e },
+            { DT_SHARD_GRADIENTS, f * P * 4 + f * P * e },
+            { DT_SHARD_PARAMETERS, 2 * f * P * e + f * P * 4 },
+        };
+        dt_plan_t p, none;
+        dt_emsg_t em;
+
+        cr_assert_eq(make(&q, &none, &em), 0, "%s", em.s);
+        for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+            q.shard = want[i].sh;
+            cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
+            cr_assert_float_eq(p.shard_comm_s, want[i].bytes / bw, 1e-9 * p.shard_comm_s,
+                               "%s %s: %g s", cases[k].cluster, dt_shard_name(want[i].sh),
+                               p.shard_comm_s);
+            if (!q.cuda) {
+                /* the CPU engine runs them in line: all of it counts */
+                cr_assert_float_eq(p.seconds - none.seconds,
+                                   p.shard_comm_s - none.shard_comm_s, 1e-6 * p.seconds);
+                cr_assert_eq(p.shard_hidden, false);
+            }
+            if (want[i].sh == DT_SHARD_OPTIMIZER) {
+                cr_assert_float_eq(p.seconds - none.seconds, f * P * e / bw, 1e-6 * p.seconds,
+                                   "the gather after the backward");
+                cr_assert(!p.shard_hidden, "after the backward: nothing to hide behind");
+            }
+            dt_plan_clear(&p);
+        }
+        dt_plan_clear(&none);
+
+        q.ranks = 1;
+        q.shard = DT_SHARD_PARAMETERS;
+        cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
+        cr_assert_eq(p.shard_comm_s, 0);
+        cr_assert(p.shard_hidden);
+        dt_plan_clear(&p);
+    }
+}
+
+/* The pick at the user's R (4 on the cpu preset), T = 16384 so that the
+ * activations outweigh the state: the memory of a rank set to each plan's
+ * total in turn. Least change first: unsharded and no recompute; then the
+ * shard levels in order; then, when no level fits without recompute,
+ * recompute = layer, the least sharding with it; when nothing fits, the
+ * most there is, refused. The user's values are honoured. */
+Test(planner, shard_and_recompute_pick_order)
+{
+    dt_plan_req_t q = small_train("cpu", DT_F32, false);
+    double t[DT_SHARD_PARAMETERS + 1][2];
+    dt_plan_t p;
     dt_emsg_t em;
 
-    q.ranks = 4;
+    q.tokens = 16384;
+    for (enum dt_shard_level sh = DT_SHARD_NONE; sh <= DT_SHARD_PARAMETERS; sh++) {
+        for (int l = 0; l < 2; l++) {
+            q.shard = sh;
+            q.recompute = l ? DT_RECOMPUTE_LAYER : DT_RECOMPUTE_NONE;
+            cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
+            t[sh][l] = p.mem.total;
+            dt_plan_clear(&p);
+        }
+    }
+    /* each level saves memory; recompute more than all the sharding */
+    cr_assert_lt(t[DT_SHARD_OPTIMIZER][0], t[DT_SHARD_NONE][0]);
+    cr_assert_lt(t[DT_SHARD_GRADIENTS][0], t[DT_SHARD_OPTIMIZER][0]);
+    cr_assert_lt(t[DT_SHARD_PARAMETERS][0], t[DT_SHARD_GRADIENTS][0]);
+    cr_assert_lt(t[DT_SHARD_NONE][1], t[DT_SHARD_PARAMETERS][0]);
+    cr_assert_lt(t[DT_SHARD_OPTIMIZER][1], t[DT_SHARD_NONE][1]);
+
+    const struct {
+        double mem;
+        enum dt_shard_level sh;
+        bool layer;
+        const char *note; /* its start; "" none */
+    } cases[] = {
+        { t[DT_SHARD_NONE][0], DT_SHARD_NONE, false, "" },
+        { t[DT_SHARD_NONE][0] - 1, DT_SHARD_OPTIMIZER, false,
+          "shard = optimizer: without sharding the weights, gradients and optimizer need" },
+        { t[DT_SHARD_OPTIMIZER][0] - 1, DT_SHARD_GRADIENTS, false, "shard = gradients: " },
+        { t[DT_SHARD_GRADIENTS][0] - 1, DT_SHARD_PARAMETERS, false, "shard = parameters: " },
+        { t[DT_SHARD_PARAMETERS][0] - 1, DT_SHARD_NONE, true,
+          "recompute = layer: without it the activations need" },
+        { t[DT_SHARD_NONE][1] - 1, DT_SHARD_OPTIMIZER, true,
+          "shard = optimizer, recompute = layer: without sharding" },
+        { t[DT_SHARD_GRADIENTS][1], DT_SHARD_GRADIENTS, true, "shard = gradients, recompute" },
+    };
+    q.shard = DT_SHARD_AUTO;
+    q.recompute = DT_RECOMPUTE_AUTO;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        q.cluster.mem_bytes = cases[i].mem;
+        cr_assert_eq(make(&q, &p, &em), 0, "case %zu: %s", i, em.s);
+        cr_assert_eq(p.shard, cases[i].sh, "case %zu: shard = %s", i, dt_shard_name(p.shard));
+        cr_assert_eq(p.recompute, cases[i].layer, "case %zu", i);
+        cr_assert_eq(p.ranks, 4);
+        cr_assert_eq(strncmp(p.note, cases[i].note, strlen(cases[i].note)), 0, "case %zu: %s", i,
+                     p.note);
+        if (!cases[i].note[0])
+            cr_assert_str_eq(p.note, "");
+        dt_plan_clear(&p);
+    }
+    /* shard and recompute reach the JSON */
+    q.cluster.mem_bytes = t[DT_SHARD_NONE][1] - 1;
+    cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
+    json_t *j = dt_plan_to_json(&q, &p);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "shard")), "optimizer");
+    cr_assert_str_eq(json_string_value(json_object_get(j, "recompute")), "layer");
+    cr_assert(json_is_real(json_object_get(j, "shard_comm_s")));
+    cr_assert(json_is_boolean(json_object_get(j, "shard_hidden")));
+    cr_assert(strstr(json_string_value(json_object_get(j, "note")), "without recompute"));
+    json_decref(j);
+    dt_plan_clear(&p);
+
+    /* nothing fits: the most sharding and recompute, refused */
+    q.cluster.mem_bytes = t[DT_SHARD_PARAMETERS][1] - 1;
+    cr_assert_eq(make(&q, &p, &em), DT_ENOSPC, "%s", em.s);
+    cr_assert(!p.fits);
+    cr_assert_eq(p.shard, DT_SHARD_PARAMETERS);
+    cr_assert(p.recompute);
+    cr_assert(strstr(p.note, "shard = parameters, recompute = layer does not fit either"), "%s",
+              p.note);
+    cr_assert_str_eq(p.reason, em.s);
+    dt_plan_clear(&p);
+
+    /* the user's shard, fitting or not; recompute still the planner's */
+    q.cluster.mem_bytes = t[DT_SHARD_NONE][0] - 1;
+    q.shard = DT_SHARD_NONE;
+    cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
+    cr_assert_eq(p.shard, DT_SHARD_NONE);
+    cr_assert(p.recompute, "shard = none asked: recompute instead");
+    dt_plan_clear(&p);
+    q.cluster.mem_bytes = t[DT_SHARD_GRADIENTS][0] - 1;
+    q.shard = DT_SHARD_GRADIENTS;
+    q.recompute = DT_RECOMPUTE_NONE;
+    cr_assert_eq(make(&q, &p, &em), DT_ENOSPC, "the user's gradients is honoured");
+    cr_assert_eq(p.shard, DT_SHARD_GRADIENTS);
+    cr_assert(!p.recompute);
+    cr_assert_str_eq(p.note, "");
+    cr_assert(strstr(em.s, "at R=4"), "%s", em.s);
+    j = dt_plan_to_json(&q, &p);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "shard")), "gradients");
+    json_decref(j);
+    dt_plan_clear(&p);
+    /* and the user's recompute with the planner's shard: none does not
+     * fit without sharding, so the least sharding that does */
+    q.cluster.mem_bytes = t[DT_SHARD_NONE][0] - 1;
+    q.shard = DT_SHARD_AUTO;
+    cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
+    cr_assert_eq(p.shard, DT_SHARD_OPTIMIZER);
+    cr_assert(!p.recompute);
+    dt_plan_clear(&p);
+}
+
+/* With R free the fewest ranks come first: 2048 tokens of the small model
+ * on cpu ranks of just the memory the unsharded plan needs on 8 ranks;
+ * sharded, the state shrinks and the tokens fit on fewer ranks. The least
+ * sharding among the fewest ranks is taken, and the note says how many
+ * ranks the least sharding that fits needs. */
+Test(planner, shard_saves_ranks)
+{
+    dt_plan_req_t q = small_train("cpu", DT_F32, false);
+    dt_plan_t none, p;
+    dt_emsg_t em;
+
+    q.tokens = 2048;
+    q.ranks = 8;
     cr_assert_eq(make(&q, &none, &em), 0, "%s", em.s);
-    q.shard_optimizer = true;
-    cr_assert_eq(make(&q, &sh, &em), 0, "%s", em.s);
-    cr_assert_eq(sh.mem.optimizer, none.mem.optimizer / 4);
-    cr_assert_eq(sh.mem.weights, none.mem.weights);
-    cr_assert_eq(sh.mem.grads, none.mem.grads);
-    cr_assert_eq(sh.mem.total, none.mem.total - 3 * none.mem.optimizer / 4);
-    cr_assert(sh.seconds > none.seconds, "the gather of the parameters takes time");
-    dt_plan_clear(&sh);
+    q.ranks = 0;
+    q.cluster.mem_bytes = none.mem.total;
+    cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
+    cr_assert_eq(p.ranks, 8, "unsharded: the fewest ranks that fit");
+    dt_plan_clear(&p);
+
+    q.shard = DT_SHARD_AUTO;
+    cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
+    cr_assert_eq(p.ranks, 4, "R=%d: %s", p.ranks, p.note);
+    cr_assert_eq(p.shard, DT_SHARD_PARAMETERS, "%s", p.note);
+    cr_assert(!p.recompute);
+    cr_assert_str_eq(p.note, "shard = parameters: fits on 4 ranks; the least sharding that "
+                             "fits, shard = none, needs 8");
+    dt_plan_clear(&p);
+    /* gradients alone does not reach 4: it keeps the weights whole */
+    q.shard = DT_SHARD_GRADIENTS;
+    cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
+    cr_assert_gt(p.ranks, 4);
+    dt_plan_clear(&p);
     dt_plan_clear(&none);
-    q = tiny_train("h100-sxm", DT_BF16);
+}
+
+/* The headline: llama3-8b and llama3-70b trained over 1M tokens on H100s,
+ * refused unsharded (every rank would hold 18 bytes a parameter), fit with
+ * the parameters sharded. 8B: on 128 ranks without recompute (the least
+ * sharding that fits, gradients, needs 512), its per-unit gathers hidden;
+ * on 4 nodes with recompute as well. 70B: without recompute on many more
+ * ranks, its transfers no longer hidden; on 16 nodes with recompute. */
+Test(planner, shard_fits_llama3_at_1M_tokens)
+{
+    dt_plan_req_t q = llama_req("h100-sxm", DT_KIND_TRAIN, INT64_C(1) << 20);
+    dt_plan_t p;
+    dt_emsg_t em;
+
     q.cuda = true;
-    q.shard_optimizer = true;
-    cr_assert_eq(make(&q, &sh, &em), DT_EINVAL);
-    cr_assert(strstr(em.s, "shard = optimizer is for train jobs on device = cpu"), "%s", em.s);
-    dt_plan_clear(&sh);
+    cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
+    cr_assert(p.fits);
+    cr_assert_eq(p.shard, DT_SHARD_PARAMETERS);
+    cr_assert(!p.recompute);
+    cr_assert_leq(p.ranks, 128, "R=%d", p.ranks);
+    cr_assert_leq(p.mem.total, q.cluster.mem_bytes);
+    cr_assert(p.shard_hidden, "a layer's compute hides its gathers");
+    cr_assert(strstr(p.note, "the least sharding that fits, shard = gradients"), "%s", p.note);
+    int R = p.ranks;
+    dt_plan_clear(&p);
+    q.shard = DT_SHARD_GRADIENTS;
+    cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
+    cr_assert_gt(p.ranks, R, "gradients needs more ranks");
+    dt_plan_clear(&p);
+    q.shard = DT_SHARD_AUTO;
+    q.cluster.nodes = 4;
+    cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
+    cr_assert_eq(p.shard, DT_SHARD_PARAMETERS);
+    cr_assert(p.recompute);
+    cr_assert_leq(p.ranks, 32);
+    dt_plan_clear(&p);
+
+    cr_assert_eq(dt_model_preset("llama3-70b", &q.model, NULL), 0);
+    q.cluster.nodes = 0;
+    cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
+    cr_assert(p.fits);
+    cr_assert_eq(p.shard, DT_SHARD_PARAMETERS);
+    cr_assert(!p.recompute);
+    cr_assert(strstr(p.note, "without sharding the weights, gradients and optimizer need "
+                             "1182.75 GiB per rank"),
+              "%s", p.note);
+    cr_assert(!p.shard_hidden, "c = %lld tokens per rank hides nothing",
+              (long long)p.tokens_per_rank);
+    dt_plan_clear(&p);
+    q.cluster.nodes = 16;
+    cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
+    cr_assert_eq(p.shard, DT_SHARD_PARAMETERS);
+    cr_assert(p.recompute);
+    cr_assert_leq(p.ranks, 128);
+    dt_plan_clear(&p);
+}
+
+/* attn and prefill keep no training state: shard is refused, named. */
+Test(planner, shard_refused_outside_training)
+{
+    dt_plan_req_t q = attn_req(16384, 4, 8, 2, 64, true, DT_LAYOUT_ZIGZAG);
+    dt_plan_t p;
+    dt_emsg_t em;
+
+    q.shard = DT_SHARD_OPTIMIZER;
+    cr_assert_eq(make(&q, &p, &em), DT_EINVAL);
+    cr_assert(strstr(em.s, "shard = optimizer is for train jobs: kind attn"), "%s", em.s);
+    dt_plan_clear(&p);
+    q.shard = DT_SHARD_NONE;
+    cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
+    cr_assert_eq(p.shard, DT_SHARD_NONE);
+    dt_plan_clear(&p);
+
+    q = llama_req("h100-sxm", DT_KIND_PREFILL, 1 << 20);
+    q.shard = DT_SHARD_PARAMETERS;
+    cr_assert_eq(make(&q, &p, &em), DT_EINVAL);
+    cr_assert(strstr(em.s, "shard = parameters is for train jobs: kind prefill"), "%s", em.s);
+    dt_plan_clear(&p);
 }
 
 /* The same model trained on an H100 in bf16 is planned with what dtengine
@@ -853,18 +1276,30 @@ Test(planner, recompute_auto_pick)
     dt_plan_clear(&p);
 }
 
-/* llama3-8b trained on H100s: every rank holds the whole model (weights,
- * grads, optimizer 134.6 GiB), so recompute cannot help and the plan says
- * so rather than choosing it. */
+/* llama3-8b trained on H100s with shard = none: every rank holds the
+ * whole model (weights, grads, optimizer 134.6 GiB), so recompute cannot
+ * help and the plan says so rather than choosing it; the same at shard =
+ * optimizer, which keeps the weights and gradients whole. */
 Test(planner, recompute_does_not_help_the_whole_model)
 {
     dt_plan_req_t q = llama_req("h100-sxm", DT_KIND_TRAIN, 1 << 20);
     dt_plan_t p;
     dt_emsg_t em;
 
+    q.shard = DT_SHARD_NONE;
     cr_assert_eq(make(&q, &p, &em), DT_ENOSPC);
     cr_assert(!p.recompute);
+    cr_assert_eq(p.shard, DT_SHARD_NONE);
     cr_assert(strstr(em.s, "every rank holds the whole model"), "%s", em.s);
+    cr_assert(strstr(p.note, "recompute = layer would not help"), "%s", p.note);
+    cr_assert(strstr(p.note, "shard = parameters divides them over the ranks"), "%s", p.note);
+    dt_plan_clear(&p);
+
+    q.shard = DT_SHARD_OPTIMIZER;
+    q.cluster.mem_bytes = 70 * GiB;
+    cr_assert_eq(make(&q, &p, &em), DT_ENOSPC);
+    cr_assert_eq(p.shard, DT_SHARD_OPTIMIZER);
+    cr_assert(strstr(em.s, "still holds the whole weights and gradients"), "%s", em.s);
     cr_assert(strstr(p.note, "recompute = layer would not help"), "%s", p.note);
     dt_plan_clear(&p);
 }

@@ -150,6 +150,7 @@ static const char full_text[] = "name = \"long # context\"\n"
                                 "steps = 1000\n"
                                 "seed = 7\n"
                                 "batch = 4\n"
+                                "dp = 2\n"
                                 "shard = optimizer\n"
                                 "recompute = layer\n"
                                 "lr = 1e-3\n"
@@ -254,6 +255,7 @@ Test(spec, set_builds_what_parse_reads)
         { "steps", "1000" },
         { "seed", "7" },
         { "batch", "4" },
+        { "dp", "2" },
         { "shard", "optimizer" },
         { "recompute", "layer" },
         { "lr", "1e-3" },
@@ -512,7 +514,7 @@ Test(spec, every_key_has_help)
         cr_assert_not_null(k->help, "key %s", k->name);
         cr_assert(strlen(k->help) > 4, "key %s", k->name);
     }
-    cr_assert_eq(n, 60, "60 keys, one per dt_spec_t field (dt-spec(5) lists them)");
+    cr_assert_eq(n, 61, "61 keys, one per dt_spec_t field (dt-spec(5) lists them)");
     dt_spec_free(NULL);
 }
 
