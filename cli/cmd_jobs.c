@@ -311,9 +311,13 @@ int dtctl_show(dtctl_t *ctl, int argc, char **argv)
     }
     if (json_is_object(plan)) {
         json_t *sec = json_object_get(plan, "seconds");
-        printf("  plan      ranks=%lld tokens_per_rank=%lld memory_per_rank=%.2f GiB "
+        /* ranks is per ring; with dp rings the workers are all of them */
+        printf("  plan      ranks=%lld ", num(plan, "ranks"));
+        if (num(plan, "dp") > 1)
+            printf("dp=%lld workers=%lld ", num(plan, "dp"), num(plan, "workers"));
+        printf("tokens_per_rank=%lld memory_per_rank=%.2f GiB "
                "estimated_s=%.1f comm_hidden=%s\n",
-               num(plan, "ranks"), num(plan, "tokens_per_rank"),
+               num(plan, "tokens_per_rank"),
                json_number_value(json_object_get(plan, "memory_per_rank_bytes")) / 1073741824.0,
                json_number_value(sec), json_is_true(json_object_get(plan, "comm_hidden")) ? "yes"
                                                                                          : "no");

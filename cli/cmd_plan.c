@@ -41,7 +41,7 @@ static void usage(FILE *f)
         "                   --rope-scaling none|llama3 --rope-factor F --rope-low-freq-factor L\n"
         "                   --rope-high-freq-factor H --rope-original-max-pos N]\n"
         "                  [--init-from HFDIR] [--steps N] [--batch B] [--recompute none|layer]\n"
-        "                  [--shard none|optimizer|gradients|parameters] [--json]\n"
+        "                  [--shard none|optimizer|gradients|parameters] [--dp N] [--json]\n"
         "HFDIR: a Hugging Face LLaMA directory (config.json); --model DIR is the same.\n"
         "N accepts K, M, G suffixes (powers of 1024). The kind defaults to attn (one\n"
         "attention call, as dtengine attn runs it). See dtctl(1) and dt-spec(5).\n");
@@ -88,6 +88,7 @@ static const struct flag {
     { "batch", "batch", NULL },
     { "recompute", "recompute", NULL },
     { "shard", "shard", NULL },
+    { "dp", "dp", NULL },
 };
 
 #define NFLAG ((int)(sizeof(flags) / sizeof(flags[0])))
@@ -143,9 +144,14 @@ static void report(const dtctl_t *ctl, const dt_spec_t *s, const dt_plan_req_t *
            q->model.name, (long long)q->tokens, q->cluster.name, dt_spec_device(s),
            dt_spec_dtype(s), q->causal ? "causal" : "non-causal", dt_layout_name(q->layout),
            q->nbranch ? "dilated" : "dense attention");
-    printf("%-16s %d on %d node%s (%d per node%s%s)\n", "ranks", p->ranks, p->nodes,
-           p->nodes == 1 ? "" : "s", gpn, q->spares ? ", spares included" : "",
-           q->cluster.nodes ? "" : "; nodes not limited");
+    /* with dp the nodes hold every ring: they go with the workers */
+    if (p->dp > 1)
+        printf("%-16s %d per ring\n%-16s %d rings of %d ranks: %d workers", "ranks", p->ranks,
+               "dp", p->dp, p->ranks, p->workers);
+    else
+        printf("%-16s %d", "ranks", p->ranks);
+    printf(" on %d node%s (%d per node%s%s)\n", p->nodes, p->nodes == 1 ? "" : "s", gpn,
+           q->spares ? ", spares included" : "", q->cluster.nodes ? "" : "; nodes not limited");
     printf("%-16s %lld\n", "tokens per rank", (long long)p->tokens_per_rank);
     if (q->kind == DT_KIND_TRAIN)
         printf("%-16s %s (%s)\n", "recompute", p->recompute ? "layer" : "none",
@@ -171,7 +177,7 @@ static void report(const dtctl_t *ctl, const dt_spec_t *s, const dt_plan_req_t *
         printf("%-16s %s, one forward\n", "time", t1);
     }
     printf("%-16s %.3g (%.3g per token)\n", "FLOPs", p->flops, p->flops_per_token);
-    if (q->kind == DT_KIND_TRAIN && p->ranks > 1) {
+    if (q->kind == DT_KIND_TRAIN && p->workers > 1) {
         static const char *const what[] = {
             [DT_SHARD_NONE] = "gradient all-reduce after the backward",
             [DT_SHARD_OPTIMIZER] = "gradient all-reduce and parameter gather after the backward",
@@ -203,9 +209,10 @@ static void report(const dtctl_t *ctl, const dt_spec_t *s, const dt_plan_req_t *
     } else {
         printf("%-16s none (every branch is local to a rank)\n", "ring");
     }
-    printf("%-16s %d node%s x %d ranks, contiguous; %.1f%% of ring hops inside a node\n",
-           "placement", (p->ranks + gpn - 1) / gpn, (p->ranks + gpn - 1) / gpn == 1 ? "" : "s",
-           p->ranks < gpn ? p->ranks : gpn, 100.0 * p->intra_node_frac);
+    printf("%-16s %d node%s x %d ranks, contiguous%s; %.1f%% of ring hops inside a node\n",
+           "placement", (p->workers + gpn - 1) / gpn, (p->workers + gpn - 1) / gpn == 1 ? "" : "s",
+           p->workers < gpn ? p->workers : gpn, p->dp > 1 ? ", ring after ring" : "",
+           100.0 * p->intra_node_frac);
 
     putchar('\n');
     t = dt_table_new(6, bh);

@@ -99,7 +99,10 @@ static int set_int(dt_spec_t *s, const char *key, long long v, dt_emsg_t *em)
  * the ranks are N*M when --agents or --workers is given or the spec has
  * none; K spare agents (--spares, else the spec's spares over M). The spec
  * then says nodes = N+K, gpus_per_node = M, spares = K*M, so that the
- * planner places the ranks on these agents. */
+ * planner places the ranks on these agents. With dp = D rings the spec's
+ * ranks are per ring: the agents hold D of them (D * ranks workers), and
+ * N*M slots make rings of N*M / D ranks (D must divide N*M; without
+ * --agents, N grows until it does). */
 /* What a job's ranks count as steps in their progress: training steps,
  * prefill's layers, attn's one call. */
 static long long job_steps(const dt_spec_t *s)
@@ -116,7 +119,7 @@ static long long job_steps(const dt_spec_t *s)
 static int make_spec(dtctl_super_t *sup, const opts_t *o, dt_spec_t *s, dt_emsg_t *em)
 {
     int rc;
-    long long ranks;
+    long long ranks, dp;
 
     if (o->spec_file)
         rc = dt_spec_load(o->spec_file, s, em);
@@ -150,15 +153,31 @@ static int make_spec(dtctl_super_t *sup, const opts_t *o, dt_spec_t *s, dt_emsg_
     sup->workers = o->workers > 0           ? o->workers
                    : s->gpus_per_node > 0 ? (int)s->gpus_per_node
                                           : 2;
-    if (o->agents > 0)
+    dp = s->dp > 1 ? s->dp : 1;
+    if (o->agents > 0) {
         sup->nagents = o->agents;
-    else if (s->ranks > 0)
-        sup->nagents = (int)((s->ranks + sup->workers - 1) / sup->workers);
-    else
+    } else if (s->ranks > 0) {
+        long long n = (dp * s->ranks + sup->workers - 1) / sup->workers;
+        if (n > DTCTL_MAX_AGENTS)
+            return dt_emsg_set(em, DT_EINVAL, "%lld ranks (dp %lld x ranks %lld) need %lld agents "
+                               "of %d workers: at most %d", dp * s->ranks, dp,
+                               (long long)s->ranks, n, sup->workers, DTCTL_MAX_AGENTS);
+        sup->nagents = (int)n;
+    } else {
         sup->nagents = 2;
-    ranks = o->agents > 0 || o->workers > 0 || s->ranks <= 0
-                ? (long long)sup->nagents * sup->workers
-                : s->ranks;
+    }
+    if (o->agents > 0 || o->workers > 0 || s->ranks <= 0) {
+        /* the slots make the rings: dp of them, of equal size */
+        while (o->agents <= 0 && ((long long)sup->nagents * sup->workers) % dp != 0 &&
+               sup->nagents < DTCTL_MAX_AGENTS)
+            sup->nagents++;
+        if (((long long)sup->nagents * sup->workers) % dp != 0)
+            return dt_emsg_set(em, DT_EINVAL, "dp = %lld rings: %d agents of %d workers do not "
+                               "split into %lld equal rings", dp, sup->nagents, sup->workers, dp);
+        ranks = (long long)sup->nagents * sup->workers / dp;
+    } else {
+        ranks = s->ranks;
+    }
     if (o->spares >= 0)
         sup->nspares = o->spares;
     else
@@ -214,7 +233,8 @@ static void usage(FILE *f)
             "  --state-dir DIR      database, socket, logs (default $XDG_STATE_HOME/dt or\n"
             "                       ~/.local/state/dt)\n"
             "  --steps N            training steps (default: the spec's; built-in job 600)\n"
-            "  --agents N           agents running ranks (default 2)\n"
+            "  --agents N           agents running ranks (default 2; enough for the\n"
+            "                       spec's ranks, dp rings of them, when it has ranks)\n"
             "  --workers M          workers (ranks) per agent (default 2)\n"
             "  --spares K           spare agents of M slots, without ranks (default 0)\n"
             "  --inject-failure worker|hang|agent|coordinator[@STEP]\n"
@@ -381,9 +401,17 @@ int dtctl_run(dtctl_t *ctl, int argc, char **argv)
         code = dtctl_fail(&sup.local, "run", rc, &em);
         goto stop;
     }
-    fprintf(sup.out, "job %lld submitted: %lld ranks on %d agent%s of %d workers, %d spare%s\n",
-            sup.job, (long long)spec.ranks, sup.nagents, sup.nagents == 1 ? "" : "s",
-            sup.workers, sup.nspares, sup.nspares == 1 ? "" : "s");
+    if (spec.dp > 1)
+        fprintf(sup.out, "job %lld submitted: %lld ranks (dp = %lld rings of %lld) on %d agent%s "
+                "of %d workers, %d spare%s\n", sup.job, (long long)(spec.dp * spec.ranks),
+                (long long)spec.dp, (long long)spec.ranks, sup.nagents,
+                sup.nagents == 1 ? "" : "s", sup.workers, sup.nspares,
+                sup.nspares == 1 ? "" : "s");
+    else
+        fprintf(sup.out, "job %lld submitted: %lld ranks on %d agent%s of %d workers, %d "
+                "spare%s\n", sup.job, (long long)spec.ranks, sup.nagents,
+                sup.nagents == 1 ? "" : "s", sup.workers, sup.nspares,
+                sup.nspares == 1 ? "" : "s");
     rc = dtctl_super_agents_start(&sup, 0, sup.nagents, &em);
     if (rc == 0 && sup.nspares > 0) {
         /* the coordinator places ranks on the agents that are there, so

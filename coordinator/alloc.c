@@ -321,8 +321,9 @@ int dt_alloc_describe(dt_coord_t *c, int64_t job, const dt_spec_t *s, const dt_p
                            "in %s)", c->conf_path);
     conf_of(c, job, owner, &bc, &jobdir);
     int gpn = req->cluster.gpus_per_node > 0 ? req->cluster.gpus_per_node : 1;
-    /* the plan's node count includes the spares; batch.c adds them back */
-    int nodes = (plan->ranks + gpn - 1) / gpn;
+    /* the plan's node count includes the spares; batch.c adds them back.
+     * Every worker needs a slot: dp rings of the plan's ranks */
+    int nodes = (plan->workers + gpn - 1) / gpn;
     int rc = dt_batch_make(job, s, nodes, gpn, NULL, &bc, d, em);
     free(jobdir);
     return rc;

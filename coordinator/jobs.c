@@ -129,6 +129,22 @@ int dt_jobs_submit(dt_coord_t *c, const dt_caller_t *who, const char *text, cons
         dt_log_info("uid=%u submit refused: %s", (unsigned)who->uid, em->s);
         goto out;
     }
+    /* what the GPU engine does not run yet is refused now, not when its
+     * workers exit: it shards the optimizer state only, and runs one ring */
+    if (req.cuda && (plan.shard > DT_SHARD_OPTIMIZER || plan.dp > 1)) {
+        rc = dt_emsg_set(em, DT_EINVAL, "planned with %s%s%s on device = cuda, which the GPU "
+                         "engine does not run yet (it shards the optimizer state only and runs "
+                         "one ring): plan it with --shard none|optimizer and dp = 1 on more "
+                         "GPUs, or run it on device = cpu",
+                         plan.shard > DT_SHARD_OPTIMIZER ? "shard = " : "",
+                         plan.shard > DT_SHARD_OPTIMIZER ? dt_shard_name(plan.shard) : "",
+                         plan.dp > 1 ? (plan.shard > DT_SHARD_OPTIMIZER ? " and dp > 1"
+                                                                         : "dp > 1")
+                                     : "");
+        out->refused = true;
+        dt_log_info("uid=%u submit refused: %s", (unsigned)who->uid, em->s);
+        goto out;
+    }
     /* the planner's recompute and shard reach the workers through the
      * stored spec (the agents hand it to dtengine with --spec); a user's
      * value is already there, and a replan of the stored spec decides the
@@ -165,8 +181,13 @@ int dt_jobs_submit(dt_coord_t *c, const dt_caller_t *who, const char *text, cons
         goto out;
     }
     out->id = id;
-    dt_log_info("job=%lld uid=%u ranks=%d tokens=%lld submitted and queued", (long long)id,
-                (unsigned)who->uid, plan.ranks, (long long)req.tokens);
+    /* ranks: the job's, every ring's */
+    if (plan.dp > 1)
+        dt_log_info("job=%lld uid=%u ranks=%d dp=%d tokens=%lld submitted and queued",
+                    (long long)id, (unsigned)who->uid, plan.workers, plan.dp, (long long)req.tokens);
+    else
+        dt_log_info("job=%lld uid=%u ranks=%d tokens=%lld submitted and queued", (long long)id,
+                    (unsigned)who->uid, plan.ranks, (long long)req.tokens);
     dt_alloc_submit(c, id);
 out:
     if (rc < 0 && !out->refused) {

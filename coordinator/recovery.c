@@ -299,8 +299,13 @@ enum dt_action dt_recovery_decide(const dt_fault_t *f, const dt_job_view_t *v,
             event(d, "replan_failed", "%s", why);
             return act(d, DT_ACT_FAIL, why);
         }
-        event(d, "replanned", "ranks %d -> %d: %d slots on live agents", v->ranks,
-              v->replan_ranks, f->slots);
+        if (v->dp > 1)
+            event(d, "replanned", "ranks %d -> %d (dp = %d rings of %d -> %d): %d slots on live "
+                  "agents", v->ranks, v->replan_ranks, v->dp, v->ranks / v->dp,
+                  v->replan_ranks / v->dp, f->slots);
+        else
+            event(d, "replanned", "ranks %d -> %d: %d slots on live agents", v->ranks,
+                  v->replan_ranks, f->slots);
         d->ranks = v->replan_ranks;
         return act(d, DT_ACT_REPLAN, NULL);
     case DT_FAULT_PREEMPT: {
@@ -358,7 +363,11 @@ enum dt_action dt_recovery_decide(const dt_fault_t *f, const dt_job_view_t *v,
 
 int dt_recovery_replan(const dt_spec_t *spec, int ranks, int slots)
 {
-    for (int R = slots < ranks - 1 ? slots : ranks - 1; R >= 1; R--) {
+    /* dp rings of R ranks each: dp stays, R shrinks (ranks and slots
+     * count every ring's workers) */
+    int N = spec->dp > 1 ? (int)spec->dp : 1, most = (slots < ranks - 1 ? slots : ranks - 1) / N;
+
+    for (int R = most; R >= 1; R--) {
         dt_spec_t s = *spec;
         dt_plan_req_t req;
         dt_plan_t plan = { 0 };
@@ -376,7 +385,7 @@ int dt_recovery_replan(const dt_spec_t *spec, int ranks, int slots)
                  dt_plan_make(&req, &plan, &em) == 0 && plan.ranks == R;
         dt_plan_clear(&plan);
         if (ok)
-            return R;
+            return N * R;
     }
     return 0;
 }
@@ -404,6 +413,7 @@ static void view_of(dt_coord_t *c, int64_t job, const dt_fault_t *f, dt_job_view
                 v->max_restarts = (int)spec->max_restarts;
             v->repeat = spec->repeat_failures;
             v->repeat_startup = spec->repeat_startup_failures;
+            v->dp = (int)spec->dp;
         }
         dt_job_clear(&j);
     } else {

@@ -163,6 +163,7 @@ typedef struct dt_job_view {
     int64_t repeat, repeat_startup; /* the spec's repeat_failures, repeat_startup_failures */
     const char *lost_nodes; /* nodes of agents lost in this run ("a,b"), for a requeue */
     int replan_ranks;   /* SHORT: the most ranks < ranks the planner accepts on the slots */
+    int dp;             /* the spec's rings (0 or 1: one); ranks count every ring's */
     dt_fail_log_t *fails; /* the job's failures so far; noted by dt_recovery_decide */
 } dt_job_view_t;
 
@@ -209,7 +210,9 @@ enum dt_action dt_recovery_decide(const dt_fault_t *f, const dt_job_view_t *v,
                                   dt_decision_t *d);
 
 /* The most ranks below `ranks` that the planner accepts for the spec on
- * `slots` slots; 0 when none. */
+ * `slots` slots; 0 when none. ranks, slots and the result count every
+ * worker: with the spec's dp = N rings, N R' for the largest R' ranks per
+ * ring that plans (N R' < ranks, N R' <= slots); dp stays. */
 int dt_recovery_replan(const struct dt_spec *spec, int ranks, int slots);
 
 /*-- the policy carried out (the coordinator's hooks) ------------------------------*/

@@ -94,8 +94,8 @@ typedef struct dt_jobrun {
     int64_t job;
     char *spec_text;
     dt_spec_t spec;
-    int R0;                 /* ranks of the plan */
-    int R;                  /* ranks of the current (or next) generation */
+    int R0;                 /* ranks of the plan: its workers (dp x ranks per ring) */
+    int R;                  /* ranks of the current (or next) generation, all rings */
     int gen;
     enum phase phase;
     int64_t *agent_of;      /* [R] */
@@ -258,11 +258,15 @@ static jobrun_t *run_get(dt_coord_t *c, int64_t job)
     r->spec_text = dt_xstrdup(j.spec ? j.spec : "");
     if (dt_spec_parse("spec", r->spec_text, &r->spec, &em) < 0)
         dt_log_error("job=%lld: stored spec does not parse: %s", (long long)job, em.s);
+    /* the processes to launch: the plan's workers (dp rings of its ranks);
+     * a plan stored before dp has ranks only, which were all of them */
     json_t *plan = j.plan ? json_loads(j.plan, 0, NULL) : NULL;
-    r->R0 = r->R = (int)json_integer_value(json_object_get(plan, "ranks"));
+    json_t *w = json_object_get(plan, "workers");
+    r->R0 = r->R = (int)json_integer_value(w ? w : json_object_get(plan, "ranks"));
     json_decref(plan);
     if (r->R < 1)
-        r->R = r->R0 = r->spec.ranks > 0 ? (int)r->spec.ranks : 1;
+        r->R = r->R0 = (int)((r->spec.ranks > 0 ? r->spec.ranks : 1) *
+                             (r->spec.dp > 1 ? r->spec.dp : 1));
     /* the job's directory, the owner's: the agents write its checkpoints
      * (unless the spec names a ckpt_dir) and rank logs there */
     if (dt_jobdir_ensure(c->jobs_fd, c->conf.jobs_dir, job, (uid_t)j.owner, &em) == 0) {

@@ -6,14 +6,16 @@
  *
  * Glossary: T tokens, R ranks, c = T / R tokens per rank, H query heads,
  * Hkv key/value heads, D = dim / H head dimension, P parameters, elem the
- * bytes of one value at the job's precision (4 fp32, 2 bf16/fp16).
+ * bytes of one value at the job's precision (4 fp32, 2 bf16/fp16); with
+ * data parallelism (train, spec key dp) N rings of R ranks, W = N R the
+ * job's ranks (W = R when N = 1).
  *
  * What each number means, and where it comes from:
  *
  * Memory per rank. Unsharded, every rank holds the whole training state
  * (weights, gradients, optimizer; the gradient all-reduce runs over the ring
  * group), which does not shrink with R; with shard (below) a part of it
- * does, as 1 / R; everything else is per token and shrinks with c.
+ * does, as 1 / W; everything else is per token and shrinks with c.
  *  - attn: exactly what `dtengine attn` allocates (engine/attn/attn.c,
  *    engine/cmd/attn.c): q (c, H, D) and k, v (c, Hkv, D) at elem; o
  *    (c, H, D) and lse (H, c) in fp32; per branch the ring buffers of packed
@@ -70,10 +72,11 @@
  *    without recompute (tests/integration/plan_memory.sh).
  *
  * Shard (train; spec key shard, dt_plan_req_t.shard). The flat parameters
- * (spec/model.h) are split into W = R contiguous slices, rank r keeping
- * about [P r / W, P (r + 1) / W), and gathered and reduced in units: the
- * embedding (V dim), each layer, the final norm with the LM head (V dim +
- * dim; dim when tied). U is the largest unit's parameters
+ * (spec/model.h) are split into W contiguous slices (W = N R with dp: all
+ * the job's ranks), rank r keeping about [P r / W, P (r + 1) / W) (with dp
+ * the engine orders the slices otherwise, of the same sizes), and gathered
+ * and reduced in units: the embedding (V dim), each layer, the final norm
+ * with the LM head (V dim + dim; dim when tied). U is the largest unit's parameters
  * (dt_model_unit_max), E = V dim when the head is tied to the embedding,
  * else 0. Per rank, CPU (fp32; g = 4 P, 8 P with batch > 1):
  *    none        weights 4 P          grads g                 optimizer 8 P
@@ -91,8 +94,24 @@
  * the 2 elem U being two gathered units in the dtype, one in use and one
  * prefetched, 4 U the unit's gradient. The per-token parts do not change.
  * So the memory no R shrinks is the state kept whole, a, and the search
- * for the fewest R starts from R (mem - a) >= T act + b, b the sharded
- * state at R = 1; no R helps when a (with fixed) fills a rank.
+ * for the fewest R starts from R (mem - a) >= T act + b / N, b the sharded
+ * state at W = 1; no R helps when a (with fixed) fills a rank.
+ *
+ * Data parallel (train; spec key dp, dt_plan_req_t.dp = N). The job runs N
+ * rings of R ranks, W = N R workers, ring i on the job's ranks [i R,
+ * (i + 1) R); each ring trains on its own sequences, and the gradient is
+ * summed around each ring, then across the rings (dtengine(1)). The
+ * planner chooses R as without dp, for one ring's sequence over R ranks:
+ * everything per token is one ring's. What dp changes: the sharded state
+ * is divided by W, not R (above); on the CPU engine every rank keeps one
+ * more buffer of the largest unit in fp32, 4 U, whatever the shard level
+ * (the ring part of a unit between the two levels of the reduction, or of
+ * a gather), counted in grads; the collectives over the training state
+ * span W ranks (time, below); a step trains N sequences at once, so its
+ * FLOPs are N times one ring's and flops_per_token is over N T tokens;
+ * the workers, nodes, the cluster's capacity and the placement count W.
+ * The GPU engine does not run dp yet (dtengine refuses it): its plan is
+ * the same model without the extra buffer.
  *
  * Recompute (train; spec key recompute, dt_plan_req_t.recompute). With
  * none every layer's activations stay until its backward; with layer only
@@ -150,7 +169,9 @@
  *
  * Time: per rank, compute + exposed communication, summed over layers and
  * branches, plus the matrix products, plus for training the collectives
- * over the training state at the slowest link (f = (R - 1) / R, e = elem
+ * over the training state at the slowest link the W ranks span (f = (W -
+ * 1) / W; with dp the two levels of the reduction are modelled as one over
+ * W ranks, at the network's bandwidth once W ranks leave a node; e = elem
  * on GPUs, 4 on the CPU): none all-reduces the gradient, 2 f P e bytes;
  * optimizer also gathers the updated parameters, f P e more; gradients
  * reduce-scatters the fp32 gradient unit by unit in the backward (f P 4)
@@ -172,7 +193,8 @@
  * which is not recomputed).
  *
  * Placement: ranks in contiguous blocks of gpus_per_node, so consecutive
- * ring hops stay inside a node.
+ * ring hops stay inside a node; with dp the W ranks so, ring after ring,
+ * and intra_node_frac is over the hops of every ring.
  */
 #include "config.h"
 
@@ -204,10 +226,10 @@ static const struct cluster_preset {
      * slack and fragmentation), 989 TFLOP/s dense bf16, NVLink 4 at 900 GB/s
      * both directions together, one 400 Gb/s NDR InfiniBand port per GPU.
      * Fixed: CUDA context, cuBLAS workspace and NCCL buffers, ~1 GiB. */
-    { { "h100-sxm", 8, 0, 76.0 * GiB, 989e12, 0.5, 450e9, 50e9, 1.0 * GiB }, 67e12 },
+    { { "h100-sxm", 8, 0, 76.0 * GiB, 989e12, 0.5, 450e9, 50e9, 1.0 * GiB, 0 }, 67e12 },
     /* H200: the same compute and links, 141 GB HBM3e (about 140 GiB; 133
      * usable). */
-    { { "h200", 8, 0, 133.0 * GiB, 989e12, 0.5, 450e9, 50e9, 1.0 * GiB }, 67e12 },
+    { { "h200", 8, 0, 133.0 * GiB, 989e12, 0.5, 450e9, 50e9, 1.0 * GiB, 0 }, 67e12 },
     /* cpu: one dtengine rank per core, a "node" being one machine of two
      * ranks, 4 GiB per rank. Peak 100 GFLOP/s fp32 per core (AVX2: two FMA
      * units x 8 lanes x 2 flops at ~3 GHz); dtengine attn reaches 48-61
@@ -215,8 +237,11 @@ static const struct cluster_preset {
      * 0.5. Links: shared-memory copies between ranks of one machine (5 GB/s),
      * 1 GB/s between machines. Fixed: dtengine's max RSS with 16 tokens per
      * rank under mpirun (bench/memory.sh): 13.2 MiB at R = 1, 13.5 at 2,
-     * 16.5 at 4; 15 MiB. bf16 runs no faster on the CPU kernels. */
-    { { "cpu", 2, 0, 4.0 * GiB, 100e9, 0.5, 5e9, 1e9, 15.0 * MiB }, 100e9 },
+     * 16.5 at 4; 15 MiB. Per peer: Open MPI's shared-memory transport maps
+     * and touches buffers for each other rank, about 0.7 MiB each at 1 to 8
+     * ranks of dtengine train (bench/train_memory.sh): 720 KiB. bf16 runs
+     * no faster on the CPU kernels. */
+    { { "cpu", 2, 0, 4.0 * GiB, 100e9, 0.5, 5e9, 1e9, 15.0 * MiB, 720.0 * 1024 }, 100e9 },
 };
 
 
@@ -323,6 +348,7 @@ int dt_plan_req_from_spec(const dt_spec_t *s, dt_plan_req_t *out, dt_emsg_t *em)
         if (strcmp(s->shard, dt_shard_name(l)) == 0)
             out->shard = l;
     out->batch = s->batch > 0 ? s->batch : 1;
+    out->dp = s->dp > 0 ? (int)s->dp : 1;
     return 0;
 }
 
@@ -405,6 +431,12 @@ static enum dt_shard_level shard_of(const dt_plan_req_t *q)
     return q->kind != DT_KIND_TRAIN || q->shard == DT_SHARD_AUTO ? DT_SHARD_NONE : q->shard;
 }
 
+/* The rings (spec dp): 1 unless given. */
+static int dp_of(const dt_plan_req_t *q)
+{
+    return q->dp > 1 ? q->dp : 1;
+}
+
 static bool zig(const dt_plan_req_t *q, int R)
 {
     return q->layout == DT_LAYOUT_ZIGZAG && R > 1;
@@ -458,10 +490,10 @@ static double train_kept_per_token_layer(const dt_plan_req_t *q)
 }
 
 /* The training state per rank (weights, grads, optimizer in mm) at the
- * request's shard level over W ranks, inv_w = 1 / W; inv_w = 0 gives the
- * part that no W shrinks. See the top: U is the largest unit, E the
- * embedding when the head shares it (kept gathered for the head, its
- * gradient alive through the backward). */
+ * request's shard level over W ranks (N R with dp), inv_w = 1 / W;
+ * inv_w = 0 gives the part that no W shrinks. See the top: U is the
+ * largest unit, E the embedding when the head shares it (kept gathered for
+ * the head, its gradient alive through the backward). */
 static void train_state(const dt_plan_req_t *q, double inv_w, dt_plan_mem_t *mm)
 {
     const dt_model_cfg_t *m = &q->model;
@@ -481,10 +513,12 @@ static void train_state(const dt_plan_req_t *q, double inv_w, dt_plan_mem_t *mm)
         return;
     }
     /* the CPU engine, fp32: the weights are the master copy; with batch > 1
-     * a sequence's gradient beside the step's sum */
-    double copies = q->batch > 1 ? 2 : 1;
+     * a sequence's gradient beside the step's sum; with dp a unit's ring
+     * part between the two levels of the reduction (or of a gather) */
+    double copies = q->batch > 1 ? 2 : 1, ring_part = dp_of(q) > 1 ? 4 * U : 0;
     mm->weights = sh == DT_SHARD_PARAMETERS ? 4 * P * inv_w + 4 * (U + E) : 4 * P;
-    mm->grads = sh >= DT_SHARD_GRADIENTS ? 4 * copies * P * inv_w + 4 * (U + E) : 4 * copies * P;
+    mm->grads = (sh >= DT_SHARD_GRADIENTS ? 4 * copies * P * inv_w + 4 * (U + E) : 4 * copies * P) +
+                ring_part;
     mm->optimizer = sh >= DT_SHARD_OPTIMIZER ? 8 * P * inv_w : 8 * P;
 }
 
@@ -600,15 +634,16 @@ static void branch_time(const dt_plan_req_t *q, const dt_attn_spec_t *a, int R, 
     }
 }
 
-/* The step's collectives over the training state on R ranks at bw (see
- * the top): their time in all and whether those of each unit hide behind
- * its compute in v; returns the part that does not hide. c tokens per
- * rank; attn_fwd_s one layer's attention forward on this rank. */
-static double state_comm(const dt_plan_req_t *q, int R, double c, double bw, double attn_fwd_s,
+/* The step's collectives over the training state on W ranks (R, or N R
+ * with dp) at bw (see the top): their time in all and whether those of
+ * each unit hide behind its compute in v; returns the part that does not
+ * hide. c tokens per rank; attn_fwd_s one layer's attention forward on
+ * this rank. */
+static double state_comm(const dt_plan_req_t *q, double W, double c, double bw, double attn_fwd_s,
                          ev_t *v)
 {
     const dt_model_cfg_t *m = &q->model;
-    double P, Pmm, Pmm_layers, e = elem_of(q->precision), f = (R - 1.0) / R;
+    double P, Pmm, Pmm_layers, e = elem_of(q->precision), f = (W - 1.0) / W;
     double pe = q->cluster.peak_flops * q->cluster.efficiency, L = (double)m->layers;
     double vd = (double)m->vocab * m->dim;
     enum dt_shard_level sh = shard_of(q);
@@ -665,7 +700,7 @@ static void evaluate(const dt_plan_req_t *q, int64_t T, int R, ev_t *v)
     v->c = T / R;
     v->nb = q->nbranch > 0 ? q->nbranch : 1;
     v->hidden = true;
-    v->shard_hidden = true; /* nothing to send unless training on R > 1 */
+    v->shard_hidden = true; /* nothing to send unless training on W > 1 */
     double buffers = 0, work = 0;
     for (int b = 0; b < v->nb; b++) {
         bev_t *o = &v->b[b];
@@ -700,7 +735,7 @@ static void evaluate(const dt_plan_req_t *q, int64_t T, int R, ev_t *v)
     mm->kv_buffers = buffers;
     mm->workspace = work;
     if (q->kind == DT_KIND_TRAIN)
-        train_state(q, 1.0 / R, mm);
+        train_state(q, 1.0 / ((double)dp_of(q) * R), mm);
     if (q->kind == DT_KIND_TRAIN && e < 4) {
         /* the GPU engine's own accounting (spec/model.h); the head in
          * chunks of rows */
@@ -716,7 +751,9 @@ static void evaluate(const dt_plan_req_t *q, int64_t T, int R, ev_t *v)
         if (recomp(q))
             mm->workspace += c * (train_act_per_token_layer(m) + 4 * dim);
     }
-    mm->fixed = cl->fixed_bytes;
+    /* the transport's buffers per other process of the job (the cpu
+     * preset's; GPU presets count NCCL's in fixed_bytes) */
+    mm->fixed = cl->fixed_bytes + cl->peer_bytes * (dp_of(q) * (double)R - 1);
     mm->total = mm->weights + mm->grads + mm->optimizer + mm->activations + mm->kv_buffers +
                 mm->workspace + mm->fixed;
 
@@ -732,15 +769,17 @@ static void evaluate(const dt_plan_req_t *q, int64_t T, int R, ev_t *v)
         v->seconds = layers * attn_s + 2 * Pmm * c / pe;
         break;
     case DT_KIND_TRAIN: {
-        int gpn = cl->gpus_per_node;
-        double bw = R <= gpn ? cl->nvlink_bps : cl->net_bps;
-        /* the useful FLOPs; recompute's forward is in the time (attn_s and
-         * the layers' matrix products once more), not in them */
-        v->flops = layers * 3.5 * v->attn_flops + 6 * Pmm * Tt;
-        /* plus the collectives over the training state, as far as they
-         * do not hide */
+        /* the collectives span all W ranks: every ring's, then across */
+        double W = (double)dp_of(q) * R;
+        double bw = W <= cl->gpus_per_node ? cl->nvlink_bps : cl->net_bps;
+        /* the useful FLOPs, every ring's; recompute's forward is in the
+         * time (attn_s and the layers' matrix products once more), not in
+         * them */
+        v->flops = dp_of(q) * (layers * 3.5 * v->attn_flops + 6 * Pmm * Tt);
+        /* the rings run side by side: the time is one ring's, plus the
+         * collectives over the training state, as far as they do not hide */
         v->seconds = layers * attn_s + (6 * Pmm + (recomp(q) ? 2 * Pmm_layers : 0)) * c / pe +
-                     state_comm(q, R, c, bw, attn_fwd_s, v);
+                     state_comm(q, W, c, bw, attn_fwd_s, v);
         break;
     }
     }
@@ -773,6 +812,14 @@ static int check_req(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
                     "shard = %s is for train jobs: kind %s keeps no gradients or optimizer "
                     "state, and its weights are not sharded",
                     dt_shard_name(q->shard), kind_name(q->kind));
+
+    if (q->dp < 0 || q->dp > 65536)
+        return fail(p, em, DT_EINVAL, "dp=%d: the rings must be 1 to 65536", q->dp);
+    if (q->kind != DT_KIND_TRAIN && q->dp > 1)
+        return fail(p, em, DT_EINVAL,
+                    "dp = %d is for train jobs: kind %s has no gradient to reduce across "
+                    "rings (run more jobs instead)",
+                    q->dp, kind_name(q->kind));
 
     if (q->tokens <= 0 || q->tokens > TOKENS_MAX)
         return fail(p, em, DT_EINVAL, "tokens=%lld: the sequence length must be 1 to 2^50",
@@ -924,14 +971,17 @@ static int64_t min_c_hidden(const dt_plan_req_t *q, int R)
     return hi;
 }
 
-/* Fill p from the evaluation at v->R, with the placement. */
+/* Fill p from the evaluation at v->R, with the placement of every worker
+ * (N v->R, checked against MAX_RANKS by the caller). */
 static void fill(const dt_plan_req_t *q, const ev_t *v, dt_plan_t *p)
 {
-    int gpn = q->cluster.gpus_per_node, inside = 0;
+    int gpn = q->cluster.gpus_per_node, inside = 0, N = dp_of(q), R = v->R, W = N * R;
     double layers = q->kind == DT_KIND_ATTN ? 1 : (double)q->model.layers;
 
-    p->ranks = v->R;
-    p->nodes = (int)ceil_div((int64_t)v->R + q->spares, gpn);
+    p->ranks = R;
+    p->dp = N;
+    p->workers = W;
+    p->nodes = (int)ceil_div((int64_t)W + q->spares, gpn);
     p->tokens_per_rank = v->c;
     p->nbranch = v->nb;
     for (int b = 0; b < v->nb; b++) {
@@ -943,7 +993,7 @@ static void fill(const dt_plan_req_t *q, const ev_t *v, dt_plan_t *p)
     }
     p->mem = v->mem;
     p->flops = v->flops;
-    p->flops_per_token = v->flops / (double)v->T;
+    p->flops_per_token = v->flops / ((double)N * (double)v->T);
     p->bytes_per_step = v->bytes_per_step;
     p->step_compute_s = v->step_compute_s;
     p->step_comm_s = v->step_comm_s;
@@ -952,12 +1002,13 @@ static void fill(const dt_plan_req_t *q, const ev_t *v, dt_plan_t *p)
     p->shard_hidden = v->shard_hidden;
     p->seconds = v->seconds;
     free(p->placement);
-    p->placement = dt_xmallocarray((size_t)v->R, sizeof(int));
-    for (int i = 0; i < v->R; i++)
+    p->placement = dt_xmallocarray((size_t)W, sizeof(int));
+    for (int i = 0; i < W; i++)
         p->placement[i] = i / gpn;
-    for (int i = 0; i < v->R; i++)
-        inside += p->placement[i] == p->placement[(i + 1) % v->R];
-    p->intra_node_frac = (double)inside / v->R;
+    /* each ring's hops: ring i is ranks [i R, (i + 1) R) */
+    for (int i = 0; i < W; i++)
+        inside += p->placement[i] == p->placement[i / R * R + (i % R + 1) % R];
+    p->intra_node_frac = (double)inside / W;
     p->min_c_hidden = min_c_hidden(q, v->R);
 }
 
@@ -970,7 +1021,8 @@ enum bound {
 
 /* The memory no R shrinks (*a: the training state kept whole, or a
  * prefill's weights, and fixed; its parts in *whole) and the part that
- * shrinks as 1 / R (*b: the sharded state at R = 1). */
+ * shrinks as 1 / R (*b: the sharded state at R = 1, over the N ranks of
+ * the dp rings). */
 static void constant_parts(const dt_plan_req_t *q, dt_plan_mem_t *whole, double *a, double *b)
 {
     dt_plan_mem_t one = { 0 };
@@ -979,7 +1031,7 @@ static void constant_parts(const dt_plan_req_t *q, dt_plan_mem_t *whole, double 
     memset(whole, 0, sizeof(*whole));
     if (q->kind == DT_KIND_TRAIN) {
         train_state(q, 0, whole);
-        train_state(q, 1, &one);
+        train_state(q, 1.0 / dp_of(q), &one);
     } else if (q->kind == DT_KIND_PREFILL) {
         params(&q->model, &P, &Pmm, &Pmm_layers);
         whole->weights = one.weights = P * elem_of(q->precision);
@@ -1011,7 +1063,7 @@ static int plan_one(const dt_plan_req_t *q, int rmax, dt_plan_t *p, enum bound *
                     dt_emsg_t *em)
 {
     int64_t T = q->tokens;
-    int cap, R, rc;
+    int cap, R, rc, N;
     char why[256];
     ev_t v;
 
@@ -1022,11 +1074,16 @@ static int plan_one(const dt_plan_req_t *q, int rmax, dt_plan_t *p, enum bound *
     if ((rc = check_req(q, p, em)) < 0)
         return rc;
     cap = capacity(q);
+    N = p->dp = dp_of(q);
 
     if (q->ranks > 0) {
         R = q->ranks;
         if (R > MAX_RANKS)
             return fail(p, em, DT_ERANGE, "ranks=%d: the planner stops at %d ranks", R, MAX_RANKS);
+        if ((int64_t)N * R > MAX_RANKS)
+            return fail(p, em, DT_ERANGE,
+                        "dp=%d rings of ranks=%d: %lld workers, the planner stops at %d", N, R,
+                        (long long)N * R, MAX_RANKS);
         if ((rc = divides(q, T, R, why, sizeof(why))) < 0)
             return fail(p, em, rc, "%s", why);
         evaluate(q, T, R, &v);
@@ -1034,8 +1091,9 @@ static int plan_one(const dt_plan_req_t *q, int rmax, dt_plan_t *p, enum bound *
     } else {
         /* the fewest ranks that fit: start where the per-token part and
          * the sharded state alone would fill the memory the parts no R
-         * shrinks leave: R (mem - a) >= T act + b */
-        int64_t limit = imin(MAX_RANKS, q->layout == DT_LAYOUT_ZIGZAG ? imax2(T / 2, 1) : T);
+         * shrinks leave: R (mem - a) >= T act + b / N */
+        int64_t rlimit = MAX_RANKS / N; /* every ring's ranks: at most MAX_RANKS */
+        int64_t limit = imin(rlimit, q->layout == DT_LAYOUT_ZIGZAG ? imax2(T / 2, 1) : T);
         int64_t start = 1, last = 0;
         dt_plan_mem_t whole;
         double a, b;
@@ -1072,7 +1130,7 @@ static int plan_one(const dt_plan_req_t *q, int rmax, dt_plan_t *p, enum bound *
         }
         *bound = BOUND_PER_TOKEN; /* unless it fits below */
         if (R == 0 && last == 0) {
-            if (start > limit && limit < MAX_RANKS)
+            if (start > limit && limit < rlimit)
                 return fail(p, em, DT_ENOSPC,
                             "memory: %lld tokens need at least %.0f ranks of "
                             "%.2f GiB, but split over at most %lld",
@@ -1080,8 +1138,9 @@ static int plan_one(const dt_plan_req_t *q, int rmax, dt_plan_t *p, enum bound *
             if (start > limit)
                 return fail(p, em, DT_ERANGE,
                             "needs at least %.0f ranks to hold %lld tokens "
-                            "in %.2f GiB per rank; the planner stops at %d",
-                            ceil(need), (long long)T, q->cluster.mem_bytes / GiB, MAX_RANKS);
+                            "in %.2f GiB per rank; the planner stops at %lld%s",
+                            ceil(need), (long long)T, q->cluster.mem_bytes / GiB,
+                            (long long)rlimit, N > 1 ? " per ring (dp x ranks workers in all)" : "");
             return fail(p, em, DT_ELAYOUT,
                         "tokens T=%lld: no rank count from %lld (the fewest "
                         "whose memory could fit) to %lld divides it%s",
@@ -1099,7 +1158,15 @@ static int plan_one(const dt_plan_req_t *q, int rmax, dt_plan_t *p, enum bound *
     /* the user's R: memory is the question only when it does not fit */
     if (q->ranks > 0 && p->mem.total > q->cluster.mem_bytes)
         *bound = BOUND_PER_TOKEN;
-    if (p->ranks > cap) {
+    if (p->workers > cap) {
+        if (q->cluster.nodes > 0 && N > 1)
+            return fail(p, em, DT_ERANGE,
+                        "needs %d workers (dp=%d rings of %d ranks, %lld tokens each) but %s has "
+                        "%d nodes x %d = %d ranks%s",
+                        p->workers, N, p->ranks, (long long)p->tokens_per_rank, q->cluster.name,
+                        q->cluster.nodes, q->cluster.gpus_per_node,
+                        q->cluster.nodes * q->cluster.gpus_per_node,
+                        q->spares ? " before spares" : "");
         if (q->cluster.nodes > 0)
             return fail(p, em, DT_ERANGE,
                         "needs %d ranks (%lld tokens each) but %s has %d "
@@ -1107,8 +1174,8 @@ static int plan_one(const dt_plan_req_t *q, int rmax, dt_plan_t *p, enum bound *
                         p->ranks, (long long)p->tokens_per_rank, q->cluster.name, q->cluster.nodes,
                         q->cluster.gpus_per_node, q->cluster.nodes * q->cluster.gpus_per_node,
                         q->spares ? " before spares" : "");
-        return fail(p, em, DT_ERANGE, "needs %d ranks; the planner stops at %d", p->ranks,
-                    MAX_RANKS);
+        return fail(p, em, DT_ERANGE, "needs %d %s; the planner stops at %d", p->workers,
+                    N > 1 ? "workers" : "ranks", MAX_RANKS);
     }
     if (p->mem.total > q->cluster.mem_bytes)
         return fail_memory(q, p, em);
@@ -1230,8 +1297,10 @@ int dt_plan_make(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
     static const enum dt_shard_level levels[] = { DT_SHARD_NONE, DT_SHARD_OPTIMIZER,
                                                   DT_SHARD_GRADIENTS, DT_SHARD_PARAMETERS };
     static const enum dt_recompute settings[] = { DT_RECOMPUTE_NONE, DT_RECOMPUTE_LAYER };
-    /* on the user's one rank every level keeps the whole state */
-    bool auto_shard = q->kind == DT_KIND_TRAIN && q->shard == DT_SHARD_AUTO && q->ranks != 1;
+    /* on the user's one rank (and one ring) every level keeps the whole
+     * state */
+    bool auto_shard = q->kind == DT_KIND_TRAIN && q->shard == DT_SHARD_AUTO &&
+                      (q->ranks != 1 || dp_of(q) > 1);
     bool auto_rc = q->kind == DT_KIND_TRAIN && q->recompute == DT_RECOMPUTE_AUTO;
     int nsh = auto_shard ? (int)DT_ARRAY_SIZE(levels) : 1;
     int nrc = auto_rc ? (int)DT_ARRAY_SIZE(settings) : 1;
@@ -1333,6 +1402,8 @@ json_t *dt_plan_to_json(const dt_plan_req_t *q, const dt_plan_t *p)
     if (p->note[0])
         json_object_set_new(o, "note", json_string(p->note));
     json_object_set_new(o, "ranks", json_integer(p->ranks));
+    json_object_set_new(o, "dp", json_integer(p->dp > 0 ? p->dp : dp_of(q)));
+    json_object_set_new(o, "workers", json_integer(p->workers));
     json_object_set_new(o, "nodes", json_integer(p->nodes));
     json_object_set_new(o, "spares", json_integer(q->spares));
     json_object_set_new(o, "tokens_per_rank", json_integer(p->tokens_per_rank));
@@ -1366,16 +1437,16 @@ json_t *dt_plan_to_json(const dt_plan_req_t *q, const dt_plan_t *p)
         json_array_append_new(br, x);
     }
     json_object_set_new(o, "branches", br);
-    if (p->placement == NULL || p->ranks <= PLACEMENT_LIST_MAX) {
+    if (p->placement == NULL || p->workers <= PLACEMENT_LIST_MAX) {
         json_t *pl = json_array(); /* empty when no plan was made */
-        for (int i = 0; p->placement != NULL && i < p->ranks; i++)
+        for (int i = 0; p->placement != NULL && i < p->workers; i++)
             json_array_append_new(pl, json_integer(p->placement[i]));
         json_object_set_new(o, "placement", pl);
     } else {
         json_t *pl = json_object();
         int gpn = q->cluster.gpus_per_node;
         json_object_set_new(pl, "ranks_per_node", json_integer(gpn));
-        json_object_set_new(pl, "nodes", json_integer(ceil_div(p->ranks, gpn)));
+        json_object_set_new(pl, "nodes", json_integer(ceil_div(p->workers, gpn)));
         json_object_set_new(o, "placement", pl);
     }
     json_object_set_new(o, "intra_node_frac", json_real(p->intra_node_frac));
@@ -1415,6 +1486,7 @@ json_t *dt_plan_to_json(const dt_plan_req_t *q, const dt_plan_t *p)
     json_object_set_new(cl, "nvlink_bps", json_real(q->cluster.nvlink_bps));
     json_object_set_new(cl, "net_bps", json_real(q->cluster.net_bps));
     json_object_set_new(cl, "fixed_bytes", bytes(q->cluster.fixed_bytes));
+    json_object_set_new(cl, "peer_bytes", bytes(q->cluster.peer_bytes));
     json_object_set_new(o, "cluster", cl);
     return o;
 }

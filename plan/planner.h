@@ -5,9 +5,11 @@
  * network bandwidth), the ranks, tokens per rank, per-branch layout, memory
  * per rank broken down, FLOPs, bytes per ring step, whether communication
  * hides behind compute (and the smallest c for which it would), estimated
- * time, and a rank -> node placement. It refuses what cannot work, with the
- * reason. Pure computation: no I/O, no coordinator state; `dtctl plan` uses
- * it without a running coordinator.
+ * time, and a rank -> node placement; for training with data parallelism
+ * (dp = N rings of R ranks) the same per ring, the sharded state over all
+ * N R ranks and the reduction across the rings. It refuses what cannot
+ * work, with the reason. Pure computation: no I/O, no coordinator state;
+ * `dtctl plan` uses it without a running coordinator.
  *
  * The model is first principles: FLOPs from the visible (query, key) pairs
  * of each branch and the model's matrix products, bytes from the K/V packs
@@ -40,6 +42,8 @@ typedef struct dt_cluster {
     double nvlink_bps;   /* bytes/s between GPUs of one node, per direction */
     double net_bps;      /* bytes/s between nodes, per GPU, per direction */
     double fixed_bytes;  /* per-process memory before any tensor */
+    double peer_bytes;   /* per process, per other process of the job (the CPU
+                          * transport's shared-memory buffers); 0 on GPUs */
 } dt_cluster_t;
 
 enum dt_job_kind { DT_KIND_ATTN = 0, DT_KIND_PREFILL, DT_KIND_TRAIN };
@@ -52,9 +56,10 @@ enum dt_recompute { DT_RECOMPUTE_AUTO = 0, DT_RECOMPUTE_NONE, DT_RECOMPUTE_LAYER
 /* Sharded training state (spec key shard), each level adding to the one
  * before: OPTIMIZER the AdamW state, GRADIENTS the gradients, PARAMETERS
  * the parameters themselves (gathered one unit at a time), each rank
- * keeping a slice of about 1/R. AUTO (the spec leaves it unset, train
- * only): the planner picks the least that fits (planner.c's top comment);
- * the others are the user's and always honoured. */
+ * keeping a slice of about 1/W, W = R the ranks of the ring (with dp = N
+ * rings, W = N R: all the job's ranks). AUTO (the spec leaves it unset,
+ * train only): the planner picks the least that fits (planner.c's top
+ * comment); the others are the user's and always honoured. */
 enum dt_shard_level {
     DT_SHARD_AUTO = 0,
     DT_SHARD_NONE,
@@ -87,6 +92,8 @@ typedef struct dt_plan_req {
     enum dt_recompute recompute; /* train only; AUTO when the spec leaves it unset */
     enum dt_shard_level shard;   /* train only; AUTO when the spec leaves it unset */
     int64_t batch;               /* train: sequences per step (spec batch); 0 is 1 */
+    int dp;                      /* train: dp rings of `ranks` ranks (spec dp), each its own
+                                  * sequences; 0 is 1; more is refused for attn and prefill */
 } dt_plan_req_t;
 
 /* Build a request from a spec (presets, overrides, defaults). */
@@ -111,12 +118,14 @@ typedef struct dt_plan {
     char note[512];      /* why the planner chose a shard level or recompute = layer
                           * itself (or why they would not help, or that nothing fits
                           * with them either); "" when the request decided */
-    int ranks, nodes;
+    int ranks, nodes;    /* ranks: per ring, R; nodes: for every worker and the spares */
+    int dp, workers;     /* dp rings of R ranks (1 unless training with dp): the job
+                          * runs workers = dp R processes, ring i on ranks [i R, (i + 1) R) */
     int64_t tokens_per_rank;
     int nbranch;
     dt_plan_branch_t branch[DT_ATTN_MAXBRANCH + 1]; /* dense: one (T, 1) */
     dt_plan_mem_t mem;   /* per rank, bytes */
-    double flops_per_token, flops;
+    double flops_per_token, flops; /* flops: one step over every ring (dp T tokens) */
     /* bytes_per_step, step_compute_s and step_comm_s are those of the branch
      * whose transfer hides least behind its compute */
     double bytes_per_step;
@@ -131,8 +140,8 @@ typedef struct dt_plan {
     double shard_comm_s;
     bool shard_hidden;
     double seconds;
-    int *placement;      /* [ranks] node of each rank; owned */
-    double intra_node_frac; /* ring hops inside a node */
+    int *placement;      /* [workers] node of each rank of the job; owned */
+    double intra_node_frac; /* ring hops inside a node (each ring's, over all rings) */
 } dt_plan_t;
 
 /* Plan. Returns 0 when the job fits; DT_ENOSPC (does not fit in memory),
@@ -151,7 +160,8 @@ typedef struct dt_plan {
 int dt_plan_make(const dt_plan_req_t *req, dt_plan_t *out, dt_emsg_t *em);
 void dt_plan_clear(dt_plan_t *p);
 
-/* The plan as JSON: at least ranks, tokens_per_rank, memory_per_rank_bytes,
+/* The plan as JSON: at least ranks (per ring), dp, workers (the processes
+ * to launch: dp x ranks), tokens_per_rank, memory_per_rank_bytes,
  * memory_breakdown, flops, seconds, comm_hidden, fits, branches, placement,
  * recompute ("none" or "layer"; "none" for attn and prefill), shard
  * ("none", "optimizer", "gradients" or "parameters"; "none" for attn and

@@ -106,7 +106,7 @@ static const dt_conf_key_t keys[] = {
         "data parallel: dp rings of `ranks` ranks, each ring its own sequences, the gradient "
         "reduced over all (train; default 1)"),
     STR("shard", shard, 0,
-        "none, optimizer, gradients or parameters: each rank keeps 1/R of the AdamW "
+        "none, optimizer, gradients or parameters: each rank keeps 1/(dp R) of the AdamW "
         "state, then of the gradients too, then of the parameters too (default: the "
         "planner picks the least that fits)"),
     STR("recompute", recompute, 0,

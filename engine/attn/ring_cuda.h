@@ -91,6 +91,13 @@ void dt_ring_abort(dt_ring_t *r, const char *why);
 /* In-place sum of n fp32 over all ranks (gradients); buf[l] for each local
  * rank. Synchronous: returns when the result is on the device. */
 DT_MUST_CHECK int dt_ring_allreduce_sum_f32(dt_ring_t *r, float *const *buf, size_t n, dt_emsg_t *em);
+/* buf[l] (n fp32 each, for each local rank) is cut into the ranks' slices,
+ * rank g's [n g / R, n (g + 1) / R) (those of checkpoints and of
+ * engine/comm/comm.h): every rank gets every rank's slice, in place
+ * (shard = optimizer: the updated parameters). Synchronous; the caller
+ * has finished writing its slice (its streams synchronised). */
+DT_MUST_CHECK int dt_ring_allgather_slices_f32(dt_ring_t *r, float *const *buf, int64_t n,
+                                               dt_emsg_t *em);
 
 typedef struct dt_ring_io {
     const void *q, *k, *v;

@@ -304,9 +304,10 @@ static int parse(int argc, char **argv, topts_t *o, dt_emsg_t *em)
         return dt_emsg_set(em, DT_EUSAGE, "--resume and --resume-from exclude each other");
     if ((rc = dt_cmd_device_check(o->cuda, dtype_given, em)) < 0)
         return rc;
-    if (o->cuda && o->shard)
+    if (o->cuda && o->shard > SHARD_OPTIMIZER)
         return dt_emsg_set(em, DT_EUSAGE, "--shard %s is for the CPU path so far (device cuda "
-                           "keeps the whole training state on every GPU)", shard_names[o->shard]);
+                           "shards the optimizer state only; every GPU holds the whole "
+                           "parameters and gradient)", shard_names[o->shard]);
     if (o->cuda && o->dp > 1)
         return dt_emsg_set(em, DT_EUSAGE, "--dp %d is for the CPU path so far (device cuda "
                            "runs one ring)", o->dp);
@@ -683,22 +684,6 @@ static void trainer_alloc(trainer_t *t)
     t->c = dt_layout_local(o->T, t->R);
     dt_model_layout_init(&t->lo, &o->model);
     t->n = t->lo.nparams;
-#ifdef HAVE_CUDA
-    if (o->cuda) {
-        /* the step's buffers are on the device; the host keeps the
-         * parameters and moments, page-locked for the overlapped copy */
-        t->P = dt_gmodel_host_alloc(t->n);
-        t->M = dt_gmodel_host_alloc(t->n);
-        t->V = dt_gmodel_host_alloc(t->n);
-        t->pinned = t->P && t->M && t->V;
-        if (!t->pinned) {
-            dt_gmodel_host_free(t->P);
-            dt_gmodel_host_free(t->M);
-            dt_gmodel_host_free(t->V);
-            t->P = t->M = t->V = NULL;
-        }
-    }
-#endif
     /* sharded: this rank keeps and updates the moments of its slice of
      * the parameters only (shard = optimizer), its gradient too
      * (gradients), and its parameters too (parameters) */
@@ -710,6 +695,22 @@ static void trainer_alloc(trainer_t *t)
         t->gn = t->mlen;
     if (o->shard == SHARD_PARAMETERS)
         t->pn = t->mlen;
+#ifdef HAVE_CUDA
+    if (o->cuda) {
+        /* the step's buffers are on the device; the host keeps the
+         * parameters and moments, page-locked for the overlapped copy */
+        t->P = dt_gmodel_host_alloc(t->n);
+        t->M = dt_gmodel_host_alloc(t->mlen);
+        t->V = dt_gmodel_host_alloc(t->mlen);
+        t->pinned = t->P && t->M && t->V;
+        if (!t->pinned) {
+            dt_gmodel_host_free(t->P);
+            dt_gmodel_host_free(t->M);
+            dt_gmodel_host_free(t->V);
+            t->P = t->M = t->V = NULL;
+        }
+    }
+#endif
     if (!o->cuda) {
         int ms = o->shard == SHARD_GRADIENTS    ? DT_MODEL_SHARD_GRADIENTS
                  : o->shard == SHARD_PARAMETERS ? DT_MODEL_SHARD_PARAMETERS
@@ -783,7 +784,7 @@ static int trainer_load_or_resume(trainer_t *t)
                        : dt_ring_nccl_pmix_new(0, &t->ring, &t->em);
         if (rc == 0)
             rc = dt_gtrain_new(&o->model, &t->lo, t->c, o->dtype, o->recompute, t->ring, t->P,
-                               t->M, t->V, t->rpos, &t->gm, &t->em);
+                               t->M, t->V, t->moff, t->mlen, t->rpos, &t->gm, &t->em);
         /* a device failure is this rank's alone (agree.h) */
         if ((rc = dt_agree_report(t->comm, rc, "dtengine train", t->em.s, NULL)) < 0)
             return rc;

@@ -596,3 +596,75 @@ int dt_ring_allreduce_sum_f32(dt_ring_t *r, float *const *buf, size_t n, dt_emsg
     RING_CUDA(r, em, cudaEventRecord(r->p[0].ev[RING_EV_CDONE], cs));
     return dt_ring_wait(r, cdone, 1, "all-reduce", em);
 }
+
+/* ---- all-gather of slices ----------------------------------------------------- */
+
+/* Rank g's slice of n: [n g / R, n (g + 1) / R) (engine/comm/comm.h's). */
+static void slice_of(int64_t n, int R, int g, int64_t *off, int64_t *len)
+{
+    *off = n * g / R;
+    *len = n * (g + 1) / R - *off;
+}
+
+int dt_ring_allgather_slices_f32(dt_ring_t *r, float *const *buf, int64_t n, dt_emsg_t *em)
+{
+    static const int cdone[] = { RING_EV_CDONE };
+    dt_emsg_t local;
+    int64_t off, len;
+    int rc;
+
+    if (em == NULL)
+        em = &local;
+    if ((rc = dt_ring_enter(r, em)) < 0)
+        return rc;
+    if (n <= 0 || r->R == 1)
+        return 0;
+    if (r->kind == RING_LOCAL) {
+        /* one device: a copy from each local rank's slice to the others' */
+        DT_CUDA_TRY(em, cudaDeviceSynchronize());
+        for (int l = 0; l < r->nlocal; l++) {
+            slice_of(n, r->R, r->rank0 + l, &off, &len);
+            for (int m = 0; m < r->nlocal; m++)
+                if (m != l && len > 0)
+                    DT_CUDA_TRY(em, cudaMemcpy(buf[m] + off, buf[l] + off,
+                                               (size_t)len * sizeof(float),
+                                               cudaMemcpyDeviceToDevice));
+        }
+        return 0;
+    }
+
+    /* NCCL: this rank's slice to every peer, every peer's into place, in
+     * one group (the slices differ in length by one at most, so no
+     * ncclAllGather of equal counts) */
+    cudaStream_t cs = r->p[0].comm;
+    int me = r->rank0, bad = -1;
+    ncclResult_t e = ncclSuccess, eg;
+    int64_t moff, mlen;
+
+    slice_of(n, r->R, me, &moff, &mlen);
+    eg = ncclGroupStart();
+    if (NCCL_FAILED(eg))
+        return fail(r, DT_ECOMM, "all-gather", em, "ncclGroupStart: NCCL: %s (%s)",
+                    ncclGetErrorString(eg), nccl_last(r->comm));
+    for (int p = 0; p < r->R && !NCCL_FAILED(e); p++) {
+        if (p == me)
+            continue;
+        slice_of(n, r->R, p, &off, &len);
+        if (mlen > 0)
+            e = ncclSend(buf[0] + moff, (size_t)mlen * sizeof(float), ncclUint8, p, r->comm, cs);
+        if (!NCCL_FAILED(e) && len > 0)
+            e = ncclRecv(buf[0] + off, (size_t)len * sizeof(float), ncclUint8, p, r->comm, cs);
+        bad = p;
+    }
+    eg = ncclGroupEnd(); /* always close the group, even after a failed call */
+    if (NCCL_FAILED(e))
+        return fail(r, DT_ECOMM, "all-gather", em, "slices to and from rank %d: NCCL: %s (%s)",
+                    bad, ncclGetErrorString(e), nccl_last(r->comm));
+    if (NCCL_FAILED(eg))
+        return fail(r, DT_ECOMM, "all-gather", em, "ncclGroupEnd: NCCL: %s (%s)",
+                    ncclGetErrorString(eg), nccl_last(r->comm));
+    if (eg == ncclInProgress && (rc = settle(r, "all-gather", em)) < 0)
+        return rc;
+    RING_CUDA(r, em, cudaEventRecord(r->p[0].ev[RING_EV_CDONE], cs));
+    return dt_ring_wait(r, cdone, 1, "all-gather", em);
+}

@@ -63,6 +63,7 @@ typedef struct tact {
 typedef struct gtrain {
     dt_model_layout_t lo;
     int64_t n;
+    int64_t moff, mlen; /* the moments kept: [moff, moff + mlen) of n (shard = optimizer) */
     float *P, *G, *M, *V;
     void *W;
     tact_t *act;  /* [nact] */
@@ -422,8 +423,8 @@ static void gtrain_free(dt_gmodel_t *g)
 
 int dt_gtrain_new(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, int64_t c,
                   dt_dtype_t dtype, int recompute, dt_ring_t *ring, const float *P,
-                  const float *M, const float *V, const int64_t *pos, dt_gmodel_t **out,
-                  dt_emsg_t *em)
+                  const float *M, const float *V, int64_t moff, int64_t mlen,
+                  const int64_t *pos, dt_gmodel_t **out, dt_emsg_t *em)
 {
     const int64_t d = cfg->dim, D = dt_model_head_dim(cfg), qd = cfg->heads * D,
                   kd = cfg->kv_heads * D, f = cfg->ffn, Vv = cfg->vocab;
@@ -436,15 +437,22 @@ int dt_gtrain_new(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, int64_
         return rc;
     *out = NULL;
     T = g->tr;
-    const size_t nb = (size_t)T->n * F;
+    if (moff < 0 || mlen < 0 || moff + mlen > T->n) {
+        rc = dt_emsg_set(em, DT_EINVAL, "moments [%lld, +%lld) outside the %lld parameters",
+                         (long long)moff, (long long)mlen, (long long)T->n);
+        goto fail;
+    }
+    T->moff = moff;
+    T->mlen = mlen;
+    const size_t nb = (size_t)T->n * F, mb = (size_t)mlen * F;
     const dbuf_t big[] = {
-        { &T->P, nb }, { &T->G, nb }, { &T->M, nb }, { &T->V, nb }, { &T->W, (size_t)T->n * half },
+        { &T->P, nb }, { &T->G, nb }, { &T->M, mb }, { &T->V, mb }, { &T->W, (size_t)T->n * half },
     };
     if ((rc = dalloc_all(big, sizeof(big) / sizeof(big[0]), em)) < 0)
         goto fail;
     DT_CUDA_GOTO(em, rc, fail, cudaMemcpy(T->P, P, nb, cudaMemcpyHostToDevice));
-    DT_CUDA_GOTO(em, rc, fail, cudaMemcpy(T->M, M, nb, cudaMemcpyHostToDevice));
-    DT_CUDA_GOTO(em, rc, fail, cudaMemcpy(T->V, V, nb, cudaMemcpyHostToDevice));
+    DT_CUDA_GOTO(em, rc, fail, cudaMemcpy(T->M, M, mb, cudaMemcpyHostToDevice));
+    DT_CUDA_GOTO(em, rc, fail, cudaMemcpy(T->V, V, mb, cudaMemcpyHostToDevice));
     if ((rc = dt_cast_from_f32_cuda(dtype, T->n, T->P, T->W, g->st, em)) < 0)
         goto fail;
     /* the layers' weights: views into P (norms) and W (matrices) */
@@ -785,10 +793,18 @@ int dt_gtrain_adamw(dt_gmodel_t *g, const dt_adamw_cfg_t *cfg, int64_t step, dou
     /* a copy of the last update's values to the host must be done first */
     if (g->copying)
         DT_CUDA_TRY(em, cudaStreamWaitEvent(g->st, g->ev_copy, 0));
-    if ((rc = dt_adamw_cuda(T->n, T->P, T->G, T->M, T->V, gscale, &k, g->st, em)) < 0 ||
-        (rc = dt_cast_from_f32_cuda(g->dt, T->n, T->P, T->W, g->st, em)) < 0)
+    /* sharded (shard = optimizer): this rank's slice is updated, then
+     * every rank's slice gathered, so that every GPU holds the same
+     * parameters to the bit (the update is element by element) */
+    if ((rc = dt_adamw_cuda(T->mlen, T->P + T->moff, T->G + T->moff, T->M, T->V, gscale, &k,
+                            g->st, em)) < 0)
         return rc;
-    return 0;
+    if (T->mlen != T->n) {
+        DT_CUDA_TRY(em, cudaStreamSynchronize(g->st));
+        if ((rc = dt_ring_allgather_slices_f32(g->ring, &T->P, T->n, em)) < 0)
+            return rc;
+    }
+    return dt_cast_from_f32_cuda(g->dt, T->n, T->P, T->W, g->st, em);
 }
 
 /* Start a copy on the copy stream after everything queued so far on the
@@ -814,7 +830,7 @@ static int copy_end(dt_gmodel_t *g, dt_emsg_t *em)
 int dt_gtrain_copy_start(dt_gmodel_t *g, float *P, float *M, float *V, dt_emsg_t *em)
 {
     gtrain_t *T = g->tr;
-    const size_t nb = (size_t)T->n * sizeof(float);
+    const size_t nb = (size_t)T->n * sizeof(float), mb = (size_t)T->mlen * sizeof(float);
     int rc;
 
     if ((rc = copy_begin(g, em)) < 0)
@@ -822,9 +838,9 @@ int dt_gtrain_copy_start(dt_gmodel_t *g, float *P, float *M, float *V, dt_emsg_t
     if (P)
         DT_CUDA_TRY(em, cudaMemcpyAsync(P, T->P, nb, cudaMemcpyDeviceToHost, g->cst));
     if (M)
-        DT_CUDA_TRY(em, cudaMemcpyAsync(M, T->M, nb, cudaMemcpyDeviceToHost, g->cst));
+        DT_CUDA_TRY(em, cudaMemcpyAsync(M, T->M, mb, cudaMemcpyDeviceToHost, g->cst));
     if (V)
-        DT_CUDA_TRY(em, cudaMemcpyAsync(V, T->V, nb, cudaMemcpyDeviceToHost, g->cst));
+        DT_CUDA_TRY(em, cudaMemcpyAsync(V, T->V, mb, cudaMemcpyDeviceToHost, g->cst));
     return copy_end(g, em);
 }
 

@@ -68,11 +68,16 @@ int dt_gmodel_head(dt_gmodel_t *g, float *logits, dt_emsg_t *em);
  * backward (bit-identical to keeping them: the same kernels on the same
  * input). It allocates what dt_model_gpu_train_bytes (spec/model.h)
  * counts, and the planner plans with that. DT_ENOMEM when the device
- * cannot hold it. Free with dt_gmodel_free. */
+ * cannot hold it. Free with dt_gmodel_free.
+ * Moments: M and V hold [moff, moff + mlen) of the parameters' (all of
+ * them: 0, nparams). With less (shard = optimizer, this rank's slice of
+ * engine/comm/comm.h) the GPU keeps and updates that slice's moments only
+ * and dt_gtrain_adamw gathers the updated parameters from every rank:
+ * bit-identical to keeping them all; 8 (nparams - mlen) bytes less. */
 int dt_gtrain_new(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, int64_t c,
                   dt_dtype_t dtype, int recompute, dt_ring_t *ring, const float *P,
-                  const float *M, const float *V, const int64_t *pos, dt_gmodel_t **out,
-                  dt_emsg_t *em);
+                  const float *M, const float *V, int64_t moff, int64_t mlen,
+                  const int64_t *pos, dt_gmodel_t **out, dt_emsg_t *em);
 
 /* One sequence forward and backward: x, y (c, host) this rank's tokens and
  * targets (DT_IGNORE = -1 ignored); the gradient of scale * (the sum of

@@ -152,6 +152,43 @@ t_recompute() {
 check "recompute: chosen by the planner reaches the stored spec; the user's none is refused" \
     t_recompute
 
+# dp = 2 rings of 2 ranks: the plan keeps ranks per ring and adds dp and
+# the workers the job launches (show, text and --json); the cluster must
+# hold every worker; attn has no gradient to reduce across rings
+t_dp() {
+    run_rc 0 ctl submit --kind train --model tiny --tokens 4096 --ranks 2 --dp 2 --gpu cpu ||
+        return 1
+    _j=$(cat "$TMPD/out")
+    run_rc 0 ctl show "$_j" && out_has "plan +ranks=2 dp=2 workers=4 " && out_has "^dp = 2$" ||
+        return 1
+    run_rc 0 ctl --json show "$_j" && [ "$(json_num workers <"$TMPD/out")" = 4 ] &&
+        [ "$(json_num dp <"$TMPD/out" | head -n 1)" = 2 ] || { cat "$TMPD/out"; return 1; }
+    run_rc 0 ctl cancel "$_j" >/dev/null || return 1
+    _before=$(njobs)
+    run_rc 6 ctl submit --kind train --model tiny --tokens 4096 --ranks 2 --dp 2 --gpu cpu \
+        --nodes 1 --gpus-per-node 2 && out_has "needs 4 workers \(dp=2 rings of 2 ranks" || return 1
+    run_rc 2 ctl submit --kind attn --model tiny --tokens 4096 --ranks 2 --dp 2 --gpu cpu &&
+        out_has "data parallel is for kind train" || return 1
+    [ "$(njobs)" = "$_before" ] || { echo "a job was created"; return 1; }
+}
+check "dp: the plan's workers are dp x ranks; capacity counts them; attn refused" t_dp
+
+# the planner plans GPU sharding the GPU engine does not run yet: refused
+# at submit, naming why, rather than queued to fail in its workers
+t_cuda_shard() {
+    _before=$(njobs)
+    run_rc 6 ctl submit --kind train --model tiny --tokens 4096 --ranks 2 --gpu h100-sxm \
+        --shard parameters && out_has "shard = parameters on device = cuda, which the GPU engine" ||
+        return 1
+    run_rc 6 ctl submit --kind train --model tiny --tokens 4096 --ranks 2 --dp 2 --gpu h100-sxm &&
+        out_has "dp > 1 on device = cuda" || return 1
+    [ "$(njobs)" = "$_before" ] || { echo "a job was created"; return 1; }
+    run_rc 0 ctl plan --kind train --model tiny --tokens 4096 --ranks 2 --gpu h100-sxm \
+        --shard parameters && out_has "shard +parameters"
+}
+check "device = cuda with shard = gradients|parameters or dp > 1: planned, refused at submit" \
+    t_cuda_shard
+
 t_bad_key() {
     _before=$(njobs)
     run_rc 2 ctl submit --kind attn --tokens 4096 --frobnicate 3 && out_has "frobnicate" || return 1

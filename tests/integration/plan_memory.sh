@@ -17,9 +17,16 @@
 # 512, ffn 1536), T = 4096, R = 1, 2, 4, within 15%; and at every (model,
 # R) recompute = layer must measure less than none.
 #
+# Then sharded training state: `--shard optimizer|gradients|parameters`
+# in both, the wide model at R = 4 (where the state counts: 12.3 M
+# parameters), within 15%, each mode measuring less than the one before
+# it, and two cases with recompute = layer (bench/train_memory.sh runs the
+# whole matrix, R up to 8).
+#
 # DT_PLAN_MEMORY_CASES overrides the attn list ("T:R T:R ..."),
 # DT_PLAN_MEMORY_TRAIN_CASES the train list ("MODEL:T:R ...", MODEL tiny
-# or wide; each runs with recompute none and layer).
+# or wide; each runs with recompute none and layer),
+# DT_PLAN_MEMORY_SHARD_CASES the sharded list ("MODEL:T:R:SHARD:RECOMPUTE ...").
 
 . "$(dirname "$0")/lib.sh"
 
@@ -36,6 +43,7 @@ TOL=20
 CASES=${DT_PLAN_MEMORY_CASES:-"8192:1 16384:2 16384:4 32768:4"}
 TRAIN_TOL=15
 TRAIN_CASES=${DT_PLAN_MEMORY_TRAIN_CASES:-"tiny:4096:1 tiny:4096:2 tiny:4096:4 wide:4096:1 wide:4096:2 wide:4096:4"}
+SHARD_CASES=${DT_PLAN_MEMORY_SHARD_CASES:-"wide:4096:4:optimizer:none wide:4096:4:gradients:none wide:4096:4:parameters:none wide:4096:2:parameters:layer tiny:4096:2:gradients:layer"}
 
 # predicted T R -> bytes, from the plan's JSON (one key per line)
 predicted() {
@@ -96,27 +104,28 @@ model_flags() {
     esac
 }
 
-# predicted_train MODEL T R RECOMPUTE -> bytes
+# predicted_train MODEL T R RECOMPUTE [SHARD] -> bytes
 predicted_train() {
     # shellcheck disable=SC2046 # the model's flags are words
     "$DTCTL" plan --json --kind train --gpu cpu $(model_flags "$1") --tokens "$2" --ranks "$3" \
-        --recompute "$4" >"$TMPD/plan.json" || return 1
+        --recompute "$4" --shard "${5:-none}" >"$TMPD/plan.json" || return 1
     sed -n 's/^ *"memory_per_rank_bytes": *\([0-9][0-9]*\).*/\1/p' "$TMPD/plan.json"
 }
 
-# measured_train MODEL T R RECOMPUTE -> MiB, the max RSS over ranks
+# measured_train MODEL T R RECOMPUTE [SHARD] -> MiB, the max RSS over ranks
 measured_train() {
     # shellcheck disable=SC2046
     mpirun_np "$3" "$GNU_TIME" -f 'maxrss_kib=%M' "$DTENGINE" train $(model_flags "$1") \
-        --data recall --seq-len "$2" --steps 1 --seed 1 --recompute "$4" \
+        --data recall --seq-len "$2" --steps 1 --seed 1 --recompute "$4" --shard "${5:-none}" \
         >"$TMPD/engine.out" 2>&1 || return 1
     sed -n 's/^maxrss_kib=\([0-9][0-9]*\)$/\1/p' "$TMPD/engine.out" |
         awk '$1 > m { m = $1 } END { if (m > 0) printf "%.1f", m / 1024 }'
 }
 
-# less_than A_MIB B_MIB: recompute measured below none
+# less_than A_MIB B_MIB: A (recompute = layer, or more sharding) measured
+# below B
 less_than() {
-    awk -v a="$1" -v b="$2" 'BEGIN { printf "layer %.1f MiB, none %.1f MiB\n", a, b; exit !(a < b) }'
+    awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f MiB, against %.1f MiB\n", a, b; exit !(a < b) }'
 }
 
 GNU_TIME=/usr/bin/time
@@ -153,6 +162,36 @@ for mtr in $TRAIN_CASES; do
             check "recompute = layer uses less: $M T=$T R=$R" less_than "$mib" "$none_mib"
         fi
     done
+done
+
+# sharded: MODEL:T:R:SHARD:RECOMPUTE; at wide R=4 recompute none each mode
+# must measure less than the one before it (none: the table above)
+prev_mib=$(awk '$1 == "wide" && $2 == 4096 && $3 == 4 && $4 == "none" { print $6 }' "$TMPD/ttable")
+for c in $SHARD_CASES; do
+    M=$(echo "$c" | cut -d: -f1)
+    T=$(echo "$c" | cut -d: -f2)
+    R=$(echo "$c" | cut -d: -f3)
+    S=$(echo "$c" | cut -d: -f4)
+    RC=$(echo "$c" | cut -d: -f5)
+    if ! bytes=$(predicted_train "$M" "$T" "$R" "$RC" "$S") || [ -z "$bytes" ]; then
+        check "plan train $M T=$T R=$R shard=$S recompute=$RC" sh -c 'cat "$1"; exit 1' sh "$TMPD/plan.json"
+        continue
+    fi
+    if ! mib=$(measured_train "$M" "$T" "$R" "$RC" "$S") || [ -z "$mib" ]; then
+        check "dtengine train $M T=$T R=$R shard=$S recompute=$RC" sh -c 'cat "$1"; exit 1' sh \
+            "$TMPD/engine.out"
+        continue
+    fi
+    pred=$(awk -v b="$bytes" 'BEGIN { printf "%.1f", b / 1048576 }')
+    check "train memory $M T=$T R=$R shard=$S recompute=$RC" agree "$pred" "$mib" "$TRAIN_TOL"
+    awk -v mo="$M" -v t="$T" -v r="$R" -v rc="$RC/$S" -v p="$pred" -v m="$mib" 'BEGIN {
+        printf "%s %d %d %s %.1f %.1f %+.1f\n", mo, t, r, rc, p, m, (p - m) / m * 100 }' \
+        >>"$TMPD/ttable"
+    if [ "$M:$T:$R:$RC" = "wide:4096:4:none" ] && [ -n "$prev_mib" ]; then
+        check "shard = $S measures less than the mode before it: wide R=4" \
+            less_than "$mib" "$prev_mib"
+        prev_mib=$mib
+    fi
 done
 
 echo

@@ -10,13 +10,17 @@
  * by hand, the planner's own choice of recompute and the user's honoured;
  * sharded training state (memory and communication per level by hand, the
  * planner's pick of shard and recompute, llama3-8b and -70b fitting over
- * 1M tokens, the refusal outside training).
+ * 1M tokens, the refusal outside training); data parallel (dp rings:
+ * the sharded state over every ring's ranks, the extra unit on the CPU,
+ * workers, nodes, placement and capacity over dp x ranks, FLOPs and the
+ * collectives, the pick, the refusal outside training).
  * Pure computation: nothing to start.
  */
 #include "config.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "spec/spec.h"
@@ -150,8 +154,10 @@ Test(planner, dense_attention_by_hand)
         cr_assert_eq(p.mem.kv_buffers, kv, "case %zu", i);
         cr_assert_eq(p.mem.workspace, ws, "case %zu: %.0f vs %.0f", i, p.mem.workspace, ws);
         cr_assert_eq(p.mem.weights + p.mem.grads + p.mem.optimizer, 0);
-        cr_assert_eq(p.mem.fixed, 15 * MiB);
-        cr_assert_eq(p.mem.total, act + kv + ws + 15 * MiB, "case %zu", i);
+        /* the process, and the transport's buffers for each other rank */
+        double fx = 15 * MiB + 720.0 * 1024 * (R - 1);
+        cr_assert_eq(p.mem.fixed, fx);
+        cr_assert_eq(p.mem.total, act + kv + ws + fx, "case %zu", i);
         double fl = cases[i].causal ? 4 * H * D * T * (T + 1) / 2 : 4 * T * T * H * D;
         cr_assert_eq(p.flops, fl, "case %zu: %g vs %g", i, p.flops, fl);
         cr_assert_eq(p.flops_per_token, fl / T);
@@ -1022,6 +1028,7 @@ Test(planner, shard_saves_ranks)
 
     q.tokens = 2048;
     q.ranks = 8;
+    q.cluster.peer_bytes = 0; /* a memory that does not grow with the ranks */
     cr_assert_eq(make(&q, &none, &em), 0, "%s", em.s);
     q.ranks = 0;
     q.cluster.mem_bytes = none.mem.total;
@@ -1302,4 +1309,347 @@ Test(planner, recompute_does_not_help_the_whole_model)
     cr_assert(strstr(em.s, "still holds the whole weights and gradients"), "%s", em.s);
     cr_assert(strstr(p.note, "recompute = layer would not help"), "%s", p.note);
     dt_plan_clear(&p);
+}
+
+/* The training state per rank by hand (see shard_memory_by_hand_cpu and
+ * _gpu), untied, batch 1, at 1 / W = inv_w: inv_w = 0 is the part no W
+ * shrinks. */
+static dt_plan_mem_t state_by_hand(bool cuda, enum dt_shard_level sh, double inv_w)
+{
+    double P = small_params(false), U = SM_LAYER;
+    dt_plan_mem_t m = { 0 };
+
+    if (cuda) {
+        m.weights = sh == DT_SHARD_PARAMETERS ? 2 * P * inv_w + 4 * U : 2 * P;
+        m.grads = sh >= DT_SHARD_GRADIENTS ? 4 * P * inv_w + 4 * U : 4 * P;
+        m.optimizer = sh == DT_SHARD_PARAMETERS  ? 12 * P * inv_w
+                      : sh >= DT_SHARD_OPTIMIZER ? 4 * P + 8 * P * inv_w
+                                                 : 12 * P;
+    } else {
+        m.weights = sh == DT_SHARD_PARAMETERS ? 4 * P * inv_w + 4 * U : 4 * P;
+        m.grads = sh >= DT_SHARD_GRADIENTS ? 4 * P * inv_w + 4 * U : 4 * P;
+        m.optimizer = sh >= DT_SHARD_OPTIMIZER ? 8 * P * inv_w : 8 * P;
+    }
+    return m;
+}
+
+/* Data parallel (dp = N rings of R ranks, W = N R): the sharded state per
+ * rank is divided by W, so dp = 2 halves it against dp = 1 at the same R
+ * (the part kept whole does not change); the CPU engine keeps one more
+ * fp32 unit per rank with dp (4 U in grads, at every level); everything
+ * per token is one ring's and does not change. The step trains N
+ * sequences: N times the FLOPs, the same FLOPs per token; the collectives
+ * over the state span W ranks at the slowest link (f = (W - 1) / W; on
+ * the cpu, W = 8 leaves a machine: 1 GB/s; on an H100 W = 8 is one node:
+ * NVLink), and on the cpu they are all the time dp adds. */
+Test(planner, dp_divides_the_sharded_state_over_every_ring)
+{
+    const struct {
+        const char *cluster;
+        dt_dtype_t prec;
+        double e, bw;
+    } cases[] = { { "cpu", DT_F32, 4, 1e9 }, { "h100-sxm", DT_BF16, 2, 450e9 } };
+
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        dt_plan_req_t q = small_train(cases[k].cluster, cases[k].prec, false);
+        double P = small_params(false), U = SM_LAYER, e = cases[k].e, bw = cases[k].bw;
+        double ring_part = q.cuda ? 0 : 4 * U, f = 7.0 / 8;
+        const enum dt_shard_level levels[] = { DT_SHARD_NONE, DT_SHARD_OPTIMIZER,
+                                               DT_SHARD_GRADIENTS, DT_SHARD_PARAMETERS };
+        const double bytes[] = { 2 * f * P * e, 3 * f * P * e, f * P * 4 + f * P * e,
+                                 2 * f * P * e + f * P * 4 };
+
+        for (size_t i = 0; i < sizeof(levels) / sizeof(levels[0]); i++) {
+            const char *lv = dt_shard_name(levels[i]);
+            dt_plan_mem_t w1 = state_by_hand(q.cuda, levels[i], 1.0 / 4);
+            dt_plan_mem_t w2 = state_by_hand(q.cuda, levels[i], 1.0 / 8);
+            dt_plan_mem_t kept = state_by_hand(q.cuda, levels[i], 0);
+            dt_plan_t one, two;
+            dt_emsg_t em;
+
+            q.shard = levels[i];
+            q.dp = 1;
+            cr_assert_eq(make(&q, &one, &em), 0, "%s", em.s);
+            q.dp = 2;
+            cr_assert_eq(make(&q, &two, &em), 0, "%s %s: %s", cases[k].cluster, lv, em.s);
+            cr_assert_eq(one.dp, 1);
+            cr_assert_eq(one.workers, 4);
+            cr_assert_eq(two.dp, 2);
+            cr_assert_eq(two.ranks, 4, "ranks stays the ring's");
+            cr_assert_eq(two.workers, 8);
+            cr_assert_eq(two.tokens_per_rank, one.tokens_per_rank);
+
+            /* by hand: W = 4 at dp = 1, W = 8 and the ring part at dp = 2 */
+            cr_assert_eq(one.mem.weights, w1.weights, "%s %s", cases[k].cluster, lv);
+            cr_assert_eq(one.mem.grads, w1.grads, "%s %s", cases[k].cluster, lv);
+            cr_assert_eq(one.mem.optimizer, w1.optimizer, "%s %s", cases[k].cluster, lv);
+            cr_assert_eq(two.mem.weights, w2.weights, "%s %s", cases[k].cluster, lv);
+            cr_assert_eq(two.mem.grads, w2.grads + ring_part, "%s %s: %.0f vs %.0f",
+                         cases[k].cluster, lv, two.mem.grads, w2.grads + ring_part);
+            cr_assert_eq(two.mem.optimizer, w2.optimizer, "%s %s", cases[k].cluster, lv);
+            /* so the sharded part halves, and the whole part stays */
+            double s1 = state(&one) - (kept.weights + kept.grads + kept.optimizer);
+            double s2 = state(&two) - ring_part - (kept.weights + kept.grads + kept.optimizer);
+            cr_assert_float_eq(s2, s1 / 2, 1e-9 * P, "%s %s: sharded %.0f at dp 2, %.0f at dp 1",
+                               cases[k].cluster, lv, s2, s1);
+            if (levels[i] == DT_SHARD_NONE)
+                cr_assert_eq(s1, 0, "none keeps it whole");
+            else
+                cr_assert_gt(s1, 0, "%s shards something", lv);
+            cr_assert_float_eq(two.mem.total - state(&two) - two.mem.fixed,
+                               one.mem.total - state(&one) - one.mem.fixed, 1e-6,
+                               "%s %s: the per-token parts are one ring's", cases[k].cluster, lv);
+            /* and the transport's buffers are for dp R - 1 peers */
+            cr_assert_float_eq(two.mem.fixed - one.mem.fixed,
+                               two.workers > one.workers
+                                   ? q.cluster.peer_bytes * (two.workers - one.workers)
+                                   : 0.0,
+                               1e-6, "%s %s", cases[k].cluster, lv);
+
+            cr_assert_float_eq(two.flops, 2 * one.flops, 1e-9 * two.flops);
+            cr_assert_float_eq(two.flops_per_token, one.flops_per_token,
+                               1e-9 * one.flops_per_token);
+            cr_assert_float_eq(two.shard_comm_s, bytes[i] / bw, 1e-9 * two.shard_comm_s,
+                               "%s %s: %g s", cases[k].cluster, lv, two.shard_comm_s);
+            if (!q.cuda)
+                cr_assert_float_eq(two.seconds - one.seconds,
+                                   two.shard_comm_s - one.shard_comm_s, 1e-6 * two.seconds,
+                                   "the cpu: the rings side by side, the collectives in line");
+            dt_plan_clear(&one);
+            dt_plan_clear(&two);
+        }
+    }
+}
+
+/* The same by hand on the cpu at shard = parameters, R = 4, dp = 2 (W = 8):
+ * weights 4 P / 8 + 4 U, grads 4 P / 8 + 4 U + 4 U (the ring part),
+ * optimizer 8 P / 8. */
+Test(planner, dp_memory_by_hand_cpu)
+{
+    dt_plan_req_t q = small_train("cpu", DT_F32, false);
+    double P = small_params(false), U = SM_LAYER;
+    dt_plan_t p;
+    dt_emsg_t em;
+
+    q.shard = DT_SHARD_PARAMETERS;
+    q.dp = 2;
+    cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
+    cr_assert_eq(p.mem.weights, 4 * P / 8 + 4 * U);
+    cr_assert_eq(p.mem.grads, 4 * P / 8 + 4 * U + 4 * U);
+    cr_assert_eq(p.mem.optimizer, 8 * P / 8);
+    dt_plan_clear(&p);
+    q.shard = DT_SHARD_NONE;
+    cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
+    cr_assert_eq(p.mem.weights, 4 * P);
+    cr_assert_eq(p.mem.grads, 4 * P + 4 * U, "unsharded too: dt_model_gather's ring part");
+    cr_assert_eq(p.mem.optimizer, 8 * P);
+    dt_plan_clear(&p);
+}
+
+/* The workers are dp x ranks: the nodes (spares included), the placement
+ * (contiguous blocks of gpus_per_node over every worker, ring after ring)
+ * and the ring hops inside a node, each ring's. R = 6 on nodes of 8, dp = 2:
+ * ring 0 is ranks 0-5 (node 0, 6 hops inside), ring 1 ranks 6-11 (nodes
+ * 0, 0, 1, 1, 1, 1: 4 hops inside, 7 -> 8 and 11 -> 6 cross). */
+Test(planner, dp_workers_nodes_placement)
+{
+    static const struct {
+        int R, dp, gpn, spares, nodes, workers;
+        double frac;
+    } cases[] = {
+        { 6, 2, 8, 0, 2, 12, 10.0 / 12 }, { 4, 2, 8, 0, 1, 8, 1.0 },
+        { 4, 2, 8, 1, 2, 8, 1.0 },        { 2, 4, 2, 0, 4, 8, 1.0 },
+        { 3, 2, 2, 0, 3, 6, 2.0 / 6 },    { 6, 1, 8, 0, 1, 6, 1.0 },
+    };
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        dt_plan_req_t q = small_train("h100-sxm", DT_BF16, false);
+        dt_plan_t p;
+        dt_emsg_t em;
+
+        q.tokens = 4096 * 3;
+        q.ranks = cases[i].R;
+        q.dp = cases[i].dp;
+        q.spares = cases[i].spares;
+        q.cluster.gpus_per_node = cases[i].gpn;
+        cr_assert_eq(make(&q, &p, &em), 0, "case %zu: %s", i, em.s);
+        cr_assert_eq(p.ranks, cases[i].R, "case %zu", i);
+        cr_assert_eq(p.workers, cases[i].workers, "case %zu", i);
+        cr_assert_eq(p.nodes, cases[i].nodes, "case %zu: %d", i, p.nodes);
+        for (int r = 0; r < cases[i].workers; r++)
+            cr_assert_eq(p.placement[r], r / cases[i].gpn, "case %zu rank %d", i, r);
+        cr_assert_float_eq(p.intra_node_frac, cases[i].frac, 1e-12, "case %zu: %g", i,
+                           p.intra_node_frac);
+        json_t *j = dt_plan_to_json(&q, &p);
+        cr_assert_eq(json_integer_value(get(j, "ranks")), cases[i].R);
+        cr_assert_eq(json_integer_value(get(j, "dp")), cases[i].dp);
+        cr_assert_eq(json_integer_value(get(j, "workers")), cases[i].workers);
+        cr_assert_eq(json_array_size(get(j, "placement")), (size_t)cases[i].workers);
+        json_decref(j);
+        dt_plan_clear(&p);
+    }
+}
+
+/* The cluster must hold every worker: 4 nodes of 2 CPU ranks take dp = 2
+ * rings of 4, not 3; the planner's own R is refused the same way. */
+Test(planner, dp_capacity_counts_every_worker)
+{
+    dt_plan_req_t q = small_train("cpu", DT_F32, false);
+    dt_plan_t p;
+    dt_emsg_t em;
+
+    q.cluster.nodes = 4;
+    q.dp = 2;
+    cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
+    cr_assert_eq(p.workers, 8);
+    cr_assert_eq(p.nodes, 4);
+    dt_plan_clear(&p);
+
+    q.dp = 3;
+    cr_assert_eq(make(&q, &p, &em), DT_ERANGE);
+    cr_assert(strstr(em.s, "needs 12 workers (dp=3 rings of 4 ranks, 1024 tokens each) but cpu "
+                           "has 4 nodes x 2 = 8 ranks"),
+              "%s", em.s);
+    cr_assert(!p.fits);
+    cr_assert_eq(p.workers, 12);
+    dt_plan_clear(&p);
+
+    q.dp = 2;
+    q.spares = 1;
+    cr_assert_eq(make(&q, &p, &em), DT_ERANGE);
+    cr_assert(strstr(em.s, "needs 8 workers") && strstr(em.s, "before spares"), "%s", em.s);
+    dt_plan_clear(&p);
+
+    /* the planner's R (the fewest per ring that fit) is refused the same
+     * way: 2 of its rings need 2 R0 workers, R0 nodes of 2 */
+    q.ranks = 0;
+    q.spares = 0;
+    q.cluster.nodes = 0;
+    cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
+    int R0 = p.ranks;
+    cr_assert_eq(p.workers, 2 * R0);
+    cr_assert_eq(p.nodes, R0);
+    dt_plan_clear(&p);
+    q.cluster.nodes = R0;
+    cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
+    cr_assert_eq(p.ranks, R0);
+    dt_plan_clear(&p);
+    q.spares = 1;
+    cr_assert_eq(make(&q, &p, &em), DT_ERANGE);
+    char want[96];
+    snprintf(want, sizeof(want), "needs %d workers (dp=2 rings of %d ranks", 2 * R0, R0);
+    cr_assert(strstr(em.s, want), "%s", em.s);
+    dt_plan_clear(&p);
+
+    /* workers beyond the planner's limit */
+    q.cluster.nodes = 0;
+    q.spares = 0;
+    q.ranks = 16;
+    q.dp = 65536;
+    cr_assert_eq(make(&q, &p, &em), DT_ERANGE);
+    cr_assert(strstr(em.s, "dp=65536 rings of ranks=16: 1048576 workers, the planner stops at "
+                           "1000000"),
+              "%s", em.s);
+    dt_plan_clear(&p);
+}
+
+/* attn and prefill have no gradient to reduce across rings: dp > 1 is
+ * refused, named (the spec refuses it first, dt_spec_check); dp = 1 is
+ * the default. */
+Test(planner, dp_refused_outside_training)
+{
+    dt_plan_req_t q = attn_req(16384, 4, 8, 2, 64, true, DT_LAYOUT_ZIGZAG);
+    dt_plan_t p;
+    dt_emsg_t em;
+    dt_spec_t s;
+
+    q.dp = 2;
+    cr_assert_eq(make(&q, &p, &em), DT_EINVAL);
+    cr_assert(strstr(em.s, "dp = 2 is for train jobs: kind attn"), "%s", em.s);
+    cr_assert_str_eq(p.reason, em.s);
+    dt_plan_clear(&p);
+    q.dp = 1;
+    cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
+    cr_assert_eq(p.dp, 1);
+    cr_assert_eq(p.workers, 4);
+    dt_plan_clear(&p);
+
+    q = llama_req("h100-sxm", DT_KIND_PREFILL, 1 << 20);
+    q.dp = 4;
+    cr_assert_eq(make(&q, &p, &em), DT_EINVAL);
+    cr_assert(strstr(em.s, "dp = 4 is for train jobs: kind prefill"), "%s", em.s);
+    dt_plan_clear(&p);
+
+    cr_assert_eq(dt_spec_parse("s", "kind = attn\ntokens = 4096\ndp = 2\n", &s, &em), DT_EINVAL);
+    cr_assert(strstr(em.s, "data parallel is for kind train"), "%s", em.s);
+    cr_assert_eq(dt_spec_parse("s", "kind = train\ntokens = 4096\ndp = 3\nranks = 2\n", &s, &em),
+                 0, "%s", em.s);
+    cr_assert_eq(dt_plan_req_from_spec(&s, &q, &em), 0, "%s", em.s);
+    cr_assert_eq(q.dp, 3);
+    cr_assert_eq(q.ranks, 2);
+    dt_spec_free(&s);
+    cr_assert_eq(dt_spec_parse("s", "kind = train\ntokens = 4096\n", &s, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_plan_req_from_spec(&s, &q, &em), 0, "%s", em.s);
+    cr_assert_eq(q.dp, 1, "unset: one ring");
+    dt_spec_free(&s);
+}
+
+/* The planner's pick with dp: the sharded divisions are over W = N R. On
+ * the user's one rank per ring, dp = 2 leaves sharding something to
+ * divide (W = 2): where unsharded does not fit but shard = optimizer does
+ * at W = 2, the planner picks it; one ring of one rank has nothing to
+ * divide and is refused. And with R free the search starts low enough:
+ * the fewest R per ring is found, as a rank-by-rank search finds it. */
+Test(planner, dp_shard_pick)
+{
+    dt_plan_req_t q = small_train("cpu", DT_F32, false);
+    dt_plan_t p, opt;
+    dt_emsg_t em;
+
+    q.ranks = 1;
+    q.dp = 2;
+    q.shard = DT_SHARD_OPTIMIZER;
+    cr_assert_eq(make(&q, &opt, &em), 0, "%s", em.s);
+    q.cluster.mem_bytes = opt.mem.total;
+    q.shard = DT_SHARD_AUTO;
+    cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
+    cr_assert_eq(p.shard, DT_SHARD_OPTIMIZER, "%s", p.note);
+    cr_assert_eq(p.ranks, 1);
+    cr_assert_eq(p.workers, 2);
+    cr_assert(strstr(p.note, "shard = optimizer"), "%s", p.note);
+    dt_plan_clear(&p);
+    q.dp = 1;
+    cr_assert_eq(make(&q, &p, &em), DT_ENOSPC, "%s", em.s);
+    cr_assert_eq(p.shard, DT_SHARD_NONE, "one rank, one ring: nothing to divide");
+    dt_plan_clear(&p);
+    dt_plan_clear(&opt);
+
+    /* R free: the fewest per ring, checked rank by rank */
+    for (int dp = 1; dp <= 4; dp *= 2) {
+        for (int lv = DT_SHARD_NONE; lv <= DT_SHARD_PARAMETERS; lv++) {
+            dt_plan_req_t t = small_train("cpu", DT_F32, false);
+            int want = 0;
+            t.tokens = 16384;
+            t.shard = (enum dt_shard_level)lv;
+            t.dp = dp;
+            t.cluster.mem_bytes = 60 * MiB;
+            for (int R = 1; R <= 64 && want == 0; R++) {
+                dt_plan_t x;
+                t.ranks = R;
+                if (make(&t, &x, &em) == 0)
+                    want = R;
+                dt_plan_clear(&x);
+            }
+            t.ranks = 0;
+            int rc = make(&t, &p, &em);
+            if (want == 0) {
+                cr_assert_neq(rc, 0, "dp %d %s: R=%d", dp, dt_shard_name(t.shard), p.ranks);
+            } else {
+                cr_assert_eq(rc, 0, "dp %d %s: %s", dp, dt_shard_name(t.shard), em.s);
+                cr_assert_eq(p.ranks, want, "dp %d %s: %d, not %d", dp, dt_shard_name(t.shard),
+                             p.ranks, want);
+            }
+            dt_plan_clear(&p);
+        }
+    }
 }

@@ -8,7 +8,8 @@
  * coordinator meets: a bug that fails at the same step every time (mid-run
  * or at start-up), a burst of external kills (one mid-run, then one at the
  * start of each new generation), the same cause at different steps or on
- * different ranks, and the job's own limits from its spec.
+ * different ranks, and the job's own limits from its spec. Last the
+ * re-plan on fewer slots, with and without data parallel rings.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@
 
 #include "common/macros.h"
 #include "coordinator/recovery.h"
+#include "spec/spec.h"
 
 #define END { .cause = NULL }
 
@@ -188,6 +190,10 @@ static const decide_row_t decide_rows[] = {
       .f = { .kind = DT_FAULT_SHORT, .rank = -1, .slots = 3 },
       .v = { RUNNING, .phase = DT_GEN_ABORTING, .replan_ranks = 2 }, .action = DT_ACT_REPLAN,
       .rank = -1, .ranks = 2, .ev = { "replanned" } },
+    { .name = "no spare left, dp = 2 rings of 4: re-planned on 2 rings of 2",
+      .f = { .kind = DT_FAULT_SHORT, .rank = -1, .slots = 6 },
+      .v = { RUNNING, .ranks = 8, .dp = 2, .phase = DT_GEN_ABORTING, .replan_ranks = 4 },
+      .action = DT_ACT_REPLAN, .rank = -1, .ranks = 4, .ev = { "replanned" } },
     { .name = "no spare left, no plan on fewer ranks fits: fails",
       .f = { .kind = DT_FAULT_SHORT, .rank = -1, .slots = 1 },
       .v = { RUNNING, .phase = DT_GEN_ABORTING }, .action = DT_ACT_FAIL, .rank = -1,
@@ -348,4 +354,50 @@ Test(recovery, different_steps_are_progress)
     v.step = 120;
     cr_assert_eq(dt_recovery_decide(&f, &v, &d), DT_ACT_FAIL);
     cr_assert_eq(log.n, 2);
+}
+
+/* The re-plan on fewer slots keeps the spec's dp and shrinks the ranks
+ * per ring: the most workers dp R' below the generation's that fit the
+ * slots and that the planner accepts (tiny over 4096 tokens, zigzag: 2 R'
+ * must divide 4096, so R' = 3 is skipped). The event names the rings. */
+Test(recovery, replan_keeps_the_rings)
+{
+    static const struct {
+        int dp, ranks, slots, want;
+    } cases[] = {
+        { 1, 4, 3, 2 }, /* R' = 3 does not divide T as zigzag needs */
+        { 1, 4, 1, 1 }, { 1, 4, 0, 0 }, { 1, 1, 1, 0 }, /* nothing below one rank */
+        { 2, 8, 7, 4 }, /* 2 rings of 3 do not divide T; of 2 do */
+        { 2, 8, 6, 4 }, { 2, 8, 3, 2 }, { 2, 8, 1, 0 }, /* one slot holds no two rings */
+        { 2, 4, 3, 2 }, { 2, 2, 2, 0 },                 /* fewer than 2 rings of 1: none */
+        { 4, 16, 12, 8 },                               /* 4 rings of 3 skipped, of 2 */
+    };
+
+    for (size_t i = 0; i < DT_ARRAY_SIZE(cases); i++) {
+        dt_spec_t s;
+        dt_emsg_t em = { "" };
+        char text[256];
+        snprintf(text, sizeof(text),
+                 "kind = train\nmodel = tiny\ntokens = 4096\ngpu = cpu\nranks = %d\ndp = %d\n",
+                 cases[i].ranks / cases[i].dp, cases[i].dp);
+        cr_assert_eq(dt_spec_parse("s", text, &s, &em), 0, "%s", em.s);
+        int got = dt_recovery_replan(&s, cases[i].ranks, cases[i].slots);
+        cr_expect_eq(got, cases[i].want, "dp %d, %d workers on %d slots: %d, want %d",
+                     cases[i].dp, cases[i].ranks, cases[i].slots, got, cases[i].want);
+        if (got > 0)
+            cr_expect_eq(got % cases[i].dp, 0, "dp %d: %d workers", cases[i].dp, got);
+        dt_spec_free(&s);
+    }
+
+    dt_job_view_t v = { RUNNING, .ranks = 8, .dp = 2, .phase = DT_GEN_ABORTING,
+                        .replan_ranks = 4 };
+    dt_fault_t f = { .kind = DT_FAULT_SHORT, .rank = -1, .slots = 6 };
+    dt_fail_log_t log = { 0 };
+    dt_decision_t d;
+    v.fails = &log;
+    cr_assert_eq(dt_recovery_decide(&f, &v, &d), DT_ACT_REPLAN);
+    cr_assert_eq(d.ranks, 4);
+    cr_assert_eq(d.nev, 1);
+    cr_assert_str_eq(d.ev[0].detail,
+                     "ranks 8 -> 4 (dp = 2 rings of 4 -> 2): 6 slots on live agents");
 }
