@@ -53,9 +53,10 @@ predicted() { # MODEL R SHARD RECOMPUTE -> MiB
 }
 
 measured() { # MODEL R SHARD RECOMPUTE -> MiB, the max over ranks
+    rm -f "$tmp/rss"
     # shellcheck disable=SC2046
     "$MPIRUN" --oversubscribe --mca pml ob1 --mca btl self,vader -np $(($2 * DP)) \
-        "$GNU_TIME" -f 'maxrss_kib=%M' "$top/engine/dtengine" train $(model_flags "$1") \
+        "$GNU_TIME" -a -o "$tmp/rss" -f 'maxrss_kib=%M' "$top/engine/dtengine" train $(model_flags "$1") \
         --data recall --seq-len "$T" --steps 1 --seed 1 --shard "$3" --recompute "$4" \
         --dp "$DP" >"$tmp/engine.out" 2>&1 || {
         # the reason, below the table
@@ -64,7 +65,9 @@ measured() { # MODEL R SHARD RECOMPUTE -> MiB, the max over ranks
         echo "?"
         return 0
     }
-    sed -n 's/^maxrss_kib=\([0-9][0-9]*\)$/\1/p' "$tmp/engine.out" |
+    # each rank's GNU time appends its line to one file (not the output,
+    # where ranks' lines can interleave)
+    sed -n 's/^maxrss_kib=\([0-9][0-9]*\)$/\1/p' "$tmp/rss" |
         awk '$1 > m { m = $1 } END { if (m > 0) printf "%.1f", m / 1024; else print "?" }'
 }
 

@@ -641,6 +641,17 @@ static int trainer_init(trainer_t *t, dt_comm_t *comm, int argc, char **argv)
         t->r = t->me % t->R;
         t->i = t->me / t->R;
     }
+    /* the flat array is cut into one slice per rank, whatever the units'
+     * sizes: a split fails only when some rank would get nothing */
+    if (rc == 0 && o->shard != SHARD_NONE) {
+        dt_model_layout_t lo;
+        dt_model_layout_init(&lo, &o->model);
+        if (lo.nparams < t->W)
+            rc = dt_emsg_set(&t->em, DT_EUSAGE, "--shard %s over %d ranks: the model's %lld "
+                             "parameters leave ranks without a slice", shard_names[o->shard],
+                             t->W, (long long)lo.nparams);
+        dt_model_layout_close(&lo);
+    }
     int recall = rc == 0 && strcmp(o->data, "recall") == 0;
     size_task(t);
     if (rc == 0 && !recall) {

@@ -114,11 +114,14 @@ predicted_train() {
 
 # measured_train MODEL T R RECOMPUTE [SHARD] -> MiB, the max RSS over ranks
 measured_train() {
+    rm -f "$TMPD/rss"
     # shellcheck disable=SC2046
-    mpirun_np "$3" "$GNU_TIME" -f 'maxrss_kib=%M' "$DTENGINE" train $(model_flags "$1") \
+    mpirun_np "$3" "$GNU_TIME" -a -o "$TMPD/rss" -f 'maxrss_kib=%M' "$DTENGINE" train $(model_flags "$1") \
         --data recall --seq-len "$2" --steps 1 --seed 1 --recompute "$4" --shard "${5:-none}" \
         >"$TMPD/engine.out" 2>&1 || return 1
-    sed -n 's/^maxrss_kib=\([0-9][0-9]*\)$/\1/p' "$TMPD/engine.out" |
+    # each rank's GNU time appends its line to one file (not the output,
+    # where ranks' lines can interleave)
+    sed -n 's/^maxrss_kib=\([0-9][0-9]*\)$/\1/p' "$TMPD/rss" |
         awk '$1 > m { m = $1 } END { if (m > 0) printf "%.1f", m / 1024 }'
 }
 
