@@ -516,7 +516,10 @@ static void train_state(const dt_plan_req_t *q, double inv_w, dt_plan_mem_t *mm)
      * a sequence's gradient beside the step's sum; with dp a unit's ring
      * part between the two levels of the reduction (or of a gather) */
     double copies = q->batch > 1 ? 2 : 1, ring_part = dp_of(q) > 1 ? 4 * U : 0;
-    mm->weights = sh == DT_SHARD_PARAMETERS ? 4 * P * inv_w + 4 * (U + E) : 4 * P;
+    /* parameters: two units (one computing, the next one's gather in
+     * flight), with dp the gather's own ring part */
+    mm->weights = sh == DT_SHARD_PARAMETERS ? 4 * P * inv_w + 4 * (2 * U + E) + ring_part
+                                            : 4 * P;
     mm->grads = (sh >= DT_SHARD_GRADIENTS ? 4 * copies * P * inv_w + 4 * (U + E) : 4 * copies * P) +
                 ring_part;
     mm->optimizer = sh >= DT_SHARD_OPTIMIZER ? 8 * P * inv_w : 8 * P;

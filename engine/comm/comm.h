@@ -85,6 +85,14 @@ DT_MUST_CHECK int dt_comm_allgather_slices_f32(dt_comm_t *c, const dt_comm_slici
  * gathered before use. One member alone: a copy. */
 DT_MUST_CHECK int dt_comm_gather_range_f32(dt_comm_t *c, const dt_comm_slicing_t *sl, int64_t a,
                                            int64_t b, const float *mine, float *out);
+/* The same gather started and left in flight (an MPI nonblocking
+ * all-gather): *op completes it with dt_comm_wait, and dt_comm_test moves
+ * it on; mine and out stay untouched until then. Collectives must still
+ * be started in the same order on every member. A member alone (or a
+ * range of more pieces than an op holds) gathers at once: *op = NULL. */
+DT_MUST_CHECK int dt_comm_gather_range_start(dt_comm_t *c, const dt_comm_slicing_t *sl,
+                                             int64_t a, int64_t b, const float *mine,
+                                             float *out, dt_comm_op_t **op);
 /* in (b - a floats) is this rank's addend for [a, b); the sum over the
  * members of this rank's part is written to mine (a unit's gradient under
  * shard = gradients). MPI's reduce-scatter: with 2 members the sum is an

@@ -30,6 +30,7 @@ struct dt_comm {
 struct dt_comm_op {
     int n;
     MPI_Request req[2 * MAXREQ];
+    int *arrays; /* counts and displacements a nonblocking collective reads until done */
 };
 
 static int launched_under_pmi(void)
@@ -156,6 +157,7 @@ int dt_comm_wait(dt_comm_op_t *op)
     if (op == NULL)
         return 0;
     rc = MPI_Waitall(op->n, op->req, MPI_STATUSES_IGNORE);
+    free(op->arrays);
     free(op);
     return rc == MPI_SUCCESS ? 0 : DT_ECOMM;
 }
@@ -349,4 +351,40 @@ int dt_comm_reduce_scatter_range_f32(dt_comm_t *c, const dt_comm_slicing_t *sl, 
                                      int64_t b, const float *in, float *mine)
 {
     return range_op(c, sl, a, b, in, mine, 1);
+}
+
+int dt_comm_gather_range_start(dt_comm_t *c, const dt_comm_slicing_t *sl, int64_t a, int64_t b,
+                               const float *mine, float *out, dt_comm_op_t **opp)
+{
+    int64_t np = (b - a + RANGE_PIECE - 1) / RANGE_PIECE, lo0, len0;
+    dt_comm_op_t *op;
+    int rc = 0;
+
+    *opp = NULL;
+    if (!c->mpi || c->size == 1 || np > 2 * MAXREQ)
+        /* nothing to overlap, or more pieces than an op holds: at once */
+        return range_op(c, sl, a, b, mine, out, 0);
+    part(sl->n, sl->S, sl->s0 + c->rank, a, b, &lo0, &len0);
+    op = dt_xcalloc(1, sizeof(*op));
+    op->arrays = dt_xcalloc((size_t)(2 * c->size * np), sizeof(int));
+    for (int64_t p = a, k = 0; p < b; p += RANGE_PIECE, k++) {
+        int64_t q = b - p < RANGE_PIECE ? b : p + RANGE_PIECE, lo, len;
+        int *cnt = op->arrays + 2 * c->size * k, *dsp = cnt + c->size;
+        piece_counts(c, sl, p, q, cnt, dsp);
+        part(sl->n, sl->S, sl->s0 + c->rank, p, q, &lo, &len);
+        /* an empty part sends nothing: any valid address will do */
+        if (MPI_Iallgatherv(len > 0 ? mine + (lo - lo0) : out, (int)len, MPI_FLOAT, out + (p - a),
+                            cnt, dsp, MPI_FLOAT, c->mc, &op->req[op->n]) != MPI_SUCCESS) {
+            rc = DT_ECOMM;
+            break;
+        }
+        op->n++;
+    }
+    if (rc < 0) {
+        int rw = dt_comm_wait(op); /* what was started, finished */
+        (void)rw;
+        return rc;
+    }
+    *opp = op;
+    return 0;
 }

@@ -14,6 +14,7 @@
  */
 #include "config.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,7 +150,12 @@ struct dt_model {
     int shard;                    /* DT_MODEL_SHARD_* */
     dt_comm_t *dp;                /* the replicas' group (dp = N > 1), or NULL */
     int64_t umax;                 /* the largest unit, in parameters */
-    float *wbuf, *wemb;           /* parameters: the gathered unit; a tied head's embedding */
+    float *wbuf, *wbuf2, *wemb;   /* parameters: two units (one in use, one on its way);
+                                   * a tied head's embedding */
+    float *tbuf2;                 /* dp with parameters: the fetch's ring part */
+    dt_comm_op_t *fetch;          /* the gather of unit fetch_u into fetch_dst, in flight */
+    int fetch_u;
+    float *fetch_dst;
     float *gbuf, *gemb;           /* a unit's gradient; a tied embedding's (whole backward) */
     float *tbuf;                  /* dp with sharding: a unit's ring part between levels */
 };
@@ -241,7 +247,7 @@ void dt_model_free(dt_model_t *m)
     }
     float *p[] = { m->x, m->xf, m->hf, m->rstdf, m->logits, m->dx, m->dh, m->dt,
                    m->dq, m->dk, m->dv, m->do_, m->da, m->db, m->dg, m->saved, m->xr,
-                   m->wbuf, m->wemb, m->gbuf, m->gemb, m->tbuf };
+                   m->wbuf, m->wbuf2, m->wemb, m->gbuf, m->gemb, m->tbuf, m->tbuf2 };
     for (size_t i = 0; i < sizeof(p) / sizeof(p[0]); i++)
         free(p[i]);
     free(m->act);
@@ -274,6 +280,15 @@ static int check_attn(const dt_model_t *m, const dt_attn_spec_t *attn, dt_emsg_t
     return 0;
 }
 
+/* Let a unit's gather in flight (shard = parameters) move on between the
+ * matrix products of the unit before it: MPI progresses it inside MPI
+ * calls only (the ring attention's tests do too). */
+static void poke(dt_model_t *m)
+{
+    if (m->fetch)
+        (void)dt_comm_test(m->fetch);
+}
+
 /* Block l on x (c, d) in place, its activations into A. */
 static int layer_fwd(dt_model_t *m, dt_comm_t *comm, const dt_attn_spec_t *attn, wsrc_t w, int l, acts_t *A, const int64_t *pos, float *x, dt_emsg_t *em)
 {
@@ -286,20 +301,27 @@ static int layer_fwd(dt_model_t *m, dt_comm_t *comm, const dt_attn_spec_t *attn,
     memcpy(A->xin, x, (size_t)(c * d) * sizeof(float));
     dt_rmsnorm_fwd_cpu(c, cf->dim, cf->norm_eps, x, W(w, L->attn_norm), A->h1, A->rstd1);
     dt_linear_fwd_cpu(c, cf->dim, (int)qd, A->h1, W(w, L->wq), A->q);
+    poke(m);
     dt_linear_fwd_cpu(c, cf->dim, (int)kd, A->h1, W(w, L->wk), A->k);
+    poke(m);
     dt_linear_fwd_cpu(c, cf->dim, (int)kd, A->h1, W(w, L->wv), A->v);
+    poke(m);
     dt_rope_fwd_cpu(c, (int)H, (int)D, pos, &cf->rope, A->q);
     dt_rope_fwd_cpu(c, (int)Hkv, (int)D, pos, &cf->rope, A->k);
     if ((rc = dt_attn_fwd(comm, attn, A->q, A->k, A->v, A->o, A->lse, NULL, em)) < 0)
         return rc;
     dt_linear_fwd_cpu(c, (int)qd, cf->dim, A->o, W(w, L->wo), m->dt);
+    poke(m);
     add(x, m->dt, c * d);
     memcpy(A->x2, x, (size_t)(c * d) * sizeof(float));
     dt_rmsnorm_fwd_cpu(c, cf->dim, cf->norm_eps, x, W(w, L->mlp_norm), A->h2, A->rstd2);
     dt_linear_fwd_cpu(c, cf->dim, (int)f, A->h2, W(w, L->w1), A->a);
+    poke(m);
     dt_linear_fwd_cpu(c, cf->dim, (int)f, A->h2, W(w, L->w3), A->b);
+    poke(m);
     dt_swiglu_fwd_cpu(c, (int)f, A->a, A->b, A->g);
     dt_linear_fwd_cpu(c, (int)f, cf->dim, A->g, W(w, L->w2), m->dt);
+    poke(m);
     add(x, m->dt, c * d);
     return 0;
 }
@@ -441,24 +463,28 @@ static float *in_slice(float *S, const place_t *pl, int64_t a)
  * slice P; with dp, first across the replicas (the ring slice), then
  * around the ring. */
 static int gather_unit(dt_model_t *m, dt_comm_t *comm, const place_t *pl, const float *P,
-                       int64_t a, int64_t b, float *dst, dt_emsg_t *em)
+                       int64_t a, int64_t b, float *dst, float *tbuf, dt_comm_op_t **op,
+                       dt_emsg_t *em)
 {
     const int64_t n = m->lo.nparams;
     const float *mine = in_slice((float *)P, pl, a);
     int rc = 0;
 
+    /* with dp the replicas' level at once into tbuf (the ring part), then
+     * the ring's: at once, or left in flight in *op */
     if (m->dp) {
         int64_t ra, rb;
         ring_part(m, pl, a, b, &ra, &rb);
         dt_comm_slicing_t dsl = { n, pl->R * pl->N, pl->r * pl->N };
         if (rb > ra)
             rc = dt_comm_gather_range_f32(m->dp, &dsl, ra, rb, in_slice((float *)P, pl, ra),
-                                          m->tbuf);
-        mine = m->tbuf;
+                                          tbuf);
+        mine = tbuf;
     }
     dt_comm_slicing_t rsl = { n, pl->R, 0 };
     if (rc == 0)
-        rc = dt_comm_gather_range_f32(comm, &rsl, a, b, mine, dst);
+        rc = op ? dt_comm_gather_range_start(comm, &rsl, a, b, mine, dst, op)
+                : dt_comm_gather_range_f32(comm, &rsl, a, b, mine, dst);
     return rc < 0 ? dt_emsg_set(em, rc, "gathering parameters [%lld, %lld) failed", (long long)a,
                                 (long long)b)
                   : 0;
@@ -506,7 +532,7 @@ static int unit_w(dt_model_t *m, dt_comm_t *comm, const place_t *pl, const float
         return 0;
     }
     unit_range(m, u, &a, &b);
-    if ((rc = gather_unit(m, comm, pl, P, a, b, dst, em)) < 0)
+    if ((rc = gather_unit(m, comm, pl, P, a, b, dst, m->tbuf, NULL, em)) < 0)
         return rc;
     *w = (wsrc_t){ dst, a };
     return 0;
@@ -540,6 +566,48 @@ static int unit_g_done(dt_model_t *m, dt_comm_t *comm, const place_t *pl, int u,
     return reduce_unit(m, comm, pl, buf, a, b, G, em);
 }
 
+/* shard = parameters, overlapped: unit u's gather into dst started
+ * (across the replicas at once, the ring's left in flight) while the unit
+ * before it computes; fetch_end waits for it. Other modes: nothing, and
+ * fetch_end gives the whole array. One fetch at a time. */
+static int fetch_begin(dt_model_t *m, dt_comm_t *comm, const place_t *pl, const float *P,
+                       int u, float *dst, dt_emsg_t *em)
+{
+    int64_t a, b;
+
+    if (m->shard != DT_MODEL_SHARD_PARAMETERS)
+        return 0;
+    unit_range(m, u, &a, &b);
+    m->fetch_u = u;
+    m->fetch_dst = dst;
+    return gather_unit(m, comm, pl, P, a, b, dst, m->tbuf2, &m->fetch, em);
+}
+
+static int fetch_end(dt_model_t *m, const float *P, int u, wsrc_t *w, dt_emsg_t *em)
+{
+    int64_t a, b;
+    int rc;
+
+    if (m->shard != DT_MODEL_SHARD_PARAMETERS) {
+        *w = (wsrc_t){ P, 0 };
+        return 0;
+    }
+    assert(m->fetch_u == u);
+    rc = dt_comm_wait(m->fetch);
+    m->fetch = NULL;
+    unit_range(m, u, &a, &b);
+    *w = (wsrc_t){ m->fetch_dst, a };
+    return rc < 0 ? dt_emsg_set(em, rc, "gathering parameters [%lld, %lld) failed",
+                                (long long)a, (long long)b)
+                  : 0;
+}
+
+/* The other unit buffer than the one w reads. */
+static float *other_buf(const dt_model_t *m, wsrc_t w)
+{
+    return w.p == m->wbuf ? m->wbuf2 : m->wbuf;
+}
+
 int64_t dt_model_gather_max(const dt_model_t *m)
 {
     return m->umax;
@@ -554,7 +622,7 @@ int dt_model_gather(dt_model_t *m, dt_comm_t *comm, const float *P, int64_t a, i
         return dt_emsg_set(em, DT_EINVAL, "gathering [%lld, %lld): not a range of at most %lld "
                            "of the %lld parameters", (long long)a, (long long)b,
                            (long long)m->umax, (long long)m->lo.nparams);
-    return gather_unit(m, comm, &pl, P, a, b, dst, em);
+    return gather_unit(m, comm, &pl, P, a, b, dst, m->tbuf, NULL, em);
 }
 
 dt_model_t *dt_model_new_train(const dt_model_cfg_t *cfg, int64_t c, int recompute, int shard,
@@ -570,6 +638,9 @@ dt_model_t *dt_model_new_train(const dt_model_cfg_t *cfg, int64_t c, int recompu
         m->tbuf = buf(m->umax); /* dt_model_gather's ring part */
     if (shard == DT_MODEL_SHARD_PARAMETERS) {
         m->wbuf = buf(m->umax);
+        m->wbuf2 = buf(m->umax);
+        if (m->dp)
+            m->tbuf2 = buf(m->umax);
         if (cfg->tied)
             m->wemb = buf(emb);
     }
@@ -609,8 +680,11 @@ int dt_model_step(dt_model_t *m, dt_comm_t *comm, const dt_attn_spec_t *attn,
         (rc = dt_tokens_check(c, cf->vocab, y, 1, em)) < 0)
         return rc;
 
-    /* forward */
-    if ((rc = unit_w(m, comm, &pl, P, 0, m->wbuf, &w, em)) < 0)
+    /* forward; sharded parameters arrive a unit ahead: unit u + 1's gather
+     * runs while unit u computes */
+    if ((rc = fetch_begin(m, comm, &pl, P, 0, m->wbuf, em)) < 0 ||
+        (rc = fetch_end(m, P, 0, &w, em)) < 0 ||
+        (rc = fetch_begin(m, comm, &pl, P, 1, m->wbuf2, em)) < 0)
         return rc;
     dt_embed_fwd_cpu(c, cf->vocab, cf->dim, x, W(w, lo->tok_emb), m->x);
     for (int l = 0; l < L; l++) {
@@ -618,12 +692,13 @@ int dt_model_step(dt_model_t *m, dt_comm_t *comm, const dt_attn_spec_t *attn,
          * made again in the backward */
         if (m->saved)
             memcpy(m->saved + l * c * d, m->x, (size_t)(c * d) * sizeof(float));
-        if ((rc = unit_w(m, comm, &pl, P, 1 + l, m->wbuf, &w, em)) < 0 ||
+        if ((rc = fetch_end(m, P, 1 + l, &w, em)) < 0 ||
+            (rc = fetch_begin(m, comm, &pl, P, 2 + l, other_buf(m, w), em)) < 0 ||
             (rc = layer_fwd(m, comm, attn, w, l, &m->act[l % m->nact], pos, m->x, em)) < 0)
             return rc;
     }
     /* the head: the final norm's unit, and a tied head's embedding apart */
-    if ((rc = unit_w(m, comm, &pl, P, L + 1, m->wbuf, &w, em)) < 0)
+    if ((rc = fetch_end(m, P, L + 1, &w, em)) < 0)
         return rc;
     wh = w;
     if (cf->tied && (rc = unit_w(m, comm, &pl, P, 0, m->wemb, &wh, em)) < 0)
@@ -664,12 +739,17 @@ int dt_model_step(dt_model_t *m, dt_comm_t *comm, const dt_attn_spec_t *attn,
     free(dlogits);
     dt_rmsnorm_bwd_cpu(c, cf->dim, m->xf, W(w, lo->final_norm), m->rstdf, m->dh, m->dx,
                        g + (lo->final_norm - gb));
-    if ((rc = unit_g_done(m, comm, &pl, L + 1, m->gbuf, G, em)) < 0)
+    /* the last layer's weights again, on their way during the head's
+     * gradient reduction; then each layer's while the one above it runs
+     * its backward */
+    if ((rc = fetch_begin(m, comm, &pl, P, L, other_buf(m, w), em)) < 0 ||
+        (rc = unit_g_done(m, comm, &pl, L + 1, m->gbuf, G, em)) < 0)
         return rc;
     for (int l = L - 1; l >= 0; l--) {
         const dt_model_layer_off_t *Lo = &lo->layer[l];
         acts_t *A = &m->act[l % m->nact];
-        if ((rc = unit_w(m, comm, &pl, P, 1 + l, m->wbuf, &w, em)) < 0)
+        if ((rc = fetch_end(m, P, 1 + l, &w, em)) < 0 ||
+            (l > 0 && (rc = fetch_begin(m, comm, &pl, P, l, other_buf(m, w), em)) < 0))
             return rc;
         g = unit_g(m, 1 + l, G, m->gbuf, &gb);
 #define GR(o) (g + ((o) - gb))
@@ -683,24 +763,31 @@ int dt_model_step(dt_model_t *m, dt_comm_t *comm, const dt_attn_spec_t *attn,
         }
         /* MLP: x = x2 + W2 swiglu(W1 h2, W3 h2), h2 = norm(x2) */
         dt_linear_bwd_cpu(c, (int)f, cf->dim, A->g, W(w, Lo->w2), m->dx, m->dg, GR(Lo->w2));
+        poke(m);
         dt_swiglu_bwd_cpu(c, (int)f, A->a, A->b, m->dg, m->da, m->db);
         dt_linear_bwd_cpu(c, cf->dim, (int)f, A->h2, W(w, Lo->w1), m->da, m->dh, GR(Lo->w1));
+        poke(m);
         dt_linear_bwd_cpu(c, cf->dim, (int)f, A->h2, W(w, Lo->w3), m->db, m->dt, GR(Lo->w3));
+        poke(m);
         add(m->dh, m->dt, c * d);
         dt_rmsnorm_bwd_cpu(c, cf->dim, A->x2, W(w, Lo->mlp_norm), A->rstd2, m->dh, m->dt,
                            GR(Lo->mlp_norm));
         add(m->dx, m->dt, c * d);
         /* attention: x2 = xin + Wo attn(rope(Wq h1), rope(Wk h1), Wv h1) */
         dt_linear_bwd_cpu(c, (int)qd, cf->dim, A->o, W(w, Lo->wo), m->dx, m->do_, GR(Lo->wo));
+        poke(m);
         if ((rc = dt_attn_bwd(comm, attn, A->q, A->k, A->v, A->o, A->lse, m->do_, m->dq, m->dk,
                               m->dv, NULL, em)) < 0)
             return rc;
         dt_rope_bwd_cpu(c, (int)H, (int)D, pos, &cf->rope, m->dq);
         dt_rope_bwd_cpu(c, (int)Hkv, (int)D, pos, &cf->rope, m->dk);
         dt_linear_bwd_cpu(c, cf->dim, (int)qd, A->h1, W(w, Lo->wq), m->dq, m->dh, GR(Lo->wq));
+        poke(m);
         dt_linear_bwd_cpu(c, cf->dim, (int)kd, A->h1, W(w, Lo->wk), m->dk, m->dt, GR(Lo->wk));
+        poke(m);
         add(m->dh, m->dt, c * d);
         dt_linear_bwd_cpu(c, cf->dim, (int)kd, A->h1, W(w, Lo->wv), m->dv, m->dt, GR(Lo->wv));
+        poke(m);
         add(m->dh, m->dt, c * d);
         dt_rmsnorm_bwd_cpu(c, cf->dim, A->xin, W(w, Lo->attn_norm), A->rstd1, m->dh, m->dt,
                            GR(Lo->attn_norm));

@@ -771,7 +771,7 @@ Test(planner, shard_memory_by_hand_cpu)
                 { DT_SHARD_NONE, 4 * P, g, 8 * P },
                 { DT_SHARD_OPTIMIZER, 4 * P, g, 8 * P / W },
                 { DT_SHARD_GRADIENTS, 4 * P, g / W + 4 * (U + E), 8 * P / W },
-                { DT_SHARD_PARAMETERS, 4 * P / W + 4 * (U + E), g / W + 4 * (U + E), 8 * P / W },
+                { DT_SHARD_PARAMETERS, 4 * P / W + 4 * (2 * U + E), g / W + 4 * (U + E), 8 * P / W },
             };
             dt_plan_t base, p;
             dt_emsg_t em;
@@ -1016,6 +1016,7 @@ Test(planner, shard_and_recompute_pick_order)
 }
 
 /* With R free the fewest ranks come first: 2048 tokens of the small model
+ * (16 layers, so that a unit is small against the whole, as in real ones)
  * on cpu ranks of just the memory the unsharded plan needs on 8 ranks;
  * sharded, the state shrinks and the tokens fit on fewer ranks. The least
  * sharding among the fewest ranks is taken, and the note says how many
@@ -1028,6 +1029,7 @@ Test(planner, shard_saves_ranks)
 
     q.tokens = 2048;
     q.ranks = 8;
+    q.model.layers = 16; /* units small against the model, as in real ones */
     q.cluster.peer_bytes = 0; /* a memory that does not grow with the ranks */
     cr_assert_eq(make(&q, &none, &em), 0, "%s", em.s);
     q.ranks = 0;
@@ -1039,13 +1041,19 @@ Test(planner, shard_saves_ranks)
     q.shard = DT_SHARD_AUTO;
     cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
     cr_assert_eq(p.ranks, 4, "R=%d: %s", p.ranks, p.note);
-    cr_assert_eq(p.shard, DT_SHARD_PARAMETERS, "%s", p.note);
+    cr_assert_eq(p.shard, DT_SHARD_GRADIENTS, "%s", p.note);
     cr_assert(!p.recompute);
-    cr_assert_str_eq(p.note, "shard = parameters: fits on 4 ranks; the least sharding that "
+    cr_assert_str_eq(p.note, "shard = gradients: fits on 4 ranks; the least sharding that "
                              "fits, shard = none, needs 8");
     dt_plan_clear(&p);
-    /* gradients alone does not reach 4: it keeps the weights whole */
-    q.shard = DT_SHARD_GRADIENTS;
+    /* parameters reaches 4 too, not fewer: gradients is the least */
+    q.shard = DT_SHARD_PARAMETERS;
+    cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
+    cr_assert_eq(p.ranks, 4);
+    dt_plan_clear(&p);
+    /* optimizer alone does not reach 4: it keeps the weights and the
+     * gradient whole */
+    q.shard = DT_SHARD_OPTIMIZER;
     cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
     cr_assert_gt(p.ranks, 4);
     dt_plan_clear(&p);
@@ -1326,7 +1334,8 @@ static dt_plan_mem_t state_by_hand(bool cuda, enum dt_shard_level sh, double inv
                       : sh >= DT_SHARD_OPTIMIZER ? 4 * P + 8 * P * inv_w
                                                  : 12 * P;
     } else {
-        m.weights = sh == DT_SHARD_PARAMETERS ? 4 * P * inv_w + 4 * U : 4 * P;
+        /* parameters: two units, one computing and the next one arriving */
+        m.weights = sh == DT_SHARD_PARAMETERS ? 4 * P * inv_w + 8 * U : 4 * P;
         m.grads = sh >= DT_SHARD_GRADIENTS ? 4 * P * inv_w + 4 * U : 4 * P;
         m.optimizer = sh >= DT_SHARD_OPTIMIZER ? 8 * P * inv_w : 8 * P;
     }
@@ -1383,13 +1392,16 @@ Test(planner, dp_divides_the_sharded_state_over_every_ring)
             cr_assert_eq(one.mem.weights, w1.weights, "%s %s", cases[k].cluster, lv);
             cr_assert_eq(one.mem.grads, w1.grads, "%s %s", cases[k].cluster, lv);
             cr_assert_eq(one.mem.optimizer, w1.optimizer, "%s %s", cases[k].cluster, lv);
-            cr_assert_eq(two.mem.weights, w2.weights, "%s %s", cases[k].cluster, lv);
+            /* with parameters the gather has its own ring part too */
+            double wring = !q.cuda && levels[i] == DT_SHARD_PARAMETERS ? ring_part : 0;
+            cr_assert_eq(two.mem.weights, w2.weights + wring, "%s %s", cases[k].cluster, lv);
             cr_assert_eq(two.mem.grads, w2.grads + ring_part, "%s %s: %.0f vs %.0f",
                          cases[k].cluster, lv, two.mem.grads, w2.grads + ring_part);
             cr_assert_eq(two.mem.optimizer, w2.optimizer, "%s %s", cases[k].cluster, lv);
             /* so the sharded part halves, and the whole part stays */
             double s1 = state(&one) - (kept.weights + kept.grads + kept.optimizer);
-            double s2 = state(&two) - ring_part - (kept.weights + kept.grads + kept.optimizer);
+            double s2 = state(&two) - ring_part - wring -
+                        (kept.weights + kept.grads + kept.optimizer);
             cr_assert_float_eq(s2, s1 / 2, 1e-9 * P, "%s %s: sharded %.0f at dp 2, %.0f at dp 1",
                                cases[k].cluster, lv, s2, s1);
             if (levels[i] == DT_SHARD_NONE)
@@ -1434,7 +1446,7 @@ Test(planner, dp_memory_by_hand_cpu)
     q.shard = DT_SHARD_PARAMETERS;
     q.dp = 2;
     cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
-    cr_assert_eq(p.mem.weights, 4 * P / 8 + 4 * U);
+    cr_assert_eq(p.mem.weights, 4 * P / 8 + 8 * U + 4 * U);
     cr_assert_eq(p.mem.grads, 4 * P / 8 + 4 * U + 4 * U);
     cr_assert_eq(p.mem.optimizer, 8 * P / 8);
     dt_plan_clear(&p);
