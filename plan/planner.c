@@ -108,7 +108,9 @@
  * (the ring part of a unit between the two levels of the reduction, or of
  * a gather), counted in grads; the collectives over the training state
  * span W ranks (time, below); a step trains N sequences at once, so its
- * FLOPs are N times one ring's and flops_per_token is over N T tokens;
+ * FLOPs are N times one ring's and flops_per_token is over N T tokens
+ * (with batch B, N B sequences: B after one another on each ring, B
+ * times the compute, and on the CPU engine B reductions);
  * the workers, nodes, the cluster's capacity and the placement count W.
  * The GPU engine does not run dp yet (dtengine refuses it): its plan is
  * the same model without the extra buffer.
@@ -778,11 +780,15 @@ static void evaluate(const dt_plan_req_t *q, int64_t T, int R, ev_t *v)
         /* the useful FLOPs, every ring's; recompute's forward is in the
          * time (attn_s and the layers' matrix products once more), not in
          * them */
-        v->flops = dp_of(q) * (layers * 3.5 * v->attn_flops + 6 * Pmm * Tt);
+        /* a step is batch sequences on each ring, one after another */
+        double B = q->batch > 1 ? (double)q->batch : 1.0;
+        v->flops = dp_of(q) * B * (layers * 3.5 * v->attn_flops + 6 * Pmm * Tt);
         /* the rings run side by side: the time is one ring's, plus the
-         * collectives over the training state, as far as they do not hide */
-        v->seconds = layers * attn_s + (6 * Pmm + (recomp(q) ? 2 * Pmm_layers : 0)) * c / pe +
-                     state_comm(q, W, c, bw, attn_fwd_s, v);
+         * collectives over the training state, as far as they do not hide:
+         * the CPU engine reduces each sequence's gradient, the GPU engine
+         * the step's sum once */
+        v->seconds = B * (layers * attn_s + (6 * Pmm + (recomp(q) ? 2 * Pmm_layers : 0)) * c / pe) +
+                     (q->cuda ? 1.0 : B) * state_comm(q, W, c, bw, attn_fwd_s, v);
         break;
     }
     }
@@ -996,7 +1002,8 @@ static void fill(const dt_plan_req_t *q, const ev_t *v, dt_plan_t *p)
     }
     p->mem = v->mem;
     p->flops = v->flops;
-    p->flops_per_token = v->flops / ((double)N * (double)v->T);
+    p->flops_per_token =
+        v->flops / ((double)N * (q->batch > 1 ? (double)q->batch : 1.0) * (double)v->T);
     p->bytes_per_step = v->bytes_per_step;
     p->step_compute_s = v->step_compute_s;
     p->step_comm_s = v->step_comm_s;

@@ -1665,3 +1665,24 @@ Test(planner, dp_shard_pick)
         }
     }
 }
+
+/* A step of batch B trains B sequences after one another on each ring:
+ * B times the FLOPs (the same per token) and, on the CPU engine, which
+ * reduces each sequence's gradient, B times the whole step's time. */
+Test(planner, batch_multiplies_a_steps_work)
+{
+    dt_plan_req_t q = small_train("cpu", DT_F32, false);
+    dt_plan_t one, four;
+    dt_emsg_t em;
+
+    q.ranks = 2;
+    cr_assert_eq(make(&q, &one, &em), 0, "%s", em.s);
+    q.batch = 4;
+    cr_assert_eq(make(&q, &four, &em), 0, "%s", em.s);
+    cr_assert_float_eq(four.flops, 4 * one.flops, 1e-9 * four.flops);
+    cr_assert_float_eq(four.flops_per_token, one.flops_per_token, 1e-9 * one.flops_per_token);
+    cr_assert_float_eq(four.seconds, 4 * one.seconds, 1e-9 * four.seconds, "%g vs 4 x %g",
+                       four.seconds, one.seconds);
+    dt_plan_clear(&one);
+    dt_plan_clear(&four);
+}
