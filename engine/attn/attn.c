@@ -32,6 +32,12 @@
 #include "engine/attn/attn.h"
 #include "kernels/cpu/attn_cpu.h"
 
+#ifdef _OPENMP
+#include <omp.h>
+#else
+#define omp_get_thread_num() 0
+#endif
+
 #define TAG_KV 101
 #define TAG_GRAD 102
 
@@ -53,7 +59,8 @@ typedef struct group {
     int g, me;      /* members, my index */
     member_t *m;    /* [g] */
     int64_t a, e;   /* the segment [a, e) */
-    int64_t *kpos;  /* scratch: positions of the pack being computed */
+    int64_t *kpos;  /* scratch: positions of the pack being computed, maxn per chunk */
+    int64_t maxn;
 } group_t;
 
 static int64_t seg_positions(const dt_attn_spec_t *s, int R, int rank, int64_t a, int64_t b,
@@ -129,7 +136,8 @@ static void group_init(group_t *gr, const dt_attn_spec_t *s, const dt_attn_branc
             maxn = gr->m[gr->g].n[k] > maxn ? gr->m[gr->g].n[k] : maxn;
         gr->g++;
     }
-    gr->kpos = dt_xmallocarray((size_t)maxn, sizeof(int64_t));
+    gr->maxn = maxn;
+    gr->kpos = dt_xmallocarray((size_t)(maxn * br->nchunk), sizeof(int64_t));
 }
 
 static void group_close(group_t *gr, int nchunk)
@@ -300,41 +308,108 @@ static void poll_ops(void *arg)
             dt_comm_test(x->inflight[i]);
 }
 
-/* Compute my queries (mine: member me) against pack buf of member src. */
-static void compute_fwd(ctx_t *x, const group_t *gr, const qside_t *qs, const member_t *src,
-                        const float *buf)
+/* Threads for one block's heads: one unless dt_attn_set_threads asked for
+ * more and the head size runs on a vector kernel (the blas kernel's
+ * OpenBLAS has threads of its own). */
+static int threads = 1;
+
+void dt_attn_set_threads(int n)
+{
+    threads = n > 0 ? n : 1;
+}
+
+static int threads_for(const dt_attn_spec_t *s)
+{
+    return threads > 1 && strcmp(dt_attn_cpu_kernel(s->D), "blas") != 0 ? threads : 1;
+}
+
+/* One unit of a block's work: chunk c, heads [h0, h1) of it. */
+typedef struct item {
+    int c, h0, h1;
+} item_t;
+
+/* The work of one block against my queries: per chunk, the source's key
+ * positions (in gr->kpos) and, unless the chunk is empty or in the
+ * future, its items. Forward items are single query heads; backward items
+ * are the query heads of one kv head (they add into the same dk, dv),
+ * so items never write the same memory. Returns the number of items. */
+static int block_items(ctx_t *x, const group_t *gr, const member_t *src, int per_kv, item_t **out)
 {
     const dt_attn_spec_t *s = x->s;
     const int g = s->H / s->Hkv;
     const member_t *me = &gr->m[gr->me];
-    double t0 = dt_clock_now();
+    int n = 0, cap = 0;
+    item_t *it = NULL;
 
     for (int c = 0; c < x->br.nchunk; c++) {
         dt_attn_chunk_t ck = dt_attn_chunk(s, &x->br, c);
         int64_t nq = me->n[c], nk = src->n[c];
         if (nq == 0 || nk == 0)
             continue;
-        int64_t *kpos = gr->kpos;
+        int64_t *kpos = gr->kpos + c * gr->maxn;
         seg_positions(x->s, x->R, src->rank, gr->a, gr->e, x->br.r, c, kpos);
         if (x->causal && kpos[0] > me->pos[c][nq - 1])
             continue; /* the whole block is in the future */
-        size_t krow = (size_t)ck.nkv * s->D;
-        const float *kb = buf + src->off[c], *vb = kb + (size_t)nk * krow;
-        int64_t ldq = qs->alias ? (int64_t)s->H * s->D : (int64_t)ck.nh * s->D;
-        for (int h = 0; h < ck.nh; h++) {
-            int kvh = (ck.hlo + h) / g - ck.kvlo;
-            dt_attn_head_t a = {
-                .tq = nq, .tk = nk, .d = s->D,
-                .q = qs->q[c] + (size_t)h * s->D, .ldq = ldq,
-                .k = kb + (size_t)kvh * s->D, .ldk = (int64_t)krow,
-                .v = vb + (size_t)kvh * s->D, .ldv = (int64_t)krow,
-                .qpos = x->causal ? me->pos[c] : NULL,
-                .kpos = x->causal ? kpos : NULL,
-                .scale = x->scale, .progress = poll_ops, .progress_arg = x,
-            };
-            dt_attn_head_fwd_cpu(&a, qs->o[c] + (size_t)h * s->D, ldq, qs->lse[c] + h * nq);
+        for (int h = 0; h < ck.nh;) {
+            int e = h + 1;
+            if (per_kv) /* the rest of this kv head's group */
+                while (e < ck.nh && (ck.hlo + e) / g == (ck.hlo + h) / g)
+                    e++;
+            if (n == cap)
+                it = dt_xrealloc(it, (size_t)(cap = cap ? 2 * cap : 16) * sizeof(*it));
+            it[n++] = (item_t){ c, h, e };
+            h = e;
         }
     }
+    *out = it;
+    return n;
+}
+
+/* The head h of chunk c, against pack buf of member src. */
+static dt_attn_head_t head_at(ctx_t *x, const group_t *gr, const qside_t *qs,
+                              const member_t *src, const float *buf, int c, int h, int progress)
+{
+    const dt_attn_spec_t *s = x->s;
+    const int g = s->H / s->Hkv;
+    const member_t *me = &gr->m[gr->me];
+    dt_attn_chunk_t ck = dt_attn_chunk(s, &x->br, c);
+    int64_t nk = src->n[c];
+    size_t krow = (size_t)ck.nkv * s->D;
+    const float *kb = buf + src->off[c], *vb = kb + (size_t)nk * krow;
+    int kvh = (ck.hlo + h) / g - ck.kvlo;
+    int64_t ldq = qs->alias ? (int64_t)s->H * s->D : (int64_t)ck.nh * s->D;
+    dt_attn_head_t a = {
+        .tq = me->n[c], .tk = nk, .d = s->D,
+        .q = qs->q[c] + (size_t)h * s->D, .ldq = ldq,
+        .k = kb + (size_t)kvh * s->D, .ldk = (int64_t)krow,
+        .v = vb + (size_t)kvh * s->D, .ldv = (int64_t)krow,
+        .qpos = x->causal ? me->pos[c] : NULL,
+        .kpos = x->causal ? gr->kpos + c * gr->maxn : NULL,
+        .scale = x->scale, .progress = progress ? poll_ops : NULL, .progress_arg = x,
+    };
+    return a;
+}
+
+/* Compute my queries (mine: member me) against pack buf of member src,
+ * the items spread over the threads (communication is progressed by the
+ * calling thread only). */
+static void compute_fwd(ctx_t *x, const group_t *gr, const qside_t *qs, const member_t *src,
+                        const float *buf)
+{
+    const dt_attn_spec_t *s = x->s;
+    const member_t *me = &gr->m[gr->me];
+    double t0 = dt_clock_now();
+    item_t *it;
+    int n = block_items(x, gr, src, 0, &it), nt = threads_for(s);
+
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1 && n > 1)
+    for (int i = 0; i < n; i++) {
+        int c = it[i].c, h = it[i].h0;
+        dt_attn_head_t a = head_at(x, gr, qs, src, buf, c, h, omp_get_thread_num() == 0);
+        dt_attn_head_fwd_cpu(&a, qs->o[c] + (size_t)h * s->D, a.ldq,
+                             qs->lse[c] + h * me->n[c]);
+    }
+    free(it);
     x->st->compute_s += dt_clock_now() - t0;
     x->st->steps++;
 }
@@ -346,33 +421,21 @@ static void compute_bwd(ctx_t *x, const group_t *gr, const qside_t *qs, const me
     const int g = s->H / s->Hkv;
     const member_t *me = &gr->m[gr->me];
     double t0 = dt_clock_now();
+    item_t *it;
+    int n = block_items(x, gr, src, 1, &it), nt = threads_for(s);
 
-    for (int c = 0; c < x->br.nchunk; c++) {
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1 && n > 1)
+    for (int i = 0; i < n; i++) {
+        int c = it[i].c;
         dt_attn_chunk_t ck = dt_attn_chunk(s, &x->br, c);
         int64_t nq = me->n[c], nk = src->n[c];
-        if (nq == 0 || nk == 0)
-            continue;
-        int64_t *kpos = gr->kpos;
-        seg_positions(x->s, x->R, src->rank, gr->a, gr->e, x->br.r, c, kpos);
-        if (x->causal && kpos[0] > me->pos[c][nq - 1])
-            continue;
         size_t krow = (size_t)ck.nkv * s->D;
-        const float *kb = buf + src->off[c], *vb = kb + (size_t)nk * krow;
         float *dkb = gbuf + src->off[c], *dvb = dkb + (size_t)nk * krow;
-        int64_t ldq = qs->alias ? (int64_t)s->H * s->D : (int64_t)ck.nh * s->D;
-        for (int h = 0; h < ck.nh; h++) {
+        for (int h = it[i].h0; h < it[i].h1; h++) {
             int kvh = (ck.hlo + h) / g - ck.kvlo;
-            dt_attn_head_t a = {
-                .tq = nq, .tk = nk, .d = s->D,
-                .q = qs->q[c] + (size_t)h * s->D, .ldq = ldq,
-                .k = kb + (size_t)kvh * s->D, .ldk = (int64_t)krow,
-                .v = vb + (size_t)kvh * s->D, .ldv = (int64_t)krow,
-                .qpos = x->causal ? me->pos[c] : NULL,
-                .kpos = x->causal ? kpos : NULL,
-                .scale = x->scale, .progress = poll_ops, .progress_arg = x,
-            };
+            dt_attn_head_t a = head_at(x, gr, qs, src, buf, c, h, omp_get_thread_num() == 0);
             dt_attn_head_grad_t gd = {
-                .dout = qs->dout[c] + (size_t)h * s->D, .lddo = ldq,
+                .dout = qs->dout[c] + (size_t)h * s->D, .lddo = a.ldq,
                 .lse = qs->lse[c] + h * nq, .delta = qs->delta[c] + h * nq,
                 .dq = qs->dq[c] + (size_t)h * s->D,
                 .dk = dkb + (size_t)kvh * s->D, .dv = dvb + (size_t)kvh * s->D,
@@ -380,6 +443,7 @@ static void compute_bwd(ctx_t *x, const group_t *gr, const qside_t *qs, const me
             dt_attn_head_bwd_cpu(&a, &gd);
         }
     }
+    free(it);
     x->st->compute_s += dt_clock_now() - t0;
     x->st->steps++;
 }

@@ -60,6 +60,15 @@ typedef struct dt_attn_stats {
  * Process-wide: set it once, before the first call. */
 void dt_attn_set_tick(void (*fn)(void));
 
+/* Threads per rank for the CPU kernels (default 1): a block's heads are
+ * spread over n threads (OpenMP), the forward a query head at a time, the
+ * backward a kv head's group at a time (so a job with one kv head runs its
+ * backward on one thread). Each head's arithmetic is the same whatever n,
+ * so results do not depend on it. Heads whose size only the blas kernel
+ * takes run on one thread (OpenBLAS's threads instead). Process-wide: set
+ * it before the first call. */
+void dt_attn_set_threads(int n);
+
 /* Forward over this rank's rows. Every rank of comm must call it with the
  * same spec. o and lse are overwritten. */
 int dt_attn_fwd(dt_comm_t *comm, const dt_attn_spec_t *s, const float *q, const float *k,

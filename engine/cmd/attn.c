@@ -706,6 +706,7 @@ static int attn_options(attn_run_t *a, dt_comm_t *comm, int argc, char **argv)
 static int attn_prepare(attn_run_t *a)
 {
     openblas_set_num_threads(a->o.threads);
+    dt_attn_set_threads(a->o.threads);
     return report(a, prepare(&a->o, a->R, &a->in, &a->em));
 }
 

@@ -13,6 +13,7 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -181,7 +182,7 @@ static int64_t *key_tile_bounds(const dt_attn_head_t *a)
     return kb;
 }
 
-void dt_attn_head_fwd_cpu(const dt_attn_head_t *a, float *o, int64_t ldo, float *lse)
+static void fwd_blas(const dt_attn_head_t *a, float *o, int64_t ldo, float *lse)
 {
     const int d = a->d;
     const int causal = a->qpos != NULL && a->kpos != NULL;
@@ -255,7 +256,7 @@ void dt_attn_head_fwd_cpu(const dt_attn_head_t *a, float *o, int64_t ldo, float 
     free(s);
 }
 
-void dt_attn_head_bwd_cpu(const dt_attn_head_t *a, const dt_attn_head_grad_t *g)
+static void bwd_blas(const dt_attn_head_t *a, const dt_attn_head_grad_t *g)
 {
     const int d = a->d;
     const int causal = a->qpos != NULL && a->kpos != NULL;
@@ -312,4 +313,238 @@ void dt_attn_head_bwd_cpu(const dt_attn_head_t *a, const dt_attn_head_grad_t *g)
     free(kb);
     free(dp);
     free(s);
+}
+
+/* ---- the packed kernels ------------------------------------------------ */
+
+/* Query tiles of BQP rows against key tiles of BKP keys; the micro-tiles
+ * are DT_MR rows (attn_cpu_isa.h). */
+#ifndef BQP
+#define BQP 96
+#endif
+#ifndef BKP
+#define BKP 128
+#endif
+#define DT_MR 6
+#define NRB ((BQP + DT_MR - 1) / DT_MR)
+
+/* Per-key-tile position bounds and whether the tile's positions ascend. */
+typedef struct tiles {
+    int causal;
+    int64_t *kb;    /* min, max per key tile */
+    uint8_t *asc;   /* positions non-decreasing within the tile */
+} tiles_t;
+
+/* One (query tile, key tile) pair: full means no key lies after any query;
+ * otherwise row block b (DT_MR rows) needs only the first lim[b] keys
+ * (every later key is after all of its queries; the keys before are masked
+ * one by one). */
+typedef struct tile {
+    int full, bk, d;
+    float scale;
+    const int64_t *qpos, *kpos;
+    int lim[NRB];
+} tile_t;
+
+static void tiles_init(tiles_t *ts, const dt_attn_head_t *a, int mr)
+{
+    (void)mr;
+    memset(ts, 0, sizeof(*ts));
+    ts->causal = a->qpos != NULL && a->kpos != NULL;
+    if (!ts->causal || a->tk == 0)
+        return;
+    int64_t nt = (a->tk + BKP - 1) / BKP;
+    ts->kb = dt_xmallocarray((size_t)(2 * nt), sizeof(*ts->kb));
+    ts->asc = dt_xmallocarray((size_t)nt, 1);
+    for (int64_t t = 0; t < nt; t++) {
+        int64_t j0 = t * BKP, n = a->tk - j0 < BKP ? a->tk - j0 : BKP;
+        const int64_t *p = a->kpos + j0;
+        minmax(p, n, &ts->kb[2 * t], &ts->kb[2 * t + 1]);
+        uint8_t up = 1;
+        for (int64_t j = 1; j < n && up; j++)
+            up = p[j] >= p[j - 1];
+        ts->asc[t] = up;
+    }
+}
+
+static void tiles_free(tiles_t *ts)
+{
+    free(ts->kb);
+    free(ts->asc);
+}
+
+/* The pair at query rows [i0, i0 + bq), keys [j0, ...): 0 when every key
+ * is after every query (nothing to do). */
+static int tile_at(const tiles_t *ts, const dt_attn_head_t *a, int64_t i0, int bq, int64_t j0,
+                   tile_t *tl)
+{
+    int nb = (bq + DT_MR - 1) / DT_MR;
+    tl->bk = (int)(a->tk - j0 < BKP ? a->tk - j0 : BKP);
+    tl->d = a->d;
+    tl->scale = a->scale;
+    tl->full = 1;
+    tl->qpos = ts->causal ? a->qpos + i0 : NULL;
+    tl->kpos = ts->causal ? a->kpos + j0 : NULL;
+    for (int b = 0; b < nb; b++)
+        tl->lim[b] = tl->bk;
+    if (!ts->causal)
+        return 1;
+    int64_t qlo, qhi, t = j0 / BKP;
+    minmax(tl->qpos, bq, &qlo, &qhi);
+    if (ts->kb[2 * t] > qhi)
+        return 0;
+    tl->full = ts->kb[2 * t + 1] <= qlo;
+    if (tl->full || !ts->asc[t])
+        return 1;
+    /* ascending keys: a row block needs the keys up to its last query */
+    for (int b = 0; b < nb; b++) {
+        int r0 = b * DT_MR, nr = bq - r0 < DT_MR ? bq - r0 : DT_MR;
+        int64_t lo, hi;
+        minmax(tl->qpos + r0, nr, &lo, &hi);
+        int l = 0, h = tl->bk; /* first key after hi */
+        while (l < h) {
+            int mid = (l + h) / 2;
+            if (tl->kpos[mid] <= hi)
+                l = mid + 1;
+            else
+                h = mid;
+        }
+        tl->lim[b] = l;
+    }
+    return 1;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define DT_ATTN_X86 1
+
+#pragma GCC push_options
+#pragma GCC target("arch=x86-64-v4")
+#define ISA(x) x##_avx512
+#define VL 16
+#define NRV 4
+#include "kernels/cpu/attn_cpu_isa.h"
+#undef NRV
+#undef VL
+#undef ISA
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("arch=x86-64-v3")
+#define ISA(x) x##_avx2
+#define VL 8
+#define NRV 2
+#include "kernels/cpu/attn_cpu_isa.h"
+#undef NRV
+#undef VL
+#undef ISA
+#pragma GCC pop_options
+#endif
+
+#define ISA(x) x##_generic
+#define VL 4
+#define NRV 2
+#include "kernels/cpu/attn_cpu_isa.h"
+#undef NRV
+#undef VL
+#undef ISA
+
+/* ---- choosing a kernel ------------------------------------------------- */
+
+typedef struct kernel {
+    const char *name;
+    int vl; /* d must be a multiple */
+    void (*fwd)(const dt_attn_head_t *, float *, int64_t, float *);
+    void (*bwd)(const dt_attn_head_t *, const dt_attn_head_grad_t *);
+} kernel_t;
+
+static const kernel_t kernels[] = {
+#ifdef DT_ATTN_X86
+    { "avx512", 16, fwd_avx512, bwd_avx512 },
+    { "avx2", 8, fwd_avx2, bwd_avx2 },
+#endif
+    { "generic", 4, fwd_generic, bwd_generic },
+    { "blas", 1, fwd_blas, bwd_blas },
+};
+#define NKERNELS ((int)(sizeof(kernels) / sizeof(kernels[0])))
+
+static int runs_here(const kernel_t *k)
+{
+#ifdef DT_ATTN_X86
+    __builtin_cpu_init();
+    if (strcmp(k->name, "avx512") == 0)
+        return __builtin_cpu_supports("x86-64-v4");
+    if (strcmp(k->name, "avx2") == 0)
+        return __builtin_cpu_supports("x86-64-v3");
+#endif
+    (void)k;
+    return 1;
+}
+
+/* The first kernel tried: set by dt_attn_cpu_kernel_set, else
+ * $DT_ATTN_KERNEL, else the widest this CPU runs. -1: not chosen yet. */
+static int first = -1;
+static pthread_once_t first_once = PTHREAD_ONCE_INIT;
+
+static void first_from_env(void)
+{
+    if (first < 0 && dt_attn_cpu_kernel_set(getenv("DT_ATTN_KERNEL")) < 0)
+        dt_attn_cpu_kernel_set("auto");
+}
+
+int dt_attn_cpu_kernel_set(const char *name)
+{
+    if (name == NULL || *name == '\0' || strcmp(name, "auto") == 0) {
+        for (int i = 0; i < NKERNELS; i++)
+            if (runs_here(&kernels[i])) {
+                first = i;
+                return 0;
+            }
+    }
+    for (int i = 0; i < NKERNELS; i++)
+        if (strcmp(name, kernels[i].name) == 0) {
+            if (!runs_here(&kernels[i]))
+                return -1;
+            first = i;
+            return 0;
+        }
+    return -1;
+}
+
+const char *dt_attn_cpu_kernel_names(void)
+{
+#ifdef DT_ATTN_X86
+    return "auto, avx512, avx2, generic, blas";
+#else
+    return "auto, generic, blas";
+#endif
+}
+
+/* The kernel for head size d: the first from `first` on whose vector width
+ * divides d (blas takes any d). */
+static const kernel_t *pick(int d)
+{
+    pthread_once(&first_once, first_from_env);
+    for (int i = first; i < NKERNELS; i++)
+        if (d % kernels[i].vl == 0 && runs_here(&kernels[i]))
+            return &kernels[i];
+    return &kernels[NKERNELS - 1];
+}
+
+const char *dt_attn_cpu_kernel(int d)
+{
+    return pick(d)->name;
+}
+
+void dt_attn_head_fwd_cpu(const dt_attn_head_t *a, float *o, int64_t ldo, float *lse)
+{
+    if (a->tq <= 0 || a->tk <= 0)
+        return;
+    pick(a->d)->fwd(a, o, ldo, lse);
+}
+
+void dt_attn_head_bwd_cpu(const dt_attn_head_t *a, const dt_attn_head_grad_t *g)
+{
+    if (a->tq <= 0 || a->tk <= 0)
+        return;
+    pick(a->d)->bwd(a, g);
 }

@@ -75,6 +75,20 @@ typedef struct dt_attn_head_grad {
 void dt_attn_head_bwd_cpu(const dt_attn_head_t *a, const dt_attn_head_grad_t *g);
 void dt_attn_head_bwd_ref(const dt_attn_head_t *a, const dt_attn_head_grad_t *g);
 
+/* The fast path has several kernels: "avx512", "avx2" (x86-64 with
+ * AVX2 and FMA), "generic" (4-lane vectors, any CPU) and "blas" (the
+ * tiled loops over cblas_sgemm). A vector kernel needs d to be a multiple
+ * of its width (16, 8, 4); for other d the next kernel down is used, and
+ * blas takes any d. dt_attn_cpu_kernel_set picks the first kernel tried
+ * ("auto" or NULL: the widest this CPU runs; the first call without one
+ * reads $DT_ATTN_KERNEL), -1 for a name this build lacks or a kernel this
+ * CPU cannot run. Call it before any thread runs a kernel. */
+int dt_attn_cpu_kernel_set(const char *name);
+/* The kernel a head of size d runs on. */
+const char *dt_attn_cpu_kernel(int d);
+/* The names dt_attn_cpu_kernel_set takes, comma separated. */
+const char *dt_attn_cpu_kernel_names(void);
+
 /* Merge a partial result (o2, lse2) into (o1, lse1), rows of d at strides
  * ld1 and ld2, n rows: the result is attention over the union of both key
  * sets. Overflow-safe for any finite lse; -inf marks an empty partial. */

@@ -7,7 +7,8 @@
 # heads (H=4, Hkv=2, D=32), T=480 so that 2R divides T for every R. O and
 # LSE must match to 1e-5; a table of the largest error per R is printed and
 # the error must not grow with R. Also once with float16 inputs and once
-# with --generate (which must equal `npytool gen`). Timings are not checked.
+# with --generate (which must equal `npytool gen`), and with --threads 2 and
+# 3 against --threads 1 (equal to the bit). Timings are not checked.
 
 . "$(dirname "$0")/lib.sh"
 need_mpirun
@@ -102,5 +103,23 @@ check "generate R=3 contiguous causal o" "$NPYTOOL" cmp "$TMPD/gen.o.npy" \
     "$TMPD/ref.c1.o.npy" --atol 1e-5
 check "generate R=3 contiguous causal lse" "$NPYTOOL" cmp "$TMPD/gen.lse.npy" \
     "$TMPD/ref.c1.lse.npy" --atol 1e-5
+
+# --threads spreads a block's heads over threads; each head's arithmetic is
+# the one of a single thread, so every output is the same to the bit (the
+# ring's transfers progressed by the calling thread only)
+for n in 1 2 3; do
+    check "R=2 zigzag causal backward, --threads $n, run" mpirun_np 2 "$DTENGINE" attn \
+        --generate $T,$H,$HKV,$D --seed $SEED --causal --layout zigzag --backward \
+        --threads $n --out "$TMPD/th$n.o.npy" --lse "$TMPD/th$n.lse.npy" \
+        --dq "$TMPD/th$n.dq.npy" --dk "$TMPD/th$n.dk.npy" --dv "$TMPD/th$n.dv.npy"
+done
+for n in 2 3; do
+    for x in o lse dq dk dv; do
+        check "--threads $n $x equals --threads 1 to the bit" "$NPYTOOL" cmp \
+            "$TMPD/th$n.$x.npy" "$TMPD/th1.$x.npy" --atol 0
+    done
+done
+check "--threads 1 o matches the reference" "$NPYTOOL" cmp "$TMPD/th1.o.npy" \
+    "$TMPD/ref.c1.o.npy" --atol 1e-5
 
 finish

@@ -393,6 +393,70 @@ Test(attn, dilated_bwd_matches_ref)
     dt_comm_free(comm);
 }
 
+/*-- threads ----------------------------------------------------------------*/
+
+/* Forward and backward of s with dt_attn_set_threads(n): o, lse, dq, dk,
+ * dv concatenated into one new array. */
+static float *run_threads(dt_comm_t *comm, const dt_attn_spec_t *s, int n, int64_t *len)
+{
+    const int64_t T = s->T, nq = T * s->H * s->D, nkv = T * s->Hkv * s->D, nl = T * s->H;
+    float *q = randn(1, nq), *k = randn(2, nkv), *v = randn(3, nkv), *dout = randn(4, nq);
+    float *all = nans(2 * nq + nl + 2 * nkv);
+    float *o = all, *lse = o + nq, *dq = lse + nl, *dk = dq + nq, *dv = dk + nkv;
+    dt_emsg_t em = { "" };
+    char what[256];
+
+    describe(s, what, sizeof(what));
+    dt_attn_set_threads(n);
+    int rc = dt_attn_fwd(comm, s, q, k, v, o, lse, NULL, &em);
+    cr_assert_eq(rc, 0, "%s threads=%d: dt_attn_fwd: %s (%s)", what, n, dt_err_name(rc), em.s);
+    rc = dt_attn_bwd(comm, s, q, k, v, o, lse, dout, dq, dk, dv, NULL, &em);
+    cr_assert_eq(rc, 0, "%s threads=%d: dt_attn_bwd: %s (%s)", what, n, dt_err_name(rc), em.s);
+    dt_attn_set_threads(1);
+    *len = 2 * nq + nl + 2 * nkv;
+    free(dout);
+    free(v);
+    free(k);
+    free(q);
+    return all;
+}
+
+/* Heads spread over 2 and 3 threads give what one thread gives, to the
+ * bit: dense (GQA and one kv head, whose backward stays on one thread) and
+ * every dilated case, causal and not. */
+Test(attn, threads_give_the_same_bits)
+{
+    dt_comm_t *comm = solo();
+    dt_attn_spec_t specs[DT_ARRAY_SIZE(dilated_cases) + 2];
+    size_t ns = 0;
+
+    specs[ns++] = spec(300, 8, 2, 64, false);
+    specs[ns++] = spec(300, 4, 1, 32, false);
+    for (size_t i = 0; i < DT_ARRAY_SIZE(dilated_cases); i++) {
+        const struct dilated_case *x = &dilated_cases[i];
+        specs[ns] = spec(x->sh.T, x->sh.H, x->sh.Hkv, x->sh.D, false);
+        set_branches(&specs[ns++], x->n, x->br);
+    }
+    for (size_t i = 0; i < ns; i++)
+        for (int causal = 0; causal < 2; causal++) {
+            dt_attn_spec_t s = specs[i];
+            char what[256];
+            int64_t n1, nn;
+            s.causal = causal;
+            describe(&s, what, sizeof(what));
+            float *one = run_threads(comm, &s, 1, &n1);
+            for (int t = 2; t <= 3; t++) {
+                float *many = run_threads(comm, &s, t, &nn);
+                cr_assert_eq(nn, n1);
+                cr_assert(memcmp(one, many, (size_t)n1 * sizeof(float)) == 0,
+                          "%s: %d threads differ from one", what, t);
+                free(many);
+            }
+            free(one);
+        }
+    dt_comm_free(comm);
+}
+
 /*-- dt_attn_check ----------------------------------------------------------*/
 
 /* dt_attn_check(s, R) fails with code and a message holding the needles;

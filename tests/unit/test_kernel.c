@@ -9,8 +9,9 @@
  * differences of a double forward, and the delta helper.
  *
  * Shapes follow the kernel header: q (Tq, D) at ldq, k/v (Tk, D) at ldk/ldv,
- * o (Tq, D) at ldo, lse (Tq). Tiles are 128 queries x 256 keys, so the
- * lengths used (1, 37, 300, 531) cut tiles at odd places.
+ * o (Tq, D) at ldo, lse (Tq). Tiles are 96 queries x 128 keys in 6-row
+ * micro-tiles (128 x 256 on the blas kernel), so the lengths used (1, 37,
+ * 300, 531) cut tiles at odd places.
  *
  * Not here: multi-head layout, dilation and rings (test_attn.c).
  */
@@ -47,11 +48,44 @@
 
 #define SEED 20240611u
 
-static const int Ds[] = { 16, 64, 128 };
+/* 6 and 40 are not multiples of every vector width: a kernel passes them
+ * down (6 to blas, 40 from avx512 to avx2), so every suite covers that. */
+static const int Ds[] = { 6, 16, 40, 64, 128 };
 static const int64_t Ts[] = { 1, 37, 300, 531 };
 
 
 /*-- helpers ----------------------------------------------------------------*/
+
+/* Every test that runs a kernel runs once per fast-path kernel, in the
+ * suites kernel_avx512, kernel_avx2, kernel_generic and kernel_blas; one
+ * this build or CPU lacks is skipped, saying so. */
+static void use(const char *name)
+{
+    if (dt_attn_cpu_kernel_set(name) < 0)
+        cr_skip_test("kernel %s: not in this build or not on this CPU", name);
+}
+
+#define EVERY_KERNEL(fn)                                                                       \
+    Test(kernel_avx512, fn)                                                                    \
+    {                                                                                          \
+        use("avx512");                                                                         \
+        fn();                                                                                  \
+    }                                                                                          \
+    Test(kernel_avx2, fn)                                                                      \
+    {                                                                                          \
+        use("avx2");                                                                           \
+        fn();                                                                                  \
+    }                                                                                          \
+    Test(kernel_generic, fn)                                                                   \
+    {                                                                                          \
+        use("generic");                                                                        \
+        fn();                                                                                  \
+    }                                                                                          \
+    Test(kernel_blas, fn)                                                                      \
+    {                                                                                          \
+        use("blas");                                                                           \
+        fn();                                                                                  \
+    }
 
 /* n standard normal floats (stream picks an independent tensor). */
 static float *randn(uint64_t stream, int64_t n)
@@ -193,7 +227,7 @@ static dt_attn_head_t head(int64_t tq, int64_t tk, int d, const float *q, int64_
 /*-- forward ----------------------------------------------------------------*/
 
 /* Every D and T, causal and not, contiguous rows: fast and `_ref` paths. */
-Test(kernel, fwd_fast_and_ref_match_naive)
+static void fwd_fast_and_ref_match_naive(void)
 {
     for (size_t di = 0; di < DT_ARRAY_SIZE(Ds); di++) {
         for (size_t ti = 0; ti < DT_ARRAY_SIZE(Ts); ti++) {
@@ -215,10 +249,11 @@ Test(kernel, fwd_fast_and_ref_match_naive)
         }
     }
 }
+EVERY_KERNEL(fwd_fast_and_ref_match_naive)
 
 /* Anchor the naive formula of this file to tests/ref/ref.h: the fast kernel
  * equals ref_attn_fwd with H = Hkv = 1. */
-Test(kernel, fwd_fast_matches_tests_ref)
+static void fwd_fast_matches_tests_ref(void)
 {
     const int64_t T = 300;
     const int d = 64;
@@ -246,9 +281,10 @@ Test(kernel, fwd_fast_matches_tests_ref)
     free(k);
     free(q);
 }
+EVERY_KERNEL(fwd_fast_matches_tests_ref)
 
 /* Tq != Tk, both ways, across tile boundaries (no positions: dense). */
-Test(kernel, fwd_tq_ne_tk)
+static void fwd_tq_ne_tk(void)
 {
     static const int64_t shapes[][2] = { { 37, 531 }, { 531, 37 }, { 1, 300 }, { 300, 1 } };
     const int d = 64;
@@ -265,10 +301,11 @@ Test(kernel, fwd_tq_ne_tk)
         free(q);
     }
 }
+EVERY_KERNEL(fwd_tq_ne_tk)
 
 /* One head of a packed (T, 3, D) qkv tensor (ld = 3D), output into one head
  * of a (T, 2, D) tensor (ldo = 2D); the other head's rows are untouched. */
-Test(kernel, fwd_strided_views)
+static void fwd_strided_views(void)
 {
     for (size_t di = 0; di < DT_ARRAY_SIZE(Ds); di++) {
         const int d = Ds[di];
@@ -306,11 +343,12 @@ Test(kernel, fwd_strided_views)
         free(x);
     }
 }
+EVERY_KERNEL(fwd_strided_views)
 
 /* Queries at positions 1000.., keys at 600..: key j is visible to query i
  * iff j <= 400 + i, a boundary that moves through the key tiles at 256 and
  * 512. Keys at 0.. are all in the past: same as no mask. */
-Test(kernel, fwd_positions_offset)
+static void fwd_positions_offset(void)
 {
     const int d = 64;
     const int64_t tq = 300, tk = 531;
@@ -348,10 +386,11 @@ Test(kernel, fwd_positions_offset)
     free(k);
     free(q);
 }
+EVERY_KERNEL(fwd_positions_offset)
 
 /* Positions need not be sorted or contiguous: a scrambled permutation of
  * even positions for keys and odd ones for queries. */
-Test(kernel, fwd_unsorted_positions)
+static void fwd_unsorted_positions(void)
 {
     const int d = 16;
     const int64_t tq = 300, tk = 531;
@@ -372,12 +411,13 @@ Test(kernel, fwd_unsorted_positions)
     free(k);
     free(q);
 }
+EVERY_KERNEL(fwd_unsorted_positions)
 
 /* Keys entirely in the future of every query leave the state exactly as it
  * was: the empty state stays o = 0, lse = -inf, and a running state is not
  * rescaled. No keys at all (tk = 0) likewise. Queries that see only some
  * keys, next to queries that see none, get the naive answer. */
-Test(kernel, fwd_future_keys_leave_state)
+static void fwd_future_keys_leave_state(void)
 {
     const int d = 64;
     const int64_t tq = 300, tk = 531;
@@ -441,10 +481,11 @@ Test(kernel, fwd_future_keys_leave_state)
     free(k);
     free(q);
 }
+EVERY_KERNEL(fwd_future_keys_leave_state)
 
 /* Accumulating over key blocks in any order equals one call over all keys
  * (and the naive formula): the LSE merge inside the kernel. */
-Test(kernel, fwd_accumulate_blocks_any_order)
+static void fwd_accumulate_blocks_any_order(void)
 {
     static const int orders[6][3] = { { 0, 1, 2 }, { 0, 2, 1 }, { 1, 0, 2 },
                                       { 1, 2, 0 }, { 2, 0, 1 }, { 2, 1, 0 } };
@@ -495,6 +536,7 @@ Test(kernel, fwd_accumulate_blocks_any_order)
     free(k);
     free(q);
 }
+EVERY_KERNEL(fwd_accumulate_blocks_any_order)
 
 /* The kernel calls progress between tiles: at least once per tile computed. */
 static void count_calls(void *arg)
@@ -502,7 +544,7 @@ static void count_calls(void *arg)
     (*(int *)arg)++;
 }
 
-Test(kernel, fwd_calls_progress)
+static void fwd_calls_progress(void)
 {
     const int d = 16;
     const int64_t T = 531; /* 5 query tiles x 3 key tiles */
@@ -522,13 +564,14 @@ Test(kernel, fwd_calls_progress)
     free(k);
     free(q);
 }
+EVERY_KERNEL(fwd_calls_progress)
 
 /*-- merge ------------------------------------------------------------------*/
 
 /* Two partials over disjoint key blocks, merged (in both orders, at strides),
  * equal attention over the union. Causal with queries at 0..: the second
  * block is empty for the first 200 queries (-inf partials on either side). */
-Test(kernel, merge_equals_union)
+static void merge_equals_union(void)
 {
     const int d = 64;
     const int64_t tq = 300, tk = 531, cut = 200;
@@ -576,12 +619,13 @@ Test(kernel, merge_equals_union)
     free(k);
     free(q);
 }
+EVERY_KERNEL(merge_equals_union)
 
 /* Scores of order +-1e4 (q and k scaled by 100): exp of any score would
  * overflow. Outputs stay finite; the kernel over the union, the merge of
  * two partials (both orders), the kernel accumulating the two blocks (both
  * orders) and the naive formula agree. */
-Test(kernel, merge_huge_scores)
+static void merge_huge_scores(void)
 {
     const int d = 64;
     const int64_t tq = 300, tk = 531, cut = 256;
@@ -675,10 +719,11 @@ Test(kernel, merge_huge_scores)
     free(k);
     free(q);
 }
+EVERY_KERNEL(merge_huge_scores)
 
 /* -inf marks an empty partial: merging one in changes nothing; merging into
  * one copies the other; two empties stay empty. Rows at strides 6 and 5. */
-Test(kernel, merge_neg_inf_partials)
+static void merge_neg_inf_partials(void)
 {
     const int d = 4;
     float o1[3 * 6], o2[3 * 5];
@@ -717,6 +762,7 @@ Test(kernel, merge_neg_inf_partials)
     cr_assert_eq(l2[0], 1.5f);
     cr_assert(isinf(l2[1]) && isinf(l2[2]));
 }
+EVERY_KERNEL(merge_neg_inf_partials)
 
 /*-- backward ---------------------------------------------------------------*/
 
@@ -735,7 +781,7 @@ static void fwd_for_bwd(const dt_attn_head_t *a, const float *dout, int64_t lddo
 /* Fast vs `_ref` backward over every D, a few T, causal and not, with
  * gradients accumulated onto nonzero starting values, and (contiguous,
  * Tq = Tk) against ref_attn_bwd with H = Hkv = 1 plus the starting values. */
-Test(kernel, bwd_fast_matches_ref)
+static void bwd_fast_matches_ref(void)
 {
     static const int64_t bts[] = { 1, 37, 300 };
     for (size_t di = 0; di < DT_ARRAY_SIZE(Ds); di++) {
@@ -803,11 +849,12 @@ Test(kernel, bwd_fast_matches_ref)
         }
     }
 }
+EVERY_KERNEL(bwd_fast_matches_ref)
 
 /* Strided views (one head of packed (T, 3, D) q/k/v, gradients at the same
  * strides), Tq != Tk with offset positions, and key blocks whose gradients
  * sum to the one-call gradient. */
-Test(kernel, bwd_strided_offset_blocks)
+static void bwd_strided_offset_blocks(void)
 {
     const int d = 64;
     const int64_t tq = 300, tk = 531, cut = 256;
@@ -875,6 +922,7 @@ Test(kernel, bwd_strided_offset_blocks)
     free(xkv);
     free(xq);
 }
+EVERY_KERNEL(bwd_strided_offset_blocks)
 
 /* sum(o * dout) for one head, all in double, o from scratch; causal by index. */
 static double loss_d(int64_t T, int d, const double *q, const double *k, const double *v,
@@ -910,7 +958,7 @@ static double loss_d(int64_t T, int d, const double *q, const double *k, const d
 
 /* Central finite differences of the double forward, element by element of
  * q, k and v, against the fast and `_ref` backward. */
-Test(kernel, bwd_matches_finite_differences)
+static void bwd_matches_finite_differences(void)
 {
     const int64_t T = 9;
     const int d = 16, n = (int)T * d;
@@ -984,6 +1032,7 @@ Test(kernel, bwd_matches_finite_differences)
     free(o);
     free(dout);
 }
+EVERY_KERNEL(bwd_matches_finite_differences)
 
 /*-- delta ------------------------------------------------------------------*/
 
@@ -1009,4 +1058,26 @@ Test(kernel, delta_matches_loop)
     free(delta);
     free(o);
     free(dout);
+}
+
+/* Which kernel a head size runs on: the chosen one when its vector width
+ * divides d, else the next one down, blas for any d; unknown names are
+ * refused and leave the choice alone. */
+Test(kernel, choice_follows_head_size)
+{
+    cr_assert_eq(dt_attn_cpu_kernel_set("no-such-kernel"), -1);
+    cr_assert_eq(dt_attn_cpu_kernel_set("blas"), 0);
+    cr_assert_str_eq(dt_attn_cpu_kernel(64), "blas");
+    cr_assert_eq(dt_attn_cpu_kernel_set("generic"), 0);
+    cr_assert_str_eq(dt_attn_cpu_kernel(64), "generic");
+    cr_assert_str_eq(dt_attn_cpu_kernel(6), "blas");
+    if (dt_attn_cpu_kernel_set("avx512") == 0) {
+        cr_assert_str_eq(dt_attn_cpu_kernel(64), "avx512");
+        cr_assert_str_eq(dt_attn_cpu_kernel(80), "avx512");
+        cr_assert_str_eq(dt_attn_cpu_kernel(40), "avx2");
+        cr_assert_str_eq(dt_attn_cpu_kernel(12), "generic");
+        cr_assert_str_eq(dt_attn_cpu_kernel(6), "blas");
+    }
+    cr_assert_eq(dt_attn_cpu_kernel_set("auto"), 0);
+    cr_assert_neq(strstr(dt_attn_cpu_kernel_names(), "generic"), NULL);
 }
