@@ -50,8 +50,10 @@ def main():
         print("SKIP: sdpa_cpu_torch.py: cannot import torch: %s" % str(e).splitlines()[0][:200])
         return 77
     torch.set_num_threads(max(1, a.threads))
-    print("# torch %s, %d threads, %s" % (torch.__version__, torch.get_num_threads(),
-                                          torch.backends.cpu.get_cpu_capability()))
+    blas = [ln for ln in torch.__config__.show().splitlines() if "Math Kernel" in ln or "BLAS" in ln]
+    print("# torch %s, CPU capability %s%s" % (torch.__version__,
+                                              torch.backends.cpu.get_cpu_capability(),
+                                              (", " + blas[0].strip(" -")[:60]) if blas else ""))
     for T, H, Hkv, D, c in rows:
         g = torch.Generator().manual_seed(T * 131 + D)
         q = torch.randn(1, H, T, D, generator=g, requires_grad=True)

@@ -18,6 +18,7 @@
 
 #include "common/log.h"
 #include "common/proto.h"
+#include "common/text.h"
 #include "engine/attn/attn.h"
 #ifdef HAVE_CUDA
 #include "engine/attn/ring_cuda.h"
@@ -26,6 +27,7 @@
 #include "engine/cmd/cmd.h"
 #include "engine/comm/comm.h"
 #include "engine/wlink.h"
+#include "kernels/cpu/attn_cpu.h"
 
 static const struct command {
     const char *name;
@@ -113,6 +115,15 @@ int main(int argc, char **argv)
     }
 
     pin_cpus();
+    /* the CPU attention kernel: $DT_ATTN_KERNEL, else the widest */
+    const char *kern = getenv("DT_ATTN_KERNEL");
+    if (dt_attn_cpu_kernel_set(kern) < 0) {
+        char *shown = dt_text_escape(kern, 0);
+        dt_log_warn("DT_ATTN_KERNEL '%s' is not one of %s, or this CPU cannot run it; using auto",
+                    shown, dt_attn_cpu_kernel_names());
+        free(shown);
+        dt_attn_cpu_kernel_set("auto");
+    }
     /* one BLAS thread per rank unless a command says otherwise */
     openblas_set_num_threads(1);
     if (dt_comm_new(&argc, &argv, &comm, &em) < 0) {

@@ -344,4 +344,20 @@ check "gathered o equals the reference" "$NPYTOOL" cmp "$TMPD/full.o.npy" "$TMPD
 check "gathered lse equals the reference" "$NPYTOOL" cmp "$TMPD/full.lse.npy" \
     "$TMPD/ref.lse.npy" --atol 1e-5
 
+# DT_ATTN_KERNEL: every kernel this CPU runs matches the reference; a name
+# that is no kernel is warned about (escaped) and the run goes on with auto
+kernel_run() {
+    DT_ATTN_KERNEL=$1 run_attn 2 "$TMPD/k$1" $Q $KV --causal --layout zigzag \
+        --out "$TMPD/k$1.o.npy" && "$NPYTOOL" cmp "$TMPD/k$1.o.npy" "$TMPD/ref.o.npy" --atol 1e-5
+}
+for kern in avx512 avx2 generic blas; do
+    check "DT_ATTN_KERNEL=$kern R=2 zigzag causal o equals the reference" kernel_run $kern
+done
+bogus_kernel() {
+    DT_ATTN_KERNEL=$(printf 'avx\033[31m') run_rc 0 "$DTENGINE" attn --generate 64,2,2,64 \
+        --seed 1 && out_has "DT_ATTN_KERNEL 'avx\\\\x1b\\[31m' is not one of auto, .*, blas, or" &&
+        out_has "using auto" && out_lacks "$(printf '\033')"
+}
+check "DT_ATTN_KERNEL that is no kernel: warned, escaped, run on auto" bogus_kernel
+
 finish
