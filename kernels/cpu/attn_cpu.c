@@ -416,13 +416,16 @@ static int tile_at(const tiles_t *ts, const dt_attn_head_t *a, int64_t i0, int b
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define DT_ATTN_X86 1
+#include <immintrin.h>
 
 #pragma GCC push_options
 #pragma GCC target("arch=x86-64-v4")
 #define ISA(x) x##_avx512
 #define VL 16
 #define NRV 4
+#define DT_ISA_SCALEF 1
 #include "kernels/cpu/attn_cpu_isa.h"
+#undef DT_ISA_SCALEF
 #undef NRV
 #undef VL
 #undef ISA

@@ -31,13 +31,10 @@ typedef int32_t ISA(vi) __attribute__((vector_size(VL * 4)));
 #define VI ISA(vi)
 #define VSPLAT(x) ISA(splat)(x)
 
-/* x in every lane (one broadcast instruction). */
+/* x in every lane (one broadcast instruction at any -O level). */
 static inline __attribute__((always_inline)) VF ISA(splat)(float x)
 {
-    VF v;
-    for (int i = 0; i < VL; i++)
-        v[i] = x;
-    return v;
+    return __builtin_shuffle((VF){ x }, (VI){ 0 });
 }
 
 static inline __attribute__((always_inline)) VF ISA(vload)(const float *p)
@@ -53,14 +50,23 @@ static inline __attribute__((always_inline)) void ISA(vstore)(float *p, VF v)
 }
 
 /* exp(x) for x <= 0 or x = -inf, exactly 0 below -87: the range reduction
- * and polynomial of exp_neg8 in attn_cpu.c, at this width. */
+ * and polynomial of exp_neg8 in attn_cpu.c, at this width. With AVX-512
+ * (DT_ISA_SCALEF) the rounding and the scaling by 2^n are one instruction
+ * each (vrndscaleps, vscalefps): the same values, fewer operations. */
 static inline __attribute__((always_inline)) VF ISA(vexp)(VF x)
 {
+#ifdef DT_ISA_SCALEF
+    __m512 t = _mm512_max_ps(_mm512_mul_ps((__m512)x, _mm512_set1_ps(1.44269504088896341f)),
+                             _mm512_set1_ps(-126.0f));
+    __m512 fi = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    VF f = (VF)_mm512_mul_ps(_mm512_sub_ps(t, fi), _mm512_set1_ps(0.693147180559945309f));
+#else
     VF t = x * VSPLAT(1.44269504088896341f);
     VI low = t < VSPLAT(-126.0f);
     t = (VF)(((VI)t & ~low) | ((VI)VSPLAT(-126.0f) & low));
     VF fi = (t + VSPLAT(12582912.0f)) - VSPLAT(12582912.0f);
     VF f = (t - fi) * VSPLAT(0.693147180559945309f);
+#endif
     VF p = VSPLAT(1.0f / 5040.0f);
     p = p * f + VSPLAT(1.0f / 720.0f);
     p = p * f + VSPLAT(1.0f / 120.0f);
@@ -69,10 +75,15 @@ static inline __attribute__((always_inline)) VF ISA(vexp)(VF x)
     p = p * f + VSPLAT(0.5f);
     p = p * f + VSPLAT(1.0f);
     p = p * f + VSPLAT(1.0f);
+#ifdef DT_ISA_SCALEF
+    __mmask16 keep = _mm512_cmp_ps_mask((__m512)x, _mm512_set1_ps(-87.0f), _CMP_GE_OQ);
+    return (VF)_mm512_maskz_mov_ps(keep, _mm512_scalef_ps((__m512)p, fi));
+#else
     VI n = __builtin_convertvector(fi, VI);
     VI bits = (VI)p + (n << 23);
     VI keep = x >= VSPLAT(-87.0f);
     return (VF)(bits & keep);
+#endif
 }
 
 static inline float ISA(sexp)(float x)
@@ -130,9 +141,9 @@ static void ISA(gemm)(int64_t m, int64_t n, int64_t kk, float alpha, const float
             const float *ar = a + r0 * ars;
             const float *bc = b + c0;
             float *cc = c + r0 * ldc + c0;
-#define DT_MICRO_CASE(M, N)                                                                    \
-    case (M) * 8 + (N):                                                                        \
-        ISA(micro)(M, N, kk, alpha, ar, ars, aks, bc, ldb, cc, ldc, acc);                      \
+#define DT_MICRO_CASE(M, N)                                               \
+    case (M)*8 + (N):                                                     \
+        ISA(micro)(M, N, kk, alpha, ar, ars, aks, bc, ldb, cc, ldc, acc); \
         break;
 #define DT_MICRO_ROW(M) DT_MICRO_CASE(M, 1) DT_MICRO_CASE(M, 2) DT_MICRO_CASE_34(M)
 #if NRV > 2
@@ -157,18 +168,48 @@ static void ISA(gemm)(int64_t m, int64_t n, int64_t kk, float alpha, const float
     }
 }
 
-/* Row maximum of s[0..n), -inf when all are -inf (or n = 0). */
+/* Lane-wise maximum (either when equal). */
+static inline __attribute__((always_inline)) VF ISA(vmax)(VF x, VF y)
+{
+    return (VF)(((VI)x & (x >= y)) | ((VI)y & (x < y)));
+}
+
+/* The lanes' maximum and sum, by halving (log2 VL steps, not VL). */
+static inline __attribute__((always_inline)) float ISA(hmax)(VF x)
+{
+    for (int h = VL / 2; h >= 1; h /= 2) {
+        VI idx;
+        for (int i = 0; i < VL; i++)
+            idx[i] = (i + h) % VL;
+        x = ISA(vmax)(x, __builtin_shuffle(x, idx));
+    }
+    return x[0];
+}
+
+static inline __attribute__((always_inline)) float ISA(hsum)(VF x)
+{
+    for (int h = VL / 2; h >= 1; h /= 2) {
+        VI idx;
+        for (int i = 0; i < VL; i++)
+            idx[i] = (i + h) % VL;
+        x += __builtin_shuffle(x, idx);
+    }
+    return x[0];
+}
+
+/* Row maximum of s[0..n), -inf when all are -inf (or n = 0). Two
+ * accumulators, so the loop is not one chain of compares. */
 static float ISA(row_max)(const float *s, int n)
 {
-    VF lane = VSPLAT(-INFINITY);
+    VF l0 = VSPLAT(-INFINITY), l1 = l0;
     int j = 0;
-    for (; j + VL <= n; j += VL) {
-        VF x = ISA(vload)(s + j);
-        lane = (VF)(((VI)lane & (lane >= x)) | ((VI)x & (lane < x)));
+    for (; j + 2 * VL <= n; j += 2 * VL) {
+        l0 = ISA(vmax)(l0, ISA(vload)(s + j));
+        l1 = ISA(vmax)(l1, ISA(vload)(s + j + VL));
     }
-    float m = -INFINITY;
-    for (int u = 0; u < VL; u++)
-        m = lane[u] > m ? lane[u] : m;
+    for (; j + VL <= n; j += VL)
+        l0 = ISA(vmax)(l0, ISA(vload)(s + j));
+    float m = ISA(hmax)(ISA(vmax)(l0, l1));
     for (; j < n; j++)
         m = s[j] > m ? s[j] : m;
     return m;
@@ -184,9 +225,7 @@ static float ISA(row_exp_sum)(float *s, int n, float m)
         ISA(vstore)(s + j, p);
         acc += p;
     }
-    float sum = 0.0f;
-    for (int u = 0; u < VL; u++)
-        sum += acc[u];
+    float sum = ISA(hsum)(acc);
     for (; j < n; j++) {
         s[j] = ISA(sexp)(s[j] - m);
         sum += s[j];
@@ -293,8 +332,8 @@ static void ISA(fwd)(const dt_attn_head_t *a, float *o, int64_t ldo, float *lse)
                 ISA(scores)(&tl, 0, bq, a->q + i0 * a->ldq, a->ldq, kti, s);
             else
                 for (int r0 = 0; r0 < bq; r0 += MR)
-                    ISA(scores)(&tl, r0, bq - r0 < MR ? bq - r0 : MR, a->q + i0 * a->ldq, a->ldq,
-                                kti, s);
+                    ISA(scores)
+                    (&tl, r0, bq - r0 < MR ? bq - r0 : MR, a->q + i0 * a->ldq, a->ldq, kti, s);
             for (int r = 0; r < bq; r++) {
                 int lim = tl.lim[r / MR];
                 float *row = s + (int64_t)r * BKP;
@@ -316,13 +355,13 @@ static void ISA(fwd)(const dt_attn_head_t *a, float *o, int64_t ldo, float *lse)
             }
             /* o += p v, each row block over the keys it can see */
             if (tl.full)
-                ISA(gemm)(bq, d, tl.bk, 1.0f, s, BKP, 1, a->v + j0 * a->ldv, a->ldv,
-                          o + i0 * ldo, ldo, 1);
+                ISA(gemm)
+                (bq, d, tl.bk, 1.0f, s, BKP, 1, a->v + j0 * a->ldv, a->ldv, o + i0 * ldo, ldo, 1);
             else
                 for (int r0 = 0; r0 < bq; r0 += MR)
-                    ISA(gemm)(bq - r0 < MR ? bq - r0 : MR, d, tl.lim[r0 / MR], 1.0f,
-                              s + (int64_t)r0 * BKP, BKP, 1, a->v + j0 * a->ldv, a->ldv,
-                              o + (i0 + r0) * ldo, ldo, 1);
+                    ISA(gemm)
+                    (bq - r0 < MR ? bq - r0 : MR, d, tl.lim[r0 / MR], 1.0f, s + (int64_t)r0 * BKP,
+                     BKP, 1, a->v + j0 * a->ldv, a->ldv, o + (i0 + r0) * ldo, ldo, 1);
             if (a->progress)
                 a->progress(a->progress_arg);
         }
@@ -364,8 +403,9 @@ static void ISA(bwd)(const dt_attn_head_t *a, const dt_attn_head_grad_t *g)
                 int limp = (lim + VL - 1) / VL * VL;
                 ISA(scores)(&tl, r0, nr, qi, a->ldq, kti, s);
                 if (limp > 0)
-                    ISA(gemm)(nr, limp, d, 1.0f, doi + r0 * g->lddo, g->lddo, 1, vti, BKP,
-                              dp + (int64_t)r0 * BKP, BKP, 0);
+                    ISA(gemm)
+                    (nr, limp, d, 1.0f, doi + r0 * g->lddo, g->lddo, 1, vti, BKP,
+                     dp + (int64_t)r0 * BKP, BKP, 0);
                 for (int r = r0; r < r0 + nr; r++)
                     memset(dp + (int64_t)r * BKP + limp, 0,
                            (size_t)(tl.bk > limp ? tl.bk - limp : 0) * sizeof(float));
@@ -381,12 +421,12 @@ static void ISA(bwd)(const dt_attn_head_t *a, const dt_attn_head_grad_t *g)
                 ISA(row_bwd)(srow, dprow, tl.bk, l, g->delta[i0 + r]);
             }
             /* dv += p^T dout; dq += scale ds k; dk += scale ds^T q */
-            ISA(gemm)(tl.bk, d, bq, 1.0f, s, 1, BKP, doi, g->lddo, g->dv + j0 * a->ldv, a->ldv,
-                      1);
-            ISA(gemm)(bq, d, tl.bk, a->scale, dp, BKP, 1, a->k + j0 * a->ldk, a->ldk,
-                      g->dq + i0 * a->ldq, a->ldq, 1);
-            ISA(gemm)(tl.bk, d, bq, a->scale, dp, 1, BKP, qi, a->ldq, g->dk + j0 * a->ldk,
-                      a->ldk, 1);
+            ISA(gemm)(tl.bk, d, bq, 1.0f, s, 1, BKP, doi, g->lddo, g->dv + j0 * a->ldv, a->ldv, 1);
+            ISA(gemm)
+            (bq, d, tl.bk, a->scale, dp, BKP, 1, a->k + j0 * a->ldk, a->ldk, g->dq + i0 * a->ldq,
+             a->ldq, 1);
+            ISA(gemm)
+            (tl.bk, d, bq, a->scale, dp, 1, BKP, qi, a->ldq, g->dk + j0 * a->ldk, a->ldk, 1);
             if (a->progress)
                 a->progress(a->progress_arg);
         }

@@ -53,7 +53,6 @@
 static const int Ds[] = { 6, 16, 40, 64, 128 };
 static const int64_t Ts[] = { 1, 37, 300, 531 };
 
-
 /*-- helpers ----------------------------------------------------------------*/
 
 /* Every test that runs a kernel runs once per fast-path kernel, in the
@@ -65,26 +64,26 @@ static void use(const char *name)
         cr_skip_test("kernel %s: not in this build or not on this CPU", name);
 }
 
-#define EVERY_KERNEL(fn)                                                                       \
-    Test(kernel_avx512, fn)                                                                    \
-    {                                                                                          \
-        use("avx512");                                                                         \
-        fn();                                                                                  \
-    }                                                                                          \
-    Test(kernel_avx2, fn)                                                                      \
-    {                                                                                          \
-        use("avx2");                                                                           \
-        fn();                                                                                  \
-    }                                                                                          \
-    Test(kernel_generic, fn)                                                                   \
-    {                                                                                          \
-        use("generic");                                                                        \
-        fn();                                                                                  \
-    }                                                                                          \
-    Test(kernel_blas, fn)                                                                      \
-    {                                                                                          \
-        use("blas");                                                                           \
-        fn();                                                                                  \
+#define EVERY_KERNEL(fn)     \
+    Test(kernel_avx512, fn)  \
+    {                        \
+        use("avx512");       \
+        fn();                \
+    }                        \
+    Test(kernel_avx2, fn)    \
+    {                        \
+        use("avx2");         \
+        fn();                \
+    }                        \
+    Test(kernel_generic, fn) \
+    {                        \
+        use("generic");      \
+        fn();                \
+    }                        \
+    Test(kernel_blas, fn)    \
+    {                        \
+        use("blas");         \
+        fn();                \
     }
 
 /* n standard normal floats (stream picks an independent tensor). */
