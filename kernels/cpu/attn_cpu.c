@@ -424,7 +424,9 @@ static int tile_at(const tiles_t *ts, const dt_attn_head_t *a, int64_t i0, int b
 #define VL 16
 #define NRV 4
 #define DT_ISA_SCALEF 1
+#define DT_ISA_VMAX(x, y) _mm512_max_ps((__m512)(x), (__m512)(y))
 #include "kernels/cpu/attn_cpu_isa.h"
+#undef DT_ISA_VMAX
 #undef DT_ISA_SCALEF
 #undef NRV
 #undef VL
@@ -436,7 +438,9 @@ static int tile_at(const tiles_t *ts, const dt_attn_head_t *a, int64_t i0, int b
 #define ISA(x) x##_avx2
 #define VL 8
 #define NRV 2
+#define DT_ISA_VMAX(x, y) _mm256_max_ps((__m256)(x), (__m256)(y))
 #include "kernels/cpu/attn_cpu_isa.h"
+#undef DT_ISA_VMAX
 #undef NRV
 #undef VL
 #undef ISA

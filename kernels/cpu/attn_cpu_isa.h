@@ -171,14 +171,20 @@ static void ISA(gemm)(int64_t m, int64_t n, int64_t kk, float alpha, const float
 /* Lane-wise maximum (either when equal). */
 static inline __attribute__((always_inline)) VF ISA(vmax)(VF x, VF y)
 {
+#ifdef DT_ISA_VMAX
+    return (VF)DT_ISA_VMAX(x, y); /* one instruction (vmaxps) */
+#else
     return (VF)(((VI)x & (x >= y)) | ((VI)y & (x < y)));
+#endif
 }
 
 /* The lanes' maximum and sum, by halving (log2 VL steps, not VL). */
 static inline __attribute__((always_inline)) float ISA(hmax)(VF x)
 {
+#pragma GCC unroll 8
     for (int h = VL / 2; h >= 1; h /= 2) {
         VI idx;
+#pragma GCC unroll 16
         for (int i = 0; i < VL; i++)
             idx[i] = (i + h) % VL;
         x = ISA(vmax)(x, __builtin_shuffle(x, idx));
@@ -188,8 +194,10 @@ static inline __attribute__((always_inline)) float ISA(hmax)(VF x)
 
 static inline __attribute__((always_inline)) float ISA(hsum)(VF x)
 {
+#pragma GCC unroll 8
     for (int h = VL / 2; h >= 1; h /= 2) {
         VI idx;
+#pragma GCC unroll 16
         for (int i = 0; i < VL; i++)
             idx[i] = (i + h) % VL;
         x += __builtin_shuffle(x, idx);
