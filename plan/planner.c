@@ -233,17 +233,19 @@ static const struct cluster_preset {
      * usable). */
     { { "h200", 8, 0, 133.0 * GiB, 989e12, 0.5, 450e9, 50e9, 1.0 * GiB, 0 }, 67e12 },
     /* cpu: one dtengine rank per core, a "node" being one machine of two
-     * ranks, 4 GiB per rank. Peak 100 GFLOP/s fp32 per core (AVX2: two FMA
-     * units x 8 lanes x 2 flops at ~3 GHz); dtengine attn reaches 48-61
-     * GFLOP/s per rank here (AMD EPYC, T = 8192 and 16384), so efficiency
-     * 0.5. Links: shared-memory copies between ranks of one machine (5 GB/s),
+     * ranks, 4 GiB per rank. Peak 270 GFLOP/s fp32 per core (AVX-512: two
+     * FMA units x 16 lanes x 2 flops at ~4.2 GHz; the attention kernels'
+     * 6-row products reach it alone, bench: 270); dtengine attn reaches
+     * about 180 GFLOP/s per rank here (AMD EPYC Zen 5, R = 2, T = 8192 and
+     * 16384, causal zigzag) and the tiny model's training step 137 (its
+     * linear layers on OpenBLAS), so efficiency 0.55. Links: shared-memory copies between ranks of one machine (5 GB/s),
      * 1 GB/s between machines. Fixed: dtengine's max RSS with 16 tokens per
      * rank under mpirun (bench/memory.sh): 13.2 MiB at R = 1, 13.5 at 2,
      * 16.5 at 4; 15 MiB. Per peer: Open MPI's shared-memory transport maps
      * and touches buffers for each other rank, about 0.7 MiB each at 1 to 8
      * ranks of dtengine train (bench/train_memory.sh): 720 KiB. bf16 runs
      * no faster on the CPU kernels. */
-    { { "cpu", 2, 0, 4.0 * GiB, 100e9, 0.5, 5e9, 1e9, 15.0 * MiB, 720.0 * 1024 }, 100e9 },
+    { { "cpu", 2, 0, 4.0 * GiB, 270e9, 0.55, 5e9, 1e9, 15.0 * MiB, 720.0 * 1024 }, 270e9 },
 };
 
 
@@ -592,6 +594,11 @@ static void branch_shape(const dt_plan_req_t *q, const dt_attn_spec_t *a, int b,
     /* index arrays: my positions and local rows (L each), the peer's
      * positions (L / r), a member record per rank */
     o->work = 8.0 * (2 * o->L + (double)nrow) + 48.0 * R;
+    /* the CPU kernels pack one head's K transposed (and V, backward) per
+     * block, fp32, and keep the block's key positions per head chunk */
+    if (!q->cuda)
+        o->work += (q->kind == DT_KIND_TRAIN ? 2.0 : 1.0) * (double)nrow * a->D * 4 +
+                   8.0 * (double)nrow * (br.nchunk - 1);
     /* gathered q (elem), o and lse (fp32) per head chunk, unless the branch
      * covers all my rows undilated (the engine then works in place) */
     if (!(br.r == 1 && (int64_t)o->L == c)) {

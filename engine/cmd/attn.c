@@ -26,6 +26,7 @@
 #include <jansson.h>
 
 #include "common/fileio.h"
+#include "common/log.h"
 #include "common/mem.h"
 #include "common/sha256.h"
 #include "engine/cmd/agree.h"
@@ -706,7 +707,15 @@ static int attn_options(attn_run_t *a, dt_comm_t *comm, int argc, char **argv)
 static int attn_prepare(attn_run_t *a)
 {
     openblas_set_num_threads(a->o.threads);
-    dt_attn_set_threads(a->o.threads);
+    if (a->o.threads > 1 && !dt_comm_threads_ok(a->comm)) {
+        if (a->me == 0)
+            dt_log_warn("this MPI runs no threads beside its calls (below "
+                        "MPI_THREAD_FUNNELED): --threads %d applies to BLAS only",
+                        a->o.threads);
+        dt_attn_set_threads(1);
+    } else {
+        dt_attn_set_threads(a->o.threads);
+    }
     return report(a, prepare(&a->o, a->R, &a->in, &a->em));
 }
 

@@ -40,6 +40,9 @@ int dt_comm_rank(const dt_comm_t *c);
 int dt_comm_size(const dt_comm_t *c);
 /* "mpi" when MPI was initialised, "solo" for a single plain process. */
 const char *dt_comm_kind(const dt_comm_t *c);
+/* 1 when threads other than the calling one may run beside communication
+ * (a solo process, or MPI at MPI_THREAD_FUNNELED or above). */
+int dt_comm_threads_ok(const dt_comm_t *c);
 
 /* Start sending sbytes from sbuf to rank dst and receiving rbytes into rbuf
  * from rank src with this tag (either side may have 0 bytes and is then

@@ -23,6 +23,7 @@
 struct dt_comm {
     int mpi;     /* MPI is initialised: the operations go through mc */
     int owner;   /* MPI_Init was called for this one: dt_comm_free finalises */
+    int funneled; /* MPI allows other threads beside the one calling it */
     MPI_Comm mc; /* MPI_COMM_WORLD, or a group of it (dt_comm_split) */
     int rank, size;
 };
@@ -48,11 +49,15 @@ int dt_comm_new(int *argc, char ***argv, dt_comm_t **out, dt_emsg_t *em)
 
     c->size = 1;
     if (launched_under_pmi()) {
-        int rc = MPI_Init(argc, argv);
+        /* funneled: the attention's threads (dt_attn_set_threads) never
+         * call MPI; the thread that initialised it makes every call */
+        int provided = MPI_THREAD_SINGLE;
+        int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
         if (rc != MPI_SUCCESS) {
             free(c);
-            return dt_emsg_set(em, DT_ECOMM, "MPI_Init failed (error %d)", rc);
+            return dt_emsg_set(em, DT_ECOMM, "MPI_Init_thread failed (error %d)", rc);
         }
+        c->funneled = provided >= MPI_THREAD_FUNNELED;
         c->mpi = c->owner = 1;
         c->mc = MPI_COMM_WORLD;
         MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -94,6 +99,11 @@ int dt_comm_size(const dt_comm_t *c)
 const char *dt_comm_kind(const dt_comm_t *c)
 {
     return c->mpi ? "mpi" : "solo";
+}
+
+int dt_comm_threads_ok(const dt_comm_t *c)
+{
+    return !c->mpi || c->funneled;
 }
 
 static int pieces(size_t bytes)
@@ -277,6 +287,7 @@ int dt_comm_split(dt_comm_t *c, int color, int key, dt_comm_t **out, dt_emsg_t *
             return dt_emsg_set(em, DT_ECOMM, "splitting the job's ranks into groups failed");
         }
         g->mpi = 1;
+        g->funneled = c->funneled;
         MPI_Comm_set_errhandler(g->mc, MPI_ERRORS_RETURN);
         MPI_Comm_rank(g->mc, &g->rank);
         MPI_Comm_size(g->mc, &g->size);

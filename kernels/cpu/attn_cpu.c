@@ -1,12 +1,18 @@
 /* SPDX-License-Identifier: MIT
  *
- * One-head attention on the CPU: the tiled fast path (flash-style online
- * softmax, both matrix products per tile through cblas_sgemm) and the plain
- * reference (attn_ref.c) it is tested against. The element-wise softmax loops are built
- * twice (baseline and AVX2+FMA) and picked at load time, because OpenBLAS
- * already dispatches on the CPU and the exponentials would otherwise be the
- * bottleneck on a generic x86-64 build.
+ * One-head attention on the CPU: the fast path in several kernels and the
+ * plain reference (attn_ref.c) they are tested against.
  *
+ * - The packed kernels (attn_cpu_isa.h, included below once per
+ *   instruction set: AVX-512, AVX2+FMA, generic 4-lane vectors): K^T (and
+ *   V^T for the backward) packed once per call, every matrix product a
+ *   6-row register tile, causal diagonal tiles cut per 6-row block.
+ * - The blas kernel (this file's first half): the same flash-style tiles,
+ *   both matrix products per tile through cblas_sgemm, for any head size;
+ *   its element-wise loops are built twice (baseline and AVX2+FMA) and
+ *   picked at load time.
+ *
+ * dt_attn_head_fwd_cpu / _bwd_cpu pick the kernel (the end of this file).
  * Not here: multi-head layout, rings or dilation (engine/attn/attn.c).
  */
 #include "config.h"
@@ -20,7 +26,7 @@
 #include "common/mem.h"
 #include "kernels/cpu/attn_cpu.h"
 
-/* Tile sizes: BQ query rows by BK keys. The score tile (BQ x BK floats,
+/* The blas kernel's tiles: BQ query rows by BK keys. The score tile (BQ x BK floats,
  * 128 KiB) stays in L2 between the two products. */
 #ifndef BQ
 #define BQ 128

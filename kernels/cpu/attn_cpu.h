@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT
  *
  * CPU attention kernels for one head: the building block of dense, ring and
- * dilated attention. Each op has a fast path (tiled, matrix products through
- * cblas_sgemm, memory O(tile) not O(Tq*Tk)) and a plain-C reference with the
- * same signature; tests compare the two.
+ * dilated attention. Each op has a fast path (tiled, flash-style; memory
+ * O(tile) plus one packed copy of the call's K, and V in the backward, not
+ * O(Tq*Tk); several kernels, see dt_attn_cpu_kernel_set) and a plain-C
+ * reference with the same signature; tests compare the two.
  *
  * Shapes (one head): q (Tq, D) with row stride ldq, k and v (Tk, D) with row
  * strides ldk and ldv, o (Tq, D) with row stride ldo, lse (Tq). Strides let
@@ -26,8 +27,9 @@
  * final lse of the forward and delta[i] = sum_d dout[i,d] * o[i,d] (o the
  * final output). Summing over the blocks gives the full gradient.
  *
- * Thread: none of these touch global state; one call uses one BLAS thread
- * per the caller's BLAS setting.
+ * Thread: calls on different threads may run at once (the kernel choice is
+ * the only global state, set before); one call runs on its caller's thread
+ * (the blas kernel: as many BLAS threads as the caller's BLAS setting).
  */
 #ifndef DT_KERNELS_CPU_ATTN_H
 #define DT_KERNELS_CPU_ATTN_H
