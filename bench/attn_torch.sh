@@ -20,7 +20,9 @@
 # python3), DT_BENCH_THREADS the thread counts (default "1 2"),
 # DT_BENCH_ROWS the shapes as "T,H,Hkv,D,causal;..." (default: the eight
 # rows of the issue that asked for this). DT_ATTN_KERNEL is passed through
-# to dtengine (dtengine(1)). Prints a table; asserts nothing.
+# to dtengine (dtengine(1)). Prints a table; asserts nothing. Exit 0, 77
+# without torch, 2 for a malformed DT_BENCH_ROWS or DT_BENCH_THREADS, 1 when
+# a run fails (its output is shown).
 set -eu
 top=${DT_BUILDDIR:-$(cd "$(dirname "$0")/.." && pwd)}
 src=$(cd "$(dirname "$0")" && pwd)
@@ -39,6 +41,14 @@ fi
 [ -x "$top/engine/dtengine" ] || { echo "bench/attn_torch.sh: no $top/engine/dtengine (make first)" >&2; exit 1; }
 
 rowlist=$(printf '%s\n' "$ROWS" | tr ';' ' ')
+for row in $rowlist; do
+    printf '%s\n' "$row" | grep -Eq '^[1-9][0-9]*,[1-9][0-9]*,[1-9][0-9]*,[1-9][0-9]*,[01]$' ||
+        { echo "bench/attn_torch.sh: DT_BENCH_ROWS: '$row' is not T,H,Hkv,D,causal (causal 0 or 1)" >&2; exit 2; }
+done
+for n in $THREADS; do
+    printf '%s\n' "$n" | grep -Eq '^[1-9][0-9]*$' ||
+        { echo "bench/attn_torch.sh: DT_BENCH_THREADS: '$n' is not a thread count" >&2; exit 2; }
+done
 for n in $THREADS; do
     rep=1
     while [ "$rep" -le "$REPS" ]; do
