@@ -9,8 +9,7 @@
  *   6-row register tile, causal diagonal tiles cut per 6-row block.
  * - The blas kernel (this file's first half): the same flash-style tiles,
  *   both matrix products per tile through cblas_sgemm, for any head size;
- *   its element-wise loops are built twice (baseline and AVX2+FMA) and
- *   picked at load time.
+ *   its element-wise loops are the vector kernels' (AVX2+FMA or generic).
  *
  * dt_attn_head_fwd_cpu / _bwd_cpu pick the kernel (the end of this file).
  * Not here: multi-head layout, rings or dilation (engine/attn/attn.c).
@@ -35,121 +34,11 @@
 #define BK 256
 #endif
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define DT_MULTIVERSION __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define DT_MULTIVERSION
-#endif
-
-/* exp(x) for x <= 0 (callers pass score - running max; masked scores are
- * -inf), exactly 0 below -87. Range reduction to 2^n * 2^f with f in
- * [-0.5, 0.5], then a degree-7 Taylor polynomial for 2^f: relative error
- * below 1e-7. Written on GCC's generic vectors, eight lanes at a time, so
- * it vectorises at any optimisation level (two SSE halves on a baseline
- * x86-64 build, one AVX2 register in the x86-64-v3 clone). */
-/* The 8-lane helpers are static and always inlined, so no vector value
- * crosses a call boundary and the psABI note about AVX returns is moot. */
-#pragma GCC diagnostic ignored "-Wpsabi"
-typedef float v8f __attribute__((vector_size(32)));
-typedef int32_t v8i __attribute__((vector_size(32)));
-
-#define V8(x) ((v8f){ x, x, x, x, x, x, x, x })
-
-static inline __attribute__((always_inline)) v8f exp_neg8(v8f x)
-{
-    v8f t = x * V8(1.44269504088896341f);
-    v8i low = t < V8(-126.0f);
-    t = (v8f)(((v8i)t & ~low) | ((v8i)V8(-126.0f) & low)); /* clamp; also -inf */
-    v8f fi = (t + V8(12582912.0f)) - V8(12582912.0f);      /* round to nearest */
-    v8f f = (t - fi) * V8(0.693147180559945309f);
-    v8f p = V8(1.0f / 5040.0f);
-    p = p * f + V8(1.0f / 720.0f);
-    p = p * f + V8(1.0f / 120.0f);
-    p = p * f + V8(1.0f / 24.0f);
-    p = p * f + V8(1.0f / 6.0f);
-    p = p * f + V8(0.5f);
-    p = p * f + V8(1.0f);
-    p = p * f + V8(1.0f);
-    v8i n = __builtin_convertvector(fi, v8i);
-    v8i bits = (v8i)p + (n << 23); /* scale by 2^n through the exponent */
-    v8i keep = x >= V8(-87.0f);
-    return (v8f)(bits & keep);
-}
-
-static inline float exp_neg(float x)
-{
-    v8f v = V8(x);
-    return exp_neg8(v)[0];
-}
-
-static inline __attribute__((always_inline)) v8f load8(const float *p)
-{
-    v8f v;
-    memcpy(&v, p, sizeof(v));
-    return v;
-}
-
-static inline __attribute__((always_inline)) void store8(float *p, v8f v)
-{
-    memcpy(p, &v, sizeof(v));
-}
-
-/* Row maximum of s[0..n). -inf when every entry is -inf. */
-DT_MULTIVERSION
-static float row_max(const float *s, int n)
-{
-    v8f lane = V8(-INFINITY);
-    int j = 0;
-    for (; j + 8 <= n; j += 8) {
-        v8f x = load8(s + j);
-        lane = (v8f)(((v8i)lane & (lane >= x)) | ((v8i)x & (lane < x)));
-    }
-    float m = -INFINITY;
-    for (int u = 0; u < 8; u++)
-        m = lane[u] > m ? lane[u] : m;
-    for (; j < n; j++)
-        m = s[j] > m ? s[j] : m;
-    return m;
-}
-
-/* s[j] = exp(s[j] - m), returning the sum. m is finite. */
-DT_MULTIVERSION
-static float row_exp_sum(float *s, int n, float m)
-{
-    v8f acc = V8(0.0f);
-    int j = 0;
-    for (; j + 8 <= n; j += 8) {
-        v8f p = exp_neg8(load8(s + j) - V8(m));
-        store8(s + j, p);
-        acc += p;
-    }
-    float sum = 0.0f;
-    for (int u = 0; u < 8; u++)
-        sum += acc[u];
-    for (; j < n; j++) {
-        s[j] = exp_neg(s[j] - m);
-        sum += s[j];
-    }
-    return sum;
-}
-
-/* Backward element-wise step for one row: p = exp(s - lse) (masked entries
- * are -inf and give 0), then ds = p * (dp - delta) into dp. */
-DT_MULTIVERSION
-static void row_bwd(float *s, float *dp, int n, float lse, float delta)
-{
-    int j = 0;
-    for (; j + 8 <= n; j += 8) {
-        v8f p = exp_neg8(load8(s + j) - V8(lse));
-        store8(s + j, p);
-        store8(dp + j, p * (load8(dp + j) - V8(delta)));
-    }
-    for (; j < n; j++) {
-        float p = exp_neg(s[j] - lse);
-        s[j] = p;
-        dp[j] = p * (dp[j] - delta);
-    }
-}
+/* The blas kernel's element-wise loops are the vector kernels' (the end
+ * of this file): the widest instance this CPU runs. */
+static float row_max(const float *s, int n);
+static float row_exp_sum(float *s, int n, float m);
+static void row_bwd(float *s, float *dp, int n, float lse, float delta);
 
 /* Mask the score tile: entries whose key lies in the future of the query
  * become -inf. */
@@ -420,6 +309,10 @@ static int tile_at(const tiles_t *ts, const dt_attn_head_t *a, int64_t i0, int b
     return 1;
 }
 
+/* The vector helpers are static and always inlined, so no vector value
+ * crosses a call boundary and the psABI note about wide returns is moot. */
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define DT_ATTN_X86 1
 #include <immintrin.h>
@@ -460,6 +353,35 @@ static int tile_at(const tiles_t *ts, const dt_attn_head_t *a, int64_t i0, int b
 #undef NRV
 #undef VL
 #undef ISA
+
+static float row_max(const float *s, int n)
+{
+#ifdef DT_ATTN_X86
+    if (__builtin_cpu_supports("x86-64-v3"))
+        return row_max_avx2(s, n);
+#endif
+    return row_max_generic(s, n);
+}
+
+static float row_exp_sum(float *s, int n, float m)
+{
+#ifdef DT_ATTN_X86
+    if (__builtin_cpu_supports("x86-64-v3"))
+        return row_exp_sum_avx2(s, n, m);
+#endif
+    return row_exp_sum_generic(s, n, m);
+}
+
+static void row_bwd(float *s, float *dp, int n, float lse, float delta)
+{
+#ifdef DT_ATTN_X86
+    if (__builtin_cpu_supports("x86-64-v3")) {
+        row_bwd_avx2(s, dp, n, lse, delta);
+        return;
+    }
+#endif
+    row_bwd_generic(s, dp, n, lse, delta);
+}
 
 /* ---- choosing a kernel ------------------------------------------------- */
 

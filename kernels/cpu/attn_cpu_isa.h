@@ -50,7 +50,8 @@ static inline __attribute__((always_inline)) void ISA(vstore)(float *p, VF v)
 }
 
 /* exp(x) for x <= 0 or x = -inf, exactly 0 below -87: the range reduction
- * and polynomial of exp_neg8 in attn_cpu.c, at this width. With AVX-512
+ * to 2^n 2^f, f in [-0.5, 0.5], then a degree-7 Taylor polynomial for 2^f
+ * (relative error below 1e-7). With AVX-512
  * (DT_ISA_SCALEF) the rounding and the scaling by 2^n are one instruction
  * each (vrndscaleps, vscalefps): the same values, fewer operations. */
 static inline __attribute__((always_inline)) VF ISA(vexp)(VF x)
