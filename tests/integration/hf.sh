@@ -166,7 +166,7 @@ t_corrupt() {
     cp -r "$TMPD/ck0" "$TMPD/bad" || return 1
     _f=$TMPD/bad/step-00000001/shard-00001-of-00002.safetensors
     # one byte of the parameters changed, the size kept
-    printf 'X' | dd of="$_f" bs=1 seek=4000 conv=notrunc 2>/dev/null || return 1
+    corrupt_bytes "$_f" 4000 || return 1
     refused "$TMPD/xc" "$TMPD/bad/step-00000001" "shard-00001-of-00002.safetensors is corrupt" \
         -- "$TMPD/bad/step-00000001" --hf "$TMPD/xc" || return 1
     # from the root: passed over, and then there is none

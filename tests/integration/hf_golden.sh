@@ -114,10 +114,13 @@ check "dtctl plan --model DIR plans the directory's model (config.json)" t_plan
 
 # ---- bad directories: refused before any compute, naming file and key ----------
 
-# broken NAME EDIT: a copy of the plain model with config.json edited by sed
+# broken NAME EDIT: a copy of the plain model with config.json edited by
+# sed; 1 when the edit changed nothing (it would test the plain model)
 broken() {
     rm -rf "$TMPD/$1"
-    cp -r "$FIX/plain" "$TMPD/$1" && sed -i "$2" "$TMPD/$1/config.json"
+    cp -r "$FIX/plain" "$TMPD/$1" && sed -i "$2" "$TMPD/$1/config.json" || return 1
+    ! cmp -s "$FIX/plain/config.json" "$TMPD/$1/config.json" ||
+        { echo "sed '$2' did not change config.json"; return 1; }
 }
 # refused DIR WORDS... [-- ARGS]: prefill exits 2 before any layer, saying WORDS
 refused() {
@@ -146,8 +149,8 @@ t_arch() {
 }
 check "another architecture: refused naming it" t_arch
 t_trunc() {
-    broken trunc 's/x/x/' &&
-        truncate -s -100 "$TMPD/trunc/model.safetensors" &&
+    rm -rf "$TMPD/trunc" && cp -r "$FIX/plain" "$TMPD/trunc" &&
+        shorten_file "$TMPD/trunc/model.safetensors" -100 &&
         refused "$TMPD/trunc" model.safetensors
 }
 check "a truncated model.safetensors: refused naming the file" t_trunc

@@ -4,11 +4,12 @@
 # Shared setup for the integration scripts; sourced, never run. It finds the
 # built binaries (DT_BUILDDIR, set by `make check`, or the tree this script
 # sits in), makes one private temporary directory ($TMPD) that is removed on
-# exit, runs ranks under mpirun (`mpirun_np R CMD...`) and counts checks
-# (`check NAME CMD...`, then `finish`). Exit codes follow the automake test
-# driver: 0 pass, 1 a check failed, 77 skip (with the reason), 99 hard error
-# (the test itself could not run). It is not a test framework: no fixtures,
-# no parallelism, POSIX sh only.
+# exit, runs ranks under mpirun (`mpirun_np R CMD...`), counts checks
+# (`check NAME CMD...`, then `finish`) and damages files for the fault
+# tests in ways verified to change them (`corrupt_bytes`, `shorten_file`).
+# Exit codes follow the automake test driver: 0 pass, 1 a check failed, 77
+# skip (with the reason), 99 hard error (the test itself could not run). It
+# is not a test framework: no fixtures, no parallelism, POSIX sh only.
 
 set -u
 
@@ -164,6 +165,58 @@ gen_qkv() {
         "$NPYTOOL" gen --shape "$_gq_kv" --seed "$_gq_seed" --stream 3 "$@" "$_gq_dir/v.npy" &&
         "$NPYTOOL" gen --shape "$_gq_q" --seed "$_gq_seed" --stream 4 "$@" "$_gq_dir/dout.npy" ||
         die "npytool gen failed for $_gq_dir"
+}
+
+# ---- injected faults ----------------------------------------------------------
+# A fault written as a fixed value is no fault where the file already holds
+# that value (a byte 'X' over a byte 'X'), and the test then checks nothing.
+# These change the file by construction and verify that it changed; they
+# return 1, saying why, when it did not.
+
+# corrupt_bytes FILE OFFSET [COUNT]: flip every bit of COUNT (default 1)
+# bytes of FILE at OFFSET, in place (its size kept)
+corrupt_bytes() {
+    _cb_f=$1 _cb_off=$2 _cb_n=${3:-1}
+    [ -f "$_cb_f" ] || { echo "corrupt_bytes: $_cb_f: not a file"; return 1; }
+    _cb_size=$(wc -c <"$_cb_f" | tr -d ' ')
+    [ "$_cb_n" -gt 0 ] && [ $((_cb_off + _cb_n)) -le "$_cb_size" ] || {
+        echo "corrupt_bytes: bytes $_cb_off..$((_cb_off + _cb_n - 1)) are not in $_cb_f ($_cb_size bytes)"
+        return 1
+    }
+    _cb_before=$(sha256sum <"$_cb_f")
+    _cb_esc=
+    for _cb_b in $(od -An -v -tu1 -j "$_cb_off" -N "$_cb_n" "$_cb_f"); do
+        _cb_esc="$_cb_esc\\$(printf %03o $((_cb_b ^ 255)))"
+    done
+    # shellcheck disable=SC2059 # the format is the new bytes in octal
+    printf "$_cb_esc" | dd of="$_cb_f" bs=1 seek="$_cb_off" conv=notrunc 2>/dev/null || {
+        echo "corrupt_bytes: cannot write $_cb_f"
+        return 1
+    }
+    [ "$(wc -c <"$_cb_f" | tr -d ' ')" = "$_cb_size" ] && [ "$(sha256sum <"$_cb_f")" != "$_cb_before" ] || {
+        echo "corrupt_bytes: $_cb_f is not corrupt: its size or content did not change as meant"
+        return 1
+    }
+}
+
+# shorten_file FILE SIZE: cut FILE to SIZE bytes (-N: N bytes fewer); it
+# must have been longer
+shorten_file() {
+    _sf_f=$1
+    [ -f "$_sf_f" ] || { echo "shorten_file: $_sf_f: not a file"; return 1; }
+    _sf_old=$(wc -c <"$_sf_f" | tr -d ' ')
+    case $2 in
+    -*) _sf_new=$((_sf_old - ${2#-})) ;;
+    *) _sf_new=$2 ;;
+    esac
+    [ "$_sf_new" -ge 0 ] && [ "$_sf_new" -lt "$_sf_old" ] || {
+        echo "shorten_file: $_sf_f has $_sf_old bytes: cannot cut it to $_sf_new"
+        return 1
+    }
+    truncate -s "$_sf_new" "$_sf_f" && [ "$(wc -c <"$_sf_f" | tr -d ' ')" = "$_sf_new" ] || {
+        echo "shorten_file: $_sf_f was not cut to $_sf_new bytes"
+        return 1
+    }
 }
 
 # maxerr A B: max |A - B|, or "nan" when it cannot be computed

@@ -185,9 +185,17 @@ alive() {
     done
 }
 
+# The grace period is how long the host lets the survivors of a failure
+# take to leave on their own before it kills them: a deadline that only a
+# failing run reaches, not a wait (a passing run ends when they have left).
+# It runs from the notification, which for --notify-early comes before the
+# ranks have even started, and sanitized ranks take seconds to get
+# through MPI_Init: 50 s, under pmixhost's 60 s watchdog.
+GRACE=50000
+
 # t_kill NAME RANK: rank killed, the three others must report and exit 4
 t_kill() {
-    host "$1" $W --ranks 4 --kill "$2" --hold 30 --grace 5000
+    host "$1" $W --ranks 4 --kill "$2" --hold 30 --grace $GRACE
     _k=$2
     expect_rc "$1" 0 && has "$1" "ring ok sum 10$" 4 &&
         has "$1" "^pmixhost: gen 1 rank $_k exited 0 signal 9" 1 &&
@@ -210,7 +218,7 @@ check "kill rank 1: survivors get the event in MPI_Barrier and exit 4" t_kill ki
 check "kill rank 0 (the one the others wait for)" t_kill kill0 0
 
 t_early() {
-    host early $W --ranks 3 --notify-early 2 --grace 5000
+    host early $W --ranks 3 --notify-early 2 --grace $GRACE
     _left=$(alive early)
     expect_rc early 0 && has early "^pmixworker: rank [01] got failure of rank 2 after" 2 &&
         has early "still running after the grace period" 0 && [ -z "$_left" ] &&

@@ -72,7 +72,7 @@ check "and writes bit-identical logits" cmp "$TMPD/full4.npy" "$TMPD/part.npy"
 
 # corrupt the newest layer checkpoint: the resume falls back to layer 1
 shard=$(ls "$TMPD/corrupt/step-00000002"/shard-*.safetensors | head -n 1)
-printf 'X' | dd of="$shard" bs=1 seek=300 conv=notrunc 2>/dev/null
+corrupt_bytes "$shard" 300 || die "cannot corrupt layer 2's checkpoint"
 prefill 4 --ckpt-dir "$TMPD/corrupt" --logits "$TMPD/corrupt.npy" --resume \
     >"$TMPD/corrupt.log" 2>&1
 check "a corrupt newest layer checkpoint is skipped with a message" \
@@ -86,7 +86,7 @@ check "with bit-identical logits" cmp "$TMPD/full4.npy" "$TMPD/corrupt.npy"
 prefill 4 --ckpt-dir "$TMPD/retry" --stop-after-layer 2 >"$TMPD/retry0.log" 2>&1
 retry_layer2() { # N ASIDE: corrupt layer 2, resume and stop after it again (exit 3)
     _s=$(ls "$TMPD/retry/step-00000002"/shard-*.safetensors | head -n 1)
-    printf 'X' | dd of="$_s" bs=1 seek=300 conv=notrunc 2>/dev/null
+    corrupt_bytes "$_s" 300 || return 1
     prefill 4 --ckpt-dir "$TMPD/retry" --resume --stop-after-layer 2 >"$TMPD/retry$1.log" 2>&1
     _rc=$?
     [ $_rc -eq 3 ] && grep -q "moved .*step-00000002 aside to .*/$2\$" "$TMPD/retry$1.log" &&

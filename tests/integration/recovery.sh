@@ -225,7 +225,7 @@ agent a1 2 "$J"
 wait_for 120 step_at_least "$J" 22
 ck=$(ls -d "$COORD_STATE/jobs/$J/ckpt"/step-* 2>/dev/null | tail -n 1)
 shard=$(ls "$ck"/shard-*.safetensors 2>/dev/null | head -n 1)
-printf 'XXXX' | dd of="$shard" bs=1 seek=300 conv=notrunc 2>/dev/null
+corrupt_bytes "$shard" 300 4 || die "cannot corrupt the newest checkpoint $ck"
 kill -KILL "$(worker_of a0 "$J")"
 finish_job "$J"
 check "corrupt checkpoint: the job completed" test "$(state_of "$J")" = completed

@@ -143,8 +143,8 @@ check "--resume-from: ends with bit-identical parameters" \
     test "$(sha "$TMPD/full4.log")" = "$(sha "$TMPD/rfrom.log")"
 mkdir -p "$TMPD/rfbad"
 cp -r "$TMPD/full4/step-00000003" "$TMPD/rfbad/"
-printf 'X' | dd of="$TMPD/rfbad/step-00000003/shard-00002-of-00004.safetensors" bs=1 seek=200 \
-    conv=notrunc 2>/dev/null
+corrupt_bytes "$TMPD/rfbad/step-00000003/shard-00002-of-00004.safetensors" 200 ||
+    die "cannot corrupt the copy of step 3"
 bad_resume_from() {
     "$DTENGINE" train --model tiny --data recall --seq-len 256 --steps $STEPS --seed 5 \
         --resume-from "$TMPD/rfbad/step-00000003" >"$TMPD/rfbad.out" 2>&1
@@ -182,7 +182,7 @@ fell_back() { # NAME ASIDE: skipped 6, resumed from 3, set 6 aside as ASIDE, exi
         test "$(sha "$TMPD/$1.log")" = "$(sha "$TMPD/full1.log")" ||
         { cat "$TMPD/$1.log"; return 1; }
 }
-printf 'X' | dd of="$shard" bs=1 seek=200 conv=notrunc 2>/dev/null
+corrupt_bytes "$shard" 200 || die "cannot corrupt step 6"
 resume6 corrupt
 check "a corrupt newest checkpoint is skipped with a message" \
     grep -q 'skipping checkpoint .*step-00000006: .*sha256' "$TMPD/corrupt.log"
@@ -191,11 +191,15 @@ check "and the run resumes from the one before it, rewrites step 6 and succeeds"
 resume6 retry
 check "a retry resumes from the rewritten step 6" \
     sh -c "grep -q 'resuming from .*step-00000006 ' '$TMPD/retry.log' && grep -q '^exit 0' '$TMPD/retry.log'"
-sed -i 's/"sha256": "[0-9a-f]\{8\}/"sha256": "00000000/' "$manifest"
+# the recorded sha256 with every hex digit changed (0 -> 1, ..., f -> 0)
+sum6=$(sed -n 's/.*"sha256": "\([0-9a-f]\{64\}\)".*/\1/p' "$manifest" | head -n 1)
+cp "$manifest" "$TMPD/manifest6"
+[ -n "$sum6" ] && sed -i "s/$sum6/$(echo "$sum6" | tr 0-9a-f 1-9a-f0)/" "$manifest" &&
+    ! cmp -s "$manifest" "$TMPD/manifest6" || die "cannot change the sha256 in $manifest"
 resume6 badsum
 check "a manifest whose sha256 is not the shard's: skipped, rewritten, exit 0" \
     fell_back badsum step-00000006.corrupt.2
-truncate -s 4096 "$shard" && reseal
+shorten_file "$shard" 4096 && reseal || die "cannot cut $shard to 4096 bytes"
 resume6 cut
 cut_fell_back() {
     grep -q 'step-00000006: shard .* is not a valid safetensors file' "$TMPD/cut.log" &&
