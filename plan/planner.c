@@ -587,17 +587,26 @@ static void branch_shape(const dt_plan_req_t *q, const dt_attn_spec_t *a, int b,
         kvrows += dt_attn_chunk(a, &br, k).nkv;
     o->pack = 2.0 * (double)nrow * kvrows * a->D * e;
 
-    /* ring buffers: a ring of one never receives */
-    o->buffers = (o->group > 1 ? 2 : 1) * o->pack;
-    if (q->kind == DT_KIND_TRAIN)
-        o->buffers += (o->group > 1 ? 4 : 2) * o->pack * 4.0 / e;
+    /* ring buffers: a ring of one never receives; on the CPU, dense
+     * attention on one rank reads K and V (and adds their gradients) where
+     * they lie, with no pack at all */
+    if (!q->cuda && a->nbranch == 0 && R == 1)
+        o->buffers = 0;
+    else {
+        o->buffers = (o->group > 1 ? 2 : 1) * o->pack;
+        if (q->kind == DT_KIND_TRAIN)
+            o->buffers += (o->group > 1 ? 4 : 2) * o->pack * 4.0 / e;
+    }
     /* index arrays: my positions and local rows (L each), the peer's
      * positions (L / r), a member record per rank */
     o->work = 8.0 * (2 * o->L + (double)nrow) + 48.0 * R;
-    /* the CPU kernels pack one head's K transposed (and V, backward) per
-     * block, fp32, and keep the block's key positions per head chunk */
+    /* the CPU kernels pack one head's K^T and V per block (the backward:
+     * K^T, V^T and K), fp32, and per query tile of 96 rows its Q (the
+     * backward: Q and dO, as rows and as panels); they keep the block's
+     * key positions per head chunk */
     if (!q->cuda)
-        o->work += (q->kind == DT_KIND_TRAIN ? 2.0 : 1.0) * (double)nrow * a->D * 4 +
+        o->work += (q->kind == DT_KIND_TRAIN ? 3.0 * nrow + 4.0 * 96 : 2.0 * nrow + 96.0) *
+                       a->D * 4 +
                    8.0 * (double)nrow * (br.nchunk - 1);
     /* gathered q (elem), o and lse (fp32) per head chunk, unless the branch
      * covers all my rows undilated (the engine then works in place) */

@@ -365,9 +365,31 @@ static int block_items(ctx_t *x, const group_t *gr, const member_t *src, int per
     return n;
 }
 
-/* The head h of chunk c, against pack buf of member src. */
+/* Where a block's K and V lie (and, backward, where their gradients go):
+ * a pack in the member layout (per chunk, K rows then V rows), or, for
+ * dense attention on one rank (one chunk, every row mine, in order), the
+ * caller's own (c, Hkv, D) tensors, so nothing is copied. */
+typedef struct kvblk {
+    float *buf;  /* the pack, or NULL */
+    float *k, *v; /* when buf is NULL */
+} kvblk_t;
+
+/* Chunk c's K and V rows of block b from member src (krow floats each). */
+static void kv_chunk(const kvblk_t *b, const member_t *src, int c, size_t krow, float **k,
+                     float **v)
+{
+    if (b->buf == NULL) {
+        *k = b->k;
+        *v = b->v;
+        return;
+    }
+    *k = b->buf + src->off[c];
+    *v = *k + (size_t)src->n[c] * krow;
+}
+
+/* The head h of chunk c, against block b of member src. */
 static dt_attn_head_t head_at(ctx_t *x, const group_t *gr, const qside_t *qs,
-                              const member_t *src, const float *buf, int c, int h, int progress)
+                              const member_t *src, const kvblk_t *b, int c, int h, int progress)
 {
     const dt_attn_spec_t *s = x->s;
     const int g = s->H / s->Hkv;
@@ -375,7 +397,8 @@ static dt_attn_head_t head_at(ctx_t *x, const group_t *gr, const qside_t *qs,
     dt_attn_chunk_t ck = dt_attn_chunk(s, &x->br, c);
     int64_t nk = src->n[c];
     size_t krow = (size_t)ck.nkv * s->D;
-    const float *kb = buf + src->off[c], *vb = kb + (size_t)nk * krow;
+    float *kb, *vb;
+    kv_chunk(b, src, c, krow, &kb, &vb);
     int kvh = (ck.hlo + h) / g - ck.kvlo;
     int64_t ldq = qs->alias ? (int64_t)s->H * s->D : (int64_t)ck.nh * s->D;
     dt_attn_head_t a = {
@@ -390,11 +413,11 @@ static dt_attn_head_t head_at(ctx_t *x, const group_t *gr, const qside_t *qs,
     return a;
 }
 
-/* Compute my queries (mine: member me) against pack buf of member src,
+/* Compute my queries (mine: member me) against block b of member src,
  * the items spread over the threads (communication is progressed by the
  * calling thread only). */
 static void compute_fwd(ctx_t *x, const group_t *gr, const qside_t *qs, const member_t *src,
-                        const float *buf)
+                        const kvblk_t *b)
 {
     const dt_attn_spec_t *s = x->s;
     const member_t *me = &gr->m[gr->me];
@@ -405,7 +428,7 @@ static void compute_fwd(ctx_t *x, const group_t *gr, const qside_t *qs, const me
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1 && n > 1)
     for (int i = 0; i < n; i++) {
         int c = it[i].c, h = it[i].h0;
-        dt_attn_head_t a = head_at(x, gr, qs, src, buf, c, h, omp_get_thread_num() == 0);
+        dt_attn_head_t a = head_at(x, gr, qs, src, b, c, h, omp_get_thread_num() == 0);
         dt_attn_head_fwd_cpu(&a, qs->o[c] + (size_t)h * s->D, a.ldq,
                              qs->lse[c] + h * me->n[c]);
     }
@@ -415,7 +438,7 @@ static void compute_fwd(ctx_t *x, const group_t *gr, const qside_t *qs, const me
 }
 
 static void compute_bwd(ctx_t *x, const group_t *gr, const qside_t *qs, const member_t *src,
-                        const float *buf, float *gbuf)
+                        const kvblk_t *b, const kvblk_t *gb)
 {
     const dt_attn_spec_t *s = x->s;
     const int g = s->H / s->Hkv;
@@ -428,12 +451,13 @@ static void compute_bwd(ctx_t *x, const group_t *gr, const qside_t *qs, const me
     for (int i = 0; i < n; i++) {
         int c = it[i].c;
         dt_attn_chunk_t ck = dt_attn_chunk(s, &x->br, c);
-        int64_t nq = me->n[c], nk = src->n[c];
+        int64_t nq = me->n[c];
         size_t krow = (size_t)ck.nkv * s->D;
-        float *dkb = gbuf + src->off[c], *dvb = dkb + (size_t)nk * krow;
+        float *dkb, *dvb;
+        kv_chunk(gb, src, c, krow, &dkb, &dvb);
         for (int h = it[i].h0; h < it[i].h1; h++) {
             int kvh = (ck.hlo + h) / g - ck.kvlo;
-            dt_attn_head_t a = head_at(x, gr, qs, src, buf, c, h, omp_get_thread_num() == 0);
+            dt_attn_head_t a = head_at(x, gr, qs, src, b, c, h, omp_get_thread_num() == 0);
             dt_attn_head_grad_t gd = {
                 .dout = qs->dout[c] + (size_t)h * s->D, .lddo = a.ldq,
                 .lse = qs->lse[c] + h * nq, .delta = qs->delta[c] + h * nq,
@@ -457,8 +481,10 @@ static int waitop(ctx_t *x, dt_comm_op_t **op)
     return rc;
 }
 
-/* Forward ring over one group. */
-static int ring_fwd(ctx_t *x, const group_t *gr, const qside_t *qs, float *bufs[2])
+/* Forward ring over one group; direct: the one block of a ring of one
+ * read where it lies (kvblk_t), bufs unused. */
+static int ring_fwd(ctx_t *x, const group_t *gr, const qside_t *qs, float *bufs[2],
+                    const kvblk_t *direct)
 {
     int next = gr->m[(gr->me + 1) % gr->g].rank, prev = gr->m[(gr->me + gr->g - 1) % gr->g].rank;
     int cur = 0, rc = 0;
@@ -474,7 +500,7 @@ static int ring_fwd(ctx_t *x, const group_t *gr, const qside_t *qs, float *bufs[
                 return rc;
             x->st->bytes_sent += (double)src->floats * sizeof(float);
         }
-        compute_fwd(x, gr, qs, src, bufs[cur]);
+        compute_fwd(x, gr, qs, src, direct ? direct : &(kvblk_t){ .buf = bufs[cur] });
         if (x->inflight[0] && (rc = waitop(x, &x->inflight[0])) < 0)
             return rc;
         cur = 1 - cur;
@@ -483,10 +509,18 @@ static int ring_fwd(ctx_t *x, const group_t *gr, const qside_t *qs, float *bufs[
 }
 
 /* Backward ring over one group: K/V packs rotate as in the forward; the
- * gradient pack of each block follows one step behind and comes home. */
+ * gradient pack of each block follows one step behind and comes home.
+ * direct (a ring of one): K and V read, and their gradients added, where
+ * the caller's tensors lie (the first and only addition into zeros, so
+ * the same bits as through a pack). */
 static int ring_bwd(ctx_t *x, const group_t *gr, const qside_t *qs, float *bufs[2],
-                    float *gb[3], size_t gmax, float *gfinal)
+                    float *gb[3], size_t gmax, float *gfinal, const kvblk_t *direct)
 {
+    if (direct) {
+        compute_bwd(x, gr, qs, &gr->m[gr->me], direct,
+                    &(kvblk_t){ .k = direct[1].k, .v = direct[1].v });
+        return 0;
+    }
     const member_t *me = &gr->m[gr->me];
     int next = gr->m[(gr->me + 1) % gr->g].rank, prev = gr->m[(gr->me + gr->g - 1) % gr->g].rank;
     int cur = 0, rc = 0, w;
@@ -509,7 +543,7 @@ static int ring_bwd(ctx_t *x, const group_t *gr, const qside_t *qs, float *bufs[
                                          &grecv)) < 0)
             goto out;
         memset(gcur, 0, gmax * sizeof(float));
-        compute_bwd(x, gr, qs, src, bufs[cur], gcur);
+        compute_bwd(x, gr, qs, src, &(kvblk_t){ .buf = bufs[cur] }, &(kvblk_t){ .buf = gcur });
         if (t > 0) {
             if ((rc = waitop(x, &grecv)) < 0)
                 goto out;
@@ -599,11 +633,19 @@ static int run_branch(ctx_t *x, int b, const tensors_t *tn, int bwd)
             size_t maxf = 0;
             for (int j = 0; j < gr.g; j++)
                 maxf = gr.m[j].floats > maxf ? gr.m[j].floats : maxf;
-            float *bufs[2] = { dt_xaligned(maxf ? maxf : 1, sizeof(float)),
-                               dt_xaligned(maxf ? maxf : 1, sizeof(float)) };
-            pack_kv(s, &br, mm, &mi, tn->k, tn->v, bufs[0]);
-
             qs.alias = br.r == 1 && br.nchunk == 1 && mm->n[0] == x->c;
+            /* dense attention on one rank: no pack, no ring buffers; [0]
+             * K and V, [1] their gradients */
+            int direct = qs.alias && gr.g == 1 && s->nbranch == 0;
+            kvblk_t dkv[2] = { { .k = (float *)tn->k, .v = (float *)tn->v },
+                               { .k = tn->dk, .v = tn->dv } };
+            float *bufs[2] = { NULL, NULL };
+            if (!direct) {
+                bufs[0] = dt_xaligned(maxf ? maxf : 1, sizeof(float));
+                bufs[1] = dt_xaligned(maxf ? maxf : 1, sizeof(float));
+                pack_kv(s, &br, mm, &mi, tn->k, tn->v, bufs[0]);
+            }
+
             int nc = br.nchunk;
             qs.q = dt_xcalloc((size_t)nc, sizeof(float *));
             qs.o = dt_xcalloc((size_t)nc, sizeof(float *));
@@ -640,12 +682,14 @@ static int run_branch(ctx_t *x, int b, const tensors_t *tn, int bwd)
             }
 
             if (!bwd) {
-                rc = ring_fwd(x, &gr, &qs, bufs);
+                rc = ring_fwd(x, &gr, &qs, bufs, direct ? dkv : NULL);
+            } else if (direct) {
+                rc = ring_bwd(x, &gr, &qs, bufs, NULL, 0, NULL, dkv);
             } else {
                 float *gb[3], *gfinal = dt_xaligned(maxf ? maxf : 1, sizeof(float));
                 for (int j = 0; j < 3; j++)
                     gb[j] = dt_xaligned(maxf ? maxf : 1, sizeof(float));
-                rc = ring_bwd(x, &gr, &qs, bufs, gb, maxf, gfinal);
+                rc = ring_bwd(x, &gr, &qs, bufs, gb, maxf, gfinal, NULL);
                 if (rc == 0)
                     unpack_add_kv(s, &br, mm, &mi, gfinal, tn->dk, tn->dv);
                 for (int j = 0; j < 3; j++)

@@ -309,6 +309,54 @@ static int tile_at(const tiles_t *ts, const dt_attn_head_t *a, int64_t i0, int b
     return 1;
 }
 
+/* Per-thread scratch for the packed kernels' buffers (the packed K^T, V,
+ * ..., the query tile's packs and the score tiles), kept from call to
+ * call: a call gets its buffers without touching fresh pages, and a run of
+ * calls holds one set of the largest it needed rather than what the
+ * allocator keeps of many (glibc's mmap threshold rises after the first
+ * free, and the heap then kept a packed copy per head). Freed when the
+ * thread ends. Slots: SCR_* below. */
+enum { SCR_K0, SCR_K1, SCR_K2, SCR_Q0, SCR_Q1, SCR_Q2, SCR_Q3, SCR_S0, SCR_S1, SCR_N };
+typedef struct scratch {
+    float *p[SCR_N];
+    size_t n[SCR_N];
+} scratch_t;
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+
+static void scratch_free(void *arg)
+{
+    scratch_t *sc = arg;
+    for (int i = 0; i < SCR_N; i++)
+        free(sc->p[i]);
+    free(sc);
+}
+
+static void scratch_key_make(void)
+{
+    if (pthread_key_create(&scratch_key, scratch_free) != 0)
+        abort();
+}
+
+/* This thread's slot `slot`, at least n floats, 64-byte aligned; its
+ * contents are whatever the last call left. */
+static float *scratch(int slot, size_t n)
+{
+    pthread_once(&scratch_once, scratch_key_make);
+    scratch_t *sc = pthread_getspecific(scratch_key);
+    if (sc == NULL) {
+        sc = dt_xcalloc(1, sizeof(*sc));
+        if (pthread_setspecific(scratch_key, sc) != 0)
+            abort();
+    }
+    if (sc->n[slot] < n) {
+        free(sc->p[slot]);
+        sc->p[slot] = dt_xaligned(n, sizeof(float));
+        sc->n[slot] = n;
+    }
+    return sc->p[slot];
+}
+
 /* The vector helpers are static and always inlined, so no vector value
  * crosses a call boundary and the psABI note about wide returns is moot. */
 #pragma GCC diagnostic ignored "-Wpsabi"
@@ -463,6 +511,12 @@ static const kernel_t *pick(int d)
         if (d % kernels[i].vl == 0 && runs_here(&kernels[i]))
             return &kernels[i];
     return &kernels[NKERNELS - 1];
+}
+
+const char *dt_attn_cpu_kernel_first(void)
+{
+    pthread_once(&first_once, first_from_env);
+    return kernels[first].name;
 }
 
 const char *dt_attn_cpu_kernel(int d)

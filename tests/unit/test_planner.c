@@ -115,9 +115,11 @@ Test(planner, presets)
 
 /* Dense attention on the cpu preset (fp32), R fixed: the engine's tensors.
  *   activations: q, o (c H D) + k, v (c Hkv D) + lse (H c), 4 bytes each
- *   kv_buffers:  two packs of K and V, 2 c Hkv D floats each (one when R = 1)
+ *   kv_buffers:  two packs of K and V, 2 c Hkv D floats each (none when R = 1:
+ *                K and V read where they lie)
  *   workspace:   24 c bytes of index arrays + a 48-byte record per rank
- *                + the kernel's packed K^T, c D floats
+ *                + the kernel's packed K^T and V, 2 c D floats, and its
+ *                packed query tile, 96 D floats
  *   flops:       4 T^2 H D (non-causal), 4 H D T (T + 1) / 2 (causal)
  *   bytes/step:  2 c Hkv D 4 when R > 1 */
 Test(planner, dense_attention_by_hand)
@@ -149,8 +151,8 @@ Test(planner, dense_attention_by_hand)
         cr_assert_eq(p.ranks, R);
         cr_assert_eq(p.tokens_per_rank, (int64_t)c);
         double act = (2 * c * H * D + 2 * c * Hkv * D + H * c) * 4;
-        double kv = (R > 1 ? 2 : 1) * 2 * c * Hkv * D * 4;
-        double ws = 24 * c + 48.0 * R + c * D * 4;
+        double kv = (R > 1 ? 2 : 0) * 2 * c * Hkv * D * 4;
+        double ws = 24 * c + 48.0 * R + (2 * c + 96) * D * 4;
         cr_assert_eq(p.mem.activations, act, "case %zu", i);
         cr_assert_eq(p.mem.kv_buffers, kv, "case %zu", i);
         cr_assert_eq(p.mem.workspace, ws, "case %zu: %.0f vs %.0f", i, p.mem.workspace, ws);
@@ -663,7 +665,8 @@ static dt_plan_req_t tiny_train(const char *cluster, dt_dtype_t precision)
  * four residual-sized buffers (16 d), the backward's gradients
  * 4 (2 d + 2 kv + 3 f), token ids and positions (24); 8 T for every
  * rank's ids; the attention's index arrays 8 (3 c) + 48 and its kernel's
- * packed K^T and V^T, 2 c D floats (D = d / H). With recompute =
+ * packed K^T, V^T and K, 3 c D floats, and the backward's query tile
+ * packs (Q and dO as rows and as panels), 4 96 D (D = d / H). With recompute =
  * layer a layer keeps 4 d, and the workspace holds one layer's A and the
  * recomputed layer's input 4 d. */
 #define TINY_D 256.0
@@ -682,7 +685,7 @@ static double tiny_cpu_workspace(double c, double T)
 {
     double d = TINY_D, kv = TINY_KV, f = TINY_F, v = TINY_V;
     return c * (2 * 4 * v + 16 * d + 4 * (2 * d + 2 * kv + 3 * f) + 24) + 8 * T + 8 * 3 * c + 48 +
-           2 * c * (d / TINY_H) * 4;
+           (3 * c + 4 * 96) * (d / TINY_H) * 4;
 }
 
 Test(planner, training_memory_by_hand)
