@@ -68,8 +68,9 @@ static inline __attribute__((always_inline)) void ISA(vstore)(float *p, VF v)
  * p(0) = 1 exactly, so 2^0 is 1), times 2^n. With AVX-512 (DT_ISA_SCALEF)
  * the rounding and the scaling are one instruction each (vrndscaleps,
  * vscalefps, its mask zeroing what is below range). Callers form t with
- * the exponential's shift folded in (ISA(shift)): one multiply-add and
- * one subtraction instead of a subtraction, a multiply and a clamp. */
+ * the exponential's shift folded in (ISA(shift), or the forward's maximum
+ * kept in log2 units): one multiply-add (and a subtraction) instead of a
+ * subtraction, a multiply and a clamp. */
 static inline __attribute__((always_inline)) VF ISA(vexp2)(VF t)
 {
 #ifdef DT_ISA_SCALEF
@@ -118,12 +119,6 @@ static inline __attribute__((always_inline)) ISA(shift_t) ISA(shift)(float m)
 static inline __attribute__((always_inline)) VF ISA(vexp_sub)(VF x, ISA(shift_t) sh)
 {
     return ISA(vexp2)((x * VSPLAT(1.44269504088896341f) - VSPLAT(sh.hi)) - VSPLAT(sh.lo));
-}
-
-/* the same for one float, exactly as a lane computes it */
-static inline float ISA(sexp_sub)(float x, float m)
-{
-    return ISA(vexp_sub)(VSPLAT(x), ISA(shift)(m))[0];
 }
 
 /* The micro-tile: m <= MR rows, nv <= NRV vectors (constants after
@@ -261,20 +256,22 @@ static float ISA(row_max)(const float *s, int n)
     return m;
 }
 
-/* s[j] = exp(s[j] - m) for j < n, returning the sum; m finite. */
-static float ISA(row_exp_sum)(float *s, int n, float m)
+/* s[j] = 2^(s[j] log2 e - M) for j < n, returning the sum: the forward's
+ * exponentials with its running maximum kept in log2 units (M, a float),
+ * so that one multiply-add forms each exponent and nothing is lost to
+ * rounding the shift (M is the shift, exactly). */
+static float ISA(row_exp2_sum)(float *s, int n, float M)
 {
-    ISA(shift_t) sh = ISA(shift)(m);
     VF acc = VSPLAT(0.0f);
     int j = 0;
     for (; j + VL <= n; j += VL) {
-        VF p = ISA(vexp_sub)(ISA(vload)(s + j), sh);
+        VF p = ISA(vexp2)(ISA(vload)(s + j) * VSPLAT(1.44269504088896341f) - VSPLAT(M));
         ISA(vstore)(s + j, p);
         acc += p;
     }
     float sum = ISA(hsum)(acc);
     for (; j < n; j++) {
-        s[j] = ISA(vexp_sub)(VSPLAT(s[j]), sh)[0];
+        s[j] = ISA(vexp2)(VSPLAT(s[j]) * VSPLAT(1.44269504088896341f) - VSPLAT(M))[0];
         sum += s[j];
     }
     return sum;
@@ -408,9 +405,13 @@ static void ISA(fwd)(const dt_attn_head_t *a, float *o, int64_t ldo, float *lse)
         int bq = (int)(a->tq - i0 < BQP ? a->tq - i0 : BQP);
         int any = 0;
         ISA(pack_rows)(a->q, a->ldq, i0, bq, d, qt);
+        /* the running state per row: its maximum in log2 units, m (so an
+         * exponential is 2^(s log2 e - m)), and the sum of exponentials l */
         for (int r = 0; r < bq; r++) {
-            m[r] = lse[i0 + r];
-            l[r] = isinf(m[r]) && m[r] < 0 ? 0.0f : 1.0f;
+            float x = lse[i0 + r];
+            int none = isinf(x) && x < 0;
+            m[r] = none ? -INFINITY : x * 1.44269504088896341f;
+            l[r] = none ? 0.0f : 1.0f;
         }
         for (int64_t j0 = 0; j0 < a->tk; j0 += BKP) {
             tile_t tl;
@@ -426,15 +427,15 @@ static void ISA(fwd)(const dt_attn_head_t *a, float *o, int64_t ldo, float *lse)
             for (int r = 0; r < bq; r++) {
                 int lim = tl.lim[r / MR];
                 float *row = s + (int64_t)r * BKP;
-                float mx = ISA(row_max)(row, lim);
+                float mx = ISA(row_max)(row, lim) * 1.44269504088896341f;
                 float mn = mx > m[r] ? mx : m[r];
                 float *orow = o + (i0 + r) * ldo;
                 if (isinf(mn) && mn < 0) {
                     memset(row, 0, (size_t)lim * sizeof(float));
                     continue;
                 }
-                float alpha = l[r] > 0.0f ? ISA(sexp_sub)(m[r], mn) : 0.0f;
-                float sum = ISA(row_exp_sum)(row, lim, mn);
+                float alpha = l[r] > 0.0f ? ISA(vexp2)(VSPLAT(m[r] - mn))[0] : 0.0f;
+                float sum = ISA(row_exp2_sum)(row, lim, mn);
                 if (alpha == 0.0f)
                     memset(orow, 0, (size_t)d * sizeof(float));
                 else if (alpha != 1.0f)
@@ -458,7 +459,7 @@ static void ISA(fwd)(const dt_attn_head_t *a, float *o, int64_t ldo, float *lse)
         for (int r = 0; r < bq; r++)
             if (l[r] > 0.0f) {
                 ISA(row_scale)(o + (i0 + r) * ldo, d, 1.0f / l[r]);
-                lse[i0 + r] = m[r] + logf(l[r]);
+                lse[i0 + r] = m[r] * 0.693147180559945309f + logf(l[r]);
             }
     }
     tiles_free(&ts);
