@@ -59,6 +59,7 @@ for n in $THREADS; do
             "$top/engine/dtengine" attn --generate "$1,$2,$3,$4" --seed 1 $causal \
                 --threads "$n" --backward --stats >"$tmp/dt.out" 2>&1 ||
                 { cat "$tmp/dt.out" >&2; exit 1; }
+            grep -m 1 'info: cpu attn_kernel=' "$tmp/dt.out" >"$tmp/cpu" || true
             awk -v n="$n" -v row="$row" '
                 /^stats: fwd / { for (i = 3; i <= NF; i++) if ($i ~ /^total_s=/) f = substr($i, 9) }
                 /^stats: bwd / { for (i = 3; i <= NF; i++) if ($i ~ /^total_s=/) b = substr($i, 9) }
@@ -75,6 +76,7 @@ for n in $THREADS; do
 done
 
 printf 'attention on the CPU, fp32: dtengine attn (whole calls) against PyTorch SDPA\n'
+printf 'machine: %s\n' "$(sed 's/^.*info: cpu //' "$tmp/cpu")"
 printf 'baseline: %s; median of %s alternating runs each\n' \
     "$(sed 's/^# //' "$tmp/torchver")" "$REPS"
 printf 'ratio = PyTorch s / dt s (above 1: dt faster); dt kernel: %s\n\n' \

@@ -20,8 +20,10 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/cpuinfo.h"
 #include "common/mem.h"
 #include "engine/attn/attn.h"
+#include "engine/cpu.h"
 #include "engine/data/gen.h"
 #include "kernels/cpu/attn_cpu.h"
 
@@ -68,6 +70,7 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    dt_cpu_blas_setup(argv); /* the BLAS core dtengine would run */
     openblas_set_num_threads(1);
     if (dt_comm_new(NULL, NULL, &comm, &em) < 0) {
         fprintf(stderr, "bench_attn: %s\n", em.s);
@@ -85,6 +88,7 @@ int main(int argc, char **argv)
     if (csv)
         printf("T,H,Hkv,D,causal,fwd_gflops,fwd_pct_sgemm,bwd_gflops,bwd_pct_sgemm,sgemm_gflops\n");
     else {
+        printf("machine: %s; OpenBLAS core %s\n", dt_cpu_describe(), openblas_get_corename());
         printf("baseline: OpenBLAS sgemm, 1 thread, same run\n");
         printf("  2048 x 2048 x 2048          %7.1f GFLOP/s\n", peak);
         printf("  128 x 256 x 64  (blas tile QK^T)  %7.1f GFLOP/s\n", t64a);

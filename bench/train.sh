@@ -51,6 +51,7 @@ sgemm=$(sed -n 's/^ *2048 x 2048 x 2048 *\([0-9.]*\) GFLOP\/s.*/\1/p' "$tmp/attn
 printf 'training throughput, tiny model, T=%s, %s steps (step 0 dropped), %s cores\n' \
     "$T" "$K" "$cores"
 printf 'model FLOPs per token: %s (6 N + causal attention, matrix products only)\n' "$flops"
+sed -n 's/^machine: /machine: /p' "$tmp/attn"
 printf 'baseline: OpenBLAS sgemm 2048^3, 1 thread, same run: %s GFLOP/s\n' "$sgemm"
 printf 'R > %s cores: ranks share cores, compare the per-core columns\n\n' "$cores"
 printf '%3s %5s | %9s | %14s %8s | %14s %8s\n' R cores tokens/s "GFLOP/s/rank" "% sgemm" \

@@ -26,6 +26,7 @@
 #include "engine/cmd/agree.h"
 #include "engine/cmd/cmd.h"
 #include "engine/comm/comm.h"
+#include "engine/cpu.h"
 #include "engine/wlink.h"
 #include "kernels/cpu/attn_cpu.h"
 
@@ -114,6 +115,7 @@ int main(int argc, char **argv)
         return DT_EXIT_INPUT;
     }
 
+    dt_cpu_blas_setup(argv);
     pin_cpus();
     /* the CPU attention kernel: $DT_ATTN_KERNEL, else the widest */
     const char *kern = getenv("DT_ATTN_KERNEL");
@@ -143,6 +145,10 @@ int main(int argc, char **argv)
         dt_comm_free(comm);
         return dt_exit_code(rc);
     }
+    /* what runs: rank 0 says it, and under an agent every rank (each has
+     * its own log) */
+    if (dt_comm_rank(comm) == 0 || dt_wlink_active())
+        dt_cpu_line();
     /* a long ring step keeps the agent hearing from us */
     dt_attn_set_tick(dt_wlink_tick);
 #ifdef HAVE_CUDA

@@ -206,6 +206,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/cpuinfo.h"
 #include "common/macros.h"
 #include "common/mem.h"
 #include "plan/planner.h"
@@ -223,31 +224,46 @@
 static const struct cluster_preset {
     dt_cluster_t c;
     double peak_fp32;
+    int this_cpu; /* peak and efficiency from this machine's CPU */
 } clusters[] = {
     /* H100 SXM: 80 GiB HBM3 (76 usable after the CUDA context, allocator
      * slack and fragmentation), 989 TFLOP/s dense bf16, NVLink 4 at 900 GB/s
      * both directions together, one 400 Gb/s NDR InfiniBand port per GPU.
      * Fixed: CUDA context, cuBLAS workspace and NCCL buffers, ~1 GiB. */
-    { { "h100-sxm", 8, 0, 76.0 * GiB, 989e12, 0.5, 450e9, 50e9, 1.0 * GiB, 0 }, 67e12 },
+    { { "h100-sxm", 8, 0, 76.0 * GiB, 989e12, 0.5, 450e9, 50e9, 1.0 * GiB, 0 }, 67e12, 0 },
     /* H200: the same compute and links, 141 GB HBM3e (about 140 GiB; 133
      * usable). */
-    { { "h200", 8, 0, 133.0 * GiB, 989e12, 0.5, 450e9, 50e9, 1.0 * GiB, 0 }, 67e12 },
+    { { "h200", 8, 0, 133.0 * GiB, 989e12, 0.5, 450e9, 50e9, 1.0 * GiB, 0 }, 67e12, 0 },
     /* cpu: one dtengine rank per core, a "node" being one machine of two
-     * ranks, 4 GiB per rank. Peak 270 GFLOP/s fp32 per core (AVX-512: two
-     * FMA units x 16 lanes x 2 flops at ~4.2 GHz; the attention kernels'
-     * 6-row products reach it alone, bench: 270); dtengine attn reaches
-     * about 180 GFLOP/s per rank here (AMD EPYC Zen 5, R = 2, T = 8192 and
-     * 16384, causal zigzag) and the tiny model's training step 137 (its
-     * linear layers on OpenBLAS), so efficiency 0.55. Links: shared-memory copies between ranks of one machine (5 GB/s),
-     * 1 GB/s between machines. Fixed: dtengine's max RSS with 16 tokens per
-     * rank under mpirun (bench/memory.sh): 13.2 MiB at R = 1, 13.5 at 2,
-     * 16.5 at 4; 15 MiB. Per peer: Open MPI's shared-memory transport maps
-     * and touches buffers for each other rank, about 0.7 MiB each at 1 to 8
-     * ranks of dtengine train (bench/train_memory.sh): 720 KiB. bf16 runs
-     * no faster on the CPU kernels. */
-    { { "cpu", 2, 0, 4.0 * GiB, 270e9, 0.55, 5e9, 1e9, 15.0 * MiB, 720.0 * 1024 }, 270e9 },
+     * ranks, 4 GiB per rank. Peak and efficiency: this machine's
+     * (common/cpuinfo.h dt_cpu_peak: measured on the CPUs dt was run on,
+     * else vector width x FMA pipes x clock), filled in by preset_copy;
+     * the figures here are AMD Zen 5's, where the attention kernels'
+     * 6-row products reach 270 GFLOP/s and dtengine attn and the tiny
+     * training step 0.55 of it. Links: shared-memory copies between ranks
+     * of one machine (5 GB/s), 1 GB/s between machines. Fixed: dtengine's
+     * max RSS with 16 tokens per rank under mpirun (bench/memory.sh): 13.2
+     * MiB at R = 1, 13.5 at 2, 16.5 at 4; 15 MiB. Per peer: Open MPI's
+     * shared-memory transport maps and touches buffers for each other
+     * rank, about 0.7 MiB each at 1 to 8 ranks of dtengine train
+     * (bench/train_memory.sh): 720 KiB. bf16 runs no faster on the CPU
+     * kernels. */
+    { { "cpu", 2, 0, 4.0 * GiB, 270e9, 0.55, 5e9, 1e9, 15.0 * MiB, 720.0 * 1024 }, 270e9, 1 },
 };
 
+/* A preset as planned on this machine: the cpu preset's peak is this
+ * CPU's. */
+static void preset_copy(const struct cluster_preset *p, dt_cluster_t *out, double *peak_fp32)
+{
+    *out = p->c;
+    if (peak_fp32)
+        *peak_fp32 = p->peak_fp32;
+    if (p->this_cpu) {
+        out->peak_flops = dt_cpu_peak(dt_cpu_this(), &out->efficiency);
+        if (peak_fp32)
+            *peak_fp32 = out->peak_flops;
+    }
+}
 
 static const struct cluster_preset *find_cluster(const char *name)
 {
@@ -264,7 +280,7 @@ int dt_cluster_preset(const char *name, dt_cluster_t *out, dt_emsg_t *em)
     if (p == NULL)
         return dt_emsg_set(em, DT_EINVAL, "unknown gpu '%s' (known: h100-sxm, h200, cpu)",
                            name ? name : "(null)");
-    *out = p->c;
+    preset_copy(p, out, NULL);
     return 0;
 }
 
@@ -316,7 +332,8 @@ int dt_plan_req_from_spec(const dt_spec_t *s, dt_plan_req_t *out, dt_emsg_t *em)
 
     if ((cp = find_cluster(gpu)) == NULL)
         return dt_cluster_preset(gpu, &out->cluster, em);
-    out->cluster = cp->c;
+    double peak_fp32;
+    preset_copy(cp, &out->cluster, &peak_fp32);
     if (s->nodes)
         out->cluster.nodes = (int)s->nodes;
     if (s->gpus_per_node)
@@ -328,7 +345,7 @@ int dt_plan_req_from_spec(const dt_spec_t *s, dt_plan_req_t *out, dt_emsg_t *em)
     const char *dt = dt_spec_dtype(s);
     out->precision = strcmp(dt, "fp32") == 0 ? DT_F32 : strcmp(dt, "fp16") == 0 ? DT_F16 : DT_BF16;
     if (out->precision == DT_F32)
-        out->cluster.peak_flops = cp->peak_fp32;
+        out->cluster.peak_flops = peak_fp32;
 
     out->causal = s->causal_set ? s->causal != 0 : true;
     if (s->layout != NULL)

@@ -36,6 +36,7 @@
 #include "engine/data/gen.h"
 #include "engine/wlink.h"
 #include "io/npy.h"
+#include "kernels/cpu/attn_cpu.h"
 #include "spec/model.h"
 #include "spec/spec.h"
 
@@ -847,7 +848,10 @@ static int attn_summary(attn_run_t *a)
         if (a->in.bwd)
             printf(" bwd_seconds=%.4f bwd_gflops=%.2f", t[1],
                    t[1] > 0 ? 2.5 * fl / t[1] * 1e-9 : 0.0);
-        printf(" maxrss_mib=%.1f\n", t[2]);
+        printf(" maxrss_mib=%.1f", t[2]);
+        if (!a->o.cuda) /* what the CPU ran (dtengine(1) OUTPUT) */
+            printf(" kernel=%s blas_core=%s", dt_attn_cpu_kernel(s->D), openblas_get_corename());
+        printf("\n");
         if (a->o.out_dir)
             printf("output: %s/%s sha256=%s\n", a->o.out_dir, ATTN_MANIFEST, a->checksum);
         fflush(stdout);

@@ -28,6 +28,7 @@
  */
 #include "config.h"
 
+#include <cblas.h>
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -45,6 +46,7 @@
 #include "common/sha256.h"
 #include "engine/cmd/agree.h"
 #include "engine/attn/attn.h"
+#include "kernels/cpu/attn_cpu.h"
 #include "io/ckpt.h"
 #include "engine/cmd/cmd.h"
 #include "engine/cmd/save.h"
@@ -769,11 +771,15 @@ static int prefiller_load_or_resume(prefiller_t *p)
 #endif
     if (p->me == 0) {
         printf("prefill: model dim=%d layers=%d heads=%d/%d ffn=%d vocab=%d params=%lld "
-               "tokens=%lld ranks=%d layout=%s start_layer=%lld device=%s\n",
+               "tokens=%lld ranks=%d layout=%s start_layer=%lld device=%s",
                o->model.dim, o->model.layers, o->model.heads, o->model.kv_heads, o->model.ffn,
                o->model.vocab, (long long)p->lo.nparams, (long long)o->T, p->R, o->layout,
                (long long)p->done,
                !o->cuda ? "cpu" : o->dtype == DT_F16 ? "cuda/fp16" : "cuda/bf16");
+        if (!o->cuda) /* what the CPU runs (dtengine(1) OUTPUT) */
+            printf(" kernel=%s blas_core=%s", dt_attn_cpu_kernel(dt_model_head_dim(&o->model)),
+                   openblas_get_corename());
+        printf("\n");
         fflush(stdout);
     }
     dt_wlink_progress(p->done, o->model.layers, o->T, NAN, 0, NAN); /* under an agent: running */

@@ -49,6 +49,7 @@
 #include "common/sha256.h"
 #include "engine/cmd/agree.h"
 #include "engine/attn/attn.h"
+#include "kernels/cpu/attn_cpu.h"
 #include "io/ckpt.h"
 #include "engine/cmd/cmd.h"
 #include "engine/cmd/save.h"
@@ -801,15 +802,20 @@ static int trainer_load_or_resume(trainer_t *t)
             return rc;
     }
 #endif
-    if (t->me == 0)
+    if (t->me == 0) {
         printf("train: model dim=%d layers=%d heads=%d/%d ffn=%d vocab=%d params=%lld "
                "tokens=%lld batch=%lld ranks=%d layout=%s steps=%lld start=%lld device=%s "
-               "shard=%s dp=%d recompute=%s\n",
+               "shard=%s dp=%d recompute=%s",
                o->model.dim, o->model.layers, o->model.heads, o->model.kv_heads, o->model.ffn,
                o->model.vocab, (long long)t->n, (long long)o->T, (long long)o->batch, t->W,
                o->layout, (long long)o->steps, (long long)t->start,
                !o->cuda ? "cpu" : o->dtype == DT_F16 ? "cuda/fp16" : "cuda/bf16",
                shard_names[o->shard], t->N, o->recompute ? "layer" : "none");
+        if (!o->cuda) /* what the CPU runs (dtengine(1) OUTPUT) */
+            printf(" kernel=%s blas_core=%s", dt_attn_cpu_kernel(dt_model_head_dim(&o->model)),
+                   openblas_get_corename());
+        printf("\n");
+    }
     return 0;
 }
 

@@ -37,7 +37,7 @@
 /* The blas kernel's element-wise loops are the vector kernels' (the end
  * of this file): the widest instance this CPU runs. */
 static float row_max(const float *s, int n);
-static float row_exp_sum(float *s, int n, float m);
+static float row_exp2_sum(float *s, int n, float m);
 static void row_bwd(float *s, float *dp, int n, float lse, float delta);
 
 /* Mask the score tile: entries whose key lies in the future of the query
@@ -92,9 +92,12 @@ static void fwd_blas(const dt_attn_head_t *a, float *o, int64_t ldo, float *lse)
         if (causal)
             minmax(a->qpos + i0, bq, &qlo, &qhi);
 
+        /* the running maximum in log2 units, as the vector kernels keep it */
         for (int r = 0; r < bq; r++) {
-            m[r] = lse[i0 + r];
-            l[r] = isinf(m[r]) && m[r] < 0 ? 0.0f : 1.0f;
+            float x = lse[i0 + r];
+            int none = isinf(x) && x < 0;
+            m[r] = none ? -INFINITY : x * 1.44269504088896341f;
+            l[r] = none ? 0.0f : 1.0f;
         }
         for (int64_t j0 = 0; j0 < a->tk; j0 += BK) {
             int bk = (int)(a->tk - j0 < BK ? a->tk - j0 : BK);
@@ -113,15 +116,15 @@ static void fwd_blas(const dt_attn_head_t *a, float *o, int64_t ldo, float *lse)
                 mask_tile(s, BK, bq, bk, a->qpos + i0, a->kpos + j0);
             for (int r = 0; r < bq; r++) {
                 float *row = s + (int64_t)r * BK;
-                float mx = row_max(row, bk);
+                float mx = row_max(row, bk) * 1.44269504088896341f;
                 float mn = mx > m[r] ? mx : m[r];
                 float *orow = o + (i0 + r) * ldo;
                 if (isinf(mn) && mn < 0) {
                     memset(row, 0, (size_t)bk * sizeof(float));
                     continue;
                 }
-                float alpha = l[r] > 0.0f ? expf(m[r] - mn) : 0.0f;
-                float sum = row_exp_sum(row, bk, mn);
+                float alpha = l[r] > 0.0f ? exp2f(m[r] - mn) : 0.0f;
+                float sum = row_exp2_sum(row, bk, mn);
                 if (alpha == 0.0f)
                     memset(orow, 0, (size_t)d * sizeof(float));
                 else if (alpha != 1.0f)
@@ -143,7 +146,7 @@ static void fwd_blas(const dt_attn_head_t *a, float *o, int64_t ldo, float *lse)
                 float inv = 1.0f / l[r];
                 for (int c = 0; c < d; c++)
                     orow[c] *= inv;
-                lse[i0 + r] = m[r] + logf(l[r]);
+                lse[i0 + r] = m[r] * 0.693147180559945309f + logf(l[r]);
             }
         }
     }
@@ -411,13 +414,13 @@ static float row_max(const float *s, int n)
     return row_max_generic(s, n);
 }
 
-static float row_exp_sum(float *s, int n, float m)
+static float row_exp2_sum(float *s, int n, float m)
 {
 #ifdef DT_ATTN_X86
     if (__builtin_cpu_supports("x86-64-v3"))
-        return row_exp_sum_avx2(s, n, m);
+        return row_exp2_sum_avx2(s, n, m);
 #endif
-    return row_exp_sum_generic(s, n, m);
+    return row_exp2_sum_generic(s, n, m);
 }
 
 static void row_bwd(float *s, float *dp, int n, float lse, float delta)

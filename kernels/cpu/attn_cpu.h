@@ -86,6 +86,8 @@ void dt_attn_head_bwd_ref(const dt_attn_head_t *a, const dt_attn_head_grad_t *g)
  * reads $DT_ATTN_KERNEL), -1 for a name this build lacks or a kernel this
  * CPU cannot run. Call it before any thread runs a kernel. */
 int dt_attn_cpu_kernel_set(const char *name);
+/* The first kernel tried (what dt_attn_cpu_kernel_set chose). */
+const char *dt_attn_cpu_kernel_first(void);
 /* The kernel a head of size d runs on. */
 const char *dt_attn_cpu_kernel(int d);
 /* The names dt_attn_cpu_kernel_set takes, comma separated. */

@@ -382,6 +382,66 @@ t_e2e_default() {
 }
 check "run --local: the default job (4 steps) completes, result line, nothing left" t_e2e_default
 
+# cpu_lines DIR: every rank's log of job 1 under state directory DIR has
+# the cpu line; they are printed, and must all name the same core
+cpu_lines() {
+    _cl_n=0
+    for _cl_r in 0 1 2 3; do
+        _cl_f=$1/jobs/1/logs/rank-$_cl_r.log
+        grep -m 1 "^dtengine: rank=$_cl_r info: cpu attn_kernel=[a-z0-9]* blas_core=[A-Za-z0-9_]* " \
+            "$_cl_f" ||
+            { echo "no cpu line in $_cl_f"; return 1; }
+        _cl_n=$((_cl_n + 1))
+    done
+    [ "$(cat "$1"/jobs/1/logs/rank-[0-3].log | sed -n 's/^dtengine: rank=[0-9]* info: cpu //p' | sort -u |
+        wc -l)" -eq 1 ] || { echo "the ranks report different cores"; return 1; }
+}
+t_cpu_reported() {
+    [ -d "$TMPD/e2e-default/jobs/1/logs" ] || { echo "no default run to look at"; return 1; }
+    # the core OpenBLAS itself says it runs (OPENBLAS_VERBOSE=2: "Core: X")
+    _core=$(OPENBLAS_VERBOSE=2 "$DTENGINE" attn --generate 16,1,1,4 2>&1 | sed -n 's/^Core: //p' |
+        tail -n 1)
+    cpu_lines "$TMPD/e2e-default" &&
+        grep -q "blas_core=$_core " "$TMPD/e2e-default/jobs/1/logs/rank-0.log" ||
+        { echo "OpenBLAS says it runs '$_core'"; return 1; }
+}
+check "run --local: every worker reports its CPU, attention kernel and BLAS core" t_cpu_reported
+
+# The core dtengine asks for in place of one OpenBLAS picked too old
+# (DT_TEST_BLAS_CORE stands in for an OpenBLAS that does not know this CPU):
+# SkylakeX with AVX-512, Haswell with AVX2 and FMA, none below.
+cpu_flags=$(sed -n 's/^flags[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
+has_flags() {
+    for _hf in "$@"; do
+        case " $cpu_flags " in *" $_hf "*) ;; *) return 1 ;; esac
+    done
+}
+if has_flags avx2 fma avx512f avx512cd avx512bw avx512dq avx512vl; then
+    WANT_CORE=SkylakeX
+elif has_flags avx2 fma; then
+    WANT_CORE=Haswell
+else
+    WANT_CORE=
+fi
+t_blas_core() {
+    DT_TEST_BLAS_CORE=Prescott OPENBLAS_VERBOSE=2 e2e blascore --steps 2 || return 1
+    cpu_lines "$TMPD/e2e-blascore" || return 1
+    if [ -n "$WANT_CORE" ]; then
+        for _r in 0 1 2 3; do
+            _log=$TMPD/e2e-blascore/jobs/1/logs/rank-$_r.log
+            grep -q "blas_core=$WANT_CORE blas_core_by=dtengine blas_core_was=Prescott " "$_log" ||
+                { echo "rank $_r does not run $WANT_CORE, chosen by dtengine"; return 1; }
+            # and OpenBLAS says so itself, last (the image dtengine started)
+            [ "$(sed -n 's/^Core: //p' "$_log" | tail -n 1)" = "$WANT_CORE" ] ||
+                { echo "rank $_r: OpenBLAS's own last word is not Core: $WANT_CORE"; return 1; }
+        done
+    else
+        ! grep -q "blas_core_by=dtengine" "$TMPD/e2e-blascore/jobs/1/logs/rank-0.log"
+    fi
+}
+check "run --local: an OpenBLAS core older than the CPU is replaced on every worker (${WANT_CORE:-none here})" \
+    t_blas_core
+
 t_e2e_small() {
     e2e small "$TMPD/small.spec" || return 1
     BASE_SUM=$CHECKSUM
