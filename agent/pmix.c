@@ -517,35 +517,6 @@ void dt_pmix_fence_done(dt_pmix_t *p, uint32_t gen, uint32_t seq, int status, co
 
 /* ---- files ------------------------------------------------------------------ */
 
-static int mkdirs(const char *path, dt_emsg_t *em)
-{
-    char *buf = dt_xstrdup(path);
-    int rc = 0;
-
-    for (char *s = buf + 1;; s++) {
-        if (*s != '/' && *s != '\0')
-            continue;
-        char c = *s;
-        *s = '\0';
-        if (mkdir(buf, 0700) < 0 && errno != EEXIST) {
-            rc = dt_emsg_set(em, dt_err_errno(errno), "%s: %s", buf, strerror(errno));
-            break;
-        }
-        *s = c;
-        if (c == '\0')
-            break;
-    }
-    free(buf);
-    if (rc == 0) {
-        struct stat st;
-        if (stat(path, &st) < 0)
-            rc = dt_emsg_set(em, dt_err_errno(errno), "%s: %s", path, strerror(errno));
-        else if (!S_ISDIR(st.st_mode))
-            rc = dt_emsg_set(em, DT_EINVAL, "%s: not a directory", path);
-    }
-    return rc;
-}
-
 /* rm -rf PATH; a failure is logged (what is left is in the agent's own
  * temp directory, and only costs space). */
 static void rm_tree(const char *path)
@@ -784,7 +755,7 @@ int dt_pmix_new(uv_loop_t *loop, const char *tmpdir, const dt_pmix_ops_t *ops, v
         return dt_emsg_set(em, DT_EINVAL, "PMIx server: no loop or no directory");
     if (the_server)
         return dt_emsg_set(em, DT_ESTATE, "PMIx server: already running in this process");
-    if ((rc = mkdirs(tmpdir, em)) < 0 || (rc = dir_private(tmpdir, em)) < 0)
+    if ((rc = dt_mkdirs_checked(tmpdir, 0700, em)) < 0 || (rc = dir_private(tmpdir, em)) < 0)
         return rc;
     /* the shared-memory store deadlocked libpmix's thread on a bad
      * registration; the hash store is all a few local ranks need */

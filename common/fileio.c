@@ -154,24 +154,52 @@ int dt_fsync_dir(const char *dir, dt_emsg_t *em)
     return rc;
 }
 
+/* mkdir -p on p, a copy of the path: 0, or -errno with p cut to the
+ * directory that could not be made. */
+static int mkdirs(char *p, mode_t mode)
+{
+    /* each prefix that ends before a '/', then the whole (a leading '/'
+     * is no prefix: mkdir("") would fail) */
+    for (char *s = p + (*p == '/');; s++) {
+        if (*s != '/' && *s != '\0')
+            continue;
+        char c = *s;
+        *s = '\0';
+        if (mkdir(p, mode) < 0 && errno != EEXIST)
+            return -errno;
+        *s = c;
+        if (c == '\0')
+            return 0;
+    }
+}
+
 int dt_mkdirs(const char *path, mode_t mode)
 {
     char *p = dt_xstrdup(path);
-    int rc = 0;
+    int rc = mkdirs(p, mode);
 
-    for (char *s = p + 1; *s && rc == 0; s++)
-        if (*s == '/') {
-            *s = '\0';
-            if (mkdir(p, mode) < 0 && errno != EEXIST)
-                rc = -errno;
-            *s = '/';
-        }
-    if (rc == 0 && mkdir(p, mode) < 0 && errno != EEXIST)
-        rc = -errno;
     free(p);
     if (rc < 0)
         errno = -rc;
     return rc;
+}
+
+int dt_mkdirs_checked(const char *path, mode_t mode, dt_emsg_t *em)
+{
+    char *p = dt_xstrdup(path);
+    struct stat st;
+    int rc = mkdirs(p, mode);
+
+    if (rc < 0)
+        rc = dt_emsg_set(em, dt_err_errno(-rc), "%s: %s", p, strerror(-rc));
+    free(p);
+    if (rc < 0)
+        return rc;
+    if (stat(path, &st) < 0)
+        return dt_emsg_set(em, dt_err_errno(errno), "%s: %s", path, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return dt_emsg_set(em, DT_EINVAL, "%s: not a directory", path);
+    return 0;
 }
 
 /*-- atomic replacement -----------------------------------------------------*/

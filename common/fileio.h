@@ -46,6 +46,12 @@ int dt_fsync_dir(const char *dir, dt_emsg_t *em);
  * are left as they are). 0, or -errno (errno still set) for the first
  * directory that could not be made. */
 int dt_mkdirs(const char *path, mode_t mode);
+/* The same, and then PATH must be a directory (an existing file of that
+ * name is not one). On failure a message: "DIR: <strerror>" for the first
+ * directory that could not be made (the code from dt_err_errno), "PATH:
+ * <strerror>" when PATH cannot be looked at, or DT_EINVAL with "PATH: not a
+ * directory". */
+int dt_mkdirs_checked(const char *path, mode_t mode, dt_emsg_t *em);
 
 /*-- atomic replacement of a file ------------------------------------------
  *

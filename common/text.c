@@ -1,11 +1,15 @@
 /* SPDX-License-Identifier: MIT
  *
  * Checking and escaping supplied text (text.h). One strict UTF-8 decoder
- * (no overlong forms, no surrogates, nothing above U+10FFFF) and one list
- * of the code points a terminal must not receive raw.
+ * (no overlong forms, no surrogates, nothing above U+10FFFF), one list
+ * of the code points a terminal must not receive raw and one escape of
+ * each, whether into a new string or into a caller's buffer.
  */
 #include "config.h"
 
+#include <assert.h>
+#include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,39 +113,73 @@ char *dt_text_escape(const char *s, int flags)
     return s ? dt_text_escape_n(s, strlen(s), flags) : NULL;
 }
 
+/* The escaped form of the character at p (n > 0 bytes left) into out: at
+ * most 6 bytes and a NUL (out has room for any %x, as the compiler counts
+ * it). Returns its length, and in *used the bytes of p it stands for. */
+static size_t escape_one(const unsigned char *p, size_t n, int flags, char out[12], size_t *used)
+{
+    unsigned cp;
+    size_t len = utf8_next(p, n, &cp);
+
+    *used = len ? len : 1;
+    if (len == 0)
+        return (size_t)sprintf(out, "\\x%02x", p[0]);
+    if (!unprintable(cp) || kept(cp, flags)) {
+        memcpy(out, p, len);
+        return len;
+    }
+    if (cp == '\n')
+        return (size_t)sprintf(out, "\\n");
+    if (cp == '\t')
+        return (size_t)sprintf(out, "\\t");
+    if (cp == '\r')
+        return (size_t)sprintf(out, "\\r");
+    if (cp < 0x80)
+        return (size_t)sprintf(out, "\\x%02x", cp);
+    return (size_t)sprintf(out, "\\u%04x", cp);
+}
+
 char *dt_text_escape_n(const char *s, size_t n, int flags)
 {
     const unsigned char *p = (const unsigned char *)s;
-    size_t i = 0, o = 0;
+    size_t i = 0, o = 0, used;
     char *out;
 
     out = dt_xmallocarray(n + 1, 6); /* at most \uHHHH (6) per input byte */
     while (i < n) {
-        unsigned cp;
-        size_t len = utf8_next(p + i, n - i, &cp);
-        if (len == 0) {
-            o += (size_t)sprintf(out + o, "\\x%02x", p[i]);
-            i++;
-            continue;
-        }
-        if (!unprintable(cp) || kept(cp, flags)) {
-            memcpy(out + o, p + i, len);
-            o += len;
-        } else if (cp == '\n') {
-            o += (size_t)sprintf(out + o, "\\n");
-        } else if (cp == '\t') {
-            o += (size_t)sprintf(out + o, "\\t");
-        } else if (cp == '\r') {
-            o += (size_t)sprintf(out + o, "\\r");
-        } else if (cp < 0x80) {
-            o += (size_t)sprintf(out + o, "\\x%02x", cp);
-        } else {
-            o += (size_t)sprintf(out + o, "\\u%04x", cp);
-        }
-        i += len;
+        char one[12];
+        size_t len = escape_one(p + i, n - i, flags, one, &used);
+        memcpy(out + o, one, len);
+        o += len;
+        i += used;
     }
     out[o] = '\0';
     return out;
+}
+
+const char *dt_text_escape_buf(const char *s, char *buf, size_t n, int flags)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t len = strlen(s), i = 0, o = 0, cut = 0, used;
+
+    assert(n >= 4);
+    while (i < len) {
+        char one[12];
+        size_t k = escape_one(p + i, len - i, flags, one, &used);
+        if (o + k > n - 1) {
+            /* back to the last character after which "..." fits */
+            memcpy(buf + cut, "...", 3);
+            o = cut + 3;
+            break;
+        }
+        memcpy(buf + o, one, k);
+        o += k;
+        i += used;
+        if (o + 3 <= n - 1)
+            cut = o;
+    }
+    buf[o] = '\0';
+    return buf;
 }
 
 int dt_text_fit(const char *s, size_t max)
@@ -155,4 +193,24 @@ int dt_text_fit(const char *s, size_t max)
     while (max > 0 && ((unsigned char)s[max] & 0xc0) == 0x80)
         max--;
     return (int)max;
+}
+
+int dt_text_is_hex(const char *s, size_t len)
+{
+    return strlen(s) == len && strspn(s, "0123456789abcdef") == len;
+}
+
+const char *dt_text_shape(char *buf, size_t n, int ndim, const int64_t *shape,
+                          dt_text_shape_style_t style)
+{
+    bool list = style == DT_SHAPE_LIST;
+    /* Python writes a 1-tuple with a comma: (2,) */
+    const char *close = list ? "]" : style == DT_SHAPE_TUPLE && ndim == 1 ? ",)" : ")";
+    size_t o = (size_t)snprintf(buf, n, "%s", list ? "[" : "(");
+
+    for (int i = 0; i < ndim && o < n; i++)
+        o += (size_t)snprintf(buf + o, n - o, "%s%" PRId64, i ? ", " : "", shape[i]);
+    if (o < n)
+        snprintf(buf + o, n - o, "%s", close);
+    return buf;
 }

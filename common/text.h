@@ -9,6 +9,10 @@
  * reorder or break lines (U+061C, U+200E, U+200F, U+2028..U+202E,
  * U+2066..U+2069).
  *
+ * Also the few other checks and forms of text that several modules share:
+ * a hex digest checked where it enters (dt_text_is_hex), a tensor shape
+ * written for a message or a file header (dt_text_shape).
+ *
  * Pure functions on bytes: no locale, no terminal, no JSON. Not here: what
  * a name may otherwise look like (the caller's rules).
  */
@@ -16,6 +20,7 @@
 #define DT_TEXT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "common/err.h"
 
@@ -41,11 +46,33 @@ char *dt_text_escape(const char *s, int flags);
  * read in chunks, such as a job's log. */
 char *dt_text_escape_n(const char *s, size_t n, int flags);
 
+/* The same into buf (n bytes, at least 4), for a name from a file quoted
+ * in a message: when the escaped text does not fit in n - 1 bytes, as much
+ * of it as fits with "..." after it, cut between characters (never inside
+ * an escape or a UTF-8 sequence). Returns buf. */
+const char *dt_text_escape_buf(const char *s, char *buf, size_t n, int flags);
+
 /* 1 when dt_text_escape(s, flags) would change s. */
 int dt_text_needs_escape(const char *s, int flags);
 
 /* The length of the longest prefix of s of at most max bytes that does not
  * end inside a UTF-8 sequence, for text cut to fit ("%.*s"). */
 int dt_text_fit(const char *s, size_t max);
+
+/* 1 when s is exactly len lowercase hex digits (a SHA-256 digest: 64),
+ * else 0. */
+int dt_text_is_hex(const char *s, size_t len);
+
+/* How dt_text_shape writes a shape of dims 2 and 3, of dim 2, of none. */
+typedef enum dt_text_shape_style {
+    DT_SHAPE_TUPLE, /* Python's tuple, as a .npy header has it: (2, 3)  (2,)  () */
+    DT_SHAPE_LIST,  /* a JSON list, as a safetensors header has it: [2, 3]  [2]  [] */
+    DT_SHAPE_PAREN, /* dims in parentheses, for messages: (2, 3)  (2)  () */
+} dt_text_shape_style_t;
+
+/* The ndim dims of shape as text in buf (n bytes), cut short when they do
+ * not fit (then without the closing bracket). Returns buf. */
+const char *dt_text_shape(char *buf, size_t n, int ndim, const int64_t *shape,
+                          dt_text_shape_style_t style);
 
 #endif /* DT_TEXT_H */

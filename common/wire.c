@@ -269,11 +269,6 @@ static const dt_wire_schema_t schemas[] = {
 #define AT(v, f, type) ((type *)((char *)(v) + (f)->off))
 #define CAT(v, f, type) ((const type *)((const char *)(v) + (f)->off))
 
-static bool is_hex64(const char *s)
-{
-    return strlen(s) == 64 && strspn(s, "0123456789abcdef") == 64;
-}
-
 static void set_default(const field_t *f, void *out)
 {
     switch (f->kind) {
@@ -337,7 +332,7 @@ static int decode_list(const field_t *f, const json_t *v, void *out, dt_emsg_t *
         if (s == NULL)
             return dt_emsg_set(em, DT_EPROTO, "field '%s': element %zu must be a string",
                                f->name, i);
-        if (f->kind == K_HEXES && !is_hex64(s))
+        if (f->kind == K_HEXES && !dt_text_is_hex(s, 64))
             return dt_emsg_set(em, DT_EPROTO, "field '%s': element %zu is not a sha256 (64 "
                                "lowercase hex digits)", f->name, i);
         l->v[l->n++] = s;
@@ -390,7 +385,7 @@ static int decode_field(const field_t *f, const json_t *v, void *out, dt_emsg_t 
             if ((int64_t)strlen(s) < f->lo)
                 return dt_emsg_set(em, DT_EINVAL, "field '%s' is empty", f->name);
         }
-        if (f->kind == K_HEX64 && !is_hex64(s))
+        if (f->kind == K_HEX64 && !dt_text_is_hex(s, 64))
             return dt_emsg_set(em, DT_EINVAL, "field '%s' must be a sha256: 64 lowercase hex "
                                "digits", f->name);
         *AT(out, f, const char *) = s;

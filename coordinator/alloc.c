@@ -821,6 +821,24 @@ int dt_alloc_agent(dt_coord_t *c, int64_t job, int64_t slurm_id, int64_t restart
 
 /*-- life cycle ------------------------------------------------------------------------*/
 
+/* al and what it holds but its handle and queue: after a failed init (the
+ * jobs reload may have tracked some), or once the poll timer is closed. */
+static void alloc_free(dt_alloc_t *al)
+{
+    while (al->tracks) {
+        track_t *t = al->tracks;
+        al->tracks = t->next;
+        free(t);
+    }
+    for (size_t i = 0; al->env && al->env[i]; i++)
+        free(al->env[i]);
+    free(al->env);
+    free(al->coord_addr);
+    free(al->agent);
+    free(al->output_dir);
+    free(al);
+}
+
 static int reload_cb(const dt_job_t *j, void *arg)
 {
     dt_alloc_t *al = arg;
@@ -941,13 +959,7 @@ int dt_alloc_init(dt_coord_t *c, dt_emsg_t *em)
                 (unsigned long long)every);
     return 0;
 fail:
-    for (size_t i = 0; al->env && al->env[i]; i++)
-        free(al->env[i]);
-    free(al->env);
-    free(al->coord_addr);
-    free(al->agent);
-    free(al->output_dir);
-    free(al);
+    alloc_free(al);
     return rc;
 }
 
@@ -970,18 +982,7 @@ void dt_alloc_free(dt_coord_t *c)
     dt_alloc_t *al = c->alloc;
     if (al == NULL)
         return;
-    while (al->tracks) {
-        track_t *t = al->tracks;
-        al->tracks = t->next;
-        free(t);
-    }
-    for (size_t i = 0; al->env && al->env[i]; i++)
-        free(al->env[i]);
-    free(al->env);
-    free(al->coord_addr);
-    free(al->agent);
-    free(al->output_dir);
-    free(al);
+    alloc_free(al);
     c->alloc = NULL;
     dt_slurm_fini();
 }

@@ -27,6 +27,8 @@
 #include "ckpt.h"
 #include "common/fileio.h"
 #include "common/mem.h"
+#include "common/text.h"
+#include "json.h"
 
 /*-- the model object -----------------------------------------------------*/
 
@@ -72,28 +74,24 @@ json_t *dt_ckpt_model_json(const dt_model_cfg_t *m)
 static int model_int(const json_t *o, const char *where, const char *key, int *out,
                      dt_emsg_t *em)
 {
-    json_t *v = json_object_get(o, key);
+    const dt_json_at_t at = { .file = where, .err = DT_EFORMAT };
+    char want[48];
+    int64_t v;
+    int rc;
 
-    if (v == NULL)
-        return dt_emsg_set(em, DT_EFORMAT, "%s: '%s' is missing", where, key);
-    if (!json_is_integer(v) || json_integer_value(v) < INT_MIN || json_integer_value(v) > INT_MAX)
-        return dt_emsg_set(em, DT_EFORMAT, "%s: '%s' is not an integer (of at most %d)", where,
-                           key, INT_MAX);
-    *out = (int)json_integer_value(v);
+    snprintf(want, sizeof(want), "an integer (of at most %d)", INT_MAX);
+    if ((rc = dt_json_int(&at, o, key, 0, INT_MIN, INT_MAX, want, &v, em)) < 0)
+        return rc;
+    *out = (int)v;
     return 0;
 }
 
 static int model_num(const json_t *o, const char *where, const char *key, double *out,
                      dt_emsg_t *em)
 {
-    json_t *v = json_object_get(o, key);
+    const dt_json_at_t at = { .file = where, .err = DT_EFORMAT };
 
-    if (v == NULL)
-        return dt_emsg_set(em, DT_EFORMAT, "%s: '%s' is missing", where, key);
-    if (!json_is_number(v))
-        return dt_emsg_set(em, DT_EFORMAT, "%s: '%s' is not a number", where, key);
-    *out = json_number_value(v);
-    return 0;
+    return dt_json_num(&at, o, key, 0, "a number", out, em);
 }
 
 /* Every key of o is one of known (n of them). */
@@ -126,6 +124,7 @@ int dt_ckpt_model_parse(const json_t *model, dt_model_cfg_t *cfg, dt_emsg_t *em)
     const char *const sizes[] = { "dim", "layers", "heads", "kv_heads", "ffn", "vocab" };
     int *fields[] = { &cfg->dim, &cfg->layers, &cfg->heads, &cfg->kv_heads, &cfg->ffn,
                       &cfg->vocab };
+    const dt_json_at_t at = { .file = "model", .err = DT_EFORMAT };
     json_t *v, *rs;
     double eps;
     int rc;
@@ -147,10 +146,8 @@ int dt_ckpt_model_parse(const json_t *model, dt_model_cfg_t *cfg, dt_emsg_t *em)
         return dt_emsg_set(em, DT_EFORMAT, "model: 'norm_eps' %g is out of a float's range",
                            eps);
     cfg->norm_eps = (float)eps;
-    v = json_object_get(model, "tied");
-    if (!json_is_boolean(v))
-        return dt_emsg_set(em, DT_EFORMAT, "model: 'tied' is %s", v ? "not a boolean" : "missing");
-    cfg->tied = json_is_true(v);
+    if ((rc = dt_json_bool(&at, model, "tied", 0, "a boolean", &cfg->tied, em)) < 0)
+        return rc;
     if (json_object_get(model, "head_dim") != NULL &&
         (rc = model_int(model, "model", "head_dim", &cfg->head_dim, em)) < 0)
         return rc;
@@ -247,16 +244,6 @@ static int write_atomic(const char *dir, const char *name, const char *data, siz
 
 /*-- manifest -------------------------------------------------------------*/
 
-static bool is_hex64(const char *s)
-{
-    size_t i;
-
-    for (i = 0; s[i]; i++)
-        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
-            return false;
-    return i == 64;
-}
-
 void dt_ckpt_manifest_close(dt_ckpt_manifest_t *m)
 {
     json_decref(m->model);
@@ -266,28 +253,24 @@ void dt_ckpt_manifest_close(dt_ckpt_manifest_t *m)
     memset(m, 0, sizeof(*m));
 }
 
-/* A required non-negative integer field. */
+/* A required non-negative integer field, and an object (a new reference). */
 static int get_int(const char *path, json_t *obj, const char *key, int64_t max, int64_t *out,
                    dt_emsg_t *em)
 {
-    json_t *v = json_object_get(obj, key);
+    const dt_json_at_t at = { .file = path, .err = DT_EFORMAT };
 
-    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > max)
-        return dt_emsg_set(em, DT_EFORMAT, "%s: '%s' is %s", path, key,
-                           v == NULL ? "missing" : "not an integer in range");
-    *out = (int64_t)json_integer_value(v);
-    return 0;
+    return dt_json_int(&at, obj, key, 0, 0, max, "an integer in range", out, em);
 }
 
 static int get_obj(const char *path, json_t *obj, const char *key, json_t **out, dt_emsg_t *em)
 {
-    json_t *v = json_object_get(obj, key);
+    const dt_json_at_t at = { .file = path, .err = DT_EFORMAT };
+    json_t *v;
+    int rc = dt_json_get(&at, obj, key, 0, JSON_OBJECT, "an object", &v, em);
 
-    if (!json_is_object(v))
-        return dt_emsg_set(em, DT_EFORMAT, "%s: '%s' is %s", path, key,
-                           v == NULL ? "missing" : "not an object");
-    *out = json_incref(v);
-    return 0;
+    if (rc == 0)
+        *out = json_incref(v);
+    return rc;
 }
 
 static int manifest_from_json(const char *path, json_t *root, dt_ckpt_manifest_t *m, dt_emsg_t *em)
@@ -349,7 +332,7 @@ static int manifest_from_json(const char *path, json_t *root, dt_ckpt_manifest_t
             return dt_emsg_set(em, DT_EFORMAT, "%s: %s: 'file' is not \"%s\"", path, where, want);
         memcpy(sh->file, want, sizeof(want));
         sha = json_object_get(s, "sha256");
-        if (!json_is_string(sha) || !is_hex64(json_string_value(sha)))
+        if (!json_is_string(sha) || !dt_text_is_hex(json_string_value(sha), 64))
             return dt_emsg_set(em, DT_EFORMAT, "%s: %s: 'sha256' is not 64 lowercase hex digits",
                                path, where);
         memcpy(sh->sha256, json_string_value(sha), 65);
@@ -360,7 +343,6 @@ static int manifest_from_json(const char *path, json_t *root, dt_ckpt_manifest_t
 int dt_ckpt_manifest_parse(const char *name, const char *text, size_t len, dt_ckpt_manifest_t *m,
                            dt_emsg_t *em)
 {
-    json_error_t jerr;
     json_t *root;
     int rc;
 
@@ -368,10 +350,8 @@ int dt_ckpt_manifest_parse(const char *name, const char *text, size_t len, dt_ck
     if (len > DT_CKPT_MANIFEST_MAX)
         return dt_emsg_set(em, DT_EFORMAT, "%s: larger than the limit of %d bytes", name,
                            DT_CKPT_MANIFEST_MAX);
-    root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (root == NULL)
-        return dt_emsg_set(em, DT_EFORMAT, "%s: not valid JSON: %s (line %d, column %d)", name,
-                           jerr.text, jerr.line, jerr.column);
+    if ((rc = dt_json_parse(name, text, len, &root, em)) < 0)
+        return rc;
     rc = manifest_from_json(name, root, m, em);
     json_decref(root);
     if (rc < 0)
@@ -543,7 +523,7 @@ int dt_ckpt_write_manifest(const char *root, const dt_ckpt_manifest_t *m, dt_ems
 
         dt_ckpt_shard_name(r, m->ranks, want);
         if (sh->rank != r || strcmp(sh->file, want) != 0 || sh->bytes < 0 ||
-            !is_hex64(sh->sha256)) {
+            !dt_text_is_hex(sh->sha256, 64)) {
             json_decref(shards);
             rc = dt_emsg_set(em, DT_EINVAL, "%s: shard record %d is not rank %d's (%s)", tmp, r, r,
                              want);
@@ -897,12 +877,10 @@ static int meta_int(const char *path, const dt_st_reader_t *r, const char *key, 
 /* "F32 [8, 1]" */
 static const char *tensor_str(const dt_st_tensor_t *t, char *buf, size_t sz)
 {
-    size_t k = (size_t)snprintf(buf, sz, "%s [", dt_st_dtype_name(t->dtype));
+    size_t k = (size_t)snprintf(buf, sz, "%s ", dt_st_dtype_name(t->dtype));
 
-    for (int i = 0; i < t->ndim && k < sz; i++)
-        k += (size_t)snprintf(buf + k, sz - k, "%s%" PRId64, i ? ", " : "", t->shape[i]);
     if (k < sz)
-        snprintf(buf + k, sz - k, "]");
+        dt_text_shape(buf + k, sz - k, t->ndim, t->shape, DT_SHAPE_LIST);
     return buf;
 }
 

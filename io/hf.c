@@ -6,8 +6,9 @@
  * tensor name is classified before anything else is looked up (so a crafted
  * index cannot make the checks quadratic: a name that is not one of the
  * model's fails at once); the index and the shard headers must agree in
- * both directions. Messages echo names from files through esc(), so a name
- * cannot put control characters on the user's terminal.
+ * both directions. Messages echo names from files through
+ * dt_text_escape_buf (common/text.h), so a name cannot put control
+ * characters on the user's terminal.
  *
  * Not here: the safetensors format itself (safetensors.c), the model's
  * numerics (engine/model), tokenizers.
@@ -31,6 +32,7 @@
 #include "common/mem.h"
 #include "common/text.h"
 #include "hf.h"
+#include "json.h"
 #include "safetensors.h"
 
 /*-- tensor names and shapes ------------------------------------------------*/
@@ -154,52 +156,7 @@ const char *dt_hf_name(dt_hf_tensor_t t, int layer, char *buf, size_t n)
     return len >= 0 && (size_t)len < n ? buf : NULL;
 }
 
-static const char *shape_str(int ndim, const int64_t *shape, char *buf, size_t sz)
-{
-    size_t n = (size_t)snprintf(buf, sz, "(");
-
-    for (int i = 0; i < ndim && n < sz; i++)
-        n += (size_t)snprintf(buf + n, sz - n, "%s%" PRId64, i ? ", " : "", shape[i]);
-    if (n < sz)
-        snprintf(buf + n, sz - n, ")");
-    return buf;
-}
-
-/* s as printable ASCII for a message (others as \xHH), cut to fit buf. */
-static const char *esc(const char *s, char *buf, size_t n)
-{
-    size_t o = 0;
-
-    for (; *s && o + 8 < n; s++) {
-        unsigned char ch = (unsigned char)*s;
-
-        if (ch >= 0x20 && ch < 0x7f && ch != '\\')
-            buf[o++] = (char)ch;
-        else
-            o += (size_t)snprintf(buf + o, n - o, "\\x%02x", ch);
-    }
-    if (*s)
-        o += (size_t)snprintf(buf + o, n - o, "...");
-    buf[o] = '\0';
-    return buf;
-}
-
 /*-- config.json ------------------------------------------------------------*/
-
-/* A JSON value for a message: compact, ASCII, cut short. */
-static const char *show(const json_t *v, char *buf, size_t n)
-{
-    char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_ENSURE_ASCII);
-
-    if (s == NULL)
-        snprintf(buf, n, "?");
-    else if (strlen(s) < n)
-        snprintf(buf, n, "%s", s);
-    else
-        snprintf(buf, n, "%.*s...", (int)n - 4, s);
-    free(s);
-    return buf;
-}
 
 /* The value of key, NULL when absent or null (Python's None). */
 static json_t *opt(const json_t *o, const char *key)
@@ -209,26 +166,30 @@ static json_t *opt(const json_t *o, const char *key)
     return json_is_null(v) ? NULL : v;
 }
 
+/* config.json's keys for io/json.h: where prefixes each key in messages
+ * ("rope_scaling."), a bad value is shown, a null is absent. */
+static dt_json_at_t config_at(const char *path, const char *where)
+{
+    return (dt_json_at_t){
+        .file = path, .prefix = where, .err = DT_EINVAL, .null_absent = true, .show = true
+    };
+}
+
 /* A positive integer at most max; def when absent and def > 0, else
- * required. where prefixes the key in messages ("rope_scaling."). */
+ * required. */
 static int get_int(const char *path, const char *where, const json_t *o, const char *key, int def,
                    int64_t max, int *out, dt_emsg_t *em)
 {
-    json_t *v = opt(o, key);
-    char sb[48];
+    dt_json_at_t a = config_at(path, where);
+    int64_t v = def;
+    char want[48];
+    int rc;
 
-    if (v == NULL) {
-        if (def > 0) {
-            *out = def;
-            return 0;
-        }
-        return dt_emsg_set(em, DT_EINVAL, "%s: '%s%s' is missing", path, where, key);
-    }
-    if (!json_is_integer(v) || json_integer_value(v) <= 0 || json_integer_value(v) > max)
-        return dt_emsg_set(em, DT_EINVAL,
-                           "%s: '%s%s' must be an integer from 1 to %" PRId64 ", not %s", path,
-                           where, key, max, show(v, sb, sizeof(sb)));
-    *out = (int)json_integer_value(v);
+    snprintf(want, sizeof(want), "an integer from 1 to %" PRId64, max);
+    rc = dt_json_int(&a, o, key, def > 0 ? DT_JSON_OPTIONAL : 0, 1, max, want, &v, em);
+    if (rc < 0)
+        return rc;
+    *out = (int)v;
     return 0;
 }
 
@@ -236,34 +197,28 @@ static int get_int(const char *path, const char *where, const json_t *o, const c
 static int get_num(const char *path, const char *where, const json_t *o, const char *key,
                    double def, double *out, dt_emsg_t *em)
 {
-    json_t *v = opt(o, key);
-    char sb[48];
-
-    if (v == NULL) {
-        if (def > 0) {
-            *out = def;
-            return 0;
-        }
-        return dt_emsg_set(em, DT_EINVAL, "%s: '%s%s' is missing", path, where, key);
-    }
+    dt_json_at_t a = config_at(path, where);
+    unsigned flags = DT_JSON_POSITIVE | (def > 0 ? DT_JSON_OPTIONAL : 0);
+    double v = def;
     /* jansson reads no NaN or infinity, so a positive real is finite */
-    if (!json_is_number(v) || !(json_number_value(v) > 0))
-        return dt_emsg_set(em, DT_EINVAL, "%s: '%s%s' must be a positive number, not %s", path,
-                           where, key, show(v, sb, sizeof(sb)));
-    *out = json_number_value(v);
+    int rc = dt_json_num(&a, o, key, flags, "a positive number", &v, em);
+
+    if (rc < 0)
+        return rc;
+    *out = v;
     return 0;
 }
 
 /* A boolean, false when absent. */
 static int get_bool(const char *path, const json_t *o, const char *key, bool *out, dt_emsg_t *em)
 {
-    json_t *v = opt(o, key);
-    char sb[48];
+    dt_json_at_t a = config_at(path, "");
+    bool v = false;
+    int rc = dt_json_bool(&a, o, key, DT_JSON_OPTIONAL, "true or false", &v, em);
 
-    if (v != NULL && !json_is_boolean(v))
-        return dt_emsg_set(em, DT_EINVAL, "%s: '%s' must be true or false, not %s", path, key,
-                           show(v, sb, sizeof(sb)));
-    *out = v != NULL && json_is_true(v);
+    if (rc < 0)
+        return rc;
+    *out = v;
     return 0;
 }
 
@@ -271,17 +226,16 @@ static int get_bool(const char *path, const json_t *o, const char *key, bool *ou
 static int want_str(const char *path, const json_t *o, const char *key, const char *want,
                     const char *why, dt_emsg_t *em)
 {
-    json_t *v = opt(o, key);
+    dt_json_at_t a = config_at(path, "");
+    json_t *v;
     char sb[48];
+    int rc = dt_json_get(&a, o, key, DT_JSON_OPTIONAL, JSON_STRING, "a string", &v, em);
 
-    if (v == NULL)
-        return 0;
-    if (!json_is_string(v))
-        return dt_emsg_set(em, DT_EINVAL, "%s: '%s' must be a string, not %s", path, key,
-                           show(v, sb, sizeof(sb)));
+    if (rc != 0)
+        return rc < 0 ? rc : 0;
     if (strcmp(json_string_value(v), want) != 0)
-        return dt_emsg_set(em, DT_ENOTSUP, "%s: '%s' is %s: %s", path, key, show(v, sb, sizeof(sb)),
-                           why);
+        return dt_emsg_set(em, DT_ENOTSUP, "%s: '%s' is %s: %s", path, key,
+                           dt_json_show(v, sb, sizeof(sb)), why);
     return 0;
 }
 
@@ -294,7 +248,7 @@ static int check_partial(const char *path, const char *where, const json_t *o, d
     if (v != NULL && !(json_is_number(v) && json_number_value(v) == 1))
         return dt_emsg_set(em, DT_ENOTSUP,
                            "%s: '%spartial_rotary_factor' is %s: dt rotates whole heads", path,
-                           where, show(v, sb, sizeof(sb)));
+                           where, dt_json_show(v, sb, sizeof(sb)));
     return 0;
 }
 
@@ -314,7 +268,7 @@ static int parse_rope(const char *path, const char *key, const json_t *o, dt_rop
     memset(r, 0, sizeof(*r));
     if (!json_is_object(o))
         return dt_emsg_set(em, DT_EINVAL, "%s: '%s' must be an object or null, not %s", path, key,
-                           show(o, sb, sizeof(sb)));
+                           dt_json_show(o, sb, sizeof(sb)));
     if (type == NULL)
         type = old, name = "type";
     else if (old != NULL && !json_equal(type, old))
@@ -324,7 +278,7 @@ static int parse_rope(const char *path, const char *key, const json_t *o, dt_rop
         return dt_emsg_set(em, DT_EINVAL, "%s: '%srope_type' is missing", path, where);
     if (!json_is_string(type))
         return dt_emsg_set(em, DT_EINVAL, "%s: '%s%s' must be a string, not %s", path, where, name,
-                           show(type, sb, sizeof(sb)));
+                           dt_json_show(type, sb, sizeof(sb)));
     if (has_theta) {
         *has_theta = opt(o, "rope_theta") != NULL;
         if (*has_theta && (rc = get_num(path, where, o, "rope_theta", 0, &r->theta, em)) < 0)
@@ -337,7 +291,7 @@ static int parse_rope(const char *path, const char *key, const json_t *o, dt_rop
     if (strcmp(json_string_value(type), "llama3") != 0)
         return dt_emsg_set(em, DT_ENOTSUP,
                            "%s: '%s%s' is %s: dt implements RoPE scaling of type llama3 only", path,
-                           where, name, show(type, sb, sizeof(sb)));
+                           where, name, dt_json_show(type, sb, sizeof(sb)));
     if ((rc = get_num(path, where, o, "factor", 0, &r->factor, em)) < 0 ||
         (rc = get_num(path, where, o, "low_freq_factor", 0, &r->low_freq_factor, em)) < 0 ||
         (rc = get_num(path, where, o, "high_freq_factor", 0, &r->high_freq_factor, em)) < 0 ||
@@ -398,11 +352,11 @@ static int check_arch(const char *path, const json_t *root, dt_emsg_t *em)
     if (!json_is_array(a) || json_array_size(a) != 1 || !json_is_string(json_array_get(a, 0)))
         return dt_emsg_set(em, json_is_array(a) ? DT_ENOTSUP : DT_EINVAL,
                            "%s: 'architectures' is %s: dt reads [\"LlamaForCausalLM\"]", path,
-                           show(a, sb, sizeof(sb)));
+                           dt_json_show(a, sb, sizeof(sb)));
     if (strcmp(json_string_value(json_array_get(a, 0)), "LlamaForCausalLM") != 0)
         return dt_emsg_set(em, DT_ENOTSUP,
                            "%s: 'architectures' is %s: dt reads [\"LlamaForCausalLM\"] only", path,
-                           show(a, sb, sizeof(sb)));
+                           dt_json_show(a, sb, sizeof(sb)));
     if ((rc = want_str(path, root, "model_type", "llama", "dt reads \"llama\" only", em)) < 0)
         return rc;
     if (opt(root, "quantization_config") != NULL)
@@ -495,7 +449,6 @@ static int config_from_json(const char *path, const json_t *root, dt_model_cfg_t
 /* A JSON file of DIR, read whole (bounded) and parsed: *root, the caller's. */
 static int load_json(const char *path, json_t **root, dt_emsg_t *em)
 {
-    json_error_t jerr;
     char *text = NULL;
     size_t len = 0;
     int rc;
@@ -503,12 +456,9 @@ static int load_json(const char *path, json_t **root, dt_emsg_t *em)
     *root = NULL;
     if ((rc = dt_read_regular(path, 0, DT_HF_JSON_MAX, &text, &len, em)) < 0)
         return rc;
-    *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    rc = dt_json_parse(path, text, len, root, em);
     free(text);
-    if (*root == NULL)
-        return dt_emsg_set(em, DT_EFORMAT, "%s: not valid JSON: %s (line %d, column %d)", path,
-                           jerr.text, jerr.line, jerr.column);
-    return 0;
+    return rc;
 }
 
 int dt_hf_config_read(const char *dir, dt_model_cfg_t *cfg, dt_emsg_t *em)
@@ -583,7 +533,7 @@ static int classify(const dt_model_cfg_t *c, const char *where, const char *name
     if (ends_with(name, ".bias"))
         return dt_emsg_set(em, DT_ENOTSUP,
                            "%s: tensor '%s': biases are not supported (dt's LLaMA has none)", where,
-                           esc(name, nb, sizeof(nb)));
+                           dt_text_escape_buf(name, nb, sizeof(nb), 0));
     *layer = 0;
     if (strncmp(name, LAYER_PREFIX, strlen(LAYER_PREFIX)) != 0) {
         if (strcmp(name, "model." INV_FREQ) == 0)
@@ -617,7 +567,7 @@ static int classify(const dt_model_cfg_t *c, const char *where, const char *name
 unknown:
     return dt_emsg_set(em, DT_ENOTSUP,
                        "%s: unknown tensor '%s' (not one of a LlamaForCausalLM's that dt runs)",
-                       where, esc(name, nb, sizeof(nb)));
+                       where, dt_text_escape_buf(name, nb, sizeof(nb), 0));
 }
 
 /* Check tensor t of layer, as stored in st, against the config; record
@@ -638,8 +588,9 @@ static int place(dt_hf_t *h, dt_hf_tensor_t t, int layer, const dt_st_reader_t *
         same = tt->shape[i] == shape[i];
     if (!same)
         return dt_emsg_set(em, DT_ESHAPE, "%s: tensor '%s' has shape %s, %s makes it %s",
-                           dt_st_path(st), tt->name, shape_str(tt->ndim, tt->shape, s1, sizeof(s1)),
-                           DT_HF_CONFIG, shape_str(nd, shape, s2, sizeof(s2)));
+                           dt_st_path(st), tt->name,
+                           dt_text_shape(s1, sizeof(s1), tt->ndim, tt->shape, DT_SHAPE_PAREN),
+                           DT_HF_CONFIG, dt_text_shape(s2, sizeof(s2), nd, shape, DT_SHAPE_PAREN));
     *loc_of(h, t, layer) = (loc_t){ .st = st, .t = tt };
     return 0;
 }
@@ -682,7 +633,7 @@ static int check_shard_name(const char *index, const char *tensor, const char *f
         return dt_emsg_set(em, DT_EINVAL,
                            "%s: shard '%s' of tensor '%s' is not a plain file "
                            "name in the model's directory",
-                           index, esc(file, nb, sizeof(nb)), tensor);
+                           index, dt_text_escape_buf(file, nb, sizeof(nb), 0), tensor);
     return 0;
 }
 
@@ -713,7 +664,7 @@ static int open_index(dt_hf_t *h, const char *dir, const char *path, dt_emsg_t *
 
         if (!json_is_string(v)) {
             rc = dt_emsg_set(em, DT_EFORMAT, "%s: weight_map entry '%s' is not a file name", path,
-                             esc(name, nb, sizeof(nb)));
+                             dt_text_escape_buf(name, nb, sizeof(nb), 0));
             goto out;
         }
         file = json_string_value(v);
@@ -744,7 +695,8 @@ static int open_index(dt_hf_t *h, const char *dir, const char *path, dt_emsg_t *
 
             if (m == NULL) {
                 rc = dt_emsg_set(em, DT_EFORMAT, "%s: tensor '%s' is not listed in %s",
-                                 dt_st_path(st), esc(tt->name, nb, sizeof(nb)), path);
+                                 dt_st_path(st), dt_text_escape_buf(tt->name, nb, sizeof(nb), 0),
+                                 path);
                 goto out;
             }
             if (strcmp(json_string_value(m), file) != 0) {
@@ -1028,7 +980,7 @@ static int check_empty(const char *dir, dt_emsg_t *em)
             char nb[128];
 
             rc = dt_emsg_set(em, DT_EEXIST, "%s/%s: already exists (a model is not overwritten)",
-                             dir, esc(e->d_name, nb, sizeof(nb)));
+                             dir, dt_text_escape_buf(e->d_name, nb, sizeof(nb), 0));
             break;
         }
     closedir(d);

@@ -26,6 +26,7 @@
 #include "common/fileio.h"
 #include "common/half.h"
 #include "common/mem.h"
+#include "common/text.h"
 #include "npy.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -346,18 +347,6 @@ static int parse_dict(const char *path, const char *text, size_t len, dt_npy_inf
     return 0;
 }
 
-/* "(2, 3)" into buf, for messages and for the header we write. */
-static void shape_str(int ndim, const int64_t *shape, char *buf, size_t sz)
-{
-    size_t n = 0;
-
-    n += (size_t)snprintf(buf + n, sz - n, "(");
-    for (int i = 0; i < ndim && n < sz; i++)
-        n += (size_t)snprintf(buf + n, sz - n, "%s%" PRId64, i ? ", " : "", shape[i]);
-    if (n < sz)
-        snprintf(buf + n, sz - n, ndim == 1 ? ",)" : ")");
-}
-
 /* count = product of shape, checked so that count * itemsize bytes after
  * data_offset fit in an off_t; err is the code for a shape too large. */
 static int shape_count(const char *path, int ndim, const int64_t *shape, size_t itemsize,
@@ -436,7 +425,7 @@ static int parse_rest(const char *path, const char *text, int64_t hlen, size_t p
     need = (int64_t)info->data_offset + bytes;
     if (file_size != need) {
         char shp[256];
-        shape_str(info->ndim, info->shape, shp, sizeof(shp));
+        dt_text_shape(shp, sizeof(shp), info->ndim, info->shape, DT_SHAPE_TUPLE);
         if (file_size < need)
             return dt_emsg_set(em, DT_EFORMAT,
                                "%s: data is truncated: shape %s %s needs %" PRId64
@@ -659,7 +648,7 @@ static size_t build_header(dt_dtype_t dtype, int ndim, const int64_t *shape, cha
     size_t dlen, prelen, total, hlen;
     int major;
 
-    shape_str(ndim, shape, shp, sizeof(shp));
+    dt_text_shape(shp, sizeof(shp), ndim, shape, DT_SHAPE_TUPLE);
     dlen = (size_t)snprintf(dict, sizeof(dict),
                             "{'descr': '%s', 'fortran_order': False, 'shape': %s, }",
                             dtype_descr(dtype), shp);

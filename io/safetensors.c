@@ -25,6 +25,7 @@
 #include "common/fileio.h"
 #include "common/mem.h"
 #include "common/sha256.h"
+#include "common/text.h"
 #include "safetensors.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -73,18 +74,6 @@ static int64_t shape_bytes(int ndim, const int64_t *shape, size_t itemsize)
         if (__builtin_mul_overflow(n, shape[i], &n))
             return -1;
     return n;
-}
-
-/* "[2, 3]" into buf. */
-static const char *shape_str(int ndim, const int64_t *shape, char *buf, size_t sz)
-{
-    size_t n = (size_t)snprintf(buf, sz, "[");
-
-    for (int i = 0; i < ndim && n < sz; i++)
-        n += (size_t)snprintf(buf + n, sz - n, "%s%" PRId64, i ? ", " : "", shape[i]);
-    if (n < sz)
-        snprintf(buf + n, sz - n, "]");
-    return buf;
 }
 
 /*-- hashing and file helpers ---------------------------------------------*/
@@ -461,7 +450,8 @@ static int parse_entry(const char *path, const char *name, json_t *e, dt_st_tens
         return dt_emsg_set(em, DT_EFORMAT,
                            "%s: tensor '%s': shape %s of %s is %s%" PRId64
                            " bytes but data_offsets [%" PRId64 ", %" PRId64 "] span %" PRId64,
-                           path, name, shape_str(t->ndim, t->shape, sbuf, sizeof(sbuf)),
+                           path, name,
+                           dt_text_shape(sbuf, sizeof(sbuf), t->ndim, t->shape, DT_SHAPE_LIST),
                            dtypes[t->dtype].name, nbytes < 0 ? "more than " : "",
                            nbytes < 0 ? INT64_MAX : nbytes, b, en, en - b);
     t->begin = (uint64_t)b;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
  *
- * Unit tests for common/fileio (the atomic writer and dt_rmtree),
+ * Unit tests for common/fileio (the atomic writer, mkdir -p and dt_rmtree),
  * common/clock and common/path: what lands where with which mode, what is
  * left behind after each kind of failure (nothing), that planted links are
  * replaced or refused and never written through, and that a recursive
@@ -201,6 +201,30 @@ Test(fileio, rmtree)
     expect_text(P("outside"), "keep");
     cr_expect_eq(dt_rmtree(P("outside"), &em), 0, "%s", em.s);
     cr_expect_eq(entries(tmpdir), 0);
+}
+
+Test(fileio, mkdirs)
+{
+    dt_emsg_t em = { "" };
+
+    cr_expect_eq(dt_mkdirs(P("m/a/b/"), 0700), 0);
+    cr_expect(S_ISDIR(mode_of(P("m/a/b"))));
+    cr_expect_eq(dt_mkdirs(P("m/a/b"), 0700), 0, "existing directories are left as they are");
+    cr_expect_eq(dt_mkdirs_checked(P("m/a/c/d"), 0700, &em), 0, "%s", em.s);
+    cr_expect_eq(mode_of(P("m/a/c/d")) & 07777, 0700);
+    cr_expect_eq(dt_mkdirs_checked(P("m/a/c/d"), 0700, &em), 0, "%s", em.s);
+    /* a file where a directory should be: dt_mkdirs lets the last one
+     * pass, the checked form does not */
+    put(P("m/f"), "x");
+    cr_expect_eq(dt_mkdirs(P("m/f"), 0700), 0);
+    cr_expect_eq(dt_mkdirs_checked(P("m/f"), 0700, &em), DT_EINVAL);
+    cr_expect_str_eq(em.s, P("m/f: not a directory"));
+    /* below a file: the first directory that could not be made is named */
+    cr_expect_eq(dt_mkdirs(P("m/f/g/h"), 0700), -ENOTDIR);
+    cr_expect_eq(errno, ENOTDIR);
+    cr_expect_lt(dt_mkdirs_checked(P("m/f/g/h"), 0700, &em), 0);
+    cr_expect(strstr(em.s, P("m/f/g: ")) == em.s, "%s", em.s);
+    cr_expect_lt(dt_mkdirs_checked("", 0700, &em), 0, "an empty path is no directory");
 }
 
 Test(fileio, clocks)

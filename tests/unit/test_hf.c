@@ -1082,6 +1082,9 @@ Test(hf, tensor_missing_wrong_shape_or_dtype)
     expect_open_fails(P("weird"), DT_ENOTSUP, "unknown tensor 'model.layers.00.mlp.up_proj", NULL);
     craft_dir(P("ctl"), NULL, "evil\x1b[2Jname", DT_F32, 1, s1);
     expect_open_fails(P("ctl"), DT_ENOTSUP, "unknown tensor 'evil\\x1b[2Jname'", NULL);
+    /* escaped as all shown text is (common/text.h): printable UTF-8 as it is */
+    craft_dir(P("utf8"), NULL, "mod\xc3\xa8le.poids\r", DT_F32, 1, s1);
+    expect_open_fails(P("utf8"), DT_ENOTSUP, "unknown tensor 'mod\xc3\xa8le.poids\\r'", NULL);
     craft_dir(P("layer"), NULL, "model.layers.2.mlp.up_proj.weight", DT_F32, 1, s1);
     expect_open_fails(P("layer"), DT_EFORMAT,
                       "tensor 'model.layers.2.mlp.up_proj.weight' is of layer 2, but config.json "

@@ -4,11 +4,13 @@
  * it gives (what is wrong, where, never the text itself), what
  * dt_text_escape makes of control characters, invalid UTF-8 and format
  * characters (and that printable text, in any script, comes back as it
- * was), and dt_text_fit cutting only between characters.
+ * was), dt_text_fit and dt_text_escape_buf cutting only between
+ * characters, dt_text_is_hex and the styles of dt_text_shape.
  */
 #include "config.h"
 
 #include <criterion/criterion.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -123,4 +125,55 @@ Test(text, escape_n_takes_bytes_with_nuls_and_keeps_lines)
     e = dt_text_escape_n("", 0, 0);
     cr_assert_str_eq(e, "");
     free(e);
+}
+
+Test(text, escape_buf_cuts_between_characters)
+{
+    char b[16];
+
+    cr_expect_str_eq(dt_text_escape_buf("evil\x1b[2Jname", b, sizeof(b), 0), "evil\\x1b[2Jname");
+    /* 15 bytes fit whole; one more is cut to the last character after
+     * which "..." fits */
+    cr_expect_str_eq(dt_text_escape_buf("abcdefghijklmno", b, sizeof(b), 0), "abcdefghijklmno");
+    cr_expect_str_eq(dt_text_escape_buf("abcdefghijklmnop", b, sizeof(b), 0), "abcdefghijkl...");
+    /* never inside an escape or a UTF-8 sequence */
+    cr_expect_str_eq(dt_text_escape_buf("abcdefghij\x1b\x1b", b, sizeof(b), 0), "abcdefghij...");
+    cr_expect_str_eq(dt_text_escape_buf("abcdefghij日本", b, sizeof(b), 0), "abcdefghij...");
+    cr_expect_str_eq(dt_text_escape_buf("a\\b é\n", b, sizeof(b), 0), "a\\b é\\n");
+    cr_expect_str_eq(dt_text_escape_buf("", b, sizeof(b), 0), "");
+    /* the same as dt_text_escape where it fits */
+    for (int c = 1; c < 256; c++) {
+        char in[2] = { (char)c, 0 }, *e = dt_text_escape(in, 0);
+        cr_expect_str_eq(dt_text_escape_buf(in, b, sizeof(b), 0), e, "byte %#x", c);
+        free(e);
+    }
+}
+
+Test(text, is_hex_takes_exactly_len_lowercase_digits)
+{
+    const char *sha = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    cr_expect_eq(dt_text_is_hex(sha, 64), 1);
+    cr_expect_eq(dt_text_is_hex(sha, 63), 0);
+    cr_expect_eq(dt_text_is_hex(sha + 1, 64), 0);
+    cr_expect_eq(dt_text_is_hex("0123456789ABCDEF", 16), 0, "uppercase");
+    cr_expect_eq(dt_text_is_hex("0123456789abcdeg", 16), 0);
+    cr_expect_eq(dt_text_is_hex("", 0), 1);
+}
+
+Test(text, shape_in_each_style)
+{
+    const int64_t s[] = { 2, 3, 40000000000 };
+    char b[64];
+
+    cr_expect_str_eq(dt_text_shape(b, sizeof(b), 3, s, DT_SHAPE_TUPLE), "(2, 3, 40000000000)");
+    cr_expect_str_eq(dt_text_shape(b, sizeof(b), 1, s, DT_SHAPE_TUPLE), "(2,)");
+    cr_expect_str_eq(dt_text_shape(b, sizeof(b), 0, s, DT_SHAPE_TUPLE), "()");
+    cr_expect_str_eq(dt_text_shape(b, sizeof(b), 2, s, DT_SHAPE_LIST), "[2, 3]");
+    cr_expect_str_eq(dt_text_shape(b, sizeof(b), 1, s, DT_SHAPE_LIST), "[2]");
+    cr_expect_str_eq(dt_text_shape(b, sizeof(b), 0, s, DT_SHAPE_LIST), "[]");
+    cr_expect_str_eq(dt_text_shape(b, sizeof(b), 2, s, DT_SHAPE_PAREN), "(2, 3)");
+    cr_expect_str_eq(dt_text_shape(b, sizeof(b), 1, s, DT_SHAPE_PAREN), "(2)");
+    /* cut short, without the closing bracket */
+    cr_expect_str_eq(dt_text_shape(b, 6, 2, s, DT_SHAPE_LIST), "[2, 3");
 }
