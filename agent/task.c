@@ -37,12 +37,14 @@
 #include "agent/task.h"
 #include "common/base64.h"
 #include "common/clock.h"
+#include "common/exitcodes.h"
 #include "common/fileio.h"
 #include "common/log.h"
 #include "common/mem.h"
 #include "common/sha256.h"
 #include "common/uvframe.h"
 #include "io/ckpt.h"
+#include "spec/vocab.h"
 
 #define WATCH_MS 100
 
@@ -147,7 +149,28 @@ static void handle_closed(uv_handle_t *h)
  * over the generations, the job owner's, mode 0600) and, as before rank
  * logs existed, to the agent's own standard error (the Slurm batch output,
  * or dtctl run --local's agent log). */
-/* Keep the last non-empty line the worker wrote: printable ASCII only
+/* dtengine's informational log lines ("dtengine: [rank=N ]info: ..." and
+ * debug ones, common/log.h's format): what it runs on, not why it failed. */
+static int informational(const char *line, size_t n)
+{
+    static const char prog[] = "dtengine: ";
+    size_t i = sizeof(prog) - 1;
+
+    if (n < i || memcmp(line, prog, i) != 0)
+        return 0;
+    if (n - i > 5 && memcmp(line + i, "rank=", 5) == 0) {
+        i += 5;
+        while (i < n && line[i] >= '0' && line[i] <= '9')
+            i++;
+        if (i < n && line[i] == ' ')
+            i++;
+    }
+    return (n - i >= 6 && memcmp(line + i, "info: ", 6) == 0) ||
+           (n - i >= 7 && memcmp(line + i, "debug: ", 7) == 0);
+}
+
+/* Keep the last non-empty line the worker wrote that says something went
+ * wrong (its informational log lines aside): printable ASCII only
  * (anything else becomes '?'), so it can travel in a message and be shown
  * to users as it is. */
 static void keep_last_line(dt_worker_t *w, const char *p, size_t n)
@@ -155,7 +178,7 @@ static void keep_last_line(dt_worker_t *w, const char *p, size_t n)
     for (size_t i = 0; i < n; i++) {
         unsigned char ch = (unsigned char)p[i];
         if (ch == '\n') {
-            if (w->line_len > 0) {
+            if (w->line_len > 0 && !informational(w->line, w->line_len)) {
                 memcpy(w->last, w->line, w->line_len);
                 w->last[w->line_len] = '\0';
             }
@@ -539,7 +562,7 @@ static void on_exit_cb(uv_process_t *p, int64_t status, int sig)
 {
     dt_worker_t *w = p->data;
     dt_task_t *t = w->t;
-    int failed = status != 0 || sig != 0;
+    int failed = status != DT_EXIT_OK || sig != 0;
 
     w->exited = 1;
     w->status = status;
@@ -561,7 +584,7 @@ static void on_exit_cb(uv_process_t *p, int64_t status, int sig)
     send_reliable(t, DT_MSG_WORKER_EXIT, dt_wire_worker_exit_encode(&x));
     /* a worker that stopped with a peer-failure code is a consequence, not
      * a cause; anything else bad starts the local abort */
-    if (failed && !t->aborting && status != 4)
+    if (failed && !t->aborting && status != DT_EXIT_PEER)
         begin_abort(t, w->rank, w->hung ? "a worker hung" : "a worker failed");
     chan_close(w);
     uv_close((uv_handle_t *)&w->proc, handle_closed);
@@ -801,18 +824,19 @@ void dt_task_gen_start(dt_task_t *t, const dt_wire_gen_start_t *gs)
     int *node_of = NULL;
     size_t nn = gs->nodes.n, na = gs->argv.n;
 
-    bool cuda = gs->device != NULL && strcmp(gs->device, "cuda") == 0;
+    enum dt_device device = DT_DEVICE_CPU;
+    dt_emsg_t dem = { "" };
 
     if (gs->procs.n != (size_t)R) {
         dt_log_error("GEN_START gen=%lld: %zu entries in procs for %d ranks: ignored",
                      (long long)gen, gs->procs.n, R);
         return;
     }
-    if (gs->device != NULL && !cuda && strcmp(gs->device, "cpu") != 0) {
-        dt_log_error("GEN_START gen=%lld: device '%.16s' is neither cpu nor cuda: ignored",
-                     (long long)gen, gs->device);
+    if (gs->device != NULL && dt_device_parse("device", gs->device, &device, &dem) < 0) {
+        dt_log_error("GEN_START gen=%lld: %.200s: ignored", (long long)gen, dem.s);
         return;
     }
+    bool cuda = device == DT_DEVICE_CUDA;
     if ((uint32_t)gen == t->gen)
         return; /* sent again after a reconnect: already running */
     if (t->nworkers > 0) {

@@ -54,7 +54,7 @@ for n in $THREADS; do
     while [ "$rep" -le "$REPS" ]; do
         for row in $rowlist; do
             set -- $(printf '%s\n' "$row" | tr ',' ' ')
-            causal=
+            causal=--no-causal
             [ "$5" -eq 1 ] && causal=--causal
             "$top/engine/dtengine" attn --generate "$1,$2,$3,$4" --seed 1 $causal \
                 --threads "$n" --backward --stats >"$tmp/dt.out" 2>&1 ||

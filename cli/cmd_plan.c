@@ -7,7 +7,7 @@
  * plan as one JSON object. A job that cannot be planned exits 6
  * (DTCTL_REFUSED) with the reason on stderr (and fits:false in the JSON).
  *
- * Not here: the model behind the numbers (plan/planner.c).
+ * Not here: the model behind the numbers (plan/cost.c, plan/planner.c).
  */
 #include "config.h"
 
@@ -167,7 +167,7 @@ static void report(const dtctl_t *ctl, const dt_spec_t *s, const dt_plan_req_t *
         printf("%-16s %s\n", "note", p->note);
     human_time(t1, sizeof(t1), p->seconds);
     if (q->kind == DT_KIND_TRAIN) {
-        int64_t steps = s->steps > 0 ? s->steps : 1;
+        int64_t steps = dt_spec_int(s, "steps");
         human_time(t2, sizeof(t2), p->seconds * (double)steps);
         printf("%-16s %s per step; %lld step%s: %s\n", "time", t1, (long long)steps,
                steps == 1 ? "" : "s", t2);
@@ -333,7 +333,7 @@ int dtctl_plan(dtctl_t *ctl, int argc, char **argv)
     if (ctl->json) {
         json_t *j = dt_plan_to_json(&req, &plan);
         if (req.kind == DT_KIND_TRAIN) {
-            int64_t steps = spec.steps > 0 ? spec.steps : 1;
+            int64_t steps = dt_spec_int(&spec, "steps");
             json_object_set_new(j, "steps", json_integer(steps));
             json_object_set_new(j, "total_seconds", json_real(plan.seconds * (double)steps));
         }

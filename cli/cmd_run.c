@@ -110,7 +110,7 @@ static long long job_steps(const dt_spec_t *s)
     dt_model_cfg_t m;
 
     if (strcmp(s->kind, "train") == 0)
-        return s->steps > 0 ? s->steps : 1;
+        return dt_spec_int(s, "steps");
     if (strcmp(s->kind, "prefill") == 0 && dt_model_from_spec(s, &m, NULL) == 0)
         return m.layers;
     return 1;

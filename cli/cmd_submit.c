@@ -29,45 +29,6 @@ static void usage(FILE *f)
                "  --dry-run: print the Slurm batch script, submit nothing\n");
 }
 
-/* The spec key a flag names ("--kv-heads" -> "kv_heads"), its value, and
- * how many arguments it used. Accepts --key VALUE, --key=VALUE, and for
- * boolean keys a bare --key (yes) or --no-key (no). */
-static int flag(int argc, char **argv, int i, char **key, const char **value, dt_emsg_t *em)
-{
-    const char *arg = argv[i] + 2, *eq = strchr(arg, '=');
-    int neg = strncmp(arg, "no-", 3) == 0 && eq == NULL;
-
-    *key = dt_xstrdup(neg ? arg + 3 : arg);
-    if (eq)
-        (*key)[eq - arg] = '\0';
-    for (char *p = *key; *p; p++)
-        if (*p == '-')
-            *p = '_';
-    int boolean = 0;
-    for (const dt_conf_key_t *k = dt_spec_keys(); k->name; k++)
-        if (strcmp(k->name, *key) == 0)
-            boolean = k->type == DT_CONF_BOOL;
-    if (eq) {
-        *value = eq + 1;
-        return 1;
-    }
-    if (boolean && (neg || i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0)) {
-        *value = neg ? "no" : "yes";
-        return 1;
-    }
-    if (neg) { /* --no-x for a key that is not boolean: let the spec say so */
-        free(*key);
-        *key = dt_xstrdup(arg);
-        for (char *p = *key; *p; p++)
-            if (*p == '-')
-                *p = '_';
-    }
-    if (i + 1 >= argc)
-        return dt_emsg_set(em, DT_EUSAGE, "%s needs a value", argv[i]);
-    *value = argv[i + 1];
-    return 2;
-}
-
 int dtctl_submit(dtctl_t *ctl, int argc, char **argv)
 {
     dt_spec_t spec = { 0 };
@@ -86,7 +47,7 @@ int dtctl_submit(dtctl_t *ctl, int argc, char **argv)
             char *key;
             const char *val;
             int own = strcmp(argv[i], "--json") == 0 || strcmp(argv[i], "--dry-run") == 0;
-            int used = own ? 1 : flag(argc, argv, i, &key, &val, &em);
+            int used = own ? 1 : dt_spec_flag(argc, argv, i, &key, &val, &em);
             if (used > 0 && !own)
                 free(key);
             i += used > 1 ? used - 1 : 0;
@@ -115,7 +76,7 @@ int dtctl_submit(dtctl_t *ctl, int argc, char **argv)
         }
         char *key = NULL;
         const char *val;
-        int used = flag(argc, argv, i, &key, &val, &em);
+        int used = dt_spec_flag(argc, argv, i, &key, &val, &em);
         if (used < 0 || (rc = dt_spec_set(&spec, dtctl_spec_key(key, val), val, &em)) < 0) {
             dtctl_error(ctl, "submit", NULL, em.s);
             usage(stderr);

@@ -130,7 +130,7 @@ static void read_view(dtctl_watch_t *w, const json_t *show, view_t *v)
         w->spec_parsed = 1;
         if (dt_spec_parse("spec", jstr(show, "spec"), &spec, NULL) == 0) {
             if (spec.kind && strcmp(spec.kind, "train") == 0)
-                w->steps = spec.steps > 0 ? spec.steps : 1;
+                w->steps = dt_spec_int(&spec, "steps");
             dt_spec_free(&spec);
         }
     }

@@ -13,19 +13,8 @@
 #include <stdio.h>
 
 #include "common/err.h"
+#include "common/exitcodes.h" /* DTCTL_*: dtctl(1) EXIT STATUS */
 #include "spec/spec.h"
-
-/* Exit codes of dtctl (documented in dtctl(1)). */
-enum {
-    DTCTL_OK = 0,
-    DTCTL_ERROR = 1,    /* the coordinator refused or failed the request */
-    DTCTL_USAGE = 2,    /* bad options or spec */
-    DTCTL_NOCOORD = 3,  /* cannot reach the coordinator */
-    DTCTL_NOTFOUND = 4, /* no such job */
-    DTCTL_DENIED = 5,   /* permission denied */
-    DTCTL_REFUSED = 6,  /* the job cannot be planned: does not fit, bad lengths */
-    DTCTL_JOBFAILED = 7, /* watch, run: the job ended failed or cancelled */
-};
 
 typedef struct dtctl {
     const char *socket; /* Unix socket path (--socket or DT_SOCKET) */

@@ -36,6 +36,13 @@ typedef struct dt_conf_key {
     int required;
     int reloadable;   /* may change on SIGHUP (informational, for the daemons) */
     const char *help; /* one line, for error messages and docs */
+    /* The default as the documentation gives it: a value in the key's own
+     * syntax ("1", "recall", "3e-3"), "auto" (chosen by the planner), or a
+     * condition in words ("zigzag when causal, else contiguous"); NULL:
+     * none (a required key, or unset meaning "not used"). The table's
+     * owner resolves it (spec/spec.h dt_spec_int and friends). */
+    const char *def;
+    unsigned tags;    /* the table owner's (spec: the dtengine commands that take the key) */
 } dt_conf_key_t;
 
 /* Parse PATH into the struct at dst using the NULL-name-terminated key table.

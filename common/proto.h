@@ -38,18 +38,7 @@
 #define DT_MSG_HDR 16
 #define DT_MSG_MAX (16u << 20) /* payload cap, checked before any allocation */
 
-/* dtagentd's exit status (and so the batch script's under Slurm) when the
- * coordinator wants the job run again: EX_TEMPFAIL. A site may list it in
- * slurm.conf's RequeueExit. 0 is "completed", 1 "failed, do not requeue". */
-#define DT_EXIT_REQUEUE 75
-/* dtengine's exit status (dtengine(1)) when the checkpoint named by
- * --resume-from does not verify: the coordinator marks it corrupt and
- * starts again from the one before, without counting a restart. */
-#define DT_EXIT_CKPT 6
-/* dtengine's exit status when its GPU failed (a CUDA error that poisons
- * the context, an XID, an uncorrectable ECC error): the coordinator treats
- * the node as suspect and runs the next generation without it. */
-#define DT_EXIT_DEVICE 7
+#include "common/exitcodes.h" /* DT_EXIT_*: the statuses the coordinator acts on */
 
 /* X(name, value, direction, payload) */
 #define DT_MSG_TYPES(X)                                                              \

@@ -434,16 +434,18 @@ static char *make_script(int64_t job, int ranks_per_node, const dt_batch_conf_t 
 /* ---- dt_batch_make ------------------------------------------------------- */
 
 
-/* A cuda job asks Slurm for one GPU per rank, a cpu job for one CPU each. */
+/* A cuda job asks Slurm for one GPU per rank, a cpu job for one CPU each
+ * (the spec's words are checked by dt_spec_check, the vocabulary's). */
 static int device_of(const dt_spec_t *s, int *is_gpu, dt_emsg_t *em)
 {
-    const char *gpu = dt_spec_gpu(s), *dev = dt_spec_device(s);
+    enum dt_gpu_preset g;
+    enum dt_device d;
+    int rc;
 
-    if (strcmp(gpu, "cpu") != 0 && strcmp(gpu, "h100-sxm") != 0 && strcmp(gpu, "h200") != 0)
-        return dt_emsg_set(em, DT_EINVAL, "gpu: unknown preset '%s' (h100-sxm, h200 or cpu)", gpu);
-    if (strcmp(dev, "cpu") != 0 && strcmp(dev, "cuda") != 0)
-        return dt_emsg_set(em, DT_EINVAL, "device: unknown device '%s' (cpu or cuda)", dev);
-    *is_gpu = strcmp(dev, "cuda") == 0;
+    if ((s->gpu != NULL && (rc = dt_gpu_parse("gpu", s->gpu, &g, em)) < 0) ||
+        (s->device != NULL && (rc = dt_device_parse("device", s->device, &d, em)) < 0))
+        return rc;
+    *is_gpu = dt_spec_device_id(s) == DT_DEVICE_CUDA;
     return 0;
 }
 

@@ -6,7 +6,8 @@
  * loop->data; owned and touched by the loop thread only.
  *
  * The coordinator's files call downwards only: main > rpc > ctl_req,
- * agent_req > jobs, recovery > run, alloc > conn (listen > conn) > coord,
+ * agent_req > jobs, recovery > run > commit, fence > push, alloc > conn
+ * (listen > conn) > coord,
  * beside the leaves auth, daemon, jobdir, slurm, batch and the planner. A
  * lower file reaches a higher one only through the hooks below, which
  * main.c sets.

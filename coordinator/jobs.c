@@ -129,26 +129,21 @@ int dt_jobs_submit(dt_coord_t *c, const dt_caller_t *who, const char *text, cons
         dt_log_info("uid=%u submit refused: %s", (unsigned)who->uid, em->s);
         goto out;
     }
-    /* what the GPU engine does not run yet is refused now, not when its
-     * workers exit: it shards the optimizer state only, and runs one ring */
-    if (req.cuda && (plan.shard > DT_SHARD_OPTIMIZER || plan.dp > 1)) {
-        rc = dt_emsg_set(em, DT_EINVAL, "planned with %s%s%s on device = cuda, which the GPU "
-                         "engine does not run yet (it shards the optimizer state only and runs "
-                         "one ring): plan it with --shard none|optimizer and dp = 1 on more "
-                         "GPUs, or run it on device = cpu",
-                         plan.shard > DT_SHARD_OPTIMIZER ? "shard = " : "",
-                         plan.shard > DT_SHARD_OPTIMIZER ? dt_shard_name(plan.shard) : "",
-                         plan.dp > 1 ? (plan.shard > DT_SHARD_OPTIMIZER ? " and dp > 1"
-                                                                         : "dp > 1")
-                                     : "");
+    /* what the device's engine does not run is refused now, not when its
+     * workers exit: the one answer the planner and dtengine ask too */
+    if ((rc = dt_vocab_runs(req.cuda ? DT_DEVICE_CUDA : DT_DEVICE_CPU, req.kind, plan.shard,
+                            plan.dp > 0 ? plan.dp : 1, em)) < 0) {
         out->refused = true;
         dt_log_info("uid=%u submit refused: %s", (unsigned)who->uid, em->s);
         goto out;
     }
-    /* the planner's recompute and shard reach the workers through the
-     * stored spec (the agents hand it to dtengine with --spec); a user's
-     * value is already there, and a replan of the stored spec decides the
-     * same */
+    /* the planner's layout, recompute and shard reach the workers through
+     * the stored spec (the agents hand it to dtengine with --spec); a
+     * user's value is already there, and a replan of the stored spec
+     * decides the same */
+    if (spec.layout == NULL &&
+        (rc = dt_spec_set(&spec, "layout", dt_layout_name(req.layout), em)) < 0)
+        goto out;
     if (plan.recompute && spec.recompute == NULL &&
         (rc = dt_spec_set(&spec, "recompute", "layer", em)) < 0)
         goto out;
@@ -166,7 +161,7 @@ int dt_jobs_submit(dt_coord_t *c, const dt_caller_t *who, const char *text, cons
     /* submitted, planned, queued: three events, one transaction */
     if ((rc = dt_db_begin(c->db, em)) < 0)
         goto fail;
-    if ((rc = dt_db_job_create(c->db, spec.name ? spec.name : "job", who->uid, canon, &id,
+    if ((rc = dt_db_job_create(c->db, dt_spec_word(&spec, "name"), who->uid, canon, &id,
                                em)) < 0 ||
         (rc = dt_db_job_plan(c->db, id, plan_text, em)) < 0 ||
         (rc = dt_db_job_transition(c->db, id, DT_JOB_QUEUED, NULL,
@@ -393,7 +388,7 @@ static int gpus_enough(dt_coord_t *c, const dt_job_t *j, const dt_wire_register_
 
     if (dt_spec_parse("job", j->spec, &s, &e2) < 0)
         return 0; /* stored by submit, so parsed once already: the start says more */
-    bool cuda = strcmp(dt_spec_device(&s), "cuda") == 0;
+    bool cuda = dt_spec_device_id(&s) == DT_DEVICE_CUDA;
     dt_spec_free(&s);
     if (!cuda || (int64_t)reg->gpus.n >= reg->slots)
         return 0;

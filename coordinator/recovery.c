@@ -57,9 +57,10 @@ int dt_recovery_note(dt_fail_log_t *log, const dt_failure_t *f)
 bool dt_recovery_deterministic(const dt_failure_t *f, int count, int64_t repeat,
                                int64_t repeat_startup)
 {
+    const dt_spec_t none = { 0 }; /* the key table's defaults */
     int64_t limit = f->startup ? (repeat_startup > 0 ? repeat_startup
-                                                     : DT_REPEAT_STARTUP_FAILURES_DEFAULT)
-                               : (repeat > 0 ? repeat : DT_REPEAT_FAILURES_DEFAULT);
+                                                     : dt_spec_int(&none, "repeat_startup_failures"))
+                               : (repeat > 0 ? repeat : dt_spec_int(&none, "repeat_failures"));
     return count >= limit;
 }
 
@@ -166,14 +167,14 @@ static enum dt_action worker(const dt_fault_t *f, const dt_job_view_t *v, dt_dec
     else if (f->sig)
         snprintf(why, sizeof(why), "rank %d on %s killed by signal %lld at step %lld",
                  f->rank, node, (long long)f->sig, (long long)f->step);
-    else if (f->status == 4)
+    else if (f->status == DT_EXIT_PEER)
         snprintf(why, sizeof(why), "rank %d on %s stopped: a peer failed", f->rank, node);
     else
         snprintf(why, sizeof(why), "rank %d on %s exited with status %lld at step %lld%s%s",
                  f->rank, node, (long long)f->status, (long long)f->step, err ? ": " : "",
                  err ? err : "");
     event(d, f->hung ? "worker_hung" : "worker_failed", "gen=%d %s", v->gen, why);
-    if (f->status == 2 && !f->sig) {
+    if (f->status == DT_EXIT_INPUT && !f->sig) {
         /* dtengine's exit 2: bad options or input, which no restart fixes */
         char dd[1000];
         snprintf(dd, sizeof(dd), "invalid job: %s (dtengine exit 2; its output: dtctl logs "
@@ -203,13 +204,15 @@ static enum dt_action worker(const dt_fault_t *f, const dt_job_view_t *v, dt_dec
         snprintf(cause, sizeof(cause), "hung");
     else if (f->sig)
         snprintf(cause, sizeof(cause), "signal %lld", (long long)f->sig);
-    else if (f->status == 4)
+    else if (f->status == DT_EXIT_PEER)
         snprintf(cause, sizeof(cause), "peer failed");
     else
         snprintf(cause, sizeof(cause), "exit %lld", (long long)f->status);
-    /* an exit status other than 4 and 5 is agreed by every rank
+    /* an exit status other than PEER and AGENT_LOST is agreed by every rank
      * (dtengine(1)): which rank's report came first is chance */
-    int who = !f->hung && !f->sig && f->status != 4 && f->status != 5 ? -1 : f->rank;
+    int who = !f->hung && !f->sig && f->status != DT_EXIT_PEER && f->status != DT_EXIT_AGENT_LOST
+                  ? -1
+                  : f->rank;
     return fail_gen(v, d, who, cause, why);
 }
 
@@ -373,8 +376,8 @@ int dt_recovery_replan(const dt_spec_t *spec, int ranks, int slots)
         dt_plan_t plan = { 0 };
         dt_emsg_t em = { "" };
         s.ranks = R;
-        s.nodes = 0;
-        s.spares = 0;
+        dt_spec_unset_int(&s, "nodes");
+        dt_spec_unset_int(&s, "spares");
         /* the workers run the stored spec: unset there is none (a submit
          * that chose layer stored it), so the planner must not pick it */
         if (s.recompute == NULL)
@@ -403,17 +406,17 @@ static void view_of(dt_coord_t *c, int64_t job, const dt_fault_t *f, dt_job_view
 
     memset(v, 0, sizeof(*v));
     v->job = job;
-    v->max_restarts = DT_MAX_RESTARTS_DEFAULT;
+    const dt_spec_t none = { 0 }; /* the key table's defaults */
+    v->max_restarts = (int)dt_spec_int(&none, "max_restarts");
     if (dt_db_job_get(c->db, job, &j, &em) == 0) {
         v->terminal = dt_job_state_terminal(j.state);
         v->recovering = j.state == DT_JOB_RECOVERING;
         v->restarts = j.restarts;
         if (dt_spec_parse("spec", j.spec ? j.spec : "", spec, &em) == 0) {
-            if (spec->max_restarts > 0)
-                v->max_restarts = (int)spec->max_restarts;
-            v->repeat = spec->repeat_failures;
-            v->repeat_startup = spec->repeat_startup_failures;
-            v->dp = (int)spec->dp;
+            v->max_restarts = (int)dt_spec_int(spec, "max_restarts");
+            v->repeat = dt_spec_int(spec, "repeat_failures");
+            v->repeat_startup = dt_spec_int(spec, "repeat_startup_failures");
+            v->dp = (int)dt_spec_int(spec, "dp");
         }
         dt_job_clear(&j);
     } else {

@@ -56,9 +56,8 @@
 struct dt_coord;
 struct dt_spec;
 
-#define DT_MAX_RESTARTS_DEFAULT 5 /* max_restarts unset */
-#define DT_REPEAT_FAILURES_DEFAULT 2
-#define DT_REPEAT_STARTUP_FAILURES_DEFAULT 3
+/* max_restarts, repeat_failures, repeat_startup_failures unset: the job
+ * spec key table's defaults (dt_spec_int) */
 #define DT_FAIL_LOG_MAX 64 /* distinct failures remembered per job; the oldest goes */
 
 /* One failure of a generation. */

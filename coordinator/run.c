@@ -1,17 +1,18 @@
 /* SPDX-License-Identifier: MIT
  *
- * Generations of a job's workers on its agents (run.h). One jobrun_t per job that has agents: the in-memory view of the
- * current generation (placement, per-rank progress, fences in flight, the
- * agents still to report its end). The database has the durable record:
- * job state and events, generations and ranks, checkpoints and shards.
+ * Generations of a job's workers on its agents (run.h). One jobrun_t per
+ * job that has agents: the in-memory view of the current generation
+ * (placement, the rank table and per-rank progress, the agents still to
+ * report its end), its start on the live agents, the workers' exits, the
+ * planned stop, the job's end, and the reload after a coordinator
+ * restart. The database has the durable record: job state and events,
+ * generations and ranks.
  *
- * The coordinator never opens a job's files: they belong to the job's
- * owner and the coordinator may run as root (dtcoordd(8) SECURITY). The
- * agents, running as the owner, read every shard back and the manifest,
- * and report what they found; the coordinator decides from those reports
- * and the database, and sends the file work (the commit marker, pruning)
- * back to an agent. A resume checkpoint is verified by the engine, which
- * exits DT_EXIT_CKPT when it does not verify.
+ * A run also holds its checkpoints' state and its fences in flight; the
+ * agents' reports about those come here first (the job's run found, a
+ * fence's generation checked) and are handed to commit.c and fence.c,
+ * which call nothing of this file. Messages to the agents go out through
+ * push.c.
  *
  * Faults (a worker's failure, an agent lost or restarted, a generation
  * that no longer fits, the end of a planned stop) are reported up through
@@ -19,9 +20,9 @@
  * calls back the primitives at the end of this file.
  *
  * Not here: the wire handling of each message (agent_req.c checks the
- * sender and the fields), checkpoint file formats (io/ckpt.c; only its
- * path names are used here), every recovery decision (recovery.c), Slurm
- * (alloc.c).
+ * sender and the fields), the checkpoints' verification, commit and
+ * pruning (commit.c), the fences' relay (fence.c), every recovery decision
+ * (recovery.c), Slurm (alloc.c).
  */
 #include "config.h"
 
@@ -34,17 +35,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common/base64.h"
 #include "common/clock.h"
 #include "common/fileio.h"
 #include "common/log.h"
 #include "common/mem.h"
 #include "common/text.h"
+#include "coordinator/commit.h"
+#include "coordinator/fence.h"
 #include "coordinator/jobdir.h"
+#include "coordinator/push.h"
 #include "coordinator/recovery.h"
 #include "coordinator/run.h"
 #include "db/db.h"
-#include "io/ckpt.h"
 #include "spec/spec.h"
 
 /* A generation is aborting: what was sent, who has answered. */
@@ -59,7 +61,6 @@ enum phase {
 
 #define ABORT_TIMEOUT_MS 30000 /* agents that never report the end are lost */
 #define STOP_TIMEOUT_MS 600000 /* a planned stop (checkpoint first) that never ends */
-#define DEFAULT_CKPT_KEEP 3
 
 typedef struct rank_info {
     int64_t agent, pid, step, steps, tokens;
@@ -67,15 +68,6 @@ typedef struct rank_info {
     int reported, exited, ok;
     const char *state; /* starting running exited failed hung killed lost */
 } rank_info_t;
-
-typedef struct fence {
-    uint32_t gen, seq;
-    int64_t *from; /* agents that sent theirs */
-    int n;
-    unsigned char *data;
-    size_t len;
-    struct fence *next;
-} fence_t;
 
 /* A worker's failure as its agent reported it. */
 typedef struct worker_failure {
@@ -105,13 +97,12 @@ typedef struct dt_jobrun {
     int *ended;             /* [ngen] GEN_ENDED (or lost) */
     int ngen;
     int nok;
-    fence_t *fences;
+    struct dt_fence *fences; /* in flight (fence.h) */
     char *job_dir;          /* JOBS_DIR/ID, the owner's; NULL when it could not be made */
-    char *ckpt_root;        /* NULL: no directory for checkpoints (why in dir_error) */
-    char *out_dir;          /* attn and prefill outputs; NULL as ckpt_root */
+    char *out_dir;          /* attn and prefill outputs; NULL as ck.root */
     char *dir_error;
-    int64_t commit_asked;   /* the step a CKPT_COMMIT was last sent for, -1 none */
-    int64_t ckpt_every, ckpt_keep;
+    dt_commit_t ck;         /* its checkpoints (commit.h); ck.root NULL: why in dir_error */
+    int64_t ckpt_every;
     int64_t resume_step;
     dt_fail_log_t fails;    /* failures seen, for the deterministic rule */
     worker_failure_t held;  /* a failure waiting for the report with its words */
@@ -125,7 +116,6 @@ typedef struct dt_jobrun {
 } jobrun_t;
 
 /*-- small helpers ---------------------------------------------------------------*/
-
 
 static int transition(dt_coord_t *c, int64_t job, enum dt_job_state to, const char *kind,
                       const char *detail)
@@ -148,48 +138,6 @@ static void rank_record(dt_coord_t *c, jobrun_t *r, int rank)
     if (dt_db_rank_set(c->db, r->job, r->gen, rank, ri->state, ri->step, ri->pid, &em) < 0)
         dt_log_error("job=%lld gen=%d rank=%d %s: %s", (long long)r->job, r->gen, rank,
                      ri->state, em.s);
-}
-
-/* A step found corrupt. Not recorded: logged; the step stays pending,
- * which no generation resumes from, and an agent sets its directory
- * aside all the same. */
-static void ckpt_corrupt(dt_coord_t *c, jobrun_t *r, int64_t step)
-{
-    dt_emsg_t em = { "" };
-
-    if (dt_db_checkpoint_set_state(c->db, r->job, step, "corrupt", &em) < 0)
-        dt_log_error("job=%lld step=%lld -> corrupt: %s", (long long)r->job, (long long)step,
-                     em.s);
-}
-
-static void push(dt_live_agent_t *a, uint16_t type, json_t *body)
-{
-    if (a && a->conn)
-        dt_conn_reply(a->conn, type, 0, body);
-    else
-        json_decref(body);
-}
-
-/* GEN_ABORT of generation gen (rank: the failed one, -1 none). */
-static void push_abort(dt_live_agent_t *a, int gen, const char *why, int rank)
-{
-    dt_wire_gen_abort_t b = { .gen = gen, .reason = why, .rank = rank };
-    push(a, DT_MSG_GEN_ABORT, dt_wire_gen_abort_encode(&b));
-}
-
-static void push_job_end(dt_live_agent_t *a, int64_t job, const char *state)
-{
-    dt_wire_job_end_t b = { .job = job, .state = state };
-    push(a, DT_MSG_JOB_END, dt_wire_job_end_encode(&b));
-}
-
-/* CKPT_PRUNE of the n steps under root: deleted, or renamed step-N.TAG
- * when tag is not NULL. */
-static void push_prune(dt_live_agent_t *a, const char *root, int64_t *steps, size_t n,
-                       const char *tag)
-{
-    dt_wire_ckpt_prune_t b = { .dir = root, .steps = { steps, n }, .set_aside = tag };
-    push(a, DT_MSG_CKPT_PRUNE, dt_wire_ckpt_prune_encode(&b));
 }
 
 static jobrun_t *run_find(dt_coord_t *c, int64_t job)
@@ -217,13 +165,7 @@ static void gen_clear(jobrun_t *r)
     r->ended = NULL;
     r->ngen = 0;
     r->nok = 0;
-    while (r->fences) {
-        fence_t *f = r->fences;
-        r->fences = f->next;
-        free(f->from);
-        free(f->data);
-        free(f);
-    }
+    dt_fence_clear(&r->fences);
 }
 
 static void run_free(jobrun_t *r)
@@ -231,7 +173,7 @@ static void run_free(jobrun_t *r)
     gen_clear(r);
     dt_spec_free(&r->spec);
     free(r->spec_text);
-    free(r->ckpt_root);
+    free(r->ck.root);
     free(r->out_dir);
     free(r->job_dir);
     free(r->dir_error);
@@ -253,7 +195,8 @@ static jobrun_t *run_get(dt_coord_t *c, int64_t job)
         return NULL;
     r = dt_xcalloc(1, sizeof(*r));
     r->job = job;
-    r->commit_asked = -1;
+    r->ck.job = job;
+    r->ck.asked = -1;
     r->held.status = -1;
     r->spec_text = dt_xstrdup(j.spec ? j.spec : "");
     if (dt_spec_parse("spec", r->spec_text, &r->spec, &em) < 0)
@@ -276,16 +219,17 @@ static jobrun_t *run_get(dt_coord_t *c, int64_t job)
         r->dir_error = dt_xstrdup(em.s);
     }
     if (r->spec.ckpt_dir)
-        r->ckpt_root = dt_xstrdup(r->spec.ckpt_dir);
+        r->ck.root = dt_xstrdup(r->spec.ckpt_dir);
     else if (r->job_dir)
-        r->ckpt_root = dt_xasprintf("%s/ckpt", r->job_dir);
+        r->ck.root = dt_xasprintf("%s/ckpt", r->job_dir);
     if (r->spec.output_dir)
         r->out_dir = dt_xstrdup(r->spec.output_dir);
     else if (r->job_dir)
         r->out_dir = dt_xasprintf("%s/output", r->job_dir);
-    int64_t steps = r->spec.steps > 0 ? r->spec.steps : 1;
-    r->ckpt_every = r->spec.ckpt_every > 0 ? r->spec.ckpt_every : steps;
-    r->ckpt_keep = r->spec.ckpt_keep > 0 ? r->spec.ckpt_keep : DEFAULT_CKPT_KEEP;
+    /* the key table's defaults (dt-spec(5)): train one checkpoint at the
+     * end, prefill one per layer; 3 kept */
+    r->ckpt_every = dt_spec_ckpt_every(&r->spec);
+    r->ck.keep = dt_spec_int(&r->spec, "ckpt_keep");
     r->phase = PH_WAITING;
     r->next = c->runs;
     c->runs = r;
@@ -306,170 +250,6 @@ static int live_usable(const dt_live_agent_t *a, int64_t job)
     return a->job == job && a->conn != NULL && a->slots > 0 && !a->suspect;
 }
 
-/*-- checkpoints -----------------------------------------------------------------*/
-
-typedef struct ck_list {
-    int64_t *steps;
-    char **states;
-    int n;
-} ck_list_t;
-
-static int ck_cb(const dt_checkpoint_t *ck, void *arg)
-{
-    ck_list_t *l = arg;
-    l->steps = dt_xrealloc(l->steps, (size_t)(l->n + 1) * sizeof(*l->steps));
-    l->states = dt_xrealloc(l->states, (size_t)(l->n + 1) * sizeof(*l->states));
-    l->steps[l->n] = ck->step;
-    l->states[l->n++] = dt_xstrdup(ck->state);
-    return 0;
-}
-
-static void ck_list_free(ck_list_t *l)
-{
-    for (int i = 0; i < l->n; i++)
-        free(l->states[i]);
-    free(l->steps);
-    free(l->states);
-}
-
-/* The agent to carry out the job's checkpoint file work: rank 0's in the
- * current generation when it is connected, else any connected agent of
- * the job (they all run as the job's owner and see its files). */
-static dt_live_agent_t *file_agent(dt_coord_t *c, jobrun_t *r)
-{
-    dt_live_agent_t *a = r->agent_of ? dt_coord_agent_find(c, r->agent_of[0]) : NULL;
-
-    if (a && a->conn)
-        return a;
-    for (a = c->agents; a; a = a->next)
-        if (a->job == r->job && a->conn)
-            return a;
-    return NULL;
-}
-
-/* Keep the newest ckpt_keep committed checkpoints: older ones are marked
- * deleted (the row first, so a crash leaves a directory nobody resumes
- * from), then an agent removes their directories. */
-static void prune(dt_coord_t *c, jobrun_t *r)
-{
-    ck_list_t l = { 0 };
-    dt_emsg_t em = { "" };
-    int64_t *steps = NULL;
-    size_t n = 0;
-    int kept = 0;
-
-    if (dt_db_checkpoints(c->db, r->job, ck_cb, &l, &em) < 0)
-        goto out;
-    steps = dt_xcalloc((size_t)l.n + 1, sizeof(*steps));
-    for (int i = l.n - 1; i >= 0; i--) {
-        if (strcmp(l.states[i], "committed") != 0 || ++kept <= r->ckpt_keep)
-            continue;
-        if (dt_db_checkpoint_set_state(c->db, r->job, l.steps[i], "deleted", &em) == 0)
-            steps[n++] = l.steps[i];
-    }
-    if (n > 0) {
-        dt_live_agent_t *a = file_agent(c, r);
-        if (a)
-            push_prune(a, r->ckpt_root, steps, n, NULL);
-        else
-            dt_log_warn("job=%lld: no agent connected to remove %zu old checkpoints",
-                        (long long)r->job, n);
-    }
-out:
-    free(steps);
-    ck_list_free(&l);
-}
-
-/* A step found corrupt: an agent renames its directory step-N.corrupt (kept
- * for inspection, and out of the engine's way: it writes the step again
- * when training passes it, instead of skipping a directory that carries a
- * COMMITTED marker). */
-static void set_aside(dt_coord_t *c, jobrun_t *r, int64_t step)
-{
-    dt_live_agent_t *a = r->ckpt_root ? file_agent(c, r) : NULL;
-
-    if (a)
-        push_prune(a, r->ckpt_root, &step, 1, "corrupt");
-}
-
-typedef struct shard_cmp {
-    json_t *man; /* the manifest's sha256 per rank */
-    int n, bad;
-} shard_cmp_t;
-
-static int shard_cb(const dt_shard_t *s, void *arg)
-{
-    shard_cmp_t *x = arg;
-    const char *want = json_string_value(json_array_get(x->man, (size_t)s->rank));
-    x->n++;
-    if (want == NULL || strcmp(s->sha256, want) != 0)
-        x->bad = 1;
-    return 0;
-}
-
-/* After a shard or the manifest was reported: when every rank's shard has
- * been read back by its agent and agrees with what the manifest lists,
- * ask an agent to write the commit marker; its CKPT_DONE commits the step
- * in the database (dt_run_ckpt_done). */
-static void try_commit(dt_coord_t *c, jobrun_t *r, int64_t step)
-{
-    dt_emsg_t em = { "" };
-    char *text = NULL;
-    shard_cmp_t x = { 0 };
-
-    if (r->ckpt_root == NULL || step == r->commit_asked ||
-        dt_db_checkpoint_manifest(c->db, r->job, step, &text, &em) < 0 || text == NULL)
-        goto out;
-    x.man = json_loads(text, 0, NULL);
-    if (!json_is_array(x.man) || json_array_size(x.man) == 0)
-        goto out;
-    if (dt_db_shards(c->db, r->job, step, shard_cb, &x, &em) < 0 ||
-        (size_t)x.n < json_array_size(x.man))
-        goto out;
-    if (x.bad || (size_t)x.n != json_array_size(x.man)) {
-        dt_coord_event(c, r->job, "checkpoint_rejected", "step=%lld: a shard's sha256 differs from "
-                       "the manifest's, or its ranks do not match", (long long)step);
-        ckpt_corrupt(c, r, step);
-        set_aside(c, r, step);
-        goto out;
-    }
-    dt_live_agent_t *a = file_agent(c, r);
-    if (a == NULL) {
-        dt_log_warn("job=%lld step=%lld: complete, but no agent is connected to commit it",
-                    (long long)r->job, (long long)step);
-        goto out;
-    }
-    r->commit_asked = step;
-    dt_wire_ckpt_commit_t cm = { .dir = r->ckpt_root, .step = step };
-    push(a, DT_MSG_CKPT_COMMIT, dt_wire_ckpt_commit_encode(&cm));
-out:
-    json_decref(x.man);
-    free(text);
-}
-
-/* The newest committed checkpoint (*dir NULL: start from scratch). The
- * engine verifies it as the job's owner; one that does not verify ends
- * the generation with DT_EXIT_CKPT (see ckpt_bad) and the next one takes
- * the checkpoint before it. */
-static void pick_resume(dt_coord_t *c, jobrun_t *r, char **dir, int64_t *step)
-{
-    ck_list_t l = { 0 };
-    dt_emsg_t em = { "" };
-
-    *dir = NULL;
-    *step = 0;
-    if (dt_db_checkpoints(c->db, r->job, ck_cb, &l, &em) < 0) {
-        dt_log_error("job=%lld checkpoints: %s", (long long)r->job, em.s);
-        return;
-    }
-    for (int i = l.n - 1; i >= 0 && *dir == NULL && r->ckpt_root; i--)
-        if (strcmp(l.states[i], "committed") == 0) {
-            *dir = dt_ckpt_step_dir(r->ckpt_root, l.steps[i]);
-            *step = l.steps[i];
-        }
-    ck_list_free(&l);
-}
-
 /*-- generations -----------------------------------------------------------------*/
 
 static void end_job(dt_coord_t *c, jobrun_t *r, enum dt_job_state to, const char *why)
@@ -480,8 +260,8 @@ static void end_job(dt_coord_t *c, jobrun_t *r, enum dt_job_state to, const char
     for (dt_live_agent_t *a = c->agents; a; a = a->next)
         if (a->job == r->job) {
             if (to != DT_JOB_COMPLETED && r->gen)
-                push_abort(a, r->gen, why, -1);
-            push_job_end(a, r->job, name);
+                dt_push_abort(a, r->gen, why, -1);
+            dt_push_job_end(a, r->job, name);
         }
     /* not recorded: logged (transition); the agents were told, and the
      * job's Slurm job ends all the same */
@@ -527,7 +307,7 @@ static void gen_start(dt_coord_t *c, jobrun_t *r)
         end_job(c, r, DT_JOB_FAILED, "the stored spec does not parse (dtcoordd's log says why)");
         return;
     }
-    if (r->ckpt_root == NULL) {
+    if (r->ck.root == NULL) {
         char why[700];
         snprintf(why, sizeof(why), "no checkpoint directory: %s",
                  r->dir_error ? r->dir_error : "the job has no directory");
@@ -563,7 +343,7 @@ static void gen_start(dt_coord_t *c, jobrun_t *r)
         }
         r->ngen++;
     }
-    pick_resume(c, r, &resume, &resume_step);
+    dt_commit_resume(c, &r->ck, &resume, &resume_step);
     r->resume_step = resume_step;
     /* not recorded: logged, and the generation starts anyway; its ranks'
      * states (dt_db_rank_set) then fail and are logged too, and a
@@ -582,7 +362,7 @@ static void gen_start(dt_coord_t *c, jobrun_t *r)
     size_t na = 0;
     argv[na++] = r->spec.kind;
     if (strcmp(r->spec.kind, "attn") != 0) {
-        const char *ck[] = { "--ckpt-commit", "external", "--ckpt-dir", r->ckpt_root,
+        const char *ck[] = { "--ckpt-commit", "external", "--ckpt-dir", r->ck.root,
                              "--ckpt-every", every, "--ckpt-keep", "1000000" };
         for (size_t i = 0; i < DT_ARRAY_SIZE(ck); i++)
             argv[na++] = ck[i];
@@ -607,7 +387,7 @@ static void gen_start(dt_coord_t *c, jobrun_t *r)
     json_t *start = dt_wire_gen_start_encode(&gs);
     free(logs);
     for (int i = 0; i < r->ngen; i++)
-        push(dt_coord_agent_find(c, r->gen_agents[i]), DT_MSG_GEN_START, json_incref(start));
+        dt_push_msg(dt_coord_agent_find(c, r->gen_agents[i]), DT_MSG_GEN_START, json_incref(start));
     json_decref(start);
     r->phase = PH_STARTING;
     dt_log_info("job=%lld gen=%d ranks=%d agents=%d resume_step=%lld started", (long long)r->job,
@@ -644,7 +424,7 @@ static void abort_gen(dt_coord_t *c, jobrun_t *r, const char *why, int rank)
     r->phase = PH_ABORTING;
     r->abort_ms = dt_clock_mono_ms();
     for (int i = 0; i < r->ngen; i++)
-        push_abort(dt_coord_agent_find(c, r->gen_agents[i]), r->gen, why, rank);
+        dt_push_abort(dt_coord_agent_find(c, r->gen_agents[i]), r->gen, why, rank);
 }
 
 static int64_t max_step(const jobrun_t *r)
@@ -719,7 +499,7 @@ void dt_run_registered(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_register
         dt_coord_event(c, r->job, "agent_reattached", "agent %lld (%s) came back with gen=%d's "
                        "workers running: they go on", (long long)a->id, a->node, r->gen);
         if (r->phase == PH_ABORTING) /* it may have missed the abort */
-            push_abort(a, r->gen, r->pending_reason ? r->pending_reason : "aborted", -1);
+            dt_push_abort(a, r->gen, r->pending_reason ? r->pending_reason : "aborted", -1);
         return;
     }
     /* it runs nothing of the current generation: its workers are gone */
@@ -805,7 +585,7 @@ void dt_run_worker_exit(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_worker_
         return;
     if (r->phase == PH_STOPPING) {
         ri->exited = 1;
-        ri->ok = (status == 0 || status == 3) && sig == 0;
+        ri->ok = (status == DT_EXIT_OK || status == DT_EXIT_STOPPED) && sig == 0;
         ri->state = ri->ok ? "exited" : "failed";
         if (step > ri->step)
             ri->step = step;
@@ -829,7 +609,7 @@ void dt_run_worker_exit(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_worker_
         return;
     }
     ri->exited = 1;
-    ri->ok = status == 0 && sig == 0;
+    ri->ok = status == DT_EXIT_OK && sig == 0;
     ri->state = ri->ok ? "exited" : hung ? "hung" : sig ? "killed" : "failed";
     if (step > ri->step)
         ri->step = step;
@@ -887,7 +667,8 @@ void dt_run_worker_exit(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_worker_
     /* An exit status the ranks agree on is printed by one rank only
      * (dtengine(1)): when this report does not carry the words, wait a
      * moment for the one that does (dt_run_tick ends the wait). */
-    int agreed = !hung && !sig && status != 4 && status != 5 && status != DT_EXIT_DEVICE;
+    int agreed = !hung && !sig && status != DT_EXIT_PEER && status != DT_EXIT_AGENT_LOST &&
+                 status != DT_EXIT_DEVICE;
     if (r->held.status >= 0) {
         if (agreed && err && status == r->held.status)
             r->held = f; /* the same failure, with its reason */
@@ -928,50 +709,15 @@ void dt_run_shard(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_shard_written
     jobrun_t *r = run_find(c, a->job);
 
     if (r)
-        try_commit(c, r, s->step);
+        dt_commit_shard(c, &r->ck, r->agent_of, s->step);
 }
 
 void dt_run_ckpt_done(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_ckpt_done_t *d)
 {
     jobrun_t *r = run_get(c, a->job);
-    dt_emsg_t em = { "" };
-    const char *op = d->op, *err = d->error;
-    int64_t step = d->step;
-    int ok = d->ok;
 
-    if (r == NULL)
-        return;
-    if (strcmp(op, "prune") == 0) {
-        if (!ok)
-            dt_coord_event(c, r->job, "checkpoint_prune_failed", "agent %lld (%s): %s",
-                           (long long)a->id, a->node, err ? err : "?");
-        return;
-    }
-    if (r->commit_asked == step)
-        r->commit_asked = -1;
-    if (!ok) {
-        dt_coord_event(c, r->job, "checkpoint_rejected", "step=%lld: agent %lld (%s) could not "
-                       "write the commit marker: %s", (long long)step, (long long)a->id, a->node,
-                       err ? err : "?");
-        ckpt_corrupt(c, r, step);
-        set_aside(c, r, step);
-        return;
-    }
-    if (dt_db_checkpoint_set_state(c->db, r->job, step, "committed", &em) < 0) {
-        dt_log_warn("job=%lld step=%lld commit: %s", (long long)r->job, (long long)step, em.s);
-        return;
-    }
-    prune(c, r);
-}
-
-static void b64_append(fence_t *f, const char *b64)
-{
-    size_t n = strlen(b64);
-    f->data = dt_xrealloc(f->data, f->len + DT_BASE64_DECODED_MAX(n));
-    int len = dt_base64_decode(b64, n, f->data + f->len);
-    if (len < 0)
-        return;
-    f->len += (size_t)len;
+    if (r)
+        dt_commit_done(c, &r->ck, r->agent_of, a, d);
 }
 
 void dt_run_fence(dt_conn_t *k, dt_live_agent_t *a, uint32_t id, const dt_wire_fence_t *fm)
@@ -987,40 +733,7 @@ void dt_run_fence(dt_conn_t *k, dt_live_agent_t *a, uint32_t id, const dt_wire_f
                       (long long)seq, (long long)gen);
         return;
     }
-    fence_t *f = r->fences;
-    while (f && !(f->gen == (uint32_t)gen && f->seq == (uint32_t)seq))
-        f = f->next;
-    if (f == NULL) {
-        f = dt_xcalloc(1, sizeof(*f));
-        f->gen = (uint32_t)gen;
-        f->seq = (uint32_t)seq;
-        f->from = dt_xcalloc((size_t)r->ngen, sizeof(*f->from));
-        f->next = r->fences;
-        r->fences = f;
-    }
-    dt_conn_reply(k, DT_MSG_OK, id, NULL);
-    for (int i = 0; i < f->n; i++)
-        if (f->from[i] == a->id)
-            return; /* sent again after a reconnect */
-    f->from[f->n++] = a->id;
-    b64_append(f, fm->data);
-    if (f->n < r->ngen)
-        return;
-    char *b64 = dt_base64_encode(f->data, f->len);
-    dt_wire_fence_done_t fd = { .gen = (uint32_t)gen, .seq = (uint32_t)seq, .data = b64 };
-    json_t *done = dt_wire_fence_done_encode(&fd);
-    for (int i = 0; i < r->ngen; i++)
-        push(dt_coord_agent_find(c, r->gen_agents[i]), DT_MSG_FENCE_DONE, json_incref(done));
-    json_decref(done);
-    free(b64);
-    for (fence_t **pp = &r->fences; *pp; pp = &(*pp)->next)
-        if (*pp == f) {
-            *pp = f->next;
-            break;
-        }
-    free(f->from);
-    free(f->data);
-    free(f);
+    dt_fence_add(k, &r->fences, r->gen_agents, r->ngen, id, a->id, fm);
 }
 
 void dt_run_agent_lost(dt_coord_t *c, int64_t job, int64_t agent)
@@ -1074,8 +787,8 @@ int dt_run_checkpoint(dt_coord_t *c, int64_t job, int *gen, dt_emsg_t *em)
         return rc;
     dt_wire_gen_ref_t ck = { .gen = r->gen };
     for (int i = 0; i < r->ngen; i++)
-        push(dt_coord_agent_find(c, r->gen_agents[i]), DT_MSG_CKPT_REQUEST,
-             dt_wire_ckpt_request_encode(&ck));
+        dt_push_msg(dt_coord_agent_find(c, r->gen_agents[i]), DT_MSG_CKPT_REQUEST,
+                    dt_wire_ckpt_request_encode(&ck));
     dt_coord_event(c, job, "checkpoint_requested", "gen=%d at step %lld", r->gen, (long long)max_step(r));
     *gen = r->gen;
     return 0;
@@ -1100,7 +813,8 @@ int dt_run_stop(dt_coord_t *c, int64_t job, const char *why, bool requeue, dt_em
     r->abort_ms = dt_clock_mono_ms();
     dt_wire_stop_t st = { .gen = r->gen, .checkpoint = true };
     for (int i = 0; i < r->ngen; i++)
-        push(dt_coord_agent_find(c, r->gen_agents[i]), DT_MSG_STOP, dt_wire_stop_encode(&st));
+        dt_push_msg(dt_coord_agent_find(c, r->gen_agents[i]), DT_MSG_STOP,
+                    dt_wire_stop_encode(&st));
     if (!requeue) /* a requeue's event is recovery's (preempt_requested) */
         dt_coord_event(c, job, "stop_requested", "gen=%d at step %lld: checkpoint, then stop "
                        "(%s)", r->gen, (long long)max_step(r), why);
@@ -1119,8 +833,8 @@ void dt_run_requeued(dt_coord_t *c, int64_t job)
         if (a->job != job)
             continue;
         if (r && r->gen && gen_index(r, a->id) >= 0 && r->phase != PH_WAITING)
-            push_abort(a, r->gen, "requeued", -1);
-        push_job_end(a, job, "requeued");
+            dt_push_abort(a, r->gen, "requeued", -1);
+        dt_push_job_end(a, job, "requeued");
         if (dt_db_agent_set_state(c->db, a->id, "gone", dt_clock_wall_ms(), &em) < 0)
             dt_log_warn("agent=%lld: %s", (long long)a->id, em.s);
         if (a->conn)
@@ -1160,8 +874,8 @@ void dt_run_cancelled(dt_coord_t *c, int64_t job)
     for (dt_live_agent_t *a = c->agents; a; a = a->next)
         if (a->job == job) {
             if (r && r->gen)
-                push_abort(a, r->gen, "cancelled", -1);
-            push_job_end(a, job, "cancelled");
+                dt_push_abort(a, r->gen, "cancelled", -1);
+            dt_push_job_end(a, job, "cancelled");
         }
     if (r)
         r->phase = PH_DONE;
@@ -1403,5 +1117,5 @@ void dt_run_set_aside(dt_coord_t *c, int64_t job, int64_t step)
 {
     jobrun_t *r = run_find(c, job);
     if (r)
-        set_aside(c, r, step);
+        dt_commit_set_aside(c, &r->ck, r->agent_of, step);
 }

@@ -2,13 +2,15 @@
  *
  * Running jobs on agents: the coordinator's side of generations. Placement
  * of ranks on registered agents (the rest are spares), GEN_START to each,
- * the relay of cross-agent PMIx fences, progress, checkpoint commits. A
- * fault (a worker that fails or hangs, an agent lost or restarted, a
- * generation that no longer fits the live agents, the end of a planned
- * stop) is reported through the coordinator's fault hook; the recovery
- * policy (recovery.h) decides and acts through the primitives at the end
- * of this header. run.c never calls alloc.c: a job that ends is reported
- * through the job_ended hook.
+ * progress, the workers' exits; the agents' fence and checkpoint reports,
+ * matched to the job's run here (a fence's generation checked) and
+ * carried out by fence.h (the relay of cross-agent PMIx fences) and
+ * commit.h (checkpoint commits). A fault (a worker that fails or hangs,
+ * an agent lost or restarted, a generation that no longer fits the live
+ * agents, the end of a planned stop) is reported through the
+ * coordinator's fault hook; the recovery policy (recovery.h) decides and
+ * acts through the primitives at the end of this header. run.c never
+ * calls alloc.c: a job that ends is reported through the job_ended hook.
  *
  * The durable part (generations, ranks, checkpoints, results) is in
  * SQLite; the in-memory part (progress, fences in flight) is rebuilt after

@@ -147,7 +147,11 @@ int main(int argc, char **argv)
     }
     /* what runs: rank 0 says it, and under an agent every rank (each has
      * its own log) */
-    if (dt_comm_rank(comm) == 0 || dt_wlink_active())
+    int help = 0;
+    for (int i = 2; i < argc; i++)
+        help |= strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0 ||
+                strcmp(argv[i], "--print-settings") == 0;
+    if (!help && (dt_comm_rank(comm) == 0 || dt_wlink_active()))
         dt_cpu_line();
     /* a long ring step keeps the agent hearing from us */
     dt_attn_set_tick(dt_wlink_tick);

@@ -37,10 +37,10 @@
 #endif
 
 #include "common/clock.h"
+#include "common/exitcodes.h"
 #include "common/mem.h"
 #include "common/msg.h"
 #include "common/wire.h"
-#include "engine/cmd/cmd.h"
 #include "engine/wlink.h"
 
 #define RBUF_MIN 4096

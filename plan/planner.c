@@ -1,124 +1,14 @@
 /* SPDX-License-Identifier: MIT
  *
- * The ring-layout planner (planner.h): presets, a first-principles model of
- * one job on R ranks (memory per rank, FLOPs, bytes per ring step, time),
- * the choice of R, and the refusals. Pure computation, no I/O.
+ * The ring-layout planner's search (planner.h): the request checked, the
+ * fewest ranks that fit, the shard level and recompute setting tried when
+ * the spec leaves them open, the refusals with their reasons and the note
+ * that says why the planner chose, the plan filled in with its placement,
+ * and the plan as JSON. Pure computation, no I/O.
  *
- * Glossary: T tokens, R ranks, c = T / R tokens per rank, H query heads,
- * Hkv key/value heads, D = dim / H head dimension, P parameters, elem the
- * bytes of one value at the job's precision (4 fp32, 2 bf16/fp16); with
- * data parallelism (train, spec key dp) N rings of R ranks, W = N R the
- * job's ranks (W = R when N = 1).
- *
- * What each number means, and where it comes from:
- *
- * Memory per rank. Unsharded, every rank holds the whole training state
- * (weights, gradients, optimizer; the gradient all-reduce runs over the ring
- * group), which does not shrink with R; with shard (below) a part of it
- * does, as 1 / W; everything else is per token and shrinks with c.
- *  - attn: exactly what `dtengine attn` allocates (engine/attn/attn.c,
- *    engine/cmd/attn.c): q (c, H, D) and k, v (c, Hkv, D) at elem; o
- *    (c, H, D) and lse (H, c) in fp32; per branch the ring buffers of packed
- *    K/V (two when the branch's group has more than one rank; a ring of one
- *    never receives, and the engine never touches its second buffer, so it
- *    is never resident); the index arrays of the group being run (three
- *    int64 per row of the segment, a 48-byte member record per rank), and
- *    for dilated branches the gathered q, o, lse of each head chunk.
- *    Branches run one after another, so the largest branch counts, not
- *    their sum. On the cpu preset (fp32) this is tested against the
- *    engine's max RSS (tests/integration/plan_memory.sh).
- *  - prefill: weights P elem; for c tokens the residual stream (dim elem)
- *    plus one layer's working set, the larger of its attention half
- *    (normed x, q at elem, k and v at elem, o and lse in fp32) and its FFN
- *    half (normed x, gate, up and their product at elem); the ring buffers
- *    and workspace as for attn. No KV cache is kept: the output is the last
- *    hidden states.
- *  - train on GPUs (elem < 4): what dtengine train --device cuda allocates,
- *    from the one account both use (dt_model_gpu_train_bytes, spec/model.h,
- *    with the plan's recompute): the dtype weights (elem P), fp32 gradient
- *    (4 P), master copy and moments (12 P; sharded: below); every layer's
- *    kept activations per token (with recompute = layer its fp32 input
- *    only, 4 dim); the backward's scratch per token (with recompute one
- *    layer's activations too) and the LM head's chunk of logits
- *    (workspace).
- *  - train on CPUs (fp32): what dtengine train allocates
- *    (engine/model/model.c, engine/cmd/train.c). Weights, gradient and
- *    AdamW's two moments, 4 P each (weights 4 P, grads 4 P, optimizer 8 P;
- *    with batch > 1 a sequence's gradient beside the step's, grads 8 P).
- *    Activations kept for the backward, per token per layer:
- *        A = 4 (4 dim + 2 H D + 2 Hkv D + 3 ffn + H + 2) bytes,
- *    after Korthikanti et al., "Reducing Activation Recomputation in Large
- *    Transformer Models" (2022), sec. 4.1, whose 34 h bytes per token per
- *    layer (GPT, 16-bit) we redo for this LLaMA: the attention half keeps
- *    its input x and the normed x (2 dim), q and the attention output
- *    (2 H D), k and v (2 Hkv D), the LSE (H) and the norm's 1 / rms (1);
- *    the FFN half its input and the normed x (2 dim), gate, up and
- *    silu(gate) up (3 ffn: SwiGLU is one kernel) and 1 / rms (1). There is
- *    no dropout in LLaMA, and with flash attention no (T x T) score matrix
- *    is stored, so the 5 a s / h term of the paper is gone. With
- *    recompute = layer a layer keeps its input only (4 dim) and the
- *    backward makes its activations again, one layer at a time (below).
- *    Plus the final norm's input, output and 1 / rms (4 (2 dim + 1)).
- *    Workspace, per token: fp32 logits and their gradient (2 4 vocab), the
- *    residual stream, the branch output and two residual gradients
- *    (4 4 dim), the backward's dq, d(attention output), dk, dv and the
- *    three FFN gradients (4 (2 H D + 2 Hkv D + 3 ffn)), token ids and
- *    positions (24); with recompute one layer's activations (A) and the
- *    input it is recomputed from (4 dim); then every rank's copy of the T
- *    input and target ids (8 T) and the attention workspace. Ring
- *    buffers: the forward's plus four fp32 gradient packs (dK/dV travel one
- *    step behind K/V and come home; two when the ring is one rank). On the
- *    cpu preset this is tested against dtengine train's max RSS, with and
- *    without recompute (tests/integration/plan_memory.sh).
- *
- * Shard (train; spec key shard, dt_plan_req_t.shard). The flat parameters
- * (spec/model.h) are split into W contiguous slices (W = N R with dp: all
- * the job's ranks), rank r keeping about [P r / W, P (r + 1) / W) (with dp
- * the engine orders the slices otherwise, of the same sizes), and gathered
- * and reduced in units: the embedding (V dim), each layer, the final norm
- * with the LM head (V dim + dim; dim when tied). U is the largest unit's parameters
- * (dt_model_unit_max), E = V dim when the head is tied to the embedding,
- * else 0. Per rank, CPU (fp32; g = 4 P, 8 P with batch > 1):
- *    none        weights 4 P          grads g                 optimizer 8 P
- *    optimizer   weights 4 P          grads g                 optimizer 8 P / W
- *    gradients   weights 4 P          grads g / W + 4 (U + E) optimizer 8 P / W
- *    parameters  weights 4 P / W + 4 (U + E), grads and optimizer as gradients
- * the 4 U being the unit gathered (parameters) or reduce-scattered
- * (gradients), 4 E the tied embedding, gathered for the head and its
- * gradient alive through the backward. GPU (the dtype copy elem P, fp32
- * gradient 4 P, master 4 P, moments 8 P):
- *    none        (16 + elem) P
- *    optimizer   (8 + elem) P + 8 P / W                 (the moments)
- *    gradients   (4 + elem) P + 12 P / W + 4 (U + E)    (and the gradient)
- *    parameters  (16 + elem) P / W + 2 elem U + 4 U + (elem + 4) E
- * the 2 elem U being two gathered units in the dtype, one in use and one
- * prefetched, 4 U the unit's gradient. The per-token parts do not change.
- * So the memory no R shrinks is the state kept whole, a, and the search
- * for the fewest R starts from R (mem - a) >= T act + b / N, b the sharded
- * state at W = 1; no R helps when a (with fixed) fills a rank.
- *
- * Data parallel (train; spec key dp, dt_plan_req_t.dp = N). The job runs N
- * rings of R ranks, W = N R workers, ring i on the job's ranks [i R,
- * (i + 1) R); each ring trains on its own sequences, and the gradient is
- * summed around each ring, then across the rings (dtengine(1)). The
- * planner chooses R as without dp, for one ring's sequence over R ranks:
- * everything per token is one ring's. What dp changes: the sharded state
- * is divided by W, not R (above); on the CPU engine every rank keeps one
- * more buffer of the largest unit in fp32, 4 U, whatever the shard level
- * (the ring part of a unit between the two levels of the reduction, or of
- * a gather), counted in grads; the collectives over the training state
- * span W ranks (time, below); a step trains N sequences at once, so its
- * FLOPs are N times one ring's and flops_per_token is over N T tokens
- * (with batch B, N B sequences: B after one another on each ring, B
- * times the compute, and on the CPU engine B reductions);
- * the workers, nodes, the cluster's capacity and the placement count W.
- * The GPU engine does not run dp yet (dtengine refuses it): its plan is
- * the same model without the extra buffer.
- *
- * Recompute (train; spec key recompute, dt_plan_req_t.recompute). With
- * none every layer's activations stay until its backward; with layer only
- * each layer's input does, and its forward runs again just before its
- * backward.
+ * Not here: what one choice costs (cost.c: memory per rank, FLOPs, ring
+ * steps, time, and the glossary of T, R, c, W the comments here use); the
+ * presets and the request from a spec (request.c).
  *
  * The planner's pick, when the spec leaves shard or recompute unset (the
  * user's values are always honoured, fitting or not). The planner has
@@ -146,54 +36,6 @@
  * open), refused, and the note says so; a refusal for another cause than
  * memory stays as it is.
  *
- * FLOPs. Attention from dt_attn_flops (visible (query, key) pairs only;
- * 4 D per pair per head); the backward costs 2.5 times the forward
- * (attn.h: flash attention recomputes the scores), so training counts 3.5x.
- * Matrix products: 2 flops per parameter per token that multiplies (every
- * layer's Wq, Wk, Wv, Wo, W1, W2, W3 and the LM head; not the embedding
- * lookup), 6 for training. Prefill and train run every layer; attn is one
- * attention call. These are the model's useful FLOPs: recompute's second
- * forward is not in them, only in the time.
- *
- * Ring steps. For each branch (w, r) (dense: (T, 1)) the ranks holding one
- * segment form a group: the most blocks one segment touches (a block is
- * the c tokens of a rank, c / 2 for zigzag, whose ranks hold two chunks),
- * at most R; 1 when segments sit inside blocks. A member's pack holds, per
- * head chunk k, the K and V rows at offset k (about L / r of its L tokens in
- * the segment) of the kv heads that chunk reads. Every step moves one pack
- * to the next member while one block computes; a step's transfer hides when
- * pack / bandwidth <= the step's compute (the rank's branch FLOPs over its
- * steps, at peak times efficiency; causal contiguous layouts make the last
- * rank do 2 - 1/g times the average). The bandwidth is the node's link when
- * the group fits in a node and tiles it, else the network. Compute per step
- * grows as c^2 and the transfer as c, so there is a smallest c that hides:
- * min_c_hidden, found by bisection over c with R fixed.
- *
- * Time: per rank, compute + exposed communication, summed over layers and
- * branches, plus the matrix products, plus for training the collectives
- * over the training state at the slowest link the W ranks span (f = (W -
- * 1) / W; with dp the two levels of the reduction are modelled as one over
- * W ranks, at the network's bandwidth once W ranks leave a node; e = elem
- * on GPUs, 4 on the CPU): none all-reduces the gradient, 2 f P e bytes;
- * optimizer also gathers the updated parameters, f P e more; gradients
- * reduce-scatters the fp32 gradient unit by unit in the backward (f P 4)
- * and gathers the updated parameters (f P e); parameters gathers every
- * unit in the forward and again in the backward (2 f P e) and
- * reduce-scatters its gradient (f P 4). What runs after the backward is
- * not overlapped, nor is anything on the CPU engine, which runs the
- * per-unit transfers in line (dtengine(1)). On GPUs they are prefetched
- * beside a neighbouring unit, so each hides behind one layer's compute on
- * the rank (its matrix products for c tokens and its attention; the
- * backward's 2 and 2.5 times the forward's, with recompute plus a
- * forward), and only the excess counts, except the embedding's, which
- * has no compute beside it. shard_comm_s is all of it, shard_hidden
- * whether every per-unit transfer hides. attn and prefill: one forward;
- * train: one step. With
- * recompute = layer a step also runs every layer's forward once more: its
- * attention forward (compute and the forward's exposed communication) and
- * its matrix products, 2 Pmm_layers c (Pmm less the LM head's vocab dim,
- * which is not recomputed).
- *
  * Placement: ranks in contiguous blocks of gpus_per_node, so consecutive
  * ring hops stay inside a node; with dp the W ranks so, ring after ring,
  * and intra_node_frac is over the hops of every ring.
@@ -206,625 +48,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/cpuinfo.h"
 #include "common/macros.h"
 #include "common/mem.h"
+#include "plan/cost.h"
 #include "plan/planner.h"
 
 #define GiB (1024.0 * 1024.0 * 1024.0)
-#define MiB (1024.0 * 1024.0)
 #define MAX_RANKS 1000000
 #define PLACEMENT_LIST_MAX 4096
 #define TOKENS_MAX ((int64_t)1 << 50)
 
-/*-- presets -------------------------------------------------------------------*/
-
-/* peak_fp32: the same machine at fp32 (GPUs without TF32: the non-tensor
- * FP32 peak), used when a job asks for fp32. */
-static const struct cluster_preset {
-    dt_cluster_t c;
-    double peak_fp32;
-    int this_cpu; /* peak and efficiency from this machine's CPU */
-} clusters[] = {
-    /* H100 SXM: 80 GiB HBM3 (76 usable after the CUDA context, allocator
-     * slack and fragmentation), 989 TFLOP/s dense bf16, NVLink 4 at 900 GB/s
-     * both directions together, one 400 Gb/s NDR InfiniBand port per GPU.
-     * Fixed: CUDA context, cuBLAS workspace and NCCL buffers, ~1 GiB. */
-    { { "h100-sxm", 8, 0, 76.0 * GiB, 989e12, 0.5, 450e9, 50e9, 1.0 * GiB, 0 }, 67e12, 0 },
-    /* H200: the same compute and links, 141 GB HBM3e (about 140 GiB; 133
-     * usable). */
-    { { "h200", 8, 0, 133.0 * GiB, 989e12, 0.5, 450e9, 50e9, 1.0 * GiB, 0 }, 67e12, 0 },
-    /* cpu: one dtengine rank per core, a "node" being one machine of two
-     * ranks, 4 GiB per rank. Peak and efficiency: this machine's
-     * (common/cpuinfo.h dt_cpu_peak: measured on the CPUs dt was run on,
-     * else vector width x FMA pipes x clock), filled in by preset_copy;
-     * the figures here are AMD Zen 5's, where the attention kernels'
-     * 6-row products reach 270 GFLOP/s and dtengine attn and the tiny
-     * training step 0.55 of it. Links: shared-memory copies between ranks
-     * of one machine (5 GB/s), 1 GB/s between machines. Fixed: dtengine's
-     * max RSS with 16 tokens per rank under mpirun (bench/memory.sh): 13.2
-     * MiB at R = 1, 13.5 at 2, 16.5 at 4; 15 MiB. Per peer: Open MPI's
-     * shared-memory transport maps and touches buffers for each other
-     * rank, about 0.7 MiB each at 1 to 8 ranks of dtengine train
-     * (bench/train_memory.sh): 720 KiB. bf16 runs no faster on the CPU
-     * kernels. */
-    { { "cpu", 2, 0, 4.0 * GiB, 270e9, 0.55, 5e9, 1e9, 15.0 * MiB, 720.0 * 1024 }, 270e9, 1 },
-};
-
-/* A preset as planned on this machine: the cpu preset's peak is this
- * CPU's. */
-static void preset_copy(const struct cluster_preset *p, dt_cluster_t *out, double *peak_fp32)
-{
-    *out = p->c;
-    if (peak_fp32)
-        *peak_fp32 = p->peak_fp32;
-    if (p->this_cpu) {
-        out->peak_flops = dt_cpu_peak(dt_cpu_this(), &out->efficiency);
-        if (peak_fp32)
-            *peak_fp32 = out->peak_flops;
-    }
-}
-
-static const struct cluster_preset *find_cluster(const char *name)
-{
-    for (size_t i = 0; i < DT_ARRAY_SIZE(clusters); i++)
-        if (name != NULL && strcmp(name, clusters[i].c.name) == 0)
-            return &clusters[i];
-    return NULL;
-}
-
-int dt_cluster_preset(const char *name, dt_cluster_t *out, dt_emsg_t *em)
-{
-    const struct cluster_preset *p = find_cluster(name);
-
-    if (p == NULL)
-        return dt_emsg_set(em, DT_EINVAL, "unknown gpu '%s' (known: h100-sxm, h200, cpu)",
-                           name ? name : "(null)");
-    preset_copy(p, out, NULL);
-    return 0;
-}
-
-/*-- from a spec -----------------------------------------------------------------*/
-
-static const char *kind_name(enum dt_job_kind k)
-{
-    return k == DT_KIND_TRAIN ? "train" : k == DT_KIND_PREFILL ? "prefill" : "attn";
-}
-
-static const char *prec_name(dt_dtype_t p)
-{
-    return p == DT_F32 ? "fp32" : p == DT_F16 ? "fp16" : "bf16";
-}
-
-const char *dt_shard_name(enum dt_shard_level s)
-{
-    switch (s) {
-    case DT_SHARD_AUTO:
-        return "auto";
-    case DT_SHARD_NONE:
-        return "none";
-    case DT_SHARD_OPTIMIZER:
-        return "optimizer";
-    case DT_SHARD_GRADIENTS:
-        return "gradients";
-    case DT_SHARD_PARAMETERS:
-        return "parameters";
-    }
-    return "none";
-}
-
-int dt_plan_req_from_spec(const dt_spec_t *s, dt_plan_req_t *out, dt_emsg_t *em)
-{
-    const char *gpu;
-    const struct cluster_preset *cp;
-    dt_attn_spec_t a = { 0 };
-    int rc;
-
-    memset(out, 0, sizeof(*out));
-    if ((rc = dt_spec_check(s, em)) < 0)
-        return rc;
-    gpu = dt_spec_gpu(s);
-    out->cuda = strcmp(dt_spec_device(s), "cuda") == 0;
-    out->tokens = s->tokens;
-
-    if ((rc = dt_model_from_spec(s, &out->model, em)) < 0)
-        return rc;
-
-    if ((cp = find_cluster(gpu)) == NULL)
-        return dt_cluster_preset(gpu, &out->cluster, em);
-    double peak_fp32;
-    preset_copy(cp, &out->cluster, &peak_fp32);
-    if (s->nodes)
-        out->cluster.nodes = (int)s->nodes;
-    if (s->gpus_per_node)
-        out->cluster.gpus_per_node = (int)s->gpus_per_node;
-
-    out->kind = strcmp(s->kind, "train") == 0     ? DT_KIND_TRAIN
-                : strcmp(s->kind, "prefill") == 0 ? DT_KIND_PREFILL
-                                                  : DT_KIND_ATTN;
-    const char *dt = dt_spec_dtype(s);
-    out->precision = strcmp(dt, "fp32") == 0 ? DT_F32 : strcmp(dt, "fp16") == 0 ? DT_F16 : DT_BF16;
-    if (out->precision == DT_F32)
-        out->cluster.peak_flops = peak_fp32;
-
-    out->causal = s->causal_set ? s->causal != 0 : true;
-    if (s->layout != NULL)
-        dt_layout_parse(s->layout, &out->layout);
-    else
-        out->layout = out->causal ? DT_LAYOUT_ZIGZAG : DT_LAYOUT_CONTIGUOUS;
-    if ((rc = dt_attn_parse_branches(&a, s->segments, s->dilations, em)) < 0)
-        return rc;
-    out->nbranch = a.nbranch;
-    memcpy(out->seg, a.seg, sizeof(out->seg));
-    memcpy(out->dil, a.dil, sizeof(out->dil));
-    out->ranks = (int)s->ranks;
-    out->spares = (int)s->spares;
-    /* checked against none | layer by dt_spec_check */
-    out->recompute = s->recompute == NULL                 ? DT_RECOMPUTE_AUTO
-                     : strcmp(s->recompute, "layer") == 0 ? DT_RECOMPUTE_LAYER
-                                                          : DT_RECOMPUTE_NONE;
-    /* checked against the four levels by dt_spec_check */
-    out->shard = DT_SHARD_AUTO;
-    for (enum dt_shard_level l = DT_SHARD_NONE; s->shard != NULL && l <= DT_SHARD_PARAMETERS; l++)
-        if (strcmp(s->shard, dt_shard_name(l)) == 0)
-            out->shard = l;
-    out->batch = s->batch > 0 ? s->batch : 1;
-    out->dp = s->dp > 0 ? (int)s->dp : 1;
-    return 0;
-}
-
-/*-- the model of one job on R ranks ---------------------------------------------*/
-
-typedef struct bev {
-    int64_t w, r;
-    int group;                          /* ranks of its sub-ring */
-    int segs;                           /* segments a rank's rows touch (sub-rings it runs) */
-    double L;                           /* a member's tokens in one segment */
-    double pack;                        /* one member's K/V pack, bytes */
-    double flops;                       /* one attention forward, whole job */
-    double compute_s;                   /* per rank, one attention forward */
-    double step_compute_s, step_comm_s; /* forward, per ring step */
-    double exposed_s;                   /* per rank, one attention forward (train: fwd + bwd) */
-    double exposed_fwd_s;               /* per rank, the forward's part of exposed_s */
-    bool hidden;
-    double buffers, work; /* bytes */
-} bev_t;
-
-typedef struct ev {
-    int64_t T, c;
-    int R;
-    int nb;
-    bev_t b[DT_ATTN_MAXBRANCH];
-    dt_plan_mem_t mem;
-    double attn_flops, flops, seconds, bytes_per_step;
-    double step_compute_s, step_comm_s;
-    bool hidden;
-    double shard_comm_s; /* train */
-    bool shard_hidden;
-} ev_t;
-
-static double elem_of(dt_dtype_t p)
-{
-    return p == DT_F32 ? 4.0 : 2.0;
-}
-
-static int64_t imin(int64_t a, int64_t b)
-{
-    return a < b ? a : b;
-}
-
 static int64_t imax2(int64_t a, int64_t b)
 {
     return a > b ? a : b;
-}
-
-static double dmax(double a, double b)
-{
-    return a > b ? a : b;
-}
-
-static int64_t gcd(int64_t a, int64_t b)
-{
-    while (b != 0) {
-        int64_t t = a % b;
-        a = b;
-        b = t;
-    }
-    return a;
-}
-
-static int64_t ceil_div(int64_t a, int64_t b)
-{
-    return (a + b - 1) / b;
-}
-
-/* Train with recompute = layer (AUTO is planned as none; dt_plan_make
- * decides). */
-static bool recomp(const dt_plan_req_t *q)
-{
-    return q->kind == DT_KIND_TRAIN && q->recompute == DT_RECOMPUTE_LAYER;
-}
-
-/* The shard level planned (AUTO as none; dt_plan_make decides), none
- * unless training. */
-static enum dt_shard_level shard_of(const dt_plan_req_t *q)
-{
-    return q->kind != DT_KIND_TRAIN || q->shard == DT_SHARD_AUTO ? DT_SHARD_NONE : q->shard;
-}
-
-/* The rings (spec dp): 1 unless given. */
-static int dp_of(const dt_plan_req_t *q)
-{
-    return q->dp > 1 ? q->dp : 1;
-}
-
-static bool zig(const dt_plan_req_t *q, int R)
-{
-    return q->layout == DT_LAYOUT_ZIGZAG && R > 1;
-}
-
-/* The attention spec of the request over T tokens. */
-static dt_attn_spec_t attn_spec(const dt_plan_req_t *q, int64_t T)
-{
-    dt_attn_spec_t a = { 0 };
-
-    a.T = T;
-    a.H = (int)q->model.heads;
-    a.Hkv = (int)q->model.kv_heads;
-    a.D = dt_model_head_dim(&q->model);
-    a.causal = q->causal;
-    a.nbranch = q->nbranch;
-    memcpy(a.seg, q->seg, sizeof(a.seg));
-    memcpy(a.dil, q->dil, sizeof(a.dil));
-    a.layout = q->layout;
-    return a;
-}
-
-/* Parameters, those that multiply every token (matrix products), and of
- * those the layers' (what a recomputed forward multiplies again). */
-static void params(const dt_model_cfg_t *m, double *P, double *Pmm, double *Pmm_layers)
-{
-    double dim = (double)m->dim, kvdim = (double)(dt_model_head_dim(m) * m->kv_heads);
-    double qdim = (double)dt_model_head_dim(m) * (double)m->heads;
-    double attn = 2 * dim * qdim + 2 * dim * kvdim, ffn = 3 * dim * (double)m->ffn;
-    double vd = (double)m->vocab * dim;
-
-    *P = (double)m->layers * (attn + ffn + 2 * dim) + vd + dim + (m->tied ? 0 : vd);
-    *Pmm_layers = (double)m->layers * (attn + ffn);
-    *Pmm = *Pmm_layers + vd;
-}
-
-/* The CPU engine (fp32): what one layer keeps for its backward, per token
- * (see the top). */
-static double train_act_per_token_layer(const dt_model_cfg_t *m)
-{
-    double dim = (double)m->dim, D = (double)dt_model_head_dim(m);
-    double qdim = D * (double)m->heads, kvdim = D * (double)m->kv_heads;
-    return 4 * (4 * dim + 2 * qdim + 2 * kvdim + 3 * (double)m->ffn + (double)m->heads + 2);
-}
-
-/* The CPU engine: activations kept per token per layer, the whole layer's
- * or with recompute its input only. */
-static double train_kept_per_token_layer(const dt_plan_req_t *q)
-{
-    return recomp(q) ? 4 * (double)q->model.dim : train_act_per_token_layer(&q->model);
-}
-
-/* The training state per rank (weights, grads, optimizer in mm) at the
- * request's shard level over W ranks (N R with dp), inv_w = 1 / W;
- * inv_w = 0 gives the part that no W shrinks. See the top: U is the
- * largest unit, E the embedding when the head shares it (kept gathered for
- * the head, its gradient alive through the backward). */
-static void train_state(const dt_plan_req_t *q, double inv_w, dt_plan_mem_t *mm)
-{
-    const dt_model_cfg_t *m = &q->model;
-    double e = elem_of(q->precision), P, Pmm, Pmm_layers;
-    double U = (double)dt_model_unit_max(m), E = m->tied ? (double)m->vocab * m->dim : 0;
-    enum dt_shard_level sh = shard_of(q);
-
-    params(m, &P, &Pmm, &Pmm_layers);
-    if (e < 4) {
-        /* the GPU engine: dtype weights (e P), fp32 gradient (4 P), fp32
-         * master copy (4 P, whole until parameters) and moments (8 P) */
-        mm->weights = sh == DT_SHARD_PARAMETERS ? e * P * inv_w + 2 * e * U + e * E : e * P;
-        mm->grads = sh >= DT_SHARD_GRADIENTS ? 4 * P * inv_w + 4 * (U + E) : 4 * P;
-        mm->optimizer = sh == DT_SHARD_PARAMETERS  ? 12 * P * inv_w
-                        : sh >= DT_SHARD_OPTIMIZER ? 4 * P + 8 * P * inv_w
-                                                   : 12 * P;
-        return;
-    }
-    /* the CPU engine, fp32: the weights are the master copy; with batch > 1
-     * a sequence's gradient beside the step's sum; with dp a unit's ring
-     * part between the two levels of the reduction (or of a gather) */
-    double copies = q->batch > 1 ? 2 : 1, ring_part = dp_of(q) > 1 ? 4 * U : 0;
-    /* parameters: two units (one computing, the next one's gather in
-     * flight), with dp the gather's own ring part */
-    mm->weights = sh == DT_SHARD_PARAMETERS ? 4 * P * inv_w + 4 * (2 * U + E) + ring_part
-                                            : 4 * P;
-    mm->grads = (sh >= DT_SHARD_GRADIENTS ? 4 * copies * P * inv_w + 4 * (U + E) : 4 * copies * P) +
-                ring_part;
-    mm->optimizer = sh >= DT_SHARD_OPTIMIZER ? 8 * P * inv_w : 8 * P;
-}
-
-/* Bytes per token that grow with c for sure (a lower bound of the per-token
- * memory, for where to start looking for R). */
-static double act_per_token(const dt_plan_req_t *q)
-{
-    const dt_model_cfg_t *m = &q->model;
-    double e = elem_of(q->precision), dim = (double)m->dim, H = (double)m->heads;
-    double kvdim = (double)(dt_model_head_dim(m) * m->kv_heads);
-
-    switch (q->kind) {
-    case DT_KIND_ATTN:
-        return dim * e + 2 * kvdim * e + dim * 4 + H * 4;
-    case DT_KIND_PREFILL: {
-        double attn = e * (2 * dim + 2 * kvdim) + 4 * dim + 4 * H;
-        double ffn = e * (dim + 3 * (double)m->ffn);
-        return dim * e + dmax(attn, ffn);
-    }
-    case DT_KIND_TRAIN:
-        /* on GPUs (16-bit compute): what dtengine train --device cuda keeps */
-        if (e < 4)
-            return (double)m->layers *
-                   dt_model_gpu_train_bytes(m, (int)e, recomp(q)).per_token_layer;
-        return (double)m->layers * train_kept_per_token_layer(q) + 4 * (2 * dim + 1);
-    }
-    return 0;
-}
-
-/* One branch on R ranks of c tokens: group, pack, memory. */
-static void branch_shape(const dt_plan_req_t *q, const dt_attn_spec_t *a, int b, int R, int64_t c,
-                         bev_t *o)
-{
-    dt_attn_branch_t br = dt_attn_branch(a, b);
-    double e = elem_of(q->precision);
-    bool zz = zig(q, R) && br.w < a->T;
-    int64_t block = zz ? c / 2 : c, chunks;
-
-    o->w = br.w;
-    o->r = br.r;
-    if (br.w >= a->T) {
-        o->group = R;
-    } else {
-        /* segments start at multiples of w, blocks at multiples of block:
-         * a segment starts at an offset into a block that is a multiple of
-         * gcd(w, block), at worst block - gcd, and touches the blocks up to
-         * that offset + w */
-        int64_t g = gcd(br.w, block);
-        chunks = ceil_div(block - g + br.w, block);
-        o->group = (int)imin(chunks, R);
-    }
-    o->segs = zz ? 2 : 1;
-    o->L = (double)imin(br.w, block);
-
-    /* pack: per head chunk, K and V rows at its offset, of the kv heads it reads */
-    int64_t nrow = ceil_div((int64_t)o->L, br.r);
-    double kvrows = 0;
-    for (int k = 0; k < br.nchunk; k++)
-        kvrows += dt_attn_chunk(a, &br, k).nkv;
-    o->pack = 2.0 * (double)nrow * kvrows * a->D * e;
-
-    /* ring buffers: a ring of one never receives; on the CPU, dense
-     * attention on one rank reads K and V (and adds their gradients) where
-     * they lie, with no pack at all */
-    if (!q->cuda && a->nbranch == 0 && R == 1)
-        o->buffers = 0;
-    else {
-        o->buffers = (o->group > 1 ? 2 : 1) * o->pack;
-        if (q->kind == DT_KIND_TRAIN)
-            o->buffers += (o->group > 1 ? 4 : 2) * o->pack * 4.0 / e;
-    }
-    /* index arrays: my positions and local rows (L each), the peer's
-     * positions (L / r), a member record per rank */
-    o->work = 8.0 * (2 * o->L + (double)nrow) + 48.0 * R;
-    /* the CPU kernels pack one head's K^T and V per block (the backward:
-     * K^T, V^T and K), fp32, and per query tile of 96 rows its Q (the
-     * backward: Q and dO, as rows and as panels); they keep the block's
-     * key positions per head chunk */
-    if (!q->cuda)
-        o->work += (q->kind == DT_KIND_TRAIN ? 3.0 * nrow + 4.0 * 96 : 2.0 * nrow + 96.0) *
-                       a->D * 4 +
-                   8.0 * (double)nrow * (br.nchunk - 1);
-    /* gathered q (elem), o and lse (fp32) per head chunk, unless the branch
-     * covers all my rows undilated (the engine then works in place) */
-    if (!(br.r == 1 && (int64_t)o->L == c)) {
-        double per = (double)nrow * a->H * (a->D * (e + 4) + 4);
-        o->work += q->kind == DT_KIND_TRAIN ? 2 * per : per; /* + dout, dq, delta */
-    }
-}
-
-/* Per-rank compute and communication of one branch (one attention
- * forward, or forward + backward for train). */
-static void branch_time(const dt_plan_req_t *q, const dt_attn_spec_t *a, int R, bev_t *o)
-{
-    const dt_cluster_t *cl = &q->cluster;
-    double pe = cl->peak_flops * cl->efficiency, e = elem_of(q->precision);
-    double imb = q->causal && q->layout == DT_LAYOUT_CONTIGUOUS ? 2.0 - 1.0 / o->group : 1.0;
-    dt_attn_spec_t one = *a;
-
-    if (q->nbranch > 0) {
-        one.nbranch = 1;
-        one.seg[0] = o->w;
-        one.dil[0] = o->r;
-    }
-    o->flops = dt_attn_flops(&one);
-    o->compute_s = o->flops / R / pe * imb;
-    o->step_compute_s = o->compute_s / (o->segs * o->group);
-    o->step_comm_s = 0;
-    o->exposed_s = 0;
-    o->exposed_fwd_s = 0;
-    o->hidden = true;
-    if (o->group > 1) {
-        int gpn = cl->gpus_per_node;
-        double bw = o->group <= gpn && gpn % o->group == 0 ? cl->nvlink_bps : cl->net_bps;
-        double transfers = (double)o->segs * (o->group - 1);
-
-        o->step_comm_s = o->pack / bw;
-        o->exposed_s = transfers * dmax(0, o->step_comm_s - o->step_compute_s);
-        o->exposed_fwd_s = o->exposed_s;
-        o->hidden = o->step_comm_s <= o->step_compute_s;
-        if (q->kind == DT_KIND_TRAIN) {
-            /* backward: 2.5x the compute; K/V again plus their fp32 gradients */
-            double cb = 2.5 * o->step_compute_s, mb = o->pack * (1 + 4.0 / e) / bw;
-            o->exposed_s += transfers * dmax(0, mb - cb);
-            o->hidden = o->hidden && mb <= cb;
-        }
-    }
-}
-
-/* The step's collectives over the training state on W ranks (R, or N R
- * with dp) at bw (see the top): their time in all and whether those of
- * each unit hide behind its compute in v; returns the part that does not
- * hide. c tokens per rank; attn_fwd_s one layer's attention forward on
- * this rank. */
-static double state_comm(const dt_plan_req_t *q, double W, double c, double bw, double attn_fwd_s,
-                         ev_t *v)
-{
-    const dt_model_cfg_t *m = &q->model;
-    double P, Pmm, Pmm_layers, e = elem_of(q->precision), f = (W - 1.0) / W;
-    double pe = q->cluster.peak_flops * q->cluster.efficiency, L = (double)m->layers;
-    double vd = (double)m->vocab * m->dim;
-    enum dt_shard_level sh = shard_of(q);
-
-    params(m, &P, &Pmm, &Pmm_layers);
-    /* the units: the embedding, L layers, the final norm with the head */
-    double Ue = vd, Ul = Pmm_layers / L + 2.0 * m->dim, Uh = m->dim + (m->tied ? 0 : vd);
-    /* bytes sent per unit byte in the forward and the backward (gathers
-     * of the dtype copy, reduce-scatters of the fp32 gradient), and after
-     * the backward per parameter: none all-reduces, optimizer all-reduces
-     * and gathers the updated parameters, gradients gathers them */
-    double fwd = sh == DT_SHARD_PARAMETERS ? e : 0;
-    double bwd = sh == DT_SHARD_PARAMETERS ? e + 4 : sh == DT_SHARD_GRADIENTS ? 4 : 0;
-    double after = sh == DT_SHARD_NONE        ? 2 * e
-                   : sh == DT_SHARD_OPTIMIZER ? 3 * e
-                   : sh == DT_SHARD_GRADIENTS ? e
-                                              : 0;
-    /* one unit is prefetched while its neighbour computes, so a unit's
-     * transfers hide behind a layer's compute on this rank: its matrix
-     * products and attention (the backward 2x and 2.5x the forward, with
-     * recompute one forward more). The embedding's have none to hide
-     * behind: its gather starts the step, its gradient ends the backward. */
-    double lf = 2 * (Pmm_layers / L) * c / pe + attn_fwd_s;
-    double lb = 4 * (Pmm_layers / L) * c / pe + 2.5 * attn_fwd_s + (recomp(q) ? lf : 0);
-    double tl_f = f * fwd * Ul / bw, tl_b = f * bwd * Ul / bw;
-    double th_f = f * fwd * Uh / bw, th_b = f * bwd * Uh / bw;
-
-    v->shard_comm_s = f * ((fwd + bwd) * P + after * P) / bw;
-    if (!q->cuda) {
-        /* the CPU engine runs them in line: nothing hides */
-        v->shard_hidden = v->shard_comm_s == 0;
-        return v->shard_comm_s;
-    }
-    v->shard_hidden = v->shard_comm_s == 0 || (sh >= DT_SHARD_GRADIENTS && tl_f <= lf &&
-                                               tl_b <= lb && th_f <= lf && th_b <= lb);
-    return f * ((fwd + bwd) * Ue + after * P) / bw + L * (dmax(0, tl_f - lf) + dmax(0, tl_b - lb)) +
-           dmax(0, th_f - lf) + dmax(0, th_b - lb);
-}
-
-/* Everything but the placement, for R ranks (T % R checked by the caller). */
-static void evaluate(const dt_plan_req_t *q, int64_t T, int R, ev_t *v)
-{
-    const dt_model_cfg_t *m = &q->model;
-    const dt_cluster_t *cl = &q->cluster;
-    dt_attn_spec_t a = attn_spec(q, T);
-    double e = elem_of(q->precision), P = 0, Pmm = 0, Pmm_layers = 0;
-    double pe = cl->peak_flops * cl->efficiency;
-    double layers = q->kind == DT_KIND_ATTN ? 1 : (double)m->layers;
-    double attn_s = 0, attn_fwd_s = 0, worst = -1;
-
-    memset(v, 0, sizeof(*v));
-    v->T = T;
-    v->R = R;
-    v->c = T / R;
-    v->nb = q->nbranch > 0 ? q->nbranch : 1;
-    v->hidden = true;
-    v->shard_hidden = true; /* nothing to send unless training on W > 1 */
-    double buffers = 0, work = 0;
-    for (int b = 0; b < v->nb; b++) {
-        bev_t *o = &v->b[b];
-        branch_shape(q, &a, q->nbranch > 0 ? b : -1, R, v->c, o);
-        branch_time(q, &a, R, o);
-        buffers = dmax(buffers, o->buffers);
-        work = dmax(work, o->work);
-        v->attn_flops += o->flops;
-        attn_fwd_s += o->compute_s;
-        attn_s += (q->kind == DT_KIND_TRAIN ? 3.5 : 1.0) * o->compute_s + o->exposed_s;
-        if (recomp(q)) /* the layer's forward once more, its ring included */
-            attn_s += o->compute_s + o->exposed_fwd_s;
-        v->hidden = v->hidden && o->hidden;
-        /* the plan's ring step is its least hidden branch's */
-        if (o->group > 1 && o->step_comm_s / o->step_compute_s > worst) {
-            worst = o->step_comm_s / o->step_compute_s;
-            v->bytes_per_step = o->pack;
-            v->step_compute_s = o->step_compute_s;
-            v->step_comm_s = o->step_comm_s;
-        }
-    }
-    if (worst < 0)
-        v->step_compute_s = v->b[0].step_compute_s;
-
-    /* memory */
-    double c = (double)v->c, dim = (double)m->dim;
-    dt_plan_mem_t *mm = &v->mem;
-    if (q->kind != DT_KIND_ATTN)
-        params(m, &P, &Pmm, &Pmm_layers);
-    mm->weights = P * e;
-    mm->activations = c * act_per_token(q);
-    mm->kv_buffers = buffers;
-    mm->workspace = work;
-    if (q->kind == DT_KIND_TRAIN)
-        train_state(q, 1.0 / ((double)dp_of(q) * R), mm);
-    if (q->kind == DT_KIND_TRAIN && e < 4) {
-        /* the GPU engine's own accounting (spec/model.h); the head in
-         * chunks of rows */
-        dt_gpu_train_bytes_t gb = dt_model_gpu_train_bytes(m, (int)e, recomp(q));
-        mm->workspace += c * gb.per_token + gb.fixed;
-    } else if (q->kind == DT_KIND_TRAIN) {
-        /* the CPU engine, fp32 (see the top) */
-        double D = (double)dt_model_head_dim(m), qdim = D * (double)m->heads;
-        double kvdim = D * (double)m->kv_heads;
-        mm->workspace += c * (2 * 4 * (double)m->vocab + 4 * 4 * dim +
-                              4 * (2 * qdim + 2 * kvdim + 3 * (double)m->ffn) + 24) +
-                         8 * (double)T;
-        if (recomp(q))
-            mm->workspace += c * (train_act_per_token_layer(m) + 4 * dim);
-    }
-    /* the transport's buffers per other process of the job (the cpu
-     * preset's; GPU presets count NCCL's in fixed_bytes) */
-    mm->fixed = cl->fixed_bytes + cl->peer_bytes * (dp_of(q) * (double)R - 1);
-    mm->total = mm->weights + mm->grads + mm->optimizer + mm->activations + mm->kv_buffers +
-                mm->workspace + mm->fixed;
-
-    /* flops and time */
-    double Tt = (double)T;
-    switch (q->kind) {
-    case DT_KIND_ATTN:
-        v->flops = v->attn_flops;
-        v->seconds = attn_s;
-        break;
-    case DT_KIND_PREFILL:
-        v->flops = layers * v->attn_flops + 2 * Pmm * Tt;
-        v->seconds = layers * attn_s + 2 * Pmm * c / pe;
-        break;
-    case DT_KIND_TRAIN: {
-        /* the collectives span all W ranks: every ring's, then across */
-        double W = (double)dp_of(q) * R;
-        double bw = W <= cl->gpus_per_node ? cl->nvlink_bps : cl->net_bps;
-        /* the useful FLOPs, every ring's; recompute's forward is in the
-         * time (attn_s and the layers' matrix products once more), not in
-         * them */
-        /* a step is batch sequences on each ring, one after another */
-        double B = q->batch > 1 ? (double)q->batch : 1.0;
-        v->flops = dp_of(q) * B * (layers * 3.5 * v->attn_flops + 6 * Pmm * Tt);
-        /* the rings run side by side: the time is one ring's, plus the
-         * collectives over the training state, as far as they do not hide:
-         * the CPU engine reduces each sequence's gradient, the GPU engine
-         * the step's sum once */
-        v->seconds = B * (layers * attn_s + (6 * Pmm + (recomp(q) ? 2 * Pmm_layers : 0)) * c / pe) +
-                     (q->cuda ? 1.0 : B) * state_comm(q, W, c, bw, attn_fwd_s, v);
-        break;
-    }
-    }
 }
 
 /*-- checks -------------------------------------------------------------------------*/
@@ -853,7 +89,7 @@ static int check_req(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
         return fail(p, em, DT_EINVAL,
                     "shard = %s is for train jobs: kind %s keeps no gradients or optimizer "
                     "state, and its weights are not sharded",
-                    dt_shard_name(q->shard), kind_name(q->kind));
+                    dt_shard_name(q->shard), dt_kind_name(q->kind));
 
     if (q->dp < 0 || q->dp > 65536)
         return fail(p, em, DT_EINVAL, "dp=%d: the rings must be 1 to 65536", q->dp);
@@ -861,7 +97,12 @@ static int check_req(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
         return fail(p, em, DT_EINVAL,
                     "dp = %d is for train jobs: kind %s has no gradient to reduce across "
                     "rings (run more jobs instead)",
-                    q->dp, kind_name(q->kind));
+                    q->dp, dt_kind_name(q->kind));
+    /* what the device's engine runs: the one answer (spec/vocab.h) */
+    dt_emsg_t why = { "" };
+    if (q->dp <= 65536 && dt_vocab_runs(q->cuda ? DT_DEVICE_CUDA : DT_DEVICE_CPU, q->kind,
+                                        q->shard, q->dp > 0 ? q->dp : 1, &why) < 0)
+        return fail(p, em, DT_ENOTSUP, "%s", why.s);
 
     if (q->tokens <= 0 || q->tokens > TOKENS_MAX)
         return fail(p, em, DT_EINVAL, "tokens=%lld: the sequence length must be 1 to 2^50",
@@ -887,7 +128,7 @@ static int check_req(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
                     "model %s: layers=%lld ffn=%lld vocab=%lld must be "
                     "positive for kind %s",
                     m->name, (long long)m->layers, (long long)m->ffn, (long long)m->vocab,
-                    kind_name(q->kind));
+                    dt_kind_name(q->kind));
     if (q->nbranch < 0 || q->nbranch > DT_ATTN_MAXBRANCH)
         return fail(p, em, DT_EINVAL, "%d dilated branches: at most %d", q->nbranch,
                     DT_ATTN_MAXBRANCH);
@@ -989,22 +230,22 @@ static int fail_memory(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
 static int64_t min_c_hidden(const dt_plan_req_t *q, int R)
 {
     int64_t gran = zig(q, R) ? 2 : 1, lo, hi;
-    ev_t v;
+    dt_cost_t v;
 
-    evaluate(q, gran * R, R, &v);
+    dt_cost_eval(q, gran * R, R, &v);
     if (v.hidden)
         return gran;
     for (hi = 2 * gran;; hi *= 2) {
         if (hi * R > TOKENS_MAX)
             return 0;
-        evaluate(q, hi * R, R, &v);
+        dt_cost_eval(q, hi * R, R, &v);
         if (v.hidden)
             break;
     }
     lo = hi / 2; /* not hidden at lo, hidden at hi; both multiples of gran */
     while (hi - lo > gran) {
         int64_t mid = lo + (hi - lo) / 2 / gran * gran;
-        evaluate(q, mid * R, R, &v);
+        dt_cost_eval(q, mid * R, R, &v);
         if (v.hidden)
             hi = mid;
         else
@@ -1015,7 +256,7 @@ static int64_t min_c_hidden(const dt_plan_req_t *q, int R)
 
 /* Fill p from the evaluation at v->R, with the placement of every worker
  * (N v->R, checked against MAX_RANKS by the caller). */
-static void fill(const dt_plan_req_t *q, const ev_t *v, dt_plan_t *p)
+static void fill(const dt_plan_req_t *q, const dt_cost_t *v, dt_plan_t *p)
 {
     int gpn = q->cluster.gpus_per_node, inside = 0, N = dp_of(q), R = v->R, W = N * R;
     double layers = q->kind == DT_KIND_ATTN ? 1 : (double)q->model.layers;
@@ -1062,28 +303,6 @@ enum bound {
     BOUND_WHOLE,     /* the parts no R shrinks (the state kept whole, fixed) fill a rank */
 };
 
-/* The memory no R shrinks (*a: the training state kept whole, or a
- * prefill's weights, and fixed; its parts in *whole) and the part that
- * shrinks as 1 / R (*b: the sharded state at R = 1, over the N ranks of
- * the dp rings). */
-static void constant_parts(const dt_plan_req_t *q, dt_plan_mem_t *whole, double *a, double *b)
-{
-    dt_plan_mem_t one = { 0 };
-    double P, Pmm, Pmm_layers;
-
-    memset(whole, 0, sizeof(*whole));
-    if (q->kind == DT_KIND_TRAIN) {
-        train_state(q, 0, whole);
-        train_state(q, 1.0 / dp_of(q), &one);
-    } else if (q->kind == DT_KIND_PREFILL) {
-        params(&q->model, &P, &Pmm, &Pmm_layers);
-        whole->weights = one.weights = P * elem_of(q->precision);
-    }
-    whole->fixed = q->cluster.fixed_bytes;
-    *a = whole->weights + whole->grads + whole->optimizer + whole->fixed;
-    *b = one.weights + one.grads + one.optimizer - (*a - whole->fixed);
-}
-
 /* What every rank still holds whole at the request's shard level. */
 static const char *held_whole(const dt_plan_req_t *q)
 {
@@ -1108,7 +327,7 @@ static int plan_one(const dt_plan_req_t *q, int rmax, dt_plan_t *p, enum bound *
     int64_t T = q->tokens;
     int cap, R, rc, N;
     char why[256];
-    ev_t v;
+    dt_cost_t v;
 
     memset(p, 0, sizeof(*p));
     *bound = BOUND_NONE;
@@ -1129,7 +348,7 @@ static int plan_one(const dt_plan_req_t *q, int rmax, dt_plan_t *p, enum bound *
                         (long long)N * R, MAX_RANKS);
         if ((rc = divides(q, T, R, why, sizeof(why))) < 0)
             return fail(p, em, rc, "%s", why);
-        evaluate(q, T, R, &v);
+        dt_cost_eval(q, T, R, &v);
         fill(q, &v, p);
     } else {
         /* the fewest ranks that fit: start where the per-token part and
@@ -1143,7 +362,7 @@ static int plan_one(const dt_plan_req_t *q, int rmax, dt_plan_t *p, enum bound *
 
         if (rmax > 0)
             limit = imin(limit, rmax);
-        constant_parts(q, &whole, &a, &b);
+        dt_cost_constant_parts(q, &whole, &a, &b);
         if (a >= q->cluster.mem_bytes) {
             /* no R helps: report the parts that do not shrink */
             char big[64];
@@ -1157,7 +376,7 @@ static int plan_one(const dt_plan_req_t *q, int rmax, dt_plan_t *p, enum bound *
                         "%s; %s)",
                         a / GiB, q->cluster.mem_bytes / GiB, q->cluster.name, big, held_whole(q));
         }
-        double need = ((double)T * act_per_token(q) + b) / (q->cluster.mem_bytes - a);
+        double need = ((double)T * dt_cost_act_per_token(q) + b) / (q->cluster.mem_bytes - a);
         if (need > 1)
             start = need >= (double)MAX_RANKS + 1 ? MAX_RANKS + 1 : (int64_t)ceil(need);
         R = 0;
@@ -1165,7 +384,7 @@ static int plan_one(const dt_plan_req_t *q, int rmax, dt_plan_t *p, enum bound *
             if (divides(q, T, (int)r, why, sizeof(why)) < 0)
                 continue;
             last = r;
-            evaluate(q, T, (int)r, &v);
+            dt_cost_eval(q, T, (int)r, &v);
             if (v.mem.total <= q->cluster.mem_bytes) {
                 R = (int)r;
                 break;
@@ -1191,7 +410,7 @@ static int plan_one(const dt_plan_req_t *q, int rmax, dt_plan_t *p, enum bound *
                         q->layout == DT_LAYOUT_ZIGZAG ? " as zigzag needs (2R | T)" : "");
         }
         if (R == 0) {
-            evaluate(q, T, (int)last, &v);
+            dt_cost_eval(q, T, (int)last, &v);
             fill(q, &v, p);
             return fail_memory(q, p, em);
         }
@@ -1239,13 +458,13 @@ static void chosen(const dt_plan_req_t *q, const dt_plan_t *p, char *buf, size_t
 }
 
 /* p at its shard level without recompute, at its ranks. */
-static void without_recompute(const dt_plan_req_t *q, const dt_plan_t *p, ev_t *v)
+static void without_recompute(const dt_plan_req_t *q, const dt_plan_t *p, dt_cost_t *v)
 {
     dt_plan_req_t t = *q;
 
     t.shard = p->shard;
     t.recompute = DT_RECOMPUTE_NONE;
-    evaluate(&t, q->tokens, p->ranks, v);
+    dt_cost_eval(&t, q->tokens, p->ranks, v);
 }
 
 /* The note of a plan that fits, where the planner chose: why. least and
@@ -1257,7 +476,7 @@ static void note_fit(const dt_plan_req_t *q, dt_plan_t *p, enum dt_shard_level l
     bool ra = q->recompute == DT_RECOMPUTE_AUTO && p->recompute;
     char what[64];
     size_t len;
-    ev_t v;
+    dt_cost_t v;
 
     if (!ra && !sa)
         return;
@@ -1280,7 +499,7 @@ static void note_fit(const dt_plan_req_t *q, dt_plan_t *p, enum dt_shard_level l
         dt_plan_mem_t whole;
         double a, b;
         t.shard = DT_SHARD_NONE;
-        constant_parts(&t, &whole, &a, &b);
+        dt_cost_constant_parts(&t, &whole, &a, &b);
         len = (size_t)snprintf(p->note, sizeof(p->note),
                                "%s: without sharding the weights, gradients and optimizer need "
                                "%.2f GiB per rank (%.2f GiB available)",
@@ -1300,7 +519,7 @@ static void note_refused(const dt_plan_req_t *q, dt_plan_t *p, bool skipped_laye
 {
     dt_plan_req_t layer = *q;
     char what[64];
-    ev_t v;
+    dt_cost_t v;
 
     layer.shard = p->shard;
     layer.recompute = DT_RECOMPUTE_LAYER;
@@ -1309,7 +528,7 @@ static void note_refused(const dt_plan_req_t *q, dt_plan_t *p, bool skipped_laye
                  "recompute = layer would not help: it shrinks the activations (%.0f to %.0f "
                  "KiB per token), not the %.2f GiB of weights, grads and optimizer each rank "
                  "holds%s",
-                 act_per_token(q) / 1024, act_per_token(&layer) / 1024,
+                 dt_cost_act_per_token(q) / 1024, dt_cost_act_per_token(&layer) / 1024,
                  (p->mem.weights + p->mem.grads + p->mem.optimizer) / GiB,
                  p->shard < DT_SHARD_PARAMETERS ? " (shard = parameters divides them over the "
                                                   "ranks)"
@@ -1333,6 +552,20 @@ static void note_refused(const dt_plan_req_t *q, dt_plan_t *p, bool skipped_laye
     } else {
         snprintf(p->note, sizeof(p->note), "%s does not fit either", what);
     }
+}
+
+/* The planner chose the shard level: on a device whose engine runs only
+ * some levels, the note says which it tried. */
+static void note_device(const dt_plan_req_t *q, dt_plan_t *p)
+{
+    size_t len = strlen(p->note);
+    enum dt_device dev = q->cuda ? DT_DEVICE_CUDA : DT_DEVICE_CPU;
+
+    if (dt_vocab_shard_runs(dev, DT_SHARD_PARAMETERS) || len >= sizeof(p->note) - 1)
+        return;
+    snprintf(p->note + len, sizeof(p->note) - len,
+             "%sdevice %s runs shard = none or optimizer: the planner tried only those",
+             len ? "; " : "", dt_device_name(dev));
 }
 
 int dt_plan_make(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
@@ -1365,6 +598,11 @@ int dt_plan_make(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
             dt_plan_req_t t = *q;
             if (auto_shard)
                 t.shard = levels[j];
+            /* the planner's own pick: only what the device's engine runs
+             * (spec/vocab.h); a level the user named is checked by plan_one */
+            if (auto_shard && !dt_vocab_shard_runs(q->cuda ? DT_DEVICE_CUDA : DT_DEVICE_CPU,
+                                                   t.shard))
+                continue;
             if (auto_rc)
                 t.recompute = settings[i];
             /* recompute cannot help where the state kept whole does not fit */
@@ -1407,6 +645,8 @@ int dt_plan_make(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
         dt_plan_clear(&last);
         *p = best;
         note_fit(q, p, least, least_ranks);
+        if (auto_shard && p->shard != DT_SHARD_NONE)
+            note_device(q, p); /* it had to shard: say what it could not try */
         return 0;
     }
     /* nothing fits: the last plan tried, the most sharding and
@@ -1414,6 +654,11 @@ int dt_plan_make(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
     *p = last;
     if (tried > 1 || (auto_rc && whole[p->shard]))
         note_refused(q, p, auto_rc && whole[p->shard] && !p->recompute);
+    if (auto_shard)
+        note_device(q, p);
+    if (auto_shard && q->cuda)
+        return dt_emsg_set(em, last_rc, "%s (device cuda runs shard = none or optimizer: the "
+                           "others were not tried)", last_em.s);
     return dt_emsg_set(em, last_rc, "%s", last_em.s);
 }
 
@@ -1496,10 +741,10 @@ json_t *dt_plan_to_json(const dt_plan_req_t *q, const dt_plan_t *p)
 
     /* the request */
     json_object_set_new(o, "tokens", json_integer(q->tokens));
-    json_object_set_new(o, "kind", json_string(kind_name(q->kind)));
+    json_object_set_new(o, "kind", json_string(dt_kind_name(q->kind)));
     json_object_set_new(o, "device", json_string(q->cuda ? "cuda" : "cpu"));
-    json_object_set_new(o, "dtype", json_string(prec_name(q->precision)));
-    json_object_set_new(o, "precision", json_string(prec_name(q->precision)));
+    json_object_set_new(o, "dtype", json_string(dt_dtype_name(q->precision)));
+    json_object_set_new(o, "precision", json_string(dt_dtype_name(q->precision)));
     json_object_set_new(o, "causal", json_boolean(q->causal));
     json_object_set_new(o, "layout", json_string(dt_layout_name(q->layout)));
     if (q->kind == DT_KIND_TRAIN)

@@ -17,6 +17,10 @@
  * bandwidths. The `cpu` preset describes one dtengine rank per core with
  * its measured fixed memory; its memory prediction for kind attn is tested
  * against dtengine attn's max RSS.
+ *
+ * Three files define it: request.c (the presets, a request from a spec),
+ * cost.c (the model of one choice of ranks, shard level and recompute)
+ * and planner.c (the search, the plan and its JSON).
  */
 #ifndef DT_PLANNER_H
 #define DT_PLANNER_H
@@ -31,6 +35,7 @@
 #include "spec/model.h"
 #include "spec/spec.h"
 #include "spec/attn_spec.h"
+#include "spec/vocab.h"
 
 typedef struct dt_cluster {
     char name[32];
@@ -46,31 +51,7 @@ typedef struct dt_cluster {
                           * transport's shared-memory buffers); 0 on GPUs */
 } dt_cluster_t;
 
-enum dt_job_kind { DT_KIND_ATTN = 0, DT_KIND_PREFILL, DT_KIND_TRAIN };
-
-/* Activation recomputation in training (spec key recompute): AUTO (the
- * spec leaves it unset) plans without it and, when the job then fits at no
- * rank count, with it; NONE and LAYER are the user's and always honoured. */
-enum dt_recompute { DT_RECOMPUTE_AUTO = 0, DT_RECOMPUTE_NONE, DT_RECOMPUTE_LAYER };
-
-/* Sharded training state (spec key shard), each level adding to the one
- * before: OPTIMIZER the AdamW state, GRADIENTS the gradients, PARAMETERS
- * the parameters themselves (gathered one unit at a time), each rank
- * keeping a slice of about 1/W, W = R the ranks of the ring (with dp = N
- * rings, W = N R: all the job's ranks). AUTO (the spec leaves it unset,
- * train only): the planner picks the least that fits (planner.c's top
- * comment); the others are the user's and always honoured. */
-enum dt_shard_level {
-    DT_SHARD_AUTO = 0,
-    DT_SHARD_NONE,
-    DT_SHARD_OPTIMIZER,
-    DT_SHARD_GRADIENTS,
-    DT_SHARD_PARAMETERS,
-};
-
-/* "none", "optimizer", "gradients", "parameters" (the spec's words);
- * "auto" for DT_SHARD_AUTO. */
-const char *dt_shard_name(enum dt_shard_level s);
+/* kind, recompute and shard: the job vocabulary's (spec/vocab.h). */
 
 /* Cluster presets: h100-sxm, h200, cpu (model presets: spec/model.h). DT_EINVAL with
  * the list of known names otherwise. */

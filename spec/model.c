@@ -14,6 +14,8 @@
 #include "common/macros.h"
 #include "common/mem.h"
 #include "spec/model.h"
+#include "spec/spec.h"
+#include "spec/vocab.h"
 
 static const dt_model_cfg_t presets[] = {
     { .name = "tiny", .dim = 256, .layers = 4, .heads = 8, .kv_heads = 2, .ffn = 768,
@@ -26,6 +28,11 @@ static const dt_model_cfg_t presets[] = {
     { .name = "custom", .rope = { .theta = 500000 }, .norm_eps = 1e-5f, .tied = false },
 };
 
+/* The presets' names, in the table's order (spec key model's values). */
+const char *const dt_model_names[] = { "tiny", "llama3-8b", "llama3-70b", "custom", NULL };
+_Static_assert(DT_ARRAY_SIZE(dt_model_names) == DT_ARRAY_SIZE(presets) + 1,
+               "one name per preset");
+
 int dt_model_preset(const char *name, dt_model_cfg_t *out, dt_emsg_t *em)
 {
     for (size_t i = 0; i < DT_ARRAY_SIZE(presets); i++) {
@@ -34,10 +41,10 @@ int dt_model_preset(const char *name, dt_model_cfg_t *out, dt_emsg_t *em)
             return 0;
         }
     }
-    return dt_emsg_set(em, DT_EINVAL,
-                       "unknown model '%s' (known: tiny, llama3-8b, llama3-70b; "
-                       "or custom with every shape key)",
-                       name ? name : "(null)");
+    char list[128];
+    dt_vocab_list(list, sizeof(list), dt_model_names);
+    return dt_emsg_set(em, DT_EINVAL, "unknown model '%s' (known: %s; custom needs every shape "
+                       "key)", name ? name : "(null)", list);
 }
 
 int dt_model_from_spec(const dt_spec_t *s, dt_model_cfg_t *out, dt_emsg_t *em)
@@ -46,7 +53,7 @@ int dt_model_from_spec(const dt_spec_t *s, dt_model_cfg_t *out, dt_emsg_t *em)
     int *field[] = { &out->dim, &out->ffn, &out->heads, &out->kv_heads, &out->layers, &out->vocab };
     int rc;
 
-    if ((rc = dt_model_preset(s->model ? s->model : "tiny", out, em)) < 0)
+    if ((rc = dt_model_preset(dt_spec_word(s, "model"), out, em)) < 0)
         return rc;
     /* dt_spec_check bounds every shape key far below INT_MAX (dt-spec(5)) */
     for (size_t i = 0; i < DT_ARRAY_SIZE(key); i++)

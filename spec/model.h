@@ -47,6 +47,8 @@ static inline int dt_model_head_dim(const dt_model_cfg_t *c)
 /* The preset NAME (tiny, llama3-8b, llama3-70b, or custom: no shape, theta
  * 500000, untied). DT_EINVAL naming the known presets otherwise. */
 int dt_model_preset(const char *name, dt_model_cfg_t *out, dt_emsg_t *em);
+/* The presets' names, NULL-terminated, in the table's order. */
+extern const char *const dt_model_names[];
 
 /* The model of a job spec: its preset (tiny when `model` is not given),
  * then every shape key and setting the spec gives on top. Range checks are

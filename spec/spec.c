@@ -8,7 +8,7 @@
  * lists the same keys with the same help lines.
  *
  * Not here: what the values mean for a plan (presets, defaults that depend
- * on the cluster, divisibility): that is plan/planner.c. The branch
+ * on the cluster, divisibility): that is plan/ (request.c, cost.c). The branch
  * lists are parsed with spec/attn_spec.c's parser, so a list the engine
  * would refuse is refused here too; that makes this file need
  * engine/libdtspec.
@@ -24,118 +24,147 @@
 
 #include "common/fileio.h"
 #include "common/mem.h"
-#include "spec/spec.h"
 #include "spec/attn_spec.h"
+#include "spec/model.h"
+#include "spec/spec.h"
+#include "spec/vocab.h"
 
-#define KEY(n, t, f, lo, hi, req, h)                                                          \
+/* Which dtengine commands take a key as an option (dt_conf_key_t.tags):
+ * one bit per kind (spec/vocab.h). */
+#define A (1u << DT_KIND_ATTN)
+#define P (1u << DT_KIND_PREFILL)
+#define T (1u << DT_KIND_TRAIN)
+#define PT (P | T)
+#define APT (A | P | T)
+
+#define KEY(n, t, f, lo, hi, req, d, tg, h)                                                   \
     {                                                                                         \
         .name = (n), .type = (t), .offset = offsetof(dt_spec_t, f), .min = (lo), .max = (hi), \
-        .required = (req), .help = (h)                                                        \
+        .required = (req), .def = (d), .tags = (tg), .help = (h)                              \
     }
-#define STR(n, f, req, h) KEY(n, DT_CONF_STRING, f, 0, 0, req, h)
+#define STR(n, f, req, d, tg, h) KEY(n, DT_CONF_STRING, f, 0, 0, req, d, tg, h)
+#define INT(n, f, lo, hi, d, tg, h) KEY(n, DT_CONF_INT, f, lo, hi, 0, d, tg, h)
 
 #define TOKENS_MAX (INT64_C(1) << 50) /* dt_attn_parse_branches' limit for lengths */
 #define DAY_MS (INT64_C(24) * 3600 * 1000)
 #define SPEC_FILE_MAX (1 << 20) /* conf.c's limit for a file */
+#define PRESET "the model preset's"
 
-/* Order is the canonical order of dt_spec_format and of dt-spec(5). */
+/* Order is the canonical order of dt_spec_format and of dt-spec(5). The
+ * defaults (.def) are the ones every binary uses: dt_spec_int, _real and
+ * _word read them from here, and dt-spec(5) says each as "Default: X."
+ * (tests/unit/test_spec.c compares them). */
 static const dt_conf_key_t keys[] = {
-    STR("name", name, 0, "free text naming the job (default job)"),
-    STR("kind", kind, 1, "attn, prefill or train"),
-    STR("model", model, 0, "tiny, llama3-8b, llama3-70b or custom (default tiny)"),
-    KEY("dim", DT_CONF_INT, dim, 1, 1 << 20, 0, "model width (overrides the preset)"),
-    KEY("layers", DT_CONF_INT, layers, 1, 100000, 0, "transformer layers"),
-    KEY("heads", DT_CONF_INT, heads, 1, 65536, 0, "query heads H"),
-    KEY("kv_heads", DT_CONF_INT, kv_heads, 1, 65536, 0, "key/value heads Hkv, divides heads"),
-    KEY("ffn", DT_CONF_INT, ffn, 1, 1 << 22, 0, "SwiGLU hidden width"),
-    KEY("vocab", DT_CONF_INT, vocab, 1, 1 << 24, 0, "vocabulary size"),
-    KEY("rope_theta", DT_CONF_INT, rope_theta, 1, INT64_MAX, 0, "RoPE base"),
-    KEY("head_dim", DT_CONF_INT, head_dim, 2, 65536, 0,
-        "width D of one attention head (default dim / heads)"),
-    STR("tied", tied, 0, "yes or no: the LM head shares the embedding"),
-    STR("norm_eps", norm_eps, 0, "RMSNorm epsilon, a number in (0, 1) (default 1e-5)"),
-    STR("rope_scaling", rope_scaling, 0,
-        "none or llama3 (LLaMA 3.1's frequency scaling; default none)"),
-    STR("rope_factor", rope_factor, 0, "llama3 scaling: how much slower the low "
-        "frequencies turn, a number >= 1"),
-    STR("rope_low_freq_factor", rope_low_freq_factor, 0,
+    STR("name", name, 0, "job", 0, "free text naming the job"),
+    STR("kind", kind, 1, NULL, 0, "attn, prefill or train"),
+    STR("model", model, 0, "tiny", PT, "tiny, llama3-8b, llama3-70b or custom"),
+    INT("dim", dim, 1, 1 << 20, PRESET, PT, "model width (overrides the preset)"),
+    INT("layers", layers, 1, 100000, PRESET, PT, "transformer layers"),
+    INT("heads", heads, 1, 65536, PRESET, PT, "query heads H"),
+    INT("kv_heads", kv_heads, 1, 65536, PRESET, PT, "key/value heads Hkv, divides heads"),
+    INT("ffn", ffn, 1, 1 << 22, PRESET, PT, "SwiGLU hidden width"),
+    INT("vocab", vocab, 1, 1 << 24, PRESET, PT, "vocabulary size"),
+    INT("rope_theta", rope_theta, 1, INT64_MAX, PRESET, PT, "RoPE base"),
+    INT("head_dim", head_dim, 2, 65536, "dim / heads", PT, "width D of one attention head"),
+    STR("tied", tied, 0, PRESET, PT, "yes or no: the LM head shares the embedding"),
+    STR("norm_eps", norm_eps, 0, "1e-5", PT, "RMSNorm epsilon, a number in (0, 1)"),
+    STR("rope_scaling", rope_scaling, 0, "none", PT,
+        "none or llama3 (LLaMA 3.1's frequency scaling)"),
+    STR("rope_factor", rope_factor, 0, NULL, PT,
+        "llama3 scaling: how much slower the low frequencies turn, a number >= 1"),
+    STR("rope_low_freq_factor", rope_low_freq_factor, 0, NULL, PT,
         "llama3 scaling: wavelengths above original_max_pos / this are scaled"),
-    STR("rope_high_freq_factor", rope_high_freq_factor, 0,
+    STR("rope_high_freq_factor", rope_high_freq_factor, 0, NULL, PT,
         "llama3 scaling: wavelengths below original_max_pos / this are kept"),
-    KEY("rope_original_max_pos", DT_CONF_INT, rope_original_max_pos, 1, INT64_C(1) << 40, 0,
+    INT("rope_original_max_pos", rope_original_max_pos, 1, INT64_C(1) << 40, NULL, PT,
         "llama3 scaling: the context length the model was trained at"),
-    STR("init_from", init_from, 0,
+    STR("init_from", init_from, 0, NULL, PT,
         "a Hugging Face LLaMA directory (config.json, safetensors): shape, settings and "
         "weights"),
-    KEY("tokens", DT_CONF_SIZE, tokens, 1, TOKENS_MAX, 1,
+    KEY("tokens", DT_CONF_SIZE, tokens, 1, TOKENS_MAX, 1, NULL, PT,
         "sequence length T; K, M, G, T suffixes are powers of 1024"),
-    KEY("pos_offset", DT_CONF_INT, pos_offset, 0, INT64_C(1) << 52, 0,
-        "position of the first token, for a window of a longer sequence (default 0)"),
-    KEY("causal", DT_CONF_BOOL, causal, 0, 0, 0, "causal attention (default yes)"),
-    STR("segments", segments, 0, "dilated segment lengths w1,w2,... (with dilations)"),
-    STR("dilations", dilations, 0, "dilation rates r1,r2,... (with segments)"),
-    STR("layout", layout, 0, "contiguous or zigzag (default zigzag when causal)"),
-    STR("dtype", dtype, 0,
-        "compute dtype: bf16 or fp16 on cuda (default bf16), fp32 on cpu (the default there)"),
-    STR("precision", precision, 0, "the old name of dtype (both given: they must agree)"),
-    STR("device", device, 0, "cpu or cuda (default cuda when gpu is a GPU preset, else cpu)"),
-    STR("gpu", gpu, 0, "cluster preset: h100-sxm, h200 or cpu (default h100-sxm on cuda, "
-        "else cpu)"),
-    KEY("ranks", DT_CONF_INT, ranks, 1, 1000000, 0, "ranks R (default: the fewest that fit)"),
-    KEY("nodes", DT_CONF_INT, nodes, 1, 1000000, 0, "nodes available (default: as many as needed)"),
-    KEY("gpus_per_node", DT_CONF_INT, gpus_per_node, 1, 1024, 0,
-        "GPUs (or CPU ranks) per node (overrides the preset)"),
-    KEY("cpus_per_gpu", DT_CONF_INT, cpus_per_gpu, 1, 1024, 0,
-        "cuda: CPU cores Slurm gives each GPU's rank (default: the site's)"),
-    KEY("spares", DT_CONF_INT, spares, 0, 1000000, 0, "hot spare ranks held back"),
+    INT("pos_offset", pos_offset, 0, INT64_C(1) << 52, "0", PT,
+        "position of the first token, for a window of a longer sequence"),
+    KEY("causal", DT_CONF_BOOL, causal, 0, 0, 0, "yes", APT, "causal attention"),
+    STR("segments", segments, 0, NULL, APT, "dilated segment lengths w1,w2,... (with dilations)"),
+    STR("dilations", dilations, 0, NULL, APT, "dilation rates r1,r2,... (with segments)"),
+    STR("layout", layout, 0, "zigzag when causal, else contiguous", APT, "contiguous or zigzag"),
+    STR("dtype", dtype, 0, "bf16 on cuda, fp32 on cpu", APT,
+        "compute dtype: bf16 or fp16 on cuda, fp32 on cpu"),
+    STR("precision", precision, 0, NULL, 0, "the old name of dtype (both given: they must agree)"),
+    STR("device", device, 0, "cuda when gpu is a GPU preset, else cpu", APT, "cpu or cuda"),
+    STR("gpu", gpu, 0, "h100-sxm on cuda, else cpu", 0, "cluster preset: h100-sxm, h200 or cpu"),
+    INT("ranks", ranks, 1, 1000000, "auto", 0, "ranks R per ring (auto: the fewest that fit)"),
+    INT("nodes", nodes, 1, 1000000, "auto", 0, "nodes available (auto: as many as needed)"),
+    INT("gpus_per_node", gpus_per_node, 1, 1024, "the cluster preset's", 0,
+        "GPUs (or CPU ranks) per node"),
+    INT("cpus_per_gpu", cpus_per_gpu, 1, 1024, "the site's", 0,
+        "cuda: CPU cores Slurm gives each GPU's rank"),
+    INT("spares", spares, 0, 1000000, "0", 0, "hot spare ranks held back"),
     KEY("time_limit", DT_CONF_DURATION, time_limit_ms, 1000, 366 * DAY_MS, 0,
-        "wall-clock limit such as 90m or 2h"),
-    KEY("signal_lead", DT_CONF_DURATION, signal_lead_ms, 1000, DAY_MS, 0,
-        "Slurm signals the job this long before its time limit (default 2m)"),
-    STR("signal", signal, 0,
-        "Slurm's warning signal: USR1 or USR2 (default dt.conf's slurm_signal, else USR2)"),
-    STR("partition", partition, 0, "Slurm partition"),
-    STR("account", account, 0, "Slurm account"),
-    STR("qos", qos, 0, "Slurm quality of service"),
-    STR("constraint", constraint, 0, "Slurm node features"),
-    STR("exclude", exclude, 0, "Slurm nodes not to use"),
-    KEY("steps", DT_CONF_INT, steps, 1, INT64_C(1) << 40, 0, "training steps (default 1)"),
-    KEY("seed", DT_CONF_INT, seed, 0, INT64_MAX, 0, "random seed (default 0)"),
-    KEY("batch", DT_CONF_INT, batch, 1, 1 << 20, 0, "sequences per training step (default 1)"),
-    KEY("dp", DT_CONF_INT, dp, 1, 65536, 0,
+        "the partition's", 0, "wall-clock limit such as 90m or 2h"),
+    KEY("signal_lead", DT_CONF_DURATION, signal_lead_ms, 1000, DAY_MS, 0, "2m", 0,
+        "Slurm signals the job this long before its time limit"),
+    STR("signal", signal, 0, "dt.conf's slurm_signal, else USR2", 0,
+        "Slurm's warning signal: USR1 or USR2"),
+    STR("partition", partition, 0, NULL, 0, "Slurm partition"),
+    STR("account", account, 0, NULL, 0, "Slurm account"),
+    STR("qos", qos, 0, NULL, 0, "Slurm quality of service"),
+    STR("constraint", constraint, 0, NULL, 0, "Slurm node features"),
+    STR("exclude", exclude, 0, NULL, 0, "Slurm nodes not to use"),
+    INT("steps", steps, 0, INT64_C(1) << 40, "1", T,
+        "training steps (0: none, the initial or loaded parameters are the result)"),
+    INT("seed", seed, 0, INT64_MAX, "0", APT, "random seed"),
+    INT("batch", batch, 1, 1 << 20, "1", T, "sequences per training step"),
+    INT("dp", dp, 1, 65536, "1", T,
         "data parallel: dp rings of `ranks` ranks, each ring its own sequences, the gradient "
-        "reduced over all (train; default 1)"),
-    STR("shard", shard, 0,
+        "reduced over all (train)"),
+    STR("shard", shard, 0, "auto", T,
         "none, optimizer, gradients or parameters: each rank keeps 1/(dp R) of the AdamW "
-        "state, then of the gradients too, then of the parameters too (default: the "
-        "planner picks the least that fits)"),
-    STR("recompute", recompute, 0,
+        "state, then of the gradients too, then of the parameters too (auto: the planner "
+        "picks the least that fits and the device runs)"),
+    STR("recompute", recompute, 0, "auto", T,
         "none or layer: keep each layer's input only and recompute the layer in the "
-        "backward (default none)"),
-    STR("lr", lr, 0, "peak learning rate, a number in (0, 10] (default 3e-3)"),
-    STR("data", data, 0, "recall (generated task), or token files: llm.c shards or .npy ids"),
-    KEY("recall_keys", DT_CONF_INT, recall_keys, 1, 1 << 20, 0, "recall task: distinct keys"),
-    KEY("recall_values", DT_CONF_INT, recall_values, 1, 1 << 20, 0,
+        "backward (auto: none, or layer when nothing fits without)"),
+    STR("lr", lr, 0, "3e-3", T, "peak learning rate, a number in (0, 10]"),
+    STR("min_lr", min_lr, 0, "3e-4", T,
+        "the learning rate the cosine schedule ends at, a number in [0, 10]"),
+    STR("warmup", warmup, 0, "steps / 10", T,
+        "steps of linear warm-up to lr, a whole number >= 0"),
+    STR("weight_decay", weight_decay, 0, "0.1", T,
+        "AdamW's decoupled weight decay, a number in [0, 10]"),
+    STR("clip", clip, 0, "1", T,
+        "clip the gradient's global norm to this, a number >= 0 (0: no clipping)"),
+    STR("adam_eps", adam_eps, 0, "1e-5", T, "AdamW's epsilon, a number in [1e-30, 1]"),
+    STR("data", data, 0, "recall", PT,
+        "recall (generated task), or token files: llm.c shards or .npy ids"),
+    INT("recall_keys", recall_keys, 1, 1 << 20, "128", T, "recall task: distinct keys"),
+    INT("recall_values", recall_values, 1, 1 << 20, "128", T,
         "recall task: distinct values (chance is 1/values)"),
-    KEY("recall_pairs", DT_CONF_INT, recall_pairs, 1, 1 << 20, 0,
+    INT("recall_pairs", recall_pairs, 1, 1 << 20, "16, fewer when the sequence is short", T,
         "recall task: key-value pairs planted per sequence"),
-    KEY("recall_queries", DT_CONF_INT, recall_queries, 1, 1 << 20, 0,
+    INT("recall_queries", recall_queries, 1, 1 << 20, "8", T,
         "recall task: queries at the end (at most the pairs)"),
-    KEY("ckpt_every", DT_CONF_INT, ckpt_every, 1, INT64_C(1) << 40, 0, "steps between checkpoints"),
-    KEY("ckpt_keep", DT_CONF_INT, ckpt_keep, 1, 1000000, 0, "checkpoints kept"),
-    STR("ckpt_dir", ckpt_dir, 0, "checkpoint directory"),
-    STR("output_dir", output_dir, 0,
-        "where attn and prefill write their outputs, an absolute path (default: under agents, "
-        "the job's directory's output/)"),
-    KEY("max_restarts", DT_CONF_INT, max_restarts, 1, 1000000, 0,
-        "recoveries before the job fails (default 5)"),
-    KEY("repeat_failures", DT_CONF_INT, repeat_failures, 1, 1000000, 0,
-        "the same failure (rank, cause, step) this often mid-run fails the job (default 2)"),
-    KEY("repeat_startup_failures", DT_CONF_INT, repeat_startup_failures, 1, 1000000, 0,
-        "the same failure before a generation's first step this often fails the job "
-        "(default 3)"),
+    INT("ckpt_every", ckpt_every, 1, INT64_C(1) << 40,
+        "train: the last step (one checkpoint at the end); prefill: 1", PT,
+        "steps (prefill: layers) between checkpoints"),
+    INT("ckpt_keep", ckpt_keep, 1, 1000000, "3", PT, "checkpoints kept"),
+    STR("ckpt_dir", ckpt_dir, 0, "under agents the job's directory's ckpt/, else none", PT,
+        "checkpoint directory"),
+    STR("output_dir", output_dir, 0, "under agents the job's directory's output/, else none",
+        A | P, "where attn and prefill write their outputs, an absolute path"),
+    INT("max_restarts", max_restarts, 1, 1000000, "5", 0, "recoveries before the job fails"),
+    INT("repeat_failures", repeat_failures, 1, 1000000, "2", 0,
+        "the same failure (rank, cause, step) this often mid-run fails the job"),
+    INT("repeat_startup_failures", repeat_startup_failures, 1, 1000000, "3", 0,
+        "the same failure before a generation's first step this often fails the job"),
     { .name = NULL },
 };
+#undef A
+#undef P
+#undef T
+#undef PT
+#undef APT
 
 const dt_conf_key_t *dt_spec_keys(void)
 {
@@ -144,29 +173,33 @@ const dt_conf_key_t *dt_spec_keys(void)
 
 /*-- value sets ----------------------------------------------------------------*/
 
-static const char *const kinds[] = { "attn", "prefill", "train", NULL };
-static const char *const models[] = { "tiny", "llama3-8b", "llama3-70b", "custom", NULL };
 static const char *const yesno[] = { "yes", "no", NULL };
 static const char *const scalings[] = { "none", "llama3", NULL };
-static const char *const recomputes[] = { "none", "layer", NULL };
-static const char *const shards[] = { "none", "optimizer", "gradients", "parameters", NULL };
-static const char *const layouts[] = { "contiguous", "zigzag", NULL };
-static const char *const precisions[] = { "fp32", "bf16", "fp16", NULL };
-static const char *const gpus[] = { "h100-sxm", "h200", "cpu", NULL };
-static const char *const devices[] = { "cpu", "cuda", NULL };
 /* Only the two srun passes on unchanged: it turns TERM, INT, HUP and QUIT
  * into a kill of the step and does not forward the others (dt-spec(5)). */
 static const char *const signals[] = { "USR1", "USR2", NULL };
 
+/* The keys whose values are words, and the words (the vocabulary's own
+ * tables, spec/vocab.h, and the model presets'). */
 static const struct {
     const char *key;
     const char *const *set;
 } sets[] = {
-    { "kind", kinds },     { "model", models },         { "tied", yesno },
-    { "layout", layouts }, { "dtype", precisions },     { "precision", precisions },
-    { "device", devices }, { "gpu", gpus },             { "signal", signals },
-    { "rope_scaling", scalings }, { "recompute", recomputes }, { "shard", shards },
+    { "kind", dt_kind_names },         { "model", dt_model_names },
+    { "tied", yesno },                 { "layout", dt_layout_names },
+    { "dtype", dt_compute_dtype_names }, { "precision", dt_compute_dtype_names },
+    { "device", dt_device_names },     { "gpu", dt_gpu_names },
+    { "signal", signals },             { "rope_scaling", scalings },
+    { "recompute", dt_recompute_names }, { "shard", dt_shard_names },
 };
+
+const char *const *dt_spec_key_values(const char *key)
+{
+    for (size_t i = 0; i < sizeof(sets) / sizeof(sets[0]); i++)
+        if (strcmp(sets[i].key, key) == 0)
+            return sets[i].set;
+    return NULL;
+}
 
 static void *field(const dt_spec_t *s, const dt_conf_key_t *k)
 {
@@ -181,24 +214,99 @@ static const dt_conf_key_t *find_key(const char *name)
     return NULL;
 }
 
+#define UNGIVEN INT64_MIN /* an integer field the parser did not write */
+
+static size_t key_index(const dt_conf_key_t *k)
+{
+    return (size_t)(k - keys);
+}
+
+static void mark_given(dt_spec_t *s, const dt_conf_key_t *k)
+{
+    size_t i = key_index(k);
+    s->given[i / 64] |= UINT64_C(1) << (i % 64);
+}
+
+static bool given_bit(const dt_spec_t *s, const dt_conf_key_t *k)
+{
+    size_t i = key_index(k);
+    return (s->given[i / 64] >> (i % 64)) & 1;
+}
+
+static bool key_given(const dt_spec_t *s, const dt_conf_key_t *k)
+{
+    if (given_bit(s, k))
+        return true;
+    switch (k->type) {
+    case DT_CONF_STRING:
+        return *(char **)field(s, k) != NULL;
+    case DT_CONF_BOOL:
+        return strcmp(k->name, "causal") == 0 && s->causal_set;
+    default:
+        return *(int64_t *)field(s, k) != 0;
+    }
+}
+
+void dt_spec_unset_int(dt_spec_t *s, const char *name)
+{
+    const dt_conf_key_t *k = find_key(name);
+    if (k == NULL || k->type == DT_CONF_STRING || k->type == DT_CONF_BOOL)
+        abort(); /* a programmer's error */
+    *(int64_t *)field(s, k) = 0;
+    size_t i = key_index(k);
+    s->given[i / 64] &= ~(UINT64_C(1) << (i % 64));
+}
+
+bool dt_spec_given(const dt_spec_t *s, const char *name)
+{
+    const dt_conf_key_t *k = find_key(name);
+    return k != NULL && key_given(s, k);
+}
+
+/* Before the conf parser writes the fields: every integer and boolean
+ * field marked unwritten, so that a key given as 0 is told from one not
+ * given. */
+static void mark_unwritten(dt_spec_t *s)
+{
+    for (const dt_conf_key_t *k = keys; k->name != NULL; k++)
+        if (k->type == DT_CONF_BOOL)
+            *(int *)field(s, k) = -1;
+        else if (k->type != DT_CONF_STRING)
+            *(int64_t *)field(s, k) = UNGIVEN;
+}
+
+/* After it: the keys written are given; the others back to 0 (causal to
+ * its default, yes). */
+static void collect_given(dt_spec_t *s)
+{
+    for (const dt_conf_key_t *k = keys; k->name != NULL; k++) {
+        if (k->type == DT_CONF_STRING) {
+            if (*(char **)field(s, k) != NULL)
+                mark_given(s, k);
+        } else if (k->type == DT_CONF_BOOL) {
+            int *b = (int *)field(s, k);
+            if (*b != -1)
+                mark_given(s, k);
+            if (strcmp(k->name, "causal") == 0)
+                s->causal_set = *b != -1;
+            if (*b == -1)
+                *b = 1;
+        } else {
+            int64_t *x = (int64_t *)field(s, k);
+            if (*x != UNGIVEN)
+                mark_given(s, k);
+            else
+                *x = 0;
+        }
+    }
+}
+
 static int in_set(const char *v, const char *const *set)
 {
     for (; *set != NULL; set++)
         if (strcmp(v, *set) == 0)
             return 1;
     return 0;
-}
-
-/* "a, b or c" */
-static void set_list(char *buf, size_t n, const char *const *set)
-{
-    size_t len = 0;
-
-    buf[0] = '\0';
-    for (int i = 0; set[i] != NULL && len < n; i++) {
-        const char *sep = i == 0 ? "" : set[i + 1] == NULL ? " or " : ", ";
-        len += (size_t)snprintf(buf + len, n - len, "%s%s", sep, set[i]);
-    }
 }
 
 /*-- text: UTF-8 without control characters ------------------------------------*/
@@ -399,7 +507,7 @@ static int check_key(const dt_spec_t *s, const dt_conf_key_t *k, dt_emsg_t *em)
         for (size_t i = 0; i < sizeof(sets) / sizeof(sets[0]); i++) {
             if (strcmp(sets[i].key, k->name) != 0 || in_set(v, sets[i].set))
                 continue;
-            set_list(list, sizeof(list), sets[i].set);
+            dt_vocab_list(list, sizeof(list), sets[i].set);
             return dt_emsg_set(em, DT_EINVAL, "key '%s': unknown value '%s' (expected %s)", k->name,
                                shown(sh, v), list);
         }
@@ -410,9 +518,9 @@ static int check_key(const dt_spec_t *s, const dt_conf_key_t *k, dt_emsg_t *em)
     if (k->type == DT_CONF_BOOL)
         return 0;
     int64_t x = *(int64_t *)field(s, k);
-    /* 0 is "not given" for every integer key but seed and spares, whose
-     * bounds include it. */
-    if (x != 0 && (x < k->min || x > k->max))
+    /* a key given is in its bounds, 0 included (steps = 0 is out of
+     * range where 0 steps are not, seed = 0 within them) */
+    if ((x != 0 || key_given(s, k)) && (x < k->min || x > k->max))
         return dt_emsg_set(em, DT_ERANGE,
                            "key '%s': value %" PRId64 " out of range (%" PRId64 "..%" PRId64 ")",
                            k->name, x, k->min, k->max);
@@ -421,36 +529,135 @@ static int check_key(const dt_spec_t *s, const dt_conf_key_t *k, dt_emsg_t *em)
     return 0;
 }
 
+/*-- resolved settings: a key's value, else its default -------------------------*/
+
+enum dt_device dt_spec_device_id(const dt_spec_t *s)
+{
+    enum dt_device d = DT_DEVICE_CPU;
+    if (s->device != NULL)
+        dt_device_parse("device", s->device, &d, NULL); /* checked by dt_spec_check */
+    else if (s->gpu != NULL && strcmp(s->gpu, dt_gpu_name(DT_GPU_CPU)) != 0)
+        d = DT_DEVICE_CUDA;
+    return d;
+}
+
+enum dt_gpu_preset dt_spec_gpu_id(const dt_spec_t *s)
+{
+    enum dt_gpu_preset g = DT_GPU_CPU;
+    if (s->gpu != NULL)
+        dt_gpu_parse("gpu", s->gpu, &g, NULL);
+    else if (dt_spec_device_id(s) == DT_DEVICE_CUDA)
+        g = DT_GPU_H100_SXM;
+    return g;
+}
+
+dt_dtype_t dt_spec_dtype_id(const dt_spec_t *s)
+{
+    const char *d = s->dtype ? s->dtype : s->precision;
+    dt_dtype_t t = dt_spec_device_id(s) == DT_DEVICE_CUDA ? DT_BF16 : DT_F32;
+    if (d != NULL)
+        dt_compute_dtype_parse("dtype", d, &t, NULL);
+    return t;
+}
+
 const char *dt_spec_device(const dt_spec_t *s)
 {
-    if (s->device != NULL)
-        return s->device;
-    return s->gpu != NULL && strcmp(s->gpu, "cpu") != 0 ? "cuda" : "cpu";
+    return dt_device_name(dt_spec_device_id(s));
 }
 
 const char *dt_spec_gpu(const dt_spec_t *s)
 {
-    if (s->gpu != NULL)
-        return s->gpu;
-    return strcmp(dt_spec_device(s), "cuda") == 0 ? "h100-sxm" : "cpu";
+    return dt_gpu_name(dt_spec_gpu_id(s));
 }
 
 const char *dt_spec_dtype(const dt_spec_t *s)
 {
-    const char *d = s->dtype ? s->dtype : s->precision;
+    return dt_dtype_name(dt_spec_dtype_id(s));
+}
 
-    if (d != NULL)
-        return d;
-    return strcmp(dt_spec_device(s), "cuda") == 0 ? "bf16" : "fp32";
+enum dt_job_kind dt_spec_kind(const dt_spec_t *s)
+{
+    enum dt_job_kind k = DT_KIND_TRAIN;
+    if (s->kind != NULL)
+        dt_kind_parse("kind", s->kind, &k, NULL);
+    return k;
+}
+
+bool dt_spec_causal(const dt_spec_t *s)
+{
+    return s->causal_set ? s->causal != 0 : true;
+}
+
+enum dt_layout dt_spec_layout(const dt_spec_t *s)
+{
+    enum dt_layout l = dt_spec_causal(s) ? DT_LAYOUT_ZIGZAG : DT_LAYOUT_CONTIGUOUS;
+    if (s->layout != NULL)
+        dt_layout_parse(s->layout, &l);
+    return l;
+}
+
+const dt_conf_key_t *dt_spec_key(const char *name)
+{
+    return find_key(name);
+}
+
+/* The key `name` of the table, which must exist (a programmer's error
+ * otherwise). */
+static const dt_conf_key_t *must_key(const char *name)
+{
+    const dt_conf_key_t *k = find_key(name);
+    if (k == NULL)
+        abort();
+    return k;
+}
+
+int64_t dt_spec_int(const dt_spec_t *s, const char *key)
+{
+    const dt_conf_key_t *k = must_key(key);
+    int64_t v = *(int64_t *)field(s, k);
+    if (v != 0 || key_given(s, k) || k->def == NULL)
+        return v;
+    return strtoll(k->def, NULL, 10); /* a word default ("auto") reads as 0 */
+}
+
+double dt_spec_real(const dt_spec_t *s, const char *key)
+{
+    const dt_conf_key_t *k = must_key(key);
+    const char *v = *(char **)field(s, k);
+    if (v == NULL)
+        v = k->def;
+    return v != NULL ? strtod(v, NULL) : 0.0; /* checked by dt_spec_check */
+}
+
+const char *dt_spec_word(const dt_spec_t *s, const char *key)
+{
+    const dt_conf_key_t *k = must_key(key);
+    const char *v = *(char **)field(s, k);
+    return v != NULL ? v : k->def;
+}
+
+int64_t dt_spec_warmup(const dt_spec_t *s)
+{
+    if (s->warmup != NULL)
+        return strtoll(s->warmup, NULL, 10);
+    return dt_spec_int(s, "steps") / 10;
+}
+
+int64_t dt_spec_ckpt_every(const dt_spec_t *s)
+{
+    if (s->ckpt_every > 0)
+        return s->ckpt_every;
+    int64_t steps = dt_spec_int(s, "steps");
+    return dt_spec_kind(s) == DT_KIND_PREFILL || steps < 1 ? 1 : steps;
 }
 
 /* device, gpu and dtype agree: a cpu job on the cpu preset computing in
  * fp32, a cuda job on a GPU preset. */
 static int check_device(const dt_spec_t *s, dt_emsg_t *em)
 {
-    const char *dev = dt_spec_device(s), *gpu = dt_spec_gpu(s);
+    const char *gpu = dt_spec_gpu(s);
     const char *dt = s->dtype ? s->dtype : s->precision;
-    bool cuda = strcmp(dev, "cuda") == 0;
+    bool cuda = dt_spec_device_id(s) == DT_DEVICE_CUDA;
 
     if (s->dtype != NULL && s->precision != NULL && strcmp(s->dtype, s->precision) != 0)
         return dt_emsg_set(em, DT_EINVAL, "keys 'dtype' = %s and 'precision' = %s differ: they "
@@ -472,10 +679,10 @@ static int check_device(const dt_spec_t *s, dt_emsg_t *em)
     return 0;
 }
 
-/* A number key given as text: in (lo, hi] (norm_eps: (lo, hi)); NULL is
- * "not given". */
-static int check_number(const char *key, const char *text, double lo, double hi,
-                        const char *range, dt_emsg_t *em)
+/* A number key given as text (NULL is "not given"): in (lo, hi], or
+ * [lo, hi] when closed; (lo, 1) for hi = 1 when not closed (norm_eps). */
+static int check_real(const char *key, const char *text, double lo, double hi, bool closed,
+                      const char *range, dt_emsg_t *em)
 {
     char *end;
     double v;
@@ -483,9 +690,16 @@ static int check_number(const char *key, const char *text, double lo, double hi,
     if (text == NULL)
         return 0;
     v = strtod(text, &end);
-    if (end == text || *end != '\0' || !(v > lo && v <= hi) || (hi == 1 && v == 1))
+    bool in = closed ? v >= lo && v <= hi : v > lo && v <= hi && !(hi == 1 && v == 1);
+    if (end == text || *end != '\0' || !in)
         return dt_emsg_set(em, DT_EINVAL, "key '%s' = '%s': a number in %s", key, text, range);
     return 0;
+}
+
+static int check_number(const char *key, const char *text, double lo, double hi,
+                        const char *range, dt_emsg_t *em)
+{
+    return check_real(key, text, lo, hi, false, range, em);
 }
 
 /* rope_scaling = llama3 needs its four numbers, which mean nothing
@@ -522,6 +736,35 @@ static int check_rope(const dt_spec_t *s, dt_emsg_t *em)
         return dt_emsg_set(em, DT_EINVAL, "rope_low_freq_factor %s must be below "
                            "rope_high_freq_factor %s", s->rope_low_freq_factor,
                            s->rope_high_freq_factor);
+    return 0;
+}
+
+static int check_closed(const char *key, const char *text, double lo, double hi,
+                        const char *range, dt_emsg_t *em)
+{
+    return check_real(key, text, lo, hi, true, range, em);
+}
+
+/* The optimizer's keys beside lr: min_lr and weight_decay in [0, 10], clip
+ * >= 0, adam_eps in (0, 1], warmup a whole number of steps. */
+static int check_optimizer(const dt_spec_t *s, dt_emsg_t *em)
+{
+    int rc;
+
+    if ((rc = check_closed("min_lr", s->min_lr, 0, 10, "[0, 10], such as 3e-4", em)) < 0 ||
+        (rc = check_closed("weight_decay", s->weight_decay, 0, 10, "[0, 10], such as 0.1",
+                           em)) < 0 ||
+        (rc = check_closed("clip", s->clip, 0, 1e9, "[0, 1e9] (0: no clipping)", em)) < 0 ||
+        (rc = check_closed("adam_eps", s->adam_eps, 1e-30, 1, "[1e-30, 1], such as 1e-5",
+                           em)) < 0)
+        return rc;
+    if (s->warmup != NULL) {
+        char *end;
+        long long w = strtoll(s->warmup, &end, 10);
+        if (end == s->warmup || *end != '\0' || w < 0 || w > (1LL << 40))
+            return dt_emsg_set(em, DT_EINVAL, "key 'warmup' = '%s': a whole number of steps, "
+                               "0 or more", s->warmup);
+    }
     return 0;
 }
 
@@ -572,7 +815,7 @@ int dt_spec_check(const dt_spec_t *s, dt_emsg_t *em)
         return dt_emsg_set(em, DT_EINVAL, "key 'output_dir' = '%s': an absolute path is needed "
                            "(the workers run in another directory)", s->output_dir);
     if ((rc = check_number("lr", s->lr, 0, 10, "(0, 10], such as 3e-3", em)) < 0 ||
-        (rc = dt_spec_check_model(s, em)) < 0)
+        (rc = check_optimizer(s, em)) < 0 || (rc = dt_spec_check_model(s, em)) < 0)
         return rc;
     if (s->segments != NULL || s->dilations != NULL) {
         dt_attn_spec_t a = { 0 };
@@ -592,14 +835,49 @@ int dt_spec_check(const dt_spec_t *s, dt_emsg_t *em)
 
 /*-- parse, load, set ------------------------------------------------------------*/
 
-/* Parse into a fresh spec; causal = -1 marks "key not given". */
+int dt_spec_flag(int argc, char **argv, int i, char **key, const char **value, dt_emsg_t *em)
+{
+    const char *arg = argv[i] + 2, *eq = strchr(arg, '=');
+    int neg = strncmp(arg, "no-", 3) == 0 && eq == NULL;
+
+    *key = dt_xstrdup(neg ? arg + 3 : arg);
+    if (eq)
+        (*key)[eq - arg] = '\0';
+    for (char *p = *key; *p; p++)
+        if (*p == '-')
+            *p = '_';
+    const dt_conf_key_t *k = find_key(*key);
+    int boolean = k != NULL && k->type == DT_CONF_BOOL;
+    if (eq) {
+        *value = eq + 1;
+        return 1;
+    }
+    if (boolean && (neg || i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0)) {
+        *value = neg ? "no" : "yes";
+        return 1;
+    }
+    if (neg) { /* --no-x for a key that is not boolean: let the spec say so */
+        free(*key);
+        *key = dt_xstrdup(arg);
+        for (char *p = *key; *p; p++)
+            if (*p == '-')
+                *p = '_';
+    }
+    if (i + 1 >= argc) {
+        free(*key);
+        *key = NULL;
+        return dt_emsg_set(em, DT_EUSAGE, "%s needs a value", argv[i]);
+    }
+    *value = argv[i + 1];
+    return 2;
+}
+
+/* A parsed spec: the keys given collected (mark_unwritten before the parse), then checked. */
 static int finish(dt_spec_t *tmp, dt_spec_t *out, dt_emsg_t *em)
 {
     int rc;
 
-    tmp->causal_set = tmp->causal != -1;
-    if (tmp->causal == -1)
-        tmp->causal = 1;
+    collect_given(tmp);
     if ((rc = dt_spec_check(tmp, em)) < 0) {
         dt_spec_free(tmp);
         return rc;
@@ -610,14 +888,16 @@ static int finish(dt_spec_t *tmp, dt_spec_t *out, dt_emsg_t *em)
 
 int dt_spec_parse(const char *name, const char *text, dt_spec_t *out, dt_emsg_t *em)
 {
-    dt_spec_t tmp = { .causal = -1 };
+    dt_spec_t tmp = { 0 };
     int rc;
 
     memset(out, 0, sizeof(*out));
     if (name == NULL)
         name = "(string)";
+    mark_unwritten(&tmp);
     if ((rc = check_text(name, text, strlen(text), em)) < 0 ||
         (rc = dt_conf_parse(name, text, keys, &tmp, em)) < 0) {
+        collect_given(&tmp);
         dt_spec_free(&tmp);
         return rc;
     }
@@ -644,15 +924,17 @@ static int read_spec(const char *path, char **text, dt_emsg_t *em)
 
 int dt_spec_load(const char *path, dt_spec_t *out, dt_emsg_t *em)
 {
-    dt_spec_t tmp = { .causal = -1 };
+    dt_spec_t tmp = { 0 };
     char *text = NULL;
     int rc;
 
     memset(out, 0, sizeof(*out));
+    mark_unwritten(&tmp);
     if ((rc = read_spec(path, &text, em)) == 0)
         rc = dt_conf_parse(path, text, keys, &tmp, em);
     free(text);
     if (rc < 0) {
+        collect_given(&tmp);
         dt_spec_free(&tmp);
         return rc;
     }
@@ -672,12 +954,10 @@ int dt_spec_load_partial(const char *path, dt_spec_t *s, dt_emsg_t *em)
     memcpy(opt, keys, (n + 1) * sizeof(*opt));
     for (size_t i = 0; i < n; i++)
         opt[i].required = 0;
-    s->causal = -1; /* untouched unless the file sets it */
+    mark_unwritten(s); /* untouched unless the file sets them */
     if ((rc = read_spec(path, &text, em)) == 0)
         rc = dt_conf_parse(path, text, opt, s, em);
-    s->causal_set = s->causal != -1;
-    if (s->causal == -1)
-        s->causal = 1;
+    collect_given(s);
     free(text);
     free(opt);
     return rc;
@@ -771,6 +1051,7 @@ int dt_spec_set(dt_spec_t *s, const char *key, const char *value, dt_emsg_t *em)
     } else {
         *(int64_t *)field(s, k) = num;
     }
+    mark_given(s, k);
     return 0;
 }
 
@@ -863,9 +1144,7 @@ char *dt_spec_format(const dt_spec_t *s)
 
         if (k->type == DT_CONF_STRING && *(char *const *)f == NULL)
             continue;
-        if (k->type == DT_CONF_BOOL && !s->causal_set)
-            continue;
-        if (k->type != DT_CONF_STRING && k->type != DT_CONF_BOOL && *(const int64_t *)f == 0)
+        if (k->type != DT_CONF_STRING && !key_given(s, k))
             continue;
         puts_(&b, k->name);
         puts_(&b, " = ");

@@ -6,16 +6,24 @@
  * duplicate keys are errors naming the line. The keys are documented in
  * dt-spec(5); dt_spec_keys() is the table.
  *
- * Integer fields use 0 for "not given" (then a default or the planner
- * decides); strings use NULL.
+ * Which keys were given is recorded (given, by the key's index in the
+ * table): a key given as 0 is 0, whatever its default (seed = 0,
+ * warmup = 0, steps = 0). A key not given reads as its default through
+ * dt_spec_int and friends. Integer fields of keys not given are 0 and
+ * strings NULL; a spec built field by field (not through dt_spec_set)
+ * counts a nonzero integer as given.
  */
 #ifndef DT_SPEC_H
 #define DT_SPEC_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "common/conf.h"
 #include "common/err.h"
+#include "spec/dtype.h"
+#include "spec/layout.h"
+#include "spec/vocab.h"
 
 typedef struct dt_spec {
     char *name;      /* free text, default "job" */
@@ -65,6 +73,10 @@ typedef struct dt_spec {
                       * sharded over the ranks, each level adding to the one before
                       * (NULL: the planner picks) */
     char *lr;        /* peak learning rate, a number in (0, 10] (default 3e-3) */
+    /* the rest of the optimizer, numbers as text so that 0 is a value:
+     * min_lr [0, 10], warmup a whole number of steps, weight_decay [0, 10],
+     * clip >= 0 (0: none), adam_eps (0, 1] */
+    char *min_lr, *warmup, *weight_decay, *clip, *adam_eps;
     char *data;      /* "recall" or a token shard path */
     int64_t recall_keys, recall_values, recall_pairs, recall_queries; /* 0: defaults */
     int64_t ckpt_every, ckpt_keep;
@@ -75,18 +87,55 @@ typedef struct dt_spec {
      * and fails the job: mid-run, and before a generation's first step
      * (0: the defaults, 2 and 3; coordinator/recovery.h) */
     int64_t repeat_failures, repeat_startup_failures;
+    /* the keys given (a bit per key, by its index in dt_spec_keys()),
+     * 0 included; set by the parsers and dt_spec_set */
+    uint64_t given[2];
 } dt_spec_t;
 
-/* Resolved settings (the spec must have passed dt_spec_check): the device
- * ("cpu" or "cuda"), the cluster preset ("cpu", "h100-sxm", "h200"), and
- * the compute dtype ("fp32", "bf16" or "fp16"), each from its key or its
- * default as dt-spec(5) gives it. */
+/* Whether key `name` was given (a nonzero integer, a string or a
+ * boolean set, or a value given as 0). */
+bool dt_spec_given(const dt_spec_t *s, const char *name);
+/* Integer key `name` back to "not given" (its default). */
+void dt_spec_unset_int(dt_spec_t *s, const char *name);
+
+/* Resolved settings (the spec must have passed dt_spec_check, or its keys
+ * dt_spec_set one by one): each key's value, else its default, the one of
+ * the key table (dt_conf_key_t.def), which dt-spec(5) gives. Every binary
+ * asks these; none writes a default of its own.
+ *   device: cuda when gpu is a GPU preset, else cpu; gpu: h100-sxm on
+ *   cuda, else cpu; dtype: bf16 on cuda, fp32 on cpu; kind: train when a
+ *   spec has none (dtengine's own specs); causal: yes; layout: zigzag
+ *   when causal, else contiguous; warmup: steps / 10; ckpt_every: prefill
+ *   1, train the last step. */
+enum dt_device dt_spec_device_id(const dt_spec_t *s);
+enum dt_gpu_preset dt_spec_gpu_id(const dt_spec_t *s);
+dt_dtype_t dt_spec_dtype_id(const dt_spec_t *s);
+enum dt_job_kind dt_spec_kind(const dt_spec_t *s);
+bool dt_spec_causal(const dt_spec_t *s);
+enum dt_layout dt_spec_layout(const dt_spec_t *s);
+int64_t dt_spec_warmup(const dt_spec_t *s);
+int64_t dt_spec_ckpt_every(const dt_spec_t *s);
+/* The same as names ("cuda", "h100-sxm", "bf16"). */
 const char *dt_spec_device(const dt_spec_t *s);
 const char *dt_spec_gpu(const dt_spec_t *s);
 const char *dt_spec_dtype(const dt_spec_t *s);
+/* An integer key's value (0: not given) else its table default (0 for a
+ * word such as "auto" or none); a number key given as text (lr, min_lr,
+ * weight_decay, clip, adam_eps, norm_eps) as a double, else its default;
+ * a string key's value, else its default text (NULL for none). `key` must
+ * be a key of the table. */
+int64_t dt_spec_int(const dt_spec_t *s, const char *key);
+double dt_spec_real(const dt_spec_t *s, const char *key);
+const char *dt_spec_word(const dt_spec_t *s, const char *key);
 
-/* The key table (NULL-name-terminated) over dt_spec_t. */
+/* The key table (NULL-name-terminated) over dt_spec_t; tags: the bits
+ * DT_SPEC_FOR(kind) of the dtengine commands that take the key as an
+ * option. One key by name, or NULL. The words a key accepts
+ * (NULL-terminated), or NULL when it is not a key of words. */
+#define DT_SPEC_FOR(kind) (1u << (kind))
 const dt_conf_key_t *dt_spec_keys(void);
+const dt_conf_key_t *dt_spec_key(const char *name);
+const char *const *dt_spec_key_values(const char *key);
 
 /* Parse spec text (`name` is used in messages, e.g. the file name) and
  * check it: kind and tokens given, values in their sets, segments and
@@ -105,6 +154,12 @@ int dt_spec_load(const char *path, dt_spec_t *out, dt_emsg_t *em);
  * whether the file set causal (causal = 1 when it did not). On error s
  * holds no value from the file. */
 int dt_spec_load_partial(const char *path, dt_spec_t *s, dt_emsg_t *em);
+/* The spec key a command-line flag at argv[i] names ("--kv-heads" ->
+ * "kv_heads", the caller's to free), its value, and how many arguments it
+ * used (1 or 2). Accepts --key VALUE, --key=VALUE, and for boolean keys a
+ * bare --key (yes) or --no-key (no). DT_EUSAGE when the value is missing
+ * (*key then NULL). The key is not checked: dt_spec_set does. */
+int dt_spec_flag(int argc, char **argv, int i, char **key, const char **value, dt_emsg_t *em);
 /* Set one key from a string, as a flag would (`--tokens 1M` style values are
  * the file's: sizes accept K/M/G). Checks as dt_spec_parse does for that
  * key. */

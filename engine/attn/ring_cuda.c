@@ -66,6 +66,7 @@
 #include "common/clock.h"
 #include "common/mem.h"
 #include "spec/layout.h"
+#include "engine/attn/ring_cuda.h"
 #include "engine/comm/ring_impl.h"
 #include "kernels/cuda/cuda_err.h"
 

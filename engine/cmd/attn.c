@@ -13,7 +13,6 @@
 
 #include <cblas.h>
 #include <errno.h>
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +37,7 @@
 #include "io/npy.h"
 #include "kernels/cpu/attn_cpu.h"
 #include "spec/model.h"
+#include "engine/cmd/options.h"
 #include "spec/spec.h"
 
 enum { TAG_OUT = 201, TAG_SHA };
@@ -54,7 +54,7 @@ typedef struct opts {
     const char *dout, *dq, *dk, *dv;
     const char *segments, *dilations, *layout, *generate;
     unsigned long long seed;
-    int causal, stats, threads, backward;
+    int causal, stats, threads, backward, print;
     int cuda, fp16; /* --device cuda, --dtype fp16 */
     float scale;
     dt_spec_t spec;   /* --spec FILE: the strings above may point into it */
@@ -65,153 +65,97 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: dtengine attn --q Q.npy --k K.npy --v V.npy --out O.npy [--lse LSE.npy]\n"
-            "                     [--causal] [--segments w1,w2,... --dilations r1,r2,...]\n"
+            "                     [--no-causal] [--segments w1,w2,... --dilations r1,r2,...]\n"
             "                     [--layout contiguous|zigzag] [--scale S]\n"
             "                     [--dout dO.npy --dq dQ.npy --dk dK.npy --dv dV.npy]\n"
             "                     [--backward] [--out-dir DIR] [--threads N] [--stats]\n"
-            "                     [--device cpu|cuda [--dtype bf16|fp16]]\n"
+            "                     [--device cpu|cuda [--dtype bf16|fp16]] [--print-settings]\n"
             "       dtengine attn --generate T,H,Hkv,D --seed S [...]\n"
             "       dtengine attn --spec JOB.spec [--out-dir DIR] [...]\n"
             "Q is (T, H, D), K and V (T, Hkv, D), float32 or float16; O is written\n"
-            "(T, H, D) float32 and LSE (H, T) float32. See dtengine(1).\n");
+            "(T, H, D) float32 and LSE (H, T) float32. Causal unless --no-causal (the\n"
+            "job-spec default; --causal is accepted); the layout follows it. See dtengine(1).\n");
 }
 
-/* A job spec of kind attn (dt-spec(5)): the generated inputs' shape from
- * tokens and the model (H = heads, Hkv = kv_heads, D = dim / heads), the
- * attention (causal, layout, segments and dilations), the seed, the device
- * and dtype, and output_dir as --out-dir. Flags given too override it. */
-static int apply_spec(opts_t *o, const char *path, dt_emsg_t *em)
+/* attn's own options; the rest are job-spec keys (engine/cmd/options.h) */
+enum { O_Q = 1, O_K, O_V, O_OUT, O_LSE, O_DOUT, O_DQ, O_DK, O_DV, O_GEN, O_STATS, O_THREADS,
+       O_SCALE, O_BACKWARD };
+static const dt_cmd_opt_t own_options[] = {
+    { "q", 1, O_Q },          { "k", 1, O_K },           { "v", 1, O_V },
+    { "out", 1, O_OUT },      { "lse", 1, O_LSE },       { "dout", 1, O_DOUT },
+    { "dq", 1, O_DQ },        { "dk", 1, O_DK },         { "dv", 1, O_DV },
+    { "generate", 1, O_GEN }, { "stats", 0, O_STATS },   { "threads", 1, O_THREADS },
+    { "scale", 1, O_SCALE },  { "backward", 0, O_BACKWARD }, { NULL, 0, 0 },
+};
+
+static int own_option(int id, const char *value, void *arg, dt_emsg_t *em)
 {
-    dt_spec_t *s = &o->spec;
-    dt_model_cfg_t m;
-    int rc;
+    opts_t *o = arg;
+    const char **path[] = { [O_Q] = &o->q,       [O_K] = &o->k,     [O_V] = &o->v,
+                            [O_OUT] = &o->out,   [O_LSE] = &o->lse, [O_DOUT] = &o->dout,
+                            [O_DQ] = &o->dq,     [O_DK] = &o->dk,   [O_DV] = &o->dv,
+                            [O_GEN] = &o->generate };
+    char *end;
 
-    if ((rc = dt_cmd_spec_load(path, "attn", s, em)) < 0)
-        return rc;
-    if ((rc = dt_model_from_spec(s, &m, em)) < 0)
-        return rc;
-    snprintf(o->gen, sizeof(o->gen), "%lld,%d,%d,%d", (long long)s->tokens, m.heads, m.kv_heads,
-             dt_model_head_dim(&m));
-    o->generate = o->gen;
-    o->causal = s->causal;
-    o->layout = s->layout ? s->layout : s->causal ? "zigzag" : "contiguous";
-    o->segments = s->segments;
-    o->dilations = s->dilations;
-    o->seed = (unsigned long long)s->seed;
-    o->cuda = strcmp(dt_spec_device(s), "cuda") == 0;
-    o->fp16 = strcmp(dt_spec_dtype(s), "fp16") == 0;
-    o->out_dir = s->output_dir;
-    return 0;
+    switch (id) {
+    case O_STATS:
+        o->stats = 1;
+        return 0;
+    case O_BACKWARD:
+        o->backward = 1;
+        return 0;
+    case O_THREADS:
+        o->threads = (int)strtol(value, &end, 10);
+        if (*value == '\0' || *end != '\0' || o->threads < 1 || o->threads > 1024)
+            return dt_emsg_set(em, DT_EUSAGE, "--threads '%s' must be 1 to 1024", value);
+        return 0;
+    case O_SCALE:
+        o->scale = strtof(value, &end);
+        if (*value == '\0' || *end != '\0' || !(o->scale > 0.0f) || isinf(o->scale))
+            return dt_emsg_set(em, DT_EUSAGE, "--scale '%s' must be a positive number", value);
+        return 0;
+    default:
+        *path[id] = value;
+        return 0;
+    }
 }
 
+/* Options (and --spec) into o: the attention and the device from the job
+ * spec they make, with the key table's defaults (spec/spec.h: causal
+ * unless --no-causal, the layout following it); a spec file of kind attn
+ * also gives the generated inputs' shape from tokens and the model (H =
+ * heads, Hkv = kv_heads, D = the head width) and output_dir as --out-dir. */
 static int parse_opts(int argc, char **argv, opts_t *o, dt_emsg_t *em)
 {
-    enum { O_Q = 256, O_K, O_V, O_OUT, O_LSE, O_OUTDIR, O_DOUT, O_DQ, O_DK, O_DV, O_SEG, O_DIL,
-           O_LAYOUT, O_GEN, O_SEED, O_CAUSAL, O_STATS, O_THREADS, O_SCALE, O_BACKWARD,
-           O_DEVICE, O_DTYPE, O_SPEC, O_HELP };
-    static const struct option lo[] = {
-        { "q", required_argument, NULL, O_Q },
-        { "k", required_argument, NULL, O_K },
-        { "v", required_argument, NULL, O_V },
-        { "out", required_argument, NULL, O_OUT },
-        { "lse", required_argument, NULL, O_LSE },
-        { "out-dir", required_argument, NULL, O_OUTDIR },
-        { "dout", required_argument, NULL, O_DOUT },
-        { "dq", required_argument, NULL, O_DQ },
-        { "dk", required_argument, NULL, O_DK },
-        { "dv", required_argument, NULL, O_DV },
-        { "segments", required_argument, NULL, O_SEG },
-        { "dilations", required_argument, NULL, O_DIL },
-        { "layout", required_argument, NULL, O_LAYOUT },
-        { "generate", required_argument, NULL, O_GEN },
-        { "seed", required_argument, NULL, O_SEED },
-        { "causal", no_argument, NULL, O_CAUSAL },
-        { "stats", no_argument, NULL, O_STATS },
-        { "threads", required_argument, NULL, O_THREADS },
-        { "scale", required_argument, NULL, O_SCALE },
-        { "backward", no_argument, NULL, O_BACKWARD },
-        { "device", required_argument, NULL, O_DEVICE },
-        { "dtype", required_argument, NULL, O_DTYPE },
-        { "spec", required_argument, NULL, O_SPEC },
-        { "help", no_argument, NULL, O_HELP },
-        { NULL, 0, NULL, 0 },
-    };
-    int c;
-    char *end;
-    const char *dtype = NULL;
+    dt_spec_t *s = &o->spec;
+    int rc;
+
+    dt_cmd_common_t c;
 
     memset(o, 0, sizeof(*o));
-    o->layout = "contiguous";
     o->threads = 1;
-    /* a spec file first, flags on top of it */
-    for (int i = 1; i + 1 < argc; i++)
-        if (strcmp(argv[i], "--spec") == 0 && (c = apply_spec(o, argv[i + 1], em)) < 0)
-            return c;
-    opterr = 0;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
-        switch (c) {
-        case O_Q: o->q = optarg; break;
-        case O_K: o->k = optarg; break;
-        case O_V: o->v = optarg; break;
-        case O_OUT: o->out = optarg; break;
-        case O_LSE: o->lse = optarg; break;
-        case O_OUTDIR: o->out_dir = optarg; break;
-        case O_DOUT: o->dout = optarg; break;
-        case O_DQ: o->dq = optarg; break;
-        case O_DK: o->dk = optarg; break;
-        case O_DV: o->dv = optarg; break;
-        case O_SEG: o->segments = optarg; break;
-        case O_DIL: o->dilations = optarg; break;
-        case O_LAYOUT: o->layout = optarg; break;
-        case O_GEN: o->generate = optarg; break;
-        case O_CAUSAL: o->causal = 1; break;
-        case O_STATS: o->stats = 1; break;
-        case O_BACKWARD: o->backward = 1; break;
-        case O_SPEC: break; /* applied above */
-        case O_DEVICE:
-            if (strcmp(optarg, "cpu") != 0 && strcmp(optarg, "cuda") != 0)
-                return dt_emsg_set(em, DT_EUSAGE, "--device '%s': cpu or cuda", optarg);
-            o->cuda = strcmp(optarg, "cuda") == 0;
-            break;
-        case O_DTYPE:
-            if (strcmp(optarg, "bf16") != 0 && strcmp(optarg, "fp16") != 0)
-                return dt_emsg_set(em, DT_EUSAGE, "--dtype '%s': bf16 or fp16", optarg);
-            dtype = optarg;
-            o->fp16 = strcmp(optarg, "fp16") == 0;
-            break;
-        case O_SEED:
-            o->seed = strtoull(optarg, &end, 10);
-            if (*optarg == '\0' || *end != '\0' || *optarg == '-')
-                return dt_emsg_set(em, DT_EUSAGE, "--seed '%s' is not a non-negative integer",
-                                   optarg);
-            break;
-        case O_THREADS:
-            o->threads = (int)strtol(optarg, &end, 10);
-            if (*optarg == '\0' || *end != '\0' || o->threads < 1 || o->threads > 1024)
-                return dt_emsg_set(em, DT_EUSAGE, "--threads '%s' must be 1 to 1024", optarg);
-            break;
-        case O_SCALE:
-            o->scale = strtof(optarg, &end);
-            if (*optarg == '\0' || *end != '\0' || !(o->scale > 0.0f) || isinf(o->scale))
-                return dt_emsg_set(em, DT_EUSAGE, "--scale '%s' must be a positive number",
-                                   optarg);
-            break;
-        case O_HELP:
-            return 1;
-        case '?':
-        default:
-            if (optopt)
-                return dt_emsg_set(em, DT_EUSAGE, "option '--%s' needs a value",
-                                   lo[optopt - O_Q].name);
-            return dt_emsg_set(em, DT_EUSAGE, "unknown option '%s'", argv[optind - 1]);
-        }
+    if ((rc = dt_cmd_options(argc, argv, DT_KIND_ATTN, own_options, own_option, o, s, &c,
+                             em)) != 0)
+        return rc;
+    o->print = c.print;
+    if ((rc = dt_cmd_device_check(s, em)) < 0)
+        return rc;
+    o->cuda = dt_spec_device_id(s) == DT_DEVICE_CUDA;
+    o->fp16 = dt_spec_dtype_id(s) == DT_F16;
+    o->causal = dt_spec_causal(s);
+    o->layout = dt_layout_name(dt_spec_layout(s));
+    o->segments = s->segments;
+    o->dilations = s->dilations;
+    o->seed = (unsigned long long)dt_spec_int(s, "seed");
+    o->out_dir = s->output_dir;
+    if (s->tokens > 0 && o->generate == NULL) { /* from a --spec */
+        dt_model_cfg_t m;
+        if ((rc = dt_model_from_spec(s, &m, em)) < 0)
+            return rc;
+        snprintf(o->gen, sizeof(o->gen), "%lld,%d,%d,%d", (long long)s->tokens, m.heads,
+                 m.kv_heads, dt_model_head_dim(&m));
+        o->generate = o->gen;
     }
-    if (optind < argc)
-        return dt_emsg_set(em, DT_EUSAGE, "unexpected argument '%s'", argv[optind]);
-    if (dtype != NULL && !o->cuda)
-        return dt_emsg_set(em, DT_EUSAGE, "--dtype %s is for --device cuda (the CPU path is "
-                           "fp32)", dtype);
     if (o->cuda && !dt_attn_gpu_built())
         return dt_emsg_set(em, DT_EUSAGE, "--device cuda: this dtengine was built without "
                            "CUDA (configure --with-cuda)");
@@ -905,6 +849,21 @@ int dt_cmd_attn(dt_comm_t *comm, int argc, char **argv)
         }
         attn_close(&a);
         return rc == DT_EUSAGE ? DT_EXIT_INPUT : dt_exit_code(rc);
+    }
+    if (a.o.print) { /* --print-settings: what this run resolved */
+        if (a.me == 0) {
+            const opts_t *o = &a.o;
+            dt_cmd_setting("causal", "%s", o->causal ? "yes" : "no");
+            dt_cmd_setting("segments", o->segments ? "%s" : NULL, o->segments);
+            dt_cmd_setting("dilations", o->dilations ? "%s" : NULL, o->dilations);
+            dt_cmd_setting("layout", "%s", o->layout);
+            dt_cmd_setting("dtype", "%s", !o->cuda ? "fp32" : o->fp16 ? "fp16" : "bf16");
+            dt_cmd_setting("device", "%s", o->cuda ? "cuda" : "cpu");
+            dt_cmd_setting("seed", "%llu", o->seed);
+            dt_cmd_setting("output_dir", o->out_dir ? "%s" : NULL, o->out_dir);
+        }
+        attn_close(&a);
+        return DT_EXIT_OK;
     }
     rc = attn_prepare(&a);
     if (rc == 0)

@@ -12,21 +12,12 @@
 
 #include <jansson.h>
 
+#include "common/exitcodes.h" /* DT_EXIT_*: dtengine(1) EXIT STATUS */
 #include "engine/comm/comm.h"
 #include "engine/model/model.h"
 #include "spec/dtype.h"
 
-/* Exit codes of dtengine (documented in dtengine(1)). */
-enum {
-    DT_EXIT_OK = 0,
-    DT_EXIT_FAILURE = 1, /* a failure while running: I/O, transport; may be retried */
-    DT_EXIT_INPUT = 2,   /* bad options or input: retrying cannot help */
-    DT_EXIT_STOPPED = 3, /* stopped on purpose (prefill --stop-after-layer, agent W_STOP) */
-    DT_EXIT_PEER = 4,    /* another rank of the job failed (PMIx event): restart helps */
-    DT_EXIT_AGENT_LOST = 5, /* the channel to dtagentd broke */
-    /* 6, DT_EXIT_CKPT (common/proto.h): the --resume-from checkpoint does not verify */
-    /* 7, DT_EXIT_DEVICE (common/proto.h): this rank's GPU failed */
-};
+struct dt_spec;
 
 /* `dtengine devices [--json]`: the GPUs this process sees; a local query
  * that joins no job (engine/cmd/devices.c). */
@@ -36,29 +27,6 @@ int dt_cmd_devices(int argc, char **argv);
  * message naming the option otherwise. */
 int dt_cmd_number(const char *name, const char *s, double lo, double hi, double *out,
                   dt_emsg_t *em);
-
-/* The model and position options train and prefill share: each is a
- * job-spec key (dt-spec(5), one table for dtctl, dtcoordd and dtengine)
- * spelt with '-' for '_', all with the getopt value DT_OPT_SPEC; splice
- * DT_CMD_SPEC_OPTIONS into a long-option table. */
-enum { DT_OPT_SPEC = 300 };
-#define DT_CMD_SPEC_OPTIONS                                                                   \
-    { "model", 1, NULL, DT_OPT_SPEC }, { "dim", 1, NULL, DT_OPT_SPEC },                        \
-        { "layers", 1, NULL, DT_OPT_SPEC }, { "heads", 1, NULL, DT_OPT_SPEC },                 \
-        { "kv-heads", 1, NULL, DT_OPT_SPEC }, { "ffn", 1, NULL, DT_OPT_SPEC },                 \
-        { "vocab", 1, NULL, DT_OPT_SPEC }, { "head-dim", 1, NULL, DT_OPT_SPEC },               \
-        { "rope-theta", 1, NULL, DT_OPT_SPEC }, { "tied", 1, NULL, DT_OPT_SPEC },              \
-        { "norm-eps", 1, NULL, DT_OPT_SPEC }, { "rope-scaling", 1, NULL, DT_OPT_SPEC },        \
-        { "rope-factor", 1, NULL, DT_OPT_SPEC },                                               \
-        { "rope-low-freq-factor", 1, NULL, DT_OPT_SPEC },                                      \
-        { "rope-high-freq-factor", 1, NULL, DT_OPT_SPEC },                                     \
-        { "rope-original-max-pos", 1, NULL, DT_OPT_SPEC },                                     \
-        { "init-from", 1, NULL, DT_OPT_SPEC }, { "pos-offset", 1, NULL, DT_OPT_SPEC }
-
-/* Option --name (one of DT_CMD_SPEC_OPTIONS) = value into the spec s, as
- * dt_spec_set checks it. 0, or DT_EUSAGE naming the option. */
-struct dt_spec;
-int dt_cmd_spec_option(const char *name, const char *value, struct dt_spec *s, dt_emsg_t *em);
 
 /* The model of a run: the spec's model keys (from --spec and the options
  * above) over its preset, or, with init_from, the Hugging Face
@@ -72,13 +40,13 @@ int dt_cmd_model_resolve(struct dt_spec *s, dt_model_cfg_t *m, dt_emsg_t *em);
  * the error naming the file. */
 int dt_cmd_spec_load(const char *path, const char *kind, struct dt_spec *s, dt_emsg_t *em);
 
-/* --device cpu|cuda and --dtype bf16|fp16 of train and prefill: value of
- * option --name into *cuda or *dtype.
- * dt_cmd_device_check: after parsing, a --dtype without --device cuda, or
- * cuda in a dtengine built without it, is DT_EUSAGE. */
-int dt_cmd_device_option(const char *name, const char *value, int *cuda, dt_dtype_t *dtype,
-                         dt_emsg_t *em);
-int dt_cmd_device_check(int cuda, int dtype_given, dt_emsg_t *em);
+/* The run's device and dtype (the spec's device and dtype keys, from
+ * --device and --dtype or a --spec): DT_EUSAGE for a bf16 or fp16 on the
+ * CPU, fp32 on a GPU, or cuda in a dtengine built without it. */
+int dt_cmd_device_check(const struct dt_spec *s, dt_emsg_t *em);
+
+/* --ckpt-commit self|external into *external. */
+int dt_cmd_commit_option(const char *value, int *external, dt_emsg_t *em);
 
 /* A window's first position in a checkpoint manifest's "plan": set in
  * plan when pos_offset is not 0 (a manifest without it is at 0, as every

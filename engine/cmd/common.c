@@ -8,6 +8,7 @@
  */
 #include "config.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,20 +17,6 @@
 #include "engine/cmd/cmd.h"
 #include "spec/dtype.h"
 #include "spec/spec.h"
-
-int dt_cmd_spec_option(const char *name, const char *value, dt_spec_t *s, dt_emsg_t *em)
-{
-    char key[64];
-    dt_emsg_t why = { "" };
-    size_t i;
-
-    for (i = 0; name[i] != '\0' && i + 1 < sizeof(key); i++)
-        key[i] = name[i] == '-' ? '_' : name[i];
-    key[i] = '\0';
-    if (dt_spec_set(s, key, value, &why) < 0)
-        return dt_emsg_set(em, DT_EUSAGE, "--%s: %s", name, why.s);
-    return 0;
-}
 
 int dt_cmd_model_resolve(dt_spec_t *s, dt_model_cfg_t *m, dt_emsg_t *em)
 {
@@ -90,30 +77,30 @@ int dt_cmd_spec_load(const char *path, const char *kind, struct dt_spec *s, dt_e
     return 0;
 }
 
-int dt_cmd_device_option(const char *name, const char *value, int *cuda, dt_dtype_t *dtype,
-                         dt_emsg_t *em)
+int dt_cmd_device_check(const dt_spec_t *s, dt_emsg_t *em)
 {
-    if (strcmp(name, "device") == 0) {
-        if (strcmp(value, "cpu") != 0 && strcmp(value, "cuda") != 0)
-            return dt_emsg_set(em, DT_EUSAGE, "--device '%s': cpu or cuda", value);
-        *cuda = strcmp(value, "cuda") == 0;
-        return 0;
-    }
-    if (strcmp(value, "bf16") != 0 && strcmp(value, "fp16") != 0)
-        return dt_emsg_set(em, DT_EUSAGE, "--dtype '%s': bf16 or fp16", value);
-    *dtype = strcmp(value, "fp16") == 0 ? DT_F16 : DT_BF16;
-    return 0;
-}
+    const char *dt = s->dtype ? s->dtype : s->precision;
+    bool cuda = dt_spec_device_id(s) == DT_DEVICE_CUDA;
 
-int dt_cmd_device_check(int cuda, int dtype_given, dt_emsg_t *em)
-{
-    if (dtype_given && !cuda)
-        return dt_emsg_set(em, DT_EUSAGE, "--dtype is for --device cuda (the CPU path is fp32)");
+    if (dt != NULL && !cuda && strcmp(dt, "fp32") != 0)
+        return dt_emsg_set(em, DT_EUSAGE, "--dtype %s is for --device cuda (the CPU path is "
+                           "fp32)", dt);
+    if (dt != NULL && cuda && strcmp(dt, "fp32") == 0)
+        return dt_emsg_set(em, DT_EUSAGE, "--dtype fp32 with --device cuda: the GPU path "
+                           "computes in bf16 or fp16");
 #ifndef HAVE_CUDA
     if (cuda)
         return dt_emsg_set(em, DT_EUSAGE, "device cuda: this dtengine was built without CUDA "
                            "(configure --with-cuda)");
 #endif
+    return 0;
+}
+
+int dt_cmd_commit_option(const char *value, int *external, dt_emsg_t *em)
+{
+    if (strcmp(value, "self") != 0 && strcmp(value, "external") != 0)
+        return dt_emsg_set(em, DT_EUSAGE, "--ckpt-commit '%s': self or external", value);
+    *external = strcmp(value, "external") == 0;
     return 0;
 }
 

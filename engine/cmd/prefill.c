@@ -30,7 +30,6 @@
 
 #include <cblas.h>
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
@@ -59,6 +58,7 @@
 #include "io/safetensors.h"
 #include "engine/wlink.h"
 #include "kernels/cpu/layers_cpu.h"
+#include "engine/cmd/options.h"
 #include "spec/spec.h"
 #ifdef HAVE_CUDA
 #include "engine/model/model_cuda.h"
@@ -77,6 +77,7 @@ typedef struct popts {
     const char *resume_from; /* a step directory, or NULL */
     int resume, causal;
     int external;  /* --ckpt-commit external: the coordinator commits and prunes */
+    int print;     /* --print-settings */
     int cuda;      /* --device cuda: the layers and the head on this rank's GPU */
     dt_dtype_t dtype; /* its compute dtype: DT_BF16 or DT_F16 */
     char *logits_path; /* --out-dir's logits.npy (owned) */
@@ -91,7 +92,7 @@ static void usage(FILE *f)
                "                        --norm-eps E --rope-scaling none|llama3 --rope-factor F\n"
                "                        --rope-low-freq-factor L --rope-high-freq-factor H\n"
                "                        --rope-original-max-pos N]]\n"
-               "                        --data recall|TOKENFILE --seq-len T [--pos-offset P]\n"
+               "                        --seq-len T [--data recall|TOKENFILE] [--pos-offset P]\n"
                "                        [--seed S]\n"
                "                        [--layout contiguous|zigzag] [--no-causal]\n"
                "                        [--segments w1,.. --dilations r1,..]\n"
@@ -101,122 +102,86 @@ static void usage(FILE *f)
                "                        [--logits OUT.npy | --out-dir DIR] [--last N]\n"
                "                        [--stop-after-layer K]\n"
                "                        [--device cpu|cuda [--dtype bf16|fp16]]\n"
+               "                        [--print-settings]\n"
+               "Every option but --spec, --resume, --resume-from, --ckpt-commit, --logits,\n"
+               "--last, --stop-after-layer and --print-settings is a job-spec key (dt-spec(5)),\n"
+               "with its default;\n"
+               "--seq-len is tokens, --out-dir output_dir.\n"
                "PRESET: tiny, llama3-8b, llama3-70b, or custom with every shape flag\n");
 }
 
-/* A job spec of kind prefill (dt-spec(5)): model, sequence, attention,
- * seed, data, checkpoints and output_dir (as --out-dir). Keys about
- * resources and Slurm are not the engine's. Flags override it. */
-static int apply_spec(popts_t *o, const char *path, dt_emsg_t *em)
+/* prefill's own options; the rest are job-spec keys and the shared ones
+ * (engine/cmd/options.h) */
+enum { O_LOGITS = 1, O_LAST, O_STOP_AFTER };
+static const dt_cmd_opt_t own_options[] = {
+    { "logits", 1, O_LOGITS },
+    { "last", 1, O_LAST },
+    { "stop-after-layer", 1, O_STOP_AFTER },
+    { NULL, 0, 0 },
+};
+
+static int own_option(int id, const char *value, void *arg, dt_emsg_t *em)
+{
+    popts_t *o = arg;
+    double v;
+    int rc = 0;
+
+    switch (id) {
+    case O_LOGITS:
+        o->logits = value;
+        break;
+    case O_LAST:
+        rc = dt_cmd_number("last", value, 1, 1e12, &v, em);
+        o->last = (int64_t)v;
+        break;
+    case O_STOP_AFTER:
+        rc = dt_cmd_number("stop-after-layer", value, 1, 1 << 20, &v, em);
+        o->stop_after = (int64_t)v;
+        break;
+    }
+    return rc;
+}
+
+/* Options (and --spec) into o: every setting from the job spec they make,
+ * with the key table's defaults (spec/spec.h); a spec's keys about
+ * resources and Slurm are not the engine's. */
+static int parse(int argc, char **argv, popts_t *o, dt_emsg_t *em)
 {
     dt_spec_t *s = &o->spec;
     int rc;
 
-    if ((rc = dt_cmd_spec_load(path, "prefill", s, em)) < 0)
-        return rc;
-    o->cuda = strcmp(dt_spec_device(s), "cuda") == 0;
-    o->dtype = strcmp(dt_spec_dtype(s), "fp16") == 0 ? DT_F16 : DT_BF16;
-    o->T = s->tokens;
-    o->causal = s->causal;
-    o->layout = s->layout ? s->layout : s->causal ? "zigzag" : "contiguous";
-    if (s->segments)
-        o->segments = s->segments, o->dilations = s->dilations;
-    if (s->seed > 0)
-        o->seed = (uint64_t)s->seed;
-    if (s->data)
-        o->data = s->data;
-    if (s->ckpt_dir)
-        o->ckpt_dir = s->ckpt_dir;
-    if (s->ckpt_every > 0)
-        o->ckpt_every = s->ckpt_every;
-    if (s->ckpt_keep > 0)
-        o->ckpt_keep = s->ckpt_keep;
-    if (s->output_dir)
-        o->out_dir = s->output_dir;
-    return 0;
-}
-
-static int parse(int argc, char **argv, popts_t *o, dt_emsg_t *em)
-{
-    static const struct option lo[] = {
-        DT_CMD_SPEC_OPTIONS,
-        { "data", 1, NULL, 'd' },        { "seq-len", 1, NULL, 'T' },
-        { "seed", 1, NULL, 's' },      { "layout", 1, NULL, 'y' },      { "segments", 1, NULL, 'g' },
-        { "dilations", 1, NULL, 'D' }, { "no-causal", 0, NULL, 'N' },   { "ckpt-dir", 1, NULL, 'c' },
-        { "ckpt-keep", 1, NULL, 'K' }, { "resume", 0, NULL, 'r' },      { "logits", 1, NULL, 'o' },
-        { "last", 1, NULL, 'l' },      { "stop-after-layer", 1, NULL, 'X' },
-        { "spec", 1, NULL, 'S' },      { "ckpt-commit", 1, NULL, 11 },  { "resume-from", 1, NULL, 12 },
-        { "out-dir", 1, NULL, 13 },    { "ckpt-every", 1, NULL, 'k' },
-        { "device", 1, NULL, 14 },     { "dtype", 1, NULL, 15 },
-        { "help", 0, NULL, 'h' },      { NULL, 0, NULL, 0 },
-    };
-    double v;
-    int c, li, rc, dtype_given = 0;
+    dt_cmd_common_t c;
 
     memset(o, 0, sizeof(*o));
-    o->data = "recall";
-    o->layout = "zigzag";
-    o->causal = 1;
-    o->T = 1024;
-    o->seed = 1;
     o->last = 1;
-    o->ckpt_keep = 2;
-    o->ckpt_every = 1;
-    o->dtype = DT_BF16;
-    /* a spec file first (dt-spec(5)), flags on top of it */
-    for (int i = 1; i + 1 < argc; i++)
-        if (strcmp(argv[i], "--spec") == 0 && (rc = apply_spec(o, argv[i + 1], em)) < 0)
-            return rc;
-    opterr = 0;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "", lo, &li)) != -1) {
-        rc = 0;
-        switch (c) {
-        case DT_OPT_SPEC: rc = dt_cmd_spec_option(lo[li].name, optarg, &o->spec, em); break;
-        case 'd': o->data = optarg; break;
-        case 'T': rc = dt_cmd_number("seq-len", optarg, 2, 1e12, &v, em), o->T = (int64_t)v; break;
-        case 's': rc = dt_cmd_number("seed", optarg, 0, 9e15, &v, em), o->seed = (uint64_t)v; break;
-        case 'y': o->layout = optarg; break;
-        case 'g': o->segments = optarg; break;
-        case 'D': o->dilations = optarg; break;
-        case 'N': o->causal = 0; break;
-        case 'c': o->ckpt_dir = optarg; break;
-        case 'K': rc = dt_cmd_number("ckpt-keep", optarg, 1, 1e6, &v, em), o->ckpt_keep = (int64_t)v; break;
-        case 'r': o->resume = 1; break;
-        case 'o': o->logits = optarg; break;
-        case 'S': break; /* applied above */
-        case 11:
-            if (strcmp(optarg, "self") != 0 && strcmp(optarg, "external") != 0)
-                return dt_emsg_set(em, DT_EUSAGE, "--ckpt-commit '%s': self or external", optarg);
-            o->external = strcmp(optarg, "external") == 0;
-            break;
-        case 12: o->resume_from = optarg; break;
-        case 13: o->out_dir = optarg; break;
-        case 14: rc = dt_cmd_device_option("device", optarg, &o->cuda, &o->dtype, em); break;
-        case 15:
-            rc = dt_cmd_device_option("dtype", optarg, &o->cuda, &o->dtype, em);
-            dtype_given = 1;
-            break;
-        case 'k':
-            rc = dt_cmd_number("ckpt-every", optarg, 1, 1 << 20, &v, em), o->ckpt_every = (int64_t)v;
-            break;
-        case 'l': rc = dt_cmd_number("last", optarg, 1, 1e12, &v, em), o->last = (int64_t)v; break;
-        case 'X':
-            rc = dt_cmd_number("stop-after-layer", optarg, 1, 1 << 20, &v, em), o->stop_after = (int64_t)v;
-            break;
-        case 'h': return 1;
-        default:
-            return dt_emsg_set(em, DT_EUSAGE, "unknown option or missing value '%s'",
-                               argv[optind - 1]);
-        }
-        if (rc < 0)
-            return rc;
-    }
-    if (optind < argc)
-        return dt_emsg_set(em, DT_EUSAGE, "unexpected argument '%s'", argv[optind]);
-    if ((rc = dt_cmd_model_resolve(&o->spec, &o->model, em)) < 0)
+    if ((rc = dt_cmd_options(argc, argv, DT_KIND_PREFILL, own_options, own_option, o, s, &c,
+                             em)) != 0)
         return rc;
-    o->pos_offset = o->spec.pos_offset;
+    o->print = c.print;
+    o->resume = c.resume;
+    o->resume_from = c.resume_from;
+    o->external = c.external;
+    if (s->tokens <= 0)
+        return dt_emsg_set(em, DT_EUSAGE, "--seq-len T is required (the sequence length; "
+                           "tokens in a --spec)");
+    if ((rc = dt_cmd_device_check(s, em)) < 0)
+        return rc;
+    o->cuda = dt_spec_device_id(s) == DT_DEVICE_CUDA;
+    o->dtype = dt_spec_dtype_id(s);
+    o->T = s->tokens;
+    o->causal = dt_spec_causal(s);
+    o->layout = dt_layout_name(dt_spec_layout(s));
+    o->segments = s->segments;
+    o->dilations = s->dilations;
+    o->seed = (uint64_t)dt_spec_int(s, "seed");
+    o->data = dt_spec_word(s, "data");
+    o->ckpt_dir = s->ckpt_dir;
+    o->ckpt_every = dt_spec_ckpt_every(s);
+    o->ckpt_keep = dt_spec_int(s, "ckpt_keep");
+    o->out_dir = s->output_dir;
+    if ((rc = dt_cmd_model_resolve(s, &o->model, em)) < 0)
+        return rc;
+    o->pos_offset = s->pos_offset;
     if (o->resume && o->ckpt_dir == NULL)
         return dt_emsg_set(em, DT_EUSAGE, "--resume needs --ckpt-dir");
     if (o->resume_from && o->ckpt_dir == NULL)
@@ -224,8 +189,6 @@ static int parse(int argc, char **argv, popts_t *o, dt_emsg_t *em)
                            "layers' checkpoints go)");
     if (o->resume && o->resume_from)
         return dt_emsg_set(em, DT_EUSAGE, "--resume and --resume-from exclude each other");
-    if ((rc = dt_cmd_device_check(o->cuda, dtype_given, em)) < 0)
-        return rc;
     if (o->logits && o->out_dir)
         return dt_emsg_set(em, DT_EUSAGE, "--out-dir writes DIR/logits.npy: do not also give "
                            "--logits");
@@ -1040,6 +1003,26 @@ static void prefiller_close(prefiller_t *p)
 
 /* ---- the command ------------------------------------------------------------ */
 
+/* --print-settings: what this run resolved, from the run's own fields */
+static void print_settings(const popts_t *o)
+{
+    dt_cmd_setting("model", "%s", o->model.name);
+    dt_cmd_setting("tokens", "%lld", (long long)o->T);
+    dt_cmd_setting("pos_offset", "%lld", (long long)o->pos_offset);
+    dt_cmd_setting("causal", "%s", o->causal ? "yes" : "no");
+    dt_cmd_setting("segments", o->segments ? "%s" : NULL, o->segments);
+    dt_cmd_setting("dilations", o->dilations ? "%s" : NULL, o->dilations);
+    dt_cmd_setting("layout", "%s", o->layout);
+    dt_cmd_setting("dtype", "%s", o->cuda ? dt_dtype_name(o->dtype) : "fp32");
+    dt_cmd_setting("device", "%s", o->cuda ? "cuda" : "cpu");
+    dt_cmd_setting("seed", "%llu", (unsigned long long)o->seed);
+    dt_cmd_setting("data", "%s", o->data);
+    dt_cmd_setting("ckpt_every", o->ckpt_dir ? "%lld" : NULL, (long long)o->ckpt_every);
+    dt_cmd_setting("ckpt_keep", "%lld", (long long)o->ckpt_keep);
+    dt_cmd_setting("ckpt_dir", o->ckpt_dir ? "%s" : NULL, o->ckpt_dir);
+    dt_cmd_setting("output_dir", o->out_dir ? "%s" : NULL, o->out_dir);
+}
+
 int dt_cmd_prefill(dt_comm_t *comm, int argc, char **argv)
 {
     prefiller_t p;
@@ -1048,6 +1031,12 @@ int dt_cmd_prefill(dt_comm_t *comm, int argc, char **argv)
     if (rc == 1) {
         if (p.me == 0)
             usage(stdout);
+        prefiller_close(&p);
+        return DT_EXIT_OK;
+    }
+    if (rc == 0 && p.o.print) {
+        if (p.me == 0)
+            print_settings(&p.o);
         prefiller_close(&p);
         return DT_EXIT_OK;
     }

@@ -32,7 +32,6 @@
 #include "config.h"
 
 #include <cblas.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
@@ -63,21 +62,10 @@
 #include "io/npy.h"
 #include "engine/model/optim.h"
 #include "io/safetensors.h"
+#include "engine/cmd/options.h"
 #include "spec/spec.h"
 #include "engine/wlink.h"
 
-
-/* spec key shard: what each rank keeps of the training state (dt-spec(5)) */
-enum { SHARD_NONE = 0, SHARD_OPTIMIZER, SHARD_GRADIENTS, SHARD_PARAMETERS };
-static const char *const shard_names[] = { "none", "optimizer", "gradients", "parameters", NULL };
-
-static int shard_parse(const char *s)
-{
-    for (int k = 0; shard_names[k]; k++)
-        if (strcmp(s, shard_names[k]) == 0)
-            return k;
-    return -1;
-}
 
 typedef struct topts {
     dt_model_cfg_t model;
@@ -88,12 +76,12 @@ typedef struct topts {
     const char *resume_from; /* a step directory, or NULL */
     int resume, causal;
     int external; /* --ckpt-commit external: the coordinator commits and prunes */
+    int print;    /* --print-settings */
     double lr, min_lr, wd, clip, eps;
     int64_t warmup;
     int rkeys, rvalues, rpairs, rqueries; /* recall task sizes; 0: defaults */
-    int every_from_spec;                 /* ckpt_every came from --spec */
     int recompute;                       /* --recompute layer (spec recompute) */
-    int shard;                           /* --shard (spec shard): SHARD_* */
+    enum dt_shard_level shard;           /* spec shard; unset (auto): none */
     int dp;                              /* --dp N (spec dp): N rings of R ranks */
     int cuda;                            /* --device cuda: the step on this rank's GPU */
     dt_dtype_t dtype;                    /* its compute dtype: DT_BF16 or DT_F16 */
@@ -108,212 +96,113 @@ static void usage(FILE *f)
                "                      --norm-eps E --rope-scaling none|llama3 --rope-factor F\n"
                "                      --rope-low-freq-factor L --rope-high-freq-factor H\n"
                "                      --rope-original-max-pos N]]\n"
-               "                      --data recall|TOKENFILES --seq-len T --steps N\n"
+               "                      --seq-len T [--data recall|TOKENFILES] [--steps N]\n"
                "                      [--pos-offset P]\n"
-               "                      [--ckpt-dir DIR --ckpt-every K [--ckpt-keep N]]\n"
+               "                      [--ckpt-dir DIR [--ckpt-every K] [--ckpt-keep N]]\n"
                "                      [--ckpt-commit self|external] [--resume | --resume-from DIR]\n"
                "                      [--seed S] [--lr X] [--min-lr X] [--warmup N]\n"
-               "                      [--weight-decay X] [--clip X] [--adam-eps X] [--layout contiguous|zigzag]\n"
-               "                      [--segments w1,.. --dilations r1,..] [--no-causal]\n"
+               "                      [--weight-decay X] [--clip X] [--adam-eps X]\n"
+               "                      [--layout contiguous|zigzag] [--no-causal]\n"
+               "                      [--segments w1,.. --dilations r1,..]\n"
                "                      [--batch B] [--recompute none|layer] [--dp N]\n"
                "                      [--shard none|optimizer|gradients|parameters]\n"
                "                      [--params-out FILE.npy]\n"
                "                      [--recall-keys K] [--recall-values V] [--recall-pairs P]\n"
                "                      [--recall-queries Q] [--device cpu|cuda [--dtype bf16|fp16]]\n"
+               "                      [--print-settings]\n"
+               "Every option but --spec, --resume, --resume-from, --ckpt-commit, --params-out\n"
+               "and --print-settings is a job-spec key (dt-spec(5)), with its default;\n"
+               "--seq-len is tokens.\n"
                "PRESET: tiny, llama3-8b, llama3-70b, or custom with every shape flag\n");
 }
 
-/* Take what a job spec says about training: model, sequence, attention,
- * steps, seed, data and checkpoints. Keys that do not concern training on
- * one node (resources, Slurm options) are ignored here. */
-static int apply_spec(topts_t *o, const char *path, dt_emsg_t *em)
+/* train's own option; the rest are job-spec keys and the shared ones
+ * (engine/cmd/options.h) */
+enum { O_PARAMS_OUT = 1 };
+static const dt_cmd_opt_t own_options[] = {
+    { "params-out", 1, O_PARAMS_OUT },
+    { NULL, 0, 0 },
+};
+
+static int own_option(int id, const char *value, void *arg, dt_emsg_t *em)
+{
+    topts_t *o = arg;
+
+    (void)em;
+    if (id == O_PARAMS_OUT)
+        o->params_out = value;
+    return 0;
+}
+
+/* Options (and --spec) into o: every setting from the job spec they make,
+ * with the key table's defaults (spec/spec.h); a spec's keys about
+ * resources and Slurm are not the engine's. */
+static int parse(int argc, char **argv, topts_t *o, dt_emsg_t *em)
 {
     dt_spec_t *s = &o->spec;
     int rc;
 
-    if ((rc = dt_cmd_spec_load(path, "train", s, em)) < 0)
-        return rc;
-    o->cuda = strcmp(dt_spec_device(s), "cuda") == 0;
-    o->dtype = strcmp(dt_spec_dtype(s), "fp16") == 0 ? DT_F16 : DT_BF16;
-    /* the model keys stay in the spec: options may add to them, then
-     * dt_cmd_model_resolve resolves them as dtctl plan and dtcoordd do */
-    if (s->tokens > 0)
-        o->T = s->tokens;
-    if (s->causal_set)
-        o->causal = s->causal;
-    if (s->layout)
-        o->layout = s->layout;
-    if (s->segments)
-        o->segments = s->segments, o->dilations = s->dilations;
-    if (s->steps > 0)
-        o->steps = s->steps;
-    if (s->seed > 0)
-        o->seed = (uint64_t)s->seed;
-    if (s->data)
-        o->data = s->data;
-    if (s->ckpt_dir)
-        o->ckpt_dir = s->ckpt_dir;
-    if (s->ckpt_every > 0)
-        o->ckpt_every = s->ckpt_every, o->every_from_spec = 1;
-    if (s->ckpt_keep > 0)
-        o->ckpt_keep = s->ckpt_keep;
-    if (s->batch > 0)
-        o->batch = s->batch;
-    if (s->dp > 0)
-        o->dp = (int)s->dp;
-    if (s->lr)
-        o->lr = strtod(s->lr, NULL); /* checked by dt_spec_load */
-    if (s->recompute)
-        o->recompute = strcmp(s->recompute, "layer") == 0;
-    if (s->shard)
-        o->shard = shard_parse(s->shard) > 0 ? shard_parse(s->shard) : 0; /* checked there */
-    int64_t *task[] = { &s->recall_keys, &s->recall_values, &s->recall_pairs, &s->recall_queries };
-    int *tdst[] = { &o->rkeys, &o->rvalues, &o->rpairs, &o->rqueries };
-    for (int i = 0; i < 4; i++)
-        if (*task[i] > 0)
-            *tdst[i] = (int)*task[i];
-    return 0;
-}
-
-static int parse(int argc, char **argv, topts_t *o, dt_emsg_t *em)
-{
-    static const struct option lo[] = {
-        DT_CMD_SPEC_OPTIONS,
-        { "data", 1, NULL, 'd' },      { "seq-len", 1, NULL, 'T' },
-        { "steps", 1, NULL, 'n' },      { "ckpt-dir", 1, NULL, 'c' },  { "ckpt-every", 1, NULL, 'k' },
-        { "ckpt-keep", 1, NULL, 'K' },  { "resume", 0, NULL, 'r' },    { "seed", 1, NULL, 's' },
-        { "lr", 1, NULL, 'l' },         { "min-lr", 1, NULL, 'L' },    { "warmup", 1, NULL, 'w' },
-        { "weight-decay", 1, NULL, 'W' }, { "clip", 1, NULL, 'C' },    { "layout", 1, NULL, 'y' },
-        { "segments", 1, NULL, 'g' },   { "dilations", 1, NULL, 'D' }, { "no-causal", 0, NULL, 'N' },
-        { "params-out", 1, NULL, 'P' }, { "batch", 1, NULL, 'B' },     { "spec", 1, NULL, 'S' },     { "adam-eps", 1, NULL, 'E' },
-        { "recall-keys", 1, NULL, 7 },  { "recall-values", 1, NULL, 8 }, { "recall-pairs", 1, NULL, 9 },
-        { "recall-queries", 1, NULL, 10 }, { "ckpt-commit", 1, NULL, 11 },
-        { "resume-from", 1, NULL, 12 }, { "device", 1, NULL, 13 }, { "dtype", 1, NULL, 14 },
-        { "recompute", 1, NULL, 15 }, { "shard", 1, NULL, 16 },
-        { "dp", 1, NULL, 17 },
-        { "help", 0, NULL, 'h' },     { NULL, 0, NULL, 0 },
-    };
-    static const char *const tasknames[] = { "recall-keys", "recall-values", "recall-pairs",
-                                             "recall-queries" };
-    double v;
-    int c, li, rc, dtype_given = 0;
+    dt_cmd_common_t c;
 
     memset(o, 0, sizeof(*o));
-    o->dtype = DT_BF16;
-    o->data = "recall";
-    o->layout = "zigzag";
-    o->causal = 1;
-    o->steps = 100;
-    o->T = 1024;
-    o->seed = 1;
-    o->lr = 3e-3;
-    o->min_lr = 3e-4;
-    o->wd = 0.1;
-    o->clip = 1.0;
-    o->eps = 1e-5; /* LLaMA 2's AdamW epsilon */
-    o->warmup = -1;
-    o->ckpt_keep = 3;
-    o->batch = 1;
-    o->dp = 1;
-    /* a spec file first (dt-spec(5)), flags on top of it */
-    for (int i = 1; i + 1 < argc; i++)
-        if (strcmp(argv[i], "--spec") == 0 && (rc = apply_spec(o, argv[i + 1], em)) < 0)
-            return rc;
-    opterr = 0;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "", lo, &li)) != -1) {
-        rc = 0;
-        switch (c) {
-        case DT_OPT_SPEC: rc = dt_cmd_spec_option(lo[li].name, optarg, &o->spec, em); break;
-        case 7: case 8: case 9: case 10:
-            if ((rc = dt_cmd_number(tasknames[c - 7], optarg, 1, 1 << 20, &v, em)) < 0)
-                return rc;
-            (&o->rkeys)[c - 7] = (int)v; /* keys, values, pairs, queries */
-            break;
-        case 11:
-            if (strcmp(optarg, "self") != 0 && strcmp(optarg, "external") != 0)
-                return dt_emsg_set(em, DT_EUSAGE, "--ckpt-commit '%s': self or external", optarg);
-            o->external = strcmp(optarg, "external") == 0;
-            break;
-        case 12: o->resume_from = optarg; break;
-        case 16:
-            if ((o->shard = shard_parse(optarg)) < 0)
-                return dt_emsg_set(em, DT_EUSAGE, "--shard '%s': none, optimizer, gradients "
-                                   "or parameters", optarg);
-            break;
-        case 17:
-            rc = dt_cmd_number("dp", optarg, 1, 65536, &v, em);
-            o->dp = (int)v;
-            break;
-        case 15:
-            if (strcmp(optarg, "none") != 0 && strcmp(optarg, "layer") != 0)
-                return dt_emsg_set(em, DT_EUSAGE, "--recompute '%s': none or layer", optarg);
-            o->recompute = strcmp(optarg, "layer") == 0;
-            break;
-        case 13: rc = dt_cmd_device_option("device", optarg, &o->cuda, &o->dtype, em); break;
-        case 14:
-            rc = dt_cmd_device_option("dtype", optarg, &o->cuda, &o->dtype, em);
-            dtype_given = 1;
-            break;
-        case 'd': o->data = optarg; break;
-        case 'T': rc = dt_cmd_number("seq-len", optarg, 2, 1e9, &v, em), o->T = (int64_t)v; break;
-        case 'n': rc = dt_cmd_number("steps", optarg, 0, 1e9, &v, em), o->steps = (int64_t)v; break;
-        case 'c': o->ckpt_dir = optarg; break;
-        case 'k':
-            rc = dt_cmd_number("ckpt-every", optarg, 1, 1e9, &v, em);
-            o->ckpt_every = (int64_t)v;
-            o->every_from_spec = 0;
-            break;
-        case 'K': rc = dt_cmd_number("ckpt-keep", optarg, 1, 1e6, &v, em), o->ckpt_keep = (int64_t)v; break;
-        case 'r': o->resume = 1; break;
-        case 's': rc = dt_cmd_number("seed", optarg, 0, 9e15, &v, em), o->seed = (uint64_t)v; break;
-        case 'l': rc = dt_cmd_number("lr", optarg, 0, 10, &o->lr, em); break;
-        case 'L': rc = dt_cmd_number("min-lr", optarg, 0, 10, &o->min_lr, em); break;
-        case 'w': rc = dt_cmd_number("warmup", optarg, 0, 1e9, &v, em), o->warmup = (int64_t)v; break;
-        case 'W': rc = dt_cmd_number("weight-decay", optarg, 0, 10, &o->wd, em); break;
-        case 'C': rc = dt_cmd_number("clip", optarg, 0, 1e9, &o->clip, em); break;
-        case 'E': rc = dt_cmd_number("adam-eps", optarg, 1e-30, 1, &o->eps, em); break;
-        case 'y': o->layout = optarg; break;
-        case 'g': o->segments = optarg; break;
-        case 'D': o->dilations = optarg; break;
-        case 'N': o->causal = 0; break;
-        case 'S': break; /* applied above */
-        case 'P': o->params_out = optarg; break;
-        case 'B': rc = dt_cmd_number("batch", optarg, 1, 1 << 20, &v, em), o->batch = (int64_t)v; break;
-        case 'h': return 1;
-        default:
-            return dt_emsg_set(em, DT_EUSAGE, "unknown option or missing value '%s'",
-                               argv[optind - 1]);
-        }
-        if (rc < 0)
-            return rc;
-    }
-    if (optind < argc)
-        return dt_emsg_set(em, DT_EUSAGE, "unexpected argument '%s'", argv[optind]);
-    if ((rc = dt_cmd_model_resolve(&o->spec, &o->model, em)) < 0)
+    if ((rc = dt_cmd_options(argc, argv, DT_KIND_TRAIN, own_options, own_option, o, s, &c,
+                             em)) != 0)
         return rc;
-    o->pos_offset = o->spec.pos_offset;
-    /* a spec names the interval for whoever runs it; without a directory
-     * (the coordinator gives one) there is nowhere to write: none */
-    if (o->ckpt_dir == NULL && o->every_from_spec)
-        o->ckpt_every = 0;
-    if ((o->ckpt_dir == NULL) != (o->ckpt_every == 0))
-        return dt_emsg_set(em, DT_EUSAGE, "--ckpt-dir and --ckpt-every go together");
+    o->print = c.print;
+    o->resume = c.resume;
+    o->resume_from = c.resume_from;
+    o->external = c.external;
+    if (s->tokens <= 0)
+        return dt_emsg_set(em, DT_EUSAGE, "--seq-len T is required (the sequence length; "
+                           "tokens in a --spec)");
+    if ((rc = dt_cmd_device_check(s, em)) < 0)
+        return rc;
+    o->cuda = dt_spec_device_id(s) == DT_DEVICE_CUDA;
+    o->dtype = dt_spec_dtype_id(s);
+    o->T = s->tokens;
+    o->steps = dt_spec_int(s, "steps");
+    o->seed = (uint64_t)dt_spec_int(s, "seed");
+    o->lr = dt_spec_real(s, "lr");
+    o->min_lr = dt_spec_real(s, "min_lr");
+    o->wd = dt_spec_real(s, "weight_decay");
+    o->clip = dt_spec_real(s, "clip");
+    o->eps = dt_spec_real(s, "adam_eps");
+    o->warmup = dt_spec_warmup(s);
+    o->causal = dt_spec_causal(s);
+    o->layout = dt_layout_name(dt_spec_layout(s));
+    o->segments = s->segments;
+    o->dilations = s->dilations;
+    o->data = dt_spec_word(s, "data");
+    o->batch = dt_spec_int(s, "batch");
+    o->dp = (int)dt_spec_int(s, "dp");
+    o->recompute = s->recompute != NULL && strcmp(s->recompute, "layer") == 0;
+    /* auto (unset) is the planner's to choose; alone the engine keeps
+     * the whole state */
+    o->shard = DT_SHARD_NONE;
+    if (s->shard != NULL)
+        dt_shard_parse("--shard", s->shard, &o->shard, NULL);
+    /* the recall task's sizes: 0 leaves them to the task's defaults, the
+     * key table's (engine/data/recall.c) */
+    o->rkeys = (int)s->recall_keys;
+    o->rvalues = (int)s->recall_values;
+    o->rpairs = (int)s->recall_pairs;
+    o->rqueries = (int)s->recall_queries;
+    /* checkpoints where a directory is given: every ckpt_every steps
+     * (default: one at the end) */
+    o->ckpt_dir = s->ckpt_dir;
+    o->ckpt_every = o->ckpt_dir != NULL ? dt_spec_ckpt_every(s) : 0;
+    o->ckpt_keep = dt_spec_int(s, "ckpt_keep");
+    if ((rc = dt_cmd_model_resolve(s, &o->model, em)) < 0)
+        return rc;
+    o->pos_offset = s->pos_offset;
     if (o->resume && o->ckpt_dir == NULL)
         return dt_emsg_set(em, DT_EUSAGE, "--resume needs --ckpt-dir");
     if (o->resume && o->resume_from)
         return dt_emsg_set(em, DT_EUSAGE, "--resume and --resume-from exclude each other");
-    if ((rc = dt_cmd_device_check(o->cuda, dtype_given, em)) < 0)
-        return rc;
-    if (o->cuda && o->shard > SHARD_OPTIMIZER)
-        return dt_emsg_set(em, DT_EUSAGE, "--shard %s is for the CPU path so far (device cuda "
-                           "shards the optimizer state only; every GPU holds the whole "
-                           "parameters and gradient)", shard_names[o->shard]);
-    if (o->cuda && o->dp > 1)
-        return dt_emsg_set(em, DT_EUSAGE, "--dp %d is for the CPU path so far (device cuda "
-                           "runs one ring)", o->dp);
-    if (o->warmup < 0)
-        o->warmup = o->steps / 10;
+    /* what this device's engine runs: the planner's and submit's answer */
+    dt_emsg_t why = { "" };
+    if (dt_vocab_runs(dt_spec_device_id(s), DT_KIND_TRAIN, o->shard, o->dp, &why) < 0)
+        return dt_emsg_set(em, DT_EUSAGE, "%s", why.s);
     return 0;
 }
 
@@ -364,7 +253,7 @@ static int save(dt_comm_t *comm, const topts_t *o, int64_t step, int64_t n, int6
          * the slices whatever its own split) */
         sv.plan = json_pack("{s:s, s:I, s:I, s:s, s:I}", "layout", o->layout, "seq_len",
                             (json_int_t)o->T, "batch", (json_int_t)o->batch, "shard",
-                            shard_names[o->shard], "dp", (json_int_t)o->dp);
+                            dt_shard_name(o->shard), "dp", (json_int_t)o->dp);
         dt_cmd_plan_pos_offset(sv.plan, o->pos_offset);
         sv.rng = json_pack("{s:I, s:s, s:o}", "seed", (json_int_t)o->seed, "data", o->data,
                            "cursor", cursor_json(cur));
@@ -644,12 +533,12 @@ static int trainer_init(trainer_t *t, dt_comm_t *comm, int argc, char **argv)
     }
     /* the flat array is cut into one slice per rank, whatever the units'
      * sizes: a split fails only when some rank would get nothing */
-    if (rc == 0 && o->shard != SHARD_NONE) {
+    if (rc == 0 && o->shard != DT_SHARD_NONE) {
         dt_model_layout_t lo;
         dt_model_layout_init(&lo, &o->model);
         if (lo.nparams < t->W)
             rc = dt_emsg_set(&t->em, DT_EUSAGE, "--shard %s over %d ranks: the model's %lld "
-                             "parameters leave ranks without a slice", shard_names[o->shard],
+                             "parameters leave ranks without a slice", dt_shard_name(o->shard),
                              t->W, (long long)lo.nparams);
         dt_model_layout_close(&lo);
     }
@@ -701,11 +590,11 @@ static void trainer_alloc(trainer_t *t)
      * (gradients), and its parameters too (parameters) */
     t->moff = 0;
     t->mlen = t->pn = t->gn = t->n;
-    if (o->shard != SHARD_NONE)
+    if (o->shard != DT_SHARD_NONE)
         dt_model_slice(t->n, t->R, t->r, t->N, t->i, &t->moff, &t->mlen);
-    if (o->shard >= SHARD_GRADIENTS)
+    if (o->shard >= DT_SHARD_GRADIENTS)
         t->gn = t->mlen;
-    if (o->shard == SHARD_PARAMETERS)
+    if (o->shard == DT_SHARD_PARAMETERS)
         t->pn = t->mlen;
 #ifdef HAVE_CUDA
     if (o->cuda) {
@@ -724,8 +613,8 @@ static void trainer_alloc(trainer_t *t)
     }
 #endif
     if (!o->cuda) {
-        int ms = o->shard == SHARD_GRADIENTS    ? DT_MODEL_SHARD_GRADIENTS
-                 : o->shard == SHARD_PARAMETERS ? DT_MODEL_SHARD_PARAMETERS
+        int ms = o->shard == DT_SHARD_GRADIENTS    ? DT_MODEL_SHARD_GRADIENTS
+                 : o->shard == DT_SHARD_PARAMETERS ? DT_MODEL_SHARD_PARAMETERS
                                                 : DT_MODEL_SHARD_NONE;
         t->m = dt_model_new_train(&o->model, t->c, o->recompute, ms, t->crep);
         t->G = dt_xcalloc((size_t)(t->gn > 0 ? t->gn : 1), sizeof(float));
@@ -810,7 +699,7 @@ static int trainer_load_or_resume(trainer_t *t)
                o->model.vocab, (long long)t->n, (long long)o->T, (long long)o->batch, t->W,
                o->layout, (long long)o->steps, (long long)t->start,
                !o->cuda ? "cpu" : o->dtype == DT_F16 ? "cuda/fp16" : "cuda/bf16",
-               shard_names[o->shard], t->N, o->recompute ? "layer" : "none");
+               dt_shard_name(o->shard), t->N, o->recompute ? "layer" : "none");
         if (!o->cuda) /* what the CPU runs (dtengine(1) OUTPUT) */
             printf(" kernel=%s blas_core=%s", dt_attn_cpu_kernel(dt_model_head_dim(&o->model)),
                    openblas_get_corename());
@@ -1006,7 +895,7 @@ static int trainer_step(trainer_t *t, int64_t step, step_ctl_t *ctl)
         float *p = t->pn == t->n ? t->P + t->moff : t->P;
         float *g = t->gn == t->n ? t->G + t->moff : t->G;
         dt_adamw_step(&t->acfg, step + 1, lr, o->wd, t->mlen, p, g, t->M, t->V);
-        if (o->shard != SHARD_NONE && t->pn == t->n &&
+        if (o->shard != DT_SHARD_NONE && t->pn == t->n &&
             (rc = trainer_gather(t, t->P)) < 0)
             return dt_emsg_set(&t->em, rc, "gathering the updated parameters failed");
     }
@@ -1043,7 +932,7 @@ static int trainer_write(trainer_t *t, int64_t done, double t1, double stall_s)
      * sharded, the slice it keeps */
     int64_t off = t->moff, len = t->mlen;
     const float *p = t->P, *m = t->M, *v = t->V;
-    if (o->shard == SHARD_NONE) {
+    if (o->shard == DT_SHARD_NONE) {
         off = t->n * t->me / t->W;
         len = t->n * (t->me + 1) / t->W - off;
         m += off, v += off;
@@ -1257,6 +1146,44 @@ static void trainer_close(trainer_t *t)
 
 /* ---- the command ------------------------------------------------------------ */
 
+/* --print-settings: what this run resolved, from the run's own fields */
+static void print_settings(const trainer_t *t)
+{
+    const topts_t *o = &t->o;
+    const dt_recall_opts_t *k = &t->task;
+    int recall = strcmp(o->data, "recall") == 0;
+
+    dt_cmd_setting("model", "%s", o->model.name);
+    dt_cmd_setting("tokens", "%lld", (long long)o->T);
+    dt_cmd_setting("pos_offset", "%lld", (long long)o->pos_offset);
+    dt_cmd_setting("causal", "%s", o->causal ? "yes" : "no");
+    dt_cmd_setting("segments", o->segments ? "%s" : NULL, o->segments);
+    dt_cmd_setting("dilations", o->dilations ? "%s" : NULL, o->dilations);
+    dt_cmd_setting("layout", "%s", o->layout);
+    dt_cmd_setting("dtype", "%s", o->cuda ? dt_dtype_name(o->dtype) : "fp32");
+    dt_cmd_setting("device", "%s", o->cuda ? "cuda" : "cpu");
+    dt_cmd_setting("steps", "%lld", (long long)o->steps);
+    dt_cmd_setting("seed", "%llu", (unsigned long long)o->seed);
+    dt_cmd_setting("batch", "%lld", (long long)o->batch);
+    dt_cmd_setting("dp", "%d", o->dp);
+    dt_cmd_setting("shard", "%s", dt_shard_name(o->shard));
+    dt_cmd_setting("recompute", "%s", o->recompute ? "layer" : "none");
+    dt_cmd_setting("lr", "%.9g", o->lr);
+    dt_cmd_setting("min_lr", "%.9g", o->min_lr);
+    dt_cmd_setting("warmup", "%lld", (long long)o->warmup);
+    dt_cmd_setting("weight_decay", "%.9g", o->wd);
+    dt_cmd_setting("clip", "%.9g", o->clip);
+    dt_cmd_setting("adam_eps", "%.9g", o->eps);
+    dt_cmd_setting("data", "%s", o->data);
+    dt_cmd_setting("recall_keys", recall ? "%d" : NULL, k->n_keys);
+    dt_cmd_setting("recall_values", recall ? "%d" : NULL, k->n_values);
+    dt_cmd_setting("recall_pairs", recall ? "%d" : NULL, k->n_pairs);
+    dt_cmd_setting("recall_queries", recall ? "%d" : NULL, k->n_queries);
+    dt_cmd_setting("ckpt_every", o->ckpt_dir ? "%lld" : NULL, (long long)o->ckpt_every);
+    dt_cmd_setting("ckpt_keep", "%lld", (long long)o->ckpt_keep);
+    dt_cmd_setting("ckpt_dir", o->ckpt_dir ? "%s" : NULL, o->ckpt_dir);
+}
+
 int dt_cmd_train(dt_comm_t *comm, int argc, char **argv)
 {
     trainer_t t;
@@ -1265,6 +1192,12 @@ int dt_cmd_train(dt_comm_t *comm, int argc, char **argv)
     if (rc == 1) {
         if (t.me == 0)
             usage(stdout);
+        trainer_close(&t);
+        return DT_EXIT_OK;
+    }
+    if (rc == 0 && t.o.print) {
+        if (t.me == 0)
+            print_settings(&t);
         trainer_close(&t);
         return DT_EXIT_OK;
     }

@@ -1,14 +1,19 @@
 /* SPDX-License-Identifier: MIT
  *
- * The engine's CPU transport: the ranks of one job and point-to-point and
- * collective operations between them, over Open MPI. Ranks are PMIx clients:
- * under mpirun, `srun --mpi=pmix` or dtagentd, MPI_Init gets identity and
- * wire-up from that PMIx server. Started plainly (no PMIx server in the
- * environment), the process is a single rank and MPI is never initialised.
+ * The engine's transports. The CPU one (dt_comm_*): the ranks of one job
+ * and point-to-point and collective operations between them, over Open
+ * MPI. Ranks are PMIx clients: under mpirun, `srun --mpi=pmix` or
+ * dtagentd, MPI_Init gets identity and wire-up from that PMIx server.
+ * Started plainly (no PMIx server in the environment), the process is a
+ * single rank and MPI is never initialised.
  *
  * Large buffers are split into pieces MPI's int counts can hold. Errors from
  * MPI come back as DT_ECOMM (MPI's error handler is set to return).
  * Thread: call from one thread only.
+ *
+ * The GPU ring (dt_ring_*, at the end): its transports, in
+ * engine/comm/comm_nccl.c and ring_pmix.c, built with CUDA only; ring
+ * attention (engine/attn/ring_cuda.h) is scheduled over it.
  */
 #ifndef DT_COMM_H
 #define DT_COMM_H
@@ -112,5 +117,75 @@ DT_MUST_CHECK int dt_comm_bcast_int(dt_comm_t *c, int *code);
  * codes a rank with the original failure is chosen. A transport failure
  * returns DT_ECOMM. */
 DT_MUST_CHECK int dt_comm_agree(dt_comm_t *c, int rc, int relayed, int *who);
+
+/* ---- The GPU ring ----------------------------------------------------------
+ * R ranks, each on one device, that pass buffers to the next rank.
+ * Transports:
+ *   - nccl: one rank per process, one device per rank. A non-blocking
+ *     communicator (ncclConfig_t.blocking = 0); every wait polls the CUDA
+ *     events and ncclCommGetAsyncError, and gives up after timeout_s or
+ *     when dt_ring_abort was called (from any thread, e.g. the handler of
+ *     a PMIx failure event): ncclCommAbort, then DT_ECOMM naming the
+ *     cause. A dead peer therefore ends in an error, never a hang.
+ *   - local: R ranks driven by one host thread on one device, each with
+ *     its own compute and communication streams; a transfer is a
+ *     device-to-device copy from the previous rank's send buffer on the
+ *     receiver's communication stream, ordered by the same events. It runs
+ *     the same schedule as nccl and is how one GPU tests a ring of R.
+ *
+ * The NCCL unique id travels through PMIx: dt_ring_nccl_pmix_new (rank 0
+ * ncclGetUniqueId, PMIx_Put + Commit, PMIx_Fence with data collection,
+ * PMIx_Get from rank 0). It is built only into programs that link libpmix
+ * (dtengine), so the GPU tests stay free of it.
+ *
+ * Thread: a ring is used by one host thread at a time (dt_ring_abort
+ * excepted).
+ */
+typedef struct dt_ring dt_ring_t;
+
+/* Bytes of an NCCL unique id (NCCL_UNIQUE_ID_BYTES). */
+#define DT_RING_ID_BYTES 128
+
+/* R in-process ranks on device `device`. */
+int dt_ring_local_new(int R, int device, dt_ring_t **out, dt_emsg_t *em);
+
+/* Rank `rank` of an NCCL ring of R processes on device `device`; id is the
+ * unique id (DT_RING_ID_BYTES) that rank 0 made with dt_ring_nccl_id and
+ * every rank received. timeout_s bounds every wait (0: 300 s). */
+int dt_ring_nccl_id(void *id, dt_emsg_t *em);
+int dt_ring_nccl_new(int rank, int R, const void *id, int device, double timeout_s,
+                     dt_ring_t **out, dt_emsg_t *em);
+
+/* The same, with rank, size and the id from the PMIx server (Open MPI's
+ * mpirun, srun --mpi=pmix, dtagentd); device = local rank modulo the
+ * visible devices. In engine/comm/ring_pmix.c, linked by dtengine only. */
+int dt_ring_nccl_pmix_new(double timeout_s, dt_ring_t **out, dt_emsg_t *em);
+
+/* A hook every wait of every ring calls between its polls (e.g. dtengine's
+ * heartbeat to its agent, so that waiting on a slow peer is not a hang);
+ * NULL for none. Process-wide: set it once, before the first ring. */
+void dt_ring_set_tick(void (*fn)(void));
+
+void dt_ring_free(dt_ring_t *r);
+
+int dt_ring_size(const dt_ring_t *r);   /* R */
+int dt_ring_nlocal(const dt_ring_t *r); /* ranks this process drives: 1 or R */
+int dt_ring_rank(const dt_ring_t *r, int l); /* global rank of local rank l */
+const char *dt_ring_kind(const dt_ring_t *r); /* "nccl" or "local" */
+
+/* Make the current or next wait fail with DT_ECOMM ("aborted: <why>") and
+ * abort the communicator. Any thread; why must be a static string. */
+void dt_ring_abort(dt_ring_t *r, const char *why);
+
+/* In-place sum of n fp32 over all ranks (gradients); buf[l] for each local
+ * rank. Synchronous: returns when the result is on the device. */
+DT_MUST_CHECK int dt_ring_allreduce_sum_f32(dt_ring_t *r, float *const *buf, size_t n, dt_emsg_t *em);
+/* buf[l] (n fp32 each, for each local rank) is cut into the ranks' slices,
+ * rank g's [n g / R, n (g + 1) / R) (those of checkpoints and of
+ * dt_comm_slicing_t with S = R): every rank gets every rank's slice, in place
+ * (shard = optimizer: the updated parameters). Synchronous; the caller
+ * has finished writing its slice (its streams synchronised). */
+DT_MUST_CHECK int dt_ring_allgather_slices_f32(dt_ring_t *r, float *const *buf, int64_t n,
+                                               dt_emsg_t *em);
 
 #endif /* DT_COMM_H */

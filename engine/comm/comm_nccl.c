@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
  *
- * The GPU ring's transports (engine/attn/ring_cuda.h, engine/comm/ring_impl.h):
+ * The GPU ring's transports (engine/comm/comm.h, engine/comm/ring_impl.h):
  * creating and freeing rings, the one-step exchange both schedules of
  * engine/attn/ring_cuda.c are built from, the watchdog wait, abort, and the
  * gradient all-reduce.

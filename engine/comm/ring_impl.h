@@ -2,8 +2,8 @@
  *
  * Inside the GPU ring: struct dt_ring and the transport primitives that
  * engine/attn/ring_cuda.c (the attention schedule) builds on. The transports
- * live in engine/comm/comm_nccl.c; nothing here is part of the public API of
- * engine/attn/ring_cuda.h.
+ * live in engine/comm/comm_nccl.c; nothing here is part of the ring's public
+ * API (engine/comm/comm.h) or of engine/attn/ring_cuda.h.
  *
  * A ring has R ranks; this process drives nlocal of them (1 for NCCL, R for
  * the local transport), local rank l being global rank rank0 + l. Each
@@ -33,7 +33,7 @@
 #pragma GCC diagnostic pop
 
 #include "common/macros.h"
-#include "engine/attn/ring_cuda.h"
+#include "engine/comm/comm.h"
 
 enum ring_kind {
     RING_LOCAL = 0,

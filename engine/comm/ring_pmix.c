@@ -26,7 +26,7 @@
 
 #include <pmix.h>
 
-#include "engine/attn/ring_cuda.h"
+#include "engine/comm/comm.h"
 #include "kernels/cuda/cuda_err.h"
 
 /* Rings made through PMIx in this process: every rank makes them in the

@@ -17,6 +17,7 @@
 #include "common/fileio.h"
 #include "common/mem.h"
 #include "engine/data/recall.h"
+#include "spec/spec.h"
 #include "engine/data/gen.h"
 
 /*-- generated associative recall -------------------------------------------*/
@@ -27,11 +28,13 @@ void dt_recall_opts_default(dt_recall_opts_t *o)
 {
     memset(o, 0, sizeof(*o));
     o->T = 1024;
-    o->n_keys = 128;
-    o->n_values = 128;
+    /* the job-spec keys' defaults (dt-spec(5)): the key table's */
+    const dt_spec_t none = { 0 };
+    o->n_keys = (int)dt_spec_int(&none, "recall_keys");
+    o->n_values = (int)dt_spec_int(&none, "recall_values");
     o->n_filler = 252;
-    o->n_pairs = 16;
-    o->n_queries = 8;
+    o->n_pairs = (int)dt_spec_int(&none, "recall_pairs");
+    o->n_queries = (int)dt_spec_int(&none, "recall_queries");
     o->all_targets = 0;
     o->seed = 1;
 }

@@ -17,7 +17,7 @@
 #
 # usage: sh tests/gpu/e2e.sh BUNDLEDIR WORKDIR   (LD_LIBRARY_PATH set by the caller)
 . "$(dirname "$0")/checks.sh"
-for causal in "" --causal "--causal --segments 256,2048 --dilations 1,4"; do
+for causal in --no-causal --causal "--causal --segments 256,2048 --dilations 1,4"; do
     gen="--generate 2048,8,2,128 --seed 5 $causal --backward"
     rm -rf "$dir/cpu"
     # shellcheck disable=SC2086
@@ -30,14 +30,14 @@ for causal in "" --causal "--causal --segments 256,2048 --dilations 1,4"; do
         rm -rf "$dir/gpu"
         # shellcheck disable=SC2086
         "$b/dtengine" attn $gen --out-dir "$dir/gpu" --device cuda --dtype "$dt" --stats || {
-            echo "FAIL dtengine --device cuda --dtype $dt ${causal:-(not causal)}: exit $?"
+            echo "FAIL dtengine --device cuda --dtype $dt ${causal}: exit $?"
             failed=$((failed + 1))
             continue
         }
         for x in o lse dq dk dv; do
             case $x in o) tol=$ao ;; lse) tol=$al ;; *) tol=$ag ;; esac
             err=$("$b/npytool" maxerr "$dir/gpu/$x.0.npy" "$dir/cpu/$x.0.npy")
-            what="dtengine --device cuda --dtype $dt ${causal:-(not causal)} $x vs CPU fp32"
+            what="dtengine --device cuda --dtype $dt ${causal} $x vs CPU fp32"
             if "$b/npytool" cmp "$dir/gpu/$x.0.npy" "$dir/cpu/$x.0.npy" --atol "$tol" \
                 >/dev/null; then
                 echo "ok   $what: max err $err <= $tol"

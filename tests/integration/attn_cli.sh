@@ -66,10 +66,16 @@ echo "not an array" >"$IN/q_text.npy" || die "cannot write q_text.npy"
 NBAD=0
 
 # run_attn R OUTDIR ARGS...: dtengine attn on R ranks (R=1: no mpirun);
-# stdout and stderr go to OUTDIR.stdout and OUTDIR.stderr
+# stdout and stderr go to OUTDIR.stdout and OUTDIR.stderr. dtengine attn is
+# causal by default (a spec's default); these checks were written for the
+# non-causal attention of ARGS that say neither --causal nor --no-causal.
 run_attn() {
     _ra_r=$1 _ra_dir=$2
     shift 2
+    case " $* " in
+    *" --causal "* | *" --no-causal "* | *" --spec "*) ;;
+    *) set -- "$@" --no-causal ;;
+    esac
     if [ "$_ra_r" = 1 ]; then
         "$DTENGINE" attn "$@" >"$_ra_dir.stdout" 2>"$_ra_dir.stderr"
     else

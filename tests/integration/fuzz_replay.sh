@@ -90,10 +90,15 @@ done
 # The sources of each target besides its fuzz_TARGET.c.
 sources() {
     _c="$DT_SRCDIR/common/err.c $DT_SRCDIR/common/mem.c $DT_SRCDIR/common/fileio.c"
+    _c="$_c $DT_SRCDIR/common/text.c"
+    # spec/model.c resolves its defaults through the key table (spec.c)
+    _spec="$DT_SRCDIR/spec/model.c $DT_SRCDIR/spec/spec.c $DT_SRCDIR/spec/vocab.c"
+    _spec="$_spec $DT_SRCDIR/spec/attn_spec.c $DT_SRCDIR/spec/layout.c $DT_SRCDIR/spec/dtype.c"
+    _spec="$_spec $DT_SRCDIR/common/conf.c"
     case $1 in
-    msg) echo "$_c $DT_SRCDIR/common/msg.c $DT_SRCDIR/common/wire.c $DT_SRCDIR/common/text.c" ;;
-    safetensors | manifest) echo "$_c $DT_SRCDIR/common/sha256.c" \
-        "$DT_SRCDIR/io/safetensors.c $DT_SRCDIR/io/ckpt.c $DT_SRCDIR/spec/model.c" ;;
+    msg) echo "$_c $DT_SRCDIR/common/msg.c $DT_SRCDIR/common/wire.c" ;;
+    safetensors | manifest) echo "$_c $DT_SRCDIR/common/sha256.c $DT_SRCDIR/io/json.c" \
+        "$DT_SRCDIR/io/safetensors.c $DT_SRCDIR/io/ckpt.c $_spec" ;;
     npy) echo "$_c $DT_SRCDIR/common/half.c $DT_SRCDIR/io/npy.c" ;;
     tokshard) echo "$_c $DT_SRCDIR/common/half.c $DT_SRCDIR/io/npy.c $DT_SRCDIR/io/tokshard.c" ;;
     esac

@@ -34,7 +34,7 @@ done
 run_ring() {
     _rr_r=$1 _rr_layout=$2 _rr_causal=$3 _rr_in=$4 _rr_out=$5
     shift 5
-    _rr_flag=
+    _rr_flag=--no-causal
     [ "$_rr_causal" = 1 ] && _rr_flag=--causal
     mpirun_np "$_rr_r" "$DTENGINE" attn --q "$_rr_in/q.npy" --k "$_rr_in/k.npy" \
         --v "$_rr_in/v.npy" --layout "$_rr_layout" $_rr_flag --out "$_rr_out.o.npy" \
@@ -97,7 +97,7 @@ check "float16 R=4 zigzag causal lse" "$NPYTOOL" cmp "$TMPD/f16.lse.npy" "$TMPD/
 
 # --generate makes the inputs that `npytool gen` wrote to $IN
 check "generate R=3 contiguous causal run" mpirun_np 3 "$DTENGINE" attn \
-    --generate $T,$H,$HKV,$D --seed $SEED --causal --out "$TMPD/gen.o.npy" \
+    --generate $T,$H,$HKV,$D --seed $SEED --causal --layout contiguous --out "$TMPD/gen.o.npy" \
     --lse "$TMPD/gen.lse.npy"
 check "generate R=3 contiguous causal o" "$NPYTOOL" cmp "$TMPD/gen.o.npy" \
     "$TMPD/ref.c1.o.npy" --atol 1e-5

@@ -648,4 +648,30 @@ t_one_agent() {
 }
 check "run --local SPECFILE --agents 1 --workers 2: 2 ranks on one agent" t_one_agent
 
+
+# The planner and the engine agree on the defaults (one key table): a
+# non-causal job of 258 tokens on 2 ranks is planned contiguous (2R = 4
+# does not divide 258: zigzag could not run it) and runs so, through the
+# agents and under plain mpirun alike, with the same result.
+cat >"$TMPD/noncausal.spec" <<SPEC
+kind = train
+model = tiny
+tokens = 258
+ranks = 2
+causal = no
+steps = 2
+SPEC
+t_noncausal() {
+    e2e noncausal "$TMPD/noncausal.spec" --agents 1 --workers 2 || return 1
+    _nc=$CHECKSUM
+    mpirun_np 2 "$DTENGINE" train --spec "$TMPD/noncausal.spec" >"$TMPD/noncausal.mpirun" 2>&1 ||
+        { cat "$TMPD/noncausal.mpirun"; return 1; }
+    grep -q "layout=contiguous" "$TMPD/noncausal.mpirun" || { cat "$TMPD/noncausal.mpirun"; return 1; }
+    _mp=$(sed -n 's/^result: .*params_sha256=\([0-9a-f]*\).*/\1/p' "$TMPD/noncausal.mpirun")
+    [ -n "$_nc" ] && [ "$_nc" = "$_mp" ] || { echo "run --local $_nc, mpirun $_mp"; return 1; }
+    echo "checksum $_nc both ways, contiguous"
+}
+check "a non-causal 258-token job on 2 ranks: planned, run and equal under run --local and mpirun" \
+    t_noncausal
+
 finish

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT
  *
  * Unit tests for coordinator/planner: presets; hand-computed plans (memory
- * to the byte against the formulas of planner.c, FLOPs against 4 T^2 H D,
+ * to the byte against the formulas of plan/cost.c, FLOPs against 4 T^2 H D,
  * bytes per ring step, sub-ring sizes); every refusal with its code and
  * reason; the headline numbers (dense causal attention over 2^30 tokens of
  * llama3-8b takes days on H100s, the dilated configuration does not);
@@ -222,6 +222,29 @@ static int make(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
 {
     memset(em, 0, sizeof(*em));
     return dt_plan_make(q, p, em);
+}
+
+/* Whether the request's device runs shard level sh with dp rings (the one
+ * answer, spec/vocab.h); where it does not, the planner refuses the level
+ * naming the device (refused() checks that), and the by-hand checks of
+ * that level wait for the engine to run it. */
+static bool runs(const dt_plan_req_t *q, enum dt_shard_level sh, int dp)
+{
+    return dt_vocab_runs(q->cuda ? DT_DEVICE_CUDA : DT_DEVICE_CPU, q->kind, sh, dp, NULL) == 0;
+}
+
+static void refused(dt_plan_req_t q, enum dt_shard_level sh, int dp)
+{
+    dt_plan_t p;
+    dt_emsg_t em = { "" };
+
+    q.shard = sh;
+    q.dp = dp;
+    cr_assert_eq(make(&q, &p, &em), DT_ENOTSUP, "shard %s dp %d: %s", dt_shard_name(sh), dp,
+                 em.s);
+    cr_assert(strstr(em.s, q.cuda ? "device cuda runs" : "device cpu runs") != NULL, "%s",
+              em.s);
+    dt_plan_clear(&p);
 }
 
 Test(planner, refusals)
@@ -831,6 +854,10 @@ Test(planner, shard_memory_by_hand_gpu)
 
         cr_assert_eq(make(&q, &base, &em), 0, "%s", em.s);
         for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+            if (!runs(&q, want[i].sh, 1)) {
+                refused(q, want[i].sh, 1);
+                continue;
+            }
             q.shard = want[i].sh;
             cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
             cr_assert_eq(p.mem.weights, want[i].w, "tied %d %s", tied, dt_shard_name(want[i].sh));
@@ -879,6 +906,10 @@ Test(planner, shard_communication_by_hand)
 
         cr_assert_eq(make(&q, &none, &em), 0, "%s", em.s);
         for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+            if (!runs(&q, want[i].sh, 1)) {
+                refused(q, want[i].sh, 1);
+                continue;
+            }
             q.shard = want[i].sh;
             cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
             cr_assert_float_eq(p.shard_comm_s, want[i].bytes / bw, 1e-9 * p.shard_comm_s,
@@ -900,7 +931,7 @@ Test(planner, shard_communication_by_hand)
         dt_plan_clear(&none);
 
         q.ranks = 1;
-        q.shard = DT_SHARD_PARAMETERS;
+        q.shard = runs(&q, DT_SHARD_PARAMETERS, 1) ? DT_SHARD_PARAMETERS : DT_SHARD_OPTIMIZER;
         cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
         cr_assert_eq(p.shard_comm_s, 0);
         cr_assert(p.shard_hidden);
@@ -1079,6 +1110,22 @@ Test(planner, shard_fits_llama3_at_1M_tokens)
     dt_emsg_t em;
 
     q.cuda = true;
+    if (!runs(&q, DT_SHARD_PARAMETERS, 1)) {
+        /* the GPU engine shards the optimizer only: the planner tries no
+         * more (so submit never refuses what it picked), says so, and
+         * refuses the levels asked for by name */
+        int rc = make(&q, &p, &em);
+        cr_assert(rc == 0 ? p.shard <= DT_SHARD_OPTIMIZER
+                          : strstr(em.s, "device cuda runs shard = none or optimizer") != NULL,
+                  "rc %d shard %s: %s", rc, dt_shard_name(p.shard), em.s);
+        if (rc == 0)
+            cr_assert(strstr(p.note, "device cuda runs shard = none or optimizer") != NULL,
+                      "%s", p.note);
+        dt_plan_clear(&p);
+        refused(q, DT_SHARD_PARAMETERS, 1);
+        refused(q, DT_SHARD_GRADIENTS, 1);
+        return;
+    }
     cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
     cr_assert(p.fits);
     cr_assert_eq(p.shard, DT_SHARD_PARAMETERS);
@@ -1376,6 +1423,10 @@ Test(planner, dp_divides_the_sharded_state_over_every_ring)
 
         for (size_t i = 0; i < sizeof(levels) / sizeof(levels[0]); i++) {
             const char *lv = dt_shard_name(levels[i]);
+            if (!runs(&q, levels[i], 2)) {
+                refused(q, levels[i], 2);
+                continue;
+            }
             dt_plan_mem_t w1 = state_by_hand(q.cuda, levels[i], 1.0 / 4);
             dt_plan_mem_t w2 = state_by_hand(q.cuda, levels[i], 1.0 / 8);
             dt_plan_mem_t kept = state_by_hand(q.cuda, levels[i], 0);
@@ -1481,7 +1532,8 @@ Test(planner, dp_workers_nodes_placement)
     };
 
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        dt_plan_req_t q = small_train("h100-sxm", DT_BF16, false);
+        /* the cpu engine runs dp; nodes of gpn ranks, as GPUs would be */
+        dt_plan_req_t q = small_train("cpu", DT_F32, false);
         dt_plan_t p;
         dt_emsg_t em;
 

@@ -154,6 +154,11 @@ static const char full_text[] = "name = \"long # context\"\n"
                                 "shard = optimizer\n"
                                 "recompute = layer\n"
                                 "lr = 1e-3\n"
+                                "min_lr = 0\n"
+                                "warmup = 0\n"
+                                "weight_decay = 0.05\n"
+                                "clip = 0.5\n"
+                                "adam_eps = 1e-8\n"
                                 "data = recall\n"
                                 "recall_keys = 16\n"
                                 "recall_values = 32\n"
@@ -259,6 +264,11 @@ Test(spec, set_builds_what_parse_reads)
         { "shard", "optimizer" },
         { "recompute", "layer" },
         { "lr", "1e-3" },
+        { "min_lr", "0" },
+        { "warmup", "0" },
+        { "weight_decay", "0.05" },
+        { "clip", "0.5" },
+        { "adam_eps", "1e-8" },
         { "data", "recall" },
         { "recall_keys", "16" },
         { "recall_values", "32" },
@@ -514,7 +524,7 @@ Test(spec, every_key_has_help)
         cr_assert_not_null(k->help, "key %s", k->name);
         cr_assert(strlen(k->help) > 4, "key %s", k->name);
     }
-    cr_assert_eq(n, 61, "61 keys, one per dt_spec_t field (dt-spec(5) lists them)");
+    cr_assert_eq(n, 66, "66 keys, one per dt_spec_t field (dt-spec(5) lists them)");
     dt_spec_free(NULL);
 }
 

@@ -1,0 +1,142 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * The planner's request (planner.h): the cluster presets (h100-sxm, h200,
+ * cpu) and dt_plan_req_from_spec, a request from a checked job spec: the
+ * model and cluster presets, the spec's overrides and the key table's
+ * defaults. Pure computation; the cpu preset's peak is this CPU's
+ * (common/cpuinfo.h).
+ *
+ * Not here: what the spec's keys mean and their checks (spec/), what a
+ * request costs (cost.c), the plan (planner.c). This file calls neither.
+ */
+#include "config.h"
+
+#include <string.h>
+
+#include "common/cpuinfo.h"
+#include "common/macros.h"
+#include "plan/planner.h"
+
+#define GiB (1024.0 * 1024.0 * 1024.0)
+#define MiB (1024.0 * 1024.0)
+
+/*-- presets -------------------------------------------------------------------*/
+
+/* peak_fp32: the same machine at fp32 (GPUs without TF32: the non-tensor
+ * FP32 peak), used when a job asks for fp32. */
+static const struct cluster_preset {
+    dt_cluster_t c;
+    double peak_fp32;
+    int this_cpu; /* peak and efficiency from this machine's CPU */
+} clusters[] = {
+    /* H100 SXM: 80 GiB HBM3 (76 usable after the CUDA context, allocator
+     * slack and fragmentation), 989 TFLOP/s dense bf16, NVLink 4 at 900 GB/s
+     * both directions together, one 400 Gb/s NDR InfiniBand port per GPU.
+     * Fixed: CUDA context, cuBLAS workspace and NCCL buffers, ~1 GiB. */
+    { { "h100-sxm", 8, 0, 76.0 * GiB, 989e12, 0.5, 450e9, 50e9, 1.0 * GiB, 0 }, 67e12, 0 },
+    /* H200: the same compute and links, 141 GB HBM3e (about 140 GiB; 133
+     * usable). */
+    { { "h200", 8, 0, 133.0 * GiB, 989e12, 0.5, 450e9, 50e9, 1.0 * GiB, 0 }, 67e12, 0 },
+    /* cpu: one dtengine rank per core, a "node" being one machine of two
+     * ranks, 4 GiB per rank. Peak and efficiency: this machine's
+     * (common/cpuinfo.h dt_cpu_peak: measured on the CPUs dt was run on,
+     * else vector width x FMA pipes x clock), filled in by preset_copy;
+     * the figures here are AMD Zen 5's, where the attention kernels'
+     * 6-row products reach 270 GFLOP/s and dtengine attn and the tiny
+     * training step 0.55 of it. Links: shared-memory copies between ranks
+     * of one machine (5 GB/s), 1 GB/s between machines. Fixed: dtengine's
+     * max RSS with 16 tokens per rank under mpirun (bench/memory.sh): 13.2
+     * MiB at R = 1, 13.5 at 2, 16.5 at 4; 15 MiB. Per peer: Open MPI's
+     * shared-memory transport maps and touches buffers for each other
+     * rank, about 0.7 MiB each at 1 to 8 ranks of dtengine train
+     * (bench/train_memory.sh): 720 KiB. bf16 runs no faster on the CPU
+     * kernels. */
+    { { "cpu", 2, 0, 4.0 * GiB, 270e9, 0.55, 5e9, 1e9, 15.0 * MiB, 720.0 * 1024 }, 270e9, 1 },
+};
+
+/* A preset as planned on this machine: the cpu preset's peak is this
+ * CPU's. */
+static void preset_copy(const struct cluster_preset *p, dt_cluster_t *out, double *peak_fp32)
+{
+    *out = p->c;
+    if (peak_fp32)
+        *peak_fp32 = p->peak_fp32;
+    if (p->this_cpu) {
+        out->peak_flops = dt_cpu_peak(dt_cpu_this(), &out->efficiency);
+        if (peak_fp32)
+            *peak_fp32 = out->peak_flops;
+    }
+}
+
+static const struct cluster_preset *find_cluster(const char *name)
+{
+    for (size_t i = 0; i < DT_ARRAY_SIZE(clusters); i++)
+        if (name != NULL && strcmp(name, clusters[i].c.name) == 0)
+            return &clusters[i];
+    return NULL;
+}
+
+int dt_cluster_preset(const char *name, dt_cluster_t *out, dt_emsg_t *em)
+{
+    const struct cluster_preset *p = find_cluster(name);
+
+    if (p == NULL)
+        return dt_emsg_set(em, DT_EINVAL, "unknown gpu '%s' (known: h100-sxm, h200, cpu)",
+                           name ? name : "(null)");
+    preset_copy(p, out, NULL);
+    return 0;
+}
+
+/*-- from a spec -----------------------------------------------------------------*/
+
+int dt_plan_req_from_spec(const dt_spec_t *s, dt_plan_req_t *out, dt_emsg_t *em)
+{
+    const char *gpu;
+    const struct cluster_preset *cp;
+    dt_attn_spec_t a = { 0 };
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    if ((rc = dt_spec_check(s, em)) < 0)
+        return rc;
+    gpu = dt_spec_gpu(s);
+    out->cuda = dt_spec_device_id(s) == DT_DEVICE_CUDA;
+    out->tokens = s->tokens;
+
+    if ((rc = dt_model_from_spec(s, &out->model, em)) < 0)
+        return rc;
+
+    if ((cp = find_cluster(gpu)) == NULL)
+        return dt_cluster_preset(gpu, &out->cluster, em);
+    double peak_fp32;
+    preset_copy(cp, &out->cluster, &peak_fp32);
+    if (s->nodes)
+        out->cluster.nodes = (int)s->nodes;
+    if (s->gpus_per_node)
+        out->cluster.gpus_per_node = (int)s->gpus_per_node;
+
+    out->kind = dt_spec_kind(s);
+    out->precision = dt_spec_dtype_id(s);
+    if (out->precision == DT_F32)
+        out->cluster.peak_flops = peak_fp32;
+
+    out->causal = dt_spec_causal(s);
+    out->layout = dt_spec_layout(s);
+    if ((rc = dt_attn_parse_branches(&a, s->segments, s->dilations, em)) < 0)
+        return rc;
+    out->nbranch = a.nbranch;
+    memcpy(out->seg, a.seg, sizeof(out->seg));
+    memcpy(out->dil, a.dil, sizeof(out->dil));
+    out->ranks = (int)s->ranks;
+    out->spares = (int)dt_spec_int(s, "spares");
+    /* checked by dt_spec_check; unset: AUTO */
+    out->recompute = DT_RECOMPUTE_AUTO;
+    if (s->recompute != NULL)
+        dt_recompute_parse("recompute", s->recompute, &out->recompute, NULL);
+    out->shard = DT_SHARD_AUTO;
+    if (s->shard != NULL)
+        dt_shard_parse("shard", s->shard, &out->shard, NULL);
+    out->batch = dt_spec_int(s, "batch");
+    out->dp = (int)dt_spec_int(s, "dp");
+    return 0;
+}

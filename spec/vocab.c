@@ -1,0 +1,170 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * The job vocabulary's name tables and the engines' capabilities
+ * (spec/vocab.h).
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "spec/vocab.h"
+
+const char *const dt_kind_names[] = { "attn", "prefill", "train", NULL };
+const char *const dt_device_names[] = { "cpu", "cuda", NULL };
+const char *const dt_gpu_names[] = { "h100-sxm", "h200", "cpu", NULL };
+const char *const dt_recompute_names[] = { "none", "layer", NULL };
+const char *const dt_shard_names[] = { "none", "optimizer", "gradients", "parameters", NULL };
+const char *const dt_layout_names[] = { "contiguous", "zigzag", NULL };
+const char *const dt_compute_dtype_names[] = { "fp32", "bf16", "fp16", NULL };
+static const dt_dtype_t compute_dtypes[] = { DT_F32, DT_BF16, DT_F16 };
+
+static size_t count(const char *const *names)
+{
+    size_t n = 0;
+    while (names[n] != NULL)
+        n++;
+    return n;
+}
+
+/* names[i - base] for i in range, else "?" */
+static const char *name_at(const char *const *names, int i, int base)
+{
+    return i >= base && (size_t)(i - base) < count(names) ? names[i - base] : "?";
+}
+
+const char *dt_kind_name(enum dt_job_kind k)
+{
+    return name_at(dt_kind_names, (int)k, 0);
+}
+
+const char *dt_device_name(enum dt_device d)
+{
+    return name_at(dt_device_names, (int)d, 0);
+}
+
+const char *dt_gpu_name(enum dt_gpu_preset g)
+{
+    return name_at(dt_gpu_names, (int)g, 0);
+}
+
+const char *dt_recompute_name(enum dt_recompute r)
+{
+    return r == DT_RECOMPUTE_AUTO ? "auto" : name_at(dt_recompute_names, (int)r, 1);
+}
+
+const char *dt_shard_name(enum dt_shard_level s)
+{
+    return s == DT_SHARD_AUTO ? "auto" : name_at(dt_shard_names, (int)s, 1);
+}
+
+int dt_vocab_find(const char *const *names, const char *s)
+{
+    for (int i = 0; s != NULL && names[i] != NULL; i++)
+        if (strcmp(s, names[i]) == 0)
+            return i;
+    return -1;
+}
+
+void dt_vocab_list(char *buf, size_t n, const char *const *names)
+{
+    size_t len = 0;
+
+    if (n == 0)
+        return;
+    buf[0] = '\0';
+    for (int i = 0; names[i] != NULL && len < n; i++) {
+        const char *sep = i == 0 ? "" : names[i + 1] == NULL ? " or " : ", ";
+        len += (size_t)snprintf(buf + len, n - len, "%s%s", sep, names[i]);
+    }
+}
+
+/* The index of s in names, or DT_EINVAL naming what and the words. */
+static int parse(const char *what, const char *s, const char *const *names, int *out,
+                 dt_emsg_t *em)
+{
+    int i = dt_vocab_find(names, s);
+    char list[160];
+
+    if (i >= 0) {
+        *out = i;
+        return 0;
+    }
+    dt_vocab_list(list, sizeof(list), names);
+    return dt_emsg_set(em, DT_EINVAL, "%s '%s': %s", what, s ? s : "", list);
+}
+
+int dt_kind_parse(const char *what, const char *s, enum dt_job_kind *out, dt_emsg_t *em)
+{
+    int i, rc = parse(what, s, dt_kind_names, &i, em);
+    if (rc == 0)
+        *out = (enum dt_job_kind)i;
+    return rc;
+}
+
+int dt_device_parse(const char *what, const char *s, enum dt_device *out, dt_emsg_t *em)
+{
+    int i, rc = parse(what, s, dt_device_names, &i, em);
+    if (rc == 0)
+        *out = (enum dt_device)i;
+    return rc;
+}
+
+int dt_gpu_parse(const char *what, const char *s, enum dt_gpu_preset *out, dt_emsg_t *em)
+{
+    int i, rc = parse(what, s, dt_gpu_names, &i, em);
+    if (rc == 0)
+        *out = (enum dt_gpu_preset)i;
+    return rc;
+}
+
+int dt_recompute_parse(const char *what, const char *s, enum dt_recompute *out, dt_emsg_t *em)
+{
+    int i, rc = parse(what, s, dt_recompute_names, &i, em);
+    if (rc == 0)
+        *out = (enum dt_recompute)(i + 1);
+    return rc;
+}
+
+int dt_shard_parse(const char *what, const char *s, enum dt_shard_level *out, dt_emsg_t *em)
+{
+    int i, rc = parse(what, s, dt_shard_names, &i, em);
+    if (rc == 0)
+        *out = (enum dt_shard_level)(i + 1);
+    return rc;
+}
+
+int dt_compute_dtype_parse(const char *what, const char *s, dt_dtype_t *out, dt_emsg_t *em)
+{
+    int i, rc = parse(what, s, dt_compute_dtype_names, &i, em);
+    if (rc == 0)
+        *out = compute_dtypes[i];
+    return rc;
+}
+
+bool dt_vocab_shard_runs(enum dt_device device, enum dt_shard_level shard)
+{
+    if (device == DT_DEVICE_CPU)
+        return true;
+    /* the GPU engine keeps the whole parameters and gradient on every
+     * GPU and shards the AdamW state only (engine/model/model_cuda.c) */
+    return shard == DT_SHARD_AUTO || shard == DT_SHARD_NONE || shard == DT_SHARD_OPTIMIZER;
+}
+
+int dt_vocab_runs(enum dt_device device, enum dt_job_kind kind, enum dt_shard_level shard,
+                  int dp, dt_emsg_t *em)
+{
+    if (kind != DT_KIND_TRAIN && dp > 1)
+        return dt_emsg_set(em, DT_ENOTSUP, "dp = %d: data parallel is for kind = train", dp);
+    if (kind != DT_KIND_TRAIN)
+        return 0;
+    if (!dt_vocab_shard_runs(device, shard))
+        return dt_emsg_set(em, DT_ENOTSUP,
+                           "device %s runs shard = none or optimizer (every GPU holds the "
+                           "whole parameters and gradient), not %s",
+                           dt_device_name(device), dt_shard_name(shard));
+    if (device == DT_DEVICE_CUDA && dp > 1)
+        return dt_emsg_set(em, DT_ENOTSUP, "device cuda runs one ring (dp = 1), not dp = %d",
+                           dp);
+    return 0;
+}

@@ -1,0 +1,98 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * The job vocabulary: one enum and one name table for each word a job
+ * spec, the planner, the coordinator, the agents and the engine use for a
+ * kind, a device, a cluster preset, a compute dtype, a layout, a shard
+ * level or a recompute mode; and the one answer to "can this engine run
+ * this job" (dt_vocab_runs). Every binary names and parses these words
+ * here and nowhere else; the spec key table (spec/spec.c) takes its
+ * accepted values from these tables, and dt-spec(5) lists the same.
+ *
+ * Not here: what a preset's figures are (plan/request.c), the layouts'
+ * arithmetic (spec/layout.h), the element types of files (spec/dtype.h,
+ * whose compute subset is named here).
+ */
+#ifndef DT_SPEC_VOCAB_H
+#define DT_SPEC_VOCAB_H
+
+#include <stdbool.h>
+
+#include "common/err.h"
+#include "spec/dtype.h"
+#include "spec/layout.h"
+
+enum dt_job_kind { DT_KIND_ATTN = 0, DT_KIND_PREFILL, DT_KIND_TRAIN };
+
+enum dt_device { DT_DEVICE_CPU = 0, DT_DEVICE_CUDA };
+
+/* Cluster presets (spec key gpu); their figures are the planner's. */
+enum dt_gpu_preset { DT_GPU_H100_SXM = 0, DT_GPU_H200, DT_GPU_CPU };
+
+/* Activation recomputation in training (spec key recompute): AUTO (the
+ * spec leaves it unset) plans without it and, when the job then fits at no
+ * rank count, with it; NONE and LAYER are the user's and always honoured. */
+enum dt_recompute { DT_RECOMPUTE_AUTO = 0, DT_RECOMPUTE_NONE, DT_RECOMPUTE_LAYER };
+
+/* Sharded training state (spec key shard), each level adding to the one
+ * before: OPTIMIZER the AdamW state, GRADIENTS the gradients, PARAMETERS
+ * the parameters themselves (gathered one unit at a time), each rank
+ * keeping a slice of about 1/W, W = R the ranks of the ring (with dp = N
+ * rings, W = N R: all the job's ranks). AUTO (the spec leaves it unset,
+ * train only): the planner picks the least that fits; the others are the
+ * user's and always honoured. */
+enum dt_shard_level {
+    DT_SHARD_AUTO = 0,
+    DT_SHARD_NONE,
+    DT_SHARD_OPTIMIZER,
+    DT_SHARD_GRADIENTS,
+    DT_SHARD_PARAMETERS,
+};
+
+/* The words, in the enums' order, NULL-terminated; a value's name is
+ * names[value] ("auto" for the AUTO values, which no spec spells). */
+extern const char *const dt_kind_names[];     /* attn prefill train */
+extern const char *const dt_device_names[];   /* cpu cuda */
+extern const char *const dt_gpu_names[];      /* h100-sxm h200 cpu */
+extern const char *const dt_recompute_names[]; /* none layer (from DT_RECOMPUTE_NONE) */
+extern const char *const dt_shard_names[];    /* none optimizer gradients parameters (from
+                                               * DT_SHARD_NONE) */
+extern const char *const dt_layout_names[];   /* contiguous zigzag */
+extern const char *const dt_compute_dtype_names[]; /* fp32 bf16 fp16 */
+
+const char *dt_kind_name(enum dt_job_kind k);
+const char *dt_device_name(enum dt_device d);
+const char *dt_gpu_name(enum dt_gpu_preset g);
+const char *dt_recompute_name(enum dt_recompute r);
+const char *dt_shard_name(enum dt_shard_level s);
+
+/* Parse a word into its enum: 0, or DT_EINVAL naming `what` (an option or
+ * key, e.g. "--shard" or "key 'shard'") and the accepted words:
+ *   "--shard 'all': none, optimizer, gradients or parameters" */
+int dt_kind_parse(const char *what, const char *s, enum dt_job_kind *out, dt_emsg_t *em);
+int dt_device_parse(const char *what, const char *s, enum dt_device *out, dt_emsg_t *em);
+int dt_gpu_parse(const char *what, const char *s, enum dt_gpu_preset *out, dt_emsg_t *em);
+int dt_recompute_parse(const char *what, const char *s, enum dt_recompute *out, dt_emsg_t *em);
+int dt_shard_parse(const char *what, const char *s, enum dt_shard_level *out, dt_emsg_t *em);
+/* fp32, bf16 or fp16 into DT_F32, DT_BF16, DT_F16. */
+int dt_compute_dtype_parse(const char *what, const char *s, dt_dtype_t *out, dt_emsg_t *em);
+
+/* The index of s in a NULL-terminated word list, or -1. */
+int dt_vocab_find(const char *const *names, const char *s);
+/* "a, b or c" into buf (n bytes). */
+void dt_vocab_list(char *buf, size_t n, const char *const *names);
+
+/* What the engine of a device runs, asked by the planner (which then
+ * chooses among these only), by the coordinator at submit and by
+ * dtengine itself. A job of `kind` on `device` with the given shard level
+ * (AUTO: any the device runs) and dp rings: 0, or DT_ENOTSUP with the
+ * reason:
+ *   "device cuda runs shard = none or optimizer (every GPU holds the whole
+ *    parameters and gradient), not parameters"
+ * The GPU engine shards the optimizer state only and runs one ring; the
+ * CPU engine runs every level and any dp. */
+int dt_vocab_runs(enum dt_device device, enum dt_job_kind kind, enum dt_shard_level shard,
+                  int dp, dt_emsg_t *em);
+/* Whether dt_vocab_runs accepts that shard level on that device (dp 1). */
+bool dt_vocab_shard_runs(enum dt_device device, enum dt_shard_level shard);
+
+#endif /* DT_SPEC_VOCAB_H */
