@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT
  *
  * `dtctl export SRC --hf OUT`: the parameters of a training checkpoint as
- * a Hugging Face model directory (io/hf.h dt_hf_write: config.json, the
- * weights under Hugging Face's names and layout, the index when sharded)
- * that transformers loads as LlamaForCausalLM with no conversion and
+ * a Hugging Face model directory (io/hf_export.h dt_hf_write: config.json,
+ * the weights under Hugging Face's names and layout, the index when
+ * sharded) that transformers loads as LlamaForCausalLM with no conversion and
  * `dtengine --init-from OUT` reads back. SRC is a checkpoint step
  * directory, a checkpoint root (its newest step that verifies) or a job id
  * (its newest committed checkpoint: the coordinator says which and where,
@@ -12,9 +12,9 @@
  * no model, the checkpoint verifies (every shard's SHA-256), it is a
  * training checkpoint, its manifest's model parses.
  *
- * Not here: the Hugging Face format (io/hf.c), checkpoint directories
- * (io/ckpt.c), the AdamW moments (never read: an export is the model),
- * tokenizers.
+ * Not here: the Hugging Face format (io/hf_export.c, io/hf_config.c,
+ * io/hf.c), checkpoint directories (io/ckpt.c), the AdamW moments (never
+ * read: an export is the model), tokenizers.
  */
 #include "config.h"
 
@@ -34,6 +34,8 @@
 #include "common/wire.h"
 #include "io/ckpt.h"
 #include "io/hf.h"
+#include "io/hf_config.h"
+#include "io/hf_export.h"
 #include "io/safetensors.h"
 #include "spec/model.h"
 #include "spec/spec.h"

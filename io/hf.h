@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT
  *
- * Hugging Face LLaMA model directories (LlamaForCausalLM), in and out:
+ * Hugging Face LLaMA model directories (LlamaForCausalLM): dt's tensors
+ * in them (ids, names, shapes, places in dt's flat array) and their
+ * weights, read:
  *
  *     DIR/config.json                      the model's shape and settings
  *     DIR/model.safetensors                all weights in one file, or
@@ -9,11 +11,11 @@
  *     DIR/model-00001-of-0000N.safetensors its shards
  *
  * Reading is for untrusted directories: config.json is parsed strictly
- * (every feature dt does not implement is refused, never skipped), and
- * dt_hf_open checks every shard header, every tensor's presence, shape and
- * dtype against the config before any weight is read, so a run fails in
- * seconds, not after its first hour. Weights are read one tensor at a time
- * with pread (no whole-file load, no mapping) and converted to fp32.
+ * (hf_config.h), and dt_hf_open checks every shard header, every tensor's
+ * presence, shape and dtype against the config before any weight is read,
+ * so a run fails in seconds, not after its first hour. Weights are read
+ * one tensor at a time with pread (no whole-file load, no mapping) and
+ * converted to fp32.
  *
  * Layout. dt's tensors are fp32, PyTorch layout (a linear weight is
  * (out, in), row-major), in the order and under the ids of dt_hf_tensor_t.
@@ -24,9 +26,11 @@
  *
  *     dt row h*D + 2*i + k  =  HF row h*D + k*(D/2) + i     (k < 2, i < D/2)
  *
- * on import, and the inverse on export. v_proj and o_proj are not.
+ * on import, and the inverse on export (hf_export.h). v_proj and o_proj
+ * are not.
  *
- * Not here: tokenizers and generation_config.json, pytorch_model.bin
+ * Not here: config.json's keys (hf_config.h), writing a directory
+ * (hf_export.h), tokenizers and generation_config.json, pytorch_model.bin
  * (pickle), quantised or other architectures (Mistral, Qwen, ...), biases,
  * other RoPE scalings than llama3, mapping files into memory.
  */
@@ -41,16 +45,8 @@
 #include "spec/dtype.h"
 #include "spec/model.h"
 
-#define DT_HF_CONFIG "config.json"
 #define DT_HF_WEIGHTS "model.safetensors"
 #define DT_HF_INDEX "model.safetensors.index.json"
-/* config.json and the index are read whole, up to this size. */
-#define DT_HF_JSON_MAX (16u << 20)
-/* num_hidden_layers above this is refused (the largest LLaMA has 126). */
-#define DT_HF_MAX_LAYERS 65536
-/* dt_hf_write's max_position_embeddings for a model without RoPE scaling
- * (LLaMA 3's context); with llama3 scaling it is original_max_pos * factor. */
-#define DT_HF_MAX_POS_DEFAULT 8192
 
 /* dt's tensors. Per layer: ATTN_NORM .. W2; the others once. */
 typedef enum dt_hf_tensor {
@@ -71,6 +67,10 @@ typedef enum dt_hf_tensor {
 
 /* True for the tensors of every layer (DT_HF_ATTN_NORM .. DT_HF_W2). */
 bool dt_hf_per_layer(dt_hf_tensor_t t);
+/* The shape of tensor t for the model cfg (PyTorch's, the same in both
+ * layouts: the shapes above) into shape; returns its number of dimensions,
+ * 0 for DT_HF_LM_HEAD of a tied model and for a t outside the enum. */
+int dt_hf_shape(const dt_model_cfg_t *cfg, dt_hf_tensor_t t, int64_t shape[2]);
 /* Elements of tensor t for the model cfg (the product of the shapes above);
  * 0 for DT_HF_LM_HEAD of a tied model and for a t outside the enum. */
 int64_t dt_hf_numel(const dt_model_cfg_t *cfg, dt_hf_tensor_t t);
@@ -87,47 +87,19 @@ const char *dt_hf_name(dt_hf_tensor_t t, int layer, char *buf, size_t n);
  * array: import (engine/model/model.c) and export (dtctl export) use it. */
 int64_t dt_hf_offset(const dt_model_layout_t *lo, dt_hf_tensor_t t, int layer);
 
-/*-- reading ----------------------------------------------------------------*/
+/* True when a file called name (no directory) is one of a model
+ * directory's: config.json, the index or any model*.safetensors. */
+bool dt_hf_is_model_file(const char *name);
 
-/* DIR/config.json into *cfg (name "hf"). Keys read (all others, of which
- * Hugging Face configs carry many, are ignored):
- *   architectures            required, exactly ["LlamaForCausalLM"]
- *   model_type               "llama" if present
- *   hidden_size, num_hidden_layers, num_attention_heads, intermediate_size,
- *   vocab_size               required positive integers
- *   num_key_value_heads      positive integer dividing the heads (default:
- *                            the heads)
- *   head_dim                 positive integer (absent or null: hidden_size /
- *                            heads, which heads must then divide); cfg->head_dim
- *                            is set only when it differs from that
- *   rms_norm_eps             required positive number
- *   rope_theta               positive number (default 10000)
- *   rope_scaling             null, or {"rope_type" (or "type"): "default"} or
- *                            {"rope_type": "llama3", "factor",
- *                            "low_freq_factor", "high_freq_factor",
- *                            "original_max_position_embeddings"}
- *   rope_parameters          transformers 5's form of both: {"rope_type",
- *                            "rope_theta", and the llama3 keys}; when given
- *                            beside rope_theta or rope_scaling they must agree
- *   tie_word_embeddings      boolean (default false)
- *   attention_bias, mlp_bias false if present; hidden_act "silu" if present;
- *                            partial_rotary_factor 1 if present;
- *                            no quantization_config
- * null counts as absent for the optional keys. Then dt_model_cfg_check.
- * Returns 0; DT_ENOENT, DT_EACCES, DT_EIO when the file cannot be read,
- * DT_EFORMAT for malformed JSON (with jansson's line and column), DT_ENOTSUP
- * for a feature dt does not implement (another architecture, biases, an
- * activation or RoPE type other than silu and llama3), DT_EINVAL for a
- * missing key, a wrong JSON type or a bad value. Every message names the
- * file and the key. *cfg is undefined on failure. */
-int dt_hf_config_read(const char *dir, dt_model_cfg_t *cfg, dt_emsg_t *em);
+/*-- reading ----------------------------------------------------------------*/
 
 /* An open model directory: the config and every shard header, checked.
  * Holds one file descriptor per shard until dt_hf_close. */
 typedef struct dt_hf dt_hf_t;
 
-/* Open DIR: dt_hf_config_read, then the weights, DIR/model.safetensors if it
- * exists (as transformers, which prefers it to an index), else
+/* Open DIR: dt_hf_config_read (hf_config.h), then the weights,
+ * DIR/model.safetensors if it exists (as transformers, which prefers it to
+ * an index), else
  * DIR/model.safetensors.index.json and its shards (plain file names in DIR:
  * no '/', not "." or ".."). Every shard is opened and its header validated
  * (safetensors.h: a truncated file is refused here). The index and the
@@ -164,57 +136,5 @@ dt_dtype_t dt_hf_dtype(const dt_hf_t *h, dt_hf_tensor_t t, int layer);
  * tied model; DT_EFORMAT or DT_EIO when the file changed or cannot be read
  * (dst is then undefined). */
 int dt_hf_read(const dt_hf_t *h, dt_hf_tensor_t t, int layer, float *dst, dt_emsg_t *em);
-
-/*-- writing ----------------------------------------------------------------*/
-
-/* The source of dt_hf_write: tensor t of layer (0 for those outside the
- * layers), dt_hf_numel floats in dt's layout. The pointer must stay valid
- * and unchanged until dt_hf_write returns (it may be written straight from
- * it); NULL fails the export (DT_ECANCELED). */
-typedef const float *(*dt_hf_get_fn)(void *ud, dt_hf_tensor_t t, int layer);
-
-/* Write the model cfg as a Hugging Face directory DIR (created with its
- * parents, mode 0755, if missing) that transformers 4.x and 5 load as
- * LlamaForCausalLM:
- *   config.json: architectures, model_type "llama", the shape, head_dim,
- *     rms_norm_eps, rope_theta and rope_scaling (null, or llama3's
- *     object with rope_type "llama3"), tie_word_embeddings, hidden_act
- *     "silu", attention_bias and mlp_bias false, torch_dtype and dtype
- *     ("float32", "bfloat16", "float16"), max_position_embeddings
- *     (original_max_pos * factor with llama3 scaling, else
- *     DT_HF_MAX_POS_DEFAULT); no bos/eos (no tokenizer here). Numbers are
- *     written in their shortest exact decimal form (rms_norm_eps 1e-5).
- *   weights in dtype (DT_F32, DT_BF16 or DT_F16; rounded to nearest even
- *     through common/half.h), Hugging Face names and layout (q and k rows
- *     back in HF order), in the order of the model's state_dict
- *     (embedding; per layer q k v o, gate up down, both norms; the norm;
- *     lm_head.weight only when untied), metadata {"format": "pt"}. One
- *     DIR/model.safetensors when the tensors' bytes total at most
- *     shard_bytes or shard_bytes <= 0; otherwise shards
- *     model-%05d-of-%05d.safetensors, filled in that order, a new one begun
- *     before a tensor that would take the current one past shard_bytes (a
- *     tensor larger than shard_bytes gets its own, as transformers splits),
- *     and DIR/model.safetensors.index.json {"metadata": {"total_size":
- *     bytes of all tensors}, "weight_map": {tensor: shard}}.
- * get is called once per written tensor, in file order, on the calling
- * thread; memory held beyond its tensors is one shard's converted tensors
- * (none for F32 tensors other than q and k). cfg, dtype and DIR are checked
- * before get is first called; DIR may exist but must hold no config.json,
- * index or model*.safetensors (DT_EEXIST naming it). Every file is written
- * atomically with mode 0644 less the umask (a model to share, unlike a
- * checkpoint's shards), config.json last. On failure every file this
- * call wrote is removed, and DIR too when this call created it.
- * Returns 0; DT_EINVAL (cfg fails dt_model_cfg_check, or more layers than
- * DT_HF_MAX_LAYERS or shards than 99999), DT_EDTYPE, DT_EEXIST, DT_ECANCELED
- * (get returned NULL), or the code of a failed file operation, with a
- * message naming the file. */
-int dt_hf_write(const char *dir, const dt_model_cfg_t *cfg, dt_dtype_t dtype, int64_t shard_bytes,
-                dt_hf_get_fn get, void *ud, dt_emsg_t *em);
-
-/* Whether dt_hf_write may write into DIR, checked before the weights are
- * gathered: 0 when DIR does not exist or holds no config.json, index or
- * model*.safetensors; DT_EEXIST naming the file otherwise, or the code of
- * a DIR that cannot be listed. dt_hf_write checks the same again. */
-int dt_hf_check_target(const char *dir, dt_emsg_t *em);
 
 #endif /* DT_HF_H */

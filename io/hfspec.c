@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "io/hf.h"
+#include "io/hf_config.h"
 #include "io/hfspec.h"
 
 /* The shortest decimal text that reads back as the same float (norm_eps

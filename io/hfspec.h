@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT
  *
  * A job spec's init_from resolved into its model keys: the Hugging Face
- * directory's config.json (io/hf.h) gives the shape and settings, written
+ * directory's config.json (io/hf_config.h) gives the shape and settings, written
  * into the spec as the keys dt-spec(5) names, so that dtctl (which fills
  * them before a job is submitted, reading the directory as the user),
  * dtcoordd (which plans with the keys and never reads the directory) and

@@ -3,7 +3,8 @@
  * The JSON of dt's file formats, read: a document parsed with duplicate
  * keys refused, and getters that check one key of an object and word what
  * is wrong with it the one way, naming the file and the key. The Hugging
- * Face config (hf.c) and the checkpoint manifest (ckpt.c) read through it.
+ * Face config (hf_config.c) and the checkpoint manifest (ckpt.c) read
+ * through it.
  *
  * Not here: the wire protocol's JSON (common/wire.h), writing JSON, what
  * a file's keys mean (the caller's).

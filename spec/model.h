@@ -66,7 +66,7 @@ int dt_model_cfg_check(const dt_model_cfg_t *cfg, dt_emsg_t *em);
  * fixed order (the embedding; per layer attn_norm, wq, wk, wv, wo,
  * mlp_norm, w1, w3, w2; the final norm; the LM head unless tied), so the
  * optimizer, the gradient all-reduce, checkpoints (io/ckpt.h) and the
- * Hugging Face export (io/hf.h) see one buffer. Pure arithmetic on the
+ * Hugging Face export (io/hf_export.h) see one buffer. Pure arithmetic on the
  * shape: no weights here (engine/model/ holds those).
  * Offsets (in floats) of each tensor in the flat parameter array. */
 typedef struct dt_model_layer_off {

@@ -40,7 +40,7 @@ typedef struct dt_spec {
     char *rope_factor, *rope_low_freq_factor, *rope_high_freq_factor;
     int64_t rope_original_max_pos;
     /* a Hugging Face model directory (config.json + safetensors): the
-     * model's shape, settings and weights (io/hf.h) */
+     * model's shape and settings (io/hf_config.h) and weights (io/hf.h) */
     char *init_from;
     int64_t pos_offset; /* the window's first position P (default 0) */
     /* sequence and attention */

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT
  *
  * hfgen: a Hugging Face LLaMA model directory of any shape with seeded
- * random weights, written by dt's own writer (io/hf.h), for tests that need
- * a model transformers could load but no network or Python can make: GPU
- * runs of a head dimension the fixture (tests/fixtures/hf_llama, D = 8)
- * does not have, sharded and bf16 directories, large shapes.
+ * random weights, written by dt's own writer (io/hf_export.h), for tests
+ * that need a model transformers could load but no network or Python can
+ * make: GPU runs of a head dimension the fixture (tests/fixtures/hf_llama,
+ * D = 8) does not have, sharded and bf16 directories, large shapes.
  *
  *   hfgen OUTDIR --dim N --layers N --heads N --kv-heads N --ffn N --vocab N
  *         [--head-dim D] [--tied] [--theta B] [--eps E]
@@ -27,6 +27,7 @@
 #include "common/mem.h"
 #include "engine/data/gen.h"
 #include "io/hf.h"
+#include "io/hf_export.h"
 
 typedef struct gen {
     const dt_model_cfg_t *cfg;

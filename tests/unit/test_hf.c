@@ -1,15 +1,17 @@
 /* SPDX-License-Identifier: MIT
  *
- * Tests of io/hf: Hugging Face LLaMA directories written by dt_hf_write and
- * read back by dt_hf_open / dt_hf_read (fp32 bit for bit, bf16 and fp16 as
- * their rounding, one file and shards with an index, tied and untied, an
- * explicit head_dim, llama3 RoPE scaling), the RoPE row permutation against
- * a file built by hand in Hugging Face's layout, the fixture that
- * transformers 5 wrote (tests/fixtures/hf_llama, found through DT_SRCDIR or
- * the source directory compiled in), and the refusal of bad configs and
- * weights, each with the message the user would see; where each tensor
- * sits in dt's flat parameter array; the files' modes. Every test works in
- * its own directory under /tmp, removed afterwards. No Python needed.
+ * Tests of io/hf, io/hf_config and io/hf_export, one file for the three
+ * (each direction checks the other): Hugging Face LLaMA directories
+ * written by dt_hf_write and read back by dt_hf_open / dt_hf_read (fp32
+ * bit for bit, bf16 and fp16 as their rounding, one file and shards with
+ * an index, tied and untied, an explicit head_dim, llama3 RoPE scaling),
+ * the RoPE row permutation against a file built by hand in Hugging Face's
+ * layout, the fixture that transformers 5 wrote (tests/fixtures/hf_llama,
+ * found through DT_SRCDIR or the source directory compiled in), and the
+ * refusal of bad configs and weights, each with the message the user would
+ * see; where each tensor sits in dt's flat parameter array; the files'
+ * modes. Every test works in its own directory under /tmp, removed
+ * afterwards. No Python needed.
  */
 #include "config.h"
 
@@ -28,6 +30,8 @@
 #include "common/fileio.h"
 #include "common/half.h"
 #include "io/hf.h"
+#include "io/hf_config.h"
+#include "io/hf_export.h"
 #include "io/safetensors.h"
 
 /*-- fixture: one temp dir per test -----------------------------------------*/
