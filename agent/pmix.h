@@ -32,18 +32,15 @@
  * alive by itself (the workers' handles do).
  *
  * Other users: libpmix's listener is TCP on 127.0.0.1, which every local
- * user can reach, and over TCP libpmix's "native" security takes the uid
- * and gid a client claims. This module defines accept(2) for the process
- * (agent/pmix.c): a connection whose other end the kernel does not place in
- * a socket of our effective uid is closed before libpmix reads it. So
- * another user cannot claim a rank, read a namespace's data, take part in
- * a fence, abort a job, or hold libpmix's progress thread in a handshake.
- * The server's directory is ours and 0700, and no directory above it may
- * be changed by another user (dt_pmix_new checks); with tool and system
+ * user can reach; who may connect is decided by the process-wide accept(2)
+ * of agent/accept_gate.h, which every program linking this module links
+ * too. The server's directory is ours and 0700, and no directory above it
+ * may be changed by another user (dt_pmix_new checks); with tool and system
  * support off libpmix writes no rendezvous file.
  *
  * Not here: spawning (agent/task.c calls uv_spawn with the environment built
- * here), the coordinator link, policy.
+ * here), who may connect (agent/accept_gate.c), the coordinator link,
+ * policy.
  */
 #ifndef DT_AGENT_PMIX_H
 #define DT_AGENT_PMIX_H
@@ -60,10 +57,6 @@
  * after a checkpoint load, a GPU start): the coordinator's failure handling
  * is the real watchdog, this only frees ranks nobody will answer. */
 #define DT_PMIX_FENCE_TIMEOUT_MS 300000
-/* How long libpmix may wait for a client's handshake (it reads it with a
- * blocking recv on its only progress thread), per read: shorter than
- * DT_PMIX_CB_TIMEOUT_MS, so that our own calls still get through. */
-#define DT_PMIX_HANDSHAKE_TIMEOUT_MS 5000
 /* How long dt_pmix_free waits for PMIx_server_finalize. */
 #define DT_PMIX_FINALIZE_TIMEOUT_MS 5000
 

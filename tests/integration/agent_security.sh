@@ -15,9 +15,9 @@
 #     on SIGTERM and when its job completes, while nobody holds a
 #     connection open (it used to hang for ever in PMIx_server_finalize);
 #   - root's own client that stalls in its handshake is cut off after
-#     DT_PMIX_HANDSHAKE_TIMEOUT_MS, and one that keeps libpmix reading for
-#     ever does not keep the agent from exiting on SIGTERM (finalize is
-#     abandoned after its deadline, the exit status is still 1);
+#     DT_ACCEPT_GATE_HANDSHAKE_TIMEOUT_MS, and one that keeps libpmix
+#     reading for ever does not keep the agent from exiting on SIGTERM
+#     (finalize is abandoned after its deadline, the exit status is still 1);
 #   - the server's directory is made 0700 when found open, holds no
 #     rendezvous file, and an agent whose state directory lies inside a
 #     directory another user owns refuses to start (exit 1, it is named).

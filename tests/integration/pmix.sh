@@ -1,8 +1,8 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 #
-# The agent's PMIx server (agent/pmix.c) with real Open MPI ranks, through
-# tests/tools/pmixhost (a libuv host like dtagentd) and tests/tools/pmixworker (MPI_Init,
+# The agent's PMIx server (agent/pmix.c, behind agent/accept_gate.c) with
+# real Open MPI ranks, through tests/tools/pmixhost (a libuv host like dtagentd) and tests/tools/pmixworker (MPI_Init,
 # a ring of MPI_Sendrecv, MPI_Allreduce, a PMIx failure-event handler). It
 # checks what the agent's users would see: every rank's sum, exit codes,
 # fences that reach the host (local-only optimisation off, and two agents of
@@ -11,9 +11,10 @@
 # failure event and leaving with status 4 while blocked in MPI with none left
 # running and no shared-memory segment left behind, a fence nobody answers
 # failed after DT_PMIX_CB_TIMEOUT_MS, the workers' environment, a client
-# that stalls in its handshake (cut off after DT_PMIX_HANDSHAKE_TIMEOUT_MS
-# while the ranks still start; one that keeps libpmix reading does not keep
-# dt_pmix_free past DT_PMIX_FINALIZE_TIMEOUT_MS), and bad input refused
+# that stalls in its handshake (cut off by the accept gate after
+# DT_ACCEPT_GATE_HANDSHAKE_TIMEOUT_MS while the ranks still start; one that
+# keeps libpmix reading does not keep dt_pmix_free past
+# DT_PMIX_FINALIZE_TIMEOUT_MS), and bad input refused
 # with a message. It skips (77) only when libpmix cannot start a server
 # here. Latencies are printed, never asserted.
 

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT
  *
- * pmixhost: agent/pmix.c driven the way dtagentd drives it, without a
- * coordinator, for tests/integration/pmix.sh. A libuv loop, one PMIx server,
+ * pmixhost: agent/pmix.c driven the way dtagentd drives it (behind
+ * agent/accept_gate.c, linked in as there), without a coordinator, for
+ * tests/integration/pmix.sh. A libuv loop, one PMIx server,
  * G generations of R ranks of tests/tools/pmixworker spawned with uv_spawn in the
  * environment dt_pmix_worker_env builds. It plays the coordinator too: a
  * fence that reaches the host is answered with this agent's own data (with
