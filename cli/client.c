@@ -90,11 +90,6 @@ int dtctl_parse_coord(const char *hostport, char *host, size_t hostlen, char por
     return 0;
 }
 
-const char *dtctl_spec_key(const char *key, const char *value)
-{
-    return strcmp(key, "model") == 0 && strchr(value, '/') != NULL ? "init_from" : key;
-}
-
 int dtctl_parse_id(const char *s, long long *out)
 {
     size_t n = strlen(s);

@@ -330,15 +330,6 @@ static const float *get(void *ud, dt_hf_tensor_t t, int layer)
     return off < 0 ? NULL : f->P + off;
 }
 
-/* What was written: OUT's model files, by name. */
-static int model_file(const char *name)
-{
-    size_t n = strlen(name);
-
-    return strcmp(name, DT_HF_CONFIG) == 0 || strcmp(name, DT_HF_INDEX) == 0 ||
-           (strncmp(name, "model", 5) == 0 && n > 12 && strcmp(name + n - 12, ".safetensors") == 0);
-}
-
 static int by_name(const void *a, const void *b)
 {
     return strcmp(*(char *const *)a, *(char *const *)b);
@@ -363,7 +354,7 @@ static void report(const dtctl_t *ctl, const xopts_t *o, const char *dir,
             tensors += per, bytes += per * k * (int64_t)esz;
     }
     while (d != NULL && (e = readdir(d)) != NULL)
-        if (model_file(e->d_name)) {
+        if (dt_hf_is_model_file(e->d_name)) {
             names = dt_xrealloc(names, (n + 1) * sizeof(*names));
             names[n++] = dt_xstrdup(e->d_name);
         }

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT
  *
- * `dtctl plan`: plan a job without submitting it. The flags are spec keys
- * (dt-spec(5)); an optional spec file is read first and the flags override
- * it. The plan is the coordinator's own planner run in this process: no
+ * `dtctl plan`: plan a job without submitting it. Every spec key of
+ * dt-spec(5) is a flag (cli/spec_args.c); an optional spec file is read
+ * first and the flags override it. The plan is the coordinator's own planner run in this process: no
  * coordinator is needed. Prints a report for people, or with --json the
  * plan as one JSON object. A job that cannot be planned exits 6
  * (DTCTL_REFUSED) with the reason on stderr (and fits:false in the JSON).
@@ -11,7 +11,6 @@
  */
 #include "config.h"
 
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,57 +41,11 @@ static void usage(FILE *f)
         "                   --rope-high-freq-factor H --rope-original-max-pos N]\n"
         "                  [--init-from HFDIR] [--steps N] [--batch B] [--recompute none|layer]\n"
         "                  [--shard none|optimizer|gradients|parameters] [--dp N] [--json]\n"
+        "Every key of dt-spec(5) is a flag, '-' for '_' (--kv-heads 8, --lr=1e-3).\n"
         "HFDIR: a Hugging Face LLaMA directory (config.json); --model DIR is the same.\n"
         "N accepts K, M, G suffixes (powers of 1024). The kind defaults to attn (one\n"
         "attention call, as dtengine attn runs it). See dtctl(1) and dt-spec(5).\n");
 }
-
-/* --flag -> spec key; has_arg 0 flags carry their value here. */
-static const struct flag {
-    const char *name, *key, *value;
-} flags[] = {
-    { "tokens", "tokens", NULL },
-    { "kind", "kind", NULL },
-    { "model", "model", NULL },
-    { "gpu", "gpu", NULL },
-    { "device", "device", NULL },
-    { "dtype", "dtype", NULL },
-    { "cpus-per-gpu", "cpus_per_gpu", NULL },
-    { "ranks", "ranks", NULL },
-    { "nodes", "nodes", NULL },
-    { "gpus-per-node", "gpus_per_node", NULL },
-    { "spares", "spares", NULL },
-    { "causal", "causal", "yes" },
-    { "no-causal", "causal", "no" },
-    { "segments", "segments", NULL },
-    { "dilations", "dilations", NULL },
-    { "layout", "layout", NULL },
-    { "precision", "precision", NULL },
-    { "dim", "dim", NULL },
-    { "layers", "layers", NULL },
-    { "heads", "heads", NULL },
-    { "kv-heads", "kv_heads", NULL },
-    { "ffn", "ffn", NULL },
-    { "vocab", "vocab", NULL },
-    { "rope-theta", "rope_theta", NULL },
-    { "head-dim", "head_dim", NULL },
-    { "tied", "tied", NULL },
-    { "norm-eps", "norm_eps", NULL },
-    { "rope-scaling", "rope_scaling", NULL },
-    { "rope-factor", "rope_factor", NULL },
-    { "rope-low-freq-factor", "rope_low_freq_factor", NULL },
-    { "rope-high-freq-factor", "rope_high_freq_factor", NULL },
-    { "rope-original-max-pos", "rope_original_max_pos", NULL },
-    { "init-from", "init_from", NULL },
-    { "steps", "steps", NULL },
-    { "batch", "batch", NULL },
-    { "recompute", "recompute", NULL },
-    { "shard", "shard", NULL },
-    { "dp", "dp", NULL },
-};
-
-#define NFLAG ((int)(sizeof(flags) / sizeof(flags[0])))
-enum { O_JSON = 1000, O_HELP };
 
 /*-- human units ---------------------------------------------------------------*/
 
@@ -163,6 +116,11 @@ static void report(const dtctl_t *ctl, const dt_spec_t *s, const dt_plan_req_t *
                q->shard != DT_SHARD_AUTO   ? "as asked"
                : p->shard != DT_SHARD_NONE ? "chosen by the planner"
                                            : "not needed");
+    if (q->kind == DT_KIND_TRAIN && q->offload) {
+        dt_vocab_format_set(t1, sizeof(t1), dt_offload_names, q->offload);
+        printf("%-16s %s (as asked%s)\n", "offload", t1,
+               q->cuda ? "" : "; on the CPU everything is in host memory already");
+    }
     if (p->note[0])
         printf("%-16s %s\n", "note", p->note);
     human_time(t1, sizeof(t1), p->seconds);
@@ -256,71 +214,25 @@ static void report(const dtctl_t *ctl, const dt_spec_t *s, const dt_plan_req_t *
 
 /* A spec file that may leave kind and tokens to the flags: nothing
  * required; dt_spec_check runs once the flags are in. */
-static int load_file(const char *path, dt_spec_t *s, dt_emsg_t *em)
-{
-    return dt_spec_load_partial(path, s, em);
-}
-
 int dtctl_plan(dtctl_t *ctl, int argc, char **argv)
 {
-    struct option lo[NFLAG + 3];
-    const char **keys = dt_xcalloc((size_t)argc + 1, sizeof(*keys));
-    const char **vals = dt_xcalloc((size_t)argc + 1, sizeof(*vals));
-    const char *file = NULL;
+    static const char *const own[] = { "--json", NULL };
     dt_spec_t spec = { 0 };
     dt_plan_req_t req;
     dt_plan_t plan = { 0 };
     dt_emsg_t em = { "" };
-    int nset = 0, c, rc, ret = DTCTL_USAGE;
+    unsigned seen;
+    int rc, help, ret;
 
-    for (int i = 0; i < NFLAG; i++)
-        lo[i] = (struct option){ flags[i].name, flags[i].value ? no_argument : required_argument,
-                                 NULL, i + 1 }; /* 0 is getopt's optopt for unknown */
-    lo[NFLAG] = (struct option){ "json", no_argument, NULL, O_JSON };
-    lo[NFLAG + 1] = (struct option){ "help", no_argument, NULL, O_HELP };
-    lo[NFLAG + 2] = (struct option){ NULL, 0, NULL, 0 };
-
-    opterr = 0;
-    optind = 0;
-    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
-        if (c >= 1 && c <= NFLAG) {
-            keys[nset] = flags[c - 1].key;
-            vals[nset++] = flags[c - 1].value ? flags[c - 1].value : optarg;
-        } else if (c == O_JSON) {
-            ctl->json = 1;
-        } else if (c == O_HELP) {
+    if ((ret = dtctl_spec_args(ctl, "plan", argc, argv, own, &seen, &help, &spec)) != DTCTL_OK ||
+        help) {
+        if (help)
             usage(stdout);
-            ret = DTCTL_OK;
-            goto out;
-        } else {
-            if (optopt >= 1 && optopt <= NFLAG)
-                fprintf(stderr, "%s plan: option '--%s' needs a value\n", ctl->prog,
-                        flags[optopt - 1].name);
-            else
-                fprintf(stderr, "%s plan: unknown option '%s'\n", ctl->prog, argv[optind - 1]);
-            usage(stderr);
-            goto out;
-        }
-    }
-    if (optind < argc)
-        file = argv[optind++];
-    if (optind < argc) {
-        fprintf(stderr, "%s plan: unexpected argument '%s' (one spec file at most)\n", ctl->prog,
-                argv[optind]);
         goto out;
     }
-
-    /* the file first, then the flags over it */
-    if (file != NULL && (rc = load_file(file, &spec, &em)) < 0) {
-        dtctl_error(ctl, "plan", NULL, em.s);
-        goto out;
-    }
-    for (int i = 0; i < nset; i++) {
-        if ((rc = dt_spec_set(&spec, dtctl_spec_key(keys[i], vals[i]), vals[i], &em)) < 0) {
-            dtctl_error(ctl, "plan", NULL, em.s);
-            goto out;
-        }
-    }
+    ret = DTCTL_USAGE;
+    if (seen & 1u)
+        ctl->json = 1;
     if (spec.kind == NULL && (rc = dt_spec_set(&spec, "kind", "attn", &em)) < 0)
         goto out;
     if ((rc = dt_spec_check(&spec, &em)) < 0 || (rc = dt_hf_spec_fill(&spec, &em)) < 0 ||
@@ -354,7 +266,5 @@ int dtctl_plan(dtctl_t *ctl, int argc, char **argv)
 out:
     dt_plan_clear(&plan);
     dt_spec_free(&spec);
-    free(keys);
-    free(vals);
     return ret;
 }

@@ -31,62 +31,23 @@ static void usage(FILE *f)
 
 int dtctl_submit(dtctl_t *ctl, int argc, char **argv)
 {
+    static const char *const own[] = { "--json", "--dry-run", NULL };
     dt_spec_t spec = { 0 };
     dt_emsg_t em = { "" };
-    const char *file = NULL;
     json_t *res = NULL;
-    int rc, i, dry = 0;
+    unsigned seen;
+    int rc, help, dry;
 
-    /* a spec file first (if any), then flags on top */
-    for (i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+    if ((rc = dtctl_spec_args(ctl, "submit", argc, argv, own, &seen, &help, &spec)) != DTCTL_OK ||
+        help) {
+        if (help)
             usage(stdout);
-            return DTCTL_OK;
-        }
-        if (strncmp(argv[i], "--", 2) == 0) {
-            char *key;
-            const char *val;
-            int own = strcmp(argv[i], "--json") == 0 || strcmp(argv[i], "--dry-run") == 0;
-            int used = own ? 1 : dt_spec_flag(argc, argv, i, &key, &val, &em);
-            if (used > 0 && !own)
-                free(key);
-            i += used > 1 ? used - 1 : 0;
-            continue;
-        }
-        if (file) {
-            fprintf(stderr, "dtctl submit: more than one spec file ('%s', '%s')\n", file, argv[i]);
-            return DTCTL_USAGE;
-        }
-        file = argv[i];
+        dt_spec_free(&spec);
+        return rc;
     }
-    if (file && (rc = dt_spec_load(file, &spec, &em)) < 0) {
-        dtctl_error(ctl, "submit", NULL, em.s);
-        return DTCTL_USAGE;
-    }
-    for (i = 1; i < argc; i++) {
-        if (strncmp(argv[i], "--", 2) != 0)
-            continue;
-        if (strcmp(argv[i], "--json") == 0) {
-            ctl->json = 1;
-            continue;
-        }
-        if (strcmp(argv[i], "--dry-run") == 0) {
-            dry = 1;
-            continue;
-        }
-        char *key = NULL;
-        const char *val;
-        int used = dt_spec_flag(argc, argv, i, &key, &val, &em);
-        if (used < 0 || (rc = dt_spec_set(&spec, dtctl_spec_key(key, val), val, &em)) < 0) {
-            dtctl_error(ctl, "submit", NULL, em.s);
-            usage(stderr);
-            free(key);
-            dt_spec_free(&spec);
-            return DTCTL_USAGE;
-        }
-        free(key);
-        i += used - 1;
-    }
+    if (seen & 1u)
+        ctl->json = 1;
+    dry = (seen & 2u) != 0;
     if ((rc = dt_spec_check(&spec, &em)) < 0 || (rc = dt_hf_spec_fill(&spec, &em)) < 0) {
         dtctl_error(ctl, "submit", NULL, em.s);
         dt_spec_free(&spec);

@@ -69,6 +69,17 @@ int dtctl_parse_id(const char *s, long long *out);
  * never reads the user's files.) */
 const char *dtctl_spec_key(const char *key, const char *value);
 
+/* The spec of `dtctl CMD [SPECFILE] [--KEY VALUE ...]` (cli/spec_args.c)
+ * into spec (zeroed by the caller): the file, at most one and read
+ * without its required keys (dt_spec_load_partial), then every other flag
+ * a spec key set over it. own: the command's own flags (NULL-terminated,
+ * taking no value, e.g. "--json"), bit i of *seen set when own[i] was
+ * given; *help set for --help or -h (nothing read then). Returns DTCTL_OK,
+ * or DTCTL_USAGE with "dtctl CMD: WHY" printed. The caller checks the
+ * spec (dt_spec_check) once it has added what it fills in itself. */
+int dtctl_spec_args(dtctl_t *ctl, const char *cmd, int argc, char **argv,
+                    const char *const *own, unsigned *seen, int *help, dt_spec_t *spec);
+
 int dtctl_plan(dtctl_t *ctl, int argc, char **argv);
 int dtctl_submit(dtctl_t *ctl, int argc, char **argv);
 int dtctl_list(dtctl_t *ctl, int argc, char **argv);

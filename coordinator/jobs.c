@@ -132,7 +132,9 @@ int dt_jobs_submit(dt_coord_t *c, const dt_caller_t *who, const char *text, cons
     /* what the device's engine does not run is refused now, not when its
      * workers exit: the one answer the planner and dtengine ask too */
     if ((rc = dt_vocab_runs(req.cuda ? DT_DEVICE_CUDA : DT_DEVICE_CPU, req.kind, plan.shard,
-                            plan.dp > 0 ? plan.dp : 1, em)) < 0) {
+                            plan.dp > 0 ? plan.dp : 1, em)) < 0 ||
+        (rc = dt_vocab_offload_runs(req.cuda ? DT_DEVICE_CUDA : DT_DEVICE_CPU, req.kind,
+                                    req.offload, em)) < 0) {
         out->refused = true;
         dt_log_info("uid=%u submit refused: %s", (unsigned)who->uid, em->s);
         goto out;

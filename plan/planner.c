@@ -103,6 +103,9 @@ static int check_req(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
     if (q->dp <= 65536 && dt_vocab_runs(q->cuda ? DT_DEVICE_CUDA : DT_DEVICE_CPU, q->kind,
                                         q->shard, q->dp > 0 ? q->dp : 1, &why) < 0)
         return fail(p, em, DT_ENOTSUP, "%s", why.s);
+    if (dt_vocab_offload_runs(q->cuda ? DT_DEVICE_CUDA : DT_DEVICE_CPU, q->kind, q->offload,
+                              &why) < 0)
+        return fail(p, em, DT_ENOTSUP, "%s", why.s);
 
     if (q->tokens <= 0 || q->tokens > TOKENS_MAX)
         return fail(p, em, DT_EINVAL, "tokens=%lld: the sequence length must be 1 to 2^50",
@@ -687,6 +690,9 @@ json_t *dt_plan_to_json(const dt_plan_req_t *q, const dt_plan_t *p)
     json_object_set_new(o, "recompute", json_string(p->recompute ? "layer" : "none"));
     json_object_set_new(o, "shard",
                         json_string(dt_shard_name(p->shard ? p->shard : DT_SHARD_NONE)));
+    char off[64];
+    dt_vocab_format_set(off, sizeof(off), dt_offload_names, q->offload);
+    json_object_set_new(o, "offload", json_string(off));
     if (p->note[0])
         json_object_set_new(o, "note", json_string(p->note));
     json_object_set_new(o, "ranks", json_integer(p->ranks));

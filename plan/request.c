@@ -136,6 +136,7 @@ int dt_plan_req_from_spec(const dt_spec_t *s, dt_plan_req_t *out, dt_emsg_t *em)
     out->shard = DT_SHARD_AUTO;
     if (s->shard != NULL)
         dt_shard_parse("shard", s->shard, &out->shard, NULL);
+    out->offload = dt_spec_offload(s);
     out->batch = dt_spec_int(s, "batch");
     out->dp = (int)dt_spec_int(s, "dp");
     return 0;

@@ -126,6 +126,9 @@ static const dt_conf_key_t keys[] = {
     STR("recompute", recompute, 0, "auto", T,
         "none or layer: keep each layer's input only and recompute the layer in the "
         "backward (auto: none, or layer when nothing fits without)"),
+    STR("offload", offload, 0, "none", T,
+        "a list of activations and optimizer (or none): what training keeps in host memory "
+        "instead of the device's"),
     STR("lr", lr, 0, "3e-3", T, "peak learning rate, a number in (0, 10]"),
     STR("min_lr", min_lr, 0, "3e-4", T,
         "the learning rate the cosine schedule ends at, a number in [0, 10]"),
@@ -180,17 +183,21 @@ static const char *const scalings[] = { "none", "llama3", NULL };
 static const char *const signals[] = { "USR1", "USR2", NULL };
 
 /* The keys whose values are words, and the words (the vocabulary's own
- * tables, spec/vocab.h, and the model presets'). */
+ * tables, spec/vocab.h, and the model presets'). A list key's value is a
+ * set of its words: "none", or words joined by commas, each once
+ * (dt_vocab_parse_set). */
 static const struct {
     const char *key;
     const char *const *set;
+    bool list;
 } sets[] = {
-    { "kind", dt_kind_names },         { "model", dt_model_names },
-    { "tied", yesno },                 { "layout", dt_layout_names },
-    { "dtype", dt_compute_dtype_names }, { "precision", dt_compute_dtype_names },
-    { "device", dt_device_names },     { "gpu", dt_gpu_names },
-    { "signal", signals },             { "rope_scaling", scalings },
-    { "recompute", dt_recompute_names }, { "shard", dt_shard_names },
+    { "kind", dt_kind_names, false },         { "model", dt_model_names, false },
+    { "tied", yesno, false },                 { "layout", dt_layout_names, false },
+    { "dtype", dt_compute_dtype_names, false }, { "precision", dt_compute_dtype_names, false },
+    { "device", dt_device_names, false },     { "gpu", dt_gpu_names, false },
+    { "signal", signals, false },             { "rope_scaling", scalings, false },
+    { "recompute", dt_recompute_names, false }, { "shard", dt_shard_names, false },
+    { "offload", dt_offload_names, true },
 };
 
 const char *const *dt_spec_key_values(const char *key)
@@ -199,6 +206,14 @@ const char *const *dt_spec_key_values(const char *key)
         if (strcmp(sets[i].key, key) == 0)
             return sets[i].set;
     return NULL;
+}
+
+bool dt_spec_key_is_list(const char *key)
+{
+    for (size_t i = 0; i < sizeof(sets) / sizeof(sets[0]); i++)
+        if (strcmp(sets[i].key, key) == 0)
+            return sets[i].list;
+    return false;
 }
 
 static void *field(const dt_spec_t *s, const dt_conf_key_t *k)
@@ -505,7 +520,15 @@ static int check_key(const dt_spec_t *s, const dt_conf_key_t *k, dt_emsg_t *em)
             return dt_emsg_set(em, DT_EINVAL, "key '%s': %s at byte %zu of '%s'", k->name,
                                fault_str(what, fault, cp), at + 1, shown(sh, v));
         for (size_t i = 0; i < sizeof(sets) / sizeof(sets[0]); i++) {
-            if (strcmp(sets[i].key, k->name) != 0 || in_set(v, sets[i].set))
+            if (strcmp(sets[i].key, k->name) != 0)
+                continue;
+            if (sets[i].list) {
+                char key[48];
+                unsigned set;
+                snprintf(key, sizeof(key), "key '%s'", k->name);
+                return dt_vocab_parse_set(key, v, sets[i].set, &set, em);
+            }
+            if (in_set(v, sets[i].set))
                 continue;
             dt_vocab_list(list, sizeof(list), sets[i].set);
             return dt_emsg_set(em, DT_EINVAL, "key '%s': unknown value '%s' (expected %s)", k->name,
@@ -627,6 +650,14 @@ double dt_spec_real(const dt_spec_t *s, const char *key)
     if (v == NULL)
         v = k->def;
     return v != NULL ? strtod(v, NULL) : 0.0; /* checked by dt_spec_check */
+}
+
+unsigned dt_spec_offload(const dt_spec_t *s)
+{
+    unsigned set = 0;
+    if (s->offload != NULL)
+        dt_offload_parse("offload", s->offload, &set, NULL); /* checked by dt_spec_check */
+    return set;
 }
 
 const char *dt_spec_word(const dt_spec_t *s, const char *key)
@@ -852,7 +883,12 @@ int dt_spec_flag(int argc, char **argv, int i, char **key, const char **value, d
         *value = eq + 1;
         return 1;
     }
-    if (boolean && (neg || i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0)) {
+    int next_bool; /* the next argument is a boolean word (--causal no), not a file */
+    if (boolean && !neg && i + 1 < argc)
+        next_bool = dt_conf_parse_bool(argv[i + 1], &(int){ 0 }) == 0;
+    else
+        next_bool = 0;
+    if (boolean && !next_bool) {
         *value = neg ? "no" : "yes";
         return 1;
     }

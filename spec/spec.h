@@ -72,6 +72,8 @@ typedef struct dt_spec {
     char *shard;     /* none | optimizer | gradients | parameters: the training state
                       * sharded over the ranks, each level adding to the one before
                       * (NULL: the planner picks) */
+    char *offload;   /* a set of activations, optimizer (or none): what training keeps in
+                      * host memory instead of the device's (default none) */
     char *lr;        /* peak learning rate, a number in (0, 10] (default 3e-3) */
     /* the rest of the optimizer, numbers as text so that 0 is a value:
      * min_lr [0, 10], warmup a whole number of steps, weight_decay [0, 10],
@@ -113,6 +115,8 @@ dt_dtype_t dt_spec_dtype_id(const dt_spec_t *s);
 enum dt_job_kind dt_spec_kind(const dt_spec_t *s);
 bool dt_spec_causal(const dt_spec_t *s);
 enum dt_layout dt_spec_layout(const dt_spec_t *s);
+/* The offload set (enum dt_offload bits; 0 for none or unset). */
+unsigned dt_spec_offload(const dt_spec_t *s);
 int64_t dt_spec_warmup(const dt_spec_t *s);
 int64_t dt_spec_ckpt_every(const dt_spec_t *s);
 /* The same as names ("cuda", "h100-sxm", "bf16"). */
@@ -136,6 +140,9 @@ const char *dt_spec_word(const dt_spec_t *s, const char *key);
 const dt_conf_key_t *dt_spec_keys(void);
 const dt_conf_key_t *dt_spec_key(const char *name);
 const char *const *dt_spec_key_values(const char *key);
+/* Whether the key's value is a set of those words (offload): "none" or
+ * words joined by commas, each once (spec/vocab.h dt_vocab_parse_set). */
+bool dt_spec_key_is_list(const char *key);
 
 /* Parse spec text (`name` is used in messages, e.g. the file name) and
  * check it: kind and tokens given, values in their sets, segments and
@@ -157,7 +164,9 @@ int dt_spec_load_partial(const char *path, dt_spec_t *s, dt_emsg_t *em);
 /* The spec key a command-line flag at argv[i] names ("--kv-heads" ->
  * "kv_heads", the caller's to free), its value, and how many arguments it
  * used (1 or 2). Accepts --key VALUE, --key=VALUE, and for boolean keys a
- * bare --key (yes) or --no-key (no). DT_EUSAGE when the value is missing
+ * bare --key (yes) or --no-key (no); a boolean key takes the next argument
+ * as its value only when that is a boolean word (--causal no), so that
+ * `--causal job.spec` is a flag and a file. DT_EUSAGE when the value is missing
  * (*key then NULL). The key is not checked: dt_spec_set does. */
 int dt_spec_flag(int argc, char **argv, int i, char **key, const char **value, dt_emsg_t *em);
 /* Set one key from a string, as a flag would (`--tokens 1M` style values are

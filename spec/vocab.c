@@ -17,6 +17,7 @@ const char *const dt_recompute_names[] = { "none", "layer", NULL };
 const char *const dt_shard_names[] = { "none", "optimizer", "gradients", "parameters", NULL };
 const char *const dt_layout_names[] = { "contiguous", "zigzag", NULL };
 const char *const dt_compute_dtype_names[] = { "fp32", "bf16", "fp16", NULL };
+const char *const dt_offload_names[] = { "activations", "optimizer", NULL };
 static const dt_dtype_t compute_dtypes[] = { DT_F32, DT_BF16, DT_F16 };
 
 static size_t count(const char *const *names)
@@ -77,6 +78,59 @@ void dt_vocab_list(char *buf, size_t n, const char *const *names)
         const char *sep = i == 0 ? "" : names[i + 1] == NULL ? " or " : ", ";
         len += (size_t)snprintf(buf + len, n - len, "%s%s", sep, names[i]);
     }
+}
+
+int dt_vocab_parse_set(const char *what, const char *s, const char *const *names,
+                       unsigned *out, dt_emsg_t *em)
+{
+    char list[160], word[64];
+    unsigned set = 0;
+    const char *p = s;
+
+    dt_vocab_list(list, sizeof(list), names);
+    if (strcmp(s, "none") == 0) {
+        *out = 0;
+        return 0;
+    }
+    for (;;) {
+        size_t n = strcspn(p, ",");
+        if (n == 0)
+            return dt_emsg_set(em, DT_EINVAL, "%s: empty word in '%.100s' (a list of %s, or none)",
+                               what, s, list);
+        snprintf(word, sizeof(word), "%.*s", (int)(n < sizeof(word) ? n : sizeof(word) - 1), p);
+        int i = n < sizeof(word) ? dt_vocab_find(names, word) : -1;
+        if (i < 0 || i >= 32)
+            return dt_emsg_set(em, DT_EINVAL,
+                               "%s: unknown word '%.40s' in '%.100s' (words: %s, or none)", what,
+                               word, s, list);
+        if (set & (1u << i))
+            return dt_emsg_set(em, DT_EINVAL, "%s: '%s' twice in '%.100s'", what, word, s);
+        set |= 1u << i;
+        if (p[n] == '\0')
+            break;
+        p += n + 1;
+    }
+    *out = set;
+    return 0;
+}
+
+int dt_offload_parse(const char *what, const char *s, unsigned *out, dt_emsg_t *em)
+{
+    return dt_vocab_parse_set(what, s, dt_offload_names, out, em);
+}
+
+void dt_vocab_format_set(char *buf, size_t n, const char *const *names, unsigned set)
+{
+    size_t len = 0;
+
+    if (n == 0)
+        return;
+    buf[0] = '\0';
+    for (int i = 0; names[i] != NULL && i < 32 && len < n; i++)
+        if (set & (1u << i))
+            len += (size_t)snprintf(buf + len, n - len, "%s%s", len ? "," : "", names[i]);
+    if (len == 0)
+        snprintf(buf, n, "none");
 }
 
 /* The index of s in names, or DT_EINVAL naming what and the words. */
@@ -167,4 +221,24 @@ int dt_vocab_runs(enum dt_device device, enum dt_job_kind kind, enum dt_shard_le
         return dt_emsg_set(em, DT_ENOTSUP, "device cuda runs one ring (dp = 1), not dp = %d",
                            dp);
     return 0;
+}
+
+int dt_vocab_offload_runs(enum dt_device device, enum dt_job_kind kind, unsigned offload,
+                          dt_emsg_t *em)
+{
+    char set[64];
+
+    if (offload == 0)
+        return 0;
+    dt_vocab_format_set(set, sizeof(set), dt_offload_names, offload);
+    if (kind != DT_KIND_TRAIN)
+        return dt_emsg_set(em, DT_ENOTSUP, "offload = %s is for kind = train", set);
+    if (device == DT_DEVICE_CPU)
+        return 0;
+    /* the GPU engine keeps every layer input and the AdamW state on the
+     * device (engine/model/model_cuda.c) */
+    return dt_emsg_set(em, DT_ENOTSUP,
+                       "device cuda runs offload = none (layer inputs and optimizer state stay "
+                       "on the GPU), not %s",
+                       set);
 }

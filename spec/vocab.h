@@ -3,7 +3,7 @@
  * The job vocabulary: one enum and one name table for each word a job
  * spec, the planner, the coordinator, the agents and the engine use for a
  * kind, a device, a cluster preset, a compute dtype, a layout, a shard
- * level or a recompute mode; and the one answer to "can this engine run
+ * level, a recompute mode or an offload set; and the one answer to "can this engine run
  * this job" (dt_vocab_runs). Every binary names and parses these words
  * here and nowhere else; the spec key table (spec/spec.c) takes its
  * accepted values from these tables, and dt-spec(5) lists the same.
@@ -48,6 +48,12 @@ enum dt_shard_level {
     DT_SHARD_PARAMETERS,
 };
 
+/* What a training job keeps in host memory instead of the device's (spec
+ * key offload, a list of these words, or none): bits of a set. ACTIVATIONS
+ * each layer's checkpointed input (with recompute = layer), OPTIMIZER the
+ * AdamW state and its update. */
+enum dt_offload { DT_OFFLOAD_ACTIVATIONS = 1u << 0, DT_OFFLOAD_OPTIMIZER = 1u << 1 };
+
 /* The words, in the enums' order, NULL-terminated; a value's name is
  * names[value] ("auto" for the AUTO values, which no spec spells). */
 extern const char *const dt_kind_names[];     /* attn prefill train */
@@ -58,6 +64,7 @@ extern const char *const dt_shard_names[];    /* none optimizer gradients parame
                                                * DT_SHARD_NONE) */
 extern const char *const dt_layout_names[];   /* contiguous zigzag */
 extern const char *const dt_compute_dtype_names[]; /* fp32 bf16 fp16 */
+extern const char *const dt_offload_names[];  /* activations optimizer: bit i is names[i] */
 
 const char *dt_kind_name(enum dt_job_kind k);
 const char *dt_device_name(enum dt_device d);
@@ -76,6 +83,19 @@ int dt_shard_parse(const char *what, const char *s, enum dt_shard_level *out, dt
 /* fp32, bf16 or fp16 into DT_F32, DT_BF16, DT_F16. */
 int dt_compute_dtype_parse(const char *what, const char *s, dt_dtype_t *out, dt_emsg_t *em);
 
+/* A list-valued key's value: "none" (the empty set) or words of names
+ * (at most 32) separated by commas, each once, into the set of their bits
+ * (bit i for names[i]). DT_EINVAL naming `what` and the fault:
+ *   "key 'offload': unknown word 'params' in 'activations,params' (words:
+ *    activations or optimizer, or none)"
+ * dt_offload_parse is it for dt_offload_names. */
+int dt_vocab_parse_set(const char *what, const char *s, const char *const *names,
+                       unsigned *out, dt_emsg_t *em);
+int dt_offload_parse(const char *what, const char *s, unsigned *out, dt_emsg_t *em);
+/* A set as its canonical value, the words in the table's order joined by
+ * commas ("none" for the empty set), into buf (n bytes). */
+void dt_vocab_format_set(char *buf, size_t n, const char *const *names, unsigned set);
+
 /* The index of s in a NULL-terminated word list, or -1. */
 int dt_vocab_find(const char *const *names, const char *s);
 /* "a, b or c" into buf (n bytes). */
@@ -92,6 +112,13 @@ void dt_vocab_list(char *buf, size_t n, const char *const *names);
  * CPU engine runs every level and any dp. */
 int dt_vocab_runs(enum dt_device device, enum dt_job_kind kind, enum dt_shard_level shard,
                   int dp, dt_emsg_t *em);
+/* The same for the offload set (enum dt_offload bits), train jobs only:
+ * the CPU engine keeps everything in host memory already, so any set is
+ * what it runs (and changes nothing); the GPU engine keeps layer inputs
+ * and optimizer state on the device, offload = none. 0, or DT_ENOTSUP
+ * with the reason. */
+int dt_vocab_offload_runs(enum dt_device device, enum dt_job_kind kind, unsigned offload,
+                          dt_emsg_t *em);
 /* Whether dt_vocab_runs accepts that shard level on that device (dp 1). */
 bool dt_vocab_shard_runs(enum dt_device device, enum dt_shard_level shard);
 

@@ -343,6 +343,15 @@ json_num() {
 state_of() {
     ctl show "$1" --json | json_str state | head -n 1
 }
+# completed JOB: the job ended completed; else its state and its last
+# events, so that a failure in CI says what happened
+completed() {
+    _cs=$(state_of "$1")
+    [ "$_cs" = completed ] && return 0
+    echo "job $1 is ${_cs:-unknown}; its last events:"
+    ctl events "$1" 2>&1 | tail -n 12
+    return 1
+}
 terminal() {
     case $(state_of "$1") in completed | failed | cancelled) return 0 ;; esac
     return 1

@@ -105,7 +105,7 @@ no_workers_left() {
 attn_spec 1024 >"$TMPD/attn.spec"
 run_job "$TMPD/attn.spec"
 OUT=$COORD_STATE/jobs/$J/output
-check "attn: the job completed" test "$(state_of "$J")" = completed
+check "attn: the job completed" completed "$J"
 mpirun_np 4 "$DTENGINE" attn --spec "$TMPD/attn.spec" --out-dir "$TMPD/attn-direct" \
     >"$TMPD/attn-direct.log" 2>&1
 check "attn: the outputs equal mpirun -np 4 dtengine attn's, file by file" \
@@ -179,7 +179,7 @@ done
 check "attn, long: running when the worker is killed" replay long-kill
 check "attn, long: checkpoint and cancel --checkpoint refused (no checkpoints), it runs on" \
     replay long-ckpt
-check "attn, long: the job completed" test "$(state_of "$J")" = completed
+check "attn, long: the job completed" completed "$J"
 check "attn, long: the kill is an event, and a second generation ran it again" \
     has_event "$J" worker_failed "signal 9"
 check "attn, long: no hang was seen (heartbeats during the ring steps)" \
@@ -193,7 +193,7 @@ check "attn, long: no worker left" no_workers_left
 # ---- prefill ---------------------------------------------------------------------
 prefill_spec 16384 >"$TMPD/prefill.spec"
 run_job "$TMPD/prefill.spec"
-check "prefill: the job completed" test "$(state_of "$J")" = completed
+check "prefill: the job completed" completed "$J"
 REF=$(checksum_of "$J")
 REF_LOSS=$(loss_of "$J")
 mpirun_np 4 "$DTENGINE" prefill --spec "$TMPD/prefill.spec" >"$TMPD/prefill-direct.log" 2>&1
@@ -228,7 +228,7 @@ nodes = 2
 gpus_per_node = 2
 SPEC
 run_job "$TMPD/hf.spec"
-check "hf prefill: the job completed" test "$(state_of "$J")" = completed
+check "hf prefill: the job completed" completed "$J"
 t_hf_direct() {
     mpirun_np 4 "$DTENGINE" prefill --spec "$TMPD/hf.spec" >"$TMPD/hf-direct.log" 2>&1 ||
         { cat "$TMPD/hf-direct.log"; return 1; }
@@ -261,7 +261,7 @@ agent a1 2 "$J"
 wait_for 120 step_at_least "$J" 2
 kill -KILL "$(worker_of a1 "$J")"
 finish_job "$J"
-check "prefill, worker killed: the job completed" test "$(state_of "$J")" = completed
+check "prefill, worker killed: the job completed" completed "$J"
 check "prefill, worker killed: resumed at a committed layer" \
     sh -c "grep -q 'resuming from .*step-0000000[1-3] after layer' '$COORD_STATE/jobs/$J/logs/rank-0.log'"
 check "prefill, worker killed: the same logits bit for bit" same_checksum "$J"
@@ -273,7 +273,7 @@ agent a1 2 "$J"
 wait_for 120 step_at_least "$J" 2
 kill -KILL "$AGENT_a1"
 finish_job "$J"
-check "prefill, agent killed, no spare: the job completed" test "$(state_of "$J")" = completed
+check "prefill, agent killed, no spare: the job completed" completed "$J"
 check "prefill, agent killed, no spare: re-planned on 2 ranks" has_event "$J" replanned "4 -> 2"
 check "prefill, agent killed, no spare: a checkpoint of 4 ranks resharded onto 2" \
     sh -c "grep -q 'after layer [1-3] of 4 (written by 4 ranks)' '$COORD_STATE/jobs/$J/logs/rank-0.log'"

@@ -62,7 +62,7 @@ check "the job is queued, waiting for agents" test "$(state_of "$J")" = queued
 agent a0 2 "$J" tcp
 agent a1 2 "$J"
 finish_job "$J"
-check "fault-free: the job completed" test "$(state_of "$J")" = completed
+check "fault-free: the job completed" completed "$J"
 REF=$(checksum_of "$J")
 REF_LOSS=$(loss_of "$J")
 check "fault-free: a result with a checksum" test -n "$REF"
@@ -121,7 +121,7 @@ t_follow() {
     echo "followed rank 2 through gen 1 and gen 2, ended with the job"
 }
 check "dtctl logs -f: follows a rank across generations, ends with the job" t_follow
-check "worker killed: the job completed" test "$(state_of "$J")" = completed
+check "worker killed: the job completed" completed "$J"
 check "worker killed: same checksum as fault-free" same_checksum "$J"
 check "worker killed: the failure is an event" has_event "$J" worker_failed "signal 9"
 check "worker killed: a second generation from a checkpoint" \
@@ -135,7 +135,7 @@ agent a1 2 "$J"
 wait_for 120 step_at_least "$J" 15
 kill -STOP "$(worker_of a0 "$J")"
 finish_job "$J"
-check "worker hung: the job completed" test "$(state_of "$J")" = completed
+check "worker hung: the job completed" completed "$J"
 check "worker hung: same checksum as fault-free" same_checksum "$J"
 check "worker hung: detected as a hang" has_event "$J" worker_hung
 check "worker hung: no worker left" no_workers_left
@@ -149,7 +149,7 @@ agent a2 2 "$J"
 wait_for 120 step_at_least "$J" 15
 kill -KILL "$AGENT_a1"
 finish_job "$J"
-check "agent killed, spare: the job completed" test "$(state_of "$J")" = completed
+check "agent killed, spare: the job completed" completed "$J"
 check "agent killed, spare: same checksum as fault-free" same_checksum "$J"
 check "agent killed, spare: the loss is an event" has_event "$J" agent_lost
 check "agent killed, spare: its workers died with it" no_workers_left
@@ -161,7 +161,7 @@ agent a1 2 "$J"
 wait_for 120 step_at_least "$J" 15
 kill -KILL "$AGENT_a1"
 finish_job "$J"
-check "agent killed, no spare: the job completed" test "$(state_of "$J")" = completed
+check "agent killed, no spare: the job completed" completed "$J"
 check "agent killed, no spare: re-planned on 2 ranks" has_event "$J" replanned "ranks 4 -> 2"
 check "agent killed, no spare: final loss within 1e-5 of fault-free" \
     awk -v a="$(loss_of "$J")" -v b="$REF_LOSS" \
@@ -183,7 +183,7 @@ workers_during=$(pgrep -f "$TMPD/agents/$J-" | wc -l)
 coord_start || die "dtcoordd did not start again"
 finish_job "$J"
 check "coordinator killed: the workers kept running meanwhile" test "$workers_during" -ge 4
-check "coordinator killed: the job completed" test "$(state_of "$J")" = completed
+check "coordinator killed: the job completed" completed "$J"
 check "coordinator killed: same checksum as fault-free" same_checksum "$J"
 check "coordinator killed: its restart is an event" has_event "$J" coordinator_restarted \
     "reloaded gen=1 of 4 ranks"
@@ -207,7 +207,7 @@ kill -KILL "$(worker_of a1 "$J")"
 kill_gen_worker a1 "$J" 2
 kill_gen_worker a1 "$J" 3
 finish_job "$J"
-check "burst of kills: the job completed" test "$(state_of "$J")" = completed
+check "burst of kills: the job completed" completed "$J"
 check "burst of kills: same checksum as fault-free" same_checksum "$J"
 check "burst of kills: three failures, the fourth generation finished" \
     has_event "$J" generation_started "gen=4 "
@@ -228,7 +228,7 @@ shard=$(ls "$ck"/shard-*.safetensors 2>/dev/null | head -n 1)
 corrupt_bytes "$shard" 300 4 || die "cannot corrupt the newest checkpoint $ck"
 kill -KILL "$(worker_of a0 "$J")"
 finish_job "$J"
-check "corrupt checkpoint: the job completed" test "$(state_of "$J")" = completed
+check "corrupt checkpoint: the job completed" completed "$J"
 check "corrupt checkpoint: same checksum as fault-free" same_checksum "$J"
 check "corrupt checkpoint: skipped with an event" has_event "$J" checkpoint_skipped
 t_set_aside() {

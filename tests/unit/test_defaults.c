@@ -80,6 +80,9 @@ static int is_value(const dt_conf_key_t *k)
     if (k->def == NULL)
         return 0;
     const char *const *words = dt_spec_key_values(k->name);
+    unsigned set;
+    if (words != NULL && dt_spec_key_is_list(k->name))
+        return dt_vocab_parse_set(k->name, k->def, words, &set, NULL) == 0;
     if (words != NULL)
         return dt_vocab_find(words, k->def) >= 0;
     if (k->type == DT_CONF_BOOL)

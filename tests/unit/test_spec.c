@@ -19,6 +19,7 @@
 #include "common/mem.h"
 #include "spec/model.h"
 #include "spec/spec.h"
+#include "spec/vocab.h"
 
 /* Every field equal (strings by value). */
 static void assert_spec_eq(const dt_spec_t *a, const dt_spec_t *b)
@@ -153,6 +154,7 @@ static const char full_text[] = "name = \"long # context\"\n"
                                 "dp = 2\n"
                                 "shard = optimizer\n"
                                 "recompute = layer\n"
+                                "offload = activations,optimizer\n"
                                 "lr = 1e-3\n"
                                 "min_lr = 0\n"
                                 "warmup = 0\n"
@@ -263,6 +265,7 @@ Test(spec, set_builds_what_parse_reads)
         { "dp", "2" },
         { "shard", "optimizer" },
         { "recompute", "layer" },
+        { "offload", "activations,optimizer" },
         { "lr", "1e-3" },
         { "min_lr", "0" },
         { "warmup", "0" },
@@ -524,7 +527,7 @@ Test(spec, every_key_has_help)
         cr_assert_not_null(k->help, "key %s", k->name);
         cr_assert(strlen(k->help) > 4, "key %s", k->name);
     }
-    cr_assert_eq(n, 66, "66 keys, one per dt_spec_t field (dt-spec(5) lists them)");
+    cr_assert_eq(n, 67, "67 keys, one per dt_spec_t field (dt-spec(5) lists them)");
     dt_spec_free(NULL);
 }
 
@@ -788,4 +791,80 @@ Test(spec, model_table_in_dt_spec_5_is_the_code)
     }
     fclose(f);
     cr_assert_eq(rows, 3, "dt-spec(5) has %d preset rows, the code 3", rows);
+}
+
+/* A list key (offload): none or distinct words joined by commas, in any
+ * order; the set it means; what is wrong named. */
+Test(spec, list_key_offload)
+{
+    static const struct {
+        const char *value;
+        int ok;
+        unsigned set;
+        const char *msg;
+    } cases[] = {
+        { "none", 1, 0, NULL },
+        { "activations", 1, DT_OFFLOAD_ACTIVATIONS, NULL },
+        { "optimizer,activations", 1, DT_OFFLOAD_ACTIVATIONS | DT_OFFLOAD_OPTIMIZER, NULL },
+        { "activations,optimizer", 1, DT_OFFLOAD_ACTIVATIONS | DT_OFFLOAD_OPTIMIZER, NULL },
+        { "activations,params", 0, 0, "unknown word 'params' in 'activations,params'" },
+        { "optimizer,optimizer", 0, 0, "'optimizer' twice" },
+        { "activations,", 0, 0, "empty word in 'activations,'" },
+        { ",optimizer", 0, 0, "empty word" },
+        { "none,optimizer", 0, 0, "unknown word 'none'" },
+        { "", 0, 0, "empty word" },
+    };
+    char fmt[64];
+
+    cr_assert(dt_spec_key_is_list("offload"));
+    cr_assert(!dt_spec_key_is_list("shard"));
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        dt_spec_t s = { 0 };
+        dt_emsg_t em = { "" };
+        int rc = dt_spec_set(&s, "offload", cases[i].value, &em);
+        if (!cases[i].ok) {
+            cr_assert_lt(rc, 0, "offload = '%s' accepted", cases[i].value);
+            cr_assert(strstr(em.s, "key 'offload'") && strstr(em.s, cases[i].msg), "'%s': %s",
+                      cases[i].value, em.s);
+        } else {
+            cr_assert_eq(rc, 0, "'%s': %s", cases[i].value, em.s);
+            cr_assert_eq(dt_spec_offload(&s), cases[i].set, "'%s'", cases[i].value);
+            dt_vocab_format_set(fmt, sizeof(fmt), dt_offload_names, cases[i].set);
+            unsigned back;
+            cr_assert_eq(dt_offload_parse("x", fmt, &back, NULL), 0, "%s", fmt);
+            cr_assert_eq(back, cases[i].set, "%s", fmt);
+        }
+        dt_spec_free(&s);
+    }
+    dt_spec_t none = { 0 }, file;
+    dt_emsg_t em = { "" };
+    cr_assert_eq(dt_spec_offload(&none), 0u, "unset is none");
+    cr_assert_eq(dt_spec_parse("job.spec",
+                               "kind = train\ntokens = 64\noffload = optimizer,activations\n",
+                               &file, &em),
+                 0, "%s", em.s);
+    cr_assert_eq(dt_spec_offload(&file), DT_OFFLOAD_ACTIVATIONS | DT_OFFLOAD_OPTIMIZER);
+    dt_spec_free(&file);
+    cr_assert_lt(dt_spec_parse("job.spec", "kind = train\ntokens = 64\noffload = all\n", &file,
+                               &em),
+                 0);
+    cr_assert(strstr(em.s, "key 'offload': unknown word 'all'"), "%s", em.s);
+    dt_vocab_format_set(fmt, sizeof(fmt), dt_offload_names,
+                        DT_OFFLOAD_OPTIMIZER | DT_OFFLOAD_ACTIVATIONS);
+    cr_assert_str_eq(fmt, "activations,optimizer");
+}
+
+/* What each engine runs: the CPU any offload set (train), the GPU none. */
+Test(spec, offload_runs)
+{
+    unsigned both = DT_OFFLOAD_ACTIVATIONS | DT_OFFLOAD_OPTIMIZER;
+    dt_emsg_t em = { "" };
+
+    cr_assert_eq(dt_vocab_offload_runs(DT_DEVICE_CPU, DT_KIND_TRAIN, both, &em), 0);
+    cr_assert_eq(dt_vocab_offload_runs(DT_DEVICE_CUDA, DT_KIND_TRAIN, 0, &em), 0);
+    cr_assert_eq(dt_vocab_offload_runs(DT_DEVICE_CUDA, DT_KIND_TRAIN, both, &em), DT_ENOTSUP);
+    cr_assert(strstr(em.s, "not activations,optimizer"), "%s", em.s);
+    cr_assert_eq(dt_vocab_offload_runs(DT_DEVICE_CPU, DT_KIND_ATTN, DT_OFFLOAD_OPTIMIZER, &em),
+                 DT_ENOTSUP);
+    cr_assert(strstr(em.s, "kind = train"), "%s", em.s);
 }
