@@ -88,7 +88,7 @@ void dt_model_layout_init(dt_model_layout_t *lo, const dt_model_cfg_t *cfg);
 void dt_model_layout_close(dt_model_layout_t *lo);
 
 /* What `dtengine train --device cuda` allocates on each GPU, in bytes
- * (engine/model/model_cuda.c allocates exactly these; the planner plans
+ * (engine/model/train_cuda.c allocates exactly these; the planner plans
  * with them): per parameter (fp32 master, gradient and both AdamW moments,
  * and the compute-dtype copy: 16 + elem), per token per layer (the
  * activations kept for the backward), per token outside the layers (the

@@ -201,7 +201,7 @@ bool dt_vocab_shard_runs(enum dt_device device, enum dt_shard_level shard)
     if (device == DT_DEVICE_CPU)
         return true;
     /* the GPU engine keeps the whole parameters and gradient on every
-     * GPU and shards the AdamW state only (engine/model/model_cuda.c) */
+     * GPU and shards the AdamW state only (engine/model/train_cuda.c) */
     return shard == DT_SHARD_AUTO || shard == DT_SHARD_NONE || shard == DT_SHARD_OPTIMIZER;
 }
 

@@ -5,7 +5,7 @@
  * than one rank the ring is NCCL, its unique id through PMIx
  * (dt_ring_nccl_pmix_new); alone it is a local ring of one.
  *
- * Not here: the kernels (kernels/cuda), the ring schedule (ring_cuda.c).
+ * Not here: the kernels (kernels/cuda), the ring schedules (ring_cuda.c, dilated_cuda.c).
  */
 #include "config.h"
 

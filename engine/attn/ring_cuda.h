@@ -23,7 +23,9 @@
  * attention (LongNet branches, any segment length and dilation): each
  * segment runs as a sub-ring of the ranks holding its rows (one rank: no
  * communication), with the dense ring's schedule; gather, blocks, merge by
- * LSE and scatter-add in kernels/cuda.
+ * LSE and scatter-add in kernels/cuda. The dense ring and the entry points
+ * are engine/attn/ring_cuda.c, dilated attention engine/attn/dilated_cuda.c,
+ * the workspace plan and a call's end engine/attn/ring_call.c.
  *
  * Thread: a ring is used by one host thread at a time (dt_ring_abort
  * excepted).

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT
  *
  * The GPU ring's transports (engine/comm/comm.h, engine/comm/ring_impl.h):
- * creating and freeing rings, the one-step exchange both schedules of
- * engine/attn/ring_cuda.c are built from, the watchdog wait, abort, and the
- * gradient all-reduce.
+ * creating and freeing rings, the one-step exchange both schedules
+ * (engine/attn/ring_cuda.c, the dense ring, and dilated_cuda.c) are built
+ * from, the watchdog wait, abort, and the gradient all-reduce.
  *
  *   nccl:  one rank per process on its own device, a non-blocking NCCL
  *          communicator. An exchange is ncclGroupStart, ncclSend to the
@@ -23,10 +23,11 @@
  * progress, or dt_ring_abort ends it: ncclCommAbort (performed by the thread
  * that uses the ring: NCCL communicators are not shared between threads
  * here), the ring is marked dead, DT_ECOMM names the cause. NCCL and CUDA
- * errors are translated here and in ring_cuda.c only.
+ * errors are translated here and in engine/attn's GPU ring (ring_cuda.c,
+ * dilated_cuda.c, ring_call.c) only.
  *
- * Not here: the attention schedule (ring_cuda.c), the PMIx wire-up of the
- * unique id (ring_pmix.c).
+ * Not here: the attention schedules (ring_cuda.c, dilated_cuda.c), the
+ * PMIx wire-up of the unique id (ring_pmix.c).
  */
 #include "config.h"
 

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT
  *
  * Inside the GPU ring: struct dt_ring and the transport primitives that
- * engine/attn/ring_cuda.c (the attention schedule) builds on. The transports
+ * the attention schedules (engine/attn/ring_cuda.c, dilated_cuda.c and
+ * ring_call.c) build on. The transports
  * live in engine/comm/comm_nccl.c; nothing here is part of the ring's public
  * API (engine/comm/comm.h) or of engine/attn/ring_cuda.h.
  *
@@ -70,7 +71,7 @@ typedef struct ring_peer {
     cudaStream_t compute; /* attention kernels, packing, merges */
     cudaStream_t comm;    /* transfers */
     cudaEvent_t ev[RING_NEV];
-    void *ws;       /* device workspace of ring_cuda.c */
+    void *ws;       /* device workspace of an attention call (ring_call.h) */
     size_t wsbytes; /* its size */
 } ring_peer_t;
 

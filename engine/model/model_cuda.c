@@ -1,13 +1,22 @@
 /* SPDX-License-Identifier: MIT
  *
- * The LLaMA-3 forward on the GPU (engine/model/model_cuda.h). One stream
- * runs the layer kernels; before the attention it is synchronised, since
- * the ring runs on its own streams and returns when o and lse are
- * complete. CUDA errors are translated by the launchers and DT_CUDA_*.
+ * The GPU model's shell and its forward (engine/model/model_cuda.h): the
+ * checks, streams and cuBLASLt handle both kinds of model share, the
+ * forward-only model's weights and activations, the layer forward and the
+ * LM head of `dtengine prefill --device cuda`, the copies to the host that
+ * overlap compute, page-locked host memory, and dt_gmodel_free for both
+ * kinds. One stream runs the layer kernels; before the attention it is
+ * synchronised, since the ring runs on its own streams and returns when o
+ * and lse are complete. CUDA errors are translated by the launchers and
+ * DT_CUDA_*.
+ *
+ * Not here: training (dt_gtrain_*, engine/model/train_cuda.c, which builds
+ * on the helpers of engine/model/model_cuda_impl.h defined here; this file
+ * never calls it: the training state is released through the hook it
+ * sets).
  */
 #include "config.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -15,106 +24,33 @@
 #include <cuda_runtime_api.h>
 
 #include "common/mem.h"
-#include "engine/model/model_cuda.h"
-#include "kernels/cpu/layers_cpu.h" /* dt_tokens_check */
+#include "engine/model/model_cuda_impl.h"
 #include "kernels/cuda/cuda_err.h"
 #include "kernels/cuda/layers_cuda.h"
-#include "kernels/cuda/train_cuda.h"
-
-/* Rows of the LM head per chunk: the device holds (HEAD_ROWS, V) logits. */
-#define HEAD_ROWS DT_GPU_HEAD_ROWS
-
-/* One layer's weights on the device: matrices in the compute dtype, the
- * norm gains fp32. */
-typedef struct glayer {
-    float *attn_norm, *mlp_norm;
-    void *wq, *wk, *wv, *wo, *w1, *w3, *w2;
-} glayer_t;
-
-struct dt_gmodel {
-    dt_model_cfg_t cfg;
-    int64_t c;
-    dt_dtype_t dt;
-    dt_ring_t *ring;
-    cudaStream_t st;
-    dt_blas_t *blas;
-    glayer_t *layer;
-    float *final_norm;
-    void *lm_head;
-    int64_t *pos; /* (c) */
-    /* activations of one layer */
-    float *x, *h, *rstd, *q, *k, *v, *o, *lse, *t, *a, *b, *g;
-    void *hb, *qb, *kb, *vb; /* dtype copies: matrix and attention inputs */
-    float *logits;           /* (HEAD_ROWS, V) */
-    struct gtrain *tr;       /* training state (dt_gtrain_new), or NULL */
-    /* copies to the host that overlap compute (dt_gmodel_copy_*): their
-     * stream, the event marking what they copy, their completion */
-    cudaStream_t cst;
-    cudaEvent_t ev_mark, ev_copy;
-    int copying;
-};
-
-/* One layer's activations kept for the backward. */
-typedef struct tact {
-    float *xin, *rstd1, *o, *lse, *x2, *rstd2, *a, *b;
-    void *h1b, *qb, *kb, *vb, *ob, *h2b, *gb; /* compute dtype */
-} tact_t;
-
-typedef struct gtrain {
-    dt_model_layout_t lo;
-    int64_t n;
-    int64_t moff, mlen; /* the moments kept: [moff, moff + mlen) of n (shard = optimizer) */
-    float *P, *G, *M, *V;
-    void *W;
-    tact_t *act;  /* [nact] */
-    int nact;     /* layers, or 1 with recompute */
-    float *saved; /* recompute: every layer's input (layers, c, d) fp32 */
-    /* the head: final norm output (compute dtype), its rstd, per-row
-     * losses and argmaxes, the logits' gradient in the compute dtype */
-    void *hfb, *dlb;
-    float *rstdf;
-    double *rowloss, *part;
-    int32_t *tok, *tgt, *amax;
-    /* the embedding's gradient grouping, device and host */
-    int32_t *etok, *erows, *h_etok, *h_erows, *h_amax;
-    int64_t *estart, *h_estart;
-    double *h_loss;
-    /* backward scratch */
-    float *dx, *dh, *dq, *dk, *dv, *do_, *da, *db, *dg;
-    void *dyb, *dob;
-} gtrain_t;
 
 /* Allocate n bytes on the device into *p. */
-static int dalloc(void *p, size_t n, dt_emsg_t *em)
+int dt_gmodel_dalloc(void *p, size_t n, dt_emsg_t *em)
 {
     DT_CUDA_TRY(em, cudaMalloc((void **)p, n ? n : 1));
     return 0;
 }
 
-/* Device buffers to allocate: where the pointer goes, and bytes. */
-typedef struct dbuf {
-    void *p;
-    size_t n;
-} dbuf_t;
-
-static int dalloc_all(const dbuf_t *b, size_t nb, dt_emsg_t *em)
+int dt_gmodel_dalloc_all(const dbuf_t *b, size_t nb, dt_emsg_t *em)
 {
     int rc;
 
     for (size_t i = 0; i < nb; i++)
-        if ((rc = dalloc(b[i].p, b[i].n, em)) < 0)
+        if ((rc = dt_gmodel_dalloc(b[i].p, b[i].n, em)) < 0)
             return rc;
     return 0;
 }
 
-static void gtrain_free(dt_gmodel_t *g);
-
 /* A model's shell: the checks both kinds make, its stream (a blocking
  * one: its kernels wait for the synchronous copies, as cudaMemcpy from
- * pageable memory returns before its DMA lands) and its cuBLASLt handle;
- * with train, the training state's shell too. */
-static int gmodel_begin(const dt_model_cfg_t *cfg, int64_t c, dt_dtype_t dtype, dt_ring_t *ring,
-                        int train, dt_gmodel_t **out, dt_emsg_t *em)
+ * pageable memory returns before its DMA lands) and its cuBLASLt handle
+ * (contract in engine/model/model_cuda_impl.h). */
+int dt_gmodel_begin(const dt_model_cfg_t *cfg, int64_t c, dt_dtype_t dtype, dt_ring_t *ring,
+                    dt_gmodel_t **out, dt_emsg_t *em)
 {
     dt_gmodel_t *g;
     int rc;
@@ -129,11 +65,6 @@ static int gmodel_begin(const dt_model_cfg_t *cfg, int64_t c, dt_dtype_t dtype, 
     g->c = c;
     g->dt = dtype;
     g->ring = ring;
-    if (train) {
-        struct gtrain *T = g->tr = dt_xcalloc(1, sizeof(*g->tr));
-        dt_model_layout_init(&T->lo, cfg);
-        T->n = T->lo.nparams;
-    }
     DT_CUDA_GOTO(em, rc, fail, cudaStreamCreateWithFlags(&g->st, cudaStreamDefault));
     DT_CUDA_GOTO(em, rc, fail, cudaStreamCreateWithFlags(&g->cst, cudaStreamNonBlocking));
     DT_CUDA_GOTO(em, rc, fail, cudaEventCreateWithFlags(&g->ev_mark, cudaEventDisableTiming));
@@ -153,7 +84,7 @@ static int upload_w(dt_gmodel_t *g, const float *x, int64_t n, void **dst, float
 {
     int rc;
 
-    if ((rc = dalloc(dst, (size_t)n * 2, em)) < 0)
+    if ((rc = dt_gmodel_dalloc(dst, (size_t)n * 2, em)) < 0)
         return rc;
     DT_CUDA_TRY(em, cudaMemcpyAsync(stage, x, (size_t)n * sizeof(float), cudaMemcpyHostToDevice,
                                     g->st));
@@ -168,16 +99,10 @@ static int upload_f32(const float *x, int64_t n, float **dst, dt_emsg_t *em)
 {
     int rc;
 
-    if ((rc = dalloc(dst, (size_t)n * sizeof(float), em)) < 0)
+    if ((rc = dt_gmodel_dalloc(dst, (size_t)n * sizeof(float), em)) < 0)
         return rc;
     DT_CUDA_TRY(em, cudaMemcpy(*dst, x, (size_t)n * sizeof(float), cudaMemcpyHostToDevice));
     return 0;
-}
-
-static int64_t max3(int64_t a, int64_t b, int64_t c)
-{
-    int64_t m = a > b ? a : b;
-    return m > c ? m : c;
 }
 
 /* The weights: every matrix through one fp32 staging buffer. */
@@ -189,7 +114,8 @@ static int upload(dt_gmodel_t *g, const dt_model_layout_t *lo, const float *P, d
     float *stage = NULL;
     int rc;
 
-    if ((rc = dalloc(&stage, (size_t)max3(V * d, f * d, qd * d) * sizeof(float), em)) < 0)
+    if ((rc = dt_gmodel_dalloc(&stage, (size_t)max3(V * d, f * d, qd * d) * sizeof(float),
+                               em)) < 0)
         return rc;
     g->layer = dt_xcalloc((size_t)cf->layers, sizeof(*g->layer));
     for (int l = 0; l < cf->layers && rc == 0; l++) {
@@ -211,7 +137,6 @@ static int upload(dt_gmodel_t *g, const dt_model_layout_t *lo, const float *P, d
     cudaFree(stage);
     return rc;
 }
-
 int dt_gmodel_new(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, int64_t c,
                   dt_dtype_t dtype, dt_ring_t *ring, const float *P, const int64_t *pos,
                   dt_gmodel_t **out, dt_emsg_t *em)
@@ -222,12 +147,12 @@ int dt_gmodel_new(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, int64_
     dt_gmodel_t *g;
     int rc;
 
-    if ((rc = gmodel_begin(cfg, c, dtype, ring, 0, &g, em)) < 0)
+    if ((rc = dt_gmodel_begin(cfg, c, dtype, ring, &g, em)) < 0)
         return rc;
     *out = NULL;
     if ((rc = upload(g, lo, P, em)) < 0)
         goto fail;
-    if ((rc = dalloc(&g->pos, (size_t)c * sizeof(int64_t), em)) < 0)
+    if ((rc = dt_gmodel_dalloc(&g->pos, (size_t)c * sizeof(int64_t), em)) < 0)
         goto fail;
     DT_CUDA_GOTO(em, rc, fail,
                  cudaMemcpy(g->pos, pos, (size_t)c * sizeof(int64_t), cudaMemcpyHostToDevice));
@@ -243,7 +168,7 @@ int dt_gmodel_new(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, int64_
         { &g->kb, (size_t)(c * kd) * half }, { &g->vb, (size_t)(c * kd) * half },
         { &g->logits, (size_t)(HEAD_ROWS * V) * F },
     };
-    if ((rc = dalloc_all(bufs, sizeof(bufs) / sizeof(bufs[0]), em)) < 0)
+    if ((rc = dt_gmodel_dalloc_all(bufs, sizeof(bufs) / sizeof(bufs[0]), em)) < 0)
         goto fail;
     *out = g;
     return 0;
@@ -261,8 +186,9 @@ void dt_gmodel_free(dt_gmodel_t *g)
     if (g->cst)
         (void)cudaStreamSynchronize(g->cst);
     if (g->tr) {
-        /* the layers' pointers are into the training state's arrays */
-        gtrain_free(g);
+        /* the layers' pointers are into the training state's arrays,
+         * which its own release (train_cuda.c, through the hook) frees */
+        g->tr_free(g);
         free(g->layer);
         g->layer = NULL;
         g->final_norm = NULL;
@@ -387,429 +313,9 @@ int dt_gmodel_head(dt_gmodel_t *g, float *logits, dt_emsg_t *em)
     return 0;
 }
 
-/* ---- training ------------------------------------------------------------------
- * The state of dt_gtrain_*: the flat fp32 arrays of the model's layout
- * (parameters, gradient, moments) and their compute-dtype copy W, which the
- * layers' weight pointers (glayer_t) point into; every layer's activations;
- * the backward's scratch. */
-
-
-static void gtrain_free(dt_gmodel_t *g)
-{
-    gtrain_t *T = g->tr;
-
-    for (int l = 0; T->act && l < T->nact; l++) {
-        tact_t *A = &T->act[l];
-        void *ps[] = { A->xin, A->rstd1, A->o, A->lse, A->x2, A->rstd2, A->a, A->b,
-                       A->h1b, A->qb, A->kb, A->vb, A->ob, A->h2b, A->gb };
-        for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++)
-            cudaFree(ps[i]);
-    }
-    void *ps[] = { T->P, T->G, T->M, T->V, T->W, T->saved, T->hfb, T->dlb, T->rstdf, T->rowloss,
-                   T->part, T->tok, T->tgt, T->amax, T->etok, T->erows, T->estart, T->dx,
-                   T->dh, T->dq, T->dk, T->dv, T->do_, T->da, T->db, T->dg, T->dyb, T->dob };
-    for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++)
-        cudaFree(ps[i]);
-    free(T->act);
-    free(T->h_etok);
-    free(T->h_erows);
-    free(T->h_estart);
-    free(T->h_amax);
-    free(T->h_loss);
-    dt_model_layout_close(&T->lo);
-    free(T);
-    g->tr = NULL;
-}
-
-int dt_gtrain_new(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, int64_t c,
-                  dt_dtype_t dtype, int recompute, dt_ring_t *ring, const float *P,
-                  const float *M, const float *V, int64_t moff, int64_t mlen,
-                  const int64_t *pos, dt_gmodel_t **out, dt_emsg_t *em)
-{
-    const int64_t d = cfg->dim, D = dt_model_head_dim(cfg), qd = cfg->heads * D,
-                  kd = cfg->kv_heads * D, f = cfg->ffn, Vv = cfg->vocab;
-    const size_t F = sizeof(float), half = 2;
-    dt_gmodel_t *g;
-    gtrain_t *T;
-    int rc;
-
-    if ((rc = gmodel_begin(cfg, c, dtype, ring, 1, &g, em)) < 0)
-        return rc;
-    *out = NULL;
-    T = g->tr;
-    if (moff < 0 || mlen < 0 || moff + mlen > T->n) {
-        rc = dt_emsg_set(em, DT_EINVAL, "moments [%lld, +%lld) outside the %lld parameters",
-                         (long long)moff, (long long)mlen, (long long)T->n);
-        goto fail;
-    }
-    T->moff = moff;
-    T->mlen = mlen;
-    const size_t nb = (size_t)T->n * F, mb = (size_t)mlen * F;
-    const dbuf_t big[] = {
-        { &T->P, nb }, { &T->G, nb }, { &T->M, mb }, { &T->V, mb }, { &T->W, (size_t)T->n * half },
-    };
-    if ((rc = dalloc_all(big, sizeof(big) / sizeof(big[0]), em)) < 0)
-        goto fail;
-    DT_CUDA_GOTO(em, rc, fail, cudaMemcpy(T->P, P, nb, cudaMemcpyHostToDevice));
-    DT_CUDA_GOTO(em, rc, fail, cudaMemcpy(T->M, M, mb, cudaMemcpyHostToDevice));
-    DT_CUDA_GOTO(em, rc, fail, cudaMemcpy(T->V, V, mb, cudaMemcpyHostToDevice));
-    if ((rc = dt_cast_from_f32_cuda(dtype, T->n, T->P, T->W, g->st, em)) < 0)
-        goto fail;
-    /* the layers' weights: views into P (norms) and W (matrices) */
-    g->layer = dt_xcalloc((size_t)cfg->layers, sizeof(*g->layer));
-    for (int l = 0; l < cfg->layers; l++) {
-        const dt_model_layer_off_t *L = &T->lo.layer[l];
-        glayer_t *G = &g->layer[l];
-        char *w = T->W;
-        G->attn_norm = T->P + L->attn_norm;
-        G->mlp_norm = T->P + L->mlp_norm;
-        G->wq = w + L->wq * half, G->wk = w + L->wk * half, G->wv = w + L->wv * half;
-        G->wo = w + L->wo * half, G->w1 = w + L->w1 * half, G->w3 = w + L->w3 * half;
-        G->w2 = w + L->w2 * half;
-    }
-    g->final_norm = T->P + T->lo.final_norm;
-    g->lm_head = (char *)T->W + T->lo.lm_head * half;
-    if ((rc = dalloc(&g->pos, (size_t)c * sizeof(int64_t), em)) < 0)
-        goto fail;
-    DT_CUDA_GOTO(em, rc, fail, cudaMemcpyAsync(g->pos, pos, (size_t)c * sizeof(int64_t),
-                                               cudaMemcpyHostToDevice, g->st));
-    /* recompute: the layers' inputs, and one layer's activations made
-     * again before its backward */
-    T->nact = recompute ? 1 : cfg->layers;
-    if (recompute &&
-        (rc = dalloc(&T->saved, (size_t)cfg->layers * (size_t)(c * d) * F, em)) < 0)
-        goto fail;
-    T->act = dt_xcalloc((size_t)T->nact, sizeof(*T->act));
-    for (int l = 0; l < T->nact; l++) {
-        tact_t *A = &T->act[l];
-        const dbuf_t a[] = {
-            { &A->xin, (size_t)(c * d) * F },  { &A->rstd1, (size_t)c * F },
-            { &A->o, (size_t)(c * qd) * F },   { &A->lse, (size_t)(c * cfg->heads) * F },
-            { &A->x2, (size_t)(c * d) * F },   { &A->rstd2, (size_t)c * F },
-            { &A->a, (size_t)(c * f) * F },    { &A->b, (size_t)(c * f) * F },
-            { &A->h1b, (size_t)(c * d) * half }, { &A->qb, (size_t)(c * qd) * half },
-            { &A->kb, (size_t)(c * kd) * half }, { &A->vb, (size_t)(c * kd) * half },
-            { &A->ob, (size_t)(c * qd) * half }, { &A->h2b, (size_t)(c * d) * half },
-            { &A->gb, (size_t)(c * f) * half },
-        };
-        if ((rc = dalloc_all(a, sizeof(a) / sizeof(a[0]), em)) < 0)
-            goto fail;
-    }
-    const int64_t wide = max3(d, qd, f);
-    const dbuf_t bufs[] = {
-        { &g->x, (size_t)(c * d) * F },    { &g->h, (size_t)(c * d) * F },
-        { &g->t, (size_t)(c * d) * F },    { &g->q, (size_t)(c * qd) * F },
-        { &g->k, (size_t)(c * kd) * F },   { &g->v, (size_t)(c * kd) * F },
-        { &g->g, (size_t)(c * f) * F },    { &g->logits, (size_t)(HEAD_ROWS * Vv) * F },
-        { &T->hfb, (size_t)(c * d) * half }, { &T->dlb, (size_t)(HEAD_ROWS * Vv) * half },
-        { &T->rstdf, (size_t)c * F },      { &T->rowloss, (size_t)c * sizeof(double) },
-        { &T->part, DT_SUMSQ_PARTS * sizeof(double) },
-        { &T->tok, (size_t)c * 4 },        { &T->tgt, (size_t)c * 4 },
-        { &T->amax, (size_t)c * 4 },       { &T->etok, (size_t)c * 4 },
-        { &T->erows, (size_t)c * 4 },      { &T->estart, (size_t)(c + 1) * 8 },
-        { &T->dx, (size_t)(c * d) * F },   { &T->dh, (size_t)(c * d) * F },
-        { &T->dq, (size_t)(c * qd) * F },  { &T->dk, (size_t)(c * kd) * F },
-        { &T->dv, (size_t)(c * kd) * F },  { &T->do_, (size_t)(c * qd) * F },
-        { &T->da, (size_t)(c * f) * F },   { &T->db, (size_t)(c * f) * F },
-        { &T->dg, (size_t)(c * f) * F },   { &T->dyb, (size_t)(c * wide) * half },
-        { &T->dob, (size_t)(c * qd) * half },
-    };
-    if ((rc = dalloc_all(bufs, sizeof(bufs) / sizeof(bufs[0]), em)) < 0)
-        goto fail;
-    T->h_etok = dt_xmallocarray((size_t)c, sizeof(int32_t));
-    T->h_erows = dt_xmallocarray((size_t)c, sizeof(int32_t));
-    T->h_amax = dt_xmallocarray((size_t)c, sizeof(int32_t));
-    T->h_estart = dt_xmallocarray((size_t)c + 1, sizeof(int64_t));
-    T->h_loss = dt_xmallocarray((size_t)c, sizeof(double));
-    DT_CUDA_GOTO(em, rc, fail, cudaStreamSynchronize(g->st));
-    *out = g;
-    return 0;
-fail:
-    dt_gmodel_free(g);
-    return rc;
-}
-
-/* y (rows, dout) fp32 = xb W^T for xb already in the compute dtype. */
-static int mm(dt_gmodel_t *g, int64_t rows, int din, int dout, const void *xb, const void *w,
-              float *y, dt_emsg_t *em)
-{
-    return dt_linear_fwd_cuda(g->blas, g->dt, rows, din, dout, xb, w, DT_F32, y, g->st, em);
-}
-
-/* dy (rows, dout) fp32, rounded into the scratch dyb, through the linear
- * layer's backward: dx WRITTEN, dw ADDED (fp32). */
-static int mm_bwd(dt_gmodel_t *g, int64_t rows, int din, int dout, const void *xb, const void *w,
-                  const float *dy, float *dx, float *dw, dt_emsg_t *em)
-{
-    gtrain_t *T = g->tr;
-    int rc = dt_cast_from_f32_cuda(g->dt, rows * dout, dy, T->dyb, g->st, em);
-
-    return rc < 0 ? rc
-                  : dt_linear_bwd_cuda(g->blas, g->dt, rows, din, dout, xb, w, T->dyb, dx, dw,
-                                       g->st, em);
-}
-
-/* Block l forward on g->x, keeping its activations (the sequence of
- * dt_gmodel_layer_fwd). */
-static int tlayer_fwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, int l, dt_emsg_t *em)
-{
-    const dt_model_cfg_t *cf = &g->cfg;
-    const int64_t c = g->c, d = cf->dim, D = dt_model_head_dim(cf), H = cf->heads,
-                  Hkv = cf->kv_heads, qd = H * D, kd = Hkv * D, f = cf->ffn;
-    const size_t F = sizeof(float);
-    const glayer_t *L = &g->layer[l];
-    tact_t *A = &g->tr->act[l % g->tr->nact];
-    dt_dtype_t dt = g->dt;
-    int rc;
-
-    DT_CUDA_TRY(em, cudaMemcpyAsync(A->xin, g->x, (size_t)(c * d) * F, cudaMemcpyDeviceToDevice,
-                                    g->st));
-    if ((rc = dt_rmsnorm_fwd_cuda(c, (int)d, cf->norm_eps, g->x, L->attn_norm, g->h, A->rstd1,
-                                  g->st, em)) < 0 ||
-        (rc = dt_cast_from_f32_cuda(dt, c * d, g->h, A->h1b, g->st, em)) < 0 ||
-        (rc = mm(g, c, (int)d, (int)qd, A->h1b, L->wq, g->q, em)) < 0 ||
-        (rc = mm(g, c, (int)d, (int)kd, A->h1b, L->wk, g->k, em)) < 0 ||
-        (rc = mm(g, c, (int)d, (int)kd, A->h1b, L->wv, g->v, em)) < 0 ||
-        (rc = dt_rope_fwd_cuda(c, (int)H, (int)D, g->pos, &cf->rope, g->q, g->st, em)) < 0 ||
-        (rc = dt_rope_fwd_cuda(c, (int)Hkv, (int)D, g->pos, &cf->rope, g->k, g->st, em)) < 0 ||
-        (rc = dt_cast_from_f32_cuda(dt, c * qd, g->q, A->qb, g->st, em)) < 0 ||
-        (rc = dt_cast_from_f32_cuda(dt, c * kd, g->k, A->kb, g->st, em)) < 0 ||
-        (rc = dt_cast_from_f32_cuda(dt, c * kd, g->v, A->vb, g->st, em)) < 0)
-        return rc;
-    DT_CUDA_TRY(em, cudaStreamSynchronize(g->st));
-    dt_ring_io_t io = { .q = A->qb, .k = A->kb, .v = A->vb, .o = A->o, .lse = A->lse };
-    if ((rc = dt_ring_attn_fwd(g->ring, attn, dt, &io, NULL, em)) < 0)
-        return rc;
-    if ((rc = dt_cast_from_f32_cuda(dt, c * qd, A->o, A->ob, g->st, em)) < 0 ||
-        (rc = mm(g, c, (int)qd, (int)d, A->ob, L->wo, g->t, em)) < 0 ||
-        (rc = dt_add_f32_cuda(c * d, g->t, g->x, g->st, em)) < 0)
-        return rc;
-    DT_CUDA_TRY(em, cudaMemcpyAsync(A->x2, g->x, (size_t)(c * d) * F, cudaMemcpyDeviceToDevice,
-                                    g->st));
-    if ((rc = dt_rmsnorm_fwd_cuda(c, (int)d, cf->norm_eps, g->x, L->mlp_norm, g->h, A->rstd2,
-                                  g->st, em)) < 0 ||
-        (rc = dt_cast_from_f32_cuda(dt, c * d, g->h, A->h2b, g->st, em)) < 0 ||
-        (rc = mm(g, c, (int)d, (int)f, A->h2b, L->w1, A->a, em)) < 0 ||
-        (rc = mm(g, c, (int)d, (int)f, A->h2b, L->w3, A->b, em)) < 0 ||
-        (rc = dt_swiglu_fwd_cuda(c, (int)f, A->a, A->b, g->g, g->st, em)) < 0 ||
-        (rc = dt_cast_from_f32_cuda(dt, c * f, g->g, A->gb, g->st, em)) < 0 ||
-        (rc = mm(g, c, (int)f, (int)d, A->gb, L->w2, g->t, em)) < 0 ||
-        (rc = dt_add_f32_cuda(c * d, g->t, g->x, g->st, em)) < 0)
-        return rc;
-    return 0;
-}
-
-/* Block l backward: T->dx holds the gradient of the block's output and
- * becomes that of its input; the weights' gradients are ADDED to G. */
-static int tlayer_bwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, int l, dt_emsg_t *em)
-{
-    const dt_model_cfg_t *cf = &g->cfg;
-    gtrain_t *T = g->tr;
-    const dt_model_layer_off_t *O = &T->lo.layer[l];
-    const int64_t c = g->c, d = cf->dim, D = dt_model_head_dim(cf), H = cf->heads,
-                  Hkv = cf->kv_heads, qd = H * D, kd = Hkv * D, f = cf->ffn;
-    const glayer_t *L = &g->layer[l];
-    const tact_t *A = &T->act[l % T->nact];
-    float *G = T->G;
-    int rc;
-
-    /* MLP: x = x2 + W2 swiglu(W1 h2, W3 h2), h2 = norm(x2) */
-    if ((rc = mm_bwd(g, c, (int)f, (int)d, A->gb, L->w2, T->dx, T->dg, G + O->w2, em)) < 0 ||
-        (rc = dt_swiglu_bwd_cuda(c, (int)f, A->a, A->b, T->dg, T->da, T->db, g->st, em)) < 0 ||
-        (rc = mm_bwd(g, c, (int)d, (int)f, A->h2b, L->w1, T->da, T->dh, G + O->w1, em)) < 0 ||
-        (rc = mm_bwd(g, c, (int)d, (int)f, A->h2b, L->w3, T->db, g->t, G + O->w3, em)) < 0 ||
-        (rc = dt_add_f32_cuda(c * d, g->t, T->dh, g->st, em)) < 0 ||
-        (rc = dt_rmsnorm_bwd_cuda(c, (int)d, A->x2, L->mlp_norm, A->rstd2, T->dh, g->t,
-                                  G + O->mlp_norm, g->st, em)) < 0 ||
-        (rc = dt_add_f32_cuda(c * d, g->t, T->dx, g->st, em)) < 0)
-        return rc;
-    /* attention: x2 = xin + Wo attn(rope(Wq h1), rope(Wk h1), Wv h1) */
-    if ((rc = mm_bwd(g, c, (int)qd, (int)d, A->ob, L->wo, T->dx, T->do_, G + O->wo, em)) < 0 ||
-        (rc = dt_cast_from_f32_cuda(g->dt, c * qd, T->do_, T->dob, g->st, em)) < 0)
-        return rc;
-    DT_CUDA_TRY(em, cudaStreamSynchronize(g->st));
-    dt_ring_io_t io = { .q = A->qb, .k = A->kb, .v = A->vb, .o = A->o, .lse = A->lse,
-                        .dout = T->dob, .dq = T->dq, .dk = T->dk, .dv = T->dv };
-    if ((rc = dt_ring_attn_bwd(g->ring, attn, g->dt, &io, NULL, em)) < 0)
-        return rc;
-    if ((rc = dt_rope_bwd_cuda(c, (int)H, (int)D, g->pos, &cf->rope, T->dq, g->st, em)) < 0 ||
-        (rc = dt_rope_bwd_cuda(c, (int)Hkv, (int)D, g->pos, &cf->rope, T->dk, g->st, em)) < 0 ||
-        (rc = mm_bwd(g, c, (int)d, (int)qd, A->h1b, L->wq, T->dq, T->dh, G + O->wq, em)) < 0 ||
-        (rc = mm_bwd(g, c, (int)d, (int)kd, A->h1b, L->wk, T->dk, g->t, G + O->wk, em)) < 0 ||
-        (rc = dt_add_f32_cuda(c * d, g->t, T->dh, g->st, em)) < 0 ||
-        (rc = mm_bwd(g, c, (int)d, (int)kd, A->h1b, L->wv, T->dv, g->t, G + O->wv, em)) < 0 ||
-        (rc = dt_add_f32_cuda(c * d, g->t, T->dh, g->st, em)) < 0 ||
-        (rc = dt_rmsnorm_bwd_cuda(c, (int)d, A->xin, L->attn_norm, A->rstd1, T->dh, g->t,
-                                  G + O->attn_norm, g->st, em)) < 0 ||
-        (rc = dt_add_f32_cuda(c * d, g->t, T->dx, g->st, em)) < 0)
-        return rc;
-    return 0;
-}
-
-/* The final norm, the LM head and the loss in row chunks, with the
- * gradient of the loss into T->dh (that of the final norm's output), then
- * through the final norm into T->dx. */
-static int thead(dt_gmodel_t *g, float scale, dt_emsg_t *em)
-{
-    const dt_model_cfg_t *cf = &g->cfg;
-    gtrain_t *T = g->tr;
-    const int64_t c = g->c, d = cf->dim, V = cf->vocab;
-    int rc;
-
-    if ((rc = dt_rmsnorm_fwd_cuda(c, (int)d, cf->norm_eps, g->x, g->final_norm, g->h, T->rstdf,
-                                  g->st, em)) < 0 ||
-        (rc = dt_cast_from_f32_cuda(g->dt, c * d, g->h, T->hfb, g->st, em)) < 0)
-        return rc;
-    for (int64_t r0 = 0; r0 < c; r0 += HEAD_ROWS) {
-        const int64_t n = c - r0 < HEAD_ROWS ? c - r0 : HEAD_ROWS;
-        const void *hb = (const char *)T->hfb + r0 * d * 2;
-        if ((rc = mm(g, n, (int)d, (int)V, hb, g->lm_head, g->logits, em)) < 0 ||
-            (rc = dt_xent_cuda(n, (int)V, g->logits, T->tgt + r0, scale, T->rowloss + r0,
-                               T->amax + r0, g->st, em)) < 0 ||
-            (rc = dt_cast_from_f32_cuda(g->dt, n * V, g->logits, T->dlb, g->st, em)) < 0 ||
-            (rc = dt_linear_bwd_cuda(g->blas, g->dt, n, (int)d, (int)V, hb, g->lm_head, T->dlb,
-                                     T->dh + r0 * d, T->G + T->lo.lm_head, g->st, em)) < 0)
-            return rc;
-    }
-    return dt_rmsnorm_bwd_cuda(c, (int)d, g->x, g->final_norm, T->rstdf, T->dh, T->dx,
-                               T->G + T->lo.final_norm, g->st, em);
-}
-
-int dt_gtrain_fwd_bwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, const int32_t *x,
-                      const int32_t *y, float scale, int zero, double *loss_sum, int64_t *hits,
-                      dt_emsg_t *em)
-{
-    const dt_model_cfg_t *cf = &g->cfg;
-    gtrain_t *T = g->tr;
-    const int64_t c = g->c, d = cf->dim;
-    int rc;
-
-    if (T == NULL)
-        return dt_emsg_set(em, DT_EINVAL, "a forward-only GPU model (dt_gmodel_new) cannot "
-                           "take a step");
-    if (attn->H != cf->heads || attn->Hkv != cf->kv_heads || attn->D != dt_model_head_dim(cf))
-        return dt_emsg_set(em, DT_ESHAPE, "attention (H=%d, Hkv=%d, D=%d) does not match the "
-                           "model", attn->H, attn->Hkv, attn->D);
-    if ((rc = dt_tokens_check(c, cf->vocab, x, 0, em)) < 0 ||
-        (rc = dt_tokens_check(c, cf->vocab, y, 1, em)) < 0)
-        return rc;
-    int64_t nu;
-    dt_embed_groups(c, x, &nu, T->h_etok, T->h_estart, T->h_erows);
-    /* ordered on the stream (the last update may still run); from
-     * pageable memory, so staged before each call returns */
-    struct {
-        void *dst;
-        const void *src;
-        size_t n;
-    } up[] = {
-        { T->tok, x, (size_t)c * 4 },
-        { T->tgt, y, (size_t)c * 4 },
-        { T->etok, T->h_etok, (size_t)nu * 4 },
-        { T->erows, T->h_erows, (size_t)c * 4 },
-        { T->estart, T->h_estart, (size_t)(nu + 1) * 8 },
-    };
-    for (size_t i = 0; i < sizeof(up) / sizeof(up[0]); i++)
-        DT_CUDA_TRY(em, cudaMemcpyAsync(up[i].dst, up[i].src, up[i].n, cudaMemcpyHostToDevice,
-                                        g->st));
-    if (zero)
-        DT_CUDA_TRY(em, cudaMemsetAsync(T->G, 0, (size_t)T->n * sizeof(float), g->st));
-    if ((rc = dt_embed_fwd_cuda(c, (int)d, T->tok, T->P + T->lo.tok_emb, g->x, g->st, em)) < 0)
-        return rc;
-    const size_t row = (size_t)(c * d) * sizeof(float);
-    for (int l = 0; l < cf->layers; l++) {
-        if (T->saved)
-            DT_CUDA_TRY(em, cudaMemcpyAsync((char *)T->saved + (size_t)l * row, g->x, row,
-                                            cudaMemcpyDeviceToDevice, g->st));
-        if ((rc = tlayer_fwd(g, attn, l, em)) < 0)
-            return rc;
-    }
-    if ((rc = thead(g, scale, em)) < 0)
-        return rc;
-    for (int l = cf->layers - 1; l >= 0; l--) {
-        /* recompute: layer l's forward again from its saved input (the
-         * same kernels on the same input: the same activations to the
-         * bit), on g->x, which the backward no longer needs */
-        if (T->saved) {
-            DT_CUDA_TRY(em, cudaMemcpyAsync(g->x, (char *)T->saved + (size_t)l * row, row,
-                                            cudaMemcpyDeviceToDevice, g->st));
-            if ((rc = tlayer_fwd(g, attn, l, em)) < 0)
-                return rc;
-        }
-        if ((rc = tlayer_bwd(g, attn, l, em)) < 0)
-            return rc;
-    }
-    if ((rc = dt_embed_bwd_cuda(nu, (int)d, T->etok, T->estart, T->erows, T->dx,
-                                T->G + T->lo.tok_emb, g->st, em)) < 0)
-        return rc;
-    DT_CUDA_TRY(em, cudaMemcpyAsync(T->h_loss, T->rowloss, (size_t)c * sizeof(double),
-                                    cudaMemcpyDeviceToHost, g->st));
-    DT_CUDA_TRY(em, cudaMemcpyAsync(T->h_amax, T->amax, (size_t)c * 4, cudaMemcpyDeviceToHost,
-                                    g->st));
-    DT_CUDA_TRY(em, cudaStreamSynchronize(g->st));
-    double s = 0;
-    int64_t h = 0;
-    for (int64_t i = 0; i < c; i++)
-        if (y[i] >= 0) {
-            s += T->h_loss[i];
-            h += T->h_amax[i] == y[i];
-        }
-    *loss_sum = s;
-    *hits = h;
-    return 0;
-}
-
-int dt_gtrain_reduce(dt_gmodel_t *g, double *norm, dt_emsg_t *em)
-{
-    gtrain_t *T = g->tr;
-    double part[DT_SUMSQ_PARTS], s = 0;
-    int rc;
-
-    DT_CUDA_TRY(em, cudaStreamSynchronize(g->st));
-    if (dt_ring_size(g->ring) > 1 &&
-        (rc = dt_ring_allreduce_sum_f32(g->ring, &T->G, (size_t)T->n, em)) < 0)
-        return rc;
-    if ((rc = dt_sumsq_cuda(T->n, T->G, T->part, g->st, em)) < 0)
-        return rc;
-    DT_CUDA_TRY(em, cudaMemcpyAsync(part, T->part, sizeof(part), cudaMemcpyDeviceToHost, g->st));
-    DT_CUDA_TRY(em, cudaStreamSynchronize(g->st));
-    for (int i = 0; i < DT_SUMSQ_PARTS; i++)
-        s += part[i];
-    *norm = sqrt(s);
-    return 0;
-}
-
-int dt_gtrain_adamw(dt_gmodel_t *g, const dt_adamw_cfg_t *cfg, int64_t step, double lr,
-                    double wd, float gscale, dt_emsg_t *em)
-{
-    gtrain_t *T = g->tr;
-    /* the constants as dt_adamw_step forms them */
-    const dt_adamw_k_t k = {
-        .b1 = cfg->beta1, .b2 = cfg->beta2, .eps = cfg->eps, .decay = 1.0 - lr * wd,
-        .step_size = lr / (1.0 - pow(cfg->beta1, (double)step)),
-        .rbc2 = 1.0 / sqrt(1.0 - pow(cfg->beta2, (double)step)),
-    };
-    int rc;
-
-    /* a copy of the last update's values to the host must be done first */
-    if (g->copying)
-        DT_CUDA_TRY(em, cudaStreamWaitEvent(g->st, g->ev_copy, 0));
-    /* sharded (shard = optimizer): this rank's slice is updated, then
-     * every rank's slice gathered, so that every GPU holds the same
-     * parameters to the bit (the update is element by element) */
-    if ((rc = dt_adamw_cuda(T->mlen, T->P + T->moff, T->G + T->moff, T->M, T->V, gscale, &k,
-                            g->st, em)) < 0)
-        return rc;
-    if (T->mlen != T->n) {
-        DT_CUDA_TRY(em, cudaStreamSynchronize(g->st));
-        if ((rc = dt_ring_allgather_slices_f32(g->ring, &T->P, T->n, em)) < 0)
-            return rc;
-    }
-    return dt_cast_from_f32_cuda(g->dt, T->n, T->P, T->W, g->st, em);
-}
-
 /* Start a copy on the copy stream after everything queued so far on the
  * model's stream (an earlier copy waited for first). */
-static int copy_begin(dt_gmodel_t *g, dt_emsg_t *em)
+int dt_gmodel_copy_begin(dt_gmodel_t *g, dt_emsg_t *em)
 {
     int rc;
 
@@ -820,39 +326,22 @@ static int copy_begin(dt_gmodel_t *g, dt_emsg_t *em)
     return 0;
 }
 
-static int copy_end(dt_gmodel_t *g, dt_emsg_t *em)
+int dt_gmodel_copy_end(dt_gmodel_t *g, dt_emsg_t *em)
 {
     DT_CUDA_TRY(em, cudaEventRecord(g->ev_copy, g->cst));
     g->copying = 1;
     return 0;
 }
 
-int dt_gtrain_copy_start(dt_gmodel_t *g, float *P, float *M, float *V, dt_emsg_t *em)
-{
-    gtrain_t *T = g->tr;
-    const size_t nb = (size_t)T->n * sizeof(float), mb = (size_t)T->mlen * sizeof(float);
-    int rc;
-
-    if ((rc = copy_begin(g, em)) < 0)
-        return rc;
-    if (P)
-        DT_CUDA_TRY(em, cudaMemcpyAsync(P, T->P, nb, cudaMemcpyDeviceToHost, g->cst));
-    if (M)
-        DT_CUDA_TRY(em, cudaMemcpyAsync(M, T->M, mb, cudaMemcpyDeviceToHost, g->cst));
-    if (V)
-        DT_CUDA_TRY(em, cudaMemcpyAsync(V, T->V, mb, cudaMemcpyDeviceToHost, g->cst));
-    return copy_end(g, em);
-}
-
 int dt_gmodel_hidden_copy_start(dt_gmodel_t *g, float *hidden, dt_emsg_t *em)
 {
     int rc;
 
-    if ((rc = copy_begin(g, em)) < 0)
+    if ((rc = dt_gmodel_copy_begin(g, em)) < 0)
         return rc;
     DT_CUDA_TRY(em, cudaMemcpyAsync(hidden, g->x, (size_t)(g->c * g->cfg.dim) * sizeof(float),
                                     cudaMemcpyDeviceToHost, g->cst));
-    return copy_end(g, em);
+    return dt_gmodel_copy_end(g, em);
 }
 
 int dt_gmodel_copy_wait(dt_gmodel_t *g, double *stall_s, dt_emsg_t *em)

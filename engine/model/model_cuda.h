@@ -1,6 +1,11 @@
 /* SPDX-License-Identifier: MIT
  *
- * The LLaMA-3 forward on the GPU, one device per rank, context parallel:
+ * The LLaMA-3 model on the GPU: the forward (dt_gmodel_*,
+ * engine/model/model_cuda.c) and training (dt_gtrain_*,
+ * engine/model/train_cuda.c); their shared state is
+ * engine/model/model_cuda_impl.h, not part of this API.
+ *
+ * The forward, one device per rank, context parallel:
  * the layer sequence of engine/model/model.c (RMSNorm, Q/K/V projections,
  * RoPE with fp64 angles, the ring or dilated attention of
  * engine/attn/ring_cuda.h, output projection, residual, RMSNorm, SwiGLU

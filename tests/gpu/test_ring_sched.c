@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT
  *
  * The GPU ring's stream/event schedule, checked without a GPU: the real
- * engine/attn/ring_cuda.c and engine/comm/comm_nccl.c run against the host simulator
- * of tests/gpu/sim/sim_cuda.c, which executes their stream operations in a
- * random order that respects only the dependencies they declare. Under it
- * run the checks of tests/gpu/test_ring_cuda.c (included, its main renamed),
+ * engine/attn/ring_cuda.c, dilated_cuda.c, ring_call.c and engine/comm/comm_nccl.c
+ * run against the host simulator of tests/gpu/sim/sim_cuda.c, which
+ * executes their stream operations in a random order that respects only
+ * the dependencies they declare. Under it run the checks of
+ * tests/gpu/test_ring_cuda.c (included, its main renamed),
  * small local rings (R = 1, 2, 3, 4, 8; contiguous and zigzag; causal or
  * not; forward and backward; each ring used twice), dilated branches
  * (segments on one rank, and segments crossing ranks: sub-rings, w = T,

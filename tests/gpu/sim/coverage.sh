@@ -32,8 +32,9 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/dt-cov.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT
 printf '| file | lines | executed | %% |\n|---|---:|---:|---:|\n'
 tl=0 te=0
-for src in engine/attn/ring_cuda.c engine/comm/comm_nccl.c engine/comm/ring_pmix.c \
-    engine/attn/attn_gpu.c engine/model/model_cuda.c engine/cmd/attn.c engine/cmd/prefill.c \
+for src in engine/attn/ring_cuda.c engine/attn/dilated_cuda.c engine/attn/ring_call.c \
+    engine/comm/comm_nccl.c engine/comm/ring_pmix.c engine/attn/attn_gpu.c \
+    engine/model/model_cuda.c engine/model/train_cuda.c engine/cmd/attn.c engine/cmd/prefill.c \
     engine/cmd/train.c engine/cmd/devices.c kernels/cuda/util.c; do
     base=$(basename "$src" .c)
     dir=$(dirname "$src")

@@ -2,8 +2,9 @@
  *
  * A host stand-in for the CUDA runtime, NCCL point-to-point and the
  * contracts of dt's CUDA kernels, so that the GPU ring (engine/attn/ring_cuda.c,
- * engine/comm/comm_nccl.c) runs on a machine without a GPU and its stream/event
- * schedule can be checked in `make check` (tests/gpu/test_ring_sched.c).
+ * dilated_cuda.c, ring_call.c, engine/comm/comm_nccl.c) runs on a machine
+ * without a GPU and its stream/event schedule can be checked in `make check`
+ * (tests/gpu/test_ring_sched.c).
  *
  * What it is: every stream operation (kernel, async copy or memset, event
  * record, event wait, NCCL group) is queued on its stream and executed
