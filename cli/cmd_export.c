@@ -42,7 +42,6 @@
 
 /* transformers' default max_shard_size, "5GB" */
 #define DEFAULT_SHARD_BYTES 5000000000LL
-#define TRAIN_FORMAT "dt-train-1"     /* engine/cmd/train.c's shards */
 #define PREFILL_FORMAT "dt-prefill-1" /* engine/cmd/prefill.c's shards */
 
 typedef struct xopts {
@@ -307,10 +306,10 @@ static int check_kind(const char *dir, const dt_ckpt_manifest_t *man, dt_emsg_t 
     if (fmt != NULL && strcmp(fmt, PREFILL_FORMAT) == 0)
         rc = dt_emsg_set(em, DT_EINVAL, "%s: a prefill checkpoint (its shards hold a hidden "
                          "state, not parameters): nothing to export", dir);
-    else if (fmt == NULL || strcmp(fmt, TRAIN_FORMAT) != 0)
+    else if (fmt == NULL || strcmp(fmt, DT_CKPT_TRAIN_FORMAT) != 0)
         rc = dt_emsg_set(em, DT_EFORMAT, "%s: shard %s is not a training checkpoint's (its "
                          "'format' metadata is not \"%s\")", dir, man->shards[0].file,
-                         TRAIN_FORMAT);
+                         DT_CKPT_TRAIN_FORMAT);
 out:
     dt_st_close(r);
     free(path);

@@ -6,7 +6,9 @@
  * name after a crash is what was committed. Manifests from disk are
  * untrusted: each field is checked, shard file names must be exactly the
  * canonical ones (no path can escape the directory), and verification
- * recomputes every shard's SHA-256.
+ * recomputes every shard's SHA-256. The training shards (dt-train-1) are
+ * built and read back here too; the ranks' sequence that writes a step is
+ * the engine's (engine/cmd/save.h).
  *
  * Not here: the coordinator's commit protocol, resharding, locking.
  */
@@ -847,6 +849,34 @@ int dt_ckpt_set_aside(const char *root, int64_t step, const char *tag, char **ou
 }
 
 /*-- training checkpoints (dt-train-1) ------------------------------------*/
+
+dt_st_writer_t *dt_ckpt_train_writer_new(int64_t n, int64_t off, int64_t len, const float *P,
+                                         const float *M, const float *V)
+{
+    dt_st_writer_t *w = dt_st_writer_new();
+    dt_emsg_t em = { "" };
+    char buf[32];
+    int rc = 0;
+
+    if (rc == 0)
+        rc = dt_st_writer_add(w, "params", DT_F32, 1, &len, P, &em);
+    if (rc == 0)
+        rc = dt_st_writer_add(w, "adam_m", DT_F32, 1, &len, M, &em);
+    if (rc == 0)
+        rc = dt_st_writer_add(w, "adam_v", DT_F32, 1, &len, V, &em);
+    if (rc == 0)
+        rc = dt_st_writer_meta(w, "format", DT_CKPT_TRAIN_FORMAT, &em);
+    snprintf(buf, sizeof(buf), "%" PRId64, off);
+    if (rc == 0)
+        rc = dt_st_writer_meta(w, "offset", buf, &em);
+    snprintf(buf, sizeof(buf), "%" PRId64, n);
+    if (rc == 0)
+        rc = dt_st_writer_meta(w, "nparams", buf, &em);
+    /* the writer holds names and pointers: a failure here is a bug */
+    if (rc < 0)
+        abort();
+    return w;
+}
 
 /* Metadata KEY of shard PATH: a decimal integer in [0, INT64_MAX], digits
  * only (strtoll read "abc" as 0 and " 12" as 12). */

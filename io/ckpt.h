@@ -31,9 +31,12 @@
  * dt_ckpt_shard_t to rank 0; rank 0 dt_ckpt_write_manifest, dt_ckpt_commit,
  * then optionally dt_ckpt_prune.
  *
+ * Training shards (dt-train-1, dtengine train's parameters and moments)
+ * are built and read back here (the end of this file); other commands'
+ * shards are their own (use safetensors.h on the shard paths).
+ *
  * Not here: the COMMITTED protocol with the coordinator (only its file hook),
- * resharding to another rank count, reading tensors (use safetensors.h on
- * the shard paths), locking between two jobs sharing a root.
+ * resharding to another rank count, locking between two jobs sharing a root.
  */
 #ifndef DT_CKPT_H
 #define DT_CKPT_H
@@ -211,14 +214,24 @@ enum dt_ckpt_prior {
  * cannot be removed is no error, and *warn says why (warn may be NULL). */
 int dt_ckpt_supersede(const char *root, int64_t step, dt_emsg_t *warn, dt_emsg_t *em);
 
-/* Training checkpoints (format "dt-train-1", written by dtengine train):
+/* Training checkpoints (format "dt-train-1", of dtengine train):
  * the flat float32 parameter array of n values and the two AdamW moments
  * are cut into R contiguous slices; shard r holds slice r as the 1-D F32
  * tensors "params", "adam_m" and "adam_v", with metadata "format" =
  * "dt-train-1", "offset" (the slice's first index) and "nparams" (n), in
- * decimal. dt_ckpt_read_train reads every shard of the checkpoint DIR
- * (manifest man) into P, M and V (n floats each), calling tick (may be
- * NULL) after each shard. M and V may both be NULL: the parameters alone
+ * decimal. */
+#define DT_CKPT_TRAIN_FORMAT "dt-train-1"
+/* One rank's shard, for dt_ckpt_write_shard: the slice [off, off + len) of
+ * n parameters and of both moments, P, M and V each pointing at the
+ * slice's first element. The writer holds the pointers, not copies: they
+ * must stay valid until it is written; free it with dt_st_writer_free.
+ * Never NULL (its names are fixed: a failure to add them is a bug, and
+ * aborts). */
+dt_st_writer_t *dt_ckpt_train_writer_new(int64_t n, int64_t off, int64_t len, const float *P,
+                                         const float *M, const float *V);
+/* Reading them back: dt_ckpt_read_train reads every shard of the
+ * checkpoint DIR (manifest man) into P, M and V (n floats each), calling
+ * tick (may be NULL) after each shard. M and V may both be NULL: the parameters alone
  * are read (an export needs no moments), the moments' headers are still
  * checked. DT_EFORMAT with the shard named when a shard is not a slice of
  * n parameters. */

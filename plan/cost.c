@@ -50,9 +50,10 @@
  *    layer's activations too) and the LM head's chunk of logits
  *    (workspace).
  *  - train on CPUs (fp32): what dtengine train allocates
- *    (engine/model/model.c, engine/cmd/train.c). Weights, gradient and
- *    AdamW's two moments, 4 P each (weights 4 P, grads 4 P, optimizer 8 P;
- *    with batch > 1 a sequence's gradient beside the step's, grads 8 P).
+ *    (engine/model/model.c, engine/cmd/train.c and train_cpu.c). Weights,
+ *    gradient and AdamW's two moments, 4 P each (weights 4 P, grads 4 P,
+ *    optimizer 8 P; with batch > 1 a sequence's gradient beside the
+ *    step's, grads 8 P).
  *    Activations kept for the backward, per token per layer:
  *        A = 4 (4 dim + 2 H D + 2 Hkv D + 3 ffn + H + 2) bytes,
  *    after Korthikanti et al., "Reducing Activation Recomputation in Large

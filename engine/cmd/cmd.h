@@ -3,7 +3,8 @@
  * dtengine subcommands. Each takes the job's communicator and its own argv
  * (argv[0] is the subcommand name) and returns a process exit code. Each
  * (engine/cmd/attn.c, prefill.c, train.c) is a short sequence of
- * named steps over one object of its run; what they share is in
+ * named steps over one object of its run (train's step on the CPU or the
+ * GPU is a backend behind engine/cmd/train.h); what they share is in
  * engine/cmd/common.c (below) and engine/cmd/agree.h (agree across ranks,
  * report once). main.c dispatches to them; they never call it.
  */

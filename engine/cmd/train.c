@@ -5,11 +5,18 @@
  * global-norm clipping, on the generated associative-recall task, with
  * checkpoints every K steps and exact resume.
  *
- * Checkpoints (io/ckpt.h): DIR/step-NNNNNNNN/ with one safetensors
- * shard per rank and manifest.json. The flat parameter array and the two
- * AdamW moments are cut into R contiguous slices; shard r holds slice r as
- * the 1-D float32 tensors "params", "adam_m" and "adam_v", with metadata
- * "offset" and "nparams" (and "format" = "dt-train-1"). A resume reads every
+ * This file is the run: options, data, resume, the agreement, the
+ * schedule, checkpoints and the result, as named steps. The step's device
+ * part (forward and backward, clipping, AdamW, where the state lives) is
+ * a backend's behind engine/cmd/train.h: the CPU's (train_cpu.c) or, with
+ * --device cuda, the GPU's (train_gpu.c), chosen once (backend()).
+ *
+ * Checkpoints (io/ckpt.h, which writes and reads the shards):
+ * DIR/step-NNNNNNNN/ with one safetensors shard per rank and manifest.json.
+ * The flat parameter array and the two AdamW moments are cut into R
+ * contiguous slices; shard r holds slice r as the 1-D float32 tensors
+ * "params", "adam_m" and "adam_v", with metadata "offset" and "nparams"
+ * (and "format" = "dt-train-1"). A resume reads every
  * shard's slice back, so a checkpoint written by R ranks resumes on any R'.
  * For the recall task the data cursor is the step: sequence i is a function
  * of (seed, i) alone. For token shards the loader's cursor is saved. Either
@@ -31,8 +38,6 @@
  */
 #include "config.h"
 
-#include <cblas.h>
-#include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -48,45 +53,20 @@
 #include "common/sha256.h"
 #include "engine/cmd/agree.h"
 #include "engine/attn/attn.h"
-#include "kernels/cpu/attn_cpu.h"
 #include "io/ckpt.h"
 #include "engine/cmd/cmd.h"
 #include "engine/cmd/save.h"
+#include "engine/cmd/train.h"
 #include "engine/data/loader.h"
 #include "engine/data/recall.h"
 #include "io/tokshard.h"
 #include "engine/model/model.h"
-#ifdef HAVE_CUDA
-#include "engine/model/model_cuda.h"
-#endif
 #include "io/npy.h"
 #include "engine/model/optim.h"
 #include "io/safetensors.h"
 #include "engine/cmd/options.h"
 #include "spec/spec.h"
 #include "engine/wlink.h"
-
-
-typedef struct topts {
-    dt_model_cfg_t model;
-    int64_t T, steps, ckpt_every, ckpt_keep, batch;
-    int64_t pos_offset; /* the first token's position (spec key pos_offset) */
-    uint64_t seed;
-    const char *ckpt_dir, *data, *layout, *segments, *dilations, *params_out;
-    const char *resume_from; /* a step directory, or NULL */
-    int resume, causal;
-    int external; /* --ckpt-commit external: the coordinator commits and prunes */
-    int print;    /* --print-settings */
-    double lr, min_lr, wd, clip, eps;
-    int64_t warmup;
-    int rkeys, rvalues, rpairs, rqueries; /* recall task sizes; 0: defaults */
-    int recompute;                       /* --recompute layer (spec recompute) */
-    enum dt_shard_level shard;           /* spec shard; unset (auto): none */
-    int dp;                              /* --dp N (spec dp): N rings of R ranks */
-    int cuda;                            /* --device cuda: the step on this rank's GPU */
-    dt_dtype_t dtype;                    /* its compute dtype: DT_BF16 or DT_F16 */
-    dt_spec_t spec; /* --spec FILE, whose strings the options above may point into */
-} topts_t;
 
 static void usage(FILE *f)
 {
@@ -126,7 +106,7 @@ static const dt_cmd_opt_t own_options[] = {
 
 static int own_option(int id, const char *value, void *arg, dt_emsg_t *em)
 {
-    topts_t *o = arg;
+    dt_train_opts_t *o = arg;
 
     (void)em;
     if (id == O_PARAMS_OUT)
@@ -137,7 +117,7 @@ static int own_option(int id, const char *value, void *arg, dt_emsg_t *em)
 /* Options (and --spec) into o: every setting from the job spec they make,
  * with the key table's defaults (spec/spec.h); a spec's keys about
  * resources and Slurm are not the engine's. */
-static int parse(int argc, char **argv, topts_t *o, dt_emsg_t *em)
+static int parse(int argc, char **argv, dt_train_opts_t *o, dt_emsg_t *em)
 {
     dt_spec_t *s = &o->spec;
     int rc;
@@ -218,32 +198,15 @@ static json_t *cursor_json(const dt_loader_cursor_t *cur)
 
 /* Write checkpoint STEP (all ranks): each rank's slice [off, off + len)
  * of the parameters and both moments, P, M and V pointing at its first
- * element (engine/cmd/save.h does the rest). Sharded or not, the same
- * files: a slice per rank, which any run reads back whatever its split. */
-static int save(dt_comm_t *comm, const topts_t *o, int64_t step, int64_t n, int64_t off,
-                int64_t len, const float *P, const float *M, const float *V,
+ * element (its shard io/ckpt.h's, the ranks' sequence engine/cmd/save.h's).
+ * Sharded or not, the same files: a slice per rank, which any run reads
+ * back whatever its split. */
+static int save(dt_comm_t *comm, const dt_train_opts_t *o, int64_t step, int64_t n,
+                int64_t off, int64_t len, const float *P, const float *M, const float *V,
                 const dt_loader_cursor_t *cur, dt_emsg_t *em)
 {
-    int me = dt_comm_rank(comm), skipped, rc = 0;
-    char buf[32];
-    dt_st_writer_t *w = dt_st_writer_new();
-    if (rc == 0)
-        rc = dt_st_writer_add(w, "params", DT_F32, 1, &len, P, em);
-    if (rc == 0)
-        rc = dt_st_writer_add(w, "adam_m", DT_F32, 1, &len, M, em);
-    if (rc == 0)
-        rc = dt_st_writer_add(w, "adam_v", DT_F32, 1, &len, V, em);
-    if (rc == 0)
-        rc = dt_st_writer_meta(w, "format", "dt-train-1", em);
-    snprintf(buf, sizeof(buf), "%" PRId64, off);
-    if (rc == 0)
-        rc = dt_st_writer_meta(w, "offset", buf, em);
-    snprintf(buf, sizeof(buf), "%" PRId64, n);
-    if (rc == 0)
-        rc = dt_st_writer_meta(w, "nparams", buf, em);
-    /* the writer holds names and pointers: a failure here is a bug */
-    if (rc < 0)
-        abort();
+    int me = dt_comm_rank(comm), skipped, rc;
+    dt_st_writer_t *w = dt_ckpt_train_writer_new(n, off, len, P, M, V);
     dt_cmd_save_t sv = { .cmd = "dtengine train", .root = o->ckpt_dir, .step = step,
                          .external = o->external, .keep = (int)o->ckpt_keep,
                          .data_cursor = step };
@@ -266,19 +229,11 @@ static int save(dt_comm_t *comm, const topts_t *o, int64_t step, int64_t n, int6
     return rc;
 }
 
-/* What --resume passed over: with --ckpt-commit self, the step
- * directories whose content does not verify. This run will write those
- * steps again, and dt_ckpt_begin never overwrites a step directory, so
- * rank 0 sets them aside (set_aside) once every rank has loaded. */
-typedef struct passed {
-    int me, external;
-    int64_t *steps;
-    int n;
-} passed_t;
-
+/* dt_ckpt_latest's report of a checkpoint --resume passed over: the ones
+ * to set aside (set_aside) into ud, a dt_train_passed_t. */
 static void skipped(const char *dir, int err, const char *why, void *ud)
 {
-    passed_t *p = ud;
+    dt_train_passed_t *p = ud;
     const char *base = strrchr(dir, '/');
     char *end;
     long long step;
@@ -303,7 +258,7 @@ static void skipped(const char *dir, int err, const char *why, void *ud)
  * (to step-NNNNNNNN.corrupt, .corrupt.2, ...: kept for inspection, never
  * read or pruned), so that this run, and any retry of it, can write them
  * again. */
-static int set_aside(const topts_t *o, const passed_t *p, dt_emsg_t *em)
+static int set_aside(const dt_train_opts_t *o, const dt_train_passed_t *p, dt_emsg_t *em)
 {
     int rc = 0;
 
@@ -326,9 +281,9 @@ static void heartbeat(void *ud)
 /* Load --resume-from's directory, or the newest valid checkpoint under
  * --ckpt-dir (with a COMMITTED marker under --ckpt-commit external);
  * *step = 0 when there is none. */
-static int load(const topts_t *o, int64_t n, float *P, int64_t plo, int64_t pn, float *M,
+static int load(const dt_train_opts_t *o, int64_t n, float *P, int64_t plo, int64_t pn, float *M,
                 float *V, int64_t mlo, int64_t mn, dt_loader_t *loader, int64_t *step,
-                passed_t *passed, dt_emsg_t *em)
+                dt_train_passed_t *passed, dt_emsg_t *em)
 {
     int rc;
     char *dir = NULL;
@@ -400,68 +355,21 @@ out:
 
 /* ---- the trainer ------------------------------------------------------------ */
 
-/* accuracy of the last ACC_WINDOW steps, for the result (one step's is a
- * handful of answers) */
-enum { ACC_WINDOW = 50 };
-
-/* One run of `dtengine train` on this rank: options, data, model, the
- * optimizer state and what the run has seen so far. */
-typedef struct trainer {
-    dt_comm_t *comm;     /* the job: agreement, reports */
-    int R, me;           /* ranks per ring, this rank in the job */
-    int W, r, N, i;      /* ranks in the job; ring rank r; replica i of N (dp) */
-    dt_comm_t *cring;    /* this rank's ring: attention, the loss (comm when dp = 1) */
-    dt_comm_t *crep;     /* the replicas at ring rank r (dp > 1), else NULL */
-    topts_t o;
-    dt_emsg_t em;
-    dt_attn_spec_t attn;
-    dt_recall_opts_t task;
-    dt_loader_t *loader; /* token shards; NULL: the recall task */
-    dt_model_layout_t lo;
-    dt_model_t *m;
-    int64_t n, c;        /* parameters; tokens of this rank */
-    int64_t moff, mlen;  /* the moments this rank keeps: [moff, moff + mlen) of n
-                          * (its slice, dt_model_slice; all of n unsharded) */
-    int64_t pn, gn;      /* floats in P and in G: n, or mlen where sharded */
-    float *P, *G, *Gb, *M, *V;
-    int32_t *xs, *ys, *x, *y;
-    int64_t *pos;  /* (c) this rank's tokens' indices in the sequence */
-    int64_t *rpos; /* (c) their positions: pos + pos_offset (RoPE's) */
-    int64_t start;       /* the step this run starts at (a resume's) */
-    passed_t passed;     /* checkpoints --resume passed over */
-    dt_adamw_cfg_t acfg;
-    dt_lr_sched_t sched;
-    double last_loss;    /* of the last step this run took */
-    double acc_win[ACC_WINDOW];
-    int64_t acc_n;
-    int owed;            /* W_CHECKPOINTs already acted on before ours arrived */
-    int stopped;         /* W_STOP: exit DT_EXIT_STOPPED */
+/* The step's backend (engine/cmd/train.h): the GPU's for --device cuda
+ * (which parse refuses in a build without CUDA), else the CPU's. */
+static const dt_train_backend_t *backend(const dt_train_opts_t *o)
+{
 #ifdef HAVE_CUDA
-    /* --device cuda: the ring and the training model on this rank's GPU,
-     * which holds the parameters, gradient and moments; P, M, V here are
-     * the host copies for checkpoints and the result (page-locked when
-     * the runtime gives it), refreshed by a copy that overlaps the next
-     * step (dt_gtrain_copy_start) */
-    dt_ring_t *ring;
-    dt_gmodel_t *gm;
-    int pinned;
-    int64_t pending;     /* the step whose copy is in flight, to be saved; 0 none */
+    if (o->cuda)
+        return &dt_train_gpu;
 #endif
-} trainer_t;
+    (void)o;
+    return &dt_train_cpu;
+}
 
-/* What the ranks agree on after every step, in the one all-reduce (a sum)
- * the step does anyway: the recall hits and counted targets of each rank,
- * and the agent's requests each rank has seen. Packed and unpacked here
- * only (step_ctl_agree). */
-typedef struct step_ctl {
-    double hits, targets; /* summed over ranks: the step's accuracy */
-    double loss;          /* the GPU path's share of the mean loss, summed over ranks */
-    int ckpt_requested;   /* in: this rank has an unmet W_CHECKPOINT; out: some rank has */
-    int stop_requested;   /* W_STOP: in this rank's, out any rank's */
-    int stop_ckpt;        /* W_STOP asking for a checkpoint first */
-} step_ctl_t;
-
-static int step_ctl_agree(dt_comm_t *comm, step_ctl_t *ctl)
+/* The step's dt_train_ctl_t summed over the job's ranks: packed and
+ * unpacked here only. */
+static int step_ctl_agree(dt_comm_t *comm, dt_train_ctl_t *ctl)
 {
     double v[6] = { ctl->hits, ctl->targets, ctl->ckpt_requested, ctl->stop_requested,
                     ctl->stop_ckpt, ctl->loss };
@@ -479,9 +387,9 @@ static int step_ctl_agree(dt_comm_t *comm, step_ctl_t *ctl)
 }
 
 /* Size the recall task for the sequence and the model's vocabulary. */
-static void size_task(trainer_t *t)
+static void size_task(dt_trainer_t *t)
 {
-    const topts_t *o = &t->o;
+    const dt_train_opts_t *o = &t->o;
     dt_recall_opts_t *task = &t->task;
 
     dt_recall_opts_default(task);
@@ -503,9 +411,9 @@ static void size_task(trainer_t *t)
 
 /* Options, data and the attention spec; 1 for --help (nothing to agree:
  * every rank has the same argv), else agreed and reported. */
-static int trainer_init(trainer_t *t, dt_comm_t *comm, int argc, char **argv)
+static int trainer_init(dt_trainer_t *t, dt_comm_t *comm, int argc, char **argv)
 {
-    topts_t *o = &t->o;
+    dt_train_opts_t *o = &t->o;
     int rc;
 
     memset(t, 0, sizeof(*t));
@@ -518,8 +426,10 @@ static int trainer_init(trainer_t *t, dt_comm_t *comm, int argc, char **argv)
     t->passed.me = t->me;
     if ((rc = parse(argc, argv, o, &t->em)) == 1)
         return 1;
-    if (rc == 0)
+    if (rc == 0) {
+        t->be = backend(o);
         rc = dt_model_cfg_check(&o->model, &t->em);
+    }
     /* dp = N: N rings of R ranks, ring i the job's ranks [i R, (i + 1) R)
      * (consecutive ranks share a node) */
     if (rc == 0 && t->W % o->dp != 0)
@@ -578,9 +488,9 @@ static int trainer_init(trainer_t *t, dt_comm_t *comm, int argc, char **argv)
 }
 
 /* The model, its parameters at step 0 and every buffer of the run. */
-static void trainer_alloc(trainer_t *t)
+static void trainer_alloc(dt_trainer_t *t)
 {
-    const topts_t *o = &t->o;
+    const dt_train_opts_t *o = &t->o;
 
     t->c = dt_layout_local(o->T, t->R);
     dt_model_layout_init(&t->lo, &o->model);
@@ -596,31 +506,8 @@ static void trainer_alloc(trainer_t *t)
         t->gn = t->mlen;
     if (o->shard == DT_SHARD_PARAMETERS)
         t->pn = t->mlen;
-#ifdef HAVE_CUDA
-    if (o->cuda) {
-        /* the step's buffers are on the device; the host keeps the
-         * parameters and moments, page-locked for the overlapped copy */
-        t->P = dt_gmodel_host_alloc(t->n);
-        t->M = dt_gmodel_host_alloc(t->mlen);
-        t->V = dt_gmodel_host_alloc(t->mlen);
-        t->pinned = t->P && t->M && t->V;
-        if (!t->pinned) {
-            dt_gmodel_host_free(t->P);
-            dt_gmodel_host_free(t->M);
-            dt_gmodel_host_free(t->V);
-            t->P = t->M = t->V = NULL;
-        }
-    }
-#endif
-    if (!o->cuda) {
-        int ms = o->shard == DT_SHARD_GRADIENTS    ? DT_MODEL_SHARD_GRADIENTS
-                 : o->shard == DT_SHARD_PARAMETERS ? DT_MODEL_SHARD_PARAMETERS
-                                                : DT_MODEL_SHARD_NONE;
-        t->m = dt_model_new_train(&o->model, t->c, o->recompute, ms, t->crep);
-        t->G = dt_xcalloc((size_t)(t->gn > 0 ? t->gn : 1), sizeof(float));
-        if (o->batch > 1)
-            t->Gb = dt_xcalloc((size_t)(t->gn > 0 ? t->gn : 1), sizeof(float));
-    }
+    /* the backend's model and step buffers, maybe the host's P, M, V */
+    t->be->alloc(t);
     if (t->P == NULL) {
         t->P = dt_xcalloc((size_t)(t->pn > 0 ? t->pn : 1), sizeof(float));
         t->M = dt_xcalloc((size_t)(t->mlen > 0 ? t->mlen : 1), sizeof(float));
@@ -646,9 +533,9 @@ static void trainer_alloc(trainer_t *t)
 /* With --resume or --resume-from, every rank loads the checkpoint; then
  * rank 0 sets aside the ones passed over. Agreed and reported; rank 0
  * prints the run's header. */
-static int trainer_load_or_resume(trainer_t *t)
+static int trainer_load_or_resume(dt_trainer_t *t)
 {
-    const topts_t *o = &t->o;
+    const dt_train_opts_t *o = &t->o;
     int rc = 0;
 
     t->passed.external = o->external;
@@ -677,20 +564,9 @@ static int trainer_load_or_resume(trainer_t *t)
         rc = set_aside(o, &t->passed, &t->em);
     if ((rc = dt_agree_report(t->comm, rc, "dtengine train", t->em.s, NULL)) < 0)
         return rc;
-#ifdef HAVE_CUDA
-    /* every rank joins the ring (its NCCL id through PMIx), then its GPU
-     * takes the parameters and moments */
-    if (o->cuda) {
-        rc = t->R == 1 ? dt_ring_local_new(1, 0, &t->ring, &t->em)
-                       : dt_ring_nccl_pmix_new(0, &t->ring, &t->em);
-        if (rc == 0)
-            rc = dt_gtrain_new(&o->model, &t->lo, t->c, o->dtype, o->recompute, t->ring, t->P,
-                               t->M, t->V, t->moff, t->mlen, t->rpos, &t->gm, &t->em);
-        /* a device failure is this rank's alone (agree.h) */
-        if ((rc = dt_agree_report(t->comm, rc, "dtengine train", t->em.s, NULL)) < 0)
-            return rc;
-    }
-#endif
+    /* the backend takes the loaded state (agreed and reported) */
+    if (t->be->start && (rc = t->be->start(t)) < 0)
+        return rc;
     if (t->me == 0) {
         printf("train: model dim=%d layers=%d heads=%d/%d ffn=%d vocab=%d params=%lld "
                "tokens=%lld batch=%lld ranks=%d layout=%s steps=%lld start=%lld device=%s "
@@ -700,27 +576,25 @@ static int trainer_load_or_resume(trainer_t *t)
                o->layout, (long long)o->steps, (long long)t->start,
                !o->cuda ? "cpu" : o->dtype == DT_F16 ? "cuda/fp16" : "cuda/bf16",
                dt_shard_name(o->shard), t->N, o->recompute ? "layer" : "none");
-        if (!o->cuda) /* what the CPU runs (dtengine(1) OUTPUT) */
-            printf(" kernel=%s blas_core=%s", dt_attn_cpu_kernel(dt_model_head_dim(&o->model)),
-                   openblas_get_corename());
+        if (t->be->print_header)
+            t->be->print_header(t);
         printf("\n");
     }
     return 0;
 }
 
-/* The B sequences of one step, forward and backward: G is the mean of
- * their gradients, *loss of their losses; ctl gets this rank's recall
- * hits and counted targets. With dp = N a step takes N B sequences,
- * sequences i B .. i B + B - 1 on ring i (a batch of N B sequences on one
- * ring takes the same ones, in the same order). */
-static int trainer_batch(trainer_t *t, int64_t step, double *loss, step_ctl_t *ctl)
+/* The B sequences of one step, forward and backward (the backend's seq):
+ * the step's gradient is the mean of theirs, *loss of their losses; ctl
+ * gets this rank's recall hits and counted targets. With dp = N a step
+ * takes N B sequences, sequences i B .. i B + B - 1 on ring i (a batch of
+ * N B sequences on one ring takes the same ones, in the same order). */
+static int trainer_batch(dt_trainer_t *t, int64_t step, double *loss, dt_train_ctl_t *ctl)
 {
-    const topts_t *o = &t->o;
+    const dt_train_opts_t *o = &t->o;
     int rc = 0;
 
     *loss = 0;
     for (int64_t k = 0; k < o->batch * t->N; k++) {
-        double lb;
         int64_t b = k - t->i * o->batch; /* this ring's b-th sequence, when in [0, B) */
         if (t->loader)
             /* every ring reads the step's N B sequences and keeps its
@@ -737,55 +611,18 @@ static int trainer_batch(trainer_t *t, int64_t step, double *loss, step_ctl_t *c
             t->x[i] = t->xs[t->pos[i]];
             t->y[i] = t->ys[t->pos[i]];
         }
-#ifdef HAVE_CUDA
-        if (o->cuda) {
-            /* every rank holds the whole sequence: the count of its
-             * targets needs no communication; the loss's share and the
-             * hits are summed over the ranks in the step's agreement */
-            int64_t count = 0, hits = 0;
-            double sum = 0;
-            for (int64_t i = 0; i < o->T; i++)
-                count += t->ys[i] >= 0;
-            const double w = count > 0 ? 1.0 / ((double)count * (double)o->batch) : 0.0;
-            if ((rc = dt_gtrain_fwd_bwd(t->gm, &t->attn, t->x, t->y, (float)w, b == 0, &sum,
-                                        &hits, &t->em)) < 0)
-                return rc;
-            ctl->loss += sum * w;
-            ctl->hits += (double)hits;
-            for (int64_t i = 0; i < t->c; i++)
-                ctl->targets += t->y[i] >= 0;
-            continue;
-        }
-#endif
-        if ((rc = dt_model_step(t->m, t->cring, &t->attn, t->P, t->x, t->y, t->rpos,
-                                o->batch > 1 ? t->Gb : t->G, &lb, &t->em)) < 0)
+        if ((rc = t->be->seq(t, b, loss, ctl)) < 0)
             return rc;
-        *loss += lb / (double)o->batch;
-        if (o->batch > 1)
-            for (int64_t i = 0; i < t->gn; i++)
-                t->G[i] = (b == 0 ? 0.0f : t->G[i]) + t->Gb[i] / (float)o->batch;
-        /* accuracy at this rank's counted targets, summed over ranks after */
-        const float *lg = dt_model_logits(t->m);
-        for (int64_t i = 0; i < t->c; i++) {
-            if (t->y[i] < 0)
-                continue;
-            const float *row = lg + i * o->model.vocab;
-            int best = 0;
-            for (int v = 1; v < o->model.vocab; v++)
-                best = row[v] > row[best] ? v : best;
-            ctl->hits += best == t->y[i];
-            ctl->targets += 1;
-        }
     }
     return 0;
 }
 
-/* The agent's requests, agreed with the step's metrics (step_ctl_t). The
+/* The agent's requests, agreed with the step's metrics (dt_train_ctl_t). The
  * agent sends each request to every rank, and they arrive at different
  * steps: any rank's request is acted on by all at once, and a rank whose
  * copy comes later has it already done (owed). A failed all-reduce leaves
  * the ranks out of step: the run ends with it. */
-static int trainer_agree_step(trainer_t *t, int64_t step, step_ctl_t *ctl)
+static int trainer_agree_step(dt_trainer_t *t, int64_t step, dt_train_ctl_t *ctl)
 {
     int req = dt_wlink_poll(), ask = (req & DT_WLINK_CHECKPOINT) != 0, rc;
 
@@ -805,75 +642,40 @@ static int trainer_agree_step(trainer_t *t, int64_t step, step_ctl_t *ctl)
     return 0;
 }
 
-static int trainer_save_pending(trainer_t *t);
-
-/* Every rank's slice of the parameters into the whole array all (n; this
- * rank's slice already there): across the replicas (dp), then around the
- * ring. */
-static int trainer_gather(trainer_t *t, float *all)
-{
-    int64_t n = t->n;
-    int rc = 0;
-
-    if (t->crep) {
-        dt_comm_slicing_t dsl = { n, t->R * t->N, t->r * t->N };
-        rc = dt_comm_allgather_slices_f32(t->crep, &dsl, all);
-    }
-    dt_comm_slicing_t rsl = { n, t->R, 0 };
-    if (rc == 0)
-        rc = dt_comm_allgather_slices_f32(t->cring, &rsl, all);
-    return rc;
-}
+static int trainer_save_pending(dt_trainer_t *t);
 
 /* One step: the batch, the agreement, clipping, AdamW, and the step's
  * line and progress report. */
-static int trainer_step(trainer_t *t, int64_t step, step_ctl_t *ctl)
+static int trainer_step(dt_trainer_t *t, int64_t step, dt_train_ctl_t *ctl)
 {
-    const topts_t *o = &t->o;
+    const dt_train_opts_t *o = &t->o;
     double t0 = dt_clock_now(), loss;
     int rc;
 
     if ((rc = trainer_batch(t, step, &loss, ctl)) < 0)
         return rc;
-    /* dp: the step's loss is the replicas' mean, from each ring's rank 0 */
-    if (!o->cuda && t->N > 1)
+    /* the loss in the agreement: the ranks' shares summed (loss_shared),
+     * or with dp the replicas' mean, from each ring's rank 0 */
+    if (t->be->loss_shared)
+        ctl->loss = loss;
+    else if (t->N > 1)
         ctl->loss = t->r == 0 ? loss / (double)t->N : 0.0;
     if ((rc = trainer_agree_step(t, step, ctl)) < 0)
         return rc;
-    if (!o->cuda && t->N > 1)
+    if (t->be->loss_shared || t->N > 1)
         loss = ctl->loss;
     double norm;
     float gscale = 1.0f;
-#ifdef HAVE_CUDA
-    if (o->cuda) {
-        /* the gradient summed over the ranks (NCCL), its norm; the
-         * clipping as dt_grad_clip does it, folded into the update */
-        loss = ctl->loss;
-        if ((rc = dt_gtrain_reduce(t->gm, &norm, &t->em)) < 0)
-            return rc;
-        if (o->clip > 0.0 && isfinite(norm) && norm > o->clip)
-            gscale = (float)(o->clip / norm);
-        /* the last checkpoint's copy overlapped this step's compute: save
-         * it (its writing is not the step's time: tokens/s leaves it out,
-         * as it does the CPU path's checkpoints) */
+    if ((rc = t->be->clip(t, step, &norm, &gscale)) < 0)
+        return rc;
+    /* the last checkpoint's copy off the device overlapped this step's
+     * compute: save it (its writing is not the step's time: tokens/s
+     * leaves it out, as it does the checkpoints written at once) */
+    if (t->pending != 0) {
         double w0 = dt_clock_now();
         if ((rc = trainer_save_pending(t)) < 0)
             return rc;
         t0 += dt_clock_now() - w0;
-    } else
-#endif
-    if (t->gn == t->n) {
-        norm = dt_grad_clip(t->n, t->G, o->clip);
-    } else {
-        /* each rank holds its slice of the gradient: the norm's square
-         * summed over the slices, then dt_grad_clip's rule on each */
-        double ss = dt_grad_sumsq(t->gn, t->G);
-        if ((rc = dt_comm_allreduce_sum_f64(t->comm, &ss, 1)) < 0)
-            return dt_emsg_set(&t->em, rc, "step %lld: summing the gradient's norm failed",
-                               (long long)step);
-        norm = sqrt(ss);
-        if (o->clip > 0.0 && isfinite(norm) && norm > o->clip)
-            dt_grad_scale(t->gn, t->G, o->clip / norm);
     }
     if (!isfinite(loss) || !isfinite(norm))
         /* every rank has the same loss and norm: all stop here. A run
@@ -883,22 +685,8 @@ static int trainer_step(trainer_t *t, int64_t step, step_ctl_t *ctl)
                            "training diverged (a lower --lr, or more --warmup)",
                            (long long)step, loss, norm);
     double lr = dt_lr_at(&t->sched, step);
-#ifdef HAVE_CUDA
-    if (o->cuda) {
-        if ((rc = dt_gtrain_adamw(t->gm, &t->acfg, step + 1, lr, o->wd, gscale, &t->em)) < 0)
-            return rc;
-    } else
-#endif
-    {
-        /* element by element: a slice updates as the whole would, and the
-         * gather copies the bits, so shard = optimizer is bit-identical */
-        float *p = t->pn == t->n ? t->P + t->moff : t->P;
-        float *g = t->gn == t->n ? t->G + t->moff : t->G;
-        dt_adamw_step(&t->acfg, step + 1, lr, o->wd, t->mlen, p, g, t->M, t->V);
-        if (o->shard != DT_SHARD_NONE && t->pn == t->n &&
-            (rc = trainer_gather(t, t->P)) < 0)
-            return dt_emsg_set(&t->em, rc, "gathering the updated parameters failed");
-    }
+    if ((rc = t->be->update(t, step, lr, gscale)) < 0)
+        return rc;
     double dt = dt_clock_now() - t0;
     double accuracy = ctl->targets > 0 ? ctl->hits / ctl->targets : 0.0;
     int64_t done = step + 1;
@@ -911,7 +699,7 @@ static int trainer_step(trainer_t *t, int64_t step, step_ctl_t *ctl)
         fflush(stdout);
     }
     t->last_loss = loss;
-    t->acc_win[t->acc_n++ % ACC_WINDOW] = accuracy;
+    t->acc_win[t->acc_n++ % DT_TRAIN_ACC_WINDOW] = accuracy;
     /* every ring's sequences: N B of T tokens a step */
     dt_wlink_progress(done, o->steps, done * o->T * o->batch * t->N, loss,
                       (double)(o->T * o->batch * t->N) / dt, accuracy);
@@ -920,9 +708,9 @@ static int trainer_step(trainer_t *t, int64_t step, step_ctl_t *ctl)
 
 /* Write the checkpoint of step done from the host's P, M, V; stall_s:
  * how long the host waited for their copy off the GPU (< 0: none made). */
-static int trainer_write(trainer_t *t, int64_t done, double t1, double stall_s)
+static int trainer_write(dt_trainer_t *t, int64_t done, double t1, double stall_s)
 {
-    const topts_t *o = &t->o;
+    const dt_train_opts_t *o = &t->o;
     dt_loader_cursor_t cursor = { 0 };
     int rc;
 
@@ -954,12 +742,11 @@ static int trainer_write(trainer_t *t, int64_t done, double t1, double stall_s)
     return 0;
 }
 
-/* The GPU path's checkpoint whose copy was started after step pending:
- * wait for the copy (the stall: normally none, the step's compute
- * covered it) and write it. Nothing pending: nothing. */
-static int trainer_save_pending(trainer_t *t)
+/* The checkpoint whose copy off the device was started after step
+ * pending: wait for the copy (the stall: normally none, the step's
+ * compute covered it) and write it. Nothing pending: nothing. */
+static int trainer_save_pending(dt_trainer_t *t)
 {
-#ifdef HAVE_CUDA
     double t1 = dt_clock_now(), stall;
     int64_t done = t->pending;
     int rc;
@@ -967,49 +754,41 @@ static int trainer_save_pending(trainer_t *t)
     if (done == 0)
         return 0;
     t->pending = 0;
-    if ((rc = dt_gmodel_copy_wait(t->gm, &stall, &t->em)) < 0)
+    if ((rc = t->be->copy_wait(t, &stall)) < 0)
         return rc;
     return trainer_write(t, done, t1, stall);
-#else
-    (void)t;
-    return 0;
-#endif
 }
 
-/* After step done: a checkpoint when it is due or was asked for. On the
- * GPU its copy to the host starts now and the files are written during
- * the next step (trainer_save_pending), or at once when the run ends
- * here (now = 1: the last step, or a stop). */
-static int trainer_checkpoint(trainer_t *t, int64_t done, int asked, int now)
+/* After step done: a checkpoint when it is due or was asked for. Where
+ * the state is off the host (the GPU) its copy to the host starts now and
+ * the files are written during the next step (trainer_save_pending), or
+ * at once when the run ends here (now = 1: the last step, or a stop). */
+static int trainer_checkpoint(dt_trainer_t *t, int64_t done, int asked, int now)
 {
-    const topts_t *o = &t->o;
+    const dt_train_opts_t *o = &t->o;
 
     if (asked && o->ckpt_dir == NULL && t->me == 0)
         fprintf(stderr, "dtengine train: step %lld: the agent asked for a checkpoint, but "
                 "there is no --ckpt-dir: none written\n", (long long)done);
     if (o->ckpt_dir == NULL || (done % o->ckpt_every != 0 && !asked))
         return 0;
-#ifdef HAVE_CUDA
-    if (o->cuda) {
-        int rc = dt_gtrain_copy_start(t->gm, t->P, t->M, t->V, &t->em);
+    if (t->be->copy_start) {
+        int rc = t->be->copy_start(t, t->P, t->M, t->V);
         if (rc < 0)
             return rc;
         t->pending = done;
         return now ? trainer_save_pending(t) : 0;
     }
-#else
-    (void)now;
-#endif
     return trainer_write(t, done, dt_clock_now(), -1);
 }
 
 /* The steps from start to --steps, or to a W_STOP; agreed and reported. */
-static int trainer_run(trainer_t *t)
+static int trainer_run(dt_trainer_t *t)
 {
     int rc = 0;
 
     for (int64_t step = t->start; step < t->o.steps; step++) {
-        step_ctl_t ctl = { 0 };
+        dt_train_ctl_t ctl = { 0 };
         int64_t done = step + 1;
         if ((rc = trainer_step(t, step, &ctl)) < 0 ||
             (rc = trainer_checkpoint(t, done, ctl.ckpt_requested,
@@ -1028,26 +807,21 @@ static int trainer_run(trainer_t *t)
     return dt_agree_report(t->comm, rc, "dtengine train", t->em.s, NULL);
 }
 
-static int trainer_report(trainer_t *t, const float *P, const char *digest);
+static int trainer_report(dt_trainer_t *t, const float *P, const char *digest);
 
 /* Rank 0: --params-out, the parameters' digest and the result line (for
  * the agent too). A failed --params-out is rank 0's alone. */
-static int trainer_finish(trainer_t *t)
+static int trainer_finish(dt_trainer_t *t)
 {
     int rc;
 
-#ifdef HAVE_CUDA
-    const topts_t *o = &t->o;
-#endif
-#ifdef HAVE_CUDA
-    /* the trained parameters are on the GPU */
-    if (o->cuda && t->me == 0 &&
-        ((rc = dt_gtrain_copy_start(t->gm, t->P, NULL, NULL, &t->em)) < 0 ||
-         (rc = dt_gmodel_copy_wait(t->gm, NULL, &t->em)) < 0)) {
+    /* the trained parameters off the device (the GPU) */
+    if (t->be->copy_start && t->me == 0 &&
+        ((rc = t->be->copy_start(t, t->P, NULL, NULL)) < 0 ||
+         (rc = t->be->copy_wait(t, NULL)) < 0)) {
         fprintf(stderr, "dtengine train: %s\n", t->em.s);
         return rc;
     }
-#endif
     if (t->pn == t->n)
         return trainer_report(t, t->P, NULL);
     /* shard = parameters: no rank holds the whole array; its digest is
@@ -1082,9 +856,9 @@ static int trainer_finish(trainer_t *t)
 
 /* Rank 0's part of trainer_finish, with the whole parameters P (or NULL
  * without --params-out when digest, their sha256, is given). */
-static int trainer_report(trainer_t *t, const float *P, const char *digest)
+static int trainer_report(dt_trainer_t *t, const float *P, const char *digest)
 {
-    const topts_t *o = &t->o;
+    const dt_train_opts_t *o = &t->o;
     char hex[65];
     int rc;
 
@@ -1104,14 +878,14 @@ static int trainer_report(trainer_t *t, const float *P, const char *digest)
            t->last_loss);
     fflush(stdout);
     double acc_mean = 0;
-    int64_t k = t->acc_n < ACC_WINDOW ? t->acc_n : ACC_WINDOW;
+    int64_t k = t->acc_n < DT_TRAIN_ACC_WINDOW ? t->acc_n : DT_TRAIN_ACC_WINDOW;
     for (int64_t i = 0; i < k; i++)
         acc_mean += t->acc_win[i] / (double)k;
     dt_wlink_result(o->steps, t->last_loss, k ? acc_mean : NAN, hex, NULL, 0);
     return 0;
 }
 
-static void trainer_close(trainer_t *t)
+static void trainer_close(dt_trainer_t *t)
 {
     if (t->cring != t->comm)
         dt_comm_free(t->cring);
@@ -1119,21 +893,10 @@ static void trainer_close(trainer_t *t)
     free(t->passed.steps);
     dt_loader_free(t->loader);
     dt_spec_free(&t->o.spec);
-    dt_model_free(t->m);
+    if (t->be)
+        t->be->close(t);
     dt_model_layout_close(&t->lo);
-#ifdef HAVE_CUDA
-    dt_gmodel_free(t->gm);
-    dt_ring_free(t->ring);
-    if (t->pinned) {
-        dt_gmodel_host_free(t->P);
-        dt_gmodel_host_free(t->M);
-        dt_gmodel_host_free(t->V);
-        t->P = t->M = t->V = NULL;
-    }
-#endif
     free(t->P);
-    free(t->G);
-    free(t->Gb);
     free(t->M);
     free(t->V);
     free(t->xs);
@@ -1147,9 +910,9 @@ static void trainer_close(trainer_t *t)
 /* ---- the command ------------------------------------------------------------ */
 
 /* --print-settings: what this run resolved, from the run's own fields */
-static void print_settings(const trainer_t *t)
+static void print_settings(const dt_trainer_t *t)
 {
-    const topts_t *o = &t->o;
+    const dt_train_opts_t *o = &t->o;
     const dt_recall_opts_t *k = &t->task;
     int recall = strcmp(o->data, "recall") == 0;
 
@@ -1186,7 +949,7 @@ static void print_settings(const trainer_t *t)
 
 int dt_cmd_train(dt_comm_t *comm, int argc, char **argv)
 {
-    trainer_t t;
+    dt_trainer_t t;
     int rc = trainer_init(&t, comm, argc, argv);
 
     if (rc == 1) {

@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT
  *
- * Tests of engine/ckpt: a 4-rank step written shard by shard, its manifest
+ * Tests of io/ckpt: a 4-rank step written shard by shard, its manifest
  * and commit, verified and read back; what resume does with a corrupted
  * byte, a missing shard, a leftover temp directory, an unparsable or
- * foreign manifest, and the COMMITTED marker; keep-last-N pruning; the
- * manifest's model object, written and parsed back strictly. Checks
+ * foreign manifest, and the COMMITTED marker; keep-last-N pruning;
+ * training shards (dt-train-1) written and read back, and every shard
+ * that is not a slice refused; the manifest's model object, written and
+ * parsed back strictly. Checks
  * are on files on disk, return codes and the messages a user would see.
  * Every test works in its own directory under /tmp, removed afterwards.
  */
@@ -775,6 +777,52 @@ Test(ckpt, train_shards_that_are_not_slices_are_refused)
         cr_assert(strstr(em.s, cases[i].words), "case %zu: '%s' not in: %s", i, cases[i].words,
                   em.s);
     }
+}
+
+/* dt_ckpt_train_writer_new's shards, one slice per rank as dtengine train
+ * writes them, read back whole by the reader, metadata and all. */
+Test(ckpt, train_writer_shards_read_back)
+{
+    enum { N = 10, RANKS = 3 };
+    float p[N], m[N], v[N], P2[N], M2[N], V2[N];
+    dt_ckpt_shard_t recs[RANKS];
+    dt_ckpt_manifest_t man = { 0 }, back;
+    dt_emsg_t em = { "" };
+
+    for (int i = 0; i < N; i++) {
+        p[i] = (float)i;
+        m[i] = 100.0f + (float)i;
+        v[i] = 200.0f + (float)i;
+    }
+    cr_assert_eq(dt_ckpt_begin(root, 1, &em), 0, "%s", em.s);
+    for (int r = 0; r < RANKS; r++) {
+        int64_t off = N * r / RANKS, len = N * (r + 1) / RANKS - off;
+        dt_st_writer_t *w = dt_ckpt_train_writer_new(N, off, len, p + off, m + off, v + off);
+        cr_assert_eq(dt_ckpt_write_shard(root, 1, r, RANKS, w, &recs[r], &em), 0, "%s", em.s);
+        dt_st_writer_free(w);
+    }
+    man.step = 1;
+    man.ranks = RANKS;
+    man.model = json_pack("{s:i}", "dim", 8);
+    man.shards = recs;
+    cr_assert_eq(dt_ckpt_write_manifest(root, &man, &em), 0, "%s", em.s);
+    json_decref(man.model);
+    cr_assert_eq(dt_ckpt_commit(root, 1, NULL, &em), 0, "%s", em.s);
+
+    const char *dir = P("step-%08d", 1);
+    cr_assert_eq(dt_ckpt_verify(dir, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_ckpt_manifest_read(dir, &back, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_ckpt_read_train(dir, &back, N, P2, M2, V2, NULL, NULL, &em), 0, "%s", em.s);
+    for (int i = 0; i < N; i++)
+        cr_assert(P2[i] == p[i] && M2[i] == m[i] && V2[i] == v[i], "value %d differs", i);
+    dt_st_reader_t *r = NULL;
+    int64_t off, len;
+    cr_assert_eq(dt_st_open(P("step-%08d/%s", 1, recs[1].file), &r, &em), 0, "%s", em.s);
+    cr_assert_str_eq(dt_st_meta(r, "format"), DT_CKPT_TRAIN_FORMAT);
+    cr_assert_eq(dt_ckpt_train_slice("shard 1", r, N, &off, &len, &em), 0, "%s", em.s);
+    cr_assert(off == 3 && len == 3, "slice [%lld, +%lld)", (long long)off, (long long)len);
+    dt_st_close(r);
+    dt_ckpt_manifest_close(&back);
 }
 
 /* The parameters alone (an export): M and V NULL, the moments unread. */

@@ -35,7 +35,7 @@ tl=0 te=0
 for src in engine/attn/ring_cuda.c engine/attn/dilated_cuda.c engine/attn/ring_call.c \
     engine/comm/comm_nccl.c engine/comm/ring_pmix.c engine/attn/attn_gpu.c \
     engine/model/model_cuda.c engine/model/train_cuda.c engine/cmd/attn.c engine/cmd/prefill.c \
-    engine/cmd/train.c engine/cmd/devices.c kernels/cuda/util.c; do
+    engine/cmd/train.c engine/cmd/train_gpu.c engine/cmd/devices.c kernels/cuda/util.c; do
     base=$(basename "$src" .c)
     dir=$(dirname "$src")
     best_l=0 best_e=0

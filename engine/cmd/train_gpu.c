@@ -1,0 +1,157 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * `dtengine train --device cuda`'s step, the backend dt_train_gpu
+ * (engine/cmd/train.h), compiled only in a CUDA build (and in the
+ * simulator's, tests/gpu/dtengine-sim): the ring and the training model
+ * (engine/model/model_cuda.h) on this rank's GPU, which holds the
+ * parameters, gradient and moments. The gradient is summed over the ranks
+ * by NCCL, clipping is folded into the update, and the host's P, M, V
+ * (page-locked when the runtime gives it) are copies for checkpoints and
+ * the result, refreshed by a copy that overlaps the next step.
+ *
+ * Not here: what every device's step shares (the data, the agreement, the
+ * schedule, checkpoints): engine/cmd/train.c.
+ */
+#include "config.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "common/mem.h"
+#include "engine/cmd/agree.h"
+#include "engine/cmd/train.h"
+#include "engine/model/model_cuda.h"
+
+/* The backend's state (t->dev). */
+typedef struct gpu {
+    dt_ring_t *ring;
+    dt_gmodel_t *gm;
+    int pinned; /* t->P, M, V are dt_gmodel_host_alloc's */
+} gpu_t;
+
+/* The step's buffers are on the device (made by gpu_start); the host
+ * keeps the parameters and moments, page-locked for the overlapped copy. */
+static void gpu_alloc(dt_trainer_t *t)
+{
+    gpu_t *g = dt_xcalloc(1, sizeof(*g));
+
+    t->dev = g;
+    t->P = dt_gmodel_host_alloc(t->n);
+    t->M = dt_gmodel_host_alloc(t->mlen);
+    t->V = dt_gmodel_host_alloc(t->mlen);
+    g->pinned = t->P && t->M && t->V;
+    if (!g->pinned) {
+        dt_gmodel_host_free(t->P);
+        dt_gmodel_host_free(t->M);
+        dt_gmodel_host_free(t->V);
+        t->P = t->M = t->V = NULL;
+    }
+}
+
+/* Every rank joins the ring (its NCCL id through PMIx), then its GPU
+ * takes the parameters and moments. */
+static int gpu_start(dt_trainer_t *t)
+{
+    const dt_train_opts_t *o = &t->o;
+    gpu_t *g = t->dev;
+    int rc = t->R == 1 ? dt_ring_local_new(1, 0, &g->ring, &t->em)
+                       : dt_ring_nccl_pmix_new(0, &g->ring, &t->em);
+
+    if (rc == 0)
+        rc = dt_gtrain_new(&o->model, &t->lo, t->c, o->dtype, o->recompute, g->ring, t->P, t->M,
+                           t->V, t->moff, t->mlen, t->rpos, &g->gm, &t->em);
+    /* a device failure is this rank's alone (agree.h) */
+    return dt_agree_report(t->comm, rc, "dtengine train", t->em.s, NULL);
+}
+
+/* Every rank holds the whole sequence: the count of its targets needs no
+ * communication; the loss's share and the hits are summed over the
+ * ranks in the step's agreement (loss_shared). */
+static int gpu_seq(dt_trainer_t *t, int64_t b, double *loss, dt_train_ctl_t *ctl)
+{
+    const dt_train_opts_t *o = &t->o;
+    gpu_t *g = t->dev;
+    int64_t count = 0, hits = 0;
+    double sum = 0;
+    int rc;
+
+    for (int64_t i = 0; i < o->T; i++)
+        count += t->ys[i] >= 0;
+    const double w = count > 0 ? 1.0 / ((double)count * (double)o->batch) : 0.0;
+    if ((rc = dt_gtrain_fwd_bwd(g->gm, &t->attn, t->x, t->y, (float)w, b == 0, &sum, &hits,
+                                &t->em)) < 0)
+        return rc;
+    *loss += sum * w;
+    ctl->hits += (double)hits;
+    for (int64_t i = 0; i < t->c; i++)
+        ctl->targets += t->y[i] >= 0;
+    return 0;
+}
+
+/* The gradient summed over the ranks (NCCL), its norm; the clipping as
+ * dt_grad_clip does it, folded into the update. */
+static int gpu_clip(dt_trainer_t *t, int64_t step, double *norm, float *gscale)
+{
+    const dt_train_opts_t *o = &t->o;
+    gpu_t *g = t->dev;
+    int rc;
+
+    (void)step;
+    if ((rc = dt_gtrain_reduce(g->gm, norm, &t->em)) < 0)
+        return rc;
+    if (o->clip > 0.0 && isfinite(*norm) && *norm > o->clip)
+        *gscale = (float)(o->clip / *norm);
+    return 0;
+}
+
+static int gpu_update(dt_trainer_t *t, int64_t step, double lr, float gscale)
+{
+    gpu_t *g = t->dev;
+
+    return dt_gtrain_adamw(g->gm, &t->acfg, step + 1, lr, t->o.wd, gscale, &t->em);
+}
+
+static int gpu_copy_start(dt_trainer_t *t, float *P, float *M, float *V)
+{
+    gpu_t *g = t->dev;
+
+    return dt_gtrain_copy_start(g->gm, P, M, V, &t->em);
+}
+
+static int gpu_copy_wait(dt_trainer_t *t, double *stall_s)
+{
+    gpu_t *g = t->dev;
+
+    return dt_gmodel_copy_wait(g->gm, stall_s, &t->em);
+}
+
+static void gpu_close(dt_trainer_t *t)
+{
+    gpu_t *g = t->dev;
+
+    if (g == NULL)
+        return;
+    dt_gmodel_free(g->gm);
+    dt_ring_free(g->ring);
+    if (g->pinned) {
+        dt_gmodel_host_free(t->P);
+        dt_gmodel_host_free(t->M);
+        dt_gmodel_host_free(t->V);
+        t->P = t->M = t->V = NULL;
+    }
+    free(g);
+    t->dev = NULL;
+}
+
+const dt_train_backend_t dt_train_gpu = {
+    .loss_shared = 1,
+    .alloc = gpu_alloc,
+    .print_header = NULL,
+    .start = gpu_start,
+    .seq = gpu_seq,
+    .clip = gpu_clip,
+    .update = gpu_update,
+    .copy_start = gpu_copy_start,
+    .copy_wait = gpu_copy_wait,
+    .close = gpu_close,
+};
