@@ -86,6 +86,7 @@ static void usage(FILE *f)
                "                      [--segments w1,.. --dilations r1,..]\n"
                "                      [--batch B] [--recompute none|layer] [--dp N]\n"
                "                      [--shard none|optimizer|gradients|parameters]\n"
+               "                      [--offload none|activations,optimizer]\n"
                "                      [--params-out FILE.npy]\n"
                "                      [--recall-keys K] [--recall-values V] [--recall-pairs P]\n"
                "                      [--recall-queries Q] [--device cpu|cuda [--dtype bf16|fp16]]\n"
@@ -161,6 +162,7 @@ static int parse(int argc, char **argv, dt_train_opts_t *o, dt_emsg_t *em)
     o->shard = DT_SHARD_NONE;
     if (s->shard != NULL)
         dt_shard_parse("--shard", s->shard, &o->shard, NULL);
+    o->offload = dt_spec_offload(s);
     /* the recall task's sizes: 0 leaves them to the task's defaults, the
      * key table's (engine/data/recall.c) */
     o->rkeys = (int)s->recall_keys;
@@ -181,7 +183,8 @@ static int parse(int argc, char **argv, dt_train_opts_t *o, dt_emsg_t *em)
         return dt_emsg_set(em, DT_EUSAGE, "--resume and --resume-from exclude each other");
     /* what this device's engine runs: the planner's and submit's answer */
     dt_emsg_t why = { "" };
-    if (dt_vocab_runs(dt_spec_device_id(s), DT_KIND_TRAIN, o->shard, o->dp, &why) < 0)
+    if (dt_vocab_runs(dt_spec_device_id(s), DT_KIND_TRAIN, o->shard, o->dp, &why) < 0 ||
+        dt_vocab_offload_runs(dt_spec_device_id(s), DT_KIND_TRAIN, o->offload, &why) < 0)
         return dt_emsg_set(em, DT_EUSAGE, "%s", why.s);
     return 0;
 }
@@ -931,6 +934,9 @@ static void print_settings(const dt_trainer_t *t)
     dt_cmd_setting("dp", "%d", o->dp);
     dt_cmd_setting("shard", "%s", dt_shard_name(o->shard));
     dt_cmd_setting("recompute", "%s", o->recompute ? "layer" : "none");
+    char off[64];
+    dt_vocab_format_set(off, sizeof(off), dt_offload_names, o->offload);
+    dt_cmd_setting("offload", "%s", off);
     dt_cmd_setting("lr", "%.9g", o->lr);
     dt_cmd_setting("min_lr", "%.9g", o->min_lr);
     dt_cmd_setting("warmup", "%lld", (long long)o->warmup);

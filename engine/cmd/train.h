@@ -44,6 +44,8 @@ typedef struct dt_train_opts {
     int rkeys, rvalues, rpairs, rqueries; /* recall task sizes; 0: defaults */
     int recompute;                       /* --recompute layer (spec recompute) */
     enum dt_shard_level shard;           /* spec shard; unset (auto): none */
+    unsigned offload;                    /* spec offload: enum dt_offload bits (the CPU
+                                          * keeps everything in host memory: no effect) */
     int dp;                              /* --dp N (spec dp): N rings of R ranks */
     int cuda;                            /* --device cuda: the step on this rank's GPU */
     dt_dtype_t dtype;                    /* its compute dtype: DT_BF16 or DT_F16 */

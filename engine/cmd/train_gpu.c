@@ -20,7 +20,7 @@
 #include "common/mem.h"
 #include "engine/cmd/agree.h"
 #include "engine/cmd/train.h"
-#include "engine/model/model_cuda.h"
+#include "engine/model/train_cuda.h"
 
 /* The backend's state (t->dev). */
 typedef struct gpu {

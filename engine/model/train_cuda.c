@@ -27,6 +27,7 @@
 
 #include "common/mem.h"
 #include "engine/model/model_cuda_impl.h"
+#include "engine/model/train_cuda.h"
 #include "kernels/cpu/layers_cpu.h" /* dt_tokens_check */
 #include "kernels/cuda/cuda_err.h"
 #include "kernels/cuda/layers_cuda.h"
