@@ -16,9 +16,13 @@
 #     dt_* or dtctl_* function that source B defines" has no cycle of any
 #     length (a lower file calls back through a function pointer or hook it
 #     was given, and taking a function's address is not a call);
-#  5. no build outputs in git: no tracked file starts with the ELF magic.
-#     Only in a git checkout whose top is SRCDIR: a tarball (make distcheck)
-#     has no .git, and the rule is skipped there without a word.
+#  5. no build outputs in git: no tracked file starts with the ELF magic;
+#  6. nothing left out of the tarball: every tracked source, header, script
+#     and page (.c .h .cu .cuh .sh .py .sql .md and man pages) is named in
+#     Makefile.am, where `make dist` takes its list from (a tree without a
+#     Makefile.am is not checked).
+#     5 and 6 only in a git checkout whose top is SRCDIR: a tarball (make
+#     distcheck) has no .git, and the rules are skipped there without a word.
 # Comments and string literals are not code: a name in them is no call.
 # Usage: contrib/check-tree.sh [SRCDIR]. Prints every offence (FILE:LINE:
 # first) and exits 1 if there is one, 0 otherwise. make check runs it
@@ -261,5 +265,14 @@ if command -v git >/dev/null 2>&1 &&
         close($0)
     }' >"$tmp.elf"
     report "$tmp.elf"
+
+    # ---- 6: tracked files make dist would leave out -------------------------
+    if [ -f Makefile.am ]; then
+        git ls-files | grep -E '\.(c|h|cu|cuh|sh|py|sql|md|[1-8])$' | while IFS= read -r f; do
+            grep -qF -- "$f" Makefile.am ||
+                printf '%s: tracked but named nowhere in Makefile.am: make dist leaves it out\n' "$f"
+        done >"$tmp.dist"
+        report "$tmp.dist"
+    fi
 fi
 exit $bad

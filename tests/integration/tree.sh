@@ -4,7 +4,8 @@
 # The shape of the tree (contrib/check-tree.sh): includes point down the
 # tiers and down engine's order of parts, each non-static dt_* and dtctl_*
 # function has one definition (dtctl_* ones in cli/), no folder has a call
-# cycle between its sources, and git tracks no ELF file. Passes on this
+# cycle between its sources, git tracks no ELF file, and Makefile.am names
+# every tracked source, script and page (make dist's list). Passes on this
 # tree, and fails on a copy of it with each kind of offence planted, naming
 # the offence; what is not an offence (a call through a pointer, a name in
 # a comment, an ELF file git does not track) is shown passing on a small
@@ -14,7 +15,7 @@
 CHECK=$DT_SRCDIR/contrib/check-tree.sh
 [ -x "$CHECK" ] || die "$CHECK is missing"
 
-check "the tree passes: tiers, engine's order, one definition each, no call cycles, no tracked ELF" \
+check "the tree passes: tiers, engine's order, one definition each, no call cycles, no tracked ELF, nothing left out of the tarball" \
     "$CHECK" "$DT_SRCDIR"
 
 copy() { # a fresh copy of the source folders in $TMPD/t
@@ -164,6 +165,20 @@ if command -v git >/dev/null 2>&1; then
     git_tree || die "git init or add failed"
     elf "$TMPD/t/io/tree_untracked.o"
     check "an ELF file git does not track passes, and so does a text file" passes
+
+    # ---- tracked files the tarball would lack ------------------------------
+    empty || die "cannot make a tree"
+    mkdir -p "$TMPD/t/common" "$TMPD/t/bench" &&
+        printf 'int dt_tree_x(void);\n' >"$TMPD/t/common/tree.h" &&
+        printf 'echo\n' >"$TMPD/t/bench/tree.sh" &&
+        printf 'int x;\n' >"$TMPD/t/io/tree.c" &&
+        printf 'SOURCES = io/tree.c\n' >"$TMPD/t/Makefile.am" || die "cannot write the tree"
+    git_tree || die "git init or add failed"
+    check "a tracked header or script Makefile.am does not name fails, naming each" \
+        fails 'common/tree.h: tracked but named nowhere in Makefile.am' \
+        'bench/tree.sh: tracked but named nowhere in Makefile.am'
+    printf 'SOURCES = io/tree.c common/tree.h\nEXTRA_DIST = bench/tree.sh\n' >"$TMPD/t/Makefile.am"
+    check "every tracked file named in Makefile.am passes" passes
 else
     echo "SKIP (not counted): tracked ELF files: git is not installed here"
 fi
