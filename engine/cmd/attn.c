@@ -138,8 +138,6 @@ static int parse_opts(int argc, char **argv, opts_t *o, dt_emsg_t *em)
                              em)) != 0)
         return rc;
     o->print = c.print;
-    if ((rc = dt_cmd_device_check(s, em)) < 0)
-        return rc;
     o->cuda = dt_spec_device_id(s) == DT_DEVICE_CUDA;
     o->fp16 = dt_spec_dtype_id(s) == DT_F16;
     o->causal = dt_spec_causal(s);

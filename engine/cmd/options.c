@@ -173,7 +173,11 @@ int dt_cmd_options(int argc, char **argv, enum dt_job_kind kind, const dt_cmd_op
             return rc;
         i += used - 1;
     }
-    return 0;
+    /* what every command needs of the options given, said once */
+    if (kind != DT_KIND_ATTN && spec->tokens <= 0)
+        return dt_emsg_set(em, DT_EUSAGE, "--seq-len T is required (the sequence length; "
+                           "tokens in a --spec)");
+    return dt_cmd_device_check(spec, em);
 }
 
 const char *dt_cmd_option_name(const char *key, char *buf, size_t n)

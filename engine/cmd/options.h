@@ -44,8 +44,9 @@ typedef struct dt_cmd_common {
  * into spec (zeroed by the caller), common (zeroed here) and, for the
  * command's other options, through fn. Returns 0, 1 for --help, or
  * DT_EUSAGE naming the option (an unknown one, a spec key the command does
- * not take, a missing value, a value the key refuses); a --spec file that
- * cannot be read or is of another kind: its error. */
+ * not take, a missing value, a value the key refuses, no --seq-len for
+ * train or prefill, a device this build cannot run: dt_cmd_device_check);
+ * a --spec file that cannot be read or is of another kind: its error. */
 int dt_cmd_options(int argc, char **argv, enum dt_job_kind kind, const dt_cmd_opt_t *own,
                    dt_cmd_opt_fn fn, void *arg, dt_spec_t *spec, dt_cmd_common_t *common,
                    dt_emsg_t *em);

@@ -133,11 +133,6 @@ static int parse(int argc, char **argv, dt_train_opts_t *o, dt_emsg_t *em)
     o->resume = c.resume;
     o->resume_from = c.resume_from;
     o->external = c.external;
-    if (s->tokens <= 0)
-        return dt_emsg_set(em, DT_EUSAGE, "--seq-len T is required (the sequence length; "
-                           "tokens in a --spec)");
-    if ((rc = dt_cmd_device_check(s, em)) < 0)
-        return rc;
     o->cuda = dt_spec_device_id(s) == DT_DEVICE_CUDA;
     o->dtype = dt_spec_dtype_id(s);
     o->T = s->tokens;
