@@ -389,7 +389,8 @@ static void kv_chunk(const kvblk_t *b, const member_t *src, int c, size_t krow, 
 
 /* The head h of chunk c, against block b of member src. */
 static dt_attn_head_t head_at(ctx_t *x, const group_t *gr, const qside_t *qs,
-                              const member_t *src, const kvblk_t *b, int c, int h, int progress)
+                              const member_t *src, const kvblk_t *b, int c, int h, int progress,
+                              uint64_t ids)
 {
     const dt_attn_spec_t *s = x->s;
     const int g = s->H / s->Hkv;
@@ -409,6 +410,7 @@ static dt_attn_head_t head_at(ctx_t *x, const group_t *gr, const qside_t *qs,
         .qpos = x->causal ? me->pos[c] : NULL,
         .kpos = x->causal ? gr->kpos + c * gr->maxn : NULL,
         .scale = x->scale, .progress = progress ? poll_ops : NULL, .progress_arg = x,
+        .kv_id = ids + (uint64_t)c * (uint64_t)s->Hkv + (uint64_t)((ck.hlo + h) / g),
     };
     return a;
 }
@@ -424,11 +426,14 @@ static void compute_fwd(ctx_t *x, const group_t *gr, const qside_t *qs, const me
     double t0 = dt_clock_now();
     item_t *it;
     int n = block_items(x, gr, src, 0, &it), nt = threads_for(s);
+    /* one name per (chunk, K/V head) of this block: its query heads share
+     * the kernel's packed K and V */
+    uint64_t ids = dt_attn_kv_ids((uint64_t)x->br.nchunk * (uint64_t)s->Hkv);
 
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1 && n > 1)
     for (int i = 0; i < n; i++) {
         int c = it[i].c, h = it[i].h0;
-        dt_attn_head_t a = head_at(x, gr, qs, src, b, c, h, omp_get_thread_num() == 0);
+        dt_attn_head_t a = head_at(x, gr, qs, src, b, c, h, omp_get_thread_num() == 0, ids);
         dt_attn_head_fwd_cpu(&a, qs->o[c] + (size_t)h * s->D, a.ldq,
                              qs->lse[c] + h * me->n[c]);
     }
@@ -446,6 +451,7 @@ static void compute_bwd(ctx_t *x, const group_t *gr, const qside_t *qs, const me
     double t0 = dt_clock_now();
     item_t *it;
     int n = block_items(x, gr, src, 1, &it), nt = threads_for(s);
+    uint64_t ids = dt_attn_kv_ids((uint64_t)x->br.nchunk * (uint64_t)s->Hkv);
 
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1 && n > 1)
     for (int i = 0; i < n; i++) {
@@ -457,7 +463,7 @@ static void compute_bwd(ctx_t *x, const group_t *gr, const qside_t *qs, const me
         kv_chunk(gb, src, c, krow, &dkb, &dvb);
         for (int h = it[i].h0; h < it[i].h1; h++) {
             int kvh = (ck.hlo + h) / g - ck.kvlo;
-            dt_attn_head_t a = head_at(x, gr, qs, src, b, c, h, omp_get_thread_num() == 0);
+            dt_attn_head_t a = head_at(x, gr, qs, src, b, c, h, omp_get_thread_num() == 0, ids);
             dt_attn_head_grad_t gd = {
                 .dout = qs->dout[c] + (size_t)h * s->D, .lddo = a.ldq,
                 .lse = qs->lse[c] + h * nq, .delta = qs->delta[c] + h * nq,

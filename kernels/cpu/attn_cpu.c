@@ -320,9 +320,22 @@ static int tile_at(const tiles_t *ts, const dt_attn_head_t *a, int64_t i0, int b
  * free, and the heap then kept a packed copy per head). Freed when the
  * thread ends. Slots: SCR_* below. */
 enum { SCR_K0, SCR_K1, SCR_K2, SCR_Q0, SCR_Q1, SCR_Q2, SCR_Q3, SCR_S0, SCR_S1, SCR_N };
+
+/* What a slot holds when it holds a packed copy of K or V: the caller's
+ * name for the content (dt_attn_head_t.kv_id, never 0 here) and the
+ * packing's source and shape. A call whose tag matches uses the copy as
+ * it is: the query heads of one GQA group share their K and V packs. */
+typedef struct pack_tag {
+    uint64_t id;
+    const float *x;
+    int64_t ldx, tk;
+    int d, trans, nb;
+} pack_tag_t;
+
 typedef struct scratch {
     float *p[SCR_N];
     size_t n[SCR_N];
+    pack_tag_t tag[SCR_N]; /* id 0: not a copy anyone may reuse */
 } scratch_t;
 static pthread_key_t scratch_key;
 static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
@@ -341,9 +354,12 @@ static void scratch_key_make(void)
         abort();
 }
 
-/* This thread's slot `slot`, at least n floats, 64-byte aligned; its
- * contents are whatever the last call left. */
-static float *scratch(int slot, size_t n)
+/* This thread's slot `slot`, at least n floats, 64-byte aligned. With
+ * tag NULL its contents are whatever the last call left (and no longer a
+ * copy to reuse). With a tag (id nonzero): *hit = 1 when the slot already
+ * holds that packed copy, else 0 and the caller packs it, the slot then
+ * tagged. */
+static float *scratch_tagged(int slot, size_t n, const pack_tag_t *tag, int *hit)
 {
     pthread_once(&scratch_once, scratch_key_make);
     scratch_t *sc = pthread_getspecific(scratch_key);
@@ -352,12 +368,36 @@ static float *scratch(int slot, size_t n)
         if (pthread_setspecific(scratch_key, sc) != 0)
             abort();
     }
+    pack_tag_t *t = &sc->tag[slot];
+    if (tag != NULL && sc->n[slot] >= n && t->id == tag->id && t->x == tag->x &&
+        t->ldx == tag->ldx && t->tk == tag->tk && t->d == tag->d && t->trans == tag->trans &&
+        t->nb == tag->nb) {
+        *hit = 1;
+        return sc->p[slot];
+    }
     if (sc->n[slot] < n) {
         free(sc->p[slot]);
         sc->p[slot] = dt_xaligned(n, sizeof(float));
         sc->n[slot] = n;
     }
+    if (tag != NULL) {
+        *t = *tag;
+        *hit = 0;
+    } else {
+        t->id = 0;
+    }
     return sc->p[slot];
+}
+
+static float *scratch(int slot, size_t n)
+{
+    return scratch_tagged(slot, n, NULL, NULL);
+}
+
+uint64_t dt_attn_kv_ids(uint64_t n)
+{
+    static uint64_t next = 1;
+    return __atomic_fetch_add(&next, n, __ATOMIC_RELAXED);
 }
 
 /* The vector helpers are static and always inlined, so no vector value

@@ -55,7 +55,16 @@ typedef struct dt_attn_head {
     /* called between tiles (e.g. to progress communication); may be NULL */
     void (*progress)(void *arg);
     void *progress_arg;
+    /* 0, or a name for the content of k and v that no other content ever
+     * had in this process (from dt_attn_kv_ids): calls with the same kv_id may
+     * share the kernel's packed copies of K and V (the query heads of one
+     * GQA group), so k and v must not change between such calls */
+    uint64_t kv_id;
 } dt_attn_head_t;
+
+/* n fresh kv_ids, the first returned (the others follow it): process-wide,
+ * never 0, never handed out twice. */
+uint64_t dt_attn_kv_ids(uint64_t n);
 
 /* Forward: accumulate into o (tq, d) at stride ldo and lse (tq). */
 void dt_attn_head_fwd_cpu(const dt_attn_head_t *a, float *o, int64_t ldo, float *lse);

@@ -211,30 +211,39 @@ static inline __attribute__((always_inline)) VF ISA(vmax)(VF x, VF y)
 #endif
 }
 
-/* The lanes' maximum and sum, by halving (log2 VL steps, not VL). */
+/* The lanes' maximum and sum, by halving (log2 VL steps, not VL): step h
+ * combines lane i with lane (i + h) mod VL. The rotations are constants
+ * (a table the compiler folds), not built lane by lane at run time, which
+ * GCC did for every row and which cost as much as the row's exponentials. */
+#define DT_ROT(h)                                                                   \
+    { (0 + h) % VL,  (1 + h) % VL,  (2 + h) % VL,  (3 + h) % VL,  (4 + h) % VL,  \
+      (5 + h) % VL,  (6 + h) % VL,  (7 + h) % VL,  (8 + h) % VL,  (9 + h) % VL,  \
+      (10 + h) % VL, (11 + h) % VL, (12 + h) % VL, (13 + h) % VL, (14 + h) % VL, \
+      (15 + h) % VL }
+static const int32_t ISA(rot_tab)[4][16] = { DT_ROT(1), DT_ROT(2), DT_ROT(4), DT_ROT(8) };
+#undef DT_ROT
+
+/* x rotated down by h = 2^lg lanes */
+static inline __attribute__((always_inline)) VF ISA(rot)(VF x, int lg)
+{
+    VI idx;
+    memcpy(&idx, ISA(rot_tab)[lg], sizeof(idx));
+    return __builtin_shuffle(x, idx);
+}
+
 static inline __attribute__((always_inline)) float ISA(hmax)(VF x)
 {
 #pragma GCC unroll 8
-    for (int h = VL / 2; h >= 1; h /= 2) {
-        VI idx;
-#pragma GCC unroll 16
-        for (int i = 0; i < VL; i++)
-            idx[i] = (i + h) % VL;
-        x = ISA(vmax)(x, __builtin_shuffle(x, idx));
-    }
+    for (int lg = __builtin_ctz(VL) - 1; lg >= 0; lg--)
+        x = ISA(vmax)(x, ISA(rot)(x, lg));
     return x[0];
 }
 
 static inline __attribute__((always_inline)) float ISA(hsum)(VF x)
 {
 #pragma GCC unroll 8
-    for (int h = VL / 2; h >= 1; h /= 2) {
-        VI idx;
-#pragma GCC unroll 16
-        for (int i = 0; i < VL; i++)
-            idx[i] = (i + h) % VL;
-        x += __builtin_shuffle(x, idx);
-    }
+    for (int lg = __builtin_ctz(VL) - 1; lg >= 0; lg--)
+        x += ISA(rot)(x, lg);
     return x[0];
 }
 
@@ -345,15 +354,20 @@ static void ISA(pack_rows)(const float *x, int64_t ldx, int64_t i0, int n, int d
         memcpy(t + (int64_t)i * d, x + (i0 + i) * ldx, (size_t)d * sizeof(float));
 }
 
-/* Every key tile of x packed once per call: as B = x^T (scores, dP) when
- * trans, else as B = x (P V, dS K), into this thread's scratch slot.
- * Tile i at the returned pointer plus i times *tile floats. */
-static float *ISA(pack_all)(const float *x, int64_t ldx, int64_t tk, int d, int trans,
-                            int slot, int64_t *tile)
+/* Every key tile of x packed as B = x^T (scores, dP) when trans, else as
+ * B = x (P V, dS K), into this thread's scratch slot: once per call, or
+ * once for the calls that name the same K and V (id = the head's kv_id,
+ * nonzero). Tile i at the returned pointer plus i times *tile floats. */
+static float *ISA(pack_all)(const float *x, int64_t ldx, int64_t tk, int d, int trans, int slot,
+                            uint64_t id, int64_t *tile)
 {
     int64_t nt = (tk + BKP - 1) / BKP;
     *tile = trans ? (int64_t)BKP * d : PACK_N_SIZE(BKP, d);
-    float *t = scratch(slot, (size_t)(nt * *tile));
+    pack_tag_t tag = { id, x, ldx, tk, d, trans, NB };
+    int hit = 0;
+    float *t = scratch_tagged(slot, (size_t)(nt * *tile), id != 0 ? &tag : NULL, &hit);
+    if (hit)
+        return t;
     for (int64_t i = 0; i < nt; i++) {
         int bk = (int)(tk - i * BKP < BKP ? tk - i * BKP : BKP);
         if (trans)
@@ -394,8 +408,8 @@ static void ISA(fwd)(const dt_attn_head_t *a, float *o, int64_t ldo, float *lse)
     const int d = a->d;
     tiles_t ts;
     int64_t ktile, vtile;
-    float *kt = ISA(pack_all)(a->k, a->ldk, a->tk, d, 1, SCR_K0, &ktile);
-    float *vn = ISA(pack_all)(a->v, a->ldv, a->tk, d, 0, SCR_K1, &vtile);
+    float *kt = ISA(pack_all)(a->k, a->ldk, a->tk, d, 1, SCR_K0, a->kv_id, &ktile);
+    float *vn = ISA(pack_all)(a->v, a->ldv, a->tk, d, 0, SCR_K1, a->kv_id, &vtile);
     float *qt = scratch(SCR_Q0, (size_t)BQP * d);
     float *s = scratch(SCR_S0, BQP * BKP);
     float m[BQP], l[BQP];
@@ -470,9 +484,9 @@ static void ISA(bwd)(const dt_attn_head_t *a, const dt_attn_head_grad_t *g)
     const int d = a->d;
     tiles_t ts;
     int64_t ktile, vtile, kntile;
-    float *kt = ISA(pack_all)(a->k, a->ldk, a->tk, d, 1, SCR_K0, &ktile);
-    float *vt = ISA(pack_all)(a->v, a->ldv, a->tk, d, 1, SCR_K1, &vtile);
-    float *kn = ISA(pack_all)(a->k, a->ldk, a->tk, d, 0, SCR_K2, &kntile);
+    float *kt = ISA(pack_all)(a->k, a->ldk, a->tk, d, 1, SCR_K0, a->kv_id, &ktile);
+    float *vt = ISA(pack_all)(a->v, a->ldv, a->tk, d, 1, SCR_K1, a->kv_id, &vtile);
+    float *kn = ISA(pack_all)(a->k, a->ldk, a->tk, d, 0, SCR_K2, a->kv_id, &kntile);
     /* the query tile's Q and dO: rows (A of the scores and of dP) and
      * panels (B of dK and dV) */
     float *qt = scratch(SCR_Q0, (size_t)BQP * d);

@@ -565,6 +565,7 @@ static void fwd_calls_progress(void)
 }
 EVERY_KERNEL(fwd_calls_progress)
 
+
 /*-- merge ------------------------------------------------------------------*/
 
 /* Two partials over disjoint key blocks, merged (in both orders, at strides),
@@ -849,6 +850,125 @@ static void bwd_fast_matches_ref(void)
     }
 }
 EVERY_KERNEL(bwd_fast_matches_ref)
+
+/* kv_id: the calls that name the same K and V share the kernel's packed
+ * copies (the query heads of a GQA group). Each result is bit for bit what
+ * the same call without a kv_id gives; a fresh kv_id after K changed in
+ * place, and the same kv_id over other K and V at another address, use
+ * the new contents. Forward and backward, causal, T cutting tiles. */
+static void shared_kv_id(void)
+{
+    const int64_t T = 531;
+    const int d = 64;
+    const int64_t n = T * d;
+    float *q[2] = { randn(60, n), randn(61, n) }, *k = randn(62, n), *v = randn(63, n);
+    float *dout = randn(64, n), *k2 = zeros(n), *v2 = zeros(n);
+    int64_t *pos = iota(0, T);
+    float *o[2][2], *lse[2][2], *ref_o[3][2], *ref_l[3][2];
+    for (int w = 0; w < 2; w++)
+        for (int h = 0; h < 2; h++) {
+            o[w][h] = zeros(n);
+            lse[w][h] = zeros(T);
+        }
+    for (int r = 0; r < 3; r++)
+        for (int h = 0; h < 2; h++) {
+            ref_o[r][h] = zeros(n);
+            ref_l[r][h] = zeros(T);
+        }
+    uint64_t id = dt_attn_kv_ids(3);
+    cr_assert_neq(id, 0);
+    cr_assert_gt(dt_attn_kv_ids(1), id + 2, "ids are handed out once");
+    /* round 0: k, v under id; round 1: k changed in place, under id + 1;
+     * round 2: other contents at another address (k2, v2), under id + 1.
+     * The references (no kv_id) first, on copies holding each round's
+     * contents; then the shared calls back to back, so that nothing but
+     * the tag stands between a round and the last round's packs. */
+    float *kmod = zeros(n);
+    memcpy(kmod, k, (size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i += 7)
+        kmod[i] += 0.5f;
+    memcpy(k2, kmod, (size_t)n * sizeof(float));
+    memcpy(v2, v, (size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i += 5)
+        v2[i] -= 0.25f;
+    for (int w = 0; w < 2; w++)
+        for (int round = 0; round < 3; round++) {
+            if (w == 1 && round == 1)
+                memcpy(k, kmod, (size_t)n * sizeof(float));
+            const float *kk = w == 0 ? (round == 0 ? k : round == 1 ? kmod : k2)
+                                     : (round == 2 ? k2 : k);
+            const float *vv = round == 2 ? v2 : v;
+            for (int h = 0; h < 2; h++) {
+                dt_attn_head_t a = head(T, T, d, q[h], d, kk, d, vv, d, pos, pos);
+                a.kv_id = w ? id + (round > 0) : 0;
+                float *oo = w ? o[1][h] : o[0][h], *ll = w ? lse[1][h] : lse[0][h];
+                state_empty(T, d, oo, d, ll);
+                dt_attn_head_fwd_cpu(&a, oo, d, ll);
+                if (w == 0) { /* keep this round's reference */
+                    memcpy(ref_o[round][h], oo, (size_t)n * sizeof(float));
+                    memcpy(ref_l[round][h], ll, (size_t)T * sizeof(float));
+                    continue;
+                }
+                cr_assert(memcmp(ref_o[round][h], oo, (size_t)n * sizeof(float)) == 0,
+                          "round %d head %d: o with a shared kv_id differs", round, h);
+                cr_assert(memcmp(ref_l[round][h], ll, (size_t)T * sizeof(float)) == 0,
+                          "round %d head %d: lse with a shared kv_id differs", round, h);
+            }
+        }
+    memcpy(k, kmod, (size_t)n * sizeof(float)); /* the backward's k: round 1's */
+    free(kmod);
+    /* and the backward, dK and dV summed over both heads as a GQA group */
+    float *g[2][3];
+    for (int w = 0; w < 2; w++)
+        for (int j = 0; j < 3; j++)
+            g[w][j] = zeros(n);
+    float *oo[2], *ll[2], *delta[2];
+    for (int h = 0; h < 2; h++) { /* both forwards first: the backwards then run back to back */
+        dt_attn_head_t a = head(T, T, d, q[h], d, k, d, v, d, pos, pos);
+        oo[h] = zeros(n);
+        ll[h] = zeros(T);
+        delta[h] = zeros(T);
+        fwd_for_bwd(&a, dout, d, oo[h], ll[h], delta[h]);
+    }
+    for (int w = 0; w < 2; w++)
+        for (int h = 0; h < 2; h++) {
+            dt_attn_head_t a = head(T, T, d, q[h], d, k, d, v, d, pos, pos);
+            a.kv_id = w ? id + 2 : 0;
+            dt_attn_head_grad_t gd = { .dout = dout, .lddo = d, .lse = ll[h], .delta = delta[h],
+                                       .dq = g[w][0], .dk = g[w][1], .dv = g[w][2] };
+            dt_attn_head_bwd_cpu(&a, &gd);
+        }
+    for (int h = 0; h < 2; h++) {
+        free(delta[h]);
+        free(ll[h]);
+        free(oo[h]);
+    }
+    for (int j = 0; j < 3; j++)
+        cr_assert(memcmp(g[0][j], g[1][j], (size_t)n * sizeof(float)) == 0,
+                  "backward gradient %d with a shared kv_id differs", j);
+    for (int w = 0; w < 2; w++) {
+        for (int j = 0; j < 3; j++)
+            free(g[w][j]);
+        for (int h = 0; h < 2; h++) {
+            free(o[w][h]);
+            free(lse[w][h]);
+        }
+    }
+    for (int r = 0; r < 3; r++)
+        for (int h = 0; h < 2; h++) {
+            free(ref_o[r][h]);
+            free(ref_l[r][h]);
+        }
+    free(pos);
+    free(v2);
+    free(k2);
+    free(dout);
+    free(v);
+    free(k);
+    free(q[1]);
+    free(q[0]);
+}
+EVERY_KERNEL(shared_kv_id)
 
 /* Strided views (one head of packed (T, 3, D) q/k/v, gradients at the same
  * strides), Tq != Tk with offset positions, and key blocks whose gradients
