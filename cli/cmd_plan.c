@@ -206,6 +206,10 @@ static void report(const dtctl_t *ctl, const dt_spec_t *s, const dt_plan_req_t *
     dt_table_cell(t, "%.3f", p->mem.total / GiB);
     dt_table_cell(t, "available");
     dt_table_cell(t, "%.3f", q->cluster.mem_bytes / GiB);
+    if (q->cuda && p->mem.host > 0) {
+        dt_table_cell(t, "host");
+        dt_table_cell(t, "%.3f", p->mem.host / GiB);
+    }
     dt_table_print(t, stdout);
     dt_table_free(t);
 }

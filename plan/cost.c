@@ -102,6 +102,16 @@
  *    parameters  (16 + elem) P / W + 2 elem U + 4 U + (elem + 4) E
  * the 2 elem U being two gathered units in the dtype, one in use and one
  * prefetched, 4 U the unit's gradient. The per-token parts do not change.
+ * With offload = optimizer (GPU, shard none or optimizer) the master copy
+ * and the moments leave the device: optimizer 4 (V dim + (2 L + 1) dim)
+ * (the fp32 parameters the GPU reads as such: the embedding and the norm
+ * gains) + 4 min(P, 2^24) (the staging buffer the parameters come up
+ * through), and the host holds them instead (dt_plan_mem_t.host).
+ * Host memory per rank (GPU): the fp32 parameters 4 P and the moments
+ * 8 P (8 P / W sharded) that dtengine keeps page-locked for checkpoints
+ * either way, and with offload = optimizer the gradient's slice, 4 P
+ * (4 P / W sharded). The CPU engine's memory is all host memory: host =
+ * total.
  * So the memory no R shrinks is the state kept whole, a, and the search
  * for the fewest R starts from R (mem - a) >= T act + b / N, b the sharded
  * state at W = 1; no R helps when a (with fixed) fills a rank.
@@ -195,6 +205,11 @@ static double dmax(double a, double b)
     return a > b ? a : b;
 }
 
+static double dmin(double a, double b)
+{
+    return a < b ? a : b;
+}
+
 static int64_t gcd(int64_t a, int64_t b)
 {
     while (b != 0) {
@@ -268,11 +283,18 @@ static void train_state(const dt_plan_req_t *q, double inv_w, dt_plan_mem_t *mm)
     if (e < 4) {
         /* the GPU engine: dtype weights (e P), fp32 gradient (4 P), fp32
          * master copy (4 P, whole until parameters) and moments (8 P) */
+        double slice = sh >= DT_SHARD_OPTIMIZER ? P * inv_w : P;
         mm->weights = sh == DT_SHARD_PARAMETERS ? e * P * inv_w + 2 * e * U + e * E : e * P;
         mm->grads = sh >= DT_SHARD_GRADIENTS ? 4 * P * inv_w + 4 * (U + E) : 4 * P;
         mm->optimizer = sh == DT_SHARD_PARAMETERS  ? 12 * P * inv_w
                         : sh >= DT_SHARD_OPTIMIZER ? 4 * P + 8 * P * inv_w
                                                    : 12 * P;
+        mm->host = 4 * P + 8 * slice;
+        if (q->offload & DT_OFFLOAD_OPTIMIZER) {
+            double d = (double)m->dim, f32 = (double)m->vocab * d + (2.0 * m->layers + 1) * d;
+            mm->optimizer = 4 * f32 + 4 * dmin(P, (double)(1 << 24));
+            mm->host += 4 * slice;
+        }
         return;
     }
     /* the CPU engine, fp32: the weights are the master copy; with batch > 1
@@ -533,6 +555,8 @@ void dt_cost_eval(const dt_plan_req_t *q, int64_t T, int R, dt_cost_t *v)
     mm->fixed = cl->fixed_bytes + cl->peer_bytes * (dp_of(q) * (double)R - 1);
     mm->total = mm->weights + mm->grads + mm->optimizer + mm->activations + mm->kv_buffers +
                 mm->workspace + mm->fixed;
+    if (!q->cuda)
+        mm->host = mm->total; /* the CPU engine's memory is the host's */
 
     /* flops and time */
     double Tt = (double)T;

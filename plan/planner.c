@@ -710,6 +710,7 @@ json_t *dt_plan_to_json(const dt_plan_req_t *q, const dt_plan_t *p)
     json_object_set_new(mem, "kv_buffers", bytes(p->mem.kv_buffers));
     json_object_set_new(mem, "workspace", bytes(p->mem.workspace));
     json_object_set_new(mem, "fixed", bytes(p->mem.fixed));
+    json_object_set_new(o, "host_memory_per_rank_bytes", bytes(p->mem.host));
     json_object_set_new(o, "memory_breakdown", mem);
     json_object_set_new(o, "flops", json_real(p->flops));
     json_object_set_new(o, "flops_per_token", json_real(p->flops_per_token));

@@ -88,8 +88,14 @@ typedef struct dt_plan_branch {
     double flops;        /* over the job, one forward */
 } dt_plan_branch_t;
 
+/* Per rank, bytes: the parts of the device's memory (on the CPU preset,
+ * the rank's), their total, and host: what a GPU rank keeps in host memory
+ * (train: the fp32 parameters and moments, page-locked, and with offload =
+ * optimizer the gradient's slice; 0 where not counted), on the CPU the
+ * total. */
 typedef struct dt_plan_mem {
     double weights, grads, optimizer, activations, kv_buffers, workspace, fixed, total;
+    double host;
 } dt_plan_mem_t;
 
 typedef struct dt_plan {

@@ -114,8 +114,9 @@ int dt_vocab_runs(enum dt_device device, enum dt_job_kind kind, enum dt_shard_le
                   int dp, dt_emsg_t *em);
 /* The same for the offload set (enum dt_offload bits), train jobs only:
  * the CPU engine keeps everything in host memory already, so any set is
- * what it runs (and changes nothing); the GPU engine keeps layer inputs
- * and optimizer state on the device, offload = none. 0, or DT_ENOTSUP
+ * what it runs (and changes nothing); the GPU engine runs none and
+ * optimizer (the AdamW state and fp32 parameters in host memory) and
+ * keeps layer inputs on the device (not activations). 0, or DT_ENOTSUP
  * with the reason. */
 int dt_vocab_offload_runs(enum dt_device device, enum dt_job_kind kind, unsigned offload,
                           dt_emsg_t *em);

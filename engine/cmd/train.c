@@ -566,14 +566,16 @@ static int trainer_load_or_resume(dt_trainer_t *t)
     if (t->be->start && (rc = t->be->start(t)) < 0)
         return rc;
     if (t->me == 0) {
+        char off[64];
+        dt_vocab_format_set(off, sizeof(off), dt_offload_names, o->offload);
         printf("train: model dim=%d layers=%d heads=%d/%d ffn=%d vocab=%d params=%lld "
                "tokens=%lld batch=%lld ranks=%d layout=%s steps=%lld start=%lld device=%s "
-               "shard=%s dp=%d recompute=%s",
+               "shard=%s dp=%d recompute=%s offload=%s",
                o->model.dim, o->model.layers, o->model.heads, o->model.kv_heads, o->model.ffn,
                o->model.vocab, (long long)t->n, (long long)o->T, (long long)o->batch, t->W,
                o->layout, (long long)o->steps, (long long)t->start,
                !o->cuda ? "cpu" : o->dtype == DT_F16 ? "cuda/fp16" : "cuda/bf16",
-               dt_shard_name(o->shard), t->N, o->recompute ? "layer" : "none");
+               dt_shard_name(o->shard), t->N, o->recompute ? "layer" : "none", off);
         if (t->be->print_header)
             t->be->print_header(t);
         printf("\n");

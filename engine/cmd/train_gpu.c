@@ -7,7 +7,12 @@
  * parameters, gradient and moments. The gradient is summed over the ranks
  * by NCCL, clipping is folded into the update, and the host's P, M, V
  * (page-locked when the runtime gives it) are copies for checkpoints and
- * the result, refreshed by a copy that overlaps the next step.
+ * the result, refreshed by a copy that overlaps the next step. With
+ * offload = optimizer the host's P, M, V are the state itself: the GPU
+ * hands this rank's slice of the summed gradient to the host, AdamW runs
+ * there on the host's threads (the GPU kernel's arithmetic, so the bits
+ * are those of the same job without offload), every rank's slice is
+ * gathered over MPI where sharded, and the parameters go back up.
  *
  * Not here: what every device's step shares (the data, the agreement, the
  * schedule, checkpoints): engine/cmd/train.c.
@@ -20,13 +25,18 @@
 #include "common/mem.h"
 #include "engine/cmd/agree.h"
 #include "engine/cmd/train.h"
+#include "engine/model/optim.h"
 #include "engine/model/train_cuda.h"
+#include "spec/vocab.h"
 
 /* The backend's state (t->dev). */
 typedef struct gpu {
     dt_ring_t *ring;
     dt_gmodel_t *gm;
     int pinned; /* t->P, M, V are dt_gmodel_host_alloc's */
+    int host;   /* offload = optimizer: the optimizer on the host */
+    float *hG;  /* host: this rank's slice of the summed gradient (mlen) */
+    int hG_pinned;
 } gpu_t;
 
 /* The step's buffers are on the device (made by gpu_start); the host
@@ -36,6 +46,13 @@ static void gpu_alloc(dt_trainer_t *t)
     gpu_t *g = dt_xcalloc(1, sizeof(*g));
 
     t->dev = g;
+    g->host = (t->o.offload & DT_OFFLOAD_OPTIMIZER) != 0;
+    if (g->host) {
+        g->hG = dt_gmodel_host_alloc(t->mlen);
+        g->hG_pinned = g->hG != NULL;
+        if (!g->hG_pinned)
+            g->hG = dt_xcalloc((size_t)(t->mlen > 0 ? t->mlen : 1), sizeof(float));
+    }
     t->P = dt_gmodel_host_alloc(t->n);
     t->M = dt_gmodel_host_alloc(t->mlen);
     t->V = dt_gmodel_host_alloc(t->mlen);
@@ -58,8 +75,8 @@ static int gpu_start(dt_trainer_t *t)
                        : dt_ring_nccl_pmix_new(0, &g->ring, &t->em);
 
     if (rc == 0)
-        rc = dt_gtrain_new(&o->model, &t->lo, t->c, o->dtype, o->recompute, g->ring, t->P, t->M,
-                           t->V, t->moff, t->mlen, t->rpos, &g->gm, &t->em);
+        rc = dt_gtrain_new(&o->model, &t->lo, t->c, o->dtype, o->recompute, g->host, g->ring,
+                           t->P, t->M, t->V, t->moff, t->mlen, t->rpos, &g->gm, &t->em);
     /* a device failure is this rank's alone (agree.h) */
     return dt_agree_report(t->comm, rc, "dtengine train", t->em.s, NULL);
 }
@@ -104,17 +121,43 @@ static int gpu_clip(dt_trainer_t *t, int64_t step, double *norm, float *gscale)
     return 0;
 }
 
+/* The optimizer in host memory: the slice's gradient down, AdamW on the
+ * host, the slices gathered (shard = optimizer: the same bits on every
+ * rank, as the device's all-gather gives), the parameters up. */
+static int host_update(dt_trainer_t *t, gpu_t *g, int64_t step, double lr, float gscale)
+{
+    int rc;
+
+    if ((rc = dt_gtrain_grad_get(g->gm, g->hG, &t->em)) < 0)
+        return rc;
+    dt_adamw_step_scaled(&t->acfg, step + 1, lr, t->o.wd, t->mlen, t->P + t->moff, g->hG, gscale,
+                         t->M, t->V);
+    if (t->mlen != t->n) {
+        dt_comm_slicing_t sl = { t->n, t->R, 0 };
+        if ((rc = dt_comm_allgather_slices_f32(t->cring, &sl, t->P)) < 0)
+            return dt_emsg_set(&t->em, rc, "step %lld: gathering the updated parameters failed",
+                               (long long)step);
+    }
+    return dt_gtrain_params_set(g->gm, t->P, &t->em);
+}
+
 static int gpu_update(dt_trainer_t *t, int64_t step, double lr, float gscale)
 {
     gpu_t *g = t->dev;
 
+    if (g->host)
+        return host_update(t, g, step, lr, gscale);
     return dt_gtrain_adamw(g->gm, &t->acfg, step + 1, lr, t->o.wd, gscale, &t->em);
 }
 
+/* With the optimizer on the host, P, M and V are the state: nothing to
+ * copy (the wait then finds nothing in flight). */
 static int gpu_copy_start(dt_trainer_t *t, float *P, float *M, float *V)
 {
     gpu_t *g = t->dev;
 
+    if (g->host)
+        return 0;
     return dt_gtrain_copy_start(g->gm, P, M, V, &t->em);
 }
 
@@ -133,6 +176,10 @@ static void gpu_close(dt_trainer_t *t)
         return;
     dt_gmodel_free(g->gm);
     dt_ring_free(g->ring);
+    if (g->hG_pinned)
+        dt_gmodel_host_free(g->hG);
+    else
+        free(g->hG);
     if (g->pinned) {
         dt_gmodel_host_free(t->P);
         dt_gmodel_host_free(t->M);

@@ -12,6 +12,7 @@
 #include <math.h>
 
 #include "engine/model/optim.h"
+#include "kernels/adamw.h"
 
 int dt_adamw_check(const dt_adamw_cfg_t *cfg, dt_emsg_t *em)
 {
@@ -30,21 +31,23 @@ int dt_adamw_check(const dt_adamw_cfg_t *cfg, dt_emsg_t *em)
 void dt_adamw_step(const dt_adamw_cfg_t *cfg, int64_t step, double lr, double weight_decay,
                    int64_t n, float *p, const float *g, float *m, float *v)
 {
-    const double b1 = cfg->beta1, b2 = cfg->beta2, eps = cfg->eps;
-    const double bc1 = 1.0 - pow(b1, (double)step);
-    const double bc2 = 1.0 - pow(b2, (double)step);
-    const double decay = 1.0 - lr * weight_decay;
-    const double step_size = lr / bc1;
-    const double rbc2 = 1.0 / sqrt(bc2);
+    const dt_adamw_k_t k =
+        dt_adamw_k_make(cfg->beta1, cfg->beta2, cfg->eps, lr, weight_decay, step);
 
-    for (int64_t i = 0; i < n; i++) {
-        const double gi = g[i];
-        const double mi = b1 * m[i] + (1.0 - b1) * gi;
-        const double vi = b2 * v[i] + (1.0 - b2) * gi * gi;
-        m[i] = (float)mi;
-        v[i] = (float)vi;
-        p[i] = (float)(p[i] * decay - step_size * mi / (sqrt(vi) * rbc2 + eps));
-    }
+    for (int64_t i = 0; i < n; i++)
+        dt_adamw_elem(&k, g[i], &p[i], &m[i], &v[i]);
+}
+
+void dt_adamw_step_scaled(const dt_adamw_cfg_t *cfg, int64_t step, double lr,
+                          double weight_decay, int64_t n, float *p, const float *g, float gscale,
+                          float *m, float *v)
+{
+    const dt_adamw_k_t k =
+        dt_adamw_k_make(cfg->beta1, cfg->beta2, cfg->eps, lr, weight_decay, step);
+
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; i++)
+        dt_adamw_elem(&k, g[i] * gscale, &p[i], &m[i], &v[i]);
 }
 
 void dt_adamw_step_ranges(const dt_adamw_cfg_t *cfg, int64_t step, double lr, int nr,

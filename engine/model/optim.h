@@ -4,8 +4,10 @@
  * correction) over flat fp32 parameter, gradient and moment arrays; the
  * learning-rate schedule (linear warm-up, then cosine decay to min_lr); and
  * global-norm gradient clipping. All deterministic: the same inputs give
- * bit-identical outputs (element-wise updates, reductions in a fixed order
- * with double accumulators; no threads).
+ * bit-identical outputs (element-wise updates, one definition of an
+ * element's update for the CPU and the GPU, kernels/adamw.h; reductions in
+ * a fixed order with double accumulators; threads only where they cannot
+ * change a bit: dt_adamw_step_scaled).
  *
  * Not here: the gradient all-reduce (a distributed caller sums
  * dt_grad_sumsq over ranks itself and then calls dt_grad_scale), the
@@ -54,6 +56,16 @@ int dt_adamw_check(const dt_adamw_cfg_t *cfg, dt_emsg_t *em);
  * for a no-decay range. */
 void dt_adamw_step(const dt_adamw_cfg_t *cfg, int64_t step, double lr, double weight_decay,
                    int64_t n, float *p, const float *g, float *m, float *v);
+
+/* The same with the gradient taken as g[i] * gscale in fp32 (the
+ * clipping's scale folded in, as the GPU's kernel takes it; 1 for none),
+ * on the host's threads (OpenMP; element by element, so the bits do not
+ * depend on their number): the GPU engine's optimizer in host memory
+ * (offload = optimizer), bit-identical to the GPU's own update
+ * (kernels/adamw.h). */
+void dt_adamw_step_scaled(const dt_adamw_cfg_t *cfg, int64_t step, double lr,
+                          double weight_decay, int64_t n, float *p, const float *g, float gscale,
+                          float *m, float *v);
 
 /* The same over nr ranges of flat arrays: ranges with decay get
  * cfg->weight_decay, the others 0. Elements outside every range are not

@@ -45,6 +45,17 @@ typedef struct gtrain {
     int64_t moff, mlen; /* the moments kept: [moff, moff + mlen) of n (shard = optimizer) */
     float *P, *G, *M, *V;
     void *W;
+    /* the optimizer in host memory (host = 1): no P, M, V on the device;
+     * Pf the fp32 parameters the device reads as such (the embedding, then
+     * each layer's two norm gains, then the final norm's), pf their
+     * ranges (npf of them: offset in P, in Pf, length), and stage, nstage
+     * floats through which the parameters come up to be cast into W */
+    int host;
+    float *Pf, *stage;
+    int64_t (*pf)[3];
+    int npf;
+    int64_t nstage;
+    float *emb; /* the token embedding the forward reads (fp32) */
     tact_t *act;  /* [nact] */
     int nact;     /* layers, or 1 with recompute */
     float *saved; /* recompute: every layer's input (layers, c, d) fp32 */
@@ -75,12 +86,13 @@ static void gtrain_free(dt_gmodel_t *g)
         for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++)
             cudaFree(ps[i]);
     }
-    void *ps[] = { T->P, T->G, T->M, T->V, T->W, T->saved, T->hfb, T->dlb, T->rstdf, T->rowloss,
+    void *ps[] = { T->P, T->G, T->M, T->V, T->W, T->Pf, T->stage, T->saved, T->hfb, T->dlb, T->rstdf, T->rowloss,
                    T->part, T->tok, T->tgt, T->amax, T->etok, T->erows, T->estart, T->dx,
                    T->dh, T->dq, T->dk, T->dv, T->do_, T->da, T->db, T->dg, T->dyb, T->dob };
     for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++)
         cudaFree(ps[i]);
     free(T->act);
+    free(T->pf);
     free(T->h_etok);
     free(T->h_erows);
     free(T->h_estart);
@@ -91,9 +103,13 @@ static void gtrain_free(dt_gmodel_t *g)
     g->tr = NULL;
 }
 
+/* Floats of the staging buffer the parameters come up through (host
+ * optimizer): 16 Mi (64 MiB), or the whole when smaller. */
+#define STAGE_FLOATS ((int64_t)1 << 24)
+
 int dt_gtrain_new(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, int64_t c,
-                  dt_dtype_t dtype, int recompute, dt_ring_t *ring, const float *P,
-                  const float *M, const float *V, int64_t moff, int64_t mlen,
+                  dt_dtype_t dtype, int recompute, int host_optimizer, dt_ring_t *ring,
+                  const float *P, const float *M, const float *V, int64_t moff, int64_t mlen,
                   const int64_t *pos, dt_gmodel_t **out, dt_emsg_t *em)
 {
     const int64_t d = cfg->dim, D = dt_model_head_dim(cfg), qd = cfg->heads * D,
@@ -117,30 +133,61 @@ int dt_gtrain_new(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, int64_
     }
     T->moff = moff;
     T->mlen = mlen;
+    T->host = host_optimizer != 0;
     const size_t nb = (size_t)T->n * F, mb = (size_t)mlen * F;
-    const dbuf_t big[] = {
-        { &T->P, nb }, { &T->G, nb }, { &T->M, mb }, { &T->V, mb }, { &T->W, (size_t)T->n * half },
-    };
-    if ((rc = dt_gmodel_dalloc_all(big, sizeof(big) / sizeof(big[0]), em)) < 0)
-        goto fail;
-    DT_CUDA_GOTO(em, rc, fail, cudaMemcpy(T->P, P, nb, cudaMemcpyHostToDevice));
-    DT_CUDA_GOTO(em, rc, fail, cudaMemcpy(T->M, M, mb, cudaMemcpyHostToDevice));
-    DT_CUDA_GOTO(em, rc, fail, cudaMemcpy(T->V, V, mb, cudaMemcpyHostToDevice));
-    if ((rc = dt_cast_from_f32_cuda(dtype, T->n, T->P, T->W, g->st, em)) < 0)
-        goto fail;
-    /* the layers' weights: views into P (norms) and W (matrices) */
+    if (T->host) {
+        /* the fp32 ranges the device reads: the embedding, the norms */
+        T->npf = 2 * cfg->layers + 2;
+        T->pf = dt_xcalloc((size_t)T->npf, sizeof(*T->pf));
+        int64_t at = 0;
+        for (int i = 0; i < T->npf; i++) {
+            int l = (i - 1) / 2;
+            int64_t src = i == 0                ? T->lo.tok_emb
+                          : i == T->npf - 1     ? T->lo.final_norm
+                          : (i - 1) % 2 == 0    ? T->lo.layer[l].attn_norm
+                                                : T->lo.layer[l].mlp_norm;
+            int64_t len = i == 0 ? (int64_t)Vv * d : d;
+            T->pf[i][0] = src, T->pf[i][1] = at, T->pf[i][2] = len;
+            at += len;
+        }
+        T->nstage = T->n < STAGE_FLOATS ? T->n : STAGE_FLOATS;
+        const dbuf_t big[] = {
+            { &T->G, nb },
+            { &T->W, (size_t)T->n * half },
+            { &T->Pf, (size_t)at * F },
+            { &T->stage, (size_t)T->nstage * F },
+        };
+        if ((rc = dt_gmodel_dalloc_all(big, sizeof(big) / sizeof(big[0]), em)) < 0 ||
+            (rc = dt_gtrain_params_set(g, P, em)) < 0)
+            goto fail;
+        T->emb = T->Pf;
+    } else {
+        const dbuf_t big[] = {
+            { &T->P, nb }, { &T->G, nb }, { &T->M, mb }, { &T->V, mb },
+            { &T->W, (size_t)T->n * half },
+        };
+        if ((rc = dt_gmodel_dalloc_all(big, sizeof(big) / sizeof(big[0]), em)) < 0)
+            goto fail;
+        DT_CUDA_GOTO(em, rc, fail, cudaMemcpy(T->P, P, nb, cudaMemcpyHostToDevice));
+        DT_CUDA_GOTO(em, rc, fail, cudaMemcpy(T->M, M, mb, cudaMemcpyHostToDevice));
+        DT_CUDA_GOTO(em, rc, fail, cudaMemcpy(T->V, V, mb, cudaMemcpyHostToDevice));
+        if ((rc = dt_cast_from_f32_cuda(dtype, T->n, T->P, T->W, g->st, em)) < 0)
+            goto fail;
+        T->emb = T->P + T->lo.tok_emb;
+    }
+    /* the layers' weights: views into P or Pf (norms) and W (matrices) */
     g->layer = dt_xcalloc((size_t)cfg->layers, sizeof(*g->layer));
     for (int l = 0; l < cfg->layers; l++) {
         const dt_model_layer_off_t *L = &T->lo.layer[l];
         glayer_t *G = &g->layer[l];
         char *w = T->W;
-        G->attn_norm = T->P + L->attn_norm;
-        G->mlp_norm = T->P + L->mlp_norm;
+        G->attn_norm = T->host ? T->Pf + T->pf[1 + 2 * l][1] : T->P + L->attn_norm;
+        G->mlp_norm = T->host ? T->Pf + T->pf[2 + 2 * l][1] : T->P + L->mlp_norm;
         G->wq = w + L->wq * half, G->wk = w + L->wk * half, G->wv = w + L->wv * half;
         G->wo = w + L->wo * half, G->w1 = w + L->w1 * half, G->w3 = w + L->w3 * half;
         G->w2 = w + L->w2 * half;
     }
-    g->final_norm = T->P + T->lo.final_norm;
+    g->final_norm = T->host ? T->Pf + T->pf[T->npf - 1][1] : T->P + T->lo.final_norm;
     g->lm_head = (char *)T->W + T->lo.lm_head * half;
     if ((rc = dt_gmodel_dalloc(&g->pos, (size_t)c * sizeof(int64_t), em)) < 0)
         goto fail;
@@ -386,7 +433,7 @@ int dt_gtrain_fwd_bwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, const int32_t 
                                         g->st));
     if (zero)
         DT_CUDA_TRY(em, cudaMemsetAsync(T->G, 0, (size_t)T->n * sizeof(float), g->st));
-    if ((rc = dt_embed_fwd_cuda(c, (int)d, T->tok, T->P + T->lo.tok_emb, g->x, g->st, em)) < 0)
+    if ((rc = dt_embed_fwd_cuda(c, (int)d, T->tok, T->emb, g->x, g->st, em)) < 0)
         return rc;
     const size_t row = (size_t)(c * d) * sizeof(float);
     for (int l = 0; l < cf->layers; l++) {
@@ -456,13 +503,12 @@ int dt_gtrain_adamw(dt_gmodel_t *g, const dt_adamw_cfg_t *cfg, int64_t step, dou
 {
     gtrain_t *T = g->tr;
     /* the constants as dt_adamw_step forms them */
-    const dt_adamw_k_t k = {
-        .b1 = cfg->beta1, .b2 = cfg->beta2, .eps = cfg->eps, .decay = 1.0 - lr * wd,
-        .step_size = lr / (1.0 - pow(cfg->beta1, (double)step)),
-        .rbc2 = 1.0 / sqrt(1.0 - pow(cfg->beta2, (double)step)),
-    };
+    const dt_adamw_k_t k = dt_adamw_k_make(cfg->beta1, cfg->beta2, cfg->eps, lr, wd, step);
     int rc;
 
+    if (T->host)
+        return dt_emsg_set(em, DT_EINVAL, "dt_gtrain_adamw: the optimizer is in host memory "
+                           "(dt_gtrain_grad_get, the host's update, dt_gtrain_params_set)");
     /* a copy of the last update's values to the host must be done first */
     if (g->copying)
         DT_CUDA_TRY(em, cudaStreamWaitEvent(g->st, g->ev_copy, 0));
@@ -486,6 +532,9 @@ int dt_gtrain_copy_start(dt_gmodel_t *g, float *P, float *M, float *V, dt_emsg_t
     const size_t nb = (size_t)T->n * sizeof(float), mb = (size_t)T->mlen * sizeof(float);
     int rc;
 
+    if (T->host) /* the host's arrays are the state itself */
+        return dt_emsg_set(em, DT_EINVAL, "dt_gtrain_copy_start: the optimizer is in host "
+                           "memory; its arrays need no copy");
     if ((rc = dt_gmodel_copy_begin(g, em)) < 0)
         return rc;
     if (P)
@@ -495,4 +544,42 @@ int dt_gtrain_copy_start(dt_gmodel_t *g, float *P, float *M, float *V, dt_emsg_t
     if (V)
         DT_CUDA_TRY(em, cudaMemcpyAsync(V, T->V, mb, cudaMemcpyDeviceToHost, g->cst));
     return dt_gmodel_copy_end(g, em);
+}
+
+int dt_gtrain_grad_get(dt_gmodel_t *g, float *dst, dt_emsg_t *em)
+{
+    gtrain_t *T = g->tr;
+
+    DT_CUDA_TRY(em, cudaMemcpyAsync(dst, T->G + T->moff, (size_t)T->mlen * sizeof(float),
+                                    cudaMemcpyDeviceToHost, g->st));
+    DT_CUDA_TRY(em, cudaStreamSynchronize(g->st));
+    return 0;
+}
+
+int dt_gtrain_params_set(dt_gmodel_t *g, const float *P, dt_emsg_t *em)
+{
+    gtrain_t *T = g->tr;
+    const size_t F = sizeof(float), half = 2;
+    int rc;
+
+    if (!T->host)
+        return dt_emsg_set(em, DT_EINVAL, "dt_gtrain_params_set: the optimizer is on the device");
+    for (int i = 0; i < T->npf; i++)
+        DT_CUDA_TRY(em, cudaMemcpyAsync(T->Pf + T->pf[i][1], P + T->pf[i][0],
+                                        (size_t)T->pf[i][2] * F, cudaMemcpyHostToDevice, g->st));
+    /* the compute-dtype weights, cast on the device by the kernel the
+     * device's own update uses (element by element: a chunk's bits are
+     * the whole's); each chunk's copy waits on the stream for the last
+     * cast out of the staging buffer */
+    for (int64_t off = 0; off < T->n; off += T->nstage) {
+        int64_t len = T->n - off < T->nstage ? T->n - off : T->nstage;
+        DT_CUDA_TRY(em, cudaMemcpyAsync(T->stage, P + off, (size_t)len * F,
+                                        cudaMemcpyHostToDevice, g->st));
+        if ((rc = dt_cast_from_f32_cuda(g->dt, len, T->stage, (char *)T->W + off * half, g->st,
+                                        em)) < 0)
+            return rc;
+    }
+    /* P is the caller's to change again once this returns */
+    DT_CUDA_TRY(em, cudaStreamSynchronize(g->st));
+    return 0;
 }

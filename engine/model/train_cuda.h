@@ -33,9 +33,30 @@
  * and dt_gtrain_adamw gathers the updated parameters from every rank:
  * bit-identical to keeping them all; 8 (nparams - mlen) bytes less. */
 int dt_gtrain_new(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, int64_t c,
-                  dt_dtype_t dtype, int recompute, dt_ring_t *ring, const float *P,
-                  const float *M, const float *V, int64_t moff, int64_t mlen,
+                  dt_dtype_t dtype, int recompute, int host_optimizer, dt_ring_t *ring,
+                  const float *P, const float *M, const float *V, int64_t moff, int64_t mlen,
                   const int64_t *pos, dt_gmodel_t **out, dt_emsg_t *em);
+
+/* host_optimizer (offload = optimizer): the fp32 parameters and the
+ * moments stay in the caller's host arrays, which are then the training
+ * state itself (M and V are not read): the device keeps the gradient, the
+ * compute-dtype weights and, in fp32, only what it reads so (the
+ * embedding and the norm gains), 4 (n + mlen) + 4 mlen bytes fewer, less
+ * those; a step's update is then the caller's:
+ *   dt_gtrain_reduce as always, dt_gtrain_grad_get for this rank's slice
+ *   of the summed gradient, AdamW on the host (dt_adamw_step_scaled,
+ *   engine/model/optim.h: the device kernel's bits), every rank's slice
+ *   gathered into P where sharded, and dt_gtrain_params_set(P).
+ * dt_gtrain_adamw and dt_gtrain_copy_start refuse such a model. */
+
+/* Host optimizer: G[moff, moff + mlen) into dst (mlen floats, host; page-
+ * locked for speed), complete when it returns. */
+int dt_gtrain_grad_get(dt_gmodel_t *g, float *dst, dt_emsg_t *em);
+
+/* Host optimizer: the parameters P (n floats, host) onto the device: the
+ * fp32 ranges it reads and the compute-dtype weights, cast there in
+ * chunks through a 64 MiB staging buffer; complete when it returns. */
+int dt_gtrain_params_set(dt_gmodel_t *g, const float *P, dt_emsg_t *em);
 
 /* One sequence forward and backward: x, y (c, host) this rank's tokens and
  * targets (DT_IGNORE = -1 ignored); the gradient of scale * (the sum of

@@ -210,12 +210,7 @@ static __global__ void adamw_kernel(int64_t n, float *p, const float *g, float *
 {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        const double gi = (double)(g[i] * gscale);
-        const double mi = k.b1 * m[i] + (1.0 - k.b1) * gi;
-        const double vi = k.b2 * v[i] + (1.0 - k.b2) * gi * gi;
-        m[i] = (float)mi;
-        v[i] = (float)vi;
-        p[i] = (float)(p[i] * k.decay - k.step_size * mi / (sqrt(vi) * k.rbc2 + k.eps));
+        dt_adamw_elem(&k, g[i] * gscale, &p[i], &m[i], &v[i]);
     }
 }
 

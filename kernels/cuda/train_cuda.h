@@ -26,6 +26,7 @@
 #include <cuda_runtime_api.h>
 
 #include "common/err.h"
+#include "kernels/adamw.h" /* dt_adamw_k_t, the element update */
 
 #ifdef __cplusplus
 extern "C" {
@@ -62,15 +63,10 @@ int dt_xent_cuda(int64_t n, int V, float *logits, const int32_t *y, float scale,
 #define DT_SUMSQ_PARTS 512
 int dt_sumsq_cuda(int64_t n, const float *g, double *part, cudaStream_t st, dt_emsg_t *em);
 
-/* One AdamW update of n parameters, as dt_adamw_step with the gradient
- * taken as (float)(g[i] * gscale) (the clipping's scale; 1 for none):
- *     m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
- *     p = p * decay - step_size * m / (sqrt(v) * rbc2 + eps)
- * with decay = 1 - lr * wd, step_size = lr / (1 - b1^step), rbc2 = 1 /
- * sqrt(1 - b2^step), all in double (the host forms them as optim.c does). */
-typedef struct dt_adamw_k {
-    double b1, b2, eps, decay, step_size, rbc2;
-} dt_adamw_k_t;
+/* One AdamW update of n parameters, dt_adamw_elem (kernels/adamw.h) on
+ * each with the gradient taken as (float)(g[i] * gscale) (the clipping's
+ * scale; 1 for none) and the constants of dt_adamw_k_make: the bits of
+ * dt_adamw_step_scaled on the host (engine/model/optim.h). */
 int dt_adamw_cuda(int64_t n, float *p, const float *g, float *m, float *v, float gscale,
                   const dt_adamw_k_t *k, cudaStream_t st, dt_emsg_t *em);
 

@@ -462,12 +462,14 @@ check "train --device cuda: checkpoints copied during the next step; GPU resume 
 # cluster's fixed allowance for the CUDA context and libraries) against what
 # the engine allocates on the simulated device (its peak): never below it,
 # at most 10 % above
-t_tr_memory() { # [none|layer [SHARD]]: the recompute and shard settings of both
+t_tr_memory() { # [none|layer [SHARD [OFFLOAD]]]: the recompute, shard and offload of both
     _rc=${1:-none}
     _sh=${2:-none}
+    _of=${3:-none}
     DTCTL_PLAN="$DTCTL plan --tokens 4096 --kind train --model custom --dim 256 --layers 2"
     DTCTL_PLAN="$DTCTL_PLAN --heads 4 --kv-heads 2 --ffn 512 --vocab 512 --tied no"
     DTCTL_PLAN="$DTCTL_PLAN --device cuda --causal --json --recompute $_rc --shard $_sh"
+    DTCTL_PLAN="$DTCTL_PLAN --offload $_of"
     for _r in 1 2; do
         # shellcheck disable=SC2086
         run_rc 0 $DTCTL_PLAN --ranks "$_r" || return 1
@@ -475,7 +477,8 @@ t_tr_memory() { # [none|layer [SHARD]]: the recompute and shard settings of both
         _fixed=$(sed -n 's/.*"fixed": *\([0-9]*\).*/\1/p' "$TMPD/out" | head -n 1)
         mpirun_np "$_r" env DT_SIM_GPUS=1 DT_SIM_MEMSTAT=1 "$SIM" train --device cuda \
             --model custom --dim 256 --layers 2 --heads 4 --kv-heads 2 --ffn 512 --vocab 512 \
-            --seq-len 4096 --steps 1 --recompute "$_rc" --shard "$_sh" >"$TMPD/mem.log" 2>&1 ||
+            --seq-len 4096 --steps 1 --recompute "$_rc" --shard "$_sh" --offload "$_of" \
+            >"$TMPD/mem.log" 2>&1 ||
             { cat "$TMPD/mem.log"; return 1; }
         _peak=$(sed -n 's/^sim: device memory peak \([0-9]*\) bytes$/\1/p' "$TMPD/mem.log" |
             sort -n | tail -n 1)
@@ -491,6 +494,62 @@ check "plan, recompute = layer: a cuda train job's memory covers the engine's, w
     t_tr_memory layer
 check "plan, shard = optimizer: a cuda train job's memory covers the engine's, within 10 %" \
     t_tr_memory none optimizer
+check "plan, offload = optimizer, shard = optimizer: the GPU's memory covers the engine's, within 10 %" \
+    t_tr_memory none optimizer optimizer
+
+# offload = optimizer on simulated GPUs: the fp32 parameters and AdamW
+# moments stay in host memory, AdamW runs on the host with the GPU
+# kernel's arithmetic (kernels/adamw.h): the same parameters to the bit as
+# the same job without offload, unsharded on 1 GPU and sharded on 2, in
+# less device memory; the planner's host memory grows by the gradient's
+# slice; a checkpoint written with offload resumes without it, to the bit
+t_tr_offload() {
+    for _rs in "1 none" "2 optimizer"; do
+        set -- $_rs
+        for _of in none optimizer; do
+            rm -rf "$TMPD/gof-$_of.d"
+            mpirun_np "$1" env DT_SIM_GPUS=1 DT_SIM_MEMSTAT=1 "$SIM" train --device cuda \
+                --model custom --dim 256 --layers 2 --heads 4 --kv-heads 2 --ffn 512 \
+                --vocab 512 --seq-len 2048 --steps 4 --shard "$2" --offload "$_of" \
+                --ckpt-dir "$TMPD/gof-$_of.d" --ckpt-every 2 >"$TMPD/gof-$_of.log" 2>&1 ||
+                { cat "$TMPD/gof-$_of.log"; return 1; }
+        done
+        grep -q ' offload=optimizer' "$TMPD/gof-optimizer.log" ||
+            { grep -i offload "$TMPD/gof-optimizer.log"; return 1; }
+        _a=$(sed -n 's/^result: .*params_sha256=\([0-9a-f]*\) .*/\1/p' "$TMPD/gof-none.log")
+        _b=$(sed -n 's/^result: .*params_sha256=\([0-9a-f]*\) .*/\1/p' "$TMPD/gof-optimizer.log")
+        _pa=$(sed -n 's/^sim: device memory peak \([0-9]*\) bytes$/\1/p' "$TMPD/gof-none.log" |
+            sort -n | tail -n 1)
+        _pb=$(sed -n 's/^sim: device memory peak \([0-9]*\) bytes$/\1/p' \
+            "$TMPD/gof-optimizer.log" | sort -n | tail -n 1)
+        echo "R=$1 shard=$2: $_b (no offload $_a), device peak $_pb bytes (no offload $_pa)"
+        [ -n "$_a" ] && [ "$_a" = "$_b" ] && [ "$_pb" -lt "$_pa" ] || return 1
+    done
+    # the planner: less on the device, more on the host
+    for _of in none optimizer; do
+        run_rc 0 "$DTCTL" plan --tokens 2048 --kind train --model custom --dim 256 --layers 2 \
+            --heads 4 --kv-heads 2 --ffn 512 --vocab 512 --device cuda --ranks 2 \
+            --shard optimizer --offload "$_of" --json || return 1
+        sed -n 's/.*"memory_per_rank_bytes": *\([0-9]*\).*/\1/p' "$TMPD/out" >"$TMPD/gof-dev-$_of"
+        sed -n 's/.*"host_memory_per_rank_bytes": *\([0-9]*\).*/\1/p' "$TMPD/out" \
+            >"$TMPD/gof-host-$_of"
+    done
+    [ "$(cat "$TMPD/gof-dev-optimizer")" -lt "$(cat "$TMPD/gof-dev-none")" ] &&
+        [ "$(cat "$TMPD/gof-host-optimizer")" -gt "$(cat "$TMPD/gof-host-none")" ] ||
+        { echo "planned device/host: none $(cat "$TMPD/gof-dev-none")/$(cat "$TMPD/gof-host-none")," \
+            "optimizer $(cat "$TMPD/gof-dev-optimizer")/$(cat "$TMPD/gof-host-optimizer")"; return 1; }
+    # the sharded, offloaded checkpoint of step 2 resumed on 2 GPUs without offload
+    rm -rf "$TMPD/gof-back.d"
+    mpirun_np 2 env DT_SIM_GPUS=1 "$SIM" train --device cuda --model custom --dim 256 \
+        --layers 2 --heads 4 --kv-heads 2 --ffn 512 --vocab 512 --seq-len 2048 --steps 4 \
+        --shard optimizer --ckpt-dir "$TMPD/gof-back.d" --ckpt-every 2 \
+        --resume-from "$TMPD/gof-optimizer.d/step-00000002" >"$TMPD/gof-back.log" 2>&1 ||
+        { cat "$TMPD/gof-back.log"; return 1; }
+    grep -q "params_sha256=$_a" "$TMPD/gof-back.log" ||
+        { echo "resumed without offload: $(grep result: "$TMPD/gof-back.log")"; return 1; }
+}
+check "train --device cuda --offload optimizer: bit-identical, less device memory, resumes without offload" \
+    t_tr_offload
 
 # shard = optimizer on simulated GPUs: each GPU keeps the AdamW moments of
 # its slice, updates that slice and the slices are gathered (NCCL sends

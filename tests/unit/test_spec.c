@@ -854,7 +854,8 @@ Test(spec, list_key_offload)
     cr_assert_str_eq(fmt, "activations,optimizer");
 }
 
-/* What each engine runs: the CPU any offload set (train), the GPU none. */
+/* What each engine runs: the CPU any offload set (train), the GPU none or
+ * optimizer (its layer inputs stay on the device). */
 Test(spec, offload_runs)
 {
     unsigned both = DT_OFFLOAD_ACTIVATIONS | DT_OFFLOAD_OPTIMIZER;
@@ -862,8 +863,14 @@ Test(spec, offload_runs)
 
     cr_assert_eq(dt_vocab_offload_runs(DT_DEVICE_CPU, DT_KIND_TRAIN, both, &em), 0);
     cr_assert_eq(dt_vocab_offload_runs(DT_DEVICE_CUDA, DT_KIND_TRAIN, 0, &em), 0);
+    cr_assert_eq(
+        dt_vocab_offload_runs(DT_DEVICE_CUDA, DT_KIND_TRAIN, DT_OFFLOAD_OPTIMIZER, &em), 0);
     cr_assert_eq(dt_vocab_offload_runs(DT_DEVICE_CUDA, DT_KIND_TRAIN, both, &em), DT_ENOTSUP);
     cr_assert(strstr(em.s, "not activations,optimizer"), "%s", em.s);
+    cr_assert_eq(
+        dt_vocab_offload_runs(DT_DEVICE_CUDA, DT_KIND_TRAIN, DT_OFFLOAD_ACTIVATIONS, &em),
+        DT_ENOTSUP);
+    cr_assert(strstr(em.s, "none or optimizer"), "%s", em.s);
     cr_assert_eq(dt_vocab_offload_runs(DT_DEVICE_CPU, DT_KIND_ATTN, DT_OFFLOAD_OPTIMIZER, &em),
                  DT_ENOTSUP);
     cr_assert(strstr(em.s, "kind = train"), "%s", em.s);

@@ -95,15 +95,8 @@ static void do_train(void *arg)
         break;
     }
     default:
-        for (int64_t i = 0; i < k->n; i++) {
-            const double gi = (double)(k->src[i] * k->scale);
-            const double mi = k->k.b1 * k->m[i] + (1.0 - k->k.b1) * gi;
-            const double vi = k->k.b2 * k->v[i] + (1.0 - k->k.b2) * gi * gi;
-            k->m[i] = (float)mi;
-            k->v[i] = (float)vi;
-            k->dst[i] = (float)(k->dst[i] * k->k.decay -
-                                k->k.step_size * mi / (sqrt(vi) * k->k.rbc2 + k->k.eps));
-        }
+        for (int64_t i = 0; i < k->n; i++)
+            dt_adamw_elem(&k->k, k->src[i] * k->scale, &k->dst[i], &k->m[i], &k->v[i]);
     }
 }
 
