@@ -190,6 +190,7 @@
 #include "config.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "plan/cost.h"
@@ -310,7 +311,18 @@ static void train_state(const dt_plan_req_t *q, double inv_w, dt_plan_mem_t *mm)
     mm->optimizer = sh >= DT_SHARD_OPTIMIZER ? 8 * P * inv_w : 8 * P;
 }
 
-double dt_cost_act_per_token(const dt_plan_req_t *q)
+/* The GPU engine's account (spec/model.h) for this request at c tokens a
+ * GPU: its dtype, recompute, the kept inputs' dtype and offload. */
+static dt_gpu_train_bytes_t gpu_bytes(const dt_plan_req_t *q, int64_t c)
+{
+    return dt_model_gpu_train_bytes(&q->model, (int)elem_of(q->precision), recomp(q), c,
+                                    q->ckpt_dtype == DT_CKPT_BF16 ? 2 : 4,
+                                    recomp(q) && (q->offload & DT_OFFLOAD_ACTIVATIONS));
+}
+
+/* The activations per token at c tokens per rank (the GPU engine tiles
+ * its MLP above DT_GPU_MLP_ROWS tokens, spec/model.h). */
+static double act_per_token_at(const dt_plan_req_t *q, int64_t c)
 {
     const dt_model_cfg_t *m = &q->model;
     double e = elem_of(q->precision), dim = (double)m->dim, H = (double)m->heads;
@@ -328,10 +340,16 @@ double dt_cost_act_per_token(const dt_plan_req_t *q)
         /* on GPUs (16-bit compute): what dtengine train --device cuda keeps */
         if (e < 4)
             return (double)m->layers *
-                   dt_model_gpu_train_bytes(m, (int)e, recomp(q)).per_token_layer;
+                   gpu_bytes(q, c).per_token_layer;
         return (double)m->layers * train_kept_per_token_layer(q) + 4 * (2 * dim + 1);
     }
     return 0;
+}
+
+double dt_cost_act_per_token(const dt_plan_req_t *q)
+{
+    /* the fewest bytes: at many tokens a rank, the GPU's MLP tiled */
+    return act_per_token_at(q, INT64_MAX);
 }
 
 /* One branch on R ranks of c tokens: group, pack, memory. */
@@ -366,10 +384,10 @@ static void branch_shape(const dt_plan_req_t *q, const dt_attn_spec_t *a, int b,
         kvrows += dt_attn_chunk(a, &br, k).nkv;
     o->pack = 2.0 * (double)nrow * kvrows * a->D * e;
 
-    /* ring buffers: a ring of one never receives; on the CPU, dense
-     * attention on one rank reads K and V (and adds their gradients) where
-     * they lie, with no pack at all */
-    if (!q->cuda && a->nbranch == 0 && R == 1)
+    /* ring buffers: a ring of one never receives; dense attention on one
+     * rank reads K and V (and adds their gradients) where they lie, with
+     * no pack at all (the CPU's, and the GPU's ring, engine/attn/ring_call.c) */
+    if (a->nbranch == 0 && R == 1)
         o->buffers = 0;
     else {
         o->buffers = (o->group > 1 ? 2 : 1) * o->pack;
@@ -530,7 +548,7 @@ void dt_cost_eval(const dt_plan_req_t *q, int64_t T, int R, dt_cost_t *v)
     if (q->kind != DT_KIND_ATTN)
         params(m, &P, &Pmm, &Pmm_layers);
     mm->weights = P * e;
-    mm->activations = c * dt_cost_act_per_token(q);
+    mm->activations = c * act_per_token_at(q, v->c);
     mm->kv_buffers = buffers;
     mm->workspace = work;
     if (q->kind == DT_KIND_TRAIN)
@@ -538,8 +556,9 @@ void dt_cost_eval(const dt_plan_req_t *q, int64_t T, int R, dt_cost_t *v)
     if (q->kind == DT_KIND_TRAIN && e < 4) {
         /* the GPU engine's own accounting (spec/model.h); the head in
          * chunks of rows */
-        dt_gpu_train_bytes_t gb = dt_model_gpu_train_bytes(m, (int)e, recomp(q));
+        dt_gpu_train_bytes_t gb = gpu_bytes(q, v->c);
         mm->workspace += c * gb.per_token + gb.fixed;
+        mm->host += c * (double)m->layers * gb.host_per_token_layer;
     } else if (q->kind == DT_KIND_TRAIN) {
         /* the CPU engine, fp32 (see the top) */
         double D = (double)dt_model_head_dim(m), qdim = D * (double)m->heads;
@@ -583,7 +602,13 @@ void dt_cost_eval(const dt_plan_req_t *q, int64_t T, int R, dt_cost_t *v)
          * collectives over the training state, as far as they do not hide:
          * the CPU engine reduces each sequence's gradient, the GPU engine
          * the step's sum once */
-        v->seconds = B * (layers * attn_s + (6 * Pmm + (recomp(q) ? 2 * Pmm_layers : 0)) * c / pe) +
+        /* the GPU's tiled MLP makes the gate and up products again in the
+         * backward (spec/model.h) */
+        double tiled = q->cuda && dt_model_gpu_mlp_tiled(v->c)
+                           ? 4 * (double)m->dim * (double)m->ffn * layers
+                           : 0;
+        v->seconds = B * (layers * attn_s +
+                          (6 * Pmm + (recomp(q) ? 2 * Pmm_layers : 0) + tiled) * c / pe) +
                      (q->cuda ? 1.0 : B) * state_comm(q, W, c, bw, attn_fwd_s, v);
         break;
     }

@@ -106,6 +106,14 @@ static int check_req(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
     if (dt_vocab_offload_runs(q->cuda ? DT_DEVICE_CUDA : DT_DEVICE_CPU, q->kind, q->offload,
                               &why) < 0)
         return fail(p, em, DT_ENOTSUP, "%s", why.s);
+    /* the GPU's kept layer inputs are recompute = layer's (auto: layer) */
+    if (q->kind == DT_KIND_TRAIN && q->cuda && q->recompute == DT_RECOMPUTE_NONE &&
+        ((q->offload & DT_OFFLOAD_ACTIVATIONS) || q->ckpt_dtype != DT_CKPT_FP32))
+        return fail(p, em, DT_EINVAL,
+                    "%s concerns the layer inputs recompute = layer keeps, and recompute = "
+                    "none keeps none",
+                    q->offload & DT_OFFLOAD_ACTIVATIONS ? "offload = activations"
+                                                        : "ckpt_dtype = bf16");
 
     if (q->tokens <= 0 || q->tokens > TOKENS_MAX)
         return fail(p, em, DT_EINVAL, "tokens=%lld: the sequence length must be 1 to 2^50",
@@ -581,6 +589,10 @@ int dt_plan_make(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
     bool auto_shard = q->kind == DT_KIND_TRAIN && q->shard == DT_SHARD_AUTO &&
                       (q->ranks != 1 || dp_of(q) > 1);
     bool auto_rc = q->kind == DT_KIND_TRAIN && q->recompute == DT_RECOMPUTE_AUTO;
+    /* on the GPU, offloaded or bf16 layer inputs exist with recompute
+     * only: auto is layer there */
+    bool layer_only = auto_rc && q->cuda &&
+                      ((q->offload & DT_OFFLOAD_ACTIVATIONS) || q->ckpt_dtype != DT_CKPT_FP32);
     int nsh = auto_shard ? (int)DT_ARRAY_SIZE(levels) : 1;
     int nrc = auto_rc ? (int)DT_ARRAY_SIZE(settings) : 1;
     bool whole[DT_SHARD_PARAMETERS + 1] = { false };
@@ -593,6 +605,8 @@ int dt_plan_make(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
 
     if (!auto_shard && !auto_rc)
         return plan_one(q, 0, p, &bound, em);
+    if (layer_only)
+        nrc = 1;
     /* sharding first, recompute after: at each recompute setting (none,
      * then layer) the shard level with the fewest ranks, the least
      * sharding among equals; layer only when no level fits without */
@@ -607,7 +621,7 @@ int dt_plan_make(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
                                                    t.shard))
                 continue;
             if (auto_rc)
-                t.recompute = settings[i];
+                t.recompute = layer_only ? DT_RECOMPUTE_LAYER : settings[i];
             /* recompute cannot help where the state kept whole does not fit */
             if (whole[shard_of(&t)])
                 continue;

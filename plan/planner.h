@@ -73,6 +73,7 @@ typedef struct dt_plan_req {
     enum dt_recompute recompute; /* train only; AUTO when the spec leaves it unset */
     enum dt_shard_level shard;   /* train only; AUTO when the spec leaves it unset */
     unsigned offload;            /* train only: enum dt_offload bits (spec offload) */
+    enum dt_ckpt_dtype ckpt_dtype; /* train with recompute: the kept inputs' (spec ckpt_dtype) */
     int64_t batch;               /* train: sequences per step (spec batch); 0 is 1 */
     int dp;                      /* train: dp rings of `ranks` ranks (spec dp), each its own
                                   * sequences; 0 is 1; more is refused for attn and prefill */

@@ -148,7 +148,8 @@ void dt_model_layout_close(dt_model_layout_t *lo)
     lo->layers = 0;
 }
 
-dt_gpu_train_bytes_t dt_model_gpu_train_bytes(const dt_model_cfg_t *m, int elem, int recompute)
+dt_gpu_train_bytes_t dt_model_gpu_train_bytes(const dt_model_cfg_t *m, int elem, int recompute,
+                                              int64_t c, int ck, int offload_act)
 {
     const double F = 4, e = elem, d = m->dim, H = m->heads, D = (double)dt_model_head_dim(m),
                  qd = H * D, kd = m->kv_heads * D, f = m->ffn, V = m->vocab;
@@ -156,6 +157,7 @@ dt_gpu_train_bytes_t dt_model_gpu_train_bytes(const dt_model_cfg_t *m, int elem,
     dt_gpu_train_bytes_t b;
 
     b.per_param = 4 * F + e;
+    b.host_per_token_layer = 0;
     /* kept: the inputs of both norms, their rstd, o and lse (fp32), the
      * SwiGLU inputs (fp32); the inputs of the products and of the
      * attention in the dtype: both normed inputs, q k v, o, the product */
@@ -169,10 +171,28 @@ dt_gpu_train_bytes_t dt_model_gpu_train_bytes(const dt_model_cfg_t *m, int elem,
     /* a chunk of fp32 logits and its gradient in the dtype; the norm's
      * partial sums */
     b.fixed = (double)DT_GPU_HEAD_ROWS * V * (F + e) + 512 * 8;
+    if (dt_model_gpu_mlp_tiled(c)) {
+        /* no (tokens x ffn) tensor: the layer keeps neither the SwiGLU's
+         * inputs nor its product, the scratch holds a tile of them (gate,
+         * up, product and their gradients in fp32, the product in the
+         * dtype), and dy in the dtype is (tokens, max(d, qd)) beside a
+         * tile's (rows, ffn) */
+        const double dq = d > qd ? d : qd;
+        b.per_token_layer -= F * 2 * f + e * f;
+        b.per_token -= F * f + F * 3 * f + e * wide;
+        b.per_token += e * dq;
+        b.fixed += (double)DT_GPU_MLP_ROWS * f * (6 * F + 2 * e);
+    }
     if (recompute) {
-        /* the layers' inputs, saved in fp32; one layer's activations */
+        /* the layers' inputs, saved in the checkpoint dtype (on the
+         * device, or in host memory with two in flight on the device);
+         * one layer's activations */
         b.per_token += b.per_token_layer;
-        b.per_token_layer = F * d;
+        b.per_token_layer = offload_act ? 0 : ck * d;
+        if (offload_act) {
+            b.per_token += 2.0 * ck * d;
+            b.host_per_token_layer = ck * d;
+        }
     }
     return b;
 }

@@ -94,17 +94,34 @@ void dt_model_layout_close(dt_model_layout_t *lo);
  * activations kept for the backward), per token outside the layers (the
  * residual stream, the backward's scratch, the head's normed input and
  * the token arrays), and fixed (the LM head's chunk of logits and their
- * gradient, HEAD_ROWS rows). elem is the compute dtype's size (2). With
+ * gradient, HEAD_ROWS rows; with the MLP tiled its tile's buffers). elem
+ * is the compute dtype's size (2). With
  * recompute (recompute = layer) a layer keeps only its input (fp32) per
  * token, and one layer's activations move to the per-token scratch. The
  * ring's buffers, cuBLASLt's workspace and the CUDA context are not in
  * it. */
 #define DT_GPU_HEAD_ROWS 1024
+/* The MLP in token tiles (ALST's TiledMLP): with more than
+ * DT_GPU_MLP_ROWS tokens on a GPU its SwiGLU runs DT_GPU_MLP_ROWS tokens
+ * at a time, forward and backward, and no (tokens x ffn) tensor exists:
+ * the layer keeps only the MLP's normed input, and the backward makes
+ * each tile's gate and up products again from it (two of the MLP's three
+ * products once more). With c tokens or fewer, nothing changes. */
+#define DT_GPU_MLP_ROWS 1024
+static inline int dt_model_gpu_mlp_tiled(int64_t c)
+{
+    return c > DT_GPU_MLP_ROWS;
+}
 typedef struct dt_gpu_train_bytes {
     double per_param, per_token_layer, per_token, fixed;
+    double host_per_token_layer; /* page-locked host memory: the offloaded layer inputs */
 } dt_gpu_train_bytes_t;
+/* c: the tokens per GPU (whether the MLP is tiled). With recompute: ck
+ * the kept layer inputs' element size (4 fp32, 2 bf16: ckpt_dtype) and
+ * offload_act whether they are in host memory (offload = activations:
+ * the device then holds two of them in flight, per token). */
 dt_gpu_train_bytes_t dt_model_gpu_train_bytes(const dt_model_cfg_t *cfg, int elem,
-                                              int recompute);
+                                              int recompute, int64_t c, int ck, int offload_act);
 
 /* Sharded training gathers and reduces the flat parameters in units: the
  * embedding (V d), each layer (attn_norm, wq, wk, wv, wo, mlp_norm, w1,

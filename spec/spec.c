@@ -129,6 +129,9 @@ static const dt_conf_key_t keys[] = {
     STR("offload", offload, 0, "none", T,
         "a list of activations and optimizer (or none): what training keeps in host memory "
         "instead of the device's"),
+    STR("ckpt_dtype", ckpt_dtype, 0, "fp32", T,
+        "fp32 or bf16: the dtype of the layer inputs kept for recompute = layer (fp32 exact; "
+        "bf16 half the memory, rounded)"),
     STR("lr", lr, 0, "3e-3", T, "peak learning rate, a number in (0, 10]"),
     STR("min_lr", min_lr, 0, "3e-4", T,
         "the learning rate the cosine schedule ends at, a number in [0, 10]"),
@@ -198,6 +201,7 @@ static const struct {
     { "signal", signals, false },             { "rope_scaling", scalings, false },
     { "recompute", dt_recompute_names, false }, { "shard", dt_shard_names, false },
     { "offload", dt_offload_names, true },
+    { "ckpt_dtype", dt_ckpt_dtype_names, false },
 };
 
 const char *const *dt_spec_key_values(const char *key)
@@ -658,6 +662,14 @@ unsigned dt_spec_offload(const dt_spec_t *s)
     if (s->offload != NULL)
         dt_offload_parse("offload", s->offload, &set, NULL); /* checked by dt_spec_check */
     return set;
+}
+
+enum dt_ckpt_dtype dt_spec_ckpt_dtype(const dt_spec_t *s)
+{
+    enum dt_ckpt_dtype d = DT_CKPT_FP32;
+    if (s->ckpt_dtype != NULL)
+        dt_ckpt_dtype_parse("ckpt_dtype", s->ckpt_dtype, &d, NULL); /* checked by dt_spec_check */
+    return d;
 }
 
 const char *dt_spec_word(const dt_spec_t *s, const char *key)

@@ -74,6 +74,8 @@ typedef struct dt_spec {
                       * (NULL: the planner picks) */
     char *offload;   /* a set of activations, optimizer (or none): what training keeps in
                       * host memory instead of the device's (default none) */
+    char *ckpt_dtype; /* fp32 | bf16: the dtype of the layer inputs kept for
+                       * recompute = layer (default fp32) */
     char *lr;        /* peak learning rate, a number in (0, 10] (default 3e-3) */
     /* the rest of the optimizer, numbers as text so that 0 is a value:
      * min_lr [0, 10], warmup a whole number of steps, weight_decay [0, 10],
@@ -117,6 +119,8 @@ bool dt_spec_causal(const dt_spec_t *s);
 enum dt_layout dt_spec_layout(const dt_spec_t *s);
 /* The offload set (enum dt_offload bits; 0 for none or unset). */
 unsigned dt_spec_offload(const dt_spec_t *s);
+/* ckpt_dtype (DT_CKPT_FP32 unset). */
+enum dt_ckpt_dtype dt_spec_ckpt_dtype(const dt_spec_t *s);
 int64_t dt_spec_warmup(const dt_spec_t *s);
 int64_t dt_spec_ckpt_every(const dt_spec_t *s);
 /* The same as names ("cuda", "h100-sxm", "bf16"). */

@@ -18,6 +18,7 @@ const char *const dt_shard_names[] = { "none", "optimizer", "gradients", "parame
 const char *const dt_layout_names[] = { "contiguous", "zigzag", NULL };
 const char *const dt_compute_dtype_names[] = { "fp32", "bf16", "fp16", NULL };
 const char *const dt_offload_names[] = { "activations", "optimizer", NULL };
+const char *const dt_ckpt_dtype_names[] = { "fp32", "bf16", NULL };
 static const dt_dtype_t compute_dtypes[] = { DT_F32, DT_BF16, DT_F16 };
 
 static size_t count(const char *const *names)
@@ -188,6 +189,14 @@ int dt_shard_parse(const char *what, const char *s, enum dt_shard_level *out, dt
     return rc;
 }
 
+int dt_ckpt_dtype_parse(const char *what, const char *s, enum dt_ckpt_dtype *out, dt_emsg_t *em)
+{
+    int i, rc = parse(what, s, dt_ckpt_dtype_names, &i, em);
+    if (rc == 0)
+        *out = (enum dt_ckpt_dtype)i;
+    return rc;
+}
+
 int dt_compute_dtype_parse(const char *what, const char *s, dt_dtype_t *out, dt_emsg_t *em)
 {
     int i, rc = parse(what, s, dt_compute_dtype_names, &i, em);
@@ -235,12 +244,8 @@ int dt_vocab_offload_runs(enum dt_device device, enum dt_job_kind kind, unsigned
         return dt_emsg_set(em, DT_ENOTSUP, "offload = %s is for kind = train", set);
     if (device == DT_DEVICE_CPU)
         return 0;
-    /* the GPU engine moves the AdamW state to the host (optimizer,
-     * engine/cmd/train_gpu.c) and keeps every layer input on the device */
-    if (offload & DT_OFFLOAD_ACTIVATIONS)
-        return dt_emsg_set(em, DT_ENOTSUP,
-                           "device cuda runs offload = none or optimizer (layer inputs stay on "
-                           "the GPU), not %s",
-                           set);
+    /* the GPU engine moves the AdamW state (optimizer,
+     * engine/cmd/train_gpu.c) and the layer inputs recompute = layer keeps
+     * (activations, engine/model/train_cuda.c) to the host */
     return 0;
 }

@@ -54,6 +54,11 @@ enum dt_shard_level {
  * AdamW state and its update. */
 enum dt_offload { DT_OFFLOAD_ACTIVATIONS = 1u << 0, DT_OFFLOAD_OPTIMIZER = 1u << 1 };
 
+/* The dtype of the layer inputs training keeps for recompute = layer
+ * (spec key ckpt_dtype): FP32 exact (bit-identical to keeping them as
+ * computed), BF16 half the bytes (rounded to nearest even; ALST's). */
+enum dt_ckpt_dtype { DT_CKPT_FP32 = 0, DT_CKPT_BF16 };
+
 /* The words, in the enums' order, NULL-terminated; a value's name is
  * names[value] ("auto" for the AUTO values, which no spec spells). */
 extern const char *const dt_kind_names[];     /* attn prefill train */
@@ -65,6 +70,7 @@ extern const char *const dt_shard_names[];    /* none optimizer gradients parame
 extern const char *const dt_layout_names[];   /* contiguous zigzag */
 extern const char *const dt_compute_dtype_names[]; /* fp32 bf16 fp16 */
 extern const char *const dt_offload_names[];  /* activations optimizer: bit i is names[i] */
+extern const char *const dt_ckpt_dtype_names[]; /* fp32 bf16 */
 
 const char *dt_kind_name(enum dt_job_kind k);
 const char *dt_device_name(enum dt_device d);
@@ -80,6 +86,7 @@ int dt_device_parse(const char *what, const char *s, enum dt_device *out, dt_ems
 int dt_gpu_parse(const char *what, const char *s, enum dt_gpu_preset *out, dt_emsg_t *em);
 int dt_recompute_parse(const char *what, const char *s, enum dt_recompute *out, dt_emsg_t *em);
 int dt_shard_parse(const char *what, const char *s, enum dt_shard_level *out, dt_emsg_t *em);
+int dt_ckpt_dtype_parse(const char *what, const char *s, enum dt_ckpt_dtype *out, dt_emsg_t *em);
 /* fp32, bf16 or fp16 into DT_F32, DT_BF16, DT_F16. */
 int dt_compute_dtype_parse(const char *what, const char *s, dt_dtype_t *out, dt_emsg_t *em);
 
@@ -114,10 +121,10 @@ int dt_vocab_runs(enum dt_device device, enum dt_job_kind kind, enum dt_shard_le
                   int dp, dt_emsg_t *em);
 /* The same for the offload set (enum dt_offload bits), train jobs only:
  * the CPU engine keeps everything in host memory already, so any set is
- * what it runs (and changes nothing); the GPU engine runs none and
- * optimizer (the AdamW state and fp32 parameters in host memory) and
- * keeps layer inputs on the device (not activations). 0, or DT_ENOTSUP
- * with the reason. */
+ * what it runs (and changes nothing); the GPU engine runs every set
+ * (optimizer: the AdamW state and fp32 parameters in host memory;
+ * activations: the layer inputs recompute = layer keeps). 0, or
+ * DT_ENOTSUP with the reason (kind not train). */
 int dt_vocab_offload_runs(enum dt_device device, enum dt_job_kind kind, unsigned offload,
                           dt_emsg_t *em);
 /* Whether dt_vocab_runs accepts that shard level on that device (dp 1). */

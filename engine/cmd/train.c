@@ -86,7 +86,7 @@ static void usage(FILE *f)
                "                      [--segments w1,.. --dilations r1,..]\n"
                "                      [--batch B] [--recompute none|layer] [--dp N]\n"
                "                      [--shard none|optimizer|gradients|parameters]\n"
-               "                      [--offload none|activations,optimizer]\n"
+               "                      [--offload none|activations,optimizer] [--ckpt-dtype fp32|bf16]\n"
                "                      [--params-out FILE.npy]\n"
                "                      [--recall-keys K] [--recall-values V] [--recall-pairs P]\n"
                "                      [--recall-queries Q] [--device cpu|cuda [--dtype bf16|fp16]]\n"
@@ -158,6 +158,7 @@ static int parse(int argc, char **argv, dt_train_opts_t *o, dt_emsg_t *em)
     if (s->shard != NULL)
         dt_shard_parse("--shard", s->shard, &o->shard, NULL);
     o->offload = dt_spec_offload(s);
+    o->ckpt_dtype = dt_spec_ckpt_dtype(s);
     /* the recall task's sizes: 0 leaves them to the task's defaults, the
      * key table's (engine/data/recall.c) */
     o->rkeys = (int)s->recall_keys;
@@ -181,6 +182,14 @@ static int parse(int argc, char **argv, dt_train_opts_t *o, dt_emsg_t *em)
     if (dt_vocab_runs(dt_spec_device_id(s), DT_KIND_TRAIN, o->shard, o->dp, &why) < 0 ||
         dt_vocab_offload_runs(dt_spec_device_id(s), DT_KIND_TRAIN, o->offload, &why) < 0)
         return dt_emsg_set(em, DT_EUSAGE, "%s", why.s);
+    /* the kept layer inputs are recompute = layer's */
+    if (dt_spec_device_id(s) == DT_DEVICE_CUDA && !o->recompute &&
+        ((o->offload & DT_OFFLOAD_ACTIVATIONS) || o->ckpt_dtype != DT_CKPT_FP32))
+        return dt_emsg_set(em, DT_EUSAGE,
+                           "%s concerns the layer inputs recompute = layer keeps: give "
+                           "--recompute layer",
+                           o->offload & DT_OFFLOAD_ACTIVATIONS ? "offload = activations"
+                                                               : "ckpt_dtype = bf16");
     return 0;
 }
 
@@ -570,12 +579,13 @@ static int trainer_load_or_resume(dt_trainer_t *t)
         dt_vocab_format_set(off, sizeof(off), dt_offload_names, o->offload);
         printf("train: model dim=%d layers=%d heads=%d/%d ffn=%d vocab=%d params=%lld "
                "tokens=%lld batch=%lld ranks=%d layout=%s steps=%lld start=%lld device=%s "
-               "shard=%s dp=%d recompute=%s offload=%s",
+               "shard=%s dp=%d recompute=%s offload=%s ckpt_dtype=%s",
                o->model.dim, o->model.layers, o->model.heads, o->model.kv_heads, o->model.ffn,
                o->model.vocab, (long long)t->n, (long long)o->T, (long long)o->batch, t->W,
                o->layout, (long long)o->steps, (long long)t->start,
                !o->cuda ? "cpu" : o->dtype == DT_F16 ? "cuda/fp16" : "cuda/bf16",
-               dt_shard_name(o->shard), t->N, o->recompute ? "layer" : "none", off);
+               dt_shard_name(o->shard), t->N, o->recompute ? "layer" : "none", off,
+               dt_ckpt_dtype_names[o->ckpt_dtype]);
         if (t->be->print_header)
             t->be->print_header(t);
         printf("\n");
@@ -934,6 +944,7 @@ static void print_settings(const dt_trainer_t *t)
     char off[64];
     dt_vocab_format_set(off, sizeof(off), dt_offload_names, o->offload);
     dt_cmd_setting("offload", "%s", off);
+    dt_cmd_setting("ckpt_dtype", "%s", dt_ckpt_dtype_names[o->ckpt_dtype]);
     dt_cmd_setting("lr", "%.9g", o->lr);
     dt_cmd_setting("min_lr", "%.9g", o->min_lr);
     dt_cmd_setting("warmup", "%lld", (long long)o->warmup);

@@ -46,6 +46,8 @@ typedef struct dt_train_opts {
     enum dt_shard_level shard;           /* spec shard; unset (auto): none */
     unsigned offload;                    /* spec offload: enum dt_offload bits (the CPU
                                           * keeps everything in host memory: no effect) */
+    enum dt_ckpt_dtype ckpt_dtype;       /* spec ckpt_dtype: the kept layer inputs' (GPU
+                                          * with recompute; the CPU keeps fp32) */
     int dp;                              /* --dp N (spec dp): N rings of R ranks */
     int cuda;                            /* --device cuda: the step on this rank's GPU */
     dt_dtype_t dtype;                    /* its compute dtype: DT_BF16 or DT_F16 */

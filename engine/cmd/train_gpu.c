@@ -74,9 +74,15 @@ static int gpu_start(dt_trainer_t *t)
     int rc = t->R == 1 ? dt_ring_local_new(1, 0, &g->ring, &t->em)
                        : dt_ring_nccl_pmix_new(0, &g->ring, &t->em);
 
+    const dt_gtrain_opts_t go = {
+        .recompute = o->recompute,
+        .host_optimizer = g->host,
+        .offload_act = (o->offload & DT_OFFLOAD_ACTIVATIONS) != 0,
+        .ckpt_bf16 = o->ckpt_dtype == DT_CKPT_BF16,
+    };
     if (rc == 0)
-        rc = dt_gtrain_new(&o->model, &t->lo, t->c, o->dtype, o->recompute, g->host, g->ring,
-                           t->P, t->M, t->V, t->moff, t->mlen, t->rpos, &g->gm, &t->em);
+        rc = dt_gtrain_new(&o->model, &t->lo, t->c, o->dtype, &go, g->ring, t->P, t->M, t->V,
+                           t->moff, t->mlen, t->rpos, &g->gm, &t->em);
     /* a device failure is this rank's alone (agree.h) */
     return dt_agree_report(t->comm, rc, "dtengine train", t->em.s, NULL);
 }

@@ -58,7 +58,19 @@ typedef struct gtrain {
     float *emb; /* the token embedding the forward reads (fp32) */
     tact_t *act;  /* [nact] */
     int nact;     /* layers, or 1 with recompute */
-    float *saved; /* recompute: every layer's input (layers, c, d) fp32 */
+    /* recompute: every layer's input (layers, c, d) in the checkpoint
+     * dtype (fp32, or bf16: ck16), on the device (saved) or, offloaded
+     * (off_act), in page-locked host memory (hsaved) through two device
+     * slots: a layer's input goes down on the stream ast as soon as it is
+     * copied into its slot, and comes back one layer ahead of its
+     * backward; ev_in[s] marks slot s filled (for the one who reads it),
+     * ev_out[s] emptied (for the one who writes it next) */
+    void *saved;
+    int ck16, off_act;
+    void *hsaved;
+    void *slot[2];
+    cudaStream_t ast;
+    cudaEvent_t ev_in[2], ev_out[2];
     /* the head: final norm output (compute dtype), its rstd, per-row
      * losses and argmaxes, the logits' gradient in the compute dtype */
     void *hfb, *dlb;
@@ -69,10 +81,18 @@ typedef struct gtrain {
     int32_t *etok, *erows, *h_etok, *h_erows, *h_amax;
     int64_t *estart, *h_estart;
     double *h_loss;
-    /* backward scratch */
+    /* backward scratch (da, db, dg: a tile's rows when tiled) */
     float *dx, *dh, *dq, *dk, *dv, *do_, *da, *db, *dg;
     void *dyb, *dob;
+    /* the MLP in tiles of MLP_ROWS tokens (tiled = 1, spec/model.h): a
+     * tile's gate and up products (fp32) and SwiGLU product (dtype), made
+     * in the forward and again in the backward; no layer keeps a, b, gb */
+    int tiled;
+    float *ta, *tb;
+    void *tgb;
 } gtrain_t;
+
+#define MLP_ROWS DT_GPU_MLP_ROWS
 
 /* The training state's release: dt_gmodel_free's hook (tr_free). */
 static void gtrain_free(dt_gmodel_t *g)
@@ -86,7 +106,20 @@ static void gtrain_free(dt_gmodel_t *g)
         for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++)
             cudaFree(ps[i]);
     }
-    void *ps[] = { T->P, T->G, T->M, T->V, T->W, T->Pf, T->stage, T->saved, T->hfb, T->dlb, T->rstdf, T->rowloss,
+    if (T->ast)
+        (void)cudaStreamSynchronize(T->ast);
+    for (int s = 0; s < 2; s++) {
+        if (T->ev_in[s])
+            cudaEventDestroy(T->ev_in[s]);
+        if (T->ev_out[s])
+            cudaEventDestroy(T->ev_out[s]);
+        cudaFree(T->slot[s]);
+    }
+    if (T->ast)
+        cudaStreamDestroy(T->ast);
+    if (T->hsaved)
+        cudaFreeHost(T->hsaved);
+    void *ps[] = { T->P, T->G, T->M, T->V, T->W, T->Pf, T->stage, T->ta, T->tb, T->tgb, T->saved, T->hfb, T->dlb, T->rstdf, T->rowloss,
                    T->part, T->tok, T->tgt, T->amax, T->etok, T->erows, T->estart, T->dx,
                    T->dh, T->dq, T->dk, T->dv, T->do_, T->da, T->db, T->dg, T->dyb, T->dob };
     for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++)
@@ -108,10 +141,11 @@ static void gtrain_free(dt_gmodel_t *g)
 #define STAGE_FLOATS ((int64_t)1 << 24)
 
 int dt_gtrain_new(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, int64_t c,
-                  dt_dtype_t dtype, int recompute, int host_optimizer, dt_ring_t *ring,
+                  dt_dtype_t dtype, const dt_gtrain_opts_t *opt, dt_ring_t *ring,
                   const float *P, const float *M, const float *V, int64_t moff, int64_t mlen,
                   const int64_t *pos, dt_gmodel_t **out, dt_emsg_t *em)
 {
+    const int recompute = opt->recompute, host_optimizer = opt->host_optimizer;
     const int64_t d = cfg->dim, D = dt_model_head_dim(cfg), qd = cfg->heads * D,
                   kd = cfg->kv_heads * D, f = cfg->ffn, Vv = cfg->vocab;
     const size_t F = sizeof(float), half = 2;
@@ -196,31 +230,76 @@ int dt_gtrain_new(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, int64_
     /* recompute: the layers' inputs, and one layer's activations made
      * again before its backward */
     T->nact = recompute ? 1 : cfg->layers;
-    if (recompute &&
-        (rc = dt_gmodel_dalloc(&T->saved, (size_t)cfg->layers * (size_t)(c * d) * F, em)) < 0)
+    if ((opt->offload_act || opt->ckpt_bf16) && !recompute) {
+        rc = dt_emsg_set(em, DT_EINVAL, "the layer inputs' dtype and offload are recompute = "
+                         "layer's (it keeps them)");
         goto fail;
+    }
+    T->ck16 = opt->ckpt_bf16 != 0;
+    T->off_act = opt->offload_act != 0;
+    const size_t row = (size_t)(c * d) * (T->ck16 ? 2 : F);
+    if (recompute && !T->off_act &&
+        (rc = dt_gmodel_dalloc(&T->saved, (size_t)cfg->layers * row, em)) < 0)
+        goto fail;
+    if (T->off_act) {
+        if (cudaHostAlloc(&T->hsaved, (size_t)cfg->layers * row, cudaHostAllocDefault) !=
+            cudaSuccess) {
+            (void)cudaGetLastError();
+            T->hsaved = NULL;
+            rc = dt_emsg_set(em, DT_ENOMEM, "offload = activations: no %.2f GiB of page-locked "
+                             "host memory for the layers' inputs",
+                             (double)cfg->layers * (double)row / (1024.0 * 1024 * 1024));
+            goto fail;
+        }
+        DT_CUDA_GOTO(em, rc, fail, cudaStreamCreateWithFlags(&T->ast, cudaStreamNonBlocking));
+        for (int s = 0; s < 2; s++) {
+            DT_CUDA_GOTO(em, rc, fail,
+                         cudaEventCreateWithFlags(&T->ev_in[s], cudaEventDisableTiming));
+            DT_CUDA_GOTO(em, rc, fail,
+                         cudaEventCreateWithFlags(&T->ev_out[s], cudaEventDisableTiming));
+            if ((rc = dt_gmodel_dalloc(&T->slot[s], row, em)) < 0)
+                goto fail;
+        }
+    }
     T->act = dt_xcalloc((size_t)T->nact, sizeof(*T->act));
+    T->tiled = dt_model_gpu_mlp_tiled(c);
     for (int l = 0; l < T->nact; l++) {
         tact_t *A = &T->act[l];
         const dbuf_t a[] = {
             { &A->xin, (size_t)(c * d) * F },  { &A->rstd1, (size_t)c * F },
             { &A->o, (size_t)(c * qd) * F },   { &A->lse, (size_t)(c * cfg->heads) * F },
             { &A->x2, (size_t)(c * d) * F },   { &A->rstd2, (size_t)c * F },
-            { &A->a, (size_t)(c * f) * F },    { &A->b, (size_t)(c * f) * F },
             { &A->h1b, (size_t)(c * d) * half }, { &A->qb, (size_t)(c * qd) * half },
             { &A->kb, (size_t)(c * kd) * half }, { &A->vb, (size_t)(c * kd) * half },
             { &A->ob, (size_t)(c * qd) * half }, { &A->h2b, (size_t)(c * d) * half },
+            /* the MLP's, untiled only (last: left out when tiled) */
+            { &A->a, (size_t)(c * f) * F },    { &A->b, (size_t)(c * f) * F },
             { &A->gb, (size_t)(c * f) * half },
         };
-        if ((rc = dt_gmodel_dalloc_all(a, sizeof(a) / sizeof(a[0]), em)) < 0)
+        size_t na = sizeof(a) / sizeof(a[0]) - (T->tiled ? 3 : 0);
+        if ((rc = dt_gmodel_dalloc_all(a, na, em)) < 0)
             goto fail;
     }
-    const int64_t wide = max3(d, qd, f);
+    /* the MLP's rows at a time: a tile when tiled, else every token */
+    const int64_t mr = T->tiled ? MLP_ROWS : c;
+    if (T->tiled) {
+        const dbuf_t tb[] = {
+            { &T->ta, (size_t)(mr * f) * F },
+            { &T->tb, (size_t)(mr * f) * F },
+            { &T->tgb, (size_t)(mr * f) * half },
+        };
+        if ((rc = dt_gmodel_dalloc_all(tb, sizeof(tb) / sizeof(tb[0]), em)) < 0)
+            goto fail;
+    }
+    /* dy in the dtype: (tokens, widest output) untiled; tiled the MLP's
+     * (rows, ffn) beside the others' (tokens, max(d, qd)) */
+    const int64_t dq = d > qd ? d : qd;
+    const size_t dyb = T->tiled ? (size_t)(c * dq + mr * f) : (size_t)(c * max3(d, qd, f));
     const dbuf_t bufs[] = {
         { &g->x, (size_t)(c * d) * F },    { &g->h, (size_t)(c * d) * F },
         { &g->t, (size_t)(c * d) * F },    { &g->q, (size_t)(c * qd) * F },
         { &g->k, (size_t)(c * kd) * F },   { &g->v, (size_t)(c * kd) * F },
-        { &g->g, (size_t)(c * f) * F },    { &g->logits, (size_t)(HEAD_ROWS * Vv) * F },
+        { &g->g, (size_t)(mr * f) * F },   { &g->logits, (size_t)(HEAD_ROWS * Vv) * F },
         { &T->hfb, (size_t)(c * d) * half }, { &T->dlb, (size_t)(HEAD_ROWS * Vv) * half },
         { &T->rstdf, (size_t)c * F },      { &T->rowloss, (size_t)c * sizeof(double) },
         { &T->part, DT_SUMSQ_PARTS * sizeof(double) },
@@ -230,8 +309,8 @@ int dt_gtrain_new(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, int64_
         { &T->dx, (size_t)(c * d) * F },   { &T->dh, (size_t)(c * d) * F },
         { &T->dq, (size_t)(c * qd) * F },  { &T->dk, (size_t)(c * kd) * F },
         { &T->dv, (size_t)(c * kd) * F },  { &T->do_, (size_t)(c * qd) * F },
-        { &T->da, (size_t)(c * f) * F },   { &T->db, (size_t)(c * f) * F },
-        { &T->dg, (size_t)(c * f) * F },   { &T->dyb, (size_t)(c * wide) * half },
+        { &T->da, (size_t)(mr * f) * F },  { &T->db, (size_t)(mr * f) * F },
+        { &T->dg, (size_t)(mr * f) * F },  { &T->dyb, dyb * half },
         { &T->dob, (size_t)(c * qd) * half },
     };
     if ((rc = dt_gmodel_dalloc_all(bufs, sizeof(bufs) / sizeof(bufs[0]), em)) < 0)
@@ -267,6 +346,25 @@ static int mm_bwd(dt_gmodel_t *g, int64_t rows, int din, int dout, const void *x
     return rc < 0 ? rc
                   : dt_linear_bwd_cuda(g->blas, g->dt, rows, din, dout, xb, w, T->dyb, dx, dw,
                                        g->st, em);
+}
+
+/* The tiled MLP's tile of rows [r0, r0 + n): the gate and up products of
+ * the kept normed input into ta, tb, their SwiGLU product into tgb (the
+ * dtype), through the fp32 scratch g->g; the forward runs it, and the
+ * backward again (the same kernels on the same input: the same bits). */
+static int mlp_tile_fwd(dt_gmodel_t *g, const glayer_t *L, const tact_t *A, int64_t r0, int64_t n,
+                        dt_emsg_t *em)
+{
+    gtrain_t *T = g->tr;
+    const int64_t d = g->cfg.dim, f = g->cfg.ffn;
+    const void *hb = (const char *)A->h2b + r0 * d * 2;
+    int rc;
+
+    if ((rc = mm(g, n, (int)d, (int)f, hb, L->w1, T->ta, em)) < 0 ||
+        (rc = mm(g, n, (int)d, (int)f, hb, L->w3, T->tb, em)) < 0 ||
+        (rc = dt_swiglu_fwd_cuda(n, (int)f, T->ta, T->tb, g->g, g->st, em)) < 0)
+        return rc;
+    return dt_cast_from_f32_cuda(g->dt, n * f, g->g, T->tgb, g->st, em);
 }
 
 /* Block l forward on g->x, keeping its activations (the sequence of
@@ -308,15 +406,24 @@ static int tlayer_fwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, int l, dt_emsg
                                     g->st));
     if ((rc = dt_rmsnorm_fwd_cuda(c, (int)d, cf->norm_eps, g->x, L->mlp_norm, g->h, A->rstd2,
                                   g->st, em)) < 0 ||
-        (rc = dt_cast_from_f32_cuda(dt, c * d, g->h, A->h2b, g->st, em)) < 0 ||
-        (rc = mm(g, c, (int)d, (int)f, A->h2b, L->w1, A->a, em)) < 0 ||
-        (rc = mm(g, c, (int)d, (int)f, A->h2b, L->w3, A->b, em)) < 0 ||
-        (rc = dt_swiglu_fwd_cuda(c, (int)f, A->a, A->b, g->g, g->st, em)) < 0 ||
-        (rc = dt_cast_from_f32_cuda(dt, c * f, g->g, A->gb, g->st, em)) < 0 ||
-        (rc = mm(g, c, (int)f, (int)d, A->gb, L->w2, g->t, em)) < 0 ||
-        (rc = dt_add_f32_cuda(c * d, g->t, g->x, g->st, em)) < 0)
+        (rc = dt_cast_from_f32_cuda(dt, c * d, g->h, A->h2b, g->st, em)) < 0)
         return rc;
-    return 0;
+    if (!g->tr->tiled) {
+        if ((rc = mm(g, c, (int)d, (int)f, A->h2b, L->w1, A->a, em)) < 0 ||
+            (rc = mm(g, c, (int)d, (int)f, A->h2b, L->w3, A->b, em)) < 0 ||
+            (rc = dt_swiglu_fwd_cuda(c, (int)f, A->a, A->b, g->g, g->st, em)) < 0 ||
+            (rc = dt_cast_from_f32_cuda(dt, c * f, g->g, A->gb, g->st, em)) < 0 ||
+            (rc = mm(g, c, (int)f, (int)d, A->gb, L->w2, g->t, em)) < 0)
+            return rc;
+    } else {
+        for (int64_t r0 = 0; r0 < c; r0 += MLP_ROWS) {
+            const int64_t n = c - r0 < MLP_ROWS ? c - r0 : MLP_ROWS;
+            if ((rc = mlp_tile_fwd(g, L, A, r0, n, em)) < 0 ||
+                (rc = mm(g, n, (int)f, (int)d, g->tr->tgb, L->w2, g->t + r0 * d, em)) < 0)
+                return rc;
+        }
+    }
+    return dt_add_f32_cuda(c * d, g->t, g->x, g->st, em);
 }
 
 /* Block l backward: T->dx holds the gradient of the block's output and
@@ -333,12 +440,27 @@ static int tlayer_bwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, int l, dt_emsg
     float *G = T->G;
     int rc;
 
-    /* MLP: x = x2 + W2 swiglu(W1 h2, W3 h2), h2 = norm(x2) */
-    if ((rc = mm_bwd(g, c, (int)f, (int)d, A->gb, L->w2, T->dx, T->dg, G + O->w2, em)) < 0 ||
-        (rc = dt_swiglu_bwd_cuda(c, (int)f, A->a, A->b, T->dg, T->da, T->db, g->st, em)) < 0 ||
-        (rc = mm_bwd(g, c, (int)d, (int)f, A->h2b, L->w1, T->da, T->dh, G + O->w1, em)) < 0 ||
-        (rc = mm_bwd(g, c, (int)d, (int)f, A->h2b, L->w3, T->db, g->t, G + O->w3, em)) < 0 ||
-        (rc = dt_add_f32_cuda(c * d, g->t, T->dh, g->st, em)) < 0 ||
+    /* MLP: x = x2 + W2 swiglu(W1 h2, W3 h2), h2 = norm(x2); tiled, each
+     * tile's gate and up products made again first */
+    for (int64_t r0 = 0; r0 < c; r0 += T->tiled ? MLP_ROWS : c) {
+        const int64_t n = !T->tiled ? c : c - r0 < MLP_ROWS ? c - r0 : MLP_ROWS;
+        const void *gb = A->gb, *hb = (const char *)A->h2b + r0 * d * 2;
+        const float *a = A->a, *b = A->b;
+        if (T->tiled) {
+            if ((rc = mlp_tile_fwd(g, L, A, r0, n, em)) < 0)
+                return rc;
+            gb = T->tgb, a = T->ta, b = T->tb;
+        }
+        if ((rc = mm_bwd(g, n, (int)f, (int)d, gb, L->w2, T->dx + r0 * d, T->dg, G + O->w2,
+                         em)) < 0 ||
+            (rc = dt_swiglu_bwd_cuda(n, (int)f, a, b, T->dg, T->da, T->db, g->st, em)) < 0 ||
+            (rc = mm_bwd(g, n, (int)d, (int)f, hb, L->w1, T->da, T->dh + r0 * d, G + O->w1,
+                         em)) < 0 ||
+            (rc = mm_bwd(g, n, (int)d, (int)f, hb, L->w3, T->db, g->t + r0 * d, G + O->w3,
+                         em)) < 0)
+            return rc;
+    }
+    if ((rc = dt_add_f32_cuda(c * d, g->t, T->dh, g->st, em)) < 0 ||
         (rc = dt_rmsnorm_bwd_cuda(c, (int)d, A->x2, L->mlp_norm, A->rstd2, T->dh, g->t,
                                   G + O->mlp_norm, g->st, em)) < 0 ||
         (rc = dt_add_f32_cuda(c * d, g->t, T->dx, g->st, em)) < 0)
@@ -395,6 +517,69 @@ static int thead(dt_gmodel_t *g, float scale, dt_emsg_t *em)
                                T->G + T->lo.final_norm, g->st, em);
 }
 
+/* Layer l's input g->x into its place in the checkpoint dtype: on the
+ * device, or into slot l % 2 and down to the host on ast (once the
+ * slot's last copy is done). */
+static int input_save(dt_gmodel_t *g, int l, dt_emsg_t *em)
+{
+    gtrain_t *T = g->tr;
+    const int64_t n = g->c * g->cfg.dim;
+    const size_t row = (size_t)n * (T->ck16 ? 2 : sizeof(float));
+    const int s = l % 2;
+    void *dst = T->off_act ? T->slot[s] : (char *)T->saved + (size_t)l * row;
+    int rc;
+
+    if (T->off_act)
+        DT_CUDA_TRY(em, cudaStreamWaitEvent(g->st, T->ev_out[s], 0));
+    if (T->ck16) {
+        if ((rc = dt_cast_from_f32_cuda(DT_BF16, n, g->x, dst, g->st, em)) < 0)
+            return rc;
+    } else {
+        DT_CUDA_TRY(em, cudaMemcpyAsync(dst, g->x, row, cudaMemcpyDeviceToDevice, g->st));
+    }
+    if (!T->off_act)
+        return 0;
+    DT_CUDA_TRY(em, cudaEventRecord(T->ev_in[s], g->st));
+    DT_CUDA_TRY(em, cudaStreamWaitEvent(T->ast, T->ev_in[s], 0));
+    DT_CUDA_TRY(em, cudaMemcpyAsync((char *)T->hsaved + (size_t)l * row, T->slot[s], row,
+                                    cudaMemcpyDeviceToHost, T->ast));
+    DT_CUDA_TRY(em, cudaEventRecord(T->ev_out[s], T->ast));
+    return 0;
+}
+
+/* Offloaded: layer l's input up from the host into slot l % 2 on ast,
+ * once the model's stream has read what the slot held. */
+static int input_fetch(dt_gmodel_t *g, int l, dt_emsg_t *em)
+{
+    gtrain_t *T = g->tr;
+    const size_t row = (size_t)(g->c * g->cfg.dim) * (T->ck16 ? 2 : sizeof(float));
+    const int s = l % 2;
+
+    DT_CUDA_TRY(em, cudaEventRecord(T->ev_out[s], g->st));
+    DT_CUDA_TRY(em, cudaStreamWaitEvent(T->ast, T->ev_out[s], 0));
+    DT_CUDA_TRY(em, cudaMemcpyAsync(T->slot[s], (char *)T->hsaved + (size_t)l * row, row,
+                                    cudaMemcpyHostToDevice, T->ast));
+    DT_CUDA_TRY(em, cudaEventRecord(T->ev_in[s], T->ast));
+    return 0;
+}
+
+/* Layer l's kept input back into g->x (fp32), from the device or, once
+ * its fetch is done, from its slot. */
+static int input_restore(dt_gmodel_t *g, int l, dt_emsg_t *em)
+{
+    gtrain_t *T = g->tr;
+    const int64_t n = g->c * g->cfg.dim;
+    const size_t row = (size_t)n * (T->ck16 ? 2 : sizeof(float));
+    const void *src = T->off_act ? T->slot[l % 2] : (const char *)T->saved + (size_t)l * row;
+
+    if (T->off_act)
+        DT_CUDA_TRY(em, cudaStreamWaitEvent(g->st, T->ev_in[l % 2], 0));
+    if (T->ck16)
+        return dt_cast_to_f32_cuda(DT_BF16, n, src, g->x, g->st, em);
+    DT_CUDA_TRY(em, cudaMemcpyAsync(g->x, src, row, cudaMemcpyDeviceToDevice, g->st));
+    return 0;
+}
+
 int dt_gtrain_fwd_bwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, const int32_t *x,
                       const int32_t *y, float scale, int zero, double *loss_sum, int64_t *hits,
                       dt_emsg_t *em)
@@ -435,24 +620,27 @@ int dt_gtrain_fwd_bwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, const int32_t 
         DT_CUDA_TRY(em, cudaMemsetAsync(T->G, 0, (size_t)T->n * sizeof(float), g->st));
     if ((rc = dt_embed_fwd_cuda(c, (int)d, T->tok, T->emb, g->x, g->st, em)) < 0)
         return rc;
-    const size_t row = (size_t)(c * d) * sizeof(float);
+    const int keep = T->saved != NULL || T->off_act;
     for (int l = 0; l < cf->layers; l++) {
-        if (T->saved)
-            DT_CUDA_TRY(em, cudaMemcpyAsync((char *)T->saved + (size_t)l * row, g->x, row,
-                                            cudaMemcpyDeviceToDevice, g->st));
+        if (keep && (rc = input_save(g, l, em)) < 0)
+            return rc;
         if ((rc = tlayer_fwd(g, attn, l, em)) < 0)
             return rc;
     }
     if ((rc = thead(g, scale, em)) < 0)
         return rc;
+    if (T->off_act && (rc = input_fetch(g, cf->layers - 1, em)) < 0)
+        return rc;
     for (int l = cf->layers - 1; l >= 0; l--) {
         /* recompute: layer l's forward again from its saved input (the
          * same kernels on the same input: the same activations to the
-         * bit), on g->x, which the backward no longer needs */
-        if (T->saved) {
-            DT_CUDA_TRY(em, cudaMemcpyAsync(g->x, (char *)T->saved + (size_t)l * row, row,
-                                            cudaMemcpyDeviceToDevice, g->st));
-            if ((rc = tlayer_fwd(g, attn, l, em)) < 0)
+         * bit; with bf16 inputs, from the rounded input), on g->x, which
+         * the backward no longer needs; offloaded, the next one's input
+         * comes up meanwhile */
+        if (keep) {
+            if ((rc = input_restore(g, l, em)) < 0 ||
+                (T->off_act && l > 0 && (rc = input_fetch(g, l - 1, em)) < 0) ||
+                (rc = tlayer_fwd(g, attn, l, em)) < 0)
                 return rc;
         }
         if ((rc = tlayer_bwd(g, attn, l, em)) < 0)

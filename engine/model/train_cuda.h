@@ -32,12 +32,28 @@
  * engine/comm/comm.h) the GPU keeps and updates that slice's moments only
  * and dt_gtrain_adamw gathers the updated parameters from every rank:
  * bit-identical to keeping them all; 8 (nparams - mlen) bytes less. */
+typedef struct dt_gtrain_opts {
+    int recompute;      /* recompute = layer */
+    int host_optimizer; /* offload = optimizer (below) */
+    int offload_act;    /* offload = activations: the kept layer inputs in host memory */
+    int ckpt_bf16;      /* ckpt_dtype = bf16: the kept layer inputs in bf16 */
+} dt_gtrain_opts_t;
 int dt_gtrain_new(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, int64_t c,
-                  dt_dtype_t dtype, int recompute, int host_optimizer, dt_ring_t *ring,
+                  dt_dtype_t dtype, const dt_gtrain_opts_t *opt, dt_ring_t *ring,
                   const float *P, const float *M, const float *V, int64_t moff, int64_t mlen,
                   const int64_t *pos, dt_gmodel_t **out, dt_emsg_t *em);
 
-/* host_optimizer (offload = optimizer): the fp32 parameters and the
+/* offload_act and ckpt_bf16 (with recompute only): every layer's input,
+ * kept for its recompute, in bf16 (rounded to nearest even, half the
+ * bytes; the recompute then starts from the rounded input) and/or in
+ * page-locked host memory (layers c dim elements) instead of the
+ * device's: each goes down on a copy stream as soon as the layer has
+ * it, through one of two device slots, and comes back up one layer ahead
+ * of its backward, overlapped with the layer before. fp32 and offloaded
+ * is bit-identical to fp32 on the device. DT_ENOMEM when the host has no
+ * page-locked memory for them.
+ *
+ * host_optimizer (offload = optimizer): the fp32 parameters and the
  * moments stay in the caller's host arrays, which are then the training
  * state itself (M and V are not read): the device keeps the gradient, the
  * compute-dtype weights and, in fp32, only what it reads so (the

@@ -391,14 +391,15 @@ check "run --local --device cuda: the built-in job on simulated GPUs, a worker k
     t_builtin
 
 # ---- train --device cuda --------------------------------------------------------------------
-# the same model as the prefill's, 2 layers, 1024 tokens of the recall task, 6 steps
+# the same model as the prefill's, 2 layers, 1024 tokens of the recall task
+# (TR_T others), 6 steps
 tr() { # cpu|gpu R NAME ARGS...: train on R ranks; its log NAME.log, parameters NAME.npy
     _td=$TMPD/$3
     _ta="$1 $2"
     shift 3
     # shellcheck disable=SC2086
     on $_ta "$_td.log" train "$@" --model custom --dim 256 --layers 2 --heads 4 --kv-heads 2 \
-        --ffn 512 --vocab 512 --data recall --seq-len 1024 --seed 3 --steps 6 \
+        --ffn 512 --vocab 512 --data recall --seq-len "${TR_T:-1024}" --seed 3 --steps 6 \
         --params-out "$_td.npy"
 }
 tr_sum() { sed -n 's/^result: .*params_sha256=\([0-9a-f]*\) .*/\1/p' "$TMPD/$1.log"; }
@@ -431,6 +432,16 @@ check "train --device cuda, 4 ranks (gradients summed over NCCL between processe
     tr_vs four 4 fp16 5e-3
 check "train --device cuda, 2 ranks, dilated attention (segments cross ranks), bf16: within 1e-2" \
     tr_vs dil 2 bf16 1e-2 --segments 256,1024 --dilations 1,4
+# 3072 tokens on one GPU: its MLP in three 1024-token tiles (DT_GPU_MLP_ROWS)
+t_tr_tiled() {
+    TR_T=3072
+    tr_vs tiled 1 bf16 1e-2
+    _rt=$?
+    TR_T=
+    return $_rt
+}
+check "train --device cuda, 1 rank, T = 3072 (the MLP in 1024-token tiles), bf16: within 1e-2" \
+    t_tr_tiled
 
 # checkpoints: copied off the device while the next step runs; a resume on
 # the GPU repeats the uninterrupted run to the bit; a GPU checkpoint resumes
@@ -461,15 +472,17 @@ check "train --device cuda: checkpoints copied during the next step; GPU resume 
 # the planner's memory for a cuda train job (dtctl plan: its total less the
 # cluster's fixed allowance for the CUDA context and libraries) against what
 # the engine allocates on the simulated device (its peak): never below it,
-# at most 10 % above
-t_tr_memory() { # [none|layer [SHARD [OFFLOAD]]]: the recompute, shard and offload of both
+# at most 10 % above; and its host memory per rank against the simulator's
+# page-locked peak, the same way
+t_tr_memory() { # [none|layer [SHARD [OFFLOAD [CKPT_DTYPE]]]]: the settings of both
     _rc=${1:-none}
     _sh=${2:-none}
     _of=${3:-none}
+    _ck=${4:-fp32}
     DTCTL_PLAN="$DTCTL plan --tokens 4096 --kind train --model custom --dim 256 --layers 2"
     DTCTL_PLAN="$DTCTL_PLAN --heads 4 --kv-heads 2 --ffn 512 --vocab 512 --tied no"
     DTCTL_PLAN="$DTCTL_PLAN --device cuda --causal --json --recompute $_rc --shard $_sh"
-    DTCTL_PLAN="$DTCTL_PLAN --offload $_of"
+    DTCTL_PLAN="$DTCTL_PLAN --offload $_of --ckpt-dtype $_ck"
     for _r in 1 2; do
         # shellcheck disable=SC2086
         run_rc 0 $DTCTL_PLAN --ranks "$_r" || return 1
@@ -478,14 +491,19 @@ t_tr_memory() { # [none|layer [SHARD [OFFLOAD]]]: the recompute, shard and offlo
         mpirun_np "$_r" env DT_SIM_GPUS=1 DT_SIM_MEMSTAT=1 "$SIM" train --device cuda \
             --model custom --dim 256 --layers 2 --heads 4 --kv-heads 2 --ffn 512 --vocab 512 \
             --seq-len 4096 --steps 1 --recompute "$_rc" --shard "$_sh" --offload "$_of" \
-            >"$TMPD/mem.log" 2>&1 ||
+            --ckpt-dtype "$_ck" >"$TMPD/mem.log" 2>&1 ||
             { cat "$TMPD/mem.log"; return 1; }
         _peak=$(sed -n 's/^sim: device memory peak \([0-9]*\) bytes$/\1/p' "$TMPD/mem.log" |
             sort -n | tail -n 1)
-        awk -v p="$_total" -v f="$_fixed" -v e="$_peak" -v r="$_r" 'BEGIN {
-            q = (p - f) / e
-            printf "R=%d: planned %d bytes, allocated %d (x%.3f)\n", r, p - f, e, q
-            exit !(e > 0 && q >= 1 && q <= 1.1) }' || return 1
+        _host=$(sed -n 's/.*"host_memory_per_rank_bytes": *\([0-9]*\).*/\1/p' "$TMPD/out")
+        _hpeak=$(sed -n 's/^sim: host memory peak \([0-9]*\) bytes$/\1/p' "$TMPD/mem.log" |
+            sort -n | tail -n 1)
+        awk -v p="$_total" -v f="$_fixed" -v e="$_peak" -v r="$_r" -v h="$_host" \
+            -v hp="$_hpeak" 'BEGIN {
+            q = (p - f) / e; qh = hp > 0 ? h / hp : 0
+            printf "R=%d: planned %d bytes, allocated %d (x%.3f); host planned %d, page-locked %d (x%.3f)\n",
+                r, p - f, e, q, h, hp, qh
+            exit !(e > 0 && q >= 1 && q <= 1.1 && qh >= 1 && qh <= 1.1) }' || return 1
     done
 }
 check "plan: a cuda train job's memory per GPU covers the engine's, within 10 % (1 and 2 ranks)" \
@@ -496,6 +514,51 @@ check "plan, shard = optimizer: a cuda train job's memory covers the engine's, w
     t_tr_memory none optimizer
 check "plan, offload = optimizer, shard = optimizer: the GPU's memory covers the engine's, within 10 %" \
     t_tr_memory none optimizer optimizer
+check "plan, recompute = layer, offload = activations,optimizer, ckpt_dtype = bf16: device and host within 10 %" \
+    t_tr_memory layer optimizer activations,optimizer bf16
+
+# offload = activations and ckpt_dtype = bf16 (recompute = layer) on
+# simulated GPUs: the kept layer inputs go to page-locked host memory
+# through two device slots and come back a layer ahead of their backward
+# (copies on their own stream, events between, under the simulator's
+# random interleaving): in fp32 the same parameters to the bit as keeping
+# them on the device, in bf16 the same bits offloaded or not, and within
+# 1e-2 of fp32; less device memory each; refused without recompute
+t_tr_offload_act() {
+    for _r in 1 2; do
+        for _m in "none fp32" "activations fp32" "none bf16" "activations bf16"; do
+            set -- $_m
+            mpirun_np "$_r" env DT_SIM_GPUS=1 DT_SIM_MEMSTAT=1 "$SIM" train --device cuda \
+                --model custom --dim 256 --layers 4 --heads 4 --kv-heads 2 --ffn 512 \
+                --vocab 512 --seq-len 2048 --steps 2 --recompute layer --offload "$1" \
+                --ckpt-dtype "$2" >"$TMPD/oa-$1-$2.log" 2>&1 ||
+                { cat "$TMPD/oa-$1-$2.log"; return 1; }
+        done
+        for _d in fp32 bf16; do
+            _a=$(sed -n 's/^result: .*params_sha256=\([0-9a-f]*\) .*/\1/p' "$TMPD/oa-none-$_d.log")
+            _b=$(sed -n 's/^result: .*params_sha256=\([0-9a-f]*\) .*/\1/p' \
+                "$TMPD/oa-activations-$_d.log")
+            _pa=$(sed -n 's/^sim: device memory peak \([0-9]*\) bytes$/\1/p' \
+                "$TMPD/oa-none-$_d.log" | sort -n | tail -n 1)
+            _pb=$(sed -n 's/^sim: device memory peak \([0-9]*\) bytes$/\1/p' \
+                "$TMPD/oa-activations-$_d.log" | sort -n | tail -n 1)
+            echo "R=$_r $_d: offloaded $_b (on the device $_a), device peak $_pb (on the device $_pa)"
+            [ -n "$_a" ] && [ "$_a" = "$_b" ] && [ "$_pb" -lt "$_pa" ] || return 1
+        done
+        grep -q ' offload=activations ckpt_dtype=bf16' "$TMPD/oa-activations-bf16.log" || return 1
+        _l32=$(sed -n 's/^result: .* loss=\([0-9.]*\).*/\1/p' "$TMPD/oa-none-fp32.log")
+        _l16=$(sed -n 's/^result: .* loss=\([0-9.]*\).*/\1/p' "$TMPD/oa-none-bf16.log")
+        awk -v a="$_l32" -v b="$_l16" 'BEGIN { d = (a - b) / a; if (d < 0) d = -d
+            printf "loss fp32 %s, bf16 inputs %s (relative %.1e)\n", a, b, d; exit !(a > 0 && d <= 1e-2) }' ||
+            return 1
+    done
+    run_rc 2 "$SIM" train --device cuda --model custom --dim 256 --layers 2 --heads 4 \
+        --kv-heads 2 --ffn 512 --vocab 512 --seq-len 1024 --steps 1 --offload activations
+    grep -q 'offload = activations concerns the layer inputs recompute = layer keeps' \
+        "$TMPD/out" || { cat "$TMPD/out"; return 1; }
+}
+check "train --device cuda --offload activations / --ckpt-dtype bf16: fp32 bit-identical, bf16 close, less device memory" \
+    t_tr_offload_act
 
 # offload = optimizer on simulated GPUs: the fp32 parameters and AdamW
 # moments stay in host memory, AdamW runs on the host with the GPU

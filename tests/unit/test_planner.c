@@ -1196,22 +1196,35 @@ Test(planner, shard_refused_outside_training)
  * gradient, an fp32 master copy and moments; per token per layer the
  * activations it keeps, fp32 (both norms' inputs and rstd, o, lse, the
  * SwiGLU inputs) and bf16 (both normed inputs, q, k, v, o, the product);
- * the LM head's 1024-row chunk of logits (fp32 and its bf16 gradient). */
+ * the LM head's 1024-row chunk of logits (fp32 and its bf16 gradient).
+ * At 1024 tokens a GPU; above, the MLP runs in 1024-token tiles and no
+ * layer keeps the SwiGLU's inputs or product, whose tile moves to the
+ * fixed workspace. */
 Test(planner, gpu_training_memory_by_hand)
 {
     dt_plan_req_t q = tiny_train("h100-sxm", DT_BF16);
-    dt_plan_t p;
+    dt_plan_t p, t;
     dt_emsg_t em;
 
+    cr_assert_eq(make(&q, &t, &em), 0, "%s", em.s);
+    q.tokens = 1024;
     cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
-    double d = 256, L = 4, H = 8, kv = 64, f = 768, v = 512, c = 4096;
+    double d = 256, L = 4, H = 8, kv = 64, f = 768, v = 512, c = 1024;
     double P = L * (2 * d * d + 2 * d * kv + 3 * d * f + 2 * d) + v * d + d;
+    cr_assert_eq(p.tokens_per_rank, 1024);
     cr_assert_eq(p.mem.weights, 2 * P);
     cr_assert_eq(p.mem.grads, 4 * P);
     cr_assert_eq(p.mem.optimizer, 12 * P);
     cr_assert_eq(p.mem.activations,
                  c * L * (4 * (2 * d + 2 + d + H + 2 * f) + 2 * (2 * d + 2 * d + 2 * kv + f)));
     cr_assert_geq(p.mem.workspace, 1024 * v * (4 + 2), "the head's chunk");
+    /* 4096 tokens: tiled */
+    cr_assert_eq(t.tokens_per_rank, 4096);
+    cr_assert_eq(t.mem.activations,
+                 4096 * L * (4 * (2 * d + 2 + d + H) + 2 * (2 * d + 2 * d + 2 * kv)));
+    cr_assert_geq(t.mem.workspace, 1024 * f * (6 * 4 + 2 * 2), "the MLP's tile");
+    cr_assert_lt(t.mem.workspace, 4 * p.mem.workspace, "no (tokens x ffn) scratch");
+    dt_plan_clear(&t);
     dt_plan_clear(&p);
 }
 
@@ -1259,7 +1272,8 @@ Test(planner, recompute_memory_and_time_by_hand)
     cr_assert_eq(make(&g, &none, &em), 0, "%s", em.s);
     g.recompute = DT_RECOMPUTE_LAYER;
     cr_assert_eq(make(&g, &layer, &em), 0, "%s", em.s);
-    dt_gpu_train_bytes_t b0 = dt_model_gpu_train_bytes(&g.model, 2, 0);
+    dt_gpu_train_bytes_t b0 =
+        dt_model_gpu_train_bytes(&g.model, 2, 0, layer.tokens_per_rank, 4, 0);
     cr_assert_eq(layer.mem.activations, c * L * 4 * d);
     cr_assert_eq(layer.mem.workspace - none.mem.workspace, c * b0.per_token_layer);
     dt_plan_clear(&none);

@@ -155,6 +155,7 @@ static const char full_text[] = "name = \"long # context\"\n"
                                 "shard = optimizer\n"
                                 "recompute = layer\n"
                                 "offload = activations,optimizer\n"
+                                "ckpt_dtype = bf16\n"
                                 "lr = 1e-3\n"
                                 "min_lr = 0\n"
                                 "warmup = 0\n"
@@ -266,6 +267,7 @@ Test(spec, set_builds_what_parse_reads)
         { "shard", "optimizer" },
         { "recompute", "layer" },
         { "offload", "activations,optimizer" },
+        { "ckpt_dtype", "bf16" },
         { "lr", "1e-3" },
         { "min_lr", "0" },
         { "warmup", "0" },
@@ -527,7 +529,7 @@ Test(spec, every_key_has_help)
         cr_assert_not_null(k->help, "key %s", k->name);
         cr_assert(strlen(k->help) > 4, "key %s", k->name);
     }
-    cr_assert_eq(n, 67, "67 keys, one per dt_spec_t field (dt-spec(5) lists them)");
+    cr_assert_eq(n, 68, "68 keys, one per dt_spec_t field (dt-spec(5) lists them)");
     dt_spec_free(NULL);
 }
 
@@ -854,8 +856,7 @@ Test(spec, list_key_offload)
     cr_assert_str_eq(fmt, "activations,optimizer");
 }
 
-/* What each engine runs: the CPU any offload set (train), the GPU none or
- * optimizer (its layer inputs stay on the device). */
+/* What each engine runs: any offload set, for train only. */
 Test(spec, offload_runs)
 {
     unsigned both = DT_OFFLOAD_ACTIVATIONS | DT_OFFLOAD_OPTIMIZER;
@@ -865,13 +866,32 @@ Test(spec, offload_runs)
     cr_assert_eq(dt_vocab_offload_runs(DT_DEVICE_CUDA, DT_KIND_TRAIN, 0, &em), 0);
     cr_assert_eq(
         dt_vocab_offload_runs(DT_DEVICE_CUDA, DT_KIND_TRAIN, DT_OFFLOAD_OPTIMIZER, &em), 0);
-    cr_assert_eq(dt_vocab_offload_runs(DT_DEVICE_CUDA, DT_KIND_TRAIN, both, &em), DT_ENOTSUP);
-    cr_assert(strstr(em.s, "not activations,optimizer"), "%s", em.s);
+    cr_assert_eq(dt_vocab_offload_runs(DT_DEVICE_CUDA, DT_KIND_TRAIN, both, &em), 0);
     cr_assert_eq(
-        dt_vocab_offload_runs(DT_DEVICE_CUDA, DT_KIND_TRAIN, DT_OFFLOAD_ACTIVATIONS, &em),
-        DT_ENOTSUP);
-    cr_assert(strstr(em.s, "none or optimizer"), "%s", em.s);
+        dt_vocab_offload_runs(DT_DEVICE_CUDA, DT_KIND_TRAIN, DT_OFFLOAD_ACTIVATIONS, &em), 0);
+    cr_assert_eq(dt_vocab_offload_runs(DT_DEVICE_CUDA, DT_KIND_PREFILL, both, &em), DT_ENOTSUP);
+    cr_assert(strstr(em.s, "kind = train"), "%s", em.s);
     cr_assert_eq(dt_vocab_offload_runs(DT_DEVICE_CPU, DT_KIND_ATTN, DT_OFFLOAD_OPTIMIZER, &em),
                  DT_ENOTSUP);
     cr_assert(strstr(em.s, "kind = train"), "%s", em.s);
+}
+
+/* ckpt_dtype: fp32 (unset) or bf16; another word is refused naming the
+ * key and the words. */
+Test(spec, ckpt_dtype_key)
+{
+    dt_spec_t s;
+    dt_emsg_t em = { "" };
+
+    cr_assert_eq(dt_spec_parse("a.spec", "kind = train\ntokens = 64\n", &s, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_spec_ckpt_dtype(&s), DT_CKPT_FP32, "unset is fp32");
+    dt_spec_free(&s);
+    cr_assert_eq(dt_spec_parse("b.spec", "kind = train\ntokens = 64\nckpt_dtype = bf16\n", &s, &em),
+                 0, "%s", em.s);
+    cr_assert_eq(dt_spec_ckpt_dtype(&s), DT_CKPT_BF16);
+    dt_spec_free(&s);
+    cr_assert_lt(dt_spec_parse("c.spec", "kind = train\ntokens = 64\nckpt_dtype = fp16\n", &s, &em),
+                 0);
+    cr_assert(strstr(em.s, "ckpt_dtype") && strstr(em.s, "fp32") && strstr(em.s, "bf16"), "%s",
+              em.s);
 }

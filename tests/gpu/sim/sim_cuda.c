@@ -914,17 +914,48 @@ cudaError_t cudaFree(void *p)
     LEAVE(cudaSuccess);
 }
 
-/* Page-locked host memory is plain memory here. */
+/* Page-locked host memory is plain memory here, counted as the device's
+ * is: with DT_SIM_MEMSTAT the most held at once is said at exit (the
+ * planner's host memory per rank is checked against it). */
+static size_t host_allocated, host_peak;
+
+static void host_memstat(void)
+{
+    fprintf(stderr, "sim: host memory peak %zu bytes\n", host_peak);
+}
+
 cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int flags)
 {
     (void)flags;
-    *p = malloc(n ? n : 1);
-    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+    unsigned char *base = malloc((n ? n : 1) + 64);
+    if (base == NULL) {
+        *p = NULL;
+        return cudaErrorMemoryAllocation;
+    }
+    memcpy(base, &n, sizeof(n));
+    pthread_mutex_lock(&mu);
+    host_allocated += n;
+    if (host_allocated > host_peak) {
+        if (host_peak == 0 && getenv("DT_SIM_MEMSTAT"))
+            atexit(host_memstat);
+        host_peak = host_allocated;
+    }
+    pthread_mutex_unlock(&mu);
+    *p = base + 64;
+    return cudaSuccess;
 }
 
 cudaError_t cudaFreeHost(void *p)
 {
-    free(p);
+    if (p) {
+        unsigned char *base = (unsigned char *)p - 64;
+        size_t n;
+        memcpy(&n, base, sizeof(n));
+        pthread_mutex_lock(&mu);
+        host_allocated -= n;
+        pthread_mutex_unlock(&mu);
+        free(base);
+    }
     return cudaSuccess;
 }
 
