@@ -163,10 +163,11 @@ dt_gpu_train_bytes_t dt_model_gpu_train_bytes(const dt_model_cfg_t *m, int elem,
      * attention in the dtype: both normed inputs, q k v, o, the product */
     b.per_token_layer = F * (2 * d + 2 + qd + H + 2 * f) + e * (2 * d + 2 * qd + 2 * kd + f);
     /* the forward's scratch (x h t, q k v, the SwiGLU output), the
-     * backward's (dx dh, dq dk dv, do, da db dg; dy and do in the dtype),
+     * backward's (dx, do, da db dg; dy and do in the dtype; dh, dq, dk,
+     * dv reuse h, q, k, v),
      * the head's normed input (dtype) and rstd, the per-row loss (double)
      * and the token arrays (five int32, two int64: positions, grouping) */
-    b.per_token = F * (3 * d + qd + 2 * kd + f) + F * (2 * d + 2 * qd + 2 * kd + 3 * f) +
+    b.per_token = F * (3 * d + qd + 2 * kd + f) + F * (d + qd + 3 * f) +
                   e * (wide + qd) + e * d + F + 8 + 5 * 4 + 2 * 8;
     /* a chunk of fp32 logits and its gradient in the dtype; the norm's
      * partial sums */

@@ -81,7 +81,8 @@ typedef struct gtrain {
     int32_t *etok, *erows, *h_etok, *h_erows, *h_amax;
     int64_t *estart, *h_estart;
     double *h_loss;
-    /* backward scratch (da, db, dg: a tile's rows when tiled) */
+    /* backward scratch (da, db, dg: a tile's rows when tiled; dh, dq, dk,
+     * dv: the forward scratch's h, q, k, v) */
     float *dx, *dh, *dq, *dk, *dv, *do_, *da, *db, *dg;
     void *dyb, *dob;
     /* the MLP in tiles of MLP_ROWS tokens (tiled = 1, spec/model.h): a
@@ -121,7 +122,7 @@ static void gtrain_free(dt_gmodel_t *g)
         cudaFreeHost(T->hsaved);
     void *ps[] = { T->P, T->G, T->M, T->V, T->W, T->Pf, T->stage, T->ta, T->tb, T->tgb, T->saved, T->hfb, T->dlb, T->rstdf, T->rowloss,
                    T->part, T->tok, T->tgt, T->amax, T->etok, T->erows, T->estart, T->dx,
-                   T->dh, T->dq, T->dk, T->dv, T->do_, T->da, T->db, T->dg, T->dyb, T->dob };
+                   T->do_, T->da, T->db, T->dg, T->dyb, T->dob };
     for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++)
         cudaFree(ps[i]);
     free(T->act);
@@ -306,15 +307,21 @@ int dt_gtrain_new(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, int64_
         { &T->tok, (size_t)c * 4 },        { &T->tgt, (size_t)c * 4 },
         { &T->amax, (size_t)c * 4 },       { &T->etok, (size_t)c * 4 },
         { &T->erows, (size_t)c * 4 },      { &T->estart, (size_t)(c + 1) * 8 },
-        { &T->dx, (size_t)(c * d) * F },   { &T->dh, (size_t)(c * d) * F },
-        { &T->dq, (size_t)(c * qd) * F },  { &T->dk, (size_t)(c * kd) * F },
-        { &T->dv, (size_t)(c * kd) * F },  { &T->do_, (size_t)(c * qd) * F },
+        { &T->dx, (size_t)(c * d) * F },   { &T->do_, (size_t)(c * qd) * F },
         { &T->da, (size_t)(mr * f) * F },  { &T->db, (size_t)(mr * f) * F },
         { &T->dg, (size_t)(mr * f) * F },  { &T->dyb, dyb * half },
         { &T->dob, (size_t)(c * qd) * half },
     };
     if ((rc = dt_gmodel_dalloc_all(bufs, sizeof(bufs) / sizeof(bufs[0]), em)) < 0)
         goto fail;
+    /* the backward's dh, dq, dk, dv live in the forward's h, q, k, v: a
+     * layer's backward (and the head's) starts after its forward is done
+     * with them, and nothing reads them across (the model's release
+     * frees them once) */
+    T->dh = g->h;
+    T->dq = g->q;
+    T->dk = g->k;
+    T->dv = g->v;
     T->h_etok = dt_xmallocarray((size_t)c, sizeof(int32_t));
     T->h_erows = dt_xmallocarray((size_t)c, sizeof(int32_t));
     T->h_amax = dt_xmallocarray((size_t)c, sizeof(int32_t));
