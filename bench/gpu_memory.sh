@@ -51,14 +51,14 @@ for T in $TS; do
         # shellcheck disable=SC2086
         "$DTCTL" plan --tokens "$T" --kind train $model --tied no --device cuda --causal \
             --json --ranks "$R" --recompute "$rc" --shard "$sh" --offload "$of" \
-            --ckpt-dtype "$ck" >"$tmp/plan" 2>&1 || { cat "$tmp/plan" >&2; exit 1; }
+            --ckpt-dtype "$ck" </dev/null >"$tmp/plan" 2>&1 || { cat "$tmp/plan" >&2; exit 1; }
         total=$(sed -n 's/.*"memory_per_rank_bytes": *\([0-9]*\).*/\1/p' "$tmp/plan")
         fixed=$(sed -n 's/.*"fixed": *\([0-9]*\).*/\1/p' "$tmp/plan" | head -n 1)
         host=$(sed -n 's/.*"host_memory_per_rank_bytes": *\([0-9]*\).*/\1/p' "$tmp/plan")
         # shellcheck disable=SC2086
         "$MPIRUN" $root --oversubscribe -np "$R" env DT_SIM_GPUS=1 DT_SIM_MEMSTAT=1 "$SIM" \
             train --device cuda $model --tied no --seq-len "$T" --steps 1 --recompute "$rc" \
-            --shard "$sh" --offload "$of" --ckpt-dtype "$ck" >"$tmp/run" 2>&1 ||
+            --shard "$sh" --offload "$of" --ckpt-dtype "$ck" </dev/null >"$tmp/run" 2>&1 ||
             { cat "$tmp/run" >&2; exit 1; }
         dev=$(sed -n 's/^sim: device memory peak \([0-9]*\) bytes$/\1/p' "$tmp/run" | sort -n | tail -n 1)
         hp=$(sed -n 's/^sim: host memory peak \([0-9]*\) bytes$/\1/p' "$tmp/run" | sort -n | tail -n 1)
