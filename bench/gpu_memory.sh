@@ -39,7 +39,10 @@ modes="1 none none none fp32
 2 none optimizer none fp32
 1 none none optimizer fp32
 2 layer optimizer activations,optimizer fp32
-1 layer none activations,optimizer bf16"
+1 layer none activations,optimizer bf16
+2 none gradients none fp32
+2 none parameters none fp32
+2 layer parameters activations,optimizer bf16"
 
 printf 'GPU training memory per rank: the planner (dtctl plan) against dtengine train on the simulated GPU\n'
 printf 'model: dim 256, 2 layers, heads 4/2, ffn 512, vocab 512, untied, bf16; one step\n'
@@ -67,6 +70,6 @@ for T in $TS; do
             M = 1048576
             printf "| %d | %d | %s | %s | %s | %s | %.1f | %.1f | %.3f | %.1f | %.1f | %s |\n",
                 T, R, rc, sh, of, ck, p / M, e / M, p / e, h / M, hp / M,
-                hp > 0 ? sprintf("%.3f", h / hp) : "-" }'
+                (hp > 0 ? sprintf("%.3f", h / hp) : "-") }'
     done
 done

@@ -282,18 +282,31 @@ static void train_state(const dt_plan_req_t *q, double inv_w, dt_plan_mem_t *mm)
 
     params(m, &P, &Pmm, &Pmm_layers);
     if (e < 4) {
-        /* the GPU engine: dtype weights (e P), fp32 gradient (4 P), fp32
-         * master copy (4 P, whole until parameters) and moments (8 P) */
-        double slice = sh >= DT_SHARD_OPTIMIZER ? P * inv_w : P;
-        mm->weights = sh == DT_SHARD_PARAMETERS ? e * P * inv_w + 2 * e * U + e * E : e * P;
-        mm->grads = sh >= DT_SHARD_GRADIENTS ? 4 * P * inv_w + 4 * (U + E) : 4 * P;
-        mm->optimizer = sh == DT_SHARD_PARAMETERS  ? 12 * P * inv_w
-                        : sh >= DT_SHARD_OPTIMIZER ? 4 * P + 8 * P * inv_w
-                                                   : 12 * P;
-        mm->host = 4 * P + 8 * slice;
-        if (q->offload & DT_OFFLOAD_OPTIMIZER) {
-            double d = (double)m->dim, f32 = (double)m->vocab * d + (2.0 * m->layers + 1) * d;
-            mm->optimizer = 4 * f32 + 4 * dmin(P, (double)(1 << 24));
+        /* the GPU engine (engine/model/train_cuda.c): dtype weights (e P),
+         * fp32 gradient (4 P), fp32 master copy (4 P) and moments (8 P),
+         * each whole or this rank's slice S as the level says; sharded
+         * gradients add two fp32 unit buffers, a tied embedding's and the
+         * reduce-scatter's scratch (spec/model.h), sharded parameters two
+         * dtype unit buffers and two units' fp32 norm gains */
+        const double S = P * inv_w, d = (double)m->dim;
+        const bool sg = sh >= DT_SHARD_GRADIENTS, sp = sh == DT_SHARD_PARAMETERS;
+        const bool host = (q->offload & DT_OFFLOAD_OPTIMIZER) != 0;
+        double slice = sh >= DT_SHARD_OPTIMIZER ? S : P;
+        /* the scratch: none on one rank, R units or the cap (no R: the cap) */
+        double rs = inv_w >= 1 ? 0 : inv_w <= 0 ? (double)DT_GPU_RS_BYTES
+                                                : dmin((double)DT_GPU_RS_BYTES, 4 * U / inv_w);
+        mm->weights = sp ? e * S + 2 * e * U + 2 * 2 * 4 * d : e * P;
+        mm->grads = sg ? 4 * S + 4 * (2 * U + E) + rs : 4 * P;
+        mm->optimizer = sp ? 12 * S : sh >= DT_SHARD_OPTIMIZER ? 4 * P + 8 * S : 12 * P;
+        /* the host's copies for checkpoints: P (the slice with sp), M, V */
+        mm->host = (sp ? 4 * S : 4 * P) + 8 * slice;
+        if (host) {
+            /* the optimizer on the host: the device keeps the fp32 ranges
+             * it reads (the embedding, the norms) and the staging buffer,
+             * or with sp the slice's fp32 copy the gathers read; the host
+             * the slice's gradient beside P, M, V */
+            double f32 = (double)m->vocab * d + (2.0 * m->layers + 1) * d;
+            mm->optimizer = sp ? 4 * S : 4 * f32 + 4 * dmin(P, (double)(1 << 24));
             mm->host += 4 * slice;
         }
         return;

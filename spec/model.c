@@ -209,3 +209,27 @@ int64_t dt_model_unit_max(const dt_model_cfg_t *c)
         max = layer;
     return last > max ? last : max;
 }
+
+void dt_model_unit_range(const dt_model_cfg_t *c, const dt_model_layout_t *lo, int u, int64_t *a,
+                         int64_t *b)
+{
+    const int L = c->layers;
+
+    if (u == 0) {
+        *a = lo->tok_emb;
+        *b = lo->tok_emb + (int64_t)c->vocab * c->dim;
+    } else if (u <= L) {
+        *a = lo->layer[u - 1].attn_norm;
+        *b = u < L ? lo->layer[u].attn_norm : lo->final_norm;
+    } else {
+        *a = lo->final_norm;
+        *b = lo->nparams;
+    }
+}
+
+int64_t dt_model_gpu_rs_floats(const dt_model_cfg_t *cfg, int R)
+{
+    int64_t all = (int64_t)R * dt_model_unit_max(cfg), cap = DT_GPU_RS_BYTES / 4;
+
+    return all < cap ? all : cap;
+}

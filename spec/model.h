@@ -129,4 +129,15 @@ dt_gpu_train_bytes_t dt_model_gpu_train_bytes(const dt_model_cfg_t *cfg, int ele
  * tied). The parameters of the largest unit (cfg's sizes positive). */
 int64_t dt_model_unit_max(const dt_model_cfg_t *cfg);
 
+/* Unit u of the flat array (lo: cfg's layout), [*a, *b): 0 the embedding,
+ * 1 + l layer l, layers + 1 the final norm and (untied) the LM head. */
+void dt_model_unit_range(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, int u,
+                         int64_t *a, int64_t *b);
+
+/* The GPU's reduce-scatter of a unit's gradient (shard = gradients) takes
+ * the peers' addends through a scratch of R units, or of DT_GPU_RS_BYTES
+ * when smaller (a chunk at a time): its floats on R > 1 ranks. */
+#define DT_GPU_RS_BYTES ((int64_t)64 << 20)
+int64_t dt_model_gpu_rs_floats(const dt_model_cfg_t *cfg, int R);
+
 #endif /* DT_SPEC_MODEL_H */

@@ -207,11 +207,11 @@ int dt_compute_dtype_parse(const char *what, const char *s, dt_dtype_t *out, dt_
 
 bool dt_vocab_shard_runs(enum dt_device device, enum dt_shard_level shard)
 {
-    if (device == DT_DEVICE_CPU)
-        return true;
-    /* the GPU engine keeps the whole parameters and gradient on every
-     * GPU and shards the AdamW state only (engine/model/train_cuda.c) */
-    return shard == DT_SHARD_AUTO || shard == DT_SHARD_NONE || shard == DT_SHARD_OPTIMIZER;
+    /* both engines run every level: the GPU's slices the gradient and
+     * parameters unit by unit over NCCL (engine/model/train_cuda.c) */
+    (void)device;
+    (void)shard;
+    return true;
 }
 
 int dt_vocab_runs(enum dt_device device, enum dt_job_kind kind, enum dt_shard_level shard,
@@ -223,8 +223,7 @@ int dt_vocab_runs(enum dt_device device, enum dt_job_kind kind, enum dt_shard_le
         return 0;
     if (!dt_vocab_shard_runs(device, shard))
         return dt_emsg_set(em, DT_ENOTSUP,
-                           "device %s runs shard = none or optimizer (every GPU holds the "
-                           "whole parameters and gradient), not %s",
+                           "device %s does not run shard = %s",
                            dt_device_name(device), dt_shard_name(shard));
     if (device == DT_DEVICE_CUDA && dp > 1)
         return dt_emsg_set(em, DT_ENOTSUP, "device cuda runs one ring (dp = 1), not dp = %d",

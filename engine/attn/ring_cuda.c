@@ -491,6 +491,24 @@ static int run(dt_ring_t *r, const dt_attn_spec_t *s, dt_dtype_t dtype, dt_ring_
     return rc;
 }
 
+int dt_ring_attn_reserve(dt_ring_t *r, const dt_attn_spec_t *s, dt_dtype_t dtype,
+                         dt_emsg_t *em)
+{
+    plan_t pf, pb;
+    int rc;
+
+    if ((rc = dt_ring_enter(r, em)) < 0)
+        return rc;
+    dt_ring_call_plan(s, dtype, r->R, 0, &pf);
+    dt_ring_call_plan(s, dtype, r->R, 1, &pb);
+    for (int l = 0; l < r->nlocal; l++) {
+        void *ws = NULL;
+        if ((rc = dt_ring_ws(r, l, pf.total > pb.total ? pf.total : pb.total, &ws, em)) < 0)
+            return rc;
+    }
+    return 0;
+}
+
 int dt_ring_attn_fwd(dt_ring_t *r, const dt_attn_spec_t *s, dt_dtype_t dtype, dt_ring_io_t *io,
                      dt_attn_stats_t *st, dt_emsg_t *em)
 {

@@ -54,6 +54,13 @@ typedef struct dt_ring_io {
 int dt_ring_attn_fwd(dt_ring_t *r, const dt_attn_spec_t *s, dt_dtype_t dtype, dt_ring_io_t *io,
                      dt_attn_stats_t *st, dt_emsg_t *em);
 
+/* Every local rank's workspace grown now to what a forward and a backward
+ * of s take, so that no call grows it (cudaFree, which waits for the
+ * device) while the caller has collectives in flight on the ring's
+ * streams (the sharded GPU training state, engine/model/train_cuda.c). */
+int dt_ring_attn_reserve(dt_ring_t *r, const dt_attn_spec_t *s, dt_dtype_t dtype,
+                         dt_emsg_t *em);
+
 /* Backward: io[l] has q, k, v, o, lse of the forward and dout; dq, dk, dv
  * are written. dK/dV travel with K/V, one step behind, and come home. */
 int dt_ring_attn_bwd(dt_ring_t *r, const dt_attn_spec_t *s, dt_dtype_t dtype, dt_ring_io_t *io,

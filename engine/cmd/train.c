@@ -210,7 +210,7 @@ static json_t *cursor_json(const dt_loader_cursor_t *cur)
  * back whatever its split. */
 static int save(dt_comm_t *comm, const dt_train_opts_t *o, int64_t step, int64_t n,
                 int64_t off, int64_t len, const float *P, const float *M, const float *V,
-                const dt_loader_cursor_t *cur, dt_emsg_t *em)
+                const dt_loader_cursor_t *cur, const dt_loss_scale_t *ls, dt_emsg_t *em)
 {
     int me = dt_comm_rank(comm), skipped, rc;
     dt_st_writer_t *w = dt_ckpt_train_writer_new(n, off, len, P, M, V);
@@ -227,6 +227,10 @@ static int save(dt_comm_t *comm, const dt_train_opts_t *o, int64_t step, int64_t
         dt_cmd_plan_pos_offset(sv.plan, o->pos_offset);
         sv.rng = json_pack("{s:I, s:s, s:o}", "seed", (json_int_t)o->seed, "data", o->data,
                            "cursor", cursor_json(cur));
+        if (ls != NULL)
+            json_object_set_new(sv.rng, "loss_scale",
+                                json_pack("{s:f, s:I}", "scale", ls->scale, "clean",
+                                          (json_int_t)ls->clean));
     }
     rc = dt_cmd_save(comm, &sv, w, &skipped, em);
     json_decref(sv.model);
@@ -290,7 +294,7 @@ static void heartbeat(void *ud)
  * *step = 0 when there is none. */
 static int load(const dt_train_opts_t *o, int64_t n, float *P, int64_t plo, int64_t pn, float *M,
                 float *V, int64_t mlo, int64_t mn, dt_loader_t *loader, int64_t *step,
-                dt_train_passed_t *passed, dt_emsg_t *em)
+                dt_train_passed_t *passed, dt_loss_scale_t *ls, dt_emsg_t *em)
 {
     int rc;
     char *dir = NULL;
@@ -346,6 +350,20 @@ static int load(const dt_train_opts_t *o, int64_t n, float *P, int64_t plo, int6
         if (rc == 0) {
             dt_loader_cursor_t cur = { .epoch = (uint64_t)v[0], .shard = v[1], .seq = v[2] };
             rc = dt_loader_set_cursor(loader, &cur, em);
+        }
+    }
+    /* fp16's loss scale goes on where it was (a checkpoint without one,
+     * bf16's or fp32's, starts it afresh) */
+    json_t *lj = json_object_get(man.rng, "loss_scale");
+    if (rc == 0 && ls != NULL && lj != NULL) {
+        json_t *sj = json_object_get(lj, "scale"), *cl = json_object_get(lj, "clean");
+        double sc = json_is_number(sj) ? json_number_value(sj) : 0;
+        if (!(sc >= 1 && sc <= 1e38) || !json_is_integer(cl) || json_integer_value(cl) < 0) {
+            rc = dt_emsg_set(em, DT_EFORMAT, "%s: the manifest's loss_scale is not a scale >= 1 "
+                             "with a non-negative integer 'clean'", dir);
+        } else {
+            ls->scale = sc;
+            ls->clean = json_integer_value(cl);
         }
     }
     if (rc == 0) {
@@ -535,6 +553,9 @@ static void trainer_alloc(dt_trainer_t *t)
                                 .weight_decay = o->wd };
     t->sched = (dt_lr_sched_t){ .max_lr = o->lr, .min_lr = o->min_lr, .warmup = o->warmup,
                                 .total = o->steps };
+    /* fp16 (GPU) scales its loss; bf16 and fp32 do not */
+    t->scaling = o->cuda && o->dtype == DT_F16;
+    t->ls = (dt_loss_scale_t){ .scale = t->scaling ? DT_LOSS_SCALE_INIT : 1.0, .clean = 0 };
 }
 
 /* With --resume or --resume-from, every rank loads the checkpoint; then
@@ -548,7 +569,8 @@ static int trainer_load_or_resume(dt_trainer_t *t)
     t->passed.external = o->external;
     if (o->resume || o->resume_from)
         rc = load(o, t->n, t->P, t->pn == t->n ? 0 : t->moff, t->pn, t->M, t->V, t->moff,
-                  t->mlen, t->loader, &t->start, &t->passed, &t->em);
+                  t->mlen, t->loader, &t->start, &t->passed, t->scaling ? &t->ls : NULL,
+                  &t->em);
     /* no checkpoint to continue: the weights of init_from, every rank its
      * own copy (each reads only the tensors' byte ranges) */
     if (rc == 0 && t->start == 0 && o->spec.init_from != NULL) {
@@ -687,7 +709,19 @@ static int trainer_step(dt_trainer_t *t, int64_t step, dt_train_ctl_t *ctl)
             return rc;
         t0 += dt_clock_now() - w0;
     }
-    if (!isfinite(loss) || !isfinite(norm))
+    /* fp16's loss scaling: an overflowed gradient skips the update and
+     * halves the scale; a window of clean steps doubles it (the same
+     * norm on every rank: the same decision) */
+    int skipped = 0;
+    if (t->scaling && isfinite(loss) && !isfinite(norm) && t->ls.scale > 1.0) {
+        skipped = 1;
+        t->ls.scale /= 2;
+        t->ls.clean = 0;
+    } else if (t->scaling && isfinite(norm) && ++t->ls.clean >= DT_LOSS_SCALE_WINDOW) {
+        t->ls.scale *= 2;
+        t->ls.clean = 0;
+    }
+    if (!isfinite(loss) || (!isfinite(norm) && !skipped))
         /* every rank has the same loss and norm: all stop here. A run
          * resumed from a checkpoint diverges again at the same step,
          * which the coordinator takes for a deterministic failure */
@@ -695,7 +729,7 @@ static int trainer_step(dt_trainer_t *t, int64_t step, dt_train_ctl_t *ctl)
                            "training diverged (a lower --lr, or more --warmup)",
                            (long long)step, loss, norm);
     double lr = dt_lr_at(&t->sched, step);
-    if ((rc = t->be->update(t, step, lr, gscale)) < 0)
+    if (!skipped && (rc = t->be->update(t, step, lr, gscale)) < 0)
         return rc;
     double dt = dt_clock_now() - t0;
     double accuracy = ctl->targets > 0 ? ctl->hits / ctl->targets : 0.0;
@@ -703,9 +737,12 @@ static int trainer_step(dt_trainer_t *t, int64_t step, dt_train_ctl_t *ctl)
     if (t->me == 0) {
         /* accuracy at the counted targets: recall accuracy for the recall
          * task, next-token accuracy for token shards */
-        printf("step %lld loss %.9f tokens/s %.0f %s %.3f lr %.3g norm %.4g\n",
+        printf("step %lld loss %.9f tokens/s %.0f %s %.3f lr %.3g norm %.4g",
                (long long)step, loss, (double)(o->T * o->batch * t->N) / dt,
                t->loader ? "acc" : "recall", accuracy, lr, norm);
+        if (t->scaling) /* the scale the next step uses */
+            printf(" loss_scale %.0f%s", t->ls.scale, skipped ? " skipped" : "");
+        printf("\n");
         fflush(stdout);
     }
     t->last_loss = loss;
@@ -738,6 +775,7 @@ static int trainer_write(dt_trainer_t *t, int64_t done, double t1, double stall_
     if (t->pn == t->n)
         p += off;
     if ((rc = save(t->comm, o, done, t->n, off, len, p, m, v, t->loader ? &cursor : NULL,
+                   t->scaling ? &t->ls : NULL,
                    &t->em)) < 0)
         return rc;
     /* parameters and both moments, written and fsynced by all ranks */
@@ -819,14 +857,29 @@ static int trainer_run(dt_trainer_t *t)
 
 static int trainer_report(dt_trainer_t *t, const float *P, const char *digest);
 
+/* [a, b) of the parameters that ranks hold in slices (shard = parameters,
+ * dp = 1: the GPU engine's) gathered over the ring's MPI communicator. */
+static int gather_piece(dt_trainer_t *t, int64_t a, int64_t b, float *dst)
+{
+    const dt_comm_slicing_t sl = { t->n, t->R, 0 };
+    int64_t pa = a > t->moff ? a : t->moff;
+    const float *mine = t->P + (pa < t->moff + t->mlen ? pa - t->moff : 0);
+    int rc = dt_comm_gather_range_f32(t->cring, &sl, a, b, mine, dst);
+
+    return rc < 0 ? dt_emsg_set(&t->em, rc, "gathering the parameters [%lld, %lld) failed",
+                                (long long)a, (long long)b)
+                  : 0;
+}
+
 /* Rank 0: --params-out, the parameters' digest and the result line (for
  * the agent too). A failed --params-out is rank 0's alone. */
 static int trainer_finish(dt_trainer_t *t)
 {
     int rc;
 
-    /* the trained parameters off the device (the GPU) */
-    if (t->be->copy_start && t->me == 0 &&
+    /* the trained parameters off the device (the GPU): rank 0's whole
+     * copy, or with shard = parameters every rank's slice */
+    if (t->be->copy_start && (t->me == 0 || t->pn != t->n) &&
         ((rc = t->be->copy_start(t, t->P, NULL, NULL)) < 0 ||
          (rc = t->be->copy_wait(t, NULL)) < 0)) {
         fprintf(stderr, "dtengine train: %s\n", t->em.s);
@@ -837,7 +890,7 @@ static int trainer_finish(dt_trainer_t *t)
     /* shard = parameters: no rank holds the whole array; its digest is
      * taken a unit's length at a time as the pieces are gathered (and
      * --params-out gathers the whole on rank 0) */
-    int64_t u = dt_model_gather_max(t->m);
+    int64_t u = t->m ? dt_model_gather_max(t->m) : dt_model_unit_max(&t->o.model);
     float *piece = dt_xcalloc((size_t)u, sizeof(float)), *all = NULL;
     dt_sha256_t *h = dt_sha256_new();
     char hex[65];
@@ -846,8 +899,12 @@ static int trainer_finish(dt_trainer_t *t)
     rc = 0;
     for (int64_t a = 0; a < t->n && rc == 0; a += u) {
         int64_t b = t->n - a < u ? t->n : a + u;
-        if ((rc = dt_model_gather(t->m, t->cring, t->P, a, b, piece, &t->em)) < 0)
+        if (t->m != NULL) {
+            if ((rc = dt_model_gather(t->m, t->cring, t->P, a, b, piece, &t->em)) < 0)
+                break;
+        } else if ((rc = gather_piece(t, a, b, piece)) < 0) {
             break;
+        }
         dt_sha256_update(h, piece, (size_t)(b - a) * sizeof(float));
         if (all)
             memcpy(all + a, piece, (size_t)(b - a) * sizeof(float));

@@ -82,6 +82,19 @@ enum { DT_TRAIN_ACC_WINDOW = 50 };
 
 typedef struct dt_train_backend dt_train_backend_t;
 
+/* fp16 training's dynamic loss scaling (bf16 and fp32 need none): the
+ * loss's gradient is multiplied by scale (from DT_LOSS_SCALE_INIT); a
+ * step whose gradient has an inf or NaN is skipped (no update; it still
+ * consumes its data and counts) and halves scale; DT_LOSS_SCALE_WINDOW
+ * clean steps in a row double it. Checkpointed (the manifest's rng
+ * object, "loss_scale"). A step that overflows at scale 1 diverged. */
+#define DT_LOSS_SCALE_INIT 65536.0
+#define DT_LOSS_SCALE_WINDOW 2000
+typedef struct dt_loss_scale {
+    double scale;  /* 1 when not scaling */
+    int64_t clean; /* steps since the last overflow (or the start) */
+} dt_loss_scale_t;
+
 /* One run of `dtengine train` on this rank: options, data, model, the
  * optimizer state and what the run has seen so far. */
 typedef struct dt_trainer {
@@ -109,6 +122,8 @@ typedef struct dt_trainer {
     dt_train_passed_t passed; /* checkpoints --resume passed over */
     dt_adamw_cfg_t acfg;
     dt_lr_sched_t sched;
+    int scaling;          /* fp16 on the GPU: dynamic loss scaling */
+    dt_loss_scale_t ls;   /* its state (scale 1 without) */
     double last_loss;    /* of the last step this run took */
     double acc_win[DT_TRAIN_ACC_WINDOW];
     int64_t acc_n;
@@ -150,6 +165,9 @@ struct dt_train_backend {
      * global norm, clipped to o.clip (dt_grad_clip's rule) now or through
      * *gscale (1 on entry), the factor update applies. */
     int (*clip)(dt_trainer_t *t, int64_t step, double *norm, float *gscale);
+    /* (with loss scaling the gradient is that of the loss times
+     * t->ls.scale: clip's *norm is still the loss's own, inf or NaN on an
+     * overflow, and *gscale folds 1 / scale in) */
     /* AdamW's step step + 1 at rate lr, the gradient times gscale; every
      * rank's parameters updated whole where it keeps them whole. */
     int (*update)(dt_trainer_t *t, int64_t step, double lr, float gscale);

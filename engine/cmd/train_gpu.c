@@ -3,9 +3,12 @@
  * `dtengine train --device cuda`'s step, the backend dt_train_gpu
  * (engine/cmd/train.h), compiled only in a CUDA build (and in the
  * simulator's, tests/gpu/dtengine-sim): the ring and the training model
- * (engine/model/model_cuda.h) on this rank's GPU, which holds the
- * parameters, gradient and moments. The gradient is summed over the ranks
- * by NCCL, clipping is folded into the update, and the host's P, M, V
+ * (engine/model/train_cuda.h) on this rank's GPU, which holds the
+ * parameters, gradient and moments, whole or its slices as the shard level
+ * says (gradients: the model reduce-scatters each unit's; parameters: it
+ * gathers each unit's weights). The gradient is summed over the ranks by
+ * NCCL (its norm over sliced gradients summed over MPI), fp16's loss
+ * scale and the clipping are folded into the update, and the host's P, M, V
  * (page-locked when the runtime gives it) are copies for checkpoints and
  * the result, refreshed by a copy that overlaps the next step. With
  * offload = optimizer the host's P, M, V are the state itself: the GPU
@@ -53,7 +56,7 @@ static void gpu_alloc(dt_trainer_t *t)
         if (!g->hG_pinned)
             g->hG = dt_xcalloc((size_t)(t->mlen > 0 ? t->mlen : 1), sizeof(float));
     }
-    t->P = dt_gmodel_host_alloc(t->n);
+    t->P = dt_gmodel_host_alloc(t->pn); /* shard = parameters: the slice */
     t->M = dt_gmodel_host_alloc(t->mlen);
     t->V = dt_gmodel_host_alloc(t->mlen);
     g->pinned = t->P && t->M && t->V;
@@ -79,6 +82,8 @@ static int gpu_start(dt_trainer_t *t)
         .host_optimizer = g->host,
         .offload_act = (o->offload & DT_OFFLOAD_ACTIVATIONS) != 0,
         .ckpt_bf16 = o->ckpt_dtype == DT_CKPT_BF16,
+        .shard_gradients = o->shard >= DT_SHARD_GRADIENTS,
+        .shard_parameters = o->shard == DT_SHARD_PARAMETERS,
     };
     if (rc == 0)
         rc = dt_gtrain_new(&o->model, &t->lo, t->c, o->dtype, &go, g->ring, t->P, t->M, t->V,
@@ -101,8 +106,9 @@ static int gpu_seq(dt_trainer_t *t, int64_t b, double *loss, dt_train_ctl_t *ctl
     for (int64_t i = 0; i < o->T; i++)
         count += t->ys[i] >= 0;
     const double w = count > 0 ? 1.0 / ((double)count * (double)o->batch) : 0.0;
-    if ((rc = dt_gtrain_fwd_bwd(g->gm, &t->attn, t->x, t->y, (float)w, b == 0, &sum, &hits,
-                                &t->em)) < 0)
+    /* fp16: the loss's gradient scaled (a power of two: exact) */
+    if ((rc = dt_gtrain_fwd_bwd(g->gm, &t->attn, t->x, t->y, (float)(w * t->ls.scale), b == 0,
+                                &sum, &hits, &t->em)) < 0)
         return rc;
     *loss += sum * w;
     ctl->hits += (double)hits;
@@ -111,19 +117,29 @@ static int gpu_seq(dt_trainer_t *t, int64_t b, double *loss, dt_train_ctl_t *ctl
     return 0;
 }
 
-/* The gradient summed over the ranks (NCCL), its norm; the clipping as
- * dt_grad_clip does it, folded into the update. */
+/* The gradient summed over the ranks (NCCL), its norm (sharded: the
+ * slices' squares summed over the ranks, as the CPU does); the clipping
+ * as dt_grad_clip does it, folded into the update. */
 static int gpu_clip(dt_trainer_t *t, int64_t step, double *norm, float *gscale)
 {
     const dt_train_opts_t *o = &t->o;
     gpu_t *g = t->dev;
     int rc;
 
-    (void)step;
-    if ((rc = dt_gtrain_reduce(g->gm, norm, &t->em)) < 0)
+    double ss;
+    if ((rc = dt_gtrain_reduce(g->gm, &ss, &t->em)) < 0)
         return rc;
+    if (dt_gtrain_grad_sharded(g->gm) && (rc = dt_comm_allreduce_sum_f64(t->comm, &ss, 1)) < 0)
+        return dt_emsg_set(&t->em, rc, "step %lld: summing the gradient's norm failed",
+                           (long long)step);
+    /* the loss's own gradient: the scaled one's norm divided by the scale
+     * (a power of two), and the update's factor with 1 / scale in it */
+    const double S = t->ls.scale;
+    *norm = sqrt(ss) / S;
+    double f = 1.0;
     if (o->clip > 0.0 && isfinite(*norm) && *norm > o->clip)
-        *gscale = (float)(o->clip / *norm);
+        f = o->clip / *norm;
+    *gscale = (float)(f / S);
     return 0;
 }
 
@@ -136,9 +152,10 @@ static int host_update(dt_trainer_t *t, gpu_t *g, int64_t step, double lr, float
 
     if ((rc = dt_gtrain_grad_get(g->gm, g->hG, &t->em)) < 0)
         return rc;
-    dt_adamw_step_scaled(&t->acfg, step + 1, lr, t->o.wd, t->mlen, t->P + t->moff, g->hG, gscale,
-                         t->M, t->V);
-    if (t->mlen != t->n) {
+    /* shard = parameters: P is the slice, and the device gathers it */
+    dt_adamw_step_scaled(&t->acfg, step + 1, lr, t->o.wd, t->mlen,
+                         t->pn == t->n ? t->P + t->moff : t->P, g->hG, gscale, t->M, t->V);
+    if (t->mlen != t->n && t->pn == t->n) {
         dt_comm_slicing_t sl = { t->n, t->R, 0 };
         if ((rc = dt_comm_allgather_slices_f32(t->cring, &sl, t->P)) < 0)
             return dt_emsg_set(&t->em, rc, "step %lld: gathering the updated parameters failed",

@@ -188,4 +188,35 @@ DT_MUST_CHECK int dt_ring_allreduce_sum_f32(dt_ring_t *r, float *const *buf, siz
 DT_MUST_CHECK int dt_ring_allgather_slices_f32(dt_ring_t *r, float *const *buf, int64_t n,
                                                dt_emsg_t *em);
 
+/* Sharded training state on the GPUs, a range [a, b) of a flat array of n
+ * elements at a time (the units of shard = gradients and parameters,
+ * engine/model/train_cuda.c), cut into the ranks' slices as above. Both
+ * are queued on the ring's communication stream behind what it holds
+ * already and return at once; dt_ring_coll_wait(slot) waits (a watchdog
+ * wait) for the last one started with that slot (0 to DT_RING_COLL_SLOTS -
+ * 1) and everything queued before it. The caller has finished (synchronised) what writes
+ * their inputs or still reads their outputs' old contents, and leaves
+ * both alone until the wait. One local rank (an NCCL ring, or a local
+ * ring of one); a range collective of a ring of one is a copy.
+ *
+ * Gather: mine holds this rank's part of [a, b) (its slice's, possibly
+ * empty), elem bytes an element; every rank gets the whole range into out
+ * (b - a elements): the grouped sends and receives of each part to and from
+ * every peer (the parts differ in length, so no ncclAllGather). */
+#define DT_RING_COLL_SLOTS 4
+DT_MUST_CHECK int dt_ring_gather_range(dt_ring_t *r, int64_t n, int64_t a, int64_t b,
+                                       size_t elem, const void *mine, void *out, int slot,
+                                       dt_emsg_t *em);
+/* Reduce-scatter of fp32: in (b - a) is this rank's addend for [a, b);
+ * this rank's part of the sum over the ranks, in rank order (the same bits
+ * as the ring's all-reduce on the simulator; on NCCL within rounding of
+ * it), is written to mine, or added to it (acc). scratch (scratch_n fp32,
+ * at least R) holds the peers' addends, a chunk of scratch_n / R at a
+ * time. */
+DT_MUST_CHECK int dt_ring_reduce_scatter_range(dt_ring_t *r, int64_t n, int64_t a, int64_t b,
+                                               const float *in, float *mine, int acc,
+                                               float *scratch, int64_t scratch_n, int slot,
+                                               dt_emsg_t *em);
+DT_MUST_CHECK int dt_ring_coll_wait(dt_ring_t *r, int slot, dt_emsg_t *em);
+
 #endif /* DT_COMM_H */

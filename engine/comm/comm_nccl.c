@@ -41,8 +41,11 @@
 #include "common/mem.h"
 #include "engine/comm/ring_impl.h"
 #include "kernels/cuda/cuda_err.h"
+#include "kernels/cuda/train_cuda.h" /* dt_sum_slots_cuda */
 
 _Static_assert(NCCL_UNIQUE_ID_BYTES == DT_RING_ID_BYTES, "DT_RING_ID_BYTES must match NCCL");
+_Static_assert(RING_EV_COLL3 - RING_EV_COLL0 + 1 == DT_RING_COLL_SLOTS,
+               "a range collective's slot is an event");
 
 /* Most ranks one process drives in a local ring (streams and events grow
  * with it; a local ring is a test and development tool). */
@@ -668,4 +671,198 @@ int dt_ring_allgather_slices_f32(dt_ring_t *r, float *const *buf, int64_t n, dt_
         return rc;
     RING_CUDA(r, em, cudaEventRecord(r->p[0].ev[RING_EV_CDONE], cs));
     return dt_ring_wait(r, cdone, 1, "all-gather", em);
+}
+
+/* ---- range collectives (sharded training state) ------------------------------- */
+
+/* Rank g's part [*pa, *pb) of [a, b) (empty: *pa == *pb). */
+static void part_of(int64_t n, int R, int g, int64_t a, int64_t b, int64_t *pa, int64_t *pb)
+{
+    int64_t off, len;
+
+    slice_of(n, R, g, &off, &len);
+    *pa = off > a ? off : a;
+    *pb = off + len < b ? off + len : b;
+    if (*pb < *pa)
+        *pb = *pa;
+}
+
+/* The checks both range collectives make; 1 when there is nothing to send
+ * (one rank: the caller copies), 0 to go on. */
+static int coll_enter(dt_ring_t *r, int64_t n, int64_t a, int64_t b, int slot, const char *what,
+                      dt_emsg_t *em)
+{
+    int rc;
+
+    if ((rc = dt_ring_enter(r, em)) < 0)
+        return rc;
+    if (slot < 0 || slot >= DT_RING_COLL_SLOTS || a < 0 || b < a || b > n)
+        return dt_emsg_set(em, DT_EINVAL, "%s: range [%lld, %lld) of %lld, slot %d", what,
+                           (long long)a, (long long)b, (long long)n, slot);
+    if (r->nlocal != 1)
+        return dt_emsg_set(em, DT_ENOTSUP, "%s: a ring of %d local ranks (one process drives "
+                           "one rank here)", what, r->nlocal);
+    return r->R == 1 ? 1 : 0;
+}
+
+/* A group of p2p calls: to every peer p sb[p] (sn[p] bytes), from it rb[p]
+ * (rn[p]); zero-byte sides are left out. */
+typedef struct p2p {
+    void **sb, **rb;
+    size_t *sn, *rn;
+} p2p_t;
+
+static p2p_t p2p_new(int R)
+{
+    p2p_t x = { dt_xcalloc((size_t)R, sizeof(void *)), dt_xcalloc((size_t)R, sizeof(void *)),
+                dt_xcalloc((size_t)R, sizeof(size_t)), dt_xcalloc((size_t)R, sizeof(size_t)) };
+    return x;
+}
+
+static void p2p_free(p2p_t *x)
+{
+    free(x->sb);
+    free(x->rb);
+    free(x->sn);
+    free(x->rn);
+}
+
+/* One chunk's group of x's calls on the communication stream. */
+static int group_p2p(dt_ring_t *r, const p2p_t *x, const char *what, dt_emsg_t *em)
+{
+    void *const *sb = x->sb, *const *rb = x->rb;
+    const size_t *sn = x->sn, *rn = x->rn;
+    cudaStream_t cs = r->p[0].comm;
+    ncclResult_t e = ncclSuccess, eg;
+    int bad = -1, rc;
+
+    eg = ncclGroupStart();
+    if (NCCL_FAILED(eg))
+        return fail(r, DT_ECOMM, what, em, "ncclGroupStart: NCCL: %s (%s)",
+                    ncclGetErrorString(eg), nccl_last(r->comm));
+    for (int p = 0; p < r->R && !NCCL_FAILED(e); p++) {
+        if (p == r->rank0)
+            continue;
+        bad = p;
+        if (sn[p] > 0)
+            e = ncclSend(sb[p], sn[p], ncclUint8, p, r->comm, cs);
+        if (!NCCL_FAILED(e) && rn[p] > 0)
+            e = ncclRecv(rb[p], rn[p], ncclUint8, p, r->comm, cs);
+    }
+    eg = ncclGroupEnd(); /* always close the group, even after a failed call */
+    if (NCCL_FAILED(e))
+        return fail(r, DT_ECOMM, what, em, "parts to and from rank %d: NCCL: %s (%s)", bad,
+                    ncclGetErrorString(e), nccl_last(r->comm));
+    if (NCCL_FAILED(eg))
+        return fail(r, DT_ECOMM, what, em, "ncclGroupEnd: NCCL: %s (%s)",
+                    ncclGetErrorString(eg), nccl_last(r->comm));
+    if (eg == ncclInProgress && (rc = settle(r, what, em)) < 0)
+        return rc;
+    return 0;
+}
+
+int dt_ring_gather_range(dt_ring_t *r, int64_t n, int64_t a, int64_t b, size_t elem,
+                         const void *mine, void *out, int slot, dt_emsg_t *em)
+{
+    static const char what[] = "range gather";
+    cudaStream_t cs;
+    int64_t ma, mb, pa, pb;
+    int rc, one;
+
+    if ((one = coll_enter(r, n, a, b, slot, what, em)) < 0)
+        return one;
+    cs = r->p[0].comm;
+    part_of(n, r->R, r->rank0, a, b, &ma, &mb);
+    if (mb > ma)
+        RING_CUDA(r, em, cudaMemcpyAsync((char *)out + (size_t)(ma - a) * elem, mine,
+                                         (size_t)(mb - ma) * elem, cudaMemcpyDeviceToDevice, cs));
+    if (!one && b > a) {
+        p2p_t x = p2p_new(r->R);
+        for (int p = 0; p < r->R; p++) {
+            part_of(n, r->R, p, a, b, &pa, &pb);
+            x.sb[p] = (void *)mine;
+            x.sn[p] = (size_t)(mb - ma) * elem;
+            x.rb[p] = (char *)out + (size_t)(pa - a) * elem;
+            x.rn[p] = (size_t)(pb - pa) * elem;
+        }
+        rc = group_p2p(r, &x, what, em);
+        p2p_free(&x);
+        if (rc < 0)
+            return rc;
+    }
+    RING_CUDA(r, em, cudaEventRecord(r->p[0].ev[RING_EV_COLL0 + slot], cs));
+    return 0;
+}
+
+int dt_ring_reduce_scatter_range(dt_ring_t *r, int64_t n, int64_t a, int64_t b, const float *in,
+                                 float *mine, int acc, float *scratch, int64_t scratch_n,
+                                 int slot, dt_emsg_t *em)
+{
+    static const char what[] = "range reduce-scatter";
+    const size_t F = sizeof(float);
+    cudaStream_t cs;
+    int64_t ma, mb, pa, pb;
+    int rc, one;
+
+    if ((one = coll_enter(r, n, a, b, slot, what, em)) < 0)
+        return one;
+    cs = r->p[0].comm;
+    part_of(n, r->R, r->rank0, a, b, &ma, &mb);
+    const int64_t ch = scratch_n / r->R;
+    if (!one && ch < 1)
+        return dt_emsg_set(em, DT_EINVAL, "%s: %lld floats of scratch for %d ranks", what,
+                           (long long)scratch_n, r->R);
+    if (one) {
+        /* a ring of one: the sum is the addend */
+        if ((rc = dt_sum_slots_cuda(mb - ma, 1, 0, in + (ma - a), NULL, mb - ma, mine, acc, cs,
+                                    em)) < 0)
+            return rc;
+        RING_CUDA(r, em, cudaEventRecord(r->p[0].ev[RING_EV_COLL0 + slot], cs));
+        return 0;
+    }
+    /* chunk j of every part at once: this rank's addend for peer p's part
+     * goes to p, the peers' addends for this rank's part come into their
+     * scratch slots, then the sum; the comm stream orders the chunks (a
+     * chunk's receives wait for the last chunk's sum) */
+    int64_t most = 0;
+    for (int p = 0; p < r->R; p++) {
+        part_of(n, r->R, p, a, b, &pa, &pb);
+        most = pb - pa > most ? pb - pa : most;
+    }
+    p2p_t x = p2p_new(r->R);
+    rc = 0;
+    for (int64_t j = 0; j < most && rc == 0; j += ch) {
+        int64_t mlen = mb - ma - j < ch ? mb - ma - j : ch;
+        if (mlen < 0)
+            mlen = 0;
+        for (int p = 0; p < r->R; p++) {
+            part_of(n, r->R, p, a, b, &pa, &pb);
+            int64_t len = pb - pa - j < ch ? pb - pa - j : ch;
+            x.sb[p] = (void *)(in + (pa - a) + j);
+            x.sn[p] = len > 0 ? (size_t)len * F : 0;
+            x.rb[p] = scratch + (int64_t)p * ch;
+            x.rn[p] = (size_t)mlen * F;
+        }
+        if ((rc = group_p2p(r, &x, what, em)) < 0)
+            break;
+        rc = dt_sum_slots_cuda(mlen, r->R, r->rank0, in + (ma - a) + j, scratch, ch,
+                               mine + j, acc, cs, em);
+    }
+    p2p_free(&x);
+    if (rc < 0)
+        return rc;
+    RING_CUDA(r, em, cudaEventRecord(r->p[0].ev[RING_EV_COLL0 + slot], cs));
+    return 0;
+}
+
+int dt_ring_coll_wait(dt_ring_t *r, int slot, dt_emsg_t *em)
+{
+    const int ev[] = { RING_EV_COLL0 + slot };
+    int rc;
+
+    if ((rc = dt_ring_enter(r, em)) < 0)
+        return rc;
+    if (slot < 0 || slot >= DT_RING_COLL_SLOTS)
+        return dt_emsg_set(em, DT_EINVAL, "range collective: slot %d", slot);
+    return dt_ring_wait(r, ev, 1, "range collective", em);
 }

@@ -56,6 +56,10 @@ enum ring_ev {
     RING_EV_ADD1,
     RING_EV_DONE,  /* compute stream: end of a call */
     RING_EV_CDONE, /* communication stream: end of a call */
+    RING_EV_COLL0, /* communication stream: a range collective of slot 0 done */
+    RING_EV_COLL1, /* ... of slot 1, 2, 3 (DT_RING_COLL_SLOTS) */
+    RING_EV_COLL2,
+    RING_EV_COLL3,
     RING_EV_NSYNC, /* events above: no timing */
     /* timing events (cudaEventElapsedTime) */
     RING_EV_TBEGIN = RING_EV_NSYNC,

@@ -393,24 +393,11 @@ int dt_model_xent(dt_comm_t *comm, int64_t c, int V, const float *logits, const 
 
 /* ---- sharded state ------------------------------------------------------- */
 
-/* Unit u of the flat array, [*a, *b): 0 the embedding, 1 + l layer l,
- * layers + 1 the final norm and (untied) the LM head. Units are what
- * shard = parameters gathers and shard = gradients reduces, one at a time. */
+/* Unit u of the flat array (spec/model.h): units are what shard =
+ * parameters gathers and shard = gradients reduces, one at a time. */
 static void unit_range(const dt_model_t *m, int u, int64_t *a, int64_t *b)
 {
-    const dt_model_layout_t *lo = &m->lo;
-    const int L = m->cfg.layers;
-
-    if (u == 0) {
-        *a = lo->tok_emb;
-        *b = lo->tok_emb + (int64_t)m->cfg.vocab * m->cfg.dim;
-    } else if (u <= L) {
-        *a = lo->layer[u - 1].attn_norm;
-        *b = u < L ? lo->layer[u].attn_norm : lo->final_norm;
-    } else {
-        *a = lo->final_norm;
-        *b = lo->nparams;
-    }
+    dt_model_unit_range(&m->cfg, &m->lo, u, a, b);
 }
 
 void dt_model_slice(int64_t n, int R, int r, int N, int i, int64_t *off, int64_t *len)

@@ -27,6 +27,7 @@
 
 #include "common/mem.h"
 #include "engine/model/model_cuda_impl.h"
+#include "engine/attn/ring_cuda.h" /* dt_ring_attn_reserve */
 #include "engine/model/train_cuda.h"
 #include "kernels/cpu/layers_cpu.h" /* dt_tokens_check */
 #include "kernels/cuda/cuda_err.h"
@@ -91,9 +92,33 @@ typedef struct gtrain {
     int tiled;
     float *ta, *tb;
     void *tgb;
+    /* sharded (engine/model/model.h's semantics), unit by unit
+     * (dt_model_unit_range: the embedding, each layer, the head):
+     * sg (shard = gradients and parameters): G is this rank's slice
+     * [moff, moff + mlen) of the gradient only; each unit's gradient is
+     * made in gu[s] (U floats, s alternating) and reduce-scattered into G
+     * on the ring's communication stream (slot 2 + s) while the next
+     * unit's backward runs (gpend[s]: one in flight); a tied embedding's
+     * (the head's and the embedding's) in ge, alive through the backward;
+     * rs the reduce-scatter's scratch (rsn floats, dt_model_gpu_rs_floats).
+     * sp (shard = parameters): P, M, V and W hold the slice only; each
+     * unit's compute-dtype weights are gathered into wu[s] (U elements)
+     * and its norm gains (fp32) into nu[s] (2 d) one unit ahead (slot s),
+     * in the order the step uses them (wseq: the layers, the head, the
+     * layers backward), and the fp32 embedding into gu[0] for the
+     * forward; with the optimizer on the host Ps is the slice's fp32
+     * copy the gathers read (P is then NULL). */
+    int sg, sp;
+    int64_t U;
+    float *gu[2], *ge, *rs, *Ps, *nu[2];
+    void *wu[2];
+    int gslot, gpend[2];
+    int64_t rsn;
+    int acc; /* this sequence's gradient adds to the step's (not its first) */
 } gtrain_t;
 
 #define MLP_ROWS DT_GPU_MLP_ROWS
+
 
 /* The training state's release: dt_gmodel_free's hook (tr_free). */
 static void gtrain_free(dt_gmodel_t *g)
@@ -120,9 +145,11 @@ static void gtrain_free(dt_gmodel_t *g)
         cudaStreamDestroy(T->ast);
     if (T->hsaved)
         cudaFreeHost(T->hsaved);
-    void *ps[] = { T->P, T->G, T->M, T->V, T->W, T->Pf, T->stage, T->ta, T->tb, T->tgb, T->saved, T->hfb, T->dlb, T->rstdf, T->rowloss,
-                   T->part, T->tok, T->tgt, T->amax, T->etok, T->erows, T->estart, T->dx,
-                   T->do_, T->da, T->db, T->dg, T->dyb, T->dob };
+    void *ps[] = { T->P, T->G, T->M, T->V, T->W, T->Pf, T->stage, T->ta, T->tb, T->tgb,
+                   T->saved, T->hfb, T->dlb, T->rstdf, T->rowloss, T->part, T->tok, T->tgt,
+                   T->amax, T->etok, T->erows, T->estart, T->dx, T->do_, T->da, T->db, T->dg,
+                   T->dyb, T->dob, T->gu[0], T->gu[1], T->ge, T->rs, T->Ps, T->nu[0], T->nu[1],
+                   T->wu[0], T->wu[1] };
     for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++)
         cudaFree(ps[i]);
     free(T->act);
@@ -169,8 +196,47 @@ int dt_gtrain_new(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, int64_
     T->moff = moff;
     T->mlen = mlen;
     T->host = host_optimizer != 0;
+    T->sg = opt->shard_gradients || opt->shard_parameters;
+    T->sp = opt->shard_parameters != 0;
+    T->U = dt_model_unit_max(cfg);
     const size_t nb = (size_t)T->n * F, mb = (size_t)mlen * F;
-    if (T->host) {
+    if (T->sg) {
+        const int R = dt_ring_size(ring);
+        /* a part is at most a unit: R of them at once, or less */
+        T->rsn = R == 1 ? 0 : dt_model_gpu_rs_floats(cfg, R);
+        const dbuf_t sb[] = {
+            { &T->gu[0], (size_t)T->U * F }, { &T->gu[1], (size_t)T->U * F },
+            { &T->ge, cfg->tied ? (size_t)(Vv * d) * F : 1 },
+            { &T->rs, (size_t)(T->rsn > 0 ? T->rsn : 1) * F },
+        };
+        if ((rc = dt_gmodel_dalloc_all(sb, sizeof(sb) / sizeof(sb[0]), em)) < 0)
+            goto fail;
+    }
+    if (T->sp) {
+        /* the slice's own arrays; the units come into wu, nu */
+        const dbuf_t pb[] = {
+            { &T->G, mb },
+            { &T->W, (size_t)mlen * half },
+            { T->host ? (void *)&T->Ps : (void *)&T->P, mb },
+            { &T->M, T->host ? 1 : mb },
+            { &T->V, T->host ? 1 : mb },
+            { &T->wu[0], (size_t)T->U * half }, { &T->wu[1], (size_t)T->U * half },
+            { &T->nu[0], (size_t)(2 * d) * F }, { &T->nu[1], (size_t)(2 * d) * F },
+        };
+        if ((rc = dt_gmodel_dalloc_all(pb, sizeof(pb) / sizeof(pb[0]), em)) < 0)
+            goto fail;
+        if (T->host) {
+            if ((rc = dt_gtrain_params_set(g, P, em)) < 0)
+                goto fail;
+        } else {
+            DT_CUDA_GOTO(em, rc, fail, cudaMemcpy(T->P, P, mb, cudaMemcpyHostToDevice));
+            DT_CUDA_GOTO(em, rc, fail, cudaMemcpy(T->M, M, mb, cudaMemcpyHostToDevice));
+            DT_CUDA_GOTO(em, rc, fail, cudaMemcpy(T->V, V, mb, cudaMemcpyHostToDevice));
+            if ((rc = dt_cast_from_f32_cuda(dtype, mlen, T->P, T->W, g->st, em)) < 0)
+                goto fail;
+        }
+        T->emb = T->gu[0];
+    } else if (T->host) {
         /* the fp32 ranges the device reads: the embedding, the norms */
         T->npf = 2 * cfg->layers + 2;
         T->pf = dt_xcalloc((size_t)T->npf, sizeof(*T->pf));
@@ -187,7 +253,7 @@ int dt_gtrain_new(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, int64_
         }
         T->nstage = T->n < STAGE_FLOATS ? T->n : STAGE_FLOATS;
         const dbuf_t big[] = {
-            { &T->G, nb },
+            { &T->G, T->sg ? mb : nb },
             { &T->W, (size_t)T->n * half },
             { &T->Pf, (size_t)at * F },
             { &T->stage, (size_t)T->nstage * F },
@@ -198,7 +264,7 @@ int dt_gtrain_new(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, int64_
         T->emb = T->Pf;
     } else {
         const dbuf_t big[] = {
-            { &T->P, nb }, { &T->G, nb }, { &T->M, mb }, { &T->V, mb },
+            { &T->P, nb }, { &T->G, T->sg ? mb : nb }, { &T->M, mb }, { &T->V, mb },
             { &T->W, (size_t)T->n * half },
         };
         if ((rc = dt_gmodel_dalloc_all(big, sizeof(big) / sizeof(big[0]), em)) < 0)
@@ -210,9 +276,10 @@ int dt_gtrain_new(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, int64_
             goto fail;
         T->emb = T->P + T->lo.tok_emb;
     }
-    /* the layers' weights: views into P or Pf (norms) and W (matrices) */
+    /* the layers' weights: views into P or Pf (norms) and W (matrices);
+     * sharded parameters: set unit by unit as they arrive (wunit_use) */
     g->layer = dt_xcalloc((size_t)cfg->layers, sizeof(*g->layer));
-    for (int l = 0; l < cfg->layers; l++) {
+    for (int l = 0; l < cfg->layers && !T->sp; l++) {
         const dt_model_layer_off_t *L = &T->lo.layer[l];
         glayer_t *G = &g->layer[l];
         char *w = T->W;
@@ -222,8 +289,10 @@ int dt_gtrain_new(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, int64_
         G->wo = w + L->wo * half, G->w1 = w + L->w1 * half, G->w3 = w + L->w3 * half;
         G->w2 = w + L->w2 * half;
     }
-    g->final_norm = T->host ? T->Pf + T->pf[T->npf - 1][1] : T->P + T->lo.final_norm;
-    g->lm_head = (char *)T->W + T->lo.lm_head * half;
+    if (!T->sp) {
+        g->final_norm = T->host ? T->Pf + T->pf[T->npf - 1][1] : T->P + T->lo.final_norm;
+        g->lm_head = (char *)T->W + T->lo.lm_head * half;
+    }
     if ((rc = dt_gmodel_dalloc(&g->pos, (size_t)c * sizeof(int64_t), em)) < 0)
         goto fail;
     DT_CUDA_GOTO(em, rc, fail, cudaMemcpyAsync(g->pos, pos, (size_t)c * sizeof(int64_t),
@@ -434,8 +503,11 @@ static int tlayer_fwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, int l, dt_emsg
 }
 
 /* Block l backward: T->dx holds the gradient of the block's output and
- * becomes that of its input; the weights' gradients are ADDED to G. */
-static int tlayer_bwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, int l, dt_emsg_t *em)
+ * becomes that of its input; the weights' gradients are ADDED to Gu, the
+ * gradient from parameter g0 on (the whole array's: gb = 0; a unit's
+ * buffer: its first parameter). */
+static int tlayer_bwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, int l, float *Gu, int64_t g0,
+                      dt_emsg_t *em)
 {
     const dt_model_cfg_t *cf = &g->cfg;
     gtrain_t *T = g->tr;
@@ -444,9 +516,16 @@ static int tlayer_bwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, int l, dt_emsg
                   Hkv = cf->kv_heads, qd = H * D, kd = Hkv * D, f = cf->ffn;
     const glayer_t *L = &g->layer[l];
     const tact_t *A = &T->act[l % T->nact];
-    float *G = T->G;
+    /* the layer's offsets from gb (the unit's start) */
+    const dt_model_layer_off_t O_ = {
+        .attn_norm = O->attn_norm - g0, .wq = O->wq - g0, .wk = O->wk - g0, .wv = O->wv - g0,
+        .wo = O->wo - g0, .mlp_norm = O->mlp_norm - g0, .w1 = O->w1 - g0, .w3 = O->w3 - g0,
+        .w2 = O->w2 - g0,
+    };
+    float *G = Gu;
     int rc;
 
+    O = &O_;
     /* MLP: x = x2 + W2 swiglu(W1 h2, W3 h2), h2 = norm(x2); tiled, each
      * tile's gate and up products made again first */
     for (int64_t r0 = 0; r0 < c; r0 += T->tiled ? MLP_ROWS : c) {
@@ -497,8 +576,9 @@ static int tlayer_bwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, int l, dt_emsg
 
 /* The final norm, the LM head and the loss in row chunks, with the
  * gradient of the loss into T->dh (that of the final norm's output), then
- * through the final norm into T->dx. */
-static int thead(dt_gmodel_t *g, float scale, dt_emsg_t *em)
+ * through the final norm into T->dx; the LM head's gradient ADDED to gl,
+ * the final norm's to gf. */
+static int thead(dt_gmodel_t *g, float scale, float *gl, float *gf, dt_emsg_t *em)
 {
     const dt_model_cfg_t *cf = &g->cfg;
     gtrain_t *T = g->tr;
@@ -517,11 +597,167 @@ static int thead(dt_gmodel_t *g, float scale, dt_emsg_t *em)
                                T->amax + r0, g->st, em)) < 0 ||
             (rc = dt_cast_from_f32_cuda(g->dt, n * V, g->logits, T->dlb, g->st, em)) < 0 ||
             (rc = dt_linear_bwd_cuda(g->blas, g->dt, n, (int)d, (int)V, hb, g->lm_head, T->dlb,
-                                     T->dh + r0 * d, T->G + T->lo.lm_head, g->st, em)) < 0)
+                                     T->dh + r0 * d, gl, g->st, em)) < 0)
             return rc;
     }
-    return dt_rmsnorm_bwd_cuda(c, (int)d, g->x, g->final_norm, T->rstdf, T->dh, T->dx,
-                               T->G + T->lo.final_norm, g->st, em);
+    return dt_rmsnorm_bwd_cuda(c, (int)d, g->x, g->final_norm, T->rstdf, T->dh, T->dx, gf,
+                               g->st, em);
+}
+
+/* ---- sharded units (shard = gradients, parameters) ----------------------- */
+
+/* [a, b) of the flat array gathered from every rank's slice (elem bytes
+ * an element; slice this rank's part of the array, from moff) into out,
+ * on the ring's communication stream (range slot `slot`). */
+static int gather(dt_gmodel_t *g, int64_t a, int64_t b, size_t elem, const void *slice,
+                  void *out, int slot, dt_emsg_t *em)
+{
+    gtrain_t *T = g->tr;
+    const int64_t pa = a > T->moff ? a : T->moff;
+    const char *mine = (const char *)slice;
+
+    if (pa < T->moff + T->mlen)
+        mine += (size_t)(pa - T->moff) * elem;
+    return dt_ring_gather_range(g->ring, T->n, a, b, elem, mine, out, slot, em);
+}
+
+/* The step's use of the weights, position k of 0 .. 2 layers: the layers
+ * forward (units 1 .. L), the head (unit L + 1, forward and backward at
+ * once), the layers backward (L .. 1). */
+static int wseq(int L, int k)
+{
+    return k <= L ? k + 1 : 2 * L + 1 - k;
+}
+
+/* shard = parameters: unit u's weights into slot s (range slot s): its
+ * compute-dtype matrices (a layer's whole range; the head's LM head, a
+ * tied head's the embedding) and its fp32 norm gains. The model's stream
+ * no longer reads the slot (the caller synchronised it). */
+static int wunit_fetch(dt_gmodel_t *g, int u, int s, dt_emsg_t *em)
+{
+    gtrain_t *T = g->tr;
+    const dt_model_cfg_t *cf = &g->cfg;
+    const int64_t d = cf->dim;
+    const float *pf = T->host ? T->Ps : T->P;
+    int64_t a, b;
+    int rc;
+
+    if (u <= cf->layers) {
+        const dt_model_layer_off_t *O = &T->lo.layer[u - 1];
+        dt_model_unit_range(cf, &T->lo, u, &a, &b);
+        if ((rc = gather(g, a, b, 2, T->W, T->wu[s], s, em)) < 0 ||
+            (rc = gather(g, O->attn_norm, O->attn_norm + d, 4, pf, T->nu[s], s, em)) < 0)
+            return rc;
+        return gather(g, O->mlp_norm, O->mlp_norm + d, 4, pf, T->nu[s] + d, s, em);
+    }
+    a = T->lo.lm_head;
+    b = a + (int64_t)cf->vocab * d;
+    if ((rc = gather(g, a, b, 2, T->W, T->wu[s], s, em)) < 0)
+        return rc;
+    return gather(g, T->lo.final_norm, T->lo.final_norm + d, 4, pf, T->nu[s], s, em);
+}
+
+/* shard = parameters: the weights of position k (wseq) are there once
+ * their gathers are done: the layer's (or the head's) pointers into the
+ * slot; then the next position's gathers start into the other slot, which
+ * the model's stream is done with once synchronised. Not sharded: nothing. */
+static int wunit_use(dt_gmodel_t *g, int k, dt_emsg_t *em)
+{
+    gtrain_t *T = g->tr;
+    const dt_model_cfg_t *cf = &g->cfg;
+    const int L = cf->layers, s = k % 2, u = wseq(L, k);
+    const size_t half = 2;
+    int rc;
+
+    if (!T->sp)
+        return 0;
+    if ((rc = dt_ring_coll_wait(g->ring, s, em)) < 0)
+        return rc;
+    if (u <= L) {
+        const dt_model_layer_off_t *O = &T->lo.layer[u - 1];
+        glayer_t *G = &g->layer[u - 1];
+        char *w = T->wu[s];
+        const int64_t a = O->attn_norm;
+        G->attn_norm = T->nu[s];
+        G->mlp_norm = T->nu[s] + cf->dim;
+        G->wq = w + (O->wq - a) * half, G->wk = w + (O->wk - a) * half;
+        G->wv = w + (O->wv - a) * half, G->wo = w + (O->wo - a) * half;
+        G->w1 = w + (O->w1 - a) * half, G->w3 = w + (O->w3 - a) * half;
+        G->w2 = w + (O->w2 - a) * half;
+    } else {
+        g->final_norm = T->nu[s];
+        g->lm_head = T->wu[s];
+    }
+    if (k + 1 > 2 * L)
+        return 0;
+    DT_CUDA_TRY(em, cudaStreamSynchronize(g->st));
+    return wunit_fetch(g, wseq(L, k + 1), (k + 1) % 2, em);
+}
+
+/* shard = gradients: where unit u's gradient is made: the next slot
+ * (once its last reduce-scatter is done), zeroed; *base its first
+ * parameter. */
+static int gunit_begin(dt_gmodel_t *g, int u, float **buf, int64_t *base, dt_emsg_t *em)
+{
+    gtrain_t *T = g->tr;
+    const int s = T->gslot;
+    int64_t a, b;
+    int rc;
+
+    if (T->gpend[s]) {
+        if ((rc = dt_ring_coll_wait(g->ring, 2 + s, em)) < 0)
+            return rc;
+        T->gpend[s] = 0;
+    }
+    dt_model_unit_range(&g->cfg, &T->lo, u, &a, &b);
+    DT_CUDA_TRY(em, cudaMemsetAsync(T->gu[s], 0, (size_t)(b - a) * sizeof(float), g->st));
+    *buf = T->gu[s];
+    *base = a;
+    return 0;
+}
+
+/* shard = gradients: unit u's gradient in buf is complete on the model's
+ * stream: its sum over the ranks goes to this rank's part of G (added
+ * with acc) on the communication stream, in the current slot, which then
+ * turns; the next unit's backward runs meanwhile. */
+static int gunit_end(dt_gmodel_t *g, int u, const float *buf, dt_emsg_t *em)
+{
+    gtrain_t *T = g->tr;
+    const int s = T->gslot;
+    int64_t a, b;
+    int rc;
+
+    if (T->gpend[s]) { /* buf is the tied embedding's: the slot's last one first */
+        if ((rc = dt_ring_coll_wait(g->ring, 2 + s, em)) < 0)
+            return rc;
+        T->gpend[s] = 0;
+    }
+    dt_model_unit_range(&g->cfg, &T->lo, u, &a, &b);
+    const int64_t pa = a > T->moff ? a : T->moff;
+    float *mine = T->G + (pa < T->moff + T->mlen ? pa - T->moff : 0);
+    DT_CUDA_TRY(em, cudaStreamSynchronize(g->st));
+    if ((rc = dt_ring_reduce_scatter_range(g->ring, T->n, a, b, buf, mine, T->acc, T->rs,
+                                           T->rsn, 2 + s,
+                                           em)) < 0)
+        return rc;
+    T->gpend[s] = 1;
+    T->gslot ^= 1;
+    return 0;
+}
+
+/* shard = gradients: every reduce-scatter in flight done. */
+static int gunit_drain(dt_gmodel_t *g, dt_emsg_t *em)
+{
+    gtrain_t *T = g->tr;
+    int rc;
+
+    for (int s = 0; s < 2; s++)
+        if (T->gpend[s]) {
+            if ((rc = dt_ring_coll_wait(g->ring, 2 + s, em)) < 0)
+                return rc;
+            T->gpend[s] = 0;
+        }
+    return 0;
 }
 
 /* Layer l's input g->x into its place in the checkpoint dtype: on the
@@ -623,38 +859,81 @@ int dt_gtrain_fwd_bwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, const int32_t 
     for (size_t i = 0; i < sizeof(up) / sizeof(up[0]); i++)
         DT_CUDA_TRY(em, cudaMemcpyAsync(up[i].dst, up[i].src, up[i].n, cudaMemcpyHostToDevice,
                                         g->st));
-    if (zero)
+    const int L = cf->layers;
+    /* sharded, collectives overlap the attention: its workspace sized
+     * first (grown once, then already big enough) */
+    if (T->sg) {
+        DT_CUDA_TRY(em, cudaStreamSynchronize(g->st));
+        if ((rc = dt_ring_attn_reserve(g->ring, attn, g->dt, em)) < 0)
+            return rc;
+    }
+    if (zero && !T->sg)
         DT_CUDA_TRY(em, cudaMemsetAsync(T->G, 0, (size_t)T->n * sizeof(float), g->st));
+    T->acc = !zero;
+    if (T->sp) {
+        /* the fp32 embedding into gu[0] (free until the backward), and
+         * the first layer's weights on their way */
+        const int64_t a = T->lo.tok_emb, b = a + (int64_t)cf->vocab * d;
+        DT_CUDA_TRY(em, cudaStreamSynchronize(g->st));
+        if ((rc = gather(g, a, b, 4, T->host ? T->Ps : T->P, T->gu[0], 2, em)) < 0 ||
+            (rc = wunit_fetch(g, wseq(L, 0), 0, em)) < 0 ||
+            (rc = dt_ring_coll_wait(g->ring, 2, em)) < 0)
+            return rc;
+    }
     if ((rc = dt_embed_fwd_cuda(c, (int)d, T->tok, T->emb, g->x, g->st, em)) < 0)
         return rc;
     const int keep = T->saved != NULL || T->off_act;
-    for (int l = 0; l < cf->layers; l++) {
+    for (int l = 0; l < L; l++) {
         if (keep && (rc = input_save(g, l, em)) < 0)
             return rc;
-        if ((rc = tlayer_fwd(g, attn, l, em)) < 0)
+        if ((rc = wunit_use(g, l, em)) < 0 || (rc = tlayer_fwd(g, attn, l, em)) < 0)
             return rc;
     }
-    if ((rc = thead(g, scale, em)) < 0)
+    /* the head's gradient: the whole array's, or its unit's buffer (a
+     * tied LM head's into the embedding's, ge, kept to the end) */
+    float *gl = T->G + T->lo.lm_head, *gf = T->G + T->lo.final_norm, *gh = NULL, *Gu = T->G;
+    int64_t gb = 0;
+    if (T->sg) {
+        if ((rc = gunit_begin(g, L + 1, &gh, &gb, em)) < 0)
+            return rc;
+        gf = gh;
+        gl = cf->tied ? T->ge : gh + d;
+        if (cf->tied)
+            DT_CUDA_TRY(em, cudaMemsetAsync(T->ge, 0, (size_t)(cf->vocab * d) * sizeof(float),
+                                            g->st));
+    }
+    if ((rc = wunit_use(g, L, em)) < 0 || (rc = thead(g, scale, gl, gf, em)) < 0 ||
+        (T->sg && (rc = gunit_end(g, L + 1, gh, em)) < 0))
         return rc;
     if (T->off_act && (rc = input_fetch(g, cf->layers - 1, em)) < 0)
         return rc;
-    for (int l = cf->layers - 1; l >= 0; l--) {
+    for (int l = L - 1; l >= 0; l--) {
         /* recompute: layer l's forward again from its saved input (the
          * same kernels on the same input: the same activations to the
          * bit; with bf16 inputs, from the rounded input), on g->x, which
          * the backward no longer needs; offloaded, the next one's input
          * comes up meanwhile */
+        if ((rc = wunit_use(g, 2 * L - l, em)) < 0 ||
+            (T->sg && (rc = gunit_begin(g, l + 1, &Gu, &gb, em)) < 0))
+            return rc;
         if (keep) {
             if ((rc = input_restore(g, l, em)) < 0 ||
                 (T->off_act && l > 0 && (rc = input_fetch(g, l - 1, em)) < 0) ||
                 (rc = tlayer_fwd(g, attn, l, em)) < 0)
                 return rc;
         }
-        if ((rc = tlayer_bwd(g, attn, l, em)) < 0)
+        if ((rc = tlayer_bwd(g, attn, l, Gu, gb, em)) < 0 ||
+            (T->sg && (rc = gunit_end(g, l + 1, Gu, em)) < 0))
             return rc;
     }
-    if ((rc = dt_embed_bwd_cuda(nu, (int)d, T->etok, T->estart, T->erows, T->dx,
-                                T->G + T->lo.tok_emb, g->st, em)) < 0)
+    float *ge = T->G + T->lo.tok_emb;
+    if (T->sg && cf->tied)
+        ge = T->ge;
+    else if (T->sg && (rc = gunit_begin(g, 0, &ge, &gb, em)) < 0)
+        return rc;
+    if ((rc = dt_embed_bwd_cuda(nu, (int)d, T->etok, T->estart, T->erows, T->dx, ge, g->st,
+                                em)) < 0 ||
+        (T->sg && ((rc = gunit_end(g, 0, ge, em)) < 0 || (rc = gunit_drain(g, em)) < 0)))
         return rc;
     DT_CUDA_TRY(em, cudaMemcpyAsync(T->h_loss, T->rowloss, (size_t)c * sizeof(double),
                                     cudaMemcpyDeviceToHost, g->st));
@@ -673,24 +952,30 @@ int dt_gtrain_fwd_bwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, const int32_t 
     return 0;
 }
 
-int dt_gtrain_reduce(dt_gmodel_t *g, double *norm, dt_emsg_t *em)
+int dt_gtrain_reduce(dt_gmodel_t *g, double *sumsq, dt_emsg_t *em)
 {
     gtrain_t *T = g->tr;
     double part[DT_SUMSQ_PARTS], s = 0;
     int rc;
 
     DT_CUDA_TRY(em, cudaStreamSynchronize(g->st));
-    if (dt_ring_size(g->ring) > 1 &&
+    /* sharded gradients were summed unit by unit (gunit_end) */
+    if (!T->sg && dt_ring_size(g->ring) > 1 &&
         (rc = dt_ring_allreduce_sum_f32(g->ring, &T->G, (size_t)T->n, em)) < 0)
         return rc;
-    if ((rc = dt_sumsq_cuda(T->n, T->G, T->part, g->st, em)) < 0)
+    if ((rc = dt_sumsq_cuda(T->sg ? T->mlen : T->n, T->G, T->part, g->st, em)) < 0)
         return rc;
     DT_CUDA_TRY(em, cudaMemcpyAsync(part, T->part, sizeof(part), cudaMemcpyDeviceToHost, g->st));
     DT_CUDA_TRY(em, cudaStreamSynchronize(g->st));
     for (int i = 0; i < DT_SUMSQ_PARTS; i++)
         s += part[i];
-    *norm = sqrt(s);
+    *sumsq = s;
     return 0;
+}
+
+int dt_gtrain_grad_sharded(const dt_gmodel_t *g)
+{
+    return g->tr->sg;
 }
 
 int dt_gtrain_adamw(dt_gmodel_t *g, const dt_adamw_cfg_t *cfg, int64_t step, double lr,
@@ -710,9 +995,11 @@ int dt_gtrain_adamw(dt_gmodel_t *g, const dt_adamw_cfg_t *cfg, int64_t step, dou
     /* sharded (shard = optimizer): this rank's slice is updated, then
      * every rank's slice gathered, so that every GPU holds the same
      * parameters to the bit (the update is element by element) */
-    if ((rc = dt_adamw_cuda(T->mlen, T->P + T->moff, T->G + T->moff, T->M, T->V, gscale, &k,
-                            g->st, em)) < 0)
+    float *p = T->sp ? T->P : T->P + T->moff, *gr = T->sg ? T->G : T->G + T->moff;
+    if ((rc = dt_adamw_cuda(T->mlen, p, gr, T->M, T->V, gscale, &k, g->st, em)) < 0)
         return rc;
+    if (T->sp) /* the slice's compute-dtype weights; gathered unit by unit */
+        return dt_cast_from_f32_cuda(g->dt, T->mlen, T->P, T->W, g->st, em);
     if (T->mlen != T->n) {
         DT_CUDA_TRY(em, cudaStreamSynchronize(g->st));
         if ((rc = dt_ring_allgather_slices_f32(g->ring, &T->P, T->n, em)) < 0)
@@ -724,7 +1011,8 @@ int dt_gtrain_adamw(dt_gmodel_t *g, const dt_adamw_cfg_t *cfg, int64_t step, dou
 int dt_gtrain_copy_start(dt_gmodel_t *g, float *P, float *M, float *V, dt_emsg_t *em)
 {
     gtrain_t *T = g->tr;
-    const size_t nb = (size_t)T->n * sizeof(float), mb = (size_t)T->mlen * sizeof(float);
+    const size_t mb = (size_t)T->mlen * sizeof(float);
+    const size_t nb = T->sp ? mb : (size_t)T->n * sizeof(float);
     int rc;
 
     if (T->host) /* the host's arrays are the state itself */
@@ -745,8 +1033,9 @@ int dt_gtrain_grad_get(dt_gmodel_t *g, float *dst, dt_emsg_t *em)
 {
     gtrain_t *T = g->tr;
 
-    DT_CUDA_TRY(em, cudaMemcpyAsync(dst, T->G + T->moff, (size_t)T->mlen * sizeof(float),
-                                    cudaMemcpyDeviceToHost, g->st));
+    DT_CUDA_TRY(em, cudaMemcpyAsync(dst, T->sg ? T->G : T->G + T->moff,
+                                    (size_t)T->mlen * sizeof(float), cudaMemcpyDeviceToHost,
+                                    g->st));
     DT_CUDA_TRY(em, cudaStreamSynchronize(g->st));
     return 0;
 }
@@ -759,6 +1048,16 @@ int dt_gtrain_params_set(dt_gmodel_t *g, const float *P, dt_emsg_t *em)
 
     if (!T->host)
         return dt_emsg_set(em, DT_EINVAL, "dt_gtrain_params_set: the optimizer is on the device");
+    if (T->sp) {
+        /* P is the slice: its fp32 copy, which the gathers read, and its
+         * compute-dtype weights */
+        DT_CUDA_TRY(em, cudaMemcpyAsync(T->Ps, P, (size_t)T->mlen * F, cudaMemcpyHostToDevice,
+                                        g->st));
+        if ((rc = dt_cast_from_f32_cuda(g->dt, T->mlen, T->Ps, T->W, g->st, em)) < 0)
+            return rc;
+        DT_CUDA_TRY(em, cudaStreamSynchronize(g->st));
+        return 0;
+    }
     for (int i = 0; i < T->npf; i++)
         DT_CUDA_TRY(em, cudaMemcpyAsync(T->Pf + T->pf[i][1], P + T->pf[i][0],
                                         (size_t)T->pf[i][2] * F, cudaMemcpyHostToDevice, g->st));

@@ -37,13 +37,28 @@ typedef struct dt_gtrain_opts {
     int host_optimizer; /* offload = optimizer (below) */
     int offload_act;    /* offload = activations: the kept layer inputs in host memory */
     int ckpt_bf16;      /* ckpt_dtype = bf16: the kept layer inputs in bf16 */
+    int shard_gradients;  /* shard = gradients (below) */
+    int shard_parameters; /* shard = parameters (below; implies gradients) */
 } dt_gtrain_opts_t;
 int dt_gtrain_new(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, int64_t c,
                   dt_dtype_t dtype, const dt_gtrain_opts_t *opt, dt_ring_t *ring,
                   const float *P, const float *M, const float *V, int64_t moff, int64_t mlen,
                   const int64_t *pos, dt_gmodel_t **out, dt_emsg_t *em);
 
-/* offload_act and ckpt_bf16 (with recompute only): every layer's input,
+/* shard_gradients, shard_parameters (engine/model/model.h's semantics;
+ * [moff, moff + mlen) must be this rank's slice, dt_model_slice with
+ * dp = 1, as the ring cuts it): the device holds this rank's slice of the
+ * gradient only, and each unit's (dt_model_unit_range) gradient is made
+ * in one of two unit buffers and reduce-scattered into the slice as soon
+ * as the unit's backward is done, overlapping the next unit's (a tied
+ * embedding's gradient has its own buffer through the backward).
+ * With parameters P, M and V are the slice too (mlen floats, the host's
+ * P as well) and so are the compute-dtype weights: each unit's weights
+ * are gathered into one of two unit buffers a unit ahead of their use,
+ * forward and again backward, and the fp32 embedding for the forward
+ * into a gradient buffer. What they cost: dt_model_gpu_train_bytes.
+ *
+ * offload_act and ckpt_bf16 (with recompute only): every layer's input,
  * kept for its recompute, in bf16 (rounded to nearest even, half the
  * bytes; the recompute then starts from the rounded input) and/or in
  * page-locked host memory (layers c dim elements) instead of the
@@ -86,10 +101,15 @@ int dt_gtrain_fwd_bwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, const int32_t 
                       const int32_t *y, float scale, int zero, double *loss_sum, int64_t *hits,
                       dt_emsg_t *em);
 
-/* Sum the gradient over the ring's ranks (ncclAllReduce), then *norm = its
- * global L2 norm (the same on every rank: the sum of squares in a fixed
- * order). Every rank calls it. */
-int dt_gtrain_reduce(dt_gmodel_t *g, double *norm, dt_emsg_t *em);
+/* Sum the gradient over the ring's ranks (ncclAllReduce), then *sumsq =
+ * the sum of its squares (the same on every rank: a fixed order); with
+ * sharded gradients (summed already, unit by unit) that of this rank's
+ * slice, which the caller sums over the ranks. Every rank calls it. */
+int dt_gtrain_reduce(dt_gmodel_t *g, double *sumsq, dt_emsg_t *em);
+
+/* Whether the device holds a slice of the gradient only (shard =
+ * gradients or parameters). */
+int dt_gtrain_grad_sharded(const dt_gmodel_t *g);
 
 /* One AdamW update (step counts from 1) with learning rate lr and weight
  * decay wd, the gradient multiplied by gscale (the clipping's scale, 1 for

@@ -226,3 +226,29 @@ extern "C" int dt_adamw_cuda(int64_t n, float *p, const float *g, float *m, floa
     DT_CUDA_TRY(em, cudaGetLastError());
     return 0;
 }
+
+/*-- a reduce-scatter's sum in rank order --------------------------------------------*/
+
+static __global__ void sum_slots_kernel(int64_t n, int R, int me, const float *own,
+                                        const float *slots, int64_t ld, float *dst, int acc)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        float s = 0.0f;
+        for (int r = 0; r < R; r++)
+            s = __fadd_rn(s, r == me ? own[i] : slots[(int64_t)r * ld + i]);
+        dst[i] = acc ? __fadd_rn(dst[i], s) : s;
+    }
+}
+
+extern "C" int dt_sum_slots_cuda(int64_t n, int R, int me, const float *own, const float *slots,
+                                 int64_t ld, float *dst, int acc, cudaStream_t st, dt_emsg_t *em)
+{
+    int rc = dt_sum_slots_check(n, R, me, own, slots, ld, dst, em);
+    if (rc < 0 || n == 0)
+        return rc;
+    sum_slots_kernel<<<grid_for(n, THREADS), THREADS, 0, st>>>(n, R, me, own, slots, ld, dst,
+                                                                acc);
+    DT_CUDA_TRY(em, cudaGetLastError());
+    return 0;
+}

@@ -70,6 +70,24 @@ int dt_sumsq_cuda(int64_t n, const float *g, double *part, cudaStream_t st, dt_e
 int dt_adamw_cuda(int64_t n, float *p, const float *g, float *m, float *v, float gscale,
                   const dt_adamw_k_t *k, cudaStream_t st, dt_emsg_t *em);
 
+/* A reduce-scatter's sum (engine/comm/comm_nccl.c, shard = gradients):
+ * dst[i] = (acc ? dst[i] : 0) + the sum over r = 0 .. R-1 in rank order of
+ * (r == me ? own[i] : slots[r ld + i]), from 0.0f, in fp32, for i < n: the
+ * order the simulator's all-reduce sums in, the same on every rank. */
+int dt_sum_slots_cuda(int64_t n, int R, int me, const float *own, const float *slots,
+                      int64_t ld, float *dst, int acc, cudaStream_t st, dt_emsg_t *em);
+/* Its argument check, the kernel's and the simulator's: 0 or DT_EINVAL. */
+static inline int dt_sum_slots_check(int64_t n, int R, int me, const float *own,
+                                     const float *slots, int64_t ld, const float *dst,
+                                     dt_emsg_t *em)
+{
+    if (n < 0 || R < 1 || me < 0 || me >= R || ld < n ||
+        (n > 0 && (!own || !dst || (R > 1 && !slots))))
+        return dt_emsg_set(em, DT_EINVAL, "dt_sum_slots_cuda: n=%lld R=%d me=%d ld=%lld or a "
+                           "NULL tensor", (long long)n, R, me, (long long)ld);
+    return 0;
+}
+
 #ifdef __cplusplus
 }
 #endif

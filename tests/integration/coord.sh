@@ -173,24 +173,18 @@ t_dp() {
 }
 check "dp: the plan's workers are dp x ranks; capacity counts them; attn refused" t_dp
 
-# what the GPU engine does not run (shard = gradients or parameters, dp >
-# 1): the planner refuses it, as submit does, naming why, the one answer
-# both ask (spec/vocab.h); a job is never queued to fail in its workers
+# what the GPU engine does not run (dp > 1): the planner refuses it, as
+# submit does, naming why, the one answer both ask (spec/vocab.h); a job
+# is never queued to fail in its workers; every shard level it runs
 t_cuda_shard() {
     _before=$(njobs)
-    run_rc 6 ctl submit --kind train --model tiny --tokens 4096 --ranks 2 --gpu h100-sxm \
-        --shard parameters && out_has "device cuda runs shard = none or optimizer .*not parameters" ||
-        return 1
     run_rc 6 ctl submit --kind train --model tiny --tokens 4096 --ranks 2 --dp 2 --gpu h100-sxm &&
         out_has "device cuda runs one ring \(dp = 1\), not dp = 2" || return 1
     [ "$(njobs)" = "$_before" ] || { echo "a job was created"; return 1; }
-    run_rc 6 ctl plan --kind train --model tiny --tokens 4096 --ranks 2 --gpu h100-sxm \
-        --shard parameters && out_has "device cuda runs shard = none or optimizer" || return 1
-    # the planner's own pick on cuda is one the GPU engine runs
-    run_rc 0 ctl plan --kind train --model tiny --tokens 4096 --gpu h100-sxm &&
-        out_has "^shard +(none|optimizer)"
+    run_rc 0 ctl plan --kind train --model tiny --tokens 4096 --ranks 2 --gpu h100-sxm \
+        --shard parameters && out_has "^shard +parameters"
 }
-check "device = cuda with shard = gradients|parameters or dp > 1: refused by plan and submit alike" \
+check "device = cuda: dp > 1 refused by plan and submit alike; shard = parameters planned" \
     t_cuda_shard
 
 t_bad_key() {

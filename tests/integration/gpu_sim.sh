@@ -402,7 +402,11 @@ tr() { # cpu|gpu R NAME ARGS...: train on R ranks; its log NAME.log, parameters 
         --ffn 512 --vocab 512 --data recall --seq-len "${TR_T:-1024}" --seed 3 --steps 6 \
         --params-out "$_td.npy"
 }
-tr_sum() { sed -n 's/^result: .*params_sha256=\([0-9a-f]*\) .*/\1/p' "$TMPD/$1.log"; }
+# a run's parameters digest, and its largest simulated device or host
+# memory peak over the ranks (DT_SIM_MEMSTAT), from its log
+result_sha() { sed -n 's/^result: .*params_sha256=\([0-9a-f]*\) .*/\1/p' "$1"; }
+peak_of() { sed -n "s/^sim: $1 memory peak \([0-9]*\) bytes\$/\1/p" "$2" | sort -n | tail -n 1; }
+tr_sum() { result_sha "$TMPD/$1.log"; }
 
 # tr_vs NAME R DTYPE TOL [ARGS...]: every step's loss within TOL (relative)
 # of the CPU path's, the trained parameters within TOL (absolute and
@@ -493,11 +497,9 @@ t_tr_memory() { # [none|layer [SHARD [OFFLOAD [CKPT_DTYPE]]]]: the settings of b
             --seq-len 4096 --steps 1 --recompute "$_rc" --shard "$_sh" --offload "$_of" \
             --ckpt-dtype "$_ck" >"$TMPD/mem.log" 2>&1 ||
             { cat "$TMPD/mem.log"; return 1; }
-        _peak=$(sed -n 's/^sim: device memory peak \([0-9]*\) bytes$/\1/p' "$TMPD/mem.log" |
-            sort -n | tail -n 1)
+        _peak=$(peak_of device "$TMPD/mem.log")
         _host=$(sed -n 's/.*"host_memory_per_rank_bytes": *\([0-9]*\).*/\1/p' "$TMPD/out")
-        _hpeak=$(sed -n 's/^sim: host memory peak \([0-9]*\) bytes$/\1/p' "$TMPD/mem.log" |
-            sort -n | tail -n 1)
+        _hpeak=$(peak_of host "$TMPD/mem.log")
         awk -v p="$_total" -v f="$_fixed" -v e="$_peak" -v r="$_r" -v h="$_host" \
             -v hp="$_hpeak" 'BEGIN {
             q = (p - f) / e; qh = hp > 0 ? h / hp : 0
@@ -510,10 +512,10 @@ check "plan: a cuda train job's memory per GPU covers the engine's, within 10 % 
     t_tr_memory
 check "plan, recompute = layer: a cuda train job's memory covers the engine's, within 10 %" \
     t_tr_memory layer
-check "plan, shard = optimizer: a cuda train job's memory covers the engine's, within 10 %" \
-    t_tr_memory none optimizer
-check "plan, offload = optimizer, shard = optimizer: the GPU's memory covers the engine's, within 10 %" \
-    t_tr_memory none optimizer optimizer
+check "plan, shard = gradients: a cuda train job's memory covers the engine's, within 10 %" \
+    t_tr_memory none gradients
+check "plan, offload = optimizer, shard = parameters: the GPU's memory covers the engine's, within 10 %" \
+    t_tr_memory none parameters optimizer
 check "plan, recompute = layer, offload = activations,optimizer, ckpt_dtype = bf16: device and host within 10 %" \
     t_tr_memory layer optimizer activations,optimizer bf16
 
@@ -535,13 +537,10 @@ t_tr_offload_act() {
                 { cat "$TMPD/oa-$1-$2.log"; return 1; }
         done
         for _d in fp32 bf16; do
-            _a=$(sed -n 's/^result: .*params_sha256=\([0-9a-f]*\) .*/\1/p' "$TMPD/oa-none-$_d.log")
-            _b=$(sed -n 's/^result: .*params_sha256=\([0-9a-f]*\) .*/\1/p' \
-                "$TMPD/oa-activations-$_d.log")
-            _pa=$(sed -n 's/^sim: device memory peak \([0-9]*\) bytes$/\1/p' \
-                "$TMPD/oa-none-$_d.log" | sort -n | tail -n 1)
-            _pb=$(sed -n 's/^sim: device memory peak \([0-9]*\) bytes$/\1/p' \
-                "$TMPD/oa-activations-$_d.log" | sort -n | tail -n 1)
+            _a=$(result_sha "$TMPD/oa-none-$_d.log")
+            _b=$(result_sha "$TMPD/oa-activations-$_d.log")
+            _pa=$(peak_of device "$TMPD/oa-none-$_d.log")
+            _pb=$(peak_of device "$TMPD/oa-activations-$_d.log")
             echo "R=$_r $_d: offloaded $_b (on the device $_a), device peak $_pb (on the device $_pa)"
             [ -n "$_a" ] && [ "$_a" = "$_b" ] && [ "$_pb" -lt "$_pa" ] || return 1
         done
@@ -579,12 +578,10 @@ t_tr_offload() {
         done
         grep -q ' offload=optimizer' "$TMPD/gof-optimizer.log" ||
             { grep -i offload "$TMPD/gof-optimizer.log"; return 1; }
-        _a=$(sed -n 's/^result: .*params_sha256=\([0-9a-f]*\) .*/\1/p' "$TMPD/gof-none.log")
-        _b=$(sed -n 's/^result: .*params_sha256=\([0-9a-f]*\) .*/\1/p' "$TMPD/gof-optimizer.log")
-        _pa=$(sed -n 's/^sim: device memory peak \([0-9]*\) bytes$/\1/p' "$TMPD/gof-none.log" |
-            sort -n | tail -n 1)
-        _pb=$(sed -n 's/^sim: device memory peak \([0-9]*\) bytes$/\1/p' \
-            "$TMPD/gof-optimizer.log" | sort -n | tail -n 1)
+        _a=$(result_sha "$TMPD/gof-none.log")
+        _b=$(result_sha "$TMPD/gof-optimizer.log")
+        _pa=$(peak_of device "$TMPD/gof-none.log")
+        _pb=$(peak_of device "$TMPD/gof-optimizer.log")
         echo "R=$1 shard=$2: $_b (no offload $_a), device peak $_pb bytes (no offload $_pa)"
         [ -n "$_a" ] && [ "$_a" = "$_b" ] && [ "$_pb" -lt "$_pa" ] || return 1
     done
@@ -614,41 +611,98 @@ t_tr_offload() {
 check "train --device cuda --offload optimizer: bit-identical, less device memory, resumes without offload" \
     t_tr_offload
 
-# shard = optimizer on simulated GPUs: each GPU keeps the AdamW moments of
-# its slice, updates that slice and the slices are gathered (NCCL sends
-# and receives in one group): the same losses and parameters to the bit,
-# in 8 (n - n / R) bytes less device memory; its checkpoints resume
-# unsharded, to the bit
+# the shard levels on simulated GPUs. optimizer: each GPU keeps the AdamW
+# moments of its slice, updates that slice and the slices are gathered
+# (NCCL sends and receives in one group); gradients: each unit's gradient
+# reduce-scattered into the slices (sums in rank order, as the
+# simulator's all-reduce) while the next unit's backward runs;
+# parameters: each unit's weights gathered a unit ahead, forward and
+# backward. The same losses and parameters to the bit as unsharded, on 2
+# ranks and on 3 (unequal slices, a tied head); less device memory for
+# optimizer and parameters; a sharded checkpoint resumes unsharded and at
+# another level, to the bit
 t_tr_shard() {
-    for _r in 2 4; do
-        for _s in none optimizer; do
+    for _case in "2 2048 no none optimizer gradients" "3 2052 yes none parameters"; do
+        # shellcheck disable=SC2086
+        set -- $_case
+        _r=$1 _t=$2 _tied=$3
+        shift 3
+        for _s; do
             rm -rf "$TMPD/gsh-$_s.d"
             mpirun_np "$_r" env DT_SIM_GPUS=1 DT_SIM_MEMSTAT=1 "$SIM" train --device cuda \
                 --model custom --dim 256 --layers 2 --heads 4 --kv-heads 2 --ffn 512 \
-                --vocab 512 --seq-len 2048 --steps 4 --shard "$_s" --ckpt-dir "$TMPD/gsh-$_s.d" \
-                --ckpt-every 2 >"$TMPD/gsh-$_s.log" 2>&1 || { cat "$TMPD/gsh-$_s.log"; return 1; }
+                --vocab 512 --tied "$_tied" --seq-len "$_t" --steps 4 --shard "$_s" \
+                --ckpt-dir "$TMPD/gsh-$_s.d" --ckpt-every 2 >"$TMPD/gsh-$_s.log" 2>&1 ||
+                { cat "$TMPD/gsh-$_s.log"; return 1; }
         done
-        _a=$(sed -n 's/^result: .*params_sha256=\([0-9a-f]*\) .*/\1/p' "$TMPD/gsh-none.log")
-        _b=$(sed -n 's/^result: .*params_sha256=\([0-9a-f]*\) .*/\1/p' "$TMPD/gsh-optimizer.log")
-        _pa=$(sed -n 's/^sim: device memory peak \([0-9]*\) bytes$/\1/p' "$TMPD/gsh-none.log" |
-            sort -n | tail -n 1)
-        _pb=$(sed -n 's/^sim: device memory peak \([0-9]*\) bytes$/\1/p' "$TMPD/gsh-optimizer.log" |
-            sort -n | tail -n 1)
-        echo "R=$_r: $_b (none $_a), device peak $_pb bytes (none $_pa)"
-        [ -n "$_a" ] && [ "$_a" = "$_b" ] && [ "$_pb" -lt "$_pa" ] || return 1
+        _a=$(result_sha "$TMPD/gsh-none.log")
+        _pa=$(peak_of device "$TMPD/gsh-none.log")
+        shift
+        for _s; do
+            _b=$(result_sha "$TMPD/gsh-$_s.log")
+            _pb=$(peak_of device "$TMPD/gsh-$_s.log")
+            echo "R=$_r $_s: $_b (none $_a), device peak $_pb bytes (none $_pa)"
+            [ -n "$_a" ] && [ "$_a" = "$_b" ] || return 1
+            [ "$_s" = gradients ] || [ "$_pb" -lt "$_pa" ] || return 1
+        done
     done
-    # the sharded R=4 checkpoint of step 2, resumed on 4 unsharded GPUs
-    rm -rf "$TMPD/gsh-back.d"
-    mpirun_np 4 env DT_SIM_GPUS=1 "$SIM" train --device cuda --model custom --dim 256 \
-        --layers 2 --heads 4 --kv-heads 2 --ffn 512 --vocab 512 --seq-len 2048 --steps 4 \
-        --ckpt-dir "$TMPD/gsh-back.d" --ckpt-every 2 \
-        --resume-from "$TMPD/gsh-optimizer.d/step-00000002" >"$TMPD/gsh-back.log" 2>&1 ||
-        { cat "$TMPD/gsh-back.log"; return 1; }
-    grep -q "params_sha256=$_a" "$TMPD/gsh-back.log" ||
-        { echo "resumed unsharded: $(grep result: "$TMPD/gsh-back.log")"; return 1; }
+    # the R=3 parameters checkpoint of step 2, resumed unsharded and at
+    # shard = gradients
+    for _s in none gradients; do
+        rm -rf "$TMPD/gsh-back.d"
+        mpirun_np 3 env DT_SIM_GPUS=1 "$SIM" train --device cuda --model custom --dim 256 \
+            --layers 2 --heads 4 --kv-heads 2 --ffn 512 --vocab 512 --tied yes \
+            --seq-len 2052 --steps 4 --shard "$_s" --ckpt-dir "$TMPD/gsh-back.d" \
+            --ckpt-every 2 --resume-from "$TMPD/gsh-parameters.d/step-00000002" \
+            >"$TMPD/gsh-back.log" 2>&1 || { cat "$TMPD/gsh-back.log"; return 1; }
+        grep -q "params_sha256=$_a" "$TMPD/gsh-back.log" ||
+            { echo "resumed at $_s: $(grep result: "$TMPD/gsh-back.log")"; return 1; }
+    done
 }
-check "train --device cuda --shard optimizer: bit-identical, less device memory, resumes unsharded" \
+check "train --device cuda --shard optimizer|gradients|parameters: bit-identical, resumes across levels" \
     t_tr_shard
+
+# fp16 on simulated GPUs: dynamic loss scaling from 2^16, checkpointed.
+# A checkpoint whose scale is made 2^100 resumes into overflowing steps:
+# each is skipped (the parameters stay those of the checkpoint, to the
+# bit), halves the scale and still counts; one whose clean count is made
+# 1999 doubles the scale after its next step
+t_tr_fp16_scale() {
+    _f16="--device cuda --dtype fp16 --model custom --dim 256 --layers 2 --heads 4 --kv-heads 2"
+    _f16="$_f16 --ffn 512 --vocab 512 --seq-len 2048"
+    rm -rf "$TMPD/f16.d"
+    # shellcheck disable=SC2086
+    mpirun_np 2 env DT_SIM_GPUS=1 "$SIM" train $_f16 --steps 2 --ckpt-dir "$TMPD/f16.d" \
+        --ckpt-every 2 >"$TMPD/f16.log" 2>&1 || { cat "$TMPD/f16.log"; return 1; }
+    grep -q "^step 0 .* loss_scale 65536$" "$TMPD/f16.log" || { cat "$TMPD/f16.log"; return 1; }
+    _m="$TMPD/f16.d/step-00000002/manifest.json"
+    grep -q '"clean": 2' "$_m" || { cat "$_m"; return 1; }
+    for _case in "1267650600228229401496703205376 0" "65536 1999"; do
+        # shellcheck disable=SC2086
+        set -- $_case
+        rm -rf "$TMPD/f16b.d" "$TMPD/f16c.d"
+        cp -R "$TMPD/f16.d" "$TMPD/f16b.d"
+        sed "s/\"scale\": 65536.0/\"scale\": $1.0/; s/\"clean\": 2/\"clean\": $2/" "$_m" \
+            >"$TMPD/f16b.d/step-00000002/manifest.json"
+        # shellcheck disable=SC2086
+        mpirun_np 2 env DT_SIM_GPUS=1 "$SIM" train $_f16 --steps 4 --ckpt-dir "$TMPD/f16c.d" \
+            --resume-from "$TMPD/f16b.d/step-00000002" >"$TMPD/f16r.log" 2>&1 ||
+            { cat "$TMPD/f16r.log"; return 1; }
+        grep '^step' "$TMPD/f16r.log"
+        if [ "$2" = 0 ]; then
+            grep -q "^step 2 .* loss_scale 633825300114114700748351602688 skipped$" \
+                "$TMPD/f16r.log" &&
+                grep -q "^step 3 .* loss_scale 316912650057057350374175801344 skipped$" \
+                    "$TMPD/f16r.log" &&
+                [ "$(result_sha "$TMPD/f16r.log")" = "$(result_sha "$TMPD/f16.log")" ] ||
+                return 1
+        else
+            grep -q "^step 2 .* loss_scale 131072$" "$TMPD/f16r.log" || return 1
+        fi
+    done
+}
+check "train --device cuda --dtype fp16: loss scale 2^16, overflowed steps skipped and halve it, checkpointed" \
+    t_tr_fp16_scale
 
 # recompute = layer on simulated GPUs: every layer's input kept, the layer
 # made again before its backward: the same losses and parameters to the
@@ -661,12 +715,10 @@ t_tr_recompute() {
                 --vocab 512 --seq-len 2048 --steps 2 --recompute "$_rc" >"$TMPD/rc-$_rc.log" 2>&1 ||
                 { cat "$TMPD/rc-$_rc.log"; return 1; }
         done
-        _a=$(sed -n 's/^result: .*params_sha256=\([0-9a-f]*\) .*/\1/p' "$TMPD/rc-none.log")
-        _b=$(sed -n 's/^result: .*params_sha256=\([0-9a-f]*\) .*/\1/p' "$TMPD/rc-layer.log")
-        _pa=$(sed -n 's/^sim: device memory peak \([0-9]*\) bytes$/\1/p' "$TMPD/rc-none.log" |
-            sort -n | tail -n 1)
-        _pb=$(sed -n 's/^sim: device memory peak \([0-9]*\) bytes$/\1/p' "$TMPD/rc-layer.log" |
-            sort -n | tail -n 1)
+        _a=$(result_sha "$TMPD/rc-none.log")
+        _b=$(result_sha "$TMPD/rc-layer.log")
+        _pa=$(peak_of device "$TMPD/rc-none.log")
+        _pb=$(peak_of device "$TMPD/rc-layer.log")
         echo "R=$_r: $_b (none $_a), device peak $_pb bytes (none $_pa)"
         [ -n "$_a" ] && [ "$_a" = "$_b" ] && [ "$_pb" -lt "$_pa" ] || return 1
     done
@@ -691,7 +743,7 @@ ranks = 4
 device = cuda
 SPEC
 mpirun_np 4 env DT_SIM_GPUS=1 "$SIM" train --spec "$TMPD/tr.spec" >"$TMPD/tr-direct.log" 2>&1
-TR_REF=$(sed -n 's/^result: .*params_sha256=\([0-9a-f]*\) .*/\1/p' "$TMPD/tr-direct.log")
+TR_REF=$(result_sha "$TMPD/tr-direct.log")
 
 # tr_local NAME ARGS...: the train job, with the direct run's parameters
 tr_local() {

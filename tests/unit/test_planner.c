@@ -827,27 +827,31 @@ Test(planner, shard_memory_by_hand_cpu)
     }
 }
 
-/* The same on an H100 in bf16 (elem 2), the GPU engine's state: the dtype
- * copy 2 P, an fp32 gradient 4 P, master copy 4 P and moments 8 P (18 P):
+/* The same on an H100 in bf16 (elem 2), the GPU engine's state
+ * (engine/model/train_cuda.c): the dtype copy 2 P, an fp32 gradient 4 P,
+ * master copy 4 P and moments 8 P (18 P), sliced by the level; sharded
+ * gradients add two fp32 unit buffers 8 U, a tied embedding's 4 V d and
+ * the reduce-scatter's scratch rs (W units, at most 64 MiB); sharded
+ * parameters two dtype unit buffers 4 U and two units' norm gains 16 d:
  *   none        (16 + 2) P
  *   optimizer   (4 + 4 + 2) P + 8 P / W
- *   gradients   (4 + 2) P + 12 P / W + 4 U (+ 4 V d tied)
- *   parameters  (16 + 2) P / W + 2 2 U + 4 U (+ (2 + 4) V d tied) */
+ *   gradients   (4 + 2) P + 12 P / W + 8 U + rs (+ 4 V d tied)
+ *   parameters  18 P / W + 4 U + 16 d + 8 U + rs (+ 4 V d tied) */
 Test(planner, shard_memory_by_hand_gpu)
 {
     for (int tied = 0; tied < 2; tied++) {
         dt_plan_req_t q = small_train("h100-sxm", DT_BF16, tied);
         double P = small_params(tied), U = SM_LAYER, E = tied ? SM_V * SM_D : 0, W = 4;
+        double rs = fmin(64.0 * 1024 * 1024, 4 * U * W), G = 4 * P / W + 8 * U + 4 * E + rs;
         const struct {
             enum dt_shard_level sh;
             double w, g, o, sum;
         } want[] = {
             { DT_SHARD_NONE, 2 * P, 4 * P, 12 * P, 18 * P },
             { DT_SHARD_OPTIMIZER, 2 * P, 4 * P, 4 * P + 8 * P / W, 10 * P + 8 * P / W },
-            { DT_SHARD_GRADIENTS, 2 * P, 4 * P / W + 4 * (U + E), 4 * P + 8 * P / W,
-              6 * P + 12 * P / W + 4 * U + 4 * E },
-            { DT_SHARD_PARAMETERS, 2 * P / W + 4 * U + 2 * E, 4 * P / W + 4 * (U + E), 12 * P / W,
-              18 * P / W + 4 * U + 4 * U + 6 * E },
+            { DT_SHARD_GRADIENTS, 2 * P, G, 4 * P + 8 * P / W, 6 * P + 8 * P / W + G },
+            { DT_SHARD_PARAMETERS, 2 * P / W + 4 * U + 16 * SM_D, G, 12 * P / W,
+              14 * P / W + 4 * U + 16 * SM_D + G },
         };
         dt_plan_t base, p;
         dt_emsg_t em;
@@ -1110,22 +1114,7 @@ Test(planner, shard_fits_llama3_at_1M_tokens)
     dt_emsg_t em;
 
     q.cuda = true;
-    if (!runs(&q, DT_SHARD_PARAMETERS, 1)) {
-        /* the GPU engine shards the optimizer only: the planner tries no
-         * more (so submit never refuses what it picked), says so, and
-         * refuses the levels asked for by name */
-        int rc = make(&q, &p, &em);
-        cr_assert(rc == 0 ? p.shard <= DT_SHARD_OPTIMIZER
-                          : strstr(em.s, "device cuda runs shard = none or optimizer") != NULL,
-                  "rc %d shard %s: %s", rc, dt_shard_name(p.shard), em.s);
-        if (rc == 0)
-            cr_assert(strstr(p.note, "device cuda runs shard = none or optimizer") != NULL,
-                      "%s", p.note);
-        dt_plan_clear(&p);
-        refused(q, DT_SHARD_PARAMETERS, 1);
-        refused(q, DT_SHARD_GRADIENTS, 1);
-        return;
-    }
+    cr_assert(runs(&q, DT_SHARD_PARAMETERS, 1), "the GPU engine runs every shard level");
     cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
     cr_assert(p.fits);
     cr_assert_eq(p.shard, DT_SHARD_PARAMETERS);
@@ -1157,8 +1146,8 @@ Test(planner, shard_fits_llama3_at_1M_tokens)
     cr_assert(strstr(p.note, "without sharding the weights, gradients and optimizer need "
                              "1182.75 GiB per rank"),
               "%s", p.note);
-    cr_assert(!p.shard_hidden, "c = %lld tokens per rank hides nothing",
-              (long long)p.tokens_per_rank);
+    /* a GPU's layer of 4096 tokens still covers its unit's gather */
+    cr_assert(p.shard_hidden, "c = %lld tokens per rank", (long long)p.tokens_per_rank);
     dt_plan_clear(&p);
     q.cluster.nodes = 16;
     cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);

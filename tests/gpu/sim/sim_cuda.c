@@ -70,6 +70,7 @@
 #include "kernels/cpu/attn_cpu.h"
 #include "kernels/cuda/attn_cuda.h"
 #include "kernels/cuda/cuda_err.h"
+#include "kernels/cuda/train_cuda.h"
 #include "tests/gpu/sim/sim_cuda.h"
 #ifdef SIM_NET
 #include <sys/random.h>
@@ -1531,6 +1532,41 @@ ncclResult_t ncclAllReduce(const void *sb, void *rb, size_t count, ncclDataType_
     enqueue_fn(s, do_ared, a, "allreduce sum");
     c->inprog = rnd(3);
     LEAVE(c->inprog ? ncclInProgress : ncclSuccess);
+}
+
+/* The range reduce-scatter's sum (kernels/cuda/train_cuda.h), here beside
+ * the all-reduce whose order it repeats: slot r of rank r, in rank order. */
+typedef struct sslots {
+    int64_t n, ld;
+    int R, me, acc;
+    const float *own, *slots;
+    float *dst;
+} sslots_t;
+
+static void do_sslots(void *arg)
+{
+    const sslots_t *k = arg;
+
+    for (int64_t i = 0; i < k->n; i++) {
+        float s = 0.0f;
+        for (int r = 0; r < k->R; r++)
+            s += r == k->me ? k->own[i] : k->slots[(int64_t)r * k->ld + i];
+        k->dst[i] = k->acc ? k->dst[i] + s : s;
+    }
+}
+
+int dt_sum_slots_cuda(int64_t n, int R, int me, const float *own, const float *slots,
+                      int64_t ld, float *dst, int acc, cudaStream_t st, dt_emsg_t *em)
+{
+    int rc = dt_sum_slots_check(n, R, me, own, slots, ld, dst, em);
+    if (rc < 0 || n == 0)
+        return rc;
+    ENTER();
+    sslots_t *k = malloc(sizeof(*k));
+    *k = (sslots_t){ .n = n, .ld = ld, .R = R, .me = me, .acc = acc, .own = own,
+                     .slots = slots, .dst = dst };
+    enqueue_fn(st, do_sslots, k, "sum_slots");
+    LEAVE(0);
 }
 
 ncclResult_t ncclCommFinalize(ncclComm_t c)
