@@ -151,6 +151,12 @@ static void report(const dtctl_t *ctl, const dt_spec_t *s, const dt_plan_req_t *
                : p->shard_hidden             ? ": hidden behind each unit's compute"
                                              : ": NOT hidden behind each unit's compute");
     }
+    if (p->pcie_bytes > 0) {
+        human_bytes(t1, sizeof(t1), p->pcie_bytes);
+        human_time(t2, sizeof(t2), p->pcie_s);
+        printf("%-16s %s per step per GPU each way (offload), %s: %s\n", "pcie", t1, t2,
+               p->pcie_hidden ? "hidden behind compute" : "NOT hidden (adds to the step)");
+    }
     if (p->bytes_per_step > 0) {
         human_bytes(t1, sizeof(t1), p->bytes_per_step);
         human_time(t2, sizeof(t2), p->step_compute_s);

@@ -324,6 +324,41 @@ static void train_state(const dt_plan_req_t *q, double inv_w, dt_plan_mem_t *mm)
     mm->optimizer = sh >= DT_SHARD_OPTIMIZER ? 8 * P * inv_w : 8 * P;
 }
 
+/* Train on GPUs with offload: PCIe bytes per step per GPU, each way. The
+ * offloaded layer inputs go down once in the forward and up once in the
+ * backward (layers c d in the checkpoint dtype, each sequence of the
+ * batch), on a copy stream beside compute: hidden when they take no
+ * longer than the step's compute. The host optimizer's slice of the
+ * gradient goes down (4 bytes a parameter of the slice) and the
+ * parameters come up (4 of the whole, or of the slice with shard =
+ * parameters) after the backward, not overlapped yet: their time adds to
+ * the step's. */
+static void pcie(const dt_plan_req_t *q, double W, int64_t c, double P, double compute_s,
+                 dt_cost_t *v)
+{
+    const dt_cluster_t *cl = &q->cluster;
+    const enum dt_shard_level sh = shard_of(q);
+    double B = q->batch > 1 ? (double)q->batch : 1.0, act = 0, down = 0, up = 0;
+
+    v->pcie_bytes = v->pcie_s = 0;
+    v->pcie_hidden = true;
+    if (!q->cuda || q->offload == 0 || !(cl->pcie_bps > 0))
+        return;
+    if (recomp(q) && (q->offload & DT_OFFLOAD_ACTIVATIONS))
+        act = B * (double)q->model.layers * (double)c * (double)q->model.dim *
+              (q->ckpt_dtype == DT_CKPT_BF16 ? 2 : 4);
+    if (q->offload & DT_OFFLOAD_OPTIMIZER) {
+        double slice = sh >= DT_SHARD_OPTIMIZER ? P / W : P;
+        down = 4 * slice;
+        up = sh == DT_SHARD_PARAMETERS ? 4 * slice : 4 * P;
+    }
+    v->pcie_bytes = act + dmax(down, up);
+    v->pcie_s = v->pcie_bytes / cl->pcie_bps;
+    double opt_s = dmax(down, up) / cl->pcie_bps;
+    v->pcie_hidden = act / cl->pcie_bps <= compute_s && opt_s == 0;
+    v->seconds += opt_s + dmax(0, act / cl->pcie_bps - compute_s);
+}
+
 /* The GPU engine's account (spec/model.h) for this request at c tokens a
  * GPU: its dtype, recompute, the kept inputs' dtype and offload. */
 static dt_gpu_train_bytes_t gpu_bytes(const dt_plan_req_t *q, int64_t c)
@@ -620,9 +655,10 @@ void dt_cost_eval(const dt_plan_req_t *q, int64_t T, int R, dt_cost_t *v)
         double tiled = q->cuda && dt_model_gpu_mlp_tiled(v->c)
                            ? 4 * (double)m->dim * (double)m->ffn * layers
                            : 0;
-        v->seconds = B * (layers * attn_s +
-                          (6 * Pmm + (recomp(q) ? 2 * Pmm_layers : 0) + tiled) * c / pe) +
-                     (q->cuda ? 1.0 : B) * state_comm(q, W, c, bw, attn_fwd_s, v);
+        double compute_s = B * (layers * attn_s +
+                                (6 * Pmm + (recomp(q) ? 2 * Pmm_layers : 0) + tiled) * c / pe);
+        v->seconds = compute_s + (q->cuda ? 1.0 : B) * state_comm(q, W, c, bw, attn_fwd_s, v);
+        pcie(q, W, c, P, compute_s, v);
         break;
     }
     }

@@ -46,6 +46,8 @@ typedef struct dt_cost {
     bool hidden;
     double shard_comm_s; /* train */
     bool shard_hidden;
+    double pcie_bytes, pcie_s; /* train on GPUs with offload (dt_plan_t's) */
+    bool pcie_hidden;
 } dt_cost_t;
 
 static inline int64_t imin(int64_t a, int64_t b)

@@ -295,6 +295,9 @@ static void fill(const dt_plan_req_t *q, const dt_cost_t *v, dt_plan_t *p)
     p->comm_hidden = v->hidden;
     p->shard_comm_s = v->shard_comm_s;
     p->shard_hidden = v->shard_hidden;
+    p->pcie_bytes = v->pcie_bytes;
+    p->pcie_s = v->pcie_s;
+    p->pcie_hidden = v->pcie_hidden;
     p->seconds = v->seconds;
     free(p->placement);
     p->placement = dt_xmallocarray((size_t)W, sizeof(int));
@@ -452,6 +455,15 @@ static int plan_one(const dt_plan_req_t *q, int rmax, dt_plan_t *p, enum bound *
     }
     if (p->mem.total > q->cluster.mem_bytes)
         return fail_memory(q, p, em);
+    /* a GPU node's page-locked host memory holds what its ranks keep there */
+    int rpn = p->workers < q->cluster.gpus_per_node ? p->workers : q->cluster.gpus_per_node;
+    if (q->cuda && q->cluster.host_mem_bytes > 0 &&
+        p->mem.host * rpn > q->cluster.host_mem_bytes)
+        return fail(p, em, DT_ENOSPC,
+                    "host memory: %.2f GiB per node (%d ranks x %.2f GiB of page-locked "
+                    "buffers), %.2f GiB available per %s node",
+                    p->mem.host * rpn / GiB, rpn, p->mem.host / GiB,
+                    q->cluster.host_mem_bytes / GiB, q->cluster.name);
     *bound = BOUND_NONE;
     p->fits = true;
     return 0;
@@ -575,7 +587,7 @@ static void note_device(const dt_plan_req_t *q, dt_plan_t *p)
     if (dt_vocab_shard_runs(dev, DT_SHARD_PARAMETERS) || len >= sizeof(p->note) - 1)
         return;
     snprintf(p->note + len, sizeof(p->note) - len,
-             "%sdevice %s runs shard = none or optimizer: the planner tried only those",
+             "%sdevice %s does not run every shard level: the planner tried only those it runs",
              len ? "; " : "", dt_device_name(dev));
 }
 
@@ -673,9 +685,6 @@ int dt_plan_make(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
         note_refused(q, p, auto_rc && whole[p->shard] && !p->recompute);
     if (auto_shard)
         note_device(q, p);
-    if (auto_shard && q->cuda)
-        return dt_emsg_set(em, last_rc, "%s (device cuda runs shard = none or optimizer: the "
-                           "others were not tried)", last_em.s);
     return dt_emsg_set(em, last_rc, "%s", last_em.s);
 }
 
@@ -736,6 +745,9 @@ json_t *dt_plan_to_json(const dt_plan_req_t *q, const dt_plan_t *p)
     json_object_set_new(o, "min_c_hidden", json_integer(p->min_c_hidden));
     json_object_set_new(o, "shard_comm_s", json_real(p->shard_comm_s));
     json_object_set_new(o, "shard_hidden", json_boolean(p->shard_hidden));
+    json_object_set_new(o, "pcie_bytes_per_step", bytes(p->pcie_bytes));
+    json_object_set_new(o, "pcie_s", json_real(p->pcie_s));
+    json_object_set_new(o, "pcie_hidden", json_boolean(p->pcie_hidden));
     for (int b = 0; b < p->nbranch; b++) {
         json_t *x = json_object();
         json_object_set_new(x, "segment", json_integer(p->branch[b].w));

@@ -49,6 +49,8 @@ typedef struct dt_cluster {
     double fixed_bytes;  /* per-process memory before any tensor */
     double peer_bytes;   /* per process, per other process of the job (the CPU
                           * transport's shared-memory buffers); 0 on GPUs */
+    double host_mem_bytes; /* GPUs: usable host memory per node (0: not separate) */
+    double pcie_bps;       /* GPUs: bytes/s host <-> device per GPU, per direction */
 } dt_cluster_t;
 
 /* kind, recompute and shard: the job vocabulary's (spec/vocab.h). */
@@ -128,6 +130,12 @@ typedef struct dt_plan {
      * their unit's compute, or there is nothing to send (R = 1) */
     double shard_comm_s;
     bool shard_hidden;
+    /* train on GPUs with offload: bytes over PCIe per step per GPU (the
+     * larger direction), their time at the preset's pcie_bps, and whether
+     * it hides (the layer inputs' copies overlap compute; the optimizer's
+     * do not yet, and add to seconds) */
+    double pcie_bytes, pcie_s;
+    bool pcie_hidden;
     double seconds;
     int *placement;      /* [workers] node of each rank of the job; owned */
     double intra_node_frac; /* ring hops inside a node (each ring's, over all rings) */

@@ -32,11 +32,19 @@ static const struct cluster_preset {
     /* H100 SXM: 80 GiB HBM3 (76 usable after the CUDA context, allocator
      * slack and fragmentation), 989 TFLOP/s dense bf16, NVLink 4 at 900 GB/s
      * both directions together, one 400 Gb/s NDR InfiniBand port per GPU.
-     * Fixed: CUDA context, cuBLAS workspace and NCCL buffers, ~1 GiB. */
-    { { "h100-sxm", 8, 0, 76.0 * GiB, 989e12, 0.5, 450e9, 50e9, 1.0 * GiB, 0 }, 67e12, 0 },
+     * Fixed: CUDA context, cuBLAS workspace and NCCL buffers, ~1 GiB.
+     * Host: a DGX H100's 2 TiB of DDR5 per node (NVIDIA's DGX H100 user
+     * guide), 1.8 TiB of it for page-locked buffers (the OS, the page
+     * cache and the processes keep the rest); PCIe Gen5 x16 per GPU, 64
+     * GB/s raw per direction, about 50 GB/s of copies (cudaMemcpyAsync
+     * from page-locked memory). */
+    { { "h100-sxm", 8, 0, 76.0 * GiB, 989e12, 0.5, 450e9, 50e9, 1.0 * GiB, 0, 1843.0 * GiB,
+        50e9 },
+      67e12, 0 },
     /* H200: the same compute and links, 141 GB HBM3e (about 140 GiB; 133
-     * usable). */
-    { { "h200", 8, 0, 133.0 * GiB, 989e12, 0.5, 450e9, 50e9, 1.0 * GiB, 0 }, 67e12, 0 },
+     * usable); a DGX H200's host is a DGX H100's (2 TiB, PCIe Gen5). */
+    { { "h200", 8, 0, 133.0 * GiB, 989e12, 0.5, 450e9, 50e9, 1.0 * GiB, 0, 1843.0 * GiB, 50e9 },
+      67e12, 0 },
     /* cpu: one dtengine rank per core, a "node" being one machine of two
      * ranks, 4 GiB per rank. Peak and efficiency: this machine's
      * (common/cpuinfo.h dt_cpu_peak: measured on the CPUs dt was run on,
@@ -51,7 +59,8 @@ static const struct cluster_preset {
      * rank, about 0.7 MiB each at 1 to 8 ranks of dtengine train
      * (bench/train_memory.sh): 720 KiB. bf16 runs no faster on the CPU
      * kernels. */
-    { { "cpu", 2, 0, 4.0 * GiB, 270e9, 0.55, 5e9, 1e9, 15.0 * MiB, 720.0 * 1024 }, 270e9, 1 },
+    { { "cpu", 2, 0, 4.0 * GiB, 270e9, 0.55, 5e9, 1e9, 15.0 * MiB, 720.0 * 1024, 0, 0 }, 270e9,
+      1 },
 };
 
 /* A preset as planned on this machine: the cpu preset's peak is this

@@ -876,6 +876,47 @@ Test(planner, shard_memory_by_hand_gpu)
     }
 }
 
+/* PCIe per step per GPU with offload, by hand at R = 4 (c = 1024): the
+ * offloaded layer inputs go down and come up once each (L c d 2 bytes in
+ * bf16), beside compute; the host optimizer's slice of the gradient goes
+ * down (4 P / 4 with shard = optimizer) and the parameters come up (4 P),
+ * after the backward. A node's page-locked host memory must hold its
+ * ranks' host bytes, or the plan is refused naming it. */
+Test(planner, pcie_and_host_memory_by_hand)
+{
+    dt_plan_req_t q = small_train("h100-sxm", DT_BF16, false);
+    double P = small_params(false), act = 2 * 1024 * SM_D * 2;
+    dt_plan_t p;
+    dt_emsg_t em;
+
+    cr_assert_eq(q.cluster.pcie_bps, 50e9);
+    cr_assert_gt(q.cluster.host_mem_bytes, 1024.0 * 1024 * 1024 * 1024);
+    cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
+    cr_assert_eq(p.pcie_bytes, 0, "no offload, no PCIe");
+    dt_plan_clear(&p);
+    q.recompute = DT_RECOMPUTE_LAYER;
+    q.ckpt_dtype = DT_CKPT_BF16;
+    q.offload = DT_OFFLOAD_ACTIVATIONS;
+    cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
+    cr_assert_float_eq(p.pcie_bytes, act, 1e-9 * act);
+    cr_assert_float_eq(p.pcie_s, act / 50e9, 1e-9);
+    cr_assert(p.pcie_hidden);
+    double s_act = p.seconds;
+    dt_plan_clear(&p);
+    q.offload |= DT_OFFLOAD_OPTIMIZER;
+    q.shard = DT_SHARD_OPTIMIZER;
+    cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
+    cr_assert_float_eq(p.pcie_bytes, act + 4 * P, 1e-9 * P);
+    cr_assert(!p.pcie_hidden, "the optimizer's copies do not overlap");
+    cr_assert_gt(p.seconds, s_act + 4 * P / 50e9 * 0.99);
+    double host = p.mem.host;
+    dt_plan_clear(&p);
+    q.cluster.host_mem_bytes = 4 * host - 1;
+    cr_assert_neq(make(&q, &p, &em), 0);
+    cr_assert(strstr(em.s, "host memory:") && strstr(em.s, "4 ranks"), "%s", em.s);
+    dt_plan_clear(&p);
+}
+
 /* The collectives over the training state per step, by hand at R = 4
  * (f = 3/4): none all-reduces the gradient (2 f P e), optimizer also
  * gathers the updated parameters (+ f P e), gradients reduce-scatters the
