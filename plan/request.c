@@ -123,6 +123,10 @@ int dt_plan_req_from_spec(const dt_spec_t *s, dt_plan_req_t *out, dt_emsg_t *em)
         out->cluster.nodes = (int)s->nodes;
     if (s->gpus_per_node)
         out->cluster.gpus_per_node = (int)s->gpus_per_node;
+    if (s->host_memory)
+        out->cluster.host_mem_bytes = (double)s->host_memory;
+    if (s->pcie_gbps)
+        out->cluster.pcie_bps = 1e9 * (double)s->pcie_gbps;
 
     out->kind = dt_spec_kind(s);
     out->precision = dt_spec_dtype_id(s);

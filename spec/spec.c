@@ -100,6 +100,11 @@ static const dt_conf_key_t keys[] = {
         "GPUs (or CPU ranks) per node"),
     INT("cpus_per_gpu", cpus_per_gpu, 1, 1024, "the site's", 0,
         "cuda: CPU cores Slurm gives each GPU's rank"),
+    KEY("host_memory", DT_CONF_SIZE, host_memory, INT64_C(1) << 30, INT64_C(1) << 60, 0,
+        "the cluster preset's", 0,
+        "cuda: host memory per node for page-locked buffers (K, M, G, T: powers of 1024)"),
+    INT("pcie_gbps", pcie_gbps, 1, 100000, "the cluster preset's", 0,
+        "cuda: host-device bandwidth per GPU and direction, GB/s"),
     INT("spares", spares, 0, 1000000, "0", 0, "hot spare ranks held back"),
     KEY("time_limit", DT_CONF_DURATION, time_limit_ms, 1000, 366 * DAY_MS, 0,
         "the partition's", 0, "wall-clock limit such as 90m or 2h"),
@@ -719,6 +724,9 @@ static int check_device(const dt_spec_t *s, dt_emsg_t *em)
     if (!cuda && s->cpus_per_gpu != 0)
         return dt_emsg_set(em, DT_EINVAL, "key 'cpus_per_gpu' is for device = cuda (a cpu "
                            "job's node gets one CPU per rank)");
+    if (!cuda && (s->host_memory != 0 || s->pcie_gbps != 0))
+        return dt_emsg_set(em, DT_EINVAL, "key '%s' is for device = cuda (a cpu job's memory "
+                           "is host memory)", s->host_memory != 0 ? "host_memory" : "pcie_gbps");
     return 0;
 }
 

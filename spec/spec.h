@@ -59,6 +59,7 @@ typedef struct dt_spec {
                       * cuda, else cpu) */
     int64_t ranks;   /* ranks per ring R (the job runs dp x ranks); 0: the planner chooses */
     int64_t nodes, gpus_per_node, cpus_per_gpu, spares;
+    int64_t host_memory, pcie_gbps; /* per node; per GPU each way, GB/s (0: the preset's) */
     int64_t time_limit_ms;
     int64_t signal_lead_ms; /* checkpoint and requeue this long before the limit */
     char *signal;           /* Slurm's warning signal: USR1 | USR2 (NULL: dt.conf's) */

@@ -423,9 +423,12 @@ tr_vs() {
     grep '^step ' "$TMPD/tr-$1.cpu.log" >"$TMPD/tr-$1.cpu.steps"
     grep '^step ' "$TMPD/tr-$1.gpu.log" >"$TMPD/tr-$1.gpu.steps"
     [ "$(wc -l <"$TMPD/tr-$1.gpu.steps")" = 6 ] || { cat "$TMPD/tr-$1.gpu.log"; return 1; }
-    paste "$TMPD/tr-$1.gpu.steps" "$TMPD/tr-$1.cpu.steps" | awk -v t="$4" '
-        { g = $4; c = $(NF / 2 + 4); d = (g - c) / c; if (d < 0) d = -d
-          if (d > w) w = d; if (d > t) { print "step " $2 ": loss " g " on the GPU, " c " on the CPU"; bad = 1 } }
+    # the two step lines side by side (a tab between: fp16's GPU line has
+    # its loss scale at the end)
+    paste "$TMPD/tr-$1.gpu.steps" "$TMPD/tr-$1.cpu.steps" | awk -F '\t' -v t="$4" '
+        { split($1, a, " "); split($2, b, " "); g = a[4]; c = b[4]; d = (g - c) / c
+          if (d < 0) d = -d
+          if (d > w) w = d; if (d > t) { print "step " a[2] ": loss " g " on the GPU, " c " on the CPU"; bad = 1 } }
         END { printf "largest relative loss difference %.2e (tolerance %s)\n", w, t; exit bad }' ||
         return 1
     "$NPYTOOL" cmp "$TMPD/tr-$1.gpu.npy" "$TMPD/tr-$1.cpu.npy" --atol "$4" --rtol "$4"

@@ -908,6 +908,22 @@ Test(planner, pcie_and_host_memory_by_hand)
     cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
     cr_assert_float_eq(p.pcie_bytes, act + 4 * P, 1e-9 * P);
     cr_assert(!p.pcie_hidden, "the optimizer's copies do not overlap");
+    /* the spec's keys override the preset's figures; a cpu job refuses them */
+    {
+        dt_spec_t sp;
+        dt_plan_req_t r;
+        cr_assert_eq(dt_spec_parse("s", "kind = train\ntokens = 4K\ngpu = h100-sxm\n"
+                                   "host_memory = 1T\npcie_gbps = 25\n", &sp, &em), 0, "%s",
+                     em.s);
+        cr_assert_eq(dt_plan_req_from_spec(&sp, &r, &em), 0, "%s", em.s);
+        cr_assert_eq(r.cluster.host_mem_bytes, 1024.0 * 1024 * 1024 * 1024);
+        cr_assert_eq(r.cluster.pcie_bps, 25e9);
+        dt_spec_free(&sp);
+        cr_assert_neq(dt_spec_parse("s", "kind = train\ntokens = 4K\npcie_gbps = 25\n", &sp,
+                                    &em), 0);
+        cr_assert(strstr(em.s, "pcie_gbps") && strstr(em.s, "device = cuda"), "%s", em.s);
+    }
+
     cr_assert_gt(p.seconds, s_act + 4 * P / 50e9 * 0.99);
     double host = p.mem.host;
     dt_plan_clear(&p);

@@ -139,6 +139,8 @@ static const char full_text[] = "name = \"long # context\"\n"
                                 "nodes = 8\n"
                                 "gpus_per_node = 8\n"
                                 "cpus_per_gpu = 12\n"
+                                "host_memory = 1T\n"
+                                "pcie_gbps = 25\n"
                                 "spares = 2\n"
                                 "time_limit = 90m\n"
                                 "signal_lead = 5m\n"
@@ -251,6 +253,8 @@ Test(spec, set_builds_what_parse_reads)
         { "nodes", "8" },
         { "gpus_per_node", "8" },
         { "cpus_per_gpu", "12" },
+        { "host_memory", "1T" },
+        { "pcie_gbps", "25" },
         { "spares", "2" },
         { "time_limit", "90m" },
         { "signal_lead", "5m" },
@@ -529,7 +533,7 @@ Test(spec, every_key_has_help)
         cr_assert_not_null(k->help, "key %s", k->name);
         cr_assert(strlen(k->help) > 4, "key %s", k->name);
     }
-    cr_assert_eq(n, 68, "68 keys, one per dt_spec_t field (dt-spec(5) lists them)");
+    cr_assert_eq(n, 70, "70 keys, one per dt_spec_t field (dt-spec(5) lists them)");
     dt_spec_free(NULL);
 }
 
