@@ -424,7 +424,12 @@ else
     WANT_CORE=
 fi
 t_blas_core() {
-    DT_TEST_BLAS_CORE=Prescott OPENBLAS_VERBOSE=2 e2e blascore --steps 2 || return 1
+    # a core the user set is theirs to keep (the next check): none here,
+    # whatever the environment this suite runs in says
+    (
+        unset OPENBLAS_CORETYPE
+        DT_TEST_BLAS_CORE=Prescott OPENBLAS_VERBOSE=2 e2e blascore --steps 2
+    ) || return 1
     cpu_lines "$TMPD/e2e-blascore" || return 1
     if [ -n "$WANT_CORE" ]; then
         for _r in 0 1 2 3; do
@@ -441,6 +446,15 @@ t_blas_core() {
 }
 check "run --local: an OpenBLAS core older than the CPU is replaced on every worker (${WANT_CORE:-none here})" \
     t_blas_core
+
+# OPENBLAS_CORETYPE set by the user wins, even over a core older than the CPU
+t_blas_core_user() {
+    OPENBLAS_CORETYPE=Prescott DT_TEST_BLAS_CORE=Prescott "$DTENGINE" attn --generate 16,1,1,4 \
+        >"$TMPD/core-user" 2>&1 || { cat "$TMPD/core-user"; return 1; }
+    grep -q "info: cpu attn_kernel=[a-z0-9]* blas_core=Prescott blas_core_by=user " "$TMPD/core-user" ||
+        { cat "$TMPD/core-user"; return 1; }
+}
+check "dtengine: a core the user set in OPENBLAS_CORETYPE is kept, and said to be theirs" t_blas_core_user
 
 t_e2e_small() {
     e2e small "$TMPD/small.spec" || return 1
