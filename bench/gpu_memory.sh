@@ -42,7 +42,9 @@ modes="1 none none none fp32
 1 layer none activations,optimizer bf16
 2 none gradients none fp32
 2 none parameters none fp32
-2 layer parameters activations,optimizer bf16"
+2 layer parameters activations,optimizer bf16
+1 layer gradients activations,optimizer bf16
+2 layer gradients activations,optimizer bf16"
 
 printf 'GPU training memory per rank: the planner (dtctl plan) against dtengine train on the simulated GPU\n'
 printf 'model: dim 256, 2 layers, heads 4/2, ffn 512, vocab 512, untied, bf16; one step\n'

@@ -116,11 +116,19 @@ static void report(const dtctl_t *ctl, const dt_spec_t *s, const dt_plan_req_t *
                q->shard != DT_SHARD_AUTO   ? "as asked"
                : p->shard != DT_SHARD_NONE ? "chosen by the planner"
                                            : "not needed");
-    if (q->kind == DT_KIND_TRAIN && q->offload) {
-        dt_vocab_format_set(t1, sizeof(t1), dt_offload_names, q->offload);
+    if (q->kind == DT_KIND_TRAIN && p->offload && (!q->offload_auto || !q->cuda)) {
+        dt_vocab_format_set(t1, sizeof(t1), dt_offload_names, p->offload);
         printf("%-16s %s (as asked%s)\n", "offload", t1,
                q->cuda ? "" : "; on the CPU everything is in host memory already");
+    } else if (q->kind == DT_KIND_TRAIN && q->cuda) {
+        dt_vocab_format_set(t1, sizeof(t1), dt_offload_names, p->offload);
+        printf("%-16s %s (%s)\n", "offload", t1, p->offload ? "chosen by the planner"
+                                                             : "not needed");
     }
+    if (q->kind == DT_KIND_TRAIN && q->cuda && p->recompute)
+        printf("%-16s %s (%s)\n", "ckpt_dtype", dt_ckpt_dtype_names[p->ckpt_dtype == DT_CKPT_BF16],
+               !q->ckpt_auto ? "as asked"
+               : p->ckpt_dtype == DT_CKPT_BF16 ? "chosen by the planner" : "the default");
     if (p->note[0])
         printf("%-16s %s\n", "note", p->note);
     human_time(t1, sizeof(t1), p->seconds);

@@ -134,12 +134,12 @@ int dt_jobs_submit(dt_coord_t *c, const dt_caller_t *who, const char *text, cons
     if ((rc = dt_vocab_runs(req.cuda ? DT_DEVICE_CUDA : DT_DEVICE_CPU, req.kind, plan.shard,
                             plan.dp > 0 ? plan.dp : 1, em)) < 0 ||
         (rc = dt_vocab_offload_runs(req.cuda ? DT_DEVICE_CUDA : DT_DEVICE_CPU, req.kind,
-                                    req.offload, em)) < 0) {
+                                    plan.offload, em)) < 0) {
         out->refused = true;
         dt_log_info("uid=%u submit refused: %s", (unsigned)who->uid, em->s);
         goto out;
     }
-    /* the planner's layout, recompute and shard reach the workers through
+    /* the planner's layout, recompute, shard, offload and ckpt_dtype reach the workers through
      * the stored spec (the agents hand it to dtengine with --spec); a
      * user's value is already there, and a replan of the stored spec
      * decides the same */
@@ -151,6 +151,15 @@ int dt_jobs_submit(dt_coord_t *c, const dt_caller_t *who, const char *text, cons
         goto out;
     if (plan.shard > DT_SHARD_NONE && spec.shard == NULL &&
         (rc = dt_spec_set(&spec, "shard", dt_shard_name(plan.shard), em)) < 0)
+        goto out;
+    if (plan.offload && spec.offload == NULL) {
+        char off[64];
+        dt_vocab_format_set(off, sizeof(off), dt_offload_names, plan.offload);
+        if ((rc = dt_spec_set(&spec, "offload", off, em)) < 0)
+            goto out;
+    }
+    if (plan.ckpt_dtype == DT_CKPT_BF16 && spec.ckpt_dtype == NULL &&
+        (rc = dt_spec_set(&spec, "ckpt_dtype", "bf16", em)) < 0)
         goto out;
     out->plan = dt_plan_to_json(&req, &plan);
     if (dry) {

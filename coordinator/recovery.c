@@ -384,6 +384,10 @@ int dt_recovery_replan(const dt_spec_t *spec, int ranks, int slots)
             s.recompute = "none";
         if (s.shard == NULL)
             s.shard = "none";
+        if (s.offload == NULL)
+            s.offload = "none";
+        if (s.ckpt_dtype == NULL)
+            s.ckpt_dtype = "fp32";
         int ok = dt_plan_req_from_spec(&s, &req, &em) == 0 &&
                  dt_plan_make(&req, &plan, &em) == 0 && plan.ranks == R;
         dt_plan_clear(&plan);

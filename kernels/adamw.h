@@ -78,4 +78,17 @@ DT_ADAMW_FN void dt_adamw_elem(const dt_adamw_k_t *k, float g, float *p, float *
 #undef DT_ADAMW_ADD
 #undef DT_ADAMW_MUL
 
+/* The squared norm's partial sums, in one order for the device's kernel
+ * (dt_sumsq_cuda, kernels/cuda/train_cuda.cu) and the host's
+ * (dt_sumsq_parts, engine/model/optim.c: the gradient of the optimizer in
+ * host memory), so that both give the same bits: part b of
+ * DT_SUMSQ_PARTS covers [b k, (b + 1) k) of the n elements, k = ceil(n /
+ * DT_SUMSQ_PARTS); lane t of its DT_SUMSQ_LANES adds, in double, the
+ * squares of the elements b k + t, b k + t + DT_SUMSQ_LANES, ... in that
+ * order (a float's square is exact in double, so a fused multiply-add
+ * rounds as the two operations do); then lane t takes lane t + h for h =
+ * DT_SUMSQ_LANES / 2, / 4, ..., 1, and the part is lane 0. */
+#define DT_SUMSQ_PARTS 512
+#define DT_SUMSQ_LANES 256
+
 #endif /* DT_KERNELS_ADAMW_H */

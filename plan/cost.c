@@ -295,19 +295,30 @@ static void train_state(const dt_plan_req_t *q, double inv_w, dt_plan_mem_t *mm)
         /* the scratch: none on one rank, R units or the cap (no R: the cap) */
         double rs = inv_w >= 1 ? 0 : inv_w <= 0 ? (double)DT_GPU_RS_BYTES
                                                 : dmin((double)DT_GPU_RS_BYTES, 4 * U / inv_w);
+        /* the unit buffers: the largest unit's and a layer's */
+        const double Ul = (double)dt_model_unit_layer(m);
         mm->weights = sp ? e * S + 2 * e * U + 2 * 2 * 4 * d : e * P;
-        mm->grads = sg ? 4 * S + 4 * (2 * U + E) + rs : 4 * P;
+        mm->grads = sg ? 4 * S + 4 * (U + Ul + E) + rs : 4 * P;
         mm->optimizer = sp ? 12 * S : sh >= DT_SHARD_OPTIMIZER ? 4 * P + 8 * S : 12 * P;
         /* the host's copies for checkpoints: P (the slice with sp), M, V */
         mm->host = (sp ? 4 * S : 4 * P) + 8 * slice;
         if (host) {
             /* the optimizer on the host: the device keeps the fp32 ranges
-             * it reads (the embedding, the norms) and the staging buffer,
-             * or with sp the slice's fp32 copy the gathers read; the host
-             * the slice's gradient beside P, M, V */
+             * it reads (the embedding, the norms; with sp their part in
+             * the slice, at most the slice: the embedding leads the array)
+             * and the staging buffer; the host the slice's gradient beside
+             * P, M, V. Sharded gradients stream there unit by unit: no
+             * slice of them on the device, and with batch > 1 two units'
+             * parts in page-locked memory to add a sequence's */
             double f32 = (double)m->vocab * d + (2.0 * m->layers + 1) * d;
-            mm->optimizer = sp ? 4 * S : 4 * f32 + 4 * dmin(P, (double)(1 << 24));
+            double stage = dmin(sp ? S : P, (double)(1 << 24));
+            mm->optimizer = 4 * (sp ? dmin(f32, S) : f32) + 4 * stage;
             mm->host += 4 * slice;
+            if (sg) {
+                mm->grads -= 4 * S;
+                if (q->batch > 1)
+                    mm->host += 2 * 4 * dmin(U, slice);
+            }
         }
         return;
     }
@@ -329,9 +340,10 @@ static void train_state(const dt_plan_req_t *q, double inv_w, dt_plan_mem_t *mm)
  * backward (layers c d in the checkpoint dtype, each sequence of the
  * batch), on a copy stream beside compute: hidden when they take no
  * longer than the step's compute. The host optimizer's slice of the
- * gradient goes down (4 bytes a parameter of the slice) and the
+ * gradient goes down (4 bytes a parameter of the slice: with sharded
+ * gradients unit by unit during the backward, else after it) and the
  * parameters come up (4 of the whole, or of the slice with shard =
- * parameters) after the backward, not overlapped yet: their time adds to
+ * parameters) after the update, not overlapped yet: their time adds to
  * the step's. */
 static void pcie(const dt_plan_req_t *q, double W, int64_t c, double P, double compute_s,
                  dt_cost_t *v)
@@ -354,9 +366,14 @@ static void pcie(const dt_plan_req_t *q, double W, int64_t c, double P, double c
     }
     v->pcie_bytes = act + dmax(down, up);
     v->pcie_s = v->pcie_bytes / cl->pcie_bps;
-    double opt_s = dmax(down, up) / cl->pcie_bps;
-    v->pcie_hidden = act / cl->pcie_bps <= compute_s && opt_s == 0;
-    v->seconds += opt_s + dmax(0, act / cl->pcie_bps - compute_s);
+    /* sharded gradients stream down unit by unit during the backward
+     * (about two thirds of the compute), beside the layer inputs coming
+     * up; the parameters' way up follows the update */
+    double bwd_s = compute_s * 2.0 / 3.0, act_s = act / cl->pcie_bps;
+    double down_s = sh >= DT_SHARD_GRADIENTS ? dmax(0, down / cl->pcie_bps - bwd_s) : down / cl->pcie_bps;
+    double opt_s = dmax(down_s, up / cl->pcie_bps);
+    v->pcie_hidden = act_s <= compute_s && opt_s == 0;
+    v->seconds += opt_s + dmax(0, act_s - compute_s);
 }
 
 /* The GPU engine's account (spec/model.h) for this request at c tokens a
@@ -368,8 +385,8 @@ static dt_gpu_train_bytes_t gpu_bytes(const dt_plan_req_t *q, int64_t c)
                                     recomp(q) && (q->offload & DT_OFFLOAD_ACTIVATIONS));
 }
 
-/* The activations per token at c tokens per rank (the GPU engine tiles
- * its MLP above DT_GPU_MLP_ROWS tokens, spec/model.h). */
+/* The activations per token at c tokens per rank (the GPU engine's
+ * account, spec/model.h, for train on GPUs). */
 static double act_per_token_at(const dt_plan_req_t *q, int64_t c)
 {
     const dt_model_cfg_t *m = &q->model;
@@ -650,13 +667,15 @@ void dt_cost_eval(const dt_plan_req_t *q, int64_t T, int R, dt_cost_t *v)
          * collectives over the training state, as far as they do not hide:
          * the CPU engine reduces each sequence's gradient, the GPU engine
          * the step's sum once */
-        /* the GPU's tiled MLP makes the gate and up products again in the
-         * backward (spec/model.h) */
-        double tiled = q->cuda && dt_model_gpu_mlp_tiled(v->c)
-                           ? 4 * (double)m->dim * (double)m->ffn * layers
-                           : 0;
-        double compute_s = B * (layers * attn_s +
-                                (6 * Pmm + (recomp(q) ? 2 * Pmm_layers : 0) + tiled) * c / pe);
+        /* the GPU's backward makes each tile's output projection and gate
+         * and up products again (spec/model.h); its recompute only the
+         * attention's inputs (q, k, v) and the attention, the CPU's the
+         * whole layer */
+        const double dm = (double)m->dim, ff = (double)m->ffn, hd = (double)dt_model_head_dim(m);
+        const double qdim = hd * m->heads, kvd = hd * m->kv_heads;
+        double again = q->cuda ? 2 * layers * (qdim * dm + 2 * dm * ff) : 0;
+        double rec = !recomp(q) ? 0 : q->cuda ? 2 * layers * (qdim + 2 * kvd) * dm : 2 * Pmm_layers;
+        double compute_s = B * (layers * attn_s + (6 * Pmm + rec + again) * c / pe);
         v->seconds = compute_s + (q->cuda ? 1.0 : B) * state_comm(q, W, c, bw, attn_fwd_s, v);
         pcie(q, W, c, P, compute_s, v);
         break;

@@ -332,6 +332,15 @@ static const char *held_whole(const dt_plan_req_t *q)
     }
 }
 
+/* Whether a GPU node's page-locked host memory holds what its ranks keep
+ * there (host bytes a rank; workers in all, gpus_per_node to a node). */
+static bool host_fits(const dt_plan_req_t *q, double host, int workers)
+{
+    int rpn = workers < q->cluster.gpus_per_node ? workers : q->cluster.gpus_per_node;
+
+    return !q->cuda || !(q->cluster.host_mem_bytes > 0) || host * rpn <= q->cluster.host_mem_bytes;
+}
+
 /* The plan at the request's shard level and recompute (AUTO as none);
  * *bound says what a refusal is about. With R free, rmax > 0 bounds the
  * ranks looked at (dt_plan_make wants fewer than a plan it has). */
@@ -347,6 +356,8 @@ static int plan_one(const dt_plan_req_t *q, int rmax, dt_plan_t *p, enum bound *
     *bound = BOUND_NONE;
     p->recompute = recomp(q);
     p->shard = shard_of(q);
+    p->offload = q->offload;
+    p->ckpt_dtype = q->ckpt_dtype;
     if ((rc = check_req(q, p, em)) < 0)
         return rc;
     cap = capacity(q);
@@ -399,7 +410,8 @@ static int plan_one(const dt_plan_req_t *q, int rmax, dt_plan_t *p, enum bound *
                 continue;
             last = r;
             dt_cost_eval(q, T, (int)r, &v);
-            if (v.mem.total <= q->cluster.mem_bytes) {
+            /* the host's share shrinks with R too: more ranks when it binds */
+            if (v.mem.total <= q->cluster.mem_bytes && host_fits(q, v.mem.host, N * (int)r)) {
                 R = (int)r;
                 break;
             }
@@ -426,7 +438,8 @@ static int plan_one(const dt_plan_req_t *q, int rmax, dt_plan_t *p, enum bound *
         if (R == 0) {
             dt_cost_eval(q, T, (int)last, &v);
             fill(q, &v, p);
-            return fail_memory(q, p, em);
+            if (p->mem.total > q->cluster.mem_bytes)
+                return fail_memory(q, p, em);
         }
         fill(q, &v, p);
     }
@@ -457,8 +470,7 @@ static int plan_one(const dt_plan_req_t *q, int rmax, dt_plan_t *p, enum bound *
         return fail_memory(q, p, em);
     /* a GPU node's page-locked host memory holds what its ranks keep there */
     int rpn = p->workers < q->cluster.gpus_per_node ? p->workers : q->cluster.gpus_per_node;
-    if (q->cuda && q->cluster.host_mem_bytes > 0 &&
-        p->mem.host * rpn > q->cluster.host_mem_bytes)
+    if (!host_fits(q, p->mem.host, p->workers))
         return fail(p, em, DT_ENOSPC,
                     "host memory: %.2f GiB per node (%d ranks x %.2f GiB of page-locked "
                     "buffers), %.2f GiB available per %s node",
@@ -591,15 +603,19 @@ static void note_device(const dt_plan_req_t *q, dt_plan_t *p)
              len ? "; " : "", dt_device_name(dev));
 }
 
-int dt_plan_make(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
+/* The plan at the request's offload: the shard level and recompute as
+ * the request leaves them open (see the top). */
+static int plan_levels(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
 {
     static const enum dt_shard_level levels[] = { DT_SHARD_NONE, DT_SHARD_OPTIMIZER,
                                                   DT_SHARD_GRADIENTS, DT_SHARD_PARAMETERS };
     static const enum dt_recompute settings[] = { DT_RECOMPUTE_NONE, DT_RECOMPUTE_LAYER };
     /* on the user's one rank (and one ring) every level keeps the whole
-     * state */
+     * state, but for a GPU's optimizer in host memory, to which sharded
+     * gradients stream (none kept on the device) */
     bool auto_shard = q->kind == DT_KIND_TRAIN && q->shard == DT_SHARD_AUTO &&
-                      (q->ranks != 1 || dp_of(q) > 1);
+                      (q->ranks != 1 || dp_of(q) > 1 ||
+                       (q->cuda && (q->offload & DT_OFFLOAD_OPTIMIZER)));
     bool auto_rc = q->kind == DT_KIND_TRAIN && q->recompute == DT_RECOMPUTE_AUTO;
     /* on the GPU, offloaded or bf16 layer inputs exist with recompute
      * only: auto is layer there */
@@ -688,6 +704,93 @@ int dt_plan_make(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
     return dt_emsg_set(em, last_rc, "%s", last_em.s);
 }
 
+/* Offload, when the spec leaves it to the planner (train on GPUs): the
+ * candidates in the order of the PCIe traffic they add, none first; a
+ * later one is taken only for fewer GPUs (the fewest GPUs, then the least
+ * traffic, then, within each, the least sharding: plan_levels). The kept
+ * layer inputs go to the host (with recompute = layer) in the dtype the
+ * spec gives, or, left open, fp32 before bf16 (half the host memory and
+ * traffic, within dt-spec(5)'s tolerance). */
+int dt_plan_make(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
+{
+    static const struct {
+        unsigned offload;
+        enum dt_ckpt_dtype ck;
+    } cand[] = {
+        { 0, DT_CKPT_FP32 },
+        { DT_OFFLOAD_OPTIMIZER, DT_CKPT_FP32 },
+        { DT_OFFLOAD_ACTIVATIONS | DT_OFFLOAD_OPTIMIZER, DT_CKPT_FP32 },
+        { DT_OFFLOAD_ACTIVATIONS | DT_OFFLOAD_OPTIMIZER, DT_CKPT_BF16 },
+    };
+    dt_plan_t best = { 0 }, cur;
+    dt_emsg_t cem;
+    int best_i = -1, rc = 0, none_ranks = 0, ntried = 0;
+    char tried[160] = "";
+
+    if (!(q->kind == DT_KIND_TRAIN && q->cuda && q->offload_auto))
+        return plan_levels(q, p, em);
+    for (size_t i = 0; i < DT_ARRAY_SIZE(cand); i++) {
+        dt_plan_req_t t = *q;
+        t.offload = cand[i].offload;
+        if (q->ckpt_auto)
+            t.ckpt_dtype = cand[i].ck;
+        else if (cand[i].ck != DT_CKPT_FP32)
+            continue; /* the spec's dtype is in the candidate before */
+        /* offloaded layer inputs are recompute = layer's */
+        if ((t.offload & DT_OFFLOAD_ACTIVATIONS) && q->recompute == DT_RECOMPUTE_NONE)
+            continue;
+        if (!(t.offload & DT_OFFLOAD_ACTIVATIONS) && t.ckpt_dtype != q->ckpt_dtype)
+            continue;
+        memset(&cem, 0, sizeof(cem));
+        int r = plan_levels(&t, &cur, &cem);
+        char name[64];
+        dt_vocab_format_set(name, sizeof(name), dt_offload_names, t.offload);
+        size_t len = strlen(tried);
+        snprintf(tried + len, sizeof(tried) - len, "%s%s%s", ntried ? ", " : "", name,
+                 t.ckpt_dtype == DT_CKPT_BF16 && (t.offload & DT_OFFLOAD_ACTIVATIONS)
+                     ? " (bf16 layer inputs)" : "");
+        ntried++;
+        if (r == 0 && i == 0)
+            none_ranks = cur.ranks * cur.dp;
+        if (r == 0 && (best_i < 0 || cur.ranks * cur.dp < best.ranks * best.dp)) {
+            dt_plan_clear(&best);
+            best = cur;
+            best_i = (int)i;
+            continue;
+        }
+        if (best_i < 0) {
+            dt_plan_clear(&best);
+            best = cur;
+            rc = r;
+            *em = cem;
+        } else {
+            dt_plan_clear(&cur);
+        }
+    }
+    *p = best;
+    if (best_i < 0) {
+        size_t len = strlen(p->note);
+        snprintf(p->note + len, sizeof(p->note) - len, "%snor with offload: tried %s",
+                 len ? "; " : "", tried);
+        return rc;
+    }
+    if (best_i > 0) {
+        char name[64], why[200];
+        dt_vocab_format_set(name, sizeof(name), dt_offload_names, p->offload);
+        if (none_ranks > 0)
+            snprintf(why, sizeof(why), "without offload it needs %d GPUs", none_ranks);
+        else
+            snprintf(why, sizeof(why), "without offload it does not fit");
+        size_t len = strlen(p->note);
+        snprintf(p->note + len, sizeof(p->note) - len,
+                 "%soffload = %s%s chosen by the planner: fits on %d GPU%s, %s",
+                 len ? "; " : "", name,
+                 p->ckpt_dtype == DT_CKPT_BF16 && q->ckpt_auto ? ", ckpt_dtype = bf16" : "",
+                 p->ranks * p->dp, p->ranks * p->dp == 1 ? "" : "s", why);
+    }
+    return 0;
+}
+
 void dt_plan_clear(dt_plan_t *p)
 {
     if (p == NULL)
@@ -714,8 +817,9 @@ json_t *dt_plan_to_json(const dt_plan_req_t *q, const dt_plan_t *p)
     json_object_set_new(o, "shard",
                         json_string(dt_shard_name(p->shard ? p->shard : DT_SHARD_NONE)));
     char off[64];
-    dt_vocab_format_set(off, sizeof(off), dt_offload_names, q->offload);
+    dt_vocab_format_set(off, sizeof(off), dt_offload_names, p->offload);
     json_object_set_new(o, "offload", json_string(off));
+    json_object_set_new(o, "ckpt_dtype", json_string(dt_ckpt_dtype_names[p->ckpt_dtype == DT_CKPT_BF16]));
     if (p->note[0])
         json_object_set_new(o, "note", json_string(p->note));
     json_object_set_new(o, "ranks", json_integer(p->ranks));

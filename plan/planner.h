@@ -76,6 +76,9 @@ typedef struct dt_plan_req {
     enum dt_shard_level shard;   /* train only; AUTO when the spec leaves it unset */
     unsigned offload;            /* train only: enum dt_offload bits (spec offload) */
     enum dt_ckpt_dtype ckpt_dtype; /* train with recompute: the kept inputs' (spec ckpt_dtype) */
+    /* train on GPUs: the spec leaves offload (ckpt_dtype) unset, so the
+     * planner may choose it (dt_plan_make) */
+    bool offload_auto, ckpt_auto;
     int64_t batch;               /* train: sequences per step (spec batch); 0 is 1 */
     int dp;                      /* train: dp rings of `ranks` ranks (spec dp), each its own
                                   * sequences; 0 is 1; more is refused for attn and prefill */
@@ -106,6 +109,8 @@ typedef struct dt_plan {
     char reason[256];    /* why not, when !fits */
     bool recompute;      /* train: planned with recompute = layer */
     enum dt_shard_level shard; /* train: the shard level planned (never AUTO); NONE otherwise */
+    unsigned offload;    /* train: the offload planned (the request's, or the planner's pick) */
+    enum dt_ckpt_dtype ckpt_dtype; /* train: the kept layer inputs' dtype planned */
     char note[512];      /* why the planner chose a shard level or recompute = layer
                           * itself (or why they would not help, or that nothing fits
                           * with them either); "" when the request decided */

@@ -151,6 +151,8 @@ int dt_plan_req_from_spec(const dt_spec_t *s, dt_plan_req_t *out, dt_emsg_t *em)
         dt_shard_parse("shard", s->shard, &out->shard, NULL);
     out->offload = dt_spec_offload(s);
     out->ckpt_dtype = dt_spec_ckpt_dtype(s);
+    out->offload_auto = s->offload == NULL;
+    out->ckpt_auto = s->ckpt_dtype == NULL;
     out->batch = dt_spec_int(s, "batch");
     out->dp = (int)dt_spec_int(s, "dp");
     return 0;

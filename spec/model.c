@@ -154,41 +154,33 @@ dt_gpu_train_bytes_t dt_model_gpu_train_bytes(const dt_model_cfg_t *m, int elem,
     const double F = 4, e = elem, d = m->dim, H = m->heads, D = (double)dt_model_head_dim(m),
                  qd = H * D, kd = m->kv_heads * D, f = m->ffn, V = m->vocab;
     const double wide = d > qd ? (d > f ? d : f) : (qd > f ? qd : f);
+    const double rows = c < DT_GPU_ROWS ? (double)c : DT_GPU_ROWS;
     dt_gpu_train_bytes_t b;
 
     b.per_param = 4 * F + e;
     b.host_per_token_layer = 0;
-    /* kept: the inputs of both norms, their rstd, o and lse (fp32), the
-     * SwiGLU inputs (fp32); the inputs of the products and of the
-     * attention in the dtype: both normed inputs, q k v, o, the product */
-    b.per_token_layer = F * (2 * d + 2 + qd + H + 2 * f) + e * (2 * d + 2 * qd + 2 * kd + f);
-    /* the forward's scratch (x h t, q k v, the SwiGLU output), the
-     * backward's (dx, do, da db dg; dy and do in the dtype; dh, dq, dk,
-     * dv reuse h, q, k, v),
-     * the head's normed input (dtype) and rstd, the per-row loss (double)
-     * and the token arrays (five int32, two int64: positions, grouping) */
-    b.per_token = F * (3 * d + qd + 2 * kd + f) + F * (d + qd + 3 * f) +
-                  e * (wide + qd) + e * d + F + 8 + 5 * 4 + 2 * 8;
-    /* a chunk of fp32 logits and its gradient in the dtype; the norm's
-     * partial sums */
-    b.fixed = (double)DT_GPU_HEAD_ROWS * V * (F + e) + 512 * 8;
-    if (dt_model_gpu_mlp_tiled(c)) {
-        /* no (tokens x ffn) tensor: the layer keeps neither the SwiGLU's
-         * inputs nor its product, the scratch holds a tile of them (gate,
-         * up, product and their gradients in fp32, the product in the
-         * dtype), and dy in the dtype is (tokens, max(d, qd)) beside a
-         * tile's (rows, ffn) */
-        const double dq = d > qd ? d : qd;
-        b.per_token_layer -= F * 2 * f + e * f;
-        b.per_token -= F * f + F * 3 * f + e * wide;
-        b.per_token += e * dq;
-        b.fixed += (double)DT_GPU_MLP_ROWS * f * (6 * F + 2 * e);
-    }
+    /* kept: what the attention needs whole (q k v in the dtype, o and
+     * lse), and the layer's input (fp32) */
+    const double attn = e * (qd + 2 * kd) + F * (qd + H);
+    b.per_token_layer = attn + F * d;
+    /* the residual stream (it holds the backward's dk and dv: as wide as
+     * both), its gradient, the attention output's gradient (dtype), the
+     * per-row loss (double) and the token arrays (five int32, two int64:
+     * positions, grouping) */
+    b.per_token = F * (d > 2 * kd ? d : 2 * kd) + F * d + e * qd + 8 + 5 * 4 + 2 * 8;
+    /* a tile's rows of: the normed input, a product, q k v, the SwiGLU
+     * output, the input and the attention residual, the rstd, gate and up
+     * and their gradients and the product's (fp32); the normed input, the
+     * attention output, the SwiGLU product and dy (dtype); the head's
+     * logits (fp32) and their gradient (dtype); the norm's partial sums */
+    b.fixed = rows * (F * (2 * d + qd + 2 * kd + f + 2 * d + 1 + 5 * f) +
+                      e * (d + qd + f + wide)) +
+              (double)DT_GPU_HEAD_ROWS * V * (F + e) + 512 * 8;
     if (recompute) {
         /* the layers' inputs, saved in the checkpoint dtype (on the
          * device, or in host memory with two in flight on the device);
-         * one layer's activations */
-        b.per_token += b.per_token_layer;
+         * one layer's attention activations */
+        b.per_token += attn;
         b.per_token_layer = offload_act ? 0 : ck * d;
         if (offload_act) {
             b.per_token += 2.0 * ck * d;
@@ -198,11 +190,18 @@ dt_gpu_train_bytes_t dt_model_gpu_train_bytes(const dt_model_cfg_t *m, int elem,
     return b;
 }
 
+int64_t dt_model_unit_layer(const dt_model_cfg_t *c)
+{
+    int64_t d = c->dim, D = dt_model_head_dim(c);
+
+    return 2 * d + 2 * (int64_t)c->heads * D * d + 2 * (int64_t)c->kv_heads * D * d +
+           3 * (int64_t)c->ffn * d;
+}
+
 int64_t dt_model_unit_max(const dt_model_cfg_t *c)
 {
-    int64_t d = c->dim, D = dt_model_head_dim(c), vd = (int64_t)c->vocab * d;
-    int64_t layer = 2 * d + 2 * (int64_t)c->heads * D * d + 2 * (int64_t)c->kv_heads * D * d +
-                    3 * (int64_t)c->ffn * d;
+    int64_t d = c->dim, vd = (int64_t)c->vocab * d;
+    int64_t layer = dt_model_unit_layer(c);
     int64_t last = d + (c->tied ? 0 : vd), max = vd;
 
     if (layer > max)

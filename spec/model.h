@@ -90,28 +90,26 @@ void dt_model_layout_close(dt_model_layout_t *lo);
 /* What `dtengine train --device cuda` allocates on each GPU, in bytes
  * (engine/model/train_cuda.c allocates exactly these; the planner plans
  * with them): per parameter (fp32 master, gradient and both AdamW moments,
- * and the compute-dtype copy: 16 + elem), per token per layer (the
- * activations kept for the backward), per token outside the layers (the
- * residual stream, the backward's scratch, the head's normed input and
- * the token arrays), and fixed (the LM head's chunk of logits and their
- * gradient, HEAD_ROWS rows; with the MLP tiled its tile's buffers). elem
- * is the compute dtype's size (2). With
- * recompute (recompute = layer) a layer keeps only its input (fp32) per
- * token, and one layer's activations move to the per-token scratch. The
- * ring's buffers, cuBLASLt's workspace and the CUDA context are not in
- * it. */
-#define DT_GPU_HEAD_ROWS 1024
-/* The MLP in token tiles (ALST's TiledMLP): with more than
- * DT_GPU_MLP_ROWS tokens on a GPU its SwiGLU runs DT_GPU_MLP_ROWS tokens
- * at a time, forward and backward, and no (tokens x ffn) tensor exists:
- * the layer keeps only the MLP's normed input, and the backward makes
- * each tile's gate and up products again from it (two of the MLP's three
- * products once more). With c tokens or fewer, nothing changes. */
-#define DT_GPU_MLP_ROWS 1024
-static inline int dt_model_gpu_mlp_tiled(int64_t c)
-{
-    return c > DT_GPU_MLP_ROWS;
-}
+ * and the compute-dtype copy: 16 + elem), per token per layer (what a
+ * layer keeps for its backward: its input in fp32, q, k, v in the dtype,
+ * the attention's o and lse in fp32), per token outside the layers (the
+ * residual stream, its gradient, the attention output's gradient in the
+ * dtype, the token arrays), and fixed (a tile of DT_GPU_ROWS rows of each
+ * token-local tensor, the LM head's logits and their gradient among
+ * them). elem is the compute dtype's size (2). With recompute (recompute =
+ * layer) a layer keeps only its input per token (ck bytes an element, on
+ * the device or in host memory) and one layer's attention activations
+ * move to the per-token scratch. The ring's buffers, cuBLASLt's workspace
+ * and the CUDA context are not in it. */
+/* The token tile of the GPU's training step (ALST's TiledMLP, and more):
+ * everything token by token (the norms, the products, RoPE, the SwiGLU,
+ * the LM head and its loss) runs DT_GPU_ROWS tokens at a time, forward and
+ * backward, so that no (tokens x ffn) or (tokens x vocab) tensor exists;
+ * a layer keeps only what its attention needs whole (q, k, v in the
+ * dtype, o, lse) and its input, and the backward makes each tile's
+ * residual, norms and MLP products again from that input. */
+#define DT_GPU_ROWS 1024
+#define DT_GPU_HEAD_ROWS DT_GPU_ROWS
 typedef struct dt_gpu_train_bytes {
     double per_param, per_token_layer, per_token, fixed;
     double host_per_token_layer; /* page-locked host memory: the offloaded layer inputs */
@@ -128,6 +126,9 @@ dt_gpu_train_bytes_t dt_model_gpu_train_bytes(const dt_model_cfg_t *cfg, int ele
  * w3, w2), and last the final norm with the LM head (V d + d; d alone when
  * tied). The parameters of the largest unit (cfg's sizes positive). */
 int64_t dt_model_unit_max(const dt_model_cfg_t *cfg);
+/* The parameters of one layer's unit (the GPU's second unit buffer holds
+ * that many: the larger units take the first). */
+int64_t dt_model_unit_layer(const dt_model_cfg_t *cfg);
 
 /* Unit u of the flat array (lo: cfg's layout), [*a, *b): 0 the embedding,
  * 1 + l layer l, layers + 1 the final norm and (untied) the LM head. */

@@ -84,6 +84,7 @@ static int gpu_start(dt_trainer_t *t)
         .ckpt_bf16 = o->ckpt_dtype == DT_CKPT_BF16,
         .shard_gradients = o->shard >= DT_SHARD_GRADIENTS,
         .shard_parameters = o->shard == DT_SHARD_PARAMETERS,
+        .host_grad = g->hG,
     };
     if (rc == 0)
         rc = dt_gtrain_new(&o->model, &t->lo, t->c, o->dtype, &go, g->ring, t->P, t->M, t->V,

@@ -218,5 +218,9 @@ DT_MUST_CHECK int dt_ring_reduce_scatter_range(dt_ring_t *r, int64_t n, int64_t 
                                                float *scratch, int64_t scratch_n, int slot,
                                                dt_emsg_t *em);
 DT_MUST_CHECK int dt_ring_coll_wait(dt_ring_t *r, int slot, dt_emsg_t *em);
+/* The caller's CUDA stream (a cudaStream_t) waits, on the device, for the
+ * last range collective started with that slot: what it queues next (a
+ * copy of the collective's output, say) runs after it. Returns at once. */
+DT_MUST_CHECK int dt_ring_coll_then(dt_ring_t *r, int slot, void *stream, dt_emsg_t *em);
 
 #endif /* DT_COMM_H */

@@ -855,6 +855,19 @@ int dt_ring_reduce_scatter_range(dt_ring_t *r, int64_t n, int64_t a, int64_t b, 
     return 0;
 }
 
+int dt_ring_coll_then(dt_ring_t *r, int slot, void *stream, dt_emsg_t *em)
+{
+    int rc;
+
+    if ((rc = dt_ring_enter(r, em)) < 0)
+        return rc;
+    if (slot < 0 || slot >= DT_RING_COLL_SLOTS || stream == NULL)
+        return dt_emsg_set(em, DT_EINVAL, "range collective: slot %d, stream %p", slot, stream);
+    RING_CUDA(r, em, cudaStreamWaitEvent((cudaStream_t)stream,
+                                         r->p[0].ev[RING_EV_COLL0 + slot], 0));
+    return 0;
+}
+
 int dt_ring_coll_wait(dt_ring_t *r, int slot, dt_emsg_t *em)
 {
     const int ev[] = { RING_EV_COLL0 + slot };

@@ -60,6 +60,34 @@ void dt_adamw_step_ranges(const dt_adamw_cfg_t *cfg, int64_t step, double lr, in
     }
 }
 
+void dt_sumsq_parts(int64_t n, const float *g, double *part)
+{
+    const int64_t k = (n + DT_SUMSQ_PARTS - 1) / DT_SUMSQ_PARTS;
+
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int b = 0; b < DT_SUMSQ_PARTS; b++) {
+        double lane[DT_SUMSQ_LANES];
+        const int64_t lo = (int64_t)b * k, hi = lo + k < n ? lo + k : n;
+        for (int t = 0; t < DT_SUMSQ_LANES; t++) {
+            double s = 0.0;
+            for (int64_t i = lo + t; i < hi; i += DT_SUMSQ_LANES)
+                s += (double)g[i] * g[i];
+            lane[t] = s;
+        }
+        for (int h = DT_SUMSQ_LANES / 2; h > 0; h /= 2)
+            for (int t = 0; t < h; t++)
+                lane[t] += lane[t + h];
+        part[b] = lane[0];
+    }
+}
+
+void dt_grad_accumulate(int64_t n, float *dst, const float *add)
+{
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = dst[i] + add[i];
+}
+
 int dt_lr_sched_check(const dt_lr_sched_t *s, dt_emsg_t *em)
 {
     if (!(isfinite(s->max_lr) && isfinite(s->min_lr) && s->min_lr >= 0.0 && s->min_lr <= s->max_lr))

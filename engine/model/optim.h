@@ -7,7 +7,7 @@
  * bit-identical outputs (element-wise updates, one definition of an
  * element's update for the CPU and the GPU, kernels/adamw.h; reductions in
  * a fixed order with double accumulators; threads only where they cannot
- * change a bit: dt_adamw_step_scaled).
+ * change a bit: dt_adamw_step_scaled, dt_sumsq_parts).
  *
  * Not here: the gradient all-reduce (a distributed caller sums
  * dt_grad_sumsq over ranks itself and then calls dt_grad_scale), the
@@ -66,6 +66,17 @@ void dt_adamw_step(const dt_adamw_cfg_t *cfg, int64_t step, double lr, double we
 void dt_adamw_step_scaled(const dt_adamw_cfg_t *cfg, int64_t step, double lr,
                           double weight_decay, int64_t n, float *p, const float *g, float gscale,
                           float *m, float *v);
+
+/* The partial sums of g[i]^2 of n floats into part (DT_SUMSQ_PARTS
+ * doubles) in the order of kernels/adamw.h: the GPU's dt_sumsq_cuda to
+ * the bit, on the host's threads (a part per thread: the bits do not
+ * depend on their number); their sum in index order is the squared norm.
+ * The GPU engine's norm when its gradient streams to host memory. */
+void dt_sumsq_parts(int64_t n, const float *g, double *part);
+
+/* dst[i] += add[i] for n floats, each an fp32 addition (the device's
+ * gradient accumulation's bits), on the host's threads. */
+void dt_grad_accumulate(int64_t n, float *dst, const float *add);
 
 /* The same over nr ranges of flat arrays: ranges with decay get
  * cfg->weight_decay, the others 0. Elements outside every range are not

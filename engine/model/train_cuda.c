@@ -29,15 +29,20 @@
 #include "engine/model/model_cuda_impl.h"
 #include "engine/attn/ring_cuda.h" /* dt_ring_attn_reserve */
 #include "engine/model/train_cuda.h"
+#include "engine/model/optim.h" /* dt_sumsq_parts */
 #include "kernels/cpu/layers_cpu.h" /* dt_tokens_check */
 #include "kernels/cuda/cuda_err.h"
 #include "kernels/cuda/layers_cuda.h"
 #include "kernels/cuda/train_cuda.h"
 
-/* One layer's activations kept for the backward. */
+/* One layer's activations kept for the backward: what the attention
+ * needs whole (q, k, v in the compute dtype, its output o and lse), and
+ * without recompute the layer's input (fp32; with recompute it is the
+ * saved one). Everything token by token (the norms, the products, RoPE,
+ * the MLP) is made again in the backward, a tile of rows at a time. */
 typedef struct tact {
-    float *xin, *rstd1, *o, *lse, *x2, *rstd2, *a, *b;
-    void *h1b, *qb, *kb, *vb, *ob, *h2b, *gb; /* compute dtype */
+    float *xin, *o, *lse;
+    void *qb, *kb, *vb; /* compute dtype */
 } tact_t;
 
 typedef struct gtrain {
@@ -48,12 +53,14 @@ typedef struct gtrain {
     void *W;
     /* the optimizer in host memory (host = 1): no P, M, V on the device;
      * Pf the fp32 parameters the device reads as such (the embedding, then
-     * each layer's two norm gains, then the final norm's), pf their
-     * ranges (npf of them: offset in P, in Pf, length), and stage, nstage
-     * floats through which the parameters come up to be cast into W */
+     * each layer's two norm gains, then the final norm's; with sp their
+     * parts in this rank's slice), pf their ranges (npf of them: offset in
+     * the host's P, in Pf, length, offset in the flat array), and stage,
+     * nstage floats through which the parameters come up to be cast into
+     * W */
     int host;
     float *Pf, *stage;
-    int64_t (*pf)[3];
+    int64_t (*pf)[4];
     int npf;
     int64_t nstage;
     float *emb; /* the token embedding the forward reads (fp32) */
@@ -72,26 +79,27 @@ typedef struct gtrain {
     void *slot[2];
     cudaStream_t ast;
     cudaEvent_t ev_in[2], ev_out[2];
-    /* the head: final norm output (compute dtype), its rstd, per-row
-     * losses and argmaxes, the logits' gradient in the compute dtype */
-    void *hfb, *dlb;
-    float *rstdf;
+    /* the head: per-row losses and argmaxes, the logits' gradient in the
+     * compute dtype */
+    void *dlb;
     double *rowloss, *part;
     int32_t *tok, *tgt, *amax;
     /* the embedding's gradient grouping, device and host */
     int32_t *etok, *erows, *h_etok, *h_erows, *h_amax;
     int64_t *estart, *h_estart;
     double *h_loss;
-    /* backward scratch (da, db, dg: a tile's rows when tiled; dh, dq, dk,
-     * dv: the forward scratch's h, q, k, v) */
-    float *dx, *dh, *dq, *dk, *dv, *do_, *da, *db, *dg;
-    void *dyb, *dob;
-    /* the MLP in tiles of MLP_ROWS tokens (tiled = 1, spec/model.h): a
-     * tile's gate and up products (fp32) and SwiGLU product (dtype), made
-     * in the forward and again in the backward; no layer keeps a, b, gb */
-    int tiled;
-    float *ta, *tb;
-    void *tgb;
+    /* the token-local parts in tiles of ROWS tokens (spec/model.h): the
+     * model's h, t, q, k, v, g are a tile's (normed input, product,
+     * q k v, SwiGLU output), tx, tx2 a tile's layer input and attention
+     * residual, trstd its norm's rstd, thb, tob its normed input and
+     * attention output in the dtype, ta, tb, tgb its gate and up products
+     * (fp32) and SwiGLU product (dtype), da, db, dg their gradients.
+     * Whole: dx (the residual stream's gradient), dob (the attention
+     * output's, dtype); the attention's dq is the layer's o (the backward
+     * takes delta from o before it writes dq), dk and dv live in the
+     * model's x, which the backward no longer reads */
+    float *dx, *dk, *dv, *da, *db, *dg, *tx, *tx2, *trstd, *ta, *tb;
+    void *dyb, *dob, *thb, *tob, *tgb;
     /* sharded (engine/model/model.h's semantics), unit by unit
      * (dt_model_unit_range: the embedding, each layer, the head):
      * sg (shard = gradients and parameters): G is this rank's slice
@@ -106,18 +114,28 @@ typedef struct gtrain {
      * and its norm gains (fp32) into nu[s] (2 d) one unit ahead (slot s),
      * in the order the step uses them (wseq: the layers, the head, the
      * layers backward), and the fp32 embedding into gu[0] for the
-     * forward; with the optimizer on the host Ps is the slice's fp32
-     * copy the gathers read (P is then NULL). */
-    int sg, sp;
-    int64_t U;
-    float *gu[2], *ge, *rs, *Ps, *nu[2];
+     * forward; with the optimizer on the host the fp32 parts come from
+     * Pf. gu[0] holds the largest unit, gu[1] (gcap[1] floats) a layer's:
+     * a larger unit (the embedding, an untied head) takes slot 0.
+     * gh (sg with the optimizer on the host): no G on the device; each
+     * unit's part of the sum, reduce-scattered in place in its buffer,
+     * goes down on the stream gst to the caller's hG (mlen floats) as soon
+     * as it is made (gev[s] its copy done), or with acc into hacc[s],
+     * added into hG on the host once there (hadd[s]: offset, length). */
+    int sg, sp, gh;
+    int64_t U, gcap[2];
+    float *gu[2], *ge, *rs, *nu[2];
     void *wu[2];
-    int gslot, gpend[2];
+    int gslot, gcur, gpend[2];
     int64_t rsn;
+    float *hG, *hacc[2];
+    int64_t hadd[2][2];
+    cudaStream_t gst;
+    cudaEvent_t gev[2];
     int acc; /* this sequence's gradient adds to the step's (not its first) */
 } gtrain_t;
 
-#define MLP_ROWS DT_GPU_MLP_ROWS
+#define ROWS DT_GPU_ROWS
 
 
 /* The training state's release: dt_gmodel_free's hook (tr_free). */
@@ -125,10 +143,17 @@ static void gtrain_free(dt_gmodel_t *g)
 {
     gtrain_t *T = g->tr;
 
+    /* a step that failed may leave collectives on the ring's stream
+     * reading or writing what is freed here: they end first (a dead ring's
+     * watchdog ends the wait) */
+    for (int s = 0; (T->sg || T->sp) && g->ring && s < DT_RING_COLL_SLOTS; s++) {
+        dt_emsg_t ignored = { 0 };
+        if (dt_ring_coll_wait(g->ring, s, &ignored) < 0)
+            break;
+    }
     for (int l = 0; T->act && l < T->nact; l++) {
         tact_t *A = &T->act[l];
-        void *ps[] = { A->xin, A->rstd1, A->o, A->lse, A->x2, A->rstd2, A->a, A->b,
-                       A->h1b, A->qb, A->kb, A->vb, A->ob, A->h2b, A->gb };
+        void *ps[] = { A->xin, A->o, A->lse, A->qb, A->kb, A->vb };
         for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++)
             cudaFree(ps[i]);
     }
@@ -145,10 +170,20 @@ static void gtrain_free(dt_gmodel_t *g)
         cudaStreamDestroy(T->ast);
     if (T->hsaved)
         cudaFreeHost(T->hsaved);
+    if (T->gst)
+        (void)cudaStreamSynchronize(T->gst);
+    for (int s = 0; s < 2; s++) {
+        if (T->gev[s])
+            cudaEventDestroy(T->gev[s]);
+        if (T->hacc[s])
+            cudaFreeHost(T->hacc[s]);
+    }
+    if (T->gst)
+        cudaStreamDestroy(T->gst);
     void *ps[] = { T->P, T->G, T->M, T->V, T->W, T->Pf, T->stage, T->ta, T->tb, T->tgb,
-                   T->saved, T->hfb, T->dlb, T->rstdf, T->rowloss, T->part, T->tok, T->tgt,
-                   T->amax, T->etok, T->erows, T->estart, T->dx, T->do_, T->da, T->db, T->dg,
-                   T->dyb, T->dob, T->gu[0], T->gu[1], T->ge, T->rs, T->Ps, T->nu[0], T->nu[1],
+                   T->saved, T->dlb, T->rowloss, T->part, T->tok, T->tgt, T->amax, T->etok,
+                   T->erows, T->estart, T->dx, T->da, T->db, T->dg, T->tx,
+                   T->tx2, T->trstd, T->dyb, T->dob, T->thb, T->tob, T->gu[0], T->gu[1], T->ge, T->rs, T->nu[0], T->nu[1],
                    T->wu[0], T->wu[1] };
     for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++)
         cudaFree(ps[i]);
@@ -167,6 +202,34 @@ static void gtrain_free(dt_gmodel_t *g)
 /* Floats of the staging buffer the parameters come up through (host
  * optimizer): 16 Mi (64 MiB), or the whole when smaller. */
 #define STAGE_FLOATS ((int64_t)1 << 24)
+
+/* The optimizer on the host: the fp32 parameters the device reads (the
+ * embedding, each layer's two norm gains, the final norm's), with sp their
+ * parts in this rank's slice, into T->pf; returns their floats. */
+static int64_t f32_ranges(gtrain_t *T, const dt_model_cfg_t *cfg)
+{
+    int64_t at = 0;
+
+    T->npf = 2 * cfg->layers + 2;
+    T->pf = dt_xcalloc((size_t)T->npf, sizeof(*T->pf));
+    for (int i = 0; i < T->npf; i++) {
+        int l = (i - 1) / 2;
+        int64_t a = i == 0                ? T->lo.tok_emb
+                    : i == T->npf - 1     ? T->lo.final_norm
+                    : (i - 1) % 2 == 0    ? T->lo.layer[l].attn_norm
+                                          : T->lo.layer[l].mlp_norm;
+        int64_t b = a + (i == 0 ? (int64_t)cfg->vocab * cfg->dim : cfg->dim);
+        if (T->sp) {
+            a = a > T->moff ? a : T->moff;
+            b = b < T->moff + T->mlen ? b : T->moff + T->mlen;
+            b = b > a ? b : a;
+        }
+        T->pf[i][0] = T->sp ? a - T->moff : a, T->pf[i][1] = at, T->pf[i][2] = b - a;
+        T->pf[i][3] = a;
+        at += b - a;
+    }
+    return at;
+}
 
 int dt_gtrain_new(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, int64_t c,
                   dt_dtype_t dtype, const dt_gtrain_opts_t *opt, dt_ring_t *ring,
@@ -198,14 +261,28 @@ int dt_gtrain_new(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, int64_
     T->host = host_optimizer != 0;
     T->sg = opt->shard_gradients || opt->shard_parameters;
     T->sp = opt->shard_parameters != 0;
+    T->gh = T->sg && T->host;
     T->U = dt_model_unit_max(cfg);
+    T->gcap[0] = T->U;
+    T->gcap[1] = dt_model_unit_layer(cfg);
     const size_t nb = (size_t)T->n * F, mb = (size_t)mlen * F;
+    if (T->gh && (T->hG = opt->host_grad) == NULL) {
+        rc = dt_emsg_set(em, DT_EINVAL, "sharded gradients with the optimizer on the host "
+                         "need the host's array for them (host_grad)");
+        goto fail;
+    }
+    if (T->gh) {
+        DT_CUDA_GOTO(em, rc, fail, cudaStreamCreateWithFlags(&T->gst, cudaStreamNonBlocking));
+        for (int s = 0; s < 2; s++)
+            DT_CUDA_GOTO(em, rc, fail,
+                         cudaEventCreateWithFlags(&T->gev[s], cudaEventDisableTiming));
+    }
     if (T->sg) {
         const int R = dt_ring_size(ring);
         /* a part is at most a unit: R of them at once, or less */
         T->rsn = R == 1 ? 0 : dt_model_gpu_rs_floats(cfg, R);
         const dbuf_t sb[] = {
-            { &T->gu[0], (size_t)T->U * F }, { &T->gu[1], (size_t)T->U * F },
+            { &T->gu[0], (size_t)T->gcap[0] * F }, { &T->gu[1], (size_t)T->gcap[1] * F },
             { &T->ge, cfg->tied ? (size_t)(Vv * d) * F : 1 },
             { &T->rs, (size_t)(T->rsn > 0 ? T->rsn : 1) * F },
         };
@@ -214,11 +291,14 @@ int dt_gtrain_new(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, int64_
     }
     if (T->sp) {
         /* the slice's own arrays; the units come into wu, nu */
+        const int64_t nf = T->host ? f32_ranges(T, cfg) : 0;
+        T->nstage = mlen < STAGE_FLOATS ? (mlen > 0 ? mlen : 1) : STAGE_FLOATS;
         const dbuf_t pb[] = {
-            { &T->G, mb },
-            { &T->W, (size_t)mlen * half },
-            { T->host ? (void *)&T->Ps : (void *)&T->P, mb },
-            { &T->M, T->host ? 1 : mb },
+            { &T->G, T->gh ? 1 : mb },
+            { &T->W, (size_t)(mlen > 0 ? mlen : 1) * half },
+            { T->host ? (void *)&T->Pf : (void *)&T->P, T->host ? (size_t)(nf + 1) * F : mb },
+            { T->host ? (void *)&T->stage : (void *)&T->M,
+              T->host ? (size_t)(T->nstage + 1) * F : mb },
             { &T->V, T->host ? 1 : mb },
             { &T->wu[0], (size_t)T->U * half }, { &T->wu[1], (size_t)T->U * half },
             { &T->nu[0], (size_t)(2 * d) * F }, { &T->nu[1], (size_t)(2 * d) * F },
@@ -238,22 +318,10 @@ int dt_gtrain_new(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, int64_
         T->emb = T->gu[0];
     } else if (T->host) {
         /* the fp32 ranges the device reads: the embedding, the norms */
-        T->npf = 2 * cfg->layers + 2;
-        T->pf = dt_xcalloc((size_t)T->npf, sizeof(*T->pf));
-        int64_t at = 0;
-        for (int i = 0; i < T->npf; i++) {
-            int l = (i - 1) / 2;
-            int64_t src = i == 0                ? T->lo.tok_emb
-                          : i == T->npf - 1     ? T->lo.final_norm
-                          : (i - 1) % 2 == 0    ? T->lo.layer[l].attn_norm
-                                                : T->lo.layer[l].mlp_norm;
-            int64_t len = i == 0 ? (int64_t)Vv * d : d;
-            T->pf[i][0] = src, T->pf[i][1] = at, T->pf[i][2] = len;
-            at += len;
-        }
+        const int64_t at = f32_ranges(T, cfg);
         T->nstage = T->n < STAGE_FLOATS ? T->n : STAGE_FLOATS;
         const dbuf_t big[] = {
-            { &T->G, T->sg ? mb : nb },
+            { &T->G, T->gh ? 1 : T->sg ? mb : nb },
             { &T->W, (size_t)T->n * half },
             { &T->Pf, (size_t)at * F },
             { &T->stage, (size_t)T->nstage * F },
@@ -332,65 +400,46 @@ int dt_gtrain_new(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, int64_
         }
     }
     T->act = dt_xcalloc((size_t)T->nact, sizeof(*T->act));
-    T->tiled = dt_model_gpu_mlp_tiled(c);
     for (int l = 0; l < T->nact; l++) {
         tact_t *A = &T->act[l];
         const dbuf_t a[] = {
-            { &A->xin, (size_t)(c * d) * F },  { &A->rstd1, (size_t)c * F },
-            { &A->o, (size_t)(c * qd) * F },   { &A->lse, (size_t)(c * cfg->heads) * F },
-            { &A->x2, (size_t)(c * d) * F },   { &A->rstd2, (size_t)c * F },
-            { &A->h1b, (size_t)(c * d) * half }, { &A->qb, (size_t)(c * qd) * half },
-            { &A->kb, (size_t)(c * kd) * half }, { &A->vb, (size_t)(c * kd) * half },
-            { &A->ob, (size_t)(c * qd) * half }, { &A->h2b, (size_t)(c * d) * half },
-            /* the MLP's, untiled only (last: left out when tiled) */
-            { &A->a, (size_t)(c * f) * F },    { &A->b, (size_t)(c * f) * F },
-            { &A->gb, (size_t)(c * f) * half },
+            { &A->o, (size_t)(c * qd) * F },     { &A->lse, (size_t)(c * cfg->heads) * F },
+            { &A->qb, (size_t)(c * qd) * half }, { &A->kb, (size_t)(c * kd) * half },
+            { &A->vb, (size_t)(c * kd) * half },
+            /* without recompute, the layer's input (last: left out) */
+            { &A->xin, (size_t)(c * d) * F },
         };
-        size_t na = sizeof(a) / sizeof(a[0]) - (T->tiled ? 3 : 0);
-        if ((rc = dt_gmodel_dalloc_all(a, na, em)) < 0)
+        if ((rc = dt_gmodel_dalloc_all(a, sizeof(a) / sizeof(a[0]) - (recompute ? 1 : 0),
+                                       em)) < 0)
             goto fail;
     }
-    /* the MLP's rows at a time: a tile when tiled, else every token */
-    const int64_t mr = T->tiled ? MLP_ROWS : c;
-    if (T->tiled) {
-        const dbuf_t tb[] = {
-            { &T->ta, (size_t)(mr * f) * F },
-            { &T->tb, (size_t)(mr * f) * F },
-            { &T->tgb, (size_t)(mr * f) * half },
-        };
-        if ((rc = dt_gmodel_dalloc_all(tb, sizeof(tb) / sizeof(tb[0]), em)) < 0)
-            goto fail;
-    }
-    /* dy in the dtype: (tokens, widest output) untiled; tiled the MLP's
-     * (rows, ffn) beside the others' (tokens, max(d, qd)) */
-    const int64_t dq = d > qd ? d : qd;
-    const size_t dyb = T->tiled ? (size_t)(c * dq + mr * f) : (size_t)(c * max3(d, qd, f));
+    /* a tile's rows: ROWS, or every token when fewer */
+    const int64_t mr = c < ROWS ? c : ROWS;
+    /* the model's x holds the backward's dk and dv */
+    const int64_t xw = d > 2 * kd ? d : 2 * kd;
     const dbuf_t bufs[] = {
-        { &g->x, (size_t)(c * d) * F },    { &g->h, (size_t)(c * d) * F },
-        { &g->t, (size_t)(c * d) * F },    { &g->q, (size_t)(c * qd) * F },
-        { &g->k, (size_t)(c * kd) * F },   { &g->v, (size_t)(c * kd) * F },
-        { &g->g, (size_t)(mr * f) * F },   { &g->logits, (size_t)(HEAD_ROWS * Vv) * F },
-        { &T->hfb, (size_t)(c * d) * half }, { &T->dlb, (size_t)(HEAD_ROWS * Vv) * half },
-        { &T->rstdf, (size_t)c * F },      { &T->rowloss, (size_t)c * sizeof(double) },
+        { &g->x, (size_t)(c * xw) * F },   { &T->dx, (size_t)(c * d) * F },
+        { &T->dob, (size_t)(c * qd) * half },
+        { &g->h, (size_t)(mr * d) * F },   { &g->t, (size_t)(mr * d) * F },
+        { &g->q, (size_t)(mr * qd) * F },  { &g->k, (size_t)(mr * kd) * F },
+        { &g->v, (size_t)(mr * kd) * F },  { &g->g, (size_t)(mr * f) * F },
+        { &T->tx, (size_t)(mr * d) * F },  { &T->tx2, (size_t)(mr * d) * F },
+        { &T->trstd, (size_t)mr * F },     { &T->ta, (size_t)(mr * f) * F },
+        { &T->tb, (size_t)(mr * f) * F },  { &T->da, (size_t)(mr * f) * F },
+        { &T->db, (size_t)(mr * f) * F },  { &T->dg, (size_t)(mr * f) * F },
+        { &T->thb, (size_t)(mr * d) * half }, { &T->tob, (size_t)(mr * qd) * half },
+        { &T->tgb, (size_t)(mr * f) * half }, { &T->dyb, (size_t)(mr * max3(d, qd, f)) * half },
+        { &g->logits, (size_t)(HEAD_ROWS * Vv) * F }, { &T->dlb, (size_t)(HEAD_ROWS * Vv) * half },
+        { &T->rowloss, (size_t)c * sizeof(double) },
         { &T->part, DT_SUMSQ_PARTS * sizeof(double) },
         { &T->tok, (size_t)c * 4 },        { &T->tgt, (size_t)c * 4 },
         { &T->amax, (size_t)c * 4 },       { &T->etok, (size_t)c * 4 },
         { &T->erows, (size_t)c * 4 },      { &T->estart, (size_t)(c + 1) * 8 },
-        { &T->dx, (size_t)(c * d) * F },   { &T->do_, (size_t)(c * qd) * F },
-        { &T->da, (size_t)(mr * f) * F },  { &T->db, (size_t)(mr * f) * F },
-        { &T->dg, (size_t)(mr * f) * F },  { &T->dyb, dyb * half },
-        { &T->dob, (size_t)(c * qd) * half },
     };
     if ((rc = dt_gmodel_dalloc_all(bufs, sizeof(bufs) / sizeof(bufs[0]), em)) < 0)
         goto fail;
-    /* the backward's dh, dq, dk, dv live in the forward's h, q, k, v: a
-     * layer's backward (and the head's) starts after its forward is done
-     * with them, and nothing reads them across (the model's release
-     * frees them once) */
-    T->dh = g->h;
-    T->dq = g->q;
-    T->dk = g->k;
-    T->dv = g->v;
+    T->dk = g->x;
+    T->dv = g->x + c * kd;
     T->h_etok = dt_xmallocarray((size_t)c, sizeof(int32_t));
     T->h_erows = dt_xmallocarray((size_t)c, sizeof(int32_t));
     T->h_amax = dt_xmallocarray((size_t)c, sizeof(int32_t));
@@ -424,16 +473,20 @@ static int mm_bwd(dt_gmodel_t *g, int64_t rows, int din, int dout, const void *x
                                        g->st, em);
 }
 
-/* The tiled MLP's tile of rows [r0, r0 + n): the gate and up products of
- * the kept normed input into ta, tb, their SwiGLU product into tgb (the
- * dtype), through the fp32 scratch g->g; the forward runs it, and the
- * backward again (the same kernels on the same input: the same bits). */
-static int mlp_tile_fwd(dt_gmodel_t *g, const glayer_t *L, const tact_t *A, int64_t r0, int64_t n,
+/* Rows [r0, r0 + n) of the c tokens, in tiles of ROWS. */
+#define FOR_TILES(c, r0, n)                                                                 \
+    for (int64_t r0 = 0, n = (c) < ROWS ? (c) : ROWS; r0 < (c);                             \
+         r0 += n, n = (c) - r0 < ROWS ? (c) - r0 : ROWS)
+
+/* A tile's SwiGLU (n rows): the gate and up products of the normed input
+ * hb (dtype) into ta, tb, their product into tgb (the dtype), through the
+ * fp32 scratch g->g; the forward runs it, and the backward again (the
+ * same kernels on the same input: the same bits). */
+static int mlp_tile_fwd(dt_gmodel_t *g, const glayer_t *L, const void *hb, int64_t n,
                         dt_emsg_t *em)
 {
     gtrain_t *T = g->tr;
     const int64_t d = g->cfg.dim, f = g->cfg.ffn;
-    const void *hb = (const char *)A->h2b + r0 * d * 2;
     int rc;
 
     if ((rc = mm(g, n, (int)d, (int)f, hb, L->w1, T->ta, em)) < 0 ||
@@ -443,69 +496,114 @@ static int mlp_tile_fwd(dt_gmodel_t *g, const glayer_t *L, const tact_t *A, int6
     return dt_cast_from_f32_cuda(g->dt, n * f, g->g, T->tgb, g->st, em);
 }
 
-/* Block l forward on g->x, keeping its activations (the sequence of
- * dt_gmodel_layer_fwd). */
-static int tlayer_fwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, int l, dt_emsg_t *em)
+/* rmsnorm(x) of a tile (n rows) with gain w into T->thb (dtype), its
+ * rstd into T->trstd (through g->h). */
+static int norm_tile(dt_gmodel_t *g, const float *x, const float *w, int64_t n, dt_emsg_t *em)
+{
+    gtrain_t *T = g->tr;
+    const int64_t d = g->cfg.dim;
+    int rc = dt_rmsnorm_fwd_cuda(n, (int)d, g->cfg.norm_eps, x, w, g->h, T->trstd, g->st, em);
+
+    return rc < 0 ? rc : dt_cast_from_f32_cuda(g->dt, n * d, g->h, T->thb, g->st, em);
+}
+
+/* Layer l's input, rows [r0, r0 + n), fp32: kept (without recompute), or
+ * saved in the checkpoint dtype on the device or in its slot (once
+ * there: input_ready), cast into T->tx when bf16. */
+static const float *xin_tile(dt_gmodel_t *g, int l, int64_t r0, int64_t n, dt_emsg_t *em,
+                             int *rc)
+{
+    gtrain_t *T = g->tr;
+    const int64_t d = g->cfg.dim;
+    const size_t row = (size_t)(g->c * d) * (T->ck16 ? 2 : sizeof(float));
+    const char *src;
+
+    *rc = 0;
+    if (T->act[l % T->nact].xin != NULL)
+        return T->act[l % T->nact].xin + r0 * d;
+    src = T->off_act ? (const char *)T->slot[l % 2] : (const char *)T->saved + (size_t)l * row;
+    if (!T->ck16)
+        return (const float *)(const void *)src + r0 * d;
+    *rc = dt_cast_to_f32_cuda(DT_BF16, n * d, src + (size_t)(r0 * d) * 2, T->tx, g->st, em);
+    return T->tx;
+}
+
+/* Layer l's attention inputs from its input x (rows by tiles; x NULL:
+ * the saved input, xin_tile): q, k, v of each tile, RoPE'd, into the
+ * kept qb, kb, vb; then the attention's o and lse. */
+static int attn_in(dt_gmodel_t *g, const dt_attn_spec_t *attn, int l, const float *x,
+                   dt_emsg_t *em)
 {
     const dt_model_cfg_t *cf = &g->cfg;
+    gtrain_t *T = g->tr;
     const int64_t c = g->c, d = cf->dim, D = dt_model_head_dim(cf), H = cf->heads,
-                  Hkv = cf->kv_heads, qd = H * D, kd = Hkv * D, f = cf->ffn;
-    const size_t F = sizeof(float);
+                  Hkv = cf->kv_heads, qd = H * D, kd = Hkv * D;
     const glayer_t *L = &g->layer[l];
-    tact_t *A = &g->tr->act[l % g->tr->nact];
+    tact_t *A = &T->act[l % T->nact];
     dt_dtype_t dt = g->dt;
     int rc;
 
-    DT_CUDA_TRY(em, cudaMemcpyAsync(A->xin, g->x, (size_t)(c * d) * F, cudaMemcpyDeviceToDevice,
-                                    g->st));
-    if ((rc = dt_rmsnorm_fwd_cuda(c, (int)d, cf->norm_eps, g->x, L->attn_norm, g->h, A->rstd1,
-                                  g->st, em)) < 0 ||
-        (rc = dt_cast_from_f32_cuda(dt, c * d, g->h, A->h1b, g->st, em)) < 0 ||
-        (rc = mm(g, c, (int)d, (int)qd, A->h1b, L->wq, g->q, em)) < 0 ||
-        (rc = mm(g, c, (int)d, (int)kd, A->h1b, L->wk, g->k, em)) < 0 ||
-        (rc = mm(g, c, (int)d, (int)kd, A->h1b, L->wv, g->v, em)) < 0 ||
-        (rc = dt_rope_fwd_cuda(c, (int)H, (int)D, g->pos, &cf->rope, g->q, g->st, em)) < 0 ||
-        (rc = dt_rope_fwd_cuda(c, (int)Hkv, (int)D, g->pos, &cf->rope, g->k, g->st, em)) < 0 ||
-        (rc = dt_cast_from_f32_cuda(dt, c * qd, g->q, A->qb, g->st, em)) < 0 ||
-        (rc = dt_cast_from_f32_cuda(dt, c * kd, g->k, A->kb, g->st, em)) < 0 ||
-        (rc = dt_cast_from_f32_cuda(dt, c * kd, g->v, A->vb, g->st, em)) < 0)
-        return rc;
+    FOR_TILES(c, r0, n) {
+        rc = 0;
+        const float *xt = x ? x + r0 * d : xin_tile(g, l, r0, n, em, &rc);
+        if (xt == NULL || rc < 0 || (rc = norm_tile(g, xt, L->attn_norm, n, em)) < 0 ||
+            (rc = mm(g, n, (int)d, (int)qd, T->thb, L->wq, g->q, em)) < 0 ||
+            (rc = mm(g, n, (int)d, (int)kd, T->thb, L->wk, g->k, em)) < 0 ||
+            (rc = mm(g, n, (int)d, (int)kd, T->thb, L->wv, g->v, em)) < 0 ||
+            (rc = dt_rope_fwd_cuda(n, (int)H, (int)D, g->pos + r0, &cf->rope, g->q, g->st,
+                                   em)) < 0 ||
+            (rc = dt_rope_fwd_cuda(n, (int)Hkv, (int)D, g->pos + r0, &cf->rope, g->k, g->st,
+                                   em)) < 0 ||
+            (rc = dt_cast_from_f32_cuda(dt, n * qd, g->q, (char *)A->qb + r0 * qd * 2, g->st,
+                                        em)) < 0 ||
+            (rc = dt_cast_from_f32_cuda(dt, n * kd, g->k, (char *)A->kb + r0 * kd * 2, g->st,
+                                        em)) < 0 ||
+            (rc = dt_cast_from_f32_cuda(dt, n * kd, g->v, (char *)A->vb + r0 * kd * 2, g->st,
+                                        em)) < 0)
+            return rc < 0 ? rc : DT_EINVAL;
+    }
     DT_CUDA_TRY(em, cudaStreamSynchronize(g->st));
     dt_ring_io_t io = { .q = A->qb, .k = A->kb, .v = A->vb, .o = A->o, .lse = A->lse };
-    if ((rc = dt_ring_attn_fwd(g->ring, attn, dt, &io, NULL, em)) < 0)
+    return dt_ring_attn_fwd(g->ring, attn, dt, &io, NULL, em);
+}
+
+/* Block l forward on g->x, keeping its activations (the sequence of
+ * dt_gmodel_layer_fwd): the attention's inputs and output whole, then
+ * tile by tile the output projection and the MLP, in place. */
+static int tlayer_fwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, int l, dt_emsg_t *em)
+{
+    const dt_model_cfg_t *cf = &g->cfg;
+    gtrain_t *T = g->tr;
+    const int64_t c = g->c, d = cf->dim, qd = cf->heads * dt_model_head_dim(cf), f = cf->ffn;
+    const glayer_t *L = &g->layer[l];
+    tact_t *A = &T->act[l % T->nact];
+    int rc;
+
+    if (A->xin)
+        DT_CUDA_TRY(em, cudaMemcpyAsync(A->xin, g->x, (size_t)(c * d) * sizeof(float),
+                                        cudaMemcpyDeviceToDevice, g->st));
+    if ((rc = attn_in(g, attn, l, g->x, em)) < 0)
         return rc;
-    if ((rc = dt_cast_from_f32_cuda(dt, c * qd, A->o, A->ob, g->st, em)) < 0 ||
-        (rc = mm(g, c, (int)qd, (int)d, A->ob, L->wo, g->t, em)) < 0 ||
-        (rc = dt_add_f32_cuda(c * d, g->t, g->x, g->st, em)) < 0)
-        return rc;
-    DT_CUDA_TRY(em, cudaMemcpyAsync(A->x2, g->x, (size_t)(c * d) * F, cudaMemcpyDeviceToDevice,
-                                    g->st));
-    if ((rc = dt_rmsnorm_fwd_cuda(c, (int)d, cf->norm_eps, g->x, L->mlp_norm, g->h, A->rstd2,
-                                  g->st, em)) < 0 ||
-        (rc = dt_cast_from_f32_cuda(dt, c * d, g->h, A->h2b, g->st, em)) < 0)
-        return rc;
-    if (!g->tr->tiled) {
-        if ((rc = mm(g, c, (int)d, (int)f, A->h2b, L->w1, A->a, em)) < 0 ||
-            (rc = mm(g, c, (int)d, (int)f, A->h2b, L->w3, A->b, em)) < 0 ||
-            (rc = dt_swiglu_fwd_cuda(c, (int)f, A->a, A->b, g->g, g->st, em)) < 0 ||
-            (rc = dt_cast_from_f32_cuda(dt, c * f, g->g, A->gb, g->st, em)) < 0 ||
-            (rc = mm(g, c, (int)f, (int)d, A->gb, L->w2, g->t, em)) < 0)
+    FOR_TILES(c, r0, n) {
+        float *xt = g->x + r0 * d;
+        if ((rc = dt_cast_from_f32_cuda(g->dt, n * qd, A->o + r0 * qd, T->tob, g->st, em)) < 0 ||
+            (rc = mm(g, n, (int)qd, (int)d, T->tob, L->wo, g->t, em)) < 0 ||
+            (rc = dt_add_f32_cuda(n * d, g->t, xt, g->st, em)) < 0 ||
+            (rc = norm_tile(g, xt, L->mlp_norm, n, em)) < 0 ||
+            (rc = mlp_tile_fwd(g, L, T->thb, n, em)) < 0 ||
+            (rc = mm(g, n, (int)f, (int)d, T->tgb, L->w2, g->t, em)) < 0 ||
+            (rc = dt_add_f32_cuda(n * d, g->t, xt, g->st, em)) < 0)
             return rc;
-    } else {
-        for (int64_t r0 = 0; r0 < c; r0 += MLP_ROWS) {
-            const int64_t n = c - r0 < MLP_ROWS ? c - r0 : MLP_ROWS;
-            if ((rc = mlp_tile_fwd(g, L, A, r0, n, em)) < 0 ||
-                (rc = mm(g, n, (int)f, (int)d, g->tr->tgb, L->w2, g->t + r0 * d, em)) < 0)
-                return rc;
-        }
     }
-    return dt_add_f32_cuda(c * d, g->t, g->x, g->st, em);
+    return 0;
 }
 
 /* Block l backward: T->dx holds the gradient of the block's output and
  * becomes that of its input; the weights' gradients are ADDED to Gu, the
- * gradient from parameter g0 on (the whole array's: gb = 0; a unit's
- * buffer: its first parameter). */
+ * gradient from parameter g0 on (the whole array's: g0 = 0; a unit's
+ * buffer: its first parameter). The layer's attention activations are
+ * there (kept, or made again by attn_in); each tile's residual, norms
+ * and MLP products are made again from its input. */
 static int tlayer_bwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, int l, float *Gu, int64_t g0,
                       dt_emsg_t *em)
 {
@@ -514,70 +612,79 @@ static int tlayer_bwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, int l, float *
     const dt_model_layer_off_t *O = &T->lo.layer[l];
     const int64_t c = g->c, d = cf->dim, D = dt_model_head_dim(cf), H = cf->heads,
                   Hkv = cf->kv_heads, qd = H * D, kd = Hkv * D, f = cf->ffn;
+    const size_t F = sizeof(float);
     const glayer_t *L = &g->layer[l];
     const tact_t *A = &T->act[l % T->nact];
-    /* the layer's offsets from gb (the unit's start) */
-    const dt_model_layer_off_t O_ = {
-        .attn_norm = O->attn_norm - g0, .wq = O->wq - g0, .wk = O->wk - g0, .wv = O->wv - g0,
-        .wo = O->wo - g0, .mlp_norm = O->mlp_norm - g0, .w1 = O->w1 - g0, .w3 = O->w3 - g0,
-        .w2 = O->w2 - g0,
-    };
     float *G = Gu;
+    /* the layer's offsets from g0 (the unit's start) */
+    const int64_t wq = O->wq - g0, wk = O->wk - g0, wv = O->wv - g0, wo = O->wo - g0,
+                  w1 = O->w1 - g0, w2 = O->w2 - g0, w3 = O->w3 - g0;
+    const int64_t an = O->attn_norm - g0, mn = O->mlp_norm - g0;
     int rc;
 
-    O = &O_;
-    /* MLP: x = x2 + W2 swiglu(W1 h2, W3 h2), h2 = norm(x2); tiled, each
-     * tile's gate and up products made again first */
-    for (int64_t r0 = 0; r0 < c; r0 += T->tiled ? MLP_ROWS : c) {
-        const int64_t n = !T->tiled ? c : c - r0 < MLP_ROWS ? c - r0 : MLP_ROWS;
-        const void *gb = A->gb, *hb = (const char *)A->h2b + r0 * d * 2;
-        const float *a = A->a, *b = A->b;
-        if (T->tiled) {
-            if ((rc = mlp_tile_fwd(g, L, A, r0, n, em)) < 0)
-                return rc;
-            gb = T->tgb, a = T->ta, b = T->tb;
-        }
-        if ((rc = mm_bwd(g, n, (int)f, (int)d, gb, L->w2, T->dx + r0 * d, T->dg, G + O->w2,
-                         em)) < 0 ||
-            (rc = dt_swiglu_bwd_cuda(n, (int)f, a, b, T->dg, T->da, T->db, g->st, em)) < 0 ||
-            (rc = mm_bwd(g, n, (int)d, (int)f, hb, L->w1, T->da, T->dh + r0 * d, G + O->w1,
-                         em)) < 0 ||
-            (rc = mm_bwd(g, n, (int)d, (int)f, hb, L->w3, T->db, g->t + r0 * d, G + O->w3,
-                         em)) < 0)
+    /* x2 = xin + Wo o, x = x2 + W2 swiglu(W1 h2, W3 h2), h2 = norm(x2):
+     * the MLP's backward and the residual, then the output projection's,
+     * whose input gradient goes whole to the attention */
+    FOR_TILES(c, r0, n) {
+        float *dxt = T->dx + r0 * d, *dh = g->h;
+        const float *xt = xin_tile(g, l, r0, n, em, &rc);
+        if (rc < 0)
+            return rc;
+        DT_CUDA_TRY(em, cudaMemcpyAsync(T->tx2, xt, (size_t)(n * d) * F,
+                                        cudaMemcpyDeviceToDevice, g->st));
+        if ((rc = dt_cast_from_f32_cuda(g->dt, n * qd, A->o + r0 * qd, T->tob, g->st, em)) < 0 ||
+            (rc = mm(g, n, (int)qd, (int)d, T->tob, L->wo, g->t, em)) < 0 ||
+            (rc = dt_add_f32_cuda(n * d, g->t, T->tx2, g->st, em)) < 0 ||
+            (rc = norm_tile(g, T->tx2, L->mlp_norm, n, em)) < 0 ||
+            (rc = mlp_tile_fwd(g, L, T->thb, n, em)) < 0 ||
+            (rc = mm_bwd(g, n, (int)f, (int)d, T->tgb, L->w2, dxt, T->dg, G + w2, em)) < 0 ||
+            (rc = dt_swiglu_bwd_cuda(n, (int)f, T->ta, T->tb, T->dg, T->da, T->db, g->st,
+                                     em)) < 0 ||
+            (rc = mm_bwd(g, n, (int)d, (int)f, T->thb, L->w1, T->da, dh, G + w1, em)) < 0 ||
+            (rc = mm_bwd(g, n, (int)d, (int)f, T->thb, L->w3, T->db, g->t, G + w3, em)) < 0 ||
+            (rc = dt_add_f32_cuda(n * d, g->t, dh, g->st, em)) < 0 ||
+            (rc = dt_rmsnorm_bwd_cuda(n, (int)d, T->tx2, L->mlp_norm, T->trstd, dh, g->t,
+                                      G + mn, g->st, em)) < 0 ||
+            (rc = dt_add_f32_cuda(n * d, g->t, dxt, g->st, em)) < 0 ||
+            (rc = mm_bwd(g, n, (int)qd, (int)d, T->tob, L->wo, dxt, g->q, G + wo, em)) < 0 ||
+            (rc = dt_cast_from_f32_cuda(g->dt, n * qd, g->q, (char *)T->dob + r0 * qd * 2,
+                                        g->st, em)) < 0)
             return rc;
     }
-    if ((rc = dt_add_f32_cuda(c * d, g->t, T->dh, g->st, em)) < 0 ||
-        (rc = dt_rmsnorm_bwd_cuda(c, (int)d, A->x2, L->mlp_norm, A->rstd2, T->dh, g->t,
-                                  G + O->mlp_norm, g->st, em)) < 0 ||
-        (rc = dt_add_f32_cuda(c * d, g->t, T->dx, g->st, em)) < 0)
-        return rc;
-    /* attention: x2 = xin + Wo attn(rope(Wq h1), rope(Wk h1), Wv h1) */
-    if ((rc = mm_bwd(g, c, (int)qd, (int)d, A->ob, L->wo, T->dx, T->do_, G + O->wo, em)) < 0 ||
-        (rc = dt_cast_from_f32_cuda(g->dt, c * qd, T->do_, T->dob, g->st, em)) < 0)
-        return rc;
+    /* the attention: dq into o (read for delta first), dk, dv into x */
     DT_CUDA_TRY(em, cudaStreamSynchronize(g->st));
+    float *dq = A->o;
     dt_ring_io_t io = { .q = A->qb, .k = A->kb, .v = A->vb, .o = A->o, .lse = A->lse,
-                        .dout = T->dob, .dq = T->dq, .dk = T->dk, .dv = T->dv };
+                        .dout = T->dob, .dq = dq, .dk = T->dk, .dv = T->dv };
     if ((rc = dt_ring_attn_bwd(g->ring, attn, g->dt, &io, NULL, em)) < 0)
         return rc;
-    if ((rc = dt_rope_bwd_cuda(c, (int)H, (int)D, g->pos, &cf->rope, T->dq, g->st, em)) < 0 ||
-        (rc = dt_rope_bwd_cuda(c, (int)Hkv, (int)D, g->pos, &cf->rope, T->dk, g->st, em)) < 0 ||
-        (rc = mm_bwd(g, c, (int)d, (int)qd, A->h1b, L->wq, T->dq, T->dh, G + O->wq, em)) < 0 ||
-        (rc = mm_bwd(g, c, (int)d, (int)kd, A->h1b, L->wk, T->dk, g->t, G + O->wk, em)) < 0 ||
-        (rc = dt_add_f32_cuda(c * d, g->t, T->dh, g->st, em)) < 0 ||
-        (rc = mm_bwd(g, c, (int)d, (int)kd, A->h1b, L->wv, T->dv, g->t, G + O->wv, em)) < 0 ||
-        (rc = dt_add_f32_cuda(c * d, g->t, T->dh, g->st, em)) < 0 ||
-        (rc = dt_rmsnorm_bwd_cuda(c, (int)d, A->xin, L->attn_norm, A->rstd1, T->dh, g->t,
-                                  G + O->attn_norm, g->st, em)) < 0 ||
-        (rc = dt_add_f32_cuda(c * d, g->t, T->dx, g->st, em)) < 0)
-        return rc;
+    /* q, k, v = rope(Wq h1), rope(Wk h1), Wv h1, h1 = norm(xin) */
+    FOR_TILES(c, r0, n) {
+        float *dxt = T->dx + r0 * d, *dh = g->h, *dqt = dq + r0 * qd, *dkt = T->dk + r0 * kd,
+              *dvt = T->dv + r0 * kd;
+        const float *xt = xin_tile(g, l, r0, n, em, &rc);
+        if (rc < 0 ||
+            (rc = dt_rope_bwd_cuda(n, (int)H, (int)D, g->pos + r0, &cf->rope, dqt, g->st,
+                                   em)) < 0 ||
+            (rc = dt_rope_bwd_cuda(n, (int)Hkv, (int)D, g->pos + r0, &cf->rope, dkt, g->st,
+                                   em)) < 0 ||
+            (rc = norm_tile(g, xt, L->attn_norm, n, em)) < 0 ||
+            (rc = mm_bwd(g, n, (int)d, (int)qd, T->thb, L->wq, dqt, dh, G + wq, em)) < 0 ||
+            (rc = mm_bwd(g, n, (int)d, (int)kd, T->thb, L->wk, dkt, g->t, G + wk, em)) < 0 ||
+            (rc = dt_add_f32_cuda(n * d, g->t, dh, g->st, em)) < 0 ||
+            (rc = mm_bwd(g, n, (int)d, (int)kd, T->thb, L->wv, dvt, g->t, G + wv, em)) < 0 ||
+            (rc = dt_add_f32_cuda(n * d, g->t, dh, g->st, em)) < 0 ||
+            (rc = dt_rmsnorm_bwd_cuda(n, (int)d, xt, L->attn_norm, T->trstd, dh, g->t, G + an,
+                                      g->st, em)) < 0 ||
+            (rc = dt_add_f32_cuda(n * d, g->t, dxt, g->st, em)) < 0)
+            return rc;
+    }
     return 0;
 }
 
-/* The final norm, the LM head and the loss in row chunks, with the
- * gradient of the loss into T->dh (that of the final norm's output), then
- * through the final norm into T->dx; the LM head's gradient ADDED to gl,
- * the final norm's to gf. */
+/* The final norm, the LM head and the loss in tiles of rows, each
+ * tile's gradient through the head (into g->t) and the final norm into
+ * T->dx; the LM head's gradient ADDED to gl, the final norm's to gf. */
 static int thead(dt_gmodel_t *g, float scale, float *gl, float *gf, dt_emsg_t *em)
 {
     const dt_model_cfg_t *cf = &g->cfg;
@@ -585,39 +692,45 @@ static int thead(dt_gmodel_t *g, float scale, float *gl, float *gf, dt_emsg_t *e
     const int64_t c = g->c, d = cf->dim, V = cf->vocab;
     int rc;
 
-    if ((rc = dt_rmsnorm_fwd_cuda(c, (int)d, cf->norm_eps, g->x, g->final_norm, g->h, T->rstdf,
-                                  g->st, em)) < 0 ||
-        (rc = dt_cast_from_f32_cuda(g->dt, c * d, g->h, T->hfb, g->st, em)) < 0)
-        return rc;
-    for (int64_t r0 = 0; r0 < c; r0 += HEAD_ROWS) {
-        const int64_t n = c - r0 < HEAD_ROWS ? c - r0 : HEAD_ROWS;
-        const void *hb = (const char *)T->hfb + r0 * d * 2;
-        if ((rc = mm(g, n, (int)d, (int)V, hb, g->lm_head, g->logits, em)) < 0 ||
+    FOR_TILES(c, r0, n) {
+        const float *xt = g->x + r0 * d;
+        if ((rc = norm_tile(g, xt, g->final_norm, n, em)) < 0 ||
+            (rc = mm(g, n, (int)d, (int)V, T->thb, g->lm_head, g->logits, em)) < 0 ||
             (rc = dt_xent_cuda(n, (int)V, g->logits, T->tgt + r0, scale, T->rowloss + r0,
                                T->amax + r0, g->st, em)) < 0 ||
             (rc = dt_cast_from_f32_cuda(g->dt, n * V, g->logits, T->dlb, g->st, em)) < 0 ||
-            (rc = dt_linear_bwd_cuda(g->blas, g->dt, n, (int)d, (int)V, hb, g->lm_head, T->dlb,
-                                     T->dh + r0 * d, gl, g->st, em)) < 0)
+            (rc = dt_linear_bwd_cuda(g->blas, g->dt, n, (int)d, (int)V, T->thb, g->lm_head,
+                                     T->dlb, g->t, gl, g->st, em)) < 0 ||
+            (rc = dt_rmsnorm_bwd_cuda(n, (int)d, xt, g->final_norm, T->trstd, g->t,
+                                      T->dx + r0 * d, gf, g->st, em)) < 0)
             return rc;
     }
-    return dt_rmsnorm_bwd_cuda(c, (int)d, g->x, g->final_norm, T->rstdf, T->dh, T->dx, gf,
-                               g->st, em);
+    return 0;
 }
 
 /* ---- sharded units (shard = gradients, parameters) ----------------------- */
 
 /* [a, b) of the flat array gathered from every rank's slice (elem bytes
- * an element; slice this rank's part of the array, from moff) into out,
- * on the ring's communication stream (range slot `slot`). */
-static int gather(dt_gmodel_t *g, int64_t a, int64_t b, size_t elem, const void *slice,
-                  void *out, int slot, dt_emsg_t *em)
+ * an element) into out, on the ring's communication stream (range slot
+ * `slot`): this rank's part from the compute-dtype slice W (elem 2) or
+ * the fp32 parameters (elem 4: the slice P, or on the host's optimizer
+ * the range of Pf that holds it). */
+static int gather(dt_gmodel_t *g, int64_t a, int64_t b, size_t elem, void *out, int slot,
+                  dt_emsg_t *em)
 {
     gtrain_t *T = g->tr;
     const int64_t pa = a > T->moff ? a : T->moff;
-    const char *mine = (const char *)slice;
+    const char *mine = elem == 2 ? (const char *)T->W : T->host ? (const char *)T->Pf
+                                                                : (const char *)T->P;
 
-    if (pa < T->moff + T->mlen)
+    if (pa < T->moff + T->mlen && (elem == 2 || !T->host))
         mine += (size_t)(pa - T->moff) * elem;
+    else if (pa < T->moff + T->mlen)
+        for (int i = 0; i < T->npf; i++)
+            if (pa >= T->pf[i][3] && pa < T->pf[i][3] + T->pf[i][2]) {
+                mine = (const char *)(T->Pf + T->pf[i][1] + (pa - T->pf[i][3]));
+                break;
+            }
     return dt_ring_gather_range(g->ring, T->n, a, b, elem, mine, out, slot, em);
 }
 
@@ -638,23 +751,22 @@ static int wunit_fetch(dt_gmodel_t *g, int u, int s, dt_emsg_t *em)
     gtrain_t *T = g->tr;
     const dt_model_cfg_t *cf = &g->cfg;
     const int64_t d = cf->dim;
-    const float *pf = T->host ? T->Ps : T->P;
     int64_t a, b;
     int rc;
 
     if (u <= cf->layers) {
         const dt_model_layer_off_t *O = &T->lo.layer[u - 1];
         dt_model_unit_range(cf, &T->lo, u, &a, &b);
-        if ((rc = gather(g, a, b, 2, T->W, T->wu[s], s, em)) < 0 ||
-            (rc = gather(g, O->attn_norm, O->attn_norm + d, 4, pf, T->nu[s], s, em)) < 0)
+        if ((rc = gather(g, a, b, 2, T->wu[s], s, em)) < 0 ||
+            (rc = gather(g, O->attn_norm, O->attn_norm + d, 4, T->nu[s], s, em)) < 0)
             return rc;
-        return gather(g, O->mlp_norm, O->mlp_norm + d, 4, pf, T->nu[s] + d, s, em);
+        return gather(g, O->mlp_norm, O->mlp_norm + d, 4, T->nu[s] + d, s, em);
     }
     a = T->lo.lm_head;
     b = a + (int64_t)cf->vocab * d;
-    if ((rc = gather(g, a, b, 2, T->W, T->wu[s], s, em)) < 0)
+    if ((rc = gather(g, a, b, 2, T->wu[s], s, em)) < 0)
         return rc;
-    return gather(g, T->lo.final_norm, T->lo.final_norm + d, 4, pf, T->nu[s], s, em);
+    return gather(g, T->lo.final_norm, T->lo.final_norm + d, 4, T->nu[s], s, em);
 }
 
 /* shard = parameters: the weights of position k (wseq) are there once
@@ -694,69 +806,112 @@ static int wunit_use(dt_gmodel_t *g, int k, dt_emsg_t *em)
     return wunit_fetch(g, wseq(L, k + 1), (k + 1) % 2, em);
 }
 
-/* shard = gradients: where unit u's gradient is made: the next slot
- * (once its last reduce-scatter is done), zeroed; *base its first
- * parameter. */
+/* shard = gradients: slot s free again: its last reduce-scatter done
+ * and, the gradient going to the host, its copy down done and added. */
+static int gslot_retire(dt_gmodel_t *g, int s, dt_emsg_t *em)
+{
+    gtrain_t *T = g->tr;
+    int rc;
+
+    if (!T->gpend[s])
+        return 0;
+    if ((rc = dt_ring_coll_wait(g->ring, 2 + s, em)) < 0)
+        return rc;
+    T->gpend[s] = 0;
+    if (!T->gh)
+        return 0;
+    DT_CUDA_TRY(em, cudaEventSynchronize(T->gev[s]));
+    /* the device's acc, __fadd_rn(dst, sum), is this fp32 addition */
+    dt_grad_accumulate(T->hadd[s][1], T->hG + T->hadd[s][0], T->hacc[s]);
+    T->hadd[s][1] = 0;
+    return 0;
+}
+
+/* shard = gradients: the slot the next unit of len floats uses (the
+ * next one, or slot 0 when only it holds so many), free: T->gcur. */
+static int gslot_take(dt_gmodel_t *g, int64_t len, dt_emsg_t *em)
+{
+    gtrain_t *T = g->tr;
+    const int s = len > T->gcap[T->gslot] ? 0 : T->gslot;
+
+    T->gcur = s;
+    return gslot_retire(g, s, em);
+}
+
+/* shard = gradients: where unit u's gradient is made: a free slot,
+ * zeroed; *base its first parameter. */
 static int gunit_begin(dt_gmodel_t *g, int u, float **buf, int64_t *base, dt_emsg_t *em)
 {
     gtrain_t *T = g->tr;
-    const int s = T->gslot;
     int64_t a, b;
     int rc;
 
-    if (T->gpend[s]) {
-        if ((rc = dt_ring_coll_wait(g->ring, 2 + s, em)) < 0)
-            return rc;
-        T->gpend[s] = 0;
-    }
     dt_model_unit_range(&g->cfg, &T->lo, u, &a, &b);
-    DT_CUDA_TRY(em, cudaMemsetAsync(T->gu[s], 0, (size_t)(b - a) * sizeof(float), g->st));
-    *buf = T->gu[s];
+    if ((rc = gslot_take(g, b - a, em)) < 0)
+        return rc;
+    DT_CUDA_TRY(em, cudaMemsetAsync(T->gu[T->gcur], 0, (size_t)(b - a) * sizeof(float), g->st));
+    *buf = T->gu[T->gcur];
     *base = a;
     return 0;
 }
 
 /* shard = gradients: unit u's gradient in buf is complete on the model's
  * stream: its sum over the ranks goes to this rank's part of G (added
- * with acc) on the communication stream, in the current slot, which then
- * turns; the next unit's backward runs meanwhile. */
-static int gunit_end(dt_gmodel_t *g, int u, const float *buf, dt_emsg_t *em)
+ * with acc) on the communication stream, in the slot taken (T->gcur);
+ * the next unit's backward runs meanwhile. The gradient going to the
+ * host: the sum is made in place in buf, then copied down on gst. */
+static int gunit_end(dt_gmodel_t *g, int u, float *buf, dt_emsg_t *em)
 {
     gtrain_t *T = g->tr;
-    const int s = T->gslot;
+    const int s = T->gcur;
     int64_t a, b;
     int rc;
 
-    if (T->gpend[s]) { /* buf is the tied embedding's: the slot's last one first */
-        if ((rc = dt_ring_coll_wait(g->ring, 2 + s, em)) < 0)
-            return rc;
-        T->gpend[s] = 0;
-    }
     dt_model_unit_range(&g->cfg, &T->lo, u, &a, &b);
-    const int64_t pa = a > T->moff ? a : T->moff;
-    float *mine = T->G + (pa < T->moff + T->mlen ? pa - T->moff : 0);
+    const int64_t pa = a > T->moff ? a : T->moff, end = T->moff + T->mlen;
+    const int64_t len = (b < end ? b : end) - pa;
+    float *mine = T->gh ? buf + (pa - a) : T->G + (pa < end ? pa - T->moff : 0);
     DT_CUDA_TRY(em, cudaStreamSynchronize(g->st));
-    if ((rc = dt_ring_reduce_scatter_range(g->ring, T->n, a, b, buf, mine, T->acc, T->rs,
-                                           T->rsn, 2 + s,
-                                           em)) < 0)
+    if ((rc = dt_ring_reduce_scatter_range(g->ring, T->n, a, b, buf, mine, T->gh ? 0 : T->acc,
+                                           T->rs, T->rsn, 2 + s, em)) < 0)
         return rc;
     T->gpend[s] = 1;
-    T->gslot ^= 1;
+    T->gslot = s ^ 1;
+    if (!T->gh || len <= 0)
+        return 0;
+    float *dst = T->hG + (pa - T->moff);
+    if (T->acc) {
+        if (T->hacc[s] == NULL) {
+            const int64_t most = T->U < T->mlen ? T->U : T->mlen;
+            if (cudaHostAlloc((void **)&T->hacc[s], (size_t)most * sizeof(float),
+                              cudaHostAllocDefault) != cudaSuccess) {
+                (void)cudaGetLastError();
+                T->hacc[s] = NULL;
+                return dt_emsg_set(em, DT_ENOMEM, "no %.2f GiB of page-locked host memory to "
+                                   "add a sequence's gradient to the step's",
+                                   (double)most * 4 / (1024.0 * 1024 * 1024));
+            }
+        }
+        dst = T->hacc[s];
+        T->hadd[s][0] = pa - T->moff;
+        T->hadd[s][1] = len;
+    }
+    if ((rc = dt_ring_coll_then(g->ring, 2 + s, T->gst, em)) < 0)
+        return rc;
+    DT_CUDA_TRY(em, cudaMemcpyAsync(dst, mine, (size_t)len * sizeof(float),
+                                    cudaMemcpyDeviceToHost, T->gst));
+    DT_CUDA_TRY(em, cudaEventRecord(T->gev[s], T->gst));
     return 0;
 }
 
-/* shard = gradients: every reduce-scatter in flight done. */
+/* shard = gradients: every reduce-scatter (and copy down) in flight done. */
 static int gunit_drain(dt_gmodel_t *g, dt_emsg_t *em)
 {
-    gtrain_t *T = g->tr;
     int rc;
 
     for (int s = 0; s < 2; s++)
-        if (T->gpend[s]) {
-            if ((rc = dt_ring_coll_wait(g->ring, 2 + s, em)) < 0)
-                return rc;
-            T->gpend[s] = 0;
-        }
+        if ((rc = gslot_retire(g, s, em)) < 0)
+            return rc;
     return 0;
 }
 
@@ -806,20 +961,14 @@ static int input_fetch(dt_gmodel_t *g, int l, dt_emsg_t *em)
     return 0;
 }
 
-/* Layer l's kept input back into g->x (fp32), from the device or, once
- * its fetch is done, from its slot. */
-static int input_restore(dt_gmodel_t *g, int l, dt_emsg_t *em)
+/* Offloaded: layer l's input in its slot for what the model's stream
+ * queues next (xin_tile reads it there through the layer's backward). */
+static int input_ready(dt_gmodel_t *g, int l, dt_emsg_t *em)
 {
     gtrain_t *T = g->tr;
-    const int64_t n = g->c * g->cfg.dim;
-    const size_t row = (size_t)n * (T->ck16 ? 2 : sizeof(float));
-    const void *src = T->off_act ? T->slot[l % 2] : (const char *)T->saved + (size_t)l * row;
 
     if (T->off_act)
         DT_CUDA_TRY(em, cudaStreamWaitEvent(g->st, T->ev_in[l % 2], 0));
-    if (T->ck16)
-        return dt_cast_to_f32_cuda(DT_BF16, n, src, g->x, g->st, em);
-    DT_CUDA_TRY(em, cudaMemcpyAsync(g->x, src, row, cudaMemcpyDeviceToDevice, g->st));
     return 0;
 }
 
@@ -875,7 +1024,7 @@ int dt_gtrain_fwd_bwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, const int32_t 
          * the first layer's weights on their way */
         const int64_t a = T->lo.tok_emb, b = a + (int64_t)cf->vocab * d;
         DT_CUDA_TRY(em, cudaStreamSynchronize(g->st));
-        if ((rc = gather(g, a, b, 4, T->host ? T->Ps : T->P, T->gu[0], 2, em)) < 0 ||
+        if ((rc = gather(g, a, b, 4, T->gu[0], 2, em)) < 0 ||
             (rc = wunit_fetch(g, wseq(L, 0), 0, em)) < 0 ||
             (rc = dt_ring_coll_wait(g->ring, 2, em)) < 0)
             return rc;
@@ -908,18 +1057,18 @@ int dt_gtrain_fwd_bwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, const int32_t 
     if (T->off_act && (rc = input_fetch(g, cf->layers - 1, em)) < 0)
         return rc;
     for (int l = L - 1; l >= 0; l--) {
-        /* recompute: layer l's forward again from its saved input (the
-         * same kernels on the same input: the same activations to the
-         * bit; with bf16 inputs, from the rounded input), on g->x, which
-         * the backward no longer needs; offloaded, the next one's input
-         * comes up meanwhile */
+        /* recompute: layer l's attention activations again from its saved
+         * input (the same kernels on the same input: the same activations
+         * to the bit; with bf16 inputs, from the rounded input), which the
+         * backward reads in place; offloaded, the next one's input comes
+         * up meanwhile */
         if ((rc = wunit_use(g, 2 * L - l, em)) < 0 ||
             (T->sg && (rc = gunit_begin(g, l + 1, &Gu, &gb, em)) < 0))
             return rc;
         if (keep) {
-            if ((rc = input_restore(g, l, em)) < 0 ||
+            if ((rc = input_ready(g, l, em)) < 0 ||
                 (T->off_act && l > 0 && (rc = input_fetch(g, l - 1, em)) < 0) ||
-                (rc = tlayer_fwd(g, attn, l, em)) < 0)
+                (rc = attn_in(g, attn, l, NULL, em)) < 0)
                 return rc;
         }
         if ((rc = tlayer_bwd(g, attn, l, Gu, gb, em)) < 0 ||
@@ -927,9 +1076,11 @@ int dt_gtrain_fwd_bwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, const int32_t 
             return rc;
     }
     float *ge = T->G + T->lo.tok_emb;
-    if (T->sg && cf->tied)
+    if (T->sg && cf->tied) {
         ge = T->ge;
-    else if (T->sg && (rc = gunit_begin(g, 0, &ge, &gb, em)) < 0)
+        if ((rc = gslot_take(g, 0, em)) < 0)
+            return rc;
+    } else if (T->sg && (rc = gunit_begin(g, 0, &ge, &gb, em)) < 0)
         return rc;
     if ((rc = dt_embed_bwd_cuda(nu, (int)d, T->etok, T->estart, T->erows, T->dx, ge, g->st,
                                 em)) < 0 ||
@@ -959,6 +1110,14 @@ int dt_gtrain_reduce(dt_gmodel_t *g, double *sumsq, dt_emsg_t *em)
     int rc;
 
     DT_CUDA_TRY(em, cudaStreamSynchronize(g->st));
+    if (T->gh) {
+        /* on the host already (gunit_drain): the kernel's sums there */
+        dt_sumsq_parts(T->mlen, T->hG, part);
+        for (int i = 0; i < DT_SUMSQ_PARTS; i++)
+            s += part[i];
+        *sumsq = s;
+        return 0;
+    }
     /* sharded gradients were summed unit by unit (gunit_end) */
     if (!T->sg && dt_ring_size(g->ring) > 1 &&
         (rc = dt_ring_allreduce_sum_f32(g->ring, &T->G, (size_t)T->n, em)) < 0)
@@ -1033,6 +1192,11 @@ int dt_gtrain_grad_get(dt_gmodel_t *g, float *dst, dt_emsg_t *em)
 {
     gtrain_t *T = g->tr;
 
+    if (T->gh) { /* streamed down during the backward */
+        if (dst != T->hG)
+            memcpy(dst, T->hG, (size_t)T->mlen * sizeof(float));
+        return 0;
+    }
     DT_CUDA_TRY(em, cudaMemcpyAsync(dst, T->sg ? T->G : T->G + T->moff,
                                     (size_t)T->mlen * sizeof(float), cudaMemcpyDeviceToHost,
                                     g->st));
@@ -1048,16 +1212,8 @@ int dt_gtrain_params_set(dt_gmodel_t *g, const float *P, dt_emsg_t *em)
 
     if (!T->host)
         return dt_emsg_set(em, DT_EINVAL, "dt_gtrain_params_set: the optimizer is on the device");
-    if (T->sp) {
-        /* P is the slice: its fp32 copy, which the gathers read, and its
-         * compute-dtype weights */
-        DT_CUDA_TRY(em, cudaMemcpyAsync(T->Ps, P, (size_t)T->mlen * F, cudaMemcpyHostToDevice,
-                                        g->st));
-        if ((rc = dt_cast_from_f32_cuda(g->dt, T->mlen, T->Ps, T->W, g->st, em)) < 0)
-            return rc;
-        DT_CUDA_TRY(em, cudaStreamSynchronize(g->st));
-        return 0;
-    }
+    /* shard = parameters: P is the slice, and so are W and the ranges */
+    const int64_t n = T->sp ? T->mlen : T->n;
     for (int i = 0; i < T->npf; i++)
         DT_CUDA_TRY(em, cudaMemcpyAsync(T->Pf + T->pf[i][1], P + T->pf[i][0],
                                         (size_t)T->pf[i][2] * F, cudaMemcpyHostToDevice, g->st));
@@ -1065,8 +1221,8 @@ int dt_gtrain_params_set(dt_gmodel_t *g, const float *P, dt_emsg_t *em)
      * device's own update uses (element by element: a chunk's bits are
      * the whole's); each chunk's copy waits on the stream for the last
      * cast out of the staging buffer */
-    for (int64_t off = 0; off < T->n; off += T->nstage) {
-        int64_t len = T->n - off < T->nstage ? T->n - off : T->nstage;
+    for (int64_t off = 0; off < n; off += T->nstage) {
+        int64_t len = n - off < T->nstage ? n - off : T->nstage;
         DT_CUDA_TRY(em, cudaMemcpyAsync(T->stage, P + off, (size_t)len * F,
                                         cudaMemcpyHostToDevice, g->st));
         if ((rc = dt_cast_from_f32_cuda(g->dt, len, T->stage, (char *)T->W + off * half, g->st,

@@ -39,6 +39,9 @@ typedef struct dt_gtrain_opts {
     int ckpt_bf16;      /* ckpt_dtype = bf16: the kept layer inputs in bf16 */
     int shard_gradients;  /* shard = gradients (below) */
     int shard_parameters; /* shard = parameters (below; implies gradients) */
+    /* sharded gradients with host_optimizer: the host's array (mlen
+     * floats, page-locked for speed) the gradient's slice streams to */
+    float *host_grad;
 } dt_gtrain_opts_t;
 int dt_gtrain_new(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, int64_t c,
                   dt_dtype_t dtype, const dt_gtrain_opts_t *opt, dt_ring_t *ring,
@@ -78,7 +81,14 @@ int dt_gtrain_new(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, int64_
  *   of the summed gradient, AdamW on the host (dt_adamw_step_scaled,
  *   engine/model/optim.h: the device kernel's bits), every rank's slice
  *   gathered into P where sharded, and dt_gtrain_params_set(P).
- * dt_gtrain_adamw and dt_gtrain_copy_start refuse such a model. */
+ * dt_gtrain_adamw and dt_gtrain_copy_start refuse such a model.
+ * With sharded gradients as well the device holds no gradient slice:
+ * each unit's part of the sum goes down to host_grad as soon as its
+ * reduce-scatter is done, overlapping the next unit's backward (a
+ * sequence after the step's first is added there on the host, fp32 as
+ * the device adds); dt_gtrain_reduce's norm is then the host's
+ * (dt_sumsq_parts: the device kernel's bits) and dt_gtrain_grad_get a
+ * copy at most (none into host_grad itself). */
 
 /* Host optimizer: G[moff, moff + mlen) into dst (mlen floats, host; page-
  * locked for speed), complete when it returns. */

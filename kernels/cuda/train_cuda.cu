@@ -177,6 +177,8 @@ extern "C" int dt_xent_cuda(int64_t n, int V, float *logits, const int32_t *y, f
 /*-- the squared norm ------------------------------------------------------------*/
 
 /* Block b sums the contiguous chunk b of DT_SUMSQ_PARTS chunks. */
+static_assert(THREADS == DT_SUMSQ_LANES, "the norm's order (kernels/adamw.h) has one lane a thread");
+
 static __global__ void sumsq_kernel(int64_t n, const float *g, double *part)
 {
     __shared__ double sh[THREADS];

@@ -59,8 +59,9 @@ int dt_xent_cuda(int64_t n, int V, float *logits, const int32_t *y, float scale,
                  int32_t *amax, cudaStream_t st, dt_emsg_t *em);
 
 /* Partial sums of g[i]^2 in double: part (DT_SUMSQ_PARTS) device doubles,
- * whose sum in index order (on the host) is the squared norm. */
-#define DT_SUMSQ_PARTS 512
+ * whose sum in index order (on the host) is the squared norm; their order
+ * is kernels/adamw.h's, which dt_sumsq_parts (engine/model/optim.h)
+ * follows on the host to the bit. */
 int dt_sumsq_cuda(int64_t n, const float *g, double *part, cudaStream_t st, dt_emsg_t *em);
 
 /* One AdamW update of n parameters, dt_adamw_elem (kernels/adamw.h) on

@@ -187,6 +187,27 @@ t_cuda_shard() {
 check "device = cuda: dp > 1 refused by plan and submit alike; shard = parameters planned" \
     t_cuda_shard
 
+# llama3-8b at 512K tokens on one H100 fits only with the optimizer and
+# the layer inputs in host memory: unset, the planner chooses them and the
+# stored spec says so (with the shard level and recompute that go with)
+t_cuda_offload() {
+    run_rc 0 ctl submit --kind train --model llama3-8b --tokens 512K --ranks 1 --gpu h100-sxm ||
+        return 1
+    _j=$(cat "$TMPD/out")
+    run_rc 0 ctl show "$_j" && out_has "^offload = activations,optimizer$" &&
+        out_has "^shard = gradients$" && out_has "^recompute = layer$" || return 1
+    run_rc 0 ctl cancel "$_j" >/dev/null || return 1
+    run_rc 0 ctl plan --kind train --model llama3-8b --tokens 4M --nodes 1 --gpu h100-sxm &&
+        out_has "^offload +activations,optimizer \(chosen by the planner\)" &&
+        out_has "^ckpt_dtype +bf16 \(chosen by the planner\)" || return 1
+    _before=$(njobs)
+    run_rc 6 ctl submit --kind train --model llama3-8b --tokens 512K --ranks 1 --gpu h100-sxm \
+        --offload none && out_has "memory: " || return 1
+    [ "$(njobs)" = "$_before" ] || { echo "a job was created"; return 1; }
+}
+check "device = cuda: offload chosen by the planner where it saves GPUs, stored in the spec" \
+    t_cuda_offload
+
 t_bad_key() {
     _before=$(njobs)
     run_rc 2 ctl submit --kind attn --tokens 4096 --frobnicate 3 && out_has "frobnicate" || return 1

@@ -447,7 +447,7 @@ t_tr_tiled() {
     TR_T=
     return $_rt
 }
-check "train --device cuda, 1 rank, T = 3072 (the MLP in 1024-token tiles), bf16: within 1e-2" \
+check "train --device cuda, 1 rank, T = 3072 (every token-local part in 1024-token tiles), bf16: within 1e-2" \
     t_tr_tiled
 
 # checkpoints: copied off the device while the next step runs; a resume on
@@ -566,18 +566,21 @@ check "train --device cuda --offload activations / --ckpt-dtype bf16: fp32 bit-i
 # moments stay in host memory, AdamW runs on the host with the GPU
 # kernel's arithmetic (kernels/adamw.h): the same parameters to the bit as
 # the same job without offload, unsharded on 1 GPU and sharded on 2, in
-# less device memory; the planner's host memory grows by the gradient's
-# slice; a checkpoint written with offload resumes without it, to the bit
+# less device memory (sharded gradients stream to the host as each unit is
+# done, and with 2 sequences a step the second is added there; clipped,
+# the norm is the host's); the planner's host memory grows by the
+# gradient's slice; a checkpoint written with offload resumes without it,
+# to the bit
 t_tr_offload() {
-    for _rs in "1 none" "2 optimizer"; do
+    for _rs in "1 gradients 2" "2 parameters 2" "1 none 1" "2 optimizer 1"; do
         set -- $_rs
         for _of in none optimizer; do
             rm -rf "$TMPD/gof-$_of.d"
             mpirun_np "$1" env DT_SIM_GPUS=1 DT_SIM_MEMSTAT=1 "$SIM" train --device cuda \
                 --model custom --dim 256 --layers 2 --heads 4 --kv-heads 2 --ffn 512 \
                 --vocab 512 --seq-len 2048 --steps 4 --shard "$2" --offload "$_of" \
-                --ckpt-dir "$TMPD/gof-$_of.d" --ckpt-every 2 >"$TMPD/gof-$_of.log" 2>&1 ||
-                { cat "$TMPD/gof-$_of.log"; return 1; }
+                --batch "$3" --clip 0.5 --ckpt-dir "$TMPD/gof-$_of.d" --ckpt-every 2 \
+                >"$TMPD/gof-$_of.log" 2>&1 || { cat "$TMPD/gof-$_of.log"; return 1; }
         done
         grep -q ' offload=optimizer' "$TMPD/gof-optimizer.log" ||
             { grep -i offload "$TMPD/gof-optimizer.log"; return 1; }
@@ -605,7 +608,7 @@ t_tr_offload() {
     rm -rf "$TMPD/gof-back.d"
     mpirun_np 2 env DT_SIM_GPUS=1 "$SIM" train --device cuda --model custom --dim 256 \
         --layers 2 --heads 4 --kv-heads 2 --ffn 512 --vocab 512 --seq-len 2048 --steps 4 \
-        --shard optimizer --ckpt-dir "$TMPD/gof-back.d" --ckpt-every 2 \
+        --shard optimizer --clip 0.5 --ckpt-dir "$TMPD/gof-back.d" --ckpt-every 2 \
         --resume-from "$TMPD/gof-optimizer.d/step-00000002" >"$TMPD/gof-back.log" 2>&1 ||
         { cat "$TMPD/gof-back.log"; return 1; }
     grep -q "params_sha256=$_a" "$TMPD/gof-back.log" ||
@@ -768,6 +771,19 @@ check "run --local, train on GPUs: an agent lost with a spare, the same paramete
     tr_local agent --inject-failure agent@3 --spares 1
 check "run --local, train on GPUs: the coordinator killed and restarted, the same parameters" \
     tr_local coord --inject-failure coordinator@3
+# with the layer inputs and the optimizer in host memory and the
+# gradients streaming there: a worker killed at step 3 resumes to the
+# direct run's parameters
+t_tr_local_offload() {
+    { cat "$TMPD/tr.spec"; printf 'recompute = layer\nshard = gradients\n'
+      printf 'offload = activations,optimizer\nckpt_dtype = bf16\n'; } >"$TMPD/tr-off.spec"
+    mpirun_np 4 env DT_SIM_GPUS=1 "$SIM" train --spec "$TMPD/tr-off.spec" \
+        >"$TMPD/tr-off-direct.log" 2>&1 || { cat "$TMPD/tr-off-direct.log"; return 1; }
+    job_local "$TMPD/tr-off.spec" "$(result_sha "$TMPD/tr-off-direct.log")" "$TMPD/trl-off" \
+        --inject-failure worker@3
+}
+check "run --local, train on GPUs with offload = activations,optimizer: a worker killed, the same parameters" \
+    t_tr_local_offload
 t_tr_ecc() {
     DT_SIM_DEVICE_FAULT="2:$TMPD/tr-ecc.mark" tr_local ecc --spares 1 || return 1
     [ -f "$TMPD/tr-ecc.mark" ] || { echo "the fault was not injected"; return 1; }

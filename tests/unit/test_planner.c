@@ -1214,6 +1214,73 @@ Test(planner, shard_fits_llama3_at_1M_tokens)
     dt_plan_clear(&p);
 }
 
+/* A GPU train spec that leaves offload (and ckpt_dtype) unset: the
+ * planner takes offload where it saves GPUs (the issue's targets: 8B at
+ * 512K on one H100, 4M on one node, 70B at 1M on at most 8 nodes), none
+ * where it saves nothing, and one that fits nowhere names every candidate
+ * tried; a spec that sets offload is planned as it says. */
+static int plan_text(const char *text, dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
+{
+    dt_spec_t sp;
+
+    cr_assert_eq(dt_spec_parse("s", text, &sp, em), 0, "%s", em->s);
+    cr_assert_eq(dt_plan_req_from_spec(&sp, q, em), 0, "%s", em->s);
+    dt_spec_free(&sp);
+    return make(q, p, em);
+}
+
+Test(planner, offload_auto_pick)
+{
+    dt_plan_req_t q;
+    dt_plan_t p;
+    dt_emsg_t em;
+
+    cr_assert_eq(plan_text("kind = train\nmodel = llama3-8b\ndevice = cuda\ngpu = h100-sxm\n"
+                           "tokens = 512K\nranks = 1\n", &q, &p, &em), 0, "%s", em.s);
+    cr_assert(q.offload_auto && q.ckpt_auto);
+    cr_assert_eq(p.ranks, 1);
+    cr_assert_eq(p.offload, DT_OFFLOAD_ACTIVATIONS | DT_OFFLOAD_OPTIMIZER);
+    cr_assert_eq(p.shard, DT_SHARD_GRADIENTS, "the gradient streams to the host");
+    cr_assert(p.recompute);
+    cr_assert_leq(p.mem.total, q.cluster.mem_bytes);
+    cr_assert(strstr(p.note, "offload = activations,optimizer chosen by the planner: fits on "
+                             "1 GPU, without offload it does not fit"), "%s", p.note);
+    dt_plan_clear(&p);
+
+    cr_assert_eq(plan_text("kind = train\nmodel = llama3-8b\ndevice = cuda\ngpu = h100-sxm\n"
+                           "tokens = 4M\nnodes = 1\n", &q, &p, &em), 0, "%s", em.s);
+    cr_assert_eq(p.ranks, 8);
+    cr_assert_eq(p.ckpt_dtype, DT_CKPT_BF16, "fp32 layer inputs overfill the host");
+    cr_assert(strstr(p.note, "ckpt_dtype = bf16"), "%s", p.note);
+    dt_plan_clear(&p);
+
+    cr_assert_eq(plan_text("kind = train\nmodel = llama3-70b\ndevice = cuda\ngpu = h100-sxm\n"
+                           "tokens = 1M\nnodes = 8\n", &q, &p, &em), 0, "%s", em.s);
+    cr_assert_leq(p.ranks, 64);
+    cr_assert(p.offload != 0);
+    dt_plan_clear(&p);
+
+    /* fits without: nothing offloaded */
+    cr_assert_eq(plan_text("kind = train\nmodel = tiny\ndevice = cuda\ngpu = h100-sxm\n"
+                           "tokens = 4K\n", &q, &p, &em), 0, "%s", em.s);
+    cr_assert_eq(p.offload, 0);
+    cr_assert_eq(p.note[0], '\0', "%s", p.note);
+    dt_plan_clear(&p);
+
+    /* as asked: none stays none, and so does fp32 */
+    cr_assert_neq(plan_text("kind = train\nmodel = llama3-8b\ndevice = cuda\ngpu = h100-sxm\n"
+                            "tokens = 512K\nranks = 1\noffload = none\n", &q, &p, &em), 0);
+    cr_assert_eq(p.offload, 0);
+    dt_plan_clear(&p);
+
+    /* nowhere: every candidate named */
+    cr_assert_neq(plan_text("kind = train\nmodel = llama3-70b\ndevice = cuda\ngpu = h100-sxm\n"
+                            "tokens = 4M\nranks = 1\n", &q, &p, &em), 0);
+    cr_assert(strstr(p.note, "nor with offload: tried none, optimizer, activations,optimizer, "
+                             "activations,optimizer (bf16 layer inputs)"), "%s", p.note);
+    dt_plan_clear(&p);
+}
+
 /* attn and prefill keep no training state: shard is refused, named. */
 Test(planner, shard_refused_outside_training)
 {
