@@ -125,7 +125,10 @@
  * is divided by W, not R (above); on the CPU engine every rank keeps one
  * more buffer of the largest unit in fp32, 4 U, whatever the shard level
  * (the ring part of a unit between the two levels of the reduction, or of
- * a gather), counted in grads; the collectives over the training state
+ * a gather), counted in grads; the GPU engine reduces and gathers the
+ * ring part in place in its unit buffers, and with sharded gradients
+ * keeps a second reduce-scatter scratch for the replicas' level
+ * (min(N units, DT_GPU_RS_BYTES), in grads); the collectives over the training state
  * span W ranks (time, below); a step trains N sequences at once, so its
  * FLOPs are N times one ring's and flops_per_token is over N T tokens
  * (with batch B, N B sequences: B after one another on each ring, B
@@ -292,9 +295,13 @@ static void train_state(const dt_plan_req_t *q, double inv_w, dt_plan_mem_t *mm)
         const bool sg = sh >= DT_SHARD_GRADIENTS, sp = sh == DT_SHARD_PARAMETERS;
         const bool host = (q->offload & DT_OFFLOAD_OPTIMIZER) != 0;
         double slice = sh >= DT_SHARD_OPTIMIZER ? S : P;
-        /* the scratch: none on one rank, R units or the cap (no R: the cap) */
-        double rs = inv_w >= 1 ? 0 : inv_w <= 0 ? (double)DT_GPU_RS_BYTES
-                                                : dmin((double)DT_GPU_RS_BYTES, 4 * U / inv_w);
+        /* the scratch: none on one rank, R units or the cap (no R: the
+         * cap); with dp the replicas' level its own, N units or the cap */
+        const double N = dp_of(q), cap = (double)DT_GPU_RS_BYTES;
+        const double Rr = inv_w > 0 ? 1 / (inv_w * N) : 0;
+        double rs = inv_w <= 0 ? cap : Rr <= 1 ? 0 : dmin(cap, 4 * U * Rr);
+        if (N > 1)
+            rs += dmin(cap, 4 * U * N);
         /* the unit buffers: the largest unit's and a layer's */
         const double Ul = (double)dt_model_unit_layer(m);
         mm->weights = sp ? e * S + 2 * e * U + 2 * 2 * 4 * d : e * P;

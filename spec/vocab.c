@@ -225,9 +225,6 @@ int dt_vocab_runs(enum dt_device device, enum dt_job_kind kind, enum dt_shard_le
         return dt_emsg_set(em, DT_ENOTSUP,
                            "device %s does not run shard = %s",
                            dt_device_name(device), dt_shard_name(shard));
-    if (device == DT_DEVICE_CUDA && dp > 1)
-        return dt_emsg_set(em, DT_ENOTSUP, "device cuda runs one ring (dp = 1), not dp = %d",
-                           dp);
     return 0;
 }
 

@@ -112,11 +112,9 @@ void dt_vocab_list(char *buf, size_t n, const char *const *names);
  * chooses among these only), by the coordinator at submit and by
  * dtengine itself. A job of `kind` on `device` with the given shard level
  * (AUTO: any the device runs) and dp rings: 0, or DT_ENOTSUP with the
- * reason:
- *   "device cuda runs shard = none or optimizer (every GPU holds the whole
- *    parameters and gradient), not parameters"
- * The GPU engine shards the optimizer state only and runs one ring; the
- * CPU engine runs every level and any dp. */
+ * reason ("data parallel is for kind = train"). Both engines run every
+ * shard level and any dp for training; the one place that would say
+ * otherwise. */
 int dt_vocab_runs(enum dt_device device, enum dt_job_kind kind, enum dt_shard_level shard,
                   int dp, dt_emsg_t *em);
 /* The same for the offload set (enum dt_offload bits), train jobs only:

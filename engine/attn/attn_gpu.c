@@ -57,7 +57,7 @@ int dt_attn_gpu_run(dt_comm_t *comm, const dt_attn_spec_t *s, int fp16, const fl
     float *dO = NULL, *dL = NULL, *dQ = NULL, *dK = NULL, *dV = NULL;
     int rc;
 
-    rc = R == 1 ? dt_ring_local_new(1, 0, &ring, em) : dt_ring_nccl_pmix_new(0, &ring, em);
+    rc = R == 1 ? dt_ring_local_new(1, 0, &ring, em) : dt_ring_nccl_pmix_new(0, NULL, &ring, em);
     if (rc)
         return rc;
     DT_CUDA_GOTO(em, rc, out, cudaMalloc(&dq16, nq * 2));

@@ -717,7 +717,7 @@ static int prefiller_load_or_resume(prefiller_t *p)
      * takes the weights and the hidden state */
     if (o->cuda) {
         rc = p->R == 1 ? dt_ring_local_new(1, 0, &p->ring, &p->em)
-                       : dt_ring_nccl_pmix_new(0, &p->ring, &p->em);
+                       : dt_ring_nccl_pmix_new(0, NULL, &p->ring, &p->em);
         if (rc == 0)
             rc = dt_gmodel_new(&o->model, &p->lo, p->c, o->dtype, p->ring, p->P, p->rpos,
                                &p->gm, &p->em);

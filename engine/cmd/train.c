@@ -857,15 +857,44 @@ static int trainer_run(dt_trainer_t *t)
 
 static int trainer_report(dt_trainer_t *t, const float *P, const char *digest);
 
-/* [a, b) of the parameters that ranks hold in slices (shard = parameters,
- * dp = 1: the GPU engine's) gathered over the ring's MPI communicator. */
+int dt_trainer_gather(dt_trainer_t *t, float *all)
+{
+    int rc = 0;
+
+    if (t->crep) {
+        dt_comm_slicing_t dsl = { t->n, t->R * t->N, t->r * t->N };
+        rc = dt_comm_allgather_slices_f32(t->crep, &dsl, all);
+    }
+    dt_comm_slicing_t rsl = { t->n, t->R, 0 };
+    if (rc == 0)
+        rc = dt_comm_allgather_slices_f32(t->cring, &rsl, all);
+    return rc;
+}
+
+/* [a, b) of the parameters that ranks hold in slices (shard = parameters:
+ * the GPU engine's) gathered over MPI: with dp the part in this ring
+ * slice across the replicas first (into its place in dst), then around
+ * the ring. */
 static int gather_piece(dt_trainer_t *t, int64_t a, int64_t b, float *dst)
 {
     const dt_comm_slicing_t sl = { t->n, t->R, 0 };
     int64_t pa = a > t->moff ? a : t->moff;
     const float *mine = t->P + (pa < t->moff + t->mlen ? pa - t->moff : 0);
-    int rc = dt_comm_gather_range_f32(t->cring, &sl, a, b, mine, dst);
+    float *part = NULL;
+    int rc = 0;
 
+    if (t->crep) {
+        const int64_t s0 = t->n * t->r / t->R, s1 = t->n * (t->r + 1) / t->R;
+        int64_t ra = a > s0 ? a : s0, rb = b < s1 ? b : s1;
+        const dt_comm_slicing_t dsl = { t->n, t->R * t->N, t->r * t->N };
+        part = dt_xcalloc((size_t)(rb > ra ? rb - ra : 1), sizeof(float));
+        if (rb > ra)
+            rc = dt_comm_gather_range_f32(t->crep, &dsl, ra, rb, mine, part);
+        mine = part;
+    }
+    if (rc == 0)
+        rc = dt_comm_gather_range_f32(t->cring, &sl, a, b, mine, dst);
+    free(part);
     return rc < 0 ? dt_emsg_set(&t->em, rc, "gathering the parameters [%lld, %lld) failed",
                                 (long long)a, (long long)b)
                   : 0;

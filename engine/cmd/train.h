@@ -184,6 +184,12 @@ struct dt_train_backend {
     void (*close)(dt_trainer_t *t);
 };
 
+/* Every rank's slice of the parameters (dt_model_slice) into the whole
+ * array all (t->n floats; this rank's slice already there): across the
+ * replicas (dp), then around the ring, over MPI. Returns 0 or a DT_E
+ * code (no message). */
+DT_MUST_CHECK int dt_trainer_gather(dt_trainer_t *t, float *all);
+
 extern const dt_train_backend_t dt_train_cpu; /* engine/cmd/train_cpu.c */
 extern const dt_train_backend_t dt_train_gpu; /* engine/cmd/train_gpu.c: CUDA builds only */
 

@@ -97,24 +97,6 @@ static int cpu_clip(dt_trainer_t *t, int64_t step, double *norm, float *gscale)
     return 0;
 }
 
-/* Every rank's slice of the parameters into the whole array all (n; this
- * rank's slice already there): across the replicas (dp), then around the
- * ring. */
-static int gather(dt_trainer_t *t, float *all)
-{
-    int64_t n = t->n;
-    int rc = 0;
-
-    if (t->crep) {
-        dt_comm_slicing_t dsl = { n, t->R * t->N, t->r * t->N };
-        rc = dt_comm_allgather_slices_f32(t->crep, &dsl, all);
-    }
-    dt_comm_slicing_t rsl = { n, t->R, 0 };
-    if (rc == 0)
-        rc = dt_comm_allgather_slices_f32(t->cring, &rsl, all);
-    return rc;
-}
-
 static int cpu_update(dt_trainer_t *t, int64_t step, double lr, float gscale)
 {
     const dt_train_opts_t *o = &t->o;
@@ -126,7 +108,7 @@ static int cpu_update(dt_trainer_t *t, int64_t step, double lr, float gscale)
     float *p = t->pn == t->n ? t->P + t->moff : t->P;
     float *g = t->gn == t->n ? t->G + t->moff : t->G;
     dt_adamw_step(&t->acfg, step + 1, lr, o->wd, t->mlen, p, g, t->M, t->V);
-    if (o->shard != DT_SHARD_NONE && t->pn == t->n && (rc = gather(t, t->P)) < 0)
+    if (o->shard != DT_SHARD_NONE && t->pn == t->n && (rc = dt_trainer_gather(t, t->P)) < 0)
         return dt_emsg_set(&t->em, rc, "gathering the updated parameters failed");
     return 0;
 }

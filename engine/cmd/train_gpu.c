@@ -25,6 +25,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "common/log.h"
 #include "common/mem.h"
 #include "engine/cmd/agree.h"
 #include "engine/cmd/train.h"
@@ -35,11 +36,14 @@
 /* The backend's state (t->dev). */
 typedef struct gpu {
     dt_ring_t *ring;
+    dt_ring_t *rep; /* dp = N > 1: the replicas at this ring rank, else NULL */
     dt_gmodel_t *gm;
     int pinned; /* t->P, M, V are dt_gmodel_host_alloc's */
     int host;   /* offload = optimizer: the optimizer on the host */
     float *hG;  /* host: this rank's slice of the summed gradient (mlen) */
     int hG_pinned;
+    size_t free0; /* the device's free bytes before the model (0: unknown) */
+    int mem_said; /* the run's device memory logged (after its first step) */
 } gpu_t;
 
 /* The step's buffers are on the device (made by gpu_start); the host
@@ -68,14 +72,25 @@ static void gpu_alloc(dt_trainer_t *t)
     }
 }
 
-/* Every rank joins the ring (its NCCL id through PMIx), then its GPU
- * takes the parameters and moments. */
+/* Every rank joins its ring (its NCCL id through PMIx), and with dp = N
+ * the replicas' ring at its ring rank (a second communicator: ring i is
+ * the job's ranks [i R, (i + 1) R), consecutive, so on one node where the
+ * node has R GPUs; the replicas cross the nodes), then its GPU takes the
+ * parameters and moments. */
 static int gpu_start(dt_trainer_t *t)
 {
     const dt_train_opts_t *o = &t->o;
     gpu_t *g = t->dev;
+    const dt_ring_group_t ring = { .color = t->i, .rank = t->r, .size = t->R,
+                                   .leader = t->i * t->R };
+    const dt_ring_group_t rep = { .color = t->r, .rank = t->i, .size = t->N, .leader = t->r };
     int rc = t->R == 1 ? dt_ring_local_new(1, 0, &g->ring, &t->em)
-                       : dt_ring_nccl_pmix_new(0, &g->ring, &t->em);
+                       : dt_ring_nccl_pmix_new(0, t->N > 1 ? &ring : NULL, &g->ring, &t->em);
+    if (rc == 0 && t->N > 1)
+        rc = dt_ring_nccl_pmix_new(0, &rep, &g->rep, &t->em);
+    size_t total = 0;
+    if (rc == 0 && dt_gmodel_mem_info(&g->free0, &total, &t->em) < 0)
+        g->free0 = 0; /* not said, then */
 
     const dt_gtrain_opts_t go = {
         .recompute = o->recompute,
@@ -85,6 +100,7 @@ static int gpu_start(dt_trainer_t *t)
         .shard_gradients = o->shard >= DT_SHARD_GRADIENTS,
         .shard_parameters = o->shard == DT_SHARD_PARAMETERS,
         .host_grad = g->hG,
+        .rep = g->rep,
     };
     if (rc == 0)
         rc = dt_gtrain_new(&o->model, &t->lo, t->c, o->dtype, &go, g->ring, t->P, t->M, t->V,
@@ -106,7 +122,11 @@ static int gpu_seq(dt_trainer_t *t, int64_t b, double *loss, dt_train_ctl_t *ctl
 
     for (int64_t i = 0; i < o->T; i++)
         count += t->ys[i] >= 0;
-    const double w = count > 0 ? 1.0 / ((double)count * (double)o->batch) : 0.0;
+    /* dp = N: each ring's gradient and loss share divided by N here (a
+     * power of two exactly), so that the sums over the ring and across
+     * the replicas make the replicas' mean */
+    const double w =
+        count > 0 ? 1.0 / ((double)count * (double)o->batch * (double)t->N) : 0.0;
     /* fp16: the loss's gradient scaled (a power of two: exact) */
     if ((rc = dt_gtrain_fwd_bwd(g->gm, &t->attn, t->x, t->y, (float)(w * t->ls.scale), b == 0,
                                 &sum, &hits, &t->em)) < 0)
@@ -157,21 +177,39 @@ static int host_update(dt_trainer_t *t, gpu_t *g, int64_t step, double lr, float
     dt_adamw_step_scaled(&t->acfg, step + 1, lr, t->o.wd, t->mlen,
                          t->pn == t->n ? t->P + t->moff : t->P, g->hG, gscale, t->M, t->V);
     if (t->mlen != t->n && t->pn == t->n) {
-        dt_comm_slicing_t sl = { t->n, t->R, 0 };
-        if ((rc = dt_comm_allgather_slices_f32(t->cring, &sl, t->P)) < 0)
+        if ((rc = dt_trainer_gather(t, t->P)) < 0)
             return dt_emsg_set(&t->em, rc, "step %lld: gathering the updated parameters failed",
                                (long long)step);
     }
     return dt_gtrain_params_set(g->gm, t->P, &t->em);
 }
 
+/* After the run's first step, what it holds on the device (every rank:
+ * the bytes its model and step took since before the model, which the
+ * planner's device total less its fixed part should cover; dtengine(1)
+ * OUTPUT), once. */
+static void say_memory(gpu_t *g, int64_t step)
+{
+    size_t free_b = 0, total = 0;
+    dt_emsg_t em;
+
+    g->mem_said = 1;
+    if (g->free0 == 0 || dt_gmodel_mem_info(&free_b, &total, &em) < 0)
+        return;
+    dt_log_info("gpu memory held_bytes=%zu after step %lld (the device: %zu of %zu bytes free)",
+                g->free0 > free_b ? g->free0 - free_b : (size_t)0, (long long)step, free_b,
+                total);
+}
+
 static int gpu_update(dt_trainer_t *t, int64_t step, double lr, float gscale)
 {
     gpu_t *g = t->dev;
+    int rc = g->host ? host_update(t, g, step, lr, gscale)
+                     : dt_gtrain_adamw(g->gm, &t->acfg, step + 1, lr, t->o.wd, gscale, &t->em);
 
-    if (g->host)
-        return host_update(t, g, step, lr, gscale);
-    return dt_gtrain_adamw(g->gm, &t->acfg, step + 1, lr, t->o.wd, gscale, &t->em);
+    if (rc == 0 && !g->mem_said)
+        say_memory(g, step);
+    return rc;
 }
 
 /* With the optimizer on the host, P, M and V are the state: nothing to
@@ -199,6 +237,7 @@ static void gpu_close(dt_trainer_t *t)
     if (g == NULL)
         return;
     dt_gmodel_free(g->gm);
+    dt_ring_free(g->rep);
     dt_ring_free(g->ring);
     if (g->hG_pinned)
         dt_gmodel_host_free(g->hG);

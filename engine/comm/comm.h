@@ -158,8 +158,19 @@ int dt_ring_nccl_new(int rank, int R, const void *id, int device, double timeout
 
 /* The same, with rank, size and the id from the PMIx server (Open MPI's
  * mpirun, srun --mpi=pmix, dtagentd); device = local rank modulo the
- * visible devices. In engine/comm/ring_pmix.c, linked by dtengine only. */
-int dt_ring_nccl_pmix_new(double timeout_s, dt_ring_t **out, dt_emsg_t *em);
+ * visible devices. grp NULL: the whole job is the ring. Otherwise the
+ * ring is one group of the job's ranks (dp = N: each ring of R ranks, and
+ * across them the replicas at each ring rank): this process is member
+ * grp->rank of grp->size, the group's member 0 is the job's rank
+ * grp->leader (it makes the id), and grp->color (the same on every
+ * member, different between groups made by the same call) names the id's
+ * key. Every rank of the job calls it, for one group each, at once (one
+ * fence). In engine/comm/ring_pmix.c, linked by dtengine only. */
+typedef struct dt_ring_group {
+    int color, rank, size, leader;
+} dt_ring_group_t;
+int dt_ring_nccl_pmix_new(double timeout_s, const dt_ring_group_t *grp, dt_ring_t **out,
+                          dt_emsg_t *em);
 
 /* A hook every wait of every ring calls between its polls (e.g. dtengine's
  * heartbeat to its agent, so that waiting on a slow peer is not a hang);
@@ -180,17 +191,20 @@ void dt_ring_abort(dt_ring_t *r, const char *why);
 /* In-place sum of n fp32 over all ranks (gradients); buf[l] for each local
  * rank. Synchronous: returns when the result is on the device. */
 DT_MUST_CHECK int dt_ring_allreduce_sum_f32(dt_ring_t *r, float *const *buf, size_t n, dt_emsg_t *em);
-/* buf[l] (n fp32 each, for each local rank) is cut into the ranks' slices,
- * rank g's [n g / R, n (g + 1) / R) (those of checkpoints and of
- * dt_comm_slicing_t with S = R): every rank gets every rank's slice, in place
- * (shard = optimizer: the updated parameters). Synchronous; the caller
- * has finished writing its slice (its streams synchronised). */
-DT_MUST_CHECK int dt_ring_allgather_slices_f32(dt_ring_t *r, float *const *buf, int64_t n,
-                                               dt_emsg_t *em);
+/* buf[l] (sl->n fp32 each, for each local rank) is cut into slices as sl
+ * says (dt_comm_slicing_t: member g owns slice sl->s0 + g of sl->S; with
+ * dp = 1 S = R and s0 = 0, those of checkpoints; with dp = N the replicas'
+ * ring at ring rank r has S = R N, s0 = r N): every rank gets every rank's
+ * slice, in place (shard = optimizer: the updated parameters).
+ * Synchronous; the caller has finished writing its slice (its streams
+ * synchronised). */
+DT_MUST_CHECK int dt_ring_allgather_slices_f32(dt_ring_t *r, float *const *buf,
+                                               const dt_comm_slicing_t *sl, dt_emsg_t *em);
 
 /* Sharded training state on the GPUs, a range [a, b) of a flat array of n
  * elements at a time (the units of shard = gradients and parameters,
- * engine/model/train_cuda.c), cut into the ranks' slices as above. Both
+ * engine/model/train_cuda.c), cut into the members' slices as sl says
+ * (as above: [a, b) must lie inside the members' slices). Both
  * are queued on the ring's communication stream behind what it holds
  * already and return at once; dt_ring_coll_wait(slot) waits (a watchdog
  * wait) for the last one started with that slot (0 to DT_RING_COLL_SLOTS -
@@ -202,9 +216,12 @@ DT_MUST_CHECK int dt_ring_allgather_slices_f32(dt_ring_t *r, float *const *buf, 
  * Gather: mine holds this rank's part of [a, b) (its slice's, possibly
  * empty), elem bytes an element; every rank gets the whole range into out
  * (b - a elements): the grouped sends and receives of each part to and from
- * every peer (the parts differ in length, so no ncclAllGather). */
+ * every peer (the parts differ in length, so no ncclAllGather). mine may
+ * be this rank's own place in out (a gather in place: dp's second level
+ * gathers the first's result where it lies). */
 #define DT_RING_COLL_SLOTS 4
-DT_MUST_CHECK int dt_ring_gather_range(dt_ring_t *r, int64_t n, int64_t a, int64_t b,
+DT_MUST_CHECK int dt_ring_gather_range(dt_ring_t *r, const dt_comm_slicing_t *sl, int64_t a,
+                                       int64_t b,
                                        size_t elem, const void *mine, void *out, int slot,
                                        dt_emsg_t *em);
 /* Reduce-scatter of fp32: in (b - a) is this rank's addend for [a, b);
@@ -213,14 +230,20 @@ DT_MUST_CHECK int dt_ring_gather_range(dt_ring_t *r, int64_t n, int64_t a, int64
  * it), is written to mine, or added to it (acc). scratch (scratch_n fp32,
  * at least R) holds the peers' addends, a chunk of scratch_n / R at a
  * time. */
-DT_MUST_CHECK int dt_ring_reduce_scatter_range(dt_ring_t *r, int64_t n, int64_t a, int64_t b,
-                                               const float *in, float *mine, int acc,
-                                               float *scratch, int64_t scratch_n, int slot,
-                                               dt_emsg_t *em);
+DT_MUST_CHECK int dt_ring_reduce_scatter_range(dt_ring_t *r, const dt_comm_slicing_t *sl,
+                                               int64_t a, int64_t b, const float *in,
+                                               float *mine, int acc, float *scratch,
+                                               int64_t scratch_n, int slot, dt_emsg_t *em);
 DT_MUST_CHECK int dt_ring_coll_wait(dt_ring_t *r, int slot, dt_emsg_t *em);
 /* The caller's CUDA stream (a cudaStream_t) waits, on the device, for the
  * last range collective started with that slot: what it queues next (a
  * copy of the collective's output, say) runs after it. Returns at once. */
 DT_MUST_CHECK int dt_ring_coll_then(dt_ring_t *r, int slot, void *stream, dt_emsg_t *em);
+/* The same for a collective of another ring: next's communication stream
+ * waits for prev's last range collective of slot pslot, so that what next
+ * starts after this call reads prev's result (dp's two levels: around the
+ * ring, then across the replicas, or the other way round). */
+DT_MUST_CHECK int dt_ring_coll_chain(dt_ring_t *prev, int pslot, dt_ring_t *next,
+                                     dt_emsg_t *em);
 
 #endif /* DT_COMM_H */

@@ -603,14 +603,28 @@ int dt_ring_allreduce_sum_f32(dt_ring_t *r, float *const *buf, size_t n, dt_emsg
 
 /* ---- all-gather of slices ----------------------------------------------------- */
 
-/* Rank g's slice of n: [n g / R, n (g + 1) / R) (engine/comm/comm.h's). */
-static void slice_of(int64_t n, int R, int g, int64_t *off, int64_t *len)
+/* Member g's slice of sl: [n s / S, n (s + 1) / S) with s = s0 + g
+ * (engine/comm/comm.h's dt_comm_slicing_t). */
+static void slice_of(const dt_comm_slicing_t *sl, int g, int64_t *off, int64_t *len)
 {
-    *off = n * g / R;
-    *len = n * (g + 1) / R - *off;
+    const int64_t s = (int64_t)sl->s0 + g;
+
+    *off = sl->n * s / sl->S;
+    *len = sl->n * (s + 1) / sl->S - *off;
 }
 
-int dt_ring_allgather_slices_f32(dt_ring_t *r, float *const *buf, int64_t n, dt_emsg_t *em)
+/* A slicing that gives each of the ring's R members a slice. */
+static int slicing_check(const dt_ring_t *r, const dt_comm_slicing_t *sl, const char *what,
+                         dt_emsg_t *em)
+{
+    if (sl == NULL || sl->n < 0 || sl->S < 1 || sl->s0 < 0 || (int64_t)sl->s0 + r->R > sl->S)
+        return dt_emsg_set(em, DT_EINVAL, "%s: slices %d .. %d of %d for a ring of %d", what,
+                           sl ? sl->s0 : -1, sl ? sl->s0 + r->R - 1 : -1, sl ? sl->S : 0, r->R);
+    return 0;
+}
+
+int dt_ring_allgather_slices_f32(dt_ring_t *r, float *const *buf, const dt_comm_slicing_t *sl,
+                                 dt_emsg_t *em)
 {
     static const int cdone[] = { RING_EV_CDONE };
     dt_emsg_t local;
@@ -619,15 +633,16 @@ int dt_ring_allgather_slices_f32(dt_ring_t *r, float *const *buf, int64_t n, dt_
 
     if (em == NULL)
         em = &local;
-    if ((rc = dt_ring_enter(r, em)) < 0)
+    if ((rc = dt_ring_enter(r, em)) < 0 ||
+        (rc = slicing_check(r, sl, "all-gather", em)) < 0)
         return rc;
-    if (n <= 0 || r->R == 1)
+    if (sl->n <= 0 || r->R == 1)
         return 0;
     if (r->kind == RING_LOCAL) {
         /* one device: a copy from each local rank's slice to the others' */
         DT_CUDA_TRY(em, cudaDeviceSynchronize());
         for (int l = 0; l < r->nlocal; l++) {
-            slice_of(n, r->R, r->rank0 + l, &off, &len);
+            slice_of(sl, r->rank0 + l, &off, &len);
             for (int m = 0; m < r->nlocal; m++)
                 if (m != l && len > 0)
                     DT_CUDA_TRY(em, cudaMemcpy(buf[m] + off, buf[l] + off,
@@ -645,7 +660,7 @@ int dt_ring_allgather_slices_f32(dt_ring_t *r, float *const *buf, int64_t n, dt_
     ncclResult_t e = ncclSuccess, eg;
     int64_t moff, mlen;
 
-    slice_of(n, r->R, me, &moff, &mlen);
+    slice_of(sl, me, &moff, &mlen);
     eg = ncclGroupStart();
     if (NCCL_FAILED(eg))
         return fail(r, DT_ECOMM, "all-gather", em, "ncclGroupStart: NCCL: %s (%s)",
@@ -653,7 +668,7 @@ int dt_ring_allgather_slices_f32(dt_ring_t *r, float *const *buf, int64_t n, dt_
     for (int p = 0; p < r->R && !NCCL_FAILED(e); p++) {
         if (p == me)
             continue;
-        slice_of(n, r->R, p, &off, &len);
+        slice_of(sl, p, &off, &len);
         if (mlen > 0)
             e = ncclSend(buf[0] + moff, (size_t)mlen * sizeof(float), ncclUint8, p, r->comm, cs);
         if (!NCCL_FAILED(e) && len > 0)
@@ -675,12 +690,13 @@ int dt_ring_allgather_slices_f32(dt_ring_t *r, float *const *buf, int64_t n, dt_
 
 /* ---- range collectives (sharded training state) ------------------------------- */
 
-/* Rank g's part [*pa, *pb) of [a, b) (empty: *pa == *pb). */
-static void part_of(int64_t n, int R, int g, int64_t a, int64_t b, int64_t *pa, int64_t *pb)
+/* Member g's part [*pa, *pb) of [a, b) (empty: *pa == *pb). */
+static void part_of(const dt_comm_slicing_t *sl, int g, int64_t a, int64_t b, int64_t *pa,
+                    int64_t *pb)
 {
     int64_t off, len;
 
-    slice_of(n, R, g, &off, &len);
+    slice_of(sl, g, &off, &len);
     *pa = off > a ? off : a;
     *pb = off + len < b ? off + len : b;
     if (*pb < *pa)
@@ -689,16 +705,16 @@ static void part_of(int64_t n, int R, int g, int64_t a, int64_t b, int64_t *pa, 
 
 /* The checks both range collectives make; 1 when there is nothing to send
  * (one rank: the caller copies), 0 to go on. */
-static int coll_enter(dt_ring_t *r, int64_t n, int64_t a, int64_t b, int slot, const char *what,
-                      dt_emsg_t *em)
+static int coll_enter(dt_ring_t *r, const dt_comm_slicing_t *sl, int64_t a, int64_t b, int slot,
+                      const char *what, dt_emsg_t *em)
 {
     int rc;
 
-    if ((rc = dt_ring_enter(r, em)) < 0)
+    if ((rc = dt_ring_enter(r, em)) < 0 || (rc = slicing_check(r, sl, what, em)) < 0)
         return rc;
-    if (slot < 0 || slot >= DT_RING_COLL_SLOTS || a < 0 || b < a || b > n)
+    if (slot < 0 || slot >= DT_RING_COLL_SLOTS || a < 0 || b < a || b > sl->n)
         return dt_emsg_set(em, DT_EINVAL, "%s: range [%lld, %lld) of %lld, slot %d", what,
-                           (long long)a, (long long)b, (long long)n, slot);
+                           (long long)a, (long long)b, (long long)sl->n, slot);
     if (r->nlocal != 1)
         return dt_emsg_set(em, DT_ENOTSUP, "%s: a ring of %d local ranks (one process drives "
                            "one rank here)", what, r->nlocal);
@@ -761,25 +777,26 @@ static int group_p2p(dt_ring_t *r, const p2p_t *x, const char *what, dt_emsg_t *
     return 0;
 }
 
-int dt_ring_gather_range(dt_ring_t *r, int64_t n, int64_t a, int64_t b, size_t elem,
-                         const void *mine, void *out, int slot, dt_emsg_t *em)
+int dt_ring_gather_range(dt_ring_t *r, const dt_comm_slicing_t *sl, int64_t a, int64_t b,
+                         size_t elem, const void *mine, void *out, int slot, dt_emsg_t *em)
 {
     static const char what[] = "range gather";
     cudaStream_t cs;
     int64_t ma, mb, pa, pb;
     int rc, one;
 
-    if ((one = coll_enter(r, n, a, b, slot, what, em)) < 0)
+    if ((one = coll_enter(r, sl, a, b, slot, what, em)) < 0)
         return one;
     cs = r->p[0].comm;
-    part_of(n, r->R, r->rank0, a, b, &ma, &mb);
-    if (mb > ma)
+    part_of(sl, r->rank0, a, b, &ma, &mb);
+    /* in place: this rank's part is where it goes already */
+    if (mb > ma && (const char *)out + (size_t)(ma - a) * elem != (const char *)mine)
         RING_CUDA(r, em, cudaMemcpyAsync((char *)out + (size_t)(ma - a) * elem, mine,
                                          (size_t)(mb - ma) * elem, cudaMemcpyDeviceToDevice, cs));
     if (!one && b > a) {
         p2p_t x = p2p_new(r->R);
         for (int p = 0; p < r->R; p++) {
-            part_of(n, r->R, p, a, b, &pa, &pb);
+            part_of(sl, p, a, b, &pa, &pb);
             x.sb[p] = (void *)mine;
             x.sn[p] = (size_t)(mb - ma) * elem;
             x.rb[p] = (char *)out + (size_t)(pa - a) * elem;
@@ -794,9 +811,9 @@ int dt_ring_gather_range(dt_ring_t *r, int64_t n, int64_t a, int64_t b, size_t e
     return 0;
 }
 
-int dt_ring_reduce_scatter_range(dt_ring_t *r, int64_t n, int64_t a, int64_t b, const float *in,
-                                 float *mine, int acc, float *scratch, int64_t scratch_n,
-                                 int slot, dt_emsg_t *em)
+int dt_ring_reduce_scatter_range(dt_ring_t *r, const dt_comm_slicing_t *sl, int64_t a,
+                                 int64_t b, const float *in, float *mine, int acc, float *scratch,
+                                 int64_t scratch_n, int slot, dt_emsg_t *em)
 {
     static const char what[] = "range reduce-scatter";
     const size_t F = sizeof(float);
@@ -804,10 +821,10 @@ int dt_ring_reduce_scatter_range(dt_ring_t *r, int64_t n, int64_t a, int64_t b, 
     int64_t ma, mb, pa, pb;
     int rc, one;
 
-    if ((one = coll_enter(r, n, a, b, slot, what, em)) < 0)
+    if ((one = coll_enter(r, sl, a, b, slot, what, em)) < 0)
         return one;
     cs = r->p[0].comm;
-    part_of(n, r->R, r->rank0, a, b, &ma, &mb);
+    part_of(sl, r->rank0, a, b, &ma, &mb);
     const int64_t ch = scratch_n / r->R;
     if (!one && ch < 1)
         return dt_emsg_set(em, DT_EINVAL, "%s: %lld floats of scratch for %d ranks", what,
@@ -826,7 +843,7 @@ int dt_ring_reduce_scatter_range(dt_ring_t *r, int64_t n, int64_t a, int64_t b, 
      * chunk's receives wait for the last chunk's sum) */
     int64_t most = 0;
     for (int p = 0; p < r->R; p++) {
-        part_of(n, r->R, p, a, b, &pa, &pb);
+        part_of(sl, p, a, b, &pa, &pb);
         most = pb - pa > most ? pb - pa : most;
     }
     p2p_t x = p2p_new(r->R);
@@ -836,7 +853,7 @@ int dt_ring_reduce_scatter_range(dt_ring_t *r, int64_t n, int64_t a, int64_t b, 
         if (mlen < 0)
             mlen = 0;
         for (int p = 0; p < r->R; p++) {
-            part_of(n, r->R, p, a, b, &pa, &pb);
+            part_of(sl, p, a, b, &pa, &pb);
             int64_t len = pb - pa - j < ch ? pb - pa - j : ch;
             x.sb[p] = (void *)(in + (pa - a) + j);
             x.sn[p] = len > 0 ? (size_t)len * F : 0;
@@ -866,6 +883,18 @@ int dt_ring_coll_then(dt_ring_t *r, int slot, void *stream, dt_emsg_t *em)
     RING_CUDA(r, em, cudaStreamWaitEvent((cudaStream_t)stream,
                                          r->p[0].ev[RING_EV_COLL0 + slot], 0));
     return 0;
+}
+
+int dt_ring_coll_chain(dt_ring_t *prev, int pslot, dt_ring_t *next, dt_emsg_t *em)
+{
+    int rc;
+
+    if ((rc = dt_ring_enter(next, em)) < 0)
+        return rc;
+    if (next->nlocal != 1)
+        return dt_emsg_set(em, DT_ENOTSUP, "range collective: a chain into a ring of %d local "
+                           "ranks", next->nlocal);
+    return dt_ring_coll_then(prev, pslot, next->p[0].comm, em);
 }
 
 int dt_ring_coll_wait(dt_ring_t *r, int slot, dt_emsg_t *em)

@@ -2,11 +2,12 @@
  *
  * dt_ring_nccl_pmix_new: an NCCL ring whose rank, size and unique id come
  * from the PMIx server the engine runs under (Open MPI's mpirun,
- * `srun --mpi=pmix`, dtagentd). Rank 0 makes the id and publishes it
- * (PMIx_Put with global scope, PMIx_Commit); a fence over the whole
- * namespace with data collection makes it visible; every other rank reads
- * it from rank 0 (PMIx_Get). The device is the local rank modulo the
- * visible devices. PMIx status is translated here into DT_ECOMM.
+ * `srun --mpi=pmix`, dtagentd). The ring's member 0 (the job's rank 0, or
+ * a group's leader) makes the id and publishes it (PMIx_Put with global
+ * scope, PMIx_Commit); a fence over the whole namespace with data
+ * collection makes it visible; every other member reads it from the
+ * leader (PMIx_Get). The device is the local rank modulo the visible
+ * devices. PMIx status is translated here into DT_ECOMM.
  *
  * PMIx_Init is reference counted: the engine may hold its own reference
  * (engine/wlink.c); this file takes one for the duration of the call.
@@ -30,8 +31,9 @@
 #include "kernels/cuda/cuda_err.h"
 
 /* Rings made through PMIx in this process: every rank makes them in the
- * same order, so the count names a fresh key for each ("dt.nccl.id.<n>")
- * and a second ring never reads the first one's id. */
+ * same order, so the count names a fresh key for each call
+ * ("dt.nccl.id.<n>.<color>") and a second ring never reads the first
+ * one's id. */
 static atomic_uint ring_seq;
 
 /* An integer attribute of proc, whatever integer type the server uses. */
@@ -103,8 +105,9 @@ static int publish_id(const char *key, unsigned char *id, dt_emsg_t *em)
     return 0;
 }
 
-/* Other ranks: read the id rank 0 published. */
-static int fetch_id(const pmix_proc_t *me, const char *key, const pmix_info_t *tmo,
+/* Other members: read the id the leader (the job's rank `leader`)
+ * published. */
+static int fetch_id(const pmix_proc_t *me, int leader, const char *key, const pmix_info_t *tmo,
                     unsigned char *id, dt_emsg_t *em)
 {
     pmix_proc_t root;
@@ -112,15 +115,15 @@ static int fetch_id(const pmix_proc_t *me, const char *key, const pmix_info_t *t
     pmix_status_t st;
     int rc = 0;
 
-    PMIX_PROC_LOAD(&root, me->nspace, 0);
+    PMIX_PROC_LOAD(&root, me->nspace, (pmix_rank_t)leader);
     st = PMIx_Get(&root, key, tmo, 1, &val);
     if (st != PMIX_SUCCESS || val == NULL)
-        return dt_emsg_set(em, DT_ECOMM, "PMIx_Get(%s) from rank 0 of namespace %s: %s", key,
-                           me->nspace, PMIx_Error_string(st));
+        return dt_emsg_set(em, DT_ECOMM, "PMIx_Get(%s) from rank %d of namespace %s: %s", key,
+                           leader, me->nspace, PMIx_Error_string(st));
     if (val->type != PMIX_BYTE_OBJECT || val->data.bo.size != DT_RING_ID_BYTES)
         rc = dt_emsg_set(em, DT_ECOMM,
-                         "PMIx_Get(%s) from rank 0: a %s of %zu bytes, not a %d-byte NCCL id", key,
-                         PMIx_Data_type_string(val->type),
+                         "PMIx_Get(%s) from rank %d: a %s of %zu bytes, not a %d-byte NCCL id",
+                         key, leader, PMIx_Data_type_string(val->type),
                          val->type == PMIX_BYTE_OBJECT ? val->data.bo.size : (size_t)0,
                          DT_RING_ID_BYTES);
     else
@@ -129,7 +132,8 @@ static int fetch_id(const pmix_proc_t *me, const char *key, const pmix_info_t *t
     return rc;
 }
 
-int dt_ring_nccl_pmix_new(double timeout_s, dt_ring_t **out, dt_emsg_t *em)
+int dt_ring_nccl_pmix_new(double timeout_s, const dt_ring_group_t *grp, dt_ring_t **out,
+                          dt_emsg_t *em)
 {
     pmix_proc_t me, all;
     pmix_info_t info[2];
@@ -152,7 +156,8 @@ int dt_ring_nccl_pmix_new(double timeout_s, dt_ring_t **out, dt_emsg_t *em)
     PMIx_Info_load(&info[0], PMIX_COLLECT_DATA, &collect, PMIX_BOOL);
     PMIx_Info_load(&info[1], PMIX_TIMEOUT, &tmo, PMIX_INT);
     PMIX_PROC_LOAD(&all, me.nspace, PMIX_RANK_WILDCARD);
-    snprintf(key, sizeof(key), "dt.nccl.id.%u", atomic_fetch_add(&ring_seq, 1u));
+    snprintf(key, sizeof(key), "dt.nccl.id.%u.%d", atomic_fetch_add(&ring_seq, 1u),
+             grp ? grp->color : 0);
 
     if ((rc = get_uint(&all, PMIX_JOB_SIZE, &size, em)) < 0 ||
         (rc = get_uint(&me, PMIX_LOCAL_RANK, &lrank, em)) < 0)
@@ -162,23 +167,36 @@ int dt_ring_nccl_pmix_new(double timeout_s, dt_ring_t **out, dt_emsg_t *em)
                          (unsigned long long)size);
         goto out;
     }
-    if (me.rank == 0 && (rc = publish_id(key, id, em)) < 0)
+    /* the ring: the whole job, or the group */
+    int rank = (int)me.rank, R = (int)size, leader = 0;
+    if (grp != NULL) {
+        if (grp->size < 1 || grp->rank < 0 || grp->rank >= grp->size || grp->size > R ||
+            grp->leader < 0 || grp->leader >= R || (grp->rank == 0) != (grp->leader == rank)) {
+            rc = dt_emsg_set(em, DT_EINVAL, "nccl ring: member %d of %d led by rank %d, in a "
+                             "job of %d ranks (this one %d)", grp->rank, grp->size, grp->leader,
+                             R, rank);
+            goto out;
+        }
+        leader = grp->leader;
+        R = grp->size;
+        rank = grp->rank;
+    }
+    if (rank == 0 && (rc = publish_id(key, id, em)) < 0)
         goto out;
-    /* a rank 0 that could not publish leaves before the fence; the
+    /* a leader that could not publish leaves before the fence; the
      * others' fence then fails after tmo seconds instead of hanging */
     if ((st = PMIx_Fence(&all, 1, info, 2)) != PMIX_SUCCESS) {
         rc = dt_emsg_set(em, DT_ECOMM, "PMIx_Fence over namespace %s (%llu ranks): %s",
                          me.nspace, (unsigned long long)size, PMIx_Error_string(st));
         goto out;
     }
-    if (me.rank != 0 && (rc = fetch_id(&me, key, &info[1], id, em)) < 0)
+    if (rank != 0 && (rc = fetch_id(&me, leader, key, &info[1], id, em)) < 0)
         goto out;
     if ((ndev = dt_cuda_devices(em)) == 0) {
         rc = DT_EDEVICE; /* em says why */
         goto out;
     }
-    rc = dt_ring_nccl_new((int)me.rank, (int)size, id, (int)(lrank % (uint64_t)ndev), timeout_s,
-                          out, em);
+    rc = dt_ring_nccl_new(rank, R, id, (int)(lrank % (uint64_t)ndev), timeout_s, out, em);
 out:
     PMIX_INFO_DESTRUCT(&info[1]);
     PMIX_INFO_DESTRUCT(&info[0]);

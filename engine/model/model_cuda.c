@@ -359,6 +359,12 @@ int dt_gmodel_copy_wait(dt_gmodel_t *g, double *stall_s, dt_emsg_t *em)
     return 0;
 }
 
+int dt_gmodel_mem_info(size_t *free_b, size_t *total_b, dt_emsg_t *em)
+{
+    DT_CUDA_TRY(em, cudaMemGetInfo(free_b, total_b));
+    return 0;
+}
+
 float *dt_gmodel_host_alloc(int64_t n)
 {
     void *p = NULL;

@@ -73,4 +73,11 @@ int dt_gmodel_copy_wait(dt_gmodel_t *g, double *stall_s, dt_emsg_t *em);
 float *dt_gmodel_host_alloc(int64_t n);
 void dt_gmodel_host_free(float *p);
 
+/* The current device's free and total bytes (cudaMemGetInfo; on the
+ * simulator its size less what is allocated). What a run holds is the
+ * drop in free bytes from before its model to after its first step: dt
+ * allocates with cudaMalloc up front and frees nothing while it steps.
+ * DT_EDEVICE (em says why) on a CUDA error. */
+int dt_gmodel_mem_info(size_t *free_b, size_t *total_b, dt_emsg_t *em);
+
 #endif /* DT_ENGINE_MODEL_CUDA_H */

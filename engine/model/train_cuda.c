@@ -26,6 +26,7 @@
 #include <cuda_runtime_api.h>
 
 #include "common/mem.h"
+#include "engine/model/model.h" /* dt_model_slice */
 #include "engine/model/model_cuda_impl.h"
 #include "engine/attn/ring_cuda.h" /* dt_ring_attn_reserve */
 #include "engine/model/train_cuda.h"
@@ -133,6 +134,16 @@ typedef struct gtrain {
     cudaStream_t gst;
     cudaEvent_t gev[2];
     int acc; /* this sequence's gradient adds to the step's (not its first) */
+    /* dp = N > 1: rep the replicas' ring (opt->rep), slr the ring's
+     * slicing (n, R, 0), sld the replicas' (n, R N, r N): a unit's ring
+     * part (within ring slice r) is reduce-scattered around the ring in
+     * place in its buffer, then across the replicas (rs2, rsn2 floats,
+     * that level's scratch) into this rank's slice; a gather goes the
+     * other way, the replicas' level into its place in the output first */
+    dt_ring_t *rep;
+    dt_comm_slicing_t slr, sld;
+    float *rs2;
+    int64_t rsn2;
 } gtrain_t;
 
 #define ROWS DT_GPU_ROWS
@@ -148,7 +159,8 @@ static void gtrain_free(dt_gmodel_t *g)
      * watchdog ends the wait) */
     for (int s = 0; (T->sg || T->sp) && g->ring && s < DT_RING_COLL_SLOTS; s++) {
         dt_emsg_t ignored = { 0 };
-        if (dt_ring_coll_wait(g->ring, s, &ignored) < 0)
+        if (dt_ring_coll_wait(g->ring, s, &ignored) < 0 ||
+            (T->rep && dt_ring_coll_wait(T->rep, s, &ignored) < 0))
             break;
     }
     for (int l = 0; T->act && l < T->nact; l++) {
@@ -183,8 +195,8 @@ static void gtrain_free(dt_gmodel_t *g)
     void *ps[] = { T->P, T->G, T->M, T->V, T->W, T->Pf, T->stage, T->ta, T->tb, T->tgb,
                    T->saved, T->dlb, T->rowloss, T->part, T->tok, T->tgt, T->amax, T->etok,
                    T->erows, T->estart, T->dx, T->da, T->db, T->dg, T->tx,
-                   T->tx2, T->trstd, T->dyb, T->dob, T->thb, T->tob, T->gu[0], T->gu[1], T->ge, T->rs, T->nu[0], T->nu[1],
-                   T->wu[0], T->wu[1] };
+                   T->tx2, T->trstd, T->dyb, T->dob, T->thb, T->tob, T->gu[0], T->gu[1],
+                   T->ge, T->rs, T->rs2, T->nu[0], T->nu[1], T->wu[0], T->wu[1] };
     for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++)
         cudaFree(ps[i]);
     free(T->act);
@@ -265,6 +277,21 @@ int dt_gtrain_new(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, int64_
     T->U = dt_model_unit_max(cfg);
     T->gcap[0] = T->U;
     T->gcap[1] = dt_model_unit_layer(cfg);
+    /* the ring's slices, and with dp the replicas' within ring slice r */
+    const int Rr = dt_ring_size(ring), rr = dt_ring_rank(ring, 0);
+    const int Nr = opt->rep ? dt_ring_size(opt->rep) : 1;
+    T->rep = Nr > 1 ? opt->rep : NULL;
+    T->slr = (dt_comm_slicing_t){ T->n, Rr, 0 };
+    T->sld = (dt_comm_slicing_t){ T->n, Rr * Nr, rr * Nr };
+    int64_t want_off, want_len;
+    dt_model_slice(T->n, Rr, rr, Nr, T->rep ? dt_ring_rank(T->rep, 0) : 0, &want_off,
+                   &want_len);
+    if ((moff != 0 || mlen != T->n) && (moff != want_off || mlen != want_len)) {
+        rc = dt_emsg_set(em, DT_EINVAL, "moments [%lld, +%lld): not this rank's slice "
+                         "[%lld, +%lld) (ring rank %d of %d, replica of %d)", (long long)moff,
+                         (long long)mlen, (long long)want_off, (long long)want_len, rr, Rr, Nr);
+        goto fail;
+    }
     const size_t nb = (size_t)T->n * F, mb = (size_t)mlen * F;
     if (T->gh && (T->hG = opt->host_grad) == NULL) {
         rc = dt_emsg_set(em, DT_EINVAL, "sharded gradients with the optimizer on the host "
@@ -281,10 +308,12 @@ int dt_gtrain_new(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, int64_
         const int R = dt_ring_size(ring);
         /* a part is at most a unit: R of them at once, or less */
         T->rsn = R == 1 ? 0 : dt_model_gpu_rs_floats(cfg, R);
+        T->rsn2 = T->rep ? dt_model_gpu_rs_floats(cfg, Nr) : 0;
         const dbuf_t sb[] = {
             { &T->gu[0], (size_t)T->gcap[0] * F }, { &T->gu[1], (size_t)T->gcap[1] * F },
             { &T->ge, cfg->tied ? (size_t)(Vv * d) * F : 1 },
             { &T->rs, (size_t)(T->rsn > 0 ? T->rsn : 1) * F },
+            { &T->rs2, (size_t)(T->rsn2 > 0 ? T->rsn2 : 1) * F },
         };
         if ((rc = dt_gmodel_dalloc_all(sb, sizeof(sb) / sizeof(sb[0]), em)) < 0)
             goto fail;
@@ -710,6 +739,19 @@ static int thead(dt_gmodel_t *g, float scale, float *gl, float *gf, dt_emsg_t *e
 
 /* ---- sharded units (shard = gradients, parameters) ----------------------- */
 
+/* dp: [*ra, *rb), the part of [a, b) in this rank's ring slice (what the
+ * replicas at its ring rank hold between them; empty: *ra == *rb). */
+static void ring_part(const gtrain_t *T, int64_t a, int64_t b, int64_t *ra, int64_t *rb)
+{
+    const int64_t n = T->n, N = T->sld.S / T->slr.S, r = T->sld.s0 / N;
+    const int64_t s0 = n * r / T->slr.S, s1 = n * (r + 1) / T->slr.S;
+
+    *ra = a > s0 ? a : s0;
+    *rb = b < s1 ? b : s1;
+    if (*rb < *ra)
+        *rb = *ra;
+}
+
 /* [a, b) of the flat array gathered from every rank's slice (elem bytes
  * an element) into out, on the ring's communication stream (range slot
  * `slot`): this rank's part from the compute-dtype slice W (elem 2) or
@@ -731,7 +773,18 @@ static int gather(dt_gmodel_t *g, int64_t a, int64_t b, size_t elem, void *out, 
                 mine = (const char *)(T->Pf + T->pf[i][1] + (pa - T->pf[i][3]));
                 break;
             }
-    return dt_ring_gather_range(g->ring, T->n, a, b, elem, mine, out, slot, em);
+    if (!T->rep)
+        return dt_ring_gather_range(g->ring, &T->slr, a, b, elem, mine, out, slot, em);
+    /* dp: the ring part across the replicas into its place in out, then
+     * around the ring from there */
+    int64_t ra, rb;
+    int rc;
+    ring_part(T, a, b, &ra, &rb);
+    char *mid = (char *)out + (size_t)(ra - a) * elem;
+    if ((rc = dt_ring_gather_range(T->rep, &T->sld, ra, rb, elem, mine, mid, slot, em)) < 0 ||
+        (rc = dt_ring_coll_chain(T->rep, slot, g->ring, em)) < 0)
+        return rc;
+    return dt_ring_gather_range(g->ring, &T->slr, a, b, elem, mid, out, slot, em);
 }
 
 /* The step's use of the weights, position k of 0 .. 2 layers: the layers
@@ -815,7 +868,8 @@ static int gslot_retire(dt_gmodel_t *g, int s, dt_emsg_t *em)
 
     if (!T->gpend[s])
         return 0;
-    if ((rc = dt_ring_coll_wait(g->ring, 2 + s, em)) < 0)
+    /* with dp the replicas' level ran after the ring's */
+    if ((rc = dt_ring_coll_wait(T->rep ? T->rep : g->ring, 2 + s, em)) < 0)
         return rc;
     T->gpend[s] = 0;
     if (!T->gh)
@@ -872,9 +926,23 @@ static int gunit_end(dt_gmodel_t *g, int u, float *buf, dt_emsg_t *em)
     const int64_t len = (b < end ? b : end) - pa;
     float *mine = T->gh ? buf + (pa - a) : T->G + (pa < end ? pa - T->moff : 0);
     DT_CUDA_TRY(em, cudaStreamSynchronize(g->st));
-    if ((rc = dt_ring_reduce_scatter_range(g->ring, T->n, a, b, buf, mine, T->gh ? 0 : T->acc,
-                                           T->rs, T->rsn, 2 + s, em)) < 0)
+    if (T->rep) {
+        /* dp: the ring part's sum in place, then across the replicas */
+        int64_t ra, rb;
+        ring_part(T, a, b, &ra, &rb);
+        float *mid = buf + (ra - a);
+        if ((rc = dt_ring_reduce_scatter_range(g->ring, &T->slr, a, b, buf, mid, 0, T->rs,
+                                               T->rsn, 2 + s, em)) < 0 ||
+            (rc = dt_ring_coll_chain(g->ring, 2 + s, T->rep, em)) < 0 ||
+            (rc = dt_ring_reduce_scatter_range(T->rep, &T->sld, ra, rb, mid, mine,
+                                               T->gh ? 0 : T->acc, T->rs2, T->rsn2, 2 + s,
+                                               em)) < 0)
+            return rc;
+    } else if ((rc = dt_ring_reduce_scatter_range(g->ring, &T->slr, a, b, buf, mine,
+                                                  T->gh ? 0 : T->acc, T->rs, T->rsn, 2 + s,
+                                                  em)) < 0) {
         return rc;
+    }
     T->gpend[s] = 1;
     T->gslot = s ^ 1;
     if (!T->gh || len <= 0)
@@ -896,7 +964,7 @@ static int gunit_end(dt_gmodel_t *g, int u, float *buf, dt_emsg_t *em)
         T->hadd[s][0] = pa - T->moff;
         T->hadd[s][1] = len;
     }
-    if ((rc = dt_ring_coll_then(g->ring, 2 + s, T->gst, em)) < 0)
+    if ((rc = dt_ring_coll_then(T->rep ? T->rep : g->ring, 2 + s, T->gst, em)) < 0)
         return rc;
     DT_CUDA_TRY(em, cudaMemcpyAsync(dst, mine, (size_t)len * sizeof(float),
                                     cudaMemcpyDeviceToHost, T->gst));
@@ -1122,6 +1190,9 @@ int dt_gtrain_reduce(dt_gmodel_t *g, double *sumsq, dt_emsg_t *em)
     if (!T->sg && dt_ring_size(g->ring) > 1 &&
         (rc = dt_ring_allreduce_sum_f32(g->ring, &T->G, (size_t)T->n, em)) < 0)
         return rc;
+    /* dp: then across the replicas (each one's addends divided by N) */
+    if (!T->sg && T->rep && (rc = dt_ring_allreduce_sum_f32(T->rep, &T->G, (size_t)T->n, em)) < 0)
+        return rc;
     if ((rc = dt_sumsq_cuda(T->sg ? T->mlen : T->n, T->G, T->part, g->st, em)) < 0)
         return rc;
     DT_CUDA_TRY(em, cudaMemcpyAsync(part, T->part, sizeof(part), cudaMemcpyDeviceToHost, g->st));
@@ -1160,8 +1231,10 @@ int dt_gtrain_adamw(dt_gmodel_t *g, const dt_adamw_cfg_t *cfg, int64_t step, dou
     if (T->sp) /* the slice's compute-dtype weights; gathered unit by unit */
         return dt_cast_from_f32_cuda(g->dt, T->mlen, T->P, T->W, g->st, em);
     if (T->mlen != T->n) {
+        /* dp: across the replicas first (the ring slice), then around */
         DT_CUDA_TRY(em, cudaStreamSynchronize(g->st));
-        if ((rc = dt_ring_allgather_slices_f32(g->ring, &T->P, T->n, em)) < 0)
+        if ((T->rep && (rc = dt_ring_allgather_slices_f32(T->rep, &T->P, &T->sld, em)) < 0) ||
+            (rc = dt_ring_allgather_slices_f32(g->ring, &T->P, &T->slr, em)) < 0)
             return rc;
     }
     return dt_cast_from_f32_cuda(g->dt, T->n, T->P, T->W, g->st, em);

@@ -42,6 +42,13 @@ typedef struct dt_gtrain_opts {
     /* sharded gradients with host_optimizer: the host's array (mlen
      * floats, page-locked for speed) the gradient's slice streams to */
     float *host_grad;
+    /* dp = N > 1: the ring across the replicas (member i of N: the job's
+     * ranks at this one's ring rank; NULL with dp = 1). The gradient is
+     * summed around the ring, then across the replicas (the addends
+     * already divided by N: the caller's loss weight); sharded state is
+     * sliced R N ways (dt_model_slice), a unit's ring part reduced or
+     * gathered across the replicas beside the ring's collective of it. */
+    dt_ring_t *rep;
 } dt_gtrain_opts_t;
 int dt_gtrain_new(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, int64_t c,
                   dt_dtype_t dtype, const dt_gtrain_opts_t *opt, dt_ring_t *ring,
@@ -49,8 +56,8 @@ int dt_gtrain_new(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, int64_
                   const int64_t *pos, dt_gmodel_t **out, dt_emsg_t *em);
 
 /* shard_gradients, shard_parameters (engine/model/model.h's semantics;
- * [moff, moff + mlen) must be this rank's slice, dt_model_slice with
- * dp = 1, as the ring cuts it): the device holds this rank's slice of the
+ * [moff, moff + mlen) must be this rank's slice, dt_model_slice, as the
+ * ring and the replicas cut it): the device holds this rank's slice of the
  * gradient only, and each unit's (dt_model_unit_range) gradient is made
  * in one of two unit buffers and reduce-scattered into the slice as soon
  * as the unit's backward is done, overlapping the next unit's (a tied

@@ -173,18 +173,17 @@ t_dp() {
 }
 check "dp: the plan's workers are dp x ranks; capacity counts them; attn refused" t_dp
 
-# what the GPU engine does not run (dp > 1): the planner refuses it, as
-# submit does, naming why, the one answer both ask (spec/vocab.h); a job
-# is never queued to fail in its workers; every shard level it runs
+# the GPU engine runs every shard level and dp > 1 (a second NCCL
+# communicator across the rings): the planner plans them, the one answer
+# it and submit ask (spec/vocab.h) no longer refuses; dp x ranks workers
+# on nodes of 8 GPUs keep each ring inside a node
 t_cuda_shard() {
-    _before=$(njobs)
-    run_rc 6 ctl submit --kind train --model tiny --tokens 4096 --ranks 2 --dp 2 --gpu h100-sxm &&
-        out_has "device cuda runs one ring \(dp = 1\), not dp = 2" || return 1
-    [ "$(njobs)" = "$_before" ] || { echo "a job was created"; return 1; }
-    run_rc 0 ctl plan --kind train --model tiny --tokens 4096 --ranks 2 --gpu h100-sxm \
-        --shard parameters && out_has "^shard +parameters"
+    run_rc 0 ctl plan --kind train --model tiny --tokens 4096 --ranks 2 --dp 2 --gpu h100-sxm \
+        --shard parameters && out_has "^shard +parameters" && out_has "^dp +2" || return 1
+    run_rc 0 ctl plan --kind train --model tiny --tokens 4096 --ranks 8 --dp 2 --gpu h100-sxm \
+        --json && out_has '"nodes": 2' && out_has '"intra_node_frac": 1.0'
 }
-check "device = cuda: dp > 1 refused by plan and submit alike; shard = parameters planned" \
+check "device = cuda: dp > 1 and shard = parameters planned (each ring inside a node)" \
     t_cuda_shard
 
 # llama3-8b at 512K tokens on one H100 fits only with the optimizer and

@@ -1505,8 +1505,13 @@ static dt_plan_mem_t state_by_hand(bool cuda, enum dt_shard_level sh, double inv
     dt_plan_mem_t m = { 0 };
 
     if (cuda) {
-        m.weights = sh == DT_SHARD_PARAMETERS ? 2 * P * inv_w + 4 * U : 2 * P;
-        m.grads = sh >= DT_SHARD_GRADIENTS ? 4 * P * inv_w + 4 * U : 4 * P;
+        /* parameters: two dtype unit buffers and two units' norm gains;
+         * gradients: the two fp32 unit buffers (the largest unit's, a
+         * layer's: both U here) and the ring's reduce-scatter scratch of
+         * R = 4 units (under the cap); dp adds the replicas' (the
+         * caller's ring_part) */
+        m.weights = sh == DT_SHARD_PARAMETERS ? 2 * P * inv_w + 4 * U + 16 * SM_D : 2 * P;
+        m.grads = sh >= DT_SHARD_GRADIENTS ? 4 * P * inv_w + 8 * U + 4 * 4 * U : 4 * P;
         m.optimizer = sh == DT_SHARD_PARAMETERS  ? 12 * P * inv_w
                       : sh >= DT_SHARD_OPTIMIZER ? 4 * P + 8 * P * inv_w
                                                  : 12 * P;
@@ -1522,7 +1527,9 @@ static dt_plan_mem_t state_by_hand(bool cuda, enum dt_shard_level sh, double inv
 /* Data parallel (dp = N rings of R ranks, W = N R): the sharded state per
  * rank is divided by W, so dp = 2 halves it against dp = 1 at the same R
  * (the part kept whole does not change); the CPU engine keeps one more
- * fp32 unit per rank with dp (4 U in grads, at every level); everything
+ * fp32 unit per rank with dp (4 U in grads, at every level), the GPU
+ * engine with sharded gradients the replicas' reduce-scatter scratch (N
+ * units: 8 U, in grads); both engines run dp at every level; everything
  * per token is one ring's and does not change. The step trains N
  * sequences: N times the FLOPs, the same FLOPs per token; the collectives
  * over the state span W ranks at the slowest link (f = (W - 1) / W; on
@@ -1540,6 +1547,7 @@ Test(planner, dp_divides_the_sharded_state_over_every_ring)
         dt_plan_req_t q = small_train(cases[k].cluster, cases[k].prec, false);
         double P = small_params(false), U = SM_LAYER, e = cases[k].e, bw = cases[k].bw;
         double ring_part = q.cuda ? 0 : 4 * U, f = 7.0 / 8;
+        const double cuda_rs2 = 4 * U * 2; /* the replicas' scratch, N = 2 units */
         const enum dt_shard_level levels[] = { DT_SHARD_NONE, DT_SHARD_OPTIMIZER,
                                                DT_SHARD_GRADIENTS, DT_SHARD_PARAMETERS };
         const double bytes[] = { 2 * f * P * e, 3 * f * P * e, f * P * 4 + f * P * e,
@@ -1547,6 +1555,8 @@ Test(planner, dp_divides_the_sharded_state_over_every_ring)
 
         for (size_t i = 0; i < sizeof(levels) / sizeof(levels[0]); i++) {
             const char *lv = dt_shard_name(levels[i]);
+            if (q.cuda)
+                ring_part = levels[i] >= DT_SHARD_GRADIENTS ? cuda_rs2 : 0;
             if (!runs(&q, levels[i], 2)) {
                 refused(q, levels[i], 2);
                 continue;

@@ -873,10 +873,28 @@ static void memstat(void)
     fprintf(stderr, "sim: device memory peak %zu bytes\n", peak);
 }
 
-cudaError_t cudaMalloc(void **p, size_t n)
+/* the device's size: DT_SIM_GPU_MEMORY, or 80 GiB */
+static size_t device_size(void)
 {
     const char *m = getenv("DT_SIM_GPU_MEMORY");
-    size_t cap = m ? (size_t)strtoull(m, NULL, 10) : (size_t)80 << 30;
+
+    return m ? (size_t)strtoull(m, NULL, 10) : (size_t)80 << 30;
+}
+
+cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b)
+{
+    if (poisoned)
+        return cudaErrorECCUncorrectable;
+    pthread_mutex_lock(&mu);
+    *total_b = device_size();
+    *free_b = allocated < *total_b ? *total_b - allocated : 0;
+    pthread_mutex_unlock(&mu);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void **p, size_t n)
+{
+    size_t cap = device_size();
     size_t size = (n + 255) / 256 * 256 + 256;
 
     if (poisoned)
