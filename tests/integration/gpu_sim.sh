@@ -209,14 +209,7 @@ check "run --local, device = cuda: an uncorrectable ECC error (exit 7): node sus
 # Out of device memory (a simulated GPU of 1 MB): every generation fails
 # alike at its start, so the job fails as deterministic; the event names
 # the node, the GPU and CUDA's words.
-t_oom() {
-    run_rc 7 env DT_ENGINE="$SIM" DT_SIM_GPUS=2 DT_SIM_GPU_MEMORY=1000000 "$DTCTL" run --local \
-        "$TMPD/gpu.spec" --state-dir "$TMPD/local-oom" --interval 250ms || return 1
-    out_has "^job 1 [a-z-]+ failed\$" || return 1
-    sqlite3 "$TMPD/local-oom/dt.db" "SELECT detail FROM events WHERE kind = 'deterministic_failure'" |
-        grep -E "on local[12] \(GPU-d7510000-[0-9a-f-]+\) exited with status 1 .*cudaMalloc.*out of memory" ||
-        { sqlite3 "$TMPD/local-oom/dt.db" "SELECT kind, detail FROM events"; return 1; }
-}
+t_oom() { oom_local "$TMPD/gpu.spec" "$TMPD/local-oom" 1000000; }
 check "run --local, device = cuda: out of device memory fails the job, naming node, GPU and cause" \
     t_oom
 

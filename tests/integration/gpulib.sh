@@ -45,3 +45,26 @@ job_local() {
 # memory peak over the ranks (DT_SIM_MEMSTAT), from its log
 result_sha() { sed -n 's/^result: .*params_sha256=\([0-9a-f]*\) .*/\1/p' "$1"; }
 peak_of() { sed -n "s/^sim: $1 memory peak \([0-9]*\) bytes\$/\1/p" "$2" | sort -n | tail -n 1; }
+
+# same_less LABEL A.log B.log: B trained to A's parameters to the bit in
+# a smaller simulated device peak (what offload and recompute promise)
+same_less() {
+    _sa=$(result_sha "$2")
+    _sb=$(result_sha "$3")
+    _pa=$(peak_of device "$2")
+    _pb=$(peak_of device "$3")
+    echo "$1: $_sb (reference $_sa), device peak $_pb bytes (reference $_pa)"
+    [ -n "$_sa" ] && [ "$_sa" = "$_sb" ] && [ "$_pb" -lt "$_pa" ]
+}
+
+# oom_local SPEC DIR BYTES: the job of SPEC through agents on simulated
+# GPUs of BYTES each fails as deterministic (exit 7), the event naming the
+# node, the GPU and CUDA's words
+oom_local() {
+    run_rc 7 env DT_ENGINE="$SIM" DT_SIM_GPUS=2 DT_SIM_GPU_MEMORY="$3" "$DTCTL" run --local \
+        "$1" --state-dir "$2" --interval 250ms || return 1
+    out_has "^job 1 [a-z-]+ failed\$" || return 1
+    sqlite3 "$2/dt.db" "SELECT detail FROM events WHERE kind = 'deterministic_failure'" |
+        grep -E "on local[12] \(GPU-d7510000-[0-9a-f-]+\) exited with status 1 .*cudaMalloc.*out of memory" ||
+        { sqlite3 "$2/dt.db" "SELECT kind, detail FROM events"; return 1; }
+}
