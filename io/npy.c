@@ -53,7 +53,11 @@ const char *dt_npy_dtype_name(dt_dtype_t t)
         return "int32";
     case DT_F64:
         return "float64";
-    case DT_BF16: case DT_U8: /* not a .npy type of dt's */
+    case DT_U8:
+        return "uint8";
+    case DT_BOOL:
+        return "bool";
+    case DT_BF16: /* not a .npy type of dt's */
         break;
     }
     return "unknown";
@@ -72,7 +76,9 @@ size_t dt_npy_dtype_size(dt_dtype_t t)
         return 4;
     case DT_F64:
         return 8;
-    case DT_BF16: case DT_U8: /* not a .npy type of dt's */
+    case DT_U8: case DT_BOOL:
+        return 1;
+    case DT_BF16: /* not a .npy type of dt's */
         break;
     }
     return 0;
@@ -91,7 +97,11 @@ static const char *dtype_descr(dt_dtype_t t)
         return "<i4";
     case DT_F64:
         return "<f8";
-    case DT_BF16: case DT_U8: /* not a .npy type of dt's */
+    case DT_U8:
+        return "|u1";
+    case DT_BOOL:
+        return "|b1";
+    case DT_BF16: /* not a .npy type of dt's */
         break;
     }
     return NULL;
@@ -332,14 +342,18 @@ static int parse_dict(const char *path, const char *text, size_t len, dt_npy_inf
         info->dtype = DT_I32;
     else if (strcmp(descr, "<f8") == 0)
         info->dtype = DT_F64;
+    else if (strcmp(descr, "|u1") == 0)
+        info->dtype = DT_U8;
+    else if (strcmp(descr, "|b1") == 0)
+        info->dtype = DT_BOOL;
     else if (descr[0] == '>')
         return dt_emsg_set(em, DT_EDTYPE,
                            "%s: dtype '%s' is big-endian, only little-endian is supported",
                            path, descr);
     else
         return dt_emsg_set(em, DT_EDTYPE,
-                           "%s: dtype '%s' is not supported (float32, float16, float64, int32 "
-                           "or int64)",
+                           "%s: dtype '%s' is not supported (float32, float16, float64, int32, "
+                           "int64, uint8 or bool)",
                            path, descr);
     if (fortran)
         return dt_emsg_set(em, DT_EDTYPE,
@@ -620,6 +634,54 @@ int dt_npy_read_i64(const char *path, const dt_npy_info_t *info, int64_t *dst, d
                    (int64_t)info->data_offset, em);
     close(fd);
     return rc;
+}
+
+int dt_npy_read_ints(const char *path, const dt_npy_info_t *info, int64_t *dst, dt_emsg_t *em)
+{
+    if (info->dtype == DT_I64)
+        return dt_npy_read_i64(path, info, dst, em);
+    if (info->dtype != DT_I32)
+        return dt_emsg_set(em, DT_EDTYPE, "%s: dtype is %s, expected int32 or int64", path,
+                           dt_npy_dtype_name(info->dtype));
+    if (info->count == 0)
+        return 0;
+    int fd = dt_open_regular(path, NULL, em), rc;
+    if (fd < 0)
+        return fd;
+    /* read into the upper half of dst, widen forwards */
+    int32_t *tmp = (int32_t *)(dst + info->count) - info->count;
+    rc = read_data(path, fd, tmp, (size_t)info->count * sizeof(int32_t),
+                   (int64_t)info->data_offset, em);
+    close(fd);
+    if (rc < 0)
+        return rc;
+    for (int64_t i = 0; i < info->count; i++) {
+        int32_t x;
+        memcpy(&x, tmp + i, sizeof(x));
+        dst[i] = x;
+    }
+    return 0;
+}
+
+int dt_npy_read_bytes(const char *path, const dt_npy_info_t *info, uint8_t *dst, dt_emsg_t *em)
+{
+    if (info->dtype != DT_U8 && info->dtype != DT_BOOL)
+        return dt_emsg_set(em, DT_EDTYPE, "%s: dtype is %s, expected bool or uint8", path,
+                           dt_npy_dtype_name(info->dtype));
+    if (info->count == 0)
+        return 0;
+    int fd = dt_open_regular(path, NULL, em), rc;
+    if (fd < 0)
+        return fd;
+    rc = read_data(path, fd, dst, (size_t)info->count, (int64_t)info->data_offset, em);
+    close(fd);
+    if (rc < 0)
+        return rc;
+    for (int64_t i = 0; i < info->count && info->dtype == DT_BOOL; i++)
+        if (dst[i] > 1)
+            return dt_emsg_set(em, DT_EFORMAT, "%s: element %lld of a bool array is %u", path,
+                               (long long)i, dst[i]);
+    return 0;
 }
 
 /*-- atomic writer --------------------------------------------------------*/

@@ -29,9 +29,10 @@
 #define DT_NPY_MAXDIM 8
 
 /* .npy files hold DT_F32 ('<f4'), DT_F16 ('<f2'), DT_F64 ('<f8'), DT_I32
- * ('<i4') and DT_I64 ('<i8') (spec/dtype.h). */
+ * ('<i4'), DT_I64 ('<i8'), DT_U8 ('|u1') and DT_BOOL ('|b1')
+ * (spec/dtype.h). */
 
-/* "float32", "float16", "float64", "int32", "int64". */
+/* "float32", "float16", "float64", "int32", "int64", "uint8", "bool". */
 const char *dt_npy_dtype_name(dt_dtype_t t);
 size_t dt_npy_dtype_size(dt_dtype_t t);
 
@@ -77,6 +78,14 @@ int dt_npy_read_f32(const char *path, const dt_npy_info_t *info, int64_t first,
 /* Read all elements of an int64 file into dst (info->count values). */
 int dt_npy_read_i64(const char *path, const dt_npy_info_t *info, int64_t *dst,
                     dt_emsg_t *em);
+
+/* Read all elements of an int32 or int64 file into dst as int64
+ * (info->count values). */
+int dt_npy_read_ints(const char *path, const dt_npy_info_t *info, int64_t *dst, dt_emsg_t *em);
+
+/* Read all elements of a bool ('|b1', each 0 or 1) or uint8 ('|u1') file
+ * into dst (info->count bytes). */
+int dt_npy_read_bytes(const char *path, const dt_npy_info_t *info, uint8_t *dst, dt_emsg_t *em);
 
 /* Atomic writer. open creates "<dir>/.<name>.tmp.<pid>" and writes the
  * header; pwrite places `count` elements (given in the writer's dtype; for

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "spec/attn_spec.h"
+#include "spec/mask.h"
 
 /* ---- spec ------------------------------------------------------------ */
 
@@ -82,6 +83,15 @@ int dt_attn_check(const dt_attn_spec_t *s, int R, dt_emsg_t *em)
     if (s->nbranch < 0 || s->nbranch > DT_ATTN_MAXBRANCH)
         return dt_emsg_set(em, DT_EINVAL, "%d dilated branches: at most %d", s->nbranch,
                            DT_ATTN_MAXBRANCH);
+    if (s->mask) {
+        if (s->mask->T != s->T || s->mask->causal != s->causal)
+            return dt_emsg_set(em, DT_EINVAL, "the mask is of %lld positions, %s, the attention "
+                               "of %lld, %s", (long long)s->mask->T,
+                               s->mask->causal ? "causal" : "not causal", (long long)s->T,
+                               s->causal ? "causal" : "not causal");
+        if ((rc = dt_mask_check_heads(s->mask, s->H, em)) < 0)
+            return rc;
+    }
     for (int b = 0; b < s->nbranch; b++) {
         if (s->seg[b] <= 0 || s->dil[b] <= 0)
             return dt_emsg_set(em, DT_EINVAL, "branch %d: segment %lld and dilation %lld must be "
@@ -133,6 +143,13 @@ double dt_attn_flops(const dt_attn_spec_t *s)
 {
     double total = 0;
     int nb = s->nbranch == 0 ? 1 : s->nbranch;
+
+    if (s->nbranch == 0 && s->mask && !dt_mask_is_plain(s->mask)) {
+        int nh = s->mask->block > 0 ? s->mask->nhead : 1;
+        for (int h = 0; h < nh; h++)
+            total += dt_mask_pairs(s->mask, h, 0, s->T, 0, s->T) * 4.0 * s->D * (s->H / nh);
+        return total;
+    }
 
     for (int b = 0; b < nb; b++) {
         dt_attn_branch_t br = dt_attn_branch(s, s->nbranch == 0 ? -1 : b);

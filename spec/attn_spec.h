@@ -16,6 +16,8 @@
 #include "common/err.h"
 #include "spec/layout.h"
 
+struct dt_mask;
+
 #define DT_ATTN_MAXBRANCH 16
 
 typedef struct dt_attn_spec {
@@ -29,6 +31,9 @@ typedef struct dt_attn_spec {
     int64_t dil[DT_ATTN_MAXBRANCH];     /* dilation rates r_i, r_i divides w_i */
     enum dt_layout layout;
     float scale; /* 0: 1 / sqrt(D) */
+    /* NULL, or the mask (spec/mask.h) over the T positions that every
+     * branch applies (its causal and T equal the spec's); not owned */
+    const struct dt_mask *mask;
 } dt_attn_spec_t;
 
 /* Validate a spec for R ranks: positive sizes, Hkv divides H, layout
@@ -59,7 +64,9 @@ dt_attn_branch_t dt_attn_branch(const dt_attn_spec_t *s, int b);
 dt_attn_chunk_t dt_attn_chunk(const dt_attn_spec_t *s, const dt_attn_branch_t *br, int k);
 
 /* Floating-point operations of the forward (multiply-adds count 2) over all
- * ranks, counting only visible (query, key) pairs. Backward costs 2.5x. */
+ * ranks, counting only visible (query, key) pairs (for dense attention
+ * with a mask, the pairs the mask allows, exactly; dilated branches count
+ * their pairs without it). Backward costs 2.5x. */
 double dt_attn_flops(const dt_attn_spec_t *s);
 
 #endif /* DT_ATTN_SPEC_H */

@@ -24,6 +24,7 @@ typedef enum dt_dtype {
     DT_I32,
     DT_U8,
     DT_F64, /* IEEE binary64: read from .npy files (reference values), never computed in */
+    DT_BOOL, /* one byte, 0 or 1: read from .npy files (masks) */
 } dt_dtype_t;
 
 /* Bytes per element; 0 for a value outside the enum. */

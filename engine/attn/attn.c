@@ -31,6 +31,7 @@
 #include "common/mem.h"
 #include "engine/attn/attn.h"
 #include "kernels/cpu/attn_cpu.h"
+#include "spec/mask.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -285,6 +286,8 @@ typedef struct ctx {
     dt_attn_branch_t br; /* the branch being run */
     float scale;
     int causal;
+    int pos;   /* the kernels get positions: causal, or a mask */
+    const dt_mask_t *mask; /* NULL, or one that restricts more than causality */
     int R;     /* ranks */
     int64_t c; /* local rows */
     dt_attn_stats_t *st;
@@ -328,6 +331,26 @@ typedef struct item {
     int c, h0, h1;
 } item_t;
 
+/* Whether any query head of a chunk attends any pair of queries at
+ * positions qp (nq, ascending) and keys at kp (nk, ascending): the mask's
+ * box test on each half of either side (a zigzag rank's two runs). */
+static int chunk_needed(const ctx_t *x, const dt_attn_chunk_t *ck, const int64_t *qp,
+                        int64_t nq, const int64_t *kp, int64_t nk)
+{
+    int nh = x->mask->block > 0 && x->mask->nhead > 1 ? ck->nh : 1;
+    int64_t qcut[3] = { 0, nq / 2, nq }, kcut[3] = { 0, nk / 2, nk };
+    for (int h = 0; h < nh; h++)
+        for (int a = 0; a < 2; a++)
+            for (int b = 0; b < 2; b++) {
+                if (qcut[a] == qcut[a + 1] || kcut[b] == kcut[b + 1])
+                    continue;
+                if (dt_mask_box(x->mask, ck->hlo + h, qp[qcut[a]], qp[qcut[a + 1] - 1],
+                                kp[kcut[b]], kp[kcut[b + 1] - 1]) != DT_MASK_EMPTY)
+                    return 1;
+            }
+    return 0;
+}
+
 /* The work of one block against my queries: per chunk, the source's key
  * positions (in gr->kpos) and, unless the chunk is empty or in the
  * future, its items. Forward items are single query heads; backward items
@@ -348,8 +371,9 @@ static int block_items(ctx_t *x, const group_t *gr, const member_t *src, int per
             continue;
         int64_t *kpos = gr->kpos + c * gr->maxn;
         seg_positions(x->s, x->R, src->rank, gr->a, gr->e, x->br.r, c, kpos);
-        if (x->causal && kpos[0] > me->pos[c][nq - 1])
-            continue; /* the whole block is in the future */
+        if (x->mask ? !chunk_needed(x, &ck, me->pos[c], nq, kpos, nk)
+                    : x->causal && kpos[0] > me->pos[c][nq - 1])
+            continue; /* no pair of the block is attended: in the future, or masked */
         for (int h = 0; h < ck.nh;) {
             int e = h + 1;
             if (per_kv) /* the rest of this kv head's group */
@@ -407,8 +431,9 @@ static dt_attn_head_t head_at(ctx_t *x, const group_t *gr, const qside_t *qs,
         .q = qs->q[c] + (size_t)h * s->D, .ldq = ldq,
         .k = kb + (size_t)kvh * s->D, .ldk = (int64_t)krow,
         .v = vb + (size_t)kvh * s->D, .ldv = (int64_t)krow,
-        .qpos = x->causal ? me->pos[c] : NULL,
-        .kpos = x->causal ? gr->kpos + c * gr->maxn : NULL,
+        .qpos = x->pos ? me->pos[c] : NULL,
+        .kpos = x->pos ? gr->kpos + c * gr->maxn : NULL,
+        .mask = x->mask, .head = ck.hlo + h,
         .scale = x->scale, .progress = progress ? poll_ops : NULL, .progress_arg = x,
         .kv_id = ids + (uint64_t)c * (uint64_t)s->Hkv + (uint64_t)((ck.hlo + h) / g),
     };
@@ -598,6 +623,163 @@ out:
     return rc;
 }
 
+/* ---- masked dense rings: only the blocks a pair needs -------------------- */
+
+/* Whether rank dst's queries attend any key of rank src under the mask
+ * (dense attention: a rank's positions are its layout runs). */
+static int rank_needs(const ctx_t *x, int dst, int src)
+{
+    const dt_attn_spec_t *s = x->s;
+    dt_run_t qr[DT_LAYOUT_MAXRUNS], kr[DT_LAYOUT_MAXRUNS];
+    int nq = dt_layout_runs(s->layout, s->T, x->R, dst, qr);
+    int nk = dt_layout_runs(s->layout, s->T, x->R, src, kr);
+    int nh = x->mask->block > 0 && x->mask->nhead > 1 ? s->H : 1;
+    for (int h = 0; h < nh; h++)
+        for (int a = 0; a < nq; a++)
+            for (int b = 0; b < nk; b++)
+                if (qr[a].len > 0 && kr[b].len > 0 &&
+                    dt_mask_box(x->mask, h, qr[a].start, qr[a].start + qr[a].len - 1,
+                                kr[b].start, kr[b].start + kr[b].len - 1) != DT_MASK_EMPTY)
+                    return 1;
+    return 0;
+}
+
+/* Step t of a masked dense ring: I receive the block of member me - t
+ * when my queries need it and send mine to member me + t when its
+ * queries need it; a pair that needs nothing sends nothing, and a step
+ * where neither does is no step at all. Every rank decides from the same
+ * mask, so the two ends of each transfer agree. */
+typedef struct dstep {
+    int in, out;           /* receive from src, send to dst */
+    const member_t *src, *dst;
+} dstep_t;
+
+static dstep_t dstep(const ctx_t *x, const group_t *gr, int t)
+{
+    dstep_t d;
+    d.src = &gr->m[(gr->me - t + gr->g) % gr->g];
+    d.dst = &gr->m[(gr->me + t) % gr->g];
+    d.in = rank_needs(x, gr->m[gr->me].rank, d.src->rank);
+    d.out = rank_needs(x, d.dst->rank, gr->m[gr->me].rank);
+    return d;
+}
+
+/* start the K/V transfer of step t (nothing when neither side has one) */
+static int dstart_kv(ctx_t *x, const group_t *gr, const dstep_t *d, float *own, float *rbuf)
+{
+    const member_t *me = &gr->m[gr->me];
+    if (!d->in && !d->out)
+        return 0;
+    if (d->out)
+        x->st->bytes_sent += (double)me->floats * sizeof(float);
+    return dt_comm_start(x->comm, d->out ? own : NULL, d->out ? me->floats * sizeof(float) : 0,
+                         d->dst->rank, d->in ? rbuf : NULL,
+                         d->in ? d->src->floats * sizeof(float) : 0, d->src->rank, TAG_KV,
+                         &x->inflight[0]);
+}
+
+/* Forward: the blocks in the order of the plain ring (step t: member
+ * me - t's), so the sums are the same to the bit when nothing is masked;
+ * bufs[0] my pack, bufs[1] and rb the two receive buffers. */
+static int ring_fwd_masked(ctx_t *x, const group_t *gr, const qside_t *qs, float *bufs[2],
+                           size_t maxf)
+{
+    float *rb[2] = { bufs[1], dt_xaligned(maxf ? maxf : 1, sizeof(float)) };
+    int rc = 0;
+    dstep_t nx = dstep(x, gr, 1);
+    if ((rc = dstart_kv(x, gr, &nx, bufs[0], rb[1])) < 0)
+        goto out;
+    compute_fwd(x, gr, qs, &gr->m[gr->me], &(kvblk_t){ .buf = bufs[0] });
+    for (int t = 1; t < gr->g; t++) {
+        dstep_t cur = nx;
+        if (x->inflight[0] && (rc = waitop(x, &x->inflight[0])) < 0)
+            goto out;
+        if (t + 1 < gr->g) {
+            nx = dstep(x, gr, t + 1);
+            if ((rc = dstart_kv(x, gr, &nx, bufs[0], rb[(t + 1) % 2])) < 0)
+                goto out;
+        }
+        if (cur.in)
+            compute_fwd(x, gr, qs, cur.src, &(kvblk_t){ .buf = rb[t % 2] });
+    }
+out:
+    if (x->inflight[0]) {
+        int w = dt_comm_wait(x->inflight[0]);
+        x->inflight[0] = NULL;
+        if (rc == 0)
+            rc = w;
+    }
+    free(rb[1]);
+    return rc;
+}
+
+/* Backward: the gradient of the block of member me - t goes straight back
+ * to it after step t, and mine comes from member me + t; my own block's
+ * gradient adds them in step order, as the plain ring does, so the sums
+ * are the same to the bit when nothing is masked. gfinal gets it. */
+static int ring_bwd_masked(ctx_t *x, const group_t *gr, const qside_t *qs, float *bufs[2],
+                           float *gb[3], size_t gmax, float *gfinal)
+{
+    const member_t *me = &gr->m[gr->me];
+    float *rb[2] = { bufs[1], dt_xaligned(gmax ? gmax : 1, sizeof(float)) };
+    float *gin = gb[0], *gsend[2] = { gb[1], gb[2] };
+    int rc = 0, w, pend_in = 0;
+    dstep_t nx = dstep(x, gr, 1);
+
+    if ((rc = dstart_kv(x, gr, &nx, bufs[0], rb[1])) < 0)
+        goto out;
+    memset(gfinal, 0, me->floats * sizeof(float));
+    compute_bwd(x, gr, qs, me, &(kvblk_t){ .buf = bufs[0] }, &(kvblk_t){ .buf = gfinal });
+    for (int t = 1; t < gr->g; t++) {
+        dstep_t cur = nx;
+        float *g = gsend[t % 2];
+        if (x->inflight[0] && (rc = waitop(x, &x->inflight[0])) < 0)
+            goto out;
+        if (t + 1 < gr->g) {
+            nx = dstep(x, gr, t + 1);
+            if ((rc = dstart_kv(x, gr, &nx, bufs[0], rb[(t + 1) % 2])) < 0)
+                goto out;
+        }
+        if (cur.in) {
+            memset(g, 0, cur.src->floats * sizeof(float));
+            compute_bwd(x, gr, qs, cur.src, &(kvblk_t){ .buf = rb[t % 2] },
+                        &(kvblk_t){ .buf = g });
+        }
+        /* step t - 1's gradient exchange done: its contribution to mine */
+        if (x->inflight[1] && (rc = waitop(x, &x->inflight[1])) < 0)
+            goto out;
+        if (pend_in)
+            for (size_t e = 0; e < me->floats; e++)
+                gfinal[e] += gin[e];
+        /* this step's: the block's gradient home, mine from member me + t */
+        pend_in = cur.out;
+        if (cur.in || cur.out) {
+            if (cur.in)
+                x->st->bytes_sent += (double)cur.src->floats * sizeof(float);
+            rc = dt_comm_start(x->comm, cur.in ? g : NULL,
+                               cur.in ? cur.src->floats * sizeof(float) : 0, cur.src->rank,
+                               cur.out ? gin : NULL, cur.out ? me->floats * sizeof(float) : 0,
+                               cur.dst->rank, TAG_GRAD, &x->inflight[1]);
+            if (rc < 0)
+                goto out;
+        }
+    }
+    if (x->inflight[1] && (rc = waitop(x, &x->inflight[1])) < 0)
+        goto out;
+    if (pend_in)
+        for (size_t e = 0; e < me->floats; e++)
+            gfinal[e] += gin[e];
+out:
+    for (int i = 0; i < 2; i++)
+        if (x->inflight[i]) {
+            if ((w = dt_comm_wait(x->inflight[i])) < 0 && rc == 0)
+                rc = w;
+            x->inflight[i] = NULL;
+        }
+    free(rb[1]);
+    return rc;
+}
+
 /* ---- driver ------------------------------------------------------------ */
 
 typedef struct tensors {
@@ -687,7 +869,11 @@ static int run_branch(ctx_t *x, int b, const tensors_t *tn, int bwd)
                 }
             }
 
-            if (!bwd) {
+            /* a mask on a dense ring: only the blocks some pair needs move */
+            int masked = x->mask != NULL && s->nbranch == 0 && gr.g > 1;
+            if (!bwd && masked) {
+                rc = ring_fwd_masked(x, &gr, &qs, bufs, maxf);
+            } else if (!bwd) {
                 rc = ring_fwd(x, &gr, &qs, bufs, direct ? dkv : NULL);
             } else if (direct) {
                 rc = ring_bwd(x, &gr, &qs, bufs, NULL, 0, NULL, dkv);
@@ -695,7 +881,8 @@ static int run_branch(ctx_t *x, int b, const tensors_t *tn, int bwd)
                 float *gb[3], *gfinal = dt_xaligned(maxf ? maxf : 1, sizeof(float));
                 for (int j = 0; j < 3; j++)
                     gb[j] = dt_xaligned(maxf ? maxf : 1, sizeof(float));
-                rc = ring_bwd(x, &gr, &qs, bufs, gb, maxf, gfinal, NULL);
+                rc = masked ? ring_bwd_masked(x, &gr, &qs, bufs, gb, maxf, gfinal)
+                            : ring_bwd(x, &gr, &qs, bufs, gb, maxf, gfinal, NULL);
                 if (rc == 0)
                     unpack_add_kv(s, &br, mm, &mi, gfinal, tn->dk, tn->dv);
                 for (int j = 0; j < 3; j++)
@@ -742,7 +929,9 @@ static int run(dt_comm_t *comm, const dt_attn_spec_t *s, const tensors_t *tn, in
 {
     int R = dt_comm_size(comm), rc = 0;
     dt_attn_stats_t local = { 0 };
-    ctx_t x = { .comm = comm, .s = s, .causal = s->causal, .st = st ? st : &local };
+    const dt_mask_t *mask = s->mask && !dt_mask_is_plain(s->mask) ? s->mask : NULL;
+    ctx_t x = { .comm = comm, .s = s, .causal = s->causal, .pos = s->causal || mask != NULL,
+                .mask = mask, .st = st ? st : &local };
     double t0 = dt_clock_now();
 
     memset(x.st, 0, sizeof(*x.st));

@@ -38,6 +38,7 @@
 #include "kernels/cpu/attn_cpu.h"
 #include "spec/model.h"
 #include "engine/cmd/options.h"
+#include "io/maskfile.h"
 #include "spec/spec.h"
 
 enum { TAG_OUT = 201, TAG_SHA };
@@ -57,6 +58,7 @@ typedef struct opts {
     int causal, stats, threads, backward, print;
     int cuda, fp16; /* --device cuda, --dtype fp16 */
     float scale;
+    dt_mask_args_t mask; /* --doc-lengths, --sliding-window, --block-mask, --mask-block */
     dt_spec_t spec;   /* --spec FILE: the strings above may point into it */
     char gen[128];    /* --generate's value made from the spec */
 } opts_t;
@@ -67,6 +69,8 @@ static void usage(FILE *f)
             "usage: dtengine attn --q Q.npy --k K.npy --v V.npy --out O.npy [--lse LSE.npy]\n"
             "                     [--no-causal] [--segments w1,w2,... --dilations r1,r2,...]\n"
             "                     [--layout contiguous|zigzag] [--scale S]\n"
+            "                     [--doc-lengths L1,L2,...|LENGTHS.npy] [--sliding-window W]\n"
+            "                     [--block-mask MASK.npy|ROWPTR.npy,COLS.npy --mask-block B]\n"
             "                     [--dout dO.npy --dq dQ.npy --dk dK.npy --dv dV.npy]\n"
             "                     [--backward] [--out-dir DIR] [--threads N] [--stats]\n"
             "                     [--device cpu|cuda [--dtype bf16|fp16]] [--print-settings]\n"
@@ -79,13 +83,15 @@ static void usage(FILE *f)
 
 /* attn's own options; the rest are job-spec keys (engine/cmd/options.h) */
 enum { O_Q = 1, O_K, O_V, O_OUT, O_LSE, O_DOUT, O_DQ, O_DK, O_DV, O_GEN, O_STATS, O_THREADS,
-       O_SCALE, O_BACKWARD };
+       O_SCALE, O_BACKWARD, O_DOCS, O_WINDOW, O_BLOCKS, O_BLOCK };
 static const dt_cmd_opt_t own_options[] = {
     { "q", 1, O_Q },          { "k", 1, O_K },           { "v", 1, O_V },
     { "out", 1, O_OUT },      { "lse", 1, O_LSE },       { "dout", 1, O_DOUT },
     { "dq", 1, O_DQ },        { "dk", 1, O_DK },         { "dv", 1, O_DV },
     { "generate", 1, O_GEN }, { "stats", 0, O_STATS },   { "threads", 1, O_THREADS },
-    { "scale", 1, O_SCALE },  { "backward", 0, O_BACKWARD }, { NULL, 0, 0 },
+    { "scale", 1, O_SCALE },  { "backward", 0, O_BACKWARD },
+    { "doc-lengths", 1, O_DOCS }, { "sliding-window", 1, O_WINDOW },
+    { "block-mask", 1, O_BLOCKS }, { "mask-block", 1, O_BLOCK }, { NULL, 0, 0 },
 };
 
 static int own_option(int id, const char *value, void *arg, dt_emsg_t *em)
@@ -114,6 +120,21 @@ static int own_option(int id, const char *value, void *arg, dt_emsg_t *em)
         if (*value == '\0' || *end != '\0' || !(o->scale > 0.0f) || isinf(o->scale))
             return dt_emsg_set(em, DT_EUSAGE, "--scale '%s' must be a positive number", value);
         return 0;
+    case O_DOCS:
+        o->mask.doc_lengths = value;
+        return 0;
+    case O_BLOCKS:
+        o->mask.block_mask = value;
+        return 0;
+    case O_WINDOW:
+    case O_BLOCK: {
+        long long x = strtoll(value, &end, 10);
+        if (*value == '\0' || *end != '\0' || x < 1)
+            return dt_emsg_set(em, DT_EUSAGE, "--%s '%s' must be a positive integer",
+                               id == O_WINDOW ? "sliding-window" : "mask-block", value);
+        *(id == O_WINDOW ? &o->mask.window : &o->mask.block) = x;
+        return 0;
+    }
     default:
         *path[id] = value;
         return 0;
@@ -182,6 +203,7 @@ static int parse_opts(int argc, char **argv, opts_t *o, dt_emsg_t *em)
 
 typedef struct input {
     dt_attn_spec_t spec;
+    dt_mask_t mask; /* spec.mask points here when a part is given */
     dt_npy_info_t qi, ki, vi, di;
     int bwd;
 } input_t;
@@ -281,6 +303,15 @@ static int prepare(const opts_t *o, int R, input_t *in, dt_emsg_t *em)
     if (s->H % s->Hkv != 0)
         return dt_emsg_set(em, DT_ESHAPE, "Q has H=%d heads and K/V Hkv=%d: Hkv must divide H",
                            s->H, s->Hkv);
+    if (dt_mask_args_any(&o->mask)) {
+        if (o->cuda)
+            return dt_emsg_set(em, DT_ENOTSUP, "--device cuda does not take masks yet "
+                               "(--doc-lengths, --sliding-window, --block-mask): run them on "
+                               "the CPU");
+        if ((rc = dt_mask_load(&in->mask, &o->mask, s->T, s->causal, s->H, em)) < 0)
+            return rc;
+        s->mask = &in->mask;
+    }
     return dt_attn_check(s, R, em);
 }
 
@@ -762,6 +793,48 @@ static int attn_write(attn_run_t *a)
     return report(a, rc);
 }
 
+/* Dense attention's work per rank: the pairs its queries attend (every
+ * head), from the mask (or causality) and the layout; max over mean. */
+static void print_balance(const dt_attn_spec_t *s, int R)
+{
+    dt_mask_t plain;
+    const dt_mask_t *m = s->mask;
+    double mx = 0, sum = 0;
+    if (m == NULL) {
+        dt_mask_init(&plain, s->T, s->causal);
+        m = &plain;
+    }
+    int nh = m->block > 0 ? m->nhead : 1;
+    printf("stats: work");
+    for (int r = 0; r < R; r++) {
+        dt_run_t runs[DT_LAYOUT_MAXRUNS];
+        int nr = dt_layout_runs(s->layout, s->T, R, r, runs);
+        double w = 0;
+        for (int i = 0; i < nr; i++)
+            for (int h = 0; h < nh; h++)
+                w += dt_mask_pairs(m, h, runs[i].start, runs[i].start + runs[i].len, 0, s->T) *
+                     (double)(s->H / nh);
+        printf(" rank%d_pairs=%.0f", r, w);
+        mx = w > mx ? w : mx;
+        sum += w;
+    }
+    printf(" imbalance=%.3f\n", sum > 0 ? mx / (sum / R) : 1.0);
+    if (m == &plain)
+        dt_mask_close(&plain);
+}
+
+/* The mask's parts for the summary line: "none" or e.g. "docs+window". */
+static const char *mask_words(const dt_attn_spec_t *s, char *buf, size_t n)
+{
+    const dt_mask_t *m = s->mask;
+    if (m == NULL || dt_mask_is_plain(m))
+        return "none";
+    snprintf(buf, n, "%s%s%s%s%s", m->ndoc > 1 ? "docs" : "",
+             m->ndoc > 1 && m->window ? "+" : "", m->window ? "window" : "",
+             (m->ndoc > 1 || m->window) && m->block ? "+" : "", m->block ? "blocks" : "");
+    return buf;
+}
+
 /* The slowest rank's times and the largest memory (all ranks take part),
  * --stats lines, and rank 0's summary line. */
 static int attn_summary(attn_run_t *a)
@@ -776,17 +849,21 @@ static int attn_summary(attn_run_t *a)
         rc = print_stats(a->comm, "fwd", &a->fst, &a->em);
         if (rc == 0 && a->in.bwd)
             rc = print_stats(a->comm, "bwd", &a->bst, &a->em);
+        if (rc == 0 && a->me == 0 && s->nbranch == 0)
+            print_balance(s, a->R);
     }
     if ((rc = report(a, rc)) < 0)
         return rc;
     if (a->me == 0) {
         double fl = dt_attn_flops(s);
+        char mw[64];
         printf("dtengine attn: tokens=%lld ranks=%d device=%s layout=%s causal=%d heads=%d/%d "
-               "dim=%d branches=%d seconds=%.4f gflops=%.2f",
+               "dim=%d branches=%d mask=%s seconds=%.4f gflops=%.2f",
                (long long)s->T, a->R,
                a->o.cuda ? (a->o.fp16 ? "cuda/fp16" : "cuda/bf16") : "cpu",
                dt_layout_name(s->layout), s->causal, s->H, s->Hkv, s->D,
-               s->nbranch, t[0], t[0] > 0 ? fl / t[0] * 1e-9 : 0.0);
+               s->nbranch, mask_words(s, mw, sizeof(mw)), t[0],
+               t[0] > 0 ? fl / t[0] * 1e-9 : 0.0);
         if (a->in.bwd)
             printf(" bwd_seconds=%.4f bwd_gflops=%.2f", t[1],
                    t[1] > 0 ? 2.5 * fl / t[1] * 1e-9 : 0.0);
@@ -814,6 +891,7 @@ static int attn_summary(attn_run_t *a)
 static void attn_close(attn_run_t *a)
 {
     dt_spec_free(&a->o.spec);
+    dt_mask_close(&a->in.mask);
     free(a->pos);
     free(a->q);
     free(a->k);

@@ -24,6 +24,7 @@
 
 #include "common/mem.h"
 #include "kernels/cpu/attn_cpu.h"
+#include "spec/mask.h"
 
 /* The blas kernel's tiles: BQ query rows by BK keys. The score tile (BQ x BK floats,
  * 128 KiB) stays in L2 between the two products. */
@@ -40,17 +41,44 @@ static float row_max(const float *s, int n);
 static float row_exp2_sum(float *s, int n, float m);
 static void row_bwd(float *s, float *dp, int n, float lse, float delta);
 
-/* Mask the score tile: entries whose key lies in the future of the query
- * become -inf. */
-static void mask_tile(float *s, int ld, int bq, int bk, const int64_t *qpos, const int64_t *kpos)
+/* Mask one score row of query position qp against keys kpos[0 .. n): the
+ * entries a key may not be attended from become -inf (causal by position,
+ * or the head's mask). */
+static void mask_row(const dt_attn_head_t *a, float *row, int64_t qp, const int64_t *kpos, int n)
 {
-    for (int r = 0; r < bq; r++) {
-        int64_t qp = qpos[r];
-        float *row = s + (int64_t)r * ld;
-        for (int j = 0; j < bk; j++)
+    if (a->mask == NULL) {
+        for (int j = 0; j < n; j++)
             if (kpos[j] > qp)
                 row[j] = -INFINITY;
+        return;
     }
+    int64_t lo, hi;
+    dt_mask_row(a->mask, qp, &lo, &hi);
+    for (int j = 0; j < n; j++)
+        if (kpos[j] < lo || kpos[j] >= hi ||
+            (a->mask->block > 0 && !dt_mask_allows(a->mask, a->head, qp, kpos[j])))
+            row[j] = -INFINITY;
+}
+
+/* Mask the score tile (bq rows of stride ld, bk keys). */
+static void mask_tile(const dt_attn_head_t *a, float *s, int ld, int bq, int bk,
+                      const int64_t *qpos, const int64_t *kpos)
+{
+    for (int r = 0; r < bq; r++)
+        mask_row(a, s + (int64_t)r * ld, qpos[r], kpos, bk);
+}
+
+/* The pairs of queries with positions in [qlo, qhi] against keys in [klo,
+ * khi]: DT_MASK_EMPTY, _PARTIAL or _FULL (causal by position, or the
+ * head's mask). */
+static enum dt_mask_box tile_box(const dt_attn_head_t *a, int64_t qlo, int64_t qhi, int64_t klo,
+                                 int64_t khi)
+{
+    if (a->mask)
+        return dt_mask_box(a->mask, a->head, qlo, qhi, klo, khi);
+    if (klo > qhi)
+        return DT_MASK_EMPTY; /* every key after every query */
+    return khi <= qlo ? DT_MASK_FULL : DT_MASK_PARTIAL;
 }
 
 static void minmax(const int64_t *p, int64_t n, int64_t *lo, int64_t *hi)
@@ -104,16 +132,17 @@ static void fwd_blas(const dt_attn_head_t *a, float *o, int64_t ldo, float *lse)
             int full = 1;
             if (causal) {
                 int64_t t = j0 / BK;
-                if (kb[2 * t] > qhi)
-                    continue; /* every key after every query */
-                full = kb[2 * t + 1] <= qlo;
+                enum dt_mask_box bx = tile_box(a, qlo, qhi, kb[2 * t], kb[2 * t + 1]);
+                if (bx == DT_MASK_EMPTY)
+                    continue;
+                full = bx == DT_MASK_FULL;
             }
             any = 1;
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bq, bk, d, a->scale,
                         a->q + i0 * a->ldq, (int)a->ldq, a->k + j0 * a->ldk, (int)a->ldk, 0.0f,
                         s, BK);
             if (!full)
-                mask_tile(s, BK, bq, bk, a->qpos + i0, a->kpos + j0);
+                mask_tile(a, s, BK, bq, bk, a->qpos + i0, a->kpos + j0);
             for (int r = 0; r < bq; r++) {
                 float *row = s + (int64_t)r * BK;
                 float mx = row_max(row, bk) * 1.44269504088896341f;
@@ -172,16 +201,17 @@ static void bwd_blas(const dt_attn_head_t *a, const dt_attn_head_grad_t *g)
             int full = 1;
             if (causal) {
                 int64_t t = j0 / BK;
-                if (kb[2 * t] > qhi)
+                enum dt_mask_box bx = tile_box(a, qlo, qhi, kb[2 * t], kb[2 * t + 1]);
+                if (bx == DT_MASK_EMPTY)
                     continue;
-                full = kb[2 * t + 1] <= qlo;
+                full = bx == DT_MASK_FULL;
             }
             /* s = scale q k^T, masked */
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bq, bk, d, a->scale,
                         a->q + i0 * a->ldq, (int)a->ldq, a->k + j0 * a->ldk, (int)a->ldk, 0.0f,
                         s, BK);
             if (!full)
-                mask_tile(s, BK, bq, bk, a->qpos + i0, a->kpos + j0);
+                mask_tile(a, s, BK, bq, bk, a->qpos + i0, a->kpos + j0);
             /* dp = dout v^T */
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bq, bk, d, 1.0f,
                         g->dout + i0 * g->lddo, (int)g->lddo, a->v + j0 * a->ldv, (int)a->ldv,
@@ -240,6 +270,7 @@ typedef struct tiles {
 typedef struct tile {
     int full, bk, d;
     float scale;
+    const dt_attn_head_t *a;
     const int64_t *qpos, *kpos;
     int lim[NRB];
 } tile_t;
@@ -281,6 +312,7 @@ static int tile_at(const tiles_t *ts, const dt_attn_head_t *a, int64_t i0, int b
     tl->d = a->d;
     tl->scale = a->scale;
     tl->full = 1;
+    tl->a = a;
     tl->qpos = ts->causal ? a->qpos + i0 : NULL;
     tl->kpos = ts->causal ? a->kpos + j0 : NULL;
     for (int b = 0; b < nb; b++)
@@ -289,10 +321,13 @@ static int tile_at(const tiles_t *ts, const dt_attn_head_t *a, int64_t i0, int b
         return 1;
     int64_t qlo, qhi, t = j0 / BKP;
     minmax(tl->qpos, bq, &qlo, &qhi);
-    if (ts->kb[2 * t] > qhi)
+    enum dt_mask_box bx = tile_box(a, qlo, qhi, ts->kb[2 * t], ts->kb[2 * t + 1]);
+    if (bx == DT_MASK_EMPTY)
         return 0;
-    tl->full = ts->kb[2 * t + 1] <= qlo;
-    if (tl->full || !ts->asc[t])
+    tl->full = bx == DT_MASK_FULL;
+    /* a row block's keys after its last query are cut where causality
+     * rules them out (a mask without it is applied key by key) */
+    if (tl->full || !ts->asc[t] || (a->mask && !a->mask->causal))
         return 1;
     /* ascending keys: a row block needs the keys up to its last query */
     for (int b = 0; b < nb; b++) {

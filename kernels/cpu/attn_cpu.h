@@ -11,9 +11,12 @@
  * a caller pass one head of a (T, H, D) tensor without copying (ld = H * D).
  *
  * Masking: when qpos and kpos are both non-NULL the attention is causal by
- * position: key j is visible to query i iff kpos[j] <= qpos[i]. Positions
- * are int64 and need not be contiguous or sorted (tiles whose keys all lie
- * in the future of all their queries are skipped, so sorted runs are fast).
+ * position: key j is visible to query i iff kpos[j] <= qpos[i]; with a
+ * mask (spec/mask.h; positions then required) instead iff the mask allows
+ * (qpos[i], kpos[j]) for query head `head`. Positions are int64 and need
+ * not be contiguous or sorted (tiles whose keys no query may attend are
+ * skipped, tiles that every pair may are not masked at all, so sorted
+ * runs are fast).
  *
  * Forward accumulates: (o, lse) on entry is a running softmax state (o
  * normalised, lse the natural log of the sum of exp(score) so far, -inf for
@@ -36,6 +39,8 @@
 
 #include <stdint.h>
 
+struct dt_mask;
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -51,6 +56,11 @@ typedef struct dt_attn_head {
     int64_t ldv;
     const int64_t *qpos; /* (tq) or NULL */
     const int64_t *kpos; /* (tk) or NULL */
+    /* NULL, or the mask over positions that replaces causality by
+     * position (its own causal says whether); head: the query head, for
+     * a mask with a block pattern per head */
+    const struct dt_mask *mask;
+    int head;
     float scale;         /* scores are scale * q.k */
     /* called between tiles (e.g. to progress communication); may be NULL */
     void (*progress)(void *arg);

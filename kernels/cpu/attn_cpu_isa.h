@@ -394,10 +394,7 @@ static void ISA(scores)(const tile_t *tl, int r0, int nr, const float *qt, const
         return;
     for (int r = r0; r < r0 + nr; r++) {
         float *row = s + (int64_t)r * BKP;
-        int64_t qp = tl->qpos[r];
-        for (int j = 0; j < lim; j++)
-            if (tl->kpos[j] > qp)
-                row[j] = -INFINITY;
+        mask_row(tl->a, row, tl->qpos[r], tl->kpos, lim);
         for (int j = lim; j < tl->bk; j++)
             row[j] = -INFINITY;
     }

@@ -14,6 +14,7 @@
 
 #include "common/mem.h"
 #include "kernels/cpu/attn_cpu.h"
+#include "spec/mask.h"
 
 void dt_attn_merge_cpu(int64_t n, int d, float *o1, int64_t ld1, float *lse1, const float *o2,
                        int64_t ld2, const float *lse2)
@@ -56,7 +57,11 @@ void dt_attn_delta_cpu(int64_t n, int d, const float *dout, int64_t lddo, const 
 
 static int visible(const dt_attn_head_t *a, int64_t i, int64_t j)
 {
-    return a->qpos == NULL || a->kpos == NULL || a->kpos[j] <= a->qpos[i];
+    if (a->qpos == NULL || a->kpos == NULL)
+        return 1;
+    if (a->mask)
+        return dt_mask_allows(a->mask, a->head, a->qpos[i], a->kpos[j]);
+    return a->kpos[j] <= a->qpos[i];
 }
 
 static double dot(const float *x, const float *y, int d)

@@ -31,6 +31,8 @@ struct prob {
     int nbranch;
     const int64_t *seg;
     const int64_t *dil;
+    const ref_mask_t *mask;
+    int64_t *doc; /* (T) each position's document, when the mask has them */
 };
 
 /* Scratch for one (i, h): its keys and their probabilities, O(T) each. */
@@ -43,7 +45,7 @@ struct row {
 
 static struct prob prob_make(int64_t T, int H, int Hkv, int D, const float *q, const float *k,
                              const float *v, int causal, float scale, int nbranch,
-                             const int64_t *seg, const int64_t *dil)
+                             const int64_t *seg, const int64_t *dil, const ref_mask_t *mask)
 {
     struct prob p = {
         .T = T,
@@ -57,6 +59,7 @@ static struct prob prob_make(int64_t T, int H, int Hkv, int D, const float *q, c
         .nbranch = nbranch,
         .seg = seg,
         .dil = dil,
+        .mask = mask,
     };
 
     assert(T > 0 && H > 0 && Hkv > 0 && D > 0 && H % Hkv == 0);
@@ -67,7 +70,35 @@ static struct prob prob_make(int64_t T, int H, int Hkv, int D, const float *q, c
     if (scale == 0.0f)
         scale = (float)(1.0 / sqrt((double)D));
     p.scale = scale;
+    if (mask != NULL && mask->ndoc > 0) {
+        int64_t i = 0;
+        p.doc = dt_xmallocarray((size_t)T, sizeof(*p.doc));
+        for (int64_t d = 0; d < mask->ndoc; d++)
+            for (int64_t n = 0; n < mask->doc_len[d]; n++) {
+                assert(i < T);
+                p.doc[i++] = d;
+            }
+        assert(i == T);
+    }
     return p;
+}
+
+/* the mask's parts (ref_mask_t), pair by pair */
+static int masked_out(const struct prob *p, int h, int64_t i, int64_t j)
+{
+    const ref_mask_t *m = p->mask;
+    if (m == NULL)
+        return 0;
+    if (m->ndoc > 0 && p->doc[i] != p->doc[j])
+        return 1;
+    if (m->window > 0 && (i - j >= m->window || (!p->causal && j - i >= m->window)))
+        return 1;
+    if (m->block > 0) {
+        int64_t nb = p->T / m->block, hh = m->nhead > 1 ? h : 0;
+        if (!m->blocks[(hh * nb + i / m->block) * nb + j / m->block])
+            return 1;
+    }
+    return 0;
 }
 
 static void row_init(struct row *r, const struct prob *p)
@@ -114,7 +145,7 @@ static void row_keys(const struct prob *p, int64_t i, int h, struct row *r)
     r->n = 0;
     if (p->nbranch == 0) {
         for (int64_t j = 0; j < p->T; j++)
-            if (!p->causal || j <= i)
+            if ((!p->causal || j <= i) && !masked_out(p, h, i, j))
                 r->key[r->n++] = j;
         return;
     }
@@ -128,7 +159,7 @@ static void row_keys(const struct prob *p, int64_t i, int h, struct row *r)
         if ((i - s) % dl != kc)
             continue;
         for (int64_t j = s; j < end; j++)
-            if ((j - s) % dl == kc && (!p->causal || j <= i))
+            if ((j - s) % dl == kc && (!p->causal || j <= i) && !masked_out(p, h, i, j))
                 r->key[r->n++] = j;
     }
     assert(r->n <= r->cap);
@@ -163,7 +194,15 @@ void ref_attn_fwd(int64_t T, int H, int Hkv, int D, const float *q, const float 
                   int causal, float scale, int nbranch, const int64_t *seg, const int64_t *dil,
                   float *o, float *lse)
 {
-    struct prob p = prob_make(T, H, Hkv, D, q, k, v, causal, scale, nbranch, seg, dil);
+    ref_attn_fwd_masked(T, H, Hkv, D, q, k, v, causal, scale, nbranch, seg, dil, NULL, o, lse);
+}
+
+void ref_attn_fwd_masked(int64_t T, int H, int Hkv, int D, const float *q, const float *k,
+                         const float *v, int causal, float scale, int nbranch,
+                         const int64_t *seg, const int64_t *dil, const ref_mask_t *mask,
+                         float *o, float *lse)
+{
+    struct prob p = prob_make(T, H, Hkv, D, q, k, v, causal, scale, nbranch, seg, dil, mask);
     struct row r;
     double *acc = dt_xmallocarray((size_t)D, sizeof(*acc));
 
@@ -188,6 +227,7 @@ void ref_attn_fwd(int64_t T, int H, int Hkv, int D, const float *q, const float 
         }
     }
     row_close(&r);
+    free(p.doc);
     free(acc);
 }
 
@@ -200,7 +240,16 @@ void ref_attn_bwd(int64_t T, int H, int Hkv, int D, const float *q, const float 
                   int causal, float scale, int nbranch, const int64_t *seg, const int64_t *dil,
                   const float *dout, float *dq, float *dk, float *dv)
 {
-    struct prob p = prob_make(T, H, Hkv, D, q, k, v, causal, scale, nbranch, seg, dil);
+    ref_attn_bwd_masked(T, H, Hkv, D, q, k, v, causal, scale, nbranch, seg, dil, NULL, dout, dq,
+                        dk, dv);
+}
+
+void ref_attn_bwd_masked(int64_t T, int H, int Hkv, int D, const float *q, const float *k,
+                         const float *v, int causal, float scale, int nbranch,
+                         const int64_t *seg, const int64_t *dil, const ref_mask_t *mask,
+                         const float *dout, float *dq, float *dk, float *dv)
+{
+    struct prob p = prob_make(T, H, Hkv, D, q, k, v, causal, scale, nbranch, seg, dil, mask);
     size_t nkv = (size_t)T * (size_t)Hkv * (size_t)D;
     double *dka = dt_xcalloc(nkv, sizeof(*dka)); /* (T, Hkv, D) */
     double *dva = dt_xcalloc(nkv, sizeof(*dva)); /* (T, Hkv, D) */
@@ -245,6 +294,7 @@ void ref_attn_bwd(int64_t T, int H, int Hkv, int D, const float *q, const float 
     }
     free(dp);
     row_close(&r);
+    free(p.doc);
     free(dqa);
     free(dva);
     free(dka);

@@ -45,6 +45,32 @@ void ref_attn_bwd(int64_t T, int H, int Hkv, int D, const float *q, const float 
                   int causal, float scale, int nbranch, const int64_t *seg, const int64_t *dil,
                   const float *dout, float *dq, float *dk, float *dv);
 
+/* A mask over the positions (written from dtengine(1)'s definitions, not
+ * spec/mask.c): (i, j) is a pair of head h iff every part given allows it:
+ * documents (ndoc consecutive lengths doc_len summing to T; 0: none): the
+ * same document; window W > 0: causal i - j < W, else |i - j| < W; block
+ * B > 0: blocks[(hh * nb + i / B) * nb + j / B] != 0 with nb = T / B and
+ * hh = h when nhead > 1, else 0. Causality stays the causal argument. */
+typedef struct ref_mask {
+    int64_t ndoc;
+    const int64_t *doc_len;
+    int64_t window;
+    int64_t block;
+    int nhead;
+    const uint8_t *blocks;
+} ref_mask_t;
+
+/* ref_attn_fwd / _bwd with a mask (NULL: none); with dilated branches the
+ * mask removes pairs from every branch. */
+void ref_attn_fwd_masked(int64_t T, int H, int Hkv, int D, const float *q, const float *k,
+                         const float *v, int causal, float scale, int nbranch,
+                         const int64_t *seg, const int64_t *dil, const ref_mask_t *mask,
+                         float *o, float *lse);
+void ref_attn_bwd_masked(int64_t T, int H, int Hkv, int D, const float *q, const float *k,
+                         const float *v, int causal, float scale, int nbranch,
+                         const int64_t *seg, const int64_t *dil, const ref_mask_t *mask,
+                         const float *dout, float *dq, float *dk, float *dv);
+
 /* dst[i] = dt_gen_normal(seed, stream) at flat index i, for i in [0, n):
  * the same values `npytool gen` and `dtengine --generate` produce. */
 void ref_fill(uint64_t seed, uint64_t stream, int64_t n, float *dst);

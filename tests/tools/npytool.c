@@ -313,6 +313,91 @@ static int cmd_gen(int argc, char **argv)
     return rc != 0 ? file_error(rc, &em) : 0;
 }
 
+/* ---- blocks ----------------------------------------------------------- */
+
+/* A random block pattern for masks: NB x NB blocks (H patterns with
+ * --heads H), each allowed with probability 2/3 (xorshift of the seed),
+ * query block 1 of the first pattern wholly masked (rows with no key);
+ * written as uint8 (--bool: bool), and with --csr ROWPTR.npy,COLS.npy also
+ * in the compressed form dtengine takes. */
+static int cmd_blocks(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        { "blocks", required_argument, NULL, 'n' }, { "heads", required_argument, NULL, 'h' },
+        { "seed", required_argument, NULL, 's' },   { "csr", required_argument, NULL, 'c' },
+        { "bool", no_argument, NULL, 'b' },         { NULL, 0, NULL, 0 },
+    };
+    int64_t nb = 0, nh = 1;
+    uint64_t seed = 1;
+    const char *csr = NULL;
+    bool as_bool = false;
+    int c, rc;
+    dt_emsg_t em = { "" };
+
+    while ((c = next_opt(argc, argv, opts)) != -1) {
+        switch (c) {
+        case 'n':
+            if (!parse_i64(optarg, &nb) || nb < 1 || nb > 1 << 14)
+                return usage_error("--blocks '%s': want 1 to 16384", optarg);
+            break;
+        case 'h':
+            if (!parse_i64(optarg, &nh) || nh < 1 || nh > 1024)
+                return usage_error("--heads '%s': want 1 to 1024", optarg);
+            break;
+        case 's':
+            if (!parse_u64(optarg, &seed))
+                return usage_error("--seed '%s' is not an unsigned 64-bit integer", optarg);
+            break;
+        case 'c':
+            csr = optarg;
+            break;
+        case 'b':
+            as_bool = true;
+            break;
+        default:
+            return EXIT_USAGE;
+        }
+    }
+    if (nb == 0 || optind != argc - 1)
+        return usage_error("needs --blocks NB and one output file");
+    if (csr != NULL && strchr(csr, ',') == NULL)
+        return usage_error("--csr '%s': want ROWPTR.npy,COLS.npy", csr);
+    int64_t n = nh * nb * nb, k = 0;
+    uint8_t *d = dt_xmallocarray((size_t)n, 1);
+    uint64_t z = seed * 0x9e3779b97f4a7c15ull + 1;
+    for (int64_t e = 0; e < n; e++) {
+        z ^= z << 13, z ^= z >> 7, z ^= z << 17;
+        d[e] = (uint8_t)(z % 3 != 0);
+    }
+    for (int64_t b = 0; b < nb && nb > 1; b++)
+        d[nb + b] = 0;
+    int64_t shape[3] = { nh, nb, nb };
+    rc = dt_npy_save(argv[optind], as_bool ? DT_BOOL : DT_U8, nh > 1 ? 3 : 2,
+                     nh > 1 ? shape : shape + 1, d, &em);
+    if (rc == 0 && csr != NULL) {
+        int64_t *rp = dt_xmallocarray((size_t)(nh * (nb + 1)), sizeof(*rp));
+        int64_t *cols = dt_xmallocarray((size_t)(n > 0 ? n : 1), sizeof(*cols));
+        for (int64_t h = 0; h < nh; h++)
+            for (int64_t a = 0; a <= nb; a++) {
+                rp[h * (nb + 1) + a] = k;
+                for (int64_t b = 0; a < nb && b < nb; b++)
+                    if (d[(h * nb + a) * nb + b])
+                        cols[k++] = b;
+            }
+        const char *comma = strchr(csr, ',');
+        char *rows = dt_xasprintf("%.*s", (int)(comma - csr), csr);
+        int64_t rshape[2] = { nh, nb + 1 };
+        rc = dt_npy_save(rows, DT_I64, nh > 1 ? 2 : 1, nh > 1 ? rshape : rshape + 1, rp, &em);
+        if (rc == 0)
+            rc = dt_npy_save(comma + 1, DT_I64, 1, &k, cols, &em);
+        free(rows);
+        free(cols);
+        free(rp);
+    }
+    free(d);
+    return rc != 0 ? file_error(rc, &em) : 0;
+}
+
 /* ---- ref -------------------------------------------------------------- */
 
 enum ref_file { RQ, RK, RV, RDOUT, NIN };
@@ -379,9 +464,15 @@ static int cmd_ref(int argc, char **argv)
         { "scale", required_argument, NULL, 'x' },     { "segments", required_argument, NULL, 'w' },
         { "dilations", required_argument, NULL, 'r' }, { "dout", required_argument, NULL, 'D' },
         { "dq", required_argument, NULL, 'Q' },        { "dk", required_argument, NULL, 'K' },
-        { "dv", required_argument, NULL, 'V' },        { NULL, 0, NULL, 0 },
+        { "dv", required_argument, NULL, 'V' },        { "doc-lengths", required_argument, NULL, 'L' },
+        { "sliding-window", required_argument, NULL, 'W' },
+        { "block-mask", required_argument, NULL, 'M' },
+        { "mask-block", required_argument, NULL, 'B' }, { NULL, 0, NULL, 0 },
     };
-    const char *in[NIN] = { NULL }, *out = NULL, *lse_path = NULL;
+    const char *in[NIN] = { NULL }, *out = NULL, *lse_path = NULL, *docs = NULL, *blocks = NULL;
+    ref_mask_t mask = { 0 };
+    int64_t *doc_len = NULL;
+    uint8_t *bmask = NULL;
     const char *dq_path = NULL, *dk_path = NULL, *dv_path = NULL;
     const char *segs = NULL, *dils = NULL;
     int64_t seg[MAXBRANCH], dil[MAXBRANCH];
@@ -433,10 +524,26 @@ static int cmd_ref(int argc, char **argv)
             if (!parse_float(optarg, &scale) || !(scale > 0.0f))
                 return usage_error("--scale '%s' is not a positive number", optarg);
             break;
+        case 'L':
+            docs = optarg;
+            break;
+        case 'W':
+            if (!parse_i64(optarg, &mask.window) || mask.window < 1)
+                return usage_error("--sliding-window '%s' is not a positive integer", optarg);
+            break;
+        case 'M':
+            blocks = optarg;
+            break;
+        case 'B':
+            if (!parse_i64(optarg, &mask.block) || mask.block < 1)
+                return usage_error("--mask-block '%s' is not a positive integer", optarg);
+            break;
         default:
             return EXIT_USAGE;
         }
     }
+    if ((blocks == NULL) != (mask.block == 0))
+        return usage_error("--block-mask and --mask-block go together");
     if (optind != argc)
         return usage_error("takes no positional argument ('%s')", argv[optind]);
     if (in[RQ] == NULL || in[RK] == NULL || in[RV] == NULL || out == NULL)
@@ -469,10 +576,54 @@ static int cmd_ref(int argc, char **argv)
     D = a[RQ].info.shape[2];
     Hkvl = a[RK].info.shape[1];
 
+    if (docs != NULL) {
+        int n = 0;
+        int64_t sum = 0;
+        doc_len = dt_xmallocarray((size_t)T, sizeof(*doc_len));
+        if (!parse_list(docs, doc_len, (int)T, &n)) {
+            rc = usage_error("--doc-lengths '%s': want positive lengths like 100,28", docs);
+            goto out;
+        }
+        for (int d = 0; d < n; d++)
+            sum += doc_len[d];
+        if (sum != T) {
+            rc = usage_error("--doc-lengths '%s' sum to %lld, not T = %lld", docs,
+                             (long long)sum, (long long)T);
+            goto out;
+        }
+        mask.ndoc = n;
+        mask.doc_len = doc_len;
+    }
+    if (blocks != NULL) {
+        dt_npy_info_t bi;
+        dt_emsg_t em = { "" };
+        int64_t nb = T / mask.block;
+        if (T % mask.block != 0) {
+            rc = usage_error("--mask-block %lld does not divide T = %lld", (long long)mask.block,
+                             (long long)T);
+            goto out;
+        }
+        if ((rc = dt_npy_read_header(blocks, &bi, &em)) != 0) {
+            rc = file_error(rc, &em);
+            goto out;
+        }
+        mask.nhead = bi.ndim == 3 ? (int)bi.shape[0] : 1;
+        if ((bi.ndim != 2 && bi.ndim != 3) || bi.shape[bi.ndim - 1] != nb ||
+            bi.shape[bi.ndim - 2] != nb || (mask.nhead != 1 && mask.nhead != Hl)) {
+            rc = usage_error("--block-mask %s: want (T/B, T/B) or (H, T/B, T/B)", blocks);
+            goto out;
+        }
+        bmask = dt_xmallocarray((size_t)bi.count, 1);
+        if ((rc = dt_npy_read_bytes(blocks, &bi, bmask, &em)) != 0) {
+            rc = file_error(rc, &em);
+            goto out;
+        }
+        mask.blocks = bmask;
+    }
     o = dt_xaligned((size_t)a[RQ].info.count, sizeof(float));
     lse = dt_xaligned((size_t)(T * Hl), sizeof(float));
-    ref_attn_fwd(T, (int)Hl, (int)Hkvl, (int)D, a[RQ].data, a[RK].data, a[RV].data, causal, scale,
-                 nseg, seg, dil, o, lse);
+    ref_attn_fwd_masked(T, (int)Hl, (int)Hkvl, (int)D, a[RQ].data, a[RK].data, a[RV].data,
+                        causal, scale, nseg, seg, dil, &mask, o, lse);
     if ((rc = save_f32(out, 3, a[RQ].info.shape, o)) != 0)
         goto out;
     if (lse_path != NULL) {
@@ -484,8 +635,8 @@ static int cmd_ref(int argc, char **argv)
         dq = dt_xaligned((size_t)a[RQ].info.count, sizeof(float));
         dk = dt_xaligned((size_t)a[RK].info.count, sizeof(float));
         dv = dt_xaligned((size_t)a[RV].info.count, sizeof(float));
-        ref_attn_bwd(T, (int)Hl, (int)Hkvl, (int)D, a[RQ].data, a[RK].data, a[RV].data, causal,
-                     scale, nseg, seg, dil, a[RDOUT].data, dq, dk, dv);
+        ref_attn_bwd_masked(T, (int)Hl, (int)Hkvl, (int)D, a[RQ].data, a[RK].data, a[RV].data,
+                            causal, scale, nseg, seg, dil, &mask, a[RDOUT].data, dq, dk, dv);
         if ((rc = save_f32(dq_path, 3, a[RQ].info.shape, dq)) != 0 ||
             (rc = save_f32(dk_path, 3, a[RK].info.shape, dk)) != 0 ||
             (rc = save_f32(dv_path, 3, a[RV].info.shape, dv)) != 0)
@@ -493,6 +644,8 @@ static int cmd_ref(int argc, char **argv)
     }
     rc = 0;
 out:
+    free(bmask);
+    free(doc_len);
     free(dv);
     free(dk);
     free(dq);
@@ -721,9 +874,12 @@ static const struct cmd {
 } cmds[] = {
     { "gen", cmd_gen, "--shape A,B,.. --seed S --stream N [--f16] OUT.npy",
       "write dt_gen_normal values (flat index from 0) as float32, or float16" },
+    { "blocks", cmd_blocks, "--blocks NB [--heads H] [--seed S] [--bool] [--csr ROWPTR.npy,COLS.npy] OUT.npy",
+      "a random block mask for dtengine attn --block-mask: (NB, NB) or (H, NB, NB) uint8" },
     { "ref", cmd_ref,
       "--q Q.npy --k K.npy --v V.npy --out O.npy [--lse L.npy] [--causal]\n"
       "        [--scale X] [--segments w1,.. --dilations r1,..]\n"
+      "        [--doc-lengths L1,.. ] [--sliding-window W] [--block-mask M.npy --mask-block B]\n"
       "        [--dout dO.npy --dq dQ.npy --dk dK.npy --dv dV.npy]",
       "reference attention: o (T, H, D), lse (H, T) and gradients, float32;\n"
       "        q (T, H, D), k and v (T, Hkv, D); scale defaults to 1/sqrt(D)" },

@@ -27,6 +27,7 @@
 #include "common/mem.h"
 #include "engine/attn/attn.h"
 #include "engine/comm/comm.h"
+#include "spec/mask.h"
 #include "tests/ref/ref.h"
 
 /* Element good iff |x - ref| <= ATOL + RTOL * |ref|: fp32 kernels against
@@ -120,7 +121,7 @@ static bool covered(const dt_attn_spec_t *s, int64_t i, int h)
 
 /* Forward of spec on one rank vs ref_attn_fwd; returns how many (i, h) no
  * branch covers, after checking those are exactly o = 0, lse = -inf. */
-static int64_t check_fwd(dt_comm_t *comm, const dt_attn_spec_t *s)
+static int64_t check_fwd_m(dt_comm_t *comm, const dt_attn_spec_t *s, const ref_mask_t *rm)
 {
     const int64_t T = s->T, nq = T * s->H * s->D, nkv = T * s->Hkv * s->D, nl = T * s->H;
     float *q = randn(1, nq), *k = randn(2, nkv), *v = randn(3, nkv);
@@ -134,8 +135,8 @@ static int64_t check_fwd(dt_comm_t *comm, const dt_attn_spec_t *s)
     int rc = dt_attn_fwd(comm, s, q, k, v, o, lse, &st, &em);
     cr_assert_eq(rc, 0, "%s: dt_attn_fwd: %s (%s)", what, dt_err_name(rc), em.s);
     cr_assert_eq(st.bytes_sent, 0.0, "%s: one rank sent %g bytes", what, st.bytes_sent);
-    ref_attn_fwd(T, s->H, s->Hkv, s->D, q, k, v, s->causal, s->scale, s->nbranch, s->seg, s->dil,
-                 oref, lref);
+    ref_attn_fwd_masked(T, s->H, s->Hkv, s->D, q, k, v, s->causal, s->scale, s->nbranch, s->seg,
+                        s->dil, rm, oref, lref);
     snprintf(label, sizeof(label), "%s o", what);
     cr_assert(ref_allclose(label, o, oref, nq, ATOL, RTOL), "%s: o differs from ref_attn_fwd",
               what);
@@ -168,7 +169,7 @@ static int64_t check_fwd(dt_comm_t *comm, const dt_attn_spec_t *s)
 
 /* Backward of spec on one rank (from the engine's own forward) vs
  * ref_attn_bwd; dq, dk, dv start as NaN, so they must be overwritten. */
-static void check_bwd(dt_comm_t *comm, const dt_attn_spec_t *s)
+static void check_bwd_m(dt_comm_t *comm, const dt_attn_spec_t *s, const ref_mask_t *rm)
 {
     const int64_t T = s->T, nq = T * s->H * s->D, nkv = T * s->Hkv * s->D, nl = T * s->H;
     float *q = randn(1, nq), *k = randn(2, nkv), *v = randn(3, nkv), *dout = randn(4, nq);
@@ -185,8 +186,8 @@ static void check_bwd(dt_comm_t *comm, const dt_attn_spec_t *s)
     cr_assert_eq(rc, 0, "%s: dt_attn_fwd: %s (%s)", what, dt_err_name(rc), em.s);
     rc = dt_attn_bwd(comm, s, q, k, v, o, lse, dout, g[0], g[1], g[2], &st, &em);
     cr_assert_eq(rc, 0, "%s: dt_attn_bwd: %s (%s)", what, dt_err_name(rc), em.s);
-    ref_attn_bwd(T, s->H, s->Hkv, s->D, q, k, v, s->causal, s->scale, s->nbranch, s->seg, s->dil,
-                 dout, gr[0], gr[1], gr[2]);
+    ref_attn_bwd_masked(T, s->H, s->Hkv, s->D, q, k, v, s->causal, s->scale, s->nbranch, s->seg,
+                        s->dil, rm, dout, gr[0], gr[1], gr[2]);
     for (int x = 0; x < 3; x++) {
         snprintf(label, sizeof(label), "%s %s", what, nm[x]);
         cr_assert(ref_allclose(label, g[x], gr[x], n[x], BATOL, BRTOL),
@@ -202,6 +203,16 @@ static void check_bwd(dt_comm_t *comm, const dt_attn_spec_t *s)
     free(v);
     free(k);
     free(q);
+}
+
+static int64_t check_fwd(dt_comm_t *comm, const dt_attn_spec_t *s)
+{
+    return check_fwd_m(comm, s, NULL);
+}
+
+static void check_bwd(dt_comm_t *comm, const dt_attn_spec_t *s)
+{
+    check_bwd_m(comm, s, NULL);
 }
 
 /* The message in em contains every needle (NULL-terminated list). */
@@ -710,4 +721,223 @@ Test(attn, flops_match_brute_force)
             cr_assert_eq(got, want, "%s: flops %.17g, counted %.17g", what, got, want);
         }
     }
+}
+
+/*-- masks ------------------------------------------------------------------*/
+
+/* A mask case: documents (lengths, 0 = none), a window (0 = none), a block
+ * pattern (B = 0: none; nhead 1 or H; its bytes drawn from seed, each
+ * block allowed with probability 2/3, and query block 1 of head 0 wholly
+ * masked, so its rows have no key). */
+struct mask_case {
+    int ndoc;
+    int64_t len[8];
+    int64_t W, B;
+    int nhead;
+};
+
+/* Both descriptions of one case: the engine's (spec/mask.h) and the
+ * reference's (tests/ref), built separately from the same numbers. */
+struct masks {
+    dt_mask_t m;
+    ref_mask_t r;
+    uint8_t *blocks;
+};
+
+static void masks_make(struct masks *x, const struct mask_case *c, int64_t T, bool causal,
+                       unsigned seed)
+{
+    dt_emsg_t em = { "" };
+    memset(x, 0, sizeof(*x));
+    dt_mask_init(&x->m, T, causal);
+    if (c->ndoc > 0) {
+        cr_assert_eq(dt_mask_set_docs(&x->m, c->len, c->ndoc, &em), 0, "%s", em.s);
+        x->r.ndoc = c->ndoc;
+        x->r.doc_len = c->len;
+    }
+    if (c->W > 0) {
+        cr_assert_eq(dt_mask_set_window(&x->m, c->W, &em), 0, "%s", em.s);
+        x->r.window = c->W;
+    }
+    if (c->B > 0) {
+        int64_t nb = T / c->B, n = (int64_t)c->nhead * nb * nb;
+        uint64_t z = seed * 0x9e3779b97f4a7c15ull + 1;
+        x->blocks = dt_xmallocarray((size_t)n, 1);
+        for (int64_t e = 0; e < n; e++) {
+            z ^= z << 13, z ^= z >> 7, z ^= z << 17;
+            x->blocks[e] = (uint8_t)(z % 3 != 0);
+        }
+        for (int64_t b = 0; b < nb && nb > 1; b++)
+            x->blocks[nb + b] = 0;
+        cr_assert_eq(dt_mask_set_blocks_dense(&x->m, c->B, c->nhead, x->blocks, &em), 0, "%s",
+                     em.s);
+        x->r.block = c->B;
+        x->r.nhead = c->nhead;
+        x->r.blocks = x->blocks;
+    }
+}
+
+static void masks_free(struct masks *x)
+{
+    dt_mask_close(&x->m);
+    free(x->blocks);
+}
+
+/* T = 300: several query and key tiles of every kernel; documents that
+ * cross tile edges and documents of one token */
+static const struct mask_case mask_cases[] = {
+    { .ndoc = 5, .len = { 97, 1, 101, 1, 100 } },
+    { .ndoc = 2, .len = { 299, 1 } },
+    { .W = 37 },
+    { .W = 1 },
+    { .B = 20, .nhead = 1 },
+    { .B = 30, .nhead = 4 },
+    { .ndoc = 3, .len = { 120, 60, 120 }, .W = 50 },
+    { .ndoc = 4, .len = { 75, 75, 75, 75 }, .W = 64, .B = 25, .nhead = 1 },
+    { .ndoc = 2, .len = { 150, 150 }, .B = 50, .nhead = 4 },
+};
+
+/* Every mask alone and combined, causal and not, GQA, both kernels (D =
+ * 32 and 64), forward and backward, on one rank against the reference. */
+Test(attn, masks_match_ref)
+{
+    dt_comm_t *comm = solo();
+    const int Ds[2] = { 32, 64 };
+    for (size_t i = 0; i < DT_ARRAY_SIZE(mask_cases); i++)
+        for (int causal = 0; causal < 2; causal++)
+            for (int d = 0; d < 2; d++) {
+                struct masks x;
+                dt_attn_spec_t s = spec(300, 4, 2, Ds[d], causal);
+                masks_make(&x, &mask_cases[i], s.T, causal, (unsigned)i);
+                s.mask = &x.m;
+                check_fwd_m(comm, &s, &x.r);
+                if (d == 0)
+                    check_bwd_m(comm, &s, &x.r);
+                masks_free(&x);
+            }
+    dt_comm_free(comm);
+}
+
+/* Dilated attention with a mask on one rank: every branch keeps only the
+ * pairs the mask allows. */
+Test(attn, masks_with_dilated_branches_match_ref)
+{
+    dt_comm_t *comm = solo();
+    const int64_t br[2][2] = { { 64, 1 }, { 128, 4 } };
+    for (size_t i = 0; i < DT_ARRAY_SIZE(mask_cases); i += 3)
+        for (int causal = 0; causal < 2; causal++) {
+            struct masks x;
+            dt_attn_spec_t s = spec(300, 4, 2, 32, causal);
+            set_branches(&s, 2, br);
+            masks_make(&x, &mask_cases[i], s.T, causal, (unsigned)i);
+            s.mask = &x.m;
+            check_fwd_m(comm, &s, &x.r);
+            check_bwd_m(comm, &s, &x.r);
+            masks_free(&x);
+        }
+    dt_comm_free(comm);
+}
+
+/* A mask that allows every pair (one document, a window as long as the
+ * sequence, a block pattern of ones) gives today's results to the bit. */
+Test(attn, masks_that_allow_everything_give_the_same_bits)
+{
+    dt_comm_t *comm = solo();
+    const int64_t T = 300;
+    int64_t one[1] = { T };
+    uint8_t ones[36];
+    memset(ones, 1, sizeof(ones));
+    for (int causal = 0; causal < 2; causal++)
+        for (int d = 32; d <= 64; d += 32) {
+            dt_attn_spec_t s = spec(T, 4, 2, d, causal);
+            int64_t n1, n2;
+            float *plain = run_threads(comm, &s, 1, &n1);
+            for (int part = 0; part < 3; part++) {
+                dt_mask_t m;
+                dt_emsg_t em = { "" };
+                dt_mask_init(&m, T, causal);
+                if (part == 0)
+                    cr_assert_eq(dt_mask_set_docs(&m, one, 1, &em), 0);
+                if (part == 1)
+                    cr_assert_eq(dt_mask_set_window(&m, T, &em), 0);
+                if (part == 2)
+                    cr_assert_eq(dt_mask_set_blocks_dense(&m, 50, 1, ones, &em), 0);
+                s.mask = &m;
+                float *got = run_threads(comm, &s, 1, &n2);
+                cr_assert_eq(n1, n2);
+                cr_assert(memcmp(plain, got, (size_t)n1 * sizeof(float)) == 0,
+                          "causal=%d D=%d part %d: not the unmasked bits", causal, d, part);
+                free(got);
+                s.mask = NULL;
+                dt_mask_close(&m);
+            }
+            free(plain);
+        }
+    dt_comm_free(comm);
+}
+
+/* The reference's masked backward against finite differences of
+ * sum(dout * o) on a small case (documents, a window and blocks). */
+Test(attn, masked_ref_bwd_matches_finite_differences)
+{
+    const int64_t T = 12;
+    const int H = 2, Hkv = 1, D = 4;
+    const struct mask_case c = { .ndoc = 3, .len = { 5, 1, 6 }, .W = 4, .B = 3, .nhead = 2 };
+    const int64_t nq = T * H * D, nkv = T * Hkv * D;
+    float *q = randn(1, nq), *k = randn(2, nkv), *v = randn(3, nkv), *dout = randn(4, nq);
+    float *g[3] = { nans(nq), nans(nkv), nans(nkv) }, *o = nans(nq);
+    float *x[3] = { q, k, v };
+    const int64_t n[3] = { nq, nkv, nkv };
+    for (int causal = 0; causal < 2; causal++) {
+        struct masks m;
+        masks_make(&m, &c, T, causal, 5);
+        ref_attn_bwd_masked(T, H, Hkv, D, q, k, v, causal, 0, 0, NULL, NULL, &m.r, dout, g[0],
+                            g[1], g[2]);
+        for (int t = 0; t < 3; t++)
+            for (int64_t e = 0; e < n[t]; e++) {
+                float keep = x[t][e], eps = 1e-2f;
+                double f[2];
+                for (int sgn = 0; sgn < 2; sgn++) {
+                    x[t][e] = keep + (sgn ? -eps : eps);
+                    ref_attn_fwd_masked(T, H, Hkv, D, q, k, v, causal, 0, 0, NULL, NULL, &m.r,
+                                        o, NULL);
+                    f[sgn] = 0;
+                    for (int64_t j = 0; j < nq; j++)
+                        f[sgn] += (double)dout[j] * o[j];
+                }
+                x[t][e] = keep;
+                double fd = (f[0] - f[1]) / (2.0 * eps);
+                cr_assert(fabs(fd - g[t][e]) <= 2e-3 + 2e-2 * fabs(fd),
+                          "causal=%d tensor %d element %lld: gradient %g, finite difference %g",
+                          causal, t, (long long)e, (double)g[t][e], fd);
+            }
+        masks_free(&m);
+    }
+    for (int t = 0; t < 3; t++)
+        free(g[t]);
+    free(o);
+    free(dout);
+    free(v);
+    free(k);
+    free(q);
+}
+
+/* A mask of another length or causality than the attention is refused. */
+Test(attn, check_refuses_a_mask_that_does_not_fit)
+{
+    dt_attn_spec_t s = spec(64, 4, 2, 32, true);
+    dt_mask_t m;
+    dt_emsg_t em = { "" };
+    dt_mask_init(&m, 32, true);
+    s.mask = &m;
+    cr_assert_eq(dt_attn_check(&s, 1, &em), DT_EINVAL);
+    cr_assert(strstr(em.s, "the mask is of 32 positions, causal, the attention of 64"), "%s", em.s);
+    dt_mask_close(&m);
+    uint8_t b[3 * 4] = { 1 };
+    dt_mask_init(&m, 64, true);
+    cr_assert_eq(dt_mask_set_blocks_dense(&m, 32, 3, b, &em), 0);
+    cr_assert_eq(dt_attn_check(&s, 1, &em), DT_EINVAL);
+    cr_assert(strstr(em.s, "block mask: 3 heads, but the attention has 4 query heads"), "%s",
+              em.s);
+    dt_mask_close(&m);
 }

@@ -455,7 +455,7 @@ Test(data, npy_refusals)
         { "{'descr': '<f8', 'fortran_order': False, 'shape': (4,), }", 32, DT_EDTYPE,
           "dtype is float64; token ids need int32" },
         { "{'descr': '|b1', 'fortran_order': False, 'shape': (4,), }", 4, DT_EDTYPE,
-          "dtype '|b1' is not supported" },
+          "dtype is bool; token ids need int32" },
         { "{'descr': '<u2', 'fortran_order': False, 'shape': (4,), }", 8, DT_EDTYPE,
           "dtype '<u2' is not supported" },
         { "{'descr': '>i4', 'fortran_order': False, 'shape': (4,), }", 16, DT_EDTYPE,
@@ -483,7 +483,7 @@ Test(data, npy_refusals)
         expect_refused(P(name), cases[k].err, cases[k].want);
     }
     /* the dtype messages say what token ids need */
-    expect_refused(P("bad3.npy"), DT_EDTYPE, "; token ids need int32 or int64, C order");
+    expect_refused(P("bad4.npy"), DT_EDTYPE, "; token ids need int32 or int64, C order");
     expect_refused(P("bad7.npy"), DT_EDTYPE, "; token ids need int32 or int64, C order");
     /* a truncated header: the magic alone, and a length past the end */
     {

@@ -491,6 +491,54 @@ Test(npy, int32_header)
     cr_assert_not_null(strstr(em.s, "dtype is int32"), "%s", em.s);
 }
 
+/* int32 or int64 read as int64 (document lengths), bool and uint8 as
+ * bytes (block masks): a bool other than 0 or 1 is refused, and neither
+ * reader takes the other's dtypes. */
+Test(npy, ints_and_bytes)
+{
+    int64_t n3 = 3, n4 = 4, y[4];
+    int32_t x32[] = { 7, -2, INT32_MAX };
+    int64_t x64[] = { 1, (int64_t)1 << 40, -5, 0 };
+    uint8_t b[] = { 0, 1, 1, 0 }, u[] = { 0, 1, 2, 255 }, got[4];
+    unsigned char buf[256];
+    dt_npy_info_t info;
+    dt_emsg_t em = { "" };
+
+    cr_assert_eq(dt_npy_save(P("i32.npy"), DT_I32, 1, &n3, x32, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_npy_read_header(P("i32.npy"), &info, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_npy_read_ints(P("i32.npy"), &info, y, &em), 0, "%s", em.s);
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(y[i], x32[i]);
+    cr_assert_eq(dt_npy_save(P("i64.npy"), DT_I64, 1, &n4, x64, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_npy_read_header(P("i64.npy"), &info, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_npy_read_ints(P("i64.npy"), &info, y, &em), 0, "%s", em.s);
+    cr_assert_eq(memcmp(y, x64, sizeof(x64)), 0);
+    cr_assert_eq(dt_npy_read_bytes(P("i64.npy"), &info, got, &em), DT_EDTYPE);
+    cr_assert(strstr(em.s, "dtype is int64, expected bool or uint8"), "%s", em.s);
+
+    cr_assert_eq(dt_npy_save(P("b.npy"), DT_BOOL, 1, &n4, b, &em), 0, "%s", em.s);
+    read_bytes(P("b.npy"), buf, sizeof(buf));
+    cr_assert_not_null(memmem(buf, 128, "{'descr': '|b1', 'fortran_order': False, "
+                                        "'shape': (4,), }", 57));
+    cr_assert_eq(dt_npy_read_header(P("b.npy"), &info, &em), 0, "%s", em.s);
+    cr_assert_eq(info.dtype, DT_BOOL);
+    cr_assert_eq(dt_npy_read_bytes(P("b.npy"), &info, got, &em), 0, "%s", em.s);
+    cr_assert_eq(memcmp(got, b, 4), 0);
+    cr_assert_eq(dt_npy_read_ints(P("b.npy"), &info, y, &em), DT_EDTYPE);
+    cr_assert(strstr(em.s, "dtype is bool, expected int32 or int64"), "%s", em.s);
+
+    cr_assert_eq(dt_npy_save(P("u.npy"), DT_U8, 1, &n4, u, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_npy_read_header(P("u.npy"), &info, &em), 0, "%s", em.s);
+    cr_assert_eq(info.dtype, DT_U8);
+    cr_assert_eq(dt_npy_read_bytes(P("u.npy"), &info, got, &em), 0, "%s", em.s);
+    cr_assert_eq(memcmp(got, u, 4), 0);
+    /* the same bytes called bool: 2 and 255 are not booleans */
+    cr_assert_eq(dt_npy_save(P("bad.npy"), DT_BOOL, 1, &n4, u, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_npy_read_header(P("bad.npy"), &info, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_npy_read_bytes(P("bad.npy"), &info, got, &em), DT_EFORMAT);
+    cr_assert(strstr(em.s, "element 2 of a bool array is 2"), "%s", em.s);
+}
+
 /* The header from the first bytes of a file whose size is given: what a
  * reader that does not load the file passes (io/tokshard.c). */
 Test(npy, parse_head_and_header_len)
@@ -535,6 +583,8 @@ Test(npy, dtype_names)
     cr_assert_str_eq(dt_npy_dtype_name(DT_F16), "float16");
     cr_assert_str_eq(dt_npy_dtype_name(DT_I32), "int32");
     cr_assert_str_eq(dt_npy_dtype_name(DT_I64), "int64");
+    cr_assert_str_eq(dt_npy_dtype_name(DT_U8), "uint8");
+    cr_assert_str_eq(dt_npy_dtype_name(DT_BOOL), "bool");
     cr_assert_eq(dt_npy_dtype_size(DT_F32), 4);
     cr_assert_eq(dt_npy_dtype_size(DT_F16), 2);
     cr_assert_eq(dt_npy_dtype_size(DT_I32), 4);
@@ -776,9 +826,9 @@ Test(npy, reads_f8_as_f32)
 
 Test(npy, refuses_other_dtypes)
 {
-    write_npy(P("u.npy"), 1, "{'descr': '|u1', 'fortran_order': False, 'shape': (3,), }", 1,
+    write_npy(P("u.npy"), 1, "{'descr': '|i1', 'fortran_order': False, 'shape': (3,), }", 1,
               3);
-    refused(P("u.npy"), DT_EDTYPE, "dtype '|u1' is not supported", NULL);
+    refused(P("u.npy"), DT_EDTYPE, "dtype '|i1' is not supported", "uint8 or bool");
     write_npy(P("s.npy"), 1,
               "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (3,), }", 1, 12);
     refused(P("s.npy"), DT_EDTYPE, "structured dtypes are not supported", NULL);
