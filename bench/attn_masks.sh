@@ -34,7 +34,7 @@ run() {
 field() { sed -n "s/^dtengine attn: .* $2=\([0-9.]*\).*/\1/p" "$tmp/$1"; }
 sent() { # NAME: the forward bytes each rank sent, as "r0/r1/..." in KiB
     sed -n 's/^stats: fwd rank=[0-9]* .* bytes_sent=\([0-9]*\).*/\1/p' "$tmp/$1" |
-        awk '{ printf "%s%.0f", NR > 1 ? "/" : "", $1 / 1024 }'
+        awk '{ printf "%s%.0f", (NR > 1 ? "/" : ""), $1 / 1024 }'
 }
 
 docs=1024
