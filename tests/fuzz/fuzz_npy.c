@@ -42,7 +42,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     CHECK(info.dtype == DT_F32 || info.dtype == DT_F16 || info.dtype == DT_F64 ||
-          info.dtype == DT_I32 || info.dtype == DT_I64);
+          info.dtype == DT_I32 || info.dtype == DT_I64 || info.dtype == DT_U8 ||
+          info.dtype == DT_BOOL);
     CHECK(info.ndim >= 0 && info.ndim <= DT_NPY_MAXDIM);
     for (int d = 0; d < info.ndim; d++) {
         CHECK(info.shape[d] >= 0);
