@@ -156,7 +156,9 @@ int dt_comm_test(dt_comm_op_t *op)
 
     if (op == NULL)
         return 1;
-    MPI_Testall(op->n, op->req, &done, MPI_STATUSES_IGNORE);
+    /* a failed request is done too: dt_comm_wait reports it */
+    if (MPI_Testall(op->n, op->req, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+        return 1;
     return done;
 }
 
