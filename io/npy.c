@@ -636,6 +636,20 @@ int dt_npy_read_i64(const char *path, const dt_npy_info_t *info, int64_t *dst, d
     return rc;
 }
 
+/* the whole data of a file, bytes long, into dst */
+static int read_all(const char *path, const dt_npy_info_t *info, void *dst, size_t bytes,
+                    dt_emsg_t *em)
+{
+    if (bytes == 0)
+        return 0;
+    int fd = dt_open_regular(path, NULL, em);
+    if (fd < 0)
+        return fd;
+    int rc = read_data(path, fd, dst, bytes, (int64_t)info->data_offset, em);
+    close(fd);
+    return rc;
+}
+
 int dt_npy_read_ints(const char *path, const dt_npy_info_t *info, int64_t *dst, dt_emsg_t *em)
 {
     if (info->dtype == DT_I64)
@@ -643,16 +657,9 @@ int dt_npy_read_ints(const char *path, const dt_npy_info_t *info, int64_t *dst, 
     if (info->dtype != DT_I32)
         return dt_emsg_set(em, DT_EDTYPE, "%s: dtype is %s, expected int32 or int64", path,
                            dt_npy_dtype_name(info->dtype));
-    if (info->count == 0)
-        return 0;
-    int fd = dt_open_regular(path, NULL, em), rc;
-    if (fd < 0)
-        return fd;
     /* read into the upper half of dst, widen forwards */
     int32_t *tmp = (int32_t *)(dst + info->count) - info->count;
-    rc = read_data(path, fd, tmp, (size_t)info->count * sizeof(int32_t),
-                   (int64_t)info->data_offset, em);
-    close(fd);
+    int rc = read_all(path, info, tmp, (size_t)info->count * sizeof(int32_t), em);
     if (rc < 0)
         return rc;
     for (int64_t i = 0; i < info->count; i++) {
@@ -668,13 +675,7 @@ int dt_npy_read_bytes(const char *path, const dt_npy_info_t *info, uint8_t *dst,
     if (info->dtype != DT_U8 && info->dtype != DT_BOOL)
         return dt_emsg_set(em, DT_EDTYPE, "%s: dtype is %s, expected bool or uint8", path,
                            dt_npy_dtype_name(info->dtype));
-    if (info->count == 0)
-        return 0;
-    int fd = dt_open_regular(path, NULL, em), rc;
-    if (fd < 0)
-        return fd;
-    rc = read_data(path, fd, dst, (size_t)info->count, (int64_t)info->data_offset, em);
-    close(fd);
+    int rc = read_all(path, info, dst, (size_t)info->count, em);
     if (rc < 0)
         return rc;
     for (int64_t i = 0; i < info->count && info->dtype == DT_BOOL; i++)

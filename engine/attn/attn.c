@@ -688,6 +688,19 @@ static int dstart_kv(ctx_t *x, const group_t *gr, const dstep_t *d, float *own, 
                          &x->inflight[0]);
 }
 
+/* At step t: wait for its K/V (started a step before), then start step
+ * t + 1's into the other receive buffer (*nx becomes that step). */
+static int dnext_kv(ctx_t *x, const group_t *gr, int t, dstep_t *nx, float *own, float *rb[2])
+{
+    int rc;
+    if (x->inflight[0] && (rc = waitop(x, &x->inflight[0])) < 0)
+        return rc;
+    if (t + 1 >= gr->g)
+        return 0;
+    *nx = dstep(x, gr, t + 1);
+    return dstart_kv(x, gr, nx, own, rb[(t + 1) % 2]);
+}
+
 /* Forward: the blocks in the order of the plain ring (step t: member
  * me - t's), so the sums are the same to the bit when nothing is masked;
  * bufs[0] my pack, bufs[1] and rb the two receive buffers. */
@@ -702,13 +715,8 @@ static int ring_fwd_masked(ctx_t *x, const group_t *gr, const qside_t *qs, float
     compute_fwd(x, gr, qs, &gr->m[gr->me], &(kvblk_t){ .buf = bufs[0] });
     for (int t = 1; t < gr->g; t++) {
         dstep_t cur = nx;
-        if (x->inflight[0] && (rc = waitop(x, &x->inflight[0])) < 0)
+        if ((rc = dnext_kv(x, gr, t, &nx, bufs[0], rb)) < 0)
             goto out;
-        if (t + 1 < gr->g) {
-            nx = dstep(x, gr, t + 1);
-            if ((rc = dstart_kv(x, gr, &nx, bufs[0], rb[(t + 1) % 2])) < 0)
-                goto out;
-        }
         if (cur.in)
             compute_fwd(x, gr, qs, cur.src, &(kvblk_t){ .buf = rb[t % 2] });
     }
@@ -743,13 +751,8 @@ static int ring_bwd_masked(ctx_t *x, const group_t *gr, const qside_t *qs, float
     for (int t = 1; t < gr->g; t++) {
         dstep_t cur = nx;
         float *g = gsend[t % 2];
-        if (x->inflight[0] && (rc = waitop(x, &x->inflight[0])) < 0)
+        if ((rc = dnext_kv(x, gr, t, &nx, bufs[0], rb)) < 0)
             goto out;
-        if (t + 1 < gr->g) {
-            nx = dstep(x, gr, t + 1);
-            if ((rc = dstart_kv(x, gr, &nx, bufs[0], rb[(t + 1) % 2])) < 0)
-                goto out;
-        }
         if (cur.in) {
             memset(g, 0, cur.src->floats * sizeof(float));
             compute_bwd(x, gr, qs, cur.src, &(kvblk_t){ .buf = rb[t % 2] },
