@@ -143,6 +143,20 @@ static void report(const dtctl_t *ctl, const dt_spec_t *s, const dt_plan_req_t *
         printf("%-16s %s, one forward\n", "time", t1);
     }
     printf("%-16s %.3g (%.3g per token)\n", "FLOPs", p->flops, p->flops_per_token);
+    if (dt_mask_rules_any(&q->masks)) {
+        char line[256];
+        dt_mask_rules_format(line, sizeof(line), &q->masks);
+        printf("%-16s %s\n", "masks", line);
+        if (q->nbranch > 0)
+            printf("%-16s dilated branches: FLOPs counted without the masks\n", "");
+        else
+            printf("%-16s %.4g of the unmasked pairs attended (the layers' mean)%s\n", "",
+                   p->mask_share,
+                   q->masks.docs ? "; documents are the data's: planned as one" : "");
+    }
+    if (p->ranks > 1)
+        printf("%-16s %.3f (the most loaded rank's attention work over the mean)\n",
+               "imbalance", p->imbalance);
     if (q->kind == DT_KIND_TRAIN && p->workers > 1) {
         static const char *const what[] = {
             [DT_SHARD_NONE] = "gradient all-reduce after the backward",

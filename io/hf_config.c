@@ -344,6 +344,28 @@ int dt_hf_config_read(const char *dir, dt_model_cfg_t *cfg, dt_emsg_t *em)
     return rc;
 }
 
+int dt_hf_config_eos(const char *dir, int64_t *eos, dt_emsg_t *em)
+{
+    char *path = dt_xasprintf("%s/%s", dir, DT_HF_CONFIG);
+    json_t *root;
+    int rc;
+
+    *eos = -1;
+    if ((rc = dt_hf_json_read(path, &root, em)) == 0) {
+        const json_t *v = json_object_get(root, "eos_token_id");
+        if (json_is_array(v) && json_array_size(v) > 0)
+            v = json_array_get(v, 0); /* a list: its first, as the seeds' and HF's generate */
+        if (json_is_integer(v) && json_integer_value(v) >= 0)
+            *eos = (int64_t)json_integer_value(v);
+        else if (v != NULL && !json_is_null(v) && !json_is_array(v))
+            rc = dt_emsg_set(em, DT_EINVAL, "%s: eos_token_id is not a token id (a whole "
+                             "number >= 0, or a list of them)", path);
+    }
+    json_decref(root);
+    free(path);
+    return rc;
+}
+
 /*-- writing ----------------------------------------------------------------*/
 
 /* The shortest decimal that reads back as the float f, as a double (so

@@ -65,6 +65,11 @@
  * file and the key. *cfg is undefined on failure. */
 int dt_hf_config_read(const char *dir, dt_model_cfg_t *cfg, dt_emsg_t *em);
 
+/* DIR/config.json's eos_token_id (the first of a list) into *eos, -1 when
+ * it has none (absent, null or an empty list); DT_EINVAL naming the file
+ * when it is not a token id, else dt_hf_json_read's codes. */
+int dt_hf_config_eos(const char *dir, int64_t *eos, dt_emsg_t *em);
+
 /* The model cfg as DIR/config.json, written atomically with mode 0644 less
  * the umask, in transformers 4's form, which 5 reads too: architectures,
  * model_type "llama", the shape, head_dim, rms_norm_eps, rope_theta and

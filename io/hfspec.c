@@ -121,8 +121,20 @@ int dt_hf_spec_fill(dt_spec_t *s, dt_emsg_t *em)
                                s->rope_high_freq_factor || s->rope_original_max_pos))
         return dt_emsg_set(em, DT_EINVAL, "rope scaling keys given, but %s/config.json has "
                            "no rope_scaling", s->init_from);
+    /* documents start at the model's own end-of-text token unless the
+     * spec names one */
+    int64_t eos = -1;
+    if (s->doc_mask != NULL && strcmp(s->doc_mask, "eot") == 0 &&
+        !dt_spec_given(s, "eot_token") && (rc = dt_hf_config_eos(s->init_from, &eos, em)) < 0)
+        return rc;
     if (s->model == NULL && (rc = dt_spec_set(s, "model", "custom", em)) < 0)
         return rc;
+    if (eos >= 0) {
+        char text[24];
+        snprintf(text, sizeof(text), "%lld", (long long)eos);
+        if ((rc = dt_spec_set(s, "eot_token", text, em)) < 0)
+            return rc;
+    }
     for (int i = 0; i < n; i++)
         if ((rc = dt_spec_set(s, w[i].key, w[i].text, em)) < 0)
             return rc; /* the values are in range: dt_hf_config_read checked them */

@@ -17,7 +17,8 @@
 /* With s->init_from set: read its config.json, and set every model key of
  * s from it (model = custom, dim, layers, heads, kv_heads, ffn, vocab,
  * head_dim when it is not dim / heads, rope_theta, tied, norm_eps and the
- * rope scaling keys). A key s already gives must hold the config's value:
+ * rope scaling keys; with doc_mask = eot and no eot_token, eot_token
+ * from eos_token_id when the config has one). A key s already gives must hold the config's value:
  * otherwise DT_EINVAL naming the key, its value, the file and the
  * config's key and value. What dt_hf_config_read refuses is refused with
  * its message. s is unchanged on failure. No-op without init_from. */

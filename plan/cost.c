@@ -424,9 +424,98 @@ double dt_cost_act_per_token(const dt_plan_req_t *q)
     return act_per_token_at(q, INT64_MAX);
 }
 
+/* What the masks known before the data (windows, block patterns; a
+ * document mask is the data's and is planned as one document, the most
+ * work) do to dense attention over T on R ranks, from the masks the
+ * engine builds (spec/mask_rules.h): share, the layers' mean fraction of
+ * the unmasked pairs attended; group, the most ranks whose K/V one rank's
+ * queries need (the masked ring sends to those only); imbalance, the
+ * most loaded rank's pairs over the mean. Without masks: share 1, group
+ * R and the layout's own imbalance (left to branch_time). A pattern of
+ * more than 2^22 blocks, or whose block does not divide T, is planned
+ * as no mask (its rows would not be built for the estimate). */
+typedef struct mask_effect {
+    bool any;
+    double share, imbalance;
+    int group;
+} mask_effect_t;
+
+#define MASK_PLAN_BLOCKS (INT64_C(1) << 22)
+
+static void mask_layer(const dt_plan_req_t *q, const dt_mask_t *m, int R, double *pairs,
+                       double *imb, int *group)
+{
+    dt_run_t runs[DT_LAYOUT_MAXRUNS], kr[DT_LAYOUT_MAXRUNS];
+    double most = 0, all = 0;
+
+    *group = 1;
+    for (int r = 0; r < R; r++) {
+        int nr = dt_layout_runs(q->layout, m->T, R, r, runs);
+        double w = 0;
+        for (int i = 0; i < nr; i++)
+            w += dt_mask_pairs(m, 0, runs[i].start, runs[i].start + runs[i].len, 0, m->T);
+        most = dmax(most, w);
+        all += w;
+        /* the senders this rank needs: every rank for big rings but three
+         * sampled (the ends and the middle: masks are alike along it) */
+        if (R > 64 && r != 0 && r != R / 2 && r != R - 1)
+            continue;
+        int need = 0;
+        for (int src = 0; src < R; src++) {
+            int nk = dt_layout_runs(q->layout, m->T, R, src, kr), hit = 0;
+            for (int i = 0; i < nr && !hit; i++)
+                for (int j = 0; j < nk && !hit; j++)
+                    hit = dt_mask_box(m, 0, runs[i].start, runs[i].start + runs[i].len - 1,
+                                      kr[j].start, kr[j].start + kr[j].len - 1) != DT_MASK_EMPTY;
+            need += hit;
+        }
+        *group = (int)imin(R, need > *group ? need : *group);
+    }
+    *pairs = all;
+    *imb = all > 0 ? most / (all / R) : 1.0;
+}
+
+static void mask_effect(const dt_plan_req_t *q, int64_t T, int R, mask_effect_t *e)
+{
+    const dt_mask_rules_t *r = &q->masks;
+    double L = q->kind == DT_KIND_ATTN ? 1 : (double)q->model.layers;
+    double plain = q->causal ? (double)T * ((double)T + 1) / 2 : (double)T * (double)T;
+
+    e->any = false;
+    e->share = e->imbalance = 1;
+    e->group = R;
+    bool pat = dt_mask_rules_pattern(r);
+    if (q->nbranch > 0 || (r->window == 0 && !pat) ||
+        (pat && (T % r->block != 0 || T / r->block > MASK_PLAN_BLOCKS)))
+        return;
+    /* the windowed layers, then (alternating) the others */
+    double nw = L, share = 0, imb = 0;
+    int group = 0;
+    if (dt_mask_rules_alternate(r, (int64_t)L) && q->kind != DT_KIND_ATTN)
+        nw = (double)((int64_t)(L - 1) / r->window_every + 1);
+    for (int k = 0; k < 2; k++) {
+        double n = k == 0 ? nw : L - nw, pairs, im;
+        int g;
+        dt_mask_t m;
+        if (n <= 0)
+            continue;
+        if (dt_mask_rules_mask(r, T, q->causal, k == 0, &m, NULL) < 0)
+            return;
+        mask_layer(q, &m, R, &pairs, &im, &g);
+        dt_mask_close(&m);
+        share += n / L * pairs / plain;
+        imb = dmax(imb, im);
+        group = g > group ? g : group;
+    }
+    e->any = true;
+    e->share = share;
+    e->imbalance = imb;
+    e->group = group;
+}
+
 /* One branch on R ranks of c tokens: group, pack, memory. */
 static void branch_shape(const dt_plan_req_t *q, const dt_attn_spec_t *a, int b, int R, int64_t c,
-                         dt_cost_branch_t *o)
+                         const mask_effect_t *me, dt_cost_branch_t *o)
 {
     dt_attn_branch_t br = dt_attn_branch(a, b);
     double e = elem_of(q->precision);
@@ -436,7 +525,7 @@ static void branch_shape(const dt_plan_req_t *q, const dt_attn_spec_t *a, int b,
     o->w = br.w;
     o->r = br.r;
     if (br.w >= a->T) {
-        o->group = R;
+        o->group = me->any ? me->group : R; /* a mask sends to the ranks it needs */
     } else {
         /* segments start at multiples of w, blocks at multiples of block:
          * a segment starts at an offset into a block that is a multiple of
@@ -487,11 +576,14 @@ static void branch_shape(const dt_plan_req_t *q, const dt_attn_spec_t *a, int b,
 
 /* Per-rank compute and communication of one branch (one attention
  * forward, or forward + backward for train). */
-static void branch_time(const dt_plan_req_t *q, const dt_attn_spec_t *a, int R, dt_cost_branch_t *o)
+static void branch_time(const dt_plan_req_t *q, const dt_attn_spec_t *a, int R,
+                        const mask_effect_t *me, dt_cost_branch_t *o)
 {
     const dt_cluster_t *cl = &q->cluster;
     double pe = cl->peak_flops * cl->efficiency, e = elem_of(q->precision);
-    double imb = q->causal && q->layout == DT_LAYOUT_CONTIGUOUS ? 2.0 - 1.0 / o->group : 1.0;
+    double imb = me->any ? me->imbalance
+                 : q->causal && q->layout == DT_LAYOUT_CONTIGUOUS ? 2.0 - 1.0 / o->group
+                                                                  : 1.0;
     dt_attn_spec_t one = *a;
 
     if (q->nbranch > 0) {
@@ -499,7 +591,7 @@ static void branch_time(const dt_plan_req_t *q, const dt_attn_spec_t *a, int R, 
         one.seg[0] = o->w;
         one.dil[0] = o->r;
     }
-    o->flops = dt_attn_flops(&one);
+    o->flops = dt_attn_flops(&one) * (me->any ? me->share : 1.0);
     o->compute_s = o->flops / R / pe * imb;
     o->step_compute_s = o->compute_s / (o->segs * o->group);
     o->step_comm_s = 0;
@@ -590,11 +682,18 @@ void dt_cost_eval(const dt_plan_req_t *q, int64_t T, int R, dt_cost_t *v)
     v->nb = q->nbranch > 0 ? q->nbranch : 1;
     v->hidden = true;
     v->shard_hidden = true; /* nothing to send unless training on W > 1 */
+    mask_effect_t me;
+    mask_effect(q, T, R, &me);
+    v->mask_share = me.share;
+    v->imbalance = me.any ? me.imbalance
+                   : q->causal && q->layout == DT_LAYOUT_CONTIGUOUS && q->nbranch == 0 && R > 1
+                       ? 2.0 - 1.0 / R
+                       : 1.0;
     double buffers = 0, work = 0;
     for (int b = 0; b < v->nb; b++) {
         dt_cost_branch_t *o = &v->b[b];
-        branch_shape(q, &a, q->nbranch > 0 ? b : -1, R, v->c, o);
-        branch_time(q, &a, R, o);
+        branch_shape(q, &a, q->nbranch > 0 ? b : -1, R, v->c, &me, o);
+        branch_time(q, &a, R, &me, o);
         buffers = dmax(buffers, o->buffers);
         work = dmax(work, o->work);
         v->attn_flops += o->flops;

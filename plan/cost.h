@@ -42,6 +42,7 @@ typedef struct dt_cost {
     dt_cost_branch_t b[DT_ATTN_MAXBRANCH];
     dt_plan_mem_t mem;
     double attn_flops, flops, seconds, bytes_per_step;
+    double mask_share, imbalance; /* dt_plan_t's */
     double step_compute_s, step_comm_s;
     bool hidden;
     double shard_comm_s; /* train */

@@ -106,6 +106,10 @@ static int check_req(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
     if (dt_vocab_offload_runs(q->cuda ? DT_DEVICE_CUDA : DT_DEVICE_CPU, q->kind, q->offload,
                               &why) < 0)
         return fail(p, em, DT_ENOTSUP, "%s", why.s);
+    if (dt_mask_rules_any(&q->masks) &&
+        dt_vocab_masks_run(q->cuda ? DT_DEVICE_CUDA : DT_DEVICE_CPU, q->kind,
+                           dt_mask_rules_what(&q->masks), &why) < 0)
+        return fail(p, em, DT_ENOTSUP, "%s", why.s);
     /* the GPU's kept layer inputs are recompute = layer's (auto: layer) */
     if (q->kind == DT_KIND_TRAIN && q->cuda && q->recompute == DT_RECOMPUTE_NONE &&
         ((q->offload & DT_OFFLOAD_ACTIVATIONS) || q->ckpt_dtype != DT_CKPT_FP32))
@@ -290,6 +294,8 @@ static void fill(const dt_plan_req_t *q, const dt_cost_t *v, dt_plan_t *p)
     p->flops_per_token =
         v->flops / ((double)N * (q->batch > 1 ? (double)q->batch : 1.0) * (double)v->T);
     p->bytes_per_step = v->bytes_per_step;
+    p->mask_share = v->mask_share;
+    p->imbalance = v->imbalance;
     p->step_compute_s = v->step_compute_s;
     p->step_comm_s = v->step_comm_s;
     p->comm_hidden = v->hidden;
@@ -847,6 +853,8 @@ json_t *dt_plan_to_json(const dt_plan_req_t *q, const dt_plan_t *p)
     json_object_set_new(o, "seconds", json_real(p->seconds));
     json_object_set_new(o, "comm_hidden", json_boolean(p->comm_hidden));
     json_object_set_new(o, "min_c_hidden", json_integer(p->min_c_hidden));
+    json_object_set_new(o, "mask_share", json_real(p->mask_share));
+    json_object_set_new(o, "imbalance", json_real(p->imbalance));
     json_object_set_new(o, "shard_comm_s", json_real(p->shard_comm_s));
     json_object_set_new(o, "shard_hidden", json_boolean(p->shard_hidden));
     json_object_set_new(o, "pcie_bytes_per_step", bytes(p->pcie_bytes));

@@ -35,6 +35,7 @@
 #include "spec/model.h"
 #include "spec/spec.h"
 #include "spec/attn_spec.h"
+#include "spec/mask_rules.h"
 #include "spec/vocab.h"
 
 typedef struct dt_cluster {
@@ -82,6 +83,7 @@ typedef struct dt_plan_req {
     int64_t batch;               /* train: sequences per step (spec batch); 0 is 1 */
     int dp;                      /* train: dp rings of `ranks` ranks (spec dp), each its own
                                   * sequences; 0 is 1; more is refused for attn and prefill */
+    dt_mask_rules_t masks;       /* the mask keys (documents are the data's: planned as one) */
 } dt_plan_req_t;
 
 /* Build a request from a spec (presets, overrides, defaults). */
@@ -128,6 +130,10 @@ typedef struct dt_plan {
     double step_compute_s, step_comm_s;
     bool comm_hidden;
     int64_t min_c_hidden; /* smallest c for which comm hides; 0 if never */
+    /* masks (dense attention): the layers' mean share of the unmasked
+     * pairs they attend, and the attention work's imbalance over the
+     * ranks, the most loaded rank's pairs over the mean (1 balanced) */
+    double mask_share, imbalance;
     /* train: the step's collectives over the training state (all-reduce;
      * with sharding reduce-scatters and gathers), all of them at the
      * plan's bandwidth; shard_hidden: those inside the forward and

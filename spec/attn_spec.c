@@ -164,3 +164,13 @@ double dt_attn_flops(const dt_attn_spec_t *s)
     }
     return total;
 }
+
+const dt_attn_spec_t *dt_attn_layer_spec(const dt_attn_spec_t *s, int64_t l,
+                                         dt_attn_spec_t *tmp)
+{
+    if (s->mask_every <= 1)
+        return s;
+    *tmp = *s;
+    tmp->mask = l % s->mask_every == 0 ? s->mask : s->mask_rest;
+    return tmp;
+}

@@ -34,7 +34,17 @@ typedef struct dt_attn_spec {
     /* NULL, or the mask (spec/mask.h) over the T positions that every
      * branch applies (its causal and T equal the spec's); not owned */
     const struct dt_mask *mask;
+    /* a model's alternating layers (sliding_window_layers = every:K, K =
+     * mask_every >= 2): layer l uses mask when l mod K = 0, else
+     * mask_rest (NULL: none); mask_every 0 or 1: every layer uses mask */
+    const struct dt_mask *mask_rest;
+    int64_t mask_every;
 } dt_attn_spec_t;
+
+/* The spec layer l of a model runs: s itself, or (alternating masks) a
+ * copy in *tmp with layer l's mask. */
+const dt_attn_spec_t *dt_attn_layer_spec(const dt_attn_spec_t *s, int64_t l,
+                                         dt_attn_spec_t *tmp);
 
 /* Validate a spec for R ranks: positive sizes, Hkv divides H, layout
  * divisibility, branch lists, w a multiple of r, distributed support.

@@ -176,6 +176,19 @@ int dt_mask_set_blocks_csr(dt_mask_t *m, int64_t B, int nhead, const int64_t *ro
     return 0;
 }
 
+void dt_mask_take_blocks(dt_mask_t *dst, dt_mask_t *src)
+{
+    free(dst->rowptr);
+    free(dst->cols);
+    dst->block = src->block;
+    dst->nb = src->nb;
+    dst->nhead = src->nhead;
+    dst->rowptr = src->rowptr;
+    dst->cols = src->cols;
+    src->rowptr = src->cols = NULL;
+    dt_mask_close(src);
+}
+
 int dt_mask_check_heads(const dt_mask_t *m, int H, dt_emsg_t *em)
 {
     if (m->block > 0 && m->nhead != 1 && m->nhead != H)

@@ -79,6 +79,9 @@ int dt_mask_set_blocks_dense(dt_mask_t *m, int64_t B, int nhead, const uint8_t *
 int dt_mask_set_blocks_csr(dt_mask_t *m, int64_t B, int nhead, const int64_t *rowptr,
                            int64_t nnz, const int64_t *cols, dt_emsg_t *em);
 
+/* src's block pattern moved into dst (replacing dst's); src closed. */
+void dt_mask_take_blocks(dt_mask_t *dst, dt_mask_t *src);
+
 /* The blocks' heads agree with H query heads: nhead is 1 or H. */
 int dt_mask_check_heads(const dt_mask_t *m, int H, dt_emsg_t *em);
 

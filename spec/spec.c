@@ -25,6 +25,7 @@
 #include "common/fileio.h"
 #include "common/mem.h"
 #include "spec/attn_spec.h"
+#include "spec/mask_rules.h"
 #include "spec/model.h"
 #include "spec/spec.h"
 #include "spec/vocab.h"
@@ -89,6 +90,22 @@ static const dt_conf_key_t keys[] = {
     STR("segments", segments, 0, NULL, APT, "dilated segment lengths w1,w2,... (with dilations)"),
     STR("dilations", dilations, 0, NULL, APT, "dilation rates r1,r2,... (with segments)"),
     STR("layout", layout, 0, "zigzag when causal, else contiguous", APT, "contiguous or zigzag"),
+    STR("doc_mask", doc_mask, 0, "none", PT,
+        "none or eot: a document starts at each eot_token; attention and scored targets stay "
+        "inside documents"),
+    INT("eot_token", eot_token, 0, (1 << 24) - 1,
+        "config.json's eos_token_id with init_from, else 50256", PT,
+        "the token that starts each document (doc_mask = eot)"),
+    STR("doc_positions", doc_positions, 0, "continue", PT,
+        "continue or reset: RoPE positions run on across documents, or restart at 0 in each"),
+    INT("sliding_window", sliding_window, 1, TOKENS_MAX, "none", APT,
+        "attend the W nearest keys only: causal i - j < W, else |i - j| < W"),
+    STR("sliding_window_layers", sliding_window_layers, 0, "all", PT,
+        "all or every:K: the layers with the window (every:K: layers 0, K, 2K, ...)"),
+    STR("block_pattern", block_pattern, 0, "none", APT,
+        "local:W, strided:S, global:G, or several joined by commas: the blocks (of "
+        "block_size tokens) a query block attends"),
+    INT("block_size", block_size, 1, 1 << 30, "64", APT, "tokens per block of block_pattern"),
     STR("dtype", dtype, 0, "bf16 on cuda, fp32 on cpu", APT,
         "compute dtype: bf16 or fp16 on cuda, fp32 on cpu"),
     STR("precision", precision, 0, NULL, 0, "the old name of dtype (both given: they must agree)"),
@@ -207,6 +224,7 @@ static const struct {
     { "recompute", dt_recompute_names, false }, { "shard", dt_shard_names, false },
     { "offload", dt_offload_names, true },
     { "ckpt_dtype", dt_ckpt_dtype_names, false },
+    { "doc_mask", dt_doc_mask_names, false },   { "doc_positions", dt_doc_positions_names, false },
 };
 
 const char *const *dt_spec_key_values(const char *key)
@@ -835,6 +853,64 @@ int dt_spec_check_model(const dt_spec_t *s, dt_emsg_t *em)
     return 0;
 }
 
+void dt_spec_mask_rules(const dt_spec_t *s, dt_mask_rules_t *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->docs = s->doc_mask != NULL && strcmp(s->doc_mask, "eot") == 0;
+    r->eot = dt_spec_given(s, "eot_token") ? s->eot_token : DT_EOT_DEFAULT;
+    r->reset = s->doc_positions != NULL && strcmp(s->doc_positions, "reset") == 0;
+    r->window = s->sliding_window;
+    r->window_every = 1;
+    if (s->sliding_window_layers != NULL) /* checked by dt_spec_check */
+        dt_mask_parse_layers("sliding_window_layers", s->sliding_window_layers,
+                             &r->window_every, NULL);
+    if (s->block_pattern != NULL)
+        dt_mask_parse_pattern("block_pattern", s->block_pattern, r, NULL);
+    r->block = dt_spec_int(s, "block_size");
+}
+
+int dt_spec_check_masks(const dt_spec_t *s, dt_emsg_t *em)
+{
+    dt_mask_rules_t r = { 0 };
+    int rc;
+    bool docs = s->doc_mask != NULL && strcmp(s->doc_mask, "eot") == 0;
+
+    if (s->sliding_window_layers != NULL &&
+        (rc = dt_mask_parse_layers("key 'sliding_window_layers'", s->sliding_window_layers,
+                                   &r.window_every, em)) < 0)
+        return rc;
+    if (s->sliding_window_layers != NULL && s->sliding_window == 0)
+        return dt_emsg_set(em, DT_EINVAL, "key 'sliding_window_layers' needs key "
+                           "'sliding_window' (the window those layers have)");
+    if (s->block_pattern != NULL &&
+        (rc = dt_mask_parse_pattern("key 'block_pattern'", s->block_pattern, &r, em)) < 0)
+        return rc;
+    if (s->block_pattern == NULL && dt_spec_given(s, "block_size"))
+        return dt_emsg_set(em, DT_EINVAL, "key 'block_size' needs key 'block_pattern' (the "
+                           "pattern over those blocks)");
+    int64_t B = dt_spec_int(s, "block_size");
+    if (s->block_pattern != NULL && s->tokens % B != 0)
+        return dt_emsg_set(em, DT_EINVAL, "key 'block_size' = %lld does not divide tokens = "
+                           "%lld", (long long)B, (long long)s->tokens);
+    if (!docs && dt_spec_given(s, "eot_token"))
+        return dt_emsg_set(em, DT_EINVAL, "key 'eot_token' needs doc_mask = eot (the token "
+                           "starts documents only then)");
+    if (s->doc_positions != NULL && strcmp(s->doc_positions, "reset") == 0) {
+        if (!docs)
+            return dt_emsg_set(em, DT_EINVAL, "doc_positions = reset needs doc_mask = eot "
+                               "(positions restart in each document)");
+        if (s->pos_offset != 0)
+            return dt_emsg_set(em, DT_EINVAL, "key 'pos_offset' = %lld with doc_positions = "
+                               "reset: positions restart at 0 in each document, so the window "
+                               "has no offset (leave pos_offset out)",
+                               (long long)s->pos_offset);
+    }
+    if (docs && strcmp(dt_spec_word(s, "data"), "recall") == 0)
+        return dt_emsg_set(em, DT_EINVAL, "doc_mask = eot needs token data (the recall task "
+                           "has no documents: set data to token files)");
+    return 0;
+}
+
 int dt_spec_check(const dt_spec_t *s, dt_emsg_t *em)
 {
     static const char *const shape[] = { "dim", "layers", "heads", "kv_heads", "ffn", "vocab" };
@@ -866,7 +942,8 @@ int dt_spec_check(const dt_spec_t *s, dt_emsg_t *em)
         return dt_emsg_set(em, DT_EINVAL, "key 'output_dir' = '%s': an absolute path is needed "
                            "(the workers run in another directory)", s->output_dir);
     if ((rc = check_number("lr", s->lr, 0, 10, "(0, 10], such as 3e-3", em)) < 0 ||
-        (rc = check_optimizer(s, em)) < 0 || (rc = dt_spec_check_model(s, em)) < 0)
+        (rc = check_optimizer(s, em)) < 0 || (rc = dt_spec_check_model(s, em)) < 0 ||
+        (rc = dt_spec_check_masks(s, em)) < 0)
         return rc;
     if (s->segments != NULL || s->dilations != NULL) {
         dt_attn_spec_t a = { 0 };

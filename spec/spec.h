@@ -50,6 +50,16 @@ typedef struct dt_spec {
     char *segments;  /* "w1,w2,..." */
     char *dilations; /* "r1,r2,..." */
     char *layout;    /* contiguous | zigzag (default zigzag when causal) */
+    /* masks (spec/mask_rules.h): documents at each eot_token, their RoPE
+     * positions, a sliding window on all or every K-th layer, a block
+     * pattern over blocks of block_size */
+    char *doc_mask;      /* none | eot (default none) */
+    int64_t eot_token;   /* given (0 a token): see given; else DT_EOT_DEFAULT */
+    char *doc_positions; /* continue | reset (default continue) */
+    int64_t sliding_window; /* W (0: none) */
+    char *sliding_window_layers; /* all | every:K (default all) */
+    char *block_pattern; /* local:W, strided:S, global:G joined by commas (NULL: none) */
+    int64_t block_size;  /* B (0: 64) */
     /* compute dtype: fp32 | bf16 | fp16 (default bf16 on cuda, fp32 on cpu,
      * which computes in fp32 only); `precision` is its old name, kept */
     char *dtype, *precision;
@@ -136,6 +146,15 @@ const char *dt_spec_dtype(const dt_spec_t *s);
 int64_t dt_spec_int(const dt_spec_t *s, const char *key);
 double dt_spec_real(const dt_spec_t *s, const char *key);
 const char *dt_spec_word(const dt_spec_t *s, const char *key);
+
+/* The mask keys' own checks, part of dt_spec_check (the engine, which
+ * sets its options one by one, asks them alone): their syntax, and the
+ * keys they need and exclude (what a device runs is dt_vocab_masks_run's,
+ * asked by the planner and the engine). 0 or DT_EINVAL naming the key. */
+int dt_spec_check_masks(const dt_spec_t *s, dt_emsg_t *em);
+/* The mask keys resolved (a spec that passed dt_spec_check). */
+struct dt_mask_rules;
+void dt_spec_mask_rules(const dt_spec_t *s, struct dt_mask_rules *r);
 
 /* The key table (NULL-name-terminated) over dt_spec_t; tags: the bits
  * DT_SPEC_FOR(kind) of the dtengine commands that take the key as an

@@ -19,6 +19,8 @@ const char *const dt_layout_names[] = { "contiguous", "zigzag", NULL };
 const char *const dt_compute_dtype_names[] = { "fp32", "bf16", "fp16", NULL };
 const char *const dt_offload_names[] = { "activations", "optimizer", NULL };
 const char *const dt_ckpt_dtype_names[] = { "fp32", "bf16", NULL };
+const char *const dt_doc_mask_names[] = { "none", "eot", NULL };
+const char *const dt_doc_positions_names[] = { "continue", "reset", NULL };
 static const dt_dtype_t compute_dtypes[] = { DT_F32, DT_BF16, DT_F16 };
 
 static size_t count(const char *const *names)
@@ -244,4 +246,15 @@ int dt_vocab_offload_runs(enum dt_device device, enum dt_job_kind kind, unsigned
      * engine/cmd/train_gpu.c) and the layer inputs recompute = layer keeps
      * (activations, engine/model/train_cuda.c) to the host */
     return 0;
+}
+
+int dt_vocab_masks_run(enum dt_device device, enum dt_job_kind kind, const char *what,
+                       dt_emsg_t *em)
+{
+    (void)kind; /* every kind runs them on the CPU */
+    if (device == DT_DEVICE_CPU)
+        return 0;
+    /* the GPU kernels do not take the tile lists yet (issue 31 item 5) */
+    return dt_emsg_set(em, DT_ENOTSUP, "%s: attention masks run on device = cpu (the GPU "
+                       "kernels do not take them yet)", what);
 }

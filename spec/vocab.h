@@ -59,6 +59,13 @@ enum dt_offload { DT_OFFLOAD_ACTIVATIONS = 1u << 0, DT_OFFLOAD_OPTIMIZER = 1u <<
  * computed), BF16 half the bytes (rounded to nearest even; ALST's). */
 enum dt_ckpt_dtype { DT_CKPT_FP32 = 0, DT_CKPT_BF16 };
 
+/* Documents in a model job's sequences (spec key doc_mask): NONE one
+ * sequence, EOT a document at each eot_token (spec/mask_rules.h). */
+enum dt_doc_mask { DT_DOC_MASK_NONE = 0, DT_DOC_MASK_EOT };
+/* RoPE positions in documents (spec key doc_positions): CONTINUE the
+ * sequence's, RESET from 0 in each document. */
+enum dt_doc_positions { DT_DOC_POS_CONTINUE = 0, DT_DOC_POS_RESET };
+
 /* The words, in the enums' order, NULL-terminated; a value's name is
  * names[value] ("auto" for the AUTO values, which no spec spells). */
 extern const char *const dt_kind_names[];     /* attn prefill train */
@@ -71,6 +78,8 @@ extern const char *const dt_layout_names[];   /* contiguous zigzag */
 extern const char *const dt_compute_dtype_names[]; /* fp32 bf16 fp16 */
 extern const char *const dt_offload_names[];  /* activations optimizer: bit i is names[i] */
 extern const char *const dt_ckpt_dtype_names[]; /* fp32 bf16 */
+extern const char *const dt_doc_mask_names[];   /* none eot */
+extern const char *const dt_doc_positions_names[]; /* continue reset */
 
 const char *dt_kind_name(enum dt_job_kind k);
 const char *dt_device_name(enum dt_device d);
@@ -125,6 +134,11 @@ int dt_vocab_runs(enum dt_device device, enum dt_job_kind kind, enum dt_shard_le
  * DT_ENOTSUP with the reason (kind not train). */
 int dt_vocab_offload_runs(enum dt_device device, enum dt_job_kind kind, unsigned offload,
                           dt_emsg_t *em);
+/* The same for attention masks (documents, windows, block patterns;
+ * `what` names them in the reason): the CPU engine runs them for every
+ * kind; the GPU engine does not yet (DT_ENOTSUP). */
+int dt_vocab_masks_run(enum dt_device device, enum dt_job_kind kind, const char *what,
+                       dt_emsg_t *em);
 /* Whether dt_vocab_runs accepts that shard level on that device (dp 1). */
 bool dt_vocab_shard_runs(enum dt_device device, enum dt_shard_level shard);
 

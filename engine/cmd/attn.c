@@ -39,6 +39,7 @@
 #include "spec/model.h"
 #include "engine/cmd/options.h"
 #include "io/maskfile.h"
+#include "spec/mask_rules.h"
 #include "spec/spec.h"
 
 enum { TAG_OUT = 201, TAG_SHA };
@@ -59,6 +60,7 @@ typedef struct opts {
     int cuda, fp16; /* --device cuda, --dtype fp16 */
     float scale;
     dt_mask_args_t mask; /* --doc-lengths, --sliding-window, --block-mask, --mask-block */
+    dt_mask_rules_t rules; /* --block-pattern, --block-size (and the window) */
     dt_spec_t spec;   /* --spec FILE: the strings above may point into it */
     char gen[128];    /* --generate's value made from the spec */
 } opts_t;
@@ -71,6 +73,7 @@ static void usage(FILE *f)
             "                     [--layout contiguous|zigzag] [--scale S]\n"
             "                     [--doc-lengths L1,L2,...|LENGTHS.npy] [--sliding-window W]\n"
             "                     [--block-mask MASK.npy|ROWPTR.npy,COLS.npy --mask-block B]\n"
+            "                     [--block-pattern P [--block-size B]]\n"
             "                     [--dout dO.npy --dq dQ.npy --dk dK.npy --dv dV.npy]\n"
             "                     [--backward] [--out-dir DIR] [--threads N] [--stats]\n"
             "                     [--device cpu|cuda [--dtype bf16|fp16]] [--print-settings]\n"
@@ -83,14 +86,14 @@ static void usage(FILE *f)
 
 /* attn's own options; the rest are job-spec keys (engine/cmd/options.h) */
 enum { O_Q = 1, O_K, O_V, O_OUT, O_LSE, O_DOUT, O_DQ, O_DK, O_DV, O_GEN, O_STATS, O_THREADS,
-       O_SCALE, O_BACKWARD, O_DOCS, O_WINDOW, O_BLOCKS, O_BLOCK };
+       O_SCALE, O_BACKWARD, O_DOCS, O_BLOCKS, O_BLOCK };
 static const dt_cmd_opt_t own_options[] = {
     { "q", 1, O_Q },          { "k", 1, O_K },           { "v", 1, O_V },
     { "out", 1, O_OUT },      { "lse", 1, O_LSE },       { "dout", 1, O_DOUT },
     { "dq", 1, O_DQ },        { "dk", 1, O_DK },         { "dv", 1, O_DV },
     { "generate", 1, O_GEN }, { "stats", 0, O_STATS },   { "threads", 1, O_THREADS },
     { "scale", 1, O_SCALE },  { "backward", 0, O_BACKWARD },
-    { "doc-lengths", 1, O_DOCS }, { "sliding-window", 1, O_WINDOW },
+    { "doc-lengths", 1, O_DOCS },
     { "block-mask", 1, O_BLOCKS }, { "mask-block", 1, O_BLOCK }, { NULL, 0, 0 },
 };
 
@@ -126,13 +129,12 @@ static int own_option(int id, const char *value, void *arg, dt_emsg_t *em)
     case O_BLOCKS:
         o->mask.block_mask = value;
         return 0;
-    case O_WINDOW:
     case O_BLOCK: {
         long long x = strtoll(value, &end, 10);
         if (*value == '\0' || *end != '\0' || x < 1)
-            return dt_emsg_set(em, DT_EUSAGE, "--%s '%s' must be a positive integer",
-                               id == O_WINDOW ? "sliding-window" : "mask-block", value);
-        *(id == O_WINDOW ? &o->mask.window : &o->mask.block) = x;
+            return dt_emsg_set(em, DT_EUSAGE, "--mask-block '%s' must be a positive integer",
+                               value);
+        o->mask.block = x;
         return 0;
     }
     default:
@@ -167,6 +169,15 @@ static int parse_opts(int argc, char **argv, opts_t *o, dt_emsg_t *em)
     o->dilations = s->dilations;
     o->seed = (unsigned long long)dt_spec_int(s, "seed");
     o->out_dir = s->output_dir;
+    /* the spec's mask keys: the window, and a block pattern (the rest of
+     * the masks are attn's own options, files) */
+    o->mask.window = s->sliding_window;
+    if ((rc = dt_spec_check_masks(s, em)) < 0)
+        return rc;
+    dt_spec_mask_rules(s, &o->rules);
+    if (dt_mask_rules_pattern(&o->rules) && o->mask.block_mask != NULL)
+        return dt_emsg_set(em, DT_EUSAGE, "--block-pattern and --block-mask exclude each other "
+                           "(one block mask)");
     if (s->tokens > 0 && o->generate == NULL) { /* from a --spec */
         dt_model_cfg_t m;
         if ((rc = dt_model_from_spec(s, &m, em)) < 0)
@@ -303,13 +314,19 @@ static int prepare(const opts_t *o, int R, input_t *in, dt_emsg_t *em)
     if (s->H % s->Hkv != 0)
         return dt_emsg_set(em, DT_ESHAPE, "Q has H=%d heads and K/V Hkv=%d: Hkv must divide H",
                            s->H, s->Hkv);
-    if (dt_mask_args_any(&o->mask)) {
-        if (o->cuda)
-            return dt_emsg_set(em, DT_ENOTSUP, "--device cuda does not take masks yet "
-                               "(--doc-lengths, --sliding-window, --block-mask): run them on "
-                               "the CPU");
+    if (dt_mask_args_any(&o->mask) || dt_mask_rules_pattern(&o->rules)) {
+        if ((rc = dt_vocab_masks_run(o->cuda ? DT_DEVICE_CUDA : DT_DEVICE_CPU, DT_KIND_ATTN,
+                                     "--doc-lengths, --sliding-window, --block-mask, "
+                                     "--block-pattern", em)) < 0)
+            return rc;
         if ((rc = dt_mask_load(&in->mask, &o->mask, s->T, s->causal, s->H, em)) < 0)
             return rc;
+        if (dt_mask_rules_pattern(&o->rules)) {
+            dt_mask_t pm;
+            if ((rc = dt_mask_rules_mask(&o->rules, s->T, s->causal, false, &pm, em)) < 0)
+                return rc;
+            dt_mask_take_blocks(&in->mask, &pm);
+        }
         s->mask = &in->mask;
     }
     return dt_attn_check(s, R, em);
@@ -933,6 +950,12 @@ int dt_cmd_attn(dt_comm_t *comm, int argc, char **argv)
             dt_cmd_setting("segments", o->segments ? "%s" : NULL, o->segments);
             dt_cmd_setting("dilations", o->dilations ? "%s" : NULL, o->dilations);
             dt_cmd_setting("layout", "%s", o->layout);
+            dt_cmd_setting("sliding_window", o->mask.window ? "%lld" : NULL,
+                           (long long)o->mask.window);
+            char pat[96];
+            dt_mask_pattern_format(pat, sizeof(pat), &o->rules);
+            dt_cmd_setting("block_pattern", "%s", pat);
+            dt_cmd_setting("block_size", "%lld", (long long)o->rules.block);
             dt_cmd_setting("dtype", "%s", !o->cuda ? "fp32" : o->fp16 ? "fp16" : "bf16");
             dt_cmd_setting("device", "%s", o->cuda ? "cuda" : "cpu");
             dt_cmd_setting("seed", "%llu", o->seed);

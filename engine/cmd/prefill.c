@@ -58,6 +58,7 @@
 #include "io/safetensors.h"
 #include "engine/wlink.h"
 #include "kernels/cpu/layers_cpu.h"
+#include "engine/cmd/masks.h"
 #include "engine/cmd/options.h"
 #include "spec/spec.h"
 #ifdef HAVE_CUDA
@@ -72,6 +73,7 @@ typedef struct popts {
     dt_model_cfg_t model;
     int64_t T, last, ckpt_keep, ckpt_every, stop_after;
     int64_t pos_offset; /* the first token's position (spec key pos_offset) */
+    dt_mask_rules_t masks; /* the mask keys (spec/mask_rules.h) */
     uint64_t seed;
     const char *ckpt_dir, *data, *layout, *segments, *dilations, *logits, *out_dir;
     const char *resume_from; /* a step directory, or NULL */
@@ -96,6 +98,10 @@ static void usage(FILE *f)
                "                        [--seed S]\n"
                "                        [--layout contiguous|zigzag] [--no-causal]\n"
                "                        [--segments w1,.. --dilations r1,..]\n"
+               "                        [--doc-mask none|eot [--eot-token N]\n"
+               "                        [--doc-positions continue|reset]]\n"
+               "                        [--sliding-window W [--sliding-window-layers all|every:K]]\n"
+               "                        [--block-pattern P [--block-size B]]\n"
                "                        [--ckpt-dir DIR [--ckpt-every K] [--ckpt-keep N]\n"
                "                        [--ckpt-commit self|external]\n"
                "                        [--resume | --resume-from STEPDIR]]\n"
@@ -177,6 +183,13 @@ static int parse(int argc, char **argv, popts_t *o, dt_emsg_t *em)
     if ((rc = dt_cmd_model_resolve(s, &o->model, em)) < 0)
         return rc;
     o->pos_offset = s->pos_offset;
+    if ((rc = dt_spec_check_masks(s, em)) < 0)
+        return rc;
+    dt_spec_mask_rules(s, &o->masks);
+    if (dt_mask_rules_any(&o->masks) &&
+        (rc = dt_vocab_masks_run(dt_spec_device_id(s), DT_KIND_PREFILL, dt_mask_rules_what(&o->masks),
+                                 em)) < 0)
+        return rc;
     if (o->resume && o->ckpt_dir == NULL)
         return dt_emsg_set(em, DT_EUSAGE, "--resume needs --ckpt-dir");
     if (o->resume_from && o->ckpt_dir == NULL)
@@ -211,6 +224,7 @@ static json_t *plan_json(const popts_t *o)
                           o->dilations ? o->dilations : "");
     /* only when set: checkpoints from before pos_offset existed match */
     dt_cmd_plan_pos_offset(j, o->pos_offset);
+    dt_cmd_plan_masks(j, &o->masks);
     return j;
 }
 
@@ -274,7 +288,8 @@ static int match(const popts_t *o, const char *dir, int64_t *done, int *ranks, d
         goto out;
     if (!json_equal(want[0], man.model))
         rc = dt_emsg_set(em, DT_EINVAL, "%s: written for another model shape", dir);
-    else if ((rc = dt_cmd_check_pos_offset(dir, man.plan, o->pos_offset, em)) < 0)
+    else if ((rc = dt_cmd_check_pos_offset(dir, man.plan, o->pos_offset, em)) < 0 ||
+             (rc = dt_cmd_check_masks(dir, man.plan, &o->masks, em)) < 0)
         ;
     else if (!json_equal(want[1], man.plan))
         rc = dt_emsg_set(em, DT_EINVAL, "%s: written for another sequence length, layout or "
@@ -565,6 +580,7 @@ typedef struct prefiller {
     popts_t o;
     dt_emsg_t em;
     dt_attn_spec_t attn;
+    dt_cmd_masks_t masks;     /* the sequence's masks, attn's */
     dt_model_layout_t lo;
     dt_model_t *m;
     float *P, *hidden, *last; /* last: rank 0's gathered logits (N, V) */
@@ -572,7 +588,9 @@ typedef struct prefiller {
     dt_nll_sums_t sums;       /* by position bucket, over every rank */
     int32_t *xs, *ys, *x, *y;
     int64_t *pos;             /* (c) this rank's tokens' indices in the window */
-    int64_t *rpos;            /* (c) their positions, pos + pos_offset (RoPE's) */
+    int64_t *rpos;            /* (c) their positions, pos + pos_offset (the likelihood's) */
+    int64_t *rope;            /* (c) their RoPE positions: rpos, or with doc_positions =
+                               * reset from their document's start */
     int64_t c, done;          /* tokens of this rank; layers done */
     double loss;
     int stopped;              /* the layers done at a stop (--stop-after-layer, W_STOP) */
@@ -624,12 +642,18 @@ static int prefiller_init(prefiller_t *p, dt_comm_t *comm, int argc, char **argv
     if (rc == 0)
         rc = dt_attn_parse_branches(&p->attn, o->segments, o->dilations, &p->em);
     if (rc == 0)
+        rc = dt_cmd_masks_init(&p->masks, &o->masks, o->T, o->causal, o->model.layers,
+                               o->model.vocab, &p->attn, &p->em);
+    if (rc == 0)
         rc = dt_attn_check(&p->attn, p->R, &p->em);
     if (rc == 0) {
         p->xs = dt_xmallocarray((size_t)o->T, sizeof(int32_t));
         p->ys = dt_xmallocarray((size_t)o->T, sizeof(int32_t));
         rc = sequence(o, p->xs, p->ys, &p->em);
     }
+    /* its documents: the masks and the targets scored */
+    if (rc == 0)
+        dt_cmd_masks_sequence(&p->masks, p->xs, p->ys);
     /* external commits: the coordinator's earlier generations may have
      * left steps, which dt_cmd_save supersedes or keeps */
     if (rc == 0 && p->me == 0 && o->ckpt_dir && !o->resume && !o->resume_from && !o->external)
@@ -661,12 +685,14 @@ static void prefiller_alloc(prefiller_t *p)
     p->y = dt_xmallocarray((size_t)p->c, sizeof(int32_t));
     p->pos = dt_xmallocarray((size_t)p->c, sizeof(int64_t));
     p->rpos = dt_xmallocarray((size_t)p->c, sizeof(int64_t));
+    p->rope = dt_xmallocarray((size_t)p->c, sizeof(int64_t));
     dt_layout_positions(p->attn.layout, o->T, p->R, p->me, p->pos);
     for (int64_t i = 0; i < p->c; i++) {
         p->x[i] = p->xs[p->pos[i]];
         p->y[i] = p->ys[p->pos[i]];
         p->rpos[i] = p->pos[i] + o->pos_offset;
     }
+    dt_cmd_masks_rope(&p->masks, p->pos, p->c, o->pos_offset, p->rope);
     dt_model_init(&o->model, &p->lo, o->seed, p->P);
 }
 
@@ -719,7 +745,7 @@ static int prefiller_load_or_resume(prefiller_t *p)
         rc = p->R == 1 ? dt_ring_local_new(1, 0, &p->ring, &p->em)
                        : dt_ring_nccl_pmix_new(0, NULL, &p->ring, &p->em);
         if (rc == 0)
-            rc = dt_gmodel_new(&o->model, &p->lo, p->c, o->dtype, p->ring, p->P, p->rpos,
+            rc = dt_gmodel_new(&o->model, &p->lo, p->c, o->dtype, p->ring, p->P, p->rope,
                                &p->gm, &p->em);
         if (rc == 0)
             rc = dt_gmodel_put_hidden(p->gm, p->hidden, &p->em);
@@ -787,7 +813,7 @@ static int prefiller_layer(prefiller_t *p, int64_t l, int *stop)
         rc = dt_gmodel_layer_fwd(p->gm, &p->attn, (int)l, &p->em);
     else
 #endif
-        rc = dt_model_layer_fwd(p->m, p->comm, &p->attn, p->P, (int)l, p->rpos, p->hidden,
+        rc = dt_model_layer_fwd(p->m, p->comm, &p->attn, p->P, (int)l, p->rope, p->hidden,
                                 &p->em);
     if (rc < 0)
         return rc;
@@ -993,7 +1019,9 @@ static void prefiller_close(prefiller_t *p)
     free(p->y);
     free(p->pos);
     free(p->rpos);
+    free(p->rope);
     free(p->nll);
+    dt_cmd_masks_close(&p->masks);
 }
 
 /* ---- the command ------------------------------------------------------------ */
@@ -1008,6 +1036,7 @@ static void print_settings(const popts_t *o)
     dt_cmd_setting("segments", o->segments ? "%s" : NULL, o->segments);
     dt_cmd_setting("dilations", o->dilations ? "%s" : NULL, o->dilations);
     dt_cmd_setting("layout", "%s", o->layout);
+    dt_cmd_masks_settings(&o->masks);
     dt_cmd_setting("dtype", "%s", o->cuda ? dt_dtype_name(o->dtype) : "fp32");
     dt_cmd_setting("device", "%s", o->cuda ? "cuda" : "cpu");
     dt_cmd_setting("seed", "%llu", (unsigned long long)o->seed);

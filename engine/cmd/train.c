@@ -84,6 +84,10 @@ static void usage(FILE *f)
                "                      [--weight-decay X] [--clip X] [--adam-eps X]\n"
                "                      [--layout contiguous|zigzag] [--no-causal]\n"
                "                      [--segments w1,.. --dilations r1,..]\n"
+               "                      [--doc-mask none|eot [--eot-token N]\n"
+               "                      [--doc-positions continue|reset]]\n"
+               "                      [--sliding-window W [--sliding-window-layers all|every:K]]\n"
+               "                      [--block-pattern P [--block-size B]]\n"
                "                      [--batch B] [--recompute none|layer] [--dp N]\n"
                "                      [--shard none|optimizer|gradients|parameters]\n"
                "                      [--offload none|activations,optimizer] [--ckpt-dtype fp32|bf16]\n"
@@ -173,6 +177,13 @@ static int parse(int argc, char **argv, dt_train_opts_t *o, dt_emsg_t *em)
     if ((rc = dt_cmd_model_resolve(s, &o->model, em)) < 0)
         return rc;
     o->pos_offset = s->pos_offset;
+    if ((rc = dt_spec_check_masks(s, em)) < 0)
+        return rc;
+    dt_spec_mask_rules(s, &o->masks);
+    if (dt_mask_rules_any(&o->masks) &&
+        (rc = dt_vocab_masks_run(dt_spec_device_id(s), DT_KIND_TRAIN, dt_mask_rules_what(&o->masks),
+                                 em)) < 0)
+        return rc;
     if (o->resume && o->ckpt_dir == NULL)
         return dt_emsg_set(em, DT_EUSAGE, "--resume needs --ckpt-dir");
     if (o->resume && o->resume_from)
@@ -225,6 +236,7 @@ static int save(dt_comm_t *comm, const dt_train_opts_t *o, int64_t step, int64_t
                             (json_int_t)o->T, "batch", (json_int_t)o->batch, "shard",
                             dt_shard_name(o->shard), "dp", (json_int_t)o->dp);
         dt_cmd_plan_pos_offset(sv.plan, o->pos_offset);
+        dt_cmd_plan_masks(sv.plan, &o->masks);
         sv.rng = json_pack("{s:I, s:s, s:o}", "seed", (json_int_t)o->seed, "data", o->data,
                            "cursor", cursor_json(cur));
         if (ls != NULL)
@@ -327,7 +339,8 @@ static int load(const dt_train_opts_t *o, int64_t n, float *P, int64_t plo, int6
         goto out;
     }
     json_decref(want);
-    if ((rc = dt_cmd_check_pos_offset(dir, man.plan, o->pos_offset, em)) < 0)
+    if ((rc = dt_cmd_check_pos_offset(dir, man.plan, o->pos_offset, em)) < 0 ||
+        (rc = dt_cmd_check_masks(dir, man.plan, &o->masks, em)) < 0)
         goto out;
     /* this rank's parts (sharded: its slice), read from the shards that
      * hold them, whatever the writer's split */
@@ -501,6 +514,9 @@ static int trainer_init(dt_trainer_t *t, dt_comm_t *comm, int argc, char **argv)
     if (rc == 0)
         rc = dt_attn_parse_branches(&t->attn, o->segments, o->dilations, &t->em);
     if (rc == 0)
+        rc = dt_cmd_masks_init(&t->masks, &o->masks, o->T, o->causal, o->model.layers,
+                               o->model.vocab, &t->attn, &t->em);
+    if (rc == 0)
         rc = dt_attn_check(&t->attn, t->R, &t->em);
     if ((rc = dt_agree_report(comm, rc, "dtengine train", t->em.s, NULL)) < 0 || t->N == 1)
         return rc;
@@ -639,10 +655,14 @@ static int trainer_batch(dt_trainer_t *t, int64_t step, double *loss, dt_train_c
             return rc;
         if (b < 0 || b >= o->batch)
             continue;
+        /* its documents: the masks, the targets scored, the positions */
+        dt_cmd_masks_sequence(&t->masks, t->xs, t->ys);
         for (int64_t i = 0; i < t->c; i++) {
             t->x[i] = t->xs[t->pos[i]];
             t->y[i] = t->ys[t->pos[i]];
         }
+        if (o->masks.reset)
+            dt_cmd_masks_rope(&t->masks, t->pos, t->c, o->pos_offset, t->rpos);
         if ((rc = t->be->seq(t, b, loss, ctl)) < 0)
             return rc;
     }
@@ -1001,6 +1021,7 @@ static void trainer_close(dt_trainer_t *t)
     free(t->y);
     free(t->pos);
     free(t->rpos);
+    dt_cmd_masks_close(&t->masks);
 }
 
 /* ---- the command ------------------------------------------------------------ */
@@ -1019,6 +1040,7 @@ static void print_settings(const dt_trainer_t *t)
     dt_cmd_setting("segments", o->segments ? "%s" : NULL, o->segments);
     dt_cmd_setting("dilations", o->dilations ? "%s" : NULL, o->dilations);
     dt_cmd_setting("layout", "%s", o->layout);
+    dt_cmd_masks_settings(&o->masks);
     dt_cmd_setting("dtype", "%s", o->cuda ? dt_dtype_name(o->dtype) : "fp32");
     dt_cmd_setting("device", "%s", o->cuda ? "cuda" : "cpu");
     dt_cmd_setting("steps", "%lld", (long long)o->steps);

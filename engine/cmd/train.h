@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "common/err.h"
+#include "engine/cmd/masks.h"
 #include "engine/comm/comm.h"
 #include "engine/data/loader.h"
 #include "engine/data/recall.h"
@@ -25,6 +26,7 @@
 #include "engine/model/optim.h"
 #include "spec/attn_spec.h"
 #include "spec/dtype.h"
+#include "spec/mask_rules.h"
 #include "spec/spec.h"
 #include "spec/vocab.h"
 
@@ -33,6 +35,7 @@ typedef struct dt_train_opts {
     dt_model_cfg_t model;
     int64_t T, steps, ckpt_every, ckpt_keep, batch;
     int64_t pos_offset; /* the first token's position (spec key pos_offset) */
+    dt_mask_rules_t masks; /* the mask keys (spec/mask_rules.h) */
     uint64_t seed;
     const char *ckpt_dir, *data, *layout, *segments, *dilations, *params_out;
     const char *resume_from; /* a step directory, or NULL */
@@ -106,6 +109,7 @@ typedef struct dt_trainer {
     dt_train_opts_t o;
     dt_emsg_t em;
     dt_attn_spec_t attn;
+    dt_cmd_masks_t masks; /* the sequence's masks, attn's */
     dt_recall_opts_t task;
     dt_loader_t *loader; /* token shards; NULL: the recall task */
     dt_model_layout_t lo;
@@ -117,7 +121,8 @@ typedef struct dt_trainer {
     float *P, *G, *Gb, *M, *V;
     int32_t *xs, *ys, *x, *y;
     int64_t *pos;  /* (c) this rank's tokens' indices in the sequence */
-    int64_t *rpos; /* (c) their positions: pos + pos_offset (RoPE's) */
+    int64_t *rpos; /* (c) their RoPE positions: pos + pos_offset (doc_positions =
+                    * reset: pos from its document's start) */
     int64_t start;       /* the step this run starts at (a resume's) */
     dt_train_passed_t passed; /* checkpoints --resume passed over */
     dt_adamw_cfg_t acfg;

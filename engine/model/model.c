@@ -308,7 +308,9 @@ static int layer_fwd(dt_model_t *m, dt_comm_t *comm, const dt_attn_spec_t *attn,
     poke(m);
     dt_rope_fwd_cpu(c, (int)H, (int)D, pos, &cf->rope, A->q);
     dt_rope_fwd_cpu(c, (int)Hkv, (int)D, pos, &cf->rope, A->k);
-    if ((rc = dt_attn_fwd(comm, attn, A->q, A->k, A->v, A->o, A->lse, NULL, em)) < 0)
+    dt_attn_spec_t la;
+    if ((rc = dt_attn_fwd(comm, dt_attn_layer_spec(attn, l, &la), A->q, A->k, A->v, A->o, A->lse,
+                          NULL, em)) < 0)
         return rc;
     dt_linear_fwd_cpu(c, (int)qd, cf->dim, A->o, W(w, L->wo), m->dt);
     poke(m);
@@ -763,8 +765,9 @@ int dt_model_step(dt_model_t *m, dt_comm_t *comm, const dt_attn_spec_t *attn,
         /* attention: x2 = xin + Wo attn(rope(Wq h1), rope(Wk h1), Wv h1) */
         dt_linear_bwd_cpu(c, (int)qd, cf->dim, A->o, W(w, Lo->wo), m->dx, m->do_, GR(Lo->wo));
         poke(m);
-        if ((rc = dt_attn_bwd(comm, attn, A->q, A->k, A->v, A->o, A->lse, m->do_, m->dq, m->dk,
-                              m->dv, NULL, em)) < 0)
+        dt_attn_spec_t la;
+        if ((rc = dt_attn_bwd(comm, dt_attn_layer_spec(attn, l, &la), A->q, A->k, A->v, A->o,
+                              A->lse, m->do_, m->dq, m->dk, m->dv, NULL, em)) < 0)
             return rc;
         dt_rope_bwd_cpu(c, (int)H, (int)D, pos, &cf->rope, m->dq);
         dt_rope_bwd_cpu(c, (int)Hkv, (int)D, pos, &cf->rope, m->dk);

@@ -93,7 +93,7 @@ sources() {
     _c="$_c $DT_SRCDIR/common/text.c"
     # spec/model.c resolves its defaults through the key table (spec.c)
     _spec="$DT_SRCDIR/spec/model.c $DT_SRCDIR/spec/spec.c $DT_SRCDIR/spec/vocab.c"
-    _spec="$_spec $DT_SRCDIR/spec/attn_spec.c $DT_SRCDIR/spec/mask.c $DT_SRCDIR/spec/layout.c $DT_SRCDIR/spec/dtype.c"
+    _spec="$_spec $DT_SRCDIR/spec/attn_spec.c $DT_SRCDIR/spec/mask.c $DT_SRCDIR/spec/mask_rules.c $DT_SRCDIR/spec/layout.c $DT_SRCDIR/spec/dtype.c"
     _spec="$_spec $DT_SRCDIR/common/conf.c"
     case $1 in
     msg) echo "$_c $DT_SRCDIR/common/msg.c $DT_SRCDIR/common/wire.c" ;;

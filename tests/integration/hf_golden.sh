@@ -21,7 +21,11 @@
 #     file) are refused before any compute, naming the file and the key,
 #     exit 2;
 #   - pos_offset is recorded in checkpoints: a resume at other positions is
-#     refused, one at the same positions gives the same logits.
+#     refused, one at the same positions gives the same logits;
+#   - packed documents with per-document positions (doc_mask = eot,
+#     doc_positions = reset, eot_token from config.json's eos_token_id):
+#     the logits and NLL transformers computes given per-document position
+#     ids (gen_docs.py), R = 1, 2, 4.
 . "$(dirname "$0")/lib.sh"
 need_mpirun
 
@@ -199,5 +203,24 @@ t_train_resume() {
     grep -m 1 'resuming from' "$TMPD/tc.log"
 }
 check "train at 5000: a resume at 0 refused, at 5000 resumed" t_train_resume
+
+t_docs() {
+    for _r in 1 2 4; do
+        _d="$TMPD/docs-$_r"
+        mpirun_np $_r "$DTENGINE" prefill --init-from "$FIX/plain" --data "$FIX/docs_tokens.npy" \
+            --seq-len 48 --last 48 --doc-mask eot --doc-positions reset --out-dir "$_d" \
+            >"$_d.log" 2>&1 || { cat "$_d.log"; return 1; }
+        "$NPYTOOL" cmp "$_d/logits.npy" "$FIX/docs_logits.npy" --rtol 1e-4 --atol 1e-5 &&
+            "$DTCTL" nll "$_d" --out "$_d/nll.npy" >"$_d.nll" 2>&1 &&
+            "$NPYTOOL" cmp "$_d/nll.npy" "$FIX/docs_nll.npy" --atol 1e-5 --nan-same || return 1
+    done
+    # the comparison can fail: without the documents the logits move
+    prefill 1 plain 0 zigzag "$TMPD/docs-none" --data "$FIX/docs_tokens.npy" \
+        >"$TMPD/docs-none.log" 2>&1 &&
+        ! "$NPYTOOL" cmp "$TMPD/docs-none/logits.npy" "$FIX/docs_logits.npy" --rtol 1e-4 \
+            --atol 1e-5 >/dev/null
+}
+check "packed documents, positions reset in each (eot_token from config.json): logits and NLL as transformers' per-document position ids (R = 1 2 4)" \
+    t_docs
 
 finish

@@ -193,7 +193,7 @@ t_bad() {
     bad "sum to 479, not to the sequence length 480" --doc-lengths 240,239 &&
         bad "document 1 has length 0" --doc-lengths 240,0,240 &&
         bad "expected lengths separated by commas" --doc-lengths 240,x &&
-        bad "sliding-window '0' must be a positive integer" --sliding-window 0 &&
+        bad "sliding-window: value .0. out of range" --sliding-window 0 &&
         bad "mask-block 7 does not divide the sequence length 480" \
             --block-mask "$TMPD/blocks.npy" --mask-block 7 &&
         bad "blocks.npy: shape \(12, 12\); \(20, 20\) or \(4, 20, 20\) expected" \

@@ -666,19 +666,34 @@ static int64_t parse_head(const char *s)
     return end != s && *end == '\0' && v >= 1 ? (int64_t)v : 0;
 }
 
+/* --nan-same: the elements that are NaN in both arrays dropped from both
+ * (a likelihood's positions without a target); *n the count left. */
+static void drop_common_nan(struct arr *a, struct arr *b, int64_t *n)
+{
+    int64_t k = 0;
+    for (int64_t x = 0; x < *n; x++) {
+        if (isnan(a->data[x]) && isnan(b->data[x]))
+            continue;
+        a->data[k] = a->data[x];
+        b->data[k++] = b->data[x];
+    }
+    *n = k;
+}
+
 static int cmd_cmp(int argc, char **argv)
 {
     static const struct option opts[] = {
         { "atol", required_argument, NULL, 'a' },
         { "rtol", required_argument, NULL, 'r' },
         { "head", required_argument, NULL, 'H' },
+        { "nan-same", no_argument, NULL, 'N' },
         { NULL, 0, NULL, 0 },
     };
     float atol = 1e-5f, rtol = 0.0f;
     struct arr a, b;
     int64_t nbad = 0, n, head = 0;
     double abs_err, rel_err;
-    int c, rc;
+    int c, rc, nan_same = 0;
 
     while ((c = next_opt(argc, argv, opts)) != -1) {
         switch (c) {
@@ -694,6 +709,9 @@ static int cmd_cmp(int argc, char **argv)
             if ((head = parse_head(optarg)) < 1)
                 return usage_error("--head '%s' is not a count >= 1", optarg);
             break;
+        case 'N':
+            nan_same = 1;
+            break;
         default:
             return EXIT_USAGE;
         }
@@ -702,6 +720,8 @@ static int cmd_cmp(int argc, char **argv)
         return usage_error("needs two files, A.npy B.npy");
     if ((rc = load_pair(argv[optind], argv[optind + 1], head, &a, &b, &n)) != 0)
         return rc;
+    if (nan_same)
+        drop_common_nan(&a, &b, &n);
     abs_err = ref_max_abs_err(a.data, b.data, n, atol, rtol, &nbad, NULL);
     rel_err = ref_max_rel_err(a.data, b.data, n);
     printf("max_abs_err=%.3e max_rel_err=%.3e bad=%" PRId64 " of %" PRId64 "\n", abs_err, rel_err,
@@ -714,17 +734,50 @@ static int cmd_cmp(int argc, char **argv)
     return nbad > 0 ? EXIT_DIFF : 0;
 }
 
+/* cat OUT.npy A.npy B.npy ...: the inputs' elements one after another,
+ * as a 1-D float32 array (each read as cmp reads it, whatever its shape). */
+static int cmd_cat(int argc, char **argv)
+{
+    dt_emsg_t em = { "" };
+    int64_t n = 0;
+    float *all = NULL;
+    int rc = 0;
+
+    if (argc < 3)
+        return usage_error("cat: OUT.npy A.npy [B.npy ...]");
+    for (int i = 2; i < argc && rc == 0; i++) {
+        struct arr a;
+        if ((rc = arr_load(&a, argv[i])) != 0)
+            break;
+        all = dt_xrealloc(all, (size_t)(n + a.info.count + 1) * sizeof(float));
+        memcpy(all + n, a.data, (size_t)a.info.count * sizeof(float));
+        n += a.info.count;
+        arr_free(&a);
+    }
+    if (rc == 0 && dt_npy_save(argv[1], DT_F32, 1, &n, all, &em) < 0) {
+        fprintf(stderr, "%s: %s\n", cmdname, em.s);
+        rc = EXIT_USAGE;
+    }
+    free(all);
+    return rc;
+}
+
 static int cmd_maxerr(int argc, char **argv)
 {
     static const struct option opts[] = {
         { "head", required_argument, NULL, 'H' },
+        { "nan-same", no_argument, NULL, 'N' },
         { NULL, 0, NULL, 0 },
     };
     struct arr a, b;
     int64_t head = 0, n;
-    int c, rc;
+    int c, rc, nan_same = 0;
 
     while ((c = next_opt(argc, argv, opts)) != -1) {
+        if (c == 'N') {
+            nan_same = 1;
+            continue;
+        }
         if (c != 'H')
             return EXIT_USAGE;
         if ((head = parse_head(optarg)) < 1)
@@ -734,6 +787,8 @@ static int cmd_maxerr(int argc, char **argv)
         return usage_error("needs two files, A.npy B.npy");
     if ((rc = load_pair(argv[optind], argv[optind + 1], head, &a, &b, &n)) != 0)
         return rc;
+    if (nan_same)
+        drop_common_nan(&a, &b, &n);
     printf("%.3e\n", ref_max_abs_err(a.data, b.data, n, 0.0f, 0.0f, NULL, NULL));
     arr_free(&b);
     arr_free(&a);
@@ -743,7 +798,12 @@ static int cmd_maxerr(int argc, char **argv)
 /* tokbin OUT --n N --vocab V --seed S [--format F]: N tokens in [0, V),
  * each a function of (seed, index) (engine/data/gen.h), as an llm.c uint16
  * shard (u16, the default) or a 1-D .npy array of int32 or int64 ids
- * (npy-i32, npy-i64): the same seed gives the same tokens in every format. */
+ * (npy-i32, npy-i64): the same seed gives the same tokens in every format.
+ * With --docs L1,L2,... --eot E instead of --n: packed documents as llm.c
+ * writes them, each of Li tokens starting with E (the others never E),
+ * and one E after the last (the next document's start: the last target);
+ * with --doc K only document K, its Li tokens and that E after it, the
+ * same tokens as in the packed file. */
 static int cmd_tokbin(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -751,9 +811,13 @@ static int cmd_tokbin(int argc, char **argv)
         { "vocab", required_argument, NULL, 'v' },
         { "seed", required_argument, NULL, 's' },
         { "format", required_argument, NULL, 'f' },
+        { "docs", required_argument, NULL, 'd' },
+        { "eot", required_argument, NULL, 'e' },
+        { "doc", required_argument, NULL, 'k' },
         { NULL, 0, NULL, 0 },
     };
-    long long n = 0, vocab = 0, seed = 0;
+    long long n = 0, vocab = 0, seed = 0, eot = -1, doc = -1, len[256];
+    int ndoc = 0;
     enum dt_tok_format fmt = DT_TOK_U16;
     dt_emsg_t em = { "" };
     int c;
@@ -774,26 +838,72 @@ static int cmd_tokbin(int argc, char **argv)
                                    optarg);
             continue;
         }
+        if (c == 'd') {
+            for (char *p = optarg; ndoc < 256; p = end + 1) {
+                len[ndoc] = strtoll(p, &end, 10);
+                if (end == p || len[ndoc] < 1)
+                    return usage_error("tokbin: --docs takes lengths >= 1, L1,L2,...");
+                n += len[ndoc++];
+                if (*end != ',')
+                    break;
+            }
+            if (*end != '\0')
+                return usage_error("tokbin: --docs takes at most 256 lengths, L1,L2,...");
+            continue;
+        }
         v = c == '?' ? -1 : strtoll(optarg, &end, 10);
         if (c == '?' || *end != '\0' || v < 0)
-            return usage_error("tokbin: --n, --vocab and --seed take non-negative integers");
+            return usage_error("tokbin: --n, --vocab, --seed, --eot and --doc take "
+                               "non-negative integers");
         if (c == 'n')
             n = v;
         else if (c == 'v')
             vocab = v;
+        else if (c == 'e')
+            eot = v;
+        else if (c == 'k')
+            doc = v;
         else
             seed = v;
     }
+    if (ndoc > 0 && (eot < 0 || eot >= vocab || vocab < 2 || doc >= ndoc))
+        return usage_error("tokbin: --docs needs --eot E in [0, V) (and --doc K below the "
+                           "number of documents)");
     if (optind != argc - 1 || n <= 0 || vocab <= 0 || vocab > INT32_MAX ||
         (fmt == DT_TOK_U16 && vocab > 65536))
-        return usage_error("tokbin: OUT --n N --vocab V (V <= 65536 for u16) [--seed S] "
-                           "[--format u16|npy-i32|npy-i64]");
+        return usage_error("tokbin: OUT --n N | --docs L1,.. --eot E [--doc K], --vocab V "
+                           "(V <= 65536 for u16) [--seed S] [--format u16|npy-i32|npy-i64]");
     int32_t *tok = malloc((size_t)n * sizeof(*tok));
     if (tok == NULL)
         return EXIT_USAGE;
     for (long long i = 0; i < n; i++)
         tok[i] = (int32_t)(dt_gen_uniform((uint64_t)seed, 9, (uint64_t)i) * (double)vocab);
-    int rc = dt_tok_save(argv[optind], fmt, tok, n, &em);
+    long long from = 0;
+    if (ndoc > 0) {
+        /* documents: an E at each start and after the last; the rest
+         * drawn from the V - 1 other tokens */
+        int32_t *grown = realloc(tok, (size_t)(n + 1) * sizeof(*tok));
+        if (grown == NULL) {
+            free(tok);
+            return EXIT_USAGE;
+        }
+        tok = grown;
+        for (long long i = 0; i < n; i++) {
+            int32_t t = (int32_t)(dt_gen_uniform((uint64_t)seed, 9, (uint64_t)i) *
+                                  (double)(vocab - 1));
+            tok[i] = t >= eot ? t + 1 : t;
+        }
+        long long at = 0;
+        for (int d = 0; d <= ndoc; at += d < ndoc ? len[d] : 0, d++) {
+            tok[at] = (int32_t)eot;
+            if (d == doc)
+                from = at;
+        }
+        if (doc >= 0)
+            n = len[doc];
+        n++;
+    }
+    int rc = dt_tok_save(argv[optind], fmt, tok + from, n, &em);
     free(tok);
     if (rc < 0) {
         fprintf(stderr, "npytool tokbin: %s\n", em.s);
@@ -883,14 +993,19 @@ static const struct cmd {
       "        [--dout dO.npy --dq dQ.npy --dk dK.npy --dv dV.npy]",
       "reference attention: o (T, H, D), lse (H, T) and gradients, float32;\n"
       "        q (T, H, D), k and v (T, Hkv, D); scale defaults to 1/sqrt(D)" },
-    { "cmp", cmd_cmp, "A.npy B.npy [--atol X] [--rtol Y] [--head N]",
+    { "cmp", cmd_cmp, "A.npy B.npy [--atol X] [--rtol Y] [--head N] [--nan-same]",
       "check |A - B| <= atol + rtol |B| (defaults 1e-5, 0) over the whole arrays, or\n"
-      "        their first N elements; float32, float16 or float64; exit 1 if not" },
-    { "maxerr", cmd_maxerr, "A.npy B.npy [--head N]",
+      "        their first N elements (--nan-same: but where both are NaN); float32,\n"
+      "        float16 or float64; exit 1 if not" },
+    { "cat", cmd_cat, "OUT.npy A.npy [B.npy ...]",
+      "the elements of A, B, ... one after another, as a 1-D float32 array" },
+    { "maxerr", cmd_maxerr, "A.npy B.npy [--head N] [--nan-same]",
       "print max |A - B| as %.3e (of the first N elements)" },
-    { "tokbin", cmd_tokbin, "OUT --n N --vocab V [--seed S] [--format u16|npy-i32|npy-i64]",
+    { "tokbin", cmd_tokbin,
+      "OUT --n N|--docs L1,.. --eot E [--doc K] --vocab V [--seed S] [--format u16|npy-i32|npy-i64]",
       "write N generated tokens in [0, V) as an llm.c uint16 token shard (u16),\n"
-      "        or as a 1-D .npy array of int32 or int64 token ids" },
+      "        or as a 1-D .npy array of int32 or int64 token ids; --docs: packed\n"
+      "        documents, each starting with E, and one E after the last (--doc K: only K)" },
     { "sttensors", cmd_sttensors, "FILE.safetensors...",
       "each tensor of the files as NAME DTYPE [SHAPE] SHA256, sorted by name" },
 };

@@ -121,6 +121,8 @@ static const char *expected(const dt_conf_key_t *k, long long steps, long long T
         { "ckpt_dir", "under agents the job's directory's ckpt/, else none", NULL },
         { "output_dir", "under agents the job's directory's output/, else none", NULL },
         { "ckpt_every", "train: the last step (one checkpoint at the end); prefill: 1", NULL },
+        { "eot_token", "config.json's eos_token_id with init_from, else 50256", NULL },
+        { "sliding_window", "none", NULL },
     };
 
     if (k->def == NULL)

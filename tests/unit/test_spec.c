@@ -131,6 +131,13 @@ static const char full_text[] = "name = \"long # context\"\n"
                                 "segments = 2048,8192,32768\n"
                                 "dilations = 1,2,8\n"
                                 "layout = contiguous\n"
+                                "doc_mask = eot\n"
+                                "eot_token = 128001\n"
+                                "doc_positions = continue\n"
+                                "sliding_window = 4096\n"
+                                "sliding_window_layers = every:2\n"
+                                "block_pattern = global:1,local:4\n"
+                                "block_size = 64\n"
                                 "dtype = bf16\n"
                                 "precision = bf16\n"
                                 "device = cuda\n"
@@ -164,7 +171,7 @@ static const char full_text[] = "name = \"long # context\"\n"
                                 "weight_decay = 0.05\n"
                                 "clip = 0.5\n"
                                 "adam_eps = 1e-8\n"
-                                "data = recall\n"
+                                "data = /data/shards/*.bin\n"
                                 "recall_keys = 16\n"
                                 "recall_values = 32\n"
                                 "recall_pairs = 4\n"
@@ -245,6 +252,13 @@ Test(spec, set_builds_what_parse_reads)
         { "segments", "2048,8192,32768" },
         { "dilations", "1,2,8" },
         { "layout", "contiguous" },
+        { "doc_mask", "eot" },
+        { "eot_token", "128001" },
+        { "doc_positions", "continue" },
+        { "sliding_window", "4096" },
+        { "sliding_window_layers", "every:2" },
+        { "block_pattern", "global:1,local:4" },
+        { "block_size", "64" },
         { "dtype", "bf16" },
         { "precision", "bf16" },
         { "device", "cuda" },
@@ -278,7 +292,7 @@ Test(spec, set_builds_what_parse_reads)
         { "weight_decay", "0.05" },
         { "clip", "0.5" },
         { "adam_eps", "1e-8" },
-        { "data", "recall" },
+        { "data", "/data/shards/*.bin" },
         { "recall_keys", "16" },
         { "recall_values", "32" },
         { "recall_pairs", "4" },
@@ -533,7 +547,7 @@ Test(spec, every_key_has_help)
         cr_assert_not_null(k->help, "key %s", k->name);
         cr_assert(strlen(k->help) > 4, "key %s", k->name);
     }
-    cr_assert_eq(n, 70, "70 keys, one per dt_spec_t field (dt-spec(5) lists them)");
+    cr_assert_eq(n, 77, "77 keys, one per dt_spec_t field (dt-spec(5) lists them)");
     dt_spec_free(NULL);
 }
 
