@@ -8,7 +8,10 @@
 #     on one rank (ideal: 16x, the pairs' ratio);
 #   - a causal sliding window of 1024 at T = 65536 on 4 ranks against
 #     dense causal (ideal: the pairs' ratio, about 32x), with each rank's
-#     ring traffic: the window reaches only the next rank.
+#     ring traffic: the window reaches only the next rank;
+#   - uneven documents (12000, 2400, 616, 9600 and 8152 tokens, T = 32768)
+#     on 4 ranks in each layout against zigzag, the default: the busiest
+#     rank's work over the mean (--stats' imbalance) and the time.
 # Heads H = 2 (1 kv head), D = 64. DT_BENCH_MASK_T2 changes the second
 # row's T (default 65536). Prints a table; asserts nothing.
 set -eu
@@ -68,3 +71,20 @@ ideal() { # T W-or-docs-len: causal pairs over the masked pairs
 }
 row "16 documents of 1024" 16384 1 docs dense1 "$(ideal 16384 1024 docs)"
 row "sliding window 1024" "$T2" 4 window dense4 "$(ideal "$T2" 1024 window)"
+
+# the layouts for uneven documents, zigzag (the default) the baseline
+udocs=12000,2400,616,9600,8152
+for l in zigzag contiguous balanced; do
+    run 4 32768 "lay-$l" --doc-lengths "$udocs" --layout "$l"
+done
+imb() { sed -n 's/^stats: work .* imbalance=\([0-9.]*\)$/\1/p' "$tmp/$1"; }
+printf '\nLayouts for uneven documents (%s, T = 32768, 4 ranks; forward + backward, 1 thread per rank)\n\n' "$udocs"
+printf '| layout | imbalance (max/mean pairs) | fwd s | bwd s | baseline | baseline fwd+bwd s | speedup |\n'
+printf '|--|--:|--:|--:|--|--:|--:|\n'
+for l in zigzag contiguous balanced; do
+    awk -v l="$l" -v i="$(imb "lay-$l")" -v f="$(field "lay-$l" seconds)" \
+        -v b="$(field "lay-$l" bwd_seconds)" -v zf="$(field lay-zigzag seconds)" \
+        -v zb="$(field lay-zigzag bwd_seconds)" 'BEGIN {
+        printf "| %s | %.3f | %.3f | %.3f | zigzag | %.3f | %.2fx |\n", l, i, f, b, zf + zb,
+            (zf + zb) / (f + b) }'
+done

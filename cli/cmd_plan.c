@@ -34,7 +34,7 @@ static void usage(FILE *f)
         "                  [--gpu h100-sxm|h200|cpu] [--dtype fp32|bf16|fp16]\n"
         "                  [--ranks R] [--nodes N] [--gpus-per-node G] [--cpus-per-gpu C]\n"
         "                  [--spares S] [--causal|--no-causal] [--segments w1,.. --dilations r1,..]\n"
-        "                  [--layout contiguous|zigzag]\n"
+        "                  [--layout contiguous|zigzag|balanced]\n"
         "                  [--dim N --layers N --heads N --kv-heads N --ffn N --vocab N\n"
         "                   --rope-theta N --tied yes|no --head-dim D --norm-eps E\n"
         "                   --rope-scaling none|llama3 --rope-factor F --rope-low-freq-factor L\n"
@@ -95,7 +95,7 @@ static void report(const dtctl_t *ctl, const dt_spec_t *s, const dt_plan_req_t *
     (void)ctl;
     printf("plan: %s of %s over %lld tokens on %s (%s, %s, %s, %s layout, %s)\n", s->kind,
            q->model.name, (long long)q->tokens, q->cluster.name, dt_spec_device(s),
-           dt_spec_dtype(s), q->causal ? "causal" : "non-causal", dt_layout_name(q->layout),
+           dt_spec_dtype(s), q->causal ? "causal" : "non-causal", dt_layout_name(p->layout),
            q->nbranch ? "dilated" : "dense attention");
     /* with dp the nodes hold every ring: they go with the workers */
     if (p->dp > 1)

@@ -144,7 +144,7 @@ int dt_jobs_submit(dt_coord_t *c, const dt_caller_t *who, const char *text, cons
      * user's value is already there, and a replan of the stored spec
      * decides the same */
     if (spec.layout == NULL &&
-        (rc = dt_spec_set(&spec, "layout", dt_layout_name(req.layout), em)) < 0)
+        (rc = dt_spec_set(&spec, "layout", dt_layout_name(plan.layout), em)) < 0)
         goto out;
     if (plan.recompute && spec.recompute == NULL &&
         (rc = dt_spec_set(&spec, "recompute", "layer", em)) < 0)

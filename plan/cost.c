@@ -519,8 +519,9 @@ static void branch_shape(const dt_plan_req_t *q, const dt_attn_spec_t *a, int b,
 {
     dt_attn_branch_t br = dt_attn_branch(a, b);
     double e = elem_of(q->precision);
-    bool zz = zig(q, R) && br.w < a->T;
-    int64_t block = zz ? c / 2 : c, chunks;
+    int pc = dt_layout_pieces(q->layout, R);
+    bool zz = pc > 1 && br.w < a->T;
+    int64_t block = zz ? c / pc : c, chunks;
 
     o->w = br.w;
     o->r = br.r;
@@ -535,7 +536,7 @@ static void branch_shape(const dt_plan_req_t *q, const dt_attn_spec_t *a, int b,
         chunks = ceil_div(block - g + br.w, block);
         o->group = (int)imin(chunks, R);
     }
-    o->segs = zz ? 2 : 1;
+    o->segs = zz ? pc : 1;
     o->L = (double)imin(br.w, block);
 
     /* pack: per head chunk, K and V rows at its offset, of the kv heads it reads */

@@ -81,11 +81,6 @@ static inline int dp_of(const dt_plan_req_t *q)
     return q->dp > 1 ? q->dp : 1;
 }
 
-static inline bool zig(const dt_plan_req_t *q, int R)
-{
-    return q->layout == DT_LAYOUT_ZIGZAG && R > 1;
-}
-
 /* Everything but the placement, for R ranks (T % R checked by the caller). */
 void dt_cost_eval(const dt_plan_req_t *q, int64_t T, int R, dt_cost_t *v);
 

@@ -106,9 +106,11 @@ static int check_req(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
     if (dt_vocab_offload_runs(q->cuda ? DT_DEVICE_CUDA : DT_DEVICE_CPU, q->kind, q->offload,
                               &why) < 0)
         return fail(p, em, DT_ENOTSUP, "%s", why.s);
+    if (dt_vocab_layout_runs(q->cuda ? DT_DEVICE_CUDA : DT_DEVICE_CPU, q->layout, &why) < 0)
+        return fail(p, em, DT_ENOTSUP, "%s", why.s);
     if (dt_mask_rules_any(&q->masks) &&
         dt_vocab_masks_run(q->cuda ? DT_DEVICE_CUDA : DT_DEVICE_CPU, q->kind,
-                           dt_mask_rules_what(&q->masks), &why) < 0)
+                           dt_mask_rules_pattern(&q->masks), q->nbranch > 0, &why) < 0)
         return fail(p, em, DT_ENOTSUP, "%s", why.s);
     /* the GPU's kept layer inputs are recompute = layer's (auto: layer) */
     if (q->kind == DT_KIND_TRAIN && q->cuda && q->recompute == DT_RECOMPUTE_NONE &&
@@ -182,11 +184,12 @@ static int divides(const dt_plan_req_t *q, int64_t T, int R, char *why, size_t n
                  (long long)T, R);
         return DT_ELAYOUT;
     }
-    if (zig(q, R) && T % (2 * (int64_t)R) != 0) {
+    int pc = dt_layout_pieces(q->layout, R);
+    if (pc > 1 && T % (pc * (int64_t)R) != 0) {
         snprintf(why, n,
-                 "tokens T=%lld is not divisible by 2R=%lld (zigzag: each of the %d "
-                 "ranks holds two chunks of c/2 tokens)",
-                 (long long)T, 2 * (long long)R, R);
+                 "tokens T=%lld is not divisible by %dR=%lld (%s: each of the %d "
+                 "ranks holds %d chunks of c/%d tokens)",
+                 (long long)T, pc, pc * (long long)R, dt_layout_name(q->layout), R, pc, pc);
         return DT_ELAYOUT;
     }
     if (T % R != 0) {
@@ -244,7 +247,7 @@ static int fail_memory(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
  * up to 2^50 tokens. */
 static int64_t min_c_hidden(const dt_plan_req_t *q, int R)
 {
-    int64_t gran = zig(q, R) ? 2 : 1, lo, hi;
+    int64_t gran = dt_layout_pieces(q->layout, R), lo, hi;
     dt_cost_t v;
 
     dt_cost_eval(q, gran * R, R, &v);
@@ -386,7 +389,7 @@ static int plan_one(const dt_plan_req_t *q, int rmax, dt_plan_t *p, enum bound *
          * the sharded state alone would fill the memory the parts no R
          * shrinks leave: R (mem - a) >= T act + b / N */
         int64_t rlimit = MAX_RANKS / N; /* every ring's ranks: at most MAX_RANKS */
-        int64_t limit = imin(rlimit, q->layout == DT_LAYOUT_ZIGZAG ? imax2(T / 2, 1) : T);
+        int64_t limit = imin(rlimit, imax2(T / dt_layout_pieces(q->layout, 2), 1));
         int64_t start = 1, last = 0;
         dt_plan_mem_t whole;
         double a, b;
@@ -439,7 +442,9 @@ static int plan_one(const dt_plan_req_t *q, int rmax, dt_plan_t *p, enum bound *
                         "tokens T=%lld: no rank count from %lld (the fewest "
                         "whose memory could fit) to %lld divides it%s",
                         (long long)T, (long long)start, (long long)limit,
-                        q->layout == DT_LAYOUT_ZIGZAG ? " as zigzag needs (2R | T)" : "");
+                        q->layout == DT_LAYOUT_ZIGZAG    ? " as zigzag needs (2R | T)"
+                        : q->layout == DT_LAYOUT_BALANCED ? " as balanced needs (8R | T)"
+                                                          : "");
         }
         if (R == 0) {
             dt_cost_eval(q, T, (int)last, &v);
@@ -717,7 +722,7 @@ static int plan_levels(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
  * layer inputs go to the host (with recompute = layer) in the dtype the
  * spec gives, or, left open, fp32 before bf16 (half the host memory and
  * traffic, within dt-spec(5)'s tolerance). */
-int dt_plan_make(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
+static int plan_offload(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
 {
     static const struct {
         unsigned offload;
@@ -794,6 +799,57 @@ int dt_plan_make(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
                  p->ckpt_dtype == DT_CKPT_BF16 && q->ckpt_auto ? ", ckpt_dtype = bf16" : "",
                  p->ranks * p->dp, p->ranks * p->dp == 1 ? "" : "s", why);
     }
+    return 0;
+}
+
+/* The layout, when the spec leaves it to the planner and masks are given:
+ * with documents (the data's, unknown here) balanced, whose pieces spread
+ * any document's work over the ranks (zigzag's balance is one causal
+ * sequence's); else the fastest of contiguous, zigzag and balanced for
+ * the masks known (their work per rank and ring traffic), the default
+ * on a tie. Otherwise the request's. */
+int dt_plan_make(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
+{
+    static const enum dt_layout all[] = { DT_LAYOUT_CONTIGUOUS, DT_LAYOUT_ZIGZAG,
+                                          DT_LAYOUT_BALANCED };
+    int rc = plan_offload(q, p, em);
+
+    p->layout = q->layout;
+    if (rc < 0 || !q->layout_auto || !dt_mask_rules_any(&q->masks) || q->nbranch > 0)
+        return rc;
+    dt_plan_t best = *p;
+    enum dt_layout chosen = q->layout;
+    for (size_t i = 0; i < DT_ARRAY_SIZE(all); i++) {
+        dt_plan_req_t t = *q;
+        dt_plan_t cur;
+        dt_emsg_t cem = { "" };
+        if (all[i] == q->layout || (q->masks.docs && all[i] != DT_LAYOUT_BALANCED))
+            continue;
+        t.layout = all[i];
+        t.layout_auto = false;
+        if (plan_offload(&t, &cur, &cem) < 0 || !cur.fits) {
+            dt_plan_clear(&cur);
+            continue;
+        }
+        if (q->masks.docs || cur.seconds < best.seconds * (1 - 1e-9)) {
+            if (chosen != q->layout)
+                dt_plan_clear(&best);
+            best = cur;
+            chosen = all[i];
+        } else {
+            dt_plan_clear(&cur);
+        }
+    }
+    if (chosen == q->layout)
+        return 0;
+    dt_plan_clear(p);
+    *p = best;
+    p->layout = chosen;
+    size_t len = strlen(p->note);
+    snprintf(p->note + len, sizeof(p->note) - len,
+             "%slayout = %s chosen by the planner: %s", len ? "; " : "", dt_layout_name(chosen),
+             q->masks.docs ? "documents' work spreads over its pieces whatever their lengths"
+                           : "the least time for the masks' work and ring traffic");
     return 0;
 }
 
@@ -891,7 +947,7 @@ json_t *dt_plan_to_json(const dt_plan_req_t *q, const dt_plan_t *p)
     json_object_set_new(o, "dtype", json_string(dt_dtype_name(q->precision)));
     json_object_set_new(o, "precision", json_string(dt_dtype_name(q->precision)));
     json_object_set_new(o, "causal", json_boolean(q->causal));
-    json_object_set_new(o, "layout", json_string(dt_layout_name(q->layout)));
+    json_object_set_new(o, "layout", json_string(dt_layout_name(p->layout)));
     if (q->kind == DT_KIND_TRAIN)
         json_object_set_new(o, "batch", json_integer(q->batch > 1 ? q->batch : 1));
     model = json_object();

@@ -84,6 +84,8 @@ typedef struct dt_plan_req {
     int dp;                      /* train: dp rings of `ranks` ranks (spec dp), each its own
                                   * sequences; 0 is 1; more is refused for attn and prefill */
     dt_mask_rules_t masks;       /* the mask keys (documents are the data's: planned as one) */
+    bool layout_auto;            /* the spec leaves layout unset: with masks the planner
+                                  * chooses it (dt_plan_make) */
 } dt_plan_req_t;
 
 /* Build a request from a spec (presets, overrides, defaults). */
@@ -134,6 +136,7 @@ typedef struct dt_plan {
      * pairs they attend, and the attention work's imbalance over the
      * ranks, the most loaded rank's pairs over the mean (1 balanced) */
     double mask_share, imbalance;
+    enum dt_layout layout; /* the layout planned: the request's, or the planner's pick */
     /* train: the step's collectives over the training state (all-reduce;
      * with sharding reduce-scatters and gathers), all of them at the
      * plan's bandwidth; shard_hidden: those inside the forward and

@@ -156,5 +156,6 @@ int dt_plan_req_from_spec(const dt_spec_t *s, dt_plan_req_t *out, dt_emsg_t *em)
     out->batch = dt_spec_int(s, "batch");
     out->dp = (int)dt_spec_int(s, "dp");
     dt_spec_mask_rules(s, &out->masks);
+    out->layout_auto = s->layout == NULL;
     return 0;
 }

@@ -5,6 +5,13 @@
  *   zigzag:     the sequence is cut into 2R chunks of c / 2; rank r holds
  *               chunks r and 2R - 1 - r, in that order, so every rank gets
  *               the same amount of causal work.
+ *   balanced:   zigzag four times over: the sequence is cut into
+ *               DT_LAYOUT_PAIRS = 4 spans of 2R chunks of c / 8; rank r
+ *               holds chunks r and 2R - 1 - r of every span, in position
+ *               order, so that work that is not spread like causal work
+ *               (documents, windows, block patterns) still reaches every
+ *               rank about equally, wherever it lies in the sequence.
+ *               On one rank both zigzags are contiguous.
  * A rank's tokens are a list of runs (start, len) in the order they are
  * stored locally; positions increase along the local rows.
  */
@@ -18,9 +25,11 @@
 enum dt_layout {
     DT_LAYOUT_CONTIGUOUS = 0,
     DT_LAYOUT_ZIGZAG,
+    DT_LAYOUT_BALANCED,
 };
 
-#define DT_LAYOUT_MAXRUNS 2
+#define DT_LAYOUT_PAIRS 4 /* balanced: zigzag spans */
+#define DT_LAYOUT_MAXRUNS (2 * DT_LAYOUT_PAIRS)
 
 typedef struct dt_run {
     int64_t start; /* first position */
@@ -28,15 +37,21 @@ typedef struct dt_run {
 } dt_run_t;
 
 const char *dt_layout_name(enum dt_layout l);
-/* "contiguous" or "zigzag"; DT_EINVAL otherwise. */
+/* "contiguous", "zigzag" or "balanced"; DT_EINVAL otherwise. */
 int dt_layout_parse(const char *s, enum dt_layout *out);
 
-/* Check that T tokens split over R ranks in this layout (T % R == 0, or
- * T % 2R == 0 for zigzag when R > 1; zigzag on one rank is contiguous),
- * T >= R. DT_ELAYOUT with a message otherwise. */
+/* The pieces each rank's tokens come in: 1 contiguous (and any layout on
+ * one rank), 2 zigzag, 2 DT_LAYOUT_PAIRS balanced. T must be a multiple
+ * of R times it. */
+int dt_layout_pieces(enum dt_layout l, int R);
+
+/* Check that T tokens split over R ranks in this layout (T a multiple of
+ * R dt_layout_pieces), T >= R. DT_ELAYOUT with a message otherwise. */
 int dt_layout_check(enum dt_layout l, int64_t T, int R, dt_emsg_t *em);
 
-/* The runs of rank r (0 <= r < R); returns their number (1 or 2). */
+/* The runs of rank r (0 <= r < R), in position order but zigzag's (whose
+ * second run is after the first too); returns their number (1 to
+ * DT_LAYOUT_MAXRUNS). */
 int dt_layout_runs(enum dt_layout l, int64_t T, int R, int r, dt_run_t runs[DT_LAYOUT_MAXRUNS]);
 
 /* Tokens per rank, T / R. */

@@ -89,7 +89,8 @@ static const dt_conf_key_t keys[] = {
     KEY("causal", DT_CONF_BOOL, causal, 0, 0, 0, "yes", APT, "causal attention"),
     STR("segments", segments, 0, NULL, APT, "dilated segment lengths w1,w2,... (with dilations)"),
     STR("dilations", dilations, 0, NULL, APT, "dilation rates r1,r2,... (with segments)"),
-    STR("layout", layout, 0, "zigzag when causal, else contiguous", APT, "contiguous or zigzag"),
+    STR("layout", layout, 0, "zigzag when causal, else contiguous", APT,
+        "contiguous, zigzag or balanced (zigzag four times over, for masked work)"),
     STR("doc_mask", doc_mask, 0, "none", PT,
         "none or eot: a document starts at each eot_token; attention and scored targets stay "
         "inside documents"),

@@ -49,7 +49,7 @@ typedef struct dt_spec {
     int causal_set;
     char *segments;  /* "w1,w2,..." */
     char *dilations; /* "r1,r2,..." */
-    char *layout;    /* contiguous | zigzag (default zigzag when causal) */
+    char *layout;    /* contiguous | zigzag | balanced (default zigzag when causal) */
     /* masks (spec/mask_rules.h): documents at each eot_token, their RoPE
      * positions, a sliding window on all or every K-th layer, a block
      * pattern over blocks of block_size */

@@ -15,7 +15,7 @@ const char *const dt_device_names[] = { "cpu", "cuda", NULL };
 const char *const dt_gpu_names[] = { "h100-sxm", "h200", "cpu", NULL };
 const char *const dt_recompute_names[] = { "none", "layer", NULL };
 const char *const dt_shard_names[] = { "none", "optimizer", "gradients", "parameters", NULL };
-const char *const dt_layout_names[] = { "contiguous", "zigzag", NULL };
+const char *const dt_layout_names[] = { "contiguous", "zigzag", "balanced", NULL };
 const char *const dt_compute_dtype_names[] = { "fp32", "bf16", "fp16", NULL };
 const char *const dt_offload_names[] = { "activations", "optimizer", NULL };
 const char *const dt_ckpt_dtype_names[] = { "fp32", "bf16", NULL };
@@ -248,13 +248,23 @@ int dt_vocab_offload_runs(enum dt_device device, enum dt_job_kind kind, unsigned
     return 0;
 }
 
-int dt_vocab_masks_run(enum dt_device device, enum dt_job_kind kind, const char *what,
+int dt_vocab_masks_run(enum dt_device device, enum dt_job_kind kind, bool blocks, bool dilated,
                        dt_emsg_t *em)
 {
-    (void)kind; /* every kind runs them on the CPU */
-    if (device == DT_DEVICE_CPU)
+    (void)kind; /* the same for every kind */
+    if (device == DT_DEVICE_CPU || (!blocks && !dilated))
         return 0;
-    /* the GPU kernels do not take the tile lists yet (issue 31 item 5) */
-    return dt_emsg_set(em, DT_ENOTSUP, "%s: attention masks run on device = cpu (the GPU "
-                       "kernels do not take them yet)", what);
+    /* the GPU kernels take each query's interval of keys (documents,
+     * windows), not block lists; the GPU's dilated branches no mask */
+    return dt_emsg_set(em, DT_ENOTSUP, "%s run on device = cpu (the GPU kernels take "
+                       "documents and sliding windows on dense attention)",
+                       blocks ? "block patterns and block masks" : "masks on dilated attention");
+}
+
+int dt_vocab_layout_runs(enum dt_device device, enum dt_layout layout, dt_emsg_t *em)
+{
+    if (device == DT_DEVICE_CUDA && layout == DT_LAYOUT_BALANCED)
+        return dt_emsg_set(em, DT_ENOTSUP, "layout = balanced runs on device = cpu (the GPU "
+                           "ring takes contiguous and zigzag)");
+    return 0;
 }

@@ -134,11 +134,15 @@ int dt_vocab_runs(enum dt_device device, enum dt_job_kind kind, enum dt_shard_le
  * DT_ENOTSUP with the reason (kind not train). */
 int dt_vocab_offload_runs(enum dt_device device, enum dt_job_kind kind, unsigned offload,
                           dt_emsg_t *em);
-/* The same for attention masks (documents, windows, block patterns;
- * `what` names them in the reason): the CPU engine runs them for every
- * kind; the GPU engine does not yet (DT_ENOTSUP). */
-int dt_vocab_masks_run(enum dt_device device, enum dt_job_kind kind, const char *what,
+/* The same for attention masks: documents and windows (and causality) on
+ * dense attention run on both engines; the CPU engine runs block
+ * patterns (blocks) and masks on dilated attention (dilated) too, the GPU
+ * engine not yet (DT_ENOTSUP with the reason). */
+int dt_vocab_masks_run(enum dt_device device, enum dt_job_kind kind, bool blocks, bool dilated,
                        dt_emsg_t *em);
+/* The same for a layout: the CPU engine runs every layout; the GPU ring
+ * contiguous and zigzag (DT_ENOTSUP for balanced). */
+int dt_vocab_layout_runs(enum dt_device device, enum dt_layout layout, dt_emsg_t *em);
 /* Whether dt_vocab_runs accepts that shard level on that device (dp 1). */
 bool dt_vocab_shard_runs(enum dt_device device, enum dt_shard_level shard);
 

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "spec/layout.h"
+#include "spec/mask.h"
 #include "engine/attn/ring_call.h"
 #include "kernels/cuda/cuda_err.h"
 
@@ -32,12 +33,19 @@ static size_t carve(size_t *cur, size_t bytes)
     return off;
 }
 
+/* A mask beyond causality (dense attention: the kernels get its
+ * intervals). */
+int dt_ring_call_masked(const dt_attn_spec_t *s)
+{
+    return s->nbranch == 0 && s->mask != NULL && !dt_mask_is_plain(s->mask);
+}
+
 /* Positions travel with K/V (and kernels get position arrays) only where
  * a rank's rows are not one run: zigzag with R > 1, and only when causal
- * (without a mask positions do not matter). */
+ * or masked (otherwise positions do not matter). */
 int dt_ring_call_travel(const dt_attn_spec_t *s, int R)
 {
-    return s->causal && s->layout == DT_LAYOUT_ZIGZAG && R > 1;
+    return (s->causal || dt_ring_call_masked(s)) && s->layout == DT_LAYOUT_ZIGZAG && R > 1;
 }
 
 void dt_ring_call_plan(const dt_attn_spec_t *s, dt_dtype_t dtype, int R, int bwd, plan_t *pl)
@@ -57,6 +65,8 @@ void dt_ring_call_plan(const dt_attn_spec_t *s, dt_dtype_t dtype, int R, int bwd
         }
         if (dt_ring_call_travel(s, R))
             pl->qpos = carve(&cur, c * sizeof(int64_t));
+        if (dt_ring_call_masked(s))
+            pl->ilo = carve(&cur, 2 * c * sizeof(int64_t));
         if (bwd) {
             pl->delta = carve(&cur, H * c * sizeof(float));
             if (R > 1)

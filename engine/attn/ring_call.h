@@ -25,6 +25,8 @@ typedef struct plan {
     /* dense */
     size_t kv[2];  /* K/V packs, packbytes each (R > 1) */
     size_t qpos;   /* (c) int64 positions of my rows (positions travel) */
+    size_t ilo;    /* (2c) int64: a mask's key intervals [lo, hi) of my rows, the c
+                    * lo then the c hi (dense with a mask) */
     size_t delta;  /* (H, c) fp32 rowsum(dout * o) (backward) */
     size_t g[3];   /* dK/dV packs (2c, Hkv, D) fp32: in, and two that alternate */
     /* dilated, one segment at a time: kv[] hold member packs, g[] their
@@ -42,6 +44,7 @@ typedef struct plan {
 typedef struct lrank {
     char *ws;            /* workspace (plan offsets) */
     int64_t *hpos;       /* (c) host positions while positions travel */
+    int64_t *hiv;        /* (2c) host intervals while a mask's are uploaded */
     int64_t pmin, pmax;  /* my first and last position */
     int any;             /* forward: a block has been accumulated */
     int did[2];          /* step of parity p ran a kernel: its timing pair is valid */
@@ -72,8 +75,12 @@ typedef struct call {
 } call_t;
 
 /* Whether positions travel with K/V (and kernels get position arrays):
- * only where a rank's rows are not one run (zigzag, R > 1, causal). */
+ * only where a rank's rows are not one run (zigzag, R > 1) and positions
+ * matter (causal, or a mask). */
 int dt_ring_call_travel(const dt_attn_spec_t *s, int R);
+/* Whether dense attention has a mask beyond causality (its intervals go
+ * to the kernels, kernels/cuda/attn_cuda.h). */
+int dt_ring_call_masked(const dt_attn_spec_t *s);
 
 /* The workspace of one rank of R for spec s (dense or dilated), forward or
  * backward (bwd): byte offsets and total into *pl. */

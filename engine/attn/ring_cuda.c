@@ -55,6 +55,7 @@
 #include "common/clock.h"
 #include "common/mem.h"
 #include "spec/layout.h"
+#include "spec/mask.h"
 #include "engine/attn/dilated_cuda.h"
 #include "engine/attn/ring_call.h"
 #include "engine/attn/ring_cuda.h"
@@ -78,11 +79,24 @@ static int next_rank(const call_t *x, int l)
     return (dt_ring_rank(x->r, l) + 1) % x->R;
 }
 
-/* Causal and every key of rank src after every query of rank g. */
+/* No pair of rank g's queries and rank src's keys is attended: causal and
+ * every key after every query, or the mask's boxes over their runs all
+ * empty. */
 static int skipped(const call_t *x, int g, int src)
 {
     int64_t qlo, qhi, klo, khi;
 
+    if (dt_ring_call_masked(x->s)) {
+        dt_run_t qr[DT_LAYOUT_MAXRUNS], kr[DT_LAYOUT_MAXRUNS];
+        int nq = dt_layout_runs(x->s->layout, x->s->T, x->R, g, qr);
+        int nk = dt_layout_runs(x->s->layout, x->s->T, x->R, src, kr);
+        for (int a = 0; a < nq; a++)
+            for (int b = 0; b < nk; b++)
+                if (dt_mask_box(x->s->mask, 0, qr[a].start, qr[a].start + qr[a].len - 1,
+                                kr[b].start, kr[b].start + kr[b].len - 1) != DT_MASK_EMPTY)
+                    return 0;
+        return 1;
+    }
     if (!x->s->causal)
         return 0;
     pos_range(x, g, &qlo, &qhi);
@@ -114,6 +128,15 @@ static int check_call(const dt_ring_t *r, const dt_attn_spec_t *s, dt_dtype_t dt
     if (dtype != DT_BF16 && dtype != DT_F16)
         return dt_emsg_set(em, DT_EDTYPE, "ring attention: inputs of type %s (bf16 or fp16)",
                            dt_dtype_name(dtype));
+    if (s->mask != NULL && !dt_mask_is_plain(s->mask) &&
+        (s->nbranch > 0 || s->mask->block > 0))
+        return dt_emsg_set(em, DT_ENOTSUP, "ring attention: %s on the GPU (documents and "
+                           "windows on dense attention run; run this on device = cpu)",
+                           s->nbranch > 0 ? "masks with dilated branches do not run yet"
+                                          : "block patterns do not run yet");
+    if (s->layout == DT_LAYOUT_BALANCED && r->R > 1)
+        return dt_emsg_set(em, DT_ENOTSUP, "ring attention: layout balanced does not run on "
+                           "the GPU (contiguous or zigzag)");
     if (s->D != 64 && s->D != 128)
         return dt_emsg_set(em, DT_ESHAPE,
                            "ring attention: head dimension D=%d (the CUDA kernels take 64 or 128)",
@@ -204,6 +227,10 @@ static void dense_block(const call_t *x, int l, int t, dt_attn_cuda_t *a)
     a->ldk = a->ldv = (int64_t)s->Hkv * s->D;
     a->causal = s->causal;
     a->scale = s->scale;
+    if (dt_ring_call_masked(s)) {
+        a->qlo = (const int64_t *)(const void *)(lr->ws + x->pl.ilo);
+        a->qhi = a->qlo + x->c;
+    }
     if (x->travel) {
         a->qpos = qpos;
         a->kpos = t == 0 ? qpos : (const int64_t *)(const void *)(pack + x->pl.kvbytes);
@@ -257,6 +284,17 @@ static int dense_setup(call_t *x, int l, dt_emsg_t *em)
         lr->hpos = dt_xmallocarray((size_t)x->c, sizeof(int64_t));
         dt_layout_positions(s->layout, s->T, x->R, g, lr->hpos);
         DT_CUDA_TRY(em, cudaMemcpyAsync(lr->ws + x->pl.qpos, lr->hpos, cbytes,
+                                        cudaMemcpyHostToDevice, cs));
+    }
+    if (dt_ring_call_masked(s)) {
+        /* the mask as each of my rows' interval of key positions */
+        int64_t *pos = dt_xmallocarray((size_t)x->c, sizeof(int64_t));
+        lr->hiv = dt_xmallocarray(2 * (size_t)x->c, sizeof(int64_t));
+        dt_layout_positions(s->layout, s->T, x->R, g, pos);
+        for (int64_t i = 0; i < x->c; i++)
+            dt_mask_row(s->mask, pos[i], &lr->hiv[i], &lr->hiv[x->c + i]);
+        free(pos);
+        DT_CUDA_TRY(em, cudaMemcpyAsync(lr->ws + x->pl.ilo, lr->hiv, 2 * cbytes,
                                         cudaMemcpyHostToDevice, cs));
     }
     if (x->R > 1) {
@@ -478,6 +516,7 @@ static int run(dt_ring_t *r, const dt_attn_spec_t *s, dt_dtype_t dtype, dt_ring_
 
     for (int l = 0; l < x.nl; l++) {
         free(x.lr[l].hpos);
+        free(x.lr[l].hiv);
         free(x.lr[l].qb);
     }
     free(x.hinf);

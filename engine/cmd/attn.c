@@ -70,7 +70,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: dtengine attn --q Q.npy --k K.npy --v V.npy --out O.npy [--lse LSE.npy]\n"
             "                     [--no-causal] [--segments w1,w2,... --dilations r1,r2,...]\n"
-            "                     [--layout contiguous|zigzag] [--scale S]\n"
+            "                     [--layout contiguous|zigzag|balanced] [--scale S]\n"
             "                     [--doc-lengths L1,L2,...|LENGTHS.npy] [--sliding-window W]\n"
             "                     [--block-mask MASK.npy|ROWPTR.npy,COLS.npy --mask-block B]\n"
             "                     [--block-pattern P [--block-size B]]\n"
@@ -265,7 +265,10 @@ static int prepare(const opts_t *o, int R, input_t *in, dt_emsg_t *em)
     s->causal = o->causal;
     s->scale = o->scale;
     if (dt_layout_parse(o->layout, &s->layout) < 0)
-        return dt_emsg_set(em, DT_EUSAGE, "--layout '%s': contiguous or zigzag", o->layout);
+        return dt_emsg_set(em, DT_EUSAGE, "--layout '%s': contiguous, zigzag or balanced",
+                           o->layout);
+    if ((rc = dt_vocab_layout_runs(o->cuda ? DT_DEVICE_CUDA : DT_DEVICE_CPU, s->layout, em)) < 0)
+        return rc;
     if ((rc = dt_attn_parse_branches(s, o->segments, o->dilations, em)) < 0)
         return rc;
     in->bwd = o->dout != NULL || o->dq != NULL || o->backward;
@@ -316,8 +319,9 @@ static int prepare(const opts_t *o, int R, input_t *in, dt_emsg_t *em)
                            s->H, s->Hkv);
     if (dt_mask_args_any(&o->mask) || dt_mask_rules_pattern(&o->rules)) {
         if ((rc = dt_vocab_masks_run(o->cuda ? DT_DEVICE_CUDA : DT_DEVICE_CPU, DT_KIND_ATTN,
-                                     "--doc-lengths, --sliding-window, --block-mask, "
-                                     "--block-pattern", em)) < 0)
+                                     o->mask.block_mask != NULL ||
+                                         dt_mask_rules_pattern(&o->rules),
+                                     s->nbranch > 0, em)) < 0)
             return rc;
         if ((rc = dt_mask_load(&in->mask, &o->mask, s->T, s->causal, s->H, em)) < 0)
             return rc;

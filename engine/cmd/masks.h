@@ -28,10 +28,11 @@ typedef struct dt_cmd_masks {
     dt_mask_t rest; /* with alternation: the other layers' */
 } dt_cmd_masks_t;
 
-/* From the spec's rules r (dt_spec_mask_rules), for sequences of T and a model of `layers` layers and
- * `vocab` tokens: the rules checked against the model (eot_token in the
- * vocabulary) and the masks built, attn pointed at them when any. 0, or
- * DT_EINVAL naming the key. dt_cmd_masks_close it, also after a failure. */
+/* From the spec's rules r (dt_spec_mask_rules), for sequences of T and a
+ * model of `layers` layers and `vocab` tokens: the rules checked against
+ * the model (eot_token in the vocabulary) and the masks built, attn
+ * pointed at them when any. 0, or DT_EINVAL naming the key.
+ * dt_cmd_masks_close it, also after a failure. */
 int dt_cmd_masks_init(dt_cmd_masks_t *mk, const dt_mask_rules_t *r, int64_t T, bool causal,
                       int layers, int vocab, dt_attn_spec_t *attn, dt_emsg_t *em);
 /* A new sequence, input tokens xs and targets ys (T each): its documents

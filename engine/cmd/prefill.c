@@ -96,7 +96,7 @@ static void usage(FILE *f)
                "                        --rope-original-max-pos N]]\n"
                "                        --seq-len T [--data recall|TOKENFILE] [--pos-offset P]\n"
                "                        [--seed S]\n"
-               "                        [--layout contiguous|zigzag] [--no-causal]\n"
+               "                        [--layout contiguous|zigzag|balanced] [--no-causal]\n"
                "                        [--segments w1,.. --dilations r1,..]\n"
                "                        [--doc-mask none|eot [--eot-token N]\n"
                "                        [--doc-positions continue|reset]]\n"
@@ -187,8 +187,8 @@ static int parse(int argc, char **argv, popts_t *o, dt_emsg_t *em)
         return rc;
     dt_spec_mask_rules(s, &o->masks);
     if (dt_mask_rules_any(&o->masks) &&
-        (rc = dt_vocab_masks_run(dt_spec_device_id(s), DT_KIND_PREFILL, dt_mask_rules_what(&o->masks),
-                                 em)) < 0)
+        (rc = dt_vocab_masks_run(dt_spec_device_id(s), DT_KIND_PREFILL, dt_mask_rules_pattern(&o->masks),
+                                 s->segments != NULL, em)) < 0)
         return rc;
     if (o->resume && o->ckpt_dir == NULL)
         return dt_emsg_set(em, DT_EUSAGE, "--resume needs --ckpt-dir");
@@ -638,7 +638,11 @@ static int prefiller_init(prefiller_t *p, dt_comm_t *comm, int argc, char **argv
     p->attn.D = dt_model_head_dim(&o->model);
     p->attn.causal = o->causal;
     if (rc == 0 && dt_layout_parse(o->layout, &p->attn.layout) < 0)
-        rc = dt_emsg_set(&p->em, DT_EUSAGE, "--layout '%s': contiguous or zigzag", o->layout);
+        rc = dt_emsg_set(&p->em, DT_EUSAGE, "--layout '%s': contiguous, zigzag or balanced",
+                         o->layout);
+    if (rc == 0)
+        rc = dt_vocab_layout_runs(o->cuda ? DT_DEVICE_CUDA : DT_DEVICE_CPU, p->attn.layout,
+                                  &p->em);
     if (rc == 0)
         rc = dt_attn_parse_branches(&p->attn, o->segments, o->dilations, &p->em);
     if (rc == 0)

@@ -82,7 +82,7 @@ static void usage(FILE *f)
                "                      [--ckpt-commit self|external] [--resume | --resume-from DIR]\n"
                "                      [--seed S] [--lr X] [--min-lr X] [--warmup N]\n"
                "                      [--weight-decay X] [--clip X] [--adam-eps X]\n"
-               "                      [--layout contiguous|zigzag] [--no-causal]\n"
+               "                      [--layout contiguous|zigzag|balanced] [--no-causal]\n"
                "                      [--segments w1,.. --dilations r1,..]\n"
                "                      [--doc-mask none|eot [--eot-token N]\n"
                "                      [--doc-positions continue|reset]]\n"
@@ -181,8 +181,8 @@ static int parse(int argc, char **argv, dt_train_opts_t *o, dt_emsg_t *em)
         return rc;
     dt_spec_mask_rules(s, &o->masks);
     if (dt_mask_rules_any(&o->masks) &&
-        (rc = dt_vocab_masks_run(dt_spec_device_id(s), DT_KIND_TRAIN, dt_mask_rules_what(&o->masks),
-                                 em)) < 0)
+        (rc = dt_vocab_masks_run(dt_spec_device_id(s), DT_KIND_TRAIN, dt_mask_rules_pattern(&o->masks),
+                                 s->segments != NULL, em)) < 0)
         return rc;
     if (o->resume && o->ckpt_dir == NULL)
         return dt_emsg_set(em, DT_EUSAGE, "--resume needs --ckpt-dir");
@@ -510,7 +510,11 @@ static int trainer_init(dt_trainer_t *t, dt_comm_t *comm, int argc, char **argv)
     t->attn.D = dt_model_head_dim(&o->model);
     t->attn.causal = o->causal;
     if (rc == 0 && dt_layout_parse(o->layout, &t->attn.layout) < 0)
-        rc = dt_emsg_set(&t->em, DT_EUSAGE, "--layout '%s': contiguous or zigzag", o->layout);
+        rc = dt_emsg_set(&t->em, DT_EUSAGE, "--layout '%s': contiguous, zigzag or balanced",
+                         o->layout);
+    if (rc == 0)
+        rc = dt_vocab_layout_runs(o->cuda ? DT_DEVICE_CUDA : DT_DEVICE_CPU, t->attn.layout,
+                                  &t->em);
     if (rc == 0)
         rc = dt_attn_parse_branches(&t->attn, o->segments, o->dilations, &t->em);
     if (rc == 0)

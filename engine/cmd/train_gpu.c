@@ -127,6 +127,9 @@ static int gpu_seq(dt_trainer_t *t, int64_t b, double *loss, dt_train_ctl_t *ctl
      * the replicas make the replicas' mean */
     const double w =
         count > 0 ? 1.0 / ((double)count * (double)o->batch * (double)t->N) : 0.0;
+    /* doc_positions = reset: this sequence's positions */
+    if (o->masks.reset && (rc = dt_gtrain_set_pos(g->gm, t->rpos, &t->em)) < 0)
+        return rc;
     /* fp16: the loss's gradient scaled (a power of two: exact) */
     if ((rc = dt_gtrain_fwd_bwd(g->gm, &t->attn, t->x, t->y, (float)(w * t->ls.scale), b == 0,
                                 &sum, &hits, &t->em)) < 0)

@@ -270,7 +270,9 @@ int dt_gmodel_layer_fwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, int l, dt_em
     /* the ring runs on its own streams */
     DT_CUDA_TRY(em, cudaStreamSynchronize(g->st));
     dt_ring_io_t io = { .q = g->qb, .k = g->kb, .v = g->vb, .o = g->o, .lse = g->lse };
-    if ((rc = dt_ring_attn_fwd(g->ring, attn, g->dt, &io, NULL, em)) < 0)
+    dt_attn_spec_t la;
+    if ((rc = dt_ring_attn_fwd(g->ring, dt_attn_layer_spec(attn, l, &la), g->dt, &io, NULL,
+                               em)) < 0)
         return rc;
     /* the hidden state's copy to the host (a checkpoint) reads it until
      * here: the first write into it waits for the copy */

@@ -593,7 +593,8 @@ static int attn_in(dt_gmodel_t *g, const dt_attn_spec_t *attn, int l, const floa
     }
     DT_CUDA_TRY(em, cudaStreamSynchronize(g->st));
     dt_ring_io_t io = { .q = A->qb, .k = A->kb, .v = A->vb, .o = A->o, .lse = A->lse };
-    return dt_ring_attn_fwd(g->ring, attn, dt, &io, NULL, em);
+    dt_attn_spec_t la;
+    return dt_ring_attn_fwd(g->ring, dt_attn_layer_spec(attn, l, &la), dt, &io, NULL, em);
 }
 
 /* Block l forward on g->x, keeping its activations (the sequence of
@@ -685,7 +686,9 @@ static int tlayer_bwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, int l, float *
     float *dq = A->o;
     dt_ring_io_t io = { .q = A->qb, .k = A->kb, .v = A->vb, .o = A->o, .lse = A->lse,
                         .dout = T->dob, .dq = dq, .dk = T->dk, .dv = T->dv };
-    if ((rc = dt_ring_attn_bwd(g->ring, attn, g->dt, &io, NULL, em)) < 0)
+    dt_attn_spec_t la;
+    if ((rc = dt_ring_attn_bwd(g->ring, dt_attn_layer_spec(attn, l, &la), g->dt, &io, NULL,
+                               em)) < 0)
         return rc;
     /* q, k, v = rope(Wq h1), rope(Wk h1), Wv h1, h1 = norm(xin) */
     FOR_TILES(c, r0, n) {
@@ -1303,6 +1306,14 @@ int dt_gtrain_params_set(dt_gmodel_t *g, const float *P, dt_emsg_t *em)
             return rc;
     }
     /* P is the caller's to change again once this returns */
+    DT_CUDA_TRY(em, cudaStreamSynchronize(g->st));
+    return 0;
+}
+
+int dt_gtrain_set_pos(dt_gmodel_t *g, const int64_t *pos, dt_emsg_t *em)
+{
+    DT_CUDA_TRY(em, cudaMemcpyAsync(g->pos, pos, (size_t)g->c * sizeof(int64_t),
+                                    cudaMemcpyHostToDevice, g->st));
     DT_CUDA_TRY(em, cudaStreamSynchronize(g->st));
     return 0;
 }

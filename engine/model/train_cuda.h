@@ -55,6 +55,10 @@ int dt_gtrain_new(const dt_model_cfg_t *cfg, const dt_model_layout_t *lo, int64_
                   const float *P, const float *M, const float *V, int64_t moff, int64_t mlen,
                   const int64_t *pos, dt_gmodel_t **out, dt_emsg_t *em);
 
+/* The RoPE positions of the c rows from the next sequence on (doc_positions =
+ * reset: each sequence's own), copied to the device before returning. */
+int dt_gtrain_set_pos(dt_gmodel_t *g, const int64_t *pos, dt_emsg_t *em);
+
 /* shard_gradients, shard_parameters (engine/model/model.h's semantics;
  * [moff, moff + mlen) must be this rank's slice, dt_model_slice, as the
  * ring and the replicas cut it): the device holds this rank's slice of the

@@ -606,6 +606,10 @@ void dt_attn_head_fwd_cpu(const dt_attn_head_t *a, float *o, int64_t ldo, float 
 {
     if (a->tq <= 0 || a->tk <= 0)
         return;
+    if (a->qlo) { /* intervals: the reference's (attn_cpu.h) */
+        dt_attn_head_fwd_ref(a, o, ldo, lse);
+        return;
+    }
     pick(a->d)->fwd(a, o, ldo, lse);
 }
 
@@ -613,5 +617,9 @@ void dt_attn_head_bwd_cpu(const dt_attn_head_t *a, const dt_attn_head_grad_t *g)
 {
     if (a->tq <= 0 || a->tk <= 0)
         return;
+    if (a->qlo) {
+        dt_attn_head_bwd_ref(a, g);
+        return;
+    }
     pick(a->d)->bwd(a, g);
 }

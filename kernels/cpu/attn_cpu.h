@@ -61,6 +61,12 @@ typedef struct dt_attn_head {
      * a mask with a block pattern per head */
     const struct dt_mask *mask;
     int head;
+    /* NULL, or (reference only: dt_attn_head_fwd_ref and _bwd_ref, the
+     * GPU kernels' contract as the simulator checks it) the key positions
+     * [qlo[i], qhi[i]) that query i may attend, instead of causality and
+     * mask: the interval form of causal, document and window masks
+     * (spec/mask.h dt_mask_row); needs qpos and kpos */
+    const int64_t *qlo, *qhi;
     float scale;         /* scores are scale * q.k */
     /* called between tiles (e.g. to progress communication); may be NULL */
     void (*progress)(void *arg);

@@ -59,6 +59,8 @@ static int visible(const dt_attn_head_t *a, int64_t i, int64_t j)
 {
     if (a->qpos == NULL || a->kpos == NULL)
         return 1;
+    if (a->qlo)
+        return a->kpos[j] >= a->qlo[i] && a->kpos[j] < a->qhi[i];
     if (a->mask)
         return dt_mask_allows(a->mask, a->head, a->qpos[i], a->kpos[j]);
     return a->kpos[j] <= a->qpos[i];

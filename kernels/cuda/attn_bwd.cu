@@ -40,6 +40,7 @@ struct bwd_params {
     int64_t tq, tk;
     int group;
     int causal;
+    const int64_t *ilo, *ihi; /* per query row, the key positions [ilo, ihi) it sees; or NULL */
     float scale;      /* softmax scale */
     float scale_log2; /* scale * log2(e) */
     tile_pos_t qt, kt;
@@ -175,7 +176,7 @@ __global__ void __launch_bounds__(NW * 32) dkdv_kernel(const bwd_params p)
         /* P^T and dS^T; element (key row g or g + 8, query column c) */
         int64_t qlo, qhi;
         p.qt.range(i, &qlo, &qhi);
-        const bool masked = p.causal && qlo < kmax;
+        const bool masked = (p.causal && qlo < kmax) || p.ilo != nullptr;
 #pragma unroll
         for (int n = 0; n < NS; n++) {
 #pragma unroll
@@ -183,8 +184,11 @@ __global__ void __launch_bounds__(NW * 32) dkdv_kernel(const bwd_params p)
                 const int c = n * 8 + t4 * 2 + (e & 1);
                 float x = exp2f(s[n][e] * p.scale_log2 - ls[c]);
                 if (masked) {
-                    const int64_t row = i * BM + c;
-                    if (row >= p.tq || p.qt.pos.at(row) < ((e >> 1) ? kp1 : kp0))
+                    const int64_t row = i * BM + c, kp = (e >> 1) ? kp1 : kp0;
+                    if (row >= p.tq)
+                        x = 0.f;
+                    else if (p.ilo ? kp < __ldg(p.ilo + row) || kp >= __ldg(p.ihi + row)
+                                   : p.qt.pos.at(row) < kp)
                         x = 0.f;
                 }
                 s[n][e] = x;
@@ -259,6 +263,13 @@ __global__ void __launch_bounds__(NW * 32) dq_kernel(const bwd_params p)
     int64_t qmin = 0, qmax = 0;
     if (p.causal)
         p.qt.range(blockIdx.x, &qmin, &qmax);
+    int64_t lo0 = 0, hi0 = 0, lo1 = 0, hi1 = 0; /* a mask's intervals of my rows */
+    if (p.ilo) {
+        if (row0 < p.tq)
+            lo0 = __ldg(p.ilo + row0), hi0 = __ldg(p.ihi + row0);
+        if (row1 < p.tq)
+            lo1 = __ldg(p.ilo + row1), hi1 = __ldg(p.ihi + row1);
+    }
 
     load_tile<D, BM, NT>(sq, Q, p.ldq, m0, p.tq, tid);
     load_tile<D, BM, NT>(sdo, DO, p.lddo, m0, p.tq, tid);
@@ -300,7 +311,7 @@ __global__ void __launch_bounds__(NW * 32) dq_kernel(const bwd_params p)
 
         int64_t klo, khi;
         p.kt.range(j, &klo, &khi);
-        const bool masked = (j + 1) * BN > p.tk || (p.causal && khi > qmin);
+        const bool masked = (j + 1) * BN > p.tk || (p.causal && khi > qmin) || p.ilo != nullptr;
 #pragma unroll
         for (int n = 0; n < NS; n++) {
 #pragma unroll
@@ -310,8 +321,12 @@ __global__ void __launch_bounds__(NW * 32) dq_kernel(const bwd_params p)
                 if (masked) {
                     const int64_t col = j * BN + n * 8 + t4 * 2 + (e & 1);
                     bool vis = col < p.tk;
-                    if (vis && p.causal)
+                    if (vis && p.ilo) {
+                        const int64_t kp = p.kt.pos.at(col);
+                        vis = r ? kp >= lo1 && kp < hi1 : kp >= lo0 && kp < hi0;
+                    } else if (vis && p.causal) {
                         vis = p.kt.pos.at(col) <= (r ? qp1 : qp0);
+                    }
                     if (!vis)
                         x = 0.f;
                 }
@@ -414,6 +429,8 @@ extern "C" int dt_attn_bwd_cuda(const dt_attn_cuda_t *a, const dt_attn_cuda_grad
     p.tk = a->tk;
     p.group = a->h / a->hkv;
     p.causal = a->causal != 0;
+    p.ilo = a->qlo;
+    p.ihi = a->qhi;
     p.scale = a->scale != 0.f ? a->scale : 1.f / sqrtf((float)a->d);
     p.scale_log2 = p.scale * DT_LOG2E;
     p.qt.pos.p = a->qpos;

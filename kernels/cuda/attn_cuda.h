@@ -23,7 +23,11 @@
  * query i iff kpos(j) <= qpos(i), where qpos(i) = qpos[i] when the device
  * array qpos is given, else q0 + i (and likewise for keys). Tiles wholly in
  * the future are skipped, so contiguous and zigzag blocks cost what their
- * visible pairs cost.
+ * visible pairs cost. A mask of documents and windows (spec/mask.h) comes
+ * as intervals: with the device arrays qlo and qhi (tq each), key j is
+ * visible to query i iff qlo[i] <= kpos(j) < qhi[i] (causality already in
+ * them; causal still lets the kernels skip future tiles); the tiles a mask
+ * cuts are masked element by element.
  *
  * Forward accumulates, exactly as dt_attn_head_fwd_cpu: with accumulate =
  * 1, (o, lse) on entry is a running softmax state (lse = -inf, o = 0 for "no
@@ -79,6 +83,7 @@ typedef struct dt_attn_cuda {
     int64_t q0, k0;       /* positions when qpos / kpos are NULL */
     const int64_t *qpos;  /* (tq) device, or NULL */
     const int64_t *kpos;  /* (tk) device, or NULL */
+    const int64_t *qlo, *qhi; /* (tq) device, or NULL: the key positions each query sees */
     float scale;          /* scores are scale * q.k; 0 means 1 / sqrt(d) */
 } dt_attn_cuda_t;
 

@@ -36,6 +36,7 @@ struct fwd_params {
     int64_t tq, tk;
     int group; /* h / hkv */
     int causal;
+    const int64_t *ilo, *ihi; /* per query row, the key positions [ilo, ihi) it sees; or NULL */
     int accumulate;
     float scale_log2; /* scale * log2(e) */
     tile_pos_t qt, kt; /* query tiles of BM, key tiles of BN */
@@ -98,6 +99,14 @@ __global__ void __launch_bounds__(NW * 32) fwd_kernel(const fwd_params p)
     int64_t qmin = 0, qmax = 0;
     if (p.causal)
         p.qt.range(blockIdx.x, &qmin, &qmax);
+    /* a mask's intervals of my two rows (nothing visible past the end) */
+    int64_t lo0 = 0, hi0 = 0, lo1 = 0, hi1 = 0;
+    if (p.ilo) {
+        if (row0 < p.tq)
+            lo0 = __ldg(p.ilo + row0), hi0 = __ldg(p.ihi + row0);
+        if (row1 < p.tq)
+            lo1 = __ldg(p.ilo + row1), hi1 = __ldg(p.ihi + row1);
+    }
 
     load_tile<D, BM, NT, WG>(sq, Q, p.ldq, m0, p.tq, tid);
     int64_t j = next_visible(p.kt, p.causal, 0, ntile, qmax);
@@ -156,7 +165,7 @@ __global__ void __launch_bounds__(NW * 32) fwd_kernel(const fwd_params p)
         int64_t klo, khi;
         p.kt.range(j, &klo, &khi);
         const bool partial = (j + 1) * BN > p.tk;
-        const bool masked = partial || (p.causal && khi > qmin);
+        const bool masked = partial || (p.causal && khi > qmin) || p.ilo != nullptr;
 #pragma unroll
         for (int n = 0; n < NS; n++) {
 #pragma unroll
@@ -165,8 +174,12 @@ __global__ void __launch_bounds__(NW * 32) fwd_kernel(const fwd_params p)
                 if (masked) {
                     const int64_t col = j * BN + n * 8 + t4 * 2 + (e & 1);
                     bool vis = col < p.tk;
-                    if (vis && p.causal)
+                    if (vis && p.ilo) {
+                        const int64_t kp = p.kt.pos.at(col);
+                        vis = (e >> 1) ? kp >= lo1 && kp < hi1 : kp >= lo0 && kp < hi0;
+                    } else if (vis && p.causal) {
                         vis = p.kt.pos.at(col) <= ((e >> 1) ? qp1 : qp0);
+                    }
                     if (!vis)
                         x = -INFINITY;
                 }
@@ -487,6 +500,8 @@ extern "C" int dt_attn_fwd_cuda(const dt_attn_cuda_t *a, int accumulate, float *
     p.tk = a->tk;
     p.group = a->h / a->hkv;
     p.causal = a->causal != 0;
+    p.ilo = a->qlo;
+    p.ihi = a->qhi;
     p.accumulate = accumulate != 0;
     p.scale_log2 = (a->scale != 0.f ? a->scale : 1.f / sqrtf((float)a->d)) * DT_LOG2E;
     p.qt.pos.p = a->qpos;

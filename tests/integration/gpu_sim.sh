@@ -87,6 +87,21 @@ check "attn --device cuda, 4 ranks (NCCL between processes), zigzag, bf16, forwa
 check "attn --device cuda, 4 ranks, dilated (segments cross ranks), fp16, backward: within 1e-2" \
     vs 4 dil fp16 1e-2 --generate 2048,8,2,128 --seed 7 --causal --layout zigzag \
     --segments 512,2048 --dilations 1,4 --backward
+# masks: documents crossing ranks (one of a token), a window not causal
+check "attn --device cuda with documents crossing ranks (4 ranks, zigzag, bf16), forward and backward: within 3e-2 of the CPU path" \
+    vs 4 docs bf16 3e-2 --generate 1024,4,2,64 --seed 5 --causal --layout zigzag --backward \
+    --doc-lengths 100,1,300,123,500
+check "attn --device cuda, a sliding window of 100, not causal, 3 ranks, fp16: within 1e-2" \
+    vs 3 win fp16 1e-2 --generate 768,4,2,64 --seed 6 --layout contiguous --backward \
+    --sliding-window 100 --no-causal
+t_gpu_mask_refused() {
+    run_rc 2 "$SIM" attn --device cuda --generate 1024,4,2,64 --seed 1 --block-pattern local:2 \
+        --block-size 64 && out_has "block patterns and block masks run on device = cpu" &&
+        run_rc 2 "$SIM" attn --device cuda --generate 1024,4,2,64 --seed 1 --layout balanced &&
+        out_has "layout = balanced runs on device = cpu"
+}
+check "attn --device cuda refuses block patterns and the balanced layout, naming them (exit 2)" \
+    t_gpu_mask_refused
 
 # ---- device = cuda jobs through the agents ------------------------------------------------
 cat >"$TMPD/gpu.spec" <<SPEC

@@ -71,6 +71,37 @@ check "train --device cuda, 4 ranks (gradients summed over NCCL between processe
     tr_vs four 4 fp16 5e-3
 check "train --device cuda, 2 ranks, dilated attention (segments cross ranks), bf16: within 1e-2" \
     tr_vs dil 2 bf16 1e-2 --segments 256,1024 --dilations 1,4
+# masks on the GPU: packed documents with positions reset, a window on
+# every other layer; train and prefill within bf16 of the CPU path, and
+# not the unmasked losses
+t_tr_masks() {
+    "$NPYTOOL" tokbin "$TMPD/docs.bin" --docs 300,1,200,523 --eot 3 --vocab 512 --seed 4 ||
+        return 1
+    _mk="--doc-mask eot --eot-token 3 --doc-positions reset --sliding-window 64"
+    _mk="$_mk --sliding-window-layers every:2"
+    _m="--model custom --dim 256 --layers 2 --heads 4 --kv-heads 2 --ffn 512 --vocab 512"
+    _m="$_m --data $TMPD/docs.bin --seq-len 1024 --seed 3"
+    for _d in cpu gpu; do
+        # shellcheck disable=SC2086
+        on $_d 2 "$TMPD/trm.$_d.log" train $_m --steps 3 $_mk &&
+            on $_d 2 "$TMPD/pfm.$_d.log" prefill $_m $_mk || return 1
+    done
+    # shellcheck disable=SC2086
+    on gpu 2 "$TMPD/trm.plain.log" train $_m --steps 3 || return 1
+    for _f in trm.cpu trm.gpu trm.plain; do
+        sed -n 's/^step \([0-9]*\) loss \([0-9.]*\) .*/\2/p' "$TMPD/$_f.log" >"$TMPD/$_f.loss"
+    done
+    sed -n 's/^prefill: tokens=.* loss \([0-9.]*\)$/\1/p' "$TMPD/pfm.cpu.log" >>"$TMPD/trm.cpu.loss"
+    sed -n 's/^prefill: tokens=.* loss \([0-9.]*\)$/\1/p' "$TMPD/pfm.gpu.log" >>"$TMPD/trm.gpu.loss"
+    paste "$TMPD/trm.gpu.loss" "$TMPD/trm.cpu.loss" "$TMPD/trm.plain.loss" | awk '
+        { d = ($1 - $2) / $2; if (d < 0) d = -d; if (d > w) w = d; n++
+          if ($3 != "") { e = ($3 - $2) / $2; if (e < 0) e = -e; if (e > far) far = e } }
+        END { printf "GPU vs CPU, 3 steps and the prefill: largest relative difference %.2e; unmasked %.2e\n", w, far
+              exit !(n == 4 && w < 1e-2 && far > 10 * w) }'
+}
+check "train and prefill --device cuda with packed documents (positions reset) and an every:2 window: within 1e-2 of the CPU path" \
+    t_tr_masks
+
 # 2048 tokens on one GPU: every token-local part in two 1024-token tiles
 # (DT_GPU_ROWS)
 t_tr_tiled() {

@@ -5,12 +5,13 @@
 # --doc-lengths, --sliding-window and --block-mask (dense and CSR), alone
 # and combined, forward and backward, against the double-precision
 # reference of the same definitions (npytool ref, tests/ref): R = 1 to 4,
-# both layouts, causal (and not, on 1 and 3 ranks), GQA (H=4, Hkv=2,
-# D=32), T=480; documents cross rank boundaries and one is a single
+# contiguous and zigzag (balanced on 2 and 4 ranks), causal (and not, on
+# 1 and 3 ranks), GQA (H=4, Hkv=2, D=32), T=480; documents cross rank boundaries and one is a single
 # token. The work and traffic skipped: a window reaches only the next
 # rank, documents that stay on their ranks send nothing (--stats). A mask
 # on dilated attention across ranks; CSR equal to dense to the bit; bad
-# masks refused naming what is wrong, exit 2.
+# masks refused naming what is wrong, exit 2. The balanced layout spreads
+# uneven documents' work where zigzag cannot (--stats' imbalance).
 
 . "$(dirname "$0")/lib.sh"
 need_mpirun
@@ -71,8 +72,10 @@ t_mask() {
     # shellcheck disable=SC2086
     mref "$TMPD/ref.$_t_name.$_t_causal" $_t_rflag "$@" || return 1
     for _t_r in $_t_ranks; do
-        for _t_l in contiguous zigzag; do
-            [ "$_t_r" = 1 ] && [ "$_t_l" = zigzag ] && continue
+        for _t_l in contiguous zigzag balanced; do
+            # one rank: every layout is contiguous; balanced on 2 and 4
+            [ "$_t_r" = 1 ] && [ "$_t_l" != contiguous ] && continue
+            [ "$_t_l" = balanced ] && [ "$_t_r" != 2 ] && [ "$_t_r" != 4 ] && continue
             _t_o=$TMPD/m.$_t_name.$_t_causal.$_t_r.$_t_l
             mrun "$_t_r" "$_t_l" "$_t_o" "$_t_flag" "$@" >"$_t_o.log" 2>&1 ||
                 { cat "$_t_o.log"; return 1; }
@@ -90,7 +93,7 @@ for _line in $MASKS; do
     name=${_line%%|*}
     args=${_line#*|}
     # shellcheck disable=SC2086
-    check "mask $name, causal, R = 1 2 3 4, both layouts: o, lse, dq, dk, dv equal the reference" \
+    check "mask $name, causal, R = 1 2 3 4, every layout: o, lse, dq, dk, dv equal the reference" \
         t_mask "$name" 1 "1 2 3 4" $args
     # shellcheck disable=SC2086
     check "mask $name, not causal, R = 1 and 3: equal the reference" \
@@ -171,16 +174,34 @@ check "a mask that allows every pair gives the unmasked results to the bit (R = 
 t_dilated() {
     mref "$TMPD/dref" --causal --segments 96,240 --dilations 1,2 --doc-lengths 100,1,139,60,180 \
         --sliding-window 70 || return 1
-    for _r in 1 2 4; do
-        mrun $_r contiguous "$TMPD/dil$_r" --causal --segments 96,240 --dilations 1,2 \
+    for _rl in 1:contiguous 2:contiguous 4:contiguous 4:balanced; do
+        _r=${_rl%%:*} _l=${_rl#*:}
+        mrun $_r $_l "$TMPD/dil$_r" --causal --segments 96,240 --dilations 1,2 \
             --doc-lengths 100,1,139,60,180 --sliding-window 70 >"$TMPD/dil.log" 2>&1 ||
             { cat "$TMPD/dil.log"; return 1; }
-        mcmp "$TMPD/dil$_r" "$TMPD/dref" || { echo "R=$_r differs"; return 1; }
+        mcmp "$TMPD/dil$_r" "$TMPD/dref" || { echo "R=$_r $_l differs"; return 1; }
     done
 }
-check "dilated attention with documents and a window, R = 1 2 4: equal the reference" t_dilated
+check "dilated attention with documents and a window, R = 1 2 4 (and 4 balanced): equal the reference" \
+    t_dilated
+
+# the balanced layout against zigzag
+t_balance() {
+    for _l in zigzag balanced; do
+        mpirun_np 4 "$DTENGINE" attn --generate 4096,4,2,32 --seed 1 --layout $_l \
+            --out "$TMPD/bal.o.npy" --doc-lengths 1500,300,77,1200,1019 --stats \
+            >"$TMPD/bal.$_l.log" 2>&1 || { cat "$TMPD/bal.$_l.log"; return 1; }
+    done
+    _z=$(sed -n 's/^stats: work .* imbalance=\([0-9.]*\)$/\1/p' "$TMPD/bal.zigzag.log")
+    _b=$(sed -n 's/^stats: work .* imbalance=\([0-9.]*\)$/\1/p' "$TMPD/bal.balanced.log")
+    echo "documents 1500,300,77,1200,1019 on 4 ranks: imbalance zigzag $_z, balanced $_b"
+    awk -v z="$_z" -v b="$_b" 'BEGIN { exit !(z > 1.5 && b < 1.1) }'
+}
+check "layout balanced: uneven documents' work within 10% of even on 4 ranks (zigzag: > 50% off)" \
+    t_balance
 
 # bad masks: refused naming what and where, exit 2, nothing written
+
 bad() { # NEEDLE ARGS...: dtengine attn refuses ARGS with exit 2 naming NEEDLE
     _needle=$1
     shift

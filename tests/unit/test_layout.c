@@ -36,7 +36,7 @@ static const struct split good[] = {
 
 static const char *lname(enum dt_layout l)
 {
-    return l == DT_LAYOUT_ZIGZAG ? "zigzag" : "contiguous";
+    return dt_layout_name(l);
 }
 
 static int cmp_run(const void *a, const void *b)
@@ -191,6 +191,44 @@ Test(layout, zigzag_runs)
                           (long long)first, (long long)second, (long long)h);
         }
     }
+}
+
+/* Rank r holds chunks r and 2R - 1 - r of every span of 2R chunks of h =
+ * c / 8, the four spans in order; on one rank the whole sequence. */
+Test(layout, balanced_runs)
+{
+    static const struct split b[] = { { 8, 1 }, { 16, 2 }, { 48, 3 }, { 64, 8 }, { 8000, 10 } };
+
+    for (size_t i = 0; i < sizeof(b) / sizeof(b[0]); i++) {
+        int64_t T = b[i].T, h = T / b[i].R / 8;
+        int R = b[i].R;
+
+        cr_assert_eq(dt_layout_check(DT_LAYOUT_BALANCED, T, R, NULL), 0, "T=%lld R=%d",
+                     (long long)T, R);
+        check_runs_tile(DT_LAYOUT_BALANCED, T, R);
+        check_positions(DT_LAYOUT_BALANCED, T, R);
+        for (int r = 0; r < R && R > 1; r++) {
+            dt_run_t runs[DT_LAYOUT_MAXRUNS];
+            cr_assert_eq(dt_layout_runs(DT_LAYOUT_BALANCED, T, R, r, runs), 8);
+            for (int p = 0; p < 4; p++) {
+                cr_assert_eq(runs[2 * p].start, (2 * R * p + r) * h);
+                cr_assert_eq(runs[2 * p + 1].start, (2 * R * p + 2 * R - 1 - r) * h);
+                cr_assert(runs[2 * p].len == h && runs[2 * p + 1].len == h);
+            }
+        }
+    }
+    dt_run_t one[DT_LAYOUT_MAXRUNS];
+    cr_assert_eq(dt_layout_runs(DT_LAYOUT_BALANCED, 40, 1, 0, one), 1);
+    cr_assert(one[0].start == 0 && one[0].len == 40);
+    dt_emsg_t em = { "" };
+    cr_assert_eq(dt_layout_check(DT_LAYOUT_BALANCED, 40, 2, &em), DT_ELAYOUT);
+    cr_assert_not_null(strstr(em.s, "balanced layout needs T divisible by 8R: T=40, 8R=16"),
+                       "%s", em.s);
+    enum dt_layout l;
+    cr_assert(dt_layout_parse("balanced", &l) == 0 && l == DT_LAYOUT_BALANCED);
+    cr_assert_str_eq(dt_layout_name(DT_LAYOUT_BALANCED), "balanced");
+    cr_assert_eq(dt_layout_pieces(DT_LAYOUT_BALANCED, 4), 8);
+    cr_assert_eq(dt_layout_pieces(DT_LAYOUT_BALANCED, 1), 1);
 }
 
 /* What zigzag is for: the causal (query, key) pairs, sum of (p + 1) over a

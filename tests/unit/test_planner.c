@@ -1878,3 +1878,81 @@ Test(planner, batch_multiplies_a_steps_work)
     dt_plan_clear(&one);
     dt_plan_clear(&four);
 }
+
+/* A spec's plan, for the mask tests. */
+static void plan_masks(const char *text, dt_plan_req_t *q, dt_plan_t *p, int want)
+{
+    dt_spec_t s;
+    dt_emsg_t em = { "" };
+
+    cr_assert_eq(dt_spec_parse("s", text, &s, &em), 0, "%s: %s", text, em.s);
+    cr_assert_eq(dt_plan_req_from_spec(&s, q, &em), 0, "%s", em.s);
+    cr_assert_eq(make(q, p, &em), want, "%s: %s", text, em.s);
+    dt_spec_free(&s);
+}
+
+/* The masks known before the data: a window's share of the causal pairs
+ * exactly (T = 64K, W = 1024: sum over i of min(i + 1, W) over T (T + 1)
+ * / 2), its ring reaching the neighbours only, and FLOPs scaled by it. */
+Test(planner, masks_price_their_pairs)
+{
+    dt_plan_req_t q;
+    dt_plan_t p, d;
+    const double T = 65536, W = 1024;
+    double pairs = W * (W + 1) / 2 + (T - W) * W;
+
+    plan_masks("kind = attn\ntokens = 64K\nranks = 4\nsliding_window = 1024\nlayout = "
+              "contiguous\n", &q, &p, 0);
+    cr_assert_float_eq(p.mask_share, pairs / (T * (T + 1) / 2), 1e-12, "%.9g", p.mask_share);
+    cr_assert_eq(p.branch[0].group, 2, "a window of 1024 < c reaches the next rank only");
+    plan_masks("kind = attn\ntokens = 64K\nranks = 4\nlayout = contiguous\n", &q, &d, 0);
+    cr_assert_float_eq(p.flops / d.flops, p.mask_share, 1e-9);
+    cr_assert_float_eq(d.imbalance, 2.0 - 1.0 / 4, 1e-12, "contiguous causal: 2 - 1/R");
+    cr_assert_lt(p.imbalance, 1.02, "a window's work is even: %g", p.imbalance);
+    dt_plan_clear(&p);
+    dt_plan_clear(&d);
+    /* every:2 on 4 layers: half the layers windowed */
+    plan_masks("kind = train\ntokens = 64K\nranks = 4\nsliding_window = 1024\n"
+              "sliding_window_layers = every:2\nlayout = contiguous\n", &q, &p, 0);
+    cr_assert_float_eq(p.mask_share, 0.5 + 0.5 * pairs / (T * (T + 1) / 2), 1e-12);
+    dt_plan_clear(&p);
+    /* a block pattern: global:1,local:1 over 16 blocks, not causal: each
+     * row its own block, block 0, and row 0 everything: 1 + 15 * 2 + 15 */
+    plan_masks("kind = attn\ntokens = 16K\nranks = 2\ncausal = no\nblock_pattern = "
+              "global:1,local:1\nblock_size = 1024\n", &q, &p, 0);
+    cr_assert_float_eq(p.mask_share, (16.0 + 15 * 2) / 256, 1e-12, "%.9g", p.mask_share);
+    dt_plan_clear(&p);
+}
+
+/* Left to the planner, documents get the balanced layout (the data's
+ * documents are not known: zigzag balances one causal sequence only); a
+ * given layout is kept; balanced is the CPU engine's. */
+Test(planner, masks_choose_the_layout)
+{
+    dt_plan_req_t q;
+    dt_plan_t p;
+
+    plan_masks("kind = train\ntokens = 64K\nranks = 4\ndoc_mask = eot\ndata = /x.bin\n", &q, &p,
+              0);
+    cr_assert_eq(p.layout, DT_LAYOUT_BALANCED);
+    cr_assert(strstr(p.note, "layout = balanced chosen by the planner"), "%s", p.note);
+    json_t *j = dt_plan_to_json(&q, &p);
+    cr_assert_str_eq(json_string_value(get(j, "layout")), "balanced");
+    json_decref(j);
+    dt_plan_clear(&p);
+    plan_masks("kind = train\ntokens = 64K\nranks = 4\ndoc_mask = eot\ndata = /x.bin\n"
+              "layout = zigzag\n", &q, &p, 0);
+    cr_assert_eq(p.layout, DT_LAYOUT_ZIGZAG, "the spec's layout is kept");
+    dt_plan_clear(&p);
+    plan_masks("kind = attn\ntokens = 64K\nranks = 4\n", &q, &p, 0);
+    cr_assert_eq(p.layout, DT_LAYOUT_ZIGZAG, "no mask: the default");
+    dt_plan_clear(&p);
+    plan_masks("kind = attn\ntokens = 64K\nranks = 4\nlayout = balanced\ngpu = h100-sxm\n", &q,
+              &p, DT_ENOTSUP);
+    cr_assert(strstr(p.reason, "layout = balanced runs on device = cpu"), "%s", p.reason);
+    dt_plan_clear(&p);
+    plan_masks("kind = attn\ntokens = 1020\nranks = 5\nlayout = balanced\n", &q, &p,
+               DT_ELAYOUT);
+    cr_assert(strstr(p.reason, "not divisible by 8R=40"), "%s", p.reason);
+    dt_plan_clear(&p);
+}

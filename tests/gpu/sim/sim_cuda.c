@@ -1057,8 +1057,8 @@ static void do_fwd(void *arg)
     const dt_attn_cuda_t *a = &k->a;
     int g = a->h / a->hkv;
     float scale = a->scale != 0.f ? a->scale : 1.f / sqrtf((float)a->d);
-    int64_t *qp = positions(a->causal, a->qpos, a->q0, a->tq);
-    int64_t *kp = positions(a->causal, a->kpos, a->k0, a->tk);
+    int64_t *qp = positions(a->causal || a->qlo, a->qpos, a->q0, a->tq);
+    int64_t *kp = positions(a->causal || a->qlo, a->kpos, a->k0, a->tk);
     for (int hh = 0; hh < a->h; hh++) {
         float *qf = head_rows(a, a->q, a->ldq, a->tq, hh);
         float *kf = head_rows(a, a->k, a->ldk, a->tk, hh / g);
@@ -1070,7 +1070,7 @@ static void do_fwd(void *arg)
             }
         dt_attn_head_t h = { .tq = a->tq, .tk = a->tk, .d = a->d, .q = qf, .ldq = a->d,
                              .k = kf, .ldk = a->d, .v = vf, .ldv = a->d, .qpos = qp,
-                             .kpos = kp, .scale = scale };
+                             .kpos = kp, .qlo = a->qlo, .qhi = a->qhi, .scale = scale };
         dt_attn_head_fwd_ref(&h, k->o + (int64_t)hh * a->d, k->ldo, k->lse + hh * k->ldlse);
         free(qf);
         free(kf);
@@ -1114,8 +1114,8 @@ static void do_bwd(void *arg)
     const dt_attn_cuda_grad_t *g = &k->g;
     int grp = a->h / a->hkv, d = a->d;
     float scale = a->scale != 0.f ? a->scale : 1.f / sqrtf((float)a->d);
-    int64_t *qp = positions(a->causal, a->qpos, a->q0, a->tq);
-    int64_t *kp = positions(a->causal, a->kpos, a->k0, a->tk);
+    int64_t *qp = positions(a->causal || a->qlo, a->qpos, a->q0, a->tq);
+    int64_t *kp = positions(a->causal || a->qlo, a->kpos, a->k0, a->tk);
     for (int hh = 0; hh < a->h; hh++) {
         int kvh = hh / grp;
         float *qf = head_rows(a, a->q, a->ldq, a->tq, hh);
@@ -1126,7 +1126,7 @@ static void do_bwd(void *arg)
               *dv = calloc((size_t)(a->tk + 1) * d, 4);
         dt_attn_head_t h = { .tq = a->tq, .tk = a->tk, .d = d, .q = qf, .ldq = d, .k = kf,
                              .ldk = d, .v = vf, .ldv = d, .qpos = qp, .kpos = kp,
-                             .scale = scale };
+                             .qlo = a->qlo, .qhi = a->qhi, .scale = scale };
         dt_attn_head_grad_t gd = { .dout = dof, .lddo = d, .lse = g->lse + hh * g->ldlse,
                                    .delta = g->delta + hh * g->ldlse, .dq = dq, .dk = dk,
                                    .dv = dv };
