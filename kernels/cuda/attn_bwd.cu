@@ -83,14 +83,34 @@ __device__ __forceinline__ void load_qtile(const bwd_params &p, int hh, int64_t 
     }
 }
 
+/* With a mask: the first query tile >= i whose rows' interval of keys
+ * meets [kmin, kmax] (the intervals ascend along the rows: the search
+ * stops at the first tile past kmax); nqt when none. */
+__device__ __forceinline__ int64_t first_qtile_in(const bwd_params &p, int64_t i, int64_t nqt,
+                                                  int64_t kmin, int64_t kmax)
+{
+    for (; i < nqt; i++) {
+        const int64_t r0 = i * p.qt.tile, r1 = r0 + p.qt.tile < p.tq ? r0 + p.qt.tile : p.tq;
+        int64_t lo, hi;
+        rows_interval(p.ilo, p.ihi, r0, r1, &lo, &hi);
+        if (lo > kmax)
+            return nqt;
+        if (hi > kmin)
+            return i;
+    }
+    return nqt;
+}
+
 /* The next (head, query tile) pair at or after (qh, i) whose tile is
- * visible from keys whose positions are at least kmin. Returns 0 when
- * there is none. */
-__device__ __forceinline__ int next_qtile(const bwd_params &p, int64_t nqt, int64_t kmin, int *qh,
-                                          int64_t *i)
+ * visible from keys whose positions are at least kmin (with a mask: in
+ * [kmin, kmax]). Returns 0 when there is none. */
+__device__ __forceinline__ int next_qtile(const bwd_params &p, int64_t nqt, int64_t kmin,
+                                          int64_t kmax, int *qh, int64_t *i)
 {
     for (; *qh < p.group; (*qh)++, *i = 0) {
-        *i = p.causal ? first_tile_ge(p.qt, *i, nqt, kmin) : *i;
+        *i = p.ilo     ? first_qtile_in(p, *i, nqt, kmin, kmax)
+             : p.causal ? first_tile_ge(p.qt, *i, nqt, kmin)
+                        : *i;
         if (*i < nqt)
             return 1;
     }
@@ -125,14 +145,14 @@ __global__ void __launch_bounds__(NW * 32) dkdv_kernel(const bwd_params p)
     const int64_t kp0 = key0 < p.tk ? p.kt.pos.at(key0) : INT64_MAX;
     const int64_t kp1 = key1 < p.tk ? p.kt.pos.at(key1) : INT64_MAX;
     int64_t kmin = 0, kmax = 0;
-    if (p.causal)
+    if (p.causal || p.ilo)
         p.kt.range(blockIdx.x, &kmin, &kmax);
 
     load_tile<D, BN, NT>(sk, K, p.ldk, n0, p.tk, tid);
     load_tile<D, BN, NT>(sv, V, p.ldv, n0, p.tk, tid);
     int qh = 0;
     int64_t i = 0;
-    int have = next_qtile(p, nqt, kmin, &qh, &i);
+    int have = next_qtile(p, nqt, kmin, kmax, &qh, &i);
     if (have)
         load_qtile<D, BM, NT>(p, blockIdx.y * p.group + qh, i, sq, sdo, slse, sdelta, tid);
     cp_async_commit();
@@ -145,7 +165,7 @@ __global__ void __launch_bounds__(NW * 32) dkdv_kernel(const bwd_params p)
     while (have) {
         int qhn = qh;
         int64_t in = i + 1;
-        const int haven = next_qtile(p, nqt, kmin, &qhn, &in);
+        const int haven = next_qtile(p, nqt, kmin, kmax, &qhn, &in);
         cp_async_wait_all();
         __syncthreads(); /* tile (qh, i) landed (plain stores too); the other buffer is free */
         /* the next tile: Q and dO by cp.async now; its lse and delta into
@@ -222,10 +242,14 @@ __global__ void __launch_bounds__(NW * 32) dkdv_kernel(const bwd_params p)
 
 /*-- dQ -----------------------------------------------------------------------*/
 
+/* The next key tile >= j a query tile sees: with a mask its rows'
+ * interval [tlo, thi), else causally up to qmax. */
 __device__ __forceinline__ int64_t next_ktile(const bwd_params &p, int64_t j, int64_t ntile,
-                                              int64_t qmax)
+                                              int64_t qmax, int64_t tlo, int64_t thi)
 {
-    return p.causal ? first_tile_le(p.kt, j, ntile, qmax) : j;
+    return p.ilo      ? first_tile_in(p.kt, j, ntile, tlo, thi)
+           : p.causal ? first_tile_le(p.kt, j, ntile, qmax)
+                      : j;
 }
 
 template <int D, int NW, int BN, bool F16>
@@ -273,7 +297,10 @@ __global__ void __launch_bounds__(NW * 32) dq_kernel(const bwd_params p)
 
     load_tile<D, BM, NT>(sq, Q, p.ldq, m0, p.tq, tid);
     load_tile<D, BM, NT>(sdo, DO, p.lddo, m0, p.tq, tid);
-    int64_t j = next_ktile(p, 0, ntile, qmax);
+    int64_t tlo = 0, thi = 0, all[2] = { 0, 0 };
+    if (p.ilo)
+        rows_interval(p.ilo, p.ihi, m0, m0 + BM < p.tq ? m0 + BM : p.tq, &tlo, &thi, all);
+    int64_t j = next_ktile(p, 0, ntile, qmax, tlo, thi);
     if (j < ntile) {
         load_tile<D, BN, NT>(sk, K, p.ldk, j * BN, p.tk, tid);
         load_tile<D, BN, NT>(sv, V, p.ldv, j * BN, p.tk, tid);
@@ -293,7 +320,7 @@ __global__ void __launch_bounds__(NW * 32) dq_kernel(const bwd_params p)
     int buf = 0;
 
     while (j < ntile) {
-        const int64_t jn = next_ktile(p, j + 1, ntile, qmax);
+        const int64_t jn = next_ktile(p, j + 1, ntile, qmax, tlo, thi);
         cp_async_wait_all();
         __syncthreads();
         if (jn < ntile) {
@@ -311,7 +338,8 @@ __global__ void __launch_bounds__(NW * 32) dq_kernel(const bwd_params p)
 
         int64_t klo, khi;
         p.kt.range(j, &klo, &khi);
-        const bool masked = (j + 1) * BN > p.tk || (p.causal && khi > qmin) || p.ilo != nullptr;
+        const bool masked = (j + 1) * BN > p.tk || (p.ilo ? !(klo >= all[0] && khi < all[1])
+                                                          : p.causal && khi > qmin);
 #pragma unroll
         for (int n = 0; n < NS; n++) {
 #pragma unroll
@@ -445,13 +473,15 @@ extern "C" int dt_attn_bwd_cuda(const dt_attn_cuda_t *a, const dt_attn_cuda_grad
      * key tiles of BT. So the position bounds are needed for both sizes on
      * both sides. */
     int64_t *qbig = NULL, *qsmall = NULL, *kbig = NULL, *ksmall = NULL;
-    rc = make_bounds(a->qpos, p.causal, a->tq, BIG, &qbig, st, em);
+    /* tile bounds where tiles are skipped by position: causal, or a mask */
+    const int bypos = p.causal || a->qlo != NULL;
+    rc = make_bounds(a->qpos, bypos, a->tq, BIG, &qbig, st, em);
     if (rc == 0)
-        rc = make_bounds(a->kpos, p.causal, a->tk, BIG, &kbig, st, em);
+        rc = make_bounds(a->kpos, bypos, a->tk, BIG, &kbig, st, em);
     if (rc == 0 && BT != BIG)
-        rc = make_bounds(a->qpos, p.causal, a->tq, BT, &qsmall, st, em);
+        rc = make_bounds(a->qpos, bypos, a->tq, BT, &qsmall, st, em);
     if (rc == 0 && BT != BIG)
-        rc = make_bounds(a->kpos, p.causal, a->tk, BT, &ksmall, st, em);
+        rc = make_bounds(a->kpos, bypos, a->tk, BT, &ksmall, st, em);
     if (rc == 0) {
         const bool f16 = a->dtype == DT_F16;
         bwd_params pk = p, pq = p;

@@ -108,8 +108,13 @@ __global__ void __launch_bounds__(NW * 32) fwd_kernel(const fwd_params p)
             lo1 = __ldg(p.ilo + row1), hi1 = __ldg(p.ihi + row1);
     }
 
+    /* with a mask, the key tiles of the tile's interval only */
+    int64_t tlo = 0, thi = 0, all[2] = { 0, 0 };
+    if (p.ilo)
+        rows_interval(p.ilo, p.ihi, m0, m0 + BM < p.tq ? m0 + BM : p.tq, &tlo, &thi, all);
     load_tile<D, BM, NT, WG>(sq, Q, p.ldq, m0, p.tq, tid);
-    int64_t j = next_visible(p.kt, p.causal, 0, ntile, qmax);
+    int64_t j = p.ilo ? first_tile_in(p.kt, 0, ntile, tlo, thi)
+                      : next_visible(p.kt, p.causal, 0, ntile, qmax);
     if (j < ntile) {
         load_tile<D, BN, NT, WG>(sk, K, p.ldk, j * BN, p.tk, tid);
         load_tile<D, BN, NT, WG>(sv, V, p.ldv, j * BN, p.tk, tid);
@@ -131,7 +136,8 @@ __global__ void __launch_bounds__(NW * 32) fwd_kernel(const fwd_params p)
     int buf = 0;
 
     while (j < ntile) {
-        const int64_t jn = next_visible(p.kt, p.causal, j + 1, ntile, qmax);
+        const int64_t jn = p.ilo ? first_tile_in(p.kt, j + 1, ntile, tlo, thi)
+                                 : next_visible(p.kt, p.causal, j + 1, ntile, qmax);
         tiles_landed<WG>();
         __syncthreads(); /* tile j landed; every warp is done with the other buffer */
         if (jn < ntile) {
@@ -165,7 +171,9 @@ __global__ void __launch_bounds__(NW * 32) fwd_kernel(const fwd_params p)
         int64_t klo, khi;
         p.kt.range(j, &klo, &khi);
         const bool partial = (j + 1) * BN > p.tk;
-        const bool masked = partial || (p.causal && khi > qmin) || p.ilo != nullptr;
+        /* a mask's tile is cut unless every row sees all of its keys */
+        const bool masked = partial || (p.ilo ? !(klo >= all[0] && khi < all[1])
+                                              : p.causal && khi > qmin);
 #pragma unroll
         for (int n = 0; n < NS; n++) {
 #pragma unroll
@@ -514,9 +522,11 @@ extern "C" int dt_attn_fwd_cuda(const dt_attn_cuda_t *a, int accumulate, float *
     p.kt.tile = BN;
 
     int64_t *qb = NULL, *kb = NULL;
-    rc = make_bounds(a->qpos, p.causal, a->tq, BM, &qb, st, em);
+    /* tile bounds where tiles are skipped by position: causal, or a mask */
+    const int bypos = p.causal || a->qlo != NULL;
+    rc = make_bounds(a->qpos, bypos, a->tq, BM, &qb, st, em);
     if (rc == 0)
-        rc = make_bounds(a->kpos, p.causal, a->tk, BN, &kb, st, em);
+        rc = make_bounds(a->kpos, bypos, a->tk, BN, &kb, st, em);
     p.qt.bounds = qb;
     p.kt.bounds = kb;
     const int64_t nq = (a->tq + BM - 1) / BM;

@@ -335,6 +335,40 @@ __device__ __forceinline__ int64_t first_tile_le(const tile_pos_t &kt, int64_t j
     return ntile;
 }
 
+/* The first tile >= j of kt holding a position in [lo, hi) (a mask's
+ * interval of keys for a query tile); ntile when none. Positions ascend
+ * along the tiles, so the search stops at the first tile past hi. Every
+ * thread calls it with the same arguments. */
+__device__ __forceinline__ int64_t first_tile_in(const tile_pos_t &kt, int64_t j, int64_t ntile,
+                                                 int64_t lo, int64_t hi)
+{
+    for (; j < ntile; j++) {
+        int64_t a, b;
+        kt.range(j, &a, &b);
+        if (a >= hi)
+            return ntile;
+        if (b >= lo)
+            return j;
+    }
+    return ntile;
+}
+
+/* A mask's interval of keys of query rows [r0, r1) (r1 > r0): from the
+ * first row's lo to the last's hi (both ascend along the rows); with
+ * common (may be NULL) the keys every row sees, [last lo, first hi)
+ * (empty when lo >= hi). */
+__device__ __forceinline__ void rows_interval(const int64_t *ilo, const int64_t *ihi, int64_t r0,
+                                              int64_t r1, int64_t *lo, int64_t *hi,
+                                              int64_t *common = nullptr)
+{
+    *lo = __ldg(ilo + r0);
+    *hi = __ldg(ihi + r1 - 1);
+    if (common) {
+        common[0] = __ldg(ilo + r1 - 1);
+        common[1] = __ldg(ihi + r0);
+    }
+}
+
 /* The first tile >= i of qt whose largest position is at least kmin
  * (queries that can see a key at kmin); ntile when none. By offset the
  * visible tiles are a suffix (the last, shorter tile may be taken though

@@ -370,17 +370,45 @@ typedef struct tcase {
     int pos;
     int64_t q0, k0, q1, k1;
     float scale; /* 0: 1/sqrt(d) */
+    /* a mask as the kernels take it, per query an interval of key
+     * positions (qlo, qhi): documents of doc positions ([k doc, (k + 1)
+     * doc)) and a window of win (0: none of either) */
+    int64_t win, doc;
 } tcase_t;
 
 static const tcase_t cases[] = {
-    /* name               tq    tk    h  hkv causal pos q0    k0   q1    k1    scale */
-    { "mha", 300, 517, 4, 4, 0, 0, 0, 0, 0, 0, 0.0f },
-    { "gqa-scale0.2", 300, 517, 8, 2, 0, 0, 0, 0, 0, 0, 0.2f },
-    { "gqa-causal-q0k0", 300, 517, 8, 2, 1, 0, 1000, 800, 0, 0, 0.0f },
-    { "gqa-causal-posarrays", 300, 517, 8, 2, 1, 1, 0, 100, 2000, 1900, 0.0f },
-    { "tq1-causal", 1, 517, 8, 2, 1, 0, 300, 0, 0, 0, 0.0f },
-    { "self-causal", 1000, 1000, 4, 2, 1, 0, 0, 0, 0, 0, 0.0f },
+    /* name               tq    tk    h  hkv causal pos q0    k0   q1    k1    scale win doc */
+    { "mha", 300, 517, 4, 4, 0, 0, 0, 0, 0, 0, 0.0f, 0, 0 },
+    { "gqa-scale0.2", 300, 517, 8, 2, 0, 0, 0, 0, 0, 0, 0.2f, 0, 0 },
+    { "gqa-causal-q0k0", 300, 517, 8, 2, 1, 0, 1000, 800, 0, 0, 0.0f, 0, 0 },
+    { "gqa-causal-posarrays", 300, 517, 8, 2, 1, 1, 0, 100, 2000, 1900, 0.0f, 0, 0 },
+    { "tq1-causal", 1, 517, 8, 2, 1, 0, 300, 0, 0, 0, 0.0f, 0, 0 },
+    { "self-causal", 1000, 1000, 4, 2, 1, 0, 0, 0, 0, 0, 0.0f, 0, 0 },
+    /* masks: documents and a window against zigzag-like position runs,
+     * and a window not causal (its tiles skipped on both sides) */
+    { "gqa-causal-docs-window", 300, 517, 8, 2, 1, 1, 0, 100, 2000, 1900, 0.0f, .win = 150,
+      .doc = 256 },
+    { "window-not-causal", 300, 517, 8, 2, 0, 0, 200, 0, 0, 0, 0.0f, .win = 64 },
+    { "self-docs", 1000, 1000, 4, 2, 1, 0, 0, 0, 0, 0, 0.0f, .doc = 77 },
 };
+
+static int masked(const tcase_t *c)
+{
+    return c->win > 0 || c->doc > 0;
+}
+
+/* Query position qp's interval of keys under the case's mask. */
+static void interval(const tcase_t *c, int64_t qp, int64_t *lo, int64_t *hi)
+{
+    *lo = c->doc ? qp - qp % c->doc : 0;
+    *hi = c->doc ? *lo + c->doc : INT64_MAX;
+    if (c->causal && qp + 1 < *hi)
+        *hi = qp + 1;
+    if (c->win && qp - c->win + 1 > *lo)
+        *lo = qp - c->win + 1;
+    if (c->win && !c->causal && qp + c->win < *hi)
+        *hi = qp + c->win;
+}
 
 static void positions(int64_t n, int pos, int64_t a, int64_t b, int64_t *out)
 {
@@ -399,6 +427,8 @@ typedef struct tdata {
     char tag[200];
     htensor_t q, k, v, dout;
     int64_t *qpos, *kpos; /* (tq), (tk) host; the reference masks with them when causal */
+    int64_t *qlo, *qhi;   /* (tq) host, a mask's intervals; NULL without one */
+    int64_t *qlo_d;       /* (2 tq) device: qlo then qhi */
     /* reference: o (tq, h, d) and lse (h, tq) packed; delta (h, tq);
      * gradients from zero at the strides of q, k, v (the reference's
      * contract), then packed */
@@ -421,7 +451,9 @@ static dt_attn_head_t ref_head(const tdata_t *t, int hh)
         .q = t->q.f + hh * d, .ldq = t->ldq,
         .k = t->k.f + (hh / t->g) * d, .ldk = t->ldk,
         .v = t->v.f + (hh / t->g) * d, .ldv = t->ldv,
-        .qpos = c->causal ? t->qpos : NULL, .kpos = c->causal ? t->kpos : NULL,
+        .qpos = c->causal || masked(c) ? t->qpos : NULL,
+        .kpos = c->causal || masked(c) ? t->kpos : NULL,
+        .qlo = t->qlo, .qhi = t->qhi,
         .scale = t->scale,
     };
 }
@@ -498,9 +530,10 @@ static void td_init(tdata_t *t, const tcase_t *c, dt_dtype_t dt, int d, uint64_t
     t->lddk = (int64_t)c->hkv * d + 20;
     t->lddv = (int64_t)c->hkv * d + 28;
     t->scale = c->scale != 0.0f ? c->scale : 1.0f / sqrtf((float)d);
-    snprintf(t->tag, sizeof t->tag, "%s %s d=%d tq=%lld tk=%lld h=%d hkv=%d causal=%d %s",
-             c->name, dt_dtype_name(dt), d, (long long)c->tq, (long long)c->tk, c->h, c->hkv,
-             c->causal, c->pos ? "pos=arrays" : "pos=q0/k0");
+    snprintf(t->tag, sizeof t->tag, "%s %s d=%d tq=%lld tk=%lld h=%d hkv=%d causal=%d %s win=%lld "
+             "doc=%lld", c->name, dt_dtype_name(dt), d, (long long)c->tq, (long long)c->tk, c->h,
+             c->hkv, c->causal, c->pos ? "pos=arrays" : "pos=q0/k0", (long long)c->win,
+             (long long)c->doc);
 
     snprintf(running, sizeof running, "%s", t->tag);
     ht_init(&t->q, dt, c->tq, (int64_t)c->h * d, t->ldq, seed * 8 + 1);
@@ -511,6 +544,12 @@ static void td_init(tdata_t *t, const tcase_t *c, dt_dtype_t dt, int d, uint64_t
     t->kpos = dt_xmallocarray((size_t)c->tk, sizeof(int64_t));
     positions(c->tq, c->pos, c->q0, c->q1, t->qpos);
     positions(c->tk, c->pos, c->k0, c->k1, t->kpos);
+    if (masked(c)) {
+        t->qlo = dt_xmallocarray(2 * (size_t)c->tq, sizeof(int64_t));
+        t->qhi = t->qlo + c->tq;
+        for (int64_t i = 0; i < c->tq; i++)
+            interval(c, t->qpos[i], &t->qlo[i], &t->qhi[i]);
+    }
 
     ref_forward(t);
     ref_backward(t);
@@ -523,6 +562,8 @@ static void td_init(tdata_t *t, const tcase_t *c, dt_dtype_t dt, int d, uint64_t
         t->qpos_d = dput(t->qpos, (size_t)c->tq * sizeof(int64_t));
         t->kpos_d = dput(t->kpos, (size_t)c->tk * sizeof(int64_t));
     }
+    if (t->qlo)
+        t->qlo_d = dput(t->qlo, 2 * (size_t)c->tq * sizeof(int64_t));
     float *l = head_strided(t->lse_ref, c->h, c->tq, t->ldlse);
     float *dl = head_strided(t->delta_ref, c->h, c->tq, t->ldlse);
     t->lse_d = dput(l, (size_t)(c->h * t->ldlse) * sizeof(float));
@@ -539,6 +580,8 @@ static void td_free(tdata_t *t)
     ht_free(&t->dout);
     free(t->qpos);
     free(t->kpos);
+    free(t->qlo);
+    dfree(t->qlo_d);
     free(t->o_ref);
     free(t->lse_ref);
     free(t->delta_ref);
@@ -570,6 +613,7 @@ static dt_attn_cuda_t td_args(const tdata_t *t, int64_t j0, int64_t j1)
         .causal = c->causal,
         .q0 = c->pos ? 0 : c->q0, .k0 = c->pos ? 0 : c->k0 + j0,
         .qpos = t->qpos_d, .kpos = t->kpos_d ? t->kpos_d + j0 : NULL,
+        .qlo = t->qlo_d, .qhi = t->qlo_d ? t->qlo_d + c->tq : NULL,
         .scale = c->scale,
     };
 }
