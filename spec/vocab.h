@@ -134,10 +134,11 @@ int dt_vocab_runs(enum dt_device device, enum dt_job_kind kind, enum dt_shard_le
  * DT_ENOTSUP with the reason (kind not train). */
 int dt_vocab_offload_runs(enum dt_device device, enum dt_job_kind kind, unsigned offload,
                           dt_emsg_t *em);
-/* The same for attention masks: documents and windows (and causality) on
- * dense attention run on both engines; the CPU engine runs block
- * patterns (blocks) and masks on dilated attention (dilated) too, the GPU
- * engine not yet (DT_ENOTSUP with the reason). */
+/* The same for attention masks: documents, windows and block patterns
+ * (blocks; one for every head: a pattern per head is the CPU engine's,
+ * refused by the GPU ring itself) on dense attention run on both
+ * engines; masks on dilated attention (dilated) only on the CPU engine
+ * (DT_ENOTSUP with the reason). */
 int dt_vocab_masks_run(enum dt_device device, enum dt_job_kind kind, bool blocks, bool dilated,
                        dt_emsg_t *em);
 /* The same for a layout: the CPU engine runs every layout; the GPU ring

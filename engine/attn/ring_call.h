@@ -64,6 +64,7 @@ typedef struct call {
     size_t esz;
     int R, nl, bwd;
     int travel; /* positions travel in the K/V packs */
+    int blocks; /* dense with a block pattern: a launch per allowed piece (ring_cuda.c) */
     int64_t c;
     plan_t pl;
     lrank_t *lr;        /* [nl] */

@@ -47,6 +47,7 @@
  */
 #include "config.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,11 +130,12 @@ static int check_call(const dt_ring_t *r, const dt_attn_spec_t *s, dt_dtype_t dt
         return dt_emsg_set(em, DT_EDTYPE, "ring attention: inputs of type %s (bf16 or fp16)",
                            dt_dtype_name(dtype));
     if (s->mask != NULL && !dt_mask_is_plain(s->mask) &&
-        (s->nbranch > 0 || s->mask->block > 0))
-        return dt_emsg_set(em, DT_ENOTSUP, "ring attention: %s on the GPU (documents and "
-                           "windows on dense attention run; run this on device = cpu)",
+        (s->nbranch > 0 || (s->mask->block > 0 && s->mask->nhead > 1)))
+        return dt_emsg_set(em, DT_ENOTSUP, "ring attention: %s on the GPU (documents, "
+                           "windows and one block pattern for every head run; run this on "
+                           "device = cpu)",
                            s->nbranch > 0 ? "masks with dilated branches do not run yet"
-                                          : "block patterns do not run yet");
+                                          : "a block pattern per head does not run yet");
     if (s->layout == DT_LAYOUT_BALANCED && r->R > 1)
         return dt_emsg_set(em, DT_ENOTSUP, "ring attention: layout balanced does not run on "
                            "the GPU (contiguous or zigzag)");
@@ -242,6 +244,104 @@ static void dense_block(const call_t *x, int l, int t, dt_attn_cuda_t *a)
     }
 }
 
+/* ---- block patterns: a launch per (query rows, key rows) the pattern allows -------- */
+
+/* The local rows of rank r at positions [p0, p1), as pieces (at most one
+ * per run): rows[k] = {first row, count, first position}; returns their
+ * number. */
+static int rows_at(const call_t *x, int r, int64_t p0, int64_t p1, int64_t rows[][3])
+{
+    dt_run_t runs[DT_LAYOUT_MAXRUNS];
+    int n = dt_layout_runs(x->s->layout, x->s->T, x->R, r, runs), k = 0;
+    int64_t off = 0;
+
+    for (int i = 0; i < n; off += runs[i].len, i++) {
+        int64_t a = runs[i].start > p0 ? runs[i].start : p0;
+        int64_t b = runs[i].start + runs[i].len < p1 ? runs[i].start + runs[i].len : p1;
+        if (a < b) {
+            rows[k][0] = off + (a - runs[i].start);
+            rows[k][1] = b - a;
+            rows[k][2] = a;
+            k++;
+        }
+    }
+    return k;
+}
+
+/* a with query rows [r0, r0 + nq) and key rows [k0, k0 + nk) of the block */
+static dt_attn_cuda_t sub_args(const call_t *x, const dt_attn_cuda_t *a, int64_t r0, int64_t nq,
+                               int64_t k0, int64_t nk)
+{
+    dt_attn_cuda_t b = *a;
+
+    b.tq = nq;
+    b.tk = nk;
+    b.q = (const char *)a->q + r0 * a->ldq * (int64_t)x->esz;
+    b.k = (const char *)a->k + k0 * a->ldk * (int64_t)x->esz;
+    b.v = (const char *)a->v + k0 * a->ldv * (int64_t)x->esz;
+    b.q0 = a->q0 + r0;
+    b.k0 = a->k0 + k0;
+    b.qpos = a->qpos ? a->qpos + r0 : NULL;
+    b.kpos = a->kpos ? a->kpos + k0 : NULL;
+    b.qlo = a->qlo ? a->qlo + r0 : NULL;
+    b.qhi = a->qhi ? a->qhi + r0 : NULL;
+    return b;
+}
+
+/* The launches of step t of local rank l under a block pattern (every
+ * head's): for each query block of the pattern my rows hold, each run of
+ * the key blocks it allows that rank src holds; forward accumulates into
+ * (o, lse), backward adds into dq and the block's dK/dV (g NULL:
+ * forward). Positions are the sequence's, so causality and the mask's
+ * intervals cut inside a launch as in the whole block. */
+static int pattern_block(const call_t *x, int l, int t, const dt_attn_cuda_t *a,
+                         const dt_attn_cuda_grad_t *g, cudaStream_t cs, dt_emsg_t *em)
+{
+    const dt_attn_spec_t *s = x->s;
+    const dt_mask_t *m = s->mask;
+    const int64_t B = m->block, ldq = (int64_t)s->H * s->D;
+    int me = dt_ring_rank(x->r, l), src = (me - t + x->R) % x->R, rc;
+    int64_t qr[DT_LAYOUT_MAXRUNS][3], kr[DT_LAYOUT_MAXRUNS][3];
+
+    for (int64_t qa = 0; qa < m->nb; qa++) {
+        int nq = rows_at(x, me, qa * B, (qa + 1) * B, qr);
+        if (nq == 0)
+            continue;
+        const int64_t *c0 = m->cols + m->rowptr[qa], *c1 = m->cols + m->rowptr[qa + 1];
+        for (const int64_t *cb = c0; cb < c1;) {
+            const int64_t *ce = cb + 1; /* a run of consecutive key blocks */
+            while (ce < c1 && *ce == ce[-1] + 1)
+                ce++;
+            int nk = rows_at(x, src, *cb * B, (ce[-1] + 1) * B, kr);
+            cb = ce;
+            for (int i = 0; i < nq; i++)
+                for (int j = 0; j < nk; j++) {
+                    if (dt_mask_box(m, 0, qr[i][2], qr[i][2] + qr[i][1] - 1, kr[j][2],
+                                    kr[j][2] + kr[j][1] - 1) == DT_MASK_EMPTY)
+                        continue; /* causality or the intervals leave it nothing */
+                    dt_attn_cuda_t b = sub_args(x, a, qr[i][0], qr[i][1], kr[j][0], kr[j][1]);
+                    int64_t r0 = qr[i][0], k0 = kr[j][0];
+                    if (g == NULL) {
+                        rc = dt_attn_fwd_cuda(&b, 1, x->io[l].o + r0 * ldq, ldq,
+                                              x->io[l].lse + r0, x->c, cs, em);
+                    } else {
+                        dt_attn_cuda_grad_t h = *g;
+                        h.dout = (const char *)g->dout + r0 * g->lddo * (int64_t)x->esz;
+                        h.lse = g->lse + r0;
+                        h.delta = g->delta + r0;
+                        h.dq = g->dq + r0 * g->lddq;
+                        h.dk = g->dk + k0 * g->lddk;
+                        h.dv = g->dv + k0 * g->lddv;
+                        rc = dt_attn_bwd_cuda(&b, &h, cs, em);
+                    }
+                    if (rc < 0)
+                        return rc;
+                }
+        }
+    }
+    return 0;
+}
+
 /* Host side of the end of step t: wait for it (watchdog), collect its
  * kernel time. */
 static int step_done(call_t *x, int t, dt_emsg_t *em)
@@ -306,6 +406,20 @@ static int dense_setup(call_t *x, int l, dt_emsg_t *em)
                                             cudaMemcpyDeviceToDevice, cs));
     }
     DT_CUDA_TRY(em, cudaEventRecord(p->ev[RING_EV_KV0], cs));
+    if (!x->bwd && x->blocks) {
+        /* the pattern's launches each cover some rows: every row starts
+         * empty (o = 0, lse = -inf) and all of them accumulate */
+        const size_t row = (size_t)x->c * sizeof(float);
+        DT_CUDA_TRY(em, cudaMemsetAsync(io->o, 0, (size_t)x->c * ldq * sizeof(float), cs));
+        DT_CUDA_TRY(em, cudaMemcpyAsync(io->lse, x->hinf, row, cudaMemcpyHostToDevice, cs));
+        for (int h = 1; h < s->H;) {
+            int m = h < s->H - h ? h : s->H - h;
+            DT_CUDA_TRY(em, cudaMemcpyAsync(io->lse + (size_t)h * x->c, io->lse, (size_t)m * row,
+                                            cudaMemcpyDeviceToDevice, cs));
+            h += m;
+        }
+        lr->any = 1;
+    }
     if (x->bwd) {
         float *delta = (float *)(void *)(lr->ws + x->pl.delta);
         if ((rc = dt_attn_delta_cuda(x->c, s->H, s->D, x->dtype, io->dout, ldq, io->o, ldq, delta,
@@ -348,8 +462,12 @@ static int fwd_step(call_t *x, int t, dt_emsg_t *em)
             DT_CUDA_TRY(em, cudaEventRecord(p->ev[RING_EV_TSTART0 + cur], cs));
             dense_block(x, l, t, &a);
             /* o (c, H, D) fp32, lse (H, c) fp32: the running state */
-            if ((rc = dt_attn_fwd_cuda(&a, lr->any, x->io[l].o, (int64_t)s->H * s->D,
-                                       x->io[l].lse, x->c, cs, em)) < 0)
+            if (x->blocks)
+                rc = pattern_block(x, l, t, &a, NULL, cs, em);
+            else
+                rc = dt_attn_fwd_cuda(&a, lr->any, x->io[l].o, (int64_t)s->H * s->D,
+                                      x->io[l].lse, x->c, cs, em);
+            if (rc < 0)
                 return rc;
             lr->any = 1;
             DT_CUDA_TRY(em, cudaEventRecord(p->ev[RING_EV_TSTOP0 + cur], cs));
@@ -408,7 +526,8 @@ static int bwd_step(call_t *x, int t, dt_emsg_t *em)
                 DT_CUDA_TRY(em, cudaStreamWaitEvent(cs, p->ev[RING_EV_KV0 + cur], 0));
             DT_CUDA_TRY(em, cudaEventRecord(p->ev[RING_EV_TSTART0 + cur], cs));
             dense_block(x, l, t, &a);
-            if ((rc = dt_attn_bwd_cuda(&a, &gr, cs, em)) < 0)
+            if ((rc = x->blocks ? pattern_block(x, l, t, &a, &gr, cs, em)
+                                : dt_attn_bwd_cuda(&a, &gr, cs, em)) < 0)
                 return rc;
             DT_CUDA_TRY(em, cudaEventRecord(p->ev[RING_EV_TSTOP0 + cur], cs));
             x->st.steps++;
@@ -496,6 +615,13 @@ static int run(dt_ring_t *r, const dt_attn_spec_t *s, dt_dtype_t dtype, dt_ring_
     x.nl = r->nlocal;
     x.bwd = bwd;
     x.travel = s->nbranch == 0 && dt_ring_call_travel(s, r->R);
+    /* a block pattern: a launch per (query rows, key rows) it allows */
+    x.blocks = dt_ring_call_masked(s) && s->mask->block > 0;
+    if (x.blocks && !bwd) {
+        x.hinf = dt_xmallocarray((size_t)dt_layout_local(s->T, r->R), sizeof(float));
+        for (int64_t i = 0; i < dt_layout_local(s->T, r->R); i++)
+            x.hinf[i] = -INFINITY;
+    }
     x.c = dt_layout_local(s->T, r->R);
     dt_ring_call_plan(s, dtype, r->R, bwd, &x.pl);
     x.lr = dt_xcalloc((size_t)x.nl, sizeof(*x.lr));

@@ -94,13 +94,19 @@ check "attn --device cuda with documents crossing ranks (4 ranks, zigzag, bf16),
 check "attn --device cuda, a sliding window of 100, not causal, 3 ranks, fp16: within 1e-2" \
     vs 3 win fp16 1e-2 --generate 768,4,2,64 --seed 6 --layout contiguous --backward \
     --sliding-window 100 --no-causal
+check "attn --device cuda, a block pattern (global, local, strided over blocks of 32), 4 ranks, zigzag, bf16, forward and backward: within 3e-2" \
+    vs 4 pat bf16 3e-2 --generate 1024,4,2,64 --seed 5 --causal --layout zigzag --backward \
+    --block-pattern global:1,local:2,strided:5 --block-size 32
 t_gpu_mask_refused() {
-    run_rc 2 "$SIM" attn --device cuda --generate 1024,4,2,64 --seed 1 --block-pattern local:2 \
-        --block-size 64 && out_has "block patterns and block masks run on device = cpu" &&
+    "$NPYTOOL" blocks --blocks 16 --heads 4 --seed 6 "$TMPD/perhead.npy" || return 1
+    run_rc 2 "$SIM" attn --device cuda --generate 1024,4,2,64 --seed 1 --block-mask \
+        "$TMPD/perhead.npy" --mask-block 64 && out_has "a block pattern per head does not run" &&
+        run_rc 2 "$SIM" attn --device cuda --generate 1024,4,2,64 --seed 1 --sliding-window 64 \
+            --segments 256,1024 --dilations 1,4 && out_has "masks on dilated attention run on" &&
         run_rc 2 "$SIM" attn --device cuda --generate 1024,4,2,64 --seed 1 --layout balanced &&
         out_has "layout = balanced runs on device = cpu"
 }
-check "attn --device cuda refuses block patterns and the balanced layout, naming them (exit 2)" \
+check "attn --device cuda refuses a pattern per head, masks on dilated attention and the balanced layout, naming them (exit 2)" \
     t_gpu_mask_refused
 
 # ---- device = cuda jobs through the agents ------------------------------------------------

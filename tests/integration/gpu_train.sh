@@ -72,13 +72,13 @@ check "train --device cuda, 4 ranks (gradients summed over NCCL between processe
 check "train --device cuda, 2 ranks, dilated attention (segments cross ranks), bf16: within 1e-2" \
     tr_vs dil 2 bf16 1e-2 --segments 256,1024 --dilations 1,4
 # masks on the GPU: packed documents with positions reset, a window on
-# every other layer; train and prefill within bf16 of the CPU path, and
-# not the unmasked losses
+# every other layer, a block pattern; train and prefill within bf16 of the
+# CPU path, and not the unmasked losses
 t_tr_masks() {
     "$NPYTOOL" tokbin "$TMPD/docs.bin" --docs 300,1,200,523 --eot 3 --vocab 512 --seed 4 ||
         return 1
     _mk="--doc-mask eot --eot-token 3 --doc-positions reset --sliding-window 64"
-    _mk="$_mk --sliding-window-layers every:2"
+    _mk="$_mk --sliding-window-layers every:2 --block-pattern global:1,local:4 --block-size 64"
     _m="--model custom --dim 256 --layers 2 --heads 4 --kv-heads 2 --ffn 512 --vocab 512"
     _m="$_m --data $TMPD/docs.bin --seq-len 1024 --seed 3"
     for _d in cpu gpu; do
@@ -99,7 +99,7 @@ t_tr_masks() {
         END { printf "GPU vs CPU, 3 steps and the prefill: largest relative difference %.2e; unmasked %.2e\n", w, far
               exit !(n == 4 && w < 1e-2 && far > 10 * w) }'
 }
-check "train and prefill --device cuda with packed documents (positions reset) and an every:2 window: within 1e-2 of the CPU path" \
+check "train and prefill --device cuda with packed documents (positions reset), an every:2 window and a block pattern: within 1e-2 of the CPU path" \
     t_tr_masks
 
 # 2048 tokens on one GPU: every token-local part in two 1024-token tiles

@@ -210,8 +210,8 @@ t_plan() {
         --block-size 1024 --doc-mask eot --data /x.bin &&
         out_has "block_pattern=global:1,local:2 block_size=1024" &&
         out_has "documents are the data's: planned as one" || return 1
-    run_rc 6 "$DTCTL" plan --kind train --tokens 64K --device cuda --block-pattern local:2 &&
-        out_has "block patterns and block masks run on device = cpu"
+    run_rc 6 "$DTCTL" plan --kind train --tokens 64K --device cuda --sliding-window 64 \
+        --segments 4096,65536 --dilations 1,4 && out_has "masks on dilated attention run on"
 }
 check "dtctl plan prices the masks known before the data and prints the imbalance" t_plan
 
