@@ -431,7 +431,8 @@ double dt_cost_act_per_token(const dt_plan_req_t *q)
  * the unmasked pairs attended; group, the most ranks whose K/V one rank's
  * queries need (the masked ring sends to those only); imbalance, the
  * most loaded rank's pairs over the mean. Without masks: share 1, group
- * R and the layout's own imbalance (left to branch_time). A pattern of
+ * R and the layout's own imbalance (left to branch_time); on GPUs the
+ * group stays R, the GPU ring passing K/V to every rank. A pattern of
  * more than 2^22 blocks, or whose block does not divide T, is planned
  * as no mask (its rows would not be built for the estimate). */
 typedef struct mask_effect {
@@ -510,7 +511,9 @@ static void mask_effect(const dt_plan_req_t *q, int64_t T, int R, mask_effect_t 
     e->any = true;
     e->share = share;
     e->imbalance = imb;
-    e->group = group;
+    /* the GPU ring still passes every block around all the ranks (it
+     * skips the compute only); the CPU's sends to the ranks that need it */
+    e->group = q->cuda ? R : group;
 }
 
 /* One branch on R ranks of c tokens: group, pack, memory. */
