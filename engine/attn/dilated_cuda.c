@@ -570,19 +570,11 @@ static int dil_setup(call_t *x, int l, dt_emsg_t *em)
     ring_peer_t *p = &x->r->p[l];
     cudaStream_t cs = p->compute;
     const int64_t ldq = (int64_t)s->H * s->D;
-    const size_t row = (size_t)x->c * sizeof(float);
     int rc;
 
     if (!x->bwd) {
-        DT_CUDA_TRY(em, cudaMemsetAsync(io->o, 0, (size_t)x->c * ldq * sizeof(float), cs));
-        /* lse (H, c): head 0 from the host, then doubling copies */
-        DT_CUDA_TRY(em, cudaMemcpyAsync(io->lse, x->hinf, row, cudaMemcpyHostToDevice, cs));
-        for (int h = 1; h < s->H;) {
-            int m = h < s->H - h ? h : s->H - h;
-            DT_CUDA_TRY(em, cudaMemcpyAsync(io->lse + (size_t)h * x->c, io->lse, (size_t)m * row,
-                                            cudaMemcpyDeviceToDevice, cs));
-            h += m;
-        }
+        if ((rc = dt_ring_call_empty(x, l, em)) < 0)
+            return rc;
     } else {
         float *delta = (float *)(void *)(x->lr[l].ws + x->pl.delta);
         size_t kvf = (size_t)x->c * s->Hkv * s->D * sizeof(float);
@@ -601,11 +593,6 @@ int dt_dilated_run(call_t *x, dt_emsg_t *em)
 {
     int rc = 0;
 
-    if (!x->bwd) {
-        x->hinf = dt_xmallocarray((size_t)x->c, sizeof(float));
-        for (int64_t i = 0; i < x->c; i++)
-            x->hinf[i] = -INFINITY;
-    }
     x->xf = dt_xcalloc((size_t)x->nl, sizeof(*x->xf));
     for (int l = 0; l < x->nl; l++)
         x->lr[l].qb = dt_xcalloc((size_t)x->s->H * DT_LAYOUT_MAXRUNS, sizeof(*x->lr[l].qb));

@@ -12,10 +12,12 @@
  */
 #include "config.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "common/mem.h"
 #include "spec/layout.h"
 #include "spec/mask.h"
 #include "engine/attn/ring_call.h"
@@ -124,6 +126,32 @@ size_t dt_ring_attn_bytes(const dt_attn_spec_t *s, dt_dtype_t dtype, int R, int 
         return 0;
     dt_ring_call_plan(s, dtype, R, backward, &pl);
     return pl.total;
+}
+
+/* ---- an empty forward state ---------------------------------------------- */
+
+int dt_ring_call_empty(call_t *x, int l, dt_emsg_t *em)
+{
+    const dt_attn_spec_t *s = x->s;
+    const dt_ring_io_t *io = &x->io[l];
+    cudaStream_t cs = x->r->p[l].compute;
+    const size_t row = (size_t)x->c * sizeof(float);
+
+    if (x->hinf == NULL) {
+        x->hinf = dt_xmallocarray((size_t)x->c, sizeof(float));
+        for (int64_t i = 0; i < x->c; i++)
+            x->hinf[i] = -INFINITY;
+    }
+    DT_CUDA_TRY(em, cudaMemsetAsync(io->o, 0, (size_t)x->c * s->H * s->D * sizeof(float), cs));
+    /* lse (H, c): head 0 from the host, then doubling copies */
+    DT_CUDA_TRY(em, cudaMemcpyAsync(io->lse, x->hinf, row, cudaMemcpyHostToDevice, cs));
+    for (int h = 1; h < s->H;) {
+        int m = h < s->H - h ? h : s->H - h;
+        DT_CUDA_TRY(em, cudaMemcpyAsync(io->lse + (size_t)h * x->c, io->lse, (size_t)m * row,
+                                        cudaMemcpyDeviceToDevice, cs));
+        h += m;
+    }
+    return 0;
 }
 
 /* ---- end of a call ------------------------------------------------------------ */

@@ -69,7 +69,7 @@ typedef struct call {
     plan_t pl;
     lrank_t *lr;        /* [nl] */
     void **send, **recv; /* [nl] exchange arguments */
-    float *hinf;        /* (c) -inf on the host (dilated forward) */
+    float *hinf;        /* (c) -inf on the host (dt_ring_call_empty) */
     dt_ring_xfer_t *xf; /* [nl] dilated exchanges */
     dt_attn_stats_t st;
     char what[128];
@@ -86,6 +86,12 @@ int dt_ring_call_masked(const dt_attn_spec_t *s);
 /* The workspace of one rank of R for spec s (dense or dilated), forward or
  * backward (bwd): byte offsets and total into *pl. */
 void dt_ring_call_plan(const dt_attn_spec_t *s, dt_dtype_t dtype, int R, int bwd, plan_t *pl);
+
+/* Local rank l's o = 0 and lse = -inf (every row empty) on its compute
+ * stream, for a forward whose launches each cover only some rows (dilated
+ * branches, block patterns); x->hinf is made on the first call and freed
+ * with the call. */
+int dt_ring_call_empty(call_t *x, int l, dt_emsg_t *em);
 
 /* End of the call: every stream idle (the watchdog's wait); statistics
  * into x->st. last: the step whose timing pair is still unread (-1: none;

@@ -47,7 +47,6 @@
  */
 #include "config.h"
 
-#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -408,16 +407,9 @@ static int dense_setup(call_t *x, int l, dt_emsg_t *em)
     DT_CUDA_TRY(em, cudaEventRecord(p->ev[RING_EV_KV0], cs));
     if (!x->bwd && x->blocks) {
         /* the pattern's launches each cover some rows: every row starts
-         * empty (o = 0, lse = -inf) and all of them accumulate */
-        const size_t row = (size_t)x->c * sizeof(float);
-        DT_CUDA_TRY(em, cudaMemsetAsync(io->o, 0, (size_t)x->c * ldq * sizeof(float), cs));
-        DT_CUDA_TRY(em, cudaMemcpyAsync(io->lse, x->hinf, row, cudaMemcpyHostToDevice, cs));
-        for (int h = 1; h < s->H;) {
-            int m = h < s->H - h ? h : s->H - h;
-            DT_CUDA_TRY(em, cudaMemcpyAsync(io->lse + (size_t)h * x->c, io->lse, (size_t)m * row,
-                                            cudaMemcpyDeviceToDevice, cs));
-            h += m;
-        }
+         * empty and all of them accumulate */
+        if ((rc = dt_ring_call_empty(x, l, em)) < 0)
+            return rc;
         lr->any = 1;
     }
     if (x->bwd) {
@@ -617,11 +609,6 @@ static int run(dt_ring_t *r, const dt_attn_spec_t *s, dt_dtype_t dtype, dt_ring_
     x.travel = s->nbranch == 0 && dt_ring_call_travel(s, r->R);
     /* a block pattern: a launch per (query rows, key rows) it allows */
     x.blocks = dt_ring_call_masked(s) && s->mask->block > 0;
-    if (x.blocks && !bwd) {
-        x.hinf = dt_xmallocarray((size_t)dt_layout_local(s->T, r->R), sizeof(float));
-        for (int64_t i = 0; i < dt_layout_local(s->T, r->R); i++)
-            x.hinf[i] = -INFINITY;
-    }
     x.c = dt_layout_local(s->T, r->R);
     dt_ring_call_plan(s, dtype, r->R, bwd, &x.pl);
     x.lr = dt_xcalloc((size_t)x.nl, sizeof(*x.lr));

@@ -10,6 +10,21 @@
 #include "engine/cmd/masks.h"
 #include "engine/cmd/options.h"
 #include "kernels/cpu/layers_cpu.h"
+#include "spec/spec.h"
+
+int dt_cmd_masks_options(const struct dt_spec *s, enum dt_job_kind kind, dt_mask_rules_t *r,
+                         dt_emsg_t *em)
+{
+    int rc;
+
+    if ((rc = dt_spec_check_masks(s, em)) < 0)
+        return rc;
+    dt_spec_mask_rules(s, r);
+    if (!dt_mask_rules_any(r))
+        return 0;
+    return dt_vocab_masks_run(dt_spec_device_id(s), kind, dt_mask_rules_pattern(r),
+                              s->segments != NULL, em);
+}
 
 int dt_cmd_masks_init(dt_cmd_masks_t *mk, const dt_mask_rules_t *r, int64_t T, bool causal,
                       int layers, int vocab, dt_attn_spec_t *attn, dt_emsg_t *em)

@@ -16,6 +16,9 @@
 #include "spec/attn_spec.h"
 #include "spec/mask.h"
 #include "spec/mask_rules.h"
+#include "spec/vocab.h"
+
+struct dt_spec;
 
 /* A model run's masks (train and prefill; spec/mask_rules.h): the spec's
  * rules, and the masks of the sequence at hand, which the run's
@@ -27,6 +30,13 @@ typedef struct dt_cmd_masks {
     dt_mask_t all;  /* every layer's (with alternation: the windowed layers') */
     dt_mask_t rest; /* with alternation: the other layers' */
 } dt_cmd_masks_t;
+
+/* The spec's mask keys for a run of `kind`: their checks
+ * (dt_spec_check_masks, the engine setting keys one by one), the rules
+ * into *r, and whether the spec's device runs them (dt_vocab_masks_run).
+ * 0, or the error naming the key. */
+int dt_cmd_masks_options(const struct dt_spec *s, enum dt_job_kind kind, dt_mask_rules_t *r,
+                         dt_emsg_t *em);
 
 /* From the spec's rules r (dt_spec_mask_rules), for sequences of T and a
  * model of `layers` layers and `vocab` tokens: the rules checked against

@@ -183,12 +183,7 @@ static int parse(int argc, char **argv, popts_t *o, dt_emsg_t *em)
     if ((rc = dt_cmd_model_resolve(s, &o->model, em)) < 0)
         return rc;
     o->pos_offset = s->pos_offset;
-    if ((rc = dt_spec_check_masks(s, em)) < 0)
-        return rc;
-    dt_spec_mask_rules(s, &o->masks);
-    if (dt_mask_rules_any(&o->masks) &&
-        (rc = dt_vocab_masks_run(dt_spec_device_id(s), DT_KIND_PREFILL, dt_mask_rules_pattern(&o->masks),
-                                 s->segments != NULL, em)) < 0)
+    if ((rc = dt_cmd_masks_options(s, DT_KIND_PREFILL, &o->masks, em)) < 0)
         return rc;
     if (o->resume && o->ckpt_dir == NULL)
         return dt_emsg_set(em, DT_EUSAGE, "--resume needs --ckpt-dir");
