@@ -28,6 +28,7 @@
 #include "engine/comm/comm.h"
 #include "engine/cpu.h"
 #include "engine/wlink.h"
+#include "kernels/attn_kernel.h"
 #include "kernels/cpu/attn_cpu.h"
 
 static const struct command {
@@ -117,14 +118,22 @@ int main(int argc, char **argv)
 
     dt_cpu_blas_setup(argv);
     pin_cpus();
-    /* the CPU attention kernel: $DT_ATTN_KERNEL, else the widest */
+    /* the attention kernels: $DT_ATTN_KERNEL names the CPU's or the GPU's
+     * (kernels/attn_kernel.h), the other device's stays auto */
     const char *kern = getenv("DT_ATTN_KERNEL");
-    if (dt_attn_cpu_kernel_set(kern) < 0) {
+    dt_gpu_attn_t gk = DT_GPU_ATTN_AUTO;
+    if (dt_gpu_attn_parse(kern, &gk) == 0) {
+        dt_gpu_attn_set(gk);
+        dt_attn_cpu_kernel_set("auto");
+    } else if (dt_attn_cpu_kernel_set(kern) < 0) {
         char *shown = dt_text_escape(kern, 0);
-        dt_log_warn("DT_ATTN_KERNEL '%s' is not one of %s, or this CPU cannot run it; using auto",
-                    shown, dt_attn_cpu_kernel_names());
+        dt_log_warn("DT_ATTN_KERNEL '%s' is not one of %s (CPU) or %s (GPU), or this CPU cannot "
+                    "run it; using auto", shown, dt_attn_cpu_kernel_names(), dt_gpu_attn_names());
         free(shown);
         dt_attn_cpu_kernel_set("auto");
+        dt_gpu_attn_set(DT_GPU_ATTN_AUTO);
+    } else {
+        dt_gpu_attn_set(DT_GPU_ATTN_AUTO);
     }
     /* one BLAS thread per rank unless a command says otherwise */
     openblas_set_num_threads(1);

@@ -1,12 +1,13 @@
 # SPDX-License-Identifier: MIT
 # DT_WITH_CUDA: --with-cuda[=PREFIX]. Default "check": use CUDA when nvcc,
-# the runtime, cuBLASLt and NCCL are found, warn and go on without the GPU
+# the runtime, cuBLASLt, NCCL and cuDNN's graph header are found, warn and go on without the GPU
 # backend otherwise. An explicit --with-cuda that cannot be satisfied is an
 # error.
 #
 # The runtime is linked statically (libcudart_static) so GPU binaries need
-# only the driver, libcublasLt.so.13 and libnccl.so.2 on a GPU node (both
-# ship in NVIDIA's pip wheels; the rpath to PREFIX/lib64 serves builds run
+# only the driver, libcublasLt.so.13 and libnccl.so.2 on a GPU node, and
+# libcudnn.so.9 where it is to be used (all ship in NVIDIA's pip wheels;
+# cuDNN is opened at run time, never linked; the rpath to PREFIX/lib64 serves builds run
 # where they were built, LD_LIBRARY_PATH the others); NVCC_GENCODE picks the
 # architectures (sm_80 and sm_90a by default: A100, H100/H200).
 
@@ -24,7 +25,7 @@ AC_DEFUN([DT_WITH_CUDA], [
       [cuda_prefix="$with_cuda"])
     AC_PATH_PROG([NVCC], [nvcc], [], [$cuda_prefix/bin$PATH_SEPARATOR$PATH])
     AS_IF([test -z "$NVCC"], [cuda_missing="nvcc"])
-    for f in cuda_runtime.h cublasLt.h nccl.h; do
+    for f in cuda_runtime.h cublasLt.h nccl.h cudnn_graph.h; do
       AS_IF([test -f "$cuda_prefix/include/$f"], [],
         [cuda_missing="$cuda_missing $f"])
     done
@@ -44,6 +45,7 @@ AC_DEFUN([DT_WITH_CUDA], [
   ])
   AS_IF([test "x$have_cuda" = xyes], [
     AC_DEFINE([HAVE_CUDA], [1], [Define to 1 to build the CUDA backend])
+    AC_DEFINE_UNQUOTED([CUDA_PREFIX], ["$cuda_prefix"], [The CUDA tree built against])
     AS_IF([test -z "$NVCC_GENCODE"],
       [NVCC_GENCODE="-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90a,code=sm_90a"])
     with_cuda=yes

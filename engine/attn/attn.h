@@ -52,6 +52,8 @@ typedef struct dt_attn_stats {
     double total_s;    /* the whole call */
     double bytes_sent; /* ring traffic sent by this rank */
     int steps;         /* ring steps (blocks computed) */
+    int pieces_cudnn;  /* GPU: block pieces cuDNN ran (engine/attn/attn_block.h) */
+    int pieces_dt;     /* GPU: blocks or pieces dt's kernels ran */
 } dt_attn_stats_t;
 
 /* A hook the ring calls often (between tiles of the kernels, on the

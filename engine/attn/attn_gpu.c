@@ -10,6 +10,7 @@
 #include "config.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,12 +22,28 @@
 #include <cuda_runtime_api.h>
 
 #include "spec/layout.h"
+#include "engine/attn/attn_block.h"
 #include "engine/attn/ring_cuda.h"
 #include "kernels/cuda/cuda_err.h"
 
 int dt_attn_gpu_built(void)
 {
     return 1;
+}
+
+void dt_attn_gpu_kernel(char *name, size_t len)
+{
+    char full[256];
+    size_t i;
+
+    (void)dt_attn_block_cudnn(full, sizeof(full));
+    /* one word: "cudnn/9.19.0", "dt" (a fallback's reason stays in the log) */
+    for (i = 0; full[i] != '\0' && full[i] != ' ' && i + 1 < len; i++)
+        name[i] = full[i];
+    if (strncmp(full, "cudnn ", 6) == 0)
+        snprintf(name + i, len - i, "/%s", full + 6);
+    else
+        name[i] = '\0';
 }
 
 /* n floats to the device as bf16 or fp16 at dst. */
@@ -114,6 +131,11 @@ out:
 int dt_attn_gpu_built(void)
 {
     return 0;
+}
+
+void dt_attn_gpu_kernel(char *name, size_t len)
+{
+    snprintf(name, len, "none");
 }
 
 int dt_attn_gpu_run(dt_comm_t *comm, const dt_attn_spec_t *s, int fp16, const float *q,

@@ -11,12 +11,18 @@
 #ifndef DT_ENGINE_ATTN_GPU_H
 #define DT_ENGINE_ATTN_GPU_H
 
+#include <stddef.h>
+
 #include "common/err.h"
 #include "engine/attn/attn.h"
 #include "engine/comm/comm.h"
 
 /* 1 when this dtengine was built with the CUDA backend. */
 int dt_attn_gpu_built(void);
+
+/* The GPU block kernel as one word: "cudnn/9.19.0", "dt" or "wgmma"
+ * (engine/attn/attn_block.h; "none" without CUDA). */
+void dt_attn_gpu_kernel(char *name, size_t len);
 
 /* Forward (and backward when dout is not NULL) over the job's ranks; the
  * tensors are those of dt_attn_fwd / dt_attn_bwd. fp16: 0 for bf16, 1 for

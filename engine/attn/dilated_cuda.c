@@ -37,9 +37,11 @@
 
 #include "common/mem.h"
 #include "spec/layout.h"
+#include "engine/attn/attn_block.h"
 #include "engine/attn/dilated_cuda.h"
 #include "engine/attn/ring_call.h"
 #include "kernels/cuda/cuda_err.h"
+#include "kernels/cuda/layers_cuda.h"
 
 /* Rows of one member of a segment for one head chunk k, one piece per run
  * of the member that the segment meets: rows row, row + r, ... (n of them)
@@ -252,6 +254,10 @@ static int seg_setup(call_t *x, const group_t *gr, int l, dt_emsg_t *em)
                 if ((rc = dt_dilate_gather_cuda(x->dtype, pc->n, ck.nh, D, io->dout, ldq, pc->row,
                                                 r, ck.hlo, ws + pl->dog + qoff * x->esz, cs,
                                                 em)) < 0 ||
+                    (lr->blk.cudnn &&
+                     (rc = dt_dilate_gather_cuda(x->dtype, pc->n, ck.nh, D, ws + pl->ohalf, ldq,
+                                                 pc->row, r, ck.hlo,
+                                                 ws + pl->ohg + qoff * x->esz, cs, em)) < 0) ||
                     (rc = dt_dilate_gather_rows_cuda(pc->n, ck.nh, io->lse, x->c, pc->row, r,
                                                      ck.hlo, lseg, cs, em)) < 0 ||
                     (rc = dt_dilate_gather_rows_cuda(pc->n, ck.nh, delta, x->c, pc->row, r,
@@ -318,7 +324,8 @@ static int seg_blocks(call_t *x, const group_t *gr, int l, int src, const char *
                 };
                 if (!x->bwd) {
                     float *o2 = (float *)(void *)(ws + pl->o2), *lse2 = (float *)(void *)(ws + pl->lse2);
-                    rc = dt_attn_fwd_cuda(&a, qb->any, o2 + qo, ldq, lse2 + lo, n, cs, em);
+                    rc = dt_attn_block_fwd(&lr->blk, &a, NULL, 0, NULL, 0, qb->any, o2 + qo, ldq,
+                                           lse2 + lo, n, cs, em);
                 } else {
                     const float *lseg = (const float *)(const void *)(ws + pl->lseg);
                     const float *deltag = (const float *)(const void *)(ws + pl->deltag);
@@ -329,7 +336,8 @@ static int seg_blocks(call_t *x, const group_t *gr, int l, int src, const char *
                         .dk = gpack + kel + ko, .lddk = ldk,
                         .dv = gpack + vel + ko, .lddv = ldk,
                     };
-                    rc = dt_attn_bwd_cuda(&a, &g, cs, em);
+                    lr->blk.ohalf = lr->blk.cudnn ? ws + pl->ohg + qo * esz : NULL;
+                    rc = dt_attn_block_bwd(&lr->blk, &a, NULL, 0, NULL, 0, &g, cs, em);
                 }
                 if (rc < 0)
                     return rc;
@@ -580,6 +588,10 @@ static int dil_setup(call_t *x, int l, dt_emsg_t *em)
         size_t kvf = (size_t)x->c * s->Hkv * s->D * sizeof(float);
         if ((rc = dt_attn_delta_cuda(x->c, s->H, s->D, x->dtype, io->dout, ldq, io->o, ldq, delta,
                                      x->c, cs, em)) < 0)
+            return rc;
+        if (x->lr[l].blk.cudnn &&
+            (rc = dt_cast_from_f32_cuda(x->dtype, x->c * ldq, io->o, x->lr[l].ws + x->pl.ohalf,
+                                        cs, em)) < 0)
             return rc;
         DT_CUDA_TRY(em, cudaMemsetAsync(io->dq, 0, (size_t)x->c * ldq * sizeof(float), cs));
         DT_CUDA_TRY(em, cudaMemsetAsync(io->dk, 0, kvf, cs));

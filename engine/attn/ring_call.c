@@ -50,7 +50,23 @@ int dt_ring_call_travel(const dt_attn_spec_t *s, int R)
     return (s->causal || dt_ring_call_masked(s)) && s->layout == DT_LAYOUT_ZIGZAG && R > 1;
 }
 
-void dt_ring_call_plan(const dt_attn_spec_t *s, dt_dtype_t dtype, int R, int bwd, plan_t *pl)
+int64_t dt_ring_call_rows(const dt_attn_spec_t *s, int R)
+{
+    const int64_t c = s->T / R;
+    int64_t most = 1;
+
+    if (s->nbranch == 0)
+        return c;
+    for (int b = 0; b < s->nbranch; b++) {
+        dt_attn_branch_t br = dt_attn_branch(s, b);
+        int64_t span = br.w < c ? br.w : c, n = span / br.r + DT_LAYOUT_MAXRUNS;
+        most = n > most ? n : most;
+    }
+    return most;
+}
+
+void dt_ring_call_plan(const dt_attn_spec_t *s, dt_dtype_t dtype, int R, int bwd, size_t blk,
+                       plan_t *pl)
 {
     const size_t esz = dt_dtype_size(dtype), D = (size_t)s->D;
     const size_t c = (size_t)(s->T / R), hkv = (size_t)s->Hkv, H = (size_t)s->H;
@@ -74,6 +90,12 @@ void dt_ring_call_plan(const dt_attn_spec_t *s, dt_dtype_t dtype, int R, int bwd
             if (R > 1)
                 for (int i = 0; i < 3; i++)
                     pl->g[i] = carve(&cur, pl->gbytes);
+        }
+        if (blk > 0) {
+            pl->blkbytes = blk;
+            pl->blk = carve(&cur, blk);
+            if (bwd)
+                pl->ohalf = carve(&cur, c * H * D * esz);
         }
         pl->total = cur;
         return;
@@ -115,6 +137,14 @@ void dt_ring_call_plan(const dt_attn_spec_t *s, dt_dtype_t dtype, int R, int bwd
             pl->g[i] = carve(&cur, pl->gbytes);
         pl->delta = carve(&cur, H * c * sizeof(float));
     }
+    if (blk > 0) {
+        pl->blkbytes = blk;
+        pl->blk = carve(&cur, blk);
+        if (bwd) {
+            pl->ohalf = carve(&cur, c * H * D * esz);
+            pl->ohg = carve(&cur, qe * esz);
+        }
+    }
     pl->total = cur;
 }
 
@@ -124,7 +154,7 @@ size_t dt_ring_attn_bytes(const dt_attn_spec_t *s, dt_dtype_t dtype, int R, int 
 
     if (s == NULL || dt_attn_check(s, R, NULL) < 0)
         return 0;
-    dt_ring_call_plan(s, dtype, R, backward, &pl);
+    dt_ring_call_plan(s, dtype, R, backward, 0, &pl);
     return pl.total;
 }
 

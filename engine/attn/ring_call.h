@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "common/err.h"
+#include "engine/attn/attn_block.h"
 #include "engine/attn/ring_cuda.h"
 #include "engine/comm/ring_impl.h"
 
@@ -34,6 +35,11 @@ typedef struct plan {
     size_t qg, dog;            /* (n, nh, D) dtype: gathered q, dout */
     size_t o2, dq2;            /* (n, nh, D) fp32 */
     size_t lse2, lseg, deltag; /* (nh, n) fp32 */
+    /* blocks through cuDNN (engine/attn/attn_block.h): */
+    size_t blk;   /* the block scratch, blkbytes */
+    size_t ohalf; /* (c, H, D) dtype: the forward's final o (backward) */
+    size_t ohg;   /* (n, nh, D) dtype: ohalf's rows of a head chunk (dilated backward) */
+    size_t blkbytes;
     size_t total;
     size_t kvbytes;   /* K and V of one rank: 2 c Hkv D esz */
     size_t packbytes; /* kvbytes, plus c int64 positions when they travel */
@@ -47,6 +53,7 @@ typedef struct lrank {
     int64_t *hiv;        /* (2c) host intervals while a mask's are uploaded */
     int64_t pmin, pmax;  /* my first and last position */
     int any;             /* forward: a block has been accumulated */
+    dt_attn_blk_t blk;   /* how this rank's blocks run (cuDNN or dt's kernels) */
     int did[2];          /* step of parity p ran a kernel: its timing pair is valid */
     float *gin;          /* backward, R > 1: the dK/dV pack received */
     float *gcur, *gout;  /* ... the one computed into, the one being sent */
@@ -84,8 +91,15 @@ int dt_ring_call_travel(const dt_attn_spec_t *s, int R);
 int dt_ring_call_masked(const dt_attn_spec_t *s);
 
 /* The workspace of one rank of R for spec s (dense or dilated), forward or
- * backward (bwd): byte offsets and total into *pl. */
-void dt_ring_call_plan(const dt_attn_spec_t *s, dt_dtype_t dtype, int R, int bwd, plan_t *pl);
+ * backward (bwd): byte offsets and total into *pl. blk: the bytes of the
+ * scratch of blocks through cuDNN (dt_attn_block_bytes; 0: dt's kernels,
+ * and no half copy of o). */
+void dt_ring_call_plan(const dt_attn_spec_t *s, dt_dtype_t dtype, int R, int bwd, size_t blk,
+                       plan_t *pl);
+
+/* The most query (and key) rows of one block: c dense, a dilated head
+ * chunk's piece otherwise (what dt_attn_block_bytes is asked for). */
+int64_t dt_ring_call_rows(const dt_attn_spec_t *s, int R);
 
 /* Local rank l's o = 0 and lse = -inf (every row empty) on its compute
  * stream, for a forward whose launches each cover only some rows (dilated

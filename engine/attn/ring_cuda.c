@@ -53,14 +53,17 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/log.h"
 #include "common/mem.h"
 #include "spec/layout.h"
 #include "spec/mask.h"
+#include "engine/attn/attn_block.h"
 #include "engine/attn/dilated_cuda.h"
 #include "engine/attn/ring_call.h"
 #include "engine/attn/ring_cuda.h"
 #include "engine/comm/ring_impl.h"
 #include "kernels/cuda/cuda_err.h"
+#include "kernels/cuda/layers_cuda.h"
 
 /* ---- ranks and positions -------------------------------------------------------- */
 
@@ -417,6 +420,9 @@ static int dense_setup(call_t *x, int l, dt_emsg_t *em)
         if ((rc = dt_attn_delta_cuda(x->c, s->H, s->D, x->dtype, io->dout, ldq, io->o, ldq, delta,
                                      x->c, cs, em)) < 0)
             return rc;
+        if (lr->blk.cudnn && (rc = dt_cast_from_f32_cuda(x->dtype, x->c * ldq, io->o,
+                                                         lr->ws + x->pl.ohalf, cs, em)) < 0)
+            return rc;
         DT_CUDA_TRY(em, cudaMemsetAsync(io->dq, 0, (size_t)x->c * ldq * sizeof(float), cs));
         if (x->R == 1) {
             size_t kvf = (size_t)x->c * s->Hkv * s->D * sizeof(float);
@@ -454,11 +460,14 @@ static int fwd_step(call_t *x, int t, dt_emsg_t *em)
             DT_CUDA_TRY(em, cudaEventRecord(p->ev[RING_EV_TSTART0 + cur], cs));
             dense_block(x, l, t, &a);
             /* o (c, H, D) fp32, lse (H, c) fp32: the running state */
+            dt_run_t qr[DT_LAYOUT_MAXRUNS], kr[DT_LAYOUT_MAXRUNS];
+            int nq = dt_layout_runs(s->layout, s->T, x->R, g, qr);
+            int nk = dt_layout_runs(s->layout, s->T, x->R, src, kr);
             if (x->blocks)
                 rc = pattern_block(x, l, t, &a, NULL, cs, em);
             else
-                rc = dt_attn_fwd_cuda(&a, lr->any, x->io[l].o, (int64_t)s->H * s->D,
-                                      x->io[l].lse, x->c, cs, em);
+                rc = dt_attn_block_fwd(&lr->blk, &a, qr, nq, kr, nk, lr->any, x->io[l].o,
+                                       (int64_t)s->H * s->D, x->io[l].lse, x->c, cs, em);
             if (rc < 0)
                 return rc;
             lr->any = 1;
@@ -518,8 +527,12 @@ static int bwd_step(call_t *x, int t, dt_emsg_t *em)
                 DT_CUDA_TRY(em, cudaStreamWaitEvent(cs, p->ev[RING_EV_KV0 + cur], 0));
             DT_CUDA_TRY(em, cudaEventRecord(p->ev[RING_EV_TSTART0 + cur], cs));
             dense_block(x, l, t, &a);
+            dt_run_t qr[DT_LAYOUT_MAXRUNS], kr[DT_LAYOUT_MAXRUNS];
+            int nq = dt_layout_runs(s->layout, s->T, x->R, g, qr);
+            int nk = dt_layout_runs(s->layout, s->T, x->R, src, kr);
             if ((rc = x->blocks ? pattern_block(x, l, t, &a, &gr, cs, em)
-                                : dt_attn_bwd_cuda(&a, &gr, cs, em)) < 0)
+                                : dt_attn_block_bwd(&lr->blk, &a, qr, nq, kr, nk, &gr, cs,
+                                                    em)) < 0)
                 return rc;
             DT_CUDA_TRY(em, cudaEventRecord(p->ev[RING_EV_TSTOP0 + cur], cs));
             x->st.steps++;
@@ -580,6 +593,42 @@ static int dense(call_t *x, dt_emsg_t *em)
 
 /* ---- entry points ------------------------------------------------------------- */
 
+/* Backward through cuDNN deterministic (the default: GPU resumes stay bit
+ * for bit); DT_CUDNN_DETERMINISTIC=0 lets cuDNN take its faster engines
+ * (for measuring what determinism costs). */
+static int cudnn_det(void)
+{
+    const char *e = getenv("DT_CUDNN_DETERMINISTIC");
+
+    return e == NULL || strcmp(e, "0") != 0;
+}
+
+/* The block scratch of one rank: 0 unless blocks go through cuDNN. */
+static int blk_bytes(const dt_attn_spec_t *s, dt_dtype_t dtype, int R, int bwd, size_t *bytes,
+                     dt_emsg_t *em)
+{
+    static int said[2]; /* the kernel is named once per process (and once for masks) */
+    char name[256];
+    dt_attn_blk_t b = { .det = cudnn_det() };
+    int64_t rows = dt_ring_call_rows(s, R);
+    int masked = dt_ring_call_masked(s);
+
+    *bytes = 0;
+    b.cudnn = dt_attn_block_cudnn(name, sizeof(name));
+    if (!said[masked]) {
+        said[masked] = 1;
+        if (masked && b.cudnn)
+            dt_log_info("gpu attn_kernel=dt (masks: their intervals run on dt's kernels)");
+        else
+            dt_log_info("gpu attn_kernel=%s%s", name,
+                        b.cudnn && b.det ? " deterministic" : b.cudnn ? " nondeterministic" : "");
+    }
+    if (masked || !b.cudnn)
+        return 0;
+    return dt_attn_block_bytes(&b, rows, rows, s->H, s->Hkv, s->D, dtype, (int64_t)s->H * s->D,
+                               bwd, bytes, em);
+}
+
 static int run(dt_ring_t *r, const dt_attn_spec_t *s, dt_dtype_t dtype, dt_ring_io_t *io,
                int bwd, dt_attn_stats_t *st, dt_emsg_t *em)
 {
@@ -610,7 +659,10 @@ static int run(dt_ring_t *r, const dt_attn_spec_t *s, dt_dtype_t dtype, dt_ring_
     /* a block pattern: a launch per (query rows, key rows) it allows */
     x.blocks = dt_ring_call_masked(s) && s->mask->block > 0;
     x.c = dt_layout_local(s->T, r->R);
-    dt_ring_call_plan(s, dtype, r->R, bwd, &x.pl);
+    size_t blk = 0;
+    if ((rc = blk_bytes(s, dtype, r->R, bwd, &blk, em)) < 0)
+        return rc;
+    dt_ring_call_plan(s, dtype, r->R, bwd, blk, &x.pl);
     x.lr = dt_xcalloc((size_t)x.nl, sizeof(*x.lr));
     x.send = dt_xcalloc((size_t)x.nl, sizeof(*x.send));
     x.recv = dt_xcalloc((size_t)x.nl, sizeof(*x.recv));
@@ -621,6 +673,11 @@ static int run(dt_ring_t *r, const dt_attn_spec_t *s, dt_dtype_t dtype, dt_ring_
         void *ws = NULL;
         rc = dt_ring_ws(r, l, x.pl.total, &ws, em);
         x.lr[l].ws = ws;
+        x.lr[l].blk = (dt_attn_blk_t){
+            .cudnn = blk > 0, .det = cudnn_det(), .ws = x.lr[l].ws + x.pl.blk,
+            .bytes = x.pl.blkbytes,
+            .ohalf = bwd && blk > 0 && s->nbranch == 0 ? x.lr[l].ws + x.pl.ohalf : NULL,
+        };
     }
     if (rc == 0)
         rc = s->nbranch == 0 ? dense(&x, em) : dt_dilated_run(&x, em);
@@ -628,6 +685,8 @@ static int run(dt_ring_t *r, const dt_attn_spec_t *s, dt_dtype_t dtype, dt_ring_
         dt_ring_drain(r, 1, em);
 
     for (int l = 0; l < x.nl; l++) {
+        x.st.pieces_cudnn += x.lr[l].blk.pieces_cudnn;
+        x.st.pieces_dt += x.lr[l].blk.pieces_dt;
         free(x.lr[l].hpos);
         free(x.lr[l].hiv);
         free(x.lr[l].qb);
@@ -647,12 +706,16 @@ int dt_ring_attn_reserve(dt_ring_t *r, const dt_attn_spec_t *s, dt_dtype_t dtype
                          dt_emsg_t *em)
 {
     plan_t pf, pb;
+    size_t bf = 0, bb = 0;
     int rc;
 
     if ((rc = dt_ring_enter(r, em)) < 0)
         return rc;
-    dt_ring_call_plan(s, dtype, r->R, 0, &pf);
-    dt_ring_call_plan(s, dtype, r->R, 1, &pb);
+    if ((rc = blk_bytes(s, dtype, r->R, 0, &bf, em)) < 0 ||
+        (rc = blk_bytes(s, dtype, r->R, 1, &bb, em)) < 0)
+        return rc;
+    dt_ring_call_plan(s, dtype, r->R, 0, bf, &pf);
+    dt_ring_call_plan(s, dtype, r->R, 1, bb, &pb);
     for (int l = 0; l < r->nlocal; l++) {
         void *ws = NULL;
         if ((rc = dt_ring_ws(r, l, pf.total > pb.total ? pf.total : pb.total, &ws, em)) < 0)

@@ -68,7 +68,8 @@ int dt_ring_attn_bwd(dt_ring_t *r, const dt_attn_spec_t *s, dt_dtype_t dtype, dt
 
 /* Device bytes the ring allocates per rank for this spec, beyond the
  * caller's tensors (K/V double buffers, dK/dV buffers in the backward,
- * positions), for the planner and benchmarks. */
+ * positions), for the planner and benchmarks: with dt's kernels (blocks
+ * through cuDNN add their scratch, engine/attn/attn_block.h). */
 size_t dt_ring_attn_bytes(const dt_attn_spec_t *s, dt_dtype_t dtype, int R, int backward);
 
 #endif /* DT_ENGINE_RING_CUDA_H */

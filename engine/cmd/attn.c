@@ -640,8 +640,8 @@ static int print_stats(dt_comm_t *comm, const char *what, const dt_attn_stats_t 
                        dt_emsg_t *em)
 {
     int R = dt_comm_size(comm), me = dt_comm_rank(comm), rc;
-    double *all = dt_xcalloc((size_t)R * 6, sizeof(double));
-    double *mine = all + (size_t)me * 6;
+    double *all = dt_xcalloc((size_t)R * 8, sizeof(double));
+    double *mine = all + (size_t)me * 8;
 
     mine[0] = st->total_s;
     mine[1] = st->compute_s;
@@ -649,14 +649,19 @@ static int print_stats(dt_comm_t *comm, const char *what, const dt_attn_stats_t 
     mine[3] = st->bytes_sent;
     mine[4] = st->steps;
     mine[5] = maxrss_mib();
-    if ((rc = dt_comm_allreduce_sum_f64(comm, all, (size_t)R * 6)) < 0)
+    mine[6] = st->pieces_cudnn;
+    mine[7] = st->pieces_dt;
+    if ((rc = dt_comm_allreduce_sum_f64(comm, all, (size_t)R * 8)) < 0)
         rc = dt_emsg_set(em, rc, "gathering the %s statistics of every rank failed", what);
     if (rc == 0 && me == 0)
         for (int q = 0; q < R; q++) {
-            double *x = all + (size_t)q * 6;
+            double *x = all + (size_t)q * 8;
             printf("stats: %s rank=%d total_s=%.6f compute_s=%.6f wait_s=%.6f bytes_sent=%.0f "
-                   "steps=%.0f maxrss_mib=%.1f\n",
+                   "steps=%.0f maxrss_mib=%.1f",
                    what, q, x[0], x[1], x[2], x[3], x[4], x[5]);
+            if (x[6] + x[7] > 0) /* GPU: the blocks' pieces by kernel (attn_block.h) */
+                printf(" pieces_cudnn=%.0f pieces_dt=%.0f", x[6], x[7]);
+            printf("\n");
         }
     free(all);
     return rc;
@@ -889,8 +894,14 @@ static int attn_summary(attn_run_t *a)
             printf(" bwd_seconds=%.4f bwd_gflops=%.2f", t[1],
                    t[1] > 0 ? 2.5 * fl / t[1] * 1e-9 : 0.0);
         printf(" maxrss_mib=%.1f", t[2]);
-        if (!a->o.cuda) /* what the CPU ran (dtengine(1) OUTPUT) */
+        if (!a->o.cuda) { /* what the CPU ran (dtengine(1) OUTPUT) */
             printf(" kernel=%s blas_core=%s", dt_attn_cpu_kernel(s->D), openblas_get_corename());
+        } else { /* the GPU's, and its pieces on rank 0 (engine/attn/attn_block.h) */
+            char kn[64];
+            dt_attn_gpu_kernel(kn, sizeof(kn));
+            printf(" kernel=%s pieces_cudnn=%d pieces_dt=%d", kn,
+                   a->fst.pieces_cudnn + a->bst.pieces_cudnn, a->fst.pieces_dt + a->bst.pieces_dt);
+        }
         printf("\n");
         if (a->o.out_dir)
             printf("output: %s/%s sha256=%s\n", a->o.out_dir, ATTN_MANIFEST, a->checksum);

@@ -113,6 +113,7 @@ extern "C" int dt_attn_delta_cuda(int64_t n, int h, int d, dt_dtype_t dtype, con
 /* n rows of nh heads of d: the target row (m, hh) is o1 + m * o1_row + hh * d
  * with its lse at l1[m * l1_row + hh * l1_head], and likewise the partial.
  * dt_attn_merge_cuda and dt_dilate_merge_cuda differ only in these strides. */
+template <typename T>
 struct merge_args {
     int64_t n;
     int nh;
@@ -122,7 +123,7 @@ struct merge_args {
     float *l1;
     int64_t l1_row;
     int64_t l1_head;
-    const float *o2;
+    const T *o2;
     int64_t o2_row;
     const float *l2;
     int64_t l2_row;
@@ -135,7 +136,8 @@ struct merge_args {
  * the larger lse. Every lane reads both lse (the branches are uniform over
  * the warp); lane 0 writes lse1 after a __syncwarp, so no lane can still be
  * about to read it. */
-static __global__ void merge_kernel(const merge_args a)
+template <typename T>
+static __global__ void merge_kernel(const merge_args<T> a)
 {
     const int lane = threadIdx.x % 32;
     const int64_t rows = a.n * a.nh;
@@ -148,14 +150,14 @@ static __global__ void merge_kernel(const merge_args a)
         const float la = *lp;
         const float lb = a.l2[m * a.l2_row + hh * a.l2_head];
         float *x = a.o1 + m * a.o1_row + (int64_t)hh * a.d;
-        const float *y = a.o2 + m * a.o2_row + (int64_t)hh * a.d;
+        const T *y = a.o2 + m * a.o2_row + (int64_t)hh * a.d;
         float lnew;
 
         if (isinf(lb) && lb < 0.0f)
             continue; /* nothing to add */
         if (isinf(la) && la < 0.0f) {
             for (int e = lane; e < a.d; e += 32)
-                x[e] = y[e];
+                x[e] = load_f32(y + e);
             lnew = lb;
         } else {
             const float mx = la > lb ? la : lb;
@@ -164,7 +166,7 @@ static __global__ void merge_kernel(const merge_args a)
             wa /= sum;
             wb /= sum;
             for (int e = lane; e < a.d; e += 32)
-                x[e] = wa * x[e] + wb * y[e];
+                x[e] = wa * x[e] + wb * load_f32(y + e);
             lnew = mx + logf(sum);
         }
         __syncwarp();
@@ -173,9 +175,10 @@ static __global__ void merge_kernel(const merge_args a)
     }
 }
 
-static int merge_launch(const merge_args *a, cudaStream_t st, dt_emsg_t *em)
+template <typename T>
+static int merge_launch(const merge_args<T> *a, cudaStream_t st, dt_emsg_t *em)
 {
-    merge_kernel<<<grid_for(a->n * a->nh, WARPS), THREADS, 0, st>>>(*a);
+    merge_kernel<T><<<grid_for(a->n * a->nh, WARPS), THREADS, 0, st>>>(*a);
     DT_CUDA_TRY(em, cudaGetLastError());
     return 0;
 }
@@ -185,7 +188,7 @@ extern "C" int dt_attn_merge_cuda(int64_t n, int h, int d, float *o1, int64_t ld
                                   int64_t ldl2, cudaStream_t st, dt_emsg_t *em)
 {
     const char *fn = "dt_attn_merge_cuda";
-    merge_args a;
+    merge_args<float> a;
 
     if (n < 0)
         return dt_emsg_set(em, DT_EINVAL, "%s: n=%lld < 0", fn, (long long)n);
@@ -216,6 +219,116 @@ extern "C" int dt_attn_merge_cuda(int64_t n, int h, int d, float *o1, int64_t ld
     a.l2_row = 1;
     a.l2_head = ldl2;
     return merge_launch(&a, st, em);
+}
+
+/*-- a block kernel's partial in dtype (kernels/cuda/attn_cudnn.h) -------------*/
+
+template <typename T>
+static int merge_half(int64_t n, int h, int d, float *o1, int64_t ld1, float *lse1, int64_t ldl1,
+                      const void *o2, int64_t ld2, const float *lse2, int64_t ldl2,
+                      cudaStream_t st, dt_emsg_t *em)
+{
+    merge_args<T> a;
+
+    memset(&a, 0, sizeof a);
+    a.n = n;
+    a.nh = h;
+    a.d = d;
+    a.o1 = o1;
+    a.o1_row = ld1;
+    a.l1 = lse1;
+    a.l1_row = 1;
+    a.l1_head = ldl1;
+    a.o2 = (const T *)o2;
+    a.o2_row = ld2;
+    a.l2 = lse2;
+    a.l2_row = 1;
+    a.l2_head = ldl2;
+    return merge_launch(&a, st, em);
+}
+
+extern "C" int dt_attn_merge_half_cuda(int64_t n, int h, int d, dt_dtype_t dtype, float *o1,
+                                       int64_t ld1, float *lse1, int64_t ldl1, const void *o2,
+                                       int64_t ld2, const float *lse2, int64_t ldl2,
+                                       cudaStream_t st, dt_emsg_t *em)
+{
+    const char *fn = "dt_attn_merge_half_cuda";
+
+    if (n < 0 || h < 1 || d < 1 || ld1 < (int64_t)h * d || ld2 < (int64_t)h * d || ldl1 < n ||
+        ldl2 < n)
+        return dt_emsg_set(em, DT_EINVAL, "%s: bad shape n=%lld h=%d d=%d", fn, (long long)n,
+                           h, d);
+    if (dtype != DT_BF16 && dtype != DT_F16)
+        return dt_emsg_set(em, DT_EINVAL, "%s: o2 must be bf16 or f16", fn);
+    if (n == 0)
+        return 0;
+    if (dtype == DT_BF16)
+        return merge_half<__nv_bfloat16>(n, h, d, o1, ld1, lse1, ldl1, o2, ld2, lse2, ldl2, st,
+                                         em);
+    return merge_half<__half>(n, h, d, o1, ld1, lse1, ldl1, o2, ld2, lse2, ldl2, st, em);
+}
+
+/* o rows = 0, lse = -inf: one thread per element of o, the first d of each
+ * (row, head) also writes its lse. */
+static __global__ void empty_kernel(int64_t n, int h, int d, float *o, int64_t ldo, float *lse,
+                                    int64_t ldl)
+{
+    const int64_t width = (int64_t)h * d, total = n * width;
+
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t m = i / width, c = i - m * width;
+        o[m * ldo + c] = 0.0f;
+        if (c % d == 0)
+            lse[(c / d) * ldl + m] = -INFINITY;
+    }
+}
+
+extern "C" int dt_attn_empty_cuda(int64_t n, int h, int d, float *o, int64_t ldo, float *lse,
+                                  int64_t ldlse, cudaStream_t st, dt_emsg_t *em)
+{
+    if (n < 0 || h < 1 || d < 1 || ldo < (int64_t)h * d || ldlse < n)
+        return dt_emsg_set(em, DT_EINVAL, "dt_attn_empty_cuda: bad shape n=%lld h=%d d=%d",
+                           (long long)n, h, d);
+    if (n == 0)
+        return 0;
+    empty_kernel<<<grid_for(n * h * d, THREADS), THREADS, 0, st>>>(n, h, d, o, ldo, lse, ldlse);
+    DT_CUDA_TRY(em, cudaGetLastError());
+    return 0;
+}
+
+/* dst rows (fp32, pitch ldd) += src rows (T, pitch lds), width elements each. */
+template <typename T>
+static __global__ void add_half_kernel(int64_t n, int64_t width, const T *src, int64_t lds,
+                                       float *dst, int64_t ldd)
+{
+    const int64_t total = n * width;
+
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t m = i / width, c = i - m * width;
+        dst[m * ldd + c] += load_f32(src + m * lds + c);
+    }
+}
+
+extern "C" int dt_attn_add_half_cuda(int64_t n, int64_t width, dt_dtype_t dtype, const void *src,
+                                     int64_t lds, float *dst, int64_t ldd, cudaStream_t st,
+                                     dt_emsg_t *em)
+{
+    if (n < 0 || width < 1 || lds < width || ldd < width ||
+        (dtype != DT_BF16 && dtype != DT_F16))
+        return dt_emsg_set(em, DT_EINVAL, "dt_attn_add_half_cuda: bad shape n=%lld width=%lld",
+                           (long long)n, (long long)width);
+    if (n == 0)
+        return 0;
+    if (dtype == DT_BF16)
+        add_half_kernel<<<grid_for(n * width, THREADS), THREADS, 0, st>>>(
+            n, width, (const __nv_bfloat16 *)src, lds, dst, ldd);
+    else
+        add_half_kernel<<<grid_for(n * width, THREADS), THREADS, 0, st>>>(
+            n, width, (const __half *)src, lds, dst, ldd);
+    DT_CUDA_TRY(em, cudaGetLastError());
+    return 0;
 }
 
 /*-- dilated attention: gather, merge, scatter of one head chunk ----------------*/
@@ -365,7 +478,7 @@ extern "C" int dt_dilate_merge_cuda(int64_t n, int nh, int d, const float *o2, c
 {
     const char *fn = "dt_dilate_merge_cuda";
     int rc = dilate_check(fn, n, nh, d, ldo, first, step, hlo, em);
-    merge_args a;
+    merge_args<float> a;
 
     if (rc == 0)
         rc = dilate_check_lse(fn, n, ldl, first, step, em);

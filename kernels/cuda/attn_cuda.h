@@ -123,6 +123,24 @@ int dt_attn_merge_cuda(int64_t n, int h, int d, float *o1, int64_t ld1, float *l
                        int64_t ldl1, const float *o2, int64_t ld2, const float *lse2,
                        int64_t ldl2, cudaStream_t st, dt_emsg_t *em);
 
+/*-- around a block kernel whose partials are in dtype (attn_cudnn.h) --------- */
+
+/* dt_attn_merge_cuda with the partial o2 (n, h, d) in dtype (DT_BF16,
+ * DT_F16) at row stride ld2. */
+int dt_attn_merge_half_cuda(int64_t n, int h, int d, dt_dtype_t dtype, float *o1, int64_t ld1,
+                            float *lse1, int64_t ldl1, const void *o2, int64_t ld2,
+                            const float *lse2, int64_t ldl2, cudaStream_t st, dt_emsg_t *em);
+
+/* The empty state of n rows: o (n, h, d) = 0 at row stride ldo, lse (h, n)
+ * = -inf at head stride ldlse. */
+int dt_attn_empty_cuda(int64_t n, int h, int d, float *o, int64_t ldo, float *lse, int64_t ldlse,
+                       cudaStream_t st, dt_emsg_t *em);
+
+/* dst (n, width) fp32 at row stride ldd += src (n, width) in dtype at row
+ * stride lds (a block's gradients into the ring's fp32 sums). */
+int dt_attn_add_half_cuda(int64_t n, int64_t width, dt_dtype_t dtype, const void *src,
+                          int64_t lds, float *dst, int64_t ldd, cudaStream_t st, dt_emsg_t *em);
+
 /*-- dilated attention: gather and scatter of one head chunk -----------------
  * A branch (w, r) of dilated attention takes, for head chunk k, the rows
  * first, first + step, ..., first + (n - 1) * step of a segment (first =

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/attn_kernel.h"
 #include "kernels/cuda/attn_tile.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
@@ -344,7 +345,7 @@ int fwd_launch(const fwd_params &p, int64_t nqtile, int h, cudaStream_t st, dt_e
 /* Tile shapes. mma.sync: NW warps of 16 query rows (4 by default, 8 with
  * DT_ATTN_FWD_WARPS=8 in the environment: the same registers per thread,
  * twice the queries sharing each K/V tile, a tuning knob for the GPU
- * benchmark), 64 keys per tile. wgmma (DT_ATTN_FWD_KERNEL=wgmma, sm_90
+ * benchmark), 64 keys per tile. wgmma (DT_ATTN_KERNEL=wgmma, sm_90
  * only): two warpgroups of 64 rows, 128 keys per tile. */
 constexpr int FWD_BN = 64;
 constexpr int WG_NW = 8, WG_BN = 128;
@@ -359,16 +360,11 @@ static int fwd_warps(void)
     return w;
 }
 
-/* DT_ATTN_FWD_KERNEL: "wgmma" selects the sm_90 warpgroup kernel, anything
- * else (or unset) the mma.sync kernel. */
+/* DT_ATTN_KERNEL=wgmma (kernels/attn_kernel.h) selects the sm_90 warpgroup
+ * kernel; otherwise the mma.sync kernel. */
 static int fwd_wgmma(void)
 {
-    static int w = -1; /* a benign race, as fwd_warps */
-    if (w < 0) {
-        const char *e = getenv("DT_ATTN_FWD_KERNEL");
-        w = e != NULL && strcmp(e, "wgmma") == 0;
-    }
-    return w;
+    return dt_gpu_attn_get() == DT_GPU_ATTN_WGMMA;
 }
 
 /* 1 in an image built for sm_90a (NVCC_GENCODE may leave it out: the
@@ -385,13 +381,13 @@ static int check_sm90(dt_emsg_t *em)
     DT_CUDA_TRY(em, cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
     if (major != 9 || minor != 0)
         return dt_emsg_set(em, DT_EINVAL,
-                           "dt_attn_fwd_cuda: DT_ATTN_FWD_KERNEL=wgmma needs an sm_90 GPU "
+                           "dt_attn_fwd_cuda: DT_ATTN_KERNEL=wgmma needs an sm_90 GPU "
                            "(H100, H200); device %d is sm_%d%d",
                            dev, major, minor);
     DT_CUDA_TRY(em, cudaMemcpyFromSymbol(&built, dt_wgmma_built, sizeof(built)));
     if (!built)
         return dt_emsg_set(em, DT_EINVAL,
-                           "dt_attn_fwd_cuda: DT_ATTN_FWD_KERNEL=wgmma: this build has no "
+                           "dt_attn_fwd_cuda: DT_ATTN_KERNEL=wgmma: this build has no "
                            "sm_90a code (NVCC_GENCODE must include arch=compute_90a,code=sm_90a)");
     return 0;
 }

@@ -274,13 +274,13 @@ if [ -x "$builddir/tests/gpu/test_attn_cuda" ]; then
     step "test_attn_cuda DT_ATTN_FWD_WARPS=8" "$tlimit" env DT_ATTN_FWD_WARPS=8 \
         "$builddir/tests/gpu/test_attn_cuda"
 fi
-# the sm_90 warpgroup forward (DT_ATTN_FWD_KERNEL=wgmma: wgmma.mma_async,
+# the sm_90 warpgroup forward (DT_ATTN_KERNEL=wgmma: wgmma.mma_async,
 # not the default until it has passed here and been timed), on H100/H200
 if [ -x "$builddir/tests/gpu/test_attn_cuda" ] &&
     nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | grep -q '^9\.0'; then
-    step "test_attn_cuda DT_ATTN_FWD_KERNEL=wgmma" "$tlimit" env DT_ATTN_FWD_KERNEL=wgmma \
+    step "test_attn_cuda DT_ATTN_KERNEL=wgmma" "$tlimit" env DT_ATTN_KERNEL=wgmma \
         "$builddir/tests/gpu/test_attn_cuda"
-    step "test_ring_cuda DT_ATTN_FWD_KERNEL=wgmma" "$tlimit" env DT_ATTN_FWD_KERNEL=wgmma \
+    step "test_ring_cuda DT_ATTN_KERNEL=wgmma" "$tlimit" env DT_ATTN_KERNEL=wgmma \
         "$builddir/tests/gpu/test_ring_cuda"
 fi
 
@@ -329,12 +329,12 @@ fi
 
 # a tuning sweep on the quick shapes, to compare with the default in the
 # tables above: the forward with 8 warps per block (DT_ATTN_FWD_WARPS=8) and
-# the sm_90 warpgroup forward (DT_ATTN_FWD_KERNEL=wgmma; see
+# the sm_90 warpgroup forward (DT_ATTN_KERNEL=wgmma; see
 # kernels/cuda/attn_fwd.cu); not with --quick
 if [ -n "$bench" ] && [ -z "$quick" ]; then
     bin=$builddir/bench/bench_attn_cuda
     if [ -x "$bin" ]; then
-        step "bench fwd DT_ATTN_FWD_KERNEL=wgmma" 120 env DT_ATTN_FWD_KERNEL=wgmma "$bin" --quick \
+        step "bench fwd DT_ATTN_KERNEL=wgmma" 120 env DT_ATTN_KERNEL=wgmma "$bin" --quick \
             --no-ring --budget 90
         [ -n "$quick" ] ||
             step "bench fwd DT_ATTN_FWD_WARPS=8" 120 env DT_ATTN_FWD_WARPS=8 "$bin" --quick --no-ring

@@ -97,6 +97,34 @@ check "attn --device cuda, a sliding window of 100, not causal, 3 ranks, fp16: w
 check "attn --device cuda, a block pattern (global, local, strided over blocks of 32), 4 ranks, zigzag, bf16, forward and backward: within 3e-2" \
     vs 4 pat bf16 3e-2 --generate 1024,4,2,64 --seed 5 --causal --layout zigzag --backward \
     --block-pattern global:1,local:2,strided:5 --block-size 32
+# ---- the block kernel: cuDNN (the simulator's stand-in, version DT_SIM_CUDNN) or dt's -------
+t_kernels() {
+    # the checks above ran through cuDNN's stand-in (auto), and said so
+    grep -q "gpu attn_kernel=cudnn 9.19.0 deterministic" "$TMPD/ring.gpu.log" ||
+        { echo "ring: no attn_kernel=cudnn line"; cat "$TMPD/ring.gpu.log"; return 1; }
+    grep -q "gpu attn_kernel=dt (masks" "$TMPD/docs.gpu.log" ||
+        { echo "docs: masks not named as dt's"; cat "$TMPD/docs.gpu.log"; return 1; }
+    (DT_ATTN_KERNEL=dt && export DT_ATTN_KERNEL &&
+        vs 4 kdt bf16 3e-2 --generate 2048,4,2,64 --seed 5 --causal --layout zigzag --backward) ||
+        return 1
+    grep -q "gpu attn_kernel=dt$" "$TMPD/kdt.gpu.log" || { cat "$TMPD/kdt.gpu.log"; return 1; }
+    # no cuDNN on the node: dt's kernels, saying why
+    (DT_SIM_CUDNN=0 && export DT_SIM_CUDNN &&
+        vs 2 knone bf16 3e-2 --generate 1024,4,2,64 --seed 5 --causal --backward) || return 1
+    grep -q "gpu attn_kernel=dt (cuDNN cannot be loaded" "$TMPD/knone.gpu.log" ||
+        { cat "$TMPD/knone.gpu.log"; return 1; }
+    # cuDNN 9.25's backward with 64 mod 128 keys goes to dt's kernels: 2 ranks
+    # of 192 rows, zigzag (pieces of 96 and 192 keys: both kinds)
+    (DT_SIM_CUDNN=92500 && export DT_SIM_CUDNN &&
+        vs 2 k925 bf16 3e-2 --generate 384,4,2,64 --seed 8 --causal --layout zigzag --backward) ||
+        return 1
+    grep -q "kernel=cudnn/9.25.0 pieces_cudnn=[1-9][0-9]* pieces_dt=[1-9]" "$TMPD/k925.gpu.log" ||
+        { echo "9.25: not both kernels"; cat "$TMPD/k925.gpu.log"; return 1; }
+    grep -q "kernel=cudnn/9.19.0 pieces_cudnn=[1-9][0-9]* pieces_dt=0" "$TMPD/ring.gpu.log" ||
+        { echo "ring: dt's kernels ran"; cat "$TMPD/ring.gpu.log"; return 1; }
+}
+check "attn --device cuda: blocks through cuDNN (auto) or dt's kernels (DT_ATTN_KERNEL=dt), none without cuDNN, cuDNN 9.25's bad backward shapes routed to dt's: each within 3e-2 of the CPU path, the kernel named" \
+    t_kernels
 t_gpu_mask_refused() {
     "$NPYTOOL" blocks --blocks 16 --heads 4 --seed 6 "$TMPD/perhead.npy" || return 1
     run_rc 2 "$SIM" attn --device cuda --generate 1024,4,2,64 --seed 1 --block-mask \

@@ -69,6 +69,7 @@
 #include "common/err.h"
 #include "kernels/cpu/attn_cpu.h"
 #include "kernels/cuda/attn_cuda.h"
+#include "kernels/cuda/attn_cudnn.h"
 #include "kernels/cuda/cuda_err.h"
 #include "kernels/cuda/train_cuda.h"
 #include "tests/gpu/sim/sim_cuda.h"
@@ -1326,6 +1327,325 @@ int dt_dilate_scatter_add_cuda(int64_t n, int nh, int d, const float *g, float *
     kdil_t k = { .kind = 3, .n = n, .nh = nh, .d = d, .o2 = g, .o = dst, .ldo = ldd,
                  .first = first, .step = step, .hlo = hlo };
     return dil(&k, st, "scatter_add");
+}
+
+/* ---- cuDNN's attention (kernels/cuda/attn_cudnn.h): the same contract on
+ * the CPU reference. Its version is DT_SIM_CUDNN (default 91900; 0: "not
+ * installed"), and it routes blocks by the real rules (cudnn_rules.c), so
+ * the ring's choices for a version run here. Its output o and gradients are
+ * rounded to dtype as cuDNN's are; its workspace is filled with NaN before
+ * use, so a caller that reads scratch it did not write sees NaN. ---- */
+
+size_t dt_cudnn_version(dt_emsg_t *em)
+{
+    const char *e = getenv("DT_SIM_CUDNN");
+    size_t v = e != NULL ? (size_t)strtoul(e, NULL, 10) : 91900;
+
+    if (v == 0 && em != NULL)
+        dt_emsg_set(em, DT_ENOTSUP, "cuDNN cannot be loaded: not installed (DT_SIM_CUDNN=0)");
+    return v;
+}
+
+int dt_cudnn_supports(const dt_cudnn_sdpa_t *a, int bwd, dt_emsg_t *em)
+{
+    size_t v = dt_cudnn_version(em);
+
+    return v == 0 ? DT_ENOTSUP : dt_cudnn_rules(a, bwd, v, em);
+}
+
+/* what the real plans ask for, roughly: the backward's Dsum, its dQ
+ * accumulator or (deterministic) dS */
+static size_t sim_cudnn_ws(const dt_cudnn_sdpa_t *a, int bwd)
+{
+    size_t h = (size_t)a->h, q = (size_t)a->tq, k = (size_t)a->tk;
+
+    if (!bwd)
+        return 256;
+    return h * q * 4 + (a->det ? h * q * ((k + 127) / 128 * 128) * 2 : h * q * (size_t)a->d * 4);
+}
+
+int dt_cudnn_ws(const dt_cudnn_sdpa_t *a, int bwd, size_t *bytes, dt_emsg_t *em)
+{
+    if (dt_cudnn_version(em) == 0)
+        return DT_ENOTSUP;
+    *bytes = sim_cudnn_ws(a, bwd);
+    return 0;
+}
+
+int dt_cudnn_plan_offline(const dt_cudnn_sdpa_t *a, int bwd, const char *props_json,
+                          size_t *bytes, int64_t *engine, dt_emsg_t *em)
+{
+    (void)a;
+    (void)bwd;
+    (void)props_json;
+    (void)bytes;
+    (void)engine;
+    return dt_emsg_set(em, DT_ENOTSUP, "sim: no offline plans");
+}
+
+typedef struct kdn {
+    dt_cudnn_sdpa_t a;
+    int bwd;
+    const void *q, *k, *v, *o, *dout;
+    void *oo, *dq, *dk, *dv, *ws;
+    float *stats;
+    const float *lse;
+} kdn_t;
+
+static void st_half(dt_dtype_t t, void *p, int64_t i, float f)
+{
+    ((uint16_t *)p)[i] = dt_half_bits(t, f);
+}
+
+/* rows of one head as fp32 (n rows at stride ld of width d from column c) */
+static float *rows_f(dt_dtype_t t, const void *x, int64_t pitch, int64_t n, int64_t c, int d)
+{
+    float *f = malloc((size_t)(n ? n : 1) * (size_t)d * sizeof(float));
+    for (int64_t i = 0; i < n; i++)
+        for (int e = 0; e < d; e++)
+            f[i * d + e] = ld(t, x, i * pitch + c + e);
+    return f;
+}
+
+static void do_cudnn(void *arg)
+{
+    kdn_t *k = arg;
+    const dt_cudnn_sdpa_t *a = &k->a;
+    const int d = a->d, grp = a->h / a->hkv;
+    const float scale = a->scale != 0.f ? a->scale : 1.f / sqrtf((float)d);
+    const int full = a->shift == DT_CUDNN_FULL || a->shift >= a->tk - 1;
+    int64_t *qp = NULL, *kp = NULL;
+    float *sums = calloc(2 * (size_t)a->tk * d, sizeof(float)); /* GQA: a kv head's dK, dV */
+
+    if (!full) { /* key j visible iff j <= i + shift */
+        qp = malloc((size_t)a->tq * 8);
+        kp = malloc((size_t)a->tk * 8);
+        for (int64_t i = 0; i < a->tq; i++)
+            qp[i] = i + a->shift;
+        for (int64_t j = 0; j < a->tk; j++)
+            kp[j] = j;
+    }
+    for (int hh = 0; hh < a->h; hh++) {
+        const int kvh = hh / grp;
+        float *qf = rows_f(a->dtype, k->q, a->ldq, a->tq, (int64_t)hh * d, d);
+        float *kf = rows_f(a->dtype, k->k, a->ldk, a->tk, (int64_t)kvh * d, d);
+        float *vf = rows_f(a->dtype, k->v, a->ldv, a->tk, (int64_t)kvh * d, d);
+        dt_attn_head_t h = { .tq = a->tq, .tk = a->tk, .d = d, .q = qf, .ldq = d, .k = kf,
+                             .ldk = d, .v = vf, .ldv = d, .qpos = qp, .kpos = kp,
+                             .scale = scale };
+        if (!k->bwd) {
+            float *o = calloc((size_t)a->tq * d, sizeof(float));
+            float *l = malloc((size_t)a->tq * sizeof(float));
+            for (int64_t i = 0; i < a->tq; i++)
+                l[i] = -INFINITY;
+            dt_attn_head_fwd_ref(&h, o, d, l);
+            for (int64_t i = 0; i < a->tq; i++) {
+                if (!isfinite(l[i])) {
+                    fprintf(stderr, "sim: cudnn fwd: row %lld sees no key\n", (long long)i);
+                    abort();
+                }
+                k->stats[(int64_t)hh * a->tq + i] = l[i];
+                for (int e = 0; e < d; e++)
+                    st_half(a->dtype, k->oo, i * a->ldo + (int64_t)hh * d + e, o[i * d + e]);
+            }
+            free(o);
+            free(l);
+        } else {
+            float *of = rows_f(a->dtype, k->o, a->ldo, a->tq, (int64_t)hh * d, d);
+            float *dof = rows_f(a->dtype, k->dout, a->ldo, a->tq, (int64_t)hh * d, d);
+            float *delta = malloc((size_t)a->tq * sizeof(float));
+            float *dq = calloc((size_t)a->tq * d, 4), *dk = calloc((size_t)a->tk * d, 4),
+                  *dv = calloc((size_t)a->tk * d, 4);
+            for (int64_t i = 0; i < a->tq; i++) {
+                double sum = 0;
+                for (int e = 0; e < d; e++)
+                    sum += (double)dof[i * d + e] * of[i * d + e];
+                delta[i] = (float)sum;
+            }
+            dt_attn_head_grad_t gd = { .dout = dof, .lddo = d, .lse = k->lse + (int64_t)hh * a->tq,
+                                       .delta = delta, .dq = dq, .dk = dk, .dv = dv };
+            dt_attn_head_bwd_ref(&h, &gd);
+            for (int64_t i = 0; i < a->tq; i++)
+                for (int e = 0; e < d; e++)
+                    st_half(a->dtype, k->dq, i * a->ldo + (int64_t)hh * d + e, dq[i * d + e]);
+            /* a query head's share of its kv head (GQA): summed in fp32,
+             * rounded when the group is complete */
+            if (hh % grp == 0)
+                memset(sums, 0, 2 * (size_t)a->tk * d * sizeof(float));
+            float *sk = sums, *sv = sums + (size_t)a->tk * d;
+            for (int64_t j = 0; j < a->tk * d; j++) {
+                sk[j] += dk[j];
+                sv[j] += dv[j];
+            }
+            if (hh % grp == grp - 1)
+                for (int64_t j = 0; j < a->tk; j++)
+                    for (int e = 0; e < d; e++) {
+                        st_half(a->dtype, k->dk, j * a->lddk + (int64_t)kvh * d + e, sk[j * d + e]);
+                        st_half(a->dtype, k->dv, j * a->lddk + (int64_t)kvh * d + e, sv[j * d + e]);
+                    }
+            free(of);
+            free(dof);
+            free(delta);
+            free(dq);
+            free(dk);
+            free(dv);
+        }
+        free(qf);
+        free(kf);
+        free(vf);
+    }
+    free(qp);
+    free(kp);
+    free(sums);
+}
+
+static void check_cudnn(const dt_cudnn_sdpa_t *a, int bwd, const char *fn)
+{
+    dt_emsg_t em = { 0 };
+
+    if (dt_cudnn_supports(a, bwd, &em) < 0 || a->tq < 1 || a->tk < 1 ||
+        a->ldq < (int64_t)a->h * a->d || a->ldo < (int64_t)a->h * a->d ||
+        (bwd && a->lddk < (int64_t)a->hkv * a->d)) {
+        fprintf(stderr, "sim: %s: a block cuDNN does not take: %s\n", fn, em.s);
+        abort();
+    }
+}
+
+/* the workspace cuDNN would use, as NaN */
+static void poison_ws(const dt_cudnn_sdpa_t *a, int bwd, void *ws)
+{
+    size_t n = sim_cudnn_ws(a, bwd) / sizeof(float);
+    for (size_t i = 0; i < n; i++)
+        ((float *)ws)[i] = NAN;
+}
+
+static void do_cudnn_fwd(void *arg)
+{
+    kdn_t *k = arg;
+    poison_ws(&k->a, 0, k->ws);
+    do_cudnn(arg);
+}
+
+int dt_cudnn_fwd(const dt_cudnn_sdpa_t *a, const void *q, const void *k, const void *v, void *o,
+                 float *stats, void *ws, cudaStream_t st, dt_emsg_t *em)
+{
+    (void)em;
+    check_cudnn(a, 0, "dt_cudnn_fwd");
+    maybe_poison();
+    ENTER();
+    kdn_t *c = calloc(1, sizeof(*c));
+    *c = (kdn_t){ .a = *a, .q = q, .k = k, .v = v, .oo = o, .stats = stats, .ws = ws };
+    enqueue_fn(st, do_cudnn_fwd, c, "cudnn_fwd");
+    LEAVE(0);
+}
+
+static void do_cudnn_bwd(void *arg)
+{
+    kdn_t *k = arg;
+    poison_ws(&k->a, 1, k->ws);
+    do_cudnn(arg);
+}
+
+int dt_cudnn_bwd(const dt_cudnn_sdpa_t *a, const void *q, const void *k, const void *v,
+                 const void *o, const void *dout, const float *lse, void *dq, void *dk, void *dv,
+                 void *ws, cudaStream_t st, dt_emsg_t *em)
+{
+    (void)em;
+    check_cudnn(a, 1, "dt_cudnn_bwd");
+    ENTER();
+    kdn_t *c = calloc(1, sizeof(*c));
+    *c = (kdn_t){ .a = *a, .bwd = 1, .q = q, .k = k, .v = v, .o = o, .dout = dout, .dq = dq,
+                  .dk = dk, .dv = dv, .ws = ws, .lse = lse };
+    enqueue_fn(st, do_cudnn_bwd, c, "cudnn_bwd");
+    LEAVE(0);
+}
+
+typedef struct khalf {
+    int kind; /* 0 merge, 1 empty, 2 add */
+    int64_t n, width;
+    int h, d;
+    dt_dtype_t t;
+    float *o1, *lse1;
+    int64_t ld1, ldl1;
+    const void *o2;
+    const float *lse2;
+    int64_t ld2, ldl2;
+} khalf_t;
+
+static void do_half(void *arg)
+{
+    khalf_t *k = arg;
+    float *row = malloc((size_t)(k->d > 0 ? k->d : 1) * sizeof(float));
+
+    for (int64_t m = 0; m < k->n; m++) {
+        if (k->kind == 2) {
+            for (int64_t c = 0; c < k->width; c++)
+                k->o1[m * k->ld1 + c] += ld(k->t, k->o2, m * k->ld2 + c);
+            continue;
+        }
+        for (int hh = 0; hh < k->h; hh++) {
+            float *x = k->o1 + m * k->ld1 + (int64_t)hh * k->d;
+            if (k->kind == 1) {
+                memset(x, 0, (size_t)k->d * sizeof(float));
+                k->lse1[hh * k->ldl1 + m] = -INFINITY;
+                continue;
+            }
+            for (int e = 0; e < k->d; e++)
+                row[e] = ld(k->t, k->o2, m * k->ld2 + (int64_t)hh * k->d + e);
+            dt_attn_merge_cpu(1, k->d, x, k->d, k->lse1 + hh * k->ldl1 + m, row, k->d,
+                              k->lse2 + hh * k->ldl2 + m);
+        }
+    }
+    free(row);
+}
+
+static int half_op(const khalf_t *k, cudaStream_t st, const char *what)
+{
+    if (k->n < 0) {
+        fprintf(stderr, "sim: bad %s\n", what);
+        abort();
+    }
+    ENTER();
+    khalf_t *c = malloc(sizeof(*c));
+    *c = *k;
+    enqueue_fn(st, do_half, c, what);
+    LEAVE(0);
+}
+
+int dt_attn_merge_half_cuda(int64_t n, int h, int d, dt_dtype_t dtype, float *o1, int64_t ld1,
+                            float *lse1, int64_t ldl1, const void *o2, int64_t ld2,
+                            const float *lse2, int64_t ldl2, cudaStream_t st, dt_emsg_t *em)
+{
+    (void)em;
+    if (ld1 < (int64_t)h * d || ld2 < (int64_t)h * d || ldl1 < n || ldl2 < n) {
+        fprintf(stderr, "sim: merge_half strides\n");
+        abort();
+    }
+    khalf_t k = { .kind = 0, .n = n, .h = h, .d = d, .t = dtype, .o1 = o1, .ld1 = ld1,
+                  .lse1 = lse1, .ldl1 = ldl1, .o2 = o2, .ld2 = ld2, .lse2 = lse2, .ldl2 = ldl2 };
+    return half_op(&k, st, "merge_half");
+}
+
+int dt_attn_empty_cuda(int64_t n, int h, int d, float *o, int64_t ldo, float *lse, int64_t ldlse,
+                       cudaStream_t st, dt_emsg_t *em)
+{
+    (void)em;
+    khalf_t k = { .kind = 1, .n = n, .h = h, .d = d, .o1 = o, .ld1 = ldo, .lse1 = lse,
+                  .ldl1 = ldlse };
+    return half_op(&k, st, "empty");
+}
+
+int dt_attn_add_half_cuda(int64_t n, int64_t width, dt_dtype_t dtype, const void *src,
+                          int64_t lds, float *dst, int64_t ldd, cudaStream_t st, dt_emsg_t *em)
+{
+    (void)em;
+    if (lds < width || ldd < width) {
+        fprintf(stderr, "sim: add_half strides\n");
+        abort();
+    }
+    khalf_t k = { .kind = 2, .n = n, .width = width, .t = dtype, .o1 = dst, .ld1 = ldd,
+                  .o2 = src, .ld2 = lds };
+    return half_op(&k, st, "add_half");
 }
 
 /* ---- NCCL ---- */
