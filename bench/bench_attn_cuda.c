@@ -65,11 +65,13 @@
 #include "common/err.h"
 #include "common/mem.h"
 #include "engine/attn/attn.h"
+#include "engine/attn/attn_block.h"
 #include "engine/data/gen.h"
 #include "spec/layout.h"
 #include "engine/attn/ring_cuda.h"
 #include "kernels/cuda/attn_cuda.h"
 #include "kernels/cuda/cuda_err.h"
+#include "kernels/cuda/layers_cuda.h"
 
 #define MIB (1024.0 * 1024.0)
 
@@ -278,7 +280,22 @@ typedef struct block {
     int64_t T;
     void *q, *k, *v, *dout;
     float *o, *lse, *delta, *dq, *dk, *dv;
+    void *ohalf;      /* o in dtype, for cuDNN's backward */
+    dt_attn_blk_t blk; /* blocks through cuDNN when it is the kernel (engine/attn/attn_block.h) */
 } block_t;
+
+/* The block kernel of this run: cuDNN (DT_ATTN_KERNEL=cudnn or auto, where
+ * it loads) or dt's own; said once as a KERNEL line. */
+static int bench_cudnn(void)
+{
+    static int k = -1;
+    if (k < 0) {
+        char name[256];
+        k = dt_attn_block_cudnn(name, sizeof(name));
+        printf("KERNEL %s\n", name);
+    }
+    return k;
+}
 
 static void block_alloc(block_t *b, int64_t T, int hd, int H, dt_dtype_t dt)
 {
@@ -298,11 +315,31 @@ static void block_alloc(block_t *b, int64_t T, int hd, int H, dt_dtype_t dt)
     fill_random(b->k, n, dt, 2);
     fill_random(b->v, n, dt, 3);
     fill_random(b->dout, n, dt, 4);
+    if (bench_cudnn()) {
+        dt_emsg_t em = { { 0 } };
+        size_t bytes = 0;
+        b->blk = (dt_attn_blk_t){ .cudnn = 1, .det = 1 };
+        const char *e = getenv("DT_CUDNN_DETERMINISTIC");
+        b->blk.det = e == NULL || strcmp(e, "0") != 0;
+        for (int bwd = 0; bwd < 2; bwd++) {
+            size_t x = 0;
+            if (dt_attn_block_bytes(&b->blk, T, T, H, H, hd / H, dt, hd, bwd, &x, &em) < 0) {
+                fprintf(stderr, "bench_attn_cuda: cuDNN: %s\n", em.s);
+                exit(1);
+            }
+            bytes = x > bytes ? x : bytes;
+        }
+        b->blk.ws = dalloc(bytes ? bytes : 1);
+        b->blk.bytes = bytes;
+        b->ohalf = dalloc(n * es);
+        b->blk.ohalf = b->ohalf;
+    }
 }
 
 static void block_free(block_t *b)
 {
-    void *p[] = { b->q, b->k, b->v, b->dout, b->o, b->lse, b->delta, b->dq, b->dk, b->dv };
+    void *p[] = { b->q, b->k, b->v, b->dout, b->o, b->lse, b->delta, b->dq, b->dk, b->dv,
+                  b->ohalf, b->blk.ws };
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
         BCUDA(cudaFree(p[i]));
     memset(b, 0, sizeof *b);
@@ -324,8 +361,11 @@ static int block_run(const block_t *b, const dt_attn_cuda_t *a, int dir, cudaStr
                      dt_emsg_t *em)
 {
     int64_t hd = (int64_t)a->h * a->d;
+    dt_attn_blk_t *blk = (dt_attn_blk_t *)&b->blk;
     if (dir == 0)
-        return dt_attn_fwd_cuda(a, 0, b->o, hd, b->lse, b->T, st, em);
+        return blk->cudnn ? dt_attn_block_fwd(blk, a, NULL, 0, NULL, 0, 0, b->o, hd, b->lse, b->T,
+                                              st, em)
+                          : dt_attn_fwd_cuda(a, 0, b->o, hd, b->lse, b->T, st, em);
     size_t n = (size_t)b->T * (size_t)hd * 4;
     DT_CUDA_TRY(em, cudaMemsetAsync(b->dq, 0, n, st));
     DT_CUDA_TRY(em, cudaMemsetAsync(b->dk, 0, n, st));
@@ -338,6 +378,10 @@ static int block_run(const block_t *b, const dt_attn_cuda_t *a, int dir, cudaStr
         .dout = b->dout, .lddo = hd, .lse = b->lse, .ldlse = b->T, .delta = b->delta,
         .dq = b->dq, .lddq = hd, .dk = b->dk, .lddk = hd, .dv = b->dv, .lddv = hd,
     };
+    if (blk->cudnn) { /* the forward's o in dtype, as the ring makes it */
+        rc = dt_cast_from_f32_cuda(a->dtype, b->T * hd, b->o, b->ohalf, st, em);
+        return rc ? rc : dt_attn_block_bwd(blk, a, NULL, 0, NULL, 0, &g, st, em);
+    }
     return dt_attn_bwd_cuda(a, &g, st, em);
 }
 

@@ -2,19 +2,22 @@
 # SPDX-License-Identifier: MIT
 #
 # gpu.sh: GPU attention speed of dt against PyTorch, measured side by side
-# in one run on one GPU. Runs BUILDDIR/bench/bench_attn_cuda (dt's kernels,
-# a cuBLASLt GEMM for the machine's matrix rate, the one-GPU ring) and
-# bench/sdpa_torch.py (PyTorch's scaled_dot_product_attention, every
-# backend it has), then joins their ROW/BEST lines into markdown tables:
-# one per direction (forward, backward, forward + backward) with dt's
-# TFLOP/s, PyTorch's best backend and the ratio, and the ring's overhead
-# and memory per rank. Asserts nothing about speed.
+# in one run on one GPU. Runs BUILDDIR/bench/bench_attn_cuda twice (blocks
+# through cuDNN, DT_ATTN_KERNEL=cudnn, with a cuBLASLt GEMM for the
+# machine's matrix rate and the one-GPU ring; then dt's own kernels,
+# DT_ATTN_KERNEL=dt, blocks only) and bench/sdpa_torch.py (PyTorch's
+# scaled_dot_product_attention, every backend it has), then joins their
+# ROW/BEST lines into markdown tables: one per direction (forward,
+# backward, forward + backward) with dt through cuDNN, dt's own kernels,
+# PyTorch's best backend and the ratios, and the ring's overhead and memory
+# per rank. Without cuDNN on the node the first run says so (its KERNEL
+# line) and runs dt's kernels. Asserts nothing about speed.
 #
 # usage: bench/gpu.sh [--quick] BUILDDIR
 #   --quick   T <= 16384 and 3 repetitions (a few minutes less)
 # Environment: DT_BENCH_BUDGET (seconds for both programs together; default
 # 480, 200 with --quick): each program stops starting new rows at its share
-# (dt 55 %, PyTorch 35 %) and, where timeout(1) exists, is killed 90 s after
+# (dt through cuDNN 35 %, dt's own kernels 20 %, PyTorch 35 %) and, where timeout(1) exists, is killed 90 s after
 # it. PYTHON (default python3 from PATH).
 # Exit: 0; 1 when a program failed or the baseline is missing; 2 usage;
 # 77 when bench_attn_cuda finds no usable GPU.
@@ -68,9 +71,11 @@ case $budget in
     exit 2
     ;;
 esac
-dt_budget=$((budget * 55 / 100))
+dt_budget=$((budget * 35 / 100))
+own_budget=$((budget * 20 / 100))
 py_budget=$((budget * 35 / 100))
 [ "$dt_budget" -ge 10 ] || dt_budget=10
+[ "$own_budget" -ge 10 ] || own_budget=10
 [ "$py_budget" -ge 10 ] || py_budget=10
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/dt-gpu-bench.XXXXXX") || exit 1
@@ -103,16 +108,22 @@ else
 fi
 echo "GPU: $gpu"
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'), host: $(uname -n)"
-echo "budget: ${budget} s (bench_attn_cuda ${dt_budget} s, sdpa_torch.py ${py_budget} s)"
+echo "budget: ${budget} s (bench_attn_cuda ${dt_budget} + ${own_budget} s, sdpa_torch.py" \
+    "${py_budget} s)"
 echo
 
-echo "## dt: $bin $quick"
-run "$tmp/dt.out" $((dt_budget + 90)) "$bin" $quick --budget "$dt_budget"
+echo "## dt, blocks through cuDNN: DT_ATTN_KERNEL=cudnn $bin $quick"
+run "$tmp/dt.out" $((dt_budget + 90)) env DT_ATTN_KERNEL=cudnn "$bin" $quick --budget "$dt_budget"
 dt_rc=$(cat "$tmp/dt.out.rc")
 if [ "$dt_rc" = 77 ]; then
     echo "bench/gpu.sh: SKIP: bench_attn_cuda found no usable GPU"
     exit 77
 fi
+echo
+echo "## dt's own kernels: DT_ATTN_KERNEL=dt $bin $quick --no-ring"
+run "$tmp/own.out" $((own_budget + 90)) env DT_ATTN_KERNEL=dt "$bin" $quick --no-ring \
+    --budget "$own_budget"
+own_rc=$(cat "$tmp/own.out.rc")
 echo
 echo "## baseline: $python $pyscript $quick"
 if command -v "$python" >/dev/null 2>&1; then
@@ -129,7 +140,7 @@ echo "## results"
 echo
 echo "GPU: $gpu"
 status=0
-awk -v dtf="$tmp/dt.out" -v thf="$tmp/torch.out" '
+awk -v dtf="$tmp/dt.out" -v ownf="$tmp/own.out" -v thf="$tmp/torch.out" '
 function get(k,    i, n) {
     n = length(k) + 1
     for (i = 1; i <= NF; i++)
@@ -143,6 +154,11 @@ function over(a, b) {
 }
 function shown(x) { return num(x) ? x : "n/a" }
 FILENAME == dtf && $1 == "GEMM" { gemm = get("tflops"); gemmdt = $2 }
+FILENAME == dtf && $1 == "KERNEL" { kern = substr($0, 8) }
+FILENAME == ownf && $1 == "ROW" {
+    key = $2 SUBSEP get("T") SUBSEP get("D") SUBSEP get("causal")
+    own[key] = get("tflops")
+}
 FILENAME == dtf && $1 == "ROW" {
     key = $2 SUBSEP get("T") SUBSEP get("D") SUBSEP get("causal")
     if (!(key in dt)) { order[++n] = key; hh[key] = get("H") }
@@ -159,27 +175,32 @@ END {
     if (gemm != "")
         printf "cuBLASLt %s GEMM 8192^3 (same run): %s TFLOP/s\n", gemmdt, gemm
     if (thdtype == "") thdtype = "none (no BEST lines)"
-    printf "dt dtype %s; PyTorch dtype %s\n", dtype, thdtype
+    printf "dt dtype %s; PyTorch dtype %s; dt block kernel of the first run: %s\n", dtype,
+           thdtype, (kern == "" ? "?" : kern)
     printf "FLOPs: forward 4*T^2*H*D (half when causal), backward 2.5x, fwd+bwd 3.5x;"
     printf " B=1, H=Hkv=2048/D\n"
-    printf "dt bwd = zero dq,dk,dv + dt_attn_delta_cuda + dt_attn_bwd_cuda;"
+    printf "dt bwd = zero dq,dk,dv + dt_attn_delta_cuda + the block backward (cuDNN: o cast to"
+    printf " the dtype first, deterministic unless DT_CUDNN_DETERMINISTIC=0);"
     printf " PyTorch bwd = torch.autograd.grad of a kept graph\n"
     split("fwd bwd fwdbwd", dirs, " ")
     split("forward|backward|forward + backward", titles, "|")
     for (d = 1; d <= 3; d++) {
         printf "\n### %s, TFLOP/s\n\n", titles[d]
-        print "| T | D | H | causal | dt | PyTorch best (backend) | dt / PyTorch |"
-        print "|---:|---:|---:|:---:|---:|---:|---:|"
+        print "| T | D | H | causal | dt cuDNN | dt own | PyTorch best (backend) |" \
+              " dt cuDNN / PyTorch | dt own / PyTorch |"
+        print "|---:|---:|---:|:---:|---:|---:|---:|---:|---:|"
         for (i = 1; i <= n; i++) {
             split(order[i], f, SUBSEP)
             if (f[1] != dirs[d]) continue
             k = order[i]
             t = (k in th) ? th[k] : ""
             b = (k in be) ? be[k] : ""
+            w = (k in own) ? own[k] : ""
             ratio = (num(dt[k]) && num(t) && t > 0) ? sprintf("%.2f", dt[k] / t) : "n/a"
-            printf "| %s | %s | %s | %s | %s | %s | %s |\n", f[2], f[3], hh[k],
-                   (f[4] == 1 ? "yes" : "no"), shown(dt[k]),
-                   (num(t) ? t " (" b ")" : "n/a"), ratio
+            ro = (num(w) && num(t) && t > 0) ? sprintf("%.2f", w / t) : "n/a"
+            printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", f[2], f[3], hh[k],
+                   (f[4] == 1 ? "yes" : "no"), shown(dt[k]), shown(w),
+                   (num(t) ? t " (" b ")" : "n/a"), ratio, ro
         }
     }
     printf "\n### ring of R ranks on this one GPU (causal, zigzag, H=Hkv=16, D=128),"
@@ -206,7 +227,7 @@ END {
                get("tensors_mib"), rb, get("model_mib"), get("measured_mib")
     }
     if (nr == 0) print "| (no ring rows) ||||||||||||"
-}' "$tmp/dt.out" "$tmp/torch.out" || {
+}' "$tmp/dt.out" "$tmp/own.out" "$tmp/torch.out" || {
     echo "bench/gpu.sh: awk could not build the tables; the raw ROW/BEST/RING lines are above"
     status=1
 }
@@ -214,6 +235,10 @@ END {
 echo
 if [ "$dt_rc" != 0 ]; then
     echo "bench/gpu.sh: bench_attn_cuda exited $dt_rc$([ "$dt_rc" = 124 ] && echo ' (timed out)')"
+    status=1
+fi
+if [ "$own_rc" != 0 ]; then
+    echo "bench/gpu.sh: bench_attn_cuda (dt's own kernels) exited $own_rc"
     status=1
 fi
 if [ "$py_rc" != 0 ]; then

@@ -127,8 +127,9 @@ int main(int argc, char **argv)
         dt_attn_cpu_kernel_set("auto");
     } else if (dt_attn_cpu_kernel_set(kern) < 0) {
         char *shown = dt_text_escape(kern, 0);
-        dt_log_warn("DT_ATTN_KERNEL '%s' is not one of %s (CPU) or %s (GPU), or this CPU cannot "
-                    "run it; using auto", shown, dt_attn_cpu_kernel_names(), dt_gpu_attn_names());
+        dt_log_warn("DT_ATTN_KERNEL '%s' is not one of %s, or this CPU cannot run it, nor a GPU "
+                    "kernel (%s); using auto", shown, dt_attn_cpu_kernel_names(),
+                    dt_gpu_attn_names());
         free(shown);
         dt_attn_cpu_kernel_set("auto");
         dt_gpu_attn_set(DT_GPU_ATTN_AUTO);

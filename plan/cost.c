@@ -31,7 +31,12 @@
  *    never receives, and the engine never touches its second buffer, so it
  *    is never resident); the index arrays of the group being run (three
  *    int64 per row of the segment, a 48-byte member record per rank), and
- *    for dilated branches the gathered q, o, lse of each head chunk.
+ *    for dilated branches the gathered q, o, lse of each head chunk. On
+ *    GPUs, unless a mask sends the blocks to dt's kernels, the scratch of
+ *    blocks through cuDNN (dt_attn_cudnn_bytes, spec/attn_spec.h: a query
+ *    chunk's o or dq and stats, the keys' dK/dV, the deterministic
+ *    backward's scores, the backward's copy of o), as if cuDNN were
+ *    installed (the default where it is).
  *    Branches run one after another, so the largest branch counts, not
  *    their sum. On the cpu preset (fp32) this is tested against the
  *    engine's max RSS (tests/integration/plan_memory.sh).
@@ -576,6 +581,11 @@ static void branch_shape(const dt_plan_req_t *q, const dt_attn_spec_t *a, int b,
         double per = (double)nrow * a->H * (a->D * (e + 4) + 4);
         o->work += q->kind == DT_KIND_TRAIN ? 2 * per : per; /* + dout, dq, delta */
     }
+    /* the GPU's blocks through cuDNN (its default where installed; masks
+     * run on dt's kernels, without it): their scratch, deterministic */
+    if (q->cuda && (a->mask == NULL || dt_mask_is_plain(a->mask)))
+        o->work += dt_attn_cudnn_bytes(nrow, a->H, a->Hkv, a->D, (size_t)e,
+                                       q->kind == DT_KIND_TRAIN, 1);
 }
 
 /* Per-rank compute and communication of one branch (one attention

@@ -174,3 +174,37 @@ const dt_attn_spec_t *dt_attn_layer_spec(const dt_attn_spec_t *s, int64_t l,
     tmp->mask = l % s->mask_every == 0 ? s->mask : s->mask_rest;
     return tmp;
 }
+
+int64_t dt_attn_cudnn_rows(int64_t n, int64_t nk, int h, int d, size_t esz, int bwd, int det)
+{
+    const int64_t kpad = (nk + 127) / 128 * 128;
+    int64_t rows = (int64_t)(DT_CUDNN_ROW_CHUNK_BYTES / ((size_t)h * (size_t)d * esz));
+
+    if (bwd && det) {
+        int64_t r = (int64_t)(DT_CUDNN_DET_CHUNK_BYTES / ((size_t)h * (size_t)kpad * 2));
+        if (r < DT_CUDNN_DET_MIN_ROWS && r < n)
+            return 0;
+        rows = r < rows ? r : rows;
+    }
+    rows = rows / 128 * 128;
+    if (rows < 128)
+        rows = 128;
+    return rows < n ? rows : n;
+}
+
+double dt_attn_cudnn_bytes(int64_t n, int h, int hkv, int d, size_t esz, int bwd, int det)
+{
+    const double H = h, Hk = hkv, D = d, E = (double)esz, N = (double)n;
+    const double kpad = (double)((n + 127) / 128 * 128);
+    const double R = (double)dt_attn_cudnn_rows(n, n, h, d, esz, bwd, det);
+
+    if (bwd && R == 0) /* the backward on dt's kernels: the forward's */
+        return dt_attn_cudnn_bytes(n, h, hkv, d, esz, 0, det);
+    if (!bwd) /* a chunk's o (dtype) and stats */
+        return R * H * D * E + R * H * 4 + 256;
+    /* a chunk's packed lse and dq (dtype), the keys' dk and dv (dtype),
+     * cuDNN's Dsum and its scores (deterministic) or fp32 dQ accumulator;
+     * and the copy of the forward's o in dtype (the ring's dq may be o) */
+    double cud = det ? R * H * kpad * 2 : R * H * D * 4;
+    return R * H * 4 + R * H * D * E + 2 * N * Hk * D * E + R * H * 4 + cud + N * H * D * E;
+}

@@ -79,4 +79,30 @@ dt_attn_chunk_t dt_attn_chunk(const dt_attn_spec_t *s, const dt_attn_branch_t *b
  * their pairs without it). Backward costs 2.5x. */
 double dt_attn_flops(const dt_attn_spec_t *s);
 
+/* GPU attention blocks through cuDNN (engine/attn/attn_block.h): cuDNN 9
+ * before 9.25 keeps a deterministic backward's scores (h tq tk bf16), so a
+ * backward block is cut into query chunks of at most this many bytes of
+ * them. */
+#define DT_CUDNN_DET_CHUNK_BYTES ((size_t)512 << 20)
+/* ... and every call into query chunks of at most this many bytes of o or
+ * dq in the input type (the scratch they pass through). */
+#define DT_CUDNN_ROW_CHUNK_BYTES ((size_t)256 << 20)
+
+/* A deterministic backward whose chunks would be fewer rows than this
+ * (long blocks: the scores of 128 rows over 512K keys of 32 heads are
+ * 4 GiB) runs on dt's kernels, deterministic too, instead. */
+#define DT_CUDNN_DET_MIN_ROWS 512
+
+/* The query rows of one cuDNN call for blocks of nk keys of h heads of d,
+ * elements of esz bytes: a multiple of 128 (or n), bounded as above; 0
+ * for a deterministic backward below DT_CUDNN_DET_MIN_ROWS (dt's
+ * kernels). */
+int64_t dt_attn_cudnn_rows(int64_t n, int64_t nk, int h, int d, size_t esz, int bwd, int det);
+
+/* The device scratch one rank's blocks through cuDNN take, for blocks of up
+ * to n query and n key rows of h heads (hkv kv heads) of size d, elements
+ * of esz bytes, backward or forward, deterministic or not: what the planner counts (the engine sizes
+ * it from cuDNN's own plans, which this bounds for the shapes measured). */
+double dt_attn_cudnn_bytes(int64_t n, int h, int hkv, int d, size_t esz, int bwd, int det);
+
 #endif /* DT_ATTN_SPEC_H */

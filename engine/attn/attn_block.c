@@ -13,9 +13,11 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "spec/attn_spec.h"
 #include "kernels/attn_kernel.h"
 #include "kernels/cuda/attn_cudnn.h"
 #include "kernels/cuda/cuda_err.h"
+#include "kernels/cuda/layers_cuda.h"
 #include "engine/attn/attn_block.h"
 
 /* ---- pieces ------------------------------------------------------------------ */
@@ -204,19 +206,6 @@ int dt_attn_block_cudnn(char *name, size_t len)
 
 #define ALIGN(n) (((size_t)(n) + 255) & ~(size_t)255)
 
-/* Deterministic backward on cuDNN before 9.25 keeps dS for the whole block
- * (h tq tk bf16): query chunks keep it under this. */
-#define DET_CHUNK_BYTES ((size_t)512 << 20)
-
-static int64_t det_rows(const dt_attn_blk_t *b, int h, int64_t nk)
-{
-    int64_t per = (int64_t)h * ((nk + 127) / 128 * 128) * 2, rows;
-
-    if (!b->det)
-        return INT64_MAX;
-    rows = (int64_t)(DET_CHUNK_BYTES / (size_t)per) / 128 * 128;
-    return rows < 128 ? 128 : rows;
-}
 
 static dt_cudnn_sdpa_t sdpa(const dt_attn_blk_t *b, const dt_attn_cuda_t *a, int64_t nq,
                             int64_t nk, int64_t shift, int64_t ldo)
@@ -229,8 +218,8 @@ static dt_cudnn_sdpa_t sdpa(const dt_attn_blk_t *b, const dt_attn_cuda_t *a, int
     return s;
 }
 
-/* Bytes of the scratch of one piece: the forward's o (dtype) and stats, or
- * the backward's packed lse and gradients (dtype), then cuDNN's. */
+/* Bytes of the scratch of one call: the forward's o (dtype) and stats, or
+ * the backward's packed lse, dq (dtype), dk and dv (dtype), then cuDNN's. */
 static size_t own_bytes(const dt_cudnn_sdpa_t *s, int bwd)
 {
     size_t esz = dt_dtype_size(s->dtype), q = (size_t)s->tq, k = (size_t)s->tk;
@@ -241,17 +230,24 @@ static size_t own_bytes(const dt_cudnn_sdpa_t *s, int bwd)
            2 * ALIGN(k * (size_t)s->lddk * esz);
 }
 
+/* The query rows of one call on keys nk. */
+static int64_t chunk_rows(const dt_attn_blk_t *b, const dt_attn_cuda_t *a, int64_t nq,
+                          int64_t nk, int bwd)
+{
+    return dt_attn_cudnn_rows(nq, nk, a->h, a->d, dt_dtype_size(a->dtype), bwd, b->det);
+}
+
 int dt_attn_block_bytes(const dt_attn_blk_t *b, int64_t tq, int64_t tk, int h, int hkv, int d,
                         dt_dtype_t dtype, int64_t ldo, int bwd, size_t *bytes, dt_emsg_t *em)
 {
     dt_attn_cuda_t a = { .h = h, .hkv = hkv, .d = d, .dtype = dtype, .ldq = ldo,
                          .ldk = (int64_t)hkv * d, .ldv = (int64_t)hkv * d };
-    int64_t nq = tq < det_rows(b, h, tk) ? tq : det_rows(b, h, tk);
+    int64_t nq = chunk_rows(b, &a, tq, tk, bwd);
     size_t most = 0;
 
     *bytes = 0;
-    if (!b->cudnn || tq < 1 || tk < 1)
-        return 0;
+    if (!b->cudnn || tq < 1 || tk < 1 || nq == 0)
+        return 0; /* (nq 0: a deterministic backward too long for cuDNN, on dt's kernels) */
     for (int causal = 0; causal < 2; causal++) {
         dt_cudnn_sdpa_t s = sdpa(b, &a, nq, tk, causal ? 0 : DT_CUDNN_FULL, ldo);
         size_t w = 0;
@@ -320,6 +316,21 @@ static int cudnn_takes(const dt_attn_blk_t *b, const dt_cudnn_sdpa_t *s, int bwd
     return *need <= b->bytes;
 }
 
+/* Query rows [r0, r0 + step) of piece w (the rule follows its rows). */
+static dt_attn_piece_t rows_of(const dt_attn_piece_t *w, int64_t r0, int64_t step)
+{
+    dt_attn_piece_t p = *w;
+
+    p.qrow += r0;
+    p.nq = w->nq - r0 < step ? w->nq - r0 : step;
+    if (p.shift != DT_CUDNN_FULL) {
+        p.shift += r0;
+        if (p.shift >= p.nk - 1)
+            p.shift = DT_CUDNN_FULL;
+    }
+    return p;
+}
+
 static int cut(const dt_attn_cuda_t *a, const dt_run_t *qr, int nqr, const dt_run_t *kr,
                int nkr, dt_attn_piece_t *pc)
 {
@@ -347,32 +358,38 @@ int dt_attn_block_fwd(dt_attn_blk_t *b, const dt_attn_cuda_t *a, const dt_run_t 
     if (!accumulate && (rc = dt_attn_empty_cuda(a->tq, a->h, a->d, o, ldo, lse, ldlse, st, em)) < 0)
         return rc;
     for (int i = 0; i < n; i++) {
-        const dt_attn_piece_t *p = &pc[i];
-        const int64_t hd = (int64_t)a->h * a->d;
-        dt_cudnn_sdpa_t s = sdpa(b, a, p->nq, p->nk, p->shift, hd);
-        size_t need = 0;
-        int take = cudnn_takes(b, &s, 0, &need, em);
-        if (take < 0)
-            return take;
-        if (!take) {
-            dt_attn_cuda_t c = sub(a, p);
-            b->pieces_dt++;
-            rc = dt_attn_fwd_cuda(&c, 1, o + p->qrow * ldo, ldo, lse + p->qrow, ldlse, st, em);
-            if (rc < 0)
+        const dt_attn_piece_t *whole = &pc[i];
+        const int64_t hd = (int64_t)a->h * a->d, step = chunk_rows(b, a, whole->nq, whole->nk, 0);
+        for (int64_t r0 = 0; r0 < whole->nq; r0 += step) {
+            dt_attn_piece_t pp = rows_of(whole, r0, step);
+            const dt_attn_piece_t *p = &pp;
+            dt_cudnn_sdpa_t s = sdpa(b, a, p->nq, p->nk, p->shift, hd);
+            size_t need = 0;
+            int take = cudnn_takes(b, &s, 0, &need, em);
+            if (take < 0)
+                return take;
+            if (!take) {
+                dt_attn_cuda_t c = sub(a, p);
+                b->pieces_dt++;
+                rc = dt_attn_fwd_cuda(&c, 1, o + p->qrow * ldo, ldo, lse + p->qrow, ldlse, st,
+                                      em);
+                if (rc < 0)
+                    return rc;
+                continue;
+            }
+            char *oh = b->ws, *stats = oh + ALIGN((size_t)(p->nq * hd) * esz);
+            char *cws = stats + ALIGN((size_t)a->h * (size_t)p->nq * 4);
+            b->pieces_cudnn++;
+            if ((rc = dt_cudnn_fwd(&s, (const char *)a->q + (size_t)(p->qrow * a->ldq) * esz,
+                                   (const char *)a->k + (size_t)(p->krow * a->ldk) * esz,
+                                   (const char *)a->v + (size_t)(p->krow * a->ldv) * esz, oh,
+                                   (float *)(void *)stats, cws, st, em)) < 0 ||
+                (rc = dt_attn_merge_half_cuda(p->nq, a->h, a->d, a->dtype, o + p->qrow * ldo,
+                                              ldo, lse + p->qrow, ldlse, oh, hd,
+                                              (const float *)(const void *)stats, p->nq, st,
+                                              em)) < 0)
                 return rc;
-            continue;
         }
-        char *oh = b->ws, *stats = oh + ALIGN((size_t)(p->nq * hd) * esz);
-        char *cws = stats + ALIGN((size_t)a->h * (size_t)p->nq * 4);
-        b->pieces_cudnn++;
-        if ((rc = dt_cudnn_fwd(&s, (const char *)a->q + (size_t)(p->qrow * a->ldq) * esz,
-                               (const char *)a->k + (size_t)(p->krow * a->ldk) * esz,
-                               (const char *)a->v + (size_t)(p->krow * a->ldv) * esz, oh,
-                               (float *)(void *)stats, cws, st, em)) < 0 ||
-            (rc = dt_attn_merge_half_cuda(p->nq, a->h, a->d, a->dtype, o + p->qrow * ldo, ldo,
-                                          lse + p->qrow, ldlse, oh, hd,
-                                          (const float *)(const void *)stats, p->nq, st, em)) < 0)
-            return rc;
     }
     return 0;
 }
@@ -392,20 +409,14 @@ int dt_attn_block_bwd(dt_attn_blk_t *b, const dt_attn_cuda_t *a, const dt_run_t 
     n = cut(a, qr, nqr, kr, nkr, pc);
     for (int i = 0; i < n; i++) {
         const dt_attn_piece_t *whole = &pc[i];
-        const int64_t step = det_rows(b, a->h, whole->nk);
-        /* deterministic: query chunks bound cuDNN's dS workspace */
+        const int64_t rows = chunk_rows(b, a, whole->nq, whole->nk, 1);
+        const int64_t step = rows > 0 ? rows : whole->nq; /* 0: dt's kernels */
+        /* query chunks bound the scratch (and cuDNN's deterministic dS) */
         for (int64_t r0 = 0; r0 < whole->nq; r0 += step) {
-            dt_attn_piece_t p = *whole;
-            p.qrow += r0;
-            p.nq = whole->nq - r0 < step ? whole->nq - r0 : step;
-            if (p.shift != DT_CUDNN_FULL) {
-                p.shift += r0;
-                if (p.shift >= p.nk - 1)
-                    p.shift = DT_CUDNN_FULL;
-            }
+            dt_attn_piece_t p = rows_of(whole, r0, step);
             dt_cudnn_sdpa_t s = sdpa(b, a, p.nq, p.nk, p.shift, g->lddo);
             size_t need = 0;
-            int take = cudnn_takes(b, &s, 1, &need, em);
+            int take = rows > 0 ? cudnn_takes(b, &s, 1, &need, em) : 0;
             if (take < 0)
                 return take;
             if (!take) {
@@ -428,13 +439,14 @@ int dt_attn_block_bwd(dt_attn_blk_t *b, const dt_attn_cuda_t *a, const dt_run_t 
             char *dv = dk + ALIGN((size_t)(p.nk * s.lddk) * esz);
             char *cws = dv + ALIGN((size_t)(p.nk * s.lddk) * esz);
             const int64_t kw = (int64_t)a->hkv * a->d;
+            const void *oh = (const char *)b->ohalf + (size_t)(p.qrow * g->lddo) * esz;
             b->pieces_cudnn++;
             if ((rc = dt_dilate_gather_rows_cuda(p.nq, a->h, g->lse, g->ldlse, p.qrow, 1, 0,
                                                  (float *)(void *)lp, st, em)) < 0 ||
                 (rc = dt_cudnn_bwd(&s, (const char *)a->q + (size_t)(p.qrow * a->ldq) * esz,
                                    (const char *)a->k + (size_t)(p.krow * a->ldk) * esz,
                                    (const char *)a->v + (size_t)(p.krow * a->ldv) * esz,
-                                   (const char *)b->ohalf + (size_t)(p.qrow * g->lddo) * esz,
+                                   oh,
                                    (const char *)g->dout + (size_t)(p.qrow * g->lddo) * esz,
                                    (const float *)(const void *)lp, dq, dk, dv, cws, st, em)) < 0 ||
                 (rc = dt_attn_add_half_cuda(p.nq, (int64_t)a->h * a->d, a->dtype, dq, g->lddo,

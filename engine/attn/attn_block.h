@@ -14,7 +14,10 @@
  * eight. dt_attn_pieces cuts a block into rectangles of rows each one rule
  * covers (the whole block when one does: zigzag's diagonal is one causal
  * block, its other steps one full block of half the rows), the rows that
- * see no key trimmed. What cuDNN does not take goes to dt's kernels, a
+ * see no key trimmed, and into chunks of query rows that bound the scratch
+ * (DT_CUDNN_ROW_CHUNK_BYTES of o or dq, and before cuDNN 9.25 the
+ * deterministic backward's DT_CUDNN_DET_CHUNK_BYTES of scores; spec/
+ * attn_spec.h). What cuDNN does not take goes to dt's kernels, a
  * piece at a time: a mask's intervals (documents, windows), a head size or
  * stride it refuses, a shape a known cuDNN bug gets wrong
  * (dt_cudnn_supports), or a piece whose workspace exceeds the scratch.
@@ -62,7 +65,8 @@ typedef struct dt_attn_blk {
     char *ws;          /* device scratch of bytes (dt_attn_block_bytes) */
     size_t bytes;
     const void *ohalf; /* backward with cudnn: the forward's final o in dtype, the block's
-                        * query rows at the row stride of dout */
+                        * query rows at the row stride of dout (a copy: the ring's dq may
+                        * overwrite o) */
     int pieces_cudnn;  /* statistics: pieces run by cuDNN, by dt's kernels */
     int pieces_dt;
 } dt_attn_blk_t;

@@ -420,6 +420,7 @@ static int dense_setup(call_t *x, int l, dt_emsg_t *em)
         if ((rc = dt_attn_delta_cuda(x->c, s->H, s->D, x->dtype, io->dout, ldq, io->o, ldq, delta,
                                      x->c, cs, em)) < 0)
             return rc;
+        /* cuDNN's backward reads o, in dtype: a copy, as dq may be o */
         if (lr->blk.cudnn && (rc = dt_cast_from_f32_cuda(x->dtype, x->c * ldq, io->o,
                                                          lr->ws + x->pl.ohalf, cs, em)) < 0)
             return rc;

@@ -7,8 +7,11 @@
  * it says. A local query: it joins no job.
  *
  * The JSON, one object:
- *   {"cuda": BUILT, "driver": VERSION|null, "devices": [{"index", "name",
- *    "uuid", "memory_bytes", "pci_bus_id", "cpus"}...], "error": TEXT?}
+ *   {"cuda": BUILT, "driver": VERSION|null, "cudnn": VERSION|null,
+ *    "cudnn_error": TEXT?, "devices": [{"index", "name", "uuid",
+ *    "memory_bytes", "pci_bus_id", "cpus"}...], "error": TEXT?}
+ * "cudnn" is the version libcudnn.so.9 reports (91900 for 9.19.0), null
+ * with "cudnn_error" saying why where it cannot be loaded.
  * "error" says why no device is listed when the query failed (no driver,
  * a driver too old for the runtime, no device); the exit status is still 0,
  * as the answer is complete: this node has none. Exit 2 for bad usage.
@@ -26,6 +29,8 @@
 
 #ifdef HAVE_CUDA
 #include <cuda_runtime_api.h>
+
+#include "kernels/cuda/attn_cudnn.h"
 #endif
 
 /* The kernel's list of the CPUs near a PCI device ("0-31,64-95"), NULL
@@ -67,6 +72,12 @@ static void query(json_t *o)
 
     if (cudaDriverGetVersion(&drv) == cudaSuccess && drv > 0)
         json_object_set_new(o, "driver", json_integer(drv));
+    /* cuDNN, which the GPU ring's blocks run through where it loads */
+    dt_emsg_t em = { 0 };
+    size_t cv = dt_cudnn_version(&em);
+    json_object_set_new(o, "cudnn", cv ? json_integer((json_int_t)cv) : json_null());
+    if (!cv)
+        json_object_set_new(o, "cudnn_error", json_string(em.s));
     if ((e = cudaGetDeviceCount(&n)) != cudaSuccess) {
         /* with no driver at all the runtime says its version is too new */
         json_object_set_new(o, "error",
@@ -145,8 +156,16 @@ int dt_cmd_devices(int argc, char **argv)
         json_t *devs = json_object_get(o, "devices"), *d;
         size_t i;
         const char *err = json_string_value(json_object_get(o, "error"));
+        json_t *cv = json_object_get(o, "cudnn");
         if (json_array_size(devs) == 0)
             printf("no GPU%s%s\n", err ? ": " : "", err ? err : "");
+        if (json_is_integer(cv))
+            printf("cudnn %lld.%lld.%lld\n", (long long)json_integer_value(cv) / 10000,
+                   (long long)json_integer_value(cv) / 100 % 100,
+                   (long long)json_integer_value(cv) % 100);
+        else if (json_is_string(json_object_get(o, "cudnn_error")))
+            printf("cudnn none: %s\n",
+                   json_string_value(json_object_get(o, "cudnn_error")));
         json_array_foreach(devs, i, d)
             printf("%lld  %s  %s  %.1f GiB  %s  cpus %s\n",
                    (long long)json_integer_value(json_object_get(d, "index")),

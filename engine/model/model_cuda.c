@@ -254,18 +254,18 @@ int dt_gmodel_layer_fwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, int l, dt_em
                            (long long)H, (long long)Hkv, (long long)D);
     L = &g->layer[l];
     /* attention half: x += Wo attn(rope(Wq h), rope(Wk h), Wv h), h = norm(x) */
-    if ((rc = dt_rmsnorm_fwd_cuda(c, (int)d, cf->norm_eps, g->x, L->attn_norm, g->h, g->rstd,
-                                  g->st, em)) < 0 ||
-        (rc = linear(g, c, (int)d, (int)qd, g->h, L->wq, g->q, em)) < 0 ||
+    /* (fused launches, kernels/cuda/layers_cuda.h: the norm straight into
+     * the dtype; RoPE of q and k with the three casts) */
+    if ((rc = dt_rmsnorm_fwd_half_cuda(c, (int)d, cf->norm_eps, g->x, NULL, L->attn_norm, g->dt,
+                                       g->hb, g->rstd, g->st, em)) < 0 ||
+        (rc = dt_linear_fwd_cuda(g->blas, g->dt, c, (int)d, (int)qd, g->hb, L->wq, DT_F32, g->q,
+                                 g->st, em)) < 0 ||
         (rc = dt_linear_fwd_cuda(g->blas, g->dt, c, (int)d, (int)kd, g->hb, L->wk, DT_F32, g->k,
                                  g->st, em)) < 0 ||
         (rc = dt_linear_fwd_cuda(g->blas, g->dt, c, (int)d, (int)kd, g->hb, L->wv, DT_F32, g->v,
                                  g->st, em)) < 0 ||
-        (rc = dt_rope_fwd_cuda(c, (int)H, (int)D, g->pos, &cf->rope, g->q, g->st, em)) < 0 ||
-        (rc = dt_rope_fwd_cuda(c, (int)Hkv, (int)D, g->pos, &cf->rope, g->k, g->st, em)) < 0 ||
-        (rc = dt_cast_from_f32_cuda(g->dt, c * qd, g->q, g->qb, g->st, em)) < 0 ||
-        (rc = dt_cast_from_f32_cuda(g->dt, c * kd, g->k, g->kb, g->st, em)) < 0 ||
-        (rc = dt_cast_from_f32_cuda(g->dt, c * kd, g->v, g->vb, g->st, em)) < 0)
+        (rc = dt_rope_qkv_half_cuda(c, (int)H, (int)Hkv, (int)D, g->pos, &cf->rope, g->q, g->k,
+                                    g->v, g->dt, g->qb, g->kb, g->vb, g->st, em)) < 0)
         return rc;
     /* the ring runs on its own streams */
     DT_CUDA_TRY(em, cudaStreamSynchronize(g->st));
@@ -278,17 +278,19 @@ int dt_gmodel_layer_fwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, int l, dt_em
      * here: the first write into it waits for the copy */
     if (g->copying)
         DT_CUDA_TRY(em, cudaStreamWaitEvent(g->st, g->ev_copy, 0));
-    if ((rc = linear(g, c, (int)qd, (int)d, g->o, L->wo, g->t, em)) < 0 ||
-        (rc = dt_add_f32_cuda(c * d, g->t, g->x, g->st, em)) < 0)
+    if ((rc = linear(g, c, (int)qd, (int)d, g->o, L->wo, g->t, em)) < 0)
         return rc;
-    /* MLP half: x += W2 (silu(W1 h) * W3 h), h = norm(x) */
-    if ((rc = dt_rmsnorm_fwd_cuda(c, (int)d, cf->norm_eps, g->x, L->mlp_norm, g->h, g->rstd,
-                                  g->st, em)) < 0 ||
-        (rc = linear(g, c, (int)d, (int)f, g->h, L->w1, g->a, em)) < 0 ||
+    /* MLP half: x += W2 (silu(W1 h) * W3 h), h = norm(x); the residual add
+     * fused into the norm, SwiGLU straight into the dtype */
+    if ((rc = dt_rmsnorm_fwd_half_cuda(c, (int)d, cf->norm_eps, g->x, g->t, L->mlp_norm, g->dt,
+                                       g->hb, g->rstd, g->st, em)) < 0 ||
+        (rc = dt_linear_fwd_cuda(g->blas, g->dt, c, (int)d, (int)f, g->hb, L->w1, DT_F32, g->a,
+                                 g->st, em)) < 0 ||
         (rc = dt_linear_fwd_cuda(g->blas, g->dt, c, (int)d, (int)f, g->hb, L->w3, DT_F32, g->b,
                                  g->st, em)) < 0 ||
-        (rc = dt_swiglu_fwd_cuda(c, (int)f, g->a, g->b, g->g, g->st, em)) < 0 ||
-        (rc = linear(g, c, (int)f, (int)d, g->g, L->w2, g->t, em)) < 0 ||
+        (rc = dt_swiglu_fwd_half_cuda(c, (int)f, g->a, g->b, g->dt, g->hb, g->st, em)) < 0 ||
+        (rc = dt_linear_fwd_cuda(g->blas, g->dt, c, (int)f, (int)d, g->hb, L->w2, DT_F32, g->t,
+                                 g->st, em)) < 0 ||
         (rc = dt_add_f32_cuda(c * d, g->t, g->x, g->st, em)) < 0)
         return rc;
     DT_CUDA_TRY(em, cudaStreamSynchronize(g->st));

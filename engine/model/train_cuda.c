@@ -508,8 +508,8 @@ static int mm_bwd(dt_gmodel_t *g, int64_t rows, int din, int dout, const void *x
          r0 += n, n = (c) - r0 < ROWS ? (c) - r0 : ROWS)
 
 /* A tile's SwiGLU (n rows): the gate and up products of the normed input
- * hb (dtype) into ta, tb, their product into tgb (the dtype), through the
- * fp32 scratch g->g; the forward runs it, and the backward again (the
+ * hb (dtype) into ta, tb, their product into tgb (the dtype, one fused
+ * launch); the forward runs it, and the backward again (the
  * same kernels on the same input: the same bits). */
 static int mlp_tile_fwd(dt_gmodel_t *g, const glayer_t *L, const void *hb, int64_t n,
                         dt_emsg_t *em)
@@ -519,21 +519,21 @@ static int mlp_tile_fwd(dt_gmodel_t *g, const glayer_t *L, const void *hb, int64
     int rc;
 
     if ((rc = mm(g, n, (int)d, (int)f, hb, L->w1, T->ta, em)) < 0 ||
-        (rc = mm(g, n, (int)d, (int)f, hb, L->w3, T->tb, em)) < 0 ||
-        (rc = dt_swiglu_fwd_cuda(n, (int)f, T->ta, T->tb, g->g, g->st, em)) < 0)
+        (rc = mm(g, n, (int)d, (int)f, hb, L->w3, T->tb, em)) < 0)
         return rc;
-    return dt_cast_from_f32_cuda(g->dt, n * f, g->g, T->tgb, g->st, em);
+    return dt_swiglu_fwd_half_cuda(n, (int)f, T->ta, T->tb, g->dt, T->tgb, g->st, em);
 }
 
 /* rmsnorm(x) of a tile (n rows) with gain w into T->thb (dtype), its
- * rstd into T->trstd (through g->h). */
-static int norm_tile(dt_gmodel_t *g, const float *x, const float *w, int64_t n, dt_emsg_t *em)
+ * rstd into T->trstd; with res, x += res first (the residual add before
+ * the norm). One fused launch. */
+static int norm_tile(dt_gmodel_t *g, float *x, const float *res, const float *w, int64_t n,
+                     dt_emsg_t *em)
 {
     gtrain_t *T = g->tr;
-    const int64_t d = g->cfg.dim;
-    int rc = dt_rmsnorm_fwd_cuda(n, (int)d, g->cfg.norm_eps, x, w, g->h, T->trstd, g->st, em);
 
-    return rc < 0 ? rc : dt_cast_from_f32_cuda(g->dt, n * d, g->h, T->thb, g->st, em);
+    return dt_rmsnorm_fwd_half_cuda(n, (int)g->cfg.dim, g->cfg.norm_eps, x, res, w, g->dt,
+                                    T->thb, T->trstd, g->st, em);
 }
 
 /* Layer l's input, rows [r0, r0 + n), fp32: kept (without recompute), or
@@ -575,20 +575,15 @@ static int attn_in(dt_gmodel_t *g, const dt_attn_spec_t *attn, int l, const floa
     FOR_TILES(c, r0, n) {
         rc = 0;
         const float *xt = x ? x + r0 * d : xin_tile(g, l, r0, n, em, &rc);
-        if (xt == NULL || rc < 0 || (rc = norm_tile(g, xt, L->attn_norm, n, em)) < 0 ||
+        if (xt == NULL || rc < 0 ||
+            (rc = norm_tile(g, (float *)xt, NULL, L->attn_norm, n, em)) < 0 ||
             (rc = mm(g, n, (int)d, (int)qd, T->thb, L->wq, g->q, em)) < 0 ||
             (rc = mm(g, n, (int)d, (int)kd, T->thb, L->wk, g->k, em)) < 0 ||
             (rc = mm(g, n, (int)d, (int)kd, T->thb, L->wv, g->v, em)) < 0 ||
-            (rc = dt_rope_fwd_cuda(n, (int)H, (int)D, g->pos + r0, &cf->rope, g->q, g->st,
-                                   em)) < 0 ||
-            (rc = dt_rope_fwd_cuda(n, (int)Hkv, (int)D, g->pos + r0, &cf->rope, g->k, g->st,
-                                   em)) < 0 ||
-            (rc = dt_cast_from_f32_cuda(dt, n * qd, g->q, (char *)A->qb + r0 * qd * 2, g->st,
-                                        em)) < 0 ||
-            (rc = dt_cast_from_f32_cuda(dt, n * kd, g->k, (char *)A->kb + r0 * kd * 2, g->st,
-                                        em)) < 0 ||
-            (rc = dt_cast_from_f32_cuda(dt, n * kd, g->v, (char *)A->vb + r0 * kd * 2, g->st,
-                                        em)) < 0)
+            (rc = dt_rope_qkv_half_cuda(n, (int)H, (int)Hkv, (int)D, g->pos + r0, &cf->rope,
+                                        g->q, g->k, g->v, dt, (char *)A->qb + r0 * qd * 2,
+                                        (char *)A->kb + r0 * kd * 2, (char *)A->vb + r0 * kd * 2,
+                                        g->st, em)) < 0)
             return rc < 0 ? rc : DT_EINVAL;
     }
     DT_CUDA_TRY(em, cudaStreamSynchronize(g->st));
@@ -618,8 +613,7 @@ static int tlayer_fwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, int l, dt_emsg
         float *xt = g->x + r0 * d;
         if ((rc = dt_cast_from_f32_cuda(g->dt, n * qd, A->o + r0 * qd, T->tob, g->st, em)) < 0 ||
             (rc = mm(g, n, (int)qd, (int)d, T->tob, L->wo, g->t, em)) < 0 ||
-            (rc = dt_add_f32_cuda(n * d, g->t, xt, g->st, em)) < 0 ||
-            (rc = norm_tile(g, xt, L->mlp_norm, n, em)) < 0 ||
+            (rc = norm_tile(g, xt, g->t, L->mlp_norm, n, em)) < 0 ||
             (rc = mlp_tile_fwd(g, L, T->thb, n, em)) < 0 ||
             (rc = mm(g, n, (int)f, (int)d, T->tgb, L->w2, g->t, em)) < 0 ||
             (rc = dt_add_f32_cuda(n * d, g->t, xt, g->st, em)) < 0)
@@ -664,8 +658,7 @@ static int tlayer_bwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, int l, float *
                                         cudaMemcpyDeviceToDevice, g->st));
         if ((rc = dt_cast_from_f32_cuda(g->dt, n * qd, A->o + r0 * qd, T->tob, g->st, em)) < 0 ||
             (rc = mm(g, n, (int)qd, (int)d, T->tob, L->wo, g->t, em)) < 0 ||
-            (rc = dt_add_f32_cuda(n * d, g->t, T->tx2, g->st, em)) < 0 ||
-            (rc = norm_tile(g, T->tx2, L->mlp_norm, n, em)) < 0 ||
+            (rc = norm_tile(g, T->tx2, g->t, L->mlp_norm, n, em)) < 0 ||
             (rc = mlp_tile_fwd(g, L, T->thb, n, em)) < 0 ||
             (rc = mm_bwd(g, n, (int)f, (int)d, T->tgb, L->w2, dxt, T->dg, G + w2, em)) < 0 ||
             (rc = dt_swiglu_bwd_cuda(n, (int)f, T->ta, T->tb, T->dg, T->da, T->db, g->st,
@@ -700,7 +693,7 @@ static int tlayer_bwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, int l, float *
                                    em)) < 0 ||
             (rc = dt_rope_bwd_cuda(n, (int)Hkv, (int)D, g->pos + r0, &cf->rope, dkt, g->st,
                                    em)) < 0 ||
-            (rc = norm_tile(g, xt, L->attn_norm, n, em)) < 0 ||
+            (rc = norm_tile(g, (float *)xt, NULL, L->attn_norm, n, em)) < 0 ||
             (rc = mm_bwd(g, n, (int)d, (int)qd, T->thb, L->wq, dqt, dh, G + wq, em)) < 0 ||
             (rc = mm_bwd(g, n, (int)d, (int)kd, T->thb, L->wk, dkt, g->t, G + wk, em)) < 0 ||
             (rc = dt_add_f32_cuda(n * d, g->t, dh, g->st, em)) < 0 ||
@@ -726,7 +719,7 @@ static int thead(dt_gmodel_t *g, float scale, float *gl, float *gf, dt_emsg_t *e
 
     FOR_TILES(c, r0, n) {
         const float *xt = g->x + r0 * d;
-        if ((rc = norm_tile(g, xt, g->final_norm, n, em)) < 0 ||
+        if ((rc = norm_tile(g, (float *)xt, NULL, g->final_norm, n, em)) < 0 ||
             (rc = mm(g, n, (int)d, (int)V, T->thb, g->lm_head, g->logits, em)) < 0 ||
             (rc = dt_xent_cuda(n, (int)V, g->logits, T->tgt + r0, scale, T->rowloss + r0,
                                T->amax + r0, g->st, em)) < 0 ||

@@ -518,7 +518,6 @@ typedef struct plan {
     size_t own;    /* the backward's own buffers (bwd_own) */
     size_t dqacc;  /* offset of the dQ accumulator in the workspace */
     float scale, neginf, one;
-    int32_t shift;
 } plan_t;
 
 static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -530,7 +529,11 @@ static dt_cudnn_sdpa_t norm_key(const dt_cudnn_sdpa_t *a, int bwd)
 {
     dt_cudnn_sdpa_t k = *a;
 
+    /* the graph knows full, the diagonal, or a shifted diagonal; the shift
+     * itself is a scalar given at execution (one plan for every chunk) */
     k.shift = causal_shift(a);
+    if (k.shift != DT_CUDNN_FULL && k.shift != 0)
+        k.shift = 1;
     if (k.scale == 0)
         k.scale = 1.0f / sqrtf((float)a->d);
     if (!bwd) {
@@ -745,7 +748,6 @@ static int get_plan(const dt_cudnn_sdpa_t *a, int bwd, plan_t **pp, cudnnHandle_
     p->scale = k.scale;
     p->neginf = -INFINITY;
     p->one = 1.0f;
-    p->shift = (int32_t)(k.shift == DT_CUDNN_FULL ? 0 : k.shift);
     if ((rc = device_props(dev, &props, hp, em)) == 0) {
         rc = make_plan(&k, bwd, props, 0, &p->plan, &p->ws, NULL, em);
         dn.DestroyDescriptor(props);
@@ -820,10 +822,10 @@ int dt_cudnn_fwd(const dt_cudnn_sdpa_t *a, const void *q, const void *k, const v
 
     if (rc < 0)
         return rc;
+    int32_t shift = (int32_t)(p->key.shift == DT_CUDNN_FULL ? 0 : causal_shift(a));
     int64_t uids[8] = { U_Q, U_K, U_V, U_O, U_STATS, U_SCALE, U_NEGINF, U_SHIFT };
-    void *ptrs[8] = { (void *)q, (void *)k, (void *)v, o, stats, &p->scale, &p->neginf,
-                      &p->shift };
-    int n = p->key.shift == DT_CUDNN_FULL ? 6 : p->shift == 0 ? 7 : 8;
+    void *ptrs[8] = { (void *)q, (void *)k, (void *)v, o, stats, &p->scale, &p->neginf, &shift };
+    int n = p->key.shift == DT_CUDNN_FULL ? 6 : p->key.shift == 0 ? 7 : 8;
     return run(p, h, n, uids, ptrs, ws, st, em);
 }
 
@@ -838,6 +840,7 @@ int dt_cudnn_bwd(const dt_cudnn_sdpa_t *a, const void *q, const void *k, const v
     if (rc < 0)
         return rc;
     char *w = ws;
+    int32_t shift = (int32_t)(p->key.shift == DT_CUDNN_FULL ? 0 : causal_shift(a));
     int64_t uids[16] = { U_Q, U_K, U_V, U_O, U_DO, U_STATS, U_DQ, U_DK, U_DV, U_SCALE, U_ONE,
                          U_DSUM };
     void *ptrs[16] = { (void *)q, (void *)k, (void *)v, (void *)o, (void *)dout, (void *)lse,
@@ -852,9 +855,9 @@ int dt_cudnn_bwd(const dt_cudnn_sdpa_t *a, const void *q, const void *k, const v
     if (p->key.shift != DT_CUDNN_FULL) {
         uids[n] = U_NEGINF;
         ptrs[n++] = &p->neginf;
-        if (p->shift != 0) {
+        if (p->key.shift != 0) {
             uids[n] = U_SHIFT;
-            ptrs[n++] = &p->shift;
+            ptrs[n++] = &shift;
         }
     }
     return run(p, h, n, uids, ptrs, ws, st, em);

@@ -59,6 +59,17 @@ template <> struct cvt<__half> {
     }
 };
 
+template <> struct cvt<float> {
+    static __device__ __forceinline__ float to(float v)
+    {
+        return v;
+    }
+    static __device__ __forceinline__ float from(float v)
+    {
+        return v;
+    }
+};
+
 /* x (n) fp32 -> y (n) T, round to nearest even. */
 template <typename T> static __global__ void cast_from_f32_kernel(int64_t n, const float *x, T *y)
 {
@@ -321,6 +332,28 @@ static __device__ double rope_reduce(int64_t pos, double fh, double fl)
     return __dadd_rn(r, lo);
 }
 
+/* Work unit u of the RoPE kernels: row t and pair i (u = t half + i), and
+ * the cosine and sine of the pair's angle at pos[t]. */
+struct rope_at {
+    int64_t t;
+    int i;
+    float cf, sf;
+};
+
+static __device__ __forceinline__ rope_at rope_angle(const int64_t *pos, const rope_freqs &f,
+                                                     int64_t u, int half)
+{
+    rope_at r;
+    double s, c;
+
+    r.t = u / half;
+    r.i = (int)(u - r.t * half);
+    sincos(rope_reduce(pos[r.t], f.fh[r.i], f.fl[r.i]), &s, &c);
+    r.cf = (float)c;
+    r.sf = (float)s;
+    return r;
+}
+
 /* x (T, H, D) in place; one thread per (t, i) with i < D/2: it takes sin and
  * cos of pair i's angle once and rotates that pair in every head. sign = 1
  * rotates by a (forward), -1 by -a (backward). Each element is read and
@@ -333,12 +366,9 @@ static __global__ void rope_kernel(int64_t T, int H, int D, const int64_t *pos,
 
     for (int64_t u = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; u < n;
          u += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t t = u / half;
-        const int i = (int)(u - t * half);
-        double s, c;
-        sincos(rope_reduce(pos[t], f.fh[i], f.fl[i]), &s, &c);
-        const float cf = (float)c, sf = sign * (float)s;
-        float *p = x + t * H * D + 2 * i;
+        const rope_at r = rope_angle(pos, f, u, half);
+        const float cf = r.cf, sf = sign * r.sf;
+        float *p = x + r.t * H * D + 2 * r.i;
         for (int h = 0; h < H; h++, p += D) {
             const float x0 = p[0], x1 = p[1];
             p[0] = x0 * cf - x1 * sf;
@@ -389,15 +419,17 @@ extern "C" int dt_rope_bwd_cuda(int64_t T, int H, int D, const int64_t *pos,
 
 /*-- SwiGLU -------------------------------------------------------------------*/
 
-/* a, b (n) -> h (n) = silu(a) b; h may be a or b (each thread reads its
- * element before writing it). */
-static __global__ void swiglu_fwd_kernel(int64_t n, const float *a, const float *b, float *h)
+/* a, b (n) -> h (n) = silu(a) b in T (fp32, or rounded once to bf16/fp16:
+ * dt_swiglu_fwd_half_cuda); h may be a or b when fp32 (each thread reads
+ * its element before writing it). */
+template <typename T>
+static __global__ void swiglu_fwd_kernel(int64_t n, const float *a, const float *b, T *h)
 {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         const float ai = a[i], bi = b[i];
         const float s = 1.0f / (1.0f + expf(-ai));
-        h[i] = ai * s * bi;
+        h[i] = cvt<T>::from(ai * s * bi);
     }
 }
 
@@ -426,10 +458,10 @@ static int swiglu_check(const char *fn, int64_t T, int f, dt_emsg_t *em)
     return 0;
 }
 
-extern "C" int dt_swiglu_fwd_cuda(int64_t T, int f, const float *a, const float *b, float *h,
-                                  cudaStream_t st, dt_emsg_t *em)
+/* Both forwards: h of dtype (DT_F32: dt_swiglu_fwd_cuda). */
+static int swiglu_fwd_run(const char *fn, int64_t T, int f, const float *a, const float *b,
+                          dt_dtype_t dtype, void *h, cudaStream_t st, dt_emsg_t *em)
 {
-    const char *fn = "dt_swiglu_fwd_cuda";
     int rc = swiglu_check(fn, T, f, em);
 
     if (rc != 0 || T == 0)
@@ -437,9 +469,23 @@ extern "C" int dt_swiglu_fwd_cuda(int64_t T, int f, const float *a, const float 
     if (a == NULL || b == NULL || h == NULL)
         return dt_emsg_set(em, DT_EINVAL, "%s: NULL tensor with T=%lld", fn, (long long)T);
     const int64_t n = T * f;
-    swiglu_fwd_kernel<<<grid_for(n, THREADS), THREADS, 0, st>>>(n, a, b, h);
+    const unsigned grid = grid_for(n, THREADS);
+    if (dtype == DT_F32)
+        swiglu_fwd_kernel<<<grid, THREADS, 0, st>>>(n, a, b, (float *)h);
+    else if (dtype == DT_BF16)
+        swiglu_fwd_kernel<<<grid, THREADS, 0, st>>>(n, a, b, (__nv_bfloat16 *)h);
+    else if (dtype == DT_F16)
+        swiglu_fwd_kernel<<<grid, THREADS, 0, st>>>(n, a, b, (__half *)h);
+    else
+        return dt_emsg_set(em, DT_EINVAL, "%s: dtype must be bf16 or fp16", fn);
     DT_CUDA_TRY(em, cudaGetLastError());
     return 0;
+}
+
+extern "C" int dt_swiglu_fwd_cuda(int64_t T, int f, const float *a, const float *b, float *h,
+                                  cudaStream_t st, dt_emsg_t *em)
+{
+    return swiglu_fwd_run("dt_swiglu_fwd_cuda", T, f, a, b, DT_F32, h, st, em);
 }
 
 extern "C" int dt_swiglu_bwd_cuda(int64_t T, int f, const float *a, const float *b, const float *dh,
@@ -458,6 +504,132 @@ extern "C" int dt_swiglu_bwd_cuda(int64_t T, int f, const float *a, const float 
     swiglu_bwd_kernel<<<grid_for(n, THREADS), THREADS, 0, st>>>(n, a, b, dh, da, db);
     DT_CUDA_TRY(em, cudaGetLastError());
     return 0;
+}
+
+/*-- fused launches (layers_cuda.h): the bits of the sequences they replace ------*/
+
+/* rmsnorm_fwd_kernel with the residual added first and y rounded to T. */
+template <typename T>
+static __global__ void rmsnorm_half_kernel(int64_t rows, int d, float eps, float *x,
+                                           const float *res, const float *g, T *y, float *rstd)
+{
+    const int lane = threadIdx.x % 32;
+
+    for (int64_t t = (int64_t)blockIdx.x * WARPS + threadIdx.x / 32; t < rows;
+         t += (int64_t)gridDim.x * WARPS) {
+        float *xr = x + t * d;
+        T *yr = y + t * d;
+        float ss = 0.0f;
+        if (res != NULL)
+            for (int j = lane; j < d; j += 32)
+                xr[j] += res[t * d + j]; /* each lane its own columns, before reading them */
+        for (int j = lane; j < d; j += 32)
+            ss = fmaf(xr[j], xr[j], ss);
+        ss = warp_sum(ss);
+        const float r = 1.0f / sqrtf(ss / (float)d + eps);
+        for (int j = lane; j < d; j += 32)
+            yr[j] = cvt<T>::from(xr[j] * r * g[j]);
+        if (lane == 0)
+            rstd[t] = r;
+    }
+}
+
+extern "C" int dt_rmsnorm_fwd_half_cuda(int64_t T, int d, float eps, float *x, const float *res,
+                                        const float *g, dt_dtype_t dtype, void *y, float *rstd,
+                                        cudaStream_t st, dt_emsg_t *em)
+{
+    const char *fn = "dt_rmsnorm_fwd_half_cuda";
+    int rc = rmsnorm_check(fn, T, d, x, g, y, rstd, em);
+
+    if (rc != 0 || T == 0)
+        return rc;
+    if (!(eps >= 0.0f))
+        return dt_emsg_set(em, DT_EINVAL, "%s: eps=%g is not >= 0", fn, (double)eps);
+    if (dtype == DT_BF16)
+        rmsnorm_half_kernel<<<grid_for(T, WARPS), THREADS, 0, st>>>(T, d, eps, x, res, g,
+                                                                    (__nv_bfloat16 *)y, rstd);
+    else if (dtype == DT_F16)
+        rmsnorm_half_kernel<<<grid_for(T, WARPS), THREADS, 0, st>>>(T, d, eps, x, res, g,
+                                                                    (__half *)y, rstd);
+    else
+        return dt_emsg_set(em, DT_EINVAL, "%s: dtype must be bf16 or fp16", fn);
+    DT_CUDA_TRY(em, cudaGetLastError());
+    return 0;
+}
+
+/* rope_kernel (forward) over the heads of q and of k from one sincos, the
+ * results rounded into qb, kb; then v cast, one thread per element. */
+template <typename T>
+static __global__ void rope_qkv_kernel(int64_t rows, int H, int Hkv, int D, const int64_t *pos,
+                                       const __grid_constant__ rope_freqs f, const float *q,
+                                       const float *k, const float *v, T *qb, T *kb, T *vb)
+{
+    const int half = D / 2;
+    const int64_t n = rows * half, nv = rows * Hkv * D;
+
+    for (int64_t u = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; u < n;
+         u += (int64_t)gridDim.x * blockDim.x) {
+        const rope_at r = rope_angle(pos, f, u, half);
+        const float cf = r.cf, sf = r.sf;
+        const int64_t t = r.t;
+        const int i = r.i;
+        for (int x = 0; x < 2; x++) {
+            const int nh = x ? Hkv : H;
+            const float *p = (x ? k : q) + t * nh * D + 2 * i;
+            T *o = (x ? kb : qb) + t * nh * D + 2 * i;
+            for (int h = 0; h < nh; h++, p += D, o += D) {
+                const float x0 = p[0], x1 = p[1];
+                o[0] = cvt<T>::from(x0 * cf - x1 * sf);
+                o[1] = cvt<T>::from(x0 * sf + x1 * cf);
+            }
+        }
+    }
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < nv;
+         e += (int64_t)gridDim.x * blockDim.x)
+        vb[e] = cvt<T>::from(v[e]);
+}
+
+extern "C" int dt_rope_qkv_half_cuda(int64_t T, int H, int Hkv, int D, const int64_t *pos,
+                                     const dt_rope_t *rope, const float *q, const float *k,
+                                     const float *v, dt_dtype_t dtype, void *qb, void *kb,
+                                     void *vb, cudaStream_t st, dt_emsg_t *em)
+{
+    const char *fn = "dt_rope_qkv_half_cuda";
+    rope_freqs f;
+
+    if (T < 0 || H < 1 || Hkv < 1 || D % 2 != 0 || D < 2 || D > 2 * ROPE_MAX_HALF)
+        return dt_emsg_set(em, DT_EINVAL, "%s: T=%lld H=%d Hkv=%d D=%d", fn, (long long)T, H,
+                           Hkv, D);
+    if (rope == NULL || !(rope->theta > 0.0) || isinf(rope->theta))
+        return dt_emsg_set(em, DT_EINVAL, "%s: theta=%g is not a positive number", fn,
+                           rope ? rope->theta : 0.0);
+    if (dtype != DT_BF16 && dtype != DT_F16)
+        return dt_emsg_set(em, DT_EINVAL, "%s: dtype must be bf16 or fp16", fn);
+    if (T == 0)
+        return 0;
+    if (!pos || !q || !k || !v || !qb || !kb || !vb)
+        return dt_emsg_set(em, DT_EINVAL, "%s: NULL tensor with T=%lld", fn, (long long)T);
+    memset(&f, 0, sizeof f);
+    for (int i = 0; i < D / 2; i++)
+        dt_rope_freq(i, D, rope, &f.fh[i], &f.fl[i]);
+    const int64_t units = T * (D / 2) > T * Hkv * D ? T * (D / 2) : T * Hkv * D;
+    if (dtype == DT_BF16)
+        rope_qkv_kernel<<<grid_for(units, THREADS), THREADS, 0, st>>>(
+            T, H, Hkv, D, pos, f, q, k, v, (__nv_bfloat16 *)qb, (__nv_bfloat16 *)kb,
+            (__nv_bfloat16 *)vb);
+    else
+        rope_qkv_kernel<<<grid_for(units, THREADS), THREADS, 0, st>>>(
+            T, H, Hkv, D, pos, f, q, k, v, (__half *)qb, (__half *)kb, (__half *)vb);
+    DT_CUDA_TRY(em, cudaGetLastError());
+    return 0;
+}
+
+extern "C" int dt_swiglu_fwd_half_cuda(int64_t T, int f, const float *a, const float *b,
+                                       dt_dtype_t dtype, void *h, cudaStream_t st, dt_emsg_t *em)
+{
+    if (dtype == DT_F32)
+        return dt_emsg_set(em, DT_EINVAL, "dt_swiglu_fwd_half_cuda: dtype must be bf16 or fp16");
+    return swiglu_fwd_run("dt_swiglu_fwd_half_cuda", T, f, a, b, dtype, h, st, em);
 }
 
 /*-- the residual stream ----------------------------------------------------------*/

@@ -60,6 +60,32 @@ int dt_swiglu_fwd_cuda(int64_t T, int f, const float *a, const float *b, float *
 int dt_swiglu_bwd_cuda(int64_t T, int f, const float *a, const float *b, const float *dh,
                        float *da, float *db, cudaStream_t st, dt_emsg_t *em);
 
+/*-- fused: one launch where the layer ran several ---------------------------
+ * Each gives the bits of the unfused sequence it replaces (the same fp32
+ * arithmetic in the same order, one rounding to dtype at the end), with
+ * one pass over memory instead of several. dtype: DT_BF16 or DT_F16. */
+
+/* res != NULL: x (T, d) += res first, in place (the residual add before
+ * the next norm); then y (T, d) in dtype = rmsnorm(x) g rounded, rstd (T):
+ * dt_add_f32_cuda, dt_rmsnorm_fwd_cuda and dt_cast_from_f32_cuda in one. */
+int dt_rmsnorm_fwd_half_cuda(int64_t T, int d, float eps, float *x, const float *res,
+                             const float *g, dt_dtype_t dtype, void *y, float *rstd,
+                             cudaStream_t st, dt_emsg_t *em);
+
+/* q (T, H, D) and k (T, Hkv, D) fp32 rotated by RoPE at pos (read only)
+ * into qb, kb in dtype, v (T, Hkv, D) cast into vb: two dt_rope_fwd_cuda
+ * and three casts in one (sin and cos of each angle taken once for the
+ * heads of q and of k). */
+int dt_rope_qkv_half_cuda(int64_t T, int H, int Hkv, int D, const int64_t *pos,
+                          const dt_rope_t *rope, const float *q, const float *k, const float *v,
+                          dt_dtype_t dtype, void *qb, void *kb, void *vb, cudaStream_t st,
+                          dt_emsg_t *em);
+
+/* h (T, f) in dtype = silu(a) b rounded: dt_swiglu_fwd_cuda and a cast in
+ * one. */
+int dt_swiglu_fwd_half_cuda(int64_t T, int f, const float *a, const float *b, dt_dtype_t dtype,
+                            void *h, cudaStream_t st, dt_emsg_t *em);
+
 /*-- the residual stream ------------------------------------------------------*/
 
 /* y (n) += x (n), fp32 (x + attention, x + MLP). */

@@ -5,12 +5,14 @@
 # node (a CUDA driver, Python with torch and NVIDIA's pip wheels; none of
 # Debian's libraries). The programs are built elsewhere (make
 # tests/gpu/test_attn_cuda tests/gpu/test_layers_cuda tests/gpu/test_ring_cuda
-# bench/bench_attn_cuda, where CUDA compiles) and carried here; this script
-# builds nothing.
+# tests/gpu/test_cudnn_plans bench/bench_attn_cuda, where CUDA compiles) and
+# carried here; this script builds nothing. Attention runs under both
+# block kernels: cuDNN's (DT_ATTN_KERNEL=cudnn, libcudnn.so.9 from the
+# nvidia-cudnn wheel) and dt's own (DT_ATTN_KERNEL=dt).
 #
 # It finds the wheels' library folders (site-packages/nvidia/*/lib, and
-# torch/lib) and puts them on LD_LIBRARY_PATH so that libcublasLt.so.13 and
-# libnccl.so.2 resolve, saying what it found; checks every program with ldd
+# torch/lib) and puts them on LD_LIBRARY_PATH so that libcublasLt.so.13,
+# libnccl.so.2 and libcudnn.so.9 resolve, saying what it found; checks every program with ldd
 # (a library "not found" fails that program, named); runs the GPU tests
 # (exit 0 passed, 77 skipped: no usable device, else failed); then, with
 # --bench or --quick, bench/gpu.sh (attention against PyTorch) and
@@ -263,12 +265,29 @@ step() {
 }
 
 if [ -n "$quick" ]; then tlimit=150; else tlimit=180; fi
-for t in test_attn_cuda test_layers_cuda test_ring_cuda; do
+# cuDNN's graphs as dt builds them, planned whole on this GPU's cuDNN
+# (kernels/cuda/attn_cudnn.c; in make check they stop before loading the module)
+if check_bin test_cudnn_plans "$builddir/tests/gpu/test_cudnn_plans"; then
+    step "test_cudnn_plans" 120 env DT_SRCDIR="$PWD" "$builddir/tests/gpu/test_cudnn_plans"
+fi
+# the kernels against the CPU reference: dt's own (the default of
+# test_attn_cuda), then blocks through cuDNN; the ring under both
+for t in test_attn_cuda test_layers_cuda; do
     bin=$builddir/tests/gpu/$t
     if check_bin "$t" "$bin"; then
         step "$t" "$tlimit" "$bin"
     fi
 done
+if check_bin test_ring_cuda "$builddir/tests/gpu/test_ring_cuda"; then
+    step "test_ring_cuda DT_ATTN_KERNEL=dt" "$tlimit" env DT_ATTN_KERNEL=dt \
+        "$builddir/tests/gpu/test_ring_cuda"
+fi
+if [ -x "$builddir/tests/gpu/test_attn_cuda" ]; then
+    step "test_attn_cuda DT_ATTN_KERNEL=cudnn" "$tlimit" env DT_ATTN_KERNEL=cudnn \
+        "$builddir/tests/gpu/test_attn_cuda"
+    step "test_ring_cuda DT_ATTN_KERNEL=cudnn" "$tlimit" env DT_ATTN_KERNEL=cudnn \
+        "$builddir/tests/gpu/test_ring_cuda"
+fi
 # the forward's 8-warp variant (DT_ATTN_FWD_WARPS=8) passes the same checks
 if [ -x "$builddir/tests/gpu/test_attn_cuda" ]; then
     step "test_attn_cuda DT_ATTN_FWD_WARPS=8" "$tlimit" env DT_ATTN_FWD_WARPS=8 \

@@ -40,7 +40,9 @@
 #include "common/err.h"
 #include "common/mem.h"
 #include "kernels/cpu/attn_cpu.h"
+#include "kernels/attn_kernel.h"
 #include "kernels/cuda/attn_cuda.h"
+#include "engine/attn/attn_block.h"
 #include "engine/data/gen.h"
 #include "tests/gpu/gpucheck.h"
 
@@ -618,6 +620,90 @@ static dt_attn_cuda_t td_args(const tdata_t *t, int64_t j0, int64_t j1)
     };
 }
 
+/*-- DT_ATTN_KERNEL=cudnn: the same cases through cuDNN's blocks ------------------------
+ * (engine/attn/attn_block.h): the block cut into pieces by its position
+ * runs, bf16/fp16 partials merged into the fp32 state; what cuDNN does not
+ * take (masks) runs on dt's kernels as before. */
+static int use_cudnn;
+
+/* The runs of positions of query rows (keys = 0) or key rows [j0, j1). */
+static int case_runs(const tcase_t *c, int keys, int64_t j0, int64_t j1, dt_run_t *r)
+{
+    const int64_t n = keys ? c->tk : c->tq, a = keys ? c->k0 : c->q0, b = keys ? c->k1 : c->q1;
+    int k = 0;
+
+    if (!c->pos) {
+        r[0] = (dt_run_t){ .start = a + j0, .len = j1 - j0 };
+        return 1;
+    }
+    if (j0 < n / 2)
+        r[k++] = (dt_run_t){ .start = a + j0, .len = (j1 < n / 2 ? j1 : n / 2) - j0 };
+    if (j1 > n / 2) {
+        int64_t s = j0 > n / 2 ? j0 : n / 2;
+        r[k++] = (dt_run_t){ .start = b + (s - n / 2), .len = j1 - s };
+    }
+    return k;
+}
+
+static dt_attn_blk_t cudnn_blk(const tdata_t *t, int bwd, const void *ohalf)
+{
+    dt_attn_blk_t b = { .cudnn = 1, .det = 1, .ohalf = ohalf };
+    dt_emsg_t em = { { 0 } };
+    size_t bytes = 0;
+    int64_t rows = t->c->tq > t->c->tk ? t->c->tq : t->c->tk;
+
+    if (!launched(dt_attn_block_bytes(&b, rows, rows, t->c->h, t->c->hkv, t->d, t->dt,
+                                      bwd ? t->lddo : (int64_t)t->c->h * t->d, bwd, &bytes, &em),
+                  &em, "dt_attn_block_bytes", t->tag))
+        bytes = 0;
+    b.bytes = bytes;
+    b.ws = bytes ? dmalloc(bytes) : NULL;
+    return b;
+}
+
+static int block_fwd(const tdata_t *t, const dt_attn_cuda_t *a, int64_t j0, int64_t j1, int acc,
+                     float *o, float *lse, dt_emsg_t *em)
+{
+    if (!use_cudnn)
+        return dt_attn_fwd_cuda(a, acc, o, t->ldo, lse, t->ldlse, 0, em);
+    dt_run_t qr[2], kr[2];
+    int nq = case_runs(t->c, 0, 0, t->c->tq, qr), nk = case_runs(t->c, 1, j0, j1, kr);
+    dt_attn_blk_t b = cudnn_blk(t, 0, NULL);
+    dt_attn_cuda_t x = *a;
+    x.qpos = x.kpos = NULL; /* the runs say it */
+    int rc = dt_attn_block_fwd(&b, t->c->pos ? &x : a, qr, nq, kr, nk, acc, o, t->ldo, lse,
+                               t->ldlse, 0, em);
+    GC_CUDA(cudaDeviceSynchronize());
+    dfree(b.ws);
+    return rc;
+}
+
+static int block_bwd(const tdata_t *t, const dt_attn_cuda_t *a, int64_t j0, int64_t j1,
+                     const dt_attn_cuda_grad_t *g, dt_emsg_t *em)
+{
+    if (!use_cudnn)
+        return dt_attn_bwd_cuda(a, g, 0, em);
+    /* the forward's final o in dtype at dout's stride: the reference's */
+    const tcase_t *c = t->c;
+    const int64_t w = (int64_t)c->h * t->d;
+    uint16_t *oh = calloc((size_t)(c->tq * t->lddo), sizeof(uint16_t));
+    for (int64_t i = 0; i < c->tq; i++)
+        for (int64_t e = 0; e < w; e++)
+            oh[i * t->lddo + e] = dt_half_bits(t->dt, t->o_ref[i * w + e]);
+    void *oh_d = dput(oh, (size_t)(c->tq * t->lddo) * 2);
+    dt_run_t qr[2], kr[2];
+    int nq = case_runs(c, 0, 0, c->tq, qr), nk = case_runs(c, 1, j0, j1, kr);
+    dt_attn_blk_t b = cudnn_blk(t, 1, oh_d);
+    dt_attn_cuda_t x = *a;
+    x.qpos = x.kpos = NULL;
+    int rc = dt_attn_block_bwd(&b, c->pos ? &x : a, qr, nq, kr, nk, g, 0, em);
+    GC_CUDA(cudaDeviceSynchronize());
+    dfree(b.ws);
+    dfree(oh_d);
+    free(oh);
+    return rc;
+}
+
 /* The forward over key blocks `blocks` (in that order, the first with
  * accumulate = 0 over NaN garbage); o and lse packed, host, allocated. */
 static int td_forward(const tdata_t *t, const int64_t (*blocks)[2], int nblock, float **o,
@@ -633,8 +719,8 @@ static int td_forward(const tdata_t *t, const int64_t (*blocks)[2], int nblock, 
 
     for (int b = 0; b < nblock && ok; b++) {
         dt_attn_cuda_t a = td_args(t, blocks[b][0], blocks[b][1]);
-        ok = launched(dt_attn_fwd_cuda(&a, b > 0, od, t->ldo, ld, t->ldlse, 0, &em), &em,
-                      "dt_attn_fwd_cuda", t->tag);
+        ok = launched(block_fwd(t, &a, blocks[b][0], blocks[b][1], b > 0, od, ld, &em), &em,
+                      use_cudnn ? "dt_attn_block_fwd (cudnn)" : "dt_attn_fwd_cuda", t->tag);
     }
     if (ok) {
         dget(oh, od, no * sizeof(float));
@@ -704,7 +790,8 @@ static int td_backward(const tdata_t *t, const int64_t (*blocks)[2], int nblock,
             .dk = db[1] + j0 * t->lddk, .lddk = t->lddk,
             .dv = db[2] + j0 * t->lddv, .lddv = t->lddv,
         };
-        ok = launched(dt_attn_bwd_cuda(&a, &g, 0, &em), &em, "dt_attn_bwd_cuda", t->tag);
+        ok = launched(block_bwd(t, &a, j0, blocks[b][1], &g, &em), &em,
+                      use_cudnn ? "dt_attn_block_bwd (cudnn)" : "dt_attn_bwd_cuda", t->tag);
     }
     if (ok) {
         int64_t bad = 0;
@@ -1270,6 +1357,15 @@ int main(void)
     GC_CUDA(cudaGetDeviceProperties(&p, dev));
     printf("device %d: %s, sm_%d%d, %d SMs, %.1f GiB\n", dev, p.name, p.major, p.minor,
            p.multiProcessorCount, (double)p.totalGlobalMem / (1 << 30));
+    use_cudnn = dt_gpu_attn_get() == DT_GPU_ATTN_CUDNN;
+    if (use_cudnn) {
+        dt_emsg_t em = { { 0 } };
+        size_t v = dt_cudnn_version(&em);
+        gc_check(v > 0, "DT_ATTN_KERNEL=cudnn: cuDNN loads: %s", v ? "yes" : em.s);
+        if (v == 0)
+            return gc_done();
+        printf("blocks through cuDNN %zu (dt_attn_block_*), deterministic backward\n", v);
+    }
     fflush(stdout);
     double t0 = dt_clock_now();
 

@@ -1085,6 +1085,126 @@ static void test_invalid(void)
     gc_check(rc == 0, "dt_rmsnorm_fwd_cuda with T=0 is a no-op (rc %d)", rc);
 }
 
+/*-- fused launches: the bits of the unfused sequences ----------------------------
+ * dt_rmsnorm_fwd_half_cuda (with and without the residual),
+ * dt_rope_qkv_half_cuda and dt_swiglu_fwd_half_cuda against the launches
+ * they replace, bf16 and fp16, exact (same arithmetic, one rounding). */
+static void test_fused_dtype(dt_dtype_t t)
+{
+    const int64_t T = 300;
+    const int d = 200, H = 8, Hkv = 2, D = 64, f = 500;
+    const char *tn = dt_dtype_name(t);
+    dt_emsg_t em = { { 0 } };
+    int rc;
+
+    /* residual + rmsnorm + cast */
+    float *x = fill_normal((size_t)(T * d), 1.0f), *r = fill_normal((size_t)(T * d), 0.5f);
+    float *g = fill_uniform((size_t)d, 0.5f, 1.5f);
+    float *x1 = dev_upload(x, (size_t)(T * d) * 4), *x2 = dev_upload(x, (size_t)(T * d) * 4);
+    float *rd = dev_upload(r, (size_t)(T * d) * 4), *gd = dev_upload(g, (size_t)d * 4);
+    float *y32 = dev_alloc((size_t)(T * d) * 4), *s1 = dev_alloc((size_t)T * 4),
+          *s2 = dev_alloc((size_t)T * 4);
+    void *yb1 = dev_alloc((size_t)(T * d) * 2), *yb2 = dev_alloc((size_t)(T * d) * 2);
+    for (int res = 0; res < 2; res++) {
+        rc = (res ? dt_add_f32_cuda(T * d, rd, x1, st, &em) : 0);
+        if (rc == 0)
+            rc = dt_rmsnorm_fwd_cuda(T, d, 1e-5f, x1, gd, y32, s1, st, &em);
+        if (rc == 0)
+            rc = dt_cast_from_f32_cuda(t, T * d, y32, yb1, st, &em);
+        if (rc == 0)
+            rc = dt_rmsnorm_fwd_half_cuda(T, d, 1e-5f, x2, res ? rd : NULL, gd, t, yb2, s2, st,
+                                          &em);
+        gc_check(rc == 0, "fused rmsnorm %s: launched: %s", tn, em.s);
+        uint16_t *h1 = malloc((size_t)(T * d) * 2), *h2 = malloc((size_t)(T * d) * 2);
+        float *a1 = hfloats((size_t)(T * d)), *a2 = hfloats((size_t)(T * d));
+        float *r1 = hfloats((size_t)T), *r2 = hfloats((size_t)T);
+        dev_get(h1, yb1, (size_t)(T * d) * 2);
+        dev_get(h2, yb2, (size_t)(T * d) * 2);
+        dev_get(a1, x1, (size_t)(T * d) * 4);
+        dev_get(a2, x2, (size_t)(T * d) * 4);
+        dev_get(r1, s1, (size_t)T * 4);
+        dev_get(r2, s2, (size_t)T * 4);
+        char what[96];
+        snprintf(what, sizeof what, "rmsnorm_fwd_half %s %s: y", tn, res ? "+ residual" : "alone");
+        check_exact(h2, h1, (size_t)(T * d) * 2, "%s", what);
+        snprintf(what, sizeof what, "rmsnorm_fwd_half %s %s: x and rstd", tn,
+                 res ? "+ residual" : "alone");
+        check_exact(a2, a1, (size_t)(T * d) * 4, "%s (x)", what);
+        check_exact(r2, r1, (size_t)T * 4, "%s (rstd)", what);
+        free(h1);
+        free(h2);
+        free(a1);
+        free(a2);
+        free(r1);
+        free(r2);
+    }
+
+    /* RoPE of q and k + the casts of q, k, v */
+    const size_t nq = (size_t)(T * H * D), nk = (size_t)(T * Hkv * D);
+    int64_t *pos = rope_positions(T);
+    int64_t *posd = dev_upload(pos, (size_t)T * 8);
+    dt_rope_t rope = { .theta = 500000.0 };
+    float *q = fill_normal(nq, 1.0f), *k = fill_normal(nk, 1.0f), *v = fill_normal(nk, 1.0f);
+    float *qd = dev_upload(q, nq * 4), *kd = dev_upload(k, nk * 4), *vd = dev_upload(v, nk * 4);
+    float *q1 = dev_upload(q, nq * 4), *k1 = dev_upload(k, nk * 4);
+    void *qb1 = dev_alloc(nq * 2), *kb1 = dev_alloc(nk * 2), *vb1 = dev_alloc(nk * 2);
+    void *qb2 = dev_alloc(nq * 2), *kb2 = dev_alloc(nk * 2), *vb2 = dev_alloc(nk * 2);
+    rc = dt_rope_fwd_cuda(T, H, D, posd, &rope, q1, st, &em);
+    if (rc == 0)
+        rc = dt_rope_fwd_cuda(T, Hkv, D, posd, &rope, k1, st, &em);
+    if (rc == 0)
+        rc = dt_cast_from_f32_cuda(t, (int64_t)nq, q1, qb1, st, &em);
+    if (rc == 0)
+        rc = dt_cast_from_f32_cuda(t, (int64_t)nk, k1, kb1, st, &em);
+    if (rc == 0)
+        rc = dt_cast_from_f32_cuda(t, (int64_t)nk, vd, vb1, st, &em);
+    if (rc == 0)
+        rc = dt_rope_qkv_half_cuda(T, H, Hkv, D, posd, &rope, qd, kd, vd, t, qb2, kb2, vb2, st,
+                                   &em);
+    gc_check(rc == 0, "fused rope_qkv %s: launched: %s", tn, em.s);
+    void *hq1 = malloc(nq * 2), *hq2 = malloc(nq * 2), *hk1 = malloc(nk * 2),
+         *hk2 = malloc(nk * 2), *hv1 = malloc(nk * 2), *hv2 = malloc(nk * 2);
+    dev_get(hq1, qb1, nq * 2);
+    dev_get(hq2, qb2, nq * 2);
+    dev_get(hk1, kb1, nk * 2);
+    dev_get(hk2, kb2, nk * 2);
+    dev_get(hv1, vb1, nk * 2);
+    dev_get(hv2, vb2, nk * 2);
+    check_exact(hq2, hq1, nq * 2, "rope_qkv_half %s: q (positions to 2^40)", tn);
+    check_exact(hk2, hk1, nk * 2, "rope_qkv_half %s: k", tn);
+    check_exact(hv2, hv1, nk * 2, "rope_qkv_half %s: v", tn);
+
+    /* SwiGLU + cast */
+    const size_t nf = (size_t)(T * f);
+    float *a = fill_normal(nf, 2.0f), *b = fill_normal(nf, 1.0f);
+    float *ad = dev_upload(a, nf * 4), *bd = dev_upload(b, nf * 4), *hd = dev_alloc(nf * 4);
+    void *hb1 = dev_alloc(nf * 2), *hb2 = dev_alloc(nf * 2);
+    rc = dt_swiglu_fwd_cuda(T, f, ad, bd, hd, st, &em);
+    if (rc == 0)
+        rc = dt_cast_from_f32_cuda(t, (int64_t)nf, hd, hb1, st, &em);
+    if (rc == 0)
+        rc = dt_swiglu_fwd_half_cuda(T, f, ad, bd, t, hb2, st, &em);
+    gc_check(rc == 0, "fused swiglu %s: launched: %s", tn, em.s);
+    void *hh1 = malloc(nf * 2), *hh2 = malloc(nf * 2);
+    dev_get(hh1, hb1, nf * 2);
+    dev_get(hh2, hb2, nf * 2);
+    check_exact(hh2, hh1, nf * 2, "swiglu_fwd_half %s", tn);
+
+    void *dev[] = { x1, x2, rd, gd, y32, s1, s2, yb1, yb2, posd, qd, kd, vd, q1, k1, qb1, kb1,
+                    vb1, qb2, kb2, vb2, ad, bd, hd, hb1, hb2 };
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+        GC_CUDA(cudaFree(dev[i]));
+    void *host[] = { x, r, g, pos, q, k, v, hq1, hq2, hk1, hk2, hv1, hv2, a, b, hh1, hh2 };
+    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
+        free(host[i]);
+}
+
+static void test_fused(void)
+{
+    test_fused_dtype(DT_BF16);
+    test_fused_dtype(DT_F16);
+}
+
 int main(void)
 {
     gc_require_device("test_layers_cuda");
@@ -1095,6 +1215,7 @@ int main(void)
     test_rope();
     test_swiglu();
     test_add();
+    test_fused();
     test_linear();
     test_attn_aux();
     test_dilate();

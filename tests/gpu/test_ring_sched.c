@@ -21,6 +21,7 @@
  * Seeds and policies can be widened by hand: tests/gpu/test_ring_sched N
  * runs N seeds of the small rings (see also the SIM_* knobs in sim_cuda.c).
  */
+#include "engine/attn/attn_block.h"
 #include "kernels/attn_kernel.h"
 #include "tests/gpu/sim/sim_cuda.h"
 
@@ -244,12 +245,69 @@ static const struct {
     { 4, 1, "32", "2" },        /* [32,64) covers both runs of rank 3 */
 };
 
+/* dt_attn_pieces (engine/attn/attn_block.h) against brute force: every
+ * (rank, source) block of every layout, R = 1..8, causal: the pieces cover
+ * exactly the visible pairs, once each, every piece row sees a key, and a
+ * zigzag block is at most two pieces (one for the diagonal and the other
+ * steps). */
+static void check_pieces(void)
+{
+    static const enum dt_layout lays[] = { DT_LAYOUT_CONTIGUOUS, DT_LAYOUT_ZIGZAG,
+                                           DT_LAYOUT_BALANCED };
+    int bad = 0, blocks = 0, most_zz = 0;
+
+    for (size_t li = 0; li < sizeof(lays) / sizeof(lays[0]); li++)
+        for (int R = 1; R <= 8; R++) {
+            const int64_t T = 64 * R * 2, c = T / R;
+            unsigned char *seen = malloc((size_t)(c * c));
+            for (int me = 0; me < R; me++)
+                for (int src = 0; src < R; src++) {
+                    dt_run_t qr[DT_LAYOUT_MAXRUNS], kr[DT_LAYOUT_MAXRUNS];
+                    dt_attn_piece_t pc[DT_ATTN_MAXPIECES];
+                    int64_t qp[1024], kp[1024];
+                    int nq = dt_layout_runs(lays[li], T, R, me, qr);
+                    int nk = dt_layout_runs(lays[li], T, R, src, kr);
+                    int n = dt_attn_pieces(qr, nq, kr, nk, 1, pc), ok = 1;
+                    dt_layout_positions(lays[li], T, R, me, qp);
+                    dt_layout_positions(lays[li], T, R, src, kp);
+                    memset(seen, 0, (size_t)(c * c));
+                    for (int i = 0; i < n && ok; i++) {
+                        const dt_attn_piece_t *p = &pc[i];
+                        for (int64_t a = 0; a < p->nq && ok; a++) {
+                            int any = 0;
+                            for (int64_t b = 0; b < p->nk; b++)
+                                if (p->shift == DT_CUDNN_FULL || b <= a + p->shift) {
+                                    any = 1;
+                                    ok = ok && seen[(p->qrow + a) * c + p->krow + b]++ == 0;
+                                }
+                            ok = ok && any;
+                        }
+                    }
+                    for (int64_t a = 0; a < c && ok; a++)
+                        for (int64_t b = 0; b < c && ok; b++)
+                            ok = seen[a * c + b] == (kp[b] <= qp[a]);
+                    if (lays[li] == DT_LAYOUT_ZIGZAG)
+                        most_zz = n > most_zz ? n : most_zz;
+                    bad += !ok;
+                    blocks++;
+                    if (!ok)
+                        printf("  pieces wrong: %s R=%d rank %d source %d (%d pieces)\n",
+                               dt_layout_name(lays[li]), R, me, src, n);
+                }
+            free(seen);
+        }
+    gc_check(bad == 0 && most_zz == 1,
+             "attn_block pieces: %d blocks of 3 layouts, R 1..8, cover exactly the causal pairs "
+             "(%d wrong); a zigzag block is %d piece(s)", blocks, bad, most_zz);
+}
+
 int main(int argc, char **argv)
 {
     unsigned nseed = argc > 1 ? (unsigned)atoi(argv[1]) : SMALL_SEEDS;
     long ops, queue;
 
     gc_require_device("test_ring_sched"); /* the simulator's one device */
+    check_pieces();
     dt_gpu_attn_set(DT_GPU_ATTN_DT);
 
     /* test_ring_cuda's checks but check_dense (ten rings of T = 768 take

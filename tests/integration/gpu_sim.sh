@@ -52,10 +52,13 @@ t_devices() {
         out_has "^0  GPU-d7510000-0000-0000-0000-000000000002  dt simulated GPU" &&
         out_has "^1  GPU-d7510000-0000-0000-0000-000000000000 " || return 1
     run_rc 0 env CUDA_VISIBLE_DEVICES="$UUID1" "$SIM" devices &&
-        out_has "^0  $UUID1 " && [ "$(wc -l <"$TMPD/out")" = 1 ] || return 1
+        out_has "^0  $UUID1 " && [ "$(grep -c '^[0-9]' "$TMPD/out")" = 1 ] &&
+        out_has "^cudnn 9.19.0$" || return 1
+    run_rc 0 env DT_SIM_CUDNN=0 "$SIM" devices --json &&
+        out_has '"cudnn": null' && out_has '"cudnn_error": "cuDNN cannot be loaded' || return 1
     run_rc 0 env DT_SIM_GPUS=0 "$SIM" devices && out_has "^no GPU: cudaGetDeviceCount"
 }
-check "devices: simulated GPUs, chosen by CUDA_VISIBLE_DEVICES (index, UUID), or none" t_devices
+check "devices: simulated GPUs, chosen by CUDA_VISIBLE_DEVICES (index, UUID), or none; the cuDNN version or why none" t_devices
 
 # ---- attn --device cuda against the CPU path --------------------------------------------
 # vs R NAME DTYPE TOL ARGS...: dtengine-sim attn --device cuda --dtype DTYPE

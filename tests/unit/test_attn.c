@@ -941,3 +941,29 @@ Test(attn, check_refuses_a_mask_that_does_not_fit)
               em.s);
     dt_mask_close(&m);
 }
+
+/* The cuDNN blocks' chunks and scratch (spec/attn_spec.h): chunks of
+ * whole tiles that bound their bytes; a deterministic backward too long
+ * for 512-row chunks goes to dt's kernels (rows 0), and its scratch is the
+ * forward's. */
+Test(attn, cudnn_chunks_and_scratch)
+{
+    /* 16K rows, 32 heads of 128, bf16: o chunks of 256 MiB are 32768 rows */
+    cr_assert_eq(dt_attn_cudnn_rows(16384, 16384, 32, 128, 2, 0, 1), 16384);
+    /* the deterministic backward: 512 MiB of scores over 16K keys -> 512 rows */
+    cr_assert_eq(dt_attn_cudnn_rows(16384, 16384, 32, 128, 2, 1, 1), 512);
+    cr_assert_eq(dt_attn_cudnn_rows(16384, 16384, 32, 128, 2, 1, 0), 16384);
+    /* 512K keys: 16 rows would do; too few: dt's kernels */
+    cr_assert_eq(dt_attn_cudnn_rows(524288, 524288, 32, 128, 2, 1, 1), 0);
+    cr_assert_eq(dt_attn_cudnn_bytes(524288, 32, 8, 128, 2, 1, 1),
+                 dt_attn_cudnn_bytes(524288, 32, 8, 128, 2, 0, 1));
+    /* a short block is its own chunk */
+    cr_assert_eq(dt_attn_cudnn_rows(300, 300, 4, 64, 2, 1, 1), 300);
+    /* chunks bound the forward's scratch at long T: 256 MiB of o, 4 MiB of stats */
+    double f = dt_attn_cudnn_bytes(524288, 32, 8, 128, 2, 0, 1);
+    cr_assert(f > 256.0 * 1048576 && f < 264.0 * 1048576, "forward scratch %.0f", f);
+    /* the backward counts the copy of o and the keys' dK/dV */
+    double b = dt_attn_cudnn_bytes(16384, 32, 8, 128, 2, 1, 1);
+    cr_assert(b > 16384.0 * 32 * 128 * 2 + 2.0 * 16384 * 8 * 128 * 2 + 512.0 * 32 * 16384 * 2,
+              "backward scratch %.0f", b);
+}

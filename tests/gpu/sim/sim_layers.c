@@ -13,6 +13,7 @@
  */
 #include "config.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -159,6 +160,110 @@ int dt_add_f32_cuda(int64_t n, const float *x, float *y, cudaStream_t st, dt_ems
                            (long long)n);
     kelem_t k = { .op = 3, .T = n, .x = x, .y = y };
     return n ? elem(&k, st, "add") : 0;
+}
+
+/*-- the fused launches: the unfused sequence, on the host ----------------------*/
+
+typedef struct kfused {
+    int op; /* 0 residual + rmsnorm, 1 rope of q and k + casts, 2 swiglu */
+    int64_t T;
+    int a, b, c; /* rmsnorm d; rope H, Hkv, D; swiglu f */
+    float eps;
+    dt_rope_t rope;
+    dt_dtype_t dt;
+    float *x;
+    const float *r, *g, *q, *k, *v;
+    void *y, *qb, *kb, *vb;
+    float *rstd;
+    const int64_t *pos;
+} kfused_t;
+
+static void round_into(dt_dtype_t dt, const float *x, int64_t n, void *y)
+{
+    for (int64_t i = 0; i < n; i++)
+        ((uint16_t *)y)[i] = dt_half_bits(dt, x[i]);
+}
+
+static void do_fused(void *arg)
+{
+    const kfused_t *k = arg;
+
+    if (k->op == 0) {
+        const int64_t n = k->T * k->a;
+        float *t = dt_xmallocarray((size_t)n, sizeof(float));
+        if (k->r != NULL)
+            for (int64_t i = 0; i < n; i++)
+                k->x[i] += k->r[i];
+        dt_rmsnorm_fwd_cpu(k->T, k->a, k->eps, k->x, k->g, t, k->rstd);
+        round_into(k->dt, t, n, k->y);
+        free(t);
+    } else if (k->op == 1) {
+        const int64_t nq = k->T * k->a * k->c, nk = k->T * k->b * k->c;
+        float *t = dt_xmallocarray((size_t)(nq > nk ? nq : nk), sizeof(float));
+        memcpy(t, k->q, (size_t)nq * sizeof(float));
+        dt_rope_fwd_cpu(k->T, k->a, k->c, k->pos, &k->rope, t);
+        round_into(k->dt, t, nq, k->qb);
+        memcpy(t, k->k, (size_t)nk * sizeof(float));
+        dt_rope_fwd_cpu(k->T, k->b, k->c, k->pos, &k->rope, t);
+        round_into(k->dt, t, nk, k->kb);
+        round_into(k->dt, k->v, nk, k->vb);
+        free(t);
+    } else {
+        const int64_t n = k->T * k->a;
+        float *t = dt_xmallocarray((size_t)n, sizeof(float));
+        dt_swiglu_fwd_cpu(k->T, k->a, k->q, k->k, t);
+        round_into(k->dt, t, n, k->y);
+        free(t);
+    }
+}
+
+static int fused(const kfused_t *k, cudaStream_t st, const char *what)
+{
+    if (k->dt != DT_BF16 && k->dt != DT_F16) {
+        fprintf(stderr, "sim: %s: dtype must be bf16 or fp16\n", what);
+        abort();
+    }
+    kfused_t *c = dt_xmalloc(sizeof(*c));
+    *c = *k;
+    sim_enqueue(st, do_fused, c, what);
+    return 0;
+}
+
+int dt_rmsnorm_fwd_half_cuda(int64_t T, int d, float eps, float *x, const float *res,
+                             const float *g, dt_dtype_t dtype, void *y, float *rstd,
+                             cudaStream_t st, dt_emsg_t *em)
+{
+    if (T < 0 || d < 1 || (T > 0 && (!x || !g || !y || !rstd)))
+        return dt_emsg_set(em, DT_EINVAL, "dt_rmsnorm_fwd_half_cuda: T=%lld d=%d", (long long)T,
+                           d);
+    kfused_t k = { .op = 0, .T = T, .a = d, .eps = eps, .dt = dtype, .x = x, .r = res, .g = g,
+                   .y = y, .rstd = rstd };
+    return T ? fused(&k, st, "rmsnorm_half") : 0;
+}
+
+int dt_rope_qkv_half_cuda(int64_t T, int H, int Hkv, int D, const int64_t *pos,
+                          const dt_rope_t *rope, const float *q, const float *k, const float *v,
+                          dt_dtype_t dtype, void *qb, void *kb, void *vb, cudaStream_t st,
+                          dt_emsg_t *em)
+{
+    if (T < 0 || H < 1 || Hkv < 1 || D < 2 || D % 2 || rope == NULL || !(rope->theta > 0))
+        return dt_emsg_set(em, DT_EINVAL, "dt_rope_qkv_half_cuda: T=%lld H=%d D=%d",
+                           (long long)T, H, D);
+    if (T > 0 && (!pos || !q || !k || !v || !qb || !kb || !vb))
+        return dt_emsg_set(em, DT_EINVAL, "dt_rope_qkv_half_cuda: NULL tensor");
+    kfused_t f = { .op = 1, .T = T, .a = H, .b = Hkv, .c = D, .rope = *rope, .dt = dtype,
+                   .q = q, .k = k, .v = v, .qb = qb, .kb = kb, .vb = vb, .pos = pos };
+    return T ? fused(&f, st, "rope_qkv_half") : 0;
+}
+
+int dt_swiglu_fwd_half_cuda(int64_t T, int f, const float *a, const float *b, dt_dtype_t dtype,
+                            void *h, cudaStream_t st, dt_emsg_t *em)
+{
+    if (T < 0 || f < 1 || (T > 0 && (!a || !b || !h)))
+        return dt_emsg_set(em, DT_EINVAL, "dt_swiglu_fwd_half_cuda: T=%lld f=%d", (long long)T,
+                           f);
+    kfused_t k = { .op = 2, .T = T, .a = f, .dt = dtype, .q = a, .k = b, .y = h };
+    return T ? fused(&k, st, "swiglu_half") : 0;
 }
 
 /*-- linear layers: y = x W^T ------------------------------------------------*/
