@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: MIT
 # DT_WITH_CUDA: --with-cuda[=PREFIX]. Default "check": use CUDA when nvcc,
-# the runtime, cuBLASLt, NCCL and cuDNN's graph header are found, warn and go on without the GPU
+# the runtime, cuBLASLt and NCCL are found (cuDNN's graph header as well
+# builds the cuDNN attention backend, opened at run time; without it
+# attention runs on dt's own kernels), warn and go on without the GPU
 # backend otherwise. An explicit --with-cuda that cannot be satisfied is an
 # error.
 #
@@ -25,7 +27,7 @@ AC_DEFUN([DT_WITH_CUDA], [
       [cuda_prefix="$with_cuda"])
     AC_PATH_PROG([NVCC], [nvcc], [], [$cuda_prefix/bin$PATH_SEPARATOR$PATH])
     AS_IF([test -z "$NVCC"], [cuda_missing="nvcc"])
-    for f in cuda_runtime.h cublasLt.h nccl.h cudnn_graph.h; do
+    for f in cuda_runtime.h cublasLt.h nccl.h; do
       AS_IF([test -f "$cuda_prefix/include/$f"], [],
         [cuda_missing="$cuda_missing $f"])
     done
@@ -46,6 +48,9 @@ AC_DEFUN([DT_WITH_CUDA], [
   AS_IF([test "x$have_cuda" = xyes], [
     AC_DEFINE([HAVE_CUDA], [1], [Define to 1 to build the CUDA backend])
     AC_DEFINE_UNQUOTED([CUDA_PREFIX], ["$cuda_prefix"], [The CUDA tree built against])
+    AS_IF([test -f "$cuda_prefix/include/cudnn_graph.h"],
+      [AC_DEFINE([HAVE_CUDNN_GRAPH_H], [1], [Define to 1 when cuDNN's graph API header is there])],
+      [AC_MSG_WARN([no cudnn_graph.h under $cuda_prefix/include: GPU attention on dt's own kernels only])])
     AS_IF([test -z "$NVCC_GENCODE"],
       [NVCC_GENCODE="-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90a,code=sm_90a"])
     with_cuda=yes

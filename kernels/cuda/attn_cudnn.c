@@ -35,11 +35,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cudnn_graph.h>
-
 #include "common/mem.h"
 #include "kernels/cuda/attn_cudnn.h"
 #include "kernels/cuda/cuda_err.h"
+
+#ifdef HAVE_CUDNN_GRAPH_H
+
+#include <cudnn_graph.h>
 
 /* ---- the library ------------------------------------------------------------ */
 
@@ -891,3 +893,54 @@ int dt_cudnn_plan_offline(const dt_cudnn_sdpa_t *a, int bwd, const char *props_j
     dn.DestroyDescriptor(props);
     return rc;
 }
+
+#else /* !HAVE_CUDNN_GRAPH_H: built without cuDNN's header, dt's kernels only */
+
+#define NO_CUDNN "cuDNN cannot be loaded: this dtengine was built without cudnn_graph.h"
+
+size_t dt_cudnn_version(dt_emsg_t *em)
+{
+    if (em != NULL)
+        dt_emsg_set(em, DT_ENOTSUP, NO_CUDNN);
+    return 0;
+}
+
+int dt_cudnn_supports(const dt_cudnn_sdpa_t *a, int bwd, dt_emsg_t *em)
+{
+    (void)a;
+    (void)bwd;
+    return dt_emsg_set(em, DT_ENOTSUP, NO_CUDNN);
+}
+
+int dt_cudnn_ws(const dt_cudnn_sdpa_t *a, int bwd, size_t *bytes, dt_emsg_t *em)
+{
+    (void)a;
+    (void)bwd;
+    *bytes = 0;
+    return dt_emsg_set(em, DT_ENOTSUP, NO_CUDNN);
+}
+
+int dt_cudnn_fwd(const dt_cudnn_sdpa_t *a, const void *q, const void *k, const void *v, void *o,
+                 float *stats, void *ws, cudaStream_t st, dt_emsg_t *em)
+{
+    (void)a, (void)q, (void)k, (void)v, (void)o, (void)stats, (void)ws, (void)st;
+    return dt_emsg_set(em, DT_ENOTSUP, NO_CUDNN);
+}
+
+int dt_cudnn_bwd(const dt_cudnn_sdpa_t *a, const void *q, const void *k, const void *v,
+                 const void *o, const void *dout, const float *lse, void *dq, void *dk, void *dv,
+                 void *ws, cudaStream_t st, dt_emsg_t *em)
+{
+    (void)a, (void)q, (void)k, (void)v, (void)o, (void)dout, (void)lse, (void)dq, (void)dk;
+    (void)dv, (void)ws, (void)st;
+    return dt_emsg_set(em, DT_ENOTSUP, NO_CUDNN);
+}
+
+int dt_cudnn_plan_offline(const dt_cudnn_sdpa_t *a, int bwd, const char *props_json,
+                          size_t *bytes, int64_t *engine, dt_emsg_t *em)
+{
+    (void)a, (void)bwd, (void)props_json, (void)bytes, (void)engine;
+    return dt_emsg_set(em, DT_ENOTSUP, NO_CUDNN);
+}
+
+#endif /* HAVE_CUDNN_GRAPH_H */
