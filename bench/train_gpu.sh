@@ -5,9 +5,11 @@
 # in one run: `dtengine train --device cuda` (bf16 compute, fp32 master
 # weights and AdamW state, the whole step on the device) and Hugging Face
 # transformers' LlamaForCausalLM with SDPA under bf16 autocast, the same
-# recipe (bench/train_torch.py), for the same shapes on the same GPU.
-# Prints a markdown table: tokens/s per GPU, step time and model FLOP/s
-# utilisation (MFU) of each, and dt / PyTorch. Asserts nothing.
+# recipe (bench/train_torch.py), for the same shapes on the same GPU, and
+# the same model torch.compile'd where the node's PyTorch has it
+# (DT_BENCH_COMPILE=0 leaves it out). Prints a markdown table: tokens/s per
+# GPU, step time and model FLOP/s utilisation (MFU) of each, and dt /
+# PyTorch. Asserts nothing.
 #
 # Shapes (one sequence of T tokens per step, one GPU, ring of 1):
 #   small  dim 512, 4 layers, 8/4 heads (D = 64), ffn 1536, vocab 32000
@@ -111,16 +113,29 @@ for s in $shapes; do
     pt_tps=$(awk '$1 == "ROW" { print ($5 ~ /^[0-9.]+$/) ? $5 : "-" }' "$tmp/torch.log")
     pt_peak=$(awk '$1 == "ROW" && $5 ~ /^[0-9.]+$/ { print $7 }' "$tmp/torch.log")
     [ -n "$pt_tps" ] || { pt_tps=- status=1; }
+    pc_tps=-
+    if [ "${DT_BENCH_COMPILE:-1}" != 0 ]; then
+        lim=$(($(left) - 10))
+        [ "$lim" -ge 30 ] || lim=30
+        timeout "$lim" "$python" "$srcdir/bench/train_torch.py" --name "$s" --dim "$d" \
+            --layers "$L" --heads "$H" --kv-heads "$Hkv" --ffn "$f" --vocab "$V" \
+            --seq-len "$T" --steps "$steps" --compile >"$tmp/torchc.log" 2>&1
+        sed 's/^/  torch.compile | /' "$tmp/torchc.log" | tail -n 3
+        pc_tps=$(awk '$1 == "ROW" { print ($5 ~ /^[0-9.]+$/) ? $5 : "-" }' "$tmp/torchc.log")
+        [ -n "$pc_tps" ] || pc_tps=-
+    fi
+    kern=$(sed -n 's/.*gpu attn_kernel=\([^ ]*\).*/\1/p' "$tmp/dt.log" | head -n 1)
     rows="$rows
 $(awk -v s="$s" -v T="$T" -v a="$dt_tps" -v b="$pt_tps" -v fl="$flops" -v pk="$peak" \
-        -v pm="${pt_peak:--}" '
+        -v pm="${pt_peak:--}" -v c="$pc_tps" -v kn="${kern:-?}" '
         function mfu(x) {
             if (x == "-" || pk == "") return "-"
             return sprintf("%.1f%%", 100 * x * fl / (pk * 1e12))
         }
         BEGIN { r = (a != "-" && b != "-") ? sprintf("%.2f", a / b) : "-"
-                printf "| %s | %d | %.1f | %s | %s | %s | %s | %s | %s |", s, T, fl / 1e9, a,
-                    mfu(a), b, mfu(b), pm, r }')"
+                rc = (a != "-" && c != "-") ? sprintf("%.2f", a / c) : "-"
+                printf "| %s | %d | %.1f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |",
+                    s, T, fl / 1e9, kn, a, mfu(a), b, mfu(b), pm, r, c, mfu(c), rc }')"
 done
 
 echo
@@ -130,7 +145,7 @@ echo "GPU: ${gpu:-unknown}; peak bf16 ${peak:-unknown} TFLOP/s (datasheet, dense
 echo "dt: dtengine train --device cuda --dtype bf16; PyTorch: transformers LlamaForCausalLM, SDPA, bf16 autocast, fused AdamW"
 echo "both: fp32 master weights and AdamW state, clipping 1.0, one sequence a step; $steps steps, step 0 dropped"
 echo
-echo "| shape | T | GFLOP/token | dt tokens/s | dt MFU | PyTorch tokens/s | PyTorch MFU | PyTorch peak GiB | dt / PyTorch |"
-echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+echo "| shape | T | GFLOP/token | dt attention kernel | dt tokens/s | dt MFU | PyTorch tokens/s | PyTorch MFU | PyTorch peak GiB | dt / PyTorch | compiled tokens/s | compiled MFU | dt / compiled |"
+echo "|---|---:|---:|:---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 echo "$rows" | sed '/^$/d'
 exit "$status"

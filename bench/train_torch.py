@@ -30,6 +30,8 @@ def main():
     ap.add_argument("--vocab", type=int, required=True)
     ap.add_argument("--seq-len", type=int, required=True)
     ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--compile", action="store_true",
+                    help="torch.compile the model (the ROW is named torch-compiled)")
     a = ap.parse_args()
 
     import torch
@@ -41,10 +43,19 @@ def main():
                       max_position_embeddings=a.seq_len, rope_theta=500000.0,
                       rms_norm_eps=1e-5, tie_word_embeddings=False)
     cfg._attn_implementation = "sdpa"
+    tag = "torch-compiled" if a.compile else "torch"
     try:
         with torch.device("cuda"):
             model = LlamaForCausalLM(cfg)
         model.train()
+        tag = "torch"
+        if a.compile:
+            if not hasattr(torch, "compile"):
+                print(f"ROW torch-compiled {a.name} {a.seq_len} error no torch.compile",
+                      flush=True)
+                return 0
+            model = torch.compile(model)
+            tag = "torch-compiled"
         opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95),
                                 weight_decay=0.1, eps=1e-5, fused=True)
         g = torch.Generator(device="cuda").manual_seed(1)
@@ -64,12 +75,12 @@ def main():
         rest = times[1:] if len(times) > 1 else times  # step 0 is warm-up
         step_s = sum(rest) / len(rest)
         peak = torch.cuda.max_memory_allocated() / 2**30
-        print(f"ROW torch {a.name} {a.seq_len} {a.seq_len / step_s:.1f} {step_s:.4f} {peak:.1f}",
-              flush=True)
+        print(f"ROW {tag} {a.name} {a.seq_len} {a.seq_len / step_s:.1f} {step_s:.4f} "
+              f"{peak:.1f}", flush=True)
     except torch.OutOfMemoryError as e:
-        print(f"ROW torch {a.name} {a.seq_len} oom {str(e).splitlines()[0][:120]}", flush=True)
+        print(f"ROW {tag} {a.name} {a.seq_len} oom {str(e).splitlines()[0][:120]}", flush=True)
     except Exception as e:  # noqa: BLE001 - report any failure as a row
-        print(f"ROW torch {a.name} {a.seq_len} error {type(e).__name__}: {str(e)[:120]}",
+        print(f"ROW {tag} {a.name} {a.seq_len} error {type(e).__name__}: {str(e)[:120]}",
               flush=True)
     return 0
 
