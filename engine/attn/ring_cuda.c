@@ -672,6 +672,15 @@ static int run(dt_ring_t *r, const dt_attn_spec_t *s, dt_dtype_t dtype, dt_ring_
      * leaves an NCCL ring dead so that no peer waits on a transfer */
     for (int l = 0; l < x.nl && rc == 0; l++) {
         void *ws = NULL;
+        /* growing frees the old workspace (cudaFree waits for the device):
+         * the caller's inputs first, as they are not waited for otherwise */
+        if (io[l].ready != NULL && x.pl.total > r->p[l].wsbytes) {
+            cudaError_t e = cudaEventSynchronize(io[l].ready);
+            if (e != cudaSuccess) {
+                rc = dt_cuda_err(em, e, "cudaEventSynchronize(io[l].ready)", __FILE__, __LINE__);
+                break;
+            }
+        }
         rc = dt_ring_ws(r, l, x.pl.total, &ws, em);
         x.lr[l].ws = ws;
         x.lr[l].blk = (dt_attn_blk_t){
@@ -680,8 +689,13 @@ static int run(dt_ring_t *r, const dt_attn_spec_t *s, dt_dtype_t dtype, dt_ring_
             .ohalf = bwd && blk > 0 && s->nbranch == 0 ? x.lr[l].ws + x.pl.ohalf : NULL,
         };
     }
+    /* the caller's inputs, made on its stream: the compute streams wait */
+    for (int l = 0; l < x.nl && rc == 0; l++)
+        if (io[l].ready != NULL)
+            DT_CUDA_GOTO(em, rc, ran, cudaStreamWaitEvent(r->p[l].compute, io[l].ready, 0));
     if (rc == 0)
         rc = s->nbranch == 0 ? dense(&x, em) : dt_dilated_run(&x, em);
+ran:
     if (rc < 0)
         dt_ring_drain(r, 1, em);
 

@@ -45,6 +45,10 @@ typedef struct dt_ring_io {
     float *o, *lse;
     const void *dout;
     float *dq, *dk, *dv;
+    /* NULL: the inputs are complete when the call starts; else an event
+     * the caller recorded on the stream that makes them (and that may still
+     * read o): the ring's streams wait for it, the host does not */
+    cudaEvent_t ready;
 } dt_ring_io_t;
 
 /* Forward over the ring: io[l] for each local rank. Synchronous: returns

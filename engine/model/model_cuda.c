@@ -69,6 +69,7 @@ int dt_gmodel_begin(const dt_model_cfg_t *cfg, int64_t c, dt_dtype_t dtype, dt_r
     DT_CUDA_GOTO(em, rc, fail, cudaStreamCreateWithFlags(&g->cst, cudaStreamNonBlocking));
     DT_CUDA_GOTO(em, rc, fail, cudaEventCreateWithFlags(&g->ev_mark, cudaEventDisableTiming));
     DT_CUDA_GOTO(em, rc, fail, cudaEventCreateWithFlags(&g->ev_copy, cudaEventDisableTiming));
+    DT_CUDA_GOTO(em, rc, fail, cudaEventCreateWithFlags(&g->ev_ring, cudaEventDisableTiming));
     if ((rc = dt_blas_new(&g->blas, em)) < 0)
         goto fail;
     *out = g;
@@ -214,6 +215,8 @@ void dt_gmodel_free(dt_gmodel_t *g)
         cudaEventDestroy(g->ev_mark);
     if (g->ev_copy)
         cudaEventDestroy(g->ev_copy);
+    if (g->ev_ring)
+        cudaEventDestroy(g->ev_ring);
     free(g);
 }
 
@@ -267,9 +270,10 @@ int dt_gmodel_layer_fwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, int l, dt_em
         (rc = dt_rope_qkv_half_cuda(c, (int)H, (int)Hkv, (int)D, g->pos, &cf->rope, g->q, g->k,
                                     g->v, g->dt, g->qb, g->kb, g->vb, g->st, em)) < 0)
         return rc;
-    /* the ring runs on its own streams */
-    DT_CUDA_TRY(em, cudaStreamSynchronize(g->st));
-    dt_ring_io_t io = { .q = g->qb, .k = g->kb, .v = g->vb, .o = g->o, .lse = g->lse };
+    /* the ring runs on its own streams, after these (an event, not the host) */
+    DT_CUDA_TRY(em, cudaEventRecord(g->ev_ring, g->st));
+    dt_ring_io_t io = { .q = g->qb, .k = g->kb, .v = g->vb, .o = g->o, .lse = g->lse,
+                        .ready = g->ev_ring };
     dt_attn_spec_t la;
     if ((rc = dt_ring_attn_fwd(g->ring, dt_attn_layer_spec(attn, l, &la), g->dt, &io, NULL,
                                em)) < 0)

@@ -55,6 +55,9 @@ struct dt_gmodel {
     cudaStream_t cst;
     cudaEvent_t ev_mark, ev_copy;
     int copying;
+    /* the attention's inputs made on st: the ring's streams wait for it, so
+     * the host need not (dt_ring_io_t.ready) */
+    cudaEvent_t ev_ring;
 };
 
 /* Device buffers to allocate: where the pointer goes, and bytes. */

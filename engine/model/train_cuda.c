@@ -586,8 +586,10 @@ static int attn_in(dt_gmodel_t *g, const dt_attn_spec_t *attn, int l, const floa
                                         g->st, em)) < 0)
             return rc < 0 ? rc : DT_EINVAL;
     }
-    DT_CUDA_TRY(em, cudaStreamSynchronize(g->st));
-    dt_ring_io_t io = { .q = A->qb, .k = A->kb, .v = A->vb, .o = A->o, .lse = A->lse };
+    /* the ring's streams wait for these launches (an event, not the host) */
+    DT_CUDA_TRY(em, cudaEventRecord(g->ev_ring, g->st));
+    dt_ring_io_t io = { .q = A->qb, .k = A->kb, .v = A->vb, .o = A->o, .lse = A->lse,
+                        .ready = g->ev_ring };
     dt_attn_spec_t la;
     return dt_ring_attn_fwd(g->ring, dt_attn_layer_spec(attn, l, &la), dt, &io, NULL, em);
 }
@@ -675,10 +677,11 @@ static int tlayer_bwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, int l, float *
             return rc;
     }
     /* the attention: dq into o (read for delta first), dk, dv into x */
-    DT_CUDA_TRY(em, cudaStreamSynchronize(g->st));
+    DT_CUDA_TRY(em, cudaEventRecord(g->ev_ring, g->st));
     float *dq = A->o;
     dt_ring_io_t io = { .q = A->qb, .k = A->kb, .v = A->vb, .o = A->o, .lse = A->lse,
-                        .dout = T->dob, .dq = dq, .dk = T->dk, .dv = T->dv };
+                        .dout = T->dob, .dq = dq, .dk = T->dk, .dv = T->dv,
+                        .ready = g->ev_ring };
     dt_attn_spec_t la;
     if ((rc = dt_ring_attn_bwd(g->ring, dt_attn_layer_spec(attn, l, &la), g->dt, &io, NULL,
                                em)) < 0)
