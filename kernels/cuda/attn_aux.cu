@@ -183,48 +183,9 @@ static int merge_launch(const merge_args<T> *a, cudaStream_t st, dt_emsg_t *em)
     return 0;
 }
 
-extern "C" int dt_attn_merge_cuda(int64_t n, int h, int d, float *o1, int64_t ld1, float *lse1,
-                                  int64_t ldl1, const float *o2, int64_t ld2, const float *lse2,
-                                  int64_t ldl2, cudaStream_t st, dt_emsg_t *em)
-{
-    const char *fn = "dt_attn_merge_cuda";
-    merge_args<float> a;
-
-    if (n < 0)
-        return dt_emsg_set(em, DT_EINVAL, "%s: n=%lld < 0", fn, (long long)n);
-    if (h < 1 || d < 1)
-        return dt_emsg_set(em, DT_EINVAL, "%s: h=%d, d=%d must be >= 1", fn, h, d);
-    if (ld1 < (int64_t)h * d || ld2 < (int64_t)h * d)
-        return dt_emsg_set(em, DT_EINVAL, "%s: ld1=%lld, ld2=%lld below h * d = %lld", fn,
-                           (long long)ld1, (long long)ld2, (long long)h * d);
-    if (ldl1 < n || ldl2 < n)
-        return dt_emsg_set(em, DT_EINVAL, "%s: ldl1=%lld, ldl2=%lld below n=%lld", fn,
-                           (long long)ldl1, (long long)ldl2, (long long)n);
-    if (n == 0)
-        return 0;
-    if (o1 == NULL || lse1 == NULL || o2 == NULL || lse2 == NULL)
-        return dt_emsg_set(em, DT_EINVAL, "%s: NULL tensor with n=%lld", fn, (long long)n);
-    memset(&a, 0, sizeof a);
-    a.n = n;
-    a.nh = h;
-    a.d = d;
-    a.o1 = o1; /* (n, h, d) at row stride ld1 */
-    a.o1_row = ld1;
-    a.l1 = lse1; /* (h, n) at head stride ldl1 */
-    a.l1_row = 1;
-    a.l1_head = ldl1;
-    a.o2 = o2;
-    a.o2_row = ld2;
-    a.l2 = lse2;
-    a.l2_row = 1;
-    a.l2_head = ldl2;
-    return merge_launch(&a, st, em);
-}
-
-/*-- a block kernel's partial in dtype (kernels/cuda/attn_cudnn.h) -------------*/
-
+/* The merge of a partial o2 of T (fp32, bf16, fp16) into the fp32 state. */
 template <typename T>
-static int merge_half(int64_t n, int h, int d, float *o1, int64_t ld1, float *lse1, int64_t ldl1,
+static int merge_partial(int64_t n, int h, int d, float *o1, int64_t ld1, float *lse1, int64_t ldl1,
                       const void *o2, int64_t ld2, const float *lse2, int64_t ldl2,
                       cudaStream_t st, dt_emsg_t *em)
 {
@@ -247,6 +208,31 @@ static int merge_half(int64_t n, int h, int d, float *o1, int64_t ld1, float *ls
     return merge_launch(&a, st, em);
 }
 
+extern "C" int dt_attn_merge_cuda(int64_t n, int h, int d, float *o1, int64_t ld1, float *lse1,
+                                  int64_t ldl1, const float *o2, int64_t ld2, const float *lse2,
+                                  int64_t ldl2, cudaStream_t st, dt_emsg_t *em)
+{
+    const char *fn = "dt_attn_merge_cuda";
+
+    if (n < 0)
+        return dt_emsg_set(em, DT_EINVAL, "%s: n=%lld < 0", fn, (long long)n);
+    if (h < 1 || d < 1)
+        return dt_emsg_set(em, DT_EINVAL, "%s: h=%d, d=%d must be >= 1", fn, h, d);
+    if (ld1 < (int64_t)h * d || ld2 < (int64_t)h * d)
+        return dt_emsg_set(em, DT_EINVAL, "%s: ld1=%lld, ld2=%lld below h * d = %lld", fn,
+                           (long long)ld1, (long long)ld2, (long long)h * d);
+    if (ldl1 < n || ldl2 < n)
+        return dt_emsg_set(em, DT_EINVAL, "%s: ldl1=%lld, ldl2=%lld below n=%lld", fn,
+                           (long long)ldl1, (long long)ldl2, (long long)n);
+    if (n == 0)
+        return 0;
+    if (o1 == NULL || lse1 == NULL || o2 == NULL || lse2 == NULL)
+        return dt_emsg_set(em, DT_EINVAL, "%s: NULL tensor with n=%lld", fn, (long long)n);
+    return merge_partial<float>(n, h, d, o1, ld1, lse1, ldl1, o2, ld2, lse2, ldl2, st, em);
+}
+
+/*-- a block kernel's partial in dtype (kernels/cuda/attn_cudnn.h) -------------*/
+
 extern "C" int dt_attn_merge_half_cuda(int64_t n, int h, int d, dt_dtype_t dtype, float *o1,
                                        int64_t ld1, float *lse1, int64_t ldl1, const void *o2,
                                        int64_t ld2, const float *lse2, int64_t ldl2,
@@ -263,9 +249,9 @@ extern "C" int dt_attn_merge_half_cuda(int64_t n, int h, int d, dt_dtype_t dtype
     if (n == 0)
         return 0;
     if (dtype == DT_BF16)
-        return merge_half<__nv_bfloat16>(n, h, d, o1, ld1, lse1, ldl1, o2, ld2, lse2, ldl2, st,
+        return merge_partial<__nv_bfloat16>(n, h, d, o1, ld1, lse1, ldl1, o2, ld2, lse2, ldl2, st,
                                          em);
-    return merge_half<__half>(n, h, d, o1, ld1, lse1, ldl1, o2, ld2, lse2, ldl2, st, em);
+    return merge_partial<__half>(n, h, d, o1, ld1, lse1, ldl1, o2, ld2, lse2, ldl2, st, em);
 }
 
 /* o rows = 0, lse = -inf: one thread per element of o, the first d of each
