@@ -300,6 +300,7 @@ static int bench_cudnn(void)
 static void block_alloc(block_t *b, int64_t T, int hd, int H, dt_dtype_t dt)
 {
     size_t n = (size_t)T * hd, es = dt_dtype_size(dt);
+    *b = (block_t){ 0 }; /* blk.cudnn 0 unless set below */
     b->T = T;
     b->q = dalloc(n * es);
     b->k = dalloc(n * es);

@@ -578,12 +578,16 @@ static int nondeterministic(gb_t *g, cudnnBackendDescriptor_t cfg, int64_t *inde
 
 #define MAXCFG 16
 
-/* Build the graph of a for the device props (a DEVICEPROP descriptor) and
- * the first plan its heuristics give that finalises (deterministic when
- * a->det): *out owns the plan descriptor. */
-static int make_plan(const dt_cudnn_sdpa_t *a, int bwd, cudnnBackendDescriptor_t props,
-                     int offline, cudnnBackendDescriptor_t *out, size_t *ws, int64_t *engine,
-                     dt_emsg_t *em)
+/* Build the graph of a and the first plan its heuristics give that
+ * finalises (deterministic when a->det): *out owns the plan descriptor.
+ * On a device the graph and the plan take the handle h (the path every
+ * cuDNN 9 takes); offline (h NULL) they take props, a DEVICEPROP
+ * descriptor made from a device's JSON. A DEVICEPROP made from a live
+ * handle is refused by cuDNN 9.19 on an H200 ("fromSerialization ||
+ * initialized", seen 2026-12-04), so the live path does not use one. */
+static int make_plan(const dt_cudnn_sdpa_t *a, int bwd, cudnnHandle_t h,
+                     cudnnBackendDescriptor_t props, int offline, cudnnBackendDescriptor_t *out,
+                     size_t *ws, int64_t *engine, dt_emsg_t *em)
 {
     gb_t g = { .next_uid = U_FIRST_VIRTUAL };
     cudnnBackendDescriptor_t cfg[MAXCFG] = { 0 }, plan = NULL;
@@ -597,12 +601,15 @@ static int make_plan(const dt_cudnn_sdpa_t *a, int bwd, cudnnBackendDescriptor_t
     else
         build_fwd(&g, a);
     cudnnBackendDescriptor_t graph = mk(&g, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+    if (h != NULL)
+        set(&g, graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
     set(&g, graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, g.nops, g.ops);
     fin(&g, graph);
     cudnnBackendDescriptor_t heur = mk(&g, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
     set(&g, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph);
     set(&g, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
-    set(&g, heur, CUDNN_ATTR_ENGINEHEUR_DEVICEPROP, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &props);
+    if (props != NULL)
+        set(&g, heur, CUDNN_ATTR_ENGINEHEUR_DEVICEPROP, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &props);
     fin(&g, heur);
     for (int i = 0; i < MAXCFG; i++)
         cfg[i] = mk(&g, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
@@ -632,7 +639,9 @@ static int make_plan(const dt_cudnn_sdpa_t *a, int bwd, cudnnBackendDescriptor_t
         if (s == CUDNN_STATUS_SUCCESS)
             s = dn.SetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
                                 CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg[i]);
-        if (s == CUDNN_STATUS_SUCCESS)
+        if (s == CUDNN_STATUS_SUCCESS && h != NULL)
+            s = dn.SetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
+        if (s == CUDNN_STATUS_SUCCESS && props != NULL)
             s = dn.SetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP,
                                 CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &props);
         if (s == CUDNN_STATUS_SUCCESS)
@@ -685,8 +694,8 @@ out:
     return rc;
 }
 
-static int device_props(int dev, cudnnBackendDescriptor_t *props, cudnnHandle_t *hp,
-                        dt_emsg_t *em)
+/* The cuDNN handle of device dev, made on first use. */
+static int device_handle(int dev, cudnnHandle_t *hp, dt_emsg_t *em)
 {
     cudnnStatus_t s;
 
@@ -695,17 +704,6 @@ static int device_props(int dev, cudnnBackendDescriptor_t *props, cudnnHandle_t 
     if (handles[dev] == NULL && (s = dn.Create(&handles[dev])) != CUDNN_STATUS_SUCCESS)
         return dn_err(em, s, "cudnnCreate", __LINE__);
     *hp = handles[dev];
-    if ((s = dn.CreateDescriptor(CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR, props)) !=
-        CUDNN_STATUS_SUCCESS)
-        return dn_err(em, s, "cudnnBackendCreateDescriptor(DEVICEPROP)", __LINE__);
-    if ((s = dn.SetAttribute(*props, CUDNN_ATTR_DEVICEPROP_HANDLE, CUDNN_TYPE_HANDLE, 1, hp)) !=
-            CUDNN_STATUS_SUCCESS ||
-        (s = dn.SetAttribute(*props, CUDNN_ATTR_DEVICEPROP_DEVICE_ID, CUDNN_TYPE_INT32, 1,
-                             &dev)) != CUDNN_STATUS_SUCCESS ||
-        (s = dn.Finalize(*props)) != CUDNN_STATUS_SUCCESS) {
-        dn.DestroyDescriptor(*props);
-        return dn_err(em, s, "DEVICEPROP of a handle", __LINE__);
-    }
     return 0;
 }
 
@@ -742,7 +740,6 @@ static int get_plan(const dt_cudnn_sdpa_t *a, int bwd, plan_t **pp, cudnnHandle_
             pthread_mutex_unlock(&cache_mu);
             return 0;
         }
-    cudnnBackendDescriptor_t props = NULL;
     plan_t *p = dt_xcalloc(1, sizeof(*p));
     p->key = k;
     p->bwd = bwd;
@@ -750,10 +747,8 @@ static int get_plan(const dt_cudnn_sdpa_t *a, int bwd, plan_t **pp, cudnnHandle_
     p->scale = k.scale;
     p->neginf = -INFINITY;
     p->one = 1.0f;
-    if ((rc = device_props(dev, &props, hp, em)) == 0) {
-        rc = make_plan(&k, bwd, props, 0, &p->plan, &p->ws, NULL, em);
-        dn.DestroyDescriptor(props);
-    }
+    if ((rc = device_handle(dev, hp, em)) == 0)
+        rc = make_plan(&k, bwd, *hp, NULL, 0, &p->plan, &p->ws, NULL, em);
     if (rc == 0) {
         if (bwd)
             p->own = bwd_own(&k, &p->dqacc);
@@ -885,7 +880,7 @@ int dt_cudnn_plan_offline(const dt_cudnn_sdpa_t *a, int bwd, const char *props_j
                              (int64_t)strlen(props_json), props_json)) != CUDNN_STATUS_SUCCESS ||
         (s = dn.Finalize(props)) != CUDNN_STATUS_SUCCESS) {
         rc = dn_err(em, s, "DEVICEPROP from JSON", __LINE__);
-    } else if ((rc = make_plan(&k, bwd, props, 1, &plan, &ws, engine, em)) == 0) {
+    } else if ((rc = make_plan(&k, bwd, NULL, props, 1, &plan, &ws, engine, em)) == 0) {
         *bytes = (bwd ? bwd_own(&k, &dq) : 0) + ws;
         if (plan != NULL)
             dn.DestroyDescriptor(plan);

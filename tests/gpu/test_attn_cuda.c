@@ -669,10 +669,10 @@ static int block_fwd(const tdata_t *t, const dt_attn_cuda_t *a, int64_t j0, int6
     dt_run_t qr[2], kr[2];
     int nq = case_runs(t->c, 0, 0, t->c->tq, qr), nk = case_runs(t->c, 1, j0, j1, kr);
     dt_attn_blk_t b = cudnn_blk(t, 0, NULL);
-    dt_attn_cuda_t x = *a;
-    x.qpos = x.kpos = NULL; /* the runs say it */
-    int rc = dt_attn_block_fwd(&b, t->c->pos ? &x : a, qr, nq, kr, nk, acc, o, t->ldo, lse,
-                               t->ldlse, 0, em);
+    /* a keeps its position arrays beside the runs, as the ring's blocks do:
+     * the pieces cuDNN takes follow the runs, those dt's kernels take (and
+     * a block with masks, whole on dt's kernels) read the arrays */
+    int rc = dt_attn_block_fwd(&b, a, qr, nq, kr, nk, acc, o, t->ldo, lse, t->ldlse, 0, em);
     GC_CUDA(cudaDeviceSynchronize());
     dfree(b.ws);
     return rc;
@@ -694,9 +694,7 @@ static int block_bwd(const tdata_t *t, const dt_attn_cuda_t *a, int64_t j0, int6
     dt_run_t qr[2], kr[2];
     int nq = case_runs(c, 0, 0, c->tq, qr), nk = case_runs(c, 1, j0, j1, kr);
     dt_attn_blk_t b = cudnn_blk(t, 1, oh_d);
-    dt_attn_cuda_t x = *a;
-    x.qpos = x.kpos = NULL;
-    int rc = dt_attn_block_bwd(&b, c->pos ? &x : a, qr, nq, kr, nk, g, 0, em);
+    int rc = dt_attn_block_bwd(&b, a, qr, nq, kr, nk, g, 0, em);
     GC_CUDA(cudaDeviceSynchronize());
     dfree(b.ws);
     dfree(oh_d);
