@@ -38,7 +38,9 @@
  * (default 10; 3 for rows whose first run takes over a second), --budget S
  * (seconds, default 420, 150 with --quick: (a) starts no row after 60 % of
  * it, (b) none after all of it; skipped rows are said so), --no-ring,
- * --no-attn.
+ * --no-attn, --nondeterministic (blocks through cuDNN: the backward on its
+ * fastest engines, as the job key deterministic = no; default
+ * deterministic, as jobs run).
  * Exit: 0, 1 when a row failed, 2 usage, 77 no usable device.
  */
 #include "config.h"
@@ -81,6 +83,7 @@ typedef struct opts {
     int reps;
     double budget; /* seconds */
     int attn, ring;
+    int nondet; /* --nondeterministic */
 } opts_t;
 
 /* A CUDA runtime failure outside the measured calls ends the program. */
@@ -297,7 +300,7 @@ static int bench_cudnn(void)
     return k;
 }
 
-static void block_alloc(block_t *b, int64_t T, int hd, int H, dt_dtype_t dt)
+static void block_alloc(block_t *b, int64_t T, int hd, int H, dt_dtype_t dt, int nondet)
 {
     size_t n = (size_t)T * hd, es = dt_dtype_size(dt);
     *b = (block_t){ 0 }; /* blk.cudnn 0 unless set below */
@@ -319,9 +322,7 @@ static void block_alloc(block_t *b, int64_t T, int hd, int H, dt_dtype_t dt)
     if (bench_cudnn()) {
         dt_emsg_t em = { { 0 } };
         size_t bytes = 0;
-        b->blk = (dt_attn_blk_t){ .cudnn = 1, .det = 1 };
-        const char *e = getenv("DT_CUDNN_DETERMINISTIC");
-        b->blk.det = e == NULL || strcmp(e, "0") != 0;
+        b->blk = (dt_attn_blk_t){ .cudnn = 1, .det = !nondet };
         for (int bwd = 0; bwd < 2; bwd++) {
             size_t x = 0;
             if (dt_attn_block_bytes(&b->blk, T, T, H, H, hd / H, dt, hd, bwd, &x, &em) < 0) {
@@ -483,7 +484,7 @@ static void part_attn(const opts_t *o, double gemm, cudaStream_t st)
                     continue;
                 }
                 if (!have) {
-                    block_alloc(&b, T, 2048, 32, o->dt);
+                    block_alloc(&b, T, 2048, 32, o->dt, o->nondet);
                     have = 1;
                 }
                 dt_attn_cuda_t a = block_args(&b, H, D, causal, o->dt);
@@ -697,6 +698,7 @@ static void ring_row(const opts_t *o, int dev, int64_t T, int R, const double ba
     s.nbranch = 0;
     s.layout = DT_LAYOUT_ZIGZAG;
     s.scale = 0.0f;
+    s.nondet = o->nondet != 0;
     char attn[128] = "dense";
     if (segs != NULL) {
         snprintf(attn, sizeof attn, "w=%s:r=%s", segs, dils);
@@ -807,7 +809,7 @@ static void part_ring(const opts_t *o, int dev, cudaStream_t st)
             continue;
         }
         block_t b;
-        block_alloc(&b, T, H * D, H, o->dt);
+        block_alloc(&b, T, H * D, H, o->dt, o->nondet);
         for (int dir = 0; dir < 2; dir++) {
             base_ctx_t bc = { &b, block_args(&b, H, D, 1, o->dt), dir, st };
             dt_emsg_t em = { { 0 } };
@@ -859,7 +861,7 @@ static void part_ring(const opts_t *o, int dev, cudaStream_t st)
 static int usage(void)
 {
     fprintf(stderr, "usage: bench_attn_cuda [--quick] [--dtype bf16|fp16] [--reps N] "
-                    "[--budget SECONDS] [--no-attn] [--no-ring]\n");
+                    "[--budget SECONDS] [--no-attn] [--no-ring] [--nondeterministic]\n");
     return 2;
 }
 
@@ -877,6 +879,8 @@ int main(int argc, char **argv)
             o.attn = 0;
         else if (strcmp(a, "--no-ring") == 0)
             o.ring = 0;
+        else if (strcmp(a, "--nondeterministic") == 0)
+            o.nondet = 1;
         else if (strcmp(a, "--dtype") == 0 && i + 1 < argc) {
             a = argv[++i];
             if (strcmp(a, "bf16") == 0)

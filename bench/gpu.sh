@@ -2,22 +2,26 @@
 # SPDX-License-Identifier: MIT
 #
 # gpu.sh: GPU attention speed of dt against PyTorch, measured side by side
-# in one run on one GPU. Runs BUILDDIR/bench/bench_attn_cuda twice (blocks
-# through cuDNN, DT_ATTN_KERNEL=cudnn, with a cuBLASLt GEMM for the
-# machine's matrix rate and the one-GPU ring; then dt's own kernels,
-# DT_ATTN_KERNEL=dt, blocks only) and bench/sdpa_torch.py (PyTorch's
-# scaled_dot_product_attention, every backend it has), then joins their
-# ROW/BEST lines into markdown tables: one per direction (forward,
-# backward, forward + backward) with dt through cuDNN, dt's own kernels,
-# PyTorch's best backend and the ratios, and the ring's overhead and memory
-# per rank. Without cuDNN on the node the first run says so (its KERNEL
+# in one run on one GPU. Runs BUILDDIR/bench/bench_attn_cuda three times
+# (blocks through cuDNN, DT_ATTN_KERNEL=cudnn, with a cuBLASLt GEMM for the
+# machine's matrix rate and the one-GPU ring; the same blocks with the
+# backward nondeterministic, --nondeterministic, as the job key
+# deterministic = no runs them; then dt's own kernels, DT_ATTN_KERNEL=dt,
+# blocks only) and bench/sdpa_torch.py (PyTorch's
+# scaled_dot_product_attention, every backend it has, whose backward is
+# nondeterministic), then joins their ROW/BEST lines into markdown tables:
+# one per direction (forward, backward, forward + backward) with dt through
+# cuDNN deterministic (the default) and not, dt's own kernels, PyTorch's
+# best backend and the ratios, and the ring's overhead and memory per
+# rank. Without cuDNN on the node the first run says so (its KERNEL
 # line) and runs dt's kernels. Asserts nothing about speed.
 #
 # usage: bench/gpu.sh [--quick] BUILDDIR
 #   --quick   T <= 16384 and 3 repetitions (a few minutes less)
 # Environment: DT_BENCH_BUDGET (seconds for both programs together; default
 # 480, 200 with --quick): each program stops starting new rows at its share
-# (dt through cuDNN 35 %, dt's own kernels 20 %, PyTorch 35 %) and, where timeout(1) exists, is killed 90 s after
+# (dt through cuDNN 30 %, nondeterministic 15 %, dt's own kernels 15 %,
+# PyTorch 35 %) and, where timeout(1) exists, is killed 90 s after
 # it. PYTHON (default python3 from PATH).
 # Exit: 0; 1 when a program failed or the baseline is missing; 2 usage;
 # 77 when bench_attn_cuda finds no usable GPU.
@@ -71,10 +75,12 @@ case $budget in
     exit 2
     ;;
 esac
-dt_budget=$((budget * 35 / 100))
-own_budget=$((budget * 20 / 100))
+dt_budget=$((budget * 30 / 100))
+nd_budget=$((budget * 15 / 100))
+own_budget=$((budget * 15 / 100))
 py_budget=$((budget * 35 / 100))
 [ "$dt_budget" -ge 10 ] || dt_budget=10
+[ "$nd_budget" -ge 10 ] || nd_budget=10
 [ "$own_budget" -ge 10 ] || own_budget=10
 [ "$py_budget" -ge 10 ] || py_budget=10
 
@@ -108,8 +114,8 @@ else
 fi
 echo "GPU: $gpu"
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'), host: $(uname -n)"
-echo "budget: ${budget} s (bench_attn_cuda ${dt_budget} + ${own_budget} s, sdpa_torch.py" \
-    "${py_budget} s)"
+echo "budget: ${budget} s (bench_attn_cuda ${dt_budget} + ${nd_budget} + ${own_budget} s," \
+    "sdpa_torch.py ${py_budget} s)"
 echo
 
 echo "## dt, blocks through cuDNN: DT_ATTN_KERNEL=cudnn $bin $quick"
@@ -119,6 +125,12 @@ if [ "$dt_rc" = 77 ]; then
     echo "bench/gpu.sh: SKIP: bench_attn_cuda found no usable GPU"
     exit 77
 fi
+echo
+echo "## dt, blocks through cuDNN, nondeterministic backward: DT_ATTN_KERNEL=cudnn $bin $quick" \
+    "--no-ring --nondeterministic"
+run "$tmp/nd.out" $((nd_budget + 90)) env DT_ATTN_KERNEL=cudnn "$bin" $quick --no-ring \
+    --nondeterministic --budget "$nd_budget"
+nd_rc=$(cat "$tmp/nd.out.rc")
 echo
 echo "## dt's own kernels: DT_ATTN_KERNEL=dt $bin $quick --no-ring"
 run "$tmp/own.out" $((own_budget + 90)) env DT_ATTN_KERNEL=dt "$bin" $quick --no-ring \
@@ -140,7 +152,7 @@ echo "## results"
 echo
 echo "GPU: $gpu"
 status=0
-awk -v dtf="$tmp/dt.out" -v ownf="$tmp/own.out" -v thf="$tmp/torch.out" '
+awk -v dtf="$tmp/dt.out" -v ndf="$tmp/nd.out" -v ownf="$tmp/own.out" -v thf="$tmp/torch.out" '
 function get(k,    i, n) {
     n = length(k) + 1
     for (i = 1; i <= NF; i++)
@@ -155,6 +167,10 @@ function over(a, b) {
 function shown(x) { return num(x) ? x : "n/a" }
 FILENAME == dtf && $1 == "GEMM" { gemm = get("tflops"); gemmdt = $2 }
 FILENAME == dtf && $1 == "KERNEL" { kern = substr($0, 8) }
+FILENAME == ndf && $1 == "ROW" {
+    key = $2 SUBSEP get("T") SUBSEP get("D") SUBSEP get("causal")
+    nd[key] = get("tflops")
+}
 FILENAME == ownf && $1 == "ROW" {
     key = $2 SUBSEP get("T") SUBSEP get("D") SUBSEP get("causal")
     own[key] = get("tflops")
@@ -180,15 +196,16 @@ END {
     printf "FLOPs: forward 4*T^2*H*D (half when causal), backward 2.5x, fwd+bwd 3.5x;"
     printf " B=1, H=Hkv=2048/D\n"
     printf "dt bwd = zero dq,dk,dv + dt_attn_delta_cuda + the block backward (cuDNN: o cast to"
-    printf " the dtype first, deterministic unless DT_CUDNN_DETERMINISTIC=0);"
+    printf " the dtype first; deterministic, nondet: --nondeterministic);"
     printf " PyTorch bwd = torch.autograd.grad of a kept graph\n"
     split("fwd bwd fwdbwd", dirs, " ")
     split("forward|backward|forward + backward", titles, "|")
     for (d = 1; d <= 3; d++) {
         printf "\n### %s, TFLOP/s\n\n", titles[d]
-        print "| T | D | H | causal | dt cuDNN | dt own | PyTorch best (backend) |" \
-              " dt cuDNN / PyTorch | dt own / PyTorch |"
-        print "|---:|---:|---:|:---:|---:|---:|---:|---:|---:|"
+        print "| T | D | H | causal | dt cuDNN | dt cuDNN nondet | dt own |" \
+              " PyTorch best (backend) | dt cuDNN / PyTorch | nondet / PyTorch |" \
+              " dt own / PyTorch |"
+        print "|---:|---:|---:|:---:|---:|---:|---:|---:|---:|---:|---:|"
         for (i = 1; i <= n; i++) {
             split(order[i], f, SUBSEP)
             if (f[1] != dirs[d]) continue
@@ -196,11 +213,13 @@ END {
             t = (k in th) ? th[k] : ""
             b = (k in be) ? be[k] : ""
             w = (k in own) ? own[k] : ""
+            x = (k in nd) ? nd[k] : ""
             ratio = (num(dt[k]) && num(t) && t > 0) ? sprintf("%.2f", dt[k] / t) : "n/a"
+            rn = (num(x) && num(t) && t > 0) ? sprintf("%.2f", x / t) : "n/a"
             ro = (num(w) && num(t) && t > 0) ? sprintf("%.2f", w / t) : "n/a"
-            printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", f[2], f[3], hh[k],
-                   (f[4] == 1 ? "yes" : "no"), shown(dt[k]), shown(w),
-                   (num(t) ? t " (" b ")" : "n/a"), ratio, ro
+            printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", f[2], f[3],
+                   hh[k], (f[4] == 1 ? "yes" : "no"), shown(dt[k]), shown(x), shown(w),
+                   (num(t) ? t " (" b ")" : "n/a"), ratio, rn, ro
         }
     }
     printf "\n### ring of R ranks on this one GPU (causal, zigzag, H=Hkv=16, D=128),"
@@ -227,7 +246,7 @@ END {
                get("tensors_mib"), rb, get("model_mib"), get("measured_mib")
     }
     if (nr == 0) print "| (no ring rows) ||||||||||||"
-}' "$tmp/dt.out" "$tmp/own.out" "$tmp/torch.out" || {
+}' "$tmp/dt.out" "$tmp/nd.out" "$tmp/own.out" "$tmp/torch.out" || {
     echo "bench/gpu.sh: awk could not build the tables; the raw ROW/BEST/RING lines are above"
     status=1
 }
@@ -235,6 +254,10 @@ END {
 echo
 if [ "$dt_rc" != 0 ]; then
     echo "bench/gpu.sh: bench_attn_cuda exited $dt_rc$([ "$dt_rc" = 124 ] && echo ' (timed out)')"
+    status=1
+fi
+if [ "$nd_rc" != 0 ]; then
+    echo "bench/gpu.sh: bench_attn_cuda (nondeterministic) exited $nd_rc"
     status=1
 fi
 if [ "$own_rc" != 0 ]; then

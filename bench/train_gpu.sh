@@ -7,7 +7,9 @@
 # transformers' LlamaForCausalLM with SDPA under bf16 autocast, the same
 # recipe (bench/train_torch.py), for the same shapes on the same GPU, and
 # the same model torch.compile'd where the node's PyTorch has it
-# (DT_BENCH_COMPILE=0 leaves it out). Prints a markdown table: tokens/s per
+# (DT_BENCH_COMPILE=0 leaves it out), and dt again with the backward
+# nondeterministic (--no-deterministic, the job key deterministic = no;
+# DT_BENCH_NONDET=0 leaves it out). Prints a markdown table: tokens/s per
 # GPU, step time and model FLOP/s utilisation (MFU) of each, and dt /
 # PyTorch. Asserts nothing.
 #
@@ -74,6 +76,27 @@ shape() {
 # left: seconds of the budget still unspent
 left() { echo $((budget - ($(date +%s) - t0))); }
 
+# run_dt TAG LOG [OPTION...]: dtengine train on the shape (d L H Hkv f V
+# set), killed after $lim s; tps: its tokens/s over the steps after step 0
+# (tokens / summed step time), or - (status 1) when it failed
+run_dt() {
+    tag=$1 log=$2
+    shift 2
+    timeout "$lim" "$dtengine" train --model custom --dim "$d" --layers "$L" --heads "$H" \
+        --kv-heads "$Hkv" --ffn "$f" --vocab "$V" --seq-len "$T" --steps "$steps" --warmup 1 \
+        --lr 3e-4 --device cuda --dtype bf16 "$@" >"$log" 2>&1
+    rc=$?
+    grep -E '^(train|step|result)' "$log" | sed "s/^/  $tag | /"
+    if [ "$rc" -ne 0 ]; then
+        echo "  $tag | exit $rc:"
+        tail -n 5 "$log" | sed "s/^/  $tag | /"
+        tps=- status=1
+    else
+        tps=$(awk -v T="$T" '/^step / && $2 > 0 { n++; s += T / $6 }
+            END { if (n) printf "%.1f", n * T / s; else print "-" }' "$log")
+    fi
+}
+
 status=0
 rows=
 for s in $shapes; do
@@ -86,22 +109,17 @@ for s in $shapes; do
     flops=$(awk -v d="$d" -v L="$L" -v H="$H" -v Hkv="$Hkv" -v f="$f" -v V="$V" -v T="$T" \
         'BEGIN { D = d / H; n = L * (2 * d * H * D + 2 * d * Hkv * D + 3 * d * f) + V * d
                  printf "%.6e", 6 * n + L * 3.5 * 4 * D * H * (T + 1) / 2 }')
-    lim=$(($(left) / 2))
+    lim=$(($(left) / 3))
     [ "$lim" -ge 30 ] || lim=30
     echo "== $s: dim $d, $L layers, $H/$Hkv heads, ffn $f, vocab $V, T $T ($lim s each)"
-    timeout "$lim" "$dtengine" train --model custom --dim "$d" --layers "$L" --heads "$H" \
-        --kv-heads "$Hkv" --ffn "$f" --vocab "$V" --seq-len "$T" --steps "$steps" --warmup 1 \
-        --lr 3e-4 --device cuda --dtype bf16 >"$tmp/dt.log" 2>&1
-    rc=$?
-    grep -E '^(train|step|result)' "$tmp/dt.log" | sed 's/^/  dt | /'
-    if [ "$rc" -ne 0 ]; then
-        echo "  dt | exit $rc:"
-        tail -n 5 "$tmp/dt.log" | sed 's/^/  dt | /'
-        dt_tps=- status=1
-    else
-        # tokens/s over the steps after step 0: tokens / summed step time
-        dt_tps=$(awk -v T="$T" '/^step / && $2 > 0 { n++; s += T / $6 }
-            END { if (n) printf "%.1f", n * T / s; else print "-" }' "$tmp/dt.log")
+    run_dt dt "$tmp/dt.log"
+    dt_tps=$tps
+    nd_tps=-
+    if [ "${DT_BENCH_NONDET:-1}" != 0 ]; then
+        lim=$(($(left) / 3))
+        [ "$lim" -ge 30 ] || lim=30
+        run_dt "dt nondet" "$tmp/nd.log" --no-deterministic
+        nd_tps=$tps
     fi
     lim=$(($(left) - 10))
     [ "$lim" -ge 30 ] || lim=30
@@ -127,15 +145,15 @@ for s in $shapes; do
     kern=$(sed -n 's/.*gpu attn_kernel=\([^ ]*\).*/\1/p' "$tmp/dt.log" | head -n 1)
     rows="$rows
 $(awk -v s="$s" -v T="$T" -v a="$dt_tps" -v b="$pt_tps" -v fl="$flops" -v pk="$peak" \
-        -v pm="${pt_peak:--}" -v c="$pc_tps" -v kn="${kern:-?}" '
+        -v pm="${pt_peak:--}" -v c="$pc_tps" -v kn="${kern:-?}" -v n="$nd_tps" '
         function mfu(x) {
             if (x == "-" || pk == "") return "-"
             return sprintf("%.1f%%", 100 * x * fl / (pk * 1e12))
         }
-        BEGIN { r = (a != "-" && b != "-") ? sprintf("%.2f", a / b) : "-"
-                rc = (a != "-" && c != "-") ? sprintf("%.2f", a / c) : "-"
-                printf "| %s | %d | %.1f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |",
-                    s, T, fl / 1e9, kn, a, mfu(a), b, mfu(b), pm, r, c, mfu(c), rc }')"
+        function ratio(x, y) { return (x != "-" && y != "-") ? sprintf("%.2f", x / y) : "-" }
+        BEGIN { printf "| %s | %d | %.1f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" \
+                    " %s | %s | %s |", s, T, fl / 1e9, kn, a, mfu(a), n, mfu(n), b, mfu(b),
+                    pm, ratio(a, b), ratio(n, b), c, mfu(c), ratio(a, c) }')"
 done
 
 echo
@@ -145,7 +163,9 @@ echo "GPU: ${gpu:-unknown}; peak bf16 ${peak:-unknown} TFLOP/s (datasheet, dense
 echo "dt: dtengine train --device cuda --dtype bf16; PyTorch: transformers LlamaForCausalLM, SDPA, bf16 autocast, fused AdamW"
 echo "both: fp32 master weights and AdamW state, clipping 1.0, one sequence a step; $steps steps, step 0 dropped"
 echo
-echo "| shape | T | GFLOP/token | dt attention kernel | dt tokens/s | dt MFU | PyTorch tokens/s | PyTorch MFU | PyTorch peak GiB | dt / PyTorch | compiled tokens/s | compiled MFU | dt / compiled |"
-echo "|---|---:|---:|:---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+echo "dt nondet: the same with --no-deterministic (the job key deterministic = no: cuDNN's fastest, nondeterministic backward, as PyTorch's)"
+echo
+echo "| shape | T | GFLOP/token | dt attention kernel | dt tokens/s | dt MFU | dt nondet tokens/s | dt nondet MFU | PyTorch tokens/s | PyTorch MFU | PyTorch peak GiB | dt / PyTorch | dt nondet / PyTorch | compiled tokens/s | compiled MFU | dt / compiled |"
+echo "|---|---:|---:|:---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 echo "$rows" | sed '/^$/d'
 exit "$status"

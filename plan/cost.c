@@ -239,6 +239,7 @@ static dt_attn_spec_t attn_spec(const dt_plan_req_t *q, int64_t T)
     a.Hkv = (int)q->model.kv_heads;
     a.D = dt_model_head_dim(&q->model);
     a.causal = q->causal;
+    a.nondet = q->nondet;
     a.nbranch = q->nbranch;
     memcpy(a.seg, q->seg, sizeof(a.seg));
     memcpy(a.dil, q->dil, sizeof(a.dil));
@@ -582,10 +583,11 @@ static void branch_shape(const dt_plan_req_t *q, const dt_attn_spec_t *a, int b,
         o->work += q->kind == DT_KIND_TRAIN ? 2 * per : per; /* + dout, dq, delta */
     }
     /* the GPU's blocks through cuDNN (its default where installed; masks
-     * run on dt's kernels, without it): their scratch, deterministic */
+     * run on dt's kernels, without it): their scratch, deterministic
+     * unless the spec says deterministic = no */
     if (q->cuda && (a->mask == NULL || dt_mask_is_plain(a->mask)))
         o->work += dt_attn_cudnn_bytes(nrow, a->H, a->Hkv, a->D, (size_t)e,
-                                       q->kind == DT_KIND_TRAIN, 1);
+                                       q->kind == DT_KIND_TRAIN, !a->nondet);
 }
 
 /* Per-rank compute and communication of one branch (one attention

@@ -68,6 +68,7 @@ typedef struct dt_plan_req {
     dt_dtype_t precision;
     bool cuda;   /* device = cuda: the cluster preset is a GPU's */
     bool causal;
+    bool nondet; /* deterministic = no: the GPU backward's faster scratch */
     int nbranch; /* 0: dense */
     int64_t seg[DT_ATTN_MAXBRANCH], dil[DT_ATTN_MAXBRANCH];
     enum dt_layout layout;

@@ -134,6 +134,7 @@ int dt_plan_req_from_spec(const dt_spec_t *s, dt_plan_req_t *out, dt_emsg_t *em)
         out->cluster.peak_flops = peak_fp32;
 
     out->causal = dt_spec_causal(s);
+    out->nondet = !dt_spec_deterministic(s);
     out->layout = dt_spec_layout(s);
     if ((rc = dt_attn_parse_branches(&a, s->segments, s->dilations, em)) < 0)
         return rc;

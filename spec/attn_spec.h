@@ -31,6 +31,9 @@ typedef struct dt_attn_spec {
     int64_t dil[DT_ATTN_MAXBRANCH];     /* dilation rates r_i, r_i divides w_i */
     enum dt_layout layout;
     float scale; /* 0: 1 / sqrt(D) */
+    /* the GPU backward may take nondeterministic kernels (spec key
+     * deterministic = no); false (the zero value): deterministic */
+    bool nondet;
     /* NULL, or the mask (spec/mask.h) over the T positions that every
      * branch applies (its causal and T equal the spec's); not owned */
     const struct dt_mask *mask;

@@ -87,6 +87,9 @@ static const dt_conf_key_t keys[] = {
     INT("pos_offset", pos_offset, 0, INT64_C(1) << 52, "0", PT,
         "position of the first token, for a window of a longer sequence"),
     KEY("causal", DT_CONF_BOOL, causal, 0, 0, 0, "yes", APT, "causal attention"),
+    KEY("deterministic", DT_CONF_BOOL, deterministic, 0, 0, 0, "yes", A | T,
+        "cuda: the attention backward repeats to the bit (cuDNN's deterministic engines; "
+        "no: its fastest, several times faster, not reproducible)"),
     STR("segments", segments, 0, NULL, APT, "dilated segment lengths w1,w2,... (with dilations)"),
     STR("dilations", dilations, 0, NULL, APT, "dilation rates r1,r2,... (with segments)"),
     STR("layout", layout, 0, "zigzag when causal, else contiguous", APT,
@@ -637,6 +640,11 @@ enum dt_job_kind dt_spec_kind(const dt_spec_t *s)
 bool dt_spec_causal(const dt_spec_t *s)
 {
     return s->causal_set ? s->causal != 0 : true;
+}
+
+bool dt_spec_deterministic(const dt_spec_t *s)
+{
+    return !dt_spec_given(s, "deterministic") || s->deterministic != 0;
 }
 
 enum dt_layout dt_spec_layout(const dt_spec_t *s)

@@ -47,6 +47,7 @@ typedef struct dt_spec {
     int64_t tokens;  /* sequence length T (required) */
     int causal;      /* default yes (1); 0 only when set to no: see causal_set */
     int causal_set;
+    int deterministic; /* read it with dt_spec_deterministic (default yes) */
     char *segments;  /* "w1,w2,..." */
     char *dilations; /* "r1,r2,..." */
     char *layout;    /* contiguous | zigzag | balanced (default zigzag when causal) */
@@ -127,6 +128,10 @@ enum dt_gpu_preset dt_spec_gpu_id(const dt_spec_t *s);
 dt_dtype_t dt_spec_dtype_id(const dt_spec_t *s);
 enum dt_job_kind dt_spec_kind(const dt_spec_t *s);
 bool dt_spec_causal(const dt_spec_t *s);
+/* deterministic: yes unless the spec sets it to no (the GPU attention
+ * backward on deterministic kernels, so that runs and resumes repeat to the
+ * bit; no: cuDNN's fastest engines, whose dQ sums in no fixed order). */
+bool dt_spec_deterministic(const dt_spec_t *s);
 enum dt_layout dt_spec_layout(const dt_spec_t *s);
 /* The offload set (enum dt_offload bits; 0 for none or unset). */
 unsigned dt_spec_offload(const dt_spec_t *s);

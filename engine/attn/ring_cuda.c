@@ -594,23 +594,15 @@ static int dense(call_t *x, dt_emsg_t *em)
 
 /* ---- entry points ------------------------------------------------------------- */
 
-/* Backward through cuDNN deterministic (the default: GPU resumes stay bit
- * for bit); DT_CUDNN_DETERMINISTIC=0 lets cuDNN take its faster engines
- * (for measuring what determinism costs). */
-static int cudnn_det(void)
-{
-    const char *e = getenv("DT_CUDNN_DETERMINISTIC");
-
-    return e == NULL || strcmp(e, "0") != 0;
-}
-
 /* The block scratch of one rank: 0 unless blocks go through cuDNN. */
 static int blk_bytes(const dt_attn_spec_t *s, dt_dtype_t dtype, int R, int bwd, size_t *bytes,
                      dt_emsg_t *em)
 {
     static int said[2]; /* the kernel is named once per process (and once for masks) */
     char name[256];
-    dt_attn_blk_t b = { .det = cudnn_det() };
+    /* the backward through cuDNN deterministic unless the spec says
+     * deterministic = no (s->nondet) */
+    dt_attn_blk_t b = { .det = !s->nondet };
     int64_t rows = dt_ring_call_rows(s, R);
     int masked = dt_ring_call_masked(s);
 
@@ -684,7 +676,7 @@ static int run(dt_ring_t *r, const dt_attn_spec_t *s, dt_dtype_t dtype, dt_ring_
         rc = dt_ring_ws(r, l, x.pl.total, &ws, em);
         x.lr[l].ws = ws;
         x.lr[l].blk = (dt_attn_blk_t){
-            .cudnn = blk > 0, .det = cudnn_det(), .ws = x.lr[l].ws + x.pl.blk,
+            .cudnn = blk > 0, .det = !s->nondet, .ws = x.lr[l].ws + x.pl.blk,
             .bytes = x.pl.blkbytes,
             .ohalf = bwd && blk > 0 && s->nbranch == 0 ? x.lr[l].ws + x.pl.ohalf : NULL,
         };

@@ -57,6 +57,7 @@ typedef struct opts {
     const char *segments, *dilations, *layout, *generate;
     unsigned long long seed;
     int causal, stats, threads, backward, print;
+    int nondet; /* deterministic = no */
     int cuda, fp16; /* --device cuda, --dtype fp16 */
     float scale;
     dt_mask_args_t mask; /* --doc-lengths, --sliding-window, --block-mask, --mask-block */
@@ -164,6 +165,7 @@ static int parse_opts(int argc, char **argv, opts_t *o, dt_emsg_t *em)
     o->cuda = dt_spec_device_id(s) == DT_DEVICE_CUDA;
     o->fp16 = dt_spec_dtype_id(s) == DT_F16;
     o->causal = dt_spec_causal(s);
+    o->nondet = !dt_spec_deterministic(s);
     o->layout = dt_layout_name(dt_spec_layout(s));
     o->segments = s->segments;
     o->dilations = s->dilations;
@@ -263,6 +265,7 @@ static int prepare(const opts_t *o, int R, input_t *in, dt_emsg_t *em)
 
     memset(in, 0, sizeof(*in));
     s->causal = o->causal;
+    s->nondet = o->nondet;
     s->scale = o->scale;
     if (dt_layout_parse(o->layout, &s->layout) < 0)
         return dt_emsg_set(em, DT_EUSAGE, "--layout '%s': contiguous, zigzag or balanced",
@@ -962,6 +965,7 @@ int dt_cmd_attn(dt_comm_t *comm, int argc, char **argv)
         if (a.me == 0) {
             const opts_t *o = &a.o;
             dt_cmd_setting("causal", "%s", o->causal ? "yes" : "no");
+            dt_cmd_setting("deterministic", "%s", o->nondet ? "no" : "yes");
             dt_cmd_setting("segments", o->segments ? "%s" : NULL, o->segments);
             dt_cmd_setting("dilations", o->dilations ? "%s" : NULL, o->dilations);
             dt_cmd_setting("layout", "%s", o->layout);

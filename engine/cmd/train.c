@@ -149,6 +149,7 @@ static int parse(int argc, char **argv, dt_train_opts_t *o, dt_emsg_t *em)
     o->eps = dt_spec_real(s, "adam_eps");
     o->warmup = dt_spec_warmup(s);
     o->causal = dt_spec_causal(s);
+    o->nondet = !dt_spec_deterministic(s);
     o->layout = dt_layout_name(dt_spec_layout(s));
     o->segments = s->segments;
     o->dilations = s->dilations;
@@ -504,6 +505,7 @@ static int trainer_init(dt_trainer_t *t, dt_comm_t *comm, int argc, char **argv)
     t->attn.Hkv = o->model.kv_heads;
     t->attn.D = dt_model_head_dim(&o->model);
     t->attn.causal = o->causal;
+    t->attn.nondet = o->nondet;
     if (rc == 0 && dt_layout_parse(o->layout, &t->attn.layout) < 0)
         rc = dt_emsg_set(&t->em, DT_EUSAGE, "--layout '%s': contiguous, zigzag or balanced",
                          o->layout);
@@ -1036,6 +1038,7 @@ static void print_settings(const dt_trainer_t *t)
     dt_cmd_setting("tokens", "%lld", (long long)o->T);
     dt_cmd_setting("pos_offset", "%lld", (long long)o->pos_offset);
     dt_cmd_setting("causal", "%s", o->causal ? "yes" : "no");
+    dt_cmd_setting("deterministic", "%s", o->nondet ? "no" : "yes");
     dt_cmd_setting("segments", o->segments ? "%s" : NULL, o->segments);
     dt_cmd_setting("dilations", o->dilations ? "%s" : NULL, o->dilations);
     dt_cmd_setting("layout", "%s", o->layout);

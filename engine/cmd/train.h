@@ -40,6 +40,7 @@ typedef struct dt_train_opts {
     const char *ckpt_dir, *data, *layout, *segments, *dilations, *params_out;
     const char *resume_from; /* a step directory, or NULL */
     int resume, causal;
+    int nondet;   /* deterministic = no: the GPU backward's fastest kernels */
     int external; /* --ckpt-commit external: the coordinator commits and prunes */
     int print;    /* --print-settings */
     double lr, min_lr, wd, clip, eps;

@@ -125,8 +125,13 @@ t_kernels() {
         { echo "9.25: not both kernels"; cat "$TMPD/k925.gpu.log"; return 1; }
     grep -q "kernel=cudnn/9.19.0 pieces_cudnn=[1-9][0-9]* pieces_dt=0" "$TMPD/ring.gpu.log" ||
         { echo "ring: dt's kernels ran"; cat "$TMPD/ring.gpu.log"; return 1; }
+    # deterministic = no: cuDNN's backward with its dQ accumulator, said so
+    vs 2 knd bf16 3e-2 --generate 1024,4,2,64 --seed 5 --causal --backward \
+        --no-deterministic || return 1
+    grep -q "gpu attn_kernel=cudnn 9.19.0 nondeterministic" "$TMPD/knd.gpu.log" ||
+        { echo "deterministic = no: not said"; cat "$TMPD/knd.gpu.log"; return 1; }
 }
-check "attn --device cuda: blocks through cuDNN (auto) or dt's kernels (DT_ATTN_KERNEL=dt), none without cuDNN, cuDNN 9.25's bad backward shapes routed to dt's: each within 3e-2 of the CPU path, the kernel named" \
+check "attn --device cuda: blocks through cuDNN (auto, deterministic or not) or dt's kernels (DT_ATTN_KERNEL=dt), none without cuDNN, cuDNN 9.25's bad backward shapes routed to dt's: each within 3e-2 of the CPU path, the kernel named" \
     t_kernels
 t_gpu_mask_refused() {
     "$NPYTOOL" blocks --blocks 16 --heads 4 --seed 6 "$TMPD/perhead.npy" || return 1

@@ -128,6 +128,7 @@ static const char full_text[] = "name = \"long # context\"\n"
                                 "tokens = 1M\n"
                                 "pos_offset = 1000000\n"
                                 "causal = no\n"
+                                "deterministic = no\n"
                                 "segments = 2048,8192,32768\n"
                                 "dilations = 1,2,8\n"
                                 "layout = contiguous\n"
@@ -249,6 +250,7 @@ Test(spec, set_builds_what_parse_reads)
         { "init_from", "/models/llama" },
         { "pos_offset", "1000000" },
         { "causal", "no" },
+        { "deterministic", "no" },
         { "segments", "2048,8192,32768" },
         { "dilations", "1,2,8" },
         { "layout", "contiguous" },
@@ -547,7 +549,7 @@ Test(spec, every_key_has_help)
         cr_assert_not_null(k->help, "key %s", k->name);
         cr_assert(strlen(k->help) > 4, "key %s", k->name);
     }
-    cr_assert_eq(n, 77, "77 keys, one per dt_spec_t field (dt-spec(5) lists them)");
+    cr_assert_eq(n, 78, "78 keys, one per dt_spec_t field (dt-spec(5) lists them)");
     dt_spec_free(NULL);
 }
 
