@@ -590,13 +590,36 @@ static void branch_shape(const dt_plan_req_t *q, const dt_attn_spec_t *a, int b,
                                        q->kind == DT_KIND_TRAIN, !a->nondet);
 }
 
+/* FLOP/s of the attention blocks, forward or backward (DT_ATTN_EFF_*):
+ * the GPU presets' measured fraction of peak for them (its D <= 64 factor
+ * applied), else the cluster's one efficiency. */
+static double attn_pe(const dt_plan_req_t *q, const dt_attn_spec_t *a, int which)
+{
+    const dt_cluster_t *cl = &q->cluster;
+    double e = cl->attn_eff[which];
+
+    if (!q->cuda || !(e > 0))
+        return cl->peak_flops * cl->efficiency;
+    if (a->D <= 64 && cl->attn_eff_d64 > 0)
+        e *= cl->attn_eff_d64;
+    return cl->peak_flops * e;
+}
+
+/* The attention backward's time over its forward's: 2.5 times the FLOPs,
+ * at the backward's rate (deterministic unless deterministic = no). */
+static double bwd_ratio(const dt_plan_req_t *q, const dt_attn_spec_t *a)
+{
+    return 2.5 * attn_pe(q, a, DT_ATTN_EFF_FWD) /
+           attn_pe(q, a, a->nondet ? DT_ATTN_EFF_BWD : DT_ATTN_EFF_BWD_DET);
+}
+
 /* Per-rank compute and communication of one branch (one attention
  * forward, or forward + backward for train). */
 static void branch_time(const dt_plan_req_t *q, const dt_attn_spec_t *a, int R,
                         const mask_effect_t *me, dt_cost_branch_t *o)
 {
     const dt_cluster_t *cl = &q->cluster;
-    double pe = cl->peak_flops * cl->efficiency, e = elem_of(q->precision);
+    double pe = attn_pe(q, a, DT_ATTN_EFF_FWD), e = elem_of(q->precision);
     double imb = me->any ? me->imbalance
                  : q->causal && q->layout == DT_LAYOUT_CONTIGUOUS ? 2.0 - 1.0 / o->group
                                                                   : 1.0;
@@ -624,8 +647,9 @@ static void branch_time(const dt_plan_req_t *q, const dt_attn_spec_t *a, int R,
         o->exposed_fwd_s = o->exposed_s;
         o->hidden = o->step_comm_s <= o->step_compute_s;
         if (q->kind == DT_KIND_TRAIN) {
-            /* backward: 2.5x the compute; K/V again plus their fp32 gradients */
-            double cb = 2.5 * o->step_compute_s, mb = o->pack * (1 + 4.0 / e) / bw;
+            /* backward: 2.5x the FLOPs at its rate; K/V again plus their fp32
+             * gradients */
+            double cb = bwd_ratio(q, a) * o->step_compute_s, mb = o->pack * (1 + 4.0 / e) / bw;
             o->exposed_s += transfers * dmax(0, mb - cb);
             o->hidden = o->hidden && mb <= cb;
         }
@@ -636,9 +660,9 @@ static void branch_time(const dt_plan_req_t *q, const dt_attn_spec_t *a, int R,
  * with dp) at bw (see the top): their time in all and whether those of
  * each unit hide behind its compute in v; returns the part that does not
  * hide. c tokens per rank; attn_fwd_s one layer's attention forward on
- * this rank. */
+ * this rank, its backward bwd_r times that. */
 static double state_comm(const dt_plan_req_t *q, double W, double c, double bw, double attn_fwd_s,
-                         dt_cost_t *v)
+                         double bwd_r, dt_cost_t *v)
 {
     const dt_model_cfg_t *m = &q->model;
     double P, Pmm, Pmm_layers, e = elem_of(q->precision), f = (W - 1.0) / W;
@@ -665,7 +689,7 @@ static double state_comm(const dt_plan_req_t *q, double W, double c, double bw, 
      * recompute one forward more). The embedding's have none to hide
      * behind: its gather starts the step, its gradient ends the backward. */
     double lf = 2 * (Pmm_layers / L) * c / pe + attn_fwd_s;
-    double lb = 4 * (Pmm_layers / L) * c / pe + 2.5 * attn_fwd_s + (recomp(q) ? lf : 0);
+    double lb = 4 * (Pmm_layers / L) * c / pe + bwd_r * attn_fwd_s + (recomp(q) ? lf : 0);
     double tl_f = f * fwd * Ul / bw, tl_b = f * bwd * Ul / bw;
     double th_f = f * fwd * Uh / bw, th_b = f * bwd * Uh / bw;
 
@@ -714,7 +738,8 @@ void dt_cost_eval(const dt_plan_req_t *q, int64_t T, int R, dt_cost_t *v)
         work = dmax(work, o->work);
         v->attn_flops += o->flops;
         attn_fwd_s += o->compute_s;
-        attn_s += (q->kind == DT_KIND_TRAIN ? 3.5 : 1.0) * o->compute_s + o->exposed_s;
+        attn_s += (q->kind == DT_KIND_TRAIN ? 1.0 + bwd_ratio(q, &a) : 1.0) * o->compute_s +
+                  o->exposed_s;
         if (recomp(q)) /* the layer's forward once more, its ring included */
             attn_s += o->compute_s + o->exposed_fwd_s;
         v->hidden = v->hidden && o->hidden;
@@ -798,7 +823,7 @@ void dt_cost_eval(const dt_plan_req_t *q, int64_t T, int R, dt_cost_t *v)
         double again = q->cuda ? 2 * layers * (qdim * dm + 2 * dm * ff) : 0;
         double rec = !recomp(q) ? 0 : q->cuda ? 2 * layers * (qdim + 2 * kvd) * dm : 2 * Pmm_layers;
         double compute_s = B * (layers * attn_s + (6 * Pmm + rec + again) * c / pe);
-        v->seconds = compute_s + (q->cuda ? 1.0 : B) * state_comm(q, W, c, bw, attn_fwd_s, v);
+        v->seconds = compute_s + (q->cuda ? 1.0 : B) * state_comm(q, W, c, bw, attn_fwd_s, bwd_ratio(q, &a), v);
         pcie(q, W, c, P, compute_s, v);
         break;
     }

@@ -44,7 +44,8 @@ typedef struct dt_cluster {
     int nodes;           /* available nodes; 0 = as many as needed */
     double mem_bytes;    /* usable memory per GPU (or per CPU rank) */
     double peak_flops;   /* per GPU, at the job's precision */
-    double efficiency;   /* fraction of peak the kernels reach */
+    double efficiency;   /* fraction of peak the kernels reach (on GPUs: all but
+                          * the attention's, which attn_eff says) */
     double nvlink_bps;   /* bytes/s between GPUs of one node, per direction */
     double net_bps;      /* bytes/s between nodes, per GPU, per direction */
     double fixed_bytes;  /* per-process memory before any tensor */
@@ -52,7 +53,14 @@ typedef struct dt_cluster {
                           * transport's shared-memory buffers); 0 on GPUs */
     double host_mem_bytes; /* GPUs: usable host memory per node (0: not separate) */
     double pcie_bps;       /* GPUs: bytes/s host <-> device per GPU, per direction */
+    /* GPUs: the fraction of peak the attention blocks reach at head
+     * width D >= 128, forward, backward and deterministic backward
+     * (DT_ATTN_EFF_*), and the factor for D <= 64; 0: efficiency */
+    double attn_eff[3];
+    double attn_eff_d64;
 } dt_cluster_t;
+
+enum { DT_ATTN_EFF_FWD, DT_ATTN_EFF_BWD, DT_ATTN_EFF_BWD_DET };
 
 /* kind, recompute and shard: the job vocabulary's (spec/vocab.h). */
 

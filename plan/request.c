@@ -22,6 +22,23 @@
 
 /*-- presets -------------------------------------------------------------------*/
 
+/* The GPU presets' efficiencies, measured on one H200 (cuDNN 9.19, CUDA
+ * 13, driver 580; tests/gpu/device.sh --quick, 2026-12-04; the H100's
+ * compute is the same chip's, and its earlier runs agree within a few per
+ * cent for the kernels they share). The attention blocks' (bench/gpu.sh,
+ * bench_attn_cuda through cuDNN, T = 16384, causal, bf16): at D = 128 the
+ * forward 542 TFLOP/s (0.55 of the 989 peak), the backward 517 (0.52),
+ * deterministic 118 (0.12, cuDNN keeping the scores); at D = 64 each 0.75
+ * of that (406, 392, 86). The rest, GPU_EFF: what is left of the measured
+ * training step of the LLaMA-3.2-1B shape at T = 16384 (0.909 s,
+ * bench/train_gpu.sh) after its attention at the rates above: its matrix
+ * products (cuBLASLt reaches 0.80 of peak at 8192^3 in the same run) with
+ * the elementwise kernels, the loss and AdamW, which the model does not
+ * count apart, folded in. */
+#define GPU_EFF 0.38
+#define GPU_ATTN_EFF { 0.55, 0.52, 0.12 }
+#define GPU_ATTN_D64 0.75
+
 /* peak_fp32: the same machine at fp32 (GPUs without TF32: the non-tensor
  * FP32 peak), used when a job asks for fp32. */
 static const struct cluster_preset {
@@ -38,12 +55,13 @@ static const struct cluster_preset {
      * cache and the processes keep the rest); PCIe Gen5 x16 per GPU, 64
      * GB/s raw per direction, about 50 GB/s of copies (cudaMemcpyAsync
      * from page-locked memory). */
-    { { "h100-sxm", 8, 0, 76.0 * GiB, 989e12, 0.5, 450e9, 50e9, 1.0 * GiB, 0, 1843.0 * GiB,
-        50e9 },
+    { { "h100-sxm", 8, 0, 76.0 * GiB, 989e12, GPU_EFF, 450e9, 50e9, 1.0 * GiB, 0, 1843.0 * GiB,
+        50e9, GPU_ATTN_EFF, GPU_ATTN_D64 },
       67e12, 0 },
     /* H200: the same compute and links, 141 GB HBM3e (about 140 GiB; 133
      * usable); a DGX H200's host is a DGX H100's (2 TiB, PCIe Gen5). */
-    { { "h200", 8, 0, 133.0 * GiB, 989e12, 0.5, 450e9, 50e9, 1.0 * GiB, 0, 1843.0 * GiB, 50e9 },
+    { { "h200", 8, 0, 133.0 * GiB, 989e12, GPU_EFF, 450e9, 50e9, 1.0 * GiB, 0, 1843.0 * GiB,
+        50e9, GPU_ATTN_EFF, GPU_ATTN_D64 },
       67e12, 0 },
     /* cpu: one dtengine rank per core, a "node" being one machine of two
      * ranks, 4 GiB per rank. Peak and efficiency: this machine's
@@ -59,7 +77,8 @@ static const struct cluster_preset {
      * rank, about 0.7 MiB each at 1 to 8 ranks of dtengine train
      * (bench/train_memory.sh): 720 KiB. bf16 runs no faster on the CPU
      * kernels. */
-    { { "cpu", 2, 0, 4.0 * GiB, 270e9, 0.55, 5e9, 1e9, 15.0 * MiB, 720.0 * 1024, 0, 0 }, 270e9,
+    { { "cpu", 2, 0, 4.0 * GiB, 270e9, 0.55, 5e9, 1e9, 15.0 * MiB, 720.0 * 1024, 0, 0, { 0 }, 0 },
+      270e9,
       1 },
 };
 
