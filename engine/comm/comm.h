@@ -208,9 +208,10 @@ DT_MUST_CHECK int dt_ring_allgather_slices_f32(dt_ring_t *r, float *const *buf,
  * are queued on the ring's communication stream behind what it holds
  * already and return at once; dt_ring_coll_wait(slot) waits (a watchdog
  * wait) for the last one started with that slot (0 to DT_RING_COLL_SLOTS -
- * 1) and everything queued before it. The caller has finished (synchronised) what writes
- * their inputs or still reads their outputs' old contents, and leaves
- * both alone until the wait. One local rank (an NCCL ring, or a local
+ * 1) and everything queued before it. The caller has finished what
+ * writes their inputs or still reads their outputs' old contents
+ * (synchronised, or queued on a stream that dt_ring_coll_after has the
+ * collectives wait for), and leaves both alone until the wait. One local rank (an NCCL ring, or a local
  * ring of one); a range collective of a ring of one is a copy.
  *
  * Gather: mine holds this rank's part of [a, b) (its slice's, possibly
@@ -235,6 +236,11 @@ DT_MUST_CHECK int dt_ring_reduce_scatter_range(dt_ring_t *r, const dt_comm_slici
                                                float *mine, int acc, float *scratch,
                                                int64_t scratch_n, int slot, dt_emsg_t *em);
 DT_MUST_CHECK int dt_ring_coll_wait(dt_ring_t *r, int slot, dt_emsg_t *em);
+/* The other way round: the range collectives started on r after this call
+ * wait, on the device, for what the caller's CUDA stream (a cudaStream_t)
+ * holds now (the kernels that write their inputs or read their outputs'
+ * old contents), so the host need not synchronise first. Returns at once. */
+DT_MUST_CHECK int dt_ring_coll_after(dt_ring_t *r, void *stream, dt_emsg_t *em);
 /* The caller's CUDA stream (a cudaStream_t) waits, on the device, for the
  * last range collective started with that slot: what it queues next (a
  * copy of the collective's output, say) runs after it. Returns at once. */

@@ -885,6 +885,22 @@ int dt_ring_coll_then(dt_ring_t *r, int slot, void *stream, dt_emsg_t *em)
     return 0;
 }
 
+int dt_ring_coll_after(dt_ring_t *r, void *stream, dt_emsg_t *em)
+{
+    int rc;
+
+    if ((rc = dt_ring_enter(r, em)) < 0)
+        return rc;
+    if (stream == NULL || r->nlocal != 1)
+        return dt_emsg_set(em, DT_EINVAL, "range collective: after stream %p, %d local ranks",
+                           stream, r->nlocal);
+    /* the wait takes the event's record as it is now: recording it again
+     * for the next call leaves this one's order intact */
+    RING_CUDA(r, em, cudaEventRecord(r->p[0].ev[RING_EV_AFTER], (cudaStream_t)stream));
+    RING_CUDA(r, em, cudaStreamWaitEvent(r->p[0].comm, r->p[0].ev[RING_EV_AFTER], 0));
+    return 0;
+}
+
 int dt_ring_coll_chain(dt_ring_t *prev, int pslot, dt_ring_t *next, dt_emsg_t *em)
 {
     int rc;

@@ -60,6 +60,8 @@ enum ring_ev {
     RING_EV_COLL1, /* ... of slot 1, 2, 3 (DT_RING_COLL_SLOTS) */
     RING_EV_COLL2,
     RING_EV_COLL3,
+    RING_EV_AFTER, /* a caller's stream: what it queued before a range
+                    * collective (dt_ring_coll_after) */
     RING_EV_NSYNC, /* events above: no timing */
     /* timing events (cudaEventElapsedTime) */
     RING_EV_TBEGIN = RING_EV_NSYNC,

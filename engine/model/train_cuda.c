@@ -823,8 +823,9 @@ static int wunit_fetch(dt_gmodel_t *g, int u, int s, dt_emsg_t *em)
 
 /* shard = parameters: the weights of position k (wseq) are there once
  * their gathers are done: the layer's (or the head's) pointers into the
- * slot; then the next position's gathers start into the other slot, which
- * the model's stream is done with once synchronised. Not sharded: nothing. */
+ * slot; then the next position's gathers start into the other slot,
+ * waiting on the device for the model's stream to be done with it. Not
+ * sharded: nothing. */
 static int wunit_use(dt_gmodel_t *g, int k, dt_emsg_t *em)
 {
     gtrain_t *T = g->tr;
@@ -854,7 +855,10 @@ static int wunit_use(dt_gmodel_t *g, int k, dt_emsg_t *em)
     }
     if (k + 1 > 2 * L)
         return 0;
-    DT_CUDA_TRY(em, cudaStreamSynchronize(g->st));
+    /* the other slot's last reader is queued on the model's stream: the
+     * gathers (dp: across the replicas first) wait for it on the device */
+    if ((rc = dt_ring_coll_after(T->rep ? T->rep : g->ring, g->st, em)) < 0)
+        return rc;
     return wunit_fetch(g, wseq(L, k + 1), (k + 1) % 2, em);
 }
 
@@ -924,7 +928,10 @@ static int gunit_end(dt_gmodel_t *g, int u, float *buf, dt_emsg_t *em)
     const int64_t pa = a > T->moff ? a : T->moff, end = T->moff + T->mlen;
     const int64_t len = (b < end ? b : end) - pa;
     float *mine = T->gh ? buf + (pa - a) : T->G + (pa < end ? pa - T->moff : 0);
-    DT_CUDA_TRY(em, cudaStreamSynchronize(g->st));
+    /* buf is complete once the model's stream gets there: the
+     * reduce-scatter (around the ring first) waits for it on the device */
+    if ((rc = dt_ring_coll_after(g->ring, g->st, em)) < 0)
+        return rc;
     if (T->rep) {
         /* dp: the ring part's sum in place, then across the replicas */
         int64_t ra, rb;
