@@ -234,6 +234,8 @@ static size_t own_bytes(const dt_cudnn_sdpa_t *s, int bwd)
 static int64_t chunk_rows(const dt_attn_blk_t *b, const dt_attn_cuda_t *a, int64_t nq,
                           int64_t nk, int bwd)
 {
+    if (b->rows > 0)
+        return b->rows < nq ? b->rows : nq;
     return dt_attn_cudnn_rows(nq, nk, a->h, a->d, dt_dtype_size(a->dtype), bwd, b->det);
 }
 
@@ -316,8 +318,7 @@ static int cudnn_takes(const dt_attn_blk_t *b, const dt_cudnn_sdpa_t *s, int bwd
     return *need <= b->bytes;
 }
 
-/* Query rows [r0, r0 + step) of piece w (the rule follows its rows). */
-static dt_attn_piece_t rows_of(const dt_attn_piece_t *w, int64_t r0, int64_t step)
+dt_attn_piece_t dt_attn_piece_rows(const dt_attn_piece_t *w, int64_t r0, int64_t step)
 {
     dt_attn_piece_t p = *w;
 
@@ -325,6 +326,16 @@ static dt_attn_piece_t rows_of(const dt_attn_piece_t *w, int64_t r0, int64_t ste
     p.nq = w->nq - r0 < step ? w->nq - r0 : step;
     if (p.shift != DT_CUDNN_FULL) {
         p.shift += r0;
+        /* causal: the keys after the last row's last are no one's, so a
+         * chunk of rows takes its keys only up to there, rounded up to a
+         * quarter of the piece's in multiples of 128: at most four key
+         * lengths, so four cuDNN plans (each compiled once per process),
+         * for most of the saving; and no key length of 64 mod 128 (cuDNN's
+         * bad backward shapes, routed to dt's kernels) */
+        const int64_t q = ((w->nk + 3) / 4 + 127) / 128 * 128;
+        const int64_t seen = (p.nq + p.shift + q - 1) / q * q;
+        if (seen < p.nk)
+            p.nk = seen;
         if (p.shift >= p.nk - 1)
             p.shift = DT_CUDNN_FULL;
     }
@@ -361,7 +372,7 @@ int dt_attn_block_fwd(dt_attn_blk_t *b, const dt_attn_cuda_t *a, const dt_run_t 
         const dt_attn_piece_t *whole = &pc[i];
         const int64_t hd = (int64_t)a->h * a->d, step = chunk_rows(b, a, whole->nq, whole->nk, 0);
         for (int64_t r0 = 0; r0 < whole->nq; r0 += step) {
-            dt_attn_piece_t pp = rows_of(whole, r0, step);
+            dt_attn_piece_t pp = dt_attn_piece_rows(whole, r0, step);
             const dt_attn_piece_t *p = &pp;
             dt_cudnn_sdpa_t s = sdpa(b, a, p->nq, p->nk, p->shift, hd);
             size_t need = 0;
@@ -413,7 +424,7 @@ int dt_attn_block_bwd(dt_attn_blk_t *b, const dt_attn_cuda_t *a, const dt_run_t 
         const int64_t step = rows > 0 ? rows : whole->nq; /* 0: dt's kernels */
         /* query chunks bound the scratch (and cuDNN's deterministic dS) */
         for (int64_t r0 = 0; r0 < whole->nq; r0 += step) {
-            dt_attn_piece_t p = rows_of(whole, r0, step);
+            dt_attn_piece_t p = dt_attn_piece_rows(whole, r0, step);
             dt_cudnn_sdpa_t s = sdpa(b, a, p.nq, p.nk, p.shift, g->lddo);
             size_t need = 0;
             int take = rows > 0 ? cudnn_takes(b, &s, 1, &need, em) : 0;

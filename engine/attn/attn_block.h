@@ -58,6 +58,12 @@ typedef struct dt_attn_piece {
 int dt_attn_pieces(const dt_run_t *qr, int nq, const dt_run_t *kr, int nk, int causal,
                    dt_attn_piece_t *out);
 
+/* Query rows [r0, r0 + step) of piece w, the chunk one cuDNN call takes
+ * (the rule follows its rows): causal, its keys end after the last row's
+ * last visible one, rounded up to a quarter of w's keys in multiples of
+ * 128 (at most w's). */
+dt_attn_piece_t dt_attn_piece_rows(const dt_attn_piece_t *w, int64_t r0, int64_t step);
+
 /* One rank's way of running blocks for a call. */
 typedef struct dt_attn_blk {
     int cudnn;         /* cuDNN takes the blocks it can */
@@ -67,6 +73,9 @@ typedef struct dt_attn_blk {
     const void *ohalf; /* backward with cudnn: the forward's final o in dtype, the block's
                         * query rows at the row stride of dout (a copy: the ring's dq may
                         * overwrite o) */
+    int64_t rows;      /* > 0: query rows per cuDNN call, a multiple of 128 (tests: the
+                        * chunks a long block is cut into, at small shapes); 0: the
+                        * bounds of dt_attn_cudnn_rows (spec/attn_spec.h) */
     int pieces_cudnn;  /* statistics: pieces run by cuDNN, by dt's kernels */
     int pieces_dt;
 } dt_attn_blk_t;

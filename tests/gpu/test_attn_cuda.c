@@ -24,6 +24,14 @@
  * Shapes: q (tq, h, d), k/v (tk, hkv, d), o (tq, h, d) fp32, lse (h, tq)
  * fp32, dq (tq, h, d), dk/dv (tk, hkv, d) fp32. Not here: the ring
  * (test_ring_cuda), the layers (test_layers_cuda), timings (bench/).
+ *
+ * Built with DT_TEST_SIM against the simulator (tests/gpu/sim: the
+ * kernels' contracts on the CPU reference) it is test_attn_sim in make
+ * check: blocks through cuDNN's stand-in (engine/attn/attn_block.c: the
+ * pieces, the half partials, the scratch, masks handed to dt's kernels),
+ * the cases at bf16 and D = 64 only (the block code is the same for every
+ * dtype and width) and the long block at T = 1024 (4096 takes minutes on
+ * the reference).
  */
 #include "config.h"
 
@@ -625,6 +633,9 @@ static dt_attn_cuda_t td_args(const tdata_t *t, int64_t j0, int64_t j1)
  * runs, bf16/fp16 partials merged into the fp32 state; what cuDNN does not
  * take (masks) runs on dt's kernels as before. */
 static int use_cudnn;
+/* the stream every kernel is queued on (a created one: the simulator of
+ * tests/gpu/sim, like the engine, never uses the legacy stream) */
+static cudaStream_t ts;
 
 /* The runs of positions of query rows (keys = 0) or key rows [j0, j1). */
 static int case_runs(const tcase_t *c, int keys, int64_t j0, int64_t j1, dt_run_t *r)
@@ -648,6 +659,9 @@ static int case_runs(const tcase_t *c, int keys, int64_t j0, int64_t j1, dt_run_
 static dt_attn_blk_t cudnn_blk(const tdata_t *t, int bwd, const void *ohalf)
 {
     dt_attn_blk_t b = { .cudnn = 1, .det = 1, .ohalf = ohalf };
+#ifdef DT_TEST_SIM
+    b.rows = 128; /* every block in chunks of 128 query rows, keys cut short */
+#endif
     dt_emsg_t em = { { 0 } };
     size_t bytes = 0;
     int64_t rows = t->c->tq > t->c->tk ? t->c->tq : t->c->tk;
@@ -665,14 +679,14 @@ static int block_fwd(const tdata_t *t, const dt_attn_cuda_t *a, int64_t j0, int6
                      float *o, float *lse, dt_emsg_t *em)
 {
     if (!use_cudnn)
-        return dt_attn_fwd_cuda(a, acc, o, t->ldo, lse, t->ldlse, 0, em);
+        return dt_attn_fwd_cuda(a, acc, o, t->ldo, lse, t->ldlse, ts, em);
     dt_run_t qr[2], kr[2];
     int nq = case_runs(t->c, 0, 0, t->c->tq, qr), nk = case_runs(t->c, 1, j0, j1, kr);
     dt_attn_blk_t b = cudnn_blk(t, 0, NULL);
     /* a keeps its position arrays beside the runs, as the ring's blocks do:
      * the pieces cuDNN takes follow the runs, those dt's kernels take (and
      * a block with masks, whole on dt's kernels) read the arrays */
-    int rc = dt_attn_block_fwd(&b, a, qr, nq, kr, nk, acc, o, t->ldo, lse, t->ldlse, 0, em);
+    int rc = dt_attn_block_fwd(&b, a, qr, nq, kr, nk, acc, o, t->ldo, lse, t->ldlse, ts, em);
     GC_CUDA(cudaDeviceSynchronize());
     dfree(b.ws);
     return rc;
@@ -682,7 +696,7 @@ static int block_bwd(const tdata_t *t, const dt_attn_cuda_t *a, int64_t j0, int6
                      const dt_attn_cuda_grad_t *g, dt_emsg_t *em)
 {
     if (!use_cudnn)
-        return dt_attn_bwd_cuda(a, g, 0, em);
+        return dt_attn_bwd_cuda(a, g, ts, em);
     /* the forward's final o in dtype at dout's stride: the reference's */
     const tcase_t *c = t->c;
     const int64_t w = (int64_t)c->h * t->d;
@@ -694,7 +708,7 @@ static int block_bwd(const tdata_t *t, const dt_attn_cuda_t *a, int64_t j0, int6
     dt_run_t qr[2], kr[2];
     int nq = case_runs(c, 0, 0, c->tq, qr), nk = case_runs(c, 1, j0, j1, kr);
     dt_attn_blk_t b = cudnn_blk(t, 1, oh_d);
-    int rc = dt_attn_block_bwd(&b, a, qr, nq, kr, nk, g, 0, em);
+    int rc = dt_attn_block_bwd(&b, a, qr, nq, kr, nk, g, ts, em);
     GC_CUDA(cudaDeviceSynchronize());
     dfree(b.ws);
     dfree(oh_d);
@@ -961,7 +975,7 @@ static void run_future(dt_dtype_t dt, int d, int pos)
     float *od = dput(oh, no * sizeof(float)), *ld = dput(lh, nl * sizeof(float));
 
     /* accumulate = 0 on garbage: every row empty */
-    if (launched(dt_attn_fwd_cuda(&fut, 0, od, ldo, ld, ldlse, 0, &em), &em, "dt_attn_fwd_cuda",
+    if (launched(dt_attn_fwd_cuda(&fut, 0, od, ldo, ld, ldlse, ts, &em), &em, "dt_attn_fwd_cuda",
                  tag)) {
         dget(oh, od, no * sizeof(float));
         dget(lh, ld, nl * sizeof(float));
@@ -978,7 +992,7 @@ static void run_future(dt_dtype_t dt, int d, int pos)
                  tag, (long long)bad);
     }
     /* accumulate = 1 after a block in the past: state unchanged */
-    if (launched(dt_attn_fwd_cuda(&past, 0, od, ldo, ld, ldlse, 0, &em), &em,
+    if (launched(dt_attn_fwd_cuda(&past, 0, od, ldo, ld, ldlse, ts, &em), &em,
                  "dt_attn_fwd_cuda", tag)) {
         dget(os, od, no * sizeof(float));
         dget(ls, ld, nl * sizeof(float));
@@ -989,7 +1003,7 @@ static void run_future(dt_dtype_t dt, int d, int pos)
         gc_check(finite == h * tq, "block wholly in the past: every lse finite [%s]: %lld of "
                                    "%lld",
                  tag, (long long)finite, (long long)(h * tq));
-        if (launched(dt_attn_fwd_cuda(&fut, 1, od, ldo, ld, ldlse, 0, &em), &em,
+        if (launched(dt_attn_fwd_cuda(&fut, 1, od, ldo, ld, ldlse, ts, &em), &em,
                      "dt_attn_fwd_cuda", tag)) {
             dget(oh, od, no * sizeof(float));
             dget(lh, ld, nl * sizeof(float));
@@ -1047,7 +1061,7 @@ static void run_delta(dt_dtype_t dt, int d)
     float *od = dput(o, (size_t)(n * ldo) * sizeof(float));
     float *dh = fbuf(h, n, ldd, NAN);
     float *dd = dput(dh, (size_t)(h * ldd) * sizeof(float));
-    if (launched(dt_attn_delta_cuda(n, h, d, dt, dod, lddo, od, ldo, dd, ldd, 0, &em), &em,
+    if (launched(dt_attn_delta_cuda(n, h, d, dt, dod, lddo, od, ldo, dd, ldd, ts, &em), &em,
                  "dt_attn_delta_cuda", tag)) {
         dget(dh, dd, (size_t)(h * ldd) * sizeof(float));
         int64_t bad = 0, at = -1;
@@ -1129,9 +1143,9 @@ static void run_long(dt_dtype_t dt, int d, int64_t T)
         .q = qd, .ldq = ldq, .k = kd, .ldk = ldk, .v = vd, .ldv = ldk,
         .causal = 1, .q0 = 0, .k0 = 0, .scale = 0.0f,
     };
-    if (!launched(dt_attn_fwd_cuda(&a, 0, od, ldq, ld, T, 0, &em), &em, "dt_attn_fwd_cuda", tag))
+    if (!launched(dt_attn_fwd_cuda(&a, 0, od, ldq, ld, T, ts, &em), &em, "dt_attn_fwd_cuda", tag))
         goto out;
-    if (!launched(dt_attn_delta_cuda(T, h, d, dt, dod, ldq, od, ldq, deltad, T, 0, &em), &em,
+    if (!launched(dt_attn_delta_cuda(T, h, d, dt, dod, ldq, od, ldq, deltad, T, ts, &em), &em,
                   "dt_attn_delta_cuda", tag))
         goto out;
     dget(o, od, nq * 4);
@@ -1178,7 +1192,7 @@ static void run_long(dt_dtype_t dt, int d, int64_t T)
         GC_CUDA(cudaMemset(dqd, 0, nq * 4));
         GC_CUDA(cudaMemset(dkd, 0, nk * 4));
         GC_CUDA(cudaMemset(dvd, 0, nk * 4));
-        if (!launched(dt_attn_bwd_cuda(&a, &gr, 0, &em), &em, "dt_attn_bwd_cuda", tag))
+        if (!launched(dt_attn_bwd_cuda(&a, &gr, ts, &em), &em, "dt_attn_bwd_cuda", tag))
             goto out;
         float **r = run ? r2 : r1;
         dget(r[0], dqd, nq * 4);
@@ -1321,10 +1335,10 @@ static void run_invalid(void)
         char what[160];
         dt_emsg_t em = { { 0 } };
         snprintf(what, sizeof what, "dt_attn_fwd_cuda, %s", bad[i].what);
-        expect_einval(dt_attn_fwd_cuda(&a, 0, o, h * d, lse, t, 0, &em), &em, what);
+        expect_einval(dt_attn_fwd_cuda(&a, 0, o, h * d, lse, t, ts, &em), &em, what);
         memset(&em, 0, sizeof em);
         snprintf(what, sizeof what, "dt_attn_bwd_cuda, %s", bad[i].what);
-        expect_einval(dt_attn_bwd_cuda(&a, &g, 0, &em), &em, what);
+        expect_einval(dt_attn_bwd_cuda(&a, &g, ts, &em), &em, what);
     }
     cudaError_t e = cudaDeviceSynchronize();
     if (e == cudaSuccess)
@@ -1353,8 +1367,13 @@ int main(void)
     int dev = 0;
     GC_CUDA(cudaGetDevice(&dev));
     GC_CUDA(cudaGetDeviceProperties(&p, dev));
+    GC_CUDA(cudaStreamCreateWithFlags(&ts, cudaStreamDefault));
     printf("device %d: %s, sm_%d%d, %d SMs, %.1f GiB\n", dev, p.name, p.major, p.minor,
            p.multiProcessorCount, (double)p.totalGlobalMem / (1 << 30));
+#ifdef DT_TEST_SIM
+    if (getenv("DT_ATTN_KERNEL") == NULL)
+        dt_gpu_attn_set(DT_GPU_ATTN_CUDNN);
+#endif
     use_cudnn = dt_gpu_attn_get() == DT_GPU_ATTN_CUDNN;
     if (use_cudnn) {
         dt_emsg_t em = { { 0 } };
@@ -1372,8 +1391,13 @@ int main(void)
     static const dt_dtype_t dts[2] = { DT_BF16, DT_F16 };
     static const int ds[2] = { 64, 128 };
     uint64_t seed = 1;
-    for (int i = 0; i < 2; i++)
-        for (int j = 0; j < 2; j++) {
+#ifdef DT_TEST_SIM
+    const int ni = 1, nj = 1; /* bf16, D = 64 (see the top) */
+#else
+    const int ni = 2, nj = 2;
+#endif
+    for (int i = 0; i < ni; i++)
+        for (int j = 0; j < nj; j++) {
             run_delta(dts[i], ds[j]);
             for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
                 run_case(&cases[c], dts[i], ds[j], seed++);
@@ -1383,8 +1407,12 @@ int main(void)
                    dt_clock_now() - t0);
             fflush(stdout);
         }
+#ifdef DT_TEST_SIM
+    run_long(DT_BF16, 64, 1024);
+#else
     run_long(DT_BF16, 128, 4096);
     run_long(DT_F16, 64, 4096);
+#endif
     printf("-- done, %.1f s\n", dt_clock_now() - t0);
     return gc_done();
 }

@@ -301,6 +301,65 @@ static void check_pieces(void)
              "(%d wrong); a zigzag block is %d piece(s)", blocks, bad, most_zz);
 }
 
+/* dt_attn_piece_rows against brute force: the query chunks of causal
+ * pieces (diagonal, shifted, a full piece) cover exactly the piece's
+ * visible pairs, once each; a chunk's keys end at or after its rows' last
+ * visible key, and before the piece's, at a multiple of 128 or the
+ * piece's end, in at most four lengths short of it (cuDNN plans). */
+static void check_piece_rows(void)
+{
+    static const dt_attn_piece_t wholes[] = {
+        { 0, 1000, 0, 1000, 0 },   { 0, 1000, 0, 1300, 300 }, { 7, 640, 5, 700, 64 },
+        { 0, 333, 0, 2000, 1600 }, { 0, 500, 0, 500, DT_CUDNN_FULL },
+    };
+    static const int64_t steps[] = { 128, 256, 384 };
+    int bad = 0, chunks = 0, trimmed = 0;
+
+    for (size_t w = 0; w < sizeof(wholes) / sizeof(wholes[0]); w++)
+        for (size_t si = 0; si < sizeof(steps) / sizeof(steps[0]); si++) {
+            const dt_attn_piece_t *W = &wholes[w];
+            unsigned char *seen = calloc((size_t)(W->nq * W->nk), 1);
+            int ok = 1, nlen = 0;
+            int64_t lens[64];
+            for (int64_t r0 = 0; r0 < W->nq; r0 += steps[si]) {
+                dt_attn_piece_t p = dt_attn_piece_rows(W, r0, steps[si]);
+                int64_t last = -1;
+                int known = p.nk == W->nk;
+                for (int i = 0; i < nlen; i++)
+                    known = known || lens[i] == p.nk;
+                if (!known && nlen < 64)
+                    lens[nlen++] = p.nk;
+                chunks++;
+                trimmed += p.nk < W->nk;
+                ok = ok && p.krow == W->krow && p.qrow == W->qrow + r0 && p.nk <= W->nk &&
+                     (p.nk % 128 == 0 || p.nk == W->nk);
+                for (int64_t a = 0; a < p.nq && ok; a++)
+                    for (int64_t b = 0; b < p.nk; b++)
+                        if (p.shift == DT_CUDNN_FULL || b <= a + p.shift) {
+                            ok = ok && seen[(r0 + a) * W->nk + b]++ == 0;
+                            last = b > last ? b : last;
+                        }
+                /* the chunk's last row sees no key past its nk */
+                if (W->shift != DT_CUDNN_FULL)
+                    ok = ok && (r0 + p.nq - 1 + W->shift >= W->nk - 1 ? last == W->nk - 1
+                                                                      : last == r0 + p.nq - 1 +
+                                                                                   W->shift);
+            }
+            for (int64_t a = 0; a < W->nq && ok; a++)
+                for (int64_t b = 0; b < W->nk && ok; b++)
+                    ok = seen[a * W->nk + b] ==
+                         (W->shift == DT_CUDNN_FULL || b <= a + W->shift);
+            ok = ok && nlen <= 4;
+            if (!ok)
+                printf("  chunks wrong: piece %zu, step %lld\n", w, (long long)steps[si]);
+            bad += !ok;
+            free(seen);
+        }
+    gc_check(bad == 0 && trimmed > 0,
+             "attn_block chunks of rows: %d chunks of 5 pieces cover exactly their pairs (%d "
+             "wrong), %d with their keys cut short", chunks, bad, trimmed);
+}
+
 int main(int argc, char **argv)
 {
     unsigned nseed = argc > 1 ? (unsigned)atoi(argv[1]) : SMALL_SEEDS;
@@ -308,6 +367,7 @@ int main(int argc, char **argv)
 
     gc_require_device("test_ring_sched"); /* the simulator's one device */
     check_pieces();
+    check_piece_rows();
     dt_gpu_attn_set(DT_GPU_ATTN_DT);
 
     /* test_ring_cuda's checks but check_dense (ten rings of T = 768 take

@@ -581,11 +581,21 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d)
     return cudaSuccess;
 }
 
+static __thread int sim_current; /* the calling thread's device, as CUDA keeps it */
+
 cudaError_t cudaSetDevice(int d)
 {
     int n;
-    return cudaGetDeviceCount(&n) != cudaSuccess || d < 0 || d >= n ? cudaErrorInvalidDevice
-                                                                     : cudaSuccess;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || d < 0 || d >= n)
+        return cudaErrorInvalidDevice;
+    sim_current = d;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int *d)
+{
+    *d = sim_current;
+    return cudaSuccess;
 }
 
 const char *cudaGetErrorString(cudaError_t e)
@@ -1041,15 +1051,17 @@ static float *head_rows(const dt_attn_cuda_t *a, const void *x, int64_t ldx, int
     return f;
 }
 
-static void check_attn(const dt_attn_cuda_t *a, const char *fn)
+/* The kernels' argument checks: DT_EINVAL naming the call, as the real
+ * launchers refuse them, before anything is queued. */
+static int check_attn(const dt_attn_cuda_t *a, const char *fn, dt_emsg_t *em)
 {
-    if ((a->d != 64 && a->d != 128) || a->h % a->hkv || a->ldq < (int64_t)a->h * a->d ||
-        a->ldk < (int64_t)a->hkv * a->d || a->ldv < (int64_t)a->hkv * a->d ||
-        (uintptr_t)a->q % 16 || (uintptr_t)a->k % 16 || (uintptr_t)a->v % 16 ||
-        (a->dtype != DT_BF16 && a->dtype != DT_F16)) {
-        fprintf(stderr, "sim: bad args to %s\n", fn);
-        abort();
-    }
+    if ((a->d != 64 && a->d != 128) || a->h < 1 || a->hkv < 1 || a->h % a->hkv ||
+        a->ldq < (int64_t)a->h * a->d || a->ldk < (int64_t)a->hkv * a->d ||
+        a->ldv < (int64_t)a->hkv * a->d || (uintptr_t)a->q % 16 || (uintptr_t)a->k % 16 ||
+        (uintptr_t)a->v % 16 || (a->dtype != DT_BF16 && a->dtype != DT_F16))
+        return dt_emsg_set(em, DT_EINVAL, "sim: bad args to %s (d %d, h %d/%d)", fn, a->d, a->h,
+                           a->hkv);
+    return 0;
 }
 
 static void do_fwd(void *arg)
@@ -1084,12 +1096,12 @@ static void do_fwd(void *arg)
 int dt_attn_fwd_cuda(const dt_attn_cuda_t *a, int accumulate, float *o, int64_t ldo, float *lse,
                      int64_t ldlse, cudaStream_t st, dt_emsg_t *em)
 {
-    (void)em;
-    check_attn(a, "fwd");
-    if (ldo < (int64_t)a->h * a->d || ldlse < a->tq) {
-        fprintf(stderr, "sim: fwd strides\n");
-        abort();
-    }
+    int rc = check_attn(a, "fwd", em);
+    if (rc < 0)
+        return rc;
+    if (ldo < (int64_t)a->h * a->d || ldlse < a->tq)
+        return dt_emsg_set(em, DT_EINVAL, "sim: fwd strides (ldo %lld, ldlse %lld)",
+                           (long long)ldo, (long long)ldlse);
     maybe_poison();
     ENTER();
     kfwd_t *k = malloc(sizeof(*k));
@@ -1155,13 +1167,13 @@ static void do_bwd(void *arg)
 int dt_attn_bwd_cuda(const dt_attn_cuda_t *a, const dt_attn_cuda_grad_t *g, cudaStream_t st,
                      dt_emsg_t *em)
 {
-    (void)em;
-    check_attn(a, "bwd");
+    int rc = check_attn(a, "bwd", em);
+    if (rc < 0)
+        return rc;
     if ((uintptr_t)g->dout % 16 || (uintptr_t)g->dq % 8 || (uintptr_t)g->dk % 8 ||
-        (uintptr_t)g->dv % 8 || g->ldlse < a->tq) {
-        fprintf(stderr, "sim: bwd args\n");
-        abort();
-    }
+        (uintptr_t)g->dv % 8 || g->ldlse < a->tq)
+        return dt_emsg_set(em, DT_EINVAL, "sim: bwd args (alignment or ldlse %lld)",
+                           (long long)g->ldlse);
     ENTER();
     kbwd_t *k = malloc(sizeof(*k));
     k->a = *a;
