@@ -1097,7 +1097,9 @@ int dt_gtrain_fwd_bwd(dt_gmodel_t *g, const dt_attn_spec_t *attn, const int32_t 
         /* the fp32 embedding into gu[0] (free until the backward), and
          * the first layer's weights on their way */
         const int64_t a = T->lo.tok_emb, b = a + (int64_t)cf->vocab * d;
-        DT_CUDA_TRY(em, cudaStreamSynchronize(g->st));
+        /* after the last step's update, on the device */
+        if ((rc = dt_ring_coll_after(T->rep ? T->rep : g->ring, g->st, em)) < 0)
+            return rc;
         if ((rc = gather(g, a, b, 4, T->gu[0], 2, em)) < 0 ||
             (rc = wunit_fetch(g, wseq(L, 0), 0, em)) < 0 ||
             (rc = dt_ring_coll_wait(g->ring, 2, em)) < 0)
