@@ -19,6 +19,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
 #include <stdbool.h>
@@ -26,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -339,6 +341,31 @@ static int own_dir(int in_tmp, const char *dir, dt_emsg_t *em)
     return rc;
 }
 
+/* The state directory is this agent's while it lives (a lock held to its
+ * exit, never inherited): the generation directories an agent killed
+ * before it could remove them, and that no live agent holds, go. */
+static void clear_dead_gens(const char *dir)
+{
+    char *lock = dt_xasprintf("%s/agent.lock", dir);
+    int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600), n = 0;
+    dt_emsg_t em = { "" };
+
+    if (fd < 0) {
+        dt_log_warn("%s: %s: generation directories of dead agents left", lock,
+                    strerror(errno));
+    } else if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        dt_log_warn("%s: held by another live agent: its generation directories left", lock);
+        close(fd);
+    } else if (dt_gen_dirs_remove(dir, &n, &em) < 0) {
+        dt_log_warn("%s", em.s);
+    } else if (n > 0) {
+        dt_log_info("removed %d generation director%s a dead agent left in %s", n,
+                    n == 1 ? "y" : "ies", dir);
+    }
+    /* fd stays open (the lock) until the agent exits */
+    free(lock);
+}
+
 int main(int argc, char **argv)
 {
     static const struct option lo[] = {
@@ -441,6 +468,7 @@ int main(int argc, char **argv)
         free(state_dir);
         return 1;
     }
+    clear_dead_gens(tc->state_dir);
     if (tc->engine == NULL)
         tc->engine = engine = find_engine();
     /* the node's GPUs, as the engine sees them: registered, and a cuda

@@ -875,7 +875,7 @@ void dt_task_gen_start(dt_task_t *t, const dt_wire_gen_start_t *gs)
     const char *logs = gs->log_dir;
     free(t->log_dir);
     t->log_dir = logs && logs[0] == '/' ? dt_xstrdup(logs) : NULL;
-    t->gen_dir = dt_xasprintf("%s/gen-%lld", t->conf.state_dir, (long long)gen);
+    t->gen_dir = dt_xasprintf(DT_GEN_DIR_FMT, t->conf.state_dir, (long long)gen);
     if (mkdir(t->gen_dir, 0700) < 0 && errno != EEXIST) {
         rc = dt_emsg_set(&em, -errno, "%s: %s", t->gen_dir, strerror(errno));
         goto fail;

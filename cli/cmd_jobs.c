@@ -395,8 +395,9 @@ int dtctl_checkpoints(dtctl_t *ctl, int argc, char **argv)
         { "STEP", "step", C_INT },           { "-STATE", "state", C_STR },
         { "SHARDS", "shards", C_INT },       { "BYTES", "bytes", C_INT },
         { "-CREATED", "created_ms", C_TIME }, { "-COMMITTED", "committed_ms", C_TIME },
+        { "-CORRUPT", "corrupt_ms", C_TIME },
     };
-    print_rows(json_object_get(res, "checkpoints"), cols, 6);
+    print_rows(json_object_get(res, "checkpoints"), cols, 7);
     json_decref(res);
     return DTCTL_OK;
 }

@@ -548,10 +548,15 @@ static int write_conf(dtctl_super_t *s, dt_emsg_t *em)
 /* A line in a log before a process of this run writes to it. */
 static void log_banner(const char *path, const char *what)
 {
-    FILE *f = fopen(path, "ae");
+    /* the owner's alone, as the rest of the state directory (a log of an
+     * earlier run there too) */
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    FILE *f = NULL;
     time_t now = time(NULL);
     char when[64];
 
+    if (fd >= 0 && (fchmod(fd, 0600) < 0 || (f = fdopen(fd, "a")) == NULL))
+        close(fd);
     if (f == NULL)
         return;
     strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", localtime(&now));
@@ -635,6 +640,12 @@ pid_t dtctl_super_kill_coord(void *arg, double delay_s)
 
 /* ---- the agents ------------------------------------------------------------------ */
 
+/* Agent p's state directory, a new string. */
+static char *agent_dir(const dtctl_super_t *s, const dtctl_proc_t *p)
+{
+    return dt_xasprintf("%s/agents/%s", s->dir, p->name);
+}
+
 int dtctl_super_agents_start(dtctl_super_t *s, int from, int to, dt_emsg_t *em)
 {
     char *adir = dt_xasprintf("%s/agents", s->dir), job[32], slots[16], hang[32];
@@ -652,7 +663,7 @@ int dtctl_super_agents_start(dtctl_super_t *s, int from, int to, dt_emsg_t *em)
     for (int i = from; i < to && rc == 0; i++) {
         dtctl_proc_t *p = &s->agents[i];
         snprintf(p->name, sizeof(p->name), "local%d", i + 1);
-        char *sdir = dt_xasprintf("%s/%s", adir, p->name);
+        char *sdir = agent_dir(s, p);
         char *argv[20] = { s->agentd,        (char *)"--coord", coord, (char *)"--job", job,
                            (char *)"--node", p->name,           (char *)"--slots", slots,
                            (char *)"--state-dir", sdir,         (char *)"--engine", s->engine,
@@ -911,6 +922,15 @@ void dtctl_super_teardown(dtctl_super_t *s, int ended, const char *why)
     }
     signal_orphans(s, SIGKILL);
     reap(s);
+    /* what agents that were killed left of their generations */
+    if (s->dir != NULL)
+        for (int i = 0; i < s->nagents + s->nspares; i++) {
+            dt_emsg_t em = { "" };
+            char *sdir = agent_dir(s, &s->agents[i]);
+            if (s->agents[i].name[0] != '\0' && dt_gen_dirs_remove(sdir, NULL, &em) < 0)
+                fprintf(stderr, "%s run: %s\n", s->ctl->prog, em.s);
+            free(sdir);
+        }
 }
 
 void dtctl_super_close(dtctl_super_t *s)

@@ -5,6 +5,7 @@
  */
 #include "config.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -389,6 +390,33 @@ static int rm_entry(const char *p, const struct stat *st, int flag, struct FTW *
     if ((flag == FTW_DP ? rmdir(p) : unlink(p)) < 0 && errno != ENOENT)
         return errno;
     return 0;
+}
+
+int dt_gen_dirs_remove(const char *state_dir, int *removed, dt_emsg_t *em)
+{
+    const size_t np = strlen(DT_GEN_DIR_PREFIX);
+    DIR *d = opendir(state_dir);
+    struct dirent *e;
+    int rc = 0, n = 0;
+
+    if (removed != NULL)
+        *removed = 0;
+    if (d == NULL)
+        return errno == ENOENT ? 0
+                               : dt_emsg_set(em, dt_err_errno(errno), "%s: %s", state_dir,
+                                             strerror(errno));
+    while (rc == 0 && (e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, DT_GEN_DIR_PREFIX, np) != 0)
+            continue;
+        char *p = dt_xasprintf("%s/%s", state_dir, e->d_name);
+        if ((rc = dt_rmtree(p, em)) == 0)
+            n++;
+        free(p);
+    }
+    closedir(d);
+    if (removed != NULL)
+        *removed = n;
+    return rc;
 }
 
 int dt_rmtree(const char *path, dt_emsg_t *em)

@@ -112,4 +112,16 @@ int dt_file_write_atomic(const char *path, const void *buf, size_t n, mode_t mod
  * exist; else a negative code naming the path. */
 int dt_rmtree(const char *path, dt_emsg_t *em);
 
+/* An agent's generation directory in its state directory, STATE/gen-N
+ * (dtagentd(8)): made for each generation it runs, removed when that
+ * ends; one an agent that was killed left behind is removed by the next
+ * agent with that state directory, or by dtctl run --local at its end. */
+#define DT_GEN_DIR_FMT "%s/gen-%lld"
+#define DT_GEN_DIR_PREFIX "gen-"
+
+/* Remove every generation directory (DT_GEN_DIR_PREFIX) under state_dir;
+ * *removed (when not NULL) gets their number. 0 also when state_dir does
+ * not exist; else a negative code naming the path. */
+int dt_gen_dirs_remove(const char *state_dir, int *removed, dt_emsg_t *em);
+
 #endif /* DT_FILEIO_H */

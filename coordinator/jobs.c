@@ -364,11 +364,12 @@ int dt_jobs_events(dt_coord_t *c, int64_t job, int64_t since, json_t **out, dt_e
 
 static int ckpt_cb(const dt_checkpoint_t *ck, void *arg)
 {
-    json_array_append_new(arg, json_pack("{s:I, s:o, s:i, s:I, s:I, s:I}", "step",
+    json_array_append_new(arg, json_pack("{s:I, s:o, s:i, s:I, s:I, s:I, s:I}", "step",
                                          (json_int_t)ck->step, "state", jtext(ck->state), "shards",
                                          ck->shards, "bytes", (json_int_t)ck->bytes,
                                          "created_ms", (json_int_t)ck->created_ms,
-                                         "committed_ms", (json_int_t)ck->committed_ms));
+                                         "committed_ms", (json_int_t)ck->committed_ms,
+                                         "corrupt_ms", (json_int_t)ck->corrupt_ms));
     return 0;
 }
 

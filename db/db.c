@@ -77,6 +77,7 @@ static const char *const set_version[] = {
     "PRAGMA user_version = 3",
     "PRAGMA user_version = 4",
     "PRAGMA user_version = 5",
+    "PRAGMA user_version = 6",
 };
 _Static_assert(DT_ARRAY_SIZE(set_version) == DT_DB_VERSION + 1, "one set_version per schema version");
 
@@ -133,9 +134,15 @@ _Static_assert(DT_ARRAY_SIZE(set_version) == DT_DB_VERSION + 1, "one set_version
       "WHERE id = ?1")                                                                             \
     X(CKPT_LIST, 2,                                                                                \
       "SELECT c.id, c.job_id, c.step, c.state, count(s.rank), coalesce(sum(s.bytes), 0), "         \
-      "c.created_ms, c.committed_ms FROM checkpoints c "                                           \
+      "c.created_ms, c.committed_ms, NULL FROM checkpoints c "                                     \
       "LEFT JOIN shards s ON s.checkpoint_id = c.id "                                              \
       "WHERE c.job_id = ?1 GROUP BY c.id ORDER BY c.step")                                         \
+    X(CKPT_LIST6, 6,                                                                               \
+      "SELECT c.id, c.job_id, c.step, c.state, count(s.rank), coalesce(sum(s.bytes), 0), "         \
+      "c.created_ms, c.committed_ms, c.corrupt_ms FROM checkpoints c "                             \
+      "LEFT JOIN shards s ON s.checkpoint_id = c.id "                                              \
+      "WHERE c.job_id = ?1 GROUP BY c.id ORDER BY c.step")                                         \
+    X(CKPT_SET_CORRUPT_MS, 6, "UPDATE checkpoints SET corrupt_ms = ?2 WHERE id = ?1")              \
     X(SHARD_UPSERT, 2,                                                                             \
       "INSERT INTO shards (checkpoint_id, rank, path, bytes, sha256) "                             \
       "VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (checkpoint_id, rank) DO UPDATE SET "               \
@@ -1442,6 +1449,15 @@ int dt_db_checkpoint_set_state(dt_db_t *db, int64_t job, int64_t stepno, const c
     bind_i64(st, 3, t, &rc);
     if ((err = run(db, st, rc, em, ctx)) != 0)
         goto fail;
+    if (strcmp(state, "corrupt") == 0 && db->version >= 6) {
+        /* kept when the step is written again (schema version 6) */
+        st = db->st[S_CKPT_SET_CORRUPT_MS];
+        rc = SQLITE_OK;
+        bind_i64(st, 1, cid, &rc);
+        bind_i64(st, 2, t, &rc);
+        if ((err = run(db, st, rc, em, ctx)) != 0)
+            goto fail;
+    }
     snprintf(kind, sizeof(kind), "checkpoint_%s", state);
     snprintf(detail, sizeof(detail), "step=%" PRId64, stepno);
     if ((err = event_insert(db, job, t, kind, s, detail, em, ctx)) != 0)
@@ -1463,7 +1479,7 @@ int dt_db_checkpoints(dt_db_t *db, int64_t job, int (*cb)(const dt_checkpoint_t 
 
     if ((ret = need_v2(db, em)) != 0 || (ret = job_state(db, job, &s, em, "list checkpoints")) != 0)
         return ret;
-    st = db->st[S_CKPT_LIST];
+    st = db->st[db->version >= 6 ? S_CKPT_LIST6 : S_CKPT_LIST];
     bind_i64(st, 1, job, &rc);
     for (rc = step(st, rc); rc == SQLITE_ROW; rc = sqlite3_step(st)) {
         rows = grow(rows, n, &cap, sizeof(*rows));
@@ -1476,6 +1492,7 @@ int dt_db_checkpoints(dt_db_t *db, int64_t job, int (*cb)(const dt_checkpoint_t 
             .bytes = sqlite3_column_int64(st, 5),
             .created_ms = sqlite3_column_int64(st, 6),
             .committed_ms = sqlite3_column_int64(st, 7), /* NULL reads as 0 */
+            .corrupt_ms = sqlite3_column_int64(st, 8),
         };
     }
     if (rc != SQLITE_DONE)

@@ -32,7 +32,7 @@
 #include "common/macros.h"
 #include "spec/state.h"
 
-#define DT_DB_VERSION 5 /* the schema version this build writes */
+#define DT_DB_VERSION 6 /* the schema version this build writes */
 
 typedef struct dt_db dt_db_t;
 
@@ -151,6 +151,8 @@ typedef struct dt_checkpoint {
     int shards;  /* shards recorded */
     int64_t bytes;
     int64_t created_ms, committed_ms;
+    int64_t corrupt_ms; /* when last found corrupt, kept when the step is written
+                         * again; 0: never (or before schema version 6) */
 } dt_checkpoint_t;
 
 void dt_checkpoint_clear(dt_checkpoint_t *c);

@@ -167,6 +167,19 @@ check "agent killed, no spare: final loss within 1e-5 of fault-free" \
     awk -v a="$(loss_of "$J")" -v b="$REF_LOSS" \
     'BEGIN { d = a - b; if (d < 0) d = -d; r = d / (b < 0 ? -b : b); printf "%s vs %s: %.3g\n", a, b, r; exit !(a != "" && r <= 1e-5) }'
 check "agent killed, no spare: no worker left" no_workers_left
+# the killed agent's generation directory: removed by the next agent
+# started with its state directory (here one for the ended job)
+t_dead_gens() {
+    ls -d "$TMPD/agents/$J-a1"/gen-* >/dev/null 2>&1 ||
+        { echo "the killed agent left no generation directory"; return 1; }
+    agent a1 2 "$J"
+    wait_for 30 sh -c "! ls -d '$TMPD/agents/$J-a1'/gen-* >/dev/null 2>&1" ||
+        { ls "$TMPD/agents/$J-a1"; return 1; }
+    wait_for 10 grep -q "removed 1 generation directory a dead agent left" \
+        "$TMPD/agents/$J-a1.log" || { cat "$TMPD/agents/$J-a1.log"; return 1; }
+}
+check "agent killed: the next agent with its state directory removes its generation directory" \
+    t_dead_gens
 
 # ---- SIGKILL the coordinator ---------------------------------------------------------
 J=$(submit "$TMPD/job.spec")
@@ -237,6 +250,16 @@ t_set_aside() {
     echo "$(basename "$ck") set aside as .corrupt and written again"
 }
 check "corrupt checkpoint: set aside by an agent, the step written and committed again" t_set_aside
+t_kept_corrupt() {
+    _st=$(basename "$ck" | sed 's/^step-0*//')
+    [ -n "$_st" ] || _st=0
+    ctl checkpoints "$J" >"$TMPD/ck.out" 2>&1 || { cat "$TMPD/ck.out"; return 1; }
+    # STEP STATE SHARDS BYTES CREATED(2) COMMITTED(2) CORRUPT(2): a time, not -
+    awk -v s="$_st" '$1 == s && NF >= 10 && $(NF - 1) ~ /^[0-9][0-9][0-9][0-9]-/ { ok = 1 }
+        END { exit !ok }' "$TMPD/ck.out" || { cat "$TMPD/ck.out"; return 1; }
+    echo "$(awk -v s="$_st" '$1 == s' "$TMPD/ck.out")"
+}
+check "corrupt checkpoint: dtctl checkpoints keeps when the step was found corrupt" t_kept_corrupt
 check "corrupt checkpoint: no worker left" no_workers_left
 
 # ---- a planned stop: checkpoint, then cancelled ----------------------------------------

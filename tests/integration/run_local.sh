@@ -375,12 +375,20 @@ e2e() {
     grep -E "$RESULT_RE" "$TMPD/out"
 }
 
+# private DIR: every file under DIR is its owner's alone (mode 0600: the
+# logs of dtcoordd and the agents too)
+private() {
+    _pv=$(find "$1" -type f ! -perm 0600 -printf '%m %p\n')
+    [ -z "$_pv" ] || { echo "not mode 0600: $_pv"; return 1; }
+}
+
 t_e2e_default() {
     e2e default --steps 4 && out_has "^job 1 local-recall completed\$" &&
         out_has "restarts +0" && out_has "state directory $TMPD/e2e-default kept" &&
-        [ -f "$TMPD/e2e-default/dt.db" ] && [ -s "$TMPD/e2e-default/agents/local2.log" ]
+        [ -f "$TMPD/e2e-default/dt.db" ] && [ -s "$TMPD/e2e-default/agents/local2.log" ] &&
+        private "$TMPD/e2e-default"
 }
-check "run --local: the default job (4 steps) completes, result line, nothing left" t_e2e_default
+check "run --local: the default job (4 steps) completes, result line, nothing left, every file 0600" t_e2e_default
 
 # cpu_lines DIR: every rank's log of job 1 under state directory DIR has
 # the cpu line; they are printed, and must all name the same core
@@ -489,9 +497,12 @@ check "--inject-failure hang@25: the hang is detected, recovers, same checksum" 
 
 t_agent() {
     fault agent --spares 1 && out_has "SIGKILL to agent local[12] " &&
-        out_has "spare agent local3" && out_has "restarts +[1-9]"
+        out_has "spare agent local3" && out_has "restarts +[1-9]" || return 1
+    # the killed agent's generation directory is gone too
+    _ga=$(find "$TMPD/e2e-agent/agents" -name 'gen-*')
+    [ -z "$_ga" ] || { echo "left behind: $_ga"; return 1; }
 }
-check "--inject-failure agent@25 with a spare: recovers on it, same checksum" t_agent
+check "--inject-failure agent@25 with a spare: recovers on it, same checksum, no generation directory left" t_agent
 
 t_coordinator() {
     fault coordinator && out_has "SIGKILL to dtcoordd" && out_has "dtcoordd started again"

@@ -1263,6 +1263,10 @@ Test(db, shards_and_checkpoints)
     cr_assert_str_eq(v.c[1].state, "partial");
     cr_assert_eq(v.c[1].shards, 1);
     cr_assert_eq(v.c[1].bytes, 9);
+    /* what was found is kept when the step is written again */
+    cr_assert_gt(v.c[1].corrupt_ms, 0, "corrupt_ms kept by the rewrite");
+    cr_assert_eq(v.c[0].corrupt_ms, 0, "step 100 was never corrupt");
+    int64_t found = v.c[1].corrupt_ms;
     ckpts_free(&v);
     cr_assert_eq(dt_db_checkpoint_set_state(db, job, 100, "deleted", &em), 0, "%s", em.s);
 
@@ -1280,6 +1284,12 @@ Test(db, shards_and_checkpoints)
             cr_assert_str_eq(ev.detail[i], details[i]);
     }
     events_free(&ev);
+    /* ... and when it is committed and pruned (deleted) in its turn */
+    cr_assert_eq(dt_db_checkpoint_set_state(db, job, 200, "deleted", &em), 0, "%s", em.s);
+    ckpts_of(db, job, &v);
+    cr_assert_str_eq(v.c[1].state, "deleted");
+    cr_assert_eq(v.c[1].corrupt_ms, found);
+    ckpts_free(&v);
     dt_db_close(db);
 }
 
