@@ -823,7 +823,8 @@ void dt_cost_eval(const dt_plan_req_t *q, int64_t T, int R, dt_cost_t *v)
         double again = q->cuda ? 2 * layers * (qdim * dm + 2 * dm * ff) : 0;
         double rec = !recomp(q) ? 0 : q->cuda ? 2 * layers * (qdim + 2 * kvd) * dm : 2 * Pmm_layers;
         double compute_s = B * (layers * attn_s + (6 * Pmm + rec + again) * c / pe);
-        v->seconds = compute_s + (q->cuda ? 1.0 : B) * state_comm(q, W, c, bw, attn_fwd_s, bwd_ratio(q, &a), v);
+        v->seconds = compute_s + (q->cuda ? 1.0 : B) *
+                                     state_comm(q, W, c, bw, attn_fwd_s, bwd_ratio(q, &a), v);
         pcie(q, W, c, P, compute_s, v);
         break;
     }

@@ -366,7 +366,12 @@ int dt_attn_block_fwd(dt_attn_blk_t *b, const dt_attn_cuda_t *a, const dt_run_t 
         return dt_attn_fwd_cuda(a, accumulate, o, ldo, lse, ldlse, st, em);
     }
     n = cut(a, qr, nqr, kr, nkr, pc);
-    if (!accumulate && (rc = dt_attn_empty_cuda(a->tq, a->h, a->d, o, ldo, lse, ldlse, st, em)) < 0)
+    /* one piece over every row, not accumulating: each chunk's rows are
+     * written once, so the first partial is set, not merged into an empty
+     * state (one pass over o fewer) */
+    const int first = !accumulate && n == 1 && pc[0].qrow == 0 && pc[0].nq == a->tq;
+    if (!accumulate && !first &&
+        (rc = dt_attn_empty_cuda(a->tq, a->h, a->d, o, ldo, lse, ldlse, st, em)) < 0)
         return rc;
     for (int i = 0; i < n; i++) {
         const dt_attn_piece_t *whole = &pc[i];
@@ -382,8 +387,8 @@ int dt_attn_block_fwd(dt_attn_blk_t *b, const dt_attn_cuda_t *a, const dt_run_t 
             if (!take) {
                 dt_attn_cuda_t c = sub(a, p);
                 b->pieces_dt++;
-                rc = dt_attn_fwd_cuda(&c, 1, o + p->qrow * ldo, ldo, lse + p->qrow, ldlse, st,
-                                      em);
+                rc = dt_attn_fwd_cuda(&c, !first, o + p->qrow * ldo, ldo, lse + p->qrow, ldlse,
+                                      st, em);
                 if (rc < 0)
                     return rc;
                 continue;
@@ -395,10 +400,9 @@ int dt_attn_block_fwd(dt_attn_blk_t *b, const dt_attn_cuda_t *a, const dt_run_t 
                                    (const char *)a->k + (size_t)(p->krow * a->ldk) * esz,
                                    (const char *)a->v + (size_t)(p->krow * a->ldv) * esz, oh,
                                    (float *)(void *)stats, cws, st, em)) < 0 ||
-                (rc = dt_attn_merge_half_cuda(p->nq, a->h, a->d, a->dtype, o + p->qrow * ldo,
-                                              ldo, lse + p->qrow, ldlse, oh, hd,
-                                              (const float *)(const void *)stats, p->nq, st,
-                                              em)) < 0)
+                (rc = (first ? dt_attn_set_half_cuda : dt_attn_merge_half_cuda)(
+                     p->nq, a->h, a->d, a->dtype, o + p->qrow * ldo, ldo, lse + p->qrow, ldlse,
+                     oh, hd, (const float *)(const void *)stats, p->nq, st, em)) < 0)
                 return rc;
         }
     }

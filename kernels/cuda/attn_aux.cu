@@ -128,6 +128,7 @@ struct merge_args {
     const float *l2;
     int64_t l2_row;
     int64_t l2_head;
+    int first; /* the target is empty and not read (dt_attn_set_half_cuda) */
 };
 
 /* dt_attn_merge_cpu for each (m, hh), one warp each: an empty partial (lse2
@@ -147,15 +148,19 @@ static __global__ void merge_kernel(const merge_args<T> a)
         const int64_t m = r / a.nh;
         const int hh = (int)(r - m * a.nh);
         float *lp = a.l1 + m * a.l1_row + hh * a.l1_head;
-        const float la = *lp;
+        const float la = a.first ? -INFINITY : *lp;
         const float lb = a.l2[m * a.l2_row + hh * a.l2_head];
         float *x = a.o1 + m * a.o1_row + (int64_t)hh * a.d;
         const T *y = a.o2 + m * a.o2_row + (int64_t)hh * a.d;
         float lnew;
 
-        if (isinf(lb) && lb < 0.0f)
-            continue; /* nothing to add */
-        if (isinf(la) && la < 0.0f) {
+        if (isinf(lb) && lb < 0.0f) {
+            if (!a.first)
+                continue; /* nothing to add */
+            for (int e = lane; e < a.d; e += 32) /* the empty row, written */
+                x[e] = 0.0f;
+            lnew = -INFINITY;
+        } else if (isinf(la) && la < 0.0f) {
             for (int e = lane; e < a.d; e += 32)
                 x[e] = load_f32(y + e);
             lnew = lb;
@@ -187,11 +192,12 @@ static int merge_launch(const merge_args<T> *a, cudaStream_t st, dt_emsg_t *em)
 template <typename T>
 static int merge_partial(int64_t n, int h, int d, float *o1, int64_t ld1, float *lse1, int64_t ldl1,
                       const void *o2, int64_t ld2, const float *lse2, int64_t ldl2,
-                      cudaStream_t st, dt_emsg_t *em)
+                      cudaStream_t st, dt_emsg_t *em, int first = 0)
 {
     merge_args<T> a;
 
     memset(&a, 0, sizeof a);
+    a.first = first;
     a.n = n;
     a.nh = h;
     a.d = d;
@@ -233,13 +239,12 @@ extern "C" int dt_attn_merge_cuda(int64_t n, int h, int d, float *o1, int64_t ld
 
 /*-- a block kernel's partial in dtype (kernels/cuda/attn_cudnn.h) -------------*/
 
-extern "C" int dt_attn_merge_half_cuda(int64_t n, int h, int d, dt_dtype_t dtype, float *o1,
-                                       int64_t ld1, float *lse1, int64_t ldl1, const void *o2,
-                                       int64_t ld2, const float *lse2, int64_t ldl2,
-                                       cudaStream_t st, dt_emsg_t *em)
+/* dt_attn_merge_half_cuda and dt_attn_set_half_cuda (first). */
+static int half_partial(const char *fn, int first, int64_t n, int h, int d, dt_dtype_t dtype,
+                        float *o1, int64_t ld1, float *lse1, int64_t ldl1, const void *o2,
+                        int64_t ld2, const float *lse2, int64_t ldl2, cudaStream_t st,
+                        dt_emsg_t *em)
 {
-    const char *fn = "dt_attn_merge_half_cuda";
-
     if (n < 0 || h < 1 || d < 1 || ld1 < (int64_t)h * d || ld2 < (int64_t)h * d || ldl1 < n ||
         ldl2 < n)
         return dt_emsg_set(em, DT_EINVAL, "%s: bad shape n=%lld h=%d d=%d", fn, (long long)n,
@@ -250,8 +255,27 @@ extern "C" int dt_attn_merge_half_cuda(int64_t n, int h, int d, dt_dtype_t dtype
         return 0;
     if (dtype == DT_BF16)
         return merge_partial<__nv_bfloat16>(n, h, d, o1, ld1, lse1, ldl1, o2, ld2, lse2, ldl2, st,
-                                         em);
-    return merge_partial<__half>(n, h, d, o1, ld1, lse1, ldl1, o2, ld2, lse2, ldl2, st, em);
+                                         em, first);
+    return merge_partial<__half>(n, h, d, o1, ld1, lse1, ldl1, o2, ld2, lse2, ldl2, st, em,
+                                 first);
+}
+
+extern "C" int dt_attn_merge_half_cuda(int64_t n, int h, int d, dt_dtype_t dtype, float *o1,
+                                       int64_t ld1, float *lse1, int64_t ldl1, const void *o2,
+                                       int64_t ld2, const float *lse2, int64_t ldl2,
+                                       cudaStream_t st, dt_emsg_t *em)
+{
+    return half_partial("dt_attn_merge_half_cuda", 0, n, h, d, dtype, o1, ld1, lse1, ldl1, o2,
+                        ld2, lse2, ldl2, st, em);
+}
+
+extern "C" int dt_attn_set_half_cuda(int64_t n, int h, int d, dt_dtype_t dtype, float *o1,
+                                     int64_t ld1, float *lse1, int64_t ldl1, const void *o2,
+                                     int64_t ld2, const float *lse2, int64_t ldl2,
+                                     cudaStream_t st, dt_emsg_t *em)
+{
+    return half_partial("dt_attn_set_half_cuda", 1, n, h, d, dtype, o1, ld1, lse1, ldl1, o2,
+                        ld2, lse2, ldl2, st, em);
 }
 
 /* o rows = 0, lse = -inf: one thread per element of o, the first d of each

@@ -131,6 +131,14 @@ int dt_attn_merge_half_cuda(int64_t n, int h, int d, dt_dtype_t dtype, float *o1
                             float *lse1, int64_t ldl1, const void *o2, int64_t ld2,
                             const float *lse2, int64_t ldl2, cudaStream_t st, dt_emsg_t *em);
 
+/* The same into an empty state, which is not read: o1 = o2 widened, lse1 =
+ * lse2 (a row whose lse2 is -inf gets o1 = 0): the first partial of rows
+ * that nothing else fills, one pass instead of dt_attn_empty_cuda and a
+ * merge. */
+int dt_attn_set_half_cuda(int64_t n, int h, int d, dt_dtype_t dtype, float *o1, int64_t ld1,
+                          float *lse1, int64_t ldl1, const void *o2, int64_t ld2,
+                          const float *lse2, int64_t ldl2, cudaStream_t st, dt_emsg_t *em);
+
 /* The empty state of n rows: o (n, h, d) = 0 at row stride ldo, lse (h, n)
  * = -inf at head stride ldlse. */
 int dt_attn_empty_cuda(int64_t n, int h, int d, float *o, int64_t ldo, float *lse, int64_t ldlse,

@@ -1602,6 +1602,11 @@ static void do_half(void *arg)
                 k->lse1[hh * k->ldl1 + m] = -INFINITY;
                 continue;
             }
+            if (k->kind == 3) { /* set: the target's old contents are never read */
+                for (int e = 0; e < k->d; e++)
+                    x[e] = NAN;
+                k->lse1[hh * k->ldl1 + m] = -INFINITY;
+            }
             for (int e = 0; e < k->d; e++)
                 row[e] = ld(k->t, k->o2, m * k->ld2 + (int64_t)hh * k->d + e);
             dt_attn_merge_cpu(1, k->d, x, k->d, k->lse1 + hh * k->ldl1 + m, row, k->d,
@@ -1636,6 +1641,20 @@ int dt_attn_merge_half_cuda(int64_t n, int h, int d, dt_dtype_t dtype, float *o1
     khalf_t k = { .kind = 0, .n = n, .h = h, .d = d, .t = dtype, .o1 = o1, .ld1 = ld1,
                   .lse1 = lse1, .ldl1 = ldl1, .o2 = o2, .ld2 = ld2, .lse2 = lse2, .ldl2 = ldl2 };
     return half_op(&k, st, "merge_half");
+}
+
+int dt_attn_set_half_cuda(int64_t n, int h, int d, dt_dtype_t dtype, float *o1, int64_t ld1,
+                          float *lse1, int64_t ldl1, const void *o2, int64_t ld2,
+                          const float *lse2, int64_t ldl2, cudaStream_t st, dt_emsg_t *em)
+{
+    (void)em;
+    if (ld1 < (int64_t)h * d || ld2 < (int64_t)h * d || ldl1 < n || ldl2 < n) {
+        fprintf(stderr, "sim: set_half strides\n");
+        abort();
+    }
+    khalf_t k = { .kind = 3, .n = n, .h = h, .d = d, .t = dtype, .o1 = o1, .ld1 = ld1,
+                  .lse1 = lse1, .ldl1 = ldl1, .o2 = o2, .ld2 = ld2, .lse2 = lse2, .ldl2 = ldl2 };
+    return half_op(&k, st, "set_half");
 }
 
 int dt_attn_empty_cuda(int64_t n, int h, int d, float *o, int64_t ldo, float *lse, int64_t ldlse,
