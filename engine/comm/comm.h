@@ -211,8 +211,9 @@ DT_MUST_CHECK int dt_ring_allgather_slices_f32(dt_ring_t *r, float *const *buf,
  * 1) and everything queued before it. The caller has finished what
  * writes their inputs or still reads their outputs' old contents
  * (synchronised, or queued on a stream that dt_ring_coll_after has the
- * collectives wait for), and leaves both alone until the wait. One local rank (an NCCL ring, or a local
- * ring of one); a range collective of a ring of one is a copy.
+ * collectives wait for), and leaves both alone until the wait. One local
+ * rank (an NCCL ring, or a local ring of one); a range collective of a
+ * ring of one is a copy.
  *
  * Gather: mine holds this rank's part of [a, b) (its slice's, possibly
  * empty), elem bytes an element; every rank gets the whole range into out

@@ -1629,18 +1629,27 @@ static int half_op(const khalf_t *k, cudaStream_t st, const char *what)
     LEAVE(0);
 }
 
+/* merge_half (kind 0) and set_half (kind 3): the same arguments */
+static int half_partial(int kind, const char *what, int64_t n, int h, int d, dt_dtype_t dtype,
+                        float *o1, int64_t ld1, float *lse1, int64_t ldl1, const void *o2,
+                        int64_t ld2, const float *lse2, int64_t ldl2, cudaStream_t st)
+{
+    if (ld1 < (int64_t)h * d || ld2 < (int64_t)h * d || ldl1 < n || ldl2 < n) {
+        fprintf(stderr, "sim: %s strides\n", what);
+        abort();
+    }
+    khalf_t k = { .kind = kind, .n = n, .h = h, .d = d, .t = dtype, .o1 = o1, .ld1 = ld1,
+                  .lse1 = lse1, .ldl1 = ldl1, .o2 = o2, .ld2 = ld2, .lse2 = lse2, .ldl2 = ldl2 };
+    return half_op(&k, st, what);
+}
+
 int dt_attn_merge_half_cuda(int64_t n, int h, int d, dt_dtype_t dtype, float *o1, int64_t ld1,
                             float *lse1, int64_t ldl1, const void *o2, int64_t ld2,
                             const float *lse2, int64_t ldl2, cudaStream_t st, dt_emsg_t *em)
 {
     (void)em;
-    if (ld1 < (int64_t)h * d || ld2 < (int64_t)h * d || ldl1 < n || ldl2 < n) {
-        fprintf(stderr, "sim: merge_half strides\n");
-        abort();
-    }
-    khalf_t k = { .kind = 0, .n = n, .h = h, .d = d, .t = dtype, .o1 = o1, .ld1 = ld1,
-                  .lse1 = lse1, .ldl1 = ldl1, .o2 = o2, .ld2 = ld2, .lse2 = lse2, .ldl2 = ldl2 };
-    return half_op(&k, st, "merge_half");
+    return half_partial(0, "merge_half", n, h, d, dtype, o1, ld1, lse1, ldl1, o2, ld2, lse2, ldl2,
+                        st);
 }
 
 int dt_attn_set_half_cuda(int64_t n, int h, int d, dt_dtype_t dtype, float *o1, int64_t ld1,
@@ -1648,13 +1657,8 @@ int dt_attn_set_half_cuda(int64_t n, int h, int d, dt_dtype_t dtype, float *o1, 
                           const float *lse2, int64_t ldl2, cudaStream_t st, dt_emsg_t *em)
 {
     (void)em;
-    if (ld1 < (int64_t)h * d || ld2 < (int64_t)h * d || ldl1 < n || ldl2 < n) {
-        fprintf(stderr, "sim: set_half strides\n");
-        abort();
-    }
-    khalf_t k = { .kind = 3, .n = n, .h = h, .d = d, .t = dtype, .o1 = o1, .ld1 = ld1,
-                  .lse1 = lse1, .ldl1 = ldl1, .o2 = o2, .ld2 = ld2, .lse2 = lse2, .ldl2 = ldl2 };
-    return half_op(&k, st, "set_half");
+    return half_partial(3, "set_half", n, h, d, dtype, o1, ld1, lse1, ldl1, o2, ld2, lse2, ldl2,
+                        st);
 }
 
 int dt_attn_empty_cuda(int64_t n, int h, int d, float *o, int64_t ldo, float *lse, int64_t ldlse,
