@@ -248,6 +248,34 @@ static void print_perplexity(const char *path)
     json_decref(j);
 }
 
+static double real(const json_t *o, const char *k)
+{
+    return json_number_value(json_object_get(o, k));
+}
+
+/* ETTR, the checkpoints' stall and each failure's cost (what the
+ * coordinator's step history says; nothing before the first step). */
+static void print_goodput(const json_t *g)
+{
+    if (!json_is_object(g) || num(g, "first_step_ms") <= 0)
+        return;
+    const json_t *ettr = json_object_get(g, "ettr");
+    printf("  goodput   ");
+    if (json_is_number(ettr))
+        printf("ETTR %.3f  ", json_number_value(ettr));
+    printf("productive %.1f s of %.1f s  recomputed %.1f s  checkpoint stall %.1f s\n",
+           real(g, "productive_s"), real(g, "wall_s"), real(g, "recomputed_s"),
+           real(g, "ckpt_stall_s"));
+    size_t i;
+    const json_t *f;
+    json_array_foreach(json_object_get(g, "failure_costs"), i, f)
+        printf("  failure   gen %lld %s: detect %.1f s  restart %.1f s  load %.1f s  "
+               "resumed at step %lld  recomputed %lld steps (%.1f s)\n",
+               num(f, "gen"), str(f, "fault"), real(f, "detect_s"), real(f, "restart_s"),
+               real(f, "load_s"), num(f, "resume_step"), num(f, "recomputed_steps"),
+               real(f, "recomputed_s"));
+}
+
 int dtctl_show(dtctl_t *ctl, int argc, char **argv)
 {
     jobargs_t a;
@@ -287,6 +315,7 @@ int dtctl_show(dtctl_t *ctl, int argc, char **argv)
     if (num(j, "requeues"))
         printf("  (requeues %lld)", num(j, "requeues"));
     printf("\n");
+    print_goodput(json_object_get(res, "goodput"));
     json_t *result = json_object_get(j, "result");
     if (json_is_object(result)) {
         json_t *loss = json_object_get(result, "loss"), *acc = json_object_get(result, "acc");

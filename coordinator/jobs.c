@@ -9,6 +9,7 @@
  */
 #include "config.h"
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -243,6 +244,42 @@ static int agent_cb(const dt_agent_t *a, void *arg)
     return 0;
 }
 
+static int cost_cb(int gen, const char *cost, void *arg)
+{
+    json_t *o = json_loads(cost, 0, NULL);
+    if (json_is_object(o))
+        json_array_append_new(arg, o);
+    else
+        json_decref(o);
+    return 0;
+}
+
+/* A real for a reply; null when not finite (no ETTR before a step). */
+static json_t *jreal(double v)
+{
+    return isfinite(v) ? json_real(v) : json_null();
+}
+
+json_t *dt_jobs_goodput(dt_coord_t *c, int64_t job)
+{
+    dt_emsg_t em = { "" };
+    dt_goodput_t g;
+
+    if (dt_db_goodput(c->db, job, dt_clock_wall_ms(), &g, &em) < 0) {
+        dt_log_warn("job=%lld goodput: %s", (long long)job, em.s);
+        return json_null();
+    }
+    json_t *costs = json_array();
+    if (dt_db_failure_costs(c->db, job, cost_cb, costs, &em) < 0)
+        dt_log_warn("job=%lld failure costs: %s", (long long)job, em.s);
+    return json_pack("{s:o, s:I, s:f, s:f, s:f, s:f, s:f, s:i, s:f, s:f, s:f, s:o}", "ettr",
+                     jreal(g.ettr), "first_step_ms", (json_int_t)g.first_ms, "wall_s", g.wall_s,
+                     "step_s", g.step_s, "productive_s", g.productive_s, "recomputed_s",
+                     g.recomputed_s, "ckpt_stall_s", g.stall_s, "failures", g.failures,
+                     "detect_s", g.detect_s, "restart_s", g.restart_s, "load_s", g.load_s,
+                     "failure_costs", costs);
+}
+
 json_t *dt_jobs_show(dt_coord_t *c, const dt_job_t *j)
 {
     dt_emsg_t em = { "" };
@@ -268,6 +305,7 @@ json_t *dt_jobs_show(dt_coord_t *c, const dt_job_t *j)
     char *dir = dt_jobdir_path(c->conf.jobs_dir, j->id);
     json_object_set_new(json_object_get(reply, "job"), "dir", json_string(dir));
     free(dir);
+    json_object_set_new(reply, "goodput", dt_jobs_goodput(c, j->id));
     dt_run_show(c, j->id, reply);
     return reply;
 }

@@ -63,8 +63,13 @@ int dt_jobs_get(dt_coord_t *c, const dt_caller_t *who, int64_t id, dt_job_t *j,
 int dt_jobs_list(dt_coord_t *c, const dt_caller_t *who, json_t **out, dt_emsg_t *em);
 
 /* SHOW's reply for a job the caller may see: job, spec, plan, agents,
- * progress, and run.c's gen and ranks. */
+ * progress, goodput, and run.c's gen and ranks. */
 json_t *dt_jobs_show(dt_coord_t *c, const dt_job_t *j);
+/* The job's goodput as SHOW gives it (null when it cannot be read: logged):
+ * {ettr (null before a step), first_step_ms, wall_s, step_s, productive_s,
+ * recomputed_s, ckpt_stall_s, failures, detect_s, restart_s, load_s,
+ * failure_costs: [each failure_cost event's object]}. */
+json_t *dt_jobs_goodput(dt_coord_t *c, int64_t job);
 
 /* Cancel a job now, or (checkpoint) stop it after a checkpoint: then
  * *stopping is set and the job is cancelled when its workers exited.

@@ -544,7 +544,7 @@ void dt_recovery_sweep(dt_coord_t *c)
     dt_emsg_t em = { "" };
     int n = 0, open = 0;
     struct {
-        int64_t job, agent;
+        int64_t job, agent, heard_ms;
     } *lost = NULL;
 
     for (; a; a = next) {
@@ -564,6 +564,7 @@ void dt_recovery_sweep(dt_coord_t *c)
         lost = dt_xrealloc(lost, (size_t)(n + 1) * sizeof(*lost));
         lost[n].job = a->job;
         lost[n].agent = a->id;
+        lost[n].heard_ms = dt_clock_wall_ms() - (now - a->last_seen_ms);
         dt_coord_agent_remove(c, a->id);
         n++;
     }
@@ -571,7 +572,7 @@ void dt_recovery_sweep(dt_coord_t *c)
         dt_log_error("recording %d lost agents failed: %s", n, em.s);
     /* recovery decisions after the lost agents are recorded */
     for (int i = 0; i < n; i++)
-        dt_run_agent_lost(c, lost[i].job, lost[i].agent);
+        dt_run_agent_lost(c, lost[i].job, lost[i].agent, lost[i].heard_ms);
     free(lost);
     dt_run_tick(c);
 }

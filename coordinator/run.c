@@ -42,6 +42,7 @@
 #include "common/text.h"
 #include "coordinator/commit.h"
 #include "coordinator/fence.h"
+#include "coordinator/goodput.h"
 #include "coordinator/jobdir.h"
 #include "coordinator/push.h"
 #include "coordinator/recovery.h"
@@ -112,6 +113,9 @@ typedef struct dt_jobrun {
     int64_t abort_ms;
     json_t *result;
     char *pending_reason;   /* why the generation is being aborted */
+    dt_goodput_run_t gp;    /* its step history and failure costs (goodput.h) */
+    int64_t bad_ms;         /* the generation's first sign of failure (wall ms), 0 none */
+    const char *bad_what;   /* what it was: "worker", "agent", ...; NULL none */
     struct dt_jobrun *next;
 } jobrun_t;
 
@@ -345,6 +349,9 @@ static void gen_start(dt_coord_t *c, jobrun_t *r)
     }
     dt_commit_resume(c, &r->ck, &resume, &resume_step);
     r->resume_step = resume_step;
+    dt_goodput_gen_start(&r->gp, r->gen, resume_step, dt_clock_wall_ms());
+    r->bad_ms = 0;
+    r->bad_what = NULL;
     /* not recorded: logged, and the generation starts anyway; its ranks'
      * states (dt_db_rank_set) then fail and are logged too, and a
      * coordinator restart finds the previous generation */
@@ -419,6 +426,8 @@ static void maybe_next(dt_coord_t *c, jobrun_t *r)
  * (maybe_next). */
 static void abort_gen(dt_coord_t *c, jobrun_t *r, const char *why, int rank)
 {
+    dt_goodput_fault(&r->gp, r->bad_what ? r->bad_what : "restart", r->bad_ms,
+                     dt_clock_wall_ms());
     free(r->pending_reason);
     r->pending_reason = dt_xstrdup(why);
     r->phase = PH_ABORTING;
@@ -510,9 +519,14 @@ void dt_run_registered(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_register
         dt_fault_t f = { .kind = DT_FAULT_AGENT_RESTARTED, .rank = first_rank(r, a->id),
                          .agent = a->id, .node = a->node };
         r->ended[gi] = 1;
+        if (r->bad_ms == 0) {
+            r->bad_ms = dt_clock_wall_ms();
+            r->bad_what = "agent_restarted";
+        }
         fault(c, r, &f);
     } else if (gen == 0 && r->phase == PH_STARTING) {
         /* GEN_START may not have reached it: send it again */
+        r->bad_what = "agent_restarted";
         abort_gen(c, r, "restarted: an agent missed the start", -1);
         r->ended[gi] = 1;
         maybe_next(c, r);
@@ -547,6 +561,12 @@ void dt_run_progress(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_progress_t
     ri->loss = p->loss;
     ri->tokens_s = known(p->tokens_s);
     ri->acc = p->acc;
+    if (rank == 0) {
+        int64_t now = dt_clock_wall_ms();
+        if (r->gp.gen != r->gen) /* reloaded after a coordinator restart */
+            dt_goodput_gen_start(&r->gp, r->gen, r->resume_step, now);
+        dt_goodput_progress(c->db, r->job, &r->gp, p->step, p->tokens, p->loss, p->tokens_s, now);
+    }
     if (!ri->reported) {
         ri->reported = 1;
         ri->state = "running";
@@ -659,6 +679,10 @@ void dt_run_worker_exit(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_worker_
         }
         return;
     }
+    if (r->bad_ms == 0) {
+        r->bad_ms = dt_clock_wall_ms();
+        r->bad_what = hung ? "hung" : "worker";
+    }
     worker_failure_t f = { .rank = (int)rank, .agent = a->id, .status = status, .sig = sig,
                            .hung = hung, .stopped = x->stopped, .step = ri->step };
     snprintf(f.node, sizeof(f.node), "%s", a->node);
@@ -708,8 +732,11 @@ void dt_run_shard(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_shard_written
 {
     jobrun_t *r = run_find(c, a->job);
 
-    if (r)
-        dt_commit_shard(c, &r->ck, r->agent_of, s->step);
+    if (r == NULL)
+        return;
+    if (s->gen == r->gen)
+        dt_goodput_ckpt(&r->gp);
+    dt_commit_shard(c, &r->ck, r->agent_of, s->step);
 }
 
 void dt_run_ckpt_done(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_ckpt_done_t *d)
@@ -736,7 +763,7 @@ void dt_run_fence(dt_conn_t *k, dt_live_agent_t *a, uint32_t id, const dt_wire_f
     dt_fence_add(k, &r->fences, r->gen_agents, r->ngen, id, a->id, fm);
 }
 
-void dt_run_agent_lost(dt_coord_t *c, int64_t job, int64_t agent)
+void dt_run_agent_lost(dt_coord_t *c, int64_t job, int64_t agent, int64_t heard_ms)
 {
     jobrun_t *r = run_find(c, job);
 
@@ -745,6 +772,10 @@ void dt_run_agent_lost(dt_coord_t *c, int64_t job, int64_t agent)
     int gi = gen_index(r, agent);
     if (gi < 0)
         return; /* a spare */
+    if (r->bad_ms == 0 && r->phase != PH_ABORTING) {
+        r->bad_ms = heard_ms;
+        r->bad_what = "agent";
+    }
     r->ended[gi] = 1;
     if (r->gen_nodes && r->gen_nodes[gi]) {
         char *l = r->lost_nodes ? dt_xasprintf("%s,%s", r->lost_nodes, r->gen_nodes[gi])

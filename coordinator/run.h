@@ -45,7 +45,7 @@ void dt_run_ckpt_done(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_ckpt_done
 /* FENCE, request `id` on k: replied to here. */
 void dt_run_fence(dt_conn_t *k, dt_live_agent_t *a, uint32_t id, const dt_wire_fence_t *f);
 void dt_run_gen_ended(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_agent_ref_t *e);
-void dt_run_agent_lost(dt_coord_t *c, int64_t job, int64_t agent);
+void dt_run_agent_lost(dt_coord_t *c, int64_t job, int64_t agent, int64_t heard_ms);
 
 /* dtctl: CHECKPOINT; 0 and the generation, or a DT_E* code with a message
  * (DT_ENOTSUP for an attn job, which has no checkpoints). */

@@ -41,13 +41,22 @@
  * - A database opened at schema version 1 (dt_db_open_at) has no agents or
  *   checkpoints, and one at version 1 or 2 no results, generations or
  *   ranks: those functions return DT_ENOTSUP. Listing shards needs only
- *   version 2.
+ *   version 2; steps, failure costs and goodput need version 7.
+ * - Steps: each added step updates its generation's sums in the same
+ *   transaction; its row is kept only when the step is a multiple of the
+ *   job's step_stride, and a job past DT_DB_STEP_ROWS rows doubles it and
+ *   drops the rows that are no longer multiples. A generation's step time
+ *   at a thinned step is read at the nearest kept row below it.
+ * - Goodput: a resume from step S redoes, in every earlier generation, the
+ *   steps past S: walking the generations newest first, each keeps its
+ *   steps up to the lowest resume step of the generations after it.
  */
 #include "config.h"
 
 #include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,6 +87,7 @@ static const char *const set_version[] = {
     "PRAGMA user_version = 4",
     "PRAGMA user_version = 5",
     "PRAGMA user_version = 6",
+    "PRAGMA user_version = 7",
 };
 _Static_assert(DT_ARRAY_SIZE(set_version) == DT_DB_VERSION + 1, "one set_version per schema version");
 
@@ -200,7 +210,35 @@ _Static_assert(DT_ARRAY_SIZE(set_version) == DT_DB_VERSION + 1, "one set_version
     X(JOB_RESTART_AGAIN, 1,                                                                        \
       "UPDATE jobs SET reason = ?2, updated_ms = ?3, restarts = restarts + 1 WHERE id = ?1")      \
     X(CKPT_SET_MANIFEST, 5, "UPDATE checkpoints SET manifest = ?2 WHERE id = ?1")                \
-    X(CKPT_MANIFEST, 5, "SELECT id, manifest FROM checkpoints WHERE job_id = ?1 AND step = ?2")
+    X(CKPT_MANIFEST, 5, "SELECT id, manifest FROM checkpoints WHERE job_id = ?1 AND step = ?2") \
+    X(JOB_STRIDE, 7, "SELECT step_stride FROM jobs WHERE id = ?1")                                 \
+    X(JOB_SET_STRIDE, 7, "UPDATE jobs SET step_stride = ?2 WHERE id = ?1")                         \
+    X(STEP_INSERT, 7,                                                                              \
+      "INSERT INTO steps (job_id, gen, step, at_ms, step_ms, work_ms, loss, tokens_s) "            \
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)")                                                   \
+    X(STEP_COUNT, 7, "SELECT count(*) FROM steps WHERE job_id = ?1")                               \
+    X(STEP_THIN, 7, "DELETE FROM steps WHERE job_id = ?1 AND step % ?2 != 0")                      \
+    X(STEP_LIST, 7,                                                                                \
+      "SELECT job_id, gen, step, at_ms, step_ms, work_ms, loss, tokens_s FROM steps "              \
+      "WHERE job_id = ?1 ORDER BY gen, step")                                                      \
+    X(STEP_WORK_AT, 7,                                                                             \
+      "SELECT work_ms FROM steps WHERE job_id = ?1 AND gen = ?2 AND step <= ?3 "                   \
+      "ORDER BY step DESC LIMIT 1")                                                                \
+    X(GEN_ADD_STEP, 7,                                                                             \
+      "UPDATE generations SET last_step = ?3, first_step_ms = coalesce(first_step_ms, ?4), "       \
+      "last_step_ms = ?5, work_ms = work_ms + ?6, stall_ms = stall_ms + ?7 "                       \
+      "WHERE job_id = ?1 AND gen = ?2")                                                            \
+    X(GEN_SUMS, 7,                                                                                 \
+      "SELECT gen, started_ms, ended_ms, resume_step, last_step, first_step_ms, last_step_ms, "    \
+      "work_ms, stall_ms, cost IS NOT NULL, json_extract(cost, '$.detect_s'), "                    \
+      "json_extract(cost, '$.restart_s'), json_extract(cost, '$.load_s') "                         \
+      "FROM generations WHERE job_id = ?1 ORDER BY gen")                                           \
+    X(GEN_STEPPED, 7,                                                                              \
+      "SELECT ended_ms IS NOT NULL, last_step, work_ms FROM generations "                          \
+      "WHERE job_id = ?1 AND gen = ?2")                                                            \
+    X(GEN_SET_COST, 7, "UPDATE generations SET cost = ?3 WHERE job_id = ?1 AND gen = ?2")         \
+    X(GEN_COSTS, 7,                                                                                \
+      "SELECT gen, cost FROM generations WHERE job_id = ?1 AND cost IS NOT NULL ORDER BY gen")
 
 enum stmt {
 #define STMT_ENUM(name, ver, sql) S_##name,
@@ -2118,4 +2156,452 @@ int dt_db_job_counts(dt_db_t *db, int64_t job, int *requeues, int *restart_base,
     }
     reset(st);
     return err;
+}
+
+/*-- steps, failure costs and goodput (version 7) -----------------------------*/
+
+static int need_v7(dt_db_t *db, dt_emsg_t *em)
+{
+    if (db->version >= 7)
+        return 0;
+    return dt_emsg_set(em, DT_ENOTSUP,
+                       "%s: schema version %d has no step history (open it with dt_db_open to "
+                       "migrate)",
+                       db->path, db->version);
+}
+
+/* A real: NaN (not known) is bound as NULL and NULL read back as NaN. */
+static void bind_real(sqlite3_stmt *st, int i, double v, int *rc)
+{
+    if (*rc == SQLITE_OK)
+        *rc = isnan(v) ? sqlite3_bind_null(st, i) : sqlite3_bind_double(st, i, v);
+}
+
+static double col_real(sqlite3_stmt *st, int i)
+{
+    return sqlite3_column_type(st, i) == SQLITE_NULL ? NAN : sqlite3_column_double(st, i);
+}
+
+static int64_t col_i64(sqlite3_stmt *st, int i, int64_t none)
+{
+    return sqlite3_column_type(st, i) == SQLITE_NULL ? none : sqlite3_column_int64(st, i);
+}
+
+/* One generation's sums (GEN_SUMS); times ms since the epoch, -1 for NULL. */
+typedef struct gen_sums {
+    int gen;
+    int64_t started_ms, ended_ms, resume_step, last_step, first_step_ms, last_step_ms;
+    double work_ms, stall_ms;
+    bool has_cost;
+    double detect_s, restart_s, load_s;
+} gen_sums_t;
+
+/* Every generation of the job, oldest first (*out the caller's). */
+static int gen_sums(dt_db_t *db, int64_t job, gen_sums_t **out, int *n, dt_emsg_t *em,
+                    const char *ctx)
+{
+    sqlite3_stmt *st = db->st[S_GEN_SUMS];
+    gen_sums_t *g = NULL;
+    size_t k = 0, cap = 0;
+    int rc = SQLITE_OK, err = 0;
+
+    bind_i64(st, 1, job, &rc);
+    for (rc = step(st, rc); rc == SQLITE_ROW; rc = sqlite3_step(st)) {
+        g = grow(g, k, &cap, sizeof(*g));
+        g[k++] = (gen_sums_t){
+            .gen = sqlite3_column_int(st, 0),
+            .started_ms = col_i64(st, 1, -1),
+            .ended_ms = col_i64(st, 2, -1),
+            .resume_step = sqlite3_column_int64(st, 3),
+            .last_step = sqlite3_column_int64(st, 4),
+            .first_step_ms = col_i64(st, 5, -1),
+            .last_step_ms = col_i64(st, 6, -1),
+            .work_ms = sqlite3_column_double(st, 7),
+            .stall_ms = sqlite3_column_double(st, 8),
+            .has_cost = sqlite3_column_int(st, 9) != 0,
+            .detect_s = col_real(st, 10),
+            .restart_s = col_real(st, 11),
+            .load_s = col_real(st, 12),
+        };
+    }
+    if (rc != SQLITE_DONE) {
+        err = sq_fail(db, em, rc, ctx);
+        free(g);
+        g = NULL;
+        k = 0;
+    }
+    reset(st);
+    *out = g;
+    *n = (int)k;
+    return err;
+}
+
+/* The generation's steps' own time up to step `upto` (its whole time at
+ * or past its newest step; at a thinned step, the nearest row below). */
+static int work_at(dt_db_t *db, int64_t job, const gen_sums_t *g, int64_t upto, double *out,
+                   dt_emsg_t *em, const char *ctx)
+{
+    sqlite3_stmt *st = db->st[S_STEP_WORK_AT];
+    int rc = SQLITE_OK, err = 0;
+
+    *out = 0;
+    if (upto >= g->last_step) {
+        *out = g->work_ms;
+        return 0;
+    }
+    if (upto <= g->resume_step)
+        return 0;
+    bind_i64(st, 1, job, &rc);
+    bind_i64(st, 2, g->gen, &rc);
+    bind_i64(st, 3, upto, &rc);
+    rc = step(st, rc);
+    if (rc == SQLITE_ROW)
+        *out = sqlite3_column_double(st, 0);
+    else if (rc != SQLITE_DONE)
+        err = sq_fail(db, em, rc, ctx);
+    reset(st);
+    return err;
+}
+
+/* The own time of the steps of generations g[0 .. n) that are kept when a
+ * resume from step `cap` follows them (cap < 0: none does): newest first,
+ * each keeps its steps up to the lowest resume step after it. */
+static int kept_ms(dt_db_t *db, int64_t job, const gen_sums_t *g, int n, int64_t cap,
+                   double *out, dt_emsg_t *em, const char *ctx)
+{
+    double sum = 0, w;
+    int err;
+
+    for (int i = n - 1; i >= 0; i--) {
+        int64_t top = cap >= 0 && cap < g[i].last_step ? cap : g[i].last_step;
+        if (top > g[i].resume_step) {
+            if ((err = work_at(db, job, &g[i], top, &w, em, ctx)) != 0)
+                return err;
+            sum += w;
+        }
+        if (cap < 0 || g[i].resume_step < cap)
+            cap = g[i].resume_step;
+    }
+    *out = sum;
+    return 0;
+}
+
+int dt_db_step_add(dt_db_t *db, const dt_step_row_t *s, double stall_ms, dt_emsg_t *em)
+{
+    sqlite3_stmt *st;
+    enum dt_job_state js;
+    char ctx[96];
+    int rc = SQLITE_OK, err;
+    bool ended = false;
+    int64_t last = 0, stride = 1, rows = 0;
+    double work = 0;
+
+    if ((err = need_v7(db, em)) != 0)
+        return err;
+    if (s->step < 1 || s->at_ms < 0 || !isfinite(s->step_ms) || s->step_ms < 0 ||
+        !isfinite(stall_ms) || stall_ms < 0)
+        return dt_emsg_set(em, DT_EINVAL,
+                           "job %" PRId64 " gen %d step %" PRId64 ": bad step (time %g ms, "
+                           "stall %g ms, at %" PRId64 ")",
+                           s->job, s->gen, s->step, s->step_ms, stall_ms, s->at_ms);
+    snprintf(ctx, sizeof(ctx), "job %" PRId64 " gen %d step %" PRId64 ": add", s->job, s->gen,
+             s->step);
+    if ((err = tx_begin(db, em, ctx)) != 0)
+        return err;
+    if ((err = job_state(db, s->job, &js, em, ctx)) != 0)
+        goto fail;
+    st = db->st[S_GEN_STEPPED];
+    bind_i64(st, 1, s->job, &rc);
+    bind_i64(st, 2, s->gen, &rc);
+    rc = step(st, rc);
+    if (rc == SQLITE_ROW) {
+        ended = sqlite3_column_int(st, 0) != 0;
+        last = sqlite3_column_int64(st, 1);
+        work = sqlite3_column_double(st, 2);
+        err = 0;
+    } else if (rc == SQLITE_DONE) {
+        err = dt_emsg_set(em, DT_ENOENT, "job %" PRId64 ": no generation %d", s->job, s->gen);
+    } else {
+        err = sq_fail(db, em, rc, ctx);
+    }
+    reset(st);
+    if (err != 0)
+        goto fail;
+    if (ended || s->step <= last) {
+        err = dt_emsg_set(em, DT_EINVAL,
+                          ended ? "job %" PRId64 " gen %d step %" PRId64 ": the generation has ended"
+                                : "job %" PRId64 " gen %d step %" PRId64 ": not past its newest "
+                                  "step",
+                          s->job, s->gen, s->step);
+        goto fail;
+    }
+    work += s->step_ms;
+    st = db->st[S_GEN_ADD_STEP];
+    rc = SQLITE_OK;
+    bind_i64(st, 1, s->job, &rc);
+    bind_i64(st, 2, s->gen, &rc);
+    bind_i64(st, 3, s->step, &rc);
+    bind_i64(st, 4, s->at_ms - (int64_t)llround(s->step_ms), &rc);
+    bind_i64(st, 5, s->at_ms, &rc);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_bind_double(st, 6, s->step_ms);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_bind_double(st, 7, stall_ms);
+    if ((err = run(db, st, rc, em, ctx)) != 0)
+        goto fail;
+    st = db->st[S_JOB_STRIDE];
+    rc = SQLITE_OK;
+    bind_i64(st, 1, s->job, &rc);
+    if ((rc = step(st, rc)) == SQLITE_ROW)
+        stride = sqlite3_column_int64(st, 0);
+    reset(st);
+    if (rc != SQLITE_ROW) {
+        err = sq_fail(db, em, rc, ctx);
+        goto fail;
+    }
+    if (s->step % stride != 0)
+        return tx_commit(db, em, ctx); /* thinned: the sums have it */
+    st = db->st[S_STEP_INSERT];
+    rc = SQLITE_OK;
+    bind_i64(st, 1, s->job, &rc);
+    bind_i64(st, 2, s->gen, &rc);
+    bind_i64(st, 3, s->step, &rc);
+    bind_i64(st, 4, s->at_ms, &rc);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_bind_double(st, 5, s->step_ms);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_bind_double(st, 6, work);
+    bind_real(st, 7, s->loss, &rc);
+    bind_real(st, 8, s->tokens_s, &rc);
+    if ((err = run(db, st, rc, em, ctx)) != 0)
+        goto fail;
+    st = db->st[S_STEP_COUNT];
+    rc = SQLITE_OK;
+    bind_i64(st, 1, s->job, &rc);
+    if ((rc = step(st, rc)) == SQLITE_ROW)
+        rows = sqlite3_column_int64(st, 0);
+    reset(st);
+    if (rc != SQLITE_ROW) {
+        err = sq_fail(db, em, rc, ctx);
+        goto fail;
+    }
+    if (rows > DT_DB_STEP_ROWS) {
+        stride *= 2;
+        st = db->st[S_STEP_THIN];
+        rc = SQLITE_OK;
+        bind_i64(st, 1, s->job, &rc);
+        bind_i64(st, 2, stride, &rc);
+        if ((err = run(db, st, rc, em, ctx)) != 0)
+            goto fail;
+        st = db->st[S_JOB_SET_STRIDE];
+        rc = SQLITE_OK;
+        bind_i64(st, 1, s->job, &rc);
+        bind_i64(st, 2, stride, &rc);
+        if ((err = run(db, st, rc, em, ctx)) != 0)
+            goto fail;
+    }
+    return tx_commit(db, em, ctx);
+fail:
+    tx_rollback(db);
+    return err;
+}
+
+int dt_db_steps(dt_db_t *db, int64_t job, int (*cb)(const dt_step_row_t *s, void *arg), void *arg,
+                dt_emsg_t *em)
+{
+    sqlite3_stmt *st;
+    enum dt_job_state js;
+    dt_step_row_t *rows = NULL;
+    size_t n = 0, cap = 0;
+    int rc = SQLITE_OK, ret;
+
+    if ((ret = need_v7(db, em)) != 0 || (ret = job_state(db, job, &js, em, "list steps")) != 0)
+        return ret;
+    st = db->st[S_STEP_LIST];
+    bind_i64(st, 1, job, &rc);
+    for (rc = step(st, rc); rc == SQLITE_ROW; rc = sqlite3_step(st)) {
+        rows = grow(rows, n, &cap, sizeof(*rows));
+        rows[n++] = (dt_step_row_t){
+            .job = sqlite3_column_int64(st, 0),
+            .gen = sqlite3_column_int(st, 1),
+            .step = sqlite3_column_int64(st, 2),
+            .at_ms = sqlite3_column_int64(st, 3),
+            .step_ms = sqlite3_column_double(st, 4),
+            .work_ms = sqlite3_column_double(st, 5),
+            .loss = col_real(st, 6),
+            .tokens_s = col_real(st, 7),
+        };
+    }
+    if (rc != SQLITE_DONE)
+        ret = sq_fail(db, em, rc, "list steps");
+    reset(st);
+    for (size_t i = 0; i < n && ret == 0; i++)
+        ret = cb(&rows[i], arg);
+    free(rows);
+    return ret;
+}
+
+static double secs_between(int64_t from_ms, int64_t to_ms)
+{
+    return to_ms > from_ms ? (double)(to_ms - from_ms) / 1000.0 : 0.0;
+}
+
+/* A word of [a-z_] (it goes into JSON unquoted by anything else). */
+static bool plain_word(const char *w)
+{
+    if (w == NULL || *w == '\0' || strlen(w) > 32)
+        return false;
+    for (; *w; w++)
+        if (!((*w >= 'a' && *w <= 'z') || *w == '_'))
+            return false;
+    return true;
+}
+
+int dt_db_failure_cost(dt_db_t *db, int64_t job, dt_fail_cost_t *c, dt_emsg_t *em)
+{
+    enum dt_job_state js;
+    gen_sums_t *g = NULL;
+    int n = 0, gi = -1, ni = -1, rc = SQLITE_OK, err;
+    char ctx[96], detail[512];
+    double before = 0, after = 0;
+
+    if ((err = need_v7(db, em)) != 0)
+        return err;
+    if (!plain_word(c->what) || c->next <= c->gen)
+        return dt_emsg_set(em, DT_EINVAL, "job %" PRId64 " gen %d: bad failure cost (next %d)",
+                           job, c->gen, c->next);
+    snprintf(ctx, sizeof(ctx), "job %" PRId64 " gen %d: failure cost", job, c->gen);
+    if ((err = tx_begin(db, em, ctx)) != 0)
+        return err;
+    if ((err = job_state(db, job, &js, em, ctx)) != 0 ||
+        (err = gen_sums(db, job, &g, &n, em, ctx)) != 0)
+        goto fail;
+    for (int i = 0; i < n; i++) {
+        if (g[i].gen == c->gen)
+            gi = i;
+        if (g[i].gen == c->next)
+            ni = i;
+    }
+    if (gi < 0 || ni < 0) {
+        err = dt_emsg_set(em, DT_ENOENT, "job %" PRId64 ": no generation %d", job,
+                          gi < 0 ? c->gen : c->next);
+        goto fail;
+    }
+    if (g[ni].first_step_ms < 0) {
+        err = dt_emsg_set(em, DT_EINVAL, "job %" PRId64 " gen %d: no step finished yet", job,
+                          c->next);
+        goto fail;
+    }
+    c->detect_s = secs_between(c->fault_ms, c->decided_ms);
+    c->restart_s = secs_between(c->decided_ms, g[ni].started_ms);
+    c->load_s = secs_between(g[ni].started_ms, g[ni].first_step_ms);
+    c->resume_step = g[ni].resume_step;
+    int64_t reached = 0;
+    for (int i = 0; i <= gi; i++)
+        if (g[i].last_step > reached)
+            reached = g[i].last_step;
+    c->recomputed_steps = reached > c->resume_step ? reached - c->resume_step : 0;
+    if ((err = kept_ms(db, job, g, gi + 1, -1, &before, em, ctx)) != 0 ||
+        (err = kept_ms(db, job, g, gi + 1, c->resume_step, &after, em, ctx)) != 0)
+        goto fail;
+    c->recomputed_s = before > after ? (before - after) / 1000.0 : 0.0;
+    snprintf(detail, sizeof(detail),
+             "{\"gen\":%d,\"next\":%d,\"fault\":\"%s\",\"detect_s\":%.3f,\"restart_s\":%.3f,"
+             "\"load_s\":%.3f,\"resume_step\":%" PRId64 ",\"recomputed_steps\":%" PRId64
+             ",\"recomputed_s\":%.3f}",
+             c->gen, c->next, c->what, c->detect_s, c->restart_s, c->load_s, c->resume_step,
+             c->recomputed_steps, c->recomputed_s);
+    sqlite3_stmt *st = db->st[S_GEN_SET_COST];
+    bind_i64(st, 1, job, &rc);
+    bind_i64(st, 2, c->gen, &rc);
+    bind_str(st, 3, detail, &rc);
+    if ((err = run(db, st, rc, em, ctx)) != 0 ||
+        (err = event_insert(db, job, dt_clock_wall_ms(), "failure_cost", js, detail, em, ctx)) != 0)
+        goto fail;
+    free(g);
+    return tx_commit(db, em, ctx);
+fail:
+    free(g);
+    tx_rollback(db);
+    return err;
+}
+
+int dt_db_goodput(dt_db_t *db, int64_t job, int64_t now_ms, dt_goodput_t *out, dt_emsg_t *em)
+{
+    enum dt_job_state js;
+    gen_sums_t *g = NULL;
+    int n = 0, err;
+    double kept = 0;
+
+    *out = (dt_goodput_t){ .end_ms = now_ms, .ettr = NAN };
+    if ((err = need_v7(db, em)) != 0 || (err = job_state(db, job, &js, em, "read goodput")) != 0 ||
+        (err = gen_sums(db, job, &g, &n, em, "read goodput")) != 0)
+        return err;
+    int64_t end = -1;
+    for (int i = 0; i < n; i++) {
+        if (out->first_ms == 0 && g[i].first_step_ms >= 0)
+            out->first_ms = g[i].first_step_ms;
+        out->step_s += g[i].work_ms / 1000.0;
+        out->stall_s += g[i].stall_ms / 1000.0;
+        if (g[i].has_cost) {
+            out->failures++;
+            out->detect_s += isnan(g[i].detect_s) ? 0 : g[i].detect_s;
+            out->restart_s += isnan(g[i].restart_s) ? 0 : g[i].restart_s;
+            out->load_s += isnan(g[i].load_s) ? 0 : g[i].load_s;
+        }
+        if (g[i].last_step_ms > end)
+            end = g[i].last_step_ms;
+        if (g[i].ended_ms > end)
+            end = g[i].ended_ms;
+    }
+    /* a job that has ended stopped counting when its last generation did */
+    if (dt_job_state_terminal(js) && end >= 0)
+        out->end_ms = end;
+    if ((err = kept_ms(db, job, g, n, -1, &kept, em, "read goodput")) != 0) {
+        free(g);
+        return err;
+    }
+    free(g);
+    out->productive_s = kept / 1000.0;
+    out->recomputed_s = out->step_s > out->productive_s ? out->step_s - out->productive_s : 0;
+    if (out->first_ms > 0) {
+        out->wall_s = secs_between(out->first_ms, out->end_ms);
+        if (out->wall_s > 0)
+            out->ettr = out->productive_s / out->wall_s;
+    }
+    return 0;
+}
+
+int dt_db_failure_costs(dt_db_t *db, int64_t job, int (*cb)(int gen, const char *cost, void *arg),
+                        void *arg, dt_emsg_t *em)
+{
+    sqlite3_stmt *st;
+    enum dt_job_state js;
+    struct {
+        int gen;
+        char *cost;
+    } *rows = NULL;
+    size_t n = 0, cap = 0;
+    int rc = SQLITE_OK, ret;
+
+    if ((ret = need_v7(db, em)) != 0 ||
+        (ret = job_state(db, job, &js, em, "list failure costs")) != 0)
+        return ret;
+    st = db->st[S_GEN_COSTS];
+    bind_i64(st, 1, job, &rc);
+    for (rc = step(st, rc); rc == SQLITE_ROW; rc = sqlite3_step(st)) {
+        rows = grow(rows, n, &cap, sizeof(*rows));
+        rows[n].gen = sqlite3_column_int(st, 0);
+        rows[n++].cost = col_str(st, 1);
+    }
+    if (rc != SQLITE_DONE)
+        ret = sq_fail(db, em, rc, "list failure costs");
+    reset(st);
+    for (size_t i = 0; i < n; i++) {
+        if (ret == 0)
+            ret = cb(rows[i].gen, rows[i].cost, arg);
+        free(rows[i].cost);
+    }
+    free(rows);
+    return ret;
 }

@@ -12,7 +12,8 @@
  *
  * A database opened at an older version with dt_db_open_at refuses the
  * functions of later versions with DT_ENOTSUP: agents and checkpoints
- * need version 2, results, generations and ranks version 3.
+ * need version 2, results, generations and ranks version 3, steps and
+ * failure costs version 7.
  *
  * Every function that returns a code is DT_MUST_CHECK: a state change
  * whose failure is dropped is a lost transition, and a read that failed
@@ -32,7 +33,7 @@
 #include "common/macros.h"
 #include "spec/state.h"
 
-#define DT_DB_VERSION 6 /* the schema version this build writes */
+#define DT_DB_VERSION 7 /* the schema version this build writes */
 
 typedef struct dt_db dt_db_t;
 
@@ -242,6 +243,89 @@ DT_MUST_CHECK int dt_db_gen_ranks(dt_db_t *db, int64_t job, int gen,
  * negative step or pid; DT_ENOENT for no such job, generation or rank. */
 DT_MUST_CHECK int dt_db_rank_set(dt_db_t *db, int64_t job, int gen, int rank, const char *state, int64_t step,
                    int64_t pid, dt_emsg_t *em);
+
+/* ---- steps, failure costs and goodput (schema version 7) ---------------- */
+
+/* A job keeps at most this many step rows; past it they are thinned to
+ * every second kept step (the generations keep the exact sums). */
+#define DT_DB_STEP_ROWS 8192
+
+/* One finished step of a generation, as rank 0's agent reported it. */
+typedef struct dt_step_row {
+    int64_t job;
+    int gen;
+    int64_t step;     /* steps done: 1, 2, ... (a resumed generation starts past its resume step) */
+    int64_t at_ms;    /* when it was reported, ms since the epoch */
+    double step_ms;   /* the step's own time */
+    double work_ms;   /* the generation's steps' own time up to this one (read; ignored on add) */
+    double loss;      /* NaN when not known */
+    double tokens_s;  /* NaN when not known */
+} dt_step_row_t;
+
+/* Record that s->gen finished s->step, in one transaction with no event:
+ * its row (unless thinned), and the generation's sums (newest step, its
+ * first step's start and its newest step's report, its steps' time plus
+ * step_ms, its checkpoint stall plus stall_ms). DT_EINVAL, writing nothing,
+ * for a step not above the generation's newest, a negative or non-finite
+ * time, or a generation that has ended; DT_ENOENT for none. */
+DT_MUST_CHECK int dt_db_step_add(dt_db_t *db, const dt_step_row_t *s, double stall_ms,
+                                 dt_emsg_t *em);
+/* The job's step rows, by generation then step (list semantics as
+ * dt_db_checkpoints). */
+DT_MUST_CHECK int dt_db_steps(dt_db_t *db, int64_t job,
+                              int (*cb)(const dt_step_row_t *s, void *arg), void *arg,
+                              dt_emsg_t *em);
+
+/* What one failure cost: the failure ended generation `gen`; generation
+ * `next` (> gen) is the first after it that finished a step. Times in
+ * seconds, each >= 0. */
+typedef struct dt_fail_cost {
+    int gen, next;
+    const char *what;       /* the fault, one word of [a-z_] ("worker", "agent", ...) */
+    int64_t fault_ms;       /* when it happened (for a lost agent: when it was last heard) */
+    int64_t decided_ms;     /* when the coordinator decided to recover */
+    /* filled in by dt_db_failure_cost: */
+    double detect_s;        /* fault -> decision */
+    double restart_s;       /* decision -> next generation started */
+    double load_s;          /* its start -> its first step's start (spawn, rendezvous, state) */
+    int64_t resume_step;    /* where next resumed */
+    int64_t recomputed_steps; /* steps done before the failure and done again */
+    double recomputed_s;    /* their step time */
+} dt_fail_cost_t;
+
+/* Compute what the failure cost from the generations' rows (next must
+ * have finished its first step), and store it: gen's cost and one event
+ * "failure_cost" whose detail is the same JSON object
+ * ({"gen":G,"next":N,"fault":"worker","detect_s":..,"restart_s":..,
+ * "load_s":..,"resume_step":S,"recomputed_steps":K,"recomputed_s":..}),
+ * in one transaction. DT_EINVAL when next has no first step yet or the
+ * times run backwards; DT_ENOENT for no such job or generation. */
+DT_MUST_CHECK int dt_db_failure_cost(dt_db_t *db, int64_t job, dt_fail_cost_t *c, dt_emsg_t *em);
+
+/* The costs recorded, oldest generation first: each the JSON object of its
+ * failure_cost event (list semantics as dt_db_checkpoints). */
+DT_MUST_CHECK int dt_db_failure_costs(dt_db_t *db, int64_t job,
+                                      int (*cb)(int gen, const char *cost, void *arg), void *arg,
+                                      dt_emsg_t *em);
+
+/* A job's goodput, over all its generations. */
+typedef struct dt_goodput {
+    int64_t first_ms;     /* the first step's start; 0 before any */
+    int64_t end_ms;       /* the newest step's report when the job has ended, else now_ms */
+    double wall_s;        /* end_ms - first_ms */
+    double step_s;        /* every step's own time, recomputed ones too */
+    double productive_s;  /* the own time of the steps kept (those a resume did not redo) */
+    double recomputed_s;  /* step_s - productive_s */
+    double stall_s;       /* time stood still writing checkpoints */
+    int failures;         /* failures with a cost recorded */
+    double detect_s, restart_s, load_s; /* summed over them */
+    double ettr;          /* productive_s / wall_s; NaN before the first step */
+} dt_goodput_t;
+
+/* Sum the job's goodput as of now_ms (ms since the epoch). A job with no
+ * steps yet has first_ms 0 and ettr NaN. DT_ENOENT for no such job. */
+DT_MUST_CHECK int dt_db_goodput(dt_db_t *db, int64_t job, int64_t now_ms, dt_goodput_t *out,
+                                dt_emsg_t *em);
 
 /* ---- Slurm jobs (schema version 4) -------------------------------------- */
 

@@ -16,6 +16,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -1965,5 +1966,175 @@ Test(db, a_restart_while_recovering_counts_without_a_transition)
     events_of(db, id, 0, &ev);
     cr_assert_str_eq(ev.kind[ev.n - 1], "recovering");
     events_free(&ev);
+    dt_db_close(db);
+}
+
+/*-- steps, failure costs, goodput (version 7) -----------------------------------*/
+
+/* Add steps [from, to] of gen: each step_ms long, reported every
+ * step_ms + gap_ms from at0 (the first report at at0 + step_ms). */
+static int64_t add_steps(dt_db_t *db, int64_t job, int gen, int64_t from, int64_t to, double step_ms,
+                         int64_t gap_ms, int64_t at0)
+{
+    dt_emsg_t em = { "" };
+    int64_t at = at0;
+
+    for (int64_t k = from; k <= to; k++) {
+        at += (int64_t)step_ms + gap_ms;
+        dt_step_row_t s = { .job = job, .gen = gen, .step = k, .at_ms = at, .step_ms = step_ms,
+                            .loss = 10.0 / (double)k, .tokens_s = 1000 };
+        cr_assert_eq(dt_db_step_add(db, &s, 0, &em), 0, "step %" PRId64 ": %s", k, em.s);
+    }
+    return at;
+}
+
+static int step_count_cb(const dt_step_row_t *s, void *arg)
+{
+    int64_t *n = arg;
+    cr_assert(s->step % 2 == 0 || n[1] == 1, "step %" PRId64 " kept at stride %" PRId64, s->step,
+              n[1]);
+    n[0]++;
+    return 0;
+}
+
+Test(db, steps_failure_cost_and_goodput)
+{
+    dt_db_t *db = open_ok(dbpath);
+    dt_emsg_t em = { "" };
+    int64_t job = job_new(db, "g", 1000), a = agent_new(db, job, "node01");
+    const int64_t place[] = { a };
+    dt_goodput_t gp;
+    struct events ev;
+
+    cr_assert_eq(dt_db_goodput(db, job, dt_clock_wall_ms(), &gp, &em), 0, "%s", em.s);
+    cr_assert_eq(gp.first_ms, 0);
+    cr_assert(isnan(gp.ettr), "no ETTR before a step");
+
+    /* gen 1: steps 1..10, 100 ms each, 10 ms between; a 50 ms
+     * checkpoint stall before step 5 */
+    cr_assert_eq(dt_db_gen_begin(db, job, 1, 1, place, 0, &em), 0, "%s", em.s);
+    int64_t at0 = 1000000;
+    int64_t at = add_steps(db, job, 1, 1, 4, 100, 10, at0);
+    dt_step_row_t s5 = { .job = job, .gen = 1, .step = 5, .at_ms = at + 160, .step_ms = 100,
+                         .loss = NAN, .tokens_s = NAN };
+    cr_assert_eq(dt_db_step_add(db, &s5, 50, &em), 0, "%s", em.s);
+    at = add_steps(db, job, 1, 6, 10, 100, 10, at + 160);
+    /* refused: not past the newest, bad times, no such generation */
+    dt_step_row_t bad = { .job = job, .gen = 1, .step = 10, .at_ms = at, .step_ms = 1 };
+    cr_assert_eq(dt_db_step_add(db, &bad, 0, &em), DT_EINVAL);
+    assert_has(em.s, "not past its newest step");
+    bad.step = 11;
+    bad.step_ms = -1;
+    cr_assert_eq(dt_db_step_add(db, &bad, 0, &em), DT_EINVAL);
+    bad.step_ms = 1;
+    cr_assert_eq(dt_db_step_add(db, &bad, NAN, &em), DT_EINVAL);
+    bad.gen = 3;
+    cr_assert_eq(dt_db_step_add(db, &bad, 0, &em), DT_ENOENT);
+
+    cr_assert_eq(dt_db_goodput(db, job, at, &gp, &em), 0, "%s", em.s);
+    cr_assert_eq(gp.first_ms, at0 + 10, "the first step started when reported less its time");
+    cr_assert_float_eq(gp.step_s, 1.0, 1e-9);
+    cr_assert_float_eq(gp.productive_s, 1.0, 1e-9);
+    cr_assert_float_eq(gp.stall_s, 0.05, 1e-9);
+    cr_assert_float_eq(gp.wall_s, (double)(at - gp.first_ms) / 1000, 1e-9);
+    cr_assert_float_eq(gp.ettr, gp.productive_s / gp.wall_s, 1e-12);
+    cr_assert_lt(gp.ettr, 1.0);
+
+    /* the failure: gen 1 ends, gen 2 resumes from step 4 and redoes 5..10 */
+    int64_t fault = at + 5;
+    cr_assert_eq(dt_db_gen_end(db, job, 1, "rank 0 failed", &em), 0, "%s", em.s);
+    cr_assert_eq(dt_db_gen_begin(db, job, 2, 1, place, 4, &em), 0, "%s", em.s);
+    dt_fail_cost_t fc = { .gen = 1, .next = 2, .what = "worker", .fault_ms = fault,
+                          .decided_ms = fault + 300 };
+    cr_assert_eq(dt_db_failure_cost(db, job, &fc, &em), DT_EINVAL, "no step of gen 2 yet");
+    assert_has(em.s, "no step finished yet");
+    dt_gen_t g;
+    cr_assert_eq(dt_db_gen_last(db, job, &g, &em), 0, "%s", em.s);
+    int64_t started = g.started_ms;
+    dt_gen_clear(&g);
+    /* its first step starts 2 s after the generation did */
+    int64_t at2 = add_steps(db, job, 2, 5, 12, 100, 0, started + 2000);
+    fc.what = "worker; drop";
+    cr_assert_eq(dt_db_failure_cost(db, job, &fc, &em), DT_EINVAL, "a word only");
+    fc.what = "worker";
+    cr_assert_eq(dt_db_failure_cost(db, job, &fc, &em), 0, "%s", em.s);
+    cr_assert_float_eq(fc.detect_s, 0.3, 1e-9);
+    cr_assert_float_eq(fc.restart_s, (double)(started - fault - 300) / 1000, 1e-9);
+    cr_assert_float_eq(fc.load_s, 2.0, 1e-9);
+    cr_assert_eq(fc.resume_step, 4);
+    cr_assert_eq(fc.recomputed_steps, 6);
+    cr_assert_float_eq(fc.recomputed_s, 0.6, 1e-9);
+    events_of(db, job, 0, &ev);
+    cr_assert_str_eq(ev.kind[ev.n - 1], "failure_cost");
+    char want[400];
+    snprintf(want, sizeof(want),
+             "{\"gen\":1,\"next\":2,\"fault\":\"worker\",\"detect_s\":0.300,"
+             "\"restart_s\":%.3f,\"load_s\":2.000,\"resume_step\":4,"
+             "\"recomputed_steps\":6,\"recomputed_s\":0.600}",
+             fc.restart_s);
+    cr_assert_str_eq(ev.detail[ev.n - 1], want);
+    events_free(&ev);
+
+    cr_assert_eq(dt_db_goodput(db, job, at2 + 1000, &gp, &em), 0, "%s", em.s);
+    cr_assert_float_eq(gp.step_s, 1.8, 1e-9);
+    cr_assert_float_eq(gp.productive_s, 1.2, 1e-9, "4 steps of gen 1, 8 of gen 2");
+    cr_assert_float_eq(gp.recomputed_s, 0.6, 1e-9);
+    cr_assert_eq(gp.failures, 1);
+    cr_assert_float_eq(gp.load_s, 2.0, 1e-9);
+    cr_assert_eq(gp.end_ms, at2 + 1000, "a running job counts to now");
+
+    /* a job that ended counts to its last step */
+    cr_assert_eq(dt_db_job_transition(db, job, DT_JOB_CANCELLED, NULL, NULL, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_db_goodput(db, job, at2 + 99999, &gp, &em), 0, "%s", em.s);
+    cr_assert_eq(gp.end_ms, at2);
+    dt_db_close(db);
+    cr_assert_eq(raw_int(dbpath, "SELECT count(*) FROM steps"), 18);
+}
+
+Test(db, step_rows_are_thinned_and_sums_kept)
+{
+    dt_db_t *db = open_ok(dbpath);
+    dt_emsg_t em = { "" };
+    int64_t job = job_new(db, "g", 1000), a = agent_new(db, job, "node01");
+    const int64_t place[] = { a };
+    int64_t n = DT_DB_STEP_ROWS + 1;
+
+    cr_assert_eq(dt_db_gen_begin(db, job, 1, 1, place, 0, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_db_begin(db, &em), 0, "%s", em.s);
+    int64_t at = add_steps(db, job, 1, 1, n + 6, 2, 0, 0);
+    cr_assert_eq(dt_db_commit(db, &em), 0, "%s", em.s);
+    int64_t cnt[2] = { 0, 2 };
+    cr_assert_eq(dt_db_steps(db, job, step_count_cb, cnt, &em), 0, "%s", em.s);
+    cr_assert_eq(cnt[0], (n + 6) / 2, "every second step kept");
+    dt_goodput_t gp;
+    cr_assert_eq(dt_db_goodput(db, job, at, &gp, &em), 0, "%s", em.s);
+    cr_assert_float_eq(gp.step_s, (double)(n + 6) * 0.002, 1e-9, "the sums are exact");
+    /* a resume from an odd (thinned) step: the nearest row below counts */
+    cr_assert_eq(dt_db_gen_end(db, job, 1, "failed", &em), 0, "%s", em.s);
+    cr_assert_eq(dt_db_gen_begin(db, job, 2, 1, place, 101, &em), 0, "%s", em.s);
+    add_steps(db, job, 2, 102, 103, 2, 0, at);
+    cr_assert_eq(dt_db_goodput(db, job, at + 10, &gp, &em), 0, "%s", em.s);
+    cr_assert_float_eq(gp.productive_s, 0.200 + 0.004, 1e-9);
+    dt_db_close(db);
+    cr_assert_eq(raw_int(dbpath, "SELECT step_stride FROM jobs"), 2);
+}
+
+Test(db, steps_need_version_7)
+{
+    dt_db_t *db;
+    dt_emsg_t em = { "" };
+    dt_goodput_t gp;
+
+    cr_assert_eq(dt_db_open_at(dbpath, 6, &db, &em), 0, "%s", em.s);
+    int64_t job = job_new(db, "g", 1000);
+    dt_step_row_t s = { .job = job, .gen = 1, .step = 1 };
+    cr_assert_eq(dt_db_step_add(db, &s, 0, &em), DT_ENOTSUP);
+    assert_has(em.s, "schema version 6 has no step history");
+    cr_assert_eq(dt_db_goodput(db, job, 0, &gp, &em), DT_ENOTSUP);
+    dt_db_close(db);
+    db = open_ok(dbpath);
+    cr_assert_eq(dt_db_goodput(db, job, 0, &gp, &em), 0, "%s: version 6 jobs read as no steps",
+                 em.s);
+    cr_assert_eq(gp.first_ms, 0);
     dt_db_close(db);
 }
