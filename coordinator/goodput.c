@@ -27,13 +27,38 @@ void dt_goodput_ckpt(dt_goodput_run_t *g)
     g->ckpt = 1;
 }
 
-void dt_goodput_fault(dt_goodput_run_t *g, const char *what, int64_t fault_ms, int64_t now_ms)
+/* Cost the pending failure against generation g->gen (until_ms 0: it
+ * finished a step; else when it failed first). Logged; the job goes on. */
+static void cost_pending(dt_db_t *db, int64_t job, dt_goodput_run_t *g, int64_t until_ms)
 {
-    if (g->fail_gen != 0 || g->gen == 0)
+    dt_emsg_t em = { "" };
+    dt_fail_cost_t fc = { .gen = g->fail_gen, .next = g->gen, .what = g->fail_what,
+                          .fault_ms = g->fault_ms, .decided_ms = g->decided_ms,
+                          .until_ms = until_ms };
+
+    g->fail_gen = 0;
+    if (dt_db_failure_cost(db, job, &fc, &em) < 0) {
+        dt_log_warn("job=%" PRId64 " gen=%d: failure cost not recorded: %s", job, fc.gen, em.s);
         return;
+    }
+    dt_log_info("job=%" PRId64 " gen=%d failure_cost fault=%s detect_s=%.3f restart_s=%.3f "
+                "load_s=%.3f resume_step=%" PRId64 " recomputed_steps=%" PRId64
+                " recomputed_s=%.3f",
+                job, fc.gen, fc.what, fc.detect_s, fc.restart_s, fc.load_s, fc.resume_step,
+                fc.recomputed_steps, fc.recomputed_s);
+}
+
+void dt_goodput_fault(dt_db_t *db, int64_t job, dt_goodput_run_t *g, const char *what,
+                      int64_t fault_ms, int64_t now_ms)
+{
+    if (g->gen == 0 || g->fail_gen == g->gen)
+        return;
+    int64_t at = fault_ms > 0 && fault_ms <= now_ms ? fault_ms : now_ms;
+    if (g->fail_gen != 0)
+        cost_pending(db, job, g, at);
     g->fail_gen = g->gen;
     snprintf(g->fail_what, sizeof(g->fail_what), "%s", what);
-    g->fault_ms = fault_ms > 0 && fault_ms <= now_ms ? fault_ms : now_ms;
+    g->fault_ms = at;
     g->decided_ms = now_ms;
 }
 
@@ -72,18 +97,6 @@ void dt_goodput_progress(dt_db_t *db, int64_t job, dt_goodput_run_t *g, int64_t 
         dt_log_debug("job=%" PRId64 " gen=%d step=%" PRId64 ": %s", job, g->gen, step, em.s);
     g->last_step = step;
     g->last_ms = now_ms;
-    if (g->fail_gen == 0 || g->gen <= g->fail_gen)
-        return;
-    dt_fail_cost_t fc = { .gen = g->fail_gen, .next = g->gen, .what = g->fail_what,
-                          .fault_ms = g->fault_ms, .decided_ms = g->decided_ms };
-    g->fail_gen = 0;
-    if (dt_db_failure_cost(db, job, &fc, &em) < 0) {
-        dt_log_warn("job=%" PRId64 " gen=%d: failure cost not recorded: %s", job, fc.gen, em.s);
-        return;
-    }
-    dt_log_info("job=%" PRId64 " gen=%d failure_cost fault=%s detect_s=%.3f restart_s=%.3f "
-                "load_s=%.3f resume_step=%" PRId64 " recomputed_steps=%" PRId64
-                " recomputed_s=%.3f",
-                job, fc.gen, fc.what, fc.detect_s, fc.restart_s, fc.load_s, fc.resume_step,
-                fc.recomputed_steps, fc.recomputed_s);
+    if (g->fail_gen != 0 && g->gen > g->fail_gen)
+        cost_pending(db, job, g, 0);
 }

@@ -49,8 +49,11 @@ void dt_goodput_progress(dt_db_t *db, int64_t job, dt_goodput_run_t *g, int64_t 
 /* A checkpoint shard of the generation was reported. */
 void dt_goodput_ckpt(dt_goodput_run_t *g);
 /* The generation is aborted by a failure (what: one word of [a-z_];
- * fault_ms when it happened, 0 for now) at now_ms. The first failure of
- * an outage is the one costed: later ones before a step add to it. */
-void dt_goodput_fault(dt_goodput_run_t *g, const char *what, int64_t fault_ms, int64_t now_ms);
+ * fault_ms when it happened, 0 for now) at now_ms. A failure of the
+ * generation after a failed one, before its first step, costs that one
+ * first (its load counted to this failure). One per generation: a second
+ * abort of the same generation adds nothing. */
+void dt_goodput_fault(dt_db_t *db, int64_t job, dt_goodput_run_t *g, const char *what,
+                      int64_t fault_ms, int64_t now_ms);
 
 #endif /* DT_COORD_GOODPUT_H */

@@ -426,7 +426,7 @@ static void maybe_next(dt_coord_t *c, jobrun_t *r)
  * (maybe_next). */
 static void abort_gen(dt_coord_t *c, jobrun_t *r, const char *why, int rank)
 {
-    dt_goodput_fault(&r->gp, r->bad_what ? r->bad_what : "restart", r->bad_ms,
+    dt_goodput_fault(c->db, r->job, &r->gp, r->bad_what ? r->bad_what : "restart", r->bad_ms,
                      dt_clock_wall_ms());
     free(r->pending_reason);
     r->pending_reason = dt_xstrdup(why);

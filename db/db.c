@@ -2487,14 +2487,15 @@ int dt_db_failure_cost(dt_db_t *db, int64_t job, dt_fail_cost_t *c, dt_emsg_t *e
                           gi < 0 ? c->gen : c->next);
         goto fail;
     }
-    if (g[ni].first_step_ms < 0) {
+    if (g[ni].first_step_ms < 0 && c->until_ms <= 0) {
         err = dt_emsg_set(em, DT_EINVAL, "job %" PRId64 " gen %d: no step finished yet", job,
                           c->next);
         goto fail;
     }
     c->detect_s = secs_between(c->fault_ms, c->decided_ms);
     c->restart_s = secs_between(c->decided_ms, g[ni].started_ms);
-    c->load_s = secs_between(g[ni].started_ms, g[ni].first_step_ms);
+    c->load_s = secs_between(g[ni].started_ms,
+                             g[ni].first_step_ms >= 0 ? g[ni].first_step_ms : c->until_ms);
     c->resume_step = g[ni].resume_step;
     int64_t reached = 0;
     for (int i = 0; i <= gi; i++)

@@ -277,29 +277,32 @@ DT_MUST_CHECK int dt_db_steps(dt_db_t *db, int64_t job,
                               dt_emsg_t *em);
 
 /* What one failure cost: the failure ended generation `gen`; generation
- * `next` (> gen) is the first after it that finished a step. Times in
- * seconds, each >= 0. */
+ * `next` (> gen) is the one started after it, which either finished a
+ * step (until_ms 0) or failed itself first, at until_ms. Times in
+ * seconds, each >= 0 (a clock that ran backwards counts 0). */
 typedef struct dt_fail_cost {
     int gen, next;
     const char *what;       /* the fault, one word of [a-z_] ("worker", "agent", ...) */
     int64_t fault_ms;       /* when it happened (for a lost agent: when it was last heard) */
     int64_t decided_ms;     /* when the coordinator decided to recover */
+    int64_t until_ms;       /* 0, or when next failed before its first step */
     /* filled in by dt_db_failure_cost: */
     double detect_s;        /* fault -> decision */
     double restart_s;       /* decision -> next generation started */
-    double load_s;          /* its start -> its first step's start (spawn, rendezvous, state) */
+    double load_s;          /* its start -> its first step's start (spawn, rendezvous,
+                             * state), or -> until_ms */
     int64_t resume_step;    /* where next resumed */
     int64_t recomputed_steps; /* steps done before the failure and done again */
     double recomputed_s;    /* their step time */
 } dt_fail_cost_t;
 
 /* Compute what the failure cost from the generations' rows (next must
- * have finished its first step), and store it: gen's cost and one event
+ * have finished its first step, unless until_ms is given), and store it: gen's cost and one event
  * "failure_cost" whose detail is the same JSON object
  * ({"gen":G,"next":N,"fault":"worker","detect_s":..,"restart_s":..,
  * "load_s":..,"resume_step":S,"recomputed_steps":K,"recomputed_s":..}),
- * in one transaction. DT_EINVAL when next has no first step yet or the
- * times run backwards; DT_ENOENT for no such job or generation. */
+ * in one transaction. DT_EINVAL when next has no first step yet (and no
+ * until_ms) or what is not a word; DT_ENOENT for no such job or generation. */
 DT_MUST_CHECK int dt_db_failure_cost(dt_db_t *db, int64_t job, dt_fail_cost_t *c, dt_emsg_t *em);
 
 /* The costs recorded, oldest generation first: each the JSON object of its

@@ -78,6 +78,21 @@ no_gen_dirs() { # JOB: the agents removed their generation directories
     [ -z "$_gd" ] || { echo "left behind: $_gd"; return 1; }
 }
 check "fault-free: the agents removed their generation directories" no_gen_dirs "$J"
+J_FREE=$J
+# ettr_of JOB: the ETTR dtctl show prints ("goodput   ETTR 0.912  ...")
+ettr_of() {
+    ctl show "$1" | sed -n 's/^  goodput   ETTR \([0-9.]*\) .*/\1/p'
+}
+t_goodput_free() {
+    ctl show "$J_FREE" >"$TMPD/show.out" 2>&1 || { cat "$TMPD/show.out"; return 1; }
+    _e=$(ettr_of "$J_FREE")
+    awk -v e="$_e" 'BEGIN { exit !(e != "" && e > 0 && e <= 1) }' ||
+        { echo "ETTR '$_e' in:"; cat "$TMPD/show.out"; return 1; }
+    ! grep -q "^  failure" "$TMPD/show.out" || { echo "a failure listed"; return 1; }
+    ! has_event "$J_FREE" failure_cost >/dev/null || { echo "a failure_cost event"; return 1; }
+    grep "goodput" "$TMPD/show.out"
+}
+check "fault-free: dtctl show gives an ETTR in (0, 1] and no failure" t_goodput_free
 rank_logs() { # JOB: every rank's output in its rank log, the job directory's
     for _rl in 0 1 2 3; do
         _f=$COORD_STATE/jobs/$1/logs/rank-$_rl.log
@@ -126,6 +141,14 @@ check "worker killed: same checksum as fault-free" same_checksum "$J"
 check "worker killed: the failure is an event" has_event "$J" worker_failed "signal 9"
 check "worker killed: a second generation from a checkpoint" \
     has_event "$J" generation_started "gen=2 ranks=4 resume_step=[1-9]"
+t_cost_worker() {
+    has_event "$J" failure_cost '"gen":1,"next":2,"fault":"worker",.*"recomputed_steps":[1-9]' ||
+        return 1
+    ctl show "$J" >"$TMPD/show.out" 2>&1
+    grep -E "^  failure   gen 1 worker: detect [0-9.]+ s  restart [0-9.]+ s  load [0-9.]+ s  resumed at step [1-9][0-9]*  recomputed [1-9][0-9]* steps" "$TMPD/show.out" ||
+        { echo "no failure line in:"; cat "$TMPD/show.out"; return 1; }
+}
+check "worker killed: its cost is an event and in dtctl show (steps recomputed)" t_cost_worker
 check "worker killed: no worker left" no_workers_left
 
 # ---- SIGSTOP a worker (hang) ------------------------------------------------------
@@ -229,6 +252,16 @@ not_deterministic() {
     ! grep deterministic "$TMPD/ev.out"
 }
 check "burst of kills: not taken for a deterministic failure" not_deterministic "$J"
+t_cost_burst() {
+    ctl events "$J" >"$TMPD/ev.out" 2>&1 || return 1
+    _n=$(grep -c failure_cost "$TMPD/ev.out")
+    [ "$_n" = 3 ] || { echo "$_n failure_cost events:"; grep failure_cost "$TMPD/ev.out"; return 1; }
+    _eb=$(ettr_of "$J") _ef=$(ettr_of "$J_FREE")
+    awk -v b="$_eb" -v f="$_ef" 'BEGIN { exit !(b != "" && f != "" && b < f) }' ||
+        { echo "ETTR $_eb with 3 kills, $_ef fault-free"; return 1; }
+    echo "3 costs; ETTR $_eb with 3 kills, $_ef fault-free"
+}
+check "burst of kills: three failure costs, an ETTR below the fault-free run's" t_cost_burst
 check "burst of kills: no worker left" no_workers_left
 
 # ---- a corrupt newest checkpoint --------------------------------------------------------
