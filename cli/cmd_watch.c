@@ -52,6 +52,7 @@ struct dtctl_watch {
     double t0, t1;
     long long s0, s1, rate_gen;
     int have_rate;
+    long long resumed_gen; /* the newest generation whose resume was noted */
     double started;
 };
 
@@ -312,6 +313,18 @@ void dtctl_watch_note(dtctl_watch_t *w, const char *fmt, ...)
         draw(w, w->screen);
 }
 
+/* A generation after a failure says once where it resumed ("resumed step
+ * N from disk"), as the coordinator put it when all its ranks ran. */
+static void note_resume(dtctl_watch_t *w, const json_t *show, const view_t *v)
+{
+    const char *how = jstr(json_object_get(show, "gen"), "resumed");
+
+    if (how == NULL || v->gen <= w->resumed_gen)
+        return;
+    w->resumed_gen = v->gen;
+    dtctl_watch_note(w, "gen %lld: %s", v->gen, how); /* sanitized with the reply */
+}
+
 /* One poll's worth of display. gap_s > 0: the coordinator has not answered
  * for that long and v is the last view that it gave. */
 static void show_view(dtctl_watch_t *w, const view_t *v, double now, double gap_s)
@@ -475,6 +488,7 @@ int dtctl_watch_job(dtctl_t *ctl, const char *cmd, long long id, int64_t interva
             last = res;
             gap_since = 0;
             read_view(&w, last, &v);
+            note_resume(&w, last, &v);
             show_view(&w, &v, now, 0);
             if ((code = dtctl_job_exit(v.state)) >= 0) {
                 if (hooks)

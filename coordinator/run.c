@@ -115,6 +115,7 @@ typedef struct dt_jobrun {
     char *pending_reason;   /* why the generation is being aborted */
     dt_goodput_run_t gp;    /* its step history and failure costs (goodput.h) */
     int64_t bad_ms;         /* the generation's first sign of failure (wall ms), 0 none */
+    char resumed[64];       /* "resumed step N from disk" once its ranks run; "" for none */
     const char *bad_what;   /* what it was: "worker", "agent", ...; NULL none */
     struct dt_jobrun *next;
 } jobrun_t;
@@ -350,6 +351,7 @@ static void gen_start(dt_coord_t *c, jobrun_t *r)
     dt_commit_resume(c, &r->ck, &resume, &resume_step);
     r->resume_step = resume_step;
     dt_goodput_gen_start(&r->gp, r->gen, resume_step, dt_clock_wall_ms());
+    r->resumed[0] = '\0';
     r->bad_ms = 0;
     r->bad_what = NULL;
     /* not recorded: logged, and the generation starts anyway; its ranks'
@@ -580,6 +582,16 @@ void dt_run_progress(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_progress_t
         char d[96];
         snprintf(d, sizeof(d), "gen=%d: all %d ranks running", r->gen, r->R);
         transition(c, r->job, DT_JOB_RUNNING, NULL, d);
+        /* where a recovery (or a resumed job) went on from */
+        if (r->gen > 1 || r->resume_step > 0) {
+            if (r->resume_step > 0)
+                snprintf(r->resumed, sizeof(r->resumed), "resumed step %" PRId64 " from disk",
+                         r->resume_step);
+            else
+                snprintf(r->resumed, sizeof(r->resumed), "started again from step 0 (no "
+                         "checkpoint yet)");
+            dt_coord_event(c, r->job, "resumed_step", "gen=%d: %s", r->gen, r->resumed);
+        }
     }
 }
 
@@ -941,8 +953,10 @@ void dt_run_show(dt_coord_t *c, int64_t job, json_t *reply)
         json_object_set_new(reply, "ranks", json_array());
         return;
     }
-    json_object_set_new(reply, "gen", json_pack("{s:i, s:i, s:I}", "gen", r->gen, "ranks", r->R,
-                                                "resume_step", (json_int_t)r->resume_step));
+    json_object_set_new(reply, "gen", json_pack("{s:i, s:i, s:I, s:o}", "gen", r->gen, "ranks",
+                                                r->R, "resume_step", (json_int_t)r->resume_step,
+                                                "resumed", r->resumed[0] ? json_string(r->resumed)
+                                                                         : json_null()));
     json_t *ranks = json_array();
     for (int k = 0; k < r->R; k++) {
         rank_info_t *ri = &r->ranks[k];

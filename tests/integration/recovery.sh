@@ -149,6 +149,8 @@ t_cost_worker() {
         { echo "no failure line in:"; cat "$TMPD/show.out"; return 1; }
 }
 check "worker killed: its cost is an event and in dtctl show (steps recomputed)" t_cost_worker
+check "worker killed: where it resumed is an event" \
+    has_event "$J" resumed_step "gen=2: resumed step [1-9][0-9]* from disk"
 check "worker killed: no worker left" no_workers_left
 
 # ---- SIGSTOP a worker (hang) ------------------------------------------------------

@@ -486,9 +486,10 @@ fault() {
 }
 
 t_worker() {
-    fault worker && out_has "SIGKILL to the worker of rank 3" && out_has "restarts +[1-9]"
+    fault worker && out_has "SIGKILL to the worker of rank 3" && out_has "restarts +[1-9]" &&
+        out_has "^gen 2: (resumed step [1-9][0-9]* from disk|started again from step 0)"
 }
-check "--inject-failure worker@25: recovers, same checksum" t_worker
+check "--inject-failure worker@25: recovers, says where it resumed, same checksum" t_worker
 
 t_hang() {
     fault hang && out_has "SIGSTOP to the worker of rank 3" && out_has "restarts +[1-9]"
