@@ -13,6 +13,11 @@
 #      time. Target: < 2 s to every rank running again, plus the load.
 #   2. hang: SIGSTOP a worker; the detection time against the configured
 #      --hang-timeout.
+#   4. goodput, from the coordinator's step history (dtctl show, events):
+#      a fault-free run's ETTR (productive step time over wall time from
+#      the first step; target >= 0.95), and what the worker death of part
+#      1 cost: steps and wall time lost, with disk checkpoints against
+#      in-memory ones (not built yet: that row says so).
 #   3. checkpoints: write (all ranks, fsynced) and the agents' read-back
 #      verify, against `dd conv=fsync` and `openssl dgst -sha256` (the same
 #      libcrypto) on a file of the same size on the same disk. The agents
@@ -105,6 +110,8 @@ echo
 echo "baseline, same run: cold start of generation 1 (agent start to every hello) $((t_hello1 - t_start)) ms; one training step ${step_s} s"
 echo
 
+J_KILL=$J
+
 # ---- 2. hang ---------------------------------------------------------------------------
 run_job hang
 step_at "$J" 15 || echo "job $J never reached step 15"
@@ -154,3 +161,29 @@ awk -v w="$(cat "$D/w.txt")" -v v="$(cat "$D/v.txt")" -v mb="$mb" -v t1="$t1" -v
     printf "| checkpoint write, %d checkpoints of %.1f MiB (2 shards, fsync) | %.0f | dd conv=fsync %.0f | %.0f%% |\n", W[3], W[1] / W[3] / 1048576, cw, ddw, 100 * cw / ddw
     printf "| agent read-back + sha256, %d shards | %.0f | openssl dgst -sha256 %.0f | %.0f%% |\n", V[3], cv, sha, 100 * cv / sha
 }'
+
+# ---- 4. goodput ---------------------------------------------------------------------------
+sed -e 's/^steps = 40$/steps = 120/' -e 's/^ckpt_every = 10$/ckpt_every = 40/' "$D/job.spec" \
+    >"$D/free.spec"
+run_job free "$D/free.spec"
+wait_end "$J"
+J_FREE=$J
+goodput() { # JOB: "ETTR productive wall recomputed stall" from dtctl show's goodput line
+    $CTL show "$1" | sed -n 's/^  goodput   ETTR \([0-9.]*\)  productive \([0-9.]*\) s of \([0-9.]*\) s  recomputed \([0-9.]*\) s  checkpoint stall \([0-9.]*\) s$/\1 \2 \3 \4 \5/p'
+}
+echo
+echo "## goodput (the coordinator's step history; ETTR = productive step time / wall time from the first step)"
+echo
+echo "| run | steps | ckpt_every | ETTR | productive s | wall s | recomputed s | checkpoint stall s |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+goodput "$J_FREE" | awk '{ printf "| fault-free | 120 | 40 | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5 }'
+goodput "$J_KILL" | awk '{ printf "| one worker SIGKILLed at step 15 (part 1) | 40 | 10 | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5 }'
+echo
+echo "| failure (part 1's) | checkpoints | steps lost | detect s | restart s | load s | recomputed s | wall lost s |"
+echo "|---|---|---:|---:|---:|---:|---:|---:|"
+$CTL events "$J_KILL" | grep failure_cost | sed 's/.*{\(.*\)}.*/\1/' | tr ',' '\n' |
+    sed 's/"//g' | awk -F: '{ v[$1] = $2 } END {
+        printf "| worker SIGKILL | disk only (ckpt_every 10) | %d | %.3f | %.3f | %.3f | %.3f | %.3f |\n",
+            v["recomputed_steps"], v["detect_s"], v["restart_s"], v["load_s"], v["recomputed_s"],
+            v["detect_s"] + v["restart_s"] + v["load_s"] + v["recomputed_s"] }'
+echo "| worker SIGKILL | in memory (mem_ckpt_every 1) | not built yet | | | | | |"
