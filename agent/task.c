@@ -43,6 +43,7 @@
 #include "common/mem.h"
 #include "common/sha256.h"
 #include "common/uvframe.h"
+#include "agent/memstore.h"
 #include "io/ckpt.h"
 #include "spec/vocab.h"
 
@@ -91,6 +92,8 @@ struct dt_task {
     uv_timer_t watch_timer;  /* hang checks */
     uv_timer_t grace_timer;
     dt_pmix_t *pmix;
+    dt_memstore_t *mem;      /* in-memory checkpoints of the ranks here (memstore.h) */
+    int64_t mem_resume;      /* GEN_START's: the step the ranks resume from in memory; 0 none */
 };
 
 static void gen_maybe_ended(dt_task_t *t);
@@ -426,6 +429,85 @@ static void on_shard(dt_worker_t *w, const dt_msg_t *m)
         verify_done(&v->req, UV_ECANCELED);
 }
 
+/* An in-memory checkpoint a worker wrote: read back (its own descriptor,
+ * on the thread pool) and checked against its report before the agent
+ * vouches for it. */
+typedef struct memverify {
+    uv_work_t req;
+    dt_task_t *t;
+    uint32_t gen;
+    int rank, slot, fd, ok;
+    int64_t step, bytes;
+    char sha[65], why[200];
+} memverify_t;
+
+static void memverify_work(uv_work_t *req)
+{
+    memverify_t *v = req->data;
+    char hex[DT_SHA256_HEX];
+    int64_t n = dt_sha256_fd(v->fd, hex);
+
+    v->ok = n == v->bytes && strcmp(hex, v->sha) == 0;
+    if (n < 0)
+        snprintf(v->why, sizeof(v->why), "read error");
+    else if (n != v->bytes)
+        snprintf(v->why, sizeof(v->why), "%lld bytes, the worker reported %lld", (long long)n,
+                 (long long)v->bytes);
+    else if (!v->ok)
+        snprintf(v->why, sizeof(v->why), "sha256 %.16s..., the worker reported %.16s...", hex,
+                 v->sha);
+}
+
+static void memverify_done(uv_work_t *req, int status)
+{
+    memverify_t *v = req->data;
+    dt_task_t *t = v->t;
+
+    close(v->fd);
+    if (status == 0 && v->ok && v->gen == t->gen) {
+        dt_memstore_set(t->mem, v->rank, v->slot, v->step, v->bytes, v->sha);
+        dt_wire_mem_ckpt_t mc = { .agent = agent_id(t), .gen = v->gen, .rank = v->rank,
+                                  .step = v->step, .bytes = v->bytes, .sha256 = v->sha };
+        /* not queued while the coordinator is away: the next one says more */
+        t->hooks.send(t->hooks.ud, DT_MSG_MEM_CKPT, dt_wire_mem_ckpt_encode(&mc));
+    } else if (status == 0 && !v->ok) {
+        /* overwritten while it was read (the worker is two copies ahead),
+         * or bad: not offered for a recovery */
+        dt_log_warn("gen=%u rank=%d step=%lld in-memory checkpoint not verified: %s", v->gen,
+                    v->rank, (long long)v->step, v->why);
+    }
+    free(v);
+}
+
+static void on_memckpt(dt_worker_t *w, const dt_msg_t *m)
+{
+    dt_task_t *t = w->t;
+    dt_emsg_t em = { "" };
+    dt_wire_w_memckpt_t mc;
+    int fds[2];
+
+    if (dt_wire_w_memckpt_decode(m, &mc, &em) < 0 ||
+        dt_memstore_fds(t->mem, w->rank, fds, &em) < 0) {
+        dt_log_error("gen=%u rank=%d: bad W_MEMCKPT: %s", t->gen, w->rank, em.s);
+        return;
+    }
+    int slot = (int)mc.slot;
+    dt_memstore_clear(t->mem, w->rank, slot);
+    memverify_t *v = dt_xcalloc(1, sizeof(*v));
+    *v = (memverify_t){ .t = t, .gen = t->gen, .rank = w->rank, .slot = slot,
+                        .fd = dup(fds[slot]), .step = mc.step, .bytes = mc.bytes };
+    v->req.data = v;
+    snprintf(v->sha, sizeof(v->sha), "%s", mc.sha256);
+    if (v->fd < 0 || uv_queue_work(t->loop, &v->req, memverify_work, memverify_done) < 0) {
+        dt_log_error("gen=%u rank=%d: in-memory checkpoint of step %lld not verified: %s",
+                     t->gen, w->rank, (long long)mc.step,
+                     v->fd < 0 ? strerror(errno) : "no thread for it");
+        if (v->fd >= 0)
+            close(v->fd);
+        free(v);
+    }
+}
+
 static void on_worker_frame(dt_worker_t *w, const dt_msg_t *m)
 {
     dt_task_t *t = w->t;
@@ -466,6 +548,7 @@ static void on_worker_frame(dt_worker_t *w, const dt_msg_t *m)
     }
     case DT_MSG_W_HEARTBEAT: break;
     case DT_MSG_W_SHARD: on_shard(w, m); break;
+    case DT_MSG_W_MEMCKPT: on_memckpt(w, m); break;
     case DT_MSG_W_RESULT: {
         /* rank 0's summary: the coordinator stores it as the job's result */
         dt_wire_w_result_t res;
@@ -590,7 +673,11 @@ static void on_exit_cb(uv_process_t *p, int64_t status, int sig)
     uv_close((uv_handle_t *)&w->proc, handle_closed);
 }
 
-static char **build_env(dt_task_t *t, int rank, int gpu, dt_emsg_t *em)
+/* mem: the rank's two memory files are its fds 4 and 5 (-1: none); with
+ * a resume from memory, the slot holding its copy and the copy's SHA-256
+ * (resume NULL: none). */
+static char **build_env(dt_task_t *t, int rank, int gpu, int mem, const dt_memcopy_t *resume,
+                        int resume_slot, dt_emsg_t *em)
 {
     char **env = NULL;
     size_t n = 0;
@@ -599,7 +686,7 @@ static char **build_env(dt_task_t *t, int rank, int gpu, dt_emsg_t *em)
         return NULL;
     while (env[n])
         n++;
-    char **out = dt_xcalloc(n + 7, sizeof(*out));
+    char **out = dt_xcalloc(n + 9, sizeof(*out));
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
         if (strncmp(env[i], "DT_AGENT_", 9) != 0 &&
@@ -607,6 +694,10 @@ static char **build_env(dt_task_t *t, int rank, int gpu, dt_emsg_t *em)
                          strncmp(env[i], "DT_CPUS=", 8) != 0)))
             out[k++] = dt_xstrdup(env[i]);
     out[k++] = dt_xstrdup("DT_AGENT_FD=3");
+    if (mem)
+        out[k++] = dt_xstrdup("DT_MEM_CKPT=4,5");
+    if (mem && resume)
+        out[k++] = dt_xasprintf("DT_MEM_RESUME=%d:%s", resume_slot, resume->sha256);
     out[k++] = dt_xasprintf("DT_AGENT_PID=%ld", (long)getpid());
     /* a cuda worker sees its own GPU only (by UUID: indices change with
      * the node's CUDA_VISIBLE_DEVICES), and runs on the CPUs near it where
@@ -634,8 +725,23 @@ static void free_strv(char **v)
 
 static int spawn_worker(dt_task_t *t, dt_worker_t *w, char **args, dt_emsg_t *em)
 {
-    int sv[2], rc;
-    char **env = build_env(t, w->rank, w->gpu, em);
+    int sv[2], rc, fds[2] = { -1, -1 }, mem, slot = -1;
+    dt_emsg_t mem_em = { "" };
+    dt_memcopy_t copy;
+
+    /* its memory for in-memory checkpoints; without it the worker runs
+     * on without them (disk checkpoints stand) */
+    mem = dt_memstore_fds(t->mem, w->rank, fds, &mem_em) == 0;
+    if (!mem)
+        dt_log_warn("gen=%u rank=%d: no memory for in-memory checkpoints: %s", t->gen, w->rank,
+                    mem_em.s);
+    if (mem && t->mem_resume > 0 &&
+        (slot = dt_memstore_find(t->mem, w->rank, t->mem_resume, &copy)) < 0)
+        /* the engine says so and exits DT_EXIT_CKPT: the coordinator
+         * takes a disk checkpoint instead */
+        dt_log_warn("gen=%u rank=%d: no in-memory checkpoint of step %lld here", t->gen, w->rank,
+                    (long long)t->mem_resume);
+    char **env = build_env(t, w->rank, w->gpu, mem, slot >= 0 ? &copy : NULL, slot, em);
 
     if (env == NULL)
         return DT_ECOMM;
@@ -645,11 +751,13 @@ static int spawn_worker(dt_task_t *t, dt_worker_t *w, char **args, dt_emsg_t *em
     }
     int out_fd;
     rank_log_open(t, w, &out_fd);
-    uv_stdio_container_t stdio[4] = {
+    uv_stdio_container_t stdio[6] = {
         { .flags = UV_IGNORE },
         { .flags = UV_INHERIT_FD, .data.fd = out_fd >= 0 ? out_fd : 1 },
         { .flags = UV_INHERIT_FD, .data.fd = out_fd >= 0 ? out_fd : 2 },
         { .flags = UV_INHERIT_FD, .data.fd = sv[1] },
+        { .flags = mem ? UV_INHERIT_FD : UV_IGNORE, .data.fd = fds[0] },
+        { .flags = mem ? UV_INHERIT_FD : UV_IGNORE, .data.fd = fds[1] },
     };
     uv_process_options_t o = {
         .exit_cb = on_exit_cb,
@@ -657,7 +765,7 @@ static int spawn_worker(dt_task_t *t, dt_worker_t *w, char **args, dt_emsg_t *em
         .args = args,
         .env = env,
         .cwd = t->gen_dir,
-        .stdio_count = 4,
+        .stdio_count = mem ? 6 : 4,
         .stdio = stdio,
     };
     w->proc.data = w;
@@ -866,6 +974,16 @@ void dt_task_gen_start(dt_task_t *t, const dt_wire_gen_start_t *gs)
         goto out;
     }
     t->gen = (uint32_t)gen;
+    t->mem_resume = gs->mem_resume;
+    {
+        /* the memory of ranks placed elsewhere now goes back */
+        int *here = dt_xcalloc((size_t)(mine > 0 ? mine : 1), sizeof(*here)), k = 0;
+        for (int r = 0; r < R; r++)
+            if (node_of[r] == self)
+                here[k++] = r;
+        dt_memstore_keep(t->mem, here, k);
+        free(here);
+    }
     t->aborting = 0;
     t->fences_out = 0;
     t->ended_sent = 0;
@@ -1076,6 +1194,7 @@ int dt_task_new(uv_loop_t *loop, const dt_task_conf_t *conf, const dt_agentd_hoo
         free(t);
         return rc;
     }
+    t->mem = dt_memstore_new(conf->job);
     uv_timer_init(loop, &t->watch_timer);
     uv_timer_init(loop, &t->grace_timer);
     t->watch_timer.data = t;
@@ -1113,6 +1232,7 @@ void dt_task_free(dt_task_t *t)
     if (t == NULL)
         return;
     free_workers(t);
+    dt_memstore_free(t->mem);
     free(t->gen_dir);
     free(t);
 }

@@ -71,9 +71,12 @@
     X(PREEMPT, 47, "agent", "{agent, signal}: Slurm's warning signal arrived -> {}")     \
     X(CKPT_DONE, 48, "agent", "{agent, op, step, ok, error?}: a CKPT_COMMIT or "          \
                               "CKPT_PRUNE was carried out (ok) or failed -> {}")      \
+    X(MEM_CKPT, 49, "agent", "{agent, gen, rank, step, bytes, sha256}: the agent holds "   \
+                             "the rank's in-memory checkpoint of step -> {}")          \
     /* dtcoordd -> dtagentd, pushed (id 0, no reply) */                              \
     X(GEN_START, 50, "coord", "{job, gen, nspace, ranks, nodes, procs, spec, argv, "   \
-                              "resume?}: run these ranks")                           \
+                              "resume?, mem_resume?}: run these ranks (mem_resume: "   \
+                              "the step of the in-memory checkpoints they start from)") \
     X(GEN_ABORT, 51, "coord", "{gen, reason}: notify, grace, kill the workers")        \
     X(FENCE_DONE, 52, "coord", "{gen, seq, data (base64), status}")                    \
     X(CKPT_REQUEST, 53, "coord", "{gen}: ask the workers for a checkpoint")            \
@@ -90,6 +93,8 @@
     X(W_HEARTBEAT, 62, "worker", "{rank}: alive in a long phase")                      \
     X(W_SHARD, 63, "worker", "{rank, step, dir, path, bytes, sha256, manifest?}")      \
     X(W_RESULT, 64, "worker", "{rank, steps, loss, acc, checksum, outputs}: rank 0, at the end")  \
+    X(W_MEMCKPT, 65, "worker", "{rank, step, slot, bytes, sha256}: an in-memory checkpoint "  \
+                               "written into slot 0 or 1 of DT_MEM_CKPT")              \
     /* dtagentd -> dtengine over the worker channel */                               \
     X(W_CHECKPOINT, 70, "agent", "{}: write a checkpoint at the next step boundary")  \
     X(W_STOP, 71, "agent", "{checkpoint}: stop at the next step boundary, exit 3")

@@ -179,6 +179,16 @@ static const field_t f_ckpt_done[] = { INT(T, agent, F_REQ), STR(T, op, F_REQ),
                                        INT_R(T, step, F_REQ, 0, INT64_MAX), BOOL(T, ok, F_OUT),
                                        STR(T, error, 0) };
 #undef T
+#define T dt_wire_mem_ckpt_t
+static const field_t f_mem_ckpt[] = {
+    INT(T, agent, F_REQ),
+    INT(T, gen, F_OUT),
+    INT_R(T, rank, F_REQ, 0, DT_WIRE_RANKS_MAX),
+    INT_R(T, step, F_REQ, 1, INT64_MAX),
+    INT_R(T, bytes, F_REQ, 0, INT64_MAX),
+    HEX64(T, sha256, F_REQ),
+};
+#undef T
 #define T dt_wire_gen_start_t
 static const field_t f_gen_start[] = {
     INT(T, job, F_REQ),
@@ -192,6 +202,7 @@ static const field_t f_gen_start[] = {
     STR(T, resume, 0),
     STR(T, log_dir, 0),
     STR(T, device, 0),
+    INT_R(T, mem_resume, F_LAX, 0, INT64_MAX),
 };
 #undef T
 #define T dt_wire_gen_abort_t
@@ -236,6 +247,15 @@ static const field_t f_w_shard[] = { INT(T, rank, F_OUT),
                                      STR(T, path, F_REQ),
                                      HEX64(T, sha256, F_REQ),
                                      BOOL(T, manifest, F_OUT) };
+#undef T
+#define T dt_wire_w_memckpt_t
+static const field_t f_w_memckpt[] = {
+    INT(T, rank, F_OUT),
+    INT_R(T, step, F_REQ, 1, INT64_MAX),
+    INT_R(T, slot, F_REQ, 0, 1),
+    INT_R(T, bytes, F_REQ, 0, INT64_MAX),
+    HEX64(T, sha256, F_REQ),
+};
 #undef T
 #define T dt_wire_w_result_t
 static const field_t f_w_result[] = { INT(T, rank, F_OUT), INT(T, steps, F_OUT),

@@ -216,6 +216,16 @@ typedef struct dt_wire_ckpt_done {
     const char *error;
 } dt_wire_ckpt_done_t;
 
+/* MEM_CKPT: the agent holds rank's in-memory checkpoint of step (its
+ * shard's bytes and SHA-256, as the worker wrote them). */
+typedef struct dt_wire_mem_ckpt {
+    int64_t agent, gen;
+    int64_t rank;  /* 0 to DT_WIRE_RANKS_MAX */
+    int64_t step;  /* >= 1 */
+    int64_t bytes; /* >= 0 */
+    const char *sha256;
+} dt_wire_mem_ckpt_t;
+
 /*-- dtcoordd -> dtagentd, pushed ----------------------------------------*/
 
 typedef struct dt_wire_gen_start {
@@ -228,6 +238,8 @@ typedef struct dt_wire_gen_start {
     dt_wire_strs_t argv;  /* dtengine's arguments */
     const char *resume, *log_dir;
     const char *device; /* "cpu" (NULL reads so) or "cuda": one GPU per worker */
+    int64_t mem_resume; /* lenient: the in-memory checkpoints' step the ranks resume
+                         * from (their agents hold them); 0 none */
 } dt_wire_gen_start_t;
 
 typedef struct dt_wire_gen_abort {
@@ -296,6 +308,13 @@ typedef struct dt_wire_w_result {
     dt_wire_strs_t outputs; /* absolute paths of the job's outputs (attn, prefill) */
 } dt_wire_w_result_t;
 
+/* W_MEMCKPT: the worker wrote its in-memory checkpoint of step into slot
+ * (0 or 1) of the memory its agent gave it (DT_MEM_CKPT). */
+typedef struct dt_wire_w_memckpt {
+    int64_t rank, step, slot, bytes;
+    const char *sha256;
+} dt_wire_w_memckpt_t;
+
 typedef struct dt_wire_w_stop {
     bool checkpoint;
 } dt_wire_w_stop_t;
@@ -328,6 +347,7 @@ typedef struct dt_wire_w_stop {
     X(gen_ended, GEN_ENDED, 0, dt_wire_agent_ref_t)           \
     X(preempt, PREEMPT, 0, dt_wire_preempt_t)                 \
     X(ckpt_done, CKPT_DONE, 0, dt_wire_ckpt_done_t)           \
+    X(mem_ckpt, MEM_CKPT, 0, dt_wire_mem_ckpt_t)              \
     X(gen_start, GEN_START, 0, dt_wire_gen_start_t)           \
     X(gen_abort, GEN_ABORT, 0, dt_wire_gen_abort_t)           \
     X(fence_done, FENCE_DONE, 0, dt_wire_fence_done_t)        \
@@ -341,6 +361,7 @@ typedef struct dt_wire_w_stop {
     X(w_heartbeat, W_HEARTBEAT, 0, dt_wire_w_hello_t)         \
     X(w_shard, W_SHARD, 0, dt_wire_w_shard_t)                 \
     X(w_result, W_RESULT, 0, dt_wire_w_result_t)              \
+    X(w_memckpt, W_MEMCKPT, 0, dt_wire_w_memckpt_t)           \
     X(w_stop, W_STOP, 0, dt_wire_w_stop_t)
 
 #define DT_WIRE_DECLARE(name, type, reply, T)                                              \

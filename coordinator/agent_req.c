@@ -108,6 +108,19 @@ void dt_agent_progress(dt_conn_t *k, const dt_msg_t *m)
     dt_run_progress(k->coord, a, &p);
 }
 
+void dt_agent_mem_ckpt(dt_conn_t *k, const dt_msg_t *m)
+{
+    dt_emsg_t em = { "" };
+    dt_wire_mem_ckpt_t mc;
+    dt_live_agent_t *a;
+
+    if (refused(k, m, dt_wire_mem_ckpt_decode(m, &mc, &em), &em) ||
+        (a = own_agent(k, m, mc.agent)) == NULL)
+        return;
+    dt_conn_reply(k, DT_MSG_OK, m->id, NULL);
+    dt_run_mem_ckpt(k->coord, a, &mc);
+}
+
 void dt_agent_worker_exit(dt_conn_t *k, const dt_msg_t *m)
 {
     dt_emsg_t em = { "" };

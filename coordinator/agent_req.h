@@ -16,6 +16,7 @@
 void dt_agent_register(dt_conn_t *k, const dt_msg_t *m);
 void dt_agent_heartbeat(dt_conn_t *k, const dt_msg_t *m);
 void dt_agent_progress(dt_conn_t *k, const dt_msg_t *m);
+void dt_agent_mem_ckpt(dt_conn_t *k, const dt_msg_t *m);
 void dt_agent_worker_exit(dt_conn_t *k, const dt_msg_t *m);
 void dt_agent_shard_written(dt_conn_t *k, const dt_msg_t *m);
 void dt_agent_fence(dt_conn_t *k, const dt_msg_t *m);

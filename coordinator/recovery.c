@@ -181,6 +181,14 @@ static enum dt_action worker(const dt_fault_t *f, const dt_job_view_t *v, dt_dec
                  "%lld --rank %d)", why, (long long)v->job, f->rank);
         return act(d, DT_ACT_FAIL, dd);
     }
+    if (f->status == DT_EXIT_CKPT && !f->sig && v->resumed_memory) {
+        /* an in-memory copy missing or bad: the same again from disk,
+         * uncounted */
+        event(d, "memory_checkpoint_skipped", "step=%lld: %s; resuming from disk",
+              (long long)v->resume_step, why);
+        d->mem_corrupt = true;
+        return act(d, DT_ACT_RETRY, "the in-memory checkpoint does not verify");
+    }
     if (f->status == DT_EXIT_CKPT && !f->sig && v->resume_step > 0) {
         /* the engine found the resume checkpoint bad: it is set aside and
          * the generation starts again from the one before, uncounted:
@@ -472,6 +480,8 @@ int dt_recovery_fault(dt_coord_t *c, int64_t job, const dt_fault_t *f)
         dt_run_next(c, job);
         break;
     case DT_ACT_RETRY:
+        if (d.mem_corrupt)
+            dt_run_mem_forget(c, job);
         if (d.ckpt_corrupt) {
             /* not marked: logged; the agent still sets the directory
              * aside, so no generation resumes from it */

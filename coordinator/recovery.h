@@ -158,6 +158,7 @@ typedef struct dt_job_view {
     int gen, ranks;     /* the current (or next) generation and its ranks */
     int64_t step;       /* the furthest step of the generation */
     int64_t resume_step;
+    bool resumed_memory; /* the generation resumed from the agents' in-memory checkpoints */
     int restarts, restart_base, max_restarts;
     int64_t repeat, repeat_startup; /* the spec's repeat_failures, repeat_startup_failures */
     const char *lost_nodes; /* nodes of agents lost in this run ("a,b"), for a requeue */
@@ -188,6 +189,7 @@ typedef struct dt_decision {
     bool failure;      /* REQUEUE: counts against the restart budget */
     bool exclude_lost; /* REQUEUE: the lost agents' nodes are excluded */
     bool ckpt_corrupt; /* RETRY: the resume checkpoint is marked corrupt and set aside */
+    bool mem_corrupt;  /* RETRY: the in-memory checkpoints are forgotten (disk next) */
     bool suspect;      /* the failed worker's node is suspect: no more ranks on it */
     int64_t suspect_agent; /* ... its agent */
     int ranks;         /* REPLAN */

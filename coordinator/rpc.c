@@ -134,6 +134,7 @@ static const struct rpc {
     { DT_MSG_RESUME, 1, dt_ctl_resume },
     { DT_MSG_PREEMPT, 1, dt_agent_preempt },
     { DT_MSG_CKPT_DONE, 1, dt_agent_ckpt_done },
+    { DT_MSG_MEM_CKPT, 1, dt_agent_mem_ckpt },
 };
 
 void dt_rpc_dispatch(dt_conn_t *k, const dt_msg_t *m)

@@ -116,6 +116,13 @@ typedef struct dt_jobrun {
     dt_goodput_run_t gp;    /* its step history and failure costs (goodput.h) */
     int64_t bad_ms;         /* the generation's first sign of failure (wall ms), 0 none */
     char resumed[64];       /* "resumed step N from disk" once its ranks run; "" for none */
+    int64_t mem_every;      /* the plan's mem_ckpt_every: 0, no in-memory checkpoints */
+    struct memcopy {
+        int64_t step, agent;
+    } (*mem)[2];            /* [mem_R]: per rank the two newest in-memory checkpoints an
+                             * agent of its holds (step 0: none) */
+    int mem_R;
+    int resumed_mem;        /* the current generation resumed from memory */
     const char *bad_what;   /* what it was: "worker", "agent", ...; NULL none */
     struct dt_jobrun *next;
 } jobrun_t;
@@ -184,6 +191,7 @@ static void run_free(jobrun_t *r)
     free(r->dir_error);
     free(r->pending_reason);
     free(r->lost_nodes);
+    free(r->mem);
     json_decref(r->result);
     free(r);
 }
@@ -211,6 +219,7 @@ static jobrun_t *run_get(dt_coord_t *c, int64_t job)
     json_t *plan = j.plan ? json_loads(j.plan, 0, NULL) : NULL;
     json_t *w = json_object_get(plan, "workers");
     r->R0 = r->R = (int)json_integer_value(w ? w : json_object_get(plan, "ranks"));
+    r->mem_every = json_integer_value(json_object_get(plan, "mem_ckpt_every"));
     json_decref(plan);
     if (r->R < 1)
         r->R = r->R0 = (int)((r->spec.ranks > 0 ? r->spec.ranks : 1) *
@@ -278,6 +287,26 @@ static void end_job(dt_coord_t *c, jobrun_t *r, enum dt_job_state to, const char
 static int fault(dt_coord_t *c, jobrun_t *r, dt_fault_t *f)
 {
     return c->hooks->fault(c, r->job, f);
+}
+
+/* The newest step whose in-memory checkpoint every rank's new agent
+ * (agent_of) holds, 0 none: a rank that moved to another agent has none
+ * there. */
+static int64_t mem_resume_step(const jobrun_t *r)
+{
+    if (r->mem == NULL || r->mem_R != r->R || r->agent_of == NULL)
+        return 0;
+    int64_t best = 0;
+    for (int s = 0; s < 2; s++) {
+        int64_t step = r->mem[0][s].step;
+        int all = step > best;
+        for (int k = 0; k < r->R && all; k++)
+            all = (r->mem[k][0].step == step && r->mem[k][0].agent == r->agent_of[k]) ||
+                  (r->mem[k][1].step == step && r->mem[k][1].agent == r->agent_of[k]);
+        if (all)
+            best = step;
+    }
+    return best;
 }
 
 /* Start generation gen + 1 on the live agents: ranks in agent order, the
@@ -349,6 +378,12 @@ static void gen_start(dt_coord_t *c, jobrun_t *r)
         r->ngen++;
     }
     dt_commit_resume(c, &r->ck, &resume, &resume_step);
+    /* the agents' in-memory checkpoints when they are newer (or as new:
+     * memory loads faster than the disk) */
+    int64_t mem_step = mem_resume_step(r);
+    r->resumed_mem = mem_step > 0 && mem_step >= resume_step;
+    if (r->resumed_mem)
+        resume_step = mem_step;
     r->resume_step = resume_step;
     dt_goodput_gen_start(&r->gp, r->gen, resume_step, dt_clock_wall_ms());
     r->resumed[0] = '\0';
@@ -367,15 +402,25 @@ static void gen_start(dt_coord_t *c, jobrun_t *r)
      * coordinator decides: where checkpoints and outputs go, which
      * checkpoint to resume from. It keeps the checkpoints: the engine never
      * prunes them. attn has no checkpoint: a new generation runs it again. */
-    const char *argv[16];
+    const char *argv[20];
     size_t na = 0;
+    char mem_every[32], mem_from[32];
+    snprintf(mem_every, sizeof(mem_every), "%lld", (long long)r->mem_every);
+    snprintf(mem_from, sizeof(mem_from), "%lld", (long long)mem_step);
     argv[na++] = r->spec.kind;
     if (strcmp(r->spec.kind, "attn") != 0) {
         const char *ck[] = { "--ckpt-commit", "external", "--ckpt-dir", r->ck.root,
                              "--ckpt-every", every, "--ckpt-keep", "1000000" };
         for (size_t i = 0; i < DT_ARRAY_SIZE(ck); i++)
             argv[na++] = ck[i];
-        if (resume) {
+        if (strcmp(r->spec.kind, "train") == 0) {
+            argv[na++] = "--mem-ckpt-every";
+            argv[na++] = mem_every;
+        }
+        if (r->resumed_mem) {
+            argv[na++] = "--resume-from-memory";
+            argv[na++] = mem_from;
+        } else if (resume) {
             argv[na++] = "--resume-from";
             argv[na++] = resume;
         }
@@ -391,7 +436,8 @@ static void gen_start(dt_coord_t *c, jobrun_t *r)
         .procs = { node_of, (size_t)r->R },
         .spec = r->spec_text,
         .argv = { argv, na },
-        .resume = resume, .log_dir = logs, .device = dt_spec_device(&r->spec),
+        .resume = r->resumed_mem ? NULL : resume, .log_dir = logs,
+        .device = dt_spec_device(&r->spec), .mem_resume = r->resumed_mem ? mem_step : 0,
     };
     json_t *start = dt_wire_gen_start_encode(&gs);
     free(logs);
@@ -585,8 +631,8 @@ void dt_run_progress(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_progress_t
         /* where a recovery (or a resumed job) went on from */
         if (r->gen > 1 || r->resume_step > 0) {
             if (r->resume_step > 0)
-                snprintf(r->resumed, sizeof(r->resumed), "resumed step %" PRId64 " from disk",
-                         r->resume_step);
+                snprintf(r->resumed, sizeof(r->resumed), "resumed step %" PRId64 " from %s",
+                         r->resume_step, r->resumed_mem ? "memory" : "disk");
             else
                 snprintf(r->resumed, sizeof(r->resumed), "started again from step 0 (no "
                          "checkpoint yet)");
@@ -749,6 +795,36 @@ void dt_run_shard(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_shard_written
     if (s->gen == r->gen)
         dt_goodput_ckpt(&r->gp);
     dt_commit_shard(c, &r->ck, r->agent_of, s->step);
+}
+
+void dt_run_mem_ckpt(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_mem_ckpt_t *m)
+{
+    jobrun_t *r = run_find(c, a->job);
+    int64_t rank = m->rank;
+
+    if (r == NULL || m->gen != r->gen || r->agent_of == NULL || rank < 0 || rank >= r->R ||
+        r->agent_of[rank] != a->id)
+        return;
+    if (r->mem_R != r->R) {
+        free(r->mem);
+        r->mem = dt_xcalloc((size_t)r->R, sizeof(*r->mem));
+        r->mem_R = r->R;
+    }
+    struct memcopy *mc = r->mem[rank];
+    /* the agent's two slots: this step's, or the older one's */
+    int s = mc[0].step == m->step ? 0 : mc[1].step == m->step ? 1 : mc[0].step <= mc[1].step ? 0 : 1;
+    mc[s].step = m->step;
+    mc[s].agent = a->id;
+}
+
+void dt_run_mem_forget(dt_coord_t *c, int64_t job)
+{
+    jobrun_t *r = run_find(c, job);
+    if (r == NULL)
+        return;
+    free(r->mem);
+    r->mem = NULL;
+    r->mem_R = 0;
 }
 
 void dt_run_ckpt_done(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_ckpt_done_t *d)
@@ -1105,6 +1181,7 @@ void dt_run_view(dt_coord_t *c, int64_t job, dt_job_view_t *v)
     v->ranks = r->R;
     v->step = max_step(r);
     v->resume_step = r->resume_step;
+    v->resumed_memory = r->resumed_mem != 0;
     v->stop_requeue = r->stop_requeue;
     v->lost_nodes = r->lost_nodes;
     v->fails = &r->fails;

@@ -38,6 +38,11 @@ void dt_run_registered(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_register
 void dt_run_progress(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_progress_t *p);
 void dt_run_worker_exit(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_worker_exit_t *x);
 void dt_run_shard(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_shard_written_t *s);
+/* MEM_CKPT: agent a holds its rank's in-memory checkpoint of a step. */
+void dt_run_mem_ckpt(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_mem_ckpt_t *m);
+/* recovery: the in-memory checkpoints did not verify: the next generation
+ * resumes from disk. */
+void dt_run_mem_forget(dt_coord_t *c, int64_t job);
 /* CKPT_DONE: the agent wrote a commit marker (the step is committed, old
  * ones pruned) or could not (the step is corrupt), or removed old step
  * directories. */

@@ -162,6 +162,15 @@ void dt_wlink_tick(void)
         dt_wlink_heartbeat();
 }
 
+void dt_wlink_memckpt(int64_t step, int slot, int64_t bytes, const char *sha256)
+{
+    if (wl.fd < 0)
+        return;
+    dt_wire_w_memckpt_t mc = { .rank = wl.rank, .step = step, .slot = slot, .bytes = bytes,
+                               .sha256 = sha256 };
+    send_frame(DT_MSG_W_MEMCKPT, dt_wire_w_memckpt_encode(&mc));
+}
+
 void dt_wlink_shard(int64_t step, const char *dir, const char *path, int64_t bytes,
                     const char *sha256, int manifest)
 {

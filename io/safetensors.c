@@ -323,6 +323,68 @@ fail:
     return rc;
 }
 
+/* All of len bytes at off of fd. */
+static int pwrite_all(int fd, const void *p, size_t len, off_t off, const char *name,
+                      dt_emsg_t *em)
+{
+    const char *c = p;
+
+    while (len > 0) {
+        ssize_t k = pwrite(fd, c, len > (1u << 30) ? (1u << 30) : len, off);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return dt_emsg_set(em, k < 0 ? -errno : DT_EIO, "%s: write: %s", name,
+                               k < 0 ? strerror(errno) : "no progress");
+        c += k;
+        off += k;
+        len -= (size_t)k;
+    }
+    return 0;
+}
+
+int dt_st_write_fd(dt_st_writer_t *w, int fd, const char *name, char hex[65], int64_t *bytes,
+                   dt_emsg_t *em)
+{
+    size_t hlen;
+    char *hdr = build_header(w, &hlen);
+    unsigned char len8[8];
+    off_t at = 0;
+    int rc = 0;
+
+    if (hlen > DT_ST_HEADER_MAX) {
+        free(hdr);
+        return dt_emsg_set(em, DT_EINVAL, "%s: header of %zu bytes exceeds the limit of %u", name,
+                           hlen, DT_ST_HEADER_MAX);
+    }
+    for (int i = 0; i < 8; i++)
+        len8[i] = (unsigned char)(((uint64_t)hlen >> (8 * i)) & 0xff);
+    dt_sha256_t *ctx = dt_sha256_new();
+    dt_sha256_update(ctx, len8, 8);
+    dt_sha256_update(ctx, hdr, hlen);
+    if ((rc = pwrite_all(fd, len8, 8, at, name, em)) == 0)
+        rc = pwrite_all(fd, hdr, hlen, at += 8, name, em);
+    at += (off_t)hlen;
+    for (size_t i = 0; i < w->nt && rc == 0; i++) {
+        const wtensor_t *t = &w->t[i];
+        if (t->nbytes > 0 && (rc = pwrite_all(fd, t->data, (size_t)t->nbytes, at, name, em)) == 0)
+            dt_sha256_update(ctx, t->data, (size_t)t->nbytes);
+        at += (off_t)t->nbytes;
+    }
+    if (rc == 0 && ftruncate(fd, at) < 0)
+        rc = dt_emsg_set(em, -errno, "%s: truncate: %s", name, strerror(errno));
+    char digest[65];
+    dt_sha256_final(ctx, digest);
+    free(hdr);
+    if (rc == 0) {
+        if (hex)
+            memcpy(hex, digest, 65);
+        if (bytes)
+            *bytes = (int64_t)at;
+    }
+    return rc;
+}
+
 /*-- reader ---------------------------------------------------------------*/
 
 struct dt_st_reader {

@@ -763,8 +763,12 @@ void dt_cost_eval(const dt_plan_req_t *q, int64_t T, int R, dt_cost_t *v)
     mm->activations = c * act_per_token_at(q, v->c);
     mm->kv_buffers = buffers;
     mm->workspace = work;
-    if (q->kind == DT_KIND_TRAIN)
+    if (q->kind == DT_KIND_TRAIN) {
         train_state(q, 1.0 / ((double)dp_of(q) * R), mm);
+        /* two copies of its checkpoint shard (its share of the fp32
+         * parameters and both moments) and their manifests */
+        mm->mem_ckpt = 2 * (12 * P / ((double)dp_of(q) * R) + 65536);
+    }
     if (q->kind == DT_KIND_TRAIN && e < 4) {
         /* the GPU engine's own accounting (spec/model.h); the head in
          * chunks of rows */

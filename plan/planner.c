@@ -808,7 +808,7 @@ static int plan_offload(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
  * sequence's); else the fastest of contiguous, zigzag and balanced for
  * the masks known (their work per rank and ring traffic), the default
  * on a tie. Otherwise the request's. */
-int dt_plan_make(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
+static int plan_layout(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
 {
     static const enum dt_layout all[] = { DT_LAYOUT_CONTIGUOUS, DT_LAYOUT_ZIGZAG,
                                           DT_LAYOUT_BALANCED };
@@ -851,6 +851,55 @@ int dt_plan_make(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
              q->masks.docs ? "documents' work spreads over its pieces whatever their lengths"
                            : "the least time for the masks' work and ring traffic");
     return 0;
+}
+
+/* In-memory checkpoints: what the request says, or with auto every step
+ * where the ranks' host memory also holds their agents' copies (a GPU
+ * node's beside its page-locked buffers, a CPU rank's beside its whole
+ * state), else none. Asked for and not held: the plan does not fit. */
+static int plan_mem_ckpt(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
+{
+    double need = p->mem.mem_ckpt;
+    int rpn = p->workers < q->cluster.gpus_per_node ? p->workers : q->cluster.gpus_per_node;
+    bool fits = q->cuda ? host_fits(q, p->mem.host + need, p->workers)
+                        : p->mem.total + need <= q->cluster.mem_bytes;
+
+    p->mem_ckpt_every = 0;
+    if (q->kind != DT_KIND_TRAIN || !p->fits || q->mem_ckpt_every == 0) {
+        p->mem.mem_ckpt = 0;
+        return 0;
+    }
+    if (fits) {
+        p->mem_ckpt_every = q->mem_ckpt_every > 0 ? q->mem_ckpt_every : 1;
+        return 0;
+    }
+    if (q->mem_ckpt_every < 0) {
+        p->mem.mem_ckpt = 0; /* auto: none, and the plan says why */
+        size_t len = strlen(p->note);
+        snprintf(p->note + len, sizeof(p->note) - len,
+                 "%sno in-memory checkpoints: their %.2f GiB a rank do not fit in its host "
+                 "memory", len ? "; " : "", need / GiB);
+        return 0;
+    }
+    if (q->cuda)
+        return fail(p, em, DT_ENOSPC,
+                    "mem_ckpt_every: host memory: %.2f GiB per node (%d ranks x %.2f GiB of "
+                    "page-locked buffers and %.2f GiB of in-memory checkpoints), %.2f GiB "
+                    "available per %s node (mem_ckpt_every = 0: none)",
+                    (p->mem.host + need) * rpn / GiB, rpn, p->mem.host / GiB, need / GiB,
+                    q->cluster.host_mem_bytes / GiB, q->cluster.name);
+    return fail(p, em, DT_ENOSPC,
+                "mem_ckpt_every: %.2f GiB a rank with its in-memory checkpoints (%.2f GiB), "
+                "%.2f GiB available per %s rank (mem_ckpt_every = 0: none)",
+                (p->mem.total + need) / GiB, need / GiB, q->cluster.mem_bytes / GiB,
+                q->cluster.name);
+}
+
+int dt_plan_make(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
+{
+    int rc = plan_layout(q, p, em);
+
+    return rc < 0 ? rc : plan_mem_ckpt(q, p, em);
 }
 
 void dt_plan_clear(dt_plan_t *p)
@@ -900,6 +949,8 @@ json_t *dt_plan_to_json(const dt_plan_req_t *q, const dt_plan_t *p)
     json_object_set_new(mem, "workspace", bytes(p->mem.workspace));
     json_object_set_new(mem, "fixed", bytes(p->mem.fixed));
     json_object_set_new(o, "host_memory_per_rank_bytes", bytes(p->mem.host));
+    json_object_set_new(o, "mem_ckpt_every", json_integer(p->mem_ckpt_every));
+    json_object_set_new(o, "mem_ckpt_bytes_per_rank", bytes(p->mem.mem_ckpt));
     json_object_set_new(o, "memory_breakdown", mem);
     json_object_set_new(o, "flops", json_real(p->flops));
     json_object_set_new(o, "flops_per_token", json_real(p->flops_per_token));

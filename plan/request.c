@@ -177,5 +177,6 @@ int dt_plan_req_from_spec(const dt_spec_t *s, dt_plan_req_t *out, dt_emsg_t *em)
     out->dp = (int)dt_spec_int(s, "dp");
     dt_spec_mask_rules(s, &out->masks);
     out->layout_auto = s->layout == NULL;
+    out->mem_ckpt_every = dt_spec_given(s, "mem_ckpt_every") ? s->mem_ckpt_every : -1;
     return 0;
 }

@@ -96,6 +96,7 @@ typedef struct dt_spec {
     char *data;      /* "recall" or a token shard path */
     int64_t recall_keys, recall_values, recall_pairs, recall_queries; /* 0: defaults */
     int64_t ckpt_every, ckpt_keep;
+    int64_t mem_ckpt_every; /* 0 with the key given: off; not given: auto (the planner's) */
     char *ckpt_dir;
     char *output_dir; /* attn and prefill outputs (absolute; NULL: the job's output/) */
     int64_t max_restarts; /* recoveries before the job fails (0: the default, 5) */

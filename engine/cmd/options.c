@@ -8,6 +8,7 @@
  */
 #include "config.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,7 +58,7 @@ static const dt_cmd_opt_t *own_option(const dt_cmd_opt_t *own, const char *arg, 
 }
 
 /* The shared options (dt_cmd_common_t); the ids are this file's. */
-enum { C_PRINT = -1, C_RESUME = -2, C_RESUME_FROM = -3, C_CKPT_COMMIT = -4 };
+enum { C_PRINT = -1, C_RESUME = -2, C_RESUME_FROM = -3, C_CKPT_COMMIT = -4, C_RESUME_MEM = -5 };
 static const dt_cmd_opt_t common_all[] = {
     { "print-settings", 0, C_PRINT },
     { NULL, 0, 0 },
@@ -66,6 +67,7 @@ static const dt_cmd_opt_t common_ckpt[] = {
     { "print-settings", 0, C_PRINT },
     { "resume", 0, C_RESUME },
     { "resume-from", 1, C_RESUME_FROM },
+    { "resume-from-memory", 1, C_RESUME_MEM },
     { "ckpt-commit", 1, C_CKPT_COMMIT },
     { NULL, 0, 0 },
 };
@@ -82,6 +84,16 @@ static int common_option(int id, const char *value, dt_cmd_common_t *c, dt_emsg_
     case C_RESUME_FROM:
         c->resume_from = value;
         return 0;
+    case C_RESUME_MEM: {
+        char *end;
+        errno = 0;
+        long long v = strtoll(value, &end, 10);
+        if (errno != 0 || end == value || *end != '\0' || v < 1)
+            return dt_emsg_set(em, DT_EUSAGE, "--resume-from-memory '%s': not a step >= 1",
+                               value);
+        c->resume_mem = v;
+        return 0;
+    }
     case C_CKPT_COMMIT:
         return dt_cmd_commit_option(value, &c->external, em);
     }

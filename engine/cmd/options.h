@@ -32,11 +32,13 @@ typedef int (*dt_cmd_opt_fn)(int id, const char *value, void *arg, dt_emsg_t *em
 
 /* The engine's own options that more than one command takes, parsed
  * here: --print-settings (every command), and for prefill and train
- * --resume, --resume-from DIR and --ckpt-commit self|external. */
+ * --resume, --resume-from DIR, --resume-from-memory STEP and --ckpt-commit
+ * self|external. */
 typedef struct dt_cmd_common {
     int print;               /* --print-settings */
     int resume;              /* --resume: the newest checkpoint under ckpt_dir */
     const char *resume_from; /* --resume-from STEPDIR, or NULL */
+    int64_t resume_mem;      /* --resume-from-memory STEP (the agent's copies), 0 none */
     int external;            /* --ckpt-commit external: the coordinator commits */
 } dt_cmd_common_t;
 

@@ -38,6 +38,7 @@
  */
 #include "config.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -79,7 +80,9 @@ static void usage(FILE *f)
                "                      --seq-len T [--data recall|TOKENFILES] [--steps N]\n"
                "                      [--pos-offset P]\n"
                "                      [--ckpt-dir DIR [--ckpt-every K] [--ckpt-keep N]]\n"
-               "                      [--ckpt-commit self|external] [--resume | --resume-from DIR]\n"
+               "                      [--ckpt-commit self|external]\n"
+               "                      [--resume | --resume-from DIR | --resume-from-memory STEP]\n"
+               "                      [--mem-ckpt-every K]\n"
                "                      [--seed S] [--lr X] [--min-lr X] [--warmup N]\n"
                "                      [--weight-decay X] [--clip X] [--adam-eps X]\n"
                "                      [--layout contiguous|zigzag|balanced] [--no-causal]\n"
@@ -95,7 +98,8 @@ static void usage(FILE *f)
                "                      [--recall-keys K] [--recall-values V] [--recall-pairs P]\n"
                "                      [--recall-queries Q] [--device cpu|cuda [--dtype bf16|fp16]]\n"
                "                      [--print-settings]\n"
-               "Every option but --spec, --resume, --resume-from, --ckpt-commit, --params-out\n"
+               "Every option but --spec, --resume, --resume-from, --resume-from-memory,\n"
+               "--ckpt-commit, --params-out\n"
                "and --print-settings is a job-spec key (dt-spec(5)), with its default;\n"
                "--seq-len is tokens.\n"
                "PRESET: tiny, llama3-8b, llama3-70b, or custom with every shape flag\n");
@@ -136,7 +140,10 @@ static int parse(int argc, char **argv, dt_train_opts_t *o, dt_emsg_t *em)
     o->print = c.print;
     o->resume = c.resume;
     o->resume_from = c.resume_from;
+    o->resume_mem = c.resume_mem;
     o->external = c.external;
+    /* auto (unset) is the planner's; alone the engine writes none */
+    o->mem_every = dt_spec_given(s, "mem_ckpt_every") ? s->mem_ckpt_every : 0;
     o->cuda = dt_spec_device_id(s) == DT_DEVICE_CUDA;
     o->dtype = dt_spec_dtype_id(s);
     o->T = s->tokens;
@@ -184,6 +191,9 @@ static int parse(int argc, char **argv, dt_train_opts_t *o, dt_emsg_t *em)
         return dt_emsg_set(em, DT_EUSAGE, "--resume needs --ckpt-dir");
     if (o->resume && o->resume_from)
         return dt_emsg_set(em, DT_EUSAGE, "--resume and --resume-from exclude each other");
+    if (o->resume_mem && (o->resume || o->resume_from))
+        return dt_emsg_set(em, DT_EUSAGE, "--resume-from-memory excludes --resume and "
+                           "--resume-from");
     /* what this device's engine runs: the planner's and submit's answer */
     dt_emsg_t why = { "" };
     if (dt_vocab_runs(dt_spec_device_id(s), DT_KIND_TRAIN, o->shard, o->dp, &why) < 0 ||
@@ -460,6 +470,8 @@ static int trainer_init(dt_trainer_t *t, dt_comm_t *comm, int argc, char **argv)
     t->passed.me = t->me;
     if ((rc = parse(argc, argv, o, &t->em)) == 1)
         return 1;
+    if (rc == 0)
+        rc = dt_memckpt_init(&t->mem, "dtengine train", o->mem_every, &t->em);
     if (rc == 0) {
         t->be = backend(o);
         rc = dt_model_cfg_check(&o->model, &t->em);
@@ -575,6 +587,154 @@ static void trainer_alloc(dt_trainer_t *t)
     t->ls = (dt_loss_scale_t){ .scale = t->scaling ? DT_LOSS_SCALE_INIT : 1.0, .clean = 0 };
 }
 
+/* ---- in-memory checkpoints (memckpt.h) ---------------------------------------- */
+
+#define MEM_FORMAT "dt-train-memory-1"
+
+static int trainer_save_pending(dt_trainer_t *t);
+
+/* The model's manifest object as text, to compare a copy's with. */
+static char *model_text(const dt_train_opts_t *o)
+{
+    json_t *m = dt_ckpt_model_json(&o->model);
+    char *s = json_dumps(m, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(m);
+    return s;
+}
+
+/* This rank's state after `done` steps as it holds it, P (pn floats from
+ * the parameters' offset), M and V (mlen from moff), with the data cursor
+ * and the loss scale: what a resume of this rank needs, nothing more. */
+static void mem_save(dt_trainer_t *t, int64_t done)
+{
+    dt_st_writer_t *w = dt_st_writer_new();
+    dt_emsg_t em = { "" };
+    char b[7][96];
+    char *model = model_text(&t->o);
+    int rc = 0;
+
+    if (t->be->copy_start) {
+        /* the state is on the device: a pending disk checkpoint's host
+         * copy is written first, then this one is copied and waited for */
+        if ((rc = trainer_save_pending(t)) < 0 ||
+            (rc = t->be->copy_start(t, t->P, t->M, t->V)) < 0 ||
+            (rc = t->be->copy_wait(t, NULL)) < 0) {
+            fprintf(stderr, "dtengine train: step %lld: the in-memory checkpoint's copy off the "
+                    "device failed: %s\n", (long long)done, t->em.s);
+            goto out;
+        }
+    }
+    dt_loader_cursor_t cur = { 0 };
+    if (t->loader)
+        dt_loader_get_cursor(t->loader, &cur);
+    snprintf(b[0], sizeof(b[0]), "%lld", (long long)done);
+    snprintf(b[1], sizeof(b[1]), "%lld", (long long)t->n);
+    snprintf(b[2], sizeof(b[2]), "%lld", (long long)(t->pn == t->n ? 0 : t->moff));
+    snprintf(b[3], sizeof(b[3]), "%lld", (long long)t->moff);
+    snprintf(b[4], sizeof(b[4]), "%llu,%lld,%lld", (unsigned long long)cur.epoch,
+             (long long)cur.shard, (long long)cur.seq);
+    snprintf(b[5], sizeof(b[5]), "%.17g", t->ls.scale);
+    snprintf(b[6], sizeof(b[6]), "%lld", (long long)t->ls.clean);
+    int64_t pn = t->pn, mn = t->mlen;
+    if ((rc = dt_st_writer_add(w, "params", DT_F32, 1, &pn, t->P, &em)) < 0 ||
+        (rc = dt_st_writer_add(w, "adam_m", DT_F32, 1, &mn, t->M, &em)) < 0 ||
+        (rc = dt_st_writer_add(w, "adam_v", DT_F32, 1, &mn, t->V, &em)) < 0)
+        abort(); /* names and sizes we chose: a bug */
+    static const char *const keys[] = { "step", "nparams", "params_offset", "moments_offset",
+                                        "cursor", "loss_scale", "loss_clean" };
+    rc = dt_st_writer_meta(w, "format", MEM_FORMAT, &em);
+    for (size_t i = 0; i < DT_ARRAY_SIZE(keys) && rc == 0; i++)
+        rc = dt_st_writer_meta(w, keys[i], b[i], &em);
+    if (rc == 0)
+        rc = dt_st_writer_meta(w, "model", model ? model : "", &em);
+    if (rc < 0)
+        abort();
+    dt_memckpt_write(&t->mem, done, w);
+out:
+    free(model);
+    dt_st_writer_free(w);
+}
+
+/* A copy's integer metadata KEY into *v (DT_ECKPT when missing or not one). */
+static int meta_int(const dt_st_reader_t *r, const char *key, long long *v, dt_emsg_t *em)
+{
+    const char *s = dt_st_meta(r, key);
+    char *end;
+
+    if (s != NULL) {
+        errno = 0;
+        *v = strtoll(s, &end, 10);
+        if (errno == 0 && end != s && *end == '\0')
+            return 0;
+    }
+    return dt_emsg_set(em, DT_ECKPT, "the in-memory checkpoint has no integer '%s'", key);
+}
+
+/* --resume-from-memory STEP: this rank's own state from the copy its agent
+ * kept, checked to be this run's (the step, the model, the slices).
+ * DT_ECKPT for anything wrong: the coordinator then resumes from disk. */
+static int mem_load(dt_trainer_t *t)
+{
+    const dt_train_opts_t *o = &t->o;
+    dt_st_reader_t *r = NULL;
+    long long step, n, poff, moff, clean;
+    char *model = model_text(o);
+    dt_emsg_t em = { "" };
+    int rc;
+
+    dt_wlink_heartbeat();
+    if ((rc = dt_memckpt_open_resume(&t->mem, o->resume_mem, &r, &t->em)) < 0)
+        goto out;
+    const char *fmt = dt_st_meta(r, "format"), *mj = dt_st_meta(r, "model");
+    if (fmt == NULL || strcmp(fmt, MEM_FORMAT) != 0) {
+        rc = dt_emsg_set(&em, DT_ECKPT, "not a training state (format %s)", fmt ? fmt : "none");
+        goto bad;
+    }
+    if ((rc = meta_int(r, "step", &step, &em)) < 0 || (rc = meta_int(r, "nparams", &n, &em)) < 0 ||
+        (rc = meta_int(r, "params_offset", &poff, &em)) < 0 ||
+        (rc = meta_int(r, "moments_offset", &moff, &em)) < 0 ||
+        (rc = meta_int(r, "loss_clean", &clean, &em)) < 0)
+        goto bad;
+    if (step != o->resume_mem || n != t->n || poff != (t->pn == t->n ? 0 : t->moff) ||
+        moff != t->moff || mj == NULL || model == NULL || strcmp(mj, model) != 0) {
+        rc = dt_emsg_set(&em, DT_ECKPT, "written for another run (step %lld, %lld parameters "
+                         "from %lld, moments from %lld, or another model)", step, n, poff, moff);
+        goto bad;
+    }
+    if ((rc = dt_st_read(r, "params", t->P, (size_t)t->pn * sizeof(float), &em)) < 0 ||
+        (rc = dt_st_read(r, "adam_m", t->M, (size_t)t->mlen * sizeof(float), &em)) < 0 ||
+        (rc = dt_st_read(r, "adam_v", t->V, (size_t)t->mlen * sizeof(float), &em)) < 0)
+        goto bad;
+    const char *cs = dt_st_meta(r, "cursor"), *ls = dt_st_meta(r, "loss_scale");
+    unsigned long long ce;
+    long long csh, cseq;
+    double sc;
+    if (cs == NULL || sscanf(cs, "%llu,%lld,%lld", &ce, &csh, &cseq) != 3 || ls == NULL ||
+        sscanf(ls, "%lf", &sc) != 1 || !(sc >= 1 && sc <= 1e38) || clean < 0) {
+        rc = dt_emsg_set(&em, DT_ECKPT, "a bad data cursor or loss scale");
+        goto bad;
+    }
+    if (t->loader) {
+        dt_loader_cursor_t cur = { .epoch = ce, .shard = csh, .seq = cseq };
+        if ((rc = dt_loader_set_cursor(t->loader, &cur, &em)) < 0)
+            goto bad;
+    }
+    if (t->scaling)
+        t->ls = (dt_loss_scale_t){ .scale = sc, .clean = clean };
+    t->start = step;
+    if (t->me == 0)
+        fprintf(stderr, "dtengine train: resuming from the in-memory checkpoint of step %lld\n",
+                step);
+    goto out;
+bad:
+    rc = dt_emsg_set(&t->em, DT_ECKPT, "--resume-from-memory %lld: %s", (long long)o->resume_mem,
+                     em.s);
+out:
+    dt_st_close(r);
+    free(model);
+    return rc;
+}
+
 /* With --resume or --resume-from, every rank loads the checkpoint; then
  * rank 0 sets aside the ones passed over. Agreed and reported; rank 0
  * prints the run's header. */
@@ -588,6 +748,8 @@ static int trainer_load_or_resume(dt_trainer_t *t)
         rc = load(o, t->n, t->P, t->pn == t->n ? 0 : t->moff, t->pn, t->M, t->V, t->moff,
                   t->mlen, t->loader, &t->start, &t->passed, t->scaling ? &t->ls : NULL,
                   &t->em);
+    else if (o->resume_mem)
+        rc = mem_load(t);
     /* no checkpoint to continue: the weights of init_from, every rank its
      * own copy (each reads only the tensors' byte ranges) */
     if (rc == 0 && t->start == 0 && o->spec.init_from != NULL) {
@@ -863,6 +1025,8 @@ static int trainer_run(dt_trainer_t *t)
             (rc = trainer_checkpoint(t, done, ctl.ckpt_requested,
                                      done == t->o.steps || ctl.stop_requested)) < 0)
             break;
+        if (dt_memckpt_due(&t->mem, done, t->o.steps) && !ctl.stop_requested)
+            mem_save(t, done);
         /* a stop after the last step is a finished run */
         if (ctl.stop_requested && done < t->o.steps) {
             if (t->me == 0) {

@@ -19,6 +19,7 @@
 
 #include "common/err.h"
 #include "engine/cmd/masks.h"
+#include "engine/cmd/memckpt.h"
 #include "engine/comm/comm.h"
 #include "engine/data/loader.h"
 #include "engine/data/recall.h"
@@ -39,6 +40,8 @@ typedef struct dt_train_opts {
     uint64_t seed;
     const char *ckpt_dir, *data, *layout, *segments, *dilations, *params_out;
     const char *resume_from; /* a step directory, or NULL */
+    int64_t resume_mem;      /* --resume-from-memory: the agent's copies of this step; 0 none */
+    int64_t mem_every;       /* --mem-ckpt-every: steps between in-memory copies; 0 none */
     int resume, causal;
     int nondet;   /* deterministic = no: the GPU backward's fastest kernels */
     int external; /* --ckpt-commit external: the coordinator commits and prunes */
@@ -126,6 +129,7 @@ typedef struct dt_trainer {
                     * reset: pos from its document's start) */
     int64_t start;       /* the step this run starts at (a resume's) */
     dt_train_passed_t passed; /* checkpoints --resume passed over */
+    dt_memckpt_t mem;    /* in-memory checkpoints in the agent's memory (memckpt.h) */
     dt_adamw_cfg_t acfg;
     dt_lr_sched_t sched;
     int scaling;          /* fp16 on the GPU: dynamic loss scaling */

@@ -141,16 +141,18 @@ check "worker killed: same checksum as fault-free" same_checksum "$J"
 check "worker killed: the failure is an event" has_event "$J" worker_failed "signal 9"
 check "worker killed: a second generation from a checkpoint" \
     has_event "$J" generation_started "gen=2 ranks=4 resume_step=[1-9]"
-t_cost_worker() {
-    has_event "$J" failure_cost '"gen":1,"next":2,"fault":"worker",.*"recomputed_steps":[1-9]' ||
+# cost_of JOB FAULT STEPS_ERE: its failure_cost event and dtctl show's line
+cost_of() {
+    has_event "$1" failure_cost "\"gen\":1,\"next\":2,\"fault\":\"$2\",.*\"recomputed_steps\":$3[,}]" ||
         return 1
-    ctl show "$J" >"$TMPD/show.out" 2>&1
-    grep -E "^  failure   gen 1 worker: detect [0-9.]+ s  restart [0-9.]+ s  load [0-9.]+ s  resumed at step [1-9][0-9]*  recomputed [1-9][0-9]* steps" "$TMPD/show.out" ||
+    ctl show "$1" >"$TMPD/show.out" 2>&1
+    grep -E "^  failure   gen 1 $2: detect [0-9.]+ s  restart [0-9.]+ s  load [0-9.]+ s  resumed at step [1-9][0-9]*  recomputed $3 steps" "$TMPD/show.out" ||
         { echo "no failure line in:"; cat "$TMPD/show.out"; return 1; }
 }
-check "worker killed: its cost is an event and in dtctl show (steps recomputed)" t_cost_worker
-check "worker killed: where it resumed is an event" \
-    has_event "$J" resumed_step "gen=2: resumed step [1-9][0-9]* from disk"
+check "worker killed: its cost is an event and in dtctl show (at most one step recomputed)" \
+    cost_of "$J" worker "[01]"
+check "worker killed: resumed from the agents' memory, at most one step lost (mem_ckpt_every = 1)" \
+    has_event "$J" resumed_step "gen=2: resumed step (1[5-9]|2[0-9]) from memory"
 check "worker killed: no worker left" no_workers_left
 
 # ---- SIGSTOP a worker (hang) ------------------------------------------------------
@@ -177,6 +179,10 @@ finish_job "$J"
 check "agent killed, spare: the job completed" completed "$J"
 check "agent killed, spare: same checksum as fault-free" same_checksum "$J"
 check "agent killed, spare: the loss is an event" has_event "$J" agent_lost
+check "agent killed, spare: its memory went with it: resumed from disk" \
+    has_event "$J" resumed_step "gen=2: resumed step [1-9][0-9]* from disk"
+check "agent killed, spare: its cost is an event and in dtctl show (steps recomputed)" \
+    cost_of "$J" agent "[1-9][0-9]*"
 check "agent killed, spare: its workers died with it" no_workers_left
 
 # ---- SIGKILL an agent, no spare: re-plan on fewer ranks ------------------------------
@@ -266,8 +272,35 @@ t_cost_burst() {
 check "burst of kills: three failure costs, an ETTR below the fault-free run's" t_cost_burst
 check "burst of kills: no worker left" no_workers_left
 
-# ---- a corrupt newest checkpoint --------------------------------------------------------
+# ---- a bad in-memory copy: the recovery from memory falls back to disk ---------------------
 J=$(submit "$TMPD/job.spec")
+agent a0 2 "$J"
+agent a1 2 "$J"
+wait_for 120 step_at_least "$J" 15
+victim=$(worker_of a0 "$J")
+kill -STOP "$victim" # its peers wait for it: no copy is written meanwhile
+bad_copies=0
+for fd in /proc/"$AGENT_a0"/fd/*; do
+    case $(readlink "$fd" 2>/dev/null) in
+    *"dt-job$J-rank"*)
+        printf 'not the state' | dd of="$fd" bs=1 seek=200 conv=notrunc 2>/dev/null &&
+            bad_copies=$((bad_copies + 1)) ;;
+    esac
+done
+kill -KILL "$victim"
+finish_job "$J"
+check "bad in-memory copy: the agent's copies were overwritten" test "$bad_copies" -ge 2
+check "bad in-memory copy: the job completed" completed "$J"
+check "bad in-memory copy: same checksum as fault-free" same_checksum "$J"
+check "bad in-memory copy: refused when loaded, an event" has_event "$J" memory_checkpoint_skipped \
+    "resuming from disk"
+check "bad in-memory copy: the next generation resumed from disk" \
+    has_event "$J" resumed_step "gen=3: resumed step [1-9][0-9]* from disk"
+check "bad in-memory copy: no worker left" no_workers_left
+
+# ---- a corrupt newest checkpoint (disk only) ----------------------------------------------
+sed 's/^ckpt_every = 10$/ckpt_every = 10\nmem_ckpt_every = 0/' "$TMPD/job.spec" >"$TMPD/disk.spec"
+J=$(submit "$TMPD/disk.spec")
 agent a0 2 "$J"
 agent a1 2 "$J"
 wait_for 120 step_at_least "$J" 22

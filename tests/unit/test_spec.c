@@ -179,6 +179,7 @@ static const char full_text[] = "name = \"long # context\"\n"
                                 "recall_queries = 2\n"
                                 "ckpt_every = 100\n"
                                 "ckpt_keep = 3\n"
+                                "mem_ckpt_every = 2\n"
                                 "ckpt_dir = /scratch/ckpt\n"
                                 "output_dir = /scratch/out\n"
                                 "max_restarts = 2\n"
@@ -301,6 +302,7 @@ Test(spec, set_builds_what_parse_reads)
         { "recall_queries", "2" },
         { "ckpt_every", "100" },
         { "ckpt_keep", "3" },
+        { "mem_ckpt_every", "2" },
         { "ckpt_dir", "/scratch/ckpt" },
         { "output_dir", "/scratch/out" },
         { "max_restarts", "2" },
@@ -549,7 +551,7 @@ Test(spec, every_key_has_help)
         cr_assert_not_null(k->help, "key %s", k->name);
         cr_assert(strlen(k->help) > 4, "key %s", k->name);
     }
-    cr_assert_eq(n, 78, "78 keys, one per dt_spec_t field (dt-spec(5) lists them)");
+    cr_assert_eq(n, 79, "79 keys, one per dt_spec_t field (dt-spec(5) lists them)");
     dt_spec_free(NULL);
 }
 

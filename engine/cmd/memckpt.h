@@ -1,0 +1,55 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * In-memory checkpoints (dtagentd(8)). Under an agent that holds memory
+ * for its ranks, a rank inherits two memory files (memfds) and names them
+ * in DT_MEM_CKPT=FD0,FD1; every --mem-ckpt-every steps it writes its own
+ * state, exactly what it holds (a safetensors file: the command's tensors
+ * and metadata), into the one not holding its newest copy, and tells the
+ * agent (W_MEMCKPT: step, slot, bytes, SHA-256). The agent verifies and
+ * keeps it past the worker's death; a recovery started from it gives the
+ * new worker the same files and DT_MEM_RESUME=SLOT:SHA256 with
+ * --resume-from-memory STEP.
+ *
+ * A write that fails (the memory is gone, the node is out of it) turns the
+ * copies off for the rest of the run with one message: disk checkpoints
+ * still stand, and the job never stops for this.
+ */
+#ifndef DT_ENGINE_CMD_MEMCKPT_H
+#define DT_ENGINE_CMD_MEMCKPT_H
+
+#include <stdint.h>
+
+#include "common/err.h"
+#include "common/macros.h"
+#include "io/safetensors.h"
+
+#define DT_MEMCKPT_ENV "DT_MEM_CKPT"
+#define DT_MEMCKPT_RESUME_ENV "DT_MEM_RESUME"
+
+typedef struct dt_memckpt {
+    int fd[2];          /* the agent's memory files; -1: none (copies off) */
+    int newest;         /* the slot of the newest copy written or resumed from; -1 none */
+    int64_t every;      /* steps between copies; 0 off */
+    int resume_slot;    /* DT_MEM_RESUME's, -1 none */
+    char resume_sha[65];
+    const char *cmd;    /* "dtengine train": the start of messages */
+} dt_memckpt_t;
+
+/* From the environment: on when every > 0 and the agent gave the memory.
+ * DT_EUSAGE for a malformed DT_MEM_CKPT or DT_MEM_RESUME (a bug in the
+ * agent, or a hand-made environment). */
+DT_MUST_CHECK int dt_memckpt_init(dt_memckpt_t *mc, const char *cmd, int64_t every,
+                                  dt_emsg_t *em);
+/* Whether a copy is due after `done` steps of `steps`. */
+int dt_memckpt_due(const dt_memckpt_t *mc, int64_t done, int64_t steps);
+/* Write w as the copy of step `done` and report it. A failure is printed
+ * once and turns the copies off; nothing is returned. */
+void dt_memckpt_write(dt_memckpt_t *mc, int64_t done, dt_st_writer_t *w);
+/* The copy to resume step `step` from, checked against the SHA-256 the
+ * agent verified: *r its reader (the caller closes it). DT_ECKPT when there
+ * is none or it does not match (the coordinator then takes a disk
+ * checkpoint). */
+DT_MUST_CHECK int dt_memckpt_open_resume(dt_memckpt_t *mc, int64_t step, dt_st_reader_t **r,
+                                         dt_emsg_t *em);
+
+#endif /* DT_ENGINE_CMD_MEMCKPT_H */
