@@ -91,6 +91,7 @@ int dtctl_checkpoint(dtctl_t *ctl, int argc, char **argv);
 int dtctl_resume(dtctl_t *ctl, int argc, char **argv);
 int dtctl_watch(dtctl_t *ctl, int argc, char **argv);
 int dtctl_logs(dtctl_t *ctl, int argc, char **argv);
+int dtctl_plot(dtctl_t *ctl, int argc, char **argv);
 int dtctl_run(dtctl_t *ctl, int argc, char **argv);
 int dtctl_nll(dtctl_t *ctl, int argc, char **argv);
 int dtctl_export(dtctl_t *ctl, int argc, char **argv);

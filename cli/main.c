@@ -35,6 +35,8 @@ static const struct command {
       "run a failed or cancelled job again from its newest committed checkpoint" },
     { "watch", dtctl_watch, "JOB [--interval DUR]", "a job's live progress until it ends" },
     { "logs", dtctl_logs, "JOB [--rank N] [-f]", "a job's output: a rank's log, or all" },
+    { "plot", dtctl_plot, "JOB --svg FILE [--state-dir DIR]",
+      "a picture of a job: loss, tokens/s, failures and their cost, checkpoints" },
     { "run", dtctl_run, "--local [SPECFILE] [options]",
       "run a job on this machine: private coordinator and agents" },
     { "nll", dtctl_nll, "DIR [--out FILE.npy]",

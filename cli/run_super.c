@@ -419,14 +419,23 @@ static char *find_prog(const char *env, const char *name, const char *const *rel
     return NULL;
 }
 
-int dtctl_super_find_programs(dtctl_super_t *s, dt_emsg_t *em)
+int dtctl_super_find_coordd(dtctl_super_t *s, dt_emsg_t *em)
 {
     static const char *const coordd[] = { "../coordinator/dtcoordd", "../sbin/dtcoordd",
                                           "dtcoordd" };
+
+    if (s->coordd == NULL &&
+        (s->coordd = find_prog("DT_COORDD", "dtcoordd", coordd, 3, em)) == NULL)
+        return DT_ENOENT;
+    return 0;
+}
+
+int dtctl_super_find_programs(dtctl_super_t *s, dt_emsg_t *em)
+{
     static const char *const agentd[] = { "../agent/dtagentd", "../sbin/dtagentd", "dtagentd" };
     static const char *const engine[] = { "../engine/dtengine", "dtengine", "../bin/dtengine" };
 
-    if ((s->coordd = find_prog("DT_COORDD", "dtcoordd", coordd, 3, em)) == NULL ||
+    if (dtctl_super_find_coordd(s, em) < 0 ||
         (s->agentd = find_prog("DT_AGENTD", "dtagentd", agentd, 3, em)) == NULL ||
         (s->engine = find_prog("DT_ENGINE", "dtengine", engine, 3, em)) == NULL)
         return DT_ENOENT;
@@ -436,12 +445,12 @@ int dtctl_super_find_programs(dtctl_super_t *s, dt_emsg_t *em)
 /* ---- the state directory ------------------------------------------------------ */
 
 /* --state-dir, else $XDG_STATE_HOME/dt, else $HOME/.local/state/dt; made
- * (0700) and absolute. */
-static int make_dir(dtctl_super_t *s, const char *opt, dt_emsg_t *em)
+ * (0700) unless it must exist already (existing), and absolute. */
+static int make_dir(dtctl_super_t *s, const char *opt, int existing, dt_emsg_t *em)
 {
     const char *xdg = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
     char *dir, real[PATH_MAX];
-    int rc;
+    int rc = 0;
 
     if (opt)
         dir = dt_xstrdup(opt);
@@ -456,7 +465,7 @@ static int make_dir(dtctl_super_t *s, const char *opt, dt_emsg_t *em)
         free(dir);
         return rc;
     }
-    if ((rc = dt_mkdirs(dir, 0700)) < 0 || realpath(dir, real) == NULL) {
+    if ((!existing && (rc = dt_mkdirs(dir, 0700)) < 0) || realpath(dir, real) == NULL) {
         rc = dt_emsg_set(em, rc < 0 ? dt_err_errno(-rc) : dt_err_errno(errno),
                          "state directory %s: %s", dir, strerror(rc < 0 ? -rc : errno));
         free(dir);
@@ -546,7 +555,7 @@ static int write_conf(dtctl_super_t *s, dt_emsg_t *em)
 }
 
 /* A line in a log before a process of this run writes to it. */
-static void log_banner(const char *path, const char *what)
+static void log_banner(const char *path, const char *what, const char *by)
 {
     /* the owner's alone, as the rest of the state directory (a log of an
      * earlier run there too) */
@@ -560,8 +569,8 @@ static void log_banner(const char *path, const char *what)
     if (f == NULL)
         return;
     strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", localtime(&now));
-    fprintf(f, "---- %s: %s, started by dtctl run --local (pid %ld)\n", when, what,
-            (long)getpid());
+    fprintf(f, "---- %s: %s, started by %s (pid %ld)\n", when, what,
+            by ? by : "dtctl run --local", (long)getpid());
     fclose(f);
 }
 
@@ -569,7 +578,32 @@ int dtctl_super_state_dir(dtctl_super_t *s, const char *opt, dt_emsg_t *em)
 {
     int rc;
 
-    if ((rc = make_dir(s, opt, em)) < 0 || (rc = state_dir_free(s, em)) < 0)
+    if ((rc = make_dir(s, opt, 0, em)) < 0 || (rc = state_dir_free(s, em)) < 0)
+        return rc;
+    return write_conf(s, em);
+}
+
+int dtctl_super_state_dir_again(dtctl_super_t *s, const char *dir, int *held, dt_emsg_t *em)
+{
+    struct stat st;
+    char *db;
+    int rc;
+
+    *held = 0;
+    if ((rc = make_dir(s, dir, 1, em)) < 0)
+        return rc == DT_ENOENT ? DT_EUSAGE : rc;
+    db = dt_xasprintf("%s/dt.db", s->dir);
+    int found = stat(db, &st) == 0, e = found ? 0 : errno;
+    free(db);
+    if (!found || !S_ISREG(st.st_mode))
+        return dt_emsg_set(em, DT_EUSAGE, "state directory %s has no database dt.db: %s", s->dir,
+                           e == 0 || e == ENOENT ? "not the --state-dir of a dtctl run --local"
+                                                 : strerror(e));
+    if ((rc = state_dir_free(s, em)) == DT_EEXIST) {
+        *held = 1; /* its coordinator answers for it: nothing to start or write */
+        return 0;
+    }
+    if (rc < 0)
         return rc;
     return write_conf(s, em);
 }
@@ -580,7 +614,7 @@ static int coord_spawn(dtctl_super_t *s, dt_emsg_t *em)
 {
     char *argv[] = { s->coordd, (char *)"-D", (char *)"-f", s->conf, NULL };
 
-    log_banner(s->coord.log, "dtcoordd");
+    log_banner(s->coord.log, "dtcoordd", s->by);
     return spawn(s, &s->coord, argv, em);
 }
 
@@ -673,7 +707,7 @@ int dtctl_super_agents_start(dtctl_super_t *s, int from, int to, dt_emsg_t *em)
             argv[14] = hang;
         }
         p->log = dt_xasprintf("%s/%s.log", adir, p->name);
-        log_banner(p->log, p->name);
+        log_banner(p->log, p->name, s->by);
         rc = spawn(s, p, argv, em);
         free(sdir);
     }

@@ -8,6 +8,9 @@
  * process group with SIGTERM as its parent-death signal, and dtctl is a
  * child subreaper, so workers orphaned by a killed agent come back to it.
  *
+ * `dtctl plot --state-dir` starts a coordinator alone through it on the
+ * state directory of an earlier run, and stops it with the same teardown.
+ *
  * Not here: the job spec, submitting and the display (cli/cmd_run.c, the
  * flow that wires this together), the faults (cli/run_inject.c, which acts
  * through the dtctl_super_kill_* functions the flow hands it).
@@ -40,6 +43,8 @@ typedef struct dtctl_proc {
  * dtctl_super_close. */
 typedef struct dtctl_super {
     dtctl_t *ctl;  /* the caller's (prog, json) */
+    const char *by; /* who starts the processes, for their logs' banners
+                     * (NULL: "dtctl run --local") */
     dtctl_t local; /* requests to our coordinator */
     FILE *out;     /* informational lines: stdout, or stderr with --json */
     char *dir, *conf, *sock, *pidfile;
@@ -69,10 +74,18 @@ int dtctl_super_signal(void);
 /* dtcoordd, dtagentd and dtengine: $DT_COORDD..., beside dtctl, or in
  * $PATH. 0, or DT_ENOENT with a message. */
 int dtctl_super_find_programs(dtctl_super_t *s, dt_emsg_t *em);
+/* dtcoordd alone, the same way (for a coordinator without agents). */
+int dtctl_super_find_coordd(dtctl_super_t *s, dt_emsg_t *em);
 /* --state-dir (opt), else $XDG_STATE_HOME/dt, else ~/.local/state/dt: made
  * 0700, and refused when a coordinator holds it; then DIR/dt.conf written
  * anew. */
 int dtctl_super_state_dir(dtctl_super_t *s, const char *opt, dt_emsg_t *em);
+/* The state directory DIR of an earlier run, to start a coordinator on it
+ * again (dtctl plot --state-dir): it must exist and hold dt.db (else
+ * DT_EUSAGE saying so); DIR/dt.conf is written anew. *held is set, and
+ * nothing written, when a coordinator already answers there: s->local
+ * then reaches it, and there is nothing to start. */
+int dtctl_super_state_dir_again(dtctl_super_t *s, const char *dir, int *held, dt_emsg_t *em);
 
 /* Start dtcoordd and wait until it answers PING: DT_ECOMM when it exits or
  * stays silent (its log says why: dtctl_super_log_tail), DT_ECANCELED when

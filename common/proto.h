@@ -68,6 +68,8 @@
     X(CHECKPOINT, 26, "dtctl", "{id} -> {id, gen}: checkpoint at the next step")     \
     X(RESUME, 27, "dtctl", "{id} -> {id, state, step}: a failed or cancelled job again, "  \
                            "from its newest committed checkpoint")                     \
+    X(HISTORY, 28, "dtctl", "{id} -> {job, steps, failures, generations, checkpoints, "    \
+                            "goodput, left_out}: what dtctl plot draws (capped lists)") \
     X(PREEMPT, 47, "agent", "{agent, signal}: Slurm's warning signal arrived -> {}")     \
     X(CKPT_DONE, 48, "agent", "{agent, op, step, ok, error?}: a CKPT_COMMIT or "          \
                               "CKPT_PRUNE was carried out (ok) or failed -> {}")      \

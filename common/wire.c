@@ -272,6 +272,7 @@ static const field_t f_w_stop[] = { BOOL(T, checkpoint, F_OUT) };
 #define f_checkpoints f_job_ref
 #define f_checkpoint f_job_ref
 #define f_resume f_job_ref
+#define f_history f_job_ref
 #define f_heartbeat f_agent_ref
 #define f_gen_ended f_agent_ref
 #define f_ckpt_request f_gen_ref

@@ -31,7 +31,7 @@
  * defaults the tables name (a rank of -1, ...). Unknown fields are
  * ignored: a newer peer may add some.
  *
- * The results of LIST, SHOW, EVENTS and CHECKPOINTS are documents for
+ * The results of LIST, SHOW, EVENTS, CHECKPOINTS and HISTORY are documents for
  * display and for scripts (dtctl --json prints them as they are): jobs.c
  * builds them and dtctl reads the columns it shows; they have no struct
  * here. Opaque objects inside messages (a plan, a result) are typed
@@ -111,7 +111,8 @@ typedef struct dt_wire_submit_ok {
     const json_t *slurm;
 } dt_wire_submit_ok_t;
 
-/* SHOW, CHECKPOINTS, CHECKPOINT and RESUME name a job and nothing else. */
+/* SHOW, CHECKPOINTS, CHECKPOINT, RESUME and HISTORY name a job and
+ * nothing else. */
 typedef struct dt_wire_job_ref {
     int64_t id;
 } dt_wire_job_ref_t;
@@ -337,6 +338,7 @@ typedef struct dt_wire_w_stop {
     X(checkpoint_ok, CHECKPOINT, 1, dt_wire_checkpoint_ok_t)  \
     X(resume, RESUME, 0, dt_wire_job_ref_t)                   \
     X(resume_ok, RESUME, 1, dt_wire_resume_ok_t)              \
+    X(history, HISTORY, 0, dt_wire_job_ref_t)                 \
     X(register, REGISTER, 0, dt_wire_register_t)              \
     X(register_ok, REGISTER, 1, dt_wire_register_ok_t)        \
     X(heartbeat, HEARTBEAT, 0, dt_wire_agent_ref_t)           \

@@ -206,3 +206,19 @@ void dt_ctl_resume(dt_conn_t *k, const dt_msg_t *m)
     }
     dt_job_clear(&j);
 }
+
+void dt_ctl_history(dt_conn_t *k, const dt_msg_t *m)
+{
+    dt_emsg_t em = { "" };
+    json_t *h;
+    dt_job_t j;
+    int rc;
+
+    if (job_request(k, m, &j) < 0)
+        return;
+    if ((rc = dt_jobs_history(k->coord, &j, &h, &em)) < 0)
+        dt_conn_error(k, m->id, rc, "%s", em.s);
+    else
+        dt_conn_reply(k, DT_MSG_OK, m->id, h);
+    dt_job_clear(&j);
+}

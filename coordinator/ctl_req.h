@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT
  *
  * dtctl's requests: SUBMIT, LIST, SHOW, CANCEL, RESUME, CHECKPOINT,
- * EVENTS, CHECKPOINTS. Each handler decodes the request, calls the domain
+ * EVENTS, CHECKPOINTS, HISTORY. Each handler decodes the request, calls the domain
  * operation (jobs.h) as the peer, and encodes the one reply; the reply is
  * sent only after the operation's transaction committed.
  */
@@ -19,5 +19,6 @@ void dt_ctl_events(dt_conn_t *k, const dt_msg_t *m);
 void dt_ctl_checkpoints(dt_conn_t *k, const dt_msg_t *m);
 void dt_ctl_checkpoint(dt_conn_t *k, const dt_msg_t *m);
 void dt_ctl_resume(dt_conn_t *k, const dt_msg_t *m);
+void dt_ctl_history(dt_conn_t *k, const dt_msg_t *m);
 
 #endif /* DT_COORD_CTL_REQ_H */

@@ -310,6 +310,113 @@ json_t *dt_jobs_show(dt_coord_t *c, const dt_job_t *j)
     return reply;
 }
 
+/*-- history: what dtctl plot draws ------------------------------------------------*/
+
+static int step_cb(const dt_step_row_t *s, void *arg)
+{
+    json_array_append_new(arg, json_pack("{s:i, s:I, s:I, s:o, s:o, s:o}", "gen", s->gen, "step",
+                                         (json_int_t)s->step, "at_ms", (json_int_t)s->at_ms,
+                                         "step_ms", jreal(s->step_ms), "loss", jreal(s->loss),
+                                         "tokens_s", jreal(s->tokens_s)));
+    return 0;
+}
+
+static int gen_cb(const dt_gen_t *g, void *arg)
+{
+    json_t *o = json_pack("{s:i, s:i, s:I, s:I, s:I}", "gen", g->gen, "ranks", g->ranks,
+                          "started_ms", (json_int_t)g->started_ms, "ended_ms",
+                          (json_int_t)g->ended_ms, "resume_step", (json_int_t)g->resume_step);
+    json_object_set_new(o, "reason", g->reason ? jtext(g->reason) : json_null());
+    json_array_append_new(arg, o);
+    return 0;
+}
+
+static int history_ckpt_cb(const dt_checkpoint_t *ck, void *arg)
+{
+    json_array_append_new(arg, json_pack("{s:I, s:o, s:I}", "step", (json_int_t)ck->step,
+                                         "state", jtext(ck->state), "committed_ms",
+                                         (json_int_t)ck->committed_ms));
+    return 0;
+}
+
+/* The generation numbered gen in gens, or NULL. */
+static const json_t *gen_of(const json_t *gens, json_int_t gen)
+{
+    size_t i;
+    const json_t *g;
+
+    json_array_foreach(gens, i, g)
+        if (json_integer_value(json_object_get(g, "gen")) == gen)
+            return g;
+    return NULL;
+}
+
+/* When each failure happened and its generation ended, from the
+ * generations' rows: the cost has the times between, not the instants. */
+static void place_failures(json_t *failures, const json_t *gens)
+{
+    size_t i;
+    json_t *f;
+
+    json_array_foreach(failures, i, f) {
+        const json_t *g = gen_of(gens, json_integer_value(json_object_get(f, "gen")));
+        const json_t *n = gen_of(gens, json_integer_value(json_object_get(f, "next")));
+        json_int_t ended = g ? json_integer_value(json_object_get(g, "ended_ms")) : 0, fault = 0;
+        if (n) {
+            double back = json_number_value(json_object_get(f, "restart_s")) +
+                          json_number_value(json_object_get(f, "detect_s"));
+            fault = json_integer_value(json_object_get(n, "started_ms")) -
+                    (json_int_t)llround(back * 1000.0);
+        }
+        json_object_set_new(f, "ended_ms", json_integer(ended));
+        json_object_set_new(f, "fault_ms", json_integer(fault > 0 ? fault : ended));
+    }
+}
+
+/* The newest max elements of *a (a new array in its place when some are
+ * left out); returns how many were left out. */
+static json_int_t keep_newest(json_t **a, size_t max)
+{
+    size_t n = json_array_size(*a);
+
+    if (n <= max)
+        return 0;
+    json_t *kept = json_array();
+    for (size_t i = n - max; i < n; i++)
+        json_array_append(kept, json_array_get(*a, i));
+    json_decref(*a);
+    *a = kept;
+    return (json_int_t)(n - max);
+}
+
+int dt_jobs_history(dt_coord_t *c, const dt_job_t *j, json_t **out, dt_emsg_t *em)
+{
+    json_t *steps = json_array(), *gens = json_array(), *fails = json_array(),
+           *cks = json_array();
+    int rc;
+
+    *out = NULL;
+    if ((rc = dt_db_steps(c->db, j->id, step_cb, steps, em)) < 0 ||
+        (rc = dt_db_gens(c->db, j->id, gen_cb, gens, em)) < 0 ||
+        (rc = dt_db_failure_costs(c->db, j->id, cost_cb, fails, em)) < 0 ||
+        (rc = dt_db_checkpoints(c->db, j->id, history_ckpt_cb, cks, em)) < 0) {
+        json_decref(steps);
+        json_decref(gens);
+        json_decref(fails);
+        json_decref(cks);
+        return rc;
+    }
+    place_failures(fails, gens);
+    json_int_t left_gens = keep_newest(&gens, DT_JOBS_HISTORY_MAX),
+               left_fails = keep_newest(&fails, DT_JOBS_HISTORY_MAX),
+               left_cks = keep_newest(&cks, DT_JOBS_HISTORY_MAX);
+    *out = json_pack("{s:o, s:o, s:o, s:o, s:o, s:o, s:{s:I, s:I, s:I}}", "job",
+                     job_json(c->db, j), "steps", steps, "failures", fails, "generations", gens,
+                     "checkpoints", cks, "goodput", dt_jobs_goodput(c, j->id), "left_out",
+                     "generations", left_gens, "failures", left_fails, "checkpoints", left_cks);
+    return 0;
+}
+
 int dt_jobs_cancel(dt_coord_t *c, const dt_caller_t *who, const dt_job_t *j, const char *why,
                    bool checkpoint, bool *stopping, dt_emsg_t *em)
 {

@@ -2,10 +2,10 @@
  *
  * Jobs as the coordinator keeps them: the domain operations behind dtctl's
  * requests (submit, list, show, cancel, resume, checkpoint, events,
- * checkpoints) and the agents' registration, without a connection. Each
- * takes who asks (a uid and gid) and the coordinator, and returns a DT_E*
- * code with a message or its result as plain values or JSON (the shape
- * dtctl shows). Each state change is one database transaction with its
+ * checkpoints, history) and the agents' registration, without a
+ * connection. Each takes who asks (a uid and gid) and the coordinator, and
+ * returns a DT_E* code with a message or its result as plain values or
+ * JSON (the shape dtctl shows). Each state change is one database transaction with its
  * event (db/); a handler replies only after it returned.
  *
  * Visibility: a caller sees and changes its own jobs; root and members of
@@ -70,6 +70,22 @@ json_t *dt_jobs_show(dt_coord_t *c, const dt_job_t *j);
  * recomputed_s, ckpt_stall_s, failures, detect_s, restart_s, load_s,
  * failure_costs: [each failure_cost event's object]}. */
 json_t *dt_jobs_goodput(dt_coord_t *c, int64_t job);
+
+/* The most of each list HISTORY includes (the newest ones); the step rows
+ * are capped where they are stored (DT_DB_STEP_ROWS). */
+#define DT_JOBS_HISTORY_MAX 1024
+
+/* HISTORY's reply for a job the caller may see, what `dtctl plot` draws:
+ * {job (as SHOW's), steps: [{gen, step, at_ms, step_ms, loss, tokens_s}]
+ * (loss and tokens_s null when not reported), failures: [each cost object
+ * of dt_db_failure_costs with ended_ms (when the failing generation ended,
+ * 0 if it has not) and fault_ms (when the fault happened: the next
+ * generation's start less restart_s and detect_s)], generations: [{gen,
+ * ranks, started_ms, ended_ms (0 while running), resume_step, reason}],
+ * checkpoints: [{step, state, committed_ms}], goodput (dt_jobs_goodput),
+ * left_out: {generations, failures, checkpoints}: how many older ones the
+ * caps left out}. A list that cannot be read fails the request. */
+int dt_jobs_history(dt_coord_t *c, const dt_job_t *j, json_t **out, dt_emsg_t *em);
 
 /* Cancel a job now, or (checkpoint) stop it after a checkpoint: then
  * *stopping is set and the job is cancelled when its workers exited.

@@ -132,6 +132,7 @@ static const struct rpc {
     { DT_MSG_GEN_ENDED, 1, dt_agent_gen_ended },
     { DT_MSG_CHECKPOINT, 1, dt_ctl_checkpoint },
     { DT_MSG_RESUME, 1, dt_ctl_resume },
+    { DT_MSG_HISTORY, 1, dt_ctl_history },
     { DT_MSG_PREEMPT, 1, dt_agent_preempt },
     { DT_MSG_CKPT_DONE, 1, dt_agent_ckpt_done },
     { DT_MSG_MEM_CKPT, 1, dt_agent_mem_ckpt },

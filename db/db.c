@@ -9,10 +9,10 @@
  * (coordinator/job.c), who may see a job, or the files a checkpoint names.
  *
  * Contract details beyond db.h:
- * - List functions (jobs, events, agents, checkpoints, shards, ranks) read
- *   all their rows first, then call the callback on each: a failure is
- *   reported before any callback runs, the callback may itself use the
- *   database, and the walk is one consistent snapshot. A row's strings are
+ * - List functions (jobs, events, agents, checkpoints, shards, generations,
+ *   ranks) read all their rows first, then call the callback on each: a
+ *   failure is reported before any callback runs, the callback may itself
+ *   use the database, and the walk is one consistent snapshot. A row's strings are
  *   freed right after its callback returns; a callback copies what it
  *   keeps. The lists of a job, checkpoint or generation that does not
  *   exist fail with DT_ENOENT.
@@ -169,6 +169,7 @@ _Static_assert(DT_ARRAY_SIZE(set_version) == DT_DB_VERSION + 1, "one set_version
     X(JOB_RESULT, 3, "SELECT result FROM jobs WHERE id = ?1")                                      \
     X(GEN_LAST, 3,                                                                                 \
       "SELECT " GEN_COLS " FROM generations WHERE job_id = ?1 ORDER BY gen DESC LIMIT 1")          \
+    X(GEN_LIST, 3, "SELECT " GEN_COLS " FROM generations WHERE job_id = ?1 ORDER BY gen")          \
     X(GEN_FIND, 2,                                                                                 \
       "SELECT ended_ms IS NOT NULL, reason FROM generations "                                      \
       "WHERE job_id = ?1 AND gen = ?2")                                                            \
@@ -1808,6 +1809,43 @@ int dt_db_gen_last(dt_db_t *db, int64_t job, dt_gen_t *out, dt_emsg_t *em)
         (err = job_state(db, job, &s, em, "read newest generation")) != 0)
         return err;
     return gen_newest(db, job, out, &ended, em, "read newest generation");
+}
+
+int dt_db_gens(dt_db_t *db, int64_t job, int (*cb)(const dt_gen_t *g, void *arg), void *arg,
+               dt_emsg_t *em)
+{
+    sqlite3_stmt *st;
+    enum dt_job_state s;
+    dt_gen_t *rows = NULL;
+    size_t n = 0, cap = 0;
+    int rc = SQLITE_OK, ret;
+
+    if ((ret = need_v3(db, em)) != 0 || (ret = job_state(db, job, &s, em, "list generations")) != 0)
+        return ret;
+    st = db->st[S_GEN_LIST];
+    bind_i64(st, 1, job, &rc);
+    for (rc = step(st, rc); rc == SQLITE_ROW; rc = sqlite3_step(st)) {
+        rows = grow(rows, n, &cap, sizeof(*rows));
+        rows[n++] = (dt_gen_t){
+            .job = sqlite3_column_int64(st, 0),
+            .gen = sqlite3_column_int(st, 1),
+            .ranks = sqlite3_column_int(st, 2),
+            .started_ms = sqlite3_column_int64(st, 3),
+            .ended_ms = sqlite3_column_int64(st, 4), /* NULL while it runs: 0 */
+            .resume_step = sqlite3_column_int64(st, 5),
+            .reason = col_str(st, 6),
+        };
+    }
+    if (rc != SQLITE_DONE)
+        ret = sq_fail(db, em, rc, "list generations");
+    reset(st);
+    for (size_t i = 0; i < n; i++) {
+        if (ret == 0)
+            ret = cb(&rows[i], arg);
+        dt_gen_clear(&rows[i]);
+    }
+    free(rows);
+    return ret;
 }
 
 int dt_db_gen_ranks(dt_db_t *db, int64_t job, int gen, int (*cb)(const dt_rank_t *r, void *arg),

@@ -225,6 +225,12 @@ DT_MUST_CHECK int dt_db_gen_end(dt_db_t *db, int64_t job, int gen, const char *r
  * out->gen == 0 when the job has none. DT_ENOENT for no such job. */
 DT_MUST_CHECK int dt_db_gen_last(dt_db_t *db, int64_t job, dt_gen_t *out, dt_emsg_t *em);
 
+/* The job's generations, oldest first (list semantics as
+ * dt_db_checkpoints; ended_ms 0 and reason NULL for one still running).
+ * DT_ENOENT for no such job. */
+DT_MUST_CHECK int dt_db_gens(dt_db_t *db, int64_t job, int (*cb)(const dt_gen_t *g, void *arg),
+                             void *arg, dt_emsg_t *em);
+
 typedef struct dt_rank {
     int rank;
     int64_t agent; /* the agent hosting it */

@@ -14,7 +14,10 @@
 # dtengine: the default job completes with a well-formed `result:` line,
 # a small job completes, and with each injected failure (worker, hang,
 # agent with a spare, coordinator) or a checkpoint requested while it runs
-# it still completes, with the fault-free run's checksum.
+# it still completes, with the fault-free run's checksum; `dtctl plot` of
+# the worker fault's run (valid SVG, rendered by rsvg-convert with drawn
+# plot areas, the failure's cost labelled) and its refusals, through a
+# state directory and through a running coordinator.
 # Timings are never asserted.
 
 . "$(dirname "$0")/lib.sh"
@@ -231,6 +234,17 @@ t_checkpoint_errors() {
 }
 check "checkpoint: a job with nothing running 1, no such job 4, bad id 2, no coordinator 3" \
     t_checkpoint_errors
+
+t_plot_live() {
+    run_rc 1 hctl plot "$WJOB" --svg "$TMPD/w.svg" &&
+        out_has "^dtctl plot: job $WJOB has no steps recorded yet: nothing to plot\$" || return 1
+    run_rc 4 hctl plot 999999 --svg "$TMPD/w.svg" && out_has "not found" &&
+        run_rc 2 hctl plot "$WJOB" && out_has "--svg FILE is needed" &&
+        run_rc 0 hctl --json plot "$WJOB" && [ "$(json_str state <"$TMPD/out" | head -n 1)" = cancelled ] &&
+        [ ! -e "$TMPD/w.svg" ]
+}
+check "plot through a coordinator: no steps 1 (nothing to plot), no such job 4, no --svg 2, --json the data" \
+    t_plot_live
 stop_pid "$HELD_PID"
 
 # ---- early failures leave nothing behind ----------------------------------------
@@ -490,6 +504,76 @@ t_worker() {
         out_has "^gen 2: resumed step (2[0-9]) from memory"
 }
 check "--inject-failure worker@25: recovers, says where it resumed, same checksum" t_worker
+
+# ---- dtctl plot --state-dir, on the runs above: the picture of the worker
+# fault's run, and refusals -------------------------------------------------------
+
+PNGCOUNT=$DT_BUILDDIR/tests/tools/pngcount
+
+# plot_area SVG NAME: "VIEW_W VIEW_H X Y W H", the viewBox's size and the
+# box of the picture's plot area NAME (pngcount's arguments after the file)
+plot_area() {
+    sed -n 's/.*viewBox="0 0 \([0-9.]*\) \([0-9.]*\)".*/\1 \2/p' "$1" | head -n 1 | tr '\n' ' '
+    sed -n "s/.*id=\"area-$2\" x=\"\([0-9.]*\)\" y=\"\([0-9.]*\)\" width=\"\([0-9.]*\)\" height=\"\([0-9.]*\)\".*/\1 \2 \3 \4/p" \
+        "$1" | head -n 1
+}
+
+# what the picture's checks use: contrib/deps.sh installs them
+plot_tools() {
+    for _pt in xmllint rsvg-convert; do
+        command -v "$_pt" >/dev/null ||
+            { echo "$_pt is not installed (contrib/deps.sh: libxml2-utils, librsvg2-bin)"; return 1; }
+    done
+    [ -x "$PNGCOUNT" ] || { echo "$PNGCOUNT is not built (it needs libpng: contrib/deps.sh)"; return 1; }
+}
+
+# The picture is valid XML, renders, has coloured pixels (the generations'
+# lines, the failure's marks) in each plot area, labels the failure with
+# its cost and marks the checkpoints; the same on stdout with --svg -.
+t_plot() {
+    plot_tools || return 1
+    _pd=$TMPD/e2e-worker
+    _svg=$TMPD/plot.svg
+    [ -f "$_pd/dt.db" ] || { echo "no worker run to plot"; return 1; }
+    run_rc 0 "$DTCTL" plot 1 --svg "$_svg" --state-dir "$_pd" &&
+        out_has "^job 1: [0-9]+ steps, 1 failures drawn in $_svg\$" || return 1
+    xmllint --noout "$_svg" || return 1
+    _label=$(grep -o 'F1 gen 1 worker: detect [0-9.]* s, restart [0-9.]* s, load [0-9.]* s, redo [0-9]* steps* [0-9.]* s' \
+        "$_svg" | head -n 1)
+    [ -n "$_label" ] || { echo "no label of the failure's cost"; return 1; }
+    grep -q '<path class="checkpoint"' "$_svg" || { echo "no checkpoint commit marked"; return 1; }
+    rsvg-convert -w 800 "$_svg" -o "$TMPD/plot.png" || return 1
+    for _pa in loss rate progress; do
+        # shellcheck disable=SC2046 # the box's numbers, one argument each
+        _px=$("$PNGCOUNT" "$TMPD/plot.png" $(plot_area "$_svg" "$_pa")) || return 1
+        [ "${_px#*coloured=}" -ge 300 ] || { echo "plot area $_pa: $_px"; return 1; }
+    done
+    "$DTCTL" plot 1 --svg - --state-dir "$_pd" | cmp -s - "$_svg" ||
+        { echo "--svg - wrote another picture"; return 1; }
+    nothing_left "$_pd" && echo "$_label"
+}
+check "plot --state-dir of the worker fault's run: valid SVG, renders, drawn plot areas, the cost labelled" \
+    t_plot
+
+t_plot_refused() {
+    mkdir -p "$TMPD/nodb"
+    run_rc 2 "$DTCTL" plot 1 --svg "$TMPD/x.svg" --state-dir "$TMPD/nowhere" &&
+        out_has "^dtctl plot: state directory $TMPD/nowhere: " &&
+        run_rc 2 "$DTCTL" plot 1 --svg "$TMPD/x.svg" --state-dir "$TMPD/nodb" &&
+        out_has "state directory $TMPD/nodb has no database dt.db: not the --state-dir of a dtctl run --local" ||
+        return 1
+    # s6: the run whose agents exited at once, its job cancelled before a step
+    run_rc 1 "$DTCTL" plot 1 --svg "$TMPD/x.svg" --state-dir "$TMPD/s6" &&
+        out_has "^dtctl plot: job 1 has no steps recorded yet: nothing to plot\$" &&
+        run_rc 4 "$DTCTL" plot 9 --svg "$TMPD/x.svg" --state-dir "$TMPD/e2e-worker" &&
+        out_has "job 9 not found" &&
+        run_rc 1 "$DTCTL" plot 1 --svg "$TMPD/no/such/x.svg" --state-dir "$TMPD/e2e-worker" &&
+        out_has "^dtctl plot: .*$TMPD/no/such/" || return 1
+    [ ! -e "$TMPD/x.svg" ] && [ ! -e "$TMPD/nodb/dt.conf" ] && nothing_left "$TMPD/s6" &&
+        nothing_left "$TMPD/e2e-worker"
+}
+check "plot refused: no such state dir or no dt.db 2, no steps 1 (nothing to plot), no such job 4, unwritable FILE 1" \
+    t_plot_refused
 
 t_hang() {
     fault hang && out_has "SIGSTOP to the worker of rank 3" && out_has "restarts +[1-9]"

@@ -1448,6 +1448,49 @@ Test(db, generations_begin_end_and_last)
     cr_assert_eq(raw_int(dbpath, "SELECT count(*) FROM generations WHERE ended_ms IS NULL"), 0);
 }
 
+/* dt_db_gens: every generation, oldest first, the running one without an
+ * end or a reason. */
+struct gens {
+    int n, gen[4], ranks[4];
+    int64_t resume[4], ended[4];
+    char reason[4][32];
+};
+
+static int gens_cb(const dt_gen_t *g, void *arg)
+{
+    struct gens *v = arg;
+    cr_assert_lt(v->n, 4);
+    v->gen[v->n] = g->gen;
+    v->ranks[v->n] = g->ranks;
+    v->resume[v->n] = g->resume_step;
+    v->ended[v->n] = g->ended_ms;
+    snprintf(v->reason[v->n++], sizeof(v->reason[0]), "%s", g->reason ? g->reason : "(null)");
+    return 0;
+}
+
+Test(db, generations_listed)
+{
+    dt_db_t *db = open_ok(dbpath);
+    dt_emsg_t em = { "" };
+    int64_t job = job_new(db, "g", 1000), a = agent_new(db, job, "node01");
+    const int64_t place[] = { a, a };
+    struct gens v = { 0 };
+
+    cr_assert_eq(dt_db_gens(db, job, gens_cb, &v, &em), 0, "%s", em.s);
+    cr_assert_eq(v.n, 0);
+    cr_assert_eq(dt_db_gen_begin(db, job, 1, 2, place, 0, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_db_gen_end(db, job, 1, "rank 1 failed", &em), 0, "%s", em.s);
+    cr_assert_eq(dt_db_gen_begin(db, job, 2, 1, place, 30, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_db_gens(db, job, gens_cb, &v, &em), 0, "%s", em.s);
+    cr_assert_eq(v.n, 2);
+    cr_assert(v.gen[0] == 1 && v.ranks[0] == 2 && v.resume[0] == 0 && v.ended[0] > 0);
+    cr_assert_str_eq(v.reason[0], "rank 1 failed");
+    cr_assert(v.gen[1] == 2 && v.ranks[1] == 1 && v.resume[1] == 30 && v.ended[1] == 0);
+    cr_assert_str_eq(v.reason[1], "(null)", "still running");
+    cr_assert_eq(dt_db_gens(db, job + 1, gens_cb, &v, &em), DT_ENOENT);
+    dt_db_close(db);
+}
+
 Test(db, generation_refusals)
 {
     dt_db_t *db = open_ok(dbpath);

@@ -4,13 +4,15 @@
  * real SQLite file, without a connection or a loop: submit (stored,
  * planned, queued; a dry run stores nothing; a spec that does not plan is
  * refused and leaves no row), visibility, list, cancel, resume and the
- * events each leaves. No agents and no Slurm (slurm = no).
+ * events each leaves, and the history dtctl plot draws. No live agents
+ * and no Slurm (slurm = no).
  */
 #include "config.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -208,4 +210,74 @@ Test(jobs, cancel_then_resume)
     /* no checkpoint was asked of a job that does not run */
     int gen;
     cr_expect_eq(dt_jobs_checkpoint(&coord, id, &gen, &em), DT_ESTATE);
+}
+
+/* HISTORY's document: the steps (a loss not reported is null), the
+ * generations, each failure's cost with when its generation ended and
+ * when the fault was, the checkpoints, goodput and nothing left out. */
+Test(jobs, history_document)
+{
+    dt_emsg_t em = { "" };
+    int64_t id = submit(&alice, SPEC), agent;
+    dt_job_t j;
+    json_t *h;
+
+    cr_assert_eq(dt_jobs_get(&coord, &alice, id, &j, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_jobs_history(&coord, &j, &h, &em), 0, "%s", em.s);
+    cr_assert_eq(json_array_size(json_object_get(h, "steps")), 0, "no step yet");
+    cr_assert(json_is_null(json_object_get(json_object_get(h, "goodput"), "ettr")));
+    json_decref(h);
+
+    cr_assert_eq(dt_db_agent_register(coord.db, id, "n1", 1, &agent, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_db_gen_begin(coord.db, id, 1, 1, &agent, 0, &em), 0, "%s", em.s);
+    int64_t at = 1700000000000;
+    for (int k = 1; k <= 4; k++) {
+        dt_step_row_t s = { .job = id, .gen = 1, .step = k, .at_ms = at + 100 * k,
+                            .step_ms = 100, .loss = k == 2 ? NAN : 1.0 / k, .tokens_s = 500 };
+        cr_assert_eq(dt_db_step_add(coord.db, &s, 0, &em), 0, "%s", em.s);
+    }
+    cr_assert_eq(dt_db_shard_add(coord.db, id, 2, 0, "/x", 1, "0123456789abcdef0123456789abcdef"
+                                 "0123456789abcdef0123456789abcdef", &em), 0, "%s", em.s);
+    cr_assert_eq(dt_db_checkpoint_set_state(coord.db, id, 2, "committed", &em), 0, "%s", em.s);
+    cr_assert_eq(dt_db_gen_end(coord.db, id, 1, "rank 0 failed", &em), 0, "%s", em.s);
+    cr_assert_eq(dt_db_gen_begin(coord.db, id, 2, 1, &agent, 2, &em), 0, "%s", em.s);
+    dt_gen_t g;
+    cr_assert_eq(dt_db_gen_last(coord.db, id, &g, &em), 0, "%s", em.s);
+    int64_t started = g.started_ms;
+    dt_gen_clear(&g);
+    dt_step_row_t s3 = { .job = id, .gen = 2, .step = 3, .at_ms = started + 1500, .step_ms = 100,
+                         .loss = 0.3, .tokens_s = NAN };
+    cr_assert_eq(dt_db_step_add(coord.db, &s3, 0, &em), 0, "%s", em.s);
+    dt_fail_cost_t fc = { .gen = 1, .next = 2, .what = "worker", .fault_ms = started - 700,
+                          .decided_ms = started - 500 };
+    cr_assert_eq(dt_db_failure_cost(coord.db, id, &fc, &em), 0, "%s", em.s);
+
+    cr_assert_eq(dt_jobs_history(&coord, &j, &h, &em), 0, "%s", em.s);
+    cr_assert_eq(json_integer_value(json_object_get(json_object_get(h, "job"), "id")), id);
+    json_t *steps = json_object_get(h, "steps");
+    cr_assert_eq(json_array_size(steps), 5);
+    cr_assert(json_is_null(json_object_get(json_array_get(steps, 1), "loss")));
+    cr_assert(json_is_null(json_object_get(json_array_get(steps, 4), "tokens_s")));
+    cr_assert_eq(json_integer_value(json_object_get(json_array_get(steps, 4), "gen")), 2);
+    json_t *gens = json_object_get(h, "generations");
+    cr_assert_eq(json_array_size(gens), 2);
+    cr_assert_eq(json_integer_value(json_object_get(json_array_get(gens, 1), "resume_step")), 2);
+    cr_assert_eq(json_integer_value(json_object_get(json_array_get(gens, 1), "ended_ms")), 0);
+    json_t *f = json_array_get(json_object_get(h, "failures"), 0);
+    cr_assert_str_eq(json_string_value(json_object_get(f, "fault")), "worker");
+    cr_assert_eq(json_integer_value(json_object_get(f, "recomputed_steps")), 2);
+    cr_assert_eq(json_integer_value(json_object_get(f, "ended_ms")),
+                 json_integer_value(json_object_get(json_array_get(gens, 0), "ended_ms")));
+    cr_assert_eq(json_integer_value(json_object_get(f, "fault_ms")), started - 700,
+                 "the next start less restart_s and detect_s");
+    json_t *ck = json_array_get(json_object_get(h, "checkpoints"), 0);
+    cr_assert_eq(json_integer_value(json_object_get(ck, "step")), 2);
+    cr_assert_str_eq(json_string_value(json_object_get(ck, "state")), "committed");
+    cr_assert_gt(json_integer_value(json_object_get(ck, "committed_ms")), 0);
+    cr_assert_eq(json_integer_value(json_object_get(json_object_get(h, "goodput"), "failures")), 1);
+    json_t *lo = json_object_get(h, "left_out");
+    cr_assert_eq(json_integer_value(json_object_get(lo, "generations")), 0);
+    cr_assert_eq(json_integer_value(json_object_get(lo, "checkpoints")), 0);
+    json_decref(h);
+    dt_job_clear(&j);
 }

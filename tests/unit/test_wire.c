@@ -352,7 +352,34 @@ Test(wire, every_schema)
         free(v);
     }
     cr_assert_geq(n, 35);
-    cr_assert_eq(dt_wire_schema(DT_MSG_REGISTER, true), dt_wire_schema_at(16));
+    cr_assert_eq(dt_wire_schema(DT_MSG_REGISTER, true), dt_wire_schema_at(17));
     cr_assert_str_eq(dt_wire_schema_name(dt_wire_schema(DT_MSG_REGISTER, true)), "register_ok");
     cr_assert_null(dt_wire_schema(DT_MSG_LIST, true), "LIST's result is a document");
+    cr_assert_null(dt_wire_schema(DT_MSG_HISTORY, true), "HISTORY's result is a document");
+}
+
+/* HISTORY names a job, as SHOW does, in a frame of its own type. */
+Test(wire, history_request)
+{
+    dt_wire_job_ref_t ref = { .id = 42 }, got;
+    dt_emsg_t em = { "" };
+    dt_msg_t m;
+
+    framed(DT_MSG_HISTORY, dt_wire_history_encode(&ref), &m);
+    cr_assert_eq(dt_wire_history_decode(&m, &got, &em), 0, "%s", em.s);
+    cr_assert_eq(got.id, 42);
+    cr_assert_str_eq(dt_msg_type_name(m.type), "HISTORY");
+    dt_msg_clear(&m);
+    from_text(DT_MSG_HISTORY, "{\"id\": \"7\"}", &m);
+    cr_assert_eq(dt_wire_history_decode(&m, &got, &em), DT_EPROTO);
+    cr_assert_str_eq(em.s, "field 'id' must be an integer");
+    dt_msg_clear(&m);
+    from_text(DT_MSG_HISTORY, "{}", &m);
+    cr_assert_eq(dt_wire_history_decode(&m, &got, &em), DT_EPROTO);
+    cr_assert_str_eq(em.s, "missing field 'id'");
+    dt_msg_clear(&m);
+    from_text(DT_MSG_SHOW, "{\"id\": 7}", &m);
+    cr_assert_eq(dt_wire_history_decode(&m, &got, &em), DT_EPROTO);
+    cr_assert_str_eq(em.s, "a SHOW frame where HISTORY was expected");
+    dt_msg_clear(&m);
 }
