@@ -282,6 +282,19 @@ static double train_kept_per_token_layer(const dt_plan_req_t *q)
  * inv_w = 0 gives the part that no W shrinks. See the top: U is the
  * largest unit, E the embedding when the head shares it (kept gathered for
  * the head, its gradient alive through the backward). */
+/* The fp32 state a training rank holds on the host for checkpoints, and
+ * writes whole into each in-memory copy: the parameters (its slice with
+ * shard = parameters) and both moments (its slice from shard = optimizer). */
+static double held_state(const dt_plan_req_t *q, double inv_w)
+{
+    double P, Pmm, Pmm_layers;
+    enum dt_shard_level sh = shard_of(q);
+
+    params(&q->model, &P, &Pmm, &Pmm_layers);
+    const double S = P * inv_w;
+    return (sh == DT_SHARD_PARAMETERS ? 4 * S : 4 * P) + 8 * (sh >= DT_SHARD_OPTIMIZER ? S : P);
+}
+
 static void train_state(const dt_plan_req_t *q, double inv_w, dt_plan_mem_t *mm)
 {
     const dt_model_cfg_t *m = &q->model;
@@ -314,7 +327,7 @@ static void train_state(const dt_plan_req_t *q, double inv_w, dt_plan_mem_t *mm)
         mm->grads = sg ? 4 * S + 4 * (U + Ul + E) + rs : 4 * P;
         mm->optimizer = sp ? 12 * S : sh >= DT_SHARD_OPTIMIZER ? 4 * P + 8 * S : 12 * P;
         /* the host's copies for checkpoints: P (the slice with sp), M, V */
-        mm->host = (sp ? 4 * S : 4 * P) + 8 * slice;
+        mm->host = held_state(q, inv_w);
         if (host) {
             /* the optimizer on the host: the device keeps the fp32 ranges
              * it reads (the embedding, the norms; with sp their part in
@@ -765,9 +778,8 @@ void dt_cost_eval(const dt_plan_req_t *q, int64_t T, int R, dt_cost_t *v)
     mm->workspace = work;
     if (q->kind == DT_KIND_TRAIN) {
         train_state(q, 1.0 / ((double)dp_of(q) * R), mm);
-        /* two copies of its checkpoint shard (its share of the fp32
-         * parameters and both moments) and their manifests */
-        mm->mem_ckpt = 2 * (12 * P / ((double)dp_of(q) * R) + 65536);
+        /* two in-memory copies of what it holds, and their headers */
+        mm->mem_ckpt = 2 * (held_state(q, 1.0 / ((double)dp_of(q) * R)) + 65536);
     }
     if (q->kind == DT_KIND_TRAIN && e < 4) {
         /* the GPU engine's own accounting (spec/model.h); the head in

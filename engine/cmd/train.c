@@ -1232,6 +1232,10 @@ static void print_settings(const dt_trainer_t *t)
     dt_cmd_setting("recall_queries", recall ? "%d" : NULL, k->n_queries);
     dt_cmd_setting("ckpt_every", o->ckpt_dir ? "%lld" : NULL, (long long)o->ckpt_every);
     dt_cmd_setting("ckpt_keep", "%lld", (long long)o->ckpt_keep);
+    if (o->mem_every > 0)
+        dt_cmd_setting("mem_ckpt_every", "%lld", (long long)o->mem_every);
+    else
+        dt_cmd_setting("mem_ckpt_every", "%s", "none");
     dt_cmd_setting("ckpt_dir", o->ckpt_dir ? "%s" : NULL, o->ckpt_dir);
 }
 

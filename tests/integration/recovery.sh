@@ -61,8 +61,23 @@ J=$(submit "$TMPD/job.spec")
 check "the job is queued, waiting for agents" test "$(state_of "$J")" = queued
 agent a0 2 "$J" tcp
 agent a1 2 "$J"
+# the in-memory checkpoints agent a0 holds for its 2 ranks, against the plan
+wait_for 120 step_at_least "$J" 5
+mem_held=0
+for fd in /proc/"$AGENT_a0"/fd/*; do
+    case $(readlink "$fd" 2>/dev/null) in
+    *"dt-job$J-rank"*) mem_held=$((mem_held + $(stat -L -c %s "$fd"))) ;;
+    esac
+done
+mem_plan=$(ctl show "$J" --json | sed -n 's/^ *"mem_ckpt_bytes_per_rank": \([0-9]*\),*$/\1/p' | head -n 1)
 finish_job "$J"
 check "fault-free: the job completed" completed "$J"
+t_mem_held() {
+    echo "agent a0 holds $mem_held bytes for 2 ranks; the plan: ${mem_plan:-?} a rank"
+    [ -n "$mem_plan" ] && [ "$mem_held" -gt $((mem_plan)) ] && [ "$mem_held" -le $((2 * mem_plan)) ]
+}
+check "fault-free: the agent's in-memory checkpoints within the plan (2 ranks, 2 copies each)" \
+    t_mem_held
 REF=$(checksum_of "$J")
 REF_LOSS=$(loss_of "$J")
 check "fault-free: a result with a checksum" test -n "$REF"
