@@ -27,6 +27,7 @@ typedef struct dt_coord_conf {
     char *jobs_dir;          /* per-job directories (jobdir.h); default STATE_DIR/jobs */
     char *socket;            /* Unix socket for dtctl; default STATE_DIR/dtcoordd.sock */
     char *listen;            /* host:port for agents and remote dtctl; none if unset */
+    char *metrics_listen;    /* host:port of the Prometheus endpoint (metrics.h); none if unset */
     char *admin_group;       /* members may see and change every job */
     int64_t heartbeat_ms;    /* agents' heartbeat interval (reloadable) */
     int64_t agent_timeout_ms; /* an agent silent this long is lost (reloadable) */
