@@ -35,6 +35,7 @@
 #include "coordinator/jobdir.h"
 #include "coordinator/jobs.h"
 #include "coordinator/listen.h"
+#include "coordinator/metrics.h"
 #include "coordinator/recovery.h"
 #include "coordinator/rpc.h"
 #include "coordinator/run.h"
@@ -341,6 +342,7 @@ static void on_sweep(uv_timer_t *t)
 {
     dt_recovery_sweep(t->data);
     dt_conn_sweep(t->data);
+    dt_metrics_sweep(t->data);
 }
 
 /* The calls up the layers (coord.h): requests to the RPC table, faults to
@@ -356,6 +358,7 @@ static void stop(dt_coord_t *c)
     if (c->stopping)
         return;
     c->stopping = 1;
+    dt_metrics_close(c);
     if (c->have_unix)
         uv_close((uv_handle_t *)&c->unix_srv, NULL);
     if (c->have_tcp)
@@ -469,6 +472,9 @@ int main(int argc, char **argv)
     if (dt_listen_unix(&c, c.conf.socket, &em) < 0)
         goto fail_loop;
     if (c.conf.listen && *c.conf.listen && dt_listen_tcp(&c, c.conf.listen, &em) < 0)
+        goto fail_loop;
+    if (c.conf.metrics_listen && *c.conf.metrics_listen &&
+        dt_metrics_listen(&c, c.conf.metrics_listen, &em) < 0)
         goto fail_loop;
     if (dt_alloc_init(&c, &em) < 0)
         goto fail_loop;
