@@ -606,8 +606,8 @@ static void job_full(dt_coord_t *c, const seen_t *x, int64_t wall_ms, dt_metrics
         m->ckpt_step = n.step;
         m->ckpt_bytes = n.bytes;
         if (n.committed_ms > 0)
-            m->ckpt_age_s = wall_ms > n.committed_ms ? (double)(wall_ms - n.committed_ms) / 1e3
-                                                     : 0.0;
+            m->ckpt_age_s =
+                wall_ms > n.committed_ms ? (double)(wall_ms - n.committed_ms) / 1e3 : 0.0;
     }
 }
 
@@ -794,8 +794,8 @@ typedef struct dt_scrape {
     dt_coord_t *coord;
     uint64_t accepted_ms; /* loop time */
     int closing;
-    int answered;         /* the reply is written or being written */
-    size_t len;           /* bytes of the head received */
+    int answered; /* the reply is written or being written */
+    size_t len;   /* bytes of the head received */
     char head[DT_METRICS_HEAD_MAX];
     char *reply;
     size_t reply_len;
@@ -842,13 +842,20 @@ static void scrape_close(dt_scrape_t *k)
 static const char *reason(int status)
 {
     switch (status) {
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 503: return "Service Unavailable";
+    case 200:
+        return "OK";
+    case 400:
+        return "Bad Request";
+    case 404:
+        return "Not Found";
+    case 405:
+        return "Method Not Allowed";
+    case 431:
+        return "Request Header Fields Too Large";
+    case 500:
+        return "Internal Server Error";
+    case 503:
+        return "Service Unavailable";
     }
     return "Error";
 }
@@ -1023,8 +1030,7 @@ static void on_connection(uv_stream_t *srv, int status)
         uv_try_write((uv_stream_t *)&k->tcp, &b, 1);
         free(r);
         c->scrapes_refused++;
-        dt_log_debug("metrics peer=%s refused: %d connections open", k->peer,
-                     DT_METRICS_CONNS_MAX);
+        dt_log_debug("metrics peer=%s refused: %d connections open", k->peer, DT_METRICS_CONNS_MAX);
         scrape_close(k);
         return;
     }
@@ -1048,8 +1054,8 @@ int dt_metrics_listen(dt_coord_t *c, const char *hostport, dt_emsg_t *em)
     c->have_metrics = 1;
     if ((rc = uv_tcp_bind(&c->metrics_srv, (struct sockaddr *)&ss, 0)) < 0 ||
         (rc = uv_listen((uv_stream_t *)&c->metrics_srv, 16, on_connection)) < 0)
-        return dt_emsg_set(em, rc == UV_EADDRINUSE ? DT_EEXIST : DT_EIO,
-                           "metrics_listen = %s: %s", hostport, uv_strerror(rc));
+        return dt_emsg_set(em, rc == UV_EADDRINUSE ? DT_EEXIST : DT_EIO, "metrics_listen = %s: %s",
+                           hostport, uv_strerror(rc));
     /* the address bound, the port the system chose for port 0 */
     int len = sizeof(ss);
     char host[48] = "?";

@@ -37,12 +37,12 @@
 #include "coordinator/coord.h"
 #include "spec/state.h"
 
-#define DT_METRICS_HEAD_MAX 4096     /* bytes of request line and headers */
-#define DT_METRICS_TIMEOUT_MS 10000  /* a connection's whole life */
-#define DT_METRICS_CONNS_MAX 8       /* scrape connections open at once */
-#define DT_METRICS_JOBS_MAX 1000     /* live jobs shown in full */
-#define DT_METRICS_ENDED_MAX 32      /* ended jobs shown (state only), newest */
-#define DT_METRICS_AGENTS_MAX 10000  /* live agents shown */
+#define DT_METRICS_HEAD_MAX 4096    /* bytes of request line and headers */
+#define DT_METRICS_TIMEOUT_MS 10000 /* a connection's whole life */
+#define DT_METRICS_CONNS_MAX 8      /* scrape connections open at once */
+#define DT_METRICS_JOBS_MAX 1000    /* live jobs shown in full */
+#define DT_METRICS_ENDED_MAX 32     /* ended jobs shown (state only), newest */
+#define DT_METRICS_AGENTS_MAX 10000 /* live agents shown */
 
 /* ---- the listener ----------------------------------------------------------- */
 
@@ -76,11 +76,11 @@ int dt_metrics_http_status(const char *buf, size_t len);
 typedef struct dt_metrics_job {
     int64_t id;
     enum dt_job_state state;
-    int64_t uid;            /* the owner */
-    int full;               /* a live job: the fields below are set */
-    int64_t gen;            /* the current generation; -1 none */
-    int64_t step, steps;    /* rank 0's step and the steps planned */
-    double tokens_s, loss;  /* rank 0's rate (all rings) and loss */
+    int64_t uid;           /* the owner */
+    int full;              /* a live job: the fields below are set */
+    int64_t gen;           /* the current generation; -1 none */
+    int64_t step, steps;   /* rank 0's step and the steps planned */
+    double tokens_s, loss; /* rank 0's rate (all rings) and loss */
     int64_t restarts, requeues;
     /* goodput (dt_jobs_goodput) */
     double ettr, step_s, productive_s, recomputed_s, stall_s;
@@ -93,7 +93,7 @@ typedef struct dt_metrics_job {
 
 typedef struct dt_metrics_agent {
     int64_t id, job;
-    const char *node;       /* borrowed (the live agent's, or the test's) */
+    const char *node; /* borrowed (the live agent's, or the test's) */
     double heartbeat_age_s;
     int gpus, slots, suspect, connected;
 } dt_metrics_agent_t;
@@ -108,7 +108,7 @@ enum dt_metrics_conn_kind {
 };
 
 typedef struct dt_metrics_snap {
-    dt_metrics_job_t *jobs;     /* by id */
+    dt_metrics_job_t *jobs; /* by id */
     size_t njobs;
     dt_metrics_agent_t *agents; /* by job, then id */
     size_t nagents;
