@@ -308,6 +308,14 @@ static int convert(const struct ctx *c, const dt_conf_key_t *k, const char *val,
     int rc = 0, b = 0;
 
     if (k->type == DT_CONF_STRING) {
+        dt_emsg_t why = { "" };
+        if (k->check != NULL && k->check(val, &why) < 0) {
+            /* the reason may quote the value: no control characters */
+            for (char *q = why.s; *q; q++)
+                if ((unsigned char)*q < 0x20 || *q == 0x7f)
+                    *q = '?';
+            return fail(c, "key '%s': %s", k->name, why.s);
+        }
         s->str = dt_xstrdup(val);
         return 0;
     }
@@ -455,6 +463,7 @@ static size_t check_table(const dt_conf_key_t *keys)
         for (q = keys[n].name; *q != '\0'; q++)
             assert(is_key_char(*q));
         assert(keys[n].type <= DT_CONF_SIZE);
+        assert(keys[n].check == NULL || keys[n].type == DT_CONF_STRING);
     }
     return n;
 }

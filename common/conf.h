@@ -4,8 +4,9 @@
  * starts a comment (outside double quotes), blank lines ignored, values may
  * be double-quoted to keep leading/trailing spaces or a '#'. The caller
  * describes the keys it accepts in a table; an unknown key, a key given
- * twice, a value of the wrong type or out of range, or a missing required
- * key is an error naming the file and line. Parsing is all-or-nothing: on
+ * twice, a value of the wrong type or out of range, a string its key's own
+ * check refuses, or a missing required key is an error naming the file and
+ * line. Parsing is all-or-nothing: on
  * error the destination struct is left as it was.
  *
  * Not here: includes, sections, environment expansion.
@@ -43,6 +44,11 @@ typedef struct dt_conf_key {
      * owner resolves it (spec/spec.h dt_spec_int and friends). */
     const char *def;
     unsigned tags;    /* the table owner's (spec: the dtengine commands that take the key) */
+    /* STRING keys: the value checked as the line is read, so that a bad
+     * one is reported with its file and line (NULL: any text is taken).
+     * Returns 0, or a negative code with the reason in em, which the
+     * reader reports as "PATH:LINE: key 'K': <reason>" (DT_ECONF). */
+    int (*check)(const char *value, dt_emsg_t *em);
 } dt_conf_key_t;
 
 /* Parse PATH into the struct at dst using the NULL-name-terminated key table.

@@ -5,7 +5,7 @@
  * file may call (coord.c: events, clocks, live agents). Reached through
  * loop->data; owned and touched by the loop thread only.
  *
- * The coordinator's files call downwards only: main > rpc > ctl_req,
+ * The coordinator's files call downwards only: main > metrics, rpc > ctl_req,
  * agent_req > jobs, recovery > run > commit, fence > push, alloc > conn
  * (listen > conn) > coord,
  * beside the leaves auth, daemon, jobdir, slurm, batch and the planner. A
@@ -27,6 +27,7 @@ typedef struct dt_coord_conf {
     char *jobs_dir;          /* per-job directories (jobdir.h); default STATE_DIR/jobs */
     char *socket;            /* Unix socket for dtctl; default STATE_DIR/dtcoordd.sock */
     char *listen;            /* host:port for agents and remote dtctl; none if unset */
+    char *metrics_listen;    /* host:port of the Prometheus endpoint (metrics.h); none if unset */
     char *admin_group;       /* members may see and change every job */
     int64_t heartbeat_ms;    /* agents' heartbeat interval (reloadable) */
     int64_t agent_timeout_ms; /* an agent silent this long is lost (reloadable) */
@@ -101,6 +102,13 @@ typedef struct dt_coord {
     int have_unix, have_tcp;
     uv_signal_t sig_term, sig_int, sig_hup;
     uv_timer_t sweep;
+    /* metrics_listen (coordinator/metrics.c): its listener, the scrape
+     * connections open and what they counted */
+    uv_tcp_t metrics_srv;
+    int have_metrics;
+    struct dt_scrape *scrapes;
+    unsigned nscrapes;
+    uint64_t scrapes_total, scrapes_refused;
     struct dt_conn *conns;   /* every open connection */
     unsigned conns_refused;  /* since the last sweep: logged there, once */
     dt_live_agent_t *agents; /* live agents (list; hashed by id below) */

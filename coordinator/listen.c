@@ -96,10 +96,10 @@ int dt_listen_parse(const char *hostport, struct sockaddr_storage *ss, dt_emsg_t
     char *end;
 
     if (colon == NULL || colon - hostport >= (long)sizeof(host))
-        return dt_emsg_set(em, DT_EINVAL, "listen = %s: expected host:port", hostport);
+        return dt_emsg_set(em, DT_EINVAL, "'%s': expected HOST:PORT", hostport);
     long port = strtol(colon + 1, &end, 10);
     if (*end != '\0' || port < 0 || port > 65535 || colon[1] == '\0')
-        return dt_emsg_set(em, DT_EINVAL, "listen = %s: bad port", hostport);
+        return dt_emsg_set(em, DT_EINVAL, "'%s': bad port (0 to 65535)", hostport);
     memcpy(host, hostport, (size_t)(colon - hostport));
     host[colon - hostport] = '\0';
     if (host[0] == '[' && host[strlen(host) - 1] == ']') {
@@ -110,8 +110,8 @@ int dt_listen_parse(const char *hostport, struct sockaddr_storage *ss, dt_emsg_t
         strcpy(host, "0.0.0.0");
     if (uv_ip4_addr(host, (int)port, (struct sockaddr_in *)ss) != 0 &&
         uv_ip6_addr(host, (int)port, (struct sockaddr_in6 *)ss) != 0)
-        return dt_emsg_set(em, DT_EINVAL, "listen = %s: '%s' is not an IPv4 or IPv6 address",
-                           hostport, host);
+        return dt_emsg_set(em, DT_EINVAL, "'%s': '%s' is not an IPv4 or IPv6 address (no "
+                           "host names)", hostport, host);
     return 0;
 }
 
@@ -120,8 +120,11 @@ int dt_listen_tcp(dt_coord_t *c, const char *hostport, dt_emsg_t *em)
     struct sockaddr_storage ss;
     int rc;
 
-    if ((rc = dt_listen_parse(hostport, &ss, em)) < 0)
-        return rc;
+    if ((rc = dt_listen_parse(hostport, &ss, em)) < 0) {
+        char why[sizeof(em->s)];
+        snprintf(why, sizeof(why), "%s", em->s);
+        return dt_emsg_set(em, rc, "listen: %s", why);
+    }
     if ((rc = uv_tcp_init(c->loop, &c->tcp_srv)) < 0)
         return dt_emsg_set(em, DT_EIO, "uv_tcp_init: %s", uv_strerror(rc));
     c->tcp_srv.data = c;

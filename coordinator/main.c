@@ -35,6 +35,7 @@
 #include "coordinator/jobdir.h"
 #include "coordinator/jobs.h"
 #include "coordinator/listen.h"
+#include "coordinator/metrics.h"
 #include "coordinator/recovery.h"
 #include "coordinator/rpc.h"
 #include "coordinator/run.h"
@@ -42,12 +43,22 @@
 
 /* ---- configuration --------------------------------------------------------- */
 
-/* name, type, field, bounds, required, reloadable (SIGHUP), help */
-#define CONF(n, t, f, lo, hi, req, rel, h)                                                   \
+/* listen, metrics_listen: empty (off) or what dt_listen_parse takes,
+ * checked as the file is read so that the message names its line */
+static int check_hostport(const char *value, dt_emsg_t *em)
+{
+    struct sockaddr_storage ss;
+
+    return *value ? dt_listen_parse(value, &ss, em) : 0;
+}
+
+/* name, type, field, bounds, required, reloadable (SIGHUP), value check, help */
+#define CONFC(n, t, f, lo, hi, req, rel, chk, h)                                             \
     {                                                                                        \
         .name = (n), .type = (t), .offset = offsetof(dt_coord_conf_t, f), .min = (lo),       \
-        .max = (hi), .required = (req), .reloadable = (rel), .help = (h)                     \
+        .max = (hi), .required = (req), .reloadable = (rel), .help = (h), .check = (chk)     \
     }
+#define CONF(n, t, f, lo, hi, req, rel, h) CONFC(n, t, f, lo, hi, req, rel, NULL, h)
 static const dt_conf_key_t conf_keys[] = {
     CONF("state_dir", DT_CONF_STRING, state_dir, 0, 0, 1, 0,
          "directory of the database, socket and pidfile"),
@@ -56,8 +67,11 @@ static const dt_conf_key_t conf_keys[] = {
       "STATE_DIR/jobs)"),
     CONF("socket", DT_CONF_STRING, socket, 0, 0, 0, 0,
          "Unix socket for dtctl (default STATE_DIR/dtcoordd.sock)"),
-    CONF("listen", DT_CONF_STRING, listen, 0, 0, 0, 0,
-         "host:port for agents and remote dtctl (munge); unset: no TCP"),
+    CONFC("listen", DT_CONF_STRING, listen, 0, 0, 0, 0, check_hostport,
+          "host:port for agents and remote dtctl (munge); unset: no TCP"),
+    CONFC("metrics_listen", DT_CONF_STRING, metrics_listen, 0, 0, 0, 0, check_hostport,
+          "host:port of the Prometheus endpoint, GET /metrics (no authentication); unset: "
+          "none"),
     CONF("admin_group", DT_CONF_STRING, admin_group, 0, 0, 0, 1,
          "group whose members may see and change every job"),
     CONF("heartbeat", DT_CONF_DURATION, heartbeat_ms, 10, 3600000, 0, 1,
@@ -189,13 +203,11 @@ static int load_conf(const char *path, dt_coord_conf_t *cf, dt_emsg_t *em)
         w += len;
         w += strspn(w, " \t");
     }
-    struct sockaddr_storage ss;
-    if (n.listen && *n.listen && (rc = dt_listen_parse(n.listen, &ss, em)) < 0) {
-        char msg[sizeof(em->s)];
-        snprintf(msg, sizeof(msg), "%s", em->s);
-        dt_emsg_set(em, DT_ECONF, "%s: %s", path, msg);
+    if (n.listen && n.metrics_listen && *n.listen && strcmp(n.listen, n.metrics_listen) == 0) {
+        rc = dt_emsg_set(em, DT_ECONF, "%s: metrics_listen is listen's address (%s): the "
+                         "metrics endpoint needs its own port", path, n.listen);
         dt_conf_free(conf_keys, &n);
-        return DT_ECONF;
+        return rc;
     }
     /* the daemon runs from /: make every path absolute while we know the
      * directory it was started in */
@@ -281,6 +293,7 @@ static void reload(dt_coord_t *c)
         { "state_dir", c->conf.state_dir, n.state_dir },
         { "socket", c->conf.socket, n.socket },
         { "listen", c->conf.listen, n.listen },
+        { "metrics_listen", c->conf.metrics_listen, n.metrics_listen },
         { "log_file", c->conf.log_file, n.log_file },
         { "pidfile", c->conf.pidfile, n.pidfile },
         { "munge_socket", c->conf.munge_socket, n.munge_socket },
@@ -329,6 +342,7 @@ static void on_sweep(uv_timer_t *t)
 {
     dt_recovery_sweep(t->data);
     dt_conn_sweep(t->data);
+    dt_metrics_sweep(t->data);
 }
 
 /* The calls up the layers (coord.h): requests to the RPC table, faults to
@@ -344,6 +358,7 @@ static void stop(dt_coord_t *c)
     if (c->stopping)
         return;
     c->stopping = 1;
+    dt_metrics_close(c);
     if (c->have_unix)
         uv_close((uv_handle_t *)&c->unix_srv, NULL);
     if (c->have_tcp)
@@ -458,6 +473,9 @@ int main(int argc, char **argv)
         goto fail_loop;
     if (c.conf.listen && *c.conf.listen && dt_listen_tcp(&c, c.conf.listen, &em) < 0)
         goto fail_loop;
+    if (c.conf.metrics_listen && *c.conf.metrics_listen &&
+        dt_metrics_listen(&c, c.conf.metrics_listen, &em) < 0)
+        goto fail_loop;
     if (dt_alloc_init(&c, &em) < 0)
         goto fail_loop;
 
@@ -467,8 +485,11 @@ int main(int argc, char **argv)
     uv_signal_start(&c.sig_hup, on_signal, SIGHUP);
     uv_timer_start(&c.sweep, on_sweep, 250, 250);
 
-    dt_log_info("started pid=%ld db=%s socket=%s listen=%s schema=%d", (long)getpid(), dbpath,
-                c.conf.socket, c.conf.listen ? c.conf.listen : "-", dt_db_version(c.db));
+    dt_log_info("started pid=%ld db=%s socket=%s listen=%s metrics_listen=%s schema=%d",
+                (long)getpid(), dbpath, c.conf.socket,
+                c.conf.listen && *c.conf.listen ? c.conf.listen : "-",
+                c.conf.metrics_listen && *c.conf.metrics_listen ? c.conf.metrics_listen : "-",
+                dt_db_version(c.db));
     dt_daemon_ready(status_fd, NULL);
     status_fd = -1;
 

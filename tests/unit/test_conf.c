@@ -482,6 +482,48 @@ Test(conf, null_emsg)
     dt_conf_free(keys, &c);
 }
 
+/*-- a key's own check --------------------------------------------------------*/
+
+struct hp {
+    char *addr;
+};
+
+/* "host:port" with a port of digits, or empty (the key's "off") */
+static int check_hostport(const char *v, dt_emsg_t *em)
+{
+    const char *colon = strrchr(v, ':');
+
+    if (*v == '\0')
+        return 0;
+    if (colon == NULL || colon[1] == '\0' || strspn(colon + 1, "0123456789") != strlen(colon + 1))
+        return dt_emsg_set(em, DT_EINVAL, "'%s': expected HOST:PORT", v);
+    return 0;
+}
+
+static const dt_conf_key_t hp_keys[] = {
+    { .name = "addr", .type = DT_CONF_STRING, .offset = offsetof(struct hp, addr),
+      .check = check_hostport },
+    { .name = NULL },
+};
+
+Test(conf, a_key_check_names_file_line_and_value)
+{
+    struct hp h = { dt_xstrdup("keep") };
+    dt_emsg_t em = { { 0 } };
+
+    cr_assert_eq(dt_conf_parse("m.conf", "# x\naddr = 1.2.3.4:x9\n", hp_keys, &h, &em), DT_ECONF);
+    cr_assert_str_eq(em.s, "m.conf:2: key 'addr': '1.2.3.4:x9': expected HOST:PORT");
+    cr_assert_str_eq(h.addr, "keep", "a refused value changes nothing");
+    /* a control character the check quotes back is not echoed raw */
+    cr_assert_eq(dt_conf_parse("m.conf", "addr = \"a\x1b[2J\"\n", hp_keys, &h, &em), DT_ECONF);
+    cr_assert_str_eq(em.s, "m.conf:1: key 'addr': 'a?[2J': expected HOST:PORT");
+    cr_assert_eq(dt_conf_parse("m.conf", "addr = 127.0.0.1:9\n", hp_keys, &h, &em), 0, "%s", em.s);
+    cr_assert_str_eq(h.addr, "127.0.0.1:9");
+    cr_assert_eq(dt_conf_parse("m.conf", "addr =\n", hp_keys, &h, &em), 0, "%s", em.s);
+    cr_assert_str_eq(h.addr, "");
+    dt_conf_free(hp_keys, &h);
+}
+
 /*-- files -------------------------------------------------------------------*/
 
 Test(conf, load_file)
