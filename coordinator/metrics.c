@@ -32,6 +32,7 @@
 #include "coordinator/jobs.h"
 #include "coordinator/listen.h"
 #include "coordinator/metrics.h"
+#include "coordinator/run.h"
 
 /* ==== the exposition ===================================================== */
 
@@ -175,9 +176,11 @@ enum fam {
     F_JOB_CKPT_AGE,
     F_JOB_CKPT_STEP,
     F_JOB_CKPT_BYTES,
+    F_JOB_MEM_STEP,
+    F_JOB_MEM_COVERAGE,
     /* TODO(dt_job_memory_replica_coverage_ratio): the share of the job's
-     * state held in another node's memory (in-memory checkpoints), once
-     * they exist; nothing is shown for it until then. */
+     * state held in another node's memory (the in-memory checkpoints'
+     * replicas), once they exist; nothing is shown for it until then. */
     F_AGENT_HB,
     F_AGENT_CONNECTED,
     F_AGENT_GPUS,
@@ -233,6 +236,11 @@ static const struct family {
                           "Step of the newest committed checkpoint" },
     [F_JOB_CKPT_BYTES] = { "dt_job_checkpoint_bytes", "gauge",
                            "Size of the newest committed checkpoint" },
+    [F_JOB_MEM_STEP] = { "dt_job_memory_checkpoint_step", "gauge",
+                         "Newest step whose in-memory checkpoint every rank's agent holds" },
+    [F_JOB_MEM_COVERAGE] = { "dt_job_memory_checkpoint_coverage_ratio", "gauge",
+                             "Share of the ranks whose agent holds a copy of the newest "
+                             "in-memory step" },
     [F_AGENT_HB] = { "dt_agent_heartbeat_age_seconds", "gauge",
                      "Time since the agent was last heard" },
     [F_AGENT_CONNECTED] = { "dt_agent_connected", "gauge", "1 while the agent is connected" },
@@ -415,6 +423,8 @@ char *dt_metrics_format(const dt_metrics_snap_t *s, size_t *len)
     job_real(&w, s, F_JOB_CKPT_AGE, JOFF(ckpt_age_s));
     job_int(&w, s, F_JOB_CKPT_STEP, JOFF(ckpt_step));
     job_int(&w, s, F_JOB_CKPT_BYTES, JOFF(ckpt_bytes));
+    job_int(&w, s, F_JOB_MEM_STEP, JOFF(mem_step));
+    job_real(&w, s, F_JOB_MEM_COVERAGE, JOFF(mem_coverage));
     /* TODO(dt_job_memory_replica_coverage_ratio): here, from the in-memory
      * checkpoints' placement, when they are built. */
 
@@ -560,7 +570,8 @@ static void job_full(dt_coord_t *c, const seen_t *x, int64_t wall_ms, dt_metrics
 
     m->full = 1;
     m->gen = m->step = m->steps = m->restarts = m->requeues = m->failures = -1;
-    m->ckpt_step = m->ckpt_bytes = -1;
+    m->ckpt_step = m->ckpt_bytes = m->mem_step = -1;
+    m->mem_coverage = NAN;
     m->tokens_s = m->loss = m->ettr = m->step_s = m->productive_s = m->recomputed_s = NAN;
     m->stall_s = m->detect_s = m->restart_s = m->load_s = m->ckpt_age_s = NAN;
     if (dt_db_job_get(c->db, x->id, &j, &em) < 0) {
@@ -598,6 +609,14 @@ static void job_full(dt_coord_t *c, const seen_t *x, int64_t wall_ms, dt_metrics
         m->load_s = jnum(g, "load_s");
     }
     json_decref(show);
+    /* the in-memory checkpoints, while it has a run with them */
+    int64_t ms;
+    double cov;
+    dt_run_mem_state(c, x->id, &ms, &cov);
+    if (ms > 0 || cov > 0) {
+        m->mem_step = ms;
+        m->mem_coverage = cov;
+    }
 
     newest_t n = { 0, 0, 0 };
     if (dt_db_checkpoints(c->db, x->id, ckpt_cb, &n, &em) < 0) {

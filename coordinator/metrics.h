@@ -89,6 +89,9 @@ typedef struct dt_metrics_job {
     /* the newest committed checkpoint */
     int64_t ckpt_step, ckpt_bytes;
     double ckpt_age_s;
+    /* the in-memory checkpoints (dt_run_mem_state); -1 / NaN none */
+    int64_t mem_step;
+    double mem_coverage;
 } dt_metrics_job_t;
 
 typedef struct dt_metrics_agent {

@@ -817,6 +817,26 @@ void dt_run_mem_ckpt(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_mem_ckpt_t
     mc[s].agent = a->id;
 }
 
+void dt_run_mem_state(dt_coord_t *c, int64_t job, int64_t *step, double *coverage)
+{
+    jobrun_t *r = run_find(c, job);
+
+    *step = 0;
+    *coverage = 0;
+    if (r == NULL || r->mem == NULL || r->mem_R != r->R || r->R < 1)
+        return;
+    *step = mem_resume_step(r);
+    int64_t newest = 0;
+    for (int k = 0; k < r->R; k++)
+        for (int s = 0; s < 2; s++)
+            if (r->mem[k][s].step > newest)
+                newest = r->mem[k][s].step;
+    int have = 0;
+    for (int k = 0; k < r->R; k++)
+        have += r->mem[k][0].step == newest || r->mem[k][1].step == newest;
+    *coverage = newest > 0 ? (double)have / r->R : 0;
+}
+
 void dt_run_mem_forget(dt_coord_t *c, int64_t job)
 {
     jobrun_t *r = run_find(c, job);

@@ -484,8 +484,12 @@ t_tr_local() {
         { echo "rank 0 did not train on the device"; return 1; }
 }
 check "run --local, train with device = cuda: completes with the direct run's parameters" t_tr_local
-check "run --local, train on GPUs: a worker killed at step 3, resumed, the same parameters" \
-    tr_local worker --inject-failure worker@3
+t_tr_worker() {
+    tr_local worker --inject-failure worker@3 &&
+        out_has "^gen 2: resumed step [1-9] from memory"
+}
+check "run --local, train on GPUs: a worker killed at step 3, resumed from memory (copied off the device), the same parameters" \
+    t_tr_worker
 check "run --local, train on GPUs: a worker hung, resumed, the same parameters" \
     tr_local hang --inject-failure hang@3
 check "run --local, train on GPUs: an agent lost with a spare, the same parameters" \

@@ -203,12 +203,15 @@ t_job() {
         want "$P" "dt_job_checkpoint_step{job=\"$J\"}" '>=' 20 &&
         want "$P" "dt_job_checkpoint_age_seconds{job=\"$J\"}" '>=' 0 &&
         want "$P" "dt_job_checkpoint_age_seconds{job=\"$J\"}" '<' 120 &&
-        want "$P" "dt_job_checkpoint_stall_seconds_total{job=\"$J\"}" '>=' 0 || return 1
+        want "$P" "dt_job_checkpoint_stall_seconds_total{job=\"$J\"}" '>=' 0 &&
+        want "$P" "dt_job_memory_checkpoint_step{job=\"$J\"}" '>=' 25 &&
+        want "$P" "dt_job_memory_checkpoint_coverage_ratio{job=\"$J\"}" '>' 0 &&
+        want "$P" "dt_job_memory_checkpoint_coverage_ratio{job=\"$J\"}" '<=' 1 || return 1
     echo "step $(val "$P" "dt_job_step{job=\"$J\"}")," \
         "$(val "$P" "dt_job_tokens_per_second{job=\"$J\"}") tokens/s," \
         "ETTR $(val "$P" "dt_job_ettr_ratio{job=\"$J\"}")"
 }
-check "the job's series: running, step, tokens/s, loss, ETTR, checkpoint age, restarts" t_job
+check "the job's series: running, step, tokens/s, loss, ETTR, checkpoint age, in-memory checkpoints, restarts" t_job
 
 t_agents() {
     _n=$(grep -c "^dt_agent_heartbeat_age_seconds{job=\"$J\"," "$P")
