@@ -152,10 +152,10 @@ static int write_svg(dtctl_t *ctl, const plot_opts_t *o, const json_t *res)
     } else {
         const json_t *j = json_object_get(res, "job");
         /* stdout is the JSON document's with --json */
-        fprintf(ctl->json ? stderr : stdout, "job %lld: %zu steps, %zu failures drawn in %s\n",
-               (long long)json_integer_value(json_object_get(j, "id")),
-               json_array_size(json_object_get(res, "steps")),
-               json_array_size(json_object_get(res, "failures")), o->svg);
+        size_t nf = json_array_size(json_object_get(res, "failures"));
+        fprintf(ctl->json ? stderr : stdout, "job %lld: %zu steps, %zu failure%s drawn in %s\n",
+                (long long)json_integer_value(json_object_get(j, "id")),
+                json_array_size(json_object_get(res, "steps")), nf, nf == 1 ? "" : "s", o->svg);
     }
     free(svg);
     if (rc == DT_EACCES || rc == DT_EPERM)
