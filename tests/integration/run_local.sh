@@ -536,7 +536,7 @@ t_plot() {
     _svg=$TMPD/plot.svg
     [ -f "$_pd/dt.db" ] || { echo "no worker run to plot"; return 1; }
     run_rc 0 "$DTCTL" plot 1 --svg "$_svg" --state-dir "$_pd" &&
-        out_has "^job 1: [0-9]+ steps, 1 failures drawn in $_svg\$" || return 1
+        out_has "^job 1: [0-9]+ steps, 1 failure drawn in $_svg\$" || return 1
     xmllint --noout "$_svg" || return 1
     _label=$(grep -o 'F1 gen 1 worker: detect [0-9.]* s, restart [0-9.]* s, load [0-9.]* s, redo [0-9]* steps* [0-9.]* s' \
         "$_svg" | head -n 1)
