@@ -75,6 +75,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: dtagentd --coord unix:PATH|HOST:PORT --job ID [--node NAME] [--slots N]\n"
                "                [--state-dir DIR] [--engine PATH] [--munge-socket PATH]\n"
+               "                [--peer-listen IP:PORT|none]\n"
                "                [--hang-timeout DUR] [--start-timeout DUR] [--grace DUR]\n"
                "                [--signal USR1|USR2]\n"
                "                [--log-level LEVEL]\n"
@@ -375,6 +376,7 @@ int main(int argc, char **argv)
         { "munge-socket", 1, NULL, 'm' }, { "hang-timeout", 1, NULL, 'H' },
         { "grace", 1, NULL, 'g' },        { "log-level", 1, NULL, 'l' },
         { "signal", 1, NULL, 'S' },       { "start-timeout", 1, NULL, 'T' },
+        { "peer-listen", 1, NULL, 'P' },
         { "version", 0, NULL, 'v' },      { "help", 0, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -409,6 +411,7 @@ int main(int argc, char **argv)
         case 'd': tc->state_dir = optarg; break;
         case 'e': tc->engine = optarg; break;
         case 'm': lc->munge_socket = optarg; break;
+        case 'P': tc->peer_listen = optarg; break;
         case 'H': rc = dt_conf_parse_duration(optarg, &tc->hang_ms); break;
         case 'T': rc = dt_conf_parse_duration(optarg, &tc->start_ms); break;
         case 'g': rc = dt_conf_parse_duration(optarg, &tc->grace_ms); break;
@@ -468,6 +471,17 @@ int main(int argc, char **argv)
         free(state_dir);
         return 1;
     }
+    /* the peer channel (replicas): a Unix socket in the state directory
+     * when the coordinator is on this host (a Unix socket too: the agents
+     * are), else TCP on every interface, announced by node name */
+    char *peer_sock = NULL;
+    if (tc->peer_listen == NULL)
+        tc->peer_listen = strncmp(lc->coord, "unix:", 5) == 0
+                              ? (peer_sock = dt_xasprintf("unix:%s/peer.sock", tc->state_dir))
+                              : "0.0.0.0:0";
+    else if (strcmp(tc->peer_listen, "none") == 0)
+        tc->peer_listen = NULL;
+    tc->munge_socket = lc->munge_socket;
     clear_dead_gens(tc->state_dir);
     if (tc->engine == NULL)
         tc->engine = engine = find_engine();
@@ -553,6 +567,7 @@ int main(int argc, char **argv)
     dt_link_free(ag.link);
     dt_task_free(ag.task);
     free(engine);
+    free(peer_sock);
     free(state_dir);
     dt_gpus_free(&ag.gpus);
     dt_log_info("exiting with status %d", ag.exit_code);

@@ -5,7 +5,8 @@
  * memory the kernel keeps while a descriptor is open, not a tmpfs that
  * containers cap), which its workers inherit and write their state into
  * alternately (engine/cmd/memckpt.h), and what each holds once verified:
- * its step, size and SHA-256. The files outlive the workers: a recovery on
+ * its step, size and SHA-256; and for ranks whose agent is elsewhere, two
+ * files of replicas of their copies (agent/peer.h). The files outlive the workers: a recovery on
  * this agent resumes from them. They are the agent's (its user's, the
  * job's owner) and go with it, or with the job.
  *
@@ -38,10 +39,22 @@ DT_MUST_CHECK int dt_memstore_fds(dt_memstore_t *m, int rank, int fds[2], dt_ems
 void dt_memstore_clear(dt_memstore_t *m, int rank, int slot);
 void dt_memstore_set(dt_memstore_t *m, int rank, int slot, int64_t step, int64_t bytes,
                      const char *sha256);
+/* Where a replica of rank's copy (its agent elsewhere) is received: the
+ * older of two replica files (made on first use), its record cleared,
+ * *slot which; -1 with em when the memory cannot be had. */
+int dt_memstore_replica_sink(dt_memstore_t *m, int rank, int *slot, dt_emsg_t *em);
+/* That replica arrived and verified. */
+void dt_memstore_replica_set(dt_memstore_t *m, int rank, int slot, int64_t step, int64_t bytes,
+                             const char *sha256);
+/* A verified copy of rank's step, its own or a replica: its descriptor (the
+ * store's), *bytes and sha256; -1 none. */
+int dt_memstore_lookup(const dt_memstore_t *m, int rank, int64_t step, int64_t *bytes,
+                       char sha256[65]);
 /* The slot of rank's copy of step, -1 none; *copy (may be NULL) gets it. */
 int dt_memstore_find(const dt_memstore_t *m, int rank, int64_t step, dt_memcopy_t *copy);
-/* Keep the files of these ranks only (the generation's here); the others'
- * memory goes back. */
+/* Keep the own files of these ranks only (the generation's here); the
+ * others' memory goes back. Replicas stay until the job ends (two a rank
+ * at most). */
 void dt_memstore_keep(dt_memstore_t *m, const int *ranks, int n);
 /* Bytes held in verified copies, and the ranks that have files. */
 int64_t dt_memstore_bytes(const dt_memstore_t *m);

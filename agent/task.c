@@ -44,6 +44,7 @@
 #include "common/sha256.h"
 #include "common/uvframe.h"
 #include "agent/memstore.h"
+#include "agent/peer.h"
 #include "io/ckpt.h"
 #include "spec/vocab.h"
 
@@ -73,6 +74,8 @@ typedef struct dt_worker {
     json_t *result;          /* W_RESULT (rank 0) */
     dt_uvframe_t rd;         /* the channel's unread bytes */
     int gpu;                 /* a cuda generation: its index in conf.gpus; -1 none */
+    int fetching;            /* waiting for its in-memory copy from a peer before its spawn */
+    int fetch_slot;
 } dt_worker_t;
 
 struct dt_task {
@@ -94,9 +97,14 @@ struct dt_task {
     dt_pmix_t *pmix;
     dt_memstore_t *mem;      /* in-memory checkpoints of the ranks here (memstore.h) */
     int64_t mem_resume;      /* GEN_START's: the step the ranks resume from in memory; 0 none */
+    dt_peer_t *peer;         /* the channel to other agents (replicas); NULL none */
+    dt_peer_t *peer_failed;  /* one that could not listen: closed, freed with the task */
+    char **replica_to;       /* [nranks] GEN_START's: where each rank's replicas go, "" none */
+    char **args;             /* the workers' command line, for a spawn after a fetch */
 };
 
 static void gen_maybe_ended(dt_task_t *t);
+static void replica_to_free(dt_task_t *t);
 
 static int64_t agent_id(const dt_task_t *t)
 {
@@ -470,6 +478,12 @@ static void memverify_done(uv_work_t *req, int status)
                                   .step = v->step, .bytes = v->bytes, .sha256 = v->sha };
         /* not queued while the coordinator is away: the next one says more */
         t->hooks.send(t->hooks.ud, DT_MSG_MEM_CKPT, dt_wire_mem_ckpt_encode(&mc));
+        /* and a replica to the agent the coordinator named, if any */
+        int fds[2];
+        const char *to = t->replica_to && v->rank < t->nranks ? t->replica_to[v->rank] : NULL;
+        dt_emsg_t em = { "" };
+        if (to && to[0] && dt_memstore_fds(t->mem, v->rank, fds, &em) == 0)
+            dt_peer_send(t->peer, to, v->rank, v->step, fds[v->slot], v->bytes, v->sha);
     } else if (status == 0 && !v->ok) {
         /* overwritten while it was read (the worker is two copies ahead),
          * or bad: not offered for a recovery */
@@ -973,6 +987,7 @@ void dt_task_gen_start(dt_task_t *t, const dt_wire_gen_start_t *gs)
                      t->conf.node, self < 0 ? "no" : "yes");
         goto out;
     }
+    replica_to_free(t);
     t->gen = (uint32_t)gen;
     t->mem_resume = gs->mem_resume;
     {
@@ -988,6 +1003,12 @@ void dt_task_gen_start(dt_task_t *t, const dt_wire_gen_start_t *gs)
     t->fences_out = 0;
     t->ended_sent = 0;
     t->nranks = R;
+    /* where each rank's replicas go (the coordinator's choice) */
+    if (gs->replica_to.n == (size_t)R) {
+        t->replica_to = dt_xcalloc((size_t)R, sizeof(*t->replica_to));
+        for (int r = 0; r < R; r++)
+            t->replica_to[r] = dt_xstrdup(gs->replica_to.v[r] ? gs->replica_to.v[r] : "");
+    }
     free(t->nspace);
     t->nspace = dt_xstrdup(nspace);
     const char *logs = gs->log_dir;
@@ -1022,6 +1043,10 @@ void dt_task_gen_start(dt_task_t *t, const dt_wire_gen_start_t *gs)
         args[i + 1] = dt_xstrdup(gs->argv.v[i]);
     args[na + 1] = dt_xstrdup("--spec");
     args[na + 2] = dt_xstrdup(spec_path);
+    /* the task keeps them: a rank fetching its copy is spawned later */
+    free_strv(t->args);
+    t->args = args;
+    args = NULL;
     t->workers = dt_xcalloc((size_t)mine, sizeof(*t->workers));
     dt_log_info("gen=%u nspace=%s ranks=%d here=%d starting", t->gen, nspace, R, mine);
     for (int r = 0; r < R; r++) {
@@ -1033,7 +1058,22 @@ void dt_task_gen_start(dt_task_t *t, const dt_wire_gen_start_t *gs)
         w->t = t;
         w->rank = r;
         dt_uvframe_init(&w->rd, DT_MSG_MAX);
-        if ((rc = spawn_worker(t, w, args, &em)) < 0) {
+        /* a rank that moved here resumes from the copy another agent
+         * holds: fetched first, spawned when it is here (peer_fetched) */
+        const char *from = gs->fetch.n == (size_t)R && gs->fetch.v[r] ? gs->fetch.v[r] : "";
+        int fds[2];
+        dt_emsg_t fem = { "" };
+        if (t->mem_resume > 0 && from[0] && t->peer &&
+            dt_memstore_fds(t->mem, r, fds, &fem) == 0) {
+            w->fetching = 1;
+            w->fetch_slot = 0;
+            dt_memstore_clear(t->mem, r, 0);
+            dt_log_info("gen=%u rank=%d: fetching its in-memory checkpoint of step %lld from %s",
+                        t->gen, r, (long long)t->mem_resume, from);
+            dt_peer_fetch(t->peer, from, r, t->mem_resume, fds[0]);
+            continue;
+        }
+        if ((rc = spawn_worker(t, w, t->args, &em)) < 0) {
             dt_log_error("gen=%u: %s", t->gen, em.s);
             send_start_failed(t, t->gen, r, em.s);
             begin_abort(t, r, "a worker could not be started");
@@ -1124,6 +1164,7 @@ void dt_task_status(const dt_task_t *t, dt_wire_register_t *reg)
         if (alive(&t->workers[i]))
             reg->ranks.v[reg->ranks.n++] = t->workers[i].rank;
     reg->gen = reg->ranks.n ? t->gen : 0;
+    reg->peer = t->peer ? dt_peer_addr(t->peer) : NULL;
 }
 
 int dt_task_terminate(dt_task_t *t)
@@ -1171,6 +1212,87 @@ static void pm_aborted(void *ud, uint32_t gen, int rank, int status, const char 
                 msg ? msg : "");
 }
 
+/*-- the peer channel's upcalls (agent/peer.h) ---------------------------------------*/
+
+static int peer_sink(void *ud, int rank, int *slot)
+{
+    dt_task_t *t = ud;
+    dt_emsg_t em = { "" };
+
+    /* replicas of this generation's ranks only: the memory stays bounded */
+    if (rank < 0 || rank >= t->nranks)
+        return -1;
+    int fd = dt_memstore_replica_sink(t->mem, rank, slot, &em);
+    if (fd < 0)
+        dt_log_warn("gen=%u rank=%d: no memory for a replica: %s", t->gen, rank, em.s);
+    return fd;
+}
+
+static void peer_received(void *ud, int rank, int slot, int64_t step, int64_t bytes,
+                          const char *sha256)
+{
+    dt_task_t *t = ud;
+
+    dt_memstore_replica_set(t->mem, rank, slot, step, bytes, sha256);
+    dt_wire_mem_ckpt_t mc = { .agent = agent_id(t), .gen = t->gen, .rank = rank, .step = step,
+                              .bytes = bytes, .sha256 = sha256, .replica = true };
+    t->hooks.send(t->hooks.ud, DT_MSG_MEM_CKPT, dt_wire_mem_ckpt_encode(&mc));
+}
+
+static int peer_lookup(void *ud, int rank, int64_t step, int64_t *bytes, char sha256[65])
+{
+    dt_task_t *t = ud;
+    return dt_memstore_lookup(t->mem, rank, step, bytes, sha256);
+}
+
+static void peer_fetched(void *ud, int rank, int64_t step, int ok, int64_t bytes,
+                         const char *sha256, const char *why)
+{
+    dt_task_t *t = ud;
+    dt_emsg_t em = { "" };
+    dt_worker_t *w = NULL;
+
+    for (int i = 0; i < t->nworkers; i++)
+        if (t->workers[i].rank == rank && t->workers[i].fetching)
+            w = &t->workers[i];
+    if (w == NULL || step != t->mem_resume || t->aborting)
+        return; /* its generation is over */
+    w->fetching = 0;
+    if (ok) {
+        dt_memstore_set(t->mem, rank, w->fetch_slot, step, bytes, sha256);
+        dt_log_info("gen=%u rank=%d: its in-memory checkpoint of step %lld fetched (%lld bytes)",
+                    t->gen, rank, (long long)step, (long long)bytes);
+    } else {
+        /* started without it: it exits DT_EXIT_CKPT and the coordinator
+         * takes a disk checkpoint */
+        dt_log_warn("gen=%u rank=%d: fetching its in-memory checkpoint of step %lld failed: %s",
+                    t->gen, rank, (long long)step, why);
+    }
+    if (spawn_worker(t, w, t->args, &em) < 0) {
+        dt_log_error("gen=%u: %s", t->gen, em.s);
+        send_start_failed(t, t->gen, rank, em.s);
+        begin_abort(t, rank, "a worker could not be started");
+    }
+}
+
+static void peer_send_failed(void *ud, int rank, int64_t step, const char *why)
+{
+    dt_task_t *t = ud;
+    dt_wire_mem_ckpt_t mc = { .agent = agent_id(t), .gen = t->gen, .rank = rank, .step = step,
+                              .sha256 = "0000000000000000000000000000000000000000000000000000000000000000",
+                              .error = why };
+    t->hooks.send(t->hooks.ud, DT_MSG_MEM_CKPT, dt_wire_mem_ckpt_encode(&mc));
+}
+
+static void replica_to_free(dt_task_t *t)
+{
+    if (t->replica_to)
+        for (int r = 0; r < t->nranks; r++)
+            free(t->replica_to[r]);
+    free(t->replica_to);
+    t->replica_to = NULL;
+}
+
 int dt_task_new(uv_loop_t *loop, const dt_task_conf_t *conf, const dt_agentd_hooks_t *hooks,
                 dt_task_t **out, dt_emsg_t *em)
 {
@@ -1195,6 +1317,24 @@ int dt_task_new(uv_loop_t *loop, const dt_task_conf_t *conf, const dt_agentd_hoo
         return rc;
     }
     t->mem = dt_memstore_new(conf->job);
+    if (conf->peer_listen) {
+        static const dt_peer_hooks_t ph_tmpl = { 0 };
+        dt_peer_hooks_t ph = ph_tmpl;
+        dt_emsg_t pem = { "" };
+        ph.ud = t;
+        ph.sink = peer_sink;
+        ph.received = peer_received;
+        ph.lookup = peer_lookup;
+        ph.fetched = peer_fetched;
+        ph.send_failed = peer_send_failed;
+        /* without it, no replicas: the copies stay here only */
+        if (dt_peer_new(loop, conf->job, conf->peer_listen, conf->node, conf->munge_socket, &ph,
+                        &t->peer, &pem) < 0) {
+            dt_log_error("%s: no in-memory checkpoint replicas from or to this agent", pem.s);
+            t->peer_failed = t->peer;
+            t->peer = NULL;
+        }
+    }
     uv_timer_init(loop, &t->watch_timer);
     uv_timer_init(loop, &t->grace_timer);
     t->watch_timer.data = t;
@@ -1221,6 +1361,7 @@ void dt_task_close(dt_task_t *t)
         uv_close((uv_handle_t *)&t->grace_timer, NULL);
     dt_pmix_free(t->pmix);
     t->pmix = NULL;
+    dt_peer_close(t->peer);
     free(t->nspace);
     t->nspace = NULL;
     free(t->log_dir);
@@ -1232,6 +1373,10 @@ void dt_task_free(dt_task_t *t)
     if (t == NULL)
         return;
     free_workers(t);
+    replica_to_free(t);
+    free_strv(t->args);
+    dt_peer_free(t->peer);
+    dt_peer_free(t->peer_failed);
     dt_memstore_free(t->mem);
     free(t->gen_dir);
     free(t);

@@ -36,6 +36,8 @@ typedef struct dt_task_conf {
     int64_t start_ms;       /* ... and before it (MPI_Init) */
     int64_t grace_ms;       /* between SIGTERM (or a failure) and SIGKILL */
     const dt_gpus_t *gpus;  /* the node's GPUs: a cuda generation's workers take one each */
+    const char *peer_listen;  /* the peer channel's address (replicas: agent/peer.h); NULL none */
+    const char *munge_socket; /* for the peer channel's credentials; NULL munge's default */
 } dt_task_conf_t;
 
 /* Start the PMIx server and the module's timers. 0, or a DT_E* code with
@@ -54,7 +56,7 @@ void dt_task_stop(dt_task_t *t, const dt_wire_stop_t *st);
 
 /* The running generation's state for REGISTER: reg->gen and reg->ranks
  * (allocated: the caller frees ranks.v), gen 0 and no ranks when none
- * runs here. */
+ * runs here; reg->peer the peer channel's address (borrowed), NULL none. */
 void dt_task_status(const dt_task_t *t, dt_wire_register_t *reg);
 /* For an agent stop: SIGTERM every worker now, SIGKILL after the grace
  * period; 1 if any was running (the hooks' workers_gone says when their

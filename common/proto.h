@@ -73,8 +73,10 @@
     X(PREEMPT, 47, "agent", "{agent, signal}: Slurm's warning signal arrived -> {}")     \
     X(CKPT_DONE, 48, "agent", "{agent, op, step, ok, error?}: a CKPT_COMMIT or "          \
                               "CKPT_PRUNE was carried out (ok) or failed -> {}")      \
-    X(MEM_CKPT, 49, "agent", "{agent, gen, rank, step, bytes, sha256}: the agent holds "   \
-                             "the rank's in-memory checkpoint of step -> {}")          \
+    X(MEM_CKPT, 49, "agent", "{agent, gen, rank, step, bytes, sha256, replica?, error?}: "  \
+                             "the agent holds the rank's in-memory checkpoint of step " \
+                             "(its own, or a replica); error: its replica could not "   \
+                             "be sent -> {}")                                          \
     /* dtcoordd -> dtagentd, pushed (id 0, no reply) */                              \
     X(GEN_START, 50, "coord", "{job, gen, nspace, ranks, nodes, procs, spec, argv, "   \
                               "resume?, mem_resume?}: run these ranks (mem_resume: "   \
@@ -97,6 +99,12 @@
     X(W_RESULT, 64, "worker", "{rank, steps, loss, acc, checksum, outputs}: rank 0, at the end")  \
     X(W_MEMCKPT, 65, "worker", "{rank, step, slot, bytes, sha256}: an in-memory checkpoint "  \
                                "written into slot 0 or 1 of DT_MEM_CKPT")              \
+    /* dtagentd <-> dtagentd, the peer channel (AUTH first), id 0 */                  \
+    X(PEER_REPLICA, 80, "agent", "{job, rank, step, bytes, sha256}, then that many raw "   \
+                                 "bytes: rank's in-memory checkpoint of step, to hold or " \
+                                 "as PEER_FETCH's answer")                             \
+    X(PEER_FETCH, 81, "agent", "{job, rank, step}: PEER_REPLICA of rank's copy of step "   \
+                               "follows, or ERROR")                                   \
     /* dtagentd -> dtengine over the worker channel */                               \
     X(W_CHECKPOINT, 70, "agent", "{}: write a checkpoint at the next step boundary")  \
     X(W_STOP, 71, "agent", "{checkpoint}: stop at the next step boundary, exit 3")

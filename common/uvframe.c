@@ -98,6 +98,23 @@ int dt_uvframe_next(dt_uvframe_t *f, dt_msg_t *m, dt_emsg_t *em)
     return 1;
 }
 
+size_t dt_uvframe_take(dt_uvframe_t *f, const uint8_t **p, size_t max)
+{
+    size_t n = f->len - f->off;
+
+    if (n > max)
+        n = max;
+    *p = n ? f->buf + f->off : NULL;
+    f->off += n;
+    return n;
+}
+
+void dt_uvframe_taken(dt_uvframe_t *f)
+{
+    if (f->buf != NULL && f->off == f->len)
+        dt_uvframe_close(f);
+}
+
 int dt_uvframe_read(dt_uvframe_t *f, ssize_t nread, dt_uvframe_fn fn, void *ud, dt_emsg_t *em)
 {
     dt_msg_t m;

@@ -69,6 +69,14 @@ void dt_uvframe_add(dt_uvframe_t *f, size_t n);
  * (dt_msg_decode's message). Errors repeat on every later call. */
 DT_MUST_CHECK int dt_uvframe_next(dt_uvframe_t *f, dt_msg_t *m, dt_emsg_t *em);
 
+/* For a stream that carries raw bytes after a frame (the agents' peer
+ * channel): up to max of the bytes buffered after the frames taken, *p
+ * pointing at them (valid until dt_uvframe_taken or the next call that
+ * changes the buffer); they count as taken. dt_uvframe_taken frees the
+ * buffer once it is all taken. */
+size_t dt_uvframe_take(dt_uvframe_t *f, const uint8_t **p, size_t max);
+void dt_uvframe_taken(dt_uvframe_t *f);
+
 /* One frame for a dt_uvframe_read caller: the message is borrowed for the
  * call (cleared after it). Return 0 for the next frame, or a positive
  * value to stop here (the owner closed or paused the stream): bytes left

@@ -122,6 +122,7 @@ static const field_t f_register[] = {
     STRS(T, gpus, 0, 0),
     INT_R(T, gpu_memory_bytes, 0, 0, INT64_MAX),
     TEXT(T, gpu_why, F_LAX, 0, 256),
+    TEXT(T, peer, F_LAX, 3, 300),
 };
 #undef T
 #define T dt_wire_register_ok_t
@@ -187,6 +188,8 @@ static const field_t f_mem_ckpt[] = {
     INT_R(T, step, F_REQ, 1, INT64_MAX),
     INT_R(T, bytes, F_REQ, 0, INT64_MAX),
     HEX64(T, sha256, F_REQ),
+    BOOL(T, replica, F_LAX),
+    TEXT(T, error, F_LAX, 1, 256),
 };
 #undef T
 #define T dt_wire_gen_start_t
@@ -203,6 +206,8 @@ static const field_t f_gen_start[] = {
     STR(T, log_dir, 0),
     STR(T, device, 0),
     INT_R(T, mem_resume, F_LAX, 0, INT64_MAX),
+    STRS(T, replica_to, F_LAX, 0),
+    STRS(T, fetch, F_LAX, 0),
 };
 #undef T
 #define T dt_wire_gen_abort_t
@@ -255,6 +260,22 @@ static const field_t f_w_memckpt[] = {
     INT_R(T, slot, F_REQ, 0, 1),
     INT_R(T, bytes, F_REQ, 0, INT64_MAX),
     HEX64(T, sha256, F_REQ),
+};
+#undef T
+#define T dt_wire_peer_replica_t
+static const field_t f_peer_replica[] = {
+    INT_R(T, job, F_REQ, 1, INT64_MAX),
+    INT_R(T, rank, F_REQ, 0, DT_WIRE_RANKS_MAX),
+    INT_R(T, step, F_REQ, 1, INT64_MAX),
+    INT_R(T, bytes, F_REQ, 0, INT64_MAX),
+    HEX64(T, sha256, F_REQ),
+};
+#undef T
+#define T dt_wire_peer_fetch_t
+static const field_t f_peer_fetch[] = {
+    INT_R(T, job, F_REQ, 1, INT64_MAX),
+    INT_R(T, rank, F_REQ, 0, DT_WIRE_RANKS_MAX),
+    INT_R(T, step, F_REQ, 1, INT64_MAX),
 };
 #undef T
 #define T dt_wire_w_result_t

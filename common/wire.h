@@ -158,6 +158,7 @@ typedef struct dt_wire_register {
     dt_wire_strs_t gpus;     /* the node's GPUs' UUIDs (dtengine devices) */
     int64_t gpu_memory_bytes; /* the smallest one's memory */
     const char *gpu_why;     /* lenient, shown: why there are none */
+    const char *peer;        /* lenient: "host:port" of its peer channel (replicas), none */
 } dt_wire_register_t;
 
 typedef struct dt_wire_register_ok {
@@ -225,6 +226,8 @@ typedef struct dt_wire_mem_ckpt {
     int64_t step;  /* >= 1 */
     int64_t bytes; /* >= 0 */
     const char *sha256;
+    bool replica;      /* lenient: held for another agent's rank */
+    const char *error; /* lenient: the replica of step could not be sent (why) */
 } dt_wire_mem_ckpt_t;
 
 /*-- dtcoordd -> dtagentd, pushed ----------------------------------------*/
@@ -241,6 +244,10 @@ typedef struct dt_wire_gen_start {
     const char *device; /* "cpu" (NULL reads so) or "cuda": one GPU per worker */
     int64_t mem_resume; /* lenient: the in-memory checkpoints' step the ranks resume
                          * from (their agents hold them); 0 none */
+    dt_wire_strs_t replica_to; /* lenient: per rank, the peer address ("host:port") of the
+                                * agent that holds its replicas; "" none */
+    dt_wire_strs_t fetch;      /* lenient: per rank, the peer address to fetch its copy of
+                                * mem_resume from before it starts; "" none (its own) */
 } dt_wire_gen_start_t;
 
 typedef struct dt_wire_gen_abort {
@@ -309,6 +316,18 @@ typedef struct dt_wire_w_result {
     dt_wire_strs_t outputs; /* absolute paths of the job's outputs (attn, prefill) */
 } dt_wire_w_result_t;
 
+/*-- dtagentd <-> dtagentd, the peer channel -----------------------------*/
+
+/* PEER_REPLICA: the header of `bytes` raw bytes that follow it. */
+typedef struct dt_wire_peer_replica {
+    int64_t job, rank, step, bytes;
+    const char *sha256;
+} dt_wire_peer_replica_t;
+
+typedef struct dt_wire_peer_fetch {
+    int64_t job, rank, step;
+} dt_wire_peer_fetch_t;
+
 /* W_MEMCKPT: the worker wrote its in-memory checkpoint of step into slot
  * (0 or 1) of the memory its agent gave it (DT_MEM_CKPT). */
 typedef struct dt_wire_w_memckpt {
@@ -364,6 +383,8 @@ typedef struct dt_wire_w_stop {
     X(w_shard, W_SHARD, 0, dt_wire_w_shard_t)                 \
     X(w_result, W_RESULT, 0, dt_wire_w_result_t)              \
     X(w_memckpt, W_MEMCKPT, 0, dt_wire_w_memckpt_t)           \
+    X(peer_replica, PEER_REPLICA, 0, dt_wire_peer_replica_t)  \
+    X(peer_fetch, PEER_FETCH, 0, dt_wire_peer_fetch_t)        \
     X(w_stop, W_STOP, 0, dt_wire_w_stop_t)
 
 #define DT_WIRE_DECLARE(name, type, reply, T)                                              \

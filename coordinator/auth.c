@@ -5,12 +5,12 @@
 #include "config.h"
 
 #include <grp.h>
-#include <munge.h>
 #include <pwd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 
+#include "common/cred.h"
 #include "common/mem.h"
 #include "coordinator/auth.h"
 
@@ -34,26 +34,7 @@ int dt_auth_peercred(uv_stream_t *s, uid_t *uid, gid_t *gid, pid_t *pid)
 int dt_auth_munge(const char *cred, const char *munge_socket, uid_t *uid, gid_t *gid,
                   dt_emsg_t *em)
 {
-    munge_ctx_t ctx = munge_ctx_create();
-    munge_err_t e;
-    int rc = 0;
-
-    if (ctx == NULL)
-        return dt_emsg_set(em, DT_ENOMEM, "munge: cannot create a context");
-    if (munge_socket && munge_ctx_set(ctx, MUNGE_OPT_SOCKET, munge_socket) != EMUNGE_SUCCESS) {
-        rc = dt_emsg_set(em, DT_EINVAL, "munge: bad socket %s", munge_socket);
-        goto out;
-    }
-    e = munge_decode(cred, ctx, NULL, NULL, uid, gid);
-    if (e == EMUNGE_SOCKET) /* our munged, not the peer: a server-side failure */
-        rc = dt_emsg_set(em, DT_EIO, "coordinator cannot reach munged: %s",
-                         munge_ctx_strerror(ctx));
-    else if (e != EMUNGE_SUCCESS)
-        rc = dt_emsg_set(em, DT_EACCES, "munge credential refused: %s",
-                         munge_ctx_strerror(ctx) ? munge_ctx_strerror(ctx) : munge_strerror(e));
-out:
-    munge_ctx_destroy(ctx);
-    return rc;
+    return dt_cred_check(cred, munge_socket, "coordinator", uid, gid, em);
 }
 
 bool dt_auth_is_admin(uid_t uid, gid_t gid, const char *admin_group)

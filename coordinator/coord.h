@@ -87,6 +87,7 @@ typedef struct dt_live_agent {
     int slots;
     int gpus; /* the node's GPUs, as it registered them */
     int suspect; /* a GPU of it failed (recovery): no more ranks on it */
+    char peer[304]; /* "host:port" of its peer channel (replicas), "" none */
     int64_t pid;
     struct dt_live_agent *next, *prev;
 } dt_live_agent_t;

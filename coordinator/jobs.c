@@ -608,6 +608,9 @@ int dt_jobs_agent_register(dt_coord_t *c, const dt_caller_t *who, const dt_wire_
     a->slots = slots;
     a->gpus = (int)reg->gpus.n;
     a->pid = reg->pid;
+    /* where other agents reach it (replicas): printable, as the wire
+     * decoder checked, or none */
+    snprintf(a->peer, sizeof(a->peer), "%s", reg->peer ? reg->peer : "");
     dt_log_info("job=%lld agent=%lld node=%s slots=%d gpus=%zu registered", (long long)jid,
                 (long long)aid, node, slots, reg->gpus.n);
     *out = a;

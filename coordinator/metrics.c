@@ -178,9 +178,7 @@ enum fam {
     F_JOB_CKPT_BYTES,
     F_JOB_MEM_STEP,
     F_JOB_MEM_COVERAGE,
-    /* TODO(dt_job_memory_replica_coverage_ratio): the share of the job's
-     * state held in another node's memory (the in-memory checkpoints'
-     * replicas), once they exist; nothing is shown for it until then. */
+    F_JOB_MEM_REPLICAS,
     F_AGENT_HB,
     F_AGENT_CONNECTED,
     F_AGENT_GPUS,
@@ -241,6 +239,9 @@ static const struct family {
     [F_JOB_MEM_COVERAGE] = { "dt_job_memory_checkpoint_coverage_ratio", "gauge",
                              "Share of the ranks whose agent holds a copy of the newest "
                              "in-memory step" },
+    [F_JOB_MEM_REPLICAS] = { "dt_job_memory_replica_coverage_ratio", "gauge",
+                             "Share of the ranks whose newest in-memory checkpoint also has a "
+                             "replica on another agent" },
     [F_AGENT_HB] = { "dt_agent_heartbeat_age_seconds", "gauge",
                      "Time since the agent was last heard" },
     [F_AGENT_CONNECTED] = { "dt_agent_connected", "gauge", "1 while the agent is connected" },
@@ -425,8 +426,7 @@ char *dt_metrics_format(const dt_metrics_snap_t *s, size_t *len)
     job_int(&w, s, F_JOB_CKPT_BYTES, JOFF(ckpt_bytes));
     job_int(&w, s, F_JOB_MEM_STEP, JOFF(mem_step));
     job_real(&w, s, F_JOB_MEM_COVERAGE, JOFF(mem_coverage));
-    /* TODO(dt_job_memory_replica_coverage_ratio): here, from the in-memory
-     * checkpoints' placement, when they are built. */
+    job_real(&w, s, F_JOB_MEM_REPLICAS, JOFF(mem_replicas));
 
     /* agents */
     for (size_t i = 0; i < s->nagents; i++) {
@@ -571,7 +571,7 @@ static void job_full(dt_coord_t *c, const seen_t *x, int64_t wall_ms, dt_metrics
     m->full = 1;
     m->gen = m->step = m->steps = m->restarts = m->requeues = m->failures = -1;
     m->ckpt_step = m->ckpt_bytes = m->mem_step = -1;
-    m->mem_coverage = NAN;
+    m->mem_coverage = m->mem_replicas = NAN;
     m->tokens_s = m->loss = m->ettr = m->step_s = m->productive_s = m->recomputed_s = NAN;
     m->stall_s = m->detect_s = m->restart_s = m->load_s = m->ckpt_age_s = NAN;
     if (dt_db_job_get(c->db, x->id, &j, &em) < 0) {
@@ -611,11 +611,12 @@ static void job_full(dt_coord_t *c, const seen_t *x, int64_t wall_ms, dt_metrics
     json_decref(show);
     /* the in-memory checkpoints, while it has a run with them */
     int64_t ms;
-    double cov;
-    dt_run_mem_state(c, x->id, &ms, &cov);
+    double cov, rep;
+    dt_run_mem_state(c, x->id, &ms, &cov, &rep);
     if (ms > 0 || cov > 0) {
         m->mem_step = ms;
         m->mem_coverage = cov;
+        m->mem_replicas = rep;
     }
 
     newest_t n = { 0, 0, 0 };

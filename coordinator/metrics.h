@@ -91,7 +91,7 @@ typedef struct dt_metrics_job {
     double ckpt_age_s;
     /* the in-memory checkpoints (dt_run_mem_state); -1 / NaN none */
     int64_t mem_step;
-    double mem_coverage;
+    double mem_coverage, mem_replicas;
 } dt_metrics_job_t;
 
 typedef struct dt_metrics_agent {

@@ -119,8 +119,10 @@ typedef struct dt_jobrun {
     int64_t mem_every;      /* the plan's mem_ckpt_every: 0, no in-memory checkpoints */
     struct memcopy {
         int64_t step, agent;
-    } (*mem)[2];            /* [mem_R]: per rank the two newest in-memory checkpoints an
-                             * agent of its holds (step 0: none) */
+    } (*mem)[4];            /* [mem_R]: per rank the two newest in-memory checkpoints its
+                             * own agent holds ([0], [1]) and the two newest replicas
+                             * another agent holds ([2], [3]); step 0: none */
+    int rep_failed_gen;     /* the generation whose replica failure was an event */
     int mem_R;
     int resumed_mem;        /* the current generation resumed from memory */
     const char *bad_what;   /* what it was: "worker", "agent", ...; NULL none */
@@ -289,23 +291,43 @@ static int fault(dt_coord_t *c, jobrun_t *r, dt_fault_t *f)
     return c->hooks->fault(c, r->job, f);
 }
 
-/* The newest step whose in-memory checkpoint every rank's new agent
- * (agent_of) holds, 0 none: a rank that moved to another agent has none
- * there. */
-static int64_t mem_resume_step(const jobrun_t *r)
+/* Where rank k finds its copy of step for its new agent: 1 its own agent
+ * holds it, 2 another live agent with a peer channel holds it (*from its
+ * id), 0 nowhere. */
+static int copy_at(dt_coord_t *c, const jobrun_t *r, int k, int64_t step, int64_t *from)
+{
+    for (int s = 0; s < 2; s++)
+        if (r->mem[k][s].step == step && r->mem[k][s].agent == r->agent_of[k])
+            return 1;
+    /* replicas only: an agent keeps its own copies of ranks it runs */
+    for (int s = 2; s < 4; s++) {
+        dt_live_agent_t *h = dt_coord_agent_find(c, r->mem[k][s].agent);
+        if (r->mem[k][s].step == step && h && h->id != r->agent_of[k] && h->conn &&
+            h->peer[0]) {
+            *from = h->id;
+            return 2;
+        }
+    }
+    return 0;
+}
+
+/* The newest step whose in-memory checkpoint every rank can have where it
+ * is placed now (agent_of): its own agent's copy, or one fetched from the
+ * agent holding its replica (a rank whose agent was lost). 0 none. */
+static int64_t mem_resume_step(dt_coord_t *c, const jobrun_t *r)
 {
     if (r->mem == NULL || r->mem_R != r->R || r->agent_of == NULL)
         return 0;
     int64_t best = 0;
-    for (int s = 0; s < 2; s++) {
-        int64_t step = r->mem[0][s].step;
-        int all = step > best;
-        for (int k = 0; k < r->R && all; k++)
-            all = (r->mem[k][0].step == step && r->mem[k][0].agent == r->agent_of[k]) ||
-                  (r->mem[k][1].step == step && r->mem[k][1].agent == r->agent_of[k]);
-        if (all)
-            best = step;
-    }
+    for (int k0 = 0; k0 < r->R; k0++)
+        for (int s = 0; s < 4; s++) {
+            int64_t step = r->mem[k0][s].step, from;
+            int all = step > best;
+            for (int k = 0; k < r->R && all; k++)
+                all = copy_at(c, r, k, step, &from) != 0;
+            if (all)
+                best = step;
+        }
     return best;
 }
 
@@ -334,6 +356,38 @@ static void gen_start(dt_coord_t *c, jobrun_t *r)
             live[j] = live[j - 1];
             live[j - 1] = t;
         }
+    /* a recovery keeps each rank block where it was: the previous
+     * generation's agents in its order, a lost one's place taken by a
+     * spare (so their in-memory checkpoints stay where their ranks run),
+     * then the other spares */
+    if (r->gen_agents && r->ngen > 0) {
+        dt_live_agent_t **order = dt_xcalloc((size_t)(nlive ? nlive : 1), sizeof(*order));
+        char *used = dt_xcalloc((size_t)(nlive ? nlive : 1), 1);
+        int n = 0;
+        for (int g = 0; g < r->ngen; g++) {
+            int at = -1;
+            for (int i = 0; i < nlive && at < 0; i++)
+                if (!used[i] && live[i]->id == r->gen_agents[g])
+                    at = i;
+            for (int i = 0; i < nlive && at < 0; i++) {
+                int was = 0;
+                for (int h = 0; h < r->ngen && !was; h++)
+                    was = live[i]->id == r->gen_agents[h];
+                if (!used[i] && !was)
+                    at = i;
+            }
+            if (at >= 0) {
+                used[at] = 1;
+                order[n++] = live[at];
+            }
+        }
+        for (int i = 0; i < nlive; i++)
+            if (!used[i])
+                order[n++] = live[i];
+        free(used);
+        free(live);
+        live = order;
+    }
     for (int i = 0; i < nlive; i++)
         slots += live[i]->slots;
     if (r->spec.kind == NULL) {
@@ -380,7 +434,7 @@ static void gen_start(dt_coord_t *c, jobrun_t *r)
     dt_commit_resume(c, &r->ck, &resume, &resume_step);
     /* the agents' in-memory checkpoints when they are newer (or as new:
      * memory loads faster than the disk) */
-    int64_t mem_step = mem_resume_step(r);
+    int64_t mem_step = mem_resume_step(c, r);
     r->resumed_mem = mem_step > 0 && mem_step >= resume_step;
     if (r->resumed_mem)
         resume_step = mem_step;
@@ -430,6 +484,25 @@ static void gen_start(dt_coord_t *c, jobrun_t *r)
         argv[na++] = r->out_dir;
     }
     char *logs = r->job_dir ? dt_xasprintf("%s/logs", r->job_dir) : NULL;
+    /* each rank's replicas go to the agent of the next rank in the ring
+     * that is on another agent (another node: one agent a node); and a
+     * rank resuming from memory whose agent is new fetches its copy */
+    const char **rep_to = dt_xcalloc((size_t)r->R, sizeof(*rep_to));
+    const char **fetch = dt_xcalloc((size_t)r->R, sizeof(*fetch));
+    for (int k = 0; k < r->R; k++) {
+        rep_to[k] = fetch[k] = "";
+        for (int d = 1; r->mem_every > 0 && d < r->R; d++) {
+            int64_t other = r->agent_of[(k + d) % r->R];
+            dt_live_agent_t *h = other != r->agent_of[k] ? dt_coord_agent_find(c, other) : NULL;
+            if (h) {
+                rep_to[k] = h->peer;
+                break;
+            }
+        }
+        int64_t from = 0;
+        if (r->resumed_mem && copy_at(c, r, k, mem_step, &from) == 2)
+            fetch[k] = dt_coord_agent_find(c, from)->peer;
+    }
     dt_wire_gen_start_t gs = {
         .job = r->job, .gen = r->gen, .nspace = nspace, .ranks = r->R,
         .nodes = { (const char **)r->gen_nodes, (size_t)r->ngen },
@@ -438,9 +511,13 @@ static void gen_start(dt_coord_t *c, jobrun_t *r)
         .argv = { argv, na },
         .resume = r->resumed_mem ? NULL : resume, .log_dir = logs,
         .device = dt_spec_device(&r->spec), .mem_resume = r->resumed_mem ? mem_step : 0,
+        .replica_to = { rep_to, (size_t)r->R },
+        .fetch = { fetch, r->resumed_mem ? (size_t)r->R : 0 },
     };
     json_t *start = dt_wire_gen_start_encode(&gs);
     free(logs);
+    free(rep_to);
+    free(fetch);
     for (int i = 0; i < r->ngen; i++)
         dt_push_msg(dt_coord_agent_find(c, r->gen_agents[i]), DT_MSG_GEN_START, json_incref(start));
     json_decref(start);
@@ -803,29 +880,47 @@ void dt_run_mem_ckpt(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_mem_ckpt_t
     int64_t rank = m->rank;
 
     if (r == NULL || m->gen != r->gen || r->agent_of == NULL || rank < 0 || rank >= r->R ||
-        r->agent_of[rank] != a->id)
+        (!m->replica && r->agent_of[rank] != a->id) ||
+        (m->replica && r->agent_of[rank] == a->id))
         return;
+    if (m->error) {
+        /* a replica that could not be sent: the copies stay on their own
+         * agent (a node lost takes them with it); once per generation */
+        if (r->rep_failed_gen != r->gen) {
+            r->rep_failed_gen = r->gen;
+            char *e = dt_text_escape(m->error, 0);
+            dt_coord_event(c, r->job, "replica_failed",
+                           "gen=%d rank %lld step %lld: %s; its in-memory checkpoints are on "
+                           "its own agent only", r->gen, (long long)rank, (long long)m->step, e);
+            free(e);
+        }
+        return;
+    }
     if (r->mem_R != r->R) {
         free(r->mem);
         r->mem = dt_xcalloc((size_t)r->R, sizeof(*r->mem));
         r->mem_R = r->R;
     }
-    struct memcopy *mc = r->mem[rank];
-    /* the agent's two slots: this step's, or the older one's */
+    /* the own agent's two slots, or the replicas' two: this step's, or
+     * the older one's */
+    struct memcopy *mc = r->mem[rank] + (m->replica ? 2 : 0);
     int s = mc[0].step == m->step ? 0 : mc[1].step == m->step ? 1 : mc[0].step <= mc[1].step ? 0 : 1;
     mc[s].step = m->step;
     mc[s].agent = a->id;
 }
 
-void dt_run_mem_state(dt_coord_t *c, int64_t job, int64_t *step, double *coverage)
+void dt_run_mem_state(dt_coord_t *c, int64_t job, int64_t *step, double *coverage,
+                      double *replicas)
 {
     jobrun_t *r = run_find(c, job);
 
     *step = 0;
     *coverage = 0;
+    if (replicas)
+        *replicas = 0;
     if (r == NULL || r->mem == NULL || r->mem_R != r->R || r->R < 1)
         return;
-    *step = mem_resume_step(r);
+    *step = mem_resume_step(c, r);
     int64_t newest = 0;
     for (int k = 0; k < r->R; k++)
         for (int s = 0; s < 2; s++)
@@ -835,6 +930,16 @@ void dt_run_mem_state(dt_coord_t *c, int64_t job, int64_t *step, double *coverag
     for (int k = 0; k < r->R; k++)
         have += r->mem[k][0].step == newest || r->mem[k][1].step == newest;
     *coverage = newest > 0 ? (double)have / r->R : 0;
+    if (replicas) {
+        /* the share of ranks whose newest own copy also has a replica */
+        int rep = 0;
+        for (int k = 0; k < r->R; k++) {
+            int64_t own = r->mem[k][0].step > r->mem[k][1].step ? r->mem[k][0].step
+                                                                : r->mem[k][1].step;
+            rep += own > 0 && (r->mem[k][2].step == own || r->mem[k][3].step == own);
+        }
+        *replicas = (double)rep / r->R;
+    }
 }
 
 void dt_run_mem_forget(dt_coord_t *c, int64_t job)

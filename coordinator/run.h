@@ -41,9 +41,12 @@ void dt_run_shard(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_shard_written
 /* MEM_CKPT: agent a holds its rank's in-memory checkpoint of a step. */
 void dt_run_mem_ckpt(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_mem_ckpt_t *m);
 /* The job's in-memory checkpoints as the agents reported them: *step the
- * newest step every rank's agent holds (0 none), *coverage the share of
- * ranks holding a copy of the newest step any rank has (0 none). */
-void dt_run_mem_state(dt_coord_t *c, int64_t job, int64_t *step, double *coverage);
+ * newest step every rank can resume from in memory (0 none), *coverage the
+ * share of ranks whose own agent holds the newest step any rank has (0
+ * none), *replicas (may be NULL) the share whose newest copy also has a
+ * replica on another agent. */
+void dt_run_mem_state(dt_coord_t *c, int64_t job, int64_t *step, double *coverage,
+                      double *replicas);
 /* recovery: the in-memory checkpoints did not verify: the next generation
  * resumes from disk. */
 void dt_run_mem_forget(dt_coord_t *c, int64_t job);

@@ -778,8 +778,9 @@ void dt_cost_eval(const dt_plan_req_t *q, int64_t T, int R, dt_cost_t *v)
     mm->workspace = work;
     if (q->kind == DT_KIND_TRAIN) {
         train_state(q, 1.0 / ((double)dp_of(q) * R), mm);
-        /* two in-memory copies of what it holds, and their headers */
-        mm->mem_ckpt = 2 * (held_state(q, 1.0 / ((double)dp_of(q) * R)) + 65536);
+        /* two in-memory copies of what it holds and two replicas of
+         * another rank's (as large), with their headers */
+        mm->mem_ckpt = 4 * (held_state(q, 1.0 / ((double)dp_of(q) * R)) + 65536);
     }
     if (q->kind == DT_KIND_TRAIN && e < 4) {
         /* the GPU engine's own accounting (spec/model.h); the head in

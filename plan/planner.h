@@ -118,7 +118,8 @@ typedef struct dt_plan_mem {
     double weights, grads, optimizer, activations, kv_buffers, workspace, fixed, total;
     double host;
     double mem_ckpt; /* train: the in-memory checkpoints its agent holds for it (two copies
-                      * of its checkpoint shard); host memory, apart from total and host */
+                      * of its state and two replicas of another rank's); host memory,
+                      * apart from total and host */
 } dt_plan_mem_t;
 
 typedef struct dt_plan {

@@ -403,9 +403,12 @@ SPEC
 AGENT_PIDS=
 agent() {
     _ag_coord="unix:$COORD_SOCK"
-    [ "${4:-}" = tcp ] && _ag_coord="127.0.0.1:$COORD_PORT"
+    _ag_peer=
+    # over TCP its peer channel (replicas) is TCP too, with munge, on loopback
+    [ "${4:-}" = tcp ] && _ag_coord="127.0.0.1:$COORD_PORT" _ag_peer="--peer-listen=127.0.0.1:0"
     mkdir -p "$TMPD/agents"
-    "$DTAGENTD" --coord "$_ag_coord" --munge-socket "$MUNGE_SOCKET" --job "$3" --node "$1" \
+    # shellcheck disable=SC2086
+    "$DTAGENTD" --coord "$_ag_coord" --munge-socket "$MUNGE_SOCKET" --job "$3" --node "$1" $_ag_peer \
         --slots "$2" --state-dir "$TMPD/agents/$3-$1" --hang-timeout "${HANG:-2s}" --grace 1s \
         >"$TMPD/agents/$3-$1.log" 2>&1 &
     eval "AGENT_$1=$!"

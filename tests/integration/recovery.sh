@@ -70,6 +70,18 @@ for fd in /proc/"$AGENT_a0"/fd/*; do
     esac
 done
 mem_plan=$(ctl show "$J" --json | sed -n 's/^ *"mem_ckpt_bytes_per_rank": \([0-9]*\),*$/\1/p' | head -n 1)
+# a0's peer channel is TCP (it registered over TCP): another user's agent
+# offering it a replica is refused, and so is a replica of another job
+peer_port=$(sed -n 's/.*peer channel listening on 127.0.0.1:0 (announced as 127.0.0.1:\([0-9]*\)).*/\1/p' \
+    "$TMPD/agents/$J-a0.log" | head -n 1)
+zeros=0000000000000000000000000000000000000000000000000000000000000000
+setpriv --reuid=nobody --regid="$(id -gn nobody)" --clear-groups "$DTPROBE" \
+    --tcp "127.0.0.1:${peer_port:-1}" --auth --munge-socket "$MUNGE_SOCKET" --timeout 5 \
+    PEER_REPLICA "{\"job\":$J,\"rank\":0,\"step\":1,\"bytes\":4,\"sha256\":\"$zeros\"}" \
+    >"$TMPD/peer-other.out" 2>&1
+"$DTPROBE" --tcp "127.0.0.1:${peer_port:-1}" --auth --munge-socket "$MUNGE_SOCKET" --timeout 5 \
+    PEER_REPLICA "{\"job\":$((J + 100)),\"rank\":0,\"step\":1,\"bytes\":4,\"sha256\":\"$zeros\"}" \
+    >"$TMPD/peer-job.out" 2>&1
 finish_job "$J"
 check "fault-free: the job completed" completed "$J"
 t_mem_held() {
@@ -78,6 +90,14 @@ t_mem_held() {
 }
 check "fault-free: the agent's in-memory checkpoints within the plan (2 ranks, 2 copies each)" \
     t_mem_held
+t_peer_other() {
+    grep -q "ERROR code=.*uid [0-9]* is not this job's owner" "$TMPD/peer-other.out" ||
+        { echo "port ${peer_port:-?}:"; cat "$TMPD/peer-other.out"; return 1; }
+    grep -q "peer connection refused: uid [0-9]* is not this job's owner" "$TMPD/agents/$J-a0.log"
+}
+check "fault-free: a replica offered by another user's agent is refused" t_peer_other
+check "fault-free: a replica of another job is refused" \
+    grep -q "ERROR code=.*a replica of another job" "$TMPD/peer-job.out"
 REF=$(checksum_of "$J")
 REF_LOSS=$(loss_of "$J")
 check "fault-free: a result with a checksum" test -n "$REF"
@@ -194,10 +214,31 @@ finish_job "$J"
 check "agent killed, spare: the job completed" completed "$J"
 check "agent killed, spare: same checksum as fault-free" same_checksum "$J"
 check "agent killed, spare: the loss is an event" has_event "$J" agent_lost
-check "agent killed, spare: its memory went with it: resumed from disk" \
+check "agent killed, spare: its ranks resumed from their replicas on the other agent" \
+    has_event "$J" resumed_step "gen=2: resumed step (1[5-9]|2[0-9]) from memory"
+t_fetched() {
+    grep -h "fetched" "$TMPD/agents/$J-a2.log" | grep -c "in-memory checkpoint of step" |
+        grep -qx 2 || { grep -h "fetch" "$TMPD/agents/$J-a2.log"; return 1; }
+}
+check "agent killed, spare: the spare fetched both ranks' copies before starting them" t_fetched
+check "agent killed, spare: its cost is an event and in dtctl show (at most one step recomputed)" \
+    cost_of "$J" agent "[01]"
+
+# ---- SIGKILL an agent and the holder of its replicas at once: from disk -----------------
+J=$(submit "$TMPD/job.spec")
+agent a0 2 "$J"
+agent a1 2 "$J"
+wait_for 30 step_at_least "$J" 1
+agent a2 2 "$J"
+agent a3 2 "$J"
+wait_for 120 step_at_least "$J" 15
+kill -KILL "$AGENT_a0" "$AGENT_a1"
+finish_job "$J"
+check "agent and replica holder killed: the job completed" completed "$J"
+check "agent and replica holder killed: same checksum as fault-free" same_checksum "$J"
+check "agent and replica holder killed: no copy in memory left, resumed from disk" \
     has_event "$J" resumed_step "gen=2: resumed step [1-9][0-9]* from disk"
-check "agent killed, spare: its cost is an event and in dtctl show (steps recomputed)" \
-    cost_of "$J" agent "[1-9][0-9]*"
+check "agent and replica holder killed: no worker left" no_workers_left
 check "agent killed, spare: its workers died with it" no_workers_left
 
 # ---- SIGKILL an agent, no spare: re-plan on fewer ranks ------------------------------
