@@ -225,6 +225,27 @@ static void send_register(dt_link_t *l)
     dt_wire_register_t reg = { .job = l->conf.job, .node = l->conf.node,
                                .slots = l->conf.slots, .pid = getpid() };
     l->hooks.status(l->hooks.ud, &reg);
+    /* a peer channel on every interface ("*:PORT"): announced at the
+     * address this agent reaches the coordinator from, which the other
+     * nodes can route to; over a Unix socket, by node name */
+    char peer[320];
+    if (reg.peer && strncmp(reg.peer, "*:", 2) == 0) {
+        struct sockaddr_storage sa;
+        int len = sizeof(sa);
+        char ip[INET6_ADDRSTRLEN] = "";
+        if (l->conn.handle.type == UV_TCP &&
+            uv_tcp_getsockname(&l->conn.tcp, (struct sockaddr *)&sa, &len) == 0) {
+            if (sa.ss_family == AF_INET6)
+                uv_ip6_name((struct sockaddr_in6 *)&sa, ip, sizeof(ip));
+            else
+                uv_ip4_name((struct sockaddr_in *)&sa, ip, sizeof(ip));
+        }
+        if (ip[0] && strchr(ip, ':'))
+            snprintf(peer, sizeof(peer), "[%s]%s", ip, reg.peer + 1);
+        else
+            snprintf(peer, sizeof(peer), "%s%s", ip[0] ? ip : l->conf.node, reg.peer + 1);
+        reg.peer = peer;
+    }
     if (l->conf.slurm_id > 0) {
         reg.slurm_id = l->conf.slurm_id;
         reg.slurm_restart = l->conf.slurm_restart;

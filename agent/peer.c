@@ -709,8 +709,9 @@ int dt_peer_new(uv_loop_t *loop, int64_t job, const char *listen, const char *no
     int bport = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
                                                   : ((struct sockaddr_in *)&bound)->sin_port);
     int wild = strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0;
-    if (wild)
-        snprintf(p->addr, sizeof(p->addr), "%s:%d", node, bport);
+    (void)node;
+    if (wild) /* the link says which address (agent/link.c) */
+        snprintf(p->addr, sizeof(p->addr), "*:%d", bport);
     else if (strchr(host, ':'))
         snprintf(p->addr, sizeof(p->addr), "[%s]:%d", host, bport);
     else

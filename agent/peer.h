@@ -51,10 +51,12 @@ typedef struct dt_peer_hooks {
     void (*send_failed)(void *ud, int rank, int64_t step, const char *why);
 } dt_peer_hooks_t;
 
-/* Listen on `listen` ("HOST:PORT", port 0: any free one). The announced
- * address is HOST:PORT with the port bound, or `node`:PORT when HOST is a
- * wildcard (0.0.0.0 or ::). DT_EINVAL for a malformed address, a negative
- * code from libuv's bind or listen, with the address in em. */
+/* Listen on `listen` ("HOST:PORT", port 0: any free one; or
+ * "unix:PATH"). The announced address is HOST:PORT with the port bound, or
+ * "*:PORT" when HOST is a wildcard (0.0.0.0 or ::): the coordinator link
+ * puts in the address it reaches the coordinator from (agent/link.c).
+ * DT_EINVAL for a malformed address, a negative code from libuv's bind or
+ * listen, with the address in em. */
 DT_MUST_CHECK int dt_peer_new(uv_loop_t *loop, int64_t job, const char *listen, const char *node,
                               const char *munge_socket, const dt_peer_hooks_t *hooks,
                               dt_peer_t **out, dt_emsg_t *em);

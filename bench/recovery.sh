@@ -58,9 +58,9 @@ ms() { awk -F'[T:.]' '{ printf "%d\n", (($2 * 60 + $3) * 60 + $4) * 1000 + $5 }'
 first() { grep -E "$2" "$1" | head -n 1 | cut -d' ' -f1 | ms; }
 last() { grep -hE "$2" $1 | cut -d' ' -f1 | sort | tail -n 1 | ms; }
 
-run_job() { # NAME [SPEC [SLOTS]]: a job and its two agents; sets J
+run_job() { # NAME [SPEC [SLOTS [SPARE]]]: a job and its two agents (a third, a2, with SPARE); sets J
     J=$($CTL submit "${2:-$D/job.spec}" --json | sed -n 's/^ *"id": \([0-9]*\),*$/\1/p' | head -n 1)
-    for n in a0 a1; do
+    for n in a0 a1 ${4:+a2}; do
         "$B/agent/dtagentd" --coord "unix:$D/state/sock" --job "$J" --node "$n" --slots "${3:-2}" \
             --state-dir "$D/$1-$n" --hang-timeout "$HANG" --grace 1s >"$D/$1-$n.log" 2>&1 &
     done
@@ -168,21 +168,32 @@ sed -e 's/^steps = 40$/steps = 120/' -e 's/^ckpt_every = 10$/ckpt_every = 40/' "
 run_job free "$D/free.spec"
 wait_end "$J"
 J_FREE=$J
-# part 1's worker death again, with disk checkpoints only
+# part 1's worker death again, with disk checkpoints only; and an agent
+# (a node) lost with a spare present, both ways
 sed 's/^ckpt_every = 10$/ckpt_every = 10\nmem_ckpt_every = 0/' "$D/job.spec" >"$D/disk.spec"
 run_job killdisk "$D/disk.spec"
 step_at "$J" 15 || echo "job $J never reached step 15"
 kill -KILL "$(pgrep -f "$D/killdisk-a1/gen-1" | head -n 1)"
 wait_end "$J"
 J_DISK=$J
+agent_kill() { # NAME SPEC: SIGKILL agent a1 at step 15, a2 spare; sets J
+    run_job "$1" "$2" 2 spare
+    step_at "$J" 15 || echo "job $J never reached step 15"
+    pkill -KILL -f -- "--state-dir $D/$1-a1 "
+    wait_end "$J"
+}
+agent_kill agentdisk "$D/disk.spec"
+J_ADISK=$J
+agent_kill agentmem "$D/job.spec"
+J_AMEM=$J
 goodput() { # JOB: "ETTR productive wall recomputed stall" from dtctl show's goodput line
     $CTL show "$1" | sed -n 's/^  goodput   ETTR \([0-9.]*\)  productive \([0-9.]*\) s of \([0-9.]*\) s  recomputed \([0-9.]*\) s  checkpoint stall \([0-9.]*\) s$/\1 \2 \3 \4 \5/p'
 }
-cost() { # JOB LABEL: its failure_cost as a table row
+cost() { # JOB FAILURE LABEL: its failure_cost as a table row
     $CTL events "$1" | grep failure_cost | head -n 1 | sed 's/.*{\(.*\)}.*/\1/' | tr ',' '\n' |
-        sed 's/"//g' | awk -F: -v l="$2" '{ v[$1] = $2 } END {
-            printf "| worker SIGKILL at step 15 | %s | %d | %.3f | %.3f | %.3f | %.3f | %.3f |\n",
-                l, v["recomputed_steps"], v["detect_s"], v["restart_s"], v["load_s"],
+        sed 's/"//g' | awk -F: -v f="$2" -v l="$3" '{ v[$1] = $2 } END {
+            printf "| %s | %s | %d | %.3f | %.3f | %.3f | %.3f | %.3f |\n",
+                f, l, v["recomputed_steps"], v["detect_s"], v["restart_s"], v["load_s"],
                 v["recomputed_s"], v["detect_s"] + v["restart_s"] + v["load_s"] + v["recomputed_s"] }'
 }
 echo
@@ -193,8 +204,12 @@ echo "|---|---:|---|---:|---:|---:|---:|---:|"
 goodput "$J_FREE" | awk '{ printf "| fault-free | 120 | disk every 40, memory every step | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5 }'
 goodput "$J_DISK" | awk '{ printf "| one worker SIGKILLed | 40 | disk every 10 | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5 }'
 goodput "$J_KILL" | awk '{ printf "| one worker SIGKILLed (part 1) | 40 | disk every 10, memory every step | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5 }'
+goodput "$J_ADISK" | awk '{ printf "| one agent SIGKILLed, a spare | 40 | disk every 10 | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5 }'
+goodput "$J_AMEM" | awk '{ printf "| one agent SIGKILLed, a spare | 40 | disk every 10, memory every step | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5 }'
 echo
 echo "| failure | checkpoints | steps lost | detect s | restart s | load s | recomputed s | wall lost s |"
 echo "|---|---|---:|---:|---:|---:|---:|---:|"
-cost "$J_DISK" "disk only (ckpt_every 10)"
-cost "$J_KILL" "in memory (mem_ckpt_every 1)"
+cost "$J_DISK" "worker SIGKILL at step 15" "disk only (ckpt_every 10)"
+cost "$J_KILL" "worker SIGKILL at step 15" "in memory (mem_ckpt_every 1)"
+cost "$J_ADISK" "agent SIGKILL at step 15, a spare" "disk only (ckpt_every 10)"
+cost "$J_AMEM" "agent SIGKILL at step 15, a spare" "in memory: fetched from its replicas"
