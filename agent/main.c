@@ -342,19 +342,32 @@ static int own_dir(int in_tmp, const char *dir, dt_emsg_t *em)
     return rc;
 }
 
+#define LOCK_WAIT_MS 30000 /* for the agent before us in this state directory to exit */
+
 /* The state directory is this agent's while it lives (a lock held to its
- * exit, never inherited): the generation directories an agent killed
- * before it could remove them, and that no live agent holds, go. */
+ * exit, never inherited): an agent of the job's previous run on this node
+ * (a Slurm requeue starts the next at once) is waited for while it exits,
+ * since its PMIx server removes its files as it ends; then the generation
+ * directories an agent killed before it could remove them go. */
 static void clear_dead_gens(const char *dir)
 {
     char *lock = dt_xasprintf("%s/agent.lock", dir);
-    int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600), n = 0;
+    int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600), n = 0, held = 1;
     dt_emsg_t em = { "" };
 
+    for (int waited = 0; fd >= 0 && (held = flock(fd, LOCK_EX | LOCK_NB) < 0) &&
+                         errno == EWOULDBLOCK && waited < LOCK_WAIT_MS;
+         waited += 100) {
+        if (waited == 0)
+            dt_log_info("%s: held by another agent: waiting up to %d s for it to exit", lock,
+                        LOCK_WAIT_MS / 1000);
+        struct timespec ts = { 0, 100 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+    }
     if (fd < 0) {
         dt_log_warn("%s: %s: generation directories of dead agents left", lock,
                     strerror(errno));
-    } else if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+    } else if (held) {
         dt_log_warn("%s: held by another live agent: its generation directories left", lock);
         close(fd);
     } else if (dt_gen_dirs_remove(dir, &n, &em) < 0) {
