@@ -660,7 +660,8 @@ int dt_metrics_collect(dt_coord_t *c, int64_t wall_ms, int64_t mono_ms, dt_metri
     }
 
     /* jobs: the live ones in full (busy first), the newest ended ones */
-    qsort(w.live, w.nlive, sizeof(*w.live), by_busy_then_id);
+    if (w.nlive > 1) /* qsort takes no NULL, even for none */
+        qsort(w.live, w.nlive, sizeof(*w.live), by_busy_then_id);
     size_t nfull = w.nlive < DT_METRICS_JOBS_MAX ? w.nlive : DT_METRICS_JOBS_MAX;
     size_t nend = w.nended < DT_METRICS_ENDED_MAX ? w.nended : DT_METRICS_ENDED_MAX;
     s->jobs_omitted = (int64_t)(w.nlive - nfull) + (int64_t)(w.nended - nend);
