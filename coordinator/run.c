@@ -119,6 +119,7 @@ typedef struct dt_jobrun {
     int64_t mem_every;      /* the plan's mem_ckpt_every: 0, no in-memory checkpoints */
     struct memcopy {
         int64_t step, agent;
+        int64_t pid; /* the agent process that holds it: a restarted agent holds none */
     } (*mem)[4];            /* [mem_R]: per rank the two newest in-memory checkpoints its
                              * own agent holds ([0], [1]) and the two newest replicas
                              * another agent holds ([2], [3]); step 0: none */
@@ -296,14 +297,17 @@ static int fault(dt_coord_t *c, jobrun_t *r, dt_fault_t *f)
  * id), 0 nowhere. */
 static int copy_at(dt_coord_t *c, const jobrun_t *r, int k, int64_t step, int64_t *from)
 {
-    for (int s = 0; s < 2; s++)
-        if (r->mem[k][s].step == step && r->mem[k][s].agent == r->agent_of[k])
+    for (int s = 0; s < 2; s++) {
+        dt_live_agent_t *a = dt_coord_agent_find(c, r->mem[k][s].agent);
+        if (r->mem[k][s].step == step && r->mem[k][s].agent == r->agent_of[k] && a &&
+            a->pid == r->mem[k][s].pid)
             return 1;
+    }
     /* replicas only: an agent keeps its own copies of ranks it runs */
     for (int s = 2; s < 4; s++) {
         dt_live_agent_t *h = dt_coord_agent_find(c, r->mem[k][s].agent);
         if (r->mem[k][s].step == step && h && h->id != r->agent_of[k] && h->conn &&
-            h->peer[0]) {
+            h->peer[0] && h->pid == r->mem[k][s].pid) {
             *from = h->id;
             return 2;
         }
@@ -907,6 +911,7 @@ void dt_run_mem_ckpt(dt_coord_t *c, dt_live_agent_t *a, const dt_wire_mem_ckpt_t
     int s = mc[0].step == m->step ? 0 : mc[1].step == m->step ? 1 : mc[0].step <= mc[1].step ? 0 : 1;
     mc[s].step = m->step;
     mc[s].agent = a->id;
+    mc[s].pid = a->pid;
 }
 
 void dt_run_mem_state(dt_coord_t *c, int64_t job, int64_t *step, double *coverage,
