@@ -487,11 +487,11 @@ int main(int argc, char **argv)
     /* the peer channel (replicas): a Unix socket in the state directory
      * when the coordinator is on this host (a Unix socket too: the agents
      * are), else TCP on every interface, announced by node name */
-    char *peer_sock = NULL;
-    if (tc->peer_listen == NULL)
-        tc->peer_listen = strncmp(lc->coord, "unix:", 5) == 0
-                              ? (peer_sock = dt_xasprintf("unix:%s/peer.sock", tc->state_dir))
-                              : "0.0.0.0:0";
+    static char peer_sock[4200]; /* lives as long as the agent: no path to free it on */
+    if (tc->peer_listen == NULL) {
+        snprintf(peer_sock, sizeof(peer_sock), "unix:%s/peer.sock", tc->state_dir);
+        tc->peer_listen = strncmp(lc->coord, "unix:", 5) == 0 ? peer_sock : "0.0.0.0:0";
+    }
     else if (strcmp(tc->peer_listen, "none") == 0)
         tc->peer_listen = NULL;
     tc->munge_socket = lc->munge_socket;
@@ -580,7 +580,6 @@ int main(int argc, char **argv)
     dt_link_free(ag.link);
     dt_task_free(ag.task);
     free(engine);
-    free(peer_sock);
     free(state_dir);
     dt_gpus_free(&ag.gpus);
     dt_log_info("exiting with status %d", ag.exit_code);
