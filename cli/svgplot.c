@@ -16,6 +16,7 @@
 
 #include "cli/svgplot.h"
 #include "common/mem.h"
+#include "common/text.h"
 
 #define WIDTH 960.0
 #define LEFT 84.0   /* room for the y tick labels */
@@ -34,45 +35,11 @@ static const char *const palette[] = { "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e
 
 /*-- text ------------------------------------------------------------------------*/
 
-/* The code point of the UTF-8 sequence at s (at most n bytes): its length,
- * or 0 when it is not valid UTF-8 (overlong, a surrogate, past U+10FFFF, cut). */
-static size_t utf8_next(const unsigned char *s, size_t n, uint32_t *cp)
-{
-    size_t len;
-    uint32_t c = s[0], min;
-
-    if (c < 0x80) {
-        *cp = c;
-        return 1;
-    }
-    if ((c & 0xe0) == 0xc0)
-        len = 2, c &= 0x1f, min = 0x80;
-    else if ((c & 0xf0) == 0xe0)
-        len = 3, c &= 0x0f, min = 0x800;
-    else if ((c & 0xf8) == 0xf0)
-        len = 4, c &= 0x07, min = 0x10000;
-    else
-        return 0;
-    if (len > n)
-        return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-        c = (c << 6) | (s[i] & 0x3f);
-    }
-    if (c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff))
-        return 0;
-    *cp = c;
-    return len;
-}
-
 /* Characters that are dropped: not allowed in XML 1.0, or controls that
  * would reorder or break what is shown. */
 static int dropped(uint32_t c)
 {
-    return c < 0x20 || (c >= 0x7f && c <= 0x9f) || c == 0x61c || c == 0x200e || c == 0x200f ||
-           (c >= 0x2028 && c <= 0x202e) || (c >= 0x2066 && c <= 0x2069) || c == 0xfffe ||
-           c == 0xffff;
+    return dt_text_unprintable(c) || c == 0xfffe || c == 0xffff;
 }
 
 char *dtctl_svgplot_text(const char *s)
@@ -83,7 +50,7 @@ char *dtctl_svgplot_text(const char *s)
 
     while (*p) {
         uint32_t c;
-        size_t len = utf8_next(p, n, &c);
+        size_t len = dt_text_utf8_next(p, n, &c);
         if (len == 0) { /* U+FFFD for the byte */
             memcpy(out + o, "\xef\xbf\xbd", 3);
             o += 3;

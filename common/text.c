@@ -17,11 +17,9 @@
 #include "common/mem.h"
 #include "common/text.h"
 
-/* The UTF-8 sequence at p (n > 0 bytes left): its length and code point,
- * or 0 when p does not start a valid sequence. */
-static size_t utf8_next(const unsigned char *p, size_t n, unsigned *cp)
+size_t dt_text_utf8_next(const unsigned char *p, size_t n, uint32_t *cp)
 {
-    unsigned c = p[0], min;
+    uint32_t c = p[0], min;
     size_t len;
 
     if (c < 0x80) {
@@ -56,8 +54,7 @@ static size_t utf8_next(const unsigned char *p, size_t n, unsigned *cp)
     return len;
 }
 
-/* Control characters, and format characters that reorder or break lines. */
-static int unprintable(unsigned cp)
+int dt_text_unprintable(uint32_t cp)
 {
     return cp < 0x20 || cp == 0x7f || (cp >= 0x80 && cp <= 0x9f) || cp == 0x61c ||
            cp == 0x200e || cp == 0x200f || (cp >= 0x2028 && cp <= 0x202e) ||
@@ -72,11 +69,11 @@ int dt_text_check(const char *what, const char *s, size_t max, dt_emsg_t *em)
     if (max > 0 && n > max)
         return dt_emsg_set(em, DT_EINVAL, "%s: %zu bytes, more than %zu", what, n, max);
     while (i < n) {
-        unsigned cp;
-        size_t len = utf8_next(p + i, n - i, &cp);
+        uint32_t cp;
+        size_t len = dt_text_utf8_next(p + i, n - i, &cp);
         if (len == 0)
             return dt_emsg_set(em, DT_EINVAL, "%s: invalid UTF-8 at byte %zu", what, i);
-        if (unprintable(cp)) {
+        if (dt_text_unprintable(cp)) {
             if (cp < 0x80)
                 return dt_emsg_set(em, DT_EINVAL, "%s: control character \\x%02x at byte %zu "
                                    "(only printable text)", what, cp, i);
@@ -88,7 +85,7 @@ int dt_text_check(const char *what, const char *s, size_t max, dt_emsg_t *em)
     return 0;
 }
 
-static int kept(unsigned cp, int flags)
+static int kept(uint32_t cp, int flags)
 {
     return (flags & DT_TEXT_KEEP_LINES) && (cp == '\n' || cp == '\t');
 }
@@ -99,9 +96,9 @@ int dt_text_needs_escape(const char *s, int flags)
     size_t n = strlen(s), i = 0;
 
     while (i < n) {
-        unsigned cp;
-        size_t len = utf8_next(p + i, n - i, &cp);
-        if (len == 0 || (unprintable(cp) && !kept(cp, flags)))
+        uint32_t cp;
+        size_t len = dt_text_utf8_next(p + i, n - i, &cp);
+        if (len == 0 || (dt_text_unprintable(cp) && !kept(cp, flags)))
             return 1;
         i += len;
     }
@@ -118,13 +115,13 @@ char *dt_text_escape(const char *s, int flags)
  * it). Returns its length, and in *used the bytes of p it stands for. */
 static size_t escape_one(const unsigned char *p, size_t n, int flags, char out[12], size_t *used)
 {
-    unsigned cp;
-    size_t len = utf8_next(p, n, &cp);
+    uint32_t cp;
+    size_t len = dt_text_utf8_next(p, n, &cp);
 
     *used = len ? len : 1;
     if (len == 0)
         return (size_t)sprintf(out, "\\x%02x", p[0]);
-    if (!unprintable(cp) || kept(cp, flags)) {
+    if (!dt_text_unprintable(cp) || kept(cp, flags)) {
         memcpy(out, p, len);
         return len;
     }

@@ -59,6 +59,15 @@ int dt_text_needs_escape(const char *s, int flags);
  * end inside a UTF-8 sequence, for text cut to fit ("%.*s"). */
 int dt_text_fit(const char *s, size_t max);
 
+/* The UTF-8 sequence at p (n > 0 bytes left): its length, with its code
+ * point in *cp, or 0 when p does not start a valid one (a stray
+ * continuation byte, an overlong form, a surrogate, past U+10FFFF, cut
+ * short by n). */
+size_t dt_text_utf8_next(const unsigned char *p, size_t n, uint32_t *cp);
+/* 1 for the code points acceptable text leaves out (above: C0, DEL, C1
+ * and the format characters), else 0. */
+int dt_text_unprintable(uint32_t cp);
+
 /* 1 when s is exactly len lowercase hex digits (a SHA-256 digest: 64),
  * else 0. */
 int dt_text_is_hex(const char *s, size_t len);

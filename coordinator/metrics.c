@@ -28,6 +28,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/mem.h"
+#include "common/text.h"
 #include "coordinator/conn.h"
 #include "coordinator/jobs.h"
 #include "coordinator/listen.h"
@@ -88,36 +89,6 @@ static void putf(out_t *o, const char *fmt, ...)
     o->len += (size_t)n;
 }
 
-/* Length of the UTF-8 sequence at s (at most n bytes), 0 when it is not
- * one (overlong forms, surrogates and values past U+10FFFF included). */
-static size_t utf8_len(const unsigned char *s, size_t n)
-{
-    size_t len;
-    uint32_t cp;
-
-    if (s[0] < 0x80)
-        return 1;
-    if (s[0] >= 0xc2 && s[0] <= 0xdf)
-        len = 2, cp = s[0] & 0x1f;
-    else if (s[0] >= 0xe0 && s[0] <= 0xef)
-        len = 3, cp = s[0] & 0x0f;
-    else if (s[0] >= 0xf0 && s[0] <= 0xf4)
-        len = 4, cp = s[0] & 0x07;
-    else
-        return 0;
-    if (len > n)
-        return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-        cp = cp << 6 | (s[i] & 0x3f);
-    }
-    if ((len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
-        (len == 4 && (cp < 0x10000 || cp > 0x10ffff)))
-        return 0;
-    return len;
-}
-
 #define LABEL_MAX 255 /* bytes of a label value taken from outside */
 
 /* A label value as the exposition format wants it: \\ \" and \n escaped;
@@ -141,7 +112,8 @@ static void put_label_value(out_t *o, const char *s)
             putn(o, "?", 1);
             i++;
         } else {
-            size_t k = utf8_len(u + i, n - i);
+            uint32_t cp;
+            size_t k = dt_text_utf8_next(u + i, n - i, &cp);
             if (k == 0) {
                 putn(o, "?", 1);
                 i++;
