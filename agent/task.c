@@ -437,62 +437,13 @@ static void on_shard(dt_worker_t *w, const dt_msg_t *m)
         verify_done(&v->req, UV_ECANCELED);
 }
 
-/* An in-memory checkpoint a worker wrote: read back (its own descriptor,
- * on the thread pool) and checked against its report before the agent
- * vouches for it. */
-typedef struct memverify {
-    uv_work_t req;
-    dt_task_t *t;
-    uint32_t gen;
-    int rank, slot, fd, ok;
-    int64_t step, bytes;
-    char sha[65], why[200];
-} memverify_t;
-
-static void memverify_work(uv_work_t *req)
-{
-    memverify_t *v = req->data;
-    char hex[DT_SHA256_HEX];
-    int64_t n = dt_sha256_fd(v->fd, hex);
-
-    v->ok = n == v->bytes && strcmp(hex, v->sha) == 0;
-    if (n < 0)
-        snprintf(v->why, sizeof(v->why), "read error");
-    else if (n != v->bytes)
-        snprintf(v->why, sizeof(v->why), "%lld bytes, the worker reported %lld", (long long)n,
-                 (long long)v->bytes);
-    else if (!v->ok)
-        snprintf(v->why, sizeof(v->why), "sha256 %.16s..., the worker reported %.16s...", hex,
-                 v->sha);
-}
-
-static void memverify_done(uv_work_t *req, int status)
-{
-    memverify_t *v = req->data;
-    dt_task_t *t = v->t;
-
-    close(v->fd);
-    if (status == 0 && v->ok && v->gen == t->gen) {
-        dt_memstore_set(t->mem, v->rank, v->slot, v->step, v->bytes, v->sha);
-        dt_wire_mem_ckpt_t mc = { .agent = agent_id(t), .gen = v->gen, .rank = v->rank,
-                                  .step = v->step, .bytes = v->bytes, .sha256 = v->sha };
-        /* not queued while the coordinator is away: the next one says more */
-        t->hooks.send(t->hooks.ud, DT_MSG_MEM_CKPT, dt_wire_mem_ckpt_encode(&mc));
-        /* and a replica to the agent the coordinator named, if any */
-        int fds[2];
-        const char *to = t->replica_to && v->rank < t->nranks ? t->replica_to[v->rank] : NULL;
-        dt_emsg_t em = { "" };
-        if (to && to[0] && dt_memstore_fds(t->mem, v->rank, fds, &em) == 0)
-            dt_peer_send(t->peer, to, v->rank, v->step, fds[v->slot], v->bytes, v->sha);
-    } else if (status == 0 && !v->ok) {
-        /* overwritten while it was read (the worker is two copies ahead),
-         * or bad: not offered for a recovery */
-        dt_log_warn("gen=%u rank=%d step=%lld in-memory checkpoint not verified: %s", v->gen,
-                    v->rank, (long long)v->step, v->why);
-    }
-    free(v);
-}
-
+/* W_MEMCKPT: a slot about to be overwritten is forgotten; a copy written
+ * is kept as the worker reports it (its hash made on the worker's own
+ * thread from the memory file, off the step), offered to the coordinator,
+ * and sent as a replica to the agent the coordinator named. It is not read
+ * again here: the worker that resumes from it checks it against the hash
+ * before use (a mismatch is a resume from disk), the replica's holder
+ * hashes what it receives. */
 static void on_memckpt(dt_worker_t *w, const dt_msg_t *m)
 {
     dt_task_t *t = w->t;
@@ -500,26 +451,26 @@ static void on_memckpt(dt_worker_t *w, const dt_msg_t *m)
     dt_wire_w_memckpt_t mc;
     int fds[2];
 
-    if (dt_wire_w_memckpt_decode(m, &mc, &em) < 0 ||
-        dt_memstore_fds(t->mem, w->rank, fds, &em) < 0) {
+    if (dt_wire_w_memckpt_decode(m, &mc, &em) == 0 && !mc.writing &&
+        (mc.sha256 == NULL || mc.bytes <= 0))
+        snprintf(em.s, sizeof(em.s), "a copy of step %lld without its bytes or sha256",
+                 (long long)mc.step);
+    if (em.s[0] != '\0' || dt_memstore_fds(t->mem, w->rank, fds, &em) < 0) {
         dt_log_error("gen=%u rank=%d: bad W_MEMCKPT: %s", t->gen, w->rank, em.s);
         return;
     }
     int slot = (int)mc.slot;
     dt_memstore_clear(t->mem, w->rank, slot);
-    memverify_t *v = dt_xcalloc(1, sizeof(*v));
-    *v = (memverify_t){ .t = t, .gen = t->gen, .rank = w->rank, .slot = slot,
-                        .fd = dup(fds[slot]), .step = mc.step, .bytes = mc.bytes };
-    v->req.data = v;
-    snprintf(v->sha, sizeof(v->sha), "%s", mc.sha256);
-    if (v->fd < 0 || uv_queue_work(t->loop, &v->req, memverify_work, memverify_done) < 0) {
-        dt_log_error("gen=%u rank=%d: in-memory checkpoint of step %lld not verified: %s",
-                     t->gen, w->rank, (long long)mc.step,
-                     v->fd < 0 ? strerror(errno) : "no thread for it");
-        if (v->fd >= 0)
-            close(v->fd);
-        free(v);
-    }
+    if (mc.writing)
+        return;
+    dt_memstore_set(t->mem, w->rank, slot, mc.step, mc.bytes, mc.sha256);
+    dt_wire_mem_ckpt_t r = { .agent = agent_id(t), .gen = t->gen, .rank = w->rank,
+                             .step = mc.step, .bytes = mc.bytes, .sha256 = mc.sha256 };
+    /* not queued while the coordinator is away: the next one says more */
+    t->hooks.send(t->hooks.ud, DT_MSG_MEM_CKPT, dt_wire_mem_ckpt_encode(&r));
+    const char *to = t->replica_to && w->rank < t->nranks ? t->replica_to[w->rank] : NULL;
+    if (to && to[0])
+        dt_peer_send(t->peer, to, w->rank, mc.step, fds[slot], mc.bytes, mc.sha256);
 }
 
 static void on_worker_frame(dt_worker_t *w, const dt_msg_t *m)

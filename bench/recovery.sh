@@ -19,7 +19,8 @@
 #      verify while the workers train on the same cores.
 #   4. goodput, from the coordinator's step history (dtctl show, events):
 #      a fault-free run's ETTR (productive step time over wall time from
-#      the first step; target >= 0.95), and what a worker death costs:
+#      the first step; target >= 0.95) with in-memory checkpoints every
+#      step (the default) and without them (the baseline), and what a worker death costs:
 #      steps and wall time lost, disk checkpoints only (mem_ckpt_every =
 #      0) against in-memory ones (part 1's job: the default, every step).
 # Usage: bench/recovery.sh [HANG_TIMEOUT (default 2s)]. Timings are what
@@ -168,6 +169,11 @@ sed -e 's/^steps = 40$/steps = 120/' -e 's/^ckpt_every = 10$/ckpt_every = 40/' "
 run_job free "$D/free.spec"
 wait_end "$J"
 J_FREE=$J
+# the same without in-memory checkpoints: what the copies cost a step
+sed 's/^ckpt_every = 40$/ckpt_every = 40\nmem_ckpt_every = 0/' "$D/free.spec" >"$D/free0.spec"
+run_job free0 "$D/free0.spec"
+wait_end "$J"
+J_FREE0=$J
 # part 1's worker death again, with disk checkpoints only; and an agent
 # (a node) lost with a spare present, both ways
 sed 's/^ckpt_every = 10$/ckpt_every = 10\nmem_ckpt_every = 0/' "$D/job.spec" >"$D/disk.spec"
@@ -201,6 +207,7 @@ echo "## goodput (the coordinator's step history; ETTR = productive step time / 
 echo
 echo "| run | steps | checkpoints | ETTR | productive s | wall s | recomputed s | checkpoint stall s |"
 echo "|---|---:|---|---:|---:|---:|---:|---:|"
+goodput "$J_FREE0" | awk '{ printf "| fault-free | 120 | disk every 40 | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5 }'
 goodput "$J_FREE" | awk '{ printf "| fault-free | 120 | disk every 40, memory every step | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5 }'
 goodput "$J_DISK" | awk '{ printf "| one worker SIGKILLed | 40 | disk every 10 | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5 }'
 goodput "$J_KILL" | awk '{ printf "| one worker SIGKILLed (part 1) | 40 | disk every 10, memory every step | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5 }'

@@ -258,8 +258,9 @@ static const field_t f_w_memckpt[] = {
     INT(T, rank, F_OUT),
     INT_R(T, step, F_REQ, 1, INT64_MAX),
     INT_R(T, slot, F_REQ, 0, 1),
-    INT_R(T, bytes, F_REQ, 0, INT64_MAX),
-    HEX64(T, sha256, F_REQ),
+    INT_R(T, bytes, 0, 0, INT64_MAX),
+    HEX64(T, sha256, 0),
+    BOOL(T, writing, 0),
 };
 #undef T
 #define T dt_wire_peer_replica_t

@@ -329,10 +329,13 @@ typedef struct dt_wire_peer_fetch {
 } dt_wire_peer_fetch_t;
 
 /* W_MEMCKPT: the worker wrote its in-memory checkpoint of step into slot
- * (0 or 1) of the memory its agent gave it (DT_MEM_CKPT). */
+ * (0 or 1) of the memory its agent gave it (DT_MEM_CKPT), of bytes with
+ * sha256; with writing, it is about to overwrite slot with step's (no
+ * bytes or sha256: the agent forgets what the slot held). */
 typedef struct dt_wire_w_memckpt {
     int64_t rank, step, slot, bytes;
     const char *sha256;
+    bool writing;
 } dt_wire_w_memckpt_t;
 
 typedef struct dt_wire_w_stop {

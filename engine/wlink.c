@@ -24,6 +24,7 @@
 #include <math.h>
 #include <pmix.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -120,6 +121,10 @@ static void send_all(const uint8_t *p, size_t n, const char *what)
     }
 }
 
+/* Frames go out whole from any thread (the in-memory checkpoints' hashing
+ * thread reports its copies itself). */
+static pthread_mutex_t send_mu = PTHREAD_MUTEX_INITIALIZER;
+
 /* Send one frame of type with body (taken: released here). */
 static void send_frame(uint16_t type, json_t *body)
 {
@@ -132,9 +137,11 @@ static void send_frame(uint16_t type, json_t *body)
         abort();
     }
     json_decref(body);
+    pthread_mutex_lock(&send_mu);
     send_all(frame, len, dt_msg_type_name(type));
-    free(frame);
     wl.sent_ms = dt_clock_mono_ms();
+    pthread_mutex_unlock(&send_mu);
+    free(frame);
 }
 
 /* Each frame's body is the struct common/wire.h gives for it (a real that
@@ -158,7 +165,10 @@ void dt_wlink_heartbeat(void)
 
 void dt_wlink_tick(void)
 {
-    if (wl.fd >= 0 && dt_clock_mono_ms() - wl.sent_ms >= DT_WLINK_TICK_MS)
+    pthread_mutex_lock(&send_mu);
+    int64_t sent = wl.sent_ms;
+    pthread_mutex_unlock(&send_mu);
+    if (wl.fd >= 0 && dt_clock_mono_ms() - sent >= DT_WLINK_TICK_MS)
         dt_wlink_heartbeat();
 }
 
@@ -168,6 +178,14 @@ void dt_wlink_memckpt(int64_t step, int slot, int64_t bytes, const char *sha256)
         return;
     dt_wire_w_memckpt_t mc = { .rank = wl.rank, .step = step, .slot = slot, .bytes = bytes,
                                .sha256 = sha256 };
+    send_frame(DT_MSG_W_MEMCKPT, dt_wire_w_memckpt_encode(&mc));
+}
+
+void dt_wlink_memckpt_writing(int64_t step, int slot)
+{
+    if (wl.fd < 0)
+        return;
+    dt_wire_w_memckpt_t mc = { .rank = wl.rank, .step = step, .slot = slot, .writing = true };
     send_frame(DT_MSG_W_MEMCKPT, dt_wire_w_memckpt_encode(&mc));
 }
 

@@ -89,8 +89,11 @@ void dt_wlink_tick(void);
 /* A checkpoint file written: dir is the step directory (give it absolute:
  * the agent runs in another directory), path the file name inside it;
  * manifest is 1 for the manifest (rank 0). */
-/* W_MEMCKPT: the in-memory checkpoint of step is in slot (0 or 1). */
+/* W_MEMCKPT: the in-memory checkpoint of step is in slot (0 or 1);
+ * _writing: slot is being overwritten with step's (forget what it held).
+ * Every frame here may be sent from any thread: each goes out whole. */
 void dt_wlink_memckpt(int64_t step, int slot, int64_t bytes, const char *sha256);
+void dt_wlink_memckpt_writing(int64_t step, int slot);
 void dt_wlink_shard(int64_t step, const char *dir, const char *path, int64_t bytes,
                     const char *sha256, int manifest);
 /* acc: the accuracy averaged over the last steps (see dtengine(1)), NaN

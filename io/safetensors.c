@@ -359,22 +359,27 @@ int dt_st_write_fd(dt_st_writer_t *w, int fd, const char *name, char hex[65], in
     }
     for (int i = 0; i < 8; i++)
         len8[i] = (unsigned char)(((uint64_t)hlen >> (8 * i)) & 0xff);
-    dt_sha256_t *ctx = dt_sha256_new();
-    dt_sha256_update(ctx, len8, 8);
-    dt_sha256_update(ctx, hdr, hlen);
+    /* hashed as written, unless the caller hashes it later (hex NULL) */
+    dt_sha256_t *ctx = hex ? dt_sha256_new() : NULL;
+    if (ctx) {
+        dt_sha256_update(ctx, len8, 8);
+        dt_sha256_update(ctx, hdr, hlen);
+    }
     if ((rc = pwrite_all(fd, len8, 8, at, name, em)) == 0)
         rc = pwrite_all(fd, hdr, hlen, at += 8, name, em);
     at += (off_t)hlen;
     for (size_t i = 0; i < w->nt && rc == 0; i++) {
         const wtensor_t *t = &w->t[i];
-        if (t->nbytes > 0 && (rc = pwrite_all(fd, t->data, (size_t)t->nbytes, at, name, em)) == 0)
+        if (t->nbytes > 0 && (rc = pwrite_all(fd, t->data, (size_t)t->nbytes, at, name, em)) == 0 &&
+            ctx)
             dt_sha256_update(ctx, t->data, (size_t)t->nbytes);
         at += (off_t)t->nbytes;
     }
     if (rc == 0 && ftruncate(fd, at) < 0)
         rc = dt_emsg_set(em, -errno, "%s: truncate: %s", name, strerror(errno));
     char digest[65];
-    dt_sha256_final(ctx, digest);
+    if (ctx)
+        dt_sha256_final(ctx, digest);
     free(hdr);
     if (rc == 0) {
         if (hex)

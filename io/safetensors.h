@@ -96,8 +96,9 @@ int dt_st_write_mode(dt_st_writer_t *w, const char *path, mode_t mode, char hex[
 
 /* Write everything into the open file fd from offset 0 and cut it there
  * (memory that outlives the writer: a memfd; no fsync, no rename), with
- * hex and *bytes as dt_st_write's. name is for messages. On failure the
- * file's contents are undefined. */
+ * hex and *bytes as dt_st_write's; hex NULL: not hashed (the caller
+ * hashes the file later, off its critical path). name is for messages. On
+ * failure the file's contents are undefined. */
 int dt_st_write_fd(dt_st_writer_t *w, int fd, const char *name, char hex[65], int64_t *bytes,
                    dt_emsg_t *em);
 

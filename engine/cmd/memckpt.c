@@ -32,6 +32,8 @@ int dt_memckpt_init(dt_memckpt_t *mc, const char *cmd, int64_t every, dt_emsg_t 
     char *end;
 
     *mc = (dt_memckpt_t){ .fd = { -1, -1 }, .newest = -1, .resume_slot = -1, .cmd = cmd };
+    pthread_mutex_init(&mc->mu, NULL);
+    pthread_cond_init(&mc->cv, NULL);
     if (fds == NULL || fds[0] == '\0')
         return 0;
     int a = parse_fd(fds, &end), b = -1;
@@ -60,24 +62,115 @@ int dt_memckpt_due(const dt_memckpt_t *mc, int64_t done, int64_t steps)
     return mc->fd[0] >= 0 && mc->every > 0 && done % mc->every == 0 && done < steps;
 }
 
+/* The hashing thread: each copy written, oldest first, hashed from its
+ * memory file and reported to the agent (the link is safe to send on from
+ * here: wlink.h). */
+static void *hasher(void *arg)
+{
+    dt_memckpt_t *mc = arg;
+
+    pthread_mutex_lock(&mc->mu);
+    for (;;) {
+        int slot = -1;
+        for (int i = 0; i < 2; i++)
+            if (mc->queued[i] > 0 && (slot < 0 || mc->queued[i] < mc->queued[slot]))
+                slot = i;
+        if (slot < 0) {
+            if (mc->quit)
+                break;
+            pthread_cond_wait(&mc->cv, &mc->mu);
+            continue;
+        }
+        int64_t step = mc->queued[slot], bytes = mc->bytes[slot];
+        pthread_mutex_unlock(&mc->mu);
+        char sha[65];
+        int64_t n = dt_sha256_fd(mc->fd[slot], sha);
+        if (n == bytes)
+            dt_wlink_memckpt(step, slot, bytes, sha);
+        else /* not offered: the recovery takes an older copy or the disk */
+            fprintf(stderr, "%s: step %" PRId64 ": in-memory checkpoint slot %d: %s\n", mc->cmd,
+                    step, slot, n < 0 ? strerror((int)-n) : "its size changed while hashed");
+        pthread_mutex_lock(&mc->mu);
+        mc->queued[slot] = 0;
+        pthread_cond_broadcast(&mc->cv);
+    }
+    pthread_mutex_unlock(&mc->mu);
+    return NULL;
+}
+
+/* The slot the next copy goes to: the one not holding the newest. */
+static int next_slot(const dt_memckpt_t *mc)
+{
+    return mc->newest == 0 ? 1 : 0;
+}
+
+int dt_memckpt_busy(dt_memckpt_t *mc)
+{
+    int slot = next_slot(mc);
+
+    pthread_mutex_lock(&mc->mu);
+    int busy = mc->queued[slot] != 0;
+    pthread_mutex_unlock(&mc->mu);
+    return busy;
+}
+
 void dt_memckpt_write(dt_memckpt_t *mc, int64_t done, dt_st_writer_t *w)
 {
     dt_emsg_t em = { "" };
-    char sha[65], name[48];
+    char name[48];
     int64_t bytes = 0;
-    int slot = mc->newest == 0 ? 1 : 0;
+    int slot = next_slot(mc);
 
     if (mc->fd[0] < 0 || mc->every == 0)
         return;
+    if (dt_memckpt_busy(mc)) {
+        if (mc->skipped++ == 0)
+            fprintf(stderr, "%s: step %" PRId64 ": in-memory checkpoint skipped: the one before "
+                    "it in slot %d is still being hashed (the state is large for its steps; "
+                    "said once)\n", mc->cmd, done, slot);
+        return;
+    }
+    if (!mc->started) {
+        int e = pthread_create(&mc->thread, NULL, hasher, mc);
+        if (e != 0) {
+            fprintf(stderr, "%s: step %" PRId64 ": no thread to hash in-memory checkpoints "
+                    "with: %s: no more of them (disk checkpoints go on)\n", mc->cmd, done,
+                    strerror(e));
+            mc->every = 0;
+            return;
+        }
+        mc->started = 1;
+    }
+    /* the agent forgets what the slot held before it is overwritten */
+    dt_wlink_memckpt_writing(done, slot);
     snprintf(name, sizeof(name), "in-memory checkpoint slot %d", slot);
-    if (dt_st_write_fd(w, mc->fd[slot], name, sha, &bytes, &em) < 0) {
+    if (dt_st_write_fd(w, mc->fd[slot], name, NULL, &bytes, &em) < 0) {
         fprintf(stderr, "%s: step %" PRId64 ": %s: no more in-memory checkpoints (disk "
                 "checkpoints go on)\n", mc->cmd, done, em.s);
         mc->every = 0;
         return;
     }
     mc->newest = slot;
-    dt_wlink_memckpt(done, slot, bytes, sha);
+    pthread_mutex_lock(&mc->mu);
+    mc->queued[slot] = done;
+    mc->bytes[slot] = bytes;
+    pthread_cond_broadcast(&mc->cv);
+    pthread_mutex_unlock(&mc->mu);
+}
+
+void dt_memckpt_close(dt_memckpt_t *mc)
+{
+    if (mc->started) {
+        pthread_mutex_lock(&mc->mu);
+        mc->quit = 1;
+        pthread_cond_broadcast(&mc->cv);
+        pthread_mutex_unlock(&mc->mu);
+        pthread_join(mc->thread, NULL);
+        mc->started = 0;
+    }
+    if (mc->skipped > 1)
+        fprintf(stderr, "%s: %" PRId64 " in-memory checkpoints skipped in all (their slots were "
+                "still being hashed)\n", mc->cmd, mc->skipped);
 }
 
 int dt_memckpt_open_resume(dt_memckpt_t *mc, int64_t step, dt_st_reader_t **r, dt_emsg_t *em)
@@ -96,7 +189,7 @@ int dt_memckpt_open_resume(dt_memckpt_t *mc, int64_t step, dt_st_reader_t **r, d
                            step, mc->resume_slot, strerror((int)-n));
     if (strcmp(sha, mc->resume_sha) != 0)
         return dt_emsg_set(em, DT_ECKPT, "--resume-from-memory %" PRId64 ": slot %d's SHA-256 "
-                           "%.12s... is not the %.12s... its agent verified", step,
+                           "%.12s... is not the %.12s... its agent holds", step,
                            mc->resume_slot, sha, mc->resume_sha);
     snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
     int rc = dt_st_open(path, r, em);

@@ -4,11 +4,19 @@
  * for its ranks, a rank inherits two memory files (memfds) and names them
  * in DT_MEM_CKPT=FD0,FD1; every --mem-ckpt-every steps it writes its own
  * state, exactly what it holds (a safetensors file: the command's tensors
- * and metadata), into the one not holding its newest copy, and tells the
- * agent (W_MEMCKPT: step, slot, bytes, SHA-256). The agent verifies and
- * keeps it past the worker's death; a recovery started from it gives the
- * new worker the same files and DT_MEM_RESUME=SLOT:SHA256 with
- * --resume-from-memory STEP.
+ * and metadata), into the one not holding its newest copy. The step waits
+ * only for the bytes to be written (a copy in memory); a thread of its own
+ * then hashes the file and tells the agent (W_MEMCKPT: step, slot, bytes,
+ * SHA-256), while the next step computes. Before a slot is rewritten the
+ * agent is told to forget it (W_MEMCKPT writing). The agent keeps the copy
+ * past the worker's death; a recovery started from it gives the new worker
+ * the same files and DT_MEM_RESUME=SLOT:SHA256 with --resume-from-memory
+ * STEP, and the worker checks the file against that SHA-256 before using
+ * it.
+ *
+ * A copy falls due while the one before it in the same slot is still being
+ * hashed (state too large for its steps): it is skipped, said once, and the
+ * next one due is taken; the steps never wait for the hashing.
  *
  * A write that fails (the memory is gone, the node is out of it) turns the
  * copies off for the rest of the run with one message: disk checkpoints
@@ -17,6 +25,7 @@
 #ifndef DT_ENGINE_CMD_MEMCKPT_H
 #define DT_ENGINE_CMD_MEMCKPT_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "common/err.h"
@@ -33,6 +42,14 @@ typedef struct dt_memckpt {
     int resume_slot;    /* DT_MEM_RESUME's, -1 none */
     char resume_sha[65];
     const char *cmd;    /* "dtengine train": the start of messages */
+    /* the hashing thread: the copies written and not yet reported */
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int started, quit;
+    int64_t queued[2];  /* per slot: the step written and waiting to be hashed, 0 none */
+    int64_t bytes[2];
+    int64_t skipped;    /* copies skipped because their slot was still being hashed */
 } dt_memckpt_t;
 
 /* From the environment: on when every > 0 and the agent gave the memory.
@@ -42,9 +59,15 @@ DT_MUST_CHECK int dt_memckpt_init(dt_memckpt_t *mc, const char *cmd, int64_t eve
                                   dt_emsg_t *em);
 /* Whether a copy is due after `done` steps of `steps`. */
 int dt_memckpt_due(const dt_memckpt_t *mc, int64_t done, int64_t steps);
-/* Write w as the copy of step `done` and report it. A failure is printed
- * once and turns the copies off; nothing is returned. */
+/* Write w as the copy of step `done`; its hash and report follow on the
+ * hashing thread. A failure is printed once and turns the copies off;
+ * nothing is returned. */
 void dt_memckpt_write(dt_memckpt_t *mc, int64_t done, dt_st_writer_t *w);
+/* Whether the slot a copy due now would take is still being hashed (the
+ * copy is then skipped: the caller need not build it). */
+int dt_memckpt_busy(dt_memckpt_t *mc);
+/* The copies still being hashed reported, and the thread stopped. */
+void dt_memckpt_close(dt_memckpt_t *mc);
 /* The copy to resume step `step` from, checked against the SHA-256 the
  * agent verified: *r its reader (the caller closes it). DT_ECKPT when there
  * is none or it does not match (the coordinator then takes a disk

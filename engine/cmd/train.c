@@ -610,9 +610,14 @@ static void mem_save(dt_trainer_t *t, int64_t done)
     dt_st_writer_t *w = dt_st_writer_new();
     dt_emsg_t em = { "" };
     char b[7][96];
-    char *model = model_text(&t->o);
+    char *model = NULL;
     int rc = 0;
 
+    if (dt_memckpt_busy(&t->mem)) {
+        dt_memckpt_write(&t->mem, done, w); /* skipped, and said */
+        goto out;
+    }
+    model = model_text(&t->o);
     if (t->be->copy_start) {
         /* the state is on the device: a pending disk checkpoint's host
          * copy is written first, then this one is copied and waited for */
@@ -1168,6 +1173,7 @@ static int trainer_report(dt_trainer_t *t, const float *P, const char *digest)
 
 static void trainer_close(dt_trainer_t *t)
 {
+    dt_memckpt_close(&t->mem);
     if (t->cring != t->comm)
         dt_comm_free(t->cring);
     dt_comm_free(t->crep);
