@@ -303,7 +303,9 @@ static int copy_at(dt_coord_t *c, const jobrun_t *r, int k, int64_t step, int64_
             a->pid == r->mem[k][s].pid)
             return 1;
     }
-    /* replicas only: an agent keeps its own copies of ranks it runs */
+    /* replicas only: an agent keeps its own copies of ranks it runs, and
+     * a recovery keeps rank blocks where they were (gen_start), so a rank
+     * never moves to the agent holding its replica */
     for (int s = 2; s < 4; s++) {
         dt_live_agent_t *h = dt_coord_agent_find(c, r->mem[k][s].agent);
         if (r->mem[k][s].step == step && h && h->id != r->agent_of[k] && h->conn &&
@@ -471,10 +473,8 @@ static void gen_start(dt_coord_t *c, jobrun_t *r)
                              "--ckpt-every", every, "--ckpt-keep", "1000000" };
         for (size_t i = 0; i < DT_ARRAY_SIZE(ck); i++)
             argv[na++] = ck[i];
-        if (strcmp(r->spec.kind, "train") == 0) {
-            argv[na++] = "--mem-ckpt-every";
-            argv[na++] = mem_every;
-        }
+        argv[na++] = "--mem-ckpt-every";
+        argv[na++] = mem_every;
         if (r->resumed_mem) {
             argv[na++] = "--resume-from-memory";
             argv[na++] = mem_from;

@@ -781,6 +781,10 @@ void dt_cost_eval(const dt_plan_req_t *q, int64_t T, int R, dt_cost_t *v)
         /* two in-memory copies of what it holds and two replicas of
          * another rank's (as large), with their headers */
         mm->mem_ckpt = 4 * (held_state(q, 1.0 / ((double)dp_of(q) * R)) + 65536);
+    } else if (q->kind == DT_KIND_PREFILL) {
+        /* a prefill's state between layers: its rows' fp32 hidden state
+         * and their positions (engine/cmd/prefill.c), copied as above */
+        mm->mem_ckpt = 4 * (c * (4 * dim + 8) + 65536);
     }
     if (q->kind == DT_KIND_TRAIN && e < 4) {
         /* the GPU engine's own accounting (spec/model.h); the head in

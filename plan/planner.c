@@ -865,7 +865,8 @@ static int plan_mem_ckpt(const dt_plan_req_t *q, dt_plan_t *p, dt_emsg_t *em)
                         : p->mem.total + need <= q->cluster.mem_bytes;
 
     p->mem_ckpt_every = 0;
-    if (q->kind != DT_KIND_TRAIN || !p->fits || q->mem_ckpt_every == 0) {
+    if ((q->kind != DT_KIND_TRAIN && q->kind != DT_KIND_PREFILL) || !p->fits ||
+        q->mem_ckpt_every == 0) {
         p->mem.mem_ckpt = 0;
         return 0;
     }

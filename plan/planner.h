@@ -95,8 +95,8 @@ typedef struct dt_plan_req {
     dt_mask_rules_t masks;       /* the mask keys (documents are the data's: planned as one) */
     bool layout_auto;            /* the spec leaves layout unset: with masks the planner
                                   * chooses it (dt_plan_make) */
-    int64_t mem_ckpt_every;      /* train: steps between in-memory checkpoints (spec
-                                  * mem_ckpt_every); -1 auto, 0 none */
+    int64_t mem_ckpt_every;      /* train, prefill: steps (layers) between in-memory
+                                  * checkpoints (spec mem_ckpt_every); -1 auto, 0 none */
 } dt_plan_req_t;
 
 /* Build a request from a spec (presets, overrides, defaults). */
@@ -117,9 +117,9 @@ typedef struct dt_plan_branch {
 typedef struct dt_plan_mem {
     double weights, grads, optimizer, activations, kv_buffers, workspace, fixed, total;
     double host;
-    double mem_ckpt; /* train: the in-memory checkpoints its agent holds for it (two copies
-                      * of its state and two replicas of another rank's); host memory,
-                      * apart from total and host */
+    double mem_ckpt; /* train, prefill: the in-memory checkpoints its agent holds for it
+                      * (two copies of its state and two replicas of another rank's); host
+                      * memory, apart from total and host */
 } dt_plan_mem_t;
 
 typedef struct dt_plan {
@@ -133,7 +133,7 @@ typedef struct dt_plan {
                           * itself (or why they would not help, or that nothing fits
                           * with them either); "" when the request decided */
     int ranks, nodes;    /* ranks: per ring, R; nodes: for every worker and the spares */
-    int64_t mem_ckpt_every; /* train: steps between in-memory checkpoints, resolved (0: none) */
+    int64_t mem_ckpt_every; /* train, prefill: steps between in-memory checkpoints (0: none) */
     int dp, workers;     /* dp rings of R ranks (1 unless training with dp): the job
                           * runs workers = dp R processes, ring i on ranks [i R, (i + 1) R) */
     int64_t tokens_per_rank;

@@ -181,10 +181,10 @@ static const dt_conf_key_t keys[] = {
         "train: the last step (one checkpoint at the end); prefill: 1", PT,
         "steps (prefill: layers) between checkpoints"),
     INT("ckpt_keep", ckpt_keep, 1, 1000000, "3", PT, "checkpoints kept"),
-    INT("mem_ckpt_every", mem_ckpt_every, 0, INT64_C(1) << 40, "auto", T,
-        "train under agents: steps between in-memory checkpoints, which the agents hold and a "
-        "recovery resumes from before disk (0: none; auto: 1 where the planner finds the host "
-        "memory, else none)"),
+    INT("mem_ckpt_every", mem_ckpt_every, 0, INT64_C(1) << 40, "auto", PT,
+        "under agents: steps (prefill: layers) between in-memory checkpoints, which the agents "
+        "hold and a recovery resumes from before disk (0: none; auto: 1 where the planner "
+        "finds the host memory, else none)"),
     STR("ckpt_dir", ckpt_dir, 0, "under agents the job's directory's ckpt/, else none", PT,
         "checkpoint directory"),
     STR("output_dir", output_dir, 0, "under agents the job's directory's output/, else none",

@@ -56,10 +56,32 @@ int dt_memckpt_init(dt_memckpt_t *mc, const char *cmd, int64_t every, dt_emsg_t 
     return 0;
 }
 
-int dt_memckpt_due(const dt_memckpt_t *mc, int64_t done, int64_t steps)
+int dt_memckpt_due(dt_memckpt_t *mc, int64_t done, int64_t steps)
 {
     /* the last step's state is the run's result, on disk: no copy */
-    return mc->fd[0] >= 0 && mc->every > 0 && done % mc->every == 0 && done < steps;
+    if (mc->fd[0] < 0 || mc->every <= 0 || done % mc->every != 0 || done >= steps)
+        return 0;
+    pthread_mutex_lock(&mc->mu);
+    int off = mc->off;
+    pthread_mutex_unlock(&mc->mu);
+    return !off;
+}
+
+/* Write w into slot (the thread's or the caller's); a failure is said
+ * and turns the copies off. */
+static int write_slot(dt_memckpt_t *mc, int64_t done, int slot, dt_st_writer_t *w,
+                      int64_t *bytes)
+{
+    dt_emsg_t em = { "" };
+    char name[48];
+
+    snprintf(name, sizeof(name), "in-memory checkpoint slot %d", slot);
+    if (dt_st_write_fd(w, mc->fd[slot], name, NULL, bytes, &em) < 0) {
+        fprintf(stderr, "%s: step %" PRId64 ": %s: no more in-memory checkpoints (disk "
+                "checkpoints go on)\n", mc->cmd, done, em.s);
+        return -1;
+    }
+    return 0;
 }
 
 /* The hashing thread: each copy written, oldest first, hashed from its
@@ -82,7 +104,24 @@ static void *hasher(void *arg)
             continue;
         }
         int64_t step = mc->queued[slot], bytes = mc->bytes[slot];
+        dt_st_writer_t *w = mc->w[slot];
         pthread_mutex_unlock(&mc->mu);
+        if (w != NULL) {
+            /* the caller's memory, read until this is done (dt_memckpt_sync) */
+            int rc = write_slot(mc, step, slot, w, &bytes);
+            dt_st_writer_free(w);
+            pthread_mutex_lock(&mc->mu);
+            mc->w[slot] = NULL;
+            mc->bytes[slot] = bytes;
+            if (rc < 0) {
+                mc->off = 1;
+                mc->queued[slot] = 0;
+            }
+            pthread_cond_broadcast(&mc->cv);
+            if (rc < 0)
+                continue;
+            pthread_mutex_unlock(&mc->mu);
+        }
         char sha[65];
         int64_t n = dt_sha256_fd(mc->fd[slot], sha);
         if (n == bytes)
@@ -104,32 +143,32 @@ static int next_slot(const dt_memckpt_t *mc)
     return mc->newest == 0 ? 1 : 0;
 }
 
-int dt_memckpt_busy(dt_memckpt_t *mc)
+int dt_memckpt_ready(dt_memckpt_t *mc, int64_t done)
 {
-    int slot = next_slot(mc);
-
-    pthread_mutex_lock(&mc->mu);
-    int busy = mc->queued[slot] != 0;
-    pthread_mutex_unlock(&mc->mu);
-    return busy;
-}
-
-void dt_memckpt_write(dt_memckpt_t *mc, int64_t done, dt_st_writer_t *w)
-{
-    dt_emsg_t em = { "" };
-    char name[48];
-    int64_t bytes = 0;
-    int slot = next_slot(mc);
-
     if (mc->fd[0] < 0 || mc->every == 0)
-        return;
-    if (dt_memckpt_busy(mc)) {
+        return 0;
+    pthread_mutex_lock(&mc->mu);
+    int off = mc->off, busy = mc->queued[next_slot(mc)] != 0;
+    pthread_mutex_unlock(&mc->mu);
+    if (off)
+        return 0;
+    if (busy) {
         if (mc->skipped++ == 0)
             fprintf(stderr, "%s: step %" PRId64 ": in-memory checkpoint skipped: the one before "
                     "it in slot %d is still being hashed (the state is large for its steps; "
-                    "said once)\n", mc->cmd, done, slot);
-        return;
+                    "said once)\n", mc->cmd, done, next_slot(mc));
+        return 0;
     }
+    return 1;
+}
+
+/* Ready to take a copy into slot (dt_memckpt_ready, and the thread
+ * started): 1 with the agent told the slot is being overwritten, else 0
+ * (the copy is skipped). */
+static int begin(dt_memckpt_t *mc, int64_t done, int slot)
+{
+    if (!dt_memckpt_ready(mc, done))
+        return 0;
     if (!mc->started) {
         int e = pthread_create(&mc->thread, NULL, hasher, mc);
         if (e != 0) {
@@ -137,24 +176,60 @@ void dt_memckpt_write(dt_memckpt_t *mc, int64_t done, dt_st_writer_t *w)
                     "with: %s: no more of them (disk checkpoints go on)\n", mc->cmd, done,
                     strerror(e));
             mc->every = 0;
-            return;
+            return 0;
         }
         mc->started = 1;
     }
     /* the agent forgets what the slot held before it is overwritten */
     dt_wlink_memckpt_writing(done, slot);
-    snprintf(name, sizeof(name), "in-memory checkpoint slot %d", slot);
-    if (dt_st_write_fd(w, mc->fd[slot], name, NULL, &bytes, &em) < 0) {
-        fprintf(stderr, "%s: step %" PRId64 ": %s: no more in-memory checkpoints (disk "
-                "checkpoints go on)\n", mc->cmd, done, em.s);
-        mc->every = 0;
-        return;
-    }
+    return 1;
+}
+
+/* Hand slot's copy of step done to the thread: w to write (or NULL:
+ * written), then hashed and reported. */
+static void queue(dt_memckpt_t *mc, int64_t done, int slot, dt_st_writer_t *w, int64_t bytes)
+{
     mc->newest = slot;
     pthread_mutex_lock(&mc->mu);
     mc->queued[slot] = done;
     mc->bytes[slot] = bytes;
+    mc->w[slot] = w;
     pthread_cond_broadcast(&mc->cv);
+    pthread_mutex_unlock(&mc->mu);
+}
+
+void dt_memckpt_write(dt_memckpt_t *mc, int64_t done, dt_st_writer_t *w)
+{
+    int64_t bytes = 0;
+    int slot = next_slot(mc);
+
+    if (!begin(mc, done, slot))
+        return;
+    if (write_slot(mc, done, slot, w, &bytes) < 0) {
+        mc->every = 0;
+        return;
+    }
+    queue(mc, done, slot, NULL, bytes);
+}
+
+void dt_memckpt_write_async(dt_memckpt_t *mc, int64_t done, dt_st_writer_t *w)
+{
+    int slot = next_slot(mc);
+
+    if (!begin(mc, done, slot)) {
+        dt_st_writer_free(w);
+        return;
+    }
+    queue(mc, done, slot, w, 0);
+}
+
+void dt_memckpt_sync(dt_memckpt_t *mc)
+{
+    if (!mc->started)
+        return;
+    pthread_mutex_lock(&mc->mu);
+    while (mc->w[0] != NULL || mc->w[1] != NULL)
+        pthread_cond_wait(&mc->cv, &mc->mu);
     pthread_mutex_unlock(&mc->mu);
 }
 

@@ -49,6 +49,8 @@ typedef struct dt_memckpt {
     int started, quit;
     int64_t queued[2];  /* per slot: the step written and waiting to be hashed, 0 none */
     int64_t bytes[2];
+    dt_st_writer_t *w[2]; /* per slot: a copy still to be written (dt_memckpt_write_async) */
+    int off;            /* a write failed on the thread: no more copies */
     int64_t skipped;    /* copies skipped because their slot was still being hashed */
 } dt_memckpt_t;
 
@@ -58,14 +60,23 @@ typedef struct dt_memckpt {
 DT_MUST_CHECK int dt_memckpt_init(dt_memckpt_t *mc, const char *cmd, int64_t every,
                                   dt_emsg_t *em);
 /* Whether a copy is due after `done` steps of `steps`. */
-int dt_memckpt_due(const dt_memckpt_t *mc, int64_t done, int64_t steps);
+int dt_memckpt_due(dt_memckpt_t *mc, int64_t done, int64_t steps);
 /* Write w as the copy of step `done`; its hash and report follow on the
  * hashing thread. A failure is printed once and turns the copies off;
  * nothing is returned. */
 void dt_memckpt_write(dt_memckpt_t *mc, int64_t done, dt_st_writer_t *w);
-/* Whether the slot a copy due now would take is still being hashed (the
- * copy is then skipped: the caller need not build it). */
-int dt_memckpt_busy(dt_memckpt_t *mc);
+/* The same, written on the thread too (w taken: freed there): for state
+ * that stays put until dt_memckpt_sync, such as parameters and moments
+ * before the next update, or a host copy of the device's before the next
+ * copy into it. */
+void dt_memckpt_write_async(dt_memckpt_t *mc, int64_t done, dt_st_writer_t *w);
+/* Wait until no copy is still being written from the caller's memory. */
+void dt_memckpt_sync(dt_memckpt_t *mc);
+/* 1 when a copy due after `done` steps can be taken now; 0 when the
+ * copies are off, or the slot it would take is still being written or
+ * hashed (the copy is then skipped, said once): the caller need not build
+ * it. */
+int dt_memckpt_ready(dt_memckpt_t *mc, int64_t done);
 /* The copies still being hashed reported, and the thread stopped. */
 void dt_memckpt_close(dt_memckpt_t *mc);
 /* The copy to resume step `step` from, checked against the SHA-256 the

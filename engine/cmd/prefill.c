@@ -59,6 +59,7 @@
 #include "engine/wlink.h"
 #include "kernels/cpu/layers_cpu.h"
 #include "engine/cmd/masks.h"
+#include "engine/cmd/memckpt.h"
 #include "engine/cmd/options.h"
 #include "spec/spec.h"
 #ifdef HAVE_CUDA
@@ -66,6 +67,7 @@
 #endif
 
 #define PREFILL_FORMAT "dt-prefill-1"
+#define MEM_FORMAT "dt-prefill-memory-1"
 
 enum { TAG_COUNT = 312, TAG_POS, TAG_ROWS };
 
@@ -73,6 +75,8 @@ typedef struct popts {
     dt_model_cfg_t model;
     int64_t T, last, ckpt_keep, ckpt_every, stop_after;
     int64_t pos_offset; /* the first token's position (spec key pos_offset) */
+    int64_t mem_every;  /* --mem-ckpt-every: layers between in-memory copies; 0 none */
+    int64_t resume_mem; /* --resume-from-memory LAYERS: the agent's copy, 0 none */
     dt_mask_rules_t masks; /* the mask keys (spec/mask_rules.h) */
     uint64_t seed;
     const char *ckpt_dir, *data, *layout, *segments, *dilations, *logits, *out_dir;
@@ -166,7 +170,9 @@ static int parse(int argc, char **argv, popts_t *o, dt_emsg_t *em)
     o->print = c.print;
     o->resume = c.resume;
     o->resume_from = c.resume_from;
+    o->resume_mem = c.resume_mem;
     o->external = c.external;
+    o->mem_every = dt_spec_given(s, "mem_ckpt_every") ? s->mem_ckpt_every : 0;
     o->cuda = dt_spec_device_id(s) == DT_DEVICE_CUDA;
     o->dtype = dt_spec_dtype_id(s);
     o->T = s->tokens;
@@ -192,6 +198,9 @@ static int parse(int argc, char **argv, popts_t *o, dt_emsg_t *em)
                            "layers' checkpoints go)");
     if (o->resume && o->resume_from)
         return dt_emsg_set(em, DT_EUSAGE, "--resume and --resume-from exclude each other");
+    if (o->resume_mem && (o->resume || o->resume_from))
+        return dt_emsg_set(em, DT_EUSAGE, "--resume-from-memory excludes --resume and "
+                           "--resume-from");
     if (o->logits && o->out_dir)
         return dt_emsg_set(em, DT_EUSAGE, "--out-dir writes DIR/logits.npy: do not also give "
                            "--logits");
@@ -589,6 +598,7 @@ typedef struct prefiller {
     int64_t c, done;          /* tokens of this rank; layers done */
     double loss;
     int stopped;              /* the layers done at a stop (--stop-after-layer, W_STOP) */
+    dt_memckpt_t mem;         /* in-memory checkpoints in the agent's memory (memckpt.h) */
 #ifdef HAVE_CUDA
     /* --device cuda: the ring and the model on this rank's GPU; the host
      * keeps the hidden state only to checkpoint it, and the logits */
@@ -622,6 +632,8 @@ static int prefiller_init(prefiller_t *p, dt_comm_t *comm, int argc, char **argv
     p->me = dt_comm_rank(comm);
     if ((rc = parse(argc, argv, o, &p->em)) == 1)
         return 1;
+    if (rc == 0)
+        rc = dt_memckpt_init(&p->mem, "dtengine prefill", o->mem_every, &p->em);
     if (rc == 0)
         rc = dt_model_cfg_check(&o->model, &p->em);
     if (rc == 0 && o->stop_after > o->model.layers)
@@ -695,6 +707,114 @@ static void prefiller_alloc(prefiller_t *p)
     dt_model_init(&o->model, &p->lo, o->seed, p->P);
 }
 
+/* ---- in-memory checkpoints (memckpt.h) ---------------------------------------- */
+
+static int prefiller_save_pending(prefiller_t *p);
+
+/* The manifest's model and plan objects as one text, to compare a copy's
+ * with: the hidden state after a layer depends on nothing else but the
+ * rows this rank holds (compared as well). */
+static char *run_text(const popts_t *o)
+{
+    json_t *j = json_pack("{s:o, s:o, s:o}", "model", dt_ckpt_model_json(&o->model), "plan",
+                          plan_json(o), "rng", rng_json(o));
+    char *s = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(j);
+    return s;
+}
+
+/* After `done` layers: this rank's hidden state and its rows' positions
+ * into the agent's memory (the device's copied off first on the GPU). */
+static void mem_save(prefiller_t *p, int64_t done)
+{
+    dt_st_writer_t *w = dt_st_writer_new();
+    dt_emsg_t em = { "" };
+    int64_t shape[2] = { p->c, p->o.model.dim };
+    char *run = NULL, buf[32];
+
+    if (!dt_memckpt_ready(&p->mem, done))
+        goto out;
+#ifdef HAVE_CUDA
+    if (p->gm) {
+        /* a checkpoint of this layer already being copied has the same
+         * hidden state: wait for it (and write it); else copy it now */
+        int same = p->pending == done, rc = prefiller_save_pending(p);
+        if (rc == 0 && !same && (rc = dt_gmodel_hidden_copy_start(p->gm, p->hidden, &p->em)) == 0)
+            rc = dt_gmodel_copy_wait(p->gm, NULL, &p->em);
+        if (rc < 0) {
+            fprintf(stderr, "dtengine prefill: layer %lld: the in-memory checkpoint's copy off "
+                    "the device failed: %s\n", (long long)done, p->em.s);
+            goto out;
+        }
+    }
+#endif
+    run = run_text(&p->o);
+    snprintf(buf, sizeof(buf), "%lld", (long long)done);
+    if (dt_st_writer_add(w, "hidden", DT_F32, 2, shape, p->hidden, &em) < 0 ||
+        dt_st_writer_add(w, "positions", DT_I64, 1, &p->c, p->pos, &em) < 0 ||
+        dt_st_writer_meta(w, "format", MEM_FORMAT, &em) < 0 ||
+        dt_st_writer_meta(w, "layers_done", buf, &em) < 0 ||
+        dt_st_writer_meta(w, "run", run ? run : "", &em) < 0)
+        abort(); /* names and sizes we chose: a bug */
+    dt_memckpt_write(&p->mem, done, w);
+out:
+    free(run);
+    dt_st_writer_free(w);
+}
+
+/* --resume-from-memory LAYERS: this rank's hidden state from the copy its
+ * agent kept, checked to be this run's (the layer, the model, plan and
+ * data, the rows). DT_ECKPT for anything wrong: the coordinator then
+ * resumes from disk. */
+static int mem_load(prefiller_t *p)
+{
+    const popts_t *o = &p->o;
+    dt_st_reader_t *r = NULL;
+    char *run = run_text(o), *end;
+    dt_emsg_t em = { "" };
+    int64_t *pos = dt_xmallocarray((size_t)(p->c > 0 ? p->c : 1), sizeof(int64_t));
+    int rc;
+
+    if ((rc = dt_memckpt_open_resume(&p->mem, o->resume_mem, &r, &p->em)) < 0)
+        goto out;
+    const char *fmt = dt_st_meta(r, "format"), *ld = dt_st_meta(r, "layers_done"),
+               *rj = dt_st_meta(r, "run");
+    errno = 0;
+    long long done = ld ? strtoll(ld, &end, 10) : -1;
+    if (fmt == NULL || strcmp(fmt, MEM_FORMAT) != 0) {
+        rc = dt_emsg_set(&em, DT_ECKPT, "not a prefill's hidden state (format %s)",
+                         fmt ? fmt : "none");
+        goto bad;
+    }
+    if (ld == NULL || errno != 0 || *end != '\0' || done != o->resume_mem ||
+        done > o->model.layers || rj == NULL || run == NULL || strcmp(rj, run) != 0) {
+        rc = dt_emsg_set(&em, DT_ECKPT, "written for another run (layer %s, or another model, "
+                         "plan or data)", ld ? ld : "none");
+        goto bad;
+    }
+    if ((rc = dt_st_read(r, "hidden", p->hidden,
+                         (size_t)(p->c * o->model.dim) * sizeof(float), &em)) < 0 ||
+        (rc = dt_st_read(r, "positions", pos, (size_t)p->c * sizeof(int64_t), &em)) < 0)
+        goto bad;
+    if (p->c > 0 && memcmp(pos, p->pos, (size_t)p->c * sizeof(int64_t)) != 0) {
+        rc = dt_emsg_set(&em, DT_ECKPT, "the rows of another rank or layout");
+        goto bad;
+    }
+    p->done = done;
+    if (p->me == 0)
+        fprintf(stderr, "dtengine prefill: resuming from the in-memory checkpoint of layer "
+                "%lld\n", done);
+    goto out;
+bad:
+    rc = dt_emsg_set(&p->em, DT_ECKPT, "--resume-from-memory %lld: %s", (long long)o->resume_mem,
+                     em.s);
+out:
+    dt_st_close(r);
+    free(run);
+    free(pos);
+    return rc;
+}
+
 /* The hidden state to start from: with --resume, rank 0 picks the
  * checkpoint and every rank reads its shard; else (or when there is none)
  * the embedding. Agreed and reported; rank 0 prints the header. */
@@ -728,6 +848,10 @@ static int prefiller_load_or_resume(prefiller_t *p)
                       &p->em);
             free(sdir);
         }
+    } else if (o->resume_mem) {
+        rc = report(p, mem_load(p));
+        if (rc < 0)
+            return rc;
     }
     if (rc == 0 && p->done == 0 && p->m)
         rc = dt_model_embed(p->m, p->P, p->x, p->hidden, &p->em);
@@ -844,6 +968,8 @@ static int prefiller_layer(prefiller_t *p, int64_t l, int *stop)
 #endif
         if (save_now && (rc = save(p->comm, o, done, p->c, p->hidden, p->pos, &p->em)) < 0)
         return rc;
+    if (!last && dt_memckpt_due(&p->mem, done, o->model.layers))
+        mem_save(p, done);
     if (p->me == 0) {
         printf("layer %lld/%d seconds %.4f%s\n", (long long)done, o->model.layers, secs,
                save_now ? " checkpointed" : "");
@@ -996,6 +1122,7 @@ static void prefiller_finish(const prefiller_t *p)
 
 static void prefiller_close(prefiller_t *p)
 {
+    dt_memckpt_close(&p->mem);
 #ifdef HAVE_CUDA
     dt_gmodel_free(p->gm);
     dt_ring_free(p->ring);
@@ -1042,6 +1169,10 @@ static void print_settings(const popts_t *o)
     dt_cmd_setting("data", "%s", o->data);
     dt_cmd_setting("ckpt_every", o->ckpt_dir ? "%lld" : NULL, (long long)o->ckpt_every);
     dt_cmd_setting("ckpt_keep", "%lld", (long long)o->ckpt_keep);
+    if (o->mem_every > 0)
+        dt_cmd_setting("mem_ckpt_every", "%lld", (long long)o->mem_every);
+    else
+        dt_cmd_setting("mem_ckpt_every", "%s", "none");
     dt_cmd_setting("ckpt_dir", o->ckpt_dir ? "%s" : NULL, o->ckpt_dir);
     dt_cmd_setting("output_dir", o->out_dir ? "%s" : NULL, o->out_dir);
 }

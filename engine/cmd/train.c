@@ -604,7 +604,10 @@ static char *model_text(const dt_train_opts_t *o)
 
 /* This rank's state after `done` steps as it holds it, P (pn floats from
  * the parameters' offset), M and V (mlen from moff), with the data cursor
- * and the loss scale: what a resume of this rank needs, nothing more. */
+ * and the loss scale: what a resume of this rank needs, nothing more.
+ * Written on the copies' thread, during the next step, from the arrays
+ * themselves (the next update waits for it: dt_memckpt_sync) or on the GPU
+ * from their host copy (the next copy into it waits). */
 static void mem_save(dt_trainer_t *t, int64_t done)
 {
     dt_st_writer_t *w = dt_st_writer_new();
@@ -613,22 +616,24 @@ static void mem_save(dt_trainer_t *t, int64_t done)
     char *model = NULL;
     int rc = 0;
 
-    if (dt_memckpt_busy(&t->mem)) {
-        dt_memckpt_write(&t->mem, done, w); /* skipped, and said */
-        goto out;
+    if (!dt_memckpt_ready(&t->mem, done)) {
+        dt_st_writer_free(w);
+        return;
     }
-    model = model_text(&t->o);
     if (t->be->copy_start) {
         /* the state is on the device: a pending disk checkpoint's host
          * copy is written first, then this one is copied and waited for */
+        dt_memckpt_sync(&t->mem);
         if ((rc = trainer_save_pending(t)) < 0 ||
             (rc = t->be->copy_start(t, t->P, t->M, t->V)) < 0 ||
             (rc = t->be->copy_wait(t, NULL)) < 0) {
             fprintf(stderr, "dtengine train: step %lld: the in-memory checkpoint's copy off the "
                     "device failed: %s\n", (long long)done, t->em.s);
-            goto out;
+            dt_st_writer_free(w);
+            return;
         }
     }
+    model = model_text(&t->o);
     dt_loader_cursor_t cur = { 0 };
     if (t->loader)
         dt_loader_get_cursor(t->loader, &cur);
@@ -654,10 +659,8 @@ static void mem_save(dt_trainer_t *t, int64_t done)
         rc = dt_st_writer_meta(w, "model", model ? model : "", &em);
     if (rc < 0)
         abort();
-    dt_memckpt_write(&t->mem, done, w);
-out:
+    dt_memckpt_write_async(&t->mem, done, w);
     free(model);
-    dt_st_writer_free(w);
 }
 
 /* A copy's integer metadata KEY into *v (DT_ECKPT when missing or not one). */
@@ -917,6 +920,8 @@ static int trainer_step(dt_trainer_t *t, int64_t step, dt_train_ctl_t *ctl)
                            "training diverged (a lower --lr, or more --warmup)",
                            (long long)step, loss, norm);
     double lr = dt_lr_at(&t->sched, step);
+    /* the last in-memory copy written from P, M and V before they change */
+    dt_memckpt_sync(&t->mem);
     if (!skipped && (rc = t->be->update(t, step, lr, gscale)) < 0)
         return rc;
     double dt = dt_clock_now() - t0;
@@ -1009,6 +1014,7 @@ static int trainer_checkpoint(dt_trainer_t *t, int64_t done, int asked, int now)
     if (o->ckpt_dir == NULL || (done % o->ckpt_every != 0 && !asked))
         return 0;
     if (t->be->copy_start) {
+        dt_memckpt_sync(&t->mem); /* the host copy is not being read */
         int rc = t->be->copy_start(t, t->P, t->M, t->V);
         if (rc < 0)
             return rc;
@@ -1098,6 +1104,7 @@ static int trainer_finish(dt_trainer_t *t)
 
     /* the trained parameters off the device (the GPU): rank 0's whole
      * copy, or with shard = parameters every rank's slice */
+    dt_memckpt_sync(&t->mem);
     if (t->be->copy_start && (t->me == 0 || t->pn != t->n) &&
         ((rc = t->be->copy_start(t, t->P, NULL, NULL)) < 0 ||
          (rc = t->be->copy_wait(t, NULL)) < 0)) {

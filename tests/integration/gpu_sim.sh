@@ -363,20 +363,26 @@ check "run --local, prefill with device = cuda: completes with the direct run's 
 # (a GPU layer's checkpoint is written while the next layer runs and
 # committed once the agents have read it back, so when the kill lands after
 # layer 2 the last committed layer is usually 1 or 2, but may still be
-# none: the second generation must resume at the last layer committed
-# before it started, whichever that was)
+# none; every layer's hidden state is also copied into the agents' memory
+# (mem_ckpt_every = auto: 1): the second generation must resume from the
+# memory copy of a layer no older than the last committed one, as its
+# resumed_step event says, or else at the last committed layer)
 t_pf_worker() {
     pf_local worker --inject-failure worker@2 && out_has "restarts +[1-9]" || return 1
     sqlite3 "$TMPD/pfl-worker/dt.db" "SELECT kind, detail FROM events ORDER BY id" | awk -F'|' '
         BEGIN { last = 0 }
-        $1 == "checkpoint_committed" && !done { sub(/^step=/, "", $2); last = $2 + 0 }
-        $1 == "generation_started" && $2 ~ /^gen=2 / && !done {
-            done = 1; want = "resume_step=" last
-            if ($2 !~ (" " want "$")) { print "gen 2: " $2 ", expected " want; bad = 1 }
-            else print "gen 2 resumed at the last committed layer: " want }
-        END { if (!done) print "no second generation"; exit (!done || bad) }'
+        $1 == "checkpoint_committed" && !started { sub(/^step=/, "", $2); last = $2 + 0 }
+        $1 == "generation_started" && $2 ~ /^gen=2 / && !started {
+            started = 1; at = $2; sub(/.* resume_step=/, "", at); at += 0 }
+        $1 == "resumed_step" && $2 ~ /^gen=2: resumed step [0-9]+ from memory$/ { mem = 1 }
+        END {
+            if (!started) { print "no second generation"; exit 1 }
+            if (mem && at >= last) { print "gen 2 resumed from memory at layer " at " (committed: " last ")"; exit 0 }
+            if (!mem && at == last) { print "gen 2 resumed at the last committed layer " at; exit 0 }
+            print "gen 2 resumed at " at (mem ? " from memory" : " from disk") ", last committed " last
+            exit 1 }'
 }
-check "run --local, prefill on GPUs: a worker killed after layer 2 resumes at a committed layer, same logits" \
+check "run --local, prefill on GPUs: a worker killed after layer 2 resumes from memory or a committed layer, same logits" \
     t_pf_worker
 
 # ---- dtctl run --local --device cuda: the built-in job on simulated GPUs ------------------

@@ -262,8 +262,10 @@ wait_for 120 step_at_least "$J" 2
 kill -KILL "$(worker_of a1 "$J")"
 finish_job "$J"
 check "prefill, worker killed: the job completed" completed "$J"
-check "prefill, worker killed: resumed at a committed layer" \
-    sh -c "grep -q 'resuming from .*step-0000000[1-3] after layer' '$COORD_STATE/jobs/$J/logs/rank-0.log'"
+check "prefill, worker killed: resumed from the agents' memory after a layer (mem_ckpt_every = 1)" \
+    has_event "$J" resumed_step "gen=2: resumed step [1-3] from memory"
+check "prefill, worker killed: the engine loaded its in-memory copy" \
+    sh -c "grep -q 'resuming from the in-memory checkpoint of layer [1-3]' '$COORD_STATE/jobs/$J/logs/rank-0.log'"
 check "prefill, worker killed: the same logits bit for bit" same_checksum "$J"
 check "prefill, worker killed: no worker left" no_workers_left
 

@@ -1993,3 +1993,63 @@ Test(planner, gpu_step_time_calibrated_on_an_h200)
     cr_assert(fabs((sec[0] - sec[1]) - (det - fast)) < 0.02 * det, "det %.3f s, nondet %.3f s",
               sec[0], sec[1]);
 }
+
+/* In-memory checkpoints (plan_mem_ckpt): auto is every step where the
+ * host memory holds them, an explicit K is kept, 0 is none; a prefill's
+ * copies are its rows' hidden state and positions; attn has none; auto
+ * without the memory is none with a note, an explicit K without it a
+ * refusal. The bytes are 2 copies and 2 replicas of the state, each with
+ * a 64 KiB header allowance. */
+Test(planner, mem_ckpt_auto_explicit_kinds_and_memory)
+{
+    dt_plan_req_t q = small_train("cpu", DT_F32, false);
+    double P = small_params(false);
+    dt_plan_t p;
+    dt_emsg_t em;
+
+    q.mem_ckpt_every = -1;
+    cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
+    cr_assert_eq(p.mem_ckpt_every, 1);
+    cr_assert_eq(p.mem.mem_ckpt, 4 * (12 * P + 65536), "fp32 P, M, V unsharded: 12 P");
+    double need = p.mem.mem_ckpt, total = p.mem.total;
+    dt_plan_clear(&p);
+    q.mem_ckpt_every = 7;
+    cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
+    cr_assert_eq(p.mem_ckpt_every, 7);
+    dt_plan_clear(&p);
+    q.mem_ckpt_every = 0;
+    cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
+    cr_assert_eq(p.mem_ckpt_every, 0);
+    cr_assert_eq(p.mem.mem_ckpt, 0);
+    dt_plan_clear(&p);
+
+    /* the rank's memory holds its state but not the copies as well */
+    q.cluster.mem_bytes = total + need / 2;
+    q.mem_ckpt_every = -1;
+    cr_assert_eq(make(&q, &p, &em), 0, "%s", em.s);
+    cr_assert(p.fits);
+    cr_assert_eq(p.mem_ckpt_every, 0);
+    cr_assert_eq(p.mem.mem_ckpt, 0);
+    cr_assert(strstr(p.note, "no in-memory checkpoints") != NULL, "%s", p.note);
+    dt_plan_clear(&p);
+    q.mem_ckpt_every = 1;
+    cr_assert_lt(make(&q, &p, &em), 0);
+    cr_assert(strstr(em.s, "mem_ckpt_every") != NULL, "%s", em.s);
+    dt_plan_clear(&p);
+
+    dt_plan_req_t f = small_train("cpu", DT_F32, false);
+    f.kind = DT_KIND_PREFILL;
+    f.mem_ckpt_every = -1;
+    cr_assert_eq(make(&f, &p, &em), 0, "%s", em.s);
+    cr_assert_eq(p.mem_ckpt_every, 1);
+    cr_assert_eq(p.mem.mem_ckpt, 4 * (1024.0 * (4 * 256 + 8) + 65536),
+                 "4096 tokens on 4 ranks: 1024 rows of dim 256, fp32, and their positions");
+    dt_plan_clear(&p);
+
+    dt_plan_req_t a = attn_req(4096, 4, 4, 2, 64, true, DT_LAYOUT_ZIGZAG);
+    a.mem_ckpt_every = -1;
+    cr_assert_eq(make(&a, &p, &em), 0, "%s", em.s);
+    cr_assert_eq(p.mem_ckpt_every, 0);
+    cr_assert_eq(p.mem.mem_ckpt, 0);
+    dt_plan_clear(&p);
+}
