@@ -155,8 +155,8 @@ int dt_memckpt_ready(dt_memckpt_t *mc, int64_t done)
     if (busy) {
         if (mc->skipped++ == 0)
             fprintf(stderr, "%s: step %" PRId64 ": in-memory checkpoint skipped: the one before "
-                    "it in slot %d is still being hashed (the state is large for its steps; "
-                    "said once)\n", mc->cmd, done, next_slot(mc));
+                    "it in slot %d is still being written or hashed (the state is large for "
+                    "its steps; said once)\n", mc->cmd, done, next_slot(mc));
         return 0;
     }
     return 1;

@@ -605,34 +605,33 @@ static char *model_text(const dt_train_opts_t *o)
 /* This rank's state after `done` steps as it holds it, P (pn floats from
  * the parameters' offset), M and V (mlen from moff), with the data cursor
  * and the loss scale: what a resume of this rank needs, nothing more.
- * Written on the copies' thread, during the next step, from the arrays
- * themselves (the next update waits for it: dt_memckpt_sync) or on the GPU
- * from their host copy (the next copy into it waits). */
+ * Written on the copies' thread during the next step: on the host, from
+ * the arrays themselves (the next update waits for that: mem_hand); on the
+ * GPU, the state's copy off the device starts now (or is the disk
+ * checkpoint's of this step) and goes to the thread once it is on the host,
+ * before the next update (mem_hand), so the step waits for neither. */
 static void mem_save(dt_trainer_t *t, int64_t done)
 {
-    dt_st_writer_t *w = dt_st_writer_new();
+    dt_st_writer_t *w;
     dt_emsg_t em = { "" };
     char b[7][96];
     char *model = NULL;
     int rc = 0;
 
-    if (!dt_memckpt_ready(&t->mem, done)) {
-        dt_st_writer_free(w);
+    if (!dt_memckpt_ready(&t->mem, done))
         return;
-    }
-    if (t->be->copy_start) {
-        /* the state is on the device: a pending disk checkpoint's host
-         * copy is written first, then this one is copied and waited for */
+    if (t->be->copy_start && t->pending != done) {
+        /* the host copy is free once the thread has written from it and
+         * a pending disk checkpoint is written */
         dt_memckpt_sync(&t->mem);
         if ((rc = trainer_save_pending(t)) < 0 ||
-            (rc = t->be->copy_start(t, t->P, t->M, t->V)) < 0 ||
-            (rc = t->be->copy_wait(t, NULL)) < 0) {
+            (rc = t->be->copy_start(t, t->P, t->M, t->V)) < 0) {
             fprintf(stderr, "dtengine train: step %lld: the in-memory checkpoint's copy off the "
                     "device failed: %s\n", (long long)done, t->em.s);
-            dt_st_writer_free(w);
             return;
         }
     }
+    w = dt_st_writer_new();
     model = model_text(&t->o);
     dt_loader_cursor_t cur = { 0 };
     if (t->loader)
@@ -659,8 +658,33 @@ static void mem_save(dt_trainer_t *t, int64_t done)
         rc = dt_st_writer_meta(w, "model", model ? model : "", &em);
     if (rc < 0)
         abort();
-    dt_memckpt_write_async(&t->mem, done, w);
     free(model);
+    if (t->be->copy_start) {
+        t->mem_w = w;
+        t->mem_step = done;
+        return;
+    }
+    dt_memckpt_write_async(&t->mem, done, w);
+}
+
+/* Before an update: the in-memory copy whose state came off the device
+ * during this step goes to the copies' thread (the copy waited for: done
+ * by now, the step's compute covered it); and where the update changes
+ * the host's P, M, V, the thread has finished reading them. */
+static void mem_hand(dt_trainer_t *t)
+{
+    if (t->mem_w) {
+        if (t->be->copy_wait(t, NULL) < 0) {
+            fprintf(stderr, "dtengine train: step %lld: the in-memory checkpoint's copy off the "
+                    "device failed: %s\n", (long long)t->mem_step, t->em.s);
+            dt_st_writer_free(t->mem_w);
+        } else {
+            dt_memckpt_write_async(&t->mem, t->mem_step, t->mem_w);
+        }
+        t->mem_w = NULL;
+    }
+    if (t->be->copy_start == NULL || (t->be->updates_host && t->be->updates_host(t)))
+        dt_memckpt_sync(&t->mem);
 }
 
 /* A copy's integer metadata KEY into *v (DT_ECKPT when missing or not one). */
@@ -920,8 +944,7 @@ static int trainer_step(dt_trainer_t *t, int64_t step, dt_train_ctl_t *ctl)
                            "training diverged (a lower --lr, or more --warmup)",
                            (long long)step, loss, norm);
     double lr = dt_lr_at(&t->sched, step);
-    /* the last in-memory copy written from P, M and V before they change */
-    dt_memckpt_sync(&t->mem);
+    mem_hand(t);
     if (!skipped && (rc = t->be->update(t, step, lr, gscale)) < 0)
         return rc;
     double dt = dt_clock_now() - t0;
@@ -1180,6 +1203,7 @@ static int trainer_report(dt_trainer_t *t, const float *P, const char *digest)
 
 static void trainer_close(dt_trainer_t *t)
 {
+    dt_st_writer_free(t->mem_w); /* a run that failed before handing it */
     dt_memckpt_close(&t->mem);
     if (t->cring != t->comm)
         dt_comm_free(t->cring);

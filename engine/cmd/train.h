@@ -141,6 +141,10 @@ typedef struct dt_trainer {
     int stopped;         /* W_STOP: exit DT_EXIT_STOPPED */
     int64_t pending;     /* the step whose copy off the device is in flight, to be
                           * saved; 0 none (backends with copy_start) */
+    dt_st_writer_t *mem_w; /* the in-memory copy of step mem_step whose state is being
+                            * copied off the device, handed to the copies' thread
+                            * before the next update (backends with copy_start) */
+    int64_t mem_step;
     const dt_train_backend_t *be; /* the step's backend */
     void *dev;           /* the backend's own state (its alloc's; its close frees it) */
 } dt_trainer_t;
@@ -188,6 +192,9 @@ struct dt_train_backend {
      * on the host, P, M, V are it. */
     int (*copy_start)(dt_trainer_t *t, float *P, float *M, float *V);
     int (*copy_wait)(dt_trainer_t *t, double *stall_s);
+    /* With copy_start: 1 when update still changes the host's P, M, V
+     * (the optimizer on the host), else 0; NULL: 0. */
+    int (*updates_host)(const dt_trainer_t *t);
     /* Everything alloc and start made; safe after a failed or skipped
      * alloc (t->dev and the buffers NULL). It may free t->P, M, V that
      * alloc set, leaving them NULL. */

@@ -132,5 +132,6 @@ const dt_train_backend_t dt_train_cpu = {
     .update = cpu_update,
     .copy_start = NULL,
     .copy_wait = NULL,
+    .updates_host = NULL,
     .close = cpu_close,
 };

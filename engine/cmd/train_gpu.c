@@ -233,6 +233,13 @@ static int gpu_copy_wait(dt_trainer_t *t, double *stall_s)
     return dt_gmodel_copy_wait(g->gm, stall_s, &t->em);
 }
 
+static int gpu_updates_host(const dt_trainer_t *t)
+{
+    const gpu_t *g = t->dev;
+
+    return g != NULL && g->host;
+}
+
 static void gpu_close(dt_trainer_t *t)
 {
     gpu_t *g = t->dev;
@@ -266,5 +273,6 @@ const dt_train_backend_t dt_train_gpu = {
     .update = gpu_update,
     .copy_start = gpu_copy_start,
     .copy_wait = gpu_copy_wait,
+    .updates_host = gpu_updates_host,
     .close = gpu_close,
 };

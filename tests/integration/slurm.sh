@@ -335,8 +335,13 @@ t_spare() {
     job_spec spare "spares = 2" | sed 's/^nodes = .*/nodes = 3/' >"$TMPD/spare.spec"
     run_until "$TMPD/spare.spec" 30 || return 1
     wait_for 10 agent_count "$J" 3 || { echo "expected 3 agents (one spare)"; agents_of "$J"; return 1; }
-    # an agent that hosts ranks: not the spare (the highest agent id)
-    _v=$(agents_of "$J" | head -n 1 | cut -d' ' -f1)
+    # an agent that hosts ranks (its workers are its children), not the
+    # spare
+    _v=
+    for _p in $(agents_of "$J" | cut -d' ' -f1); do
+        pgrep -P "$_p" >/dev/null && { _v=$_p; break; }
+    done
+    [ -n "$_v" ] || { echo "no agent of job $J runs a worker"; agents_of "$J"; return 1; }
     kill -KILL "$_v"
     wait_done "$J" 180 || return 1
     completed_with "$J" "$REF" || return 1
@@ -344,8 +349,12 @@ t_spare() {
     out_has '"requeues": 0' || return 1
     events_of "$J" >"$TMPD/ev"
     ! grep -q ' requeued ' "$TMPD/ev" || { echo "requeued despite a spare"; return 1; }
+    # its ranks' in-memory copies, replicated over the agents' TCP peer
+    # channel (munge), fetched by the spare
+    events_have 'resumed_step .*gen=2: resumed step [1-9][0-9]* from memory' \
+        "a resume from the replicas"
 }
-only spare && check "SIGKILL an agent with a spare node: the spare takes over, no requeue" t_spare
+only spare && check "SIGKILL an agent with a spare node: the spare takes over from the replicas, no requeue" t_spare
 
 # ---- the warning signal before the time limit --------------------------------
 

@@ -14,6 +14,13 @@
  * itself refuses to run under an agent without its PMIx server, and does
  * nothing at all without DT_AGENT_FD, is tested too. The PMIx event handler
  * needs a server and is exercised by the agent's integration test.
+ *
+ * In-memory checkpoints (engine/cmd/memckpt.c) report through the link
+ * from their own thread: the worker writes copies into two memory files
+ * the test made (as an agent's), and the agent's side checks each slot's
+ * writing notice before its copy, the slots alternating, a slot rewritten
+ * only after its copy was reported, and each file's SHA-256 and contents
+ * against the report.
  */
 #include "config.h"
 
@@ -27,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -35,7 +43,9 @@
 #include "common/clock.h"
 #include "common/mem.h"
 #include "common/msg.h"
+#include "common/sha256.h"
 #include "engine/cmd/cmd.h"
+#include "engine/cmd/memckpt.h"
 #include "engine/wlink.h"
 
 #define SHA_A "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
@@ -590,4 +600,133 @@ Test(wlink, open_under_an_agent_without_its_pmix_server_is_an_error, .timeout = 
     spawn(&a, 0, 0, 1, w_inactive);
     cr_assert_eq(next_frame(&a, &m), 0, "no W_HELLO when the open failed");
     expect_exit(&a, 99, "open: DT_ECOMM: PMIx_Init failed under dtagentd");
+}
+
+/* ---- in-memory checkpoints (engine/cmd/memckpt.c) ------------------------------- */
+
+/* The agent's two memory files, made before the fork (the worker inherits
+ * them, as from a real agent), read here after the worker is gone. */
+static int mem_fd[2] = { -1, -1 };
+static float mem_data[4096];
+
+/* The worker: copies of steps 3 and 4 written and hashed on the copies'
+ * thread (the array changed once the caller has synced: the copy of 3 is
+ * what it held before), then step 5's written in place; a copy whose slot
+ * is still being written is skipped, never waited for. */
+static void w_memckpt(void)
+{
+    dt_memckpt_t mc;
+    dt_emsg_t em = { "" };
+    char v[32];
+    int64_t n = DT_ARRAY_SIZE(mem_data);
+
+    snprintf(v, sizeof(v), "%d,%d", mem_fd[0], mem_fd[1]);
+    setenv(DT_MEMCKPT_ENV, v, 1);
+    if (dt_memckpt_init(&mc, "test", 1, &em) < 0 || !dt_memckpt_due(&mc, 3, 10) ||
+        dt_memckpt_due(&mc, 10, 10)) {
+        fprintf(stderr, "init: %s\n", em.s);
+        _exit(98);
+    }
+    for (int64_t step = 3; step <= 5; step++) {
+        for (int64_t i = 0; i < n; i++)
+            mem_data[i] = (float)(step * 10000 + i);
+        /* (a slot still being hashed skips its copy: wait, for the test) */
+        for (int k = 0; !dt_memckpt_ready(&mc, step); k++) {
+            if (k > 10000)
+                _exit(97);
+            usleep(1000);
+        }
+        dt_st_writer_t *w = dt_st_writer_new();
+        char s[16];
+        snprintf(s, sizeof(s), "%lld", (long long)step);
+        if (dt_st_writer_add(w, "x", DT_F32, 1, &n, mem_data, &em) < 0 ||
+            dt_st_writer_meta(w, "step", s, &em) < 0)
+            _exit(96);
+        if (step < 5) {
+            dt_memckpt_write_async(&mc, step, w);
+            dt_memckpt_sync(&mc); /* written: mem_data is ours again */
+        } else {
+            dt_memckpt_write(&mc, step, w);
+            dt_st_writer_free(w);
+        }
+        mem_data[0] = -1; /* after the sync: in no copy */
+    }
+    dt_memckpt_close(&mc); /* every copy hashed and reported */
+}
+
+/* A W_MEMCKPT as it came: writing (1) or the copy (0) of step in slot,
+ * the copy's sha256. */
+typedef struct memframe {
+    int writing, slot;
+    int64_t step;
+    char sha[65];
+} memframe_t;
+
+static void next_memckpt(agent_t *a, memframe_t *f)
+{
+    dt_msg_t m;
+    dt_emsg_t em = { "" };
+
+    expect_frame(a, &m, DT_MSG_W_MEMCKPT);
+    cr_assert_eq(geti(&m, "rank"), 2);
+    f->step = geti(&m, "step");
+    f->slot = (int)geti(&m, "slot");
+    f->writing = 0;
+    f->sha[0] = '\0';
+    cr_assert_eq(dt_msg_opt_bool(&m, "writing", &f->writing, &em), 0, "%s", em.s);
+    if (!f->writing) {
+        cr_assert_gt(geti(&m, "bytes"), (int64_t)sizeof(mem_data));
+        snprintf(f->sha, sizeof(f->sha), "%s", gets_(&m, "sha256"));
+    }
+    dt_msg_clear(&m);
+}
+
+/* A copy in fd: its SHA-256 is the one reported, and its tensor the
+ * array as it was at step. */
+static void check_copy(int fd, const char *sha, int64_t step)
+{
+    char hex[65], path[48];
+    dt_st_reader_t *r = NULL;
+    dt_emsg_t em = { "" };
+    static float got[DT_ARRAY_SIZE(mem_data)];
+
+    cr_assert_gt(dt_sha256_fd(fd, hex), 0);
+    cr_assert_str_eq(hex, sha, "step %lld: the copy's hash is the one reported", (long long)step);
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    cr_assert_eq(dt_st_open(path, &r, &em), 0, "%s", em.s);
+    cr_assert_eq(dt_st_read(r, "x", got, sizeof(got), &em), 0, "%s", em.s);
+    for (size_t i = 0; i < DT_ARRAY_SIZE(got); i++)
+        cr_assert_eq(got[i], (float)(step * 10000 + (int64_t)i), "step %lld, x[%zu]",
+                     (long long)step, i);
+    dt_st_close(r);
+}
+
+Test(wlink, memory_copies_written_and_hashed_on_their_thread_reported_in_order, .timeout = 60)
+{
+    agent_t a;
+    memframe_t f[6];
+    int at[3][2]; /* steps 3..5: the frame index of its writing notice and of its copy */
+
+    for (int s = 0; s < 2; s++)
+        cr_assert_geq(mem_fd[s] = memfd_create("test-slot", 0), 0, "%s", strerror(errno));
+    spawn(&a, 2, 0, 0, w_memckpt);
+    expect_hello(&a, 2);
+    memset(at, -1, sizeof(at));
+    for (int i = 0; i < 6; i++) {
+        next_memckpt(&a, &f[i]);
+        cr_assert(f[i].step >= 3 && f[i].step <= 5, "step %lld", (long long)f[i].step);
+        cr_assert_eq(f[i].slot, f[i].step == 4 ? 1 : 0, "copies alternate slots");
+        cr_assert_eq(at[f[i].step - 3][f[i].writing ? 0 : 1], -1, "one of each");
+        at[f[i].step - 3][f[i].writing ? 0 : 1] = i;
+    }
+    expect_exit(&a, 0, NULL);
+    for (int k = 0; k < 3; k++)
+        cr_assert_lt(at[k][0], at[k][1], "step %d: announced as being written before its copy",
+                     k + 3);
+    cr_assert_lt(at[0][1], at[2][0], "slot 0 rewritten only once step 3's copy was reported");
+    check_copy(mem_fd[1], f[at[1][1]].sha, 4);
+    check_copy(mem_fd[0], f[at[2][1]].sha, 5);
+    cr_assert_str_neq(f[at[0][1]].sha, f[at[2][1]].sha);
+    for (int s = 0; s < 2; s++)
+        close(mem_fd[s]);
 }
