@@ -248,7 +248,8 @@ void dt_memckpt_close(dt_memckpt_t *mc)
                 "still being hashed)\n", mc->cmd, mc->skipped);
 }
 
-int dt_memckpt_open_resume(dt_memckpt_t *mc, int64_t step, dt_st_reader_t **r, dt_emsg_t *em)
+int dt_memckpt_open_resume(dt_memckpt_t *mc, int64_t step, const char *format,
+                           dt_st_reader_t **r, dt_emsg_t *em)
 {
     char sha[65], path[48];
 
@@ -272,6 +273,27 @@ int dt_memckpt_open_resume(dt_memckpt_t *mc, int64_t step, dt_st_reader_t **r, d
         dt_emsg_t why = *em;
         return dt_emsg_set(em, DT_ECKPT, "--resume-from-memory %" PRId64 ": %s", step, why.s);
     }
+    const char *f = dt_st_meta(*r, "format");
+    if (f == NULL || strcmp(f, format) != 0) {
+        dt_st_close(*r);
+        *r = NULL;
+        return dt_emsg_set(em, DT_ECKPT, "--resume-from-memory %" PRId64 ": not a copy of "
+                           "format %s (format %.40s)", step, format, f ? f : "none");
+    }
     mc->newest = mc->resume_slot;
     return 0;
+}
+
+int dt_memckpt_meta_int(const dt_st_reader_t *r, const char *key, long long *v, dt_emsg_t *em)
+{
+    const char *s = dt_st_meta(r, key);
+    char *end;
+
+    if (s != NULL) {
+        errno = 0;
+        *v = strtoll(s, &end, 10);
+        if (errno == 0 && end != s && *end == '\0')
+            return 0;
+    }
+    return dt_emsg_set(em, DT_ECKPT, "the in-memory checkpoint has no integer '%s'", key);
 }

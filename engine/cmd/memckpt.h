@@ -80,10 +80,15 @@ int dt_memckpt_ready(dt_memckpt_t *mc, int64_t done);
 /* The copies still being hashed reported, and the thread stopped. */
 void dt_memckpt_close(dt_memckpt_t *mc);
 /* The copy to resume step `step` from, checked against the SHA-256 the
- * agent verified: *r its reader (the caller closes it). DT_ECKPT when there
- * is none or it does not match (the coordinator then takes a disk
- * checkpoint). */
-DT_MUST_CHECK int dt_memckpt_open_resume(dt_memckpt_t *mc, int64_t step, dt_st_reader_t **r,
-                                         dt_emsg_t *em);
-
+ * worker that wrote it reported (DT_MEM_RESUME) and to be of `format` (its
+ * metadata's "format"): *r its reader (the caller closes it). DT_ECKPT
+ * when there is none, it does not match or is of another format (the
+ * coordinator then takes a disk checkpoint), the message starting
+ * "--resume-from-memory STEP: ". */
+DT_MUST_CHECK int dt_memckpt_open_resume(dt_memckpt_t *mc, int64_t step, const char *format,
+                                         dt_st_reader_t **r, dt_emsg_t *em);
+/* A copy's integer metadata `key` into *v; DT_ECKPT when missing or not
+ * one. */
+DT_MUST_CHECK int dt_memckpt_meta_int(const dt_st_reader_t *r, const char *key, long long *v,
+                                      dt_emsg_t *em);
 #endif /* DT_ENGINE_CMD_MEMCKPT_H */

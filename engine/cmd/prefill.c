@@ -108,13 +108,16 @@ static void usage(FILE *f)
                "                        [--block-pattern P [--block-size B]]\n"
                "                        [--ckpt-dir DIR [--ckpt-every K] [--ckpt-keep N]\n"
                "                        [--ckpt-commit self|external]\n"
-               "                        [--resume | --resume-from STEPDIR]]\n"
+               "                        [--resume | --resume-from STEPDIR |\n"
+               "                         --resume-from-memory LAYERS]]\n"
+               "                        [--mem-ckpt-every K]\n"
                "                        [--logits OUT.npy | --out-dir DIR] [--last N]\n"
                "                        [--stop-after-layer K]\n"
                "                        [--device cpu|cuda [--dtype bf16|fp16]]\n"
                "                        [--print-settings]\n"
-               "Every option but --spec, --resume, --resume-from, --ckpt-commit, --logits,\n"
-               "--last, --stop-after-layer and --print-settings is a job-spec key (dt-spec(5)),\n"
+               "Every option but --spec, --resume, --resume-from, --resume-from-memory,\n"
+               "--ckpt-commit, --logits, --last, --stop-after-layer and --print-settings is a\n"
+               "job-spec key (dt-spec(5)),\n"
                "with its default;\n"
                "--seq-len is tokens, --out-dir output_dir.\n"
                "PRESET: tiny, llama3-8b, llama3-70b, or custom with every shape flag\n");
@@ -770,26 +773,21 @@ static int mem_load(prefiller_t *p)
 {
     const popts_t *o = &p->o;
     dt_st_reader_t *r = NULL;
-    char *run = run_text(o), *end;
+    char *run = run_text(o);
     dt_emsg_t em = { "" };
     int64_t *pos = dt_xmallocarray((size_t)(p->c > 0 ? p->c : 1), sizeof(int64_t));
+    long long done;
     int rc;
 
-    if ((rc = dt_memckpt_open_resume(&p->mem, o->resume_mem, &r, &p->em)) < 0)
+    if ((rc = dt_memckpt_open_resume(&p->mem, o->resume_mem, MEM_FORMAT, &r, &p->em)) < 0)
         goto out;
-    const char *fmt = dt_st_meta(r, "format"), *ld = dt_st_meta(r, "layers_done"),
-               *rj = dt_st_meta(r, "run");
-    errno = 0;
-    long long done = ld ? strtoll(ld, &end, 10) : -1;
-    if (fmt == NULL || strcmp(fmt, MEM_FORMAT) != 0) {
-        rc = dt_emsg_set(&em, DT_ECKPT, "not a prefill's hidden state (format %s)",
-                         fmt ? fmt : "none");
+    const char *rj = dt_st_meta(r, "run");
+    if ((rc = dt_memckpt_meta_int(r, "layers_done", &done, &em)) < 0)
         goto bad;
-    }
-    if (ld == NULL || errno != 0 || *end != '\0' || done != o->resume_mem ||
-        done > o->model.layers || rj == NULL || run == NULL || strcmp(rj, run) != 0) {
-        rc = dt_emsg_set(&em, DT_ECKPT, "written for another run (layer %s, or another model, "
-                         "plan or data)", ld ? ld : "none");
+    if (done != o->resume_mem || done > o->model.layers || rj == NULL || run == NULL ||
+        strcmp(rj, run) != 0) {
+        rc = dt_emsg_set(&em, DT_ECKPT, "written for another run (layer %lld, or another model, "
+                         "plan or data)", done);
         goto bad;
     }
     if ((rc = dt_st_read(r, "hidden", p->hidden,

@@ -687,21 +687,6 @@ static void mem_hand(dt_trainer_t *t)
         dt_memckpt_sync(&t->mem);
 }
 
-/* A copy's integer metadata KEY into *v (DT_ECKPT when missing or not one). */
-static int meta_int(const dt_st_reader_t *r, const char *key, long long *v, dt_emsg_t *em)
-{
-    const char *s = dt_st_meta(r, key);
-    char *end;
-
-    if (s != NULL) {
-        errno = 0;
-        *v = strtoll(s, &end, 10);
-        if (errno == 0 && end != s && *end == '\0')
-            return 0;
-    }
-    return dt_emsg_set(em, DT_ECKPT, "the in-memory checkpoint has no integer '%s'", key);
-}
-
 /* --resume-from-memory STEP: this rank's own state from the copy its agent
  * kept, checked to be this run's (the step, the model, the slices).
  * DT_ECKPT for anything wrong: the coordinator then resumes from disk. */
@@ -715,17 +700,14 @@ static int mem_load(dt_trainer_t *t)
     int rc;
 
     dt_wlink_heartbeat();
-    if ((rc = dt_memckpt_open_resume(&t->mem, o->resume_mem, &r, &t->em)) < 0)
+    if ((rc = dt_memckpt_open_resume(&t->mem, o->resume_mem, MEM_FORMAT, &r, &t->em)) < 0)
         goto out;
-    const char *fmt = dt_st_meta(r, "format"), *mj = dt_st_meta(r, "model");
-    if (fmt == NULL || strcmp(fmt, MEM_FORMAT) != 0) {
-        rc = dt_emsg_set(&em, DT_ECKPT, "not a training state (format %s)", fmt ? fmt : "none");
-        goto bad;
-    }
-    if ((rc = meta_int(r, "step", &step, &em)) < 0 || (rc = meta_int(r, "nparams", &n, &em)) < 0 ||
-        (rc = meta_int(r, "params_offset", &poff, &em)) < 0 ||
-        (rc = meta_int(r, "moments_offset", &moff, &em)) < 0 ||
-        (rc = meta_int(r, "loss_clean", &clean, &em)) < 0)
+    const char *mj = dt_st_meta(r, "model");
+    if ((rc = dt_memckpt_meta_int(r, "step", &step, &em)) < 0 ||
+        (rc = dt_memckpt_meta_int(r, "nparams", &n, &em)) < 0 ||
+        (rc = dt_memckpt_meta_int(r, "params_offset", &poff, &em)) < 0 ||
+        (rc = dt_memckpt_meta_int(r, "moments_offset", &moff, &em)) < 0 ||
+        (rc = dt_memckpt_meta_int(r, "loss_clean", &clean, &em)) < 0)
         goto bad;
     if (step != o->resume_mem || n != t->n || poff != (t->pn == t->n ? 0 : t->moff) ||
         moff != t->moff || mj == NULL || model == NULL || strcmp(mj, model) != 0) {
