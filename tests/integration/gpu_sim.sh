@@ -155,7 +155,7 @@ heads = 4
 kv_heads = 2
 ffn = 128
 vocab = 64
-tokens = 8192
+tokens = 6144
 seed = 5
 ranks = 4
 device = cuda
@@ -389,10 +389,10 @@ check "run --local, prefill on GPUs: a worker killed after layer 2 resumes from 
 t_builtin() {
     for _b in plain worker; do
         _x=
-        [ "$_b" = worker ] && _x="--inject-failure worker@10"
+        [ "$_b" = worker ] && _x="--inject-failure worker@6"
         # shellcheck disable=SC2086
         run_rc 0 env DT_ENGINE="$SIM" DT_SIM_GPUS=2 "$DTCTL" run --local --device cuda \
-            --steps 20 --state-dir "$TMPD/builtin-$_b" --interval 250ms $_x || return 1
+            --steps 12 --state-dir "$TMPD/builtin-$_b" --interval 250ms $_x || return 1
         out_has "$RESULT_RE_TRAIN" || return 1
         eval "_sum_$_b=\$(sed -n 's/^result: .* checksum=\([0-9a-f]*\)\$/\1/p' \"\$TMPD/out\")"
     done

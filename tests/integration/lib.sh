@@ -91,9 +91,12 @@ need_mpirun() {
 
 DT_PASSED=0
 DT_FAILED=0
+DT_CHECK_LAST=$(date +%s)
 
 # check NAME CMD...: run CMD; print `ok NAME` (with CMD's output when it is
 # one line), or `FAIL NAME` with the exit status and CMD's output indented.
+# Each line ends with [+N s]: the seconds since the previous check ended
+# (or the script began), its setup included: where a script's time goes.
 # DT_CHECK_ONLY (an extended regular expression, for a developer rerunning
 # what changed; CI never sets it): the checks whose name does not match
 # are left out, neither run nor counted (a script's own setup still runs).
@@ -105,16 +108,19 @@ check() {
     fi
     "$@" >"$TMPD/check.out" 2>&1
     _ck_rc=$?
+    _ck_now=$(date +%s)
+    _ck_s=$((_ck_now - DT_CHECK_LAST))
+    DT_CHECK_LAST=$_ck_now
     if [ "$_ck_rc" -eq 0 ]; then
         DT_PASSED=$((DT_PASSED + 1))
         if [ "$(wc -l <"$TMPD/check.out")" -eq 1 ]; then
-            echo "ok $_ck_name # $(cat "$TMPD/check.out")"
+            echo "ok $_ck_name # $(cat "$TMPD/check.out") [+$_ck_s s]"
         else
-            echo "ok $_ck_name"
+            echo "ok $_ck_name [+$_ck_s s]"
         fi
     else
         DT_FAILED=$((DT_FAILED + 1))
-        echo "FAIL $_ck_name (exit $_ck_rc)"
+        echo "FAIL $_ck_name (exit $_ck_rc) [+$_ck_s s]"
         head -n 40 "$TMPD/check.out" | sed 's/^/    /'
     fi
     return 0
